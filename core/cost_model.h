@@ -1,0 +1,212 @@
+/* DSV4 KV cost model: pricing the four tiers out of one byte budget.
+ *
+ * The tiers grow by different laws. The window tier (sliding KV on every
+ * layer) and the fp32 compress-state rings are sized in window pages; the
+ * compressed tier (one row per `ratio` tokens) and the indexer tier (one
+ * key per 4 tokens, CSA layers only) answer for the whole history, so they
+ * are anchored to full_token = num_pages * P. The working-set floor is
+ * applied once, in window pages, never by inflating swa_ratio: a ratio
+ * raised to clear the floor at one anchor overshoots it at every larger
+ * one.
+ *
+ * The page solve searches the exact pool bytes rather than dividing the
+ * budget by a per-page cost: at small budgets the window pins at its floor
+ * while the anchor shrinks, so a division over-sizes every tier at once
+ * and the failure would surface at the first allocation. */
+#ifndef KVS_COST_MODEL_H
+#define KVS_COST_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/geometry.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_BF16_BYTES 2u  /* window, compressed and indexer rows */
+#define KVS_FP32_BYTES 4u  /* compress-state rings */
+#define KVS_INT64_BYTES 8u /* one full -> window mapping entry */
+/* P: the window page, which is also the sliding window and radix key. */
+#define KVS_DEFAULT_WINDOW_PAGE 128u
+/* Slack the auto planner keeps above the working set for plan-vs-measured
+ * drift (observed around 265 MiB). */
+#define KVS_AUTO_KV_SLACK_BYTES (2ull << 30)
+/* "No live window state", in the mapping and every location derived from it. */
+#define KVS_NO_WINDOW_SLOT (-1)
+/* Pass as n_win_pages to size the window from swa_ratio. */
+#define KVS_WINDOW_FROM_RATIO UINT64_MAX
+
+/* Bytes of one row in each tier. The defaults price every KV tier in bf16
+ * and the rings in fp32; an engine storing fp8 rows sets its own widths. */
+typedef struct kvs_row_widths {
+  uint64_t kv;        /* window and compressed KV row */
+  uint64_t index;     /* indexer key row */
+  uint64_t csa_state; /* attention ring row on a ratio-4 layer */
+  uint64_t hca_state; /* attention ring row on a ratio-128 layer */
+  uint64_t idx_state; /* indexer ring row */
+} kvs_row_widths;
+
+/* bf16 KV rows (head_dim*2, index_head_dim*2) and fp32 ring rows holding
+ * kv|score, (1+overlap)*width wide each: 2*2*head_dim*4 on CSA,
+ * 2*head_dim*4 on HCA, 2*2*index_head_dim*4 for the indexer. */
+kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry);
+
+/* The layer mix of a contiguous range of layers, with its row widths: all
+ * a pool's bytes depend on. A pipeline stage prices its own range. */
+typedef struct kvs_cost_terms {
+  uint64_t n_layers; /* every layer has a window tier */
+  uint64_t n_csa;    /* ratio-4 layers */
+  uint64_t n_hca;    /* ratio-128 layers */
+  kvs_row_widths widths;
+} kvs_cost_terms;
+
+/* Terms for layers [first, end) of the geometry; widths NULL means the
+ * defaults. The geometry must validate; the range must be non-empty and
+ * inside the used layers. */
+kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,
+                               const kvs_row_widths *widths, kvs_cost_terms *out,
+                               kvs_error *err);
+
+/* Python's round(): halves go to the even neighbour (0.5 -> 0, 1.5 -> 2).
+ * The sizing uses it; the unit costs round up instead. */
+double kvs_round_half_even(double value);
+
+/* round_half_even(swa_ratio * count): swa_ratio must be finite and >= 0. */
+kvs_status kvs_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err);
+
+/* Window pages reserved for the concurrent working set. Ported from the
+ * reference code, not its docstring: 2*(max_running+1) decode transients,
+ * plus 3*max_running in radix mode, plus the dummy page. */
+kvs_status kvs_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
+                                     kvs_error *err);
+
+/* The working-set floor in window pages: one prefill chunk's reach
+ * (ceil(max_seq_len / page), capped at 8 pages) plus the reserve. */
+kvs_status kvs_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
+                                  uint64_t page, uint64_t *out, kvs_error *err);
+
+/* Bytes per P-token page over all tiers and layers, window and rings
+ * scaled by swa_ratio. For the affine planner only; never for the final
+ * size. */
+kvs_status kvs_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
+                              uint64_t *out, kvs_error *err);
+
+/* Full-anchored bytes per full-history token (compressed, indexer, the
+ * mapping), rounded up: independent of swa_ratio. */
+kvs_status kvs_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+                             kvs_error *err);
+
+/* Window-anchored bytes per window token (window KV on every layer and
+ * both rings), rounded up. */
+kvs_status kvs_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+                                 kvs_error *err);
+
+/* Pool dimensions for an anchor. Per-layer sizes are derived on demand by
+ * kvs_pool_sizes_layer; they follow from these numbers and the ratio. */
+typedef struct kvs_pool_sizes {
+  uint64_t page;        /* P */
+  double swa_ratio;
+  uint64_t full_token;  /* num_pages * P: the budget anchor */
+  uint64_t n_win_pages; /* window pages, the dummy page included */
+  uint64_t n_win_slots; /* n_win_pages * P */
+  uint64_t n_layers;    /* layers these sizes were built for */
+} kvs_pool_sizes;
+
+uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes);
+
+/* One compressed layer's tier sizes. */
+typedef struct kvs_layer_sizes {
+  uint32_t ratio;
+  uint64_t ring_size;  /* ring slots per window page */
+  uint64_t cmp_blocks; /* full_token / ratio: full-anchored */
+  bool has_indexer;    /* the two idx_* fields are meaningful only then */
+  uint64_t idx_blocks; /* full_token / 4 */
+  uint64_t state_slots;     /* n_win_pages * ring_size: window-anchored */
+  uint64_t idx_state_slots; /* n_win_pages * 8 */
+} kvs_layer_sizes;
+
+/* Sizes every tier for num_pages. n_win_pages is the window in whole pages
+ * (the floor, a pinned window) or KVS_WINDOW_FROM_RATIO for
+ * ceil(round_half_even(swa_ratio * full_token) / P); either way capped at
+ * num_pages. A non-zero ratio that does not divide P is refused, naming
+ * the layer. */
+kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geometry,
+                                  double swa_ratio, uint64_t page, uint64_t n_win_pages,
+                                  kvs_pool_sizes *out, kvs_error *err);
+
+/* The same for a layer range's terms (a pipeline stage). */
+kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms *terms,
+                                        double swa_ratio, uint64_t page, uint64_t n_win_pages,
+                                        kvs_pool_sizes *out, kvs_error *err);
+
+/* Layer `layer`'s sizes. *present is false for a ratio-0 layer, which has
+ * a window tier and nothing else (out is then left alone). */
+kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
+                                size_t layer, bool *present, kvs_layer_sizes *out,
+                                kvs_error *err);
+
+/* The exact bytes of a pool, split by tier. Every allocated row counts:
+ * n_scratch rows per compressed and indexer pool, one scratch row per
+ * ring, and the mapping's trailing -1 sentinel (counted in scratch). */
+typedef struct kvs_pool_breakdown {
+  uint64_t window;      /* window KV, every layer */
+  uint64_t compressed;  /* compressed KV blocks */
+  uint64_t indexer;     /* indexer key blocks */
+  uint64_t state;       /* attention compress-state ring slots */
+  uint64_t index_state; /* indexer compress-state ring slots */
+  uint64_t mapping;     /* full -> window mapping, one int64 per full token */
+  uint64_t scratch;     /* scratch rows and the mapping sentinel */
+  uint64_t total;       /* the sum of the above */
+} kvs_pool_breakdown;
+
+/* Exact pool bytes. The sizes must have been built for this geometry's
+ * layer count (the error names both counts). */
+kvs_status kvs_pool_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
+                          uint64_t n_scratch, uint64_t *out, kvs_error *err);
+
+kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+                                uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
+
+/* Why a budget was refused: it cannot pay for the minimal pool. */
+typedef struct kvs_budget_shortfall {
+  uint64_t available_bytes;
+  uint64_t needed_bytes; /* what the minimal pool costs */
+  uint64_t min_pages;    /* the minimal anchor: max(floor, 2) pages */
+  uint64_t floor_win_pages;
+} kvs_budget_shortfall;
+
+/* The largest pool whose exact bytes fit: the greatest num_pages with the
+ * window at max(floor_win_pages, ceil(swa_ratio * num_pages)). A budget
+ * below the minimal pool is KVS_ERR_BUDGET_TOO_SMALL with *shortfall
+ * filled (when non-NULL) and *out untouched. */
+kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
+                               double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                               uint64_t n_scratch, kvs_pool_sizes *out,
+                               kvs_budget_shortfall *shortfall, kvs_error *err);
+
+kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
+                                     double swa_ratio, uint64_t floor_win_pages,
+                                     uint64_t page, uint64_t n_scratch, kvs_pool_sizes *out,
+                                     kvs_budget_shortfall *shortfall, kvs_error *err);
+
+/* The affine (per page, fixed, reserve) price the auto planner splits
+ * memory with. Conservative at shipped ratios; the pool itself is always
+ * re-solved byte-exactly afterwards. */
+typedef struct kvs_auto_cost {
+  uint64_t cache_per_page;   /* cache_per_page + P * 8 (the mapping) */
+  uint64_t fixed_cache_size; /* intercept through the minimal pool, >= 0 */
+  uint64_t min_reserve_tokens; /* (minimal pages + slack pages) * P */
+} kvs_auto_cost;
+
+kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,
+                               uint64_t floor_win_pages, uint64_t page, uint64_t n_scratch,
+                               kvs_auto_cost *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_COST_MODEL_H */

@@ -1,0 +1,107 @@
+/* Model geometry: the few numbers the KV tiers are priced from, and the
+ * compressor each layer runs.
+ *
+ * A DSV4 layer stack mixes three mechanisms in one compress_ratios array:
+ * ratio 0 (window only), 4 (CSA: overlapping blocks, doubled compressor
+ * projection, Lightning Indexer) and 128 (HCA: plain blocks, no indexer).
+ * The per-layer properties below are derived from the ratio in one place,
+ * so sizing and execution can never disagree about a layer. */
+#ifndef KVS_GEOMETRY_H
+#define KVS_GEOMETRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_CSA_RATIO 4u
+#define KVS_HCA_RATIO 128u
+
+/* Largest compress_ratios array a geometry holds (DSV4-Pro ships 62). */
+#define KVS_MAX_LAYERS 1024
+
+typedef enum kvs_compressor {
+  KVS_COMPRESSOR_NONE = 0, /* ratio 0: window tier only */
+  KVS_COMPRESSOR_CSA = 4,  /* ratio 4 */
+  KVS_COMPRESSOR_HCA = 128 /* ratio 128 */
+} kvs_compressor;
+
+/* A plain value: copy it freely. compress_ratios may hold more entries
+ * than the model has layers (a checkpoint ships 44 for 43: the last is
+ * the MTP layer); only the first n_layers are ever read. */
+typedef struct kvs_geometry {
+  uint64_t head_dim;       /* MLA latent width; V aliases K */
+  uint64_t index_head_dim; /* Lightning Indexer key width */
+  size_t n_layers;
+  size_t n_ratios; /* entries present in compress_ratios */
+  uint32_t compress_ratios[KVS_MAX_LAYERS];
+} kvs_geometry;
+
+/* Layers the model uses: min(n_layers, n_ratios). Truncates, never pads:
+ * a schedule shorter than the stack describes fewer layers. */
+size_t kvs_geometry_layer_count(const kvs_geometry *geometry);
+
+/* Reads one ratio into its mechanism. Returns false (and leaves *out
+ * alone) for any ratio other than 0, 4, 128: there is no nearest one. */
+bool kvs_compressor_from_ratio(uint32_t ratio, kvs_compressor *out);
+uint32_t kvs_compressor_ratio(kvs_compressor compressor);
+/* CSA only: on HCA every compressed entry is visible already. */
+bool kvs_compressor_has_indexer(kvs_compressor compressor);
+/* 2 for CSA (each token projected for two overlapping blocks), else 1. */
+unsigned kvs_compressor_projection_width_multiple(kvs_compressor compressor);
+bool kvs_compressor_overlapping(kvs_compressor compressor);
+/* Compressed entries a query at position pos sees: (pos + 1) / ratio, the
+ * +1 because pos is an index; 0 with no compressor. */
+uint64_t kvs_compressor_visible_compressed(kvs_compressor compressor, uint64_t pos);
+/* "none", "CSA", "HCA". */
+const char *kvs_compressor_name(kvs_compressor compressor);
+
+/* The compressor of every used layer, in layer order, into out[0..cap).
+ * Refuses the whole schedule at the first unknown ratio, naming the layer
+ * and the ratio (KVS_ERR_UNKNOWN_RATIO); with cap too small,
+ * KVS_ERR_INVALID_ARGUMENT. *n_out is the layer count on success. */
+kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out,
+                                    size_t cap, size_t *n_out, kvs_error *err);
+
+/* Checks the geometry can be priced: non-zero widths, at least one layer,
+ * every used ratio known. */
+kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err);
+
+/* Compress-state ring slots per window page: 8 for ratio 4, 128 for ratio
+ * 128. Any other ratio (0 included: no compressor, no carry state) is
+ * KVS_ERR_UNKNOWN_RATIO, because a guessed ring mis-addresses every carry
+ * state of that layer. */
+kvs_status kvs_ring_size_for_ratio(uint32_t ratio, uint64_t *out, kvs_error *err);
+
+/* Fills *out from a geometry with the given fields (ratios copied). */
+kvs_status kvs_geometry_init(kvs_geometry *out, uint64_t head_dim, uint64_t index_head_dim,
+                             size_t n_layers, const uint32_t *ratios, size_t n_ratios,
+                             kvs_error *err);
+
+/* Parses a model config.json text: num_hidden_layers, head_dim,
+ * index_head_dim and compress_ratios; other fields are ignored. A missing
+ * or mistyped field is named in the error. The result is validated. */
+kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
+                                   kvs_error *err);
+/* Reads and parses a config.json file. */
+kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err);
+
+/* Built-in geometries by name: "dsv4-flash" (the default), "dsv4-pro".
+ * Unknown names are KVS_ERR_NOT_FOUND listing the known ones. */
+kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *err);
+/* The i-th built-in name, or NULL past the end. */
+const char *kvs_geometry_builtin_name(size_t index);
+
+/* A name from kvs_geometry_builtin_name, else a config.json path. */
+kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_GEOMETRY_H */

@@ -1,0 +1,57 @@
+/* The binding journal: every change the window allocator makes to the
+ * full -> window mapping, in order, as fixed-width entries.
+ *
+ * Tensor-parallel ranks must hold identical bindings or they derive
+ * different ring locations and read each other's carry state. The leader
+ * allocates; its journal is shipped to the followers, who replay it onto
+ * their mirror pools (kvs_window_pool_apply). An entry is 16 bytes, so a
+ * step's broadcast costs 16 bytes per bound or freed page. */
+#ifndef KVS_JOURNAL_H
+#define KVS_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* full_page now maps to window_page (a page the allocator handed out), or,
+ * when window_page is KVS_JOURNAL_FREED, its window page went back to the
+ * free list. Pages are indices (base / P), not slots. */
+typedef struct kvs_journal_entry {
+  uint64_t full_page;
+  int64_t window_page;
+} kvs_journal_entry;
+
+#define KVS_JOURNAL_FREED (-1)
+
+/* A bounded FIFO of entries. Appends that do not fit are refused as a
+ * whole, before anything changes, so an operation is journaled entirely or
+ * not performed. */
+typedef struct kvs_journal *kvs_journal_t;
+
+kvs_status kvs_journal_create(size_t capacity, kvs_journal_t *out, kvs_error *err);
+void kvs_journal_destroy(kvs_journal_t journal);
+
+size_t kvs_journal_capacity(const struct kvs_journal *journal);
+size_t kvs_journal_pending(const struct kvs_journal *journal); /* entries not drained */
+size_t kvs_journal_room(const struct kvs_journal *journal);
+/* Entries ever appended: a step's journal covers [seq - pending, seq). */
+uint64_t kvs_journal_sequence(const struct kvs_journal *journal);
+
+/* Appends one entry; the caller has checked room (internal contract). */
+void kvs_journal_push(kvs_journal_t journal, uint64_t full_page, int64_t window_page);
+
+/* Moves up to cap of the oldest entries into out, in order; *n_out says
+ * how many. */
+void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap,
+                       size_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_JOURNAL_H */

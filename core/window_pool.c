@@ -1,0 +1,811 @@
+#include "core/window_pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvs_window_pool {
+  uint64_t page;        /* P */
+  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
+  uint64_t n_win_slots;
+  uint64_t n_full_pages;
+  uint64_t n_win_pages; /* dummy included */
+  uint64_t dummy_full_base;
+  uint64_t dummy_window_base;
+  uint64_t chunk_budget;
+  uint64_t digest;      /* sum of binding terms, dummy included */
+  uint64_t bound_pages; /* bound full pages, dummy excluded */
+
+  int64_t *map; /* full loc -> window slot, full_token + 1 rows */
+  kvs_free_list_t free_list;
+  kvs_journal_t journal;
+
+  /* Scratch for validating a call before it changes anything. Stamps are
+   * compared against `epoch`, so nothing needs clearing between calls. */
+  uint32_t epoch;
+  uint32_t *full_stamp;   /* per full page */
+  uint32_t *full_count;   /* locations seen per full page (free path) */
+  int64_t *full_overlay;  /* a full page's window page during apply */
+  uint64_t *touched;      /* full pages a call touches */
+  uint64_t *window_bases; /* window bases a call moves */
+  uint32_t *win_stamp;    /* per window page */
+  uint8_t *win_overlay;   /* a window page's free flag during apply */
+};
+
+/* ---- digest ---- */
+
+static inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
+  return mix64(mix64(full_page + 0x9e3779b97f4a7c15ull) ^ window_page);
+}
+
+uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) { return pool->digest; }
+
+uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
+                                      uint64_t end) {
+  if (end > pool->n_full_pages) end = pool->n_full_pages;
+  uint64_t digest = 0;
+  for (uint64_t fp = first; fp < end; fp++) {
+    int64_t slot = pool->map[fp * pool->page];
+    if (slot >= 0) digest += kvs_binding_digest_term(fp, (uint64_t)slot / pool->page);
+  }
+  return digest;
+}
+
+uint64_t kvs_window_pool_digest_recompute(const struct kvs_window_pool *pool) {
+  return kvs_window_pool_digest_range(pool, 0, pool->n_full_pages);
+}
+
+/* ---- lifecycle ---- */
+
+void kvs_window_pool_destroy(kvs_window_pool_t pool) {
+  if (pool == NULL) return;
+  free(pool->map);
+  kvs_free_list_destroy(pool->free_list);
+  kvs_journal_destroy(pool->journal);
+  free(pool->full_stamp);
+  free(pool->full_count);
+  free(pool->full_overlay);
+  free(pool->touched);
+  free(pool->window_bases);
+  free(pool->win_stamp);
+  free(pool->win_overlay);
+  free(pool);
+}
+
+static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t window_base) {
+  int64_t *row = pool->map + full_base;
+  if (window_base < 0) {
+    for (uint64_t offset = 0; offset < pool->page; offset++) row[offset] = KVS_NO_WINDOW_SLOT;
+  } else {
+    for (uint64_t offset = 0; offset < pool->page; offset++) {
+      row[offset] = window_base + (int64_t)offset;
+    }
+  }
+}
+
+kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
+                                  const kvs_window_pool_options *options,
+                                  kvs_window_pool_t *out, kvs_error *err) {
+  kvs_window_pool_options defaults = KVS_WINDOW_POOL_OPTIONS_INIT;
+  if (options == NULL) options = &defaults;
+  if (sizes == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "sizes or output handle is NULL");
+  }
+  if (options->size < sizeof(kvs_window_pool_options)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.size %zu is smaller than this build's %zu; start from "
+                         "KVS_WINDOW_POOL_OPTIONS_INIT",
+                         options->size, sizeof(kvs_window_pool_options));
+  }
+  uint64_t page = sizes->page;
+  if (page == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "page is 0; a window page holds at least one position");
+  }
+  if (sizes->full_token < page || sizes->full_token % page != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "full_token %llu must be whole pages of %llu and hold the dummy page",
+                         (unsigned long long)sizes->full_token, (unsigned long long)page);
+  }
+  if (sizes->n_win_slots < page || sizes->n_win_slots % page != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "n_win_slots %llu must be whole pages of %llu and hold the dummy page",
+                         (unsigned long long)sizes->n_win_slots, (unsigned long long)page);
+  }
+  if (sizes->full_token >= (SIZE_MAX / 2) / sizeof(int64_t) ||
+      sizes->n_win_slots >= (SIZE_MAX / 2) / sizeof(int64_t)) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "a %llu-token mapping does not fit in memory",
+                         (unsigned long long)sizes->full_token);
+  }
+  uint64_t reserved;
+  kvs_status status = kvs_reserved_window_pages(options->max_running, options->radix,
+                                                &reserved, err);
+  if (status != KVS_OK) return status;
+
+  struct kvs_window_pool *pool = calloc(1, sizeof *pool);
+  if (pool == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a window pool");
+  pool->page = page;
+  pool->full_token = sizes->full_token;
+  pool->n_win_slots = sizes->n_win_slots;
+  pool->n_full_pages = sizes->full_token / page;
+  pool->n_win_pages = sizes->n_win_slots / page;
+  pool->dummy_full_base = sizes->full_token - page;
+  pool->dummy_window_base = sizes->n_win_slots - page;
+
+  size_t n_full = (size_t)pool->n_full_pages;
+  size_t n_win = (size_t)pool->n_win_pages;
+  size_t n_bases = n_full > n_win ? n_full : n_win;
+  pool->map = malloc(((size_t)pool->full_token + 1) * sizeof *pool->map);
+  pool->full_stamp = calloc(n_full, sizeof *pool->full_stamp);
+  pool->full_count = calloc(n_full, sizeof *pool->full_count);
+  pool->full_overlay = calloc(n_full, sizeof *pool->full_overlay);
+  pool->touched = calloc(n_full, sizeof *pool->touched);
+  pool->window_bases = calloc(n_bases, sizeof *pool->window_bases);
+  pool->win_stamp = calloc(n_win, sizeof *pool->win_stamp);
+  pool->win_overlay = calloc(n_win, sizeof *pool->win_overlay);
+  if (pool->map == NULL || pool->full_stamp == NULL || pool->full_count == NULL ||
+      pool->full_overlay == NULL || pool->touched == NULL || pool->window_bases == NULL ||
+      pool->win_stamp == NULL || pool->win_overlay == NULL) {
+    kvs_window_pool_destroy(pool);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %llu-token window pool",
+                         (unsigned long long)sizes->full_token);
+  }
+  if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
+      (status = kvs_journal_create(options->journal_capacity, &pool->journal, err))) {
+    kvs_window_pool_destroy(pool);
+    return status;
+  }
+  for (uint64_t loc = 0; loc <= pool->full_token; loc++) pool->map[loc] = KVS_NO_WINDOW_SLOT;
+
+  /* The dummy page: bound for good, outside the free list. */
+  write_page(pool, pool->dummy_full_base, (int64_t)pool->dummy_window_base);
+  pool->digest = kvs_binding_digest_term(pool->dummy_full_base / page,
+                                         pool->dummy_window_base / page);
+
+  uint64_t usable = pool->n_win_pages - 1;
+  uint64_t left = usable > reserved ? usable - reserved : 0;
+  pool->chunk_budget = left / 2 * page > page ? left / 2 * page : page;
+  *out = pool;
+  return KVS_OK;
+}
+
+/* ---- accessors ---- */
+
+uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool) { return pool->page; }
+uint64_t kvs_window_pool_full_tokens(const struct kvs_window_pool *pool) {
+  return pool->full_token;
+}
+uint64_t kvs_window_pool_window_slots(const struct kvs_window_pool *pool) {
+  return pool->n_win_slots;
+}
+uint64_t kvs_window_pool_swa_num_tokens(const struct kvs_window_pool *pool) {
+  return pool->n_win_slots - pool->page + 1;
+}
+uint64_t kvs_window_pool_swa_available(const struct kvs_window_pool *pool) {
+  return kvs_free_list_available(pool->free_list);
+}
+uint64_t kvs_window_pool_bound_pages(const struct kvs_window_pool *pool) {
+  return pool->bound_pages;
+}
+uint64_t kvs_window_pool_prefill_chunk_budget(const struct kvs_window_pool *pool) {
+  return pool->chunk_budget;
+}
+const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool) { return pool->map; }
+
+size_t kvs_window_pool_journal_pending(const struct kvs_window_pool *pool) {
+  return kvs_journal_pending(pool->journal);
+}
+size_t kvs_window_pool_journal_capacity(const struct kvs_window_pool *pool) {
+  return kvs_journal_capacity(pool->journal);
+}
+uint64_t kvs_window_pool_journal_sequence(const struct kvs_window_pool *pool) {
+  return kvs_journal_sequence(pool->journal);
+}
+void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *out, size_t cap,
+                                   size_t *n_out) {
+  kvs_journal_drain(pool->journal, out, cap, n_out);
+}
+
+/* ---- validation helpers ---- */
+
+static uint32_t next_epoch(struct kvs_window_pool *pool) {
+  if (++pool->epoch == 0) { /* wrapped: clear the stamps once */
+    memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
+    memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
+    pool->epoch = 1;
+  }
+  return pool->epoch;
+}
+
+/* Room for `entries` journal entries, when journaling is on. */
+static kvs_status check_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
+                                     kvs_error *err) {
+  size_t capacity = kvs_journal_capacity(pool->journal);
+  if (capacity > 0 && entries > kvs_journal_room(pool->journal)) {
+    return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
+                         "binding journal has room for %zu of its %zu entries, this call needs "
+                         "%llu; drain it first",
+                         kvs_journal_room(pool->journal), capacity,
+                         (unsigned long long)entries);
+  }
+  return KVS_OK;
+}
+
+static void journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
+  if (kvs_journal_capacity(pool->journal) > 0) {
+    kvs_journal_push(pool->journal, full_page, window_page);
+  }
+}
+
+/* The window page a full page's base row holds, or -1. */
+static inline int64_t window_page_of(const struct kvs_window_pool *pool, uint64_t full_page) {
+  int64_t slot = pool->map[full_page * pool->page];
+  return slot < 0 ? -1 : slot / (int64_t)pool->page;
+}
+
+/* Whether locs[0..P) is exactly the page starting at locs[0]. */
+static inline bool is_whole_page(const int64_t *locs, uint64_t page) {
+  int64_t base = locs[0];
+  bool ok = true;
+  for (uint64_t offset = 0; offset < page; offset++) ok &= locs[offset] == base + (int64_t)offset;
+  return ok;
+}
+
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static void sort_pages(uint64_t *pages, size_t n) {
+  bool sorted = true;
+  for (size_t i = 1; i < n && sorted; i++) sorted = pages[i - 1] < pages[i];
+  if (!sorted) qsort(pages, n, sizeof *pages, compare_u64);
+}
+
+/* Collects the distinct full pages `locs` cover into pool->touched, in
+ * ascending order, and checks each is covered exactly once in full.
+ * Negative locations are ignored. The common case -- whole contiguous
+ * pages -- is checked without per-location counting. */
+static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what,
+                                const int64_t *locs, size_t n, size_t *n_pages,
+                                kvs_error *err) {
+  uint64_t page = pool->page;
+  uint32_t epoch = next_epoch(pool);
+  size_t touched = 0;
+  bool fast = n % page == 0;
+  for (size_t at = 0; fast && at < n; at += page) {
+    int64_t base = locs[at];
+    if (base < 0 || (uint64_t)base % page != 0 || (uint64_t)base >= pool->full_token ||
+        !is_whole_page(locs + at, page) || pool->full_stamp[(uint64_t)base / page] == epoch) {
+      fast = false;
+      break;
+    }
+    pool->full_stamp[(uint64_t)base / page] = epoch;
+    pool->touched[touched++] = (uint64_t)base / page;
+  }
+  if (!fast) {
+    epoch = next_epoch(pool);
+    touched = 0;
+    for (size_t i = 0; i < n; i++) {
+      int64_t loc = locs[i];
+      if (loc < 0) continue;
+      if ((uint64_t)loc >= pool->full_token) {
+        return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                             "%s got loc %lld at index %zu, outside the %llu-token history",
+                             what, (long long)loc, i, (unsigned long long)pool->full_token);
+      }
+      uint64_t fp = (uint64_t)loc / page;
+      if (pool->full_stamp[fp] != epoch) {
+        pool->full_stamp[fp] = epoch;
+        pool->full_count[fp] = 0;
+        pool->touched[touched++] = fp;
+      }
+      pool->full_count[fp]++;
+    }
+    char listing[200];
+    int used = 0;
+    size_t partial = 0;
+    for (size_t i = 0; i < touched; i++) {
+      uint64_t fp = pool->touched[i];
+      if (pool->full_count[fp] == page) continue;
+      if (partial++ < 4) {
+        used += snprintf(listing + used, sizeof listing - (size_t)used, "%s(%llu, %u)",
+                         partial > 1 ? ", " : "", (unsigned long long)(fp * page),
+                         pool->full_count[fp]);
+        if (used >= (int)sizeof listing) used = (int)sizeof listing - 1;
+      }
+    }
+    if (partial > 0) {
+      return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
+                           "%s got partial pages (base, count): %s%s; pages are %llu slots "
+                           "and are released whole",
+                           what, listing, partial > 4 ? ", ..." : "",
+                           (unsigned long long)page);
+    }
+  }
+  sort_pages(pool->touched, touched);
+  *n_pages = touched;
+  return KVS_OK;
+}
+
+/* ---- allocation ---- */
+
+kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                 kvs_free_list_shortfall *shortfall, kvs_error *err) {
+  if (n == 0) return KVS_OK;
+  uint64_t page = pool->page;
+  if (n % page != 0) {
+    return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
+                         "alloc needs whole pages of %llu slots, got %zu slots",
+                         (unsigned long long)page, n);
+  }
+  size_t n_pages = n / page;
+  uint32_t epoch = next_epoch(pool);
+  for (size_t i = 0; i < n_pages; i++) {
+    const int64_t *chunk = full_locs + i * page;
+    int64_t base = chunk[0];
+    if (base < 0 || (uint64_t)base % page != 0) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "alloc pages start at a page base, got %lld for page %zu",
+                           (long long)base, i);
+    }
+    if ((uint64_t)base >= pool->full_token) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "alloc got full page base %lld, outside the %llu-token history",
+                           (long long)base, (unsigned long long)pool->full_token);
+    }
+    if (!is_whole_page(chunk, page)) {
+      uint64_t offset = 1;
+      while (chunk[offset] == base + (int64_t)offset) offset++;
+      return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
+                           "alloc pages must be contiguous ascending: page %lld holds %lld at "
+                           "offset %llu",
+                           (long long)base, (long long)chunk[offset], (unsigned long long)offset);
+    }
+    uint64_t fp = (uint64_t)base / page;
+    if ((uint64_t)base == pool->dummy_full_base) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %lld is the reserved dummy page; it is bound for good",
+                           (long long)base);
+    }
+    if (pool->full_stamp[fp] == epoch) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT, "alloc names full page %lld twice",
+                           (long long)base);
+    }
+    pool->full_stamp[fp] = epoch;
+    if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %lld already holds window slot %lld; binding over it "
+                           "would leak that window page",
+                           (long long)base, (long long)pool->map[base]);
+    }
+  }
+  kvs_status status = check_journal_room(pool, n_pages, err);
+  if (status != KVS_OK) return status;
+  uint64_t *wbases = pool->window_bases;
+  if ((status = kvs_free_list_alloc(pool->free_list, n_pages, wbases, shortfall, err))) {
+    return status;
+  }
+  for (size_t i = 0; i < n_pages; i++) {
+    uint64_t fbase = (uint64_t)full_locs[i * page];
+    write_page(pool, fbase, (int64_t)wbases[i]);
+    pool->digest += kvs_binding_digest_term(fbase / page, wbases[i] / page);
+  }
+  /* Journaled top of the stack first, so a follower replaying it always
+   * takes its own top unit: O(1) per page and the same LIFO order. */
+  for (size_t i = n_pages; i-- > 0;) {
+    journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
+  }
+  pool->bound_pages += n_pages;
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                kvs_error *err) {
+  size_t n_pages;
+  kvs_status status = collect_pages(pool, "free", full_locs, n, &n_pages, err);
+  if (status != KVS_OK || n_pages == 0) return status;
+  uint64_t page = pool->page;
+  uint64_t dummy_window_page = pool->dummy_window_base / page;
+  uint32_t epoch = next_epoch(pool);
+  size_t n_bound = 0;
+  for (size_t i = 0; i < n_pages; i++) {
+    uint64_t fp = pool->touched[i];
+    if (fp * page == pool->dummy_full_base) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %llu is the reserved dummy page; it is never freed",
+                           (unsigned long long)(fp * page));
+    }
+    int64_t wp = window_page_of(pool, fp);
+    if (wp < 0) continue; /* already unbound: freeing it again is a no-op */
+    if ((uint64_t)wp >= dummy_window_page || pool->win_stamp[wp] == epoch ||
+        kvs_free_list_is_free(pool->free_list, (uint64_t)wp * page)) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "full page %llu is bound to window page %lld, which is %s; "
+                           "returning it would alias two requests",
+                           (unsigned long long)(fp * page), (long long)(wp * (int64_t)page),
+                           (uint64_t)wp >= dummy_window_page ? "the dummy or outside the pool"
+                           : pool->win_stamp[wp] == epoch   ? "bound to another freed page too"
+                                                            : "already free");
+    }
+    pool->win_stamp[wp] = epoch;
+    pool->window_bases[n_bound++] = (uint64_t)wp * page;
+  }
+  if ((status = check_journal_room(pool, n_bound, err))) return status;
+  if ((status = kvs_free_list_free(pool->free_list, pool->window_bases, n_bound, err))) {
+    return status; /* unreachable after the checks above; nothing changed */
+  }
+  for (size_t i = 0; i < n_pages; i++) {
+    uint64_t fp = pool->touched[i];
+    int64_t wp = window_page_of(pool, fp);
+    if (wp < 0) continue;
+    write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
+    pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
+    journal(pool, fp, KVS_JOURNAL_FREED);
+  }
+  pool->bound_pages -= n_bound;
+  return KVS_OK;
+}
+
+/* ---- lookups ---- */
+
+kvs_status kvs_window_pool_translate(const struct kvs_window_pool *pool, int64_t full_loc,
+                                     int64_t *out, kvs_error *err) {
+  if (full_loc < 0) {
+    *out = KVS_NO_WINDOW_SLOT;
+    return KVS_OK;
+  }
+  if ((uint64_t)full_loc > pool->full_token) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "full loc %lld is past the %llu-token history and its sentinel row",
+                         (long long)full_loc, (unsigned long long)pool->full_token);
+  }
+  *out = pool->map[full_loc];
+  return KVS_OK;
+}
+
+/* A negative loc reads the sentinel row (-1); one past the sentinel is an
+ * error, recorded in *bad and reported once after the loop, so the ring
+ * loops stay branch-free. */
+static inline int64_t lookup(const int64_t *map, uint64_t sentinel, uint64_t *bad, int64_t loc) {
+  uint64_t index = loc < 0 ? sentinel : (uint64_t)loc;
+  *bad |= index > sentinel;
+  return map[index > sentinel ? sentinel : index];
+}
+
+kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64_t pos,
+                                      const int64_t *full_locs, size_t n,
+                                      int64_t *window_slot, int64_t *prev_window_slot,
+                                      int64_t *ring_out, kvs_error *err) {
+  if (pos >= n) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "position %llu is past the %zu full locations given",
+                         (unsigned long long)pos, n);
+  }
+  const uint64_t page = pool->page;
+  const uint64_t sentinel = pool->full_token;
+  const int64_t *map = pool->map;
+  uint64_t bad = 0;
+  int64_t own = lookup(map, sentinel, &bad, full_locs[pos]);
+  int64_t prev = lookup(map, sentinel, &bad, full_locs[pos > 0 ? pos - 1 : 0]);
+  if (pos + 1 >= page) {
+    /* Every slot is reached: slot j holds the one position of the last P
+     * congruent to j. Walk those positions in order, wrapping j once. */
+    uint64_t first = pos + 1 - page;
+    uint64_t j0 = first % page;
+    const int64_t *locs = full_locs + first;
+    for (uint64_t j = j0; j < page; j++) ring_out[j] = lookup(map, sentinel, &bad, locs[j - j0]);
+    locs += page - j0;
+    for (uint64_t j = 0; j < j0; j++) ring_out[j] = lookup(map, sentinel, &bad, locs[j]);
+  } else {
+    /* Early decode: slot j <= pos holds position j; the rest are unreached. */
+    for (uint64_t j = 0; j <= pos; j++) ring_out[j] = lookup(map, sentinel, &bad, full_locs[j]);
+    for (uint64_t j = pos + 1; j < page; j++) ring_out[j] = KVS_NO_WINDOW_SLOT;
+  }
+  if (bad) {
+    uint64_t lo = pos + 1 >= page ? pos + 1 - page : 0;
+    for (uint64_t p = lo; p <= pos; p++) {
+      if (full_locs[p] >= 0 && (uint64_t)full_locs[p] > sentinel) {
+        return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                             "full loc %lld at position %llu is past the %llu-token history",
+                             (long long)full_locs[p], (unsigned long long)p,
+                             (unsigned long long)sentinel);
+      }
+    }
+  }
+  *window_slot = own;
+  *prev_window_slot = prev;
+  return KVS_OK;
+}
+
+/* ---- raw binding (dummy, tests, fault injection) ---- */
+
+kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_base,
+                                    uint64_t window_page_base, kvs_error *err) {
+  uint64_t page = pool->page;
+  if (full_page_base % page != 0 || window_page_base % page != 0) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "window bindings are page-aligned: full %llu, window %llu",
+                         (unsigned long long)full_page_base,
+                         (unsigned long long)window_page_base);
+  }
+  if (full_page_base >= pool->full_token || window_page_base >= pool->n_win_slots) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "binding full %llu -> window %llu is outside the pool (%llu full, %llu "
+                         "window slots)",
+                         (unsigned long long)full_page_base,
+                         (unsigned long long)window_page_base,
+                         (unsigned long long)pool->full_token,
+                         (unsigned long long)pool->n_win_slots);
+  }
+  uint64_t fp = full_page_base / page;
+  int64_t old = window_page_of(pool, fp);
+  if (old >= 0) {
+    pool->digest -= kvs_binding_digest_term(fp, (uint64_t)old);
+  } else if (full_page_base != pool->dummy_full_base) {
+    pool->bound_pages++;
+  }
+  write_page(pool, full_page_base, (int64_t)window_page_base);
+  pool->digest += kvs_binding_digest_term(fp, window_page_base / page);
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs,
+                                      size_t n, kvs_error *err) {
+  size_t n_pages;
+  kvs_status status = collect_pages(pool, "unbind", full_locs, n, &n_pages, err);
+  if (status != KVS_OK) return status;
+  for (size_t i = 0; i < n_pages; i++) {
+    uint64_t fp = pool->touched[i];
+    int64_t wp = window_page_of(pool, fp);
+    if (wp < 0) continue;
+    write_page(pool, fp * pool->page, KVS_NO_WINDOW_SLOT);
+    pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
+    if (fp * pool->page != pool->dummy_full_base) pool->bound_pages--;
+  }
+  return KVS_OK;
+}
+
+/* ---- replay ---- */
+
+kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries,
+                                 size_t n, kvs_error *err) {
+  uint64_t page = pool->page;
+  uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
+  uint32_t epoch = next_epoch(pool);
+  /* Pass 1: replay onto overlays, so a bad entry anywhere changes nothing. */
+  for (size_t i = 0; i < n; i++) {
+    uint64_t fp = entries[i].full_page;
+    int64_t wp = entries[i].window_page;
+    if (fp >= pool->n_full_pages || fp * page == pool->dummy_full_base) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "journal entry %zu names full page %llu, %s", i,
+                           (unsigned long long)fp,
+                           fp >= pool->n_full_pages ? "outside the history"
+                                                    : "the reserved dummy page");
+    }
+    int64_t current = pool->full_stamp[fp] == epoch ? pool->full_overlay[fp]
+                                                    : window_page_of(pool, fp);
+    if (wp >= 0) {
+      if ((uint64_t)wp >= usable_window_pages) {
+        return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                             "journal entry %zu binds window page %lld, outside the %llu "
+                             "allocatable window pages",
+                             i, (long long)wp, (unsigned long long)usable_window_pages);
+      }
+      if (current >= 0) {
+        return kvs_error_set(err, KVS_ERR_CONFLICT,
+                             "journal entry %zu binds full page %llu, which already holds "
+                             "window page %lld on this rank",
+                             i, (unsigned long long)fp, (long long)current);
+      }
+      bool window_free = pool->win_stamp[wp] == epoch
+                             ? pool->win_overlay[wp]
+                             : kvs_free_list_is_free(pool->free_list, (uint64_t)wp * page);
+      if (!window_free) {
+        return kvs_error_set(err, KVS_ERR_CONFLICT,
+                             "journal entry %zu binds window page %lld to full page %llu, but "
+                             "that window page is not free on this rank",
+                             i, (long long)wp, (unsigned long long)fp);
+      }
+      pool->win_stamp[wp] = epoch;
+      pool->win_overlay[wp] = 0;
+      pool->full_overlay[fp] = wp;
+    } else if (wp == KVS_JOURNAL_FREED) {
+      if (current < 0) {
+        return kvs_error_set(err, KVS_ERR_CONFLICT,
+                             "journal entry %zu frees full page %llu, which is not bound on "
+                             "this rank",
+                             i, (unsigned long long)fp);
+      }
+      bool window_free = pool->win_stamp[current] == epoch
+                             ? pool->win_overlay[current]
+                             : kvs_free_list_is_free(pool->free_list, (uint64_t)current * page);
+      if ((uint64_t)current >= usable_window_pages || window_free) {
+        return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                             "journal entry %zu frees full page %llu, whose window page %lld is "
+                             "%s on this rank",
+                             i, (unsigned long long)fp, (long long)current,
+                             window_free ? "already free" : "not allocatable");
+      }
+      pool->win_stamp[current] = epoch;
+      pool->win_overlay[current] = 1;
+      pool->full_overlay[fp] = KVS_NO_WINDOW_SLOT;
+    } else {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "journal entry %zu has window page %lld; only page indices and %d "
+                           "(freed) exist",
+                           i, (long long)wp, KVS_JOURNAL_FREED);
+    }
+    pool->full_stamp[fp] = epoch;
+  }
+  /* Pass 2: every entry is known to apply. */
+  for (size_t i = 0; i < n; i++) {
+    uint64_t fp = entries[i].full_page;
+    int64_t wp = entries[i].window_page;
+    if (wp >= 0) {
+      kvs_free_list_take(pool->free_list, (uint64_t)wp * page, NULL);
+      write_page(pool, fp * page, wp * (int64_t)page);
+      pool->digest += kvs_binding_digest_term(fp, (uint64_t)wp);
+      pool->bound_pages++;
+    } else {
+      int64_t current = window_page_of(pool, fp);
+      uint64_t base = (uint64_t)current * page;
+      kvs_free_list_free(pool->free_list, &base, 1, NULL);
+      write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
+      pool->digest -= kvs_binding_digest_term(fp, (uint64_t)current);
+      pool->bound_pages--;
+    }
+  }
+  return KVS_OK;
+}
+
+/* ---- integrity ---- */
+
+kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
+                                           kvs_error *err) {
+  uint64_t page = pool->page;
+  if (pool->map[pool->dummy_full_base] != (int64_t)pool->dummy_window_base) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the reserved dummy page lost its permanent binding: full page %llu "
+                         "maps to %lld, not window page %llu",
+                         (unsigned long long)pool->dummy_full_base,
+                         (long long)pool->map[pool->dummy_full_base],
+                         (unsigned long long)pool->dummy_window_base);
+  }
+  if (pool->map[pool->full_token] != KVS_NO_WINDOW_SLOT) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the trailing sentinel row was written: it holds %lld, not -1",
+                         (long long)pool->map[pool->full_token]);
+  }
+  uint8_t *seen = calloc((size_t)pool->n_win_pages, 1);
+  if (seen == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the integrity check");
+  }
+  kvs_status status = KVS_OK;
+  seen[pool->n_win_pages - 1] = 1; /* the dummy window page is bound */
+  uint64_t bound = 0;
+  for (uint64_t fp = 0; fp + 1 < pool->n_full_pages; fp++) {
+    uint64_t base = fp * page;
+    int64_t slot = pool->map[base];
+    for (uint64_t offset = 0; offset < page; offset++) {
+      int64_t expected = slot < 0 ? KVS_NO_WINDOW_SLOT : slot + (int64_t)offset;
+      if (pool->map[base + offset] != expected) {
+        status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                               "full page %llu is bound partially or out of order at offset "
+                               "%llu: it holds %lld, expected %lld",
+                               (unsigned long long)base, (unsigned long long)offset,
+                               (long long)pool->map[base + offset], (long long)expected);
+        goto done;
+      }
+    }
+    if (slot < 0) continue;
+    if ((uint64_t)slot % page != 0) {
+      status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                             "window base %lld of full page %llu is not page-aligned; its ring "
+                             "block aliases",
+                             (long long)slot, (unsigned long long)base);
+      goto done;
+    }
+    uint64_t index = (uint64_t)slot / page;
+    if (index >= pool->n_win_pages) {
+      status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                             "full page %llu maps to window slot %lld, outside the %llu-slot "
+                             "window pool",
+                             (unsigned long long)base, (long long)slot,
+                             (unsigned long long)pool->n_win_slots);
+      goto done;
+    }
+    if (seen[index]) {
+      status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                             "window page %lld is bound to two full pages (the second is full "
+                             "page %llu)",
+                             (long long)slot, (unsigned long long)base);
+      goto done;
+    }
+    seen[index] = 1;
+    bound++;
+  }
+  const uint64_t *free_bases = kvs_free_list_bases(pool->free_list);
+  uint64_t free_units = kvs_free_list_free_units(pool->free_list);
+  for (uint64_t i = 0; i < free_units; i++) {
+    uint64_t index = free_bases[i] / page;
+    if (seen[index]) {
+      status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                             "window page %llu is both free and bound, or free twice",
+                             (unsigned long long)free_bases[i]);
+      goto done;
+    }
+    seen[index] = 1;
+  }
+  uint64_t capacity_units = kvs_free_list_capacity(pool->free_list) / page;
+  if (free_units + bound != capacity_units) {
+    status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "window pages leaked or double-freed: %llu free + %llu bound != "
+                           "%llu",
+                           (unsigned long long)free_units, (unsigned long long)bound,
+                           (unsigned long long)capacity_units);
+    goto done;
+  }
+  if (bound != pool->bound_pages) {
+    status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "the pool counts %llu bound pages, the mapping holds %llu",
+                           (unsigned long long)pool->bound_pages, (unsigned long long)bound);
+    goto done;
+  }
+  uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
+  if (recomputed != pool->digest) {
+    status = kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "binding digest %016llx differs from its recomputation %016llx: "
+                           "the mapping changed outside the pool's own calls",
+                           (unsigned long long)pool->digest, (unsigned long long)recomputed);
+  }
+done:
+  free(seen);
+  return status;
+}
+
+/* ---- ring arithmetic ---- */
+
+kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64_t *out,
+                                    kvs_error *err) {
+  if (win == 0 || win > INT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a ring holds at least one slot (and fewer than 2^63), got %llu",
+                         (unsigned long long)win);
+  }
+  if (j > (uint64_t)INT64_MAX || (int64_t)j > pos) {
+    *out = -1;
+    return KVS_OK;
+  }
+  int64_t w = (int64_t)win;
+  int64_t r = (pos - (int64_t)j) % w; /* pos >= j here, so r >= 0 */
+  int64_t p = pos - r;
+  *out = p >= 0 ? p : -1;
+  return KVS_OK;
+}
+
+kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page, int64_t *out,
+                         kvs_error *err) {
+  if (ring_size == 0 || page == 0 || page % ring_size != 0 || page > INT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "ring_size %llu must divide P=%llu, or two pages share a ring block",
+                         (unsigned long long)ring_size, (unsigned long long)page);
+  }
+  if (window_slot < 0) {
+    *out = KVS_NO_WINDOW_SLOT;
+    return KVS_OK;
+  }
+  int64_t pages = window_slot / (int64_t)page;
+  *out = pages * (int64_t)ring_size + window_slot % (int64_t)ring_size;
+  return KVS_OK;
+}

@@ -1,0 +1,180 @@
+/* The page-atomic window pool: which window page backs each full page.
+ *
+ * Token-faced on the outside (callers pass full-history locations),
+ * page-atomic inside. A window page is bound to exactly one full page with
+ * in-page offsets preserved (window_slot = window_base + loc % P), because
+ * the compress-state ring location is derived from the window slot,
+ *   state_loc = (slot / P) * ring_size + slot % ring_size,
+ * and never stored: a stored location outlives its binding and, once the
+ * page is recycled, addresses another request's carry state.
+ *
+ * The last full page and the last window page are a permanently bound
+ * dummy (graph-padded rows scatter there); the dummy window page is never
+ * on the free list. The mapping has one extra trailing row holding -1, so
+ * a gather at -1 reads "no slot" instead of faulting.
+ *
+ * Beyond the reference design, every allocator bind and free is appended
+ * to a bounded binding journal and folded into an order-independent 64-bit
+ * digest in O(1), so ranks can prove identical bindings without shipping
+ * the table. Every call is all-or-nothing and nothing aborts. */
+#ifndef KVS_WINDOW_POOL_H
+#define KVS_WINDOW_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cost_model.h"
+#include "core/free_list.h"
+#include "core/journal.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_window_pool *kvs_window_pool_t;
+
+/* A versioned config: start from KVS_WINDOW_POOL_OPTIONS_INIT. */
+typedef struct kvs_window_pool_options {
+  size_t size;             /* sizeof(kvs_window_pool_options) */
+  uint64_t max_running;    /* concurrent requests, for the chunk budget */
+  bool radix;              /* radix (prefix-sharing) cache mode */
+  size_t journal_capacity; /* entries; 0 turns journaling off */
+} kvs_window_pool_options;
+
+#define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
+#define KVS_WINDOW_POOL_OPTIONS_INIT \
+  { sizeof(kvs_window_pool_options), 0, true, KVS_WINDOW_POOL_DEFAULT_JOURNAL }
+
+/* Builds the mapping (all -1 plus the sentinel row), the free list over
+ * n_win_slots - P slots, and the dummy binding. full_token and n_win_slots
+ * must be whole pages, at least one each. options NULL means the INIT
+ * values. */
+kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
+                                  const kvs_window_pool_options *options,
+                                  kvs_window_pool_t *out, kvs_error *err);
+void kvs_window_pool_destroy(kvs_window_pool_t pool);
+
+uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool);
+uint64_t kvs_window_pool_full_tokens(const struct kvs_window_pool *pool);
+uint64_t kvs_window_pool_window_slots(const struct kvs_window_pool *pool);
+/* Allocatable window slots plus one: the generic pool's convention of
+ * capacity == tokens - 1, with the dummy page already excluded. */
+uint64_t kvs_window_pool_swa_num_tokens(const struct kvs_window_pool *pool);
+/* Window slots that can still be handed out. */
+uint64_t kvs_window_pool_swa_available(const struct kvs_window_pool *pool);
+/* Full pages currently bound by the allocator (the dummy excluded). */
+uint64_t kvs_window_pool_bound_pages(const struct kvs_window_pool *pool);
+/* The largest prefill chunk the pool can hold the window for: the window
+ * pages left after the working-set reserve, halved (a batched prefill
+ * holds a whole chunk's window live at once), and at least one page. */
+uint64_t kvs_window_pool_prefill_chunk_budget(const struct kvs_window_pool *pool);
+
+/* Binds one window page per full page in full_locs, which must be whole,
+ * contiguous, ascending, page-aligned pages inside the history and not
+ * already bound. Offsets are preserved. With too few free pages:
+ * KVS_ERR_EXHAUSTED and *shortfall (when non-NULL) filled; with too
+ * little journal room: KVS_ERR_JOURNAL_FULL. Either way nothing changes. */
+kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                 kvs_free_list_shortfall *shortfall, kvs_error *err);
+
+/* Unbinds the full pages these locations cover and returns their window
+ * pages. Negative locations are ignored. Every touched page must be
+ * covered exactly once in full (KVS_ERR_PARTIAL_PAGE names up to four
+ * (base, count) pairs); pages already unbound are a no-op, so a slide, a
+ * tombstone and an eviction may all name the same page. Pages are freed
+ * in ascending order. The dummy page is refused. */
+kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                kvs_error *err);
+
+/* The window slot holding full_loc; -1 for a negative or unbound loc.
+ * full_loc == full_tokens reads the sentinel row (-1); past it is
+ * KVS_ERR_OUT_OF_RANGE. */
+kvs_status kvs_window_pool_translate(const struct kvs_window_pool *pool, int64_t full_loc,
+                                     int64_t *out, kvs_error *err);
+
+/* The mapping itself, full_tokens + 1 entries (the last is the sentinel),
+ * for upload to a device table. Valid until the pool is destroyed. */
+const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool);
+
+/* The ring context of one decode step: the window slot of `pos`, of its
+ * predecessor (position 0 reads itself), and for each ring slot j < P the
+ * slot of the latest position p <= pos with p % P == j, or -1 where the
+ * sequence has not reached j. full_locs is the request's snapshot of full
+ * locations per position (n of them; pos < n). ring_out holds P entries.
+ * Computed fresh on every call: a cached context freezes stale slots. */
+kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64_t pos,
+                                      const int64_t *full_locs, size_t n,
+                                      int64_t *window_slot, int64_t *prev_window_slot,
+                                      int64_t *ring_out, kvs_error *err);
+
+/* Binds a full page to a window page directly, outside the allocator and
+ * the journal (the dummy page uses this; tests and fault injection do
+ * too). Both bases must be page-aligned and inside the pool. The digest
+ * follows the mapping, so an injected binding shows up as a digest that
+ * differs from other ranks'. */
+kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_base,
+                                    uint64_t window_page_base, kvs_error *err);
+
+/* Drops the bindings of the full pages these locations cover without
+ * returning their window pages (negative locations ignored; whole pages
+ * only). What a caller that leaks looks like. Not journaled. */
+kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs,
+                                      size_t n, kvs_error *err);
+
+/* Every window page is free or bound to exactly one full page, bindings
+ * are page-atomic and aligned, the dummy and sentinel are intact, and
+ * free units + bound pages == capacity units exactly (a <= would tolerate
+ * a leak). Also checks the digest against its recomputation. The message
+ * names the page at fault. */
+kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
+                                           kvs_error *err);
+
+/* The running digest: a sum over bound full pages of a 64-bit mix of
+ * (full page, window page), the dummy included. Equal mappings give equal
+ * digests whatever order they were built in. */
+uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool);
+/* The same, recomputed from the mapping in O(pages). */
+uint64_t kvs_window_pool_digest_recompute(const struct kvs_window_pool *pool);
+/* The digest of full pages [first, end) only, from the mapping: ranks
+ * bisect a mismatch with it. */
+uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
+                                      uint64_t end);
+/* One binding's term in the digest. */
+uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page);
+
+/* The journal of allocator binds and frees since the last drain. */
+size_t kvs_window_pool_journal_pending(const struct kvs_window_pool *pool);
+size_t kvs_window_pool_journal_capacity(const struct kvs_window_pool *pool);
+uint64_t kvs_window_pool_journal_sequence(const struct kvs_window_pool *pool);
+void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *out, size_t cap,
+                                   size_t *n_out);
+
+/* Replays a leader's journal onto this pool (a follower's mirror): a bind
+ * takes that exact window page off this pool's free list, a free returns
+ * it. The whole batch is validated first and applied only if every entry
+ * is consistent with this pool's state (KVS_ERR_CONFLICT names the entry
+ * and page otherwise). Applied entries are not re-journaled. */
+kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries,
+                                 size_t n, kvs_error *err);
+
+/* Which position occupies ring slot j of a `win`-slot ring at decode
+ * position pos: pos - ((pos - j) mod win) with a euclidean modulo, or -1
+ * when the sequence has not reached slot j. A truncated modulo would name
+ * a position after pos for j > pos: a slot not written yet. */
+kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64_t *out,
+                                    kvs_error *err);
+
+/* The compress-state ring location of a window slot, derived from the live
+ * binding: (slot / P) * ring_size + slot % ring_size, or -1 for -1.
+ * ring_size must divide P, which is what makes pages' ring blocks
+ * disjoint. */
+kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page, int64_t *out,
+                         kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_WINDOW_POOL_H */
