@@ -1,0 +1,387 @@
+// The seed's tiered cost model cases, ported by name and value, plus the
+// properties the C port adds (no overflow, the fast solve equals a plain
+// exact search).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "core/cost_model.h"
+#include "tests/core/fixtures.h"
+
+using namespace kvs_test;
+
+namespace {
+
+uint64_t cache_per_page(const kvs_geometry &g, double swa) {
+  uint64_t out = 0;
+  kvs_error err;
+  EXPECT_EQ(kvs_cache_per_page(&g, swa, P, &out, &err), KVS_OK) << err.message;
+  return out;
+}
+
+uint64_t pool_bytes(const kvs_pool_sizes &s, const kvs_geometry &g, uint64_t n_scratch) {
+  uint64_t out = 0;
+  kvs_error err;
+  EXPECT_EQ(kvs_pool_bytes(&s, &g, n_scratch, &out, &err), KVS_OK) << err.message;
+  return out;
+}
+
+uint64_t reserved(uint64_t max_running, bool radix) {
+  uint64_t out = 0;
+  EXPECT_EQ(kvs_reserved_window_pages(max_running, radix, &out, nullptr), KVS_OK);
+  return out;
+}
+
+uint64_t floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix) {
+  uint64_t out = 0;
+  EXPECT_EQ(kvs_window_floor_pages(max_seq_len, max_running, radix, P, &out, nullptr), KVS_OK);
+  return out;
+}
+
+uint64_t scaled(double ratio, uint64_t count) {
+  uint64_t out = 0;
+  EXPECT_EQ(kvs_scale_count(ratio, count, &out, nullptr), KVS_OK);
+  return out;
+}
+
+uint64_t div_ceil(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+kvs_pool_sizes solve(uint64_t available, const kvs_geometry &g, double swa, uint64_t floor,
+                     uint64_t n_scratch) {
+  kvs_pool_sizes s{};
+  kvs_error err;
+  EXPECT_EQ(kvs_solve_num_pages(available, &g, swa, floor, P, n_scratch, &s, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  return s;
+}
+
+}  // namespace
+
+TEST(CostModel, ring_sizes_are_fixed_per_ratio) {
+  uint64_t ring = 0;
+  ASSERT_EQ(kvs_ring_size_for_ratio(4, &ring, nullptr), KVS_OK);
+  EXPECT_EQ(ring, 8u);
+  ASSERT_EQ(kvs_ring_size_for_ratio(128, &ring, nullptr), KVS_OK);
+  EXPECT_EQ(ring, 128u);
+}
+
+// The seed panics with "no ring for ratio 8"; C returns the error instead.
+TEST(CostModel, an_unsupported_ratio_has_no_ring) {
+  uint64_t ring = 5;
+  kvs_error err;
+  EXPECT_EQ(kvs_ring_size_for_ratio(8, &ring, &err), KVS_ERR_UNKNOWN_RATIO);
+  EXPECT_NE(std::string(err.message).find("no ring for ratio 8"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(ring, 5u);
+}
+
+TEST(CostModel, the_reserved_window_pages_follow_the_code_not_the_docstring) {
+  EXPECT_EQ(reserved(2, true), 2u * 3 + 3 * 2 + 1);
+  EXPECT_EQ(reserved(2, false), 2u * 3 + 1);
+  EXPECT_NE(reserved(2, false), 2u * 2 + 1) << "not the docstring's 2 * mr + 1";
+}
+
+TEST(CostModel, the_window_floor_caps_the_prefill_reach_at_eight_pages) {
+  // 2048 tokens is 16 pages of reach, capped at 8.
+  EXPECT_EQ(floor_pages(2048, 2, true), 8 + reserved(2, true));
+  // A short context pays only its own reach.
+  EXPECT_EQ(floor_pages(256, 2, true), 2 + reserved(2, true));
+  uint64_t out = 0;
+  EXPECT_EQ(kvs_window_floor_pages(256, 2, true, 0, &out, nullptr), KVS_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CostModel, the_per_page_cost_sums_every_tier_over_the_layers) {
+  // window 4 x round(0.5 x 128) x 16 = 4096
+  // ratio-4 layers x2: 32x16 + 32x8 + round(0.5x8)x64 + round(0.5x8)x128
+  // ratio-128 layer: 1x16 + round(0.5x128)x64
+  EXPECT_EQ(cache_per_page(args(), 0.5), 4096u + 2 * (512 + 256 + 256 + 512) + (16 + 4096));
+  // At ratio 0 only the full-anchored tiers remain: the solve's
+  // undercounting bracket.
+  EXPECT_EQ(cache_per_page(args(), 0.0), 2u * (512 + 256) + 16);
+}
+
+TEST(CostModel, the_ratio_scaling_rounds_halves_to_even) {
+  kvs_geometry g = args();
+  // The ratio-4 rings: round(0.0625 x 8) == round(0.5) == 0, not 1.
+  EXPECT_EQ(cache_per_page(g, 0.0625), 4u * 8 * 16 + 2 * (512 + 256) + (16 + 8 * 64));
+  // round(0.1875 x 8) == round(1.5) == 2, up to the even neighbour.
+  EXPECT_EQ(cache_per_page(g, 0.1875),
+            4u * 24 * 16 + 2 * (512 + 256 + 2 * 64 + 2 * 128) + (16 + 24 * 64));
+  EXPECT_EQ(kvs_round_half_even(0.5), 0.0);
+  EXPECT_EQ(kvs_round_half_even(1.5), 2.0);
+  EXPECT_EQ(kvs_round_half_even(2.5), 2.0);
+  EXPECT_EQ(kvs_round_half_even(2.5000001), 3.0);
+  EXPECT_EQ(kvs_round_half_even(-0.5), -0.0);
+  EXPECT_EQ(kvs_round_half_even(-1.5), -2.0);
+}
+
+TEST(CostModel, the_unit_costs_round_bytes_per_token_up) {
+  uint64_t out = 0;
+  // full tier: 1024 mapping + 2 x 768 + 16 = 2576 per page -> 20.125
+  ASSERT_EQ(kvs_kv_unit_bytes(&(const kvs_geometry &)args(), P, &out, nullptr), KVS_OK);
+  EXPECT_EQ(out, 21u);
+  // window tier: 8192 + 2 x 1536 + 8192 = 19456 per page -> exact
+  kvs_geometry g = args();
+  ASSERT_EQ(kvs_window_unit_bytes(&g, P, &out, nullptr), KVS_OK);
+  EXPECT_EQ(out, 152u);
+}
+
+TEST(CostModel, the_window_tier_is_sized_independently_of_the_full_anchor) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s = sizes(64, g, 0.1);
+  EXPECT_EQ(s.full_token, 64 * P);
+  // round(0.1 x 8192) = 819 slots -> ceil to 7 whole pages.
+  EXPECT_EQ(s.n_win_pages, 7u);
+  EXPECT_EQ(s.n_win_slots, 7 * P);
+
+  bool present = true;
+  kvs_layer_sizes layer;
+  ASSERT_EQ(kvs_pool_sizes_layer(&s, &g, 0, &present, &layer, nullptr), KVS_OK);
+  EXPECT_FALSE(present) << "a ratio-0 layer has no tiers";
+
+  ASSERT_EQ(kvs_pool_sizes_layer(&s, &g, 1, &present, &layer, nullptr), KVS_OK);
+  ASSERT_TRUE(present);
+  EXPECT_EQ(layer.cmp_blocks, 64 * P / 4) << "full-anchored";
+  EXPECT_TRUE(layer.has_indexer);
+  EXPECT_EQ(layer.idx_blocks, 64 * P / 4);
+  EXPECT_EQ(layer.state_slots, 7u * 8) << "window-anchored";
+  EXPECT_EQ(layer.idx_state_slots, 7u * 8);
+
+  ASSERT_EQ(kvs_pool_sizes_layer(&s, &g, 2, &present, &layer, nullptr), KVS_OK);
+  ASSERT_TRUE(present);
+  EXPECT_EQ(layer.cmp_blocks, 64 * P / 128);
+  EXPECT_FALSE(layer.has_indexer);
+  EXPECT_EQ(layer.state_slots, 7u * 128);
+}
+
+TEST(CostModel, an_explicit_window_is_capped_at_the_full_history) {
+  kvs_geometry g = args();
+  EXPECT_EQ(sizes(8, g, 0.5, 64).n_win_pages, 8u)
+      << "a window past the history is bytes nobody can address";
+  // And a ratio over 1.0 is capped the same way.
+  EXPECT_EQ(sizes(8, g, 4.0).n_win_pages, 8u);
+}
+
+TEST(CostModel, the_pool_bytes_are_the_sum_of_every_allocated_row) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s = sizes(64, g, 0.1, 21);
+  EXPECT_EQ(pool_bytes(s, g, 1), expected_bytes(64, 21, 1));
+  // Each scratch row is really allocated, so each is really priced.
+  EXPECT_EQ(pool_bytes(s, g, 3) - pool_bytes(s, g, 1), 2u * 64);
+
+  // The per-tier breakdown sums to the total and puts each row where it lives.
+  kvs_cost_terms t;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 4, nullptr, &t, nullptr), KVS_OK);
+  kvs_pool_breakdown b;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t, 1, &b, nullptr), KVS_OK);
+  EXPECT_EQ(b.total, expected_bytes(64, 21, 1));
+  EXPECT_EQ(b.window + b.compressed + b.indexer + b.state + b.index_state + b.mapping +
+                b.scratch,
+            b.total);
+  EXPECT_EQ(b.window, 4 * 21 * P * 16);
+  EXPECT_EQ(b.mapping, 64 * P * 8);
+  EXPECT_EQ(b.scratch, 64u + 456u);
+}
+
+TEST(CostModel, the_pool_bytes_refuse_sizes_built_for_another_stack) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s = sizes(64, g, 0.1, 21);
+  kvs_geometry other = make_geometry(8, 4, 3, {0, 4, 128});
+  uint64_t out = 0;
+  kvs_error err;
+  EXPECT_EQ(kvs_pool_bytes(&s, &other, 1, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("4-layer stack, not a 3-layer one"), std::string::npos)
+      << err.message;
+}
+
+TEST(CostModel, a_ratio_that_does_not_divide_the_page_is_refused_naming_the_layer) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s;
+  kvs_error err;
+  EXPECT_EQ(kvs_pool_sizes_compute(8, &g, 0.5, 64, KVS_WINDOW_FROM_RATIO, &s, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("ratio 128 of layer 2"), std::string::npos)
+      << err.message;
+}
+
+TEST(CostModel, dividing_the_budget_by_the_per_page_cost_overshoots_it) {
+  kvs_geometry g = args();
+  uint64_t floor = 21, available = 500000;
+  kvs_pool_sizes solved = solve(available, g, 0.5, floor, 1);
+
+  uint64_t naive = available / (cache_per_page(g, 0.5) + P * KVS_INT64_BYTES);
+  EXPECT_EQ(naive, 40u);
+  kvs_pool_sizes naive_sizes = sizes(naive, g, 0.5, std::max(floor, div_ceil(naive, 2)));
+  EXPECT_GT(pool_bytes(naive_sizes, g, 1), available)
+      << "the division must be the one that overshoots";
+
+  EXPECT_EQ(kvs_pool_sizes_num_pages(&solved), 35u);
+  EXPECT_LE(pool_bytes(solved, g, 1), available);
+}
+
+TEST(CostModel, a_small_budget_pins_the_window_at_its_floor_and_shrinks_the_full_anchor) {
+  kvs_geometry g = args();
+  uint64_t floor = 21, available = 900000;
+  kvs_pool_sizes solved = solve(available, g, 0.1, floor, 1);
+
+  EXPECT_EQ(solved.n_win_pages, floor) << "the window pinned at its floor";
+  EXPECT_EQ(kvs_pool_sizes_num_pages(&solved), 190u) << "the full anchor took the rest";
+  EXPECT_GT(kvs_pool_sizes_num_pages(&solved), solved.n_win_pages * 4);
+  bool present = false;
+  kvs_layer_sizes layer;
+  ASSERT_EQ(kvs_pool_sizes_layer(&solved, &g, 1, &present, &layer, nullptr), KVS_OK);
+  EXPECT_EQ(layer.cmp_blocks, 190 * P / 4) << "the full-anchored tiers cover the history";
+
+  double inflated = double(floor) / double(std::max<uint64_t>(floor, 2));  // 1.0
+  kvs_pool_sizes inflated_sizes = sizes(kvs_pool_sizes_num_pages(&solved), g, inflated);
+  EXPECT_GT(inflated_sizes.n_win_pages, solved.n_win_pages);
+  EXPECT_GT(pool_bytes(inflated_sizes, g, 1), available)
+      << "inflating swa_ratio to carry the floor busts the budget";
+}
+
+TEST(CostModel, the_solved_pool_is_the_largest_that_fits) {
+  kvs_geometry g = args();
+  uint64_t available = 900000;
+  kvs_pool_sizes solved = solve(available, g, 0.1, 21, 1);
+  EXPECT_LE(pool_bytes(solved, g, 1), available);
+
+  uint64_t next = kvs_pool_sizes_num_pages(&solved) + 1;
+  kvs_pool_sizes one_more = sizes(next, g, 0.1, std::max<uint64_t>(21, div_ceil(scaled(0.1, next * P), P)));
+  EXPECT_GT(pool_bytes(one_more, g, 1), available);
+}
+
+TEST(CostModel, a_budget_below_the_minimal_pool_is_refused_at_config_time) {
+  kvs_geometry g = args();
+  kvs_pool_sizes out{};
+  out.page = 12345;
+  kvs_budget_shortfall shortfall{};
+  kvs_error err;
+  EXPECT_EQ(kvs_solve_num_pages(100000, &g, 0.1, 21, P, 1, &out, &shortfall, &err),
+            KVS_ERR_BUDGET_TOO_SMALL);
+  EXPECT_EQ(shortfall.min_pages, 21u);
+  EXPECT_EQ(shortfall.floor_win_pages, 21u);
+  EXPECT_EQ(shortfall.available_bytes, 100000u);
+  EXPECT_GT(shortfall.needed_bytes, shortfall.available_bytes);
+  EXPECT_EQ(shortfall.needed_bytes, expected_bytes(21, 21, 1));
+  EXPECT_NE(std::string(err.message).find("working-set floor 21"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(out.page, 12345u) << "a refused solve writes no sizes";
+}
+
+TEST(CostModel, the_auto_cost_model_is_affine_through_the_minimal_pool) {
+  kvs_geometry g = args();
+  uint64_t floor = 21;
+  kvs_auto_cost cost;
+  ASSERT_EQ(kvs_auto_cost_model(&g, 0.1, floor, P, 1, &cost, nullptr), KVS_OK);
+  EXPECT_EQ(cost.cache_per_page, cache_per_page(g, 0.1) + P * KVS_INT64_BYTES);
+
+  // The intercept reproduces the minimal pool's exact bytes, as an equality.
+  uint64_t n0 = std::max<uint64_t>(floor, 2);
+  uint64_t base = pool_bytes(sizes(n0, g, 0.1, floor), g, 1);
+  EXPECT_EQ(cost.fixed_cache_size + n0 * cost.cache_per_page, base);
+
+  uint64_t slack_pages = div_ceil(KVS_AUTO_KV_SLACK_BYTES, cost.cache_per_page);
+  EXPECT_EQ(cost.min_reserve_tokens, (n0 + slack_pages) * P);
+}
+
+// ---- beyond the seed ----
+
+// The solve's affine guess and gallop must land exactly where the seed's
+// plain bracket-and-bisect lands, for any budget, ratio and floor.
+TEST(CostModel, the_fast_solve_equals_a_plain_exact_search) {
+  std::mt19937_64 rng(20261130);
+  kvs_geometry geometries[] = {args(), make_geometry(512, 128, 43, {}), make_geometry(512, 128, 61, {})};
+  ASSERT_EQ(kvs_geometry_builtin("dsv4-flash", &geometries[1], nullptr), KVS_OK);
+  ASSERT_EQ(kvs_geometry_builtin("dsv4-pro", &geometries[2], nullptr), KVS_OK);
+  const double ratios[] = {0.0, 0.0625, 0.1, 0.125, 0.1875, 0.5, 1.0, 4.0};
+  for (int trial = 0; trial < 3000; trial++) {
+    const kvs_geometry &g = geometries[trial % 3];
+    double swa = ratios[rng() % 8];
+    uint64_t floor = rng() % 400;
+    uint64_t scratch = rng() % 100;
+    int shift = 10 + int(rng() % 33);  // 1 KiB .. 4 TiB
+    uint64_t available = (uint64_t(1) << shift) + rng() % (uint64_t(1) << shift);
+
+    auto bytes_at = [&](uint64_t n, uint64_t *out) {
+      uint64_t win = std::max(floor, div_ceil(scaled(swa, n * P), P));
+      kvs_pool_sizes s;
+      if (kvs_pool_sizes_compute(n, &g, swa, P, win, &s, nullptr) != KVS_OK) return false;
+      return kvs_pool_bytes(&s, &g, scratch, out, nullptr) == KVS_OK;
+    };
+    uint64_t lo = std::max<uint64_t>(floor, 2), bytes = 0;
+    kvs_pool_sizes solved{};
+    kvs_status status =
+        kvs_solve_num_pages(available, &g, swa, floor, P, scratch, &solved, nullptr, nullptr);
+    ASSERT_TRUE(bytes_at(lo, &bytes));
+    if (bytes > available) {
+      EXPECT_EQ(status, KVS_ERR_BUDGET_TOO_SMALL);
+      continue;
+    }
+    ASSERT_EQ(status, KVS_OK);
+    // The seed's search: bracket by doubling, then bisect.
+    uint64_t hi = std::max<uint64_t>(lo, available / std::max<uint64_t>(cache_per_page(g, 0.0), 1));
+    while (bytes_at(hi, &bytes) && bytes <= available) hi *= 2;
+    while (lo < hi - 1) {
+      uint64_t mid = (lo + hi) / 2;
+      if (bytes_at(mid, &bytes) && bytes <= available) lo = mid; else hi = mid;
+    }
+    ASSERT_EQ(kvs_pool_sizes_num_pages(&solved), lo)
+        << "available " << available << " swa " << swa << " floor " << floor;
+    EXPECT_EQ(solved.n_win_pages, std::min(lo, std::max(floor, div_ceil(scaled(swa, lo * P), P))));
+  }
+}
+
+TEST(CostModel, sizes_that_overflow_64_bits_are_refused_not_wrapped) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s;
+  kvs_error err;
+  EXPECT_EQ(kvs_pool_sizes_compute(UINT64_MAX / 64, &g, 0.1, P, KVS_WINDOW_FROM_RATIO, &s, &err),
+            KVS_ERR_OVERFLOW);
+  s = sizes(uint64_t(1) << 55, g, 0.1, 21);  // 2^62 tokens x ~20 B
+  uint64_t out = 0;
+  EXPECT_EQ(kvs_pool_bytes(&s, &g, 1, &out, &err), KVS_ERR_OVERFLOW);
+  // A budget of every byte there is still solves, to a pool that fits.
+  kvs_pool_sizes solved = solve(UINT64_MAX, g, 0.1, 21, 1);
+  ASSERT_EQ(kvs_pool_bytes(&solved, &g, 1, &out, &err), KVS_OK) << err.message;
+  EXPECT_GT(kvs_pool_sizes_num_pages(&solved), uint64_t(1) << 40);
+}
+
+TEST(CostModel, a_bad_swa_ratio_or_page_is_refused) {
+  kvs_geometry g = args();
+  uint64_t out = 0;
+  kvs_error err;
+  EXPECT_EQ(kvs_cache_per_page(&g, -0.1, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("swa_ratio"), std::string::npos);
+  EXPECT_EQ(kvs_cache_per_page(&g, NAN, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cache_per_page(&g, INFINITY, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_kv_unit_bytes(&g, 0, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("page"), std::string::npos);
+}
+
+TEST(CostModel, a_layer_range_prices_only_its_own_tiers) {
+  kvs_geometry g;
+  ASSERT_EQ(kvs_geometry_builtin("dsv4-flash", &g, nullptr), KVS_OK);
+  kvs_cost_terms all, front, back;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 43, nullptr, &all, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 20, nullptr, &front, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_terms_make(&g, 20, 43, nullptr, &back, nullptr), KVS_OK);
+  EXPECT_EQ(front.n_layers + back.n_layers, all.n_layers);
+  EXPECT_EQ(front.n_csa + back.n_csa, all.n_csa);
+  EXPECT_EQ(front.n_hca + back.n_hca, all.n_hca);
+  kvs_pool_sizes s;
+  ASSERT_EQ(kvs_pool_sizes_compute_terms(1000, &front, 0.125, P, 200, &s, nullptr), KVS_OK);
+  kvs_pool_breakdown bf, bb, ba;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &front, 4, &bf, nullptr), KVS_OK);
+  s.n_layers = back.n_layers;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &back, 4, &bb, nullptr), KVS_OK);
+  s.n_layers = all.n_layers;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &all, 4, &ba, nullptr), KVS_OK);
+  // Each stage holds its own layers' tiers plus its own mapping copy.
+  EXPECT_EQ(bf.total + bb.total, ba.total + ba.mapping + KVS_INT64_BYTES);
+  kvs_error err;
+  EXPECT_EQ(kvs_cost_terms_make(&g, 20, 44, nullptr, &front, &err), KVS_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(kvs_cost_terms_make(&g, 5, 5, nullptr, &front, &err), KVS_ERR_OUT_OF_RANGE);
+}
