@@ -1,0 +1,149 @@
+#include "tools/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
+  if (text == NULL || *text < '0' || *text > '9') {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a non-negative integer, got '%s'", flag,
+                         text == NULL ? "" : text);
+  }
+  errno = 0;
+  char *end = NULL;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a non-negative integer, got '%s'", flag,
+                         text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
+kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
+  static const struct {
+    const char *suffix;
+    uint64_t scale;
+  } units[] = {
+      {"", 1},
+      {"B", 1},
+      {"KiB", 1ull << 10},
+      {"MiB", 1ull << 20},
+      {"GiB", 1ull << 30},
+      {"TiB", 1ull << 40},
+      {"KB", 1000ull},
+      {"MB", 1000ull * 1000},
+      {"GB", 1000ull * 1000 * 1000},
+      {"TB", 1000ull * 1000 * 1000 * 1000},
+  };
+  if (text == NULL || *text < '0' || *text > '9') {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s needs a byte count such as 80GiB or 85899345920, got '%s'", flag,
+                         text == NULL ? "" : text);
+  }
+  errno = 0;
+  char *end = NULL;
+  unsigned long long value = strtoull(text, &end, 10);
+  for (size_t i = 0; errno == 0 && i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp(end, units[i].suffix) == 0) {
+      if (value > UINT64_MAX / units[i].scale) break;
+      *out = value * units[i].scale;
+      return KVS_OK;
+    }
+  }
+  return kvs_error_set(err, KVS_ERR_PARSE,
+                       "%s needs a byte count such as 80GiB or 85899345920 (suffixes KiB MiB "
+                       "GiB TiB KB MB GB TB), got '%s'",
+                       flag, text);
+}
+
+kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err) {
+  errno = 0;
+  char *end = NULL;
+  double value = text == NULL ? 0.0 : strtod(text, &end);
+  if (text == NULL || *text == '\0' || errno != 0 || *end != '\0' || !isfinite(value)) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a number, got '%s'", flag,
+                         text == NULL ? "" : text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
+/* Splits a comma list and parses each item with `one`. */
+static kvs_status parse_list(const char *flag, const char *text, size_t cap, size_t *n_out,
+                             kvs_error *err,
+                             kvs_status (*one)(const char *, const char *, size_t, void *,
+                                               kvs_error *),
+                             void *out) {
+  if (text == NULL || *text == '\0') {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a comma-separated list", flag);
+  }
+  size_t n = 0;
+  const char *at = text;
+  char item[64];
+  for (;;) {
+    const char *comma = strchr(at, ',');
+    size_t len = comma != NULL ? (size_t)(comma - at) : strlen(at);
+    if (len == 0 || len >= sizeof item) {
+      return kvs_error_set(err, KVS_ERR_PARSE, "%s has an empty or overlong item in '%s'", flag,
+                           text);
+    }
+    if (n == cap) {
+      return kvs_error_set(err, KVS_ERR_PARSE, "%s lists more than %zu items", flag, cap);
+    }
+    memcpy(item, at, len);
+    item[len] = '\0';
+    kvs_status status = one(flag, item, n, out, err);
+    if (status != KVS_OK) return status;
+    n++;
+    if (comma == NULL) break;
+    at = comma + 1;
+  }
+  *n_out = n;
+  return KVS_OK;
+}
+
+static kvs_status one_bytes(const char *flag, const char *item, size_t index, void *out,
+                            kvs_error *err) {
+  return kvs_parse_bytes(flag, item, (uint64_t *)out + index, err);
+}
+
+static kvs_status one_u32(const char *flag, const char *item, size_t index, void *out,
+                          kvs_error *err) {
+  uint64_t value;
+  kvs_status status = kvs_parse_u64(flag, item, &value, err);
+  if (status != KVS_OK) return status;
+  if (value > UINT32_MAX) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s item %s does not fit in 32 bits", flag, item);
+  }
+  ((uint32_t *)out)[index] = (uint32_t)value;
+  return KVS_OK;
+}
+
+kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
+                                size_t *n_out, kvs_error *err) {
+  return parse_list(flag, text, cap, n_out, err, one_bytes, out);
+}
+
+kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
+                              size_t *n_out, kvs_error *err) {
+  return parse_list(flag, text, cap, n_out, err, one_u32, out);
+}
+
+const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {
+  static const char *names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = (double)bytes;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof names / sizeof names[0]) {
+    value /= 1024.0;
+    unit++;
+  }
+  if (unit == 0) {
+    snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+  } else {
+    snprintf(buf, len, "%.2f %s", value, names[unit]);
+  }
+  return buf;
+}

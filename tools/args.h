@@ -1,0 +1,39 @@
+/* Flag-value parsing shared by the command-line tools. Each parser
+ * accepts the whole string or nothing, and names the flag in its error. */
+#ifndef KVS_TOOLS_ARGS_H
+#define KVS_TOOLS_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A decimal unsigned integer. */
+kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_error *err);
+
+/* A byte count: an integer with an optional binary suffix (KiB, MiB, GiB,
+ * TiB) or decimal one (KB, MB, GB, TB), e.g. "80GiB", "141GB", "1024". */
+kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
+
+/* A finite decimal number. */
+kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err);
+
+/* A comma-separated list of byte counts or integers into out[0..cap). */
+kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
+                                size_t *n_out, kvs_error *err);
+kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
+                              size_t *n_out, kvs_error *err);
+
+/* Renders a byte count for people: "80.00 GiB". buf holds at least 32. */
+const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOOLS_ARGS_H */

@@ -1,0 +1,30 @@
+/* kvplan: size the DSV4 KV pool for one device (`solve`) or for every
+ * rank of a node (`plan`, the default when no subcommand is given). */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/kvplan.h"
+
+static void usage(FILE *out) {
+  fputs("usage: kvplan [plan] [flags]     per-rank plan for this node (the default)\n"
+        "       kvplan solve [flags]      byte-exact pool for one device\n"
+        "       kvplan <subcommand> --help for the flags of each\n",
+        out);
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "solve") == 0) return kvs_kvplan_solve(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "plan") == 0) return kvs_kvplan_plan(argc - 1, argv + 1);
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc >= 2 && argv[1][0] != '-') {
+    fprintf(stderr, "kvplan: unknown subcommand '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+  }
+  /* No subcommand: flags belong to `plan`. */
+  argv[0] = "plan";
+  return kvs_kvplan_plan(argc, argv);
+}

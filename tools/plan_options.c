@@ -1,0 +1,140 @@
+#include "tools/plan_options.h"
+
+#include <string.h>
+
+#include "tools/args.h"
+
+enum {
+  OPT_MODEL = 1000,
+  OPT_HEAD_DIM,
+  OPT_INDEX_HEAD_DIM,
+  OPT_LAYERS,
+  OPT_RATIOS,
+  OPT_SWA_RATIO,
+  OPT_PAGE,
+  OPT_SCRATCH,
+  OPT_FLOOR_PAGES,
+  OPT_MAX_SEQ_LEN,
+  OPT_MAX_RUNNING,
+  OPT_RADIX,
+  OPT_NO_RADIX,
+};
+
+const struct option kvs_plan_long_options[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"index-head-dim", required_argument, NULL, OPT_INDEX_HEAD_DIM},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"ratios", required_argument, NULL, OPT_RATIOS},
+    {"swa-ratio", required_argument, NULL, OPT_SWA_RATIO},
+    {"page", required_argument, NULL, OPT_PAGE},
+    {"scratch", required_argument, NULL, OPT_SCRATCH},
+    {"floor-pages", required_argument, NULL, OPT_FLOOR_PAGES},
+    {"max-seq-len", required_argument, NULL, OPT_MAX_SEQ_LEN},
+    {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
+    {"radix", no_argument, NULL, OPT_RADIX},
+    {"no-radix", no_argument, NULL, OPT_NO_RADIX},
+};
+const size_t kvs_plan_long_options_count =
+    sizeof kvs_plan_long_options / sizeof kvs_plan_long_options[0];
+
+const char kvs_plan_options_help[] =
+    "  --model NAME|FILE       built-in geometry (dsv4-flash, dsv4-pro) or a config.json\n"
+    "                          (default " KVS_DEFAULT_MODEL ")\n"
+    "  --head-dim N --index-head-dim N --layers N --ratios a,b,..\n"
+    "                          an explicit geometry instead of --model (all four)\n"
+    "  --swa-ratio F           window share of the history (default 0.125)\n"
+    "  --page N                window page P in tokens (default 128)\n"
+    "  --scratch N             scratch rows per compressed/indexer pool (default 1)\n"
+    "  --floor-pages N         window working-set floor in pages, or derive it from:\n"
+    "  --max-seq-len N         longest request (default 1048576)\n"
+    "  --max-running N         concurrent requests (default 64)\n"
+    "  --radix | --no-radix    radix prefix cache on (default) or off\n";
+
+void kvs_plan_options_init(kvs_plan_options *options) {
+  memset(options, 0, sizeof *options);
+  options->swa_ratio = KVS_DEFAULT_SWA_RATIO;
+  options->page = KVS_DEFAULT_WINDOW_PAGE;
+  options->scratch = 1;
+  options->max_seq_len = KVS_DEFAULT_MAX_SEQ_LEN;
+  options->max_running = KVS_DEFAULT_MAX_RUNNING;
+  options->radix = true;
+}
+
+kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value,
+                                  kvs_error *err) {
+  switch (id) {
+    case OPT_MODEL: o->model = value; return KVS_OK;
+    case OPT_HEAD_DIM:
+      o->have_head_dim = true;
+      return kvs_parse_u64("--head-dim", value, &o->head_dim, err);
+    case OPT_INDEX_HEAD_DIM:
+      o->have_index_head_dim = true;
+      return kvs_parse_u64("--index-head-dim", value, &o->index_head_dim, err);
+    case OPT_LAYERS:
+      o->have_layers = true;
+      return kvs_parse_u64("--layers", value, &o->layers, err);
+    case OPT_RATIOS:
+      o->have_ratios = true;
+      return kvs_parse_u32_list("--ratios", value, o->ratios, KVS_MAX_LAYERS, &o->n_ratios, err);
+    case OPT_SWA_RATIO: return kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
+    case OPT_PAGE: return kvs_parse_u64("--page", value, &o->page, err);
+    case OPT_SCRATCH: return kvs_parse_u64("--scratch", value, &o->scratch, err);
+    case OPT_FLOOR_PAGES:
+      o->have_floor_pages = true;
+      return kvs_parse_u64("--floor-pages", value, &o->floor_pages, err);
+    case OPT_MAX_SEQ_LEN:
+      o->have_floor_inputs = true;
+      return kvs_parse_u64("--max-seq-len", value, &o->max_seq_len, err);
+    case OPT_MAX_RUNNING:
+      o->have_floor_inputs = true;
+      return kvs_parse_u64("--max-running", value, &o->max_running, err);
+    case OPT_RADIX:
+    case OPT_NO_RADIX:
+      o->have_floor_inputs = true;
+      o->radix = id == OPT_RADIX;
+      return KVS_OK;
+    default: return KVS_ERR_NOT_FOUND;
+  }
+}
+
+kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geometry,
+                                    uint64_t *floor_pages, const char **model_name,
+                                    kvs_error *err) {
+  int explicit_parts = o->have_head_dim + o->have_index_head_dim + o->have_layers +
+                       o->have_ratios;
+  kvs_status status;
+  if (explicit_parts > 0) {
+    if (o->model != NULL) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "--model and --head-dim/--index-head-dim/--layers/--ratios describe "
+                           "the geometry twice; give one or the other");
+    }
+    if (explicit_parts != 4) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "an explicit geometry needs all of --head-dim, --index-head-dim, "
+                           "--layers and --ratios");
+    }
+    if ((status = kvs_geometry_init(geometry, o->head_dim, o->index_head_dim, o->layers,
+                                    o->ratios, o->n_ratios, err)) ||
+        (status = kvs_geometry_validate(geometry, err))) {
+      return status;
+    }
+    *model_name = "(explicit geometry)";
+  } else {
+    const char *model = o->model != NULL ? o->model : KVS_DEFAULT_MODEL;
+    if ((status = kvs_geometry_resolve(model, geometry, err))) return status;
+    *model_name = model;
+  }
+  if (o->have_floor_pages) {
+    if (o->have_floor_inputs) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "--floor-pages gives the floor directly; drop --max-seq-len, "
+                           "--max-running and --radix/--no-radix, or drop --floor-pages");
+    }
+    *floor_pages = o->floor_pages;
+    return KVS_OK;
+  }
+  return kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, floor_pages,
+                                err);
+}

@@ -1,0 +1,67 @@
+/* The model and sizing flags `kvplan solve` and `kvplan plan` share:
+ * which geometry, the window ratio and page, and the working-set floor
+ * (given in pages, or derived from max_seq_len / max_running / radix). */
+#ifndef KVS_TOOLS_PLAN_OPTIONS_H
+#define KVS_TOOLS_PLAN_OPTIONS_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/cost_model.h"
+#include "core/geometry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_DEFAULT_MODEL "dsv4-flash"
+#define KVS_DEFAULT_SWA_RATIO 0.125
+#define KVS_DEFAULT_MAX_SEQ_LEN 1048576u
+#define KVS_DEFAULT_MAX_RUNNING 64u
+
+typedef struct kvs_plan_options {
+  const char *model; /* built-in name or config.json path */
+  /* An explicit geometry instead of --model (all four or none). */
+  bool explicit_geometry;
+  uint64_t head_dim, index_head_dim, layers;
+  uint32_t ratios[KVS_MAX_LAYERS];
+  size_t n_ratios;
+  bool have_head_dim, have_index_head_dim, have_layers, have_ratios;
+
+  double swa_ratio;
+  uint64_t page;
+  uint64_t scratch;
+  bool have_floor_pages;
+  uint64_t floor_pages;
+  bool have_floor_inputs; /* any of --max-seq-len/--max-running/--radix given */
+  uint64_t max_seq_len;
+  uint64_t max_running;
+  bool radix;
+} kvs_plan_options;
+
+void kvs_plan_options_init(kvs_plan_options *options);
+
+/* getopt_long entries for the shared flags; ids are >= 1000. */
+extern const struct option kvs_plan_long_options[];
+extern const size_t kvs_plan_long_options_count;
+/* One-line-per-flag help text for the shared flags. */
+extern const char kvs_plan_options_help[];
+
+/* Applies one parsed shared flag (id from kvs_plan_long_options). Returns
+ * KVS_ERR_NOT_FOUND when id is not a shared flag. */
+kvs_status kvs_plan_options_apply(kvs_plan_options *options, int id, const char *value,
+                                  kvs_error *err);
+
+/* The geometry and the floor in window pages the options describe. Flags
+ * that contradict each other (a model and an explicit geometry, a floor
+ * and its inputs) are refused. *model_name is a printable label. */
+kvs_status kvs_plan_options_resolve(const kvs_plan_options *options, kvs_geometry *geometry,
+                                    uint64_t *floor_pages, const char **model_name,
+                                    kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOOLS_PLAN_OPTIONS_H */
