@@ -54,7 +54,7 @@ kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *o
     status = kvs_error_set(err, KVS_ERR_PARSE, "config is not a JSON object");
     goto done;
   }
-  uint64_t n_layers, head_dim, index_head_dim;
+  uint64_t n_layers = 0, head_dim = 0, index_head_dim = 0;
   if ((status = read_uint(root, "num_hidden_layers", KVS_MAX_LAYERS, &n_layers, err)) ||
       (status = read_uint(root, "head_dim", UINT32_MAX, &head_dim, err)) ||
       (status = read_uint(root, "index_head_dim", UINT32_MAX, &index_head_dim, err))) {
