@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# kvplan solve end to end: the seed's numbers, the JSON contract, exit codes.
+set -uo pipefail
+kvplan=$1
+failures=0
+check() {  # check NAME EXPECTED ACTUAL
+  if [ "$2" != "$3" ]; then
+    echo "FAIL $1: expected [$2], got [$3]"
+    failures=$((failures + 1))
+  else
+    echo "ok   $1"
+  fi
+}
+# The seed's small geometry: head_dim 8, index_head_dim 4, ratios 0,4,128,4.
+small=(--head-dim 8 --index-head-dim 4 --layers 4 --ratios 0,4,128,4 --floor-pages 21)
+field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.5 --budget 500000 --json | tail -n 1)
+check "500000 B at swa 0.5 buys 35 pages" 35 "$(echo "$out" | field num_pages)"
+
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 900000 --json | tail -n 1)
+check "900000 B at swa 0.1 buys 190 pages" 190 "$(echo "$out" | field num_pages)"
+check "the window pins at its floor" 21 "$(echo "$out" | field n_win_pages)"
+check "full_token is 190 pages" 24320 "$(echo "$out" | field full_token)"
+check "window slots" 2688 "$(echo "$out" | field n_win_slots)"
+check "pool bytes: 19456 x 21 + 2576 x 190 + 64 + 456" $((19456 * 21 + 2576 * 190 + 64 + 456)) \
+  "$(echo "$out" | field pool_bytes)"
+check "a ratio-0 layer is null" "[null," "$(echo "$out" | sed -n 's/.*"layers":\(\[null,\).*/\1/p')"
+# Top-level keys in order: cut the layers array (the last key), list the rest.
+check "exactly the contract's keys" "num_pages full_token n_win_pages n_win_slots pool_bytes layers" \
+  "$(echo "$out" | sed 's/"layers":\[.*\]}$/"layers":0}/' | grep -o '"[a-z_]*":' | tr -d '":' |
+     tr '\n' ' ' | sed 's/ $//')"
+
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 100000 --json)
+status=$?
+check "a budget below the minimal pool exits 1" 1 "$status"
+check "and names the error" budget_too_small \
+  "$(echo "$out" | tail -n 1 | sed -n 's/.*"error":"\([a-z_]*\)".*/\1/p')"
+check "min_pages" 21 "$(echo "$out" | tail -n 1 | field min_pages)"
+check "needed bytes" $((19456 * 21 + 2576 * 21 + 64 + 456)) "$(echo "$out" | tail -n 1 | field needed_bytes)"
+
+"$kvplan" solve --budget 80GiB >/dev/null 2>&1
+check "the built-in default solves" 0 $?
+"$kvplan" solve --budget 12XiB >/dev/null 2>&1
+check "a bad byte count is bad usage" 2 $?
+"$kvplan" solve --budget 1GiB --model /nonexistent.json >/dev/null 2>&1
+check "a missing model file is bad usage" 2 $?
+"$kvplan" solve --budget 1GiB --floor-pages 3 --max-running 2 >/dev/null 2>&1
+check "a floor given twice is bad usage" 2 $?
+"$kvplan" solve --head-dim 8 --budget 1GiB >/dev/null 2>&1
+check "a partial explicit geometry is bad usage" 2 $?
+"$kvplan" solve >/dev/null 2>&1
+check "a missing budget is bad usage" 2 $?
+"$kvplan" solve --budget 1GiB --head-dim 8 --index-head-dim 4 --layers 2 --ratios 0,7 2>/dev/null
+check "an unknown ratio is bad usage" 2 $?
+msg=$("$kvplan" solve --budget 1GiB --head-dim 8 --index-head-dim 4 --layers 2 --ratios 0,7 2>&1)
+check "and the message names the layer" yes "$(echo "$msg" | grep -q 'layer 1 has compress ratio 7' && echo yes)"
+
+[ "$failures" -eq 0 ]
