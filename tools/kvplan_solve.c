@@ -123,7 +123,7 @@ int kvs_kvplan_solve(int argc, char **argv) {
   bool json = false, have_budget = false;
   uint64_t budget = 0;
   kvs_error err;
-  optind = 1;
+  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
   opterr = 0;
   int id;
   while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
