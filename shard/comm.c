@@ -1,0 +1,211 @@
+#include "shard/comm.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvs_comm {
+  const kvs_comm_vtable *vtable;
+  void *ctx;
+  int rank;
+  int size;
+  int timeout_ms;
+  kvs_status health;                   /* sticky: the first failure */
+  char failure[KVS_ERROR_MESSAGE_MAX]; /* its message */
+  kvs_comm_stats stats;
+};
+
+const char *kvs_comm_op_name(kvs_comm_op op) {
+  switch (op) {
+    case KVS_COMM_MIN:
+      return "min";
+    case KVS_COMM_MAX:
+      return "max";
+    case KVS_COMM_SUM:
+      return "sum";
+  }
+  return "?";
+}
+
+kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, int size,
+                           int timeout_ms, kvs_comm_t *out, kvs_error *err) {
+  kvs_status status = KVS_OK;
+  if (vtable == NULL || out == NULL) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "vtable or output handle is NULL");
+  } else if (vtable->buffer_alloc == NULL || vtable->buffer_free == NULL ||
+             vtable->broadcast == NULL || vtable->allreduce_u64 == NULL ||
+             vtable->barrier == NULL) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "comm backend '%s' leaves a required slot NULL (buffer_alloc, "
+                           "buffer_free, broadcast, allreduce_u64 and barrier are required)",
+                           vtable->name != NULL ? vtable->name : "?");
+  } else if (size < 1 || rank < 0 || rank >= size) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "rank %d is outside a group of %d ranks", rank, size);
+  } else if (timeout_ms <= 0) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
+  }
+  struct kvs_comm *comm = NULL;
+  if (status == KVS_OK && (comm = calloc(1, sizeof *comm)) == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a communicator");
+  }
+  if (status != KVS_OK) {
+    /* The communicator owns ctx even when it could not be built. */
+    if (vtable != NULL && vtable->destroy != NULL) vtable->destroy(ctx);
+    return status;
+  }
+  comm->vtable = vtable;
+  comm->ctx = ctx;
+  comm->rank = rank;
+  comm->size = size;
+  comm->timeout_ms = timeout_ms;
+  *out = comm;
+  return KVS_OK;
+}
+
+void kvs_comm_destroy(kvs_comm_t comm) {
+  if (comm == NULL) return;
+  if (comm->vtable->destroy != NULL) comm->vtable->destroy(comm->ctx);
+  free(comm);
+}
+
+int kvs_comm_rank(const struct kvs_comm *comm) { return comm->rank; }
+int kvs_comm_size(const struct kvs_comm *comm) { return comm->size; }
+const char *kvs_comm_backend(const struct kvs_comm *comm) {
+  return comm->vtable->name != NULL ? comm->vtable->name : "?";
+}
+int kvs_comm_timeout_ms(const struct kvs_comm *comm) { return comm->timeout_ms; }
+void *kvs_comm_backend_context(const struct kvs_comm *comm) { return comm->ctx; }
+kvs_status kvs_comm_health(const struct kvs_comm *comm) { return comm->health; }
+const char *kvs_comm_failure(const struct kvs_comm *comm) { return comm->failure; }
+
+void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out) {
+  *out = comm->stats;
+}
+
+kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err) {
+  if (timeout_ms <= 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
+  }
+  comm->timeout_ms = timeout_ms;
+  return KVS_OK;
+}
+
+kvs_status kvs_comm_buffer_alloc(kvs_comm_t comm, size_t bytes, kvs_comm_buffer *out,
+                                 kvs_error *err) {
+  if (out == NULL || bytes == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a comm buffer needs an output and at least one byte");
+  }
+  kvs_comm_buffer buffer = {NULL, NULL, 0, NULL};
+  kvs_status status = comm->vtable->buffer_alloc(comm->ctx, bytes, &buffer, err);
+  if (status != KVS_OK) return status;
+  buffer.bytes = bytes;
+  *out = buffer;
+  return KVS_OK;
+}
+
+void kvs_comm_buffer_free(kvs_comm_t comm, kvs_comm_buffer *buffer) {
+  if (comm == NULL || buffer == NULL || (buffer->host == NULL && buffer->device == NULL)) return;
+  comm->vtable->buffer_free(comm->ctx, buffer);
+  memset(buffer, 0, sizeof *buffer);
+}
+
+/* Records the first failure; later calls report it instead of touching a
+ * group whose state is unknown. */
+static kvs_status poison(kvs_comm_t comm, kvs_status status, const kvs_error *local) {
+  if (comm->health == KVS_OK) {
+    comm->health = status;
+    snprintf(comm->failure, sizeof comm->failure, "%s", local->message);
+  }
+  return status;
+}
+
+static kvs_status check_live(const struct kvs_comm *comm, const char *what, kvs_error *err) {
+  if (comm->health == KVS_OK) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_COMM,
+                       "%s comm %s on rank %d of %d refused: the communicator failed earlier "
+                       "(%s): %s",
+                       kvs_comm_backend(comm), what, comm->rank, comm->size,
+                       kvs_status_string(comm->health), comm->failure);
+}
+
+/* Hands a backend's failure to the caller and, unless it was refused before
+ * anything was sent, poisons the communicator with it. */
+static kvs_status finish(kvs_comm_t comm, kvs_status status, const kvs_error *local,
+                         kvs_error *err) {
+  if (status == KVS_OK) return KVS_OK;
+  if (err != NULL) *err = *local;
+  if (status == KVS_ERR_INVALID_ARGUMENT) return status; /* nothing was sent */
+  return poison(comm, status, local);
+}
+
+kvs_status kvs_comm_broadcast(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t bytes, int root,
+                              kvs_error *err) {
+  kvs_status status = check_live(comm, "broadcast", err);
+  if (status != KVS_OK) return status;
+  if (buffer == NULL || buffer->host == NULL || bytes > buffer->bytes) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "broadcast of %zu bytes needs a comm buffer at least that large "
+                         "(got %zu bytes)",
+                         bytes, buffer != NULL ? buffer->bytes : 0);
+  }
+  if (root < 0 || root >= comm->size) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "broadcast root %d is outside a group of %d ranks", root, comm->size);
+  }
+  comm->stats.collectives++;
+  comm->stats.broadcasts++;
+  comm->stats.bytes += bytes;
+  if (comm->size == 1 || bytes == 0) return KVS_OK;
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = comm->vtable->broadcast(comm->ctx, buffer, bytes, root, comm->timeout_ms, &local);
+  return finish(comm, status, &local, err);
+}
+
+kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t count,
+                                  kvs_comm_op op, kvs_error *err) {
+  kvs_status status = check_live(comm, "allreduce", err);
+  if (status != KVS_OK) return status;
+  if (buffer == NULL || buffer->host == NULL || count > buffer->bytes / sizeof(uint64_t)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "allreduce of %zu words needs a comm buffer of %zu bytes (got %zu)",
+                         count, count * sizeof(uint64_t), buffer != NULL ? buffer->bytes : 0);
+  }
+  if (op != KVS_COMM_MIN && op != KVS_COMM_MAX && op != KVS_COMM_SUM) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "allreduce op %d is none of min, max, sum", (int)op);
+  }
+  comm->stats.collectives++;
+  comm->stats.allreduces++;
+  comm->stats.bytes += count * sizeof(uint64_t);
+  if (comm->size == 1 || count == 0) return KVS_OK;
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = comm->vtable->allreduce_u64(comm->ctx, buffer, count, op, comm->timeout_ms, &local);
+  return finish(comm, status, &local, err);
+}
+
+kvs_status kvs_comm_barrier(kvs_comm_t comm, kvs_error *err) {
+  kvs_status status = check_live(comm, "barrier", err);
+  if (status != KVS_OK) return status;
+  comm->stats.collectives++;
+  comm->stats.barriers++;
+  if (comm->size == 1) return KVS_OK;
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = comm->vtable->barrier(comm->ctx, comm->timeout_ms, &local);
+  return finish(comm, status, &local, err);
+}
+
+void kvs_comm_abort(kvs_comm_t comm, int code) {
+  if (comm == NULL) return;
+  kvs_error local;
+  kvs_error_set(&local, KVS_ERR_COMM, "rank %d aborted the group (code %d)", comm->rank, code);
+  poison(comm, KVS_ERR_COMM, &local);
+  if (comm->vtable->abort != NULL) comm->vtable->abort(comm->ctx, code);
+}

@@ -1,0 +1,134 @@
+/* Collective communication for the shard runtime: one small vtable, three
+ * backends (nccl: device buffers; mpi: host buffers, real processes;
+ * self: one rank), plus an in-process loopback group for tests.
+ *
+ * Only what the runtime needs: broadcast, allreduce (min, max, sum) on
+ * 64-bit unsigned words, barrier, abort. Every wait has a deadline
+ * (timeout_ms of the communicator): a peer that died or stalled turns into
+ * KVS_ERR_TIMEOUT (or KVS_ERR_COMM when the backend noticed the failure
+ * itself) naming the operation, the rank and the wait, never a silent hang.
+ *
+ * A failed collective poisons the communicator: the peers' view of the
+ * group is unknown after it, so every later call returns KVS_ERR_COMM
+ * with the first failure's message. Argument errors do not poison.
+ *
+ * Buffers come from the backend (kvs_comm_buffer_alloc) because the NCCL
+ * backend needs device memory and staging: a collective reads `host` on
+ * entry (on the root, for a broadcast) and leaves the result in `host` --
+ * and, on a device backend, in `device` too, where a kernel can consume it
+ * without another copy. */
+#ifndef KVS_SHARD_COMM_H
+#define KVS_SHARD_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvs_comm_op {
+  KVS_COMM_MIN = 0,
+  KVS_COMM_MAX = 1,
+  KVS_COMM_SUM = 2 /* wraps modulo 2^64 */
+} kvs_comm_op;
+
+/* "min", "max", "sum"; "?" for anything else. */
+const char *kvs_comm_op_name(kvs_comm_op op);
+
+/* A collective buffer. host is always valid; device is the same bytes in
+ * device memory on a device backend, NULL on host backends. priv belongs to
+ * the backend. */
+typedef struct kvs_comm_buffer {
+  void *host;
+  void *device;
+  size_t bytes;
+  void *priv;
+} kvs_comm_buffer;
+
+/* The backend interface. ctx is the backend's state, passed back on every
+ * call. The wrapper (kvs_comm_*) has already checked arguments, so slots
+ * only see in-range roots, counts that fit the buffer, and a live group.
+ * timeout_ms is always > 0: every slot that waits must give up by then.
+ * A slot that fails fills err naming the operation and what was seen. */
+typedef struct kvs_comm_vtable {
+  const char *name; /* "self", "mpi", "nccl", "loopback" */
+  kvs_status (*buffer_alloc)(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err);
+  void (*buffer_free)(void *ctx, kvs_comm_buffer *buffer);
+  /* After return, every rank's first `bytes` bytes equal the root's. */
+  kvs_status (*broadcast)(void *ctx, kvs_comm_buffer *buffer, size_t bytes, int root,
+                          int timeout_ms, kvs_error *err);
+  /* In place over the first `count` uint64 words of every rank's buffer. */
+  kvs_status (*allreduce_u64)(void *ctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                              int timeout_ms, kvs_error *err);
+  kvs_status (*barrier)(void *ctx, int timeout_ms, kvs_error *err);
+  /* Optional (may be NULL): tear the whole group down so that no peer
+   * waits on this rank again (MPI_Abort, ncclCommAbort). May not return
+   * (MPI_Abort ends the process). */
+  void (*abort)(void *ctx, int code);
+  /* Optional: releases ctx. */
+  void (*destroy)(void *ctx);
+} kvs_comm_vtable;
+
+typedef struct kvs_comm *kvs_comm_t;
+
+#define KVS_COMM_DEFAULT_TIMEOUT_MS 30000
+
+/* Wraps a backend. The communicator owns ctx from here on (destroy calls
+ * vtable->destroy), also when this call fails. rank in [0, size), size >=
+ * 1, timeout_ms > 0; the vtable's required slots must be set. */
+kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, int size,
+                           int timeout_ms, kvs_comm_t *out, kvs_error *err);
+void kvs_comm_destroy(kvs_comm_t comm);
+
+int kvs_comm_rank(const struct kvs_comm *comm);
+int kvs_comm_size(const struct kvs_comm *comm);
+const char *kvs_comm_backend(const struct kvs_comm *comm);
+int kvs_comm_timeout_ms(const struct kvs_comm *comm);
+/* The deadline of every later wait; must be > 0. */
+kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
+/* The backend's ctx as given to kvs_comm_create; for the backend's own
+ * accessors (kvs_comm_nccl_stream), which check kvs_comm_backend first. */
+void *kvs_comm_backend_context(const struct kvs_comm *comm);
+/* KVS_OK, or the status of the failure that poisoned the communicator. */
+kvs_status kvs_comm_health(const struct kvs_comm *comm);
+/* The first failure's message ("" while healthy). */
+const char *kvs_comm_failure(const struct kvs_comm *comm);
+
+kvs_status kvs_comm_buffer_alloc(kvs_comm_t comm, size_t bytes, kvs_comm_buffer *out,
+                                 kvs_error *err);
+/* Frees a buffer from kvs_comm_buffer_alloc; a zeroed buffer is a no-op. */
+void kvs_comm_buffer_free(kvs_comm_t comm, kvs_comm_buffer *buffer);
+
+/* Collectives: every rank calls the same ones, in the same order, with the
+ * same sizes. Failures other than bad arguments poison the communicator. */
+kvs_status kvs_comm_broadcast(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t bytes, int root,
+                              kvs_error *err);
+kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t count,
+                                  kvs_comm_op op, kvs_error *err);
+kvs_status kvs_comm_barrier(kvs_comm_t comm, kvs_error *err);
+
+/* Tears the group down (when the backend can) after an unrecoverable
+ * error, so that peers fail fast instead of waiting out their deadline.
+ * Poisons this communicator. With the mpi backend this ends the process. */
+void kvs_comm_abort(kvs_comm_t comm, int code);
+
+/* What this communicator has moved: collectives issued (successful or
+ * not) and the bytes they covered on this rank. */
+typedef struct kvs_comm_stats {
+  uint64_t collectives;
+  uint64_t broadcasts;
+  uint64_t allreduces;
+  uint64_t barriers;
+  uint64_t bytes;
+} kvs_comm_stats;
+
+void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_COMM_H */

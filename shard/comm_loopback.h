@@ -1,0 +1,39 @@
+/* An in-process group: `size` ranks in one process, one thread each,
+ * meeting at a mutex and a condition variable. It moves bytes exactly as a
+ * real backend would, with the same deadlines and failure semantics, so
+ * the runtime's multi-rank behaviour (bisection, epochs, a peer that stops
+ * answering, an abort) is testable without processes.
+ *
+ * Collectives are matched by order: every rank's k-th call meets the
+ * others' k-th call, and a mismatch in kind, size, root or op fails the
+ * group naming both ranks' calls. A rank that times out (or aborts)
+ * fails the whole group: every waiter wakes with that message, because a
+ * late peer could otherwise complete a collective into a buffer whose
+ * owner has given up on it. */
+#ifndef KVS_SHARD_COMM_LOOPBACK_H
+#define KVS_SHARD_COMM_LOOPBACK_H
+
+#include "core/status.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_comm_loopback_group *kvs_comm_loopback_group_t;
+
+kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *out,
+                                          kvs_error *err);
+/* Drops the creator's reference; the group lives until its last member
+ * communicator is destroyed too. NULL is accepted. */
+void kvs_comm_loopback_group_destroy(kvs_comm_loopback_group_t group);
+
+/* The communicator of one rank; each rank is used by one thread. */
+kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank, int timeout_ms,
+                                    kvs_comm_t *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_COMM_LOOPBACK_H */

@@ -1,0 +1,68 @@
+/* The NCCL backend: device buffers, one CUDA stream, one communicator.
+ *
+ * Two ways in. Create: the ranks exchange NCCL's unique id over a
+ * bootstrap communicator (the mpi backend across processes and nodes, or
+ * any other kvs_comm), then build a nonblocking communicator
+ * (ncclConfig_t.blocking = 0) and poll its initialisation against the
+ * deadline. Adopt: an engine that already holds an ncclComm_t and a stream
+ * passes them in; the backend uses them and never destroys them.
+ *
+ * Every collective stages host -> device on the stream, runs on the
+ * device, stages back, and then polls the stream and
+ * ncclCommGetAsyncError until it is done, NCCL reports an error, or the
+ * deadline passes. On an error or a timeout the communicator is aborted
+ * (ncclCommAbort: nothing more will run on it, and peers blocked in a
+ * collective with this rank see a remote error instead of hanging) and the
+ * kvs_comm is poisoned.
+ *
+ * On a machine with no usable CUDA device, creation fails on every rank
+ * with KVS_ERR_UNSUPPORTED whose message says why (the cudaGetDeviceCount
+ * result); the ranks agree on that over the bootstrap first, so none is
+ * left waiting in NCCL's initialisation. */
+#ifndef KVS_SHARD_COMM_NCCL_H
+#define KVS_SHARD_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "core/status.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_comm_nccl_options {
+  size_t size;         /* sizeof(kvs_comm_nccl_options) */
+  int device;          /* CUDA ordinal; -1: bootstrap rank modulo visible devices */
+  ncclComm_t comm;     /* adopt this communicator (not owned); NULL: create one */
+  cudaStream_t stream; /* adopt this stream (not owned); NULL: create a non-blocking one */
+  int timeout_ms;      /* deadline of every wait; > 0 */
+} kvs_comm_nccl_options;
+
+#define KVS_COMM_NCCL_OPTIONS_INIT \
+  { sizeof(kvs_comm_nccl_options), -1, NULL, NULL, KVS_COMM_DEFAULT_TIMEOUT_MS }
+
+/* Create mode needs bootstrap (a communicator over the same ranks; it is
+ * used only during this call). Adopt mode ignores it (it may be NULL). */
+kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t bootstrap,
+                                kvs_comm_t *out, kvs_error *err);
+
+/* The communicator's stream and device, for kernels that consume a
+ * collective's device buffer (the device binding table). Fails with
+ * KVS_ERR_INVALID_ARGUMENT on a communicator of another backend. */
+kvs_status kvs_comm_nccl_stream(const struct kvs_comm *comm, cudaStream_t *stream, int *device,
+                                kvs_error *err);
+
+/* Whether this process sees a CUDA device; when not, *why names the
+ * cudaGetDeviceCount result ("no CUDA device visible: ..."). For tests
+ * that must skip, naming why. why may be NULL. */
+int kvs_comm_nccl_device_count(char *why, size_t why_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_COMM_NCCL_H */

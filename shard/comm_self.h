@@ -1,0 +1,20 @@
+/* The one-rank backend: every collective is the identity, nothing waits.
+ * For single-GPU serving and for tests of the runtime without a group. */
+#ifndef KVS_SHARD_COMM_SELF_H
+#define KVS_SHARD_COMM_SELF_H
+
+#include "core/status.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator of size 1, rank 0, on host buffers. */
+kvs_status kvs_comm_self_create(kvs_comm_t *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_COMM_SELF_H */

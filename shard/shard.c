@@ -1,0 +1,689 @@
+#include "shard/shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard/layout.h"
+#include "shard/step_message.h"
+
+#define NONE UINT64_MAX
+#define RANK_BITS 16
+#define RANK_MASK ((UINT64_C(1) << RANK_BITS) - 1)
+/* A window page and a rank in one word: the rank above, page + 1 below. */
+#define PAGE_BITS 40
+#define PAGE_MASK ((UINT64_C(1) << PAGE_BITS) - 1)
+
+/* The check's one allreduce (MIN): a value and its complement give min
+ * and max at once; keys give the lowest rank with a property. */
+enum {
+  C_DIGEST,
+  C_NOT_DIGEST,
+  C_AUX,
+  C_NOT_AUX,
+  C_AUX_STEP,
+  C_NOT_AUX_STEP,
+  C_STEP,
+  C_NOT_STEP,
+  C_SEEN,      /* first step a follower saw itself differ << 16 | rank */
+  C_INTEGRITY, /* the rank whose integrity check failed */
+  C_WORDS
+};
+
+struct kvs_shard {
+  kvs_comm_t comm;
+  int rank;
+  int size;
+  bool leader;
+  kvs_window_pool_t pool;
+  uint64_t page;
+  uint64_t n_full_pages;
+  size_t capacity;
+  size_t message_bytes;
+  kvs_comm_buffer message; /* header + capacity entries */
+  kvs_comm_buffer words;   /* C_WORDS words for checks */
+  uint64_t next_step;
+  uint64_t check_every;
+  bool check_integrity;
+  kvs_shard_apply_fn on_apply;
+  void *on_apply_ctx;
+
+  uint64_t aux_step; /* NONE until set */
+  uint64_t aux_digest;
+  uint64_t seen_step;   /* first step this follower saw itself differ; NONE */
+  uint64_t stale_since; /* step whose journal this mirror refused; NONE */
+
+  kvs_status failed; /* sticky */
+  char failure[KVS_ERROR_MESSAGE_MAX];
+  kvs_shard_stats stats;
+};
+
+size_t kvs_shard_step_capacity_for(uint64_t chunk_tokens, uint64_t page, uint64_t max_running) {
+  if (page == 0) page = 1;
+  uint64_t chunk_pages = (chunk_tokens + page - 1) / page;
+  return (size_t)(2 * chunk_pages + 4 * max_running + 4);
+}
+
+const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
+  switch (kind) {
+    case KVS_SHARD_AGREE:
+      return "agree";
+    case KVS_SHARD_DIVERGED_BINDINGS:
+      return "bindings";
+    case KVS_SHARD_DIVERGED_AUX:
+      return "application digest";
+    case KVS_SHARD_DIVERGED_INTEGRITY:
+      return "integrity";
+    case KVS_SHARD_DIVERGED_STEPS:
+      return "steps";
+  }
+  return "?";
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+
+/* ---- lifecycle ---- */
+
+void kvs_shard_destroy(kvs_shard_t shard) {
+  if (shard == NULL) return;
+  kvs_comm_buffer_free(shard->comm, &shard->message);
+  kvs_comm_buffer_free(shard->comm, &shard->words);
+  kvs_window_pool_destroy(shard->pool);
+  free(shard);
+}
+
+/* The pool's prefill chunk budget, before the pool exists (the step
+ * capacity sizes the pool's journal): core's rule, from public numbers. */
+static kvs_status chunk_budget(const kvs_pool_sizes *sizes, uint64_t max_running, bool radix,
+                               uint64_t *out, kvs_error *err) {
+  uint64_t reserved;
+  kvs_status status = kvs_reserved_window_pages(max_running, radix, &reserved, err);
+  if (status != KVS_OK) return status;
+  uint64_t usable = sizes->n_win_slots / sizes->page - 1;
+  uint64_t left = usable > reserved ? usable - reserved : 0;
+  *out = left / 2 * sizes->page > sizes->page ? left / 2 * sizes->page : sizes->page;
+  return KVS_OK;
+}
+
+kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
+                            const kvs_shard_options *options, kvs_shard_t *out,
+                            kvs_error *err) {
+  kvs_shard_options defaults = KVS_SHARD_OPTIONS_INIT;
+  if (options == NULL) options = &defaults;
+  if (comm == NULL || sizes == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm, sizes and output are required");
+  }
+  if (options->size < sizeof(kvs_shard_options)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.size %zu is smaller than this build's %zu; start from "
+                         "KVS_SHARD_OPTIONS_INIT",
+                         options->size, sizeof(kvs_shard_options));
+  }
+  if (kvs_comm_size(comm) > KVS_SHARD_MAX_RANKS) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%d ranks exceed the %d a shard supports",
+                         kvs_comm_size(comm), KVS_SHARD_MAX_RANKS);
+  }
+  if (sizes->page == 0 || sizes->n_win_slots < sizes->page) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "sizes hold no window page (page %llu, %llu window slots)",
+                         (unsigned long long)sizes->page, (unsigned long long)sizes->n_win_slots);
+  }
+  size_t capacity = options->step_capacity;
+  kvs_status status;
+  if (capacity == 0) {
+    uint64_t chunk;
+    if ((status = chunk_budget(sizes, options->max_running, options->radix, &chunk, err))) {
+      return status;
+    }
+    capacity = kvs_shard_step_capacity_for(chunk, sizes->page, options->max_running);
+  }
+  /* The message travels as one int-counted transfer. */
+  if (capacity > (size_t)(INT32_MAX - KVS_STEP_HEADER_BYTES) / KVS_STEP_ENTRY_BYTES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "step capacity %zu entries does not fit one collective", capacity);
+  }
+
+  struct kvs_shard *shard = calloc(1, sizeof *shard);
+  if (shard == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a shard");
+  shard->comm = comm;
+  shard->rank = kvs_comm_rank(comm);
+  shard->size = kvs_comm_size(comm);
+  shard->leader = shard->rank == KVS_SHARD_LEADER;
+  shard->page = sizes->page;
+  shard->n_full_pages = sizes->full_token / sizes->page;
+  shard->capacity = capacity;
+  shard->message_bytes = kvs_step_message_bytes(capacity);
+  shard->check_every = options->check_every;
+  shard->check_integrity = options->check_integrity;
+  shard->on_apply = options->on_apply;
+  shard->on_apply_ctx = options->on_apply_ctx;
+  shard->aux_step = NONE;
+  shard->seen_step = NONE;
+  shard->stale_since = NONE;
+
+  kvs_window_pool_options pool_options = KVS_WINDOW_POOL_OPTIONS_INIT;
+  pool_options.max_running = options->max_running;
+  pool_options.radix = options->radix;
+  /* Only the leader journals; a follower's changes arrive by step. */
+  pool_options.journal_capacity = shard->leader ? capacity : 0;
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status local_status = kvs_window_pool_create(sizes, &pool_options, &shard->pool, &local);
+  if (local_status == KVS_OK) {
+    local_status = kvs_comm_buffer_alloc(comm, shard->message_bytes, &shard->message, &local);
+  }
+  if ((status = kvs_comm_buffer_alloc(comm, C_WORDS * sizeof(uint64_t), &shard->words, err))) {
+    kvs_shard_destroy(shard);
+    return status;
+  }
+  /* Every rank must mirror the same pool shape and step size; a rank that
+   * failed locally contributes a zero so that all ranks fail together. */
+  uint64_t fp = mix(mix(mix(sizes->page, sizes->full_token), sizes->n_win_slots), capacity);
+  fp = mix(mix(mix(fp, options->max_running), options->radix), options->check_every);
+  fp = mix(fp, options->check_integrity);
+  uint64_t *w = shard->words.host;
+  w[0] = local_status == KVS_OK ? fp : 0;
+  w[1] = local_status == KVS_OK ? ~fp : ~(uint64_t)0;
+  w[2] = local_status == KVS_OK ? NONE : (uint64_t)shard->rank;
+  status = kvs_comm_allreduce_u64(comm, &shard->words, 3, KVS_COMM_MIN, err);
+  if (status == KVS_OK && local_status != KVS_OK) {
+    status = kvs_error_set(err, local_status, "rank %d: %s", shard->rank, local.message);
+  } else if (status == KVS_OK && w[2] != NONE) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "rank %llu could not build its shard, so the group has none",
+                           (unsigned long long)w[2]);
+  } else if (status == KVS_OK && w[0] != ~w[1]) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "ranks built different shards (page, history, window, step "
+                           "capacity, max_running, radix or check settings differ): "
+                           "fingerprints %016llx to %016llx; agree on the budget first",
+                           (unsigned long long)w[0], (unsigned long long)~w[1]);
+  }
+  if (status != KVS_OK) {
+    kvs_shard_destroy(shard);
+    return status;
+  }
+  *out = shard;
+  return KVS_OK;
+}
+
+/* ---- accessors ---- */
+
+kvs_window_pool_t kvs_shard_pool(kvs_shard_t shard) { return shard->pool; }
+int kvs_shard_rank(const struct kvs_shard *shard) { return shard->rank; }
+int kvs_shard_size(const struct kvs_shard *shard) { return shard->size; }
+bool kvs_shard_is_leader(const struct kvs_shard *shard) { return shard->leader; }
+size_t kvs_shard_step_capacity(const struct kvs_shard *shard) { return shard->capacity; }
+uint64_t kvs_shard_next_step(const struct kvs_shard *shard) { return shard->next_step; }
+void kvs_shard_stats_get(const struct kvs_shard *shard, kvs_shard_stats *out) {
+  *out = shard->stats;
+}
+
+bool kvs_shard_check_due(const struct kvs_shard *shard, uint64_t step) {
+  return shard->check_every > 0 && (step + 1) % shard->check_every == 0;
+}
+
+void kvs_shard_set_aux_digest(kvs_shard_t shard, uint64_t step, uint64_t digest) {
+  shard->aux_step = step;
+  shard->aux_digest = digest;
+}
+
+/* ---- failure bookkeeping ---- */
+
+static kvs_status poison(kvs_shard_t shard, kvs_status status, const char *message) {
+  if (shard->failed == KVS_OK) {
+    shard->failed = status;
+    snprintf(shard->failure, sizeof shard->failure, "%s", message);
+  }
+  return status;
+}
+
+static kvs_status check_live(const struct kvs_shard *shard, kvs_error *err) {
+  if (shard->failed == KVS_OK) return KVS_OK;
+  return kvs_error_set(err, shard->failed, "shard on rank %d stopped earlier: %s", shard->rank,
+                       shard->failure);
+}
+
+static kvs_status check_epoch(const struct kvs_shard *shard, uint64_t step, kvs_error *err) {
+  if (step == shard->next_step) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_EPOCH,
+                       "step %llu on rank %d, which has applied steps up to %lld and runs step "
+                       "%llu next: steps are applied in order, once each (%s)",
+                       (unsigned long long)step, shard->rank, (long long)shard->next_step - 1,
+                       (unsigned long long)shard->next_step,
+                       step < shard->next_step ? "already applied" : "out of order");
+}
+
+/* A comm failure inside a step or check: remembered, passed through. */
+static kvs_status comm_failed(kvs_shard_t shard, kvs_status status, kvs_error *err) {
+  return poison(shard, status, err != NULL ? err->message : kvs_comm_failure(shard->comm));
+}
+
+static void count_entries(kvs_shard_t shard, const kvs_journal_entry *entries, size_t n,
+                          kvs_shard_step_info *info) {
+  size_t binds = 0;
+  for (size_t i = 0; i < n; i++) binds += entries[i].window_page >= 0;
+  shard->stats.steps++;
+  shard->stats.binds += binds;
+  shard->stats.frees += n - binds;
+  if (n > shard->stats.max_entries) shard->stats.max_entries = n;
+  shard->stats.payload_bytes += kvs_step_payload_bytes(n);
+  shard->stats.wire_bytes += shard->message_bytes;
+  if (info != NULL) {
+    info->entries = n;
+    info->binds = binds;
+    info->frees = n - binds;
+  }
+}
+
+static kvs_status run_hook(kvs_shard_t shard, uint64_t step, const kvs_journal_entry *entries,
+                           const void *device_entries, size_t n, kvs_error *err) {
+  if (shard->on_apply == NULL) return KVS_OK;
+  kvs_shard_apply_batch batch = {step, entries, device_entries, n, shard->rank, shard->leader};
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status status = shard->on_apply(shard->on_apply_ctx, &batch, &local);
+  if (status == KVS_OK) return KVS_OK;
+  kvs_error_set(err, status, "on_apply hook failed on rank %d at step %llu: %s", shard->rank,
+                (unsigned long long)step, local.message);
+  return poison(shard, status, err != NULL ? err->message : local.message);
+}
+
+/* ---- follower: apply one message ---- */
+
+static kvs_status apply_message(kvs_shard_t shard, const void *message, size_t bytes,
+                                const void *device_entries, kvs_shard_step_info *info,
+                                kvs_error *err) {
+  kvs_step_header h;
+  const kvs_journal_entry *entries;
+  kvs_status status = kvs_step_message_read(message, bytes, shard->capacity, &h, &entries, err);
+  if (status != KVS_OK) return status;
+  if (h.flags & KVS_STEP_FLAG_ABORT) {
+    char reason[200];
+    size_t room = bytes - KVS_STEP_HEADER_BYTES;
+    size_t len = room < sizeof reason - 1 ? room : sizeof reason - 1;
+    memcpy(reason, (const char *)message + KVS_STEP_HEADER_BYTES, len);
+    reason[len] = '\0';
+    kvs_error_set(err, KVS_ERR_COMM, "the leader aborted at step %llu (%s): %s",
+                  (unsigned long long)h.step, kvs_status_string((kvs_status)h.status), reason);
+    return poison(shard, KVS_ERR_COMM, err != NULL ? err->message : reason);
+  }
+  if ((status = check_epoch(shard, h.step, err))) return status;
+  if (info != NULL) info->step = h.step;
+
+  if (shard->stale_since != NONE) {
+    shard->next_step++;
+    count_entries(shard, entries, 0, info);
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's mirror has been stale since it refused the journal of step "
+                         "%llu; step %llu not applied",
+                         shard->rank, (unsigned long long)shard->stale_since,
+                         (unsigned long long)h.step);
+  }
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = kvs_window_pool_apply(shard->pool, entries, h.count, &local);
+  if (status != KVS_OK) {
+    /* The mirror is unchanged but no longer follows the leader: it stays
+     * in lockstep (the step counts) so the next check can report it. */
+    shard->stale_since = h.step;
+    if (shard->seen_step == NONE) shard->seen_step = h.step;
+    shard->next_step++;
+    count_entries(shard, entries, 0, info);
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's mirror refused the leader's journal of step %llu: %s",
+                         shard->rank, (unsigned long long)h.step, local.message);
+  }
+  shard->next_step++;
+  count_entries(shard, entries, h.count, info);
+  if ((status = run_hook(shard, h.step, entries, device_entries, h.count, err))) return status;
+
+  uint64_t digest = kvs_window_pool_digest(shard->pool);
+  if (digest != h.digest) {
+    if (shard->seen_step == NONE) shard->seen_step = h.step;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's window bindings differ from the leader's after step %llu: "
+                         "digest %016llx, the leader's %016llx",
+                         shard->rank, (unsigned long long)h.step, (unsigned long long)digest,
+                         (unsigned long long)h.digest);
+  }
+  if (h.aux_step != KVS_STEP_NO_AUX && h.aux_step == shard->aux_step &&
+      h.aux_digest != shard->aux_digest) {
+    if (shard->seen_step == NONE) shard->seen_step = h.step;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's application digest of step %llu is %016llx, the leader's "
+                         "%016llx",
+                         shard->rank, (unsigned long long)h.aux_step,
+                         (unsigned long long)shard->aux_digest,
+                         (unsigned long long)h.aux_digest);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_shard_apply_message(kvs_shard_t shard, const void *message, size_t bytes,
+                                   kvs_shard_step_info *info, kvs_error *err) {
+  if (shard == NULL || message == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "shard or message is NULL");
+  }
+  if (shard->leader) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d is the leader: it allocates, it does not apply", shard->rank);
+  }
+  kvs_status status = check_live(shard, err);
+  if (status != KVS_OK) return status;
+  return apply_message(shard, message, bytes, NULL, info, err);
+}
+
+/* ---- the step ---- */
+
+static kvs_step_header leader_header(const struct kvs_shard *shard, uint64_t step) {
+  kvs_step_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = KVS_STEP_MAGIC;
+  h.version = KVS_STEP_VERSION;
+  h.step = step;
+  h.digest = kvs_window_pool_digest(shard->pool);
+  h.aux_step = shard->aux_step;
+  h.aux_digest = shard->aux_digest;
+  return h;
+}
+
+static kvs_status broadcast_message(kvs_shard_t shard, kvs_error *err) {
+  kvs_comm_stats before, after;
+  kvs_comm_stats_get(shard->comm, &before);
+  kvs_status status = kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes,
+                                         KVS_SHARD_LEADER, err);
+  kvs_comm_stats_get(shard->comm, &after);
+  shard->stats.step_collectives += after.collectives - before.collectives;
+  return status == KVS_OK ? KVS_OK : comm_failed(shard, status, err);
+}
+
+kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info *info,
+                          kvs_error *err) {
+  kvs_status status = check_live(shard, err);
+  if (status != KVS_OK) return status;
+  if ((status = check_epoch(shard, step, err))) return status;
+  if (info != NULL) memset(info, 0, sizeof *info), info->step = step;
+
+  if (!shard->leader) {
+    if ((status = broadcast_message(shard, err))) return status;
+    return apply_message(shard, shard->message.host, shard->message_bytes,
+                         shard->message.device == NULL
+                             ? NULL
+                             : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
+                         info, err);
+  }
+
+  /* Leader: the pool's journal holds at most `capacity` entries (its own
+   * capacity), so the step always fits; check anyway, cheaply. */
+  size_t pending = kvs_window_pool_journal_pending(shard->pool);
+  if (pending > shard->capacity) {
+    char text[160];
+    snprintf(text, sizeof text, "step %llu has %zu journal entries, over the capacity of %zu",
+             (unsigned long long)step, pending, shard->capacity);
+    kvs_shard_abort_step(shard, step, KVS_ERR_JOURNAL_FULL, text, NULL);
+    return kvs_error_set(err, KVS_ERR_JOURNAL_FULL, "%s", text);
+  }
+  kvs_step_header h = leader_header(shard, step);
+  kvs_journal_entry *entries = kvs_step_message_entries(shard->message.host);
+  size_t n = 0;
+  kvs_window_pool_journal_drain(shard->pool, entries, shard->capacity, &n);
+  h.count = (uint32_t)n;
+  kvs_step_message_put_header(shard->message.host, &h);
+  if ((status = broadcast_message(shard, err))) return status;
+  shard->next_step++;
+  count_entries(shard, entries, n, info);
+  return run_hook(shard, step, entries,
+                  shard->message.device == NULL
+                      ? NULL
+                      : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
+                  n, err);
+}
+
+kvs_status kvs_shard_abort_step(kvs_shard_t shard, uint64_t step, kvs_status reason,
+                                const char *text, kvs_error *err) {
+  if (!shard->leader) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d is not the leader; followers call kvs_shard_step",
+                         shard->rank);
+  }
+  kvs_status status = check_live(shard, err);
+  if (status != KVS_OK) return status;
+  kvs_step_header h = leader_header(shard, step);
+  h.flags = KVS_STEP_FLAG_ABORT;
+  h.status = (uint32_t)reason;
+  kvs_step_message_put_header(shard->message.host, &h);
+  size_t room = shard->message_bytes - KVS_STEP_HEADER_BYTES;
+  char *area = (char *)shard->message.host + KVS_STEP_HEADER_BYTES;
+  snprintf(area, room, "%s", text != NULL ? text : "");
+  if ((status = broadcast_message(shard, err))) return status;
+  char message[KVS_ERROR_MESSAGE_MAX];
+  snprintf(message, sizeof message, "the leader aborted at step %llu (%s): %s",
+           (unsigned long long)step, kvs_status_string(reason), text != NULL ? text : "");
+  poison(shard, KVS_ERR_COMM, message);
+  return KVS_OK;
+}
+
+/* ---- checks ---- */
+
+static int64_t window_page_of(const struct kvs_shard *shard, uint64_t full_page) {
+  if (full_page >= shard->n_full_pages) return -1;
+  int64_t slot = kvs_window_pool_mapping(shard->pool)[full_page * shard->page];
+  return slot < 0 ? -1 : slot / (int64_t)shard->page;
+}
+
+/* One MIN allreduce over `count` words of the check buffer. */
+static kvs_status reduce(kvs_shard_t shard, size_t count, kvs_comm_op op, kvs_error *err) {
+  kvs_status status = kvs_comm_allreduce_u64(shard->comm, &shard->words, count, op, err);
+  return status == KVS_OK ? KVS_OK : comm_failed(shard, status, err);
+}
+
+/* Bisection: [lo, hi) differs somewhere; halve it with one allreduce per
+ * level until one full page is left. Where the left half agrees, the right
+ * one must differ (the digests are sums), so each level keeps a differing
+ * half and the left one first: the result is the lowest differing page. */
+static kvs_status bisect(kvs_shard_t shard, uint64_t *page, kvs_error *err) {
+  uint64_t lo = 0, hi = shard->n_full_pages;
+  uint64_t *w = shard->words.host;
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    uint64_t d = kvs_window_pool_digest_range(shard->pool, lo, mid);
+    w[0] = d;
+    w[1] = ~d;
+    kvs_status status = reduce(shard, 2, KVS_COMM_MIN, err);
+    if (status != KVS_OK) return status;
+    if (w[0] != ~w[1]) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  *page = lo;
+  return KVS_OK;
+}
+
+/* Which ranks hold a value other than the leader's: the lowest such rank
+ * with its value, and how many. Three collectives. */
+static kvs_status compare_with_leader(kvs_shard_t shard, uint64_t mine, uint64_t *leader_value,
+                                      int *first_rank, uint64_t *first_value, int *count,
+                                      kvs_error *err) {
+  uint64_t *w = shard->words.host;
+  w[0] = mine;
+  kvs_status status = kvs_comm_broadcast(shard->comm, &shard->words, sizeof(uint64_t),
+                                         KVS_SHARD_LEADER, err);
+  if (status != KVS_OK) return comm_failed(shard, status, err);
+  *leader_value = w[0];
+  bool differs = mine != *leader_value;
+  w[0] = differs ? (uint64_t)shard->rank : NONE;
+  if ((status = reduce(shard, 1, KVS_COMM_MIN, err))) return status;
+  *first_rank = w[0] == NONE ? -1 : (int)w[0];
+  /* The first differing rank publishes its value; the others add zero. */
+  w[0] = *first_rank == shard->rank ? mine : 0;
+  w[1] = differs ? 1 : 0;
+  if ((status = reduce(shard, 2, KVS_COMM_SUM, err))) return status;
+  *first_value = w[0];
+  *count = (int)w[1];
+  return KVS_OK;
+}
+
+static void seen_text(const kvs_shard_report *r, char *out, size_t cap) {
+  if (r->first_seen_rank < 0) {
+    snprintf(out, cap, "no follower had noticed before the check");
+  } else {
+    snprintf(out, cap, "rank %d first saw it at step %llu", r->first_seen_rank,
+             (unsigned long long)r->first_seen_step);
+  }
+}
+
+kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err) {
+  kvs_status status = check_live(shard, err);
+  if (status != KVS_OK) return status;
+  kvs_comm_stats before, after;
+  kvs_comm_stats_get(shard->comm, &before);
+  shard->stats.checks++;
+
+  kvs_error integrity;
+  kvs_error_clear(&integrity);
+  bool integrity_ok = !shard->check_integrity ||
+                      kvs_window_pool_check_integrity(shard->pool, &integrity) == KVS_OK;
+  uint64_t digest = kvs_window_pool_digest(shard->pool);
+  uint64_t *w = shard->words.host;
+  w[C_DIGEST] = digest;
+  w[C_NOT_DIGEST] = ~digest;
+  w[C_AUX] = shard->aux_digest;
+  w[C_NOT_AUX] = ~shard->aux_digest;
+  w[C_AUX_STEP] = shard->aux_step;
+  w[C_NOT_AUX_STEP] = ~shard->aux_step;
+  w[C_STEP] = shard->next_step;
+  w[C_NOT_STEP] = ~shard->next_step;
+  w[C_SEEN] = shard->seen_step == NONE ? NONE : shard->seen_step << RANK_BITS | (uint64_t)shard->rank;
+  w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank;
+  if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
+
+  kvs_shard_report r;
+  memset(&r, 0, sizeof r);
+  r.kind = KVS_SHARD_AGREE;
+  r.step = shard->next_step - 1; /* wraps to UINT64_MAX before the first step */
+  r.digest_min = w[C_DIGEST];
+  r.digest_max = ~w[C_NOT_DIGEST];
+  r.full_page = NONE;
+  r.leader_window_page = -1;
+  r.rank = -1;
+  r.rank_window_page = -1;
+  r.first_seen_step = w[C_SEEN] == NONE ? NONE : w[C_SEEN] >> RANK_BITS;
+  r.first_seen_rank = w[C_SEEN] == NONE ? -1 : (int)(w[C_SEEN] & RANK_MASK);
+  uint64_t step_min = w[C_STEP], step_max = ~w[C_NOT_STEP];
+  bool aux_differs = w[C_AUX] != ~w[C_NOT_AUX] || w[C_AUX_STEP] != ~w[C_NOT_AUX_STEP];
+  uint64_t integrity_rank = w[C_INTEGRITY];
+  char seen[96];
+  seen_text(&r, seen, sizeof seen);
+
+  if (step_min != step_max) {
+    r.kind = KVS_SHARD_DIVERGED_STEPS;
+    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "ranks are at different steps: %lld to %lld applied; every rank must "
+                           "step and check in the same order",
+                           (long long)step_min - 1, (long long)step_max - 1);
+  } else if (r.digest_min != r.digest_max) {
+    r.kind = KVS_SHARD_DIVERGED_BINDINGS;
+    uint64_t page, leader_value, first_value;
+    if ((status = bisect(shard, &page, err))) return status;
+    int64_t mine = window_page_of(shard, page);
+    if ((status = compare_with_leader(shard, (uint64_t)(mine + 1), &leader_value, &r.rank,
+                                      &first_value, &r.ranks_differing, err))) {
+      return status;
+    }
+    r.full_page = page;
+    r.leader_window_page = (int64_t)leader_value - 1;
+    r.rank_window_page = r.rank >= 0 ? (int64_t)first_value - 1 : -1;
+    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "window bindings diverged (checked after step %lld): full page %llu "
+                           "is window page %lld on the leader (rank %d) and window page %lld on "
+                           "rank %d; %d rank(s) differ on it; %s",
+                           (long long)r.step, (unsigned long long)page,
+                           (long long)r.leader_window_page, KVS_SHARD_LEADER,
+                           (long long)r.rank_window_page, r.rank, r.ranks_differing, seen);
+  } else if (aux_differs) {
+    r.kind = KVS_SHARD_DIVERGED_AUX;
+    uint64_t leader_value, first_value;
+    if ((status = compare_with_leader(shard, shard->aux_digest ^ shard->aux_step, &leader_value,
+                                      &r.rank, &first_value, &r.ranks_differing, err))) {
+      return status;
+    }
+    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "application digests diverged (checked after step %lld) while the "
+                           "window bindings agree (digest %016llx): rank %d differs from the "
+                           "leader, %d rank(s) in all; %s",
+                           (long long)r.step, (unsigned long long)r.digest_min, r.rank,
+                           r.ranks_differing, seen);
+  } else if (integrity_rank != NONE) {
+    r.kind = KVS_SHARD_DIVERGED_INTEGRITY;
+    r.rank = (int)integrity_rank;
+    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "rank %d's window pool fails its integrity check (checked after step "
+                           "%lld)%s%s",
+                           r.rank, (long long)r.step, integrity_ok ? "" : ": ",
+                           integrity_ok ? "" : integrity.message);
+  } else if (r.first_seen_rank >= 0) {
+    r.kind = KVS_SHARD_DIVERGED_BINDINGS;
+    r.rank = r.first_seen_rank;
+    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "rank %d's window bindings differed from the leader's at step %llu "
+                           "and agree again now (checked after step %lld): a transient "
+                           "divergence, its pages already freed",
+                           r.rank, (unsigned long long)r.first_seen_step, (long long)r.step);
+  }
+  kvs_comm_stats_get(shard->comm, &after);
+  r.collectives = after.collectives - before.collectives;
+  shard->stats.check_collectives += r.collectives;
+  if (report != NULL) *report = r;
+  return status;
+}
+
+/* ---- fault injection ---- */
+
+kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from,
+                                 int64_t *to, kvs_error *err) {
+  int64_t current = window_page_of(shard, full_page);
+  if (current < 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "full page %llu is not bound on rank %d; there is no binding to flip",
+                         (unsigned long long)full_page, shard->rank);
+  }
+  uint64_t page = shard->page;
+  uint64_t n_win = kvs_window_pool_window_slots(shard->pool) / page;
+  uint8_t *bound = calloc((size_t)n_win, 1);
+  if (bound == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to inject a flip");
+  const int64_t *map = kvs_window_pool_mapping(shard->pool);
+  for (uint64_t fp = 0; fp < shard->n_full_pages; fp++) {
+    int64_t slot = map[fp * page];
+    if (slot >= 0 && (uint64_t)slot / page < n_win) bound[(uint64_t)slot / page] = 1;
+  }
+  /* The lowest free window page: LIFO hands it out last, so the flip stays
+   * confined to this one binding until a check finds it. */
+  int64_t target = -1;
+  for (uint64_t wp = 0; wp + 1 < n_win && target < 0; wp++) {
+    if (!bound[wp]) target = (int64_t)wp;
+  }
+  free(bound);
+  kvs_status status = KVS_ERR_EXHAUSTED;
+  if (target >= 0) {
+    kvs_journal_entry moves[2] = {{full_page, KVS_JOURNAL_FREED}, {full_page, target}};
+    status = kvs_window_pool_apply(shard->pool, moves, 2, NULL);
+  }
+  if (status != KVS_OK) {
+    /* No free page (or an already inconsistent pool): rebind raw onto the
+     * next page, which leaves two full pages on one window page. */
+    target = (current + 1) % (int64_t)(n_win - 1 > 0 ? n_win - 1 : 1);
+    status = kvs_window_pool_bind_raw(shard->pool, full_page * page, (uint64_t)target * page, err);
+    if (status != KVS_OK) return status;
+  }
+  if (from != NULL) *from = current;
+  if (to != NULL) *to = target;
+  return KVS_OK;
+}
