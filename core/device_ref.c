@@ -1,0 +1,243 @@
+#include "core/device_ref.h"
+
+#include "core/table_math.h"
+
+/* Notes one item at fault: the count, and the lowest index seen. */
+static void note_fault(kvs_batch_fault *fault, uint64_t index) {
+  fault->count++;
+  if (index < fault->first_index) fault->first_index = index;
+}
+
+kvs_status kvs_table_dims_check(const kvs_table_dims *dims, kvs_error *err) {
+  if (dims == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table dims are NULL");
+  uint64_t page = dims->page;
+  if (page == 0 || page > (uint64_t)INT32_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "page %llu must be between 1 and 2^31 - 1 slots",
+                         (unsigned long long)page);
+  }
+  if (dims->full_token < page || dims->full_token % page != 0 ||
+      dims->full_token >= (uint64_t)INT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "full_token %llu must be whole pages of %llu (the dummy page at least) "
+                         "and leave room for the sentinel row in int64",
+                         (unsigned long long)dims->full_token, (unsigned long long)page);
+  }
+  if (dims->n_win_slots < page || dims->n_win_slots % page != 0 ||
+      dims->n_win_slots > (uint64_t)INT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "n_win_slots %llu must be whole pages of %llu (the dummy page at "
+                         "least) and fit in int64",
+                         (unsigned long long)dims->n_win_slots, (unsigned long long)page);
+  }
+  return KVS_OK;
+}
+
+bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry) {
+  return kvs_tm_entry_fits(dims->full_token / dims->page, dims->n_win_slots / dims->page,
+                           entry->full_page, entry->window_page) != 0;
+}
+
+kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal_entry *entries,
+                                   size_t n, kvs_error *err) {
+  kvs_status status = kvs_table_dims_check(dims, err);
+  if (status != KVS_OK) return status;
+  if (n > 0 && entries == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu journal entries at NULL", n);
+  }
+  uint64_t n_full_pages = dims->full_token / dims->page;
+  uint64_t n_win_pages = dims->n_win_slots / dims->page;
+  for (size_t i = 0; i < n; i++) {
+    if (kvs_journal_entry_fits(dims, &entries[i])) continue;
+    uint64_t fp = entries[i].full_page;
+    int64_t wp = entries[i].window_page;
+    if (fp + 1 >= n_full_pages) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "journal entry %zu names full page %llu, %s (the table has %llu "
+                           "full pages, the last the dummy)",
+                           i, (unsigned long long)fp,
+                           fp >= n_full_pages ? "outside the history" : "the reserved dummy page",
+                           (unsigned long long)n_full_pages);
+    }
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "journal entry %zu binds full page %llu to window page %lld; only "
+                         "window pages 0..%llu and %d (freed) exist",
+                         i, (unsigned long long)fp, (long long)wp,
+                         (unsigned long long)(n_win_pages - 2), KVS_JOURNAL_FREED);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
+                                 const kvs_journal_entry *entries, size_t n,
+                                 kvs_batch_fault *fault, kvs_error *err) {
+  kvs_status status = kvs_table_dims_check(dims, err);
+  if (status != KVS_OK) return status;
+  if (map == NULL || (n > 0 && entries == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or journal entries are NULL");
+  }
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  uint64_t page = dims->page;
+  for (size_t i = 0; i < n; i++) {
+    if (!kvs_journal_entry_fits(dims, &entries[i])) {
+      note_fault(&local, i);
+      continue;
+    }
+    int64_t *rows = map + entries[i].full_page * page;
+    for (uint64_t offset = 0; offset < page; offset++) {
+      rows[offset] = kvs_tm_entry_row(entries[i].window_page, page, offset);
+    }
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}
+
+kvs_status kvs_ref_translate(const int64_t *map, const kvs_table_dims *dims, const int64_t *locs,
+                             size_t n, int64_t *out, kvs_batch_fault *fault, kvs_error *err) {
+  kvs_status status = kvs_table_dims_check(dims, err);
+  if (status != KVS_OK) return status;
+  if (map == NULL || (n > 0 && (locs == NULL || out == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, locs or output is NULL");
+  }
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t row;
+    if (kvs_tm_row_of(locs[i], dims->full_token, &row)) {
+      out[i] = map[row];
+    } else {
+      out[i] = -1;
+      note_fault(&local, i);
+    }
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}
+
+/* A ring must divide P, or two window pages share a ring block. */
+static kvs_status check_ring(uint64_t ring, uint64_t page, kvs_error *err) {
+  if (page % ring != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "ring_size %llu must divide P=%llu, or two pages share a ring block",
+                         (unsigned long long)ring, (unsigned long long)page);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, size_t n,
+                              int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                              kvs_error *err) {
+  kvs_status status = kvs_table_dims_check(dims, err);
+  if (status != KVS_OK) return status;
+  if (out_csa == NULL && out_hca == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locs need an output: out_csa, out_hca or both");
+  }
+  if (n > 0 && slots == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu window slots at NULL", n);
+  }
+  if ((out_csa != NULL && (status = check_ring(KVS_RING_SLOTS_CSA, dims->page, err))) ||
+      (out_hca != NULL && (status = check_ring(KVS_RING_SLOTS_HCA, dims->page, err)))) {
+    return status;
+  }
+  kvs_tm_div page = kvs_tm_div_make(dims->page);
+  kvs_tm_div csa = kvs_tm_div_make(KVS_RING_SLOTS_CSA);
+  kvs_tm_div hca = kvs_tm_div_make(KVS_RING_SLOTS_HCA);
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  for (size_t i = 0; i < n; i++) {
+    int64_t slot = slots[i];
+    int64_t a = -1, b = -1;
+    if (slot >= 0 && (uint64_t)slot >= dims->n_win_slots) {
+      note_fault(&local, i);
+    } else if (slot >= 0) {
+      a = kvs_tm_state_loc(slot, page, csa);
+      b = kvs_tm_state_loc(slot, page, hca);
+    }
+    if (out_csa != NULL) out_csa[i] = a;
+    if (out_hca != NULL) out_hca[i] = b;
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}
+
+kvs_status kvs_block_tables_check(const kvs_block_tables *tables, size_t n_req, kvs_error *err) {
+  if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block tables are NULL");
+  if (tables->stride == 0 || tables->block_size == 0 || tables->block_size > UINT32_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "block tables need stride >= 1 and block_size in 1..2^32-1, got "
+                         "stride %llu, block_size %llu",
+                         (unsigned long long)tables->stride,
+                         (unsigned long long)tables->block_size);
+  }
+  if (n_req > 0 && tables->pages == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block tables of %zu requests at NULL",
+                         n_req);
+  }
+  if (n_req > 0 && tables->stride > (uint64_t)SIZE_MAX / sizeof(int32_t) / n_req) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                         "%zu block-table rows of %llu entries do not fit in memory", n_req,
+                         (unsigned long long)tables->stride);
+  }
+  return KVS_OK;
+}
+
+/* The window slot of position p of one request; -1 and *bad set when the
+ * position's block or loc is outside the row or the table. */
+static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *row,
+                       uint64_t stride, kvs_tm_div block_size, int64_t p, int *bad) {
+  int64_t loc;
+  uint64_t index;
+  if (!kvs_tm_block_loc(row, stride, block_size, p, &loc) ||
+      !kvs_tm_row_of(loc, full_token, &index)) {
+    *bad = 1;
+    return -1;
+  }
+  return map[index];
+}
+
+kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
+                            const kvs_block_tables *tables, const int64_t *positions,
+                            size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
+                            kvs_batch_fault *fault, kvs_error *err) {
+  kvs_status status;
+  if ((status = kvs_table_dims_check(dims, err)) ||
+      (status = kvs_block_tables_check(tables, n_req, err))) {
+    return status;
+  }
+  if (map == NULL ||
+      (n_req > 0 && (positions == NULL || own == NULL || prev == NULL || ring == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "table, positions or an output of the ring context is NULL");
+  }
+  if (n_req > 0 && dims->page > (uint64_t)SIZE_MAX / sizeof(int64_t) / n_req) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit",
+                         n_req, (unsigned long long)dims->page);
+  }
+  const uint64_t page = dims->page;
+  const kvs_tm_div page_div = kvs_tm_div_make(page);
+  const kvs_tm_div block_div = kvs_tm_div_make(tables->block_size);
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  for (size_t r = 0; r < n_req; r++) {
+    int64_t pos = positions[r];
+    int64_t *ring_row = ring + r * page;
+    if (pos < 0) { /* an idle (padding) row */
+      own[r] = -1;
+      prev[r] = -1;
+      for (uint64_t j = 0; j < page; j++) ring_row[j] = -1;
+      continue;
+    }
+    const int32_t *row = tables->pages + r * tables->stride;
+    int bad = 0;
+    own[r] = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, &bad);
+    prev[r] = slot_at(map, dims->full_token, row, tables->stride, block_div,
+                      pos > 0 ? pos - 1 : 0, &bad);
+    for (uint64_t j = 0; j < page; j++) {
+      int64_t p = kvs_tm_ring_position(pos, j, page_div);
+      ring_row[j] = p < 0 ? -1
+                          : slot_at(map, dims->full_token, row, tables->stride, block_div, p,
+                                    &bad);
+    }
+    if (bad) note_fault(&local, r);
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}

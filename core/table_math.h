@@ -1,0 +1,107 @@
+/* The per-item arithmetic of the device-table kernels, shared verbatim by
+ * the CPU references (core/device_ref.c, compiled as C11) and the CUDA
+ * kernels (cuda/device_kernels.cu, compiled by nvcc), so both read one
+ * formula. Private to those two: callers use core/device_ref.h or the
+ * cuda/ API.
+ *
+ * Everything here is branch-light integer arithmetic on int64 slots; the
+ * CPU tests check each function against the window pool's own
+ * single-request functions, which makes the shared code itself tested
+ * rather than merely shared. */
+#ifndef KVS_TABLE_MATH_H
+#define KVS_TABLE_MATH_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define KVS_HD static inline __host__ __device__
+#else
+#define KVS_HD static inline
+#endif
+
+/* An entry fits a table when it names an allocatable full page (not the
+ * dummy, the last one) and an allocatable window page (not the dummy
+ * either) or -1 (freed). */
+KVS_HD int kvs_tm_entry_fits(uint64_t n_full_pages, uint64_t n_win_pages, uint64_t full_page,
+                             int64_t window_page) {
+  int full_ok = full_page + 1 < n_full_pages;
+  int window_ok = window_page == -1 ||
+                  (window_page >= 0 && (uint64_t)window_page + 1 < n_win_pages);
+  return full_ok && window_ok;
+}
+
+/* The row an entry writes at `offset` of its full page. */
+KVS_HD int64_t kvs_tm_entry_row(int64_t window_page, uint64_t page, uint64_t offset) {
+  return window_page < 0 ? (int64_t)-1 : window_page * (int64_t)page + (int64_t)offset;
+}
+
+/* Which table row a full loc reads: a negative loc the sentinel row
+ * (full_token), a loc past the sentinel none (returns 0 and sets *bad). */
+KVS_HD int kvs_tm_row_of(int64_t loc, uint64_t full_token, uint64_t *row) {
+  if (loc < 0) {
+    *row = full_token;
+    return 1;
+  }
+  if ((uint64_t)loc > full_token) return 0;
+  *row = (uint64_t)loc;
+  return 1;
+}
+
+/* A divisor with a shift for powers of two: P, the ring sizes and block
+ * sizes nearly always are, and a 64-bit division costs a GPU dozens of
+ * instructions per item where a shift costs one. */
+typedef struct kvs_tm_div {
+  uint64_t d;
+  int32_t shift; /* log2(d) when d is a power of two, else -1 */
+} kvs_tm_div;
+
+KVS_HD kvs_tm_div kvs_tm_div_make(uint64_t d) {
+  kvs_tm_div out;
+  out.d = d;
+  out.shift = -1;
+  if (d != 0 && (d & (d - 1)) == 0) {
+    int32_t s = 0;
+    while (((uint64_t)1 << s) != d) s++;
+    out.shift = s;
+  }
+  return out;
+}
+
+KVS_HD uint64_t kvs_tm_quot(uint64_t x, kvs_tm_div d) {
+  return d.shift >= 0 ? x >> d.shift : x / d.d;
+}
+
+KVS_HD uint64_t kvs_tm_rem(uint64_t x, kvs_tm_div d) {
+  return d.shift >= 0 ? x & (d.d - 1) : x % d.d;
+}
+
+/* (slot / P) * ring + slot % ring: the ring block of the slot's window
+ * page, at the slot's offset modulo the ring. The caller has checked that
+ * ring divides P and that slot is a slot (>= 0). */
+KVS_HD int64_t kvs_tm_state_loc(int64_t slot, kvs_tm_div page, kvs_tm_div ring) {
+  uint64_t s = (uint64_t)slot;
+  return (int64_t)(kvs_tm_quot(s, page) * ring.d + kvs_tm_rem(s, ring));
+}
+
+/* The position ring slot j holds at decode position pos (>= 0) of a
+ * P-slot ring: pos - ((pos - j) mod P), or -1 before the sequence reaches
+ * j. Equals kvs_window_ring_position. */
+KVS_HD int64_t kvs_tm_ring_position(int64_t pos, uint64_t j, kvs_tm_div page) {
+  if ((int64_t)j > pos) return -1;
+  return pos - (int64_t)kvs_tm_rem((uint64_t)pos - j, page);
+}
+
+/* The full loc of position p (>= 0) in a block-table row; -1 where the
+ * row assigns no block. Returns 0 when the block lies past the row. */
+KVS_HD int kvs_tm_block_loc(const int32_t *row, uint64_t stride, kvs_tm_div block_size,
+                            int64_t p, int64_t *loc) {
+  uint64_t block = kvs_tm_quot((uint64_t)p, block_size);
+  if (block >= stride) return 0;
+  int32_t page = row[block];
+  *loc = page < 0 ? (int64_t)-1
+                  : (int64_t)page * (int64_t)block_size.d +
+                        (int64_t)kvs_tm_rem((uint64_t)p, block_size);
+  return 1;
+}
+
+#endif /* KVS_TABLE_MATH_H */
