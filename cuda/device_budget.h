@@ -1,0 +1,50 @@
+/* A device's KV budget: what cudaMemGetInfo says is free, times a memory
+ * ratio, minus a reserve. kvs_device_plan_solve then sizes the pool
+ * byte-exactly inside it.
+ *
+ * The ratio leaves the caller's share of the free memory (activations,
+ * CUDA graphs, NCCL buffers grow after the pool is carved); the reserve is
+ * a fixed amount on top, for what the CUDA runtime itself takes lazily
+ * (module loads, local memory of the first large launch, the allocation's
+ * own rounding to 2 MiB pages), so a pool sized to the last byte of the
+ * ratio still allocates. */
+#ifndef KVS_DEVICE_BUDGET_H
+#define KVS_DEVICE_BUDGET_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_DEVICE_DEFAULT_MEMORY_RATIO 0.90
+#define KVS_DEVICE_DEFAULT_RESERVE_BYTES (512ull << 20) /* 512 MiB */
+
+typedef struct kvs_device_budget {
+  uint64_t free_bytes;  /* as measured */
+  uint64_t total_bytes; /* the device's memory, for the record */
+  double memory_ratio;
+  uint64_t reserve_bytes;
+  uint64_t budget_bytes; /* floor(free_bytes * memory_ratio) - reserve_bytes */
+} kvs_device_budget;
+
+/* The arithmetic alone: memory_ratio in (0, 1]; floor(free * ratio) taken
+ * in double precision. A result of zero or less is
+ * KVS_ERR_BUDGET_TOO_SMALL naming the three numbers. *out is written only
+ * on success. */
+kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes,
+                                     double memory_ratio, uint64_t reserve_bytes,
+                                     kvs_device_budget *out, kvs_error *err);
+
+/* Measures `device` (cudaMemGetInfo with it current; the caller's current
+ * device is restored) and computes its budget. */
+kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t reserve_bytes,
+                                   kvs_device_budget *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_DEVICE_BUDGET_H */

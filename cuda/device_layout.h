@@ -1,0 +1,173 @@
+/* The byte layout of one device's KV tiers, carved from one allocation.
+ *
+ * Pure arithmetic (no CUDA), so every offset, every padding byte and the
+ * budget solve are tested on machines without a GPU. The regions follow
+ * core/'s exact pricing row for row: each compressed and indexer pool
+ * carries its n_scratch rows after its data rows, each ring one scratch
+ * row, and the full -> window table its trailing -1 sentinel row. With
+ * alignment 1 the tiers are contiguous and their bytes equal
+ * kvs_pool_bytes_terms exactly; with alignment A every region starts on a
+ * multiple of A and the gaps are counted in padding_bytes, so the plan
+ * prices what is really allocated.
+ *
+ * The allocation, in order:
+ *   control      fault records of the four kernels, then the staging area
+ *                for journal entries uploaded from the host
+ *   mapping      full_token + 1 int64 rows (the last is the sentinel)
+ *   window       one region per layer: n_win_slots KV rows
+ *   compressed   ratio-4 layers, then ratio-128 layers: cmp_blocks +
+ *                n_scratch KV rows each
+ *   indexer      ratio-4 layers: idx_blocks + n_scratch index rows
+ *   state        ratio-4 layers, then ratio-128 layers: the fp32
+ *                attention ring, state_slots + 1 rows
+ *   index state  ratio-4 layers: the fp32 indexer ring, + 1 row
+ * Regions of one kind have one size, so a region's offset is
+ * first + rank * stride: found in O(1) for any layer. */
+#ifndef KVS_DEVICE_LAYOUT_H
+#define KVS_DEVICE_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cost_model.h"
+#include "core/device_ref.h"
+#include "core/geometry.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvs_device_tier {
+  KVS_DEVICE_TIER_MAPPING = 0,     /* full -> window table and its sentinel */
+  KVS_DEVICE_TIER_WINDOW = 1,      /* window KV, every layer */
+  KVS_DEVICE_TIER_COMPRESSED = 2,  /* compressed KV, ratio-4 and ratio-128 layers */
+  KVS_DEVICE_TIER_INDEXER = 3,     /* indexer keys, ratio-4 layers */
+  KVS_DEVICE_TIER_STATE = 4,       /* attention compress-state ring (fp32) */
+  KVS_DEVICE_TIER_INDEX_STATE = 5  /* indexer compress-state ring (fp32) */
+} kvs_device_tier;
+
+#define KVS_DEVICE_TIER_COUNT 6
+
+/* "mapping", "window", "compressed", "indexer", "state", "index_state". */
+const char *kvs_device_tier_name(kvs_device_tier tier);
+
+/* The regions of one kind: `count` regions of `rows + scratch_rows` rows
+ * of `row_bytes` each (`bytes`), the first at `offset`, each next one
+ * `stride` (bytes rounded up to the alignment) further. */
+typedef struct kvs_device_span {
+  kvs_device_tier tier;
+  uint32_t ratio; /* 4 or 128 for per-ratio spans, else 0 */
+  uint64_t count;
+  uint64_t rows;
+  uint64_t scratch_rows;
+  uint64_t row_bytes;
+  uint64_t bytes;
+  uint64_t stride;
+  uint64_t offset;
+} kvs_device_span;
+
+#define KVS_DEVICE_SPAN_COUNT 8
+
+/* One region: where it starts, its rows and how wide they are. */
+typedef struct kvs_device_region {
+  kvs_device_tier tier;
+  uint64_t offset;
+  uint64_t bytes;        /* (rows + scratch_rows) * row_bytes, no padding */
+  uint64_t rows;         /* data rows */
+  uint64_t scratch_rows; /* scratch rows after them (the sentinel, for the mapping) */
+  uint64_t row_bytes;
+} kvs_device_region;
+
+/* A versioned config: start from KVS_DEVICE_LAYOUT_OPTIONS_INIT. */
+typedef struct kvs_device_layout_options {
+  size_t size;               /* sizeof(kvs_device_layout_options) */
+  uint64_t alignment;        /* a power of two; every region starts on it */
+  uint64_t n_scratch;        /* scratch rows per compressed and indexer pool */
+  uint64_t journal_capacity; /* entries one host-journal apply may upload */
+} kvs_device_layout_options;
+
+/* 256 B: what cudaMalloc guarantees for the base and what coalesced and
+ * TMA accesses want for every region; 1 scratch row as kvplan's default;
+ * 4096 journal entries as the window pool's default journal. */
+#define KVS_DEVICE_DEFAULT_ALIGNMENT 256u
+#define KVS_DEVICE_LAYOUT_OPTIONS_INIT \
+  { sizeof(kvs_device_layout_options), KVS_DEVICE_DEFAULT_ALIGNMENT, 1, 4096 }
+
+/* The fault records at the head of the control area, one per kernel. */
+typedef struct kvs_device_faults {
+  kvs_batch_fault apply_journal;
+  kvs_batch_fault translate;
+  kvs_batch_fault state_locs;
+  kvs_batch_fault ring_ctx;
+} kvs_device_faults;
+
+/* A plain value (about 8 KiB: per-layer tables for KVS_MAX_LAYERS). */
+typedef struct kvs_device_layout {
+  kvs_device_layout_options options;
+  kvs_pool_sizes sizes;
+  kvs_cost_terms terms;
+  size_t first_layer; /* the layers [first_layer, end_layer) of the geometry */
+  size_t end_layer;
+  uint32_t layer_ratio[KVS_MAX_LAYERS]; /* ratio of layer first_layer + i */
+  uint32_t layer_rank[KVS_MAX_LAYERS];  /* its index among the range's layers of that ratio */
+  kvs_device_span spans[KVS_DEVICE_SPAN_COUNT];
+  kvs_pool_breakdown exact;  /* bytes per tier, as core/ prices them */
+  uint64_t control_offset;   /* 0 */
+  uint64_t faults_offset;    /* kvs_device_faults */
+  uint64_t journal_offset;   /* journal_capacity kvs_journal_entry */
+  uint64_t control_bytes;
+  uint64_t tiers_offset;     /* the mapping: control rounded up to the alignment */
+  uint64_t tiers_end;        /* end of the last tier region */
+  uint64_t padding_bytes;    /* every alignment gap: total - exact.total - control */
+  uint64_t total_bytes;      /* what one cudaMalloc takes */
+} kvs_device_layout;
+
+/* Lays out the tiers of layers [first, end) of the geometry for these
+ * sizes (built for that range: sizes->n_layers == end - first). widths
+ * NULL means core's defaults (bf16 rows, fp32 rings); options NULL means
+ * the INIT values. Cross-checks every tier's bytes against
+ * kvs_pool_bytes_terms. *out is written only on success. */
+kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, size_t end,
+                                   const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
+                                   const kvs_device_layout_options *options,
+                                   kvs_device_layout *out, kvs_error *err);
+
+/* The region of a tier for a layer (absolute index in the geometry; ignored
+ * for the mapping). A layer outside the range is KVS_ERR_OUT_OF_RANGE; a
+ * tier the layer does not have (compressed on a ratio-0 layer, indexer or
+ * index state off ratio 4) is KVS_ERR_NOT_FOUND naming both. */
+kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_tier tier,
+                                    size_t layer, kvs_device_region *out, kvs_error *err);
+
+/* The table dims the kernels see (page, full_token, n_win_slots). */
+kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout);
+
+/* fp8 rows as one public engine stores DSV4 (../shared/MODELS.md): KV rows
+ * of 448 B fp8 no-rope + 128 B bf16 rope + 8 B scales and padding = 584 B,
+ * indexer rows of 128 B fp8 + 4 B scale = 132 B; rings stay fp32 (core's
+ * defaults for this geometry). */
+#define KVS_FP8_KV_ROW_BYTES 584u
+#define KVS_FP8_INDEX_ROW_BYTES 132u
+kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry);
+
+/* The largest pool of layers [first, end) whose padded layout, control
+ * area included, fits budget_bytes: the same window rule as
+ * kvs_solve_num_pages (max(floor, ceil(swa_ratio * pages)) pages, capped
+ * at the history). With alignment 1 this is core's solve of the budget
+ * less the control area; with more it is never more, and never short of
+ * a pool that fits. A budget below the minimal padded pool is
+ * KVS_ERR_BUDGET_TOO_SMALL with *shortfall (when non-NULL) holding the
+ * padded minimal bytes; *out is written only on success. */
+kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geometry,
+                                 size_t first, size_t end, const kvs_row_widths *widths,
+                                 double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                 const kvs_device_layout_options *options,
+                                 kvs_device_layout *out, kvs_budget_shortfall *shortfall,
+                                 kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_DEVICE_LAYOUT_H */
