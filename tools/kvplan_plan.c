@@ -1,11 +1,483 @@
-/* kvplan plan: placeholder until the per-rank planner lands (issue 4). */
+/* kvplan plan: the per-rank KV plan of a serving node, the README's main
+ * job and what `kvplan` runs with no arguments.
+ *
+ * The machine comes from hwloc (live, or --topology FILE); the budgets
+ * from CUDA's free memory x --memory-ratio, or from --budget /
+ * --budget-per-gpu. With no GPU visible to CUDA and no --topology, the
+ * bundled 8-GPU server stands in at a nominal 141 GB per GPU, and the
+ * first line says so. Exit status: 0 planned, 1 the plan cannot be made
+ * on this machine (budget too small, more ranks than GPUs, tp x pp not
+ * dividing the GPUs, no GPU, a topology that does not load), 2 bad usage. */
+#include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "core/cost_model.h"
+#include "topology/node_plan.h"
+#include "topology/source.h"
+#include "topology/topology.h"
+#include "tools/args.h"
 #include "tools/kvplan.h"
+#include "tools/plan_options.h"
+#include "tools/plan_svg.h"
+
+/* The memory a GPU is assumed to have when none can be measured: an
+ * H200's 141 GB. */
+#define NOMINAL_GPU_BYTES 141000000000ull
+#define DEFAULT_MEMORY_RATIO 0.9
+#define MAX_GPUS 1024
+
+enum {
+  OPT_TOPOLOGY = 1,
+  OPT_TP,
+  OPT_PP,
+  OPT_BUDGET,
+  OPT_BUDGET_PER_GPU,
+  OPT_MEMORY_RATIO,
+  OPT_JSON,
+  OPT_SVG,
+  OPT_HELP
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: kvplan [plan] [flags]\n"
+          "  --topology FILE|live    hwloc XML export or the running machine (default: live\n"
+          "                          when CUDA sees GPUs, else the bundled 8-GPU server)\n"
+          "  --tp N --pp N           tensor x pipeline parallel layout (default: all GPUs as\n"
+          "                          one TP group; one of them alone takes the rest); tp x pp\n"
+          "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
+          "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"
+          "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"
+          "  --memory-ratio F        share of each GPU's free memory for KV (default 0.9)\n"
+          "%s"
+          "  --json                  one JSON object on stdout (notes go to stderr)\n"
+          "  --svg FILE              write the memory map as SVG\n"
+          "exit status: 0 planned, 1 the plan cannot be made here, 2 bad usage\n",
+          kvs_plan_options_help);
+}
+
+typedef struct plan_args {
+  kvs_plan_options options;
+  const char *topology; /* NULL: the default */
+  bool have_tp, have_pp;
+  uint64_t tp, pp;
+  bool have_budget;
+  uint64_t budget;
+  size_t n_budgets; /* --budget-per-gpu entries */
+  uint64_t *budgets;
+  bool have_ratio;
+  double memory_ratio;
+  bool json;
+  const char *svg;
+} plan_args;
+
+/* Parses argv into args: 0 to go on, else the exit status. */
+static int parse(int argc, char **argv, plan_args *a) {
+  struct option longs[64];
+  size_t n = 0;
+  longs[n++] = (struct option){"topology", required_argument, NULL, OPT_TOPOLOGY};
+  longs[n++] = (struct option){"tp", required_argument, NULL, OPT_TP};
+  longs[n++] = (struct option){"pp", required_argument, NULL, OPT_PP};
+  longs[n++] = (struct option){"budget", required_argument, NULL, OPT_BUDGET};
+  longs[n++] = (struct option){"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU};
+  longs[n++] = (struct option){"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO};
+  longs[n++] = (struct option){"json", no_argument, NULL, OPT_JSON};
+  longs[n++] = (struct option){"svg", required_argument, NULL, OPT_SVG};
+  longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+  memcpy(longs + n, kvs_plan_long_options, kvs_plan_long_options_count * sizeof longs[0]);
+  n += kvs_plan_long_options_count;
+  longs[n] = (struct option){0, 0, 0, 0};
+
+  kvs_error err;
+  optind = 1;
+  opterr = 0;
+  int id;
+  while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
+    kvs_status status = KVS_OK;
+    switch (id) {
+      case OPT_TOPOLOGY: a->topology = optarg; break;
+      case OPT_TP:
+        a->have_tp = true;
+        status = kvs_parse_u64("--tp", optarg, &a->tp, &err);
+        break;
+      case OPT_PP:
+        a->have_pp = true;
+        status = kvs_parse_u64("--pp", optarg, &a->pp, &err);
+        break;
+      case OPT_BUDGET:
+        a->have_budget = true;
+        status = kvs_parse_bytes("--budget", optarg, &a->budget, &err);
+        break;
+      case OPT_BUDGET_PER_GPU:
+        status = kvs_parse_bytes_list("--budget-per-gpu", optarg, a->budgets, MAX_GPUS,
+                                      &a->n_budgets, &err);
+        break;
+      case OPT_MEMORY_RATIO:
+        a->have_ratio = true;
+        status = kvs_parse_double("--memory-ratio", optarg, &a->memory_ratio, &err);
+        break;
+      case OPT_JSON: a->json = true; break;
+      case OPT_SVG: a->svg = optarg; break;
+      case OPT_HELP: usage(stdout); return -1;
+      case ':':
+        fprintf(stderr, "kvplan plan: %s needs a value\n", argv[optind - 1]);
+        return 2;
+      case '?':
+        fprintf(stderr, "kvplan plan: unknown flag '%s'\n", argv[optind - 1]);
+        usage(stderr);
+        return 2;
+      default: status = kvs_plan_options_apply(&a->options, id, optarg, &err); break;
+    }
+    if (status != KVS_OK) {
+      fprintf(stderr, "kvplan plan: %s\n", err.message);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "kvplan plan: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
+    fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
+    return 2;
+  }
+  if (a->have_ratio && (a->have_budget || a->n_budgets > 0)) {
+    fprintf(stderr, "kvplan plan: --memory-ratio scales measured memory; --budget and "
+                    "--budget-per-gpu give the bytes themselves\n");
+    return 2;
+  }
+  if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
+    fprintf(stderr, "kvplan plan: --memory-ratio must be in (0, 1], got %g\n", a->memory_ratio);
+    return 2;
+  }
+  if ((a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) ||
+      (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS))) {
+    fprintf(stderr, "kvplan plan: --tp and --pp must be between 1 and %d\n", MAX_GPUS);
+    return 2;
+  }
+  return 0;
+}
+
+static json_t *json_u64(uint64_t value) { return json_integer((json_int_t)value); }
+
+static void print_json(json_t *object) {
+  char *text = json_dumps(object, JSON_COMPACT);
+  printf("%s\n", text);
+  free(text);
+  json_decref(object);
+}
+
+static json_t *gpu_json(const kvs_gpu_info *gpu) {
+  json_t *o = json_object();
+  json_object_set_new(o, "index", json_u64(gpu->index));
+  json_object_set_new(o, "pci_busid", json_string(gpu->pci_busid));
+  json_object_set_new(o, "numa_node", gpu->numa_node >= 0 ? json_integer(gpu->numa_node)
+                                                          : json_null());
+  json_object_set_new(o, "cpuset", json_string(gpu->cpuset));
+  return o;
+}
+
+static json_t *plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
+  const kvs_split *split = kvs_node_plan_split(plan);
+  json_t *root = json_object();
+  json_object_set_new(root, "num_pages", json_u64(split->num_pages));
+  json_object_set_new(root, "full_token", json_u64(split->full_token));
+  json_object_set_new(root, "n_win_pages", json_u64(split->n_win_pages));
+  json_object_set_new(root, "limiting_rank", json_u64(kvs_node_plan_limiting_rank(plan)));
+  json_t *ranks = json_array();
+  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    json_t *o = json_object();
+    json_object_set_new(o, "rank", json_u64(rp->rank));
+    json_object_set_new(o, "tp_rank", json_u64(rp->tp_rank));
+    json_object_set_new(o, "pp_stage", json_u64(rp->pp_stage));
+    json_object_set_new(o, "gpu", gpu_json(&gpus[rp->gpu]));
+    json_object_set_new(o, "layers", json_pack("[II]", (json_int_t)rp->first,
+                                               (json_int_t)(rp->end - 1)));
+    json_object_set_new(o, "budget_bytes", json_u64(rp->budget_bytes));
+    json_object_set_new(o, "pool_bytes", json_u64(rp->bytes.total));
+    json_t *tiers = json_object();
+    json_object_set_new(tiers, "window", json_u64(rp->bytes.window));
+    json_object_set_new(tiers, "compressed", json_u64(rp->bytes.compressed));
+    json_object_set_new(tiers, "indexer", json_u64(rp->bytes.indexer));
+    json_object_set_new(tiers, "state", json_u64(rp->bytes.state));
+    json_object_set_new(tiers, "index_state", json_u64(rp->bytes.index_state));
+    json_object_set_new(tiers, "mapping", json_u64(rp->bytes.mapping));
+    json_object_set_new(tiers, "scratch", json_u64(rp->bytes.scratch));
+    json_object_set_new(o, "tiers", tiers);
+    json_array_append_new(ranks, o);
+  }
+  json_object_set_new(root, "ranks", ranks);
+  return root;
+}
+
+static const char *numa_text(int numa, char *buf, size_t len) {
+  if (numa < 0) return "-";
+  snprintf(buf, len, "%d", numa);
+  return buf;
+}
+
+static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
+  const kvs_split *split = kvs_node_plan_split(plan);
+  static const char *const heads[] = {"window", "compressed", "indexer", "state",
+                                      "idx_state", "mapping", "scratch", "pool",
+                                      "budget", "headroom"};
+  printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
+         "layers");
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
+  printf("\n");
+  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    const kvs_gpu_info *gpu = &gpus[rp->gpu];
+    char layers[32], numa[16], buf[32];
+    snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
+    printf("%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
+           gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
+    const uint64_t cells[] = {rp->bytes.window,      rp->bytes.compressed, rp->bytes.indexer,
+                              rp->bytes.state,       rp->bytes.index_state, rp->bytes.mapping,
+                              rp->bytes.scratch,     rp->bytes.total,      rp->budget_bytes,
+                              rp->headroom_bytes};
+    for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
+      printf(" %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
+    }
+    printf("%s\n", r == kvs_node_plan_limiting_rank(plan) ? "  <- limit" : "");
+  }
+  const kvs_rank_plan *lim = kvs_node_plan_rank(plan, kvs_node_plan_limiting_rank(plan));
+  const kvs_gpu_info *gpu = &gpus[lim->gpu];
+  char numa[16], buf[32];
+  printf("\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
+         "ranks\n",
+         (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
+         (unsigned long long)split->full_token);
+  printf("window      %llu pages (%llu slots) on every rank\n",
+         (unsigned long long)split->n_win_pages,
+         (unsigned long long)split->stages[0].sizes.n_win_slots);
+  printf("limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
+         "(%llu bytes): one more page does not fit its stage\n",
+         lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
+         lim->pp_stage, lim->first, lim->end - 1,
+         kvs_format_bytes(lim->headroom_bytes, buf, sizeof buf),
+         (unsigned long long)lim->headroom_bytes);
+}
+
+/* Loads the topology the flags ask for; *note explains a stand-in. */
+static int load_topology(const plan_args *a, kvs_topology_t *out, char *note, size_t note_len) {
+  kvs_error err;
+  kvs_topology_source source;
+  if (a->topology == NULL) {
+    source = kvs_topology_source_live();
+    kvs_topology_t live = NULL;
+    if (kvs_topology_create(&source, NULL, &live, &err) == KVS_OK &&
+        kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
+      *out = live;
+      return 0;
+    }
+    const char *why = live != NULL ? kvs_topology_cuda_note(live) : err.message;
+    snprintf(note, note_len,
+             "kvplan: no GPU visible to CUDA (%s); planning the %s with a nominal 141 GB per "
+             "GPU",
+             why, kvs_bundled_topology_description);
+    kvs_topology_destroy(live);
+    source = kvs_topology_source_bundled();
+  } else if (strcmp(a->topology, "live") == 0) {
+    source = kvs_topology_source_live();
+  } else {
+    source = kvs_topology_source_xml_file(a->topology);
+  }
+  if (kvs_topology_create(&source, NULL, out, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 1;
+  }
+  if (kvs_topology_gpu_count(*out) == 0) {
+    fprintf(stderr, "kvplan plan: topology '%s' has no NVIDIA GPU (vendor 0x10de, class "
+                    "display/3D)\n",
+            kvs_topology_label(*out));
+    kvs_topology_destroy(*out);
+    *out = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+/* Fills budgets[0..n) from the flags or the GPUs; *what describes them. */
+static int pick_budgets(const plan_args *a, kvs_topology_t topo, uint64_t *budgets,
+                        char *what, size_t what_len, char *note, size_t note_len) {
+  size_t n = kvs_topology_gpu_count(topo);
+  char buf[32];
+  if (a->have_budget) {
+    for (size_t i = 0; i < n; i++) budgets[i] = a->budget;
+    snprintf(what, what_len, "%s per GPU (--budget)", kvs_format_bytes(a->budget, buf, sizeof buf));
+    return 0;
+  }
+  if (a->n_budgets > 0) {
+    if (a->n_budgets != n) {
+      fprintf(stderr, "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
+                      "GPUs\n",
+              a->n_budgets, kvs_topology_label(topo), n);
+      return 2;
+    }
+    memcpy(budgets, a->budgets, n * sizeof *budgets);
+    snprintf(what, what_len, "per GPU from --budget-per-gpu");
+    return 0;
+  }
+  if (kvs_topology_cuda_used(topo)) {
+    for (size_t i = 0; i < n; i++) {
+      budgets[i] = (uint64_t)((double)kvs_topology_gpu(topo, i)->free_bytes * a->memory_ratio);
+    }
+    snprintf(what, what_len, "free memory x %.2f per GPU (CUDA)", a->memory_ratio);
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) budgets[i] = (uint64_t)((double)NOMINAL_GPU_BYTES * a->memory_ratio);
+  snprintf(what, what_len, "nominal 141 GB x %.2f = %s per GPU", a->memory_ratio,
+           kvs_format_bytes(budgets[0], buf, sizeof buf));
+  if (note[0] == '\0') {
+    snprintf(note, note_len,
+             "kvplan: no GPU memory measured (%s); budgets assume a nominal 141 GB per GPU "
+             "(give --budget or --budget-per-gpu)",
+             kvs_topology_cuda_note(topo));
+  }
+  return 0;
+}
+
+static int report_shortfall(const plan_args *a, const kvs_error *err,
+                            const kvs_plan_shortfall *s, const kvs_gpu_info *gpus) {
+  fprintf(stderr, "kvplan plan: %s\n", err->message);
+  if (a->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "error", json_string("budget_too_small"));
+    json_object_set_new(o, "rank", json_u64(s->rank));
+    json_object_set_new(o, "pp_stage", json_u64(s->pp_stage));
+    json_object_set_new(o, "gpu", gpu_json(&gpus[s->gpu]));
+    json_object_set_new(o, "layers", json_pack("[II]", (json_int_t)s->first,
+                                               (json_int_t)(s->end - 1)));
+    json_object_set_new(o, "available_bytes", json_u64(s->available_bytes));
+    json_object_set_new(o, "needed_bytes", json_u64(s->needed_bytes));
+    json_object_set_new(o, "min_pages", json_u64(s->min_pages));
+    print_json(o);
+  }
+  return 1;
+}
+
+static int run(plan_args *a) {
+  kvs_error err;
+  kvs_geometry geometry;
+  uint64_t floor_pages;
+  const char *model;
+  kvs_pool_sizes probe;
+  if (kvs_plan_options_resolve(&a->options, &geometry, &floor_pages, &model, &err) != KVS_OK ||
+      kvs_pool_sizes_compute(2, &geometry, a->options.swa_ratio, a->options.page, 2, &probe,
+                             &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 2;
+  }
+  char note[1024] = "", budget_what[160];
+  kvs_topology_t topo = NULL;
+  int rc = load_topology(a, &topo, note, sizeof note);
+  if (rc != 0) return rc;
+  size_t n = kvs_topology_gpu_count(topo);
+  const kvs_gpu_info *gpus = kvs_topology_gpus(topo);
+  uint64_t *budgets = calloc(n, sizeof *budgets);
+  kvs_node_plan_t plan = NULL;
+  if (budgets == NULL) {
+    fprintf(stderr, "kvplan plan: out of memory\n");
+    rc = 1;
+    goto done;
+  }
+  if ((rc = pick_budgets(a, topo, budgets, budget_what, sizeof budget_what, note,
+                         sizeof note)) != 0) {
+    goto done;
+  }
+  if (note[0] != '\0') fprintf(a->json ? stderr : stdout, "%s\n", note);
+
+  /* Defaults: every GPU in one TP group; one of tp/pp alone takes the rest. */
+  size_t tp = a->have_tp ? (size_t)a->tp : 0, pp = a->have_pp ? (size_t)a->pp : 0;
+  if (!a->have_tp && !a->have_pp) {
+    tp = n;
+    pp = 1;
+  } else if (!a->have_pp) {
+    pp = tp <= n && n % tp == 0 ? n / tp : 1;
+  } else if (!a->have_tp) {
+    tp = pp <= n && n % pp == 0 ? n / pp : 1;
+  }
+  kvs_plan_request request = {&geometry,           NULL,        a->options.swa_ratio,
+                              a->options.page,     floor_pages, a->options.scratch,
+                              tp,                  pp};
+  kvs_plan_shortfall shortfall;
+  kvs_status status = kvs_node_plan_create(&request, gpus, n, budgets, &plan, &shortfall, &err);
+  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
+    rc = report_shortfall(a, &err, &shortfall, gpus);
+    goto done;
+  }
+  if (status != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    rc = 1;
+    goto done;
+  }
+  const kvs_split *split = kvs_node_plan_split(plan);
+  char title[512], subtitle[512];
+  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", model, tp, pp,
+           kvs_node_plan_replicas(plan) > 1 ? " (replicated)" : "", n, kvs_topology_label(topo));
+  snprintf(subtitle, sizeof subtitle,
+           "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
+           "budget %s · limited by rank %zu",
+           (unsigned long long)split->num_pages,
+           (unsigned long long)split->stages[0].sizes.page,
+           (unsigned long long)split->full_token, (unsigned long long)split->n_win_pages,
+           budget_what, kvs_node_plan_limiting_rank(plan));
+  if (a->svg != NULL) {
+    kvs_plan_svg svg = {title, subtitle, plan, gpus, n};
+    if (kvs_plan_svg_write(a->svg, &svg, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan plan: %s\n", err.message);
+      rc = 2;
+      goto done;
+    }
+  }
+  if (a->json) {
+    print_json(plan_json(plan, gpus));
+  } else {
+    kvs_cost_terms t;
+    kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &t, NULL);
+    printf("model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
+           "index_head_dim %llu\n",
+           model, (unsigned long long)t.n_layers,
+           (unsigned long long)(t.n_layers - t.n_csa - t.n_hca), (unsigned long long)t.n_csa,
+           (unsigned long long)t.n_hca, (unsigned long long)geometry.head_dim,
+           (unsigned long long)geometry.index_head_dim);
+    printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
+           kvs_topology_label(topo), n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown",
+           kvs_topology_package_count(topo), kvs_topology_numa_count(topo));
+    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s\n", tp, pp,
+           tp * pp, kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "");
+    printf("budget      %s\n", budget_what);
+    printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
+           (unsigned long long)floor_pages, a->options.swa_ratio,
+           (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
+    print_table(plan, gpus);
+    if (a->svg != NULL) printf("svg         %s\n", a->svg);
+  }
+  rc = 0;
+done:
+  kvs_node_plan_destroy(plan);
+  free(budgets);
+  kvs_topology_destroy(topo);
+  return rc;
+}
 
 int kvs_kvplan_plan(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "kvplan plan: the per-rank planner is not built yet; use `kvplan solve`\n");
-  return 2;
+  plan_args a;
+  memset(&a, 0, sizeof a);
+  kvs_plan_options_init(&a.options);
+  a.memory_ratio = DEFAULT_MEMORY_RATIO;
+  a.budgets = calloc(MAX_GPUS, sizeof *a.budgets);
+  if (a.budgets == NULL) {
+    fprintf(stderr, "kvplan plan: out of memory\n");
+    return 1;
+  }
+  int rc = parse(argc, argv, &a);
+  if (rc == 0) rc = run(&a);
+  free(a.budgets);
+  return rc < 0 ? 0 : rc;
 }

@@ -1,0 +1,286 @@
+#include "tools/plan_svg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/args.h"
+
+/* Geometry of the picture, in SVG user units (pixels). */
+enum {
+  MARGIN = 24,
+  HEADER = 64,      /* title and subtitle */
+  CAPTION = 36,     /* a NUMA box's two caption lines */
+  TOP_LABELS = 30,  /* "GPU n" and "rank r" above the bars */
+  AREA = 320,       /* height of the tallest budget */
+  BOTTOM_LABELS = 62,
+  SLOT = 96,        /* horizontal room per GPU */
+  BAR = 50,
+  BOX_PAD = 10,
+  BOX_GAP = 18,
+  LEGEND = 230,
+};
+
+typedef struct tier {
+  const char *name;
+  const char *what;
+  const char *color;
+} tier;
+
+static const tier TIERS[] = {
+    {"window", "sliding-window KV, every layer", "#4e79a7"},
+    {"compressed", "compressed KV blocks (CSA, HCA)", "#f28e2b"},
+    {"indexer", "indexer keys (CSA)", "#59a14f"},
+    {"state", "compress-state rings", "#e15759"},
+    {"index_state", "indexer state rings", "#b07aa1"},
+    {"mapping", "full -> window mapping", "#76b7b2"},
+    {"scratch", "scratch rows, sentinel", "#9c755f"},
+};
+#define N_TIERS (sizeof TIERS / sizeof TIERS[0])
+
+static uint64_t tier_bytes(const kvs_pool_breakdown *b, size_t i) {
+  const uint64_t values[N_TIERS] = {b->window,      b->compressed, b->indexer, b->state,
+                                    b->index_state, b->mapping,    b->scratch};
+  return values[i];
+}
+
+/* Writes text with the five XML specials escaped. */
+static void put_text(FILE *f, const char *text) {
+  for (const char *p = text; p != NULL && *p != '\0'; p++) {
+    switch (*p) {
+      case '&': fputs("&amp;", f); break;
+      case '<': fputs("&lt;", f); break;
+      case '>': fputs("&gt;", f); break;
+      case '"': fputs("&quot;", f); break;
+      case '\'': fputs("&apos;", f); break;
+      default: fputc(*p, f);
+    }
+  }
+}
+
+static void text_at(FILE *f, double x, double y, const char *anchor, const char *cls,
+                    const char *text) {
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" class=\"%s\">", x, y, anchor, cls);
+  put_text(f, text);
+  fputs("</text>\n", f);
+}
+
+/* GPUs sharing a NUMA node (and package) form one box. */
+typedef struct group {
+  int numa, package;
+  size_t first_gpu; /* lowest list position: the boxes' order */
+  size_t n;
+  size_t *gpus;     /* list positions, ascending */
+} group;
+
+static double scaled(uint64_t bytes, uint64_t max_budget) {
+  return max_budget == 0 ? 0.0 : (double)AREA * (double)bytes / (double)max_budget;
+}
+
+static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, double cx,
+                     double top, uint64_t max_budget, bool limiting) {
+  const kvs_gpu_info *gpu = &svg->gpus[rp->gpu];
+  char line[160], b1[32], b2[32];
+  double bottom = top + TOP_LABELS + AREA;
+  double x = cx - BAR / 2.0;
+  double budget_h = scaled(rp->budget_bytes, max_budget);
+
+  snprintf(line, sizeof line, "GPU %zu", gpu->index);
+  text_at(f, cx, top + 12, "middle", "gpu", line);
+  snprintf(line, sizeof line, "rank %zu · tp %zu · pp %zu", rp->rank, rp->tp_rank, rp->pp_stage);
+  text_at(f, cx, top + 25, "middle", "small", line);
+
+  /* The budget outline, headroom hatched, then the tiers from the floor. */
+  fprintf(f, "<g><title>");
+  snprintf(line, sizeof line, "GPU %zu %s: headroom %llu bytes (%s) of a %llu-byte budget",
+           gpu->index, gpu->pci_busid, (unsigned long long)rp->headroom_bytes,
+           kvs_format_bytes(rp->headroom_bytes, b1, sizeof b1),
+           (unsigned long long)rp->budget_bytes);
+  put_text(f, line);
+  fprintf(f, "</title><rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
+             "fill=\"url(#headroom)\" stroke=\"#888\" stroke-dasharray=\"4 2\"/></g>\n",
+          x, bottom - budget_h, BAR, budget_h);
+  double y = bottom;
+  for (size_t i = 0; i < N_TIERS; i++) {
+    uint64_t bytes = tier_bytes(&rp->bytes, i);
+    double h = scaled(bytes, max_budget);
+    if (bytes == 0) continue;
+    y -= h;
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\">"
+               "<title>",
+            x, y, BAR, h, TIERS[i].color);
+    snprintf(line, sizeof line, "%s: %llu bytes (%s)", TIERS[i].name, (unsigned long long)bytes,
+             kvs_format_bytes(bytes, b1, sizeof b1));
+    put_text(f, line);
+    fputs("</title></rect>\n", f);
+  }
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"none\" "
+             "stroke=\"%s\" stroke-width=\"%s\"/>\n",
+          x, bottom - budget_h, BAR, budget_h, limiting ? "#d62728" : "#333",
+          limiting ? "3" : "1");
+  double used = rp->budget_bytes ? 100.0 * (double)rp->bytes.total / (double)rp->budget_bytes
+                                 : 0.0;
+  snprintf(line, sizeof line, "%.1f%%", used);
+  text_at(f, cx, bottom - budget_h - 4, "middle", limiting ? "limit" : "small", line);
+
+  text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
+  snprintf(line, sizeof line, "layers %zu-%zu", rp->first, rp->end - 1);
+  text_at(f, cx, bottom + 28, "middle", "small", line);
+  snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->bytes.total, b1, sizeof b1));
+  text_at(f, cx, bottom + 42, "middle", "small", line);
+  snprintf(line, sizeof line, "of %s", kvs_format_bytes(rp->budget_bytes, b2, sizeof b2));
+  text_at(f, cx, bottom + 56, "middle", "small", line);
+  if (limiting) text_at(f, cx, bottom + 70, "middle", "limit", "LIMITING");
+}
+
+static void draw_legend(FILE *f, double x, double y) {
+  text_at(f, x, y, "start", "gpu", "tiers (bottom up)");
+  for (size_t i = 0; i < N_TIERS; i++) {
+    double row = y + 14 + 30.0 * (double)i;
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, row,
+            TIERS[i].color);
+    text_at(f, x + 20, row + 11, "start", "label", TIERS[i].name);
+    text_at(f, x + 20, row + 24, "start", "small", TIERS[i].what);
+  }
+  double row = y + 14 + 30.0 * N_TIERS;
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#headroom)\" "
+             "stroke=\"#888\" stroke-dasharray=\"4 2\"/>\n",
+          x, row);
+  text_at(f, x + 20, row + 11, "start", "label", "headroom");
+  text_at(f, x + 20, row + 24, "start", "small", "budget not used by the pool");
+  row += 34;
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"none\" "
+             "stroke=\"#d62728\" stroke-width=\"3\"/>\n",
+          x, row);
+  text_at(f, x + 20, row + 11, "start", "label", "limiting device");
+  text_at(f, x + 20, row + 24, "start", "small", "cannot hold one more page");
+}
+
+kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err) {
+  size_t n = svg->n_gpus;
+  size_t n_ranks = kvs_node_plan_rank_count(svg->plan);
+  size_t limiting = kvs_node_plan_limiting_rank(svg->plan);
+  const kvs_rank_plan **by_gpu = calloc(n > 0 ? n : 1, sizeof *by_gpu);
+  group *groups = calloc(n > 0 ? n : 1, sizeof *groups);
+  size_t *members = calloc(n > 0 ? n : 1, sizeof *members);
+  if (by_gpu == NULL || groups == NULL || members == NULL) {
+    free(by_gpu);
+    free(groups);
+    free(members);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory drawing %s", path);
+  }
+  uint64_t max_budget = 0;
+  for (size_t r = 0; r < n_ranks; r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(svg->plan, r);
+    if (rp->gpu < n) by_gpu[rp->gpu] = rp;
+    if (rp->budget_bytes > max_budget) max_budget = rp->budget_bytes;
+  }
+  /* Boxes: one per (NUMA node, package), in order of their first GPU. */
+  size_t n_groups = 0, n_members = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (by_gpu[i] == NULL) continue;
+    size_t g = 0;
+    while (g < n_groups &&
+           !(groups[g].numa == svg->gpus[i].numa_node && groups[g].package == svg->gpus[i].package)) {
+      g++;
+    }
+    if (g == n_groups) {
+      groups[g].numa = svg->gpus[i].numa_node;
+      groups[g].package = svg->gpus[i].package;
+      groups[g].first_gpu = i;
+      n_groups++;
+    }
+    groups[g].n++;
+  }
+  for (size_t g = 0; g < n_groups; g++) {
+    groups[g].gpus = members + n_members;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (by_gpu[i] != NULL && svg->gpus[i].numa_node == groups[g].numa &&
+          svg->gpus[i].package == groups[g].package) {
+        groups[g].gpus[k++] = i;
+      }
+    }
+    n_members += k;
+  }
+
+  double width = MARGIN, box_top = MARGIN + HEADER;
+  for (size_t g = 0; g < n_groups; g++) width += (double)groups[g].n * SLOT + 2 * BOX_PAD + BOX_GAP;
+  double legend_x = width + 4;
+  width += LEGEND;
+  double height = box_top + CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 24 + MARGIN;
+  double legend_h = box_top + 14 + 30.0 * N_TIERS + 90;
+  if (height < legend_h) height = legend_h;
+
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    kvs_status s = kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path,
+                                 strerror(errno));
+    free(by_gpu);
+    free(groups);
+    free(members);
+    return s;
+  }
+  fprintf(f,
+          "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n"
+          "<defs><pattern id=\"headroom\" width=\"8\" height=\"8\" patternUnits=\"userSpaceOnUse\" "
+          "patternTransform=\"rotate(45)\"><rect width=\"8\" height=\"8\" fill=\"#f4f4f4\"/>"
+          "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"8\" stroke=\"#cfcfcf\" stroke-width=\"3\"/>"
+          "</pattern></defs>\n"
+          "<style>.title{font-size:18px;font-weight:bold}.sub{font-size:13px;fill:#333}"
+          ".gpu{font-size:12px;font-weight:bold}.label{font-size:12px}"
+          ".small{font-size:10px;fill:#333}.mono{font-size:10px;font-family:monospace}"
+          ".box{font-size:11px;fill:#1f3b57}.limit{font-size:10px;font-weight:bold;"
+          "fill:#d62728}</style>\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          width, height, width, height);
+  text_at(f, MARGIN, MARGIN + 18, "start", "title", svg->title);
+  text_at(f, MARGIN, MARGIN + 40, "start", "sub", svg->subtitle);
+
+  double x = MARGIN;
+  for (size_t g = 0; g < n_groups; g++) {
+    const group *gr = &groups[g];
+    double box_w = (double)gr->n * SLOT + 2 * BOX_PAD;
+    double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
+               "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
+            x, box_top, box_w, box_h);
+    char line[KVS_CPUSET_STRING_MAX + 64];
+    char numa[24] = "?", package[24] = "?";
+    if (gr->numa >= 0) snprintf(numa, sizeof numa, "%d", gr->numa);
+    if (gr->package >= 0) snprintf(package, sizeof package, "%d", gr->package);
+    snprintf(line, sizeof line, "NUMA node %s · package %s", numa, package);
+    text_at(f, x + BOX_PAD, box_top + 15, "start", "box", line);
+    const char *cpus = svg->gpus[gr->gpus[0]].cpuset;
+    /* A long CPU list is cut to the box; the JSON keeps it whole. */
+    size_t room = (size_t)(box_w / 6.2) > 8 ? (size_t)(box_w / 6.2) - 6 : 2;
+    if (strlen(cpus) > room) {
+      snprintf(line, sizeof line, "CPUs %.*s...", (int)room, cpus);
+    } else {
+      snprintf(line, sizeof line, "CPUs %s", cpus[0] != '\0' ? cpus : "unknown");
+    }
+    text_at(f, x + BOX_PAD, box_top + 29, "start", "box", line);
+    for (size_t k = 0; k < gr->n; k++) {
+      const kvs_rank_plan *rp = by_gpu[gr->gpus[k]];
+      double cx = x + BOX_PAD + SLOT * ((double)k + 0.5);
+      draw_bar(f, svg, rp, cx, box_top + CAPTION, max_budget, rp->rank == limiting);
+    }
+    x += box_w + BOX_GAP;
+  }
+  draw_legend(f, legend_x, box_top + 12);
+  char b1[32], note[128];
+  snprintf(note, sizeof note, "bars to scale: the tallest is a %s budget",
+           kvs_format_bytes(max_budget, b1, sizeof b1));
+  text_at(f, MARGIN, height - MARGIN + 8, "start", "small", note);
+  fputs("</svg>\n", f);
+  bool failed = ferror(f) != 0;
+  failed |= fclose(f) != 0;
+  free(by_gpu);
+  free(groups);
+  free(members);
+  if (failed) return kvs_error_set(err, KVS_ERR_IO, "writing SVG '%s' failed", path);
+  return KVS_OK;
+}

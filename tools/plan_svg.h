@@ -1,0 +1,36 @@
+/* kvplan plan --svg: the node's memory map as an SVG picture. One bar
+ * per GPU, as tall as its budget (all bars on one scale), the KV tiers
+ * stacked to scale from the bottom and the headroom hatched above them;
+ * GPUs boxed by NUMA node with the node's package and CPUs; the limiting
+ * device outlined in red. Every segment carries a <title> tooltip with
+ * its exact bytes. */
+#ifndef KVS_TOOLS_PLAN_SVG_H
+#define KVS_TOOLS_PLAN_SVG_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+#include "topology/gpu.h"
+#include "topology/node_plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_plan_svg {
+  const char *title;    /* e.g. "dsv4-flash · tp 4 x pp 2 · 8 GPUs" */
+  const char *subtitle; /* e.g. the page count and the tokens it buys */
+  kvs_node_plan_t plan;
+  const kvs_gpu_info *gpus; /* the list the plan was made for */
+  size_t n_gpus;
+} kvs_plan_svg;
+
+/* Writes the picture to path. A file that cannot be written is
+ * KVS_ERR_IO naming it. */
+kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOOLS_PLAN_SVG_H */

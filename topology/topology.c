@@ -1,0 +1,311 @@
+#include "topology/topology.h"
+
+#include <errno.h>
+#include <hwloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "topology/cuda_probe.h"
+
+/* CUDA devices one probe lists at most: far above any node. */
+#define MAX_CUDA_DEVICES 256
+
+struct kvs_topology {
+  hwloc_topology_t hwloc;
+  bool this_system;
+  bool cuda_used;
+  char label[512];
+  char cuda_note[KVS_ERROR_MESSAGE_MAX];
+  size_t n_gpus;
+  kvs_gpu_info *gpus;
+  hwloc_obj_t *pci;      /* [n_gpus]: the PCI object, NULL when not in the tree */
+  hwloc_obj_t *locality; /* [n_gpus]: its first non-I/O ancestor */
+};
+
+static void copy_string(char *dst, size_t cap, const char *src) {
+  snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+static bool pci_address_of(hwloc_obj_t obj, kvs_pci_address *out) {
+  out->domain = obj->attr->pcidev.domain;
+  out->bus = obj->attr->pcidev.bus;
+  out->device = obj->attr->pcidev.dev;
+  out->function = obj->attr->pcidev.func;
+  return true;
+}
+
+static int compare_pci_objects(const void *a, const void *b) {
+  kvs_pci_address x, y;
+  pci_address_of(*(const hwloc_obj_t *)a, &x);
+  pci_address_of(*(const hwloc_obj_t *)b, &y);
+  return kvs_pci_address_compare(&x, &y);
+}
+
+/* The model: an OS device's GPUModel (NVML/CUDA backends name the exact
+ * board), else the PCI database name. */
+static const char *model_of(hwloc_obj_t pci) {
+  for (hwloc_obj_t child = pci->io_first_child; child != NULL; child = child->next_sibling) {
+    const char *model = hwloc_obj_get_info_by_name(child, "GPUModel");
+    if (model != NULL) return model;
+  }
+  return hwloc_obj_get_info_by_name(pci, "PCIDevice");
+}
+
+/* The package a locality object belongs to, or -1: its own or an
+ * ancestor's, else the only package whose CPUs contain its CPUs. */
+static int package_of(hwloc_topology_t topo, hwloc_obj_t obj) {
+  for (hwloc_obj_t o = obj; o != NULL; o = o->parent) {
+    if (o->type == HWLOC_OBJ_PACKAGE) return (int)o->os_index;
+  }
+  hwloc_obj_t found = NULL, pkg = NULL;
+  while ((pkg = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_PACKAGE, pkg)) != NULL) {
+    if (obj->cpuset != NULL && pkg->cpuset != NULL &&
+        hwloc_bitmap_isincluded(obj->cpuset, pkg->cpuset)) {
+      if (found != NULL) return -1;
+      found = pkg;
+    }
+  }
+  return found != NULL ? (int)found->os_index : -1;
+}
+
+/* Fills the locality fields of gpu from its PCI object. */
+static kvs_status fill_locality(struct kvs_topology *t, size_t i, kvs_error *err) {
+  kvs_gpu_info *gpu = &t->gpus[i];
+  hwloc_obj_t pci = t->pci[i];
+  gpu->numa_node = -1;
+  gpu->package = -1;
+  gpu->in_topology = pci != NULL;
+  if (pci == NULL) return KVS_OK;
+  hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(t->hwloc, pci);
+  t->locality[i] = local;
+  if (local == NULL) return KVS_OK;
+  /* Several nodes (a GPU hanging off the whole machine, or a package
+   * split into sub-NUMA clusters) mean no single local node. */
+  if (local->nodeset != NULL && hwloc_bitmap_weight(local->nodeset) == 1) {
+    gpu->numa_node = hwloc_bitmap_first(local->nodeset);
+  }
+  gpu->package = package_of(t->hwloc, local);
+  if (local->cpuset != NULL) {
+    int n = hwloc_bitmap_list_snprintf(gpu->cpuset, sizeof gpu->cpuset, local->cpuset);
+    if (n < 0 || (size_t)n >= sizeof gpu->cpuset) {
+      return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                           "GPU %zu (%s): its local cpuset does not fit in %d characters", i,
+                           gpu->pci_busid, KVS_CPUSET_STRING_MAX);
+    }
+  }
+  return KVS_OK;
+}
+
+/* The NVIDIA display/3D PCI functions of the tree, in bus id order. */
+static kvs_status find_pci_gpus(hwloc_topology_t topo, hwloc_obj_t **out, size_t *n_out,
+                                kvs_error *err) {
+  size_t n = 0, cap = 0;
+  hwloc_obj_t *list = NULL;
+  hwloc_obj_t obj = NULL;
+  while ((obj = hwloc_get_next_pcidev(topo, obj)) != NULL) {
+    if (!kvs_pci_is_nvidia_gpu(obj->attr->pcidev.vendor_id, obj->attr->pcidev.class_id)) {
+      continue;
+    }
+    if (n == cap) {
+      size_t grown = cap == 0 ? 16 : cap * 2;
+      hwloc_obj_t *bigger = realloc(list, grown * sizeof *list);
+      if (bigger == NULL) {
+        free(list);
+        return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory listing GPUs");
+      }
+      list = bigger;
+      cap = grown;
+    }
+    list[n++] = obj;
+  }
+  /* hwloc walks the tree depth first: sort into bus order. */
+  if (n > 1) qsort(list, n, sizeof *list, compare_pci_objects);
+  *out = list;
+  *n_out = n;
+  return KVS_OK;
+}
+
+static kvs_status alloc_gpus(struct kvs_topology *t, size_t n, kvs_error *err) {
+  t->n_gpus = n;
+  t->gpus = calloc(n > 0 ? n : 1, sizeof *t->gpus);
+  t->pci = calloc(n > 0 ? n : 1, sizeof *t->pci);
+  t->locality = calloc(n > 0 ? n : 1, sizeof *t->locality);
+  if (t->gpus == NULL || t->pci == NULL || t->locality == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for %zu GPUs", n);
+  }
+  return KVS_OK;
+}
+
+/* GPUs from the hwloc tree alone. */
+static kvs_status gpus_from_hwloc(struct kvs_topology *t, hwloc_obj_t *pcis, size_t n,
+                                  kvs_error *err) {
+  kvs_status status = alloc_gpus(t, n, err);
+  if (status != KVS_OK) return status;
+  for (size_t i = 0; i < n; i++) {
+    kvs_gpu_info *gpu = &t->gpus[i];
+    gpu->index = i;
+    gpu->cuda_device = -1;
+    pci_address_of(pcis[i], &gpu->pci);
+    kvs_pci_address_format(&gpu->pci, gpu->pci_busid);
+    gpu->vendor_id = pcis[i]->attr->pcidev.vendor_id;
+    gpu->device_id = pcis[i]->attr->pcidev.device_id;
+    copy_string(gpu->model, sizeof gpu->model, model_of(pcis[i]));
+    t->pci[i] = pcis[i];
+    if ((status = fill_locality(t, i, err)) != KVS_OK) return status;
+  }
+  return KVS_OK;
+}
+
+/* GPUs from CUDA, each matched to its PCI object by bus id. */
+static kvs_status gpus_from_cuda(struct kvs_topology *t, const kvs_cuda_device *devices,
+                                 size_t n, kvs_error *err) {
+  kvs_status status = alloc_gpus(t, n, err);
+  if (status != KVS_OK) return status;
+  for (size_t i = 0; i < n; i++) {
+    kvs_gpu_info *gpu = &t->gpus[i];
+    const kvs_cuda_device *d = &devices[i];
+    gpu->index = i;
+    gpu->cuda_device = d->ordinal;
+    gpu->pci = d->pci;
+    kvs_pci_address_format(&gpu->pci, gpu->pci_busid);
+    gpu->free_bytes = d->free_bytes;
+    gpu->total_bytes = d->total_bytes;
+    copy_string(gpu->model, sizeof gpu->model, d->name);
+    hwloc_obj_t pci = hwloc_get_pcidev_by_busid(t->hwloc, d->pci.domain, d->pci.bus,
+                                                d->pci.device, d->pci.function);
+    t->pci[i] = pci;
+    if (pci != NULL) {
+      gpu->vendor_id = pci->attr->pcidev.vendor_id;
+      gpu->device_id = pci->attr->pcidev.device_id;
+    }
+    if ((status = fill_locality(t, i, err)) != KVS_OK) return status;
+  }
+  return KVS_OK;
+}
+
+static void free_fields(struct kvs_topology *t) {
+  if (t->hwloc != NULL) hwloc_topology_destroy(t->hwloc);
+  free(t->gpus);
+  free(t->pci);
+  free(t->locality);
+}
+
+kvs_status kvs_topology_create(const kvs_topology_source *source,
+                               const kvs_topology_options *options, kvs_topology_t *out,
+                               kvs_error *err) {
+  if (source == NULL || source->iface == NULL || source->iface->prepare == NULL ||
+      source->iface->is_this_system == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "topology source (and its prepare/is_this_system) and out are required");
+  }
+  kvs_topology_options opts = KVS_TOPOLOGY_OPTIONS_INIT;
+  if (options != NULL) {
+    if (options->size < sizeof opts) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "kvs_topology_options.size is %zu, expected %zu: initialise it with "
+                           "KVS_TOPOLOGY_OPTIONS_INIT",
+                           options->size, sizeof opts);
+    }
+    opts = *options;
+  }
+  struct kvs_topology *t = calloc(1, sizeof *t);
+  if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory");
+  copy_string(t->label, sizeof t->label, source->label);
+  hwloc_obj_t *pcis = NULL;
+  size_t n_pci = 0;
+  kvs_status status = KVS_OK;
+  if (hwloc_topology_init(&t->hwloc) != 0) {
+    t->hwloc = NULL;
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "hwloc_topology_init failed: %s",
+                           strerror(errno));
+    goto fail;
+  }
+  /* PCI devices, bridges and OS devices are filtered out by default;
+   * GPU discovery needs all three. */
+  if (hwloc_topology_set_io_types_filter(t->hwloc, HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
+    status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                           "hwloc refuses to keep I/O devices: %s", strerror(errno));
+    goto fail;
+  }
+  if ((status = source->iface->prepare(source, t->hwloc, err)) != KVS_OK) goto fail;
+  if (hwloc_topology_load(t->hwloc) != 0) {
+    status = kvs_error_set(err, KVS_ERR_PARSE, "topology '%s' (%s) did not load: %s",
+                           t->label, source->iface->name, strerror(errno));
+    goto fail;
+  }
+  t->this_system = source->iface->is_this_system(source) && hwloc_topology_is_thissystem(t->hwloc);
+  if ((status = find_pci_gpus(t->hwloc, &pcis, &n_pci, err)) != KVS_OK) goto fail;
+
+  kvs_cuda_device *devices = NULL;
+  size_t n_cuda = 0;
+  kvs_error cuda_err;
+  kvs_error_clear(&cuda_err);
+  if (!t->this_system) {
+    copy_string(t->cuda_note, sizeof t->cuda_note,
+                "the topology is not this machine, so CUDA was not asked");
+  } else if (!opts.use_cuda) {
+    copy_string(t->cuda_note, sizeof t->cuda_note, "CUDA was not asked (options.use_cuda)");
+  } else {
+    devices = calloc(MAX_CUDA_DEVICES, sizeof *devices);
+    if (devices == NULL) {
+      status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory");
+      goto fail;
+    }
+    if (kvs_cuda_probe(devices, MAX_CUDA_DEVICES, &n_cuda, &cuda_err) == KVS_OK) {
+      t->cuda_used = true;
+    } else {
+      copy_string(t->cuda_note, sizeof t->cuda_note, cuda_err.message);
+    }
+  }
+  status = t->cuda_used ? gpus_from_cuda(t, devices, n_cuda, err)
+                        : gpus_from_hwloc(t, pcis, n_pci, err);
+  free(devices);
+  if (status != KVS_OK) goto fail;
+  free(pcis);
+  *out = t;
+  return KVS_OK;
+fail:
+  free(pcis);
+  free_fields(t);
+  free(t);
+  return status;
+}
+
+void kvs_topology_destroy(kvs_topology_t t) {
+  if (t == NULL) return;
+  free_fields(t);
+  free(t);
+}
+
+size_t kvs_topology_gpu_count(kvs_topology_t t) { return t->n_gpus; }
+
+const kvs_gpu_info *kvs_topology_gpu(kvs_topology_t t, size_t index) {
+  return index < t->n_gpus ? &t->gpus[index] : NULL;
+}
+
+const kvs_gpu_info *kvs_topology_gpus(kvs_topology_t t) { return t->gpus; }
+
+bool kvs_topology_is_this_system(kvs_topology_t t) { return t->this_system; }
+
+const char *kvs_topology_label(kvs_topology_t t) { return t->label; }
+
+bool kvs_topology_cuda_used(kvs_topology_t t) { return t->cuda_used; }
+
+const char *kvs_topology_cuda_note(kvs_topology_t t) { return t->cuda_note; }
+
+size_t kvs_topology_numa_count(kvs_topology_t t) {
+  int n = hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_NUMANODE);
+  return n > 0 ? (size_t)n : 0;
+}
+
+size_t kvs_topology_package_count(kvs_topology_t t) {
+  int n = hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_PACKAGE);
+  return n > 0 ? (size_t)n : 0;
+}
+
+struct hwloc_topology *kvs_topology_hwloc(kvs_topology_t t) { return t->hwloc; }
+
+struct hwloc_obj *kvs_topology_gpu_locality(kvs_topology_t t, size_t index) {
+  return index < t->n_gpus ? t->locality[index] : NULL;
+}
