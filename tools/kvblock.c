@@ -1,0 +1,555 @@
+/* kvblock: write, verify and inspect single stored KV block files.
+ *
+ *   kvblock write FILE --model M [--weights HEX] --layers L --kv-heads H
+ *                 --head-dim D --block-size B [--window W] [--dtype f32|bf16]
+ *                 [--seed S]
+ *   kvblock verify FILE <the same reader flags>
+ *   kvblock inspect FILE [--json]
+ *
+ * Exit status: 0 success (verify: the block verified), 1 the block was
+ * refused or is corrupt (exactly one line on stderr naming the error and
+ * field) or a file could not be read or written, 2 bad usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "core/block_codec.h"
+#include "core/block_layout.h"
+#include "core/block_signature.h"
+#include "core/block_signed.h"
+#include "core/status.h"
+#include "tools/args.h"
+
+#define EXIT_REFUSED 1
+#define EXIT_USAGE 2
+/* Largest file verify and inspect read, and largest payload write makes. */
+#define MAX_FILE_BYTES ((uint64_t)1 << 31)
+
+static const char usage_text[] =
+    "usage:\n"
+    "  kvblock write FILE --model M [--weights HEX] --layers L --kv-heads H --head-dim D\n"
+    "                --block-size B [--window W] [--dtype f32|bf16] [--seed S]\n"
+    "  kvblock verify FILE --model M [--weights HEX] --layers L --kv-heads H --head-dim D\n"
+    "                --block-size B [--window W] [--dtype f32|bf16]\n"
+    "  kvblock inspect FILE [--json]\n"
+    "write stores a synthetic signed block (payload derived from --seed, default 0);\n"
+    "verify exits 0 when FILE verifies against the reader these flags describe, 1 when\n"
+    "it is refused or corrupt (one line on stderr), 2 on bad usage (--seed is ignored);\n"
+    "inspect prints the recorded signature.\n";
+
+typedef struct flags {
+  const char *model;
+  uint8_t weights[KVS_BLOCK_WEIGHTS_MAX];
+  size_t weights_len;
+  bool have_weights;
+  uint64_t layers, kv_heads, head_dim, block_size, window, seed;
+  bool have_layers, have_kv_heads, have_head_dim, have_block_size, have_window, have_seed;
+  kvs_dtype dtype;
+  bool have_dtype;
+  bool json;
+} flags;
+
+static int usage_error(const char *fmt, const char *what) {
+  fprintf(stderr, "kvblock: ");
+  fprintf(stderr, fmt, what);
+  fprintf(stderr, "\n%s", usage_text);
+  return EXIT_USAGE;
+}
+
+static int hex_nibble(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static bool parse_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
+  size_t n = strlen(text);
+  if (n % 2 != 0 || n / 2 > cap) return false;
+  for (size_t i = 0; i < n / 2; i++) {
+    int hi = hex_nibble(text[2 * i]), lo = hex_nibble(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = (uint8_t)(hi << 4 | lo);
+  }
+  *len = n / 2;
+  return true;
+}
+
+/* A positive count that fits 32 bits. */
+static int parse_count(const char *flag, const char *text, uint64_t *out) {
+  kvs_error err;
+  if (kvs_parse_u64(flag, text, out, &err) != KVS_OK) return usage_error("%s", err.message);
+  if (*out == 0 || *out > UINT32_MAX) {
+    fprintf(stderr, "kvblock: %s must be between 1 and %u, not %s\n%s", flag,
+            (unsigned)UINT32_MAX, text, usage_text);
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* Parses the flags after FILE. allow_reader: the reader flags (write,
+ * verify); allow_seed: --seed; allow_json: --json (inspect). */
+static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed,
+                       bool allow_json, flags *f) {
+  memset(f, 0, sizeof *f);
+  f->dtype = KVS_DTYPE_F32;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'", arg);
+    char name[32];
+    const char *value = NULL;
+    const char *eq = strchr(arg, '=');
+    size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    if (nlen >= sizeof name) return usage_error("unknown flag '%s'", arg);
+    memcpy(name, arg, nlen);
+    name[nlen] = '\0';
+    if (strcmp(name, "--json") == 0) {
+      if (!allow_json || eq != NULL) return usage_error("flag '%s' is not accepted here", arg);
+      f->json = true;
+      continue;
+    }
+    bool reader_flag = strcmp(name, "--model") == 0 || strcmp(name, "--weights") == 0 ||
+                       strcmp(name, "--layers") == 0 || strcmp(name, "--kv-heads") == 0 ||
+                       strcmp(name, "--head-dim") == 0 || strcmp(name, "--block-size") == 0 ||
+                       strcmp(name, "--window") == 0 || strcmp(name, "--dtype") == 0;
+    bool seed_flag = strcmp(name, "--seed") == 0;
+    if (!reader_flag && !seed_flag) return usage_error("unknown flag '%s'", name);
+    if ((reader_flag && !allow_reader) || (seed_flag && !allow_seed)) {
+      return usage_error("flag '%s' is not accepted here", name);
+    }
+    if (eq != NULL) {
+      value = eq + 1;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage_error("flag '%s' needs a value", name);
+    }
+    int rc = 0;
+    bool dup = false;
+    if (strcmp(name, "--model") == 0) {
+      dup = f->model != NULL;
+      f->model = value;
+      if (!kvs_block_model_valid(value, strlen(value)) || value[0] == '\0') {
+        return usage_error("--model must be 1 to 255 printable bytes, not '%s'", value);
+      }
+    } else if (strcmp(name, "--weights") == 0) {
+      dup = f->have_weights;
+      f->have_weights = true;
+      if (!parse_hex(value, f->weights, sizeof f->weights, &f->weights_len)) {
+        return usage_error("--weights must be an even number of hex digits, at most 128: '%s'",
+                           value);
+      }
+    } else if (strcmp(name, "--layers") == 0) {
+      dup = f->have_layers;
+      f->have_layers = true;
+      rc = parse_count(name, value, &f->layers);
+    } else if (strcmp(name, "--kv-heads") == 0) {
+      dup = f->have_kv_heads;
+      f->have_kv_heads = true;
+      rc = parse_count(name, value, &f->kv_heads);
+    } else if (strcmp(name, "--head-dim") == 0) {
+      dup = f->have_head_dim;
+      f->have_head_dim = true;
+      rc = parse_count(name, value, &f->head_dim);
+    } else if (strcmp(name, "--block-size") == 0) {
+      dup = f->have_block_size;
+      f->have_block_size = true;
+      rc = parse_count(name, value, &f->block_size);
+    } else if (strcmp(name, "--window") == 0) {
+      dup = f->have_window;
+      f->have_window = true;
+      rc = parse_count(name, value, &f->window);
+    } else if (strcmp(name, "--dtype") == 0) {
+      dup = f->have_dtype;
+      f->have_dtype = true;
+      if (!kvs_dtype_parse(value, &f->dtype)) {
+        return usage_error("--dtype must be f32 or bf16, not '%s'", value);
+      }
+    } else {
+      dup = f->have_seed;
+      f->have_seed = true;
+      kvs_error err;
+      if (kvs_parse_u64(name, value, &f->seed, &err) != KVS_OK) {
+        return usage_error("%s", err.message);
+      }
+    }
+    if (rc != 0) return rc;
+    if (dup) return usage_error("flag '%s' given twice", name);
+  }
+  if (allow_reader) {
+    if (f->model == NULL) return usage_error("%s is required", "--model");
+    if (!f->have_layers) return usage_error("%s is required", "--layers");
+    if (!f->have_kv_heads) return usage_error("%s is required", "--kv-heads");
+    if (!f->have_head_dim) return usage_error("%s is required", "--head-dim");
+    if (!f->have_block_size) return usage_error("%s is required", "--block-size");
+    if (f->layers > KVS_BLOCK_MAX_LAYERS) {
+      return usage_error("--layers exceeds the format's maximum of %s", "65536");
+    }
+  }
+  return 0;
+}
+
+/* The reader's layout; a block size that does not divide the window
+ * cannot describe any block, so it is bad usage. */
+static int layout_of(const flags *f, kvs_block_layout *layout) {
+  kvs_error err;
+  if (kvs_block_layout_init((uint32_t)f->block_size, (uint32_t)f->window, layout, &err) !=
+      KVS_OK) {
+    return usage_error("%s", err.message);
+  }
+  return 0;
+}
+
+/* ---- write ---- */
+
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint16_t bf16_of(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(bits >> 16);
+}
+
+/* Fills n elements with values in [-1, 1) drawn from the stream. */
+static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
+  for (uint64_t i = 0; i < n; i++) {
+    float f = (float)((int64_t)(splitmix64(state) >> 40) - (1 << 23)) / (float)(1 << 23);
+    if (dtype == KVS_DTYPE_F32) {
+      memcpy((uint8_t *)dst + 4 * i, &f, 4);
+    } else {
+      uint16_t h = bf16_of(f);
+      memcpy((uint8_t *)dst + 2 * i, &h, 2);
+    }
+  }
+}
+
+static int write_file_atomically(const char *path, const uint8_t *bytes, size_t n) {
+  size_t plen = strlen(path) + 32;
+  char *tmp = malloc(plen);
+  if (tmp == NULL) {
+    fprintf(stderr, "kvblock: %s: out of memory\n", path);
+    return EXIT_REFUSED;
+  }
+  snprintf(tmp, plen, "%s.tmp-%ld", path, (long)getpid());
+  FILE *out = fopen(tmp, "wb");
+  bool ok = out != NULL && fwrite(bytes, 1, n, out) == n && fflush(out) == 0 &&
+            fsync(fileno(out)) == 0;
+  int e = errno;
+  if (out != NULL && fclose(out) != 0 && ok) {
+    ok = false;
+    e = errno;
+  }
+  if (ok && rename(tmp, path) != 0) {
+    ok = false;
+    e = errno;
+  }
+  if (!ok) {
+    remove(tmp);
+    fprintf(stderr, "kvblock: %s: cannot write: %s\n", path, strerror(e));
+  }
+  free(tmp);
+  return ok ? 0 : EXIT_REFUSED;
+}
+
+static int cmd_write(const char *path, const flags *f) {
+  kvs_block_layout layout;
+  int rc = layout_of(f, &layout);
+  if (rc != 0) return rc;
+  size_t es = kvs_dtype_size(f->dtype);
+  uint64_t elems = 0, total = 0;
+  if (__builtin_mul_overflow(f->block_size, f->kv_heads, &elems) ||
+      __builtin_mul_overflow(elems, f->head_dim, &elems) ||
+      __builtin_mul_overflow(elems, f->layers * 2 * es, &total) || total > MAX_FILE_BYTES) {
+    fprintf(stderr, "kvblock: a payload of %" PRIu64 " layers x %" PRIu64 " x %" PRIu64 " x %" PRIu64
+                    " is larger than this tool writes (%" PRIu64 " bytes)\n%s",
+            f->layers, f->block_size, f->kv_heads, f->head_dim, MAX_FILE_BYTES, usage_text);
+    return EXIT_USAGE;
+  }
+  kvs_block_layer *layers = calloc((size_t)f->layers, sizeof *layers);
+  uint8_t *data = malloc(total > 0 ? (size_t)total : 1);
+  if (layers == NULL || data == NULL) {
+    free(layers);
+    free(data);
+    fprintf(stderr, "kvblock: %s: out of memory for a %" PRIu64 "-byte payload\n", path, total);
+    return EXIT_REFUSED;
+  }
+  uint64_t state = f->seed;
+  for (uint64_t l = 0; l < f->layers; l++) {
+    uint8_t *k = data + (size_t)(2 * l * elems * es);
+    uint8_t *v = k + (size_t)(elems * es);
+    fill(k, elems, f->dtype, &state);
+    fill(v, elems, f->dtype, &state);
+    layers[l] = (kvs_block_layer){
+        .n_kv_heads = (uint32_t)f->kv_heads,
+        .head_dim = (uint32_t)f->head_dim,
+        .v_head_dim = (uint32_t)f->head_dim,
+        .dtype = f->dtype,
+        .positions = f->block_size,
+        .k = k,
+        .k_elems = elems,
+        .v = v,
+        .v_elems = elems,
+    };
+  }
+  kvs_block_signature sig;
+  kvs_signature_error why;
+  kvs_error err;
+  kvs_status st = kvs_block_signature_measure(f->model, f->weights, f->weights_len, layout,
+                                              layers, (size_t)f->layers, &sig, &why, &err);
+  size_t size = 0;
+  uint8_t *bytes = NULL;
+  if (st == KVS_OK) st = kvs_block_encoded_size(NULL, &sig, layers, (size_t)f->layers, &size, &err);
+  if (st == KVS_OK) {
+    bytes = malloc(size);
+    if (bytes == NULL) st = kvs_error_set(&err, KVS_ERR_NO_MEMORY, "out of memory");
+  }
+  if (st == KVS_OK) {
+    st = kvs_block_encode_parts(NULL, &sig, layers, (size_t)f->layers, bytes, size, NULL, &err);
+  }
+  free(layers);
+  free(data);
+  if (st != KVS_OK) {
+    free(bytes);
+    fprintf(stderr, "kvblock: %s: %s: %s\n", path, kvs_status_string(st), err.message);
+    return EXIT_REFUSED;
+  }
+  rc = write_file_atomically(path, bytes, size);
+  free(bytes);
+  if (rc != 0) return rc;
+  char window[32];
+  printf("wrote %s: %zu bytes (model %s, %" PRIu64 " layers x %" PRIu64 " kv heads x %" PRIu64
+         ", block %" PRIu64 ", window %s, %s)\n",
+         path, size, f->model, f->layers, f->kv_heads, f->head_dim, f->block_size,
+         kvs_block_window_describe(layout.sliding_window, window, sizeof window),
+         kvs_dtype_name(f->dtype));
+  return 0;
+}
+
+/* ---- verify, inspect ---- */
+
+/* Reads FILE whole; refuses (as corrupt) one larger than any block. */
+static int read_file(const char *path, uint8_t **out, size_t *len) {
+  FILE *in = fopen(path, "rb");
+  if (in == NULL) {
+    fprintf(stderr, "kvblock: %s: cannot open: %s\n", path, strerror(errno));
+    return EXIT_REFUSED;
+  }
+  size_t cap = 1 << 16, n = 0;
+  uint8_t *buf = malloc(cap);
+  while (buf != NULL) {
+    if (n == cap) {
+      if ((uint64_t)cap * 2 > MAX_FILE_BYTES + 1) {
+        free(buf);
+        fclose(in);
+        fprintf(stderr, "kvblock: %s: corrupt: larger than any block (over %" PRIu64
+                        " bytes)\n",
+                path, MAX_FILE_BYTES);
+        return EXIT_REFUSED;
+      }
+      uint8_t *grown = realloc(buf, cap * 2);
+      if (grown == NULL) break;
+      buf = grown;
+      cap *= 2;
+    }
+    size_t r = fread(buf + n, 1, cap - n, in);
+    n += r;
+    if (r == 0) break;
+  }
+  bool failed = buf == NULL || ferror(in);
+  int e = errno;
+  fclose(in);
+  if (failed) {
+    free(buf);
+    fprintf(stderr, "kvblock: %s: cannot read: %s\n", path, buf == NULL ? "out of memory"
+                                                                        : strerror(e));
+    return EXIT_REFUSED;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* Decodes FILE into an owned unverified block; one stderr line if not. */
+static int load(const char *path, kvs_block_view *view, kvs_unverified_block_t *block) {
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  int rc = read_file(path, &bytes, &len);
+  if (rc != 0) return rc;
+  kvs_error err;
+  kvs_status st = kvs_block_decode_adopt(bytes, len, view, block, &err);
+  if (st != KVS_OK) {
+    free(bytes);
+    fprintf(stderr, "kvblock: %s: %s: %s\n", path,
+            st == KVS_ERR_CORRUPT ? "corrupt" : kvs_status_string(st), err.message);
+    return EXIT_REFUSED;
+  }
+  return 0;
+}
+
+static void print_refusal(const char *path, const kvs_signature_error *why, const char *message) {
+  if (why->field != NULL) {
+    fprintf(stderr, "kvblock: %s: %s (field %s): %s\n", path,
+            kvs_signature_error_kind_name(why->kind), why->field, message);
+  } else {
+    fprintf(stderr, "kvblock: %s: %s: %s\n", path, kvs_signature_error_kind_name(why->kind),
+            message);
+  }
+}
+
+static int cmd_verify(const char *path, const flags *f) {
+  kvs_block_layout layout;
+  int rc = layout_of(f, &layout);
+  if (rc != 0) return rc;
+  kvs_block_signature reader;
+  kvs_error err;
+  if (kvs_block_signature_expected(f->model, f->weights, f->weights_len, layout,
+                                   (uint32_t)f->layers, (uint32_t)f->kv_heads,
+                                   (uint32_t)f->head_dim, f->dtype, f->block_size, &reader,
+                                   &err) != KVS_OK) {
+    return usage_error("%s", err.message);
+  }
+  kvs_block_view view;
+  kvs_unverified_block_t ub = NULL;
+  rc = load(path, &view, &ub);
+  if (rc != 0) return rc;
+  kvs_block_t block = NULL;
+  kvs_signature_error why;
+  kvs_status st = kvs_unverified_block_verify(&ub, &reader, &block, &why, &err);
+  kvs_unverified_block_destroy(ub);
+  if (st != KVS_OK) {
+    if (st == KVS_ERR_SIGNATURE) {
+      print_refusal(path, &why, err.message);
+    } else {
+      fprintf(stderr, "kvblock: %s: %s: %s\n", path, kvs_status_string(st), err.message);
+    }
+    return EXIT_REFUSED;
+  }
+  const kvs_block_signature *sig = kvs_block_signature_of(block);
+  char window[32];
+  printf("%s: verified (model %s, %u layers x %u kv heads x %u, block %u, window %s, %s)\n",
+         path, sig->model, (unsigned)sig->n_layers, (unsigned)sig->n_kv_heads,
+         (unsigned)sig->head_dim, (unsigned)sig->layout.block_size,
+         kvs_block_window_describe(sig->layout.sliding_window, window, sizeof window),
+         kvs_dtype_name(sig->dtype));
+  kvs_block_destroy(block);
+  return 0;
+}
+
+static int cmd_inspect(const char *path, const flags *f) {
+  kvs_block_view view;
+  kvs_unverified_block_t ub = NULL;
+  int rc = load(path, &view, &ub);
+  if (rc != 0) return rc;
+  /* The stamp against its own payload: no reader, so no compatibility. */
+  size_t n_layers = 0;
+  const kvs_block_layer *layers = kvs_unverified_block_layers(ub, &n_layers);
+  kvs_signature_error why;
+  kvs_error err;
+  char check[KVS_ERROR_MESSAGE_MAX];
+  if (kvs_block_verify_parts(kvs_unverified_block_signature(ub), layers, n_layers, NULL, NULL,
+                             &why, &err) == KVS_OK) {
+    snprintf(check, sizeof check, "ok");
+  } else {
+    snprintf(check, sizeof check, "%s", err.message);
+  }
+  const kvs_block_signature *sig = &view.signature;
+  char window[32], weights[2 * KVS_BLOCK_WEIGHTS_MAX + 8], sum[24];
+  kvs_block_window_describe(sig->layout.sliding_window, window, sizeof window);
+  kvs_block_weights_describe(sig->weights, sig->weights_len, weights, sizeof weights);
+  snprintf(sum, sizeof sum, "%016" PRIx64, view.checksum);
+  bool full = view.marked && view.readable;
+
+  if (f->json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(path));
+    json_object_set_new(o, "encoded_bytes", json_integer((json_int_t)view.encoded_bytes));
+    json_object_set_new(o, "checksum", json_string(sum));
+    json_object_set_new(o, "format_version", json_integer(view.format_version));
+    json_object_set_new(o, "readable", json_boolean(view.readable));
+    json_object_set_new(o, "marked", json_boolean(view.marked));
+    if (full) {
+      json_t *s = json_object();
+      json_object_set_new(s, "model", json_string(sig->model));
+      json_object_set_new(s, "weights_fingerprint",
+                          sig->weights_len > 0 ? json_string(weights) : json_null());
+      json_object_set_new(s, "n_layers", json_integer(sig->n_layers));
+      json_object_set_new(s, "n_kv_heads", json_integer(sig->n_kv_heads));
+      json_object_set_new(s, "head_dim", json_integer(sig->head_dim));
+      json_object_set_new(s, "dtype", json_string(kvs_dtype_name(sig->dtype)));
+      json_object_set_new(s, "tokens", json_integer((json_int_t)sig->tokens));
+      json_object_set_new(s, "block_size", json_integer(sig->layout.block_size));
+      json_object_set_new(s, "sliding_window", sig->layout.sliding_window != 0
+                                                   ? json_integer(sig->layout.sliding_window)
+                                                   : json_null());
+      json_object_set_new(o, "signature", s);
+    }
+    json_object_set_new(o, "payload_layers", json_integer((json_int_t)view.n_layers));
+    json_object_set_new(o, "payload_check", json_string(check));
+    char *text = json_dumps(o, JSON_INDENT(2));
+    if (text != NULL) puts(text);
+    free(text);
+    json_decref(o);
+  } else {
+    printf("file:           %s\n", path);
+    printf("encoded_bytes:  %zu\n", view.encoded_bytes);
+    printf("checksum:       %s (xxh3-64)\n", sum);
+    printf("format_version: %u%s\n", (unsigned)view.format_version,
+           view.readable ? "" : " (not readable by this build)");
+    printf("marked:         %s\n", view.marked ? "yes" : "no (unmarked)");
+    if (full) {
+      printf("model:          %s\n", sig->model);
+      printf("weights:        %s\n", weights);
+      printf("n_layers:       %u\n", (unsigned)sig->n_layers);
+      printf("n_kv_heads:     %u\n", (unsigned)sig->n_kv_heads);
+      printf("head_dim:       %u\n", (unsigned)sig->head_dim);
+      printf("dtype:          %s\n", kvs_dtype_name(sig->dtype));
+      printf("tokens:         %" PRIu64 "\n", sig->tokens);
+      printf("block_size:     %u\n", (unsigned)sig->layout.block_size);
+      printf("sliding_window: %s\n", window);
+    }
+    printf("payload_layers: %zu\n", view.n_layers);
+    printf("payload_check:  %s\n", check);
+  }
+  kvs_unverified_block_destroy(ub);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(usage_text, stdout);
+    return 0;
+  }
+  if (argc < 3) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1], *path = argv[2];
+  if (strncmp(path, "--", 2) == 0) return usage_error("expected FILE, not '%s'", path);
+  flags f;
+  int rc;
+  if (strcmp(cmd, "write") == 0) {
+    rc = parse_flags(argc - 3, argv + 3, true, true, false, &f);
+    return rc != 0 ? rc : cmd_write(path, &f);
+  }
+  if (strcmp(cmd, "verify") == 0) {
+    rc = parse_flags(argc - 3, argv + 3, true, true, false, &f);
+    return rc != 0 ? rc : cmd_verify(path, &f);
+  }
+  if (strcmp(cmd, "inspect") == 0) {
+    rc = parse_flags(argc - 3, argv + 3, false, false, true, &f);
+    return rc != 0 ? rc : cmd_inspect(path, &f);
+  }
+  return usage_error("unknown command '%s'", cmd);
+}
