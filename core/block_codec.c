@@ -8,6 +8,14 @@
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
 #include <xxhash.h>
+/* Debian's libxxhash also exports runtime-dispatched (AVX2 / AVX-512) x86
+ * entry points; this header maps XXH3_64bits and XXH3_64bits_update onto them.
+ * Same values, several times the speed of the baseline SSE2 build. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__has_include)
+#if __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#endif
+#endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the block codec copies payload elements as they lie: it needs a little-endian host"
