@@ -220,6 +220,7 @@ int kvs_shard_size(const struct kvs_shard *shard) { return shard->size; }
 bool kvs_shard_is_leader(const struct kvs_shard *shard) { return shard->leader; }
 size_t kvs_shard_step_capacity(const struct kvs_shard *shard) { return shard->capacity; }
 uint64_t kvs_shard_next_step(const struct kvs_shard *shard) { return shard->next_step; }
+kvs_status kvs_shard_health(const struct kvs_shard *shard) { return shard->failed; }
 void kvs_shard_stats_get(const struct kvs_shard *shard, kvs_shard_stats *out) {
   *out = shard->stats;
 }

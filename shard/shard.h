@@ -107,6 +107,10 @@ bool kvs_shard_is_leader(const struct kvs_shard *shard);
 size_t kvs_shard_step_capacity(const struct kvs_shard *shard);
 /* The step this rank runs next (steps start at 0). */
 uint64_t kvs_shard_next_step(const struct kvs_shard *shard);
+/* KVS_OK, or the status that stopped this shard: KVS_ERR_COMM after a
+ * leader's abort (sent or received) or a failed collective, the hook's
+ * status after a failed on_apply. */
+kvs_status kvs_shard_health(const struct kvs_shard *shard);
 /* Whether `step` is one after which a periodic check is due. */
 bool kvs_shard_check_due(const struct kvs_shard *shard, uint64_t step);
 

@@ -1,0 +1,104 @@
+/* A serving workload that drives a shard, for kvsim and the tests.
+ *
+ * Every rank runs the same seeded scheduler replica over the same arrivals
+ * (as tensor-parallel engines do: each rank's scheduler sees the same
+ * requests), so positions, full locations and admission decisions are
+ * identical everywhere. Only the leader touches the window allocator;
+ * followers take their bindings solely from the step broadcast. Each step:
+ *
+ *   1. arrivals join a bounded waiting queue;
+ *   2. pages that left a request's P-token window after the previous step,
+ *      and every live page of a request that completed, are freed;
+ *   3. admission, FIFO, while there are fewer than max_running requests:
+ *      a request needs its full-history pages and two window pages above
+ *      the running requests' reserve; when the window pool cannot give
+ *      them, admission is refused and the head waits;
+ *   4. each decoding request writes one position (binding a page when it
+ *      enters one); prefilling requests take chunks of the per-step prefill
+ *      budget, shrunk to the window pages that are free beyond the reserve;
+ *   5. the shard step ships and applies the journal;
+ *   6. every rank computes the ring context (kvs_window_pool_window_ctx) of
+ *      every running request at its last written position and folds them
+ *      into one digest, handed to the shard as the step's application
+ *      digest (compared with the leader's in the next header and at
+ *      checks).
+ *
+ * The reserve (two window pages per running request, less what it holds)
+ * guarantees that decode binds never fail, so the leader's allocator is
+ * never refused on a step it planned. */
+#ifndef KVS_SHARD_WORKLOAD_H
+#define KVS_SHARD_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "shard/shard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_workload *kvs_workload_t;
+
+typedef struct kvs_workload_options {
+  size_t size;            /* sizeof(kvs_workload_options) */
+  uint64_t seed;
+  uint64_t max_running;   /* concurrent requests */
+  uint64_t max_waiting;   /* queue bound; arrivals beyond it are dropped */
+  double arrival_rate;    /* expected arrivals per step */
+  uint64_t prompt_min;    /* tokens */
+  uint64_t prompt_max;
+  uint64_t gen_min;       /* generated tokens */
+  uint64_t gen_max;
+  uint64_t chunk_tokens;  /* prefill tokens per step; 0: the pool's chunk budget */
+} kvs_workload_options;
+
+#define KVS_WORKLOAD_OPTIONS_INIT \
+  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0 }
+
+/* Longest request the options can produce (prompt_max + gen_max): the
+ * max_seq_len the budget's working-set floor needs. */
+uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options);
+
+/* Borrows the shard (which must outlive the workload). Every rank must
+ * pass the same options. max_running must not exceed the shard's. */
+kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *options,
+                               kvs_workload_t *out, kvs_error *err);
+void kvs_workload_destroy(kvs_workload_t workload);
+
+typedef struct kvs_workload_counters {
+  uint64_t arrivals;
+  uint64_t dropped;     /* arrivals that found the queue full */
+  uint64_t admitted;
+  uint64_t refused;     /* steps whose queue head was refused for want of pages */
+  uint64_t completed;
+  uint64_t running;
+  uint64_t waiting;
+  uint64_t prefill_tokens;
+  uint64_t decode_tokens;
+  uint64_t contexts;    /* ring contexts computed */
+  uint64_t context_digest; /* the last step's */
+} kvs_workload_counters;
+
+void kvs_workload_counters_get(const struct kvs_workload *workload,
+                               kvs_workload_counters *out);
+
+/* Collective (it runs kvs_shard_step): scheduler step `step`. Returns the
+ * shard step's status: KVS_ERR_DIVERGENCE means this rank found itself out
+ * of step with the leader and should carry on to the next check. On the
+ * leader, a refused allocation (a scheduler bug) is reported before the
+ * broadcast, after telling the followers (kvs_shard_abort_step). */
+kvs_status kvs_workload_step(kvs_workload_t workload, uint64_t step, kvs_error *err);
+
+/* A bound full page that stays live for a while (the current page of the
+ * decoding request with the most tokens left), to aim fault injection at:
+ * a flipped page that is freed before the next check heals itself. */
+kvs_status kvs_workload_live_page(const struct kvs_workload *workload, uint64_t *full_page,
+                                  kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_WORKLOAD_H */
