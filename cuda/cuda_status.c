@@ -15,9 +15,13 @@ kvs_status kvs_cuda_device_count(int *count, kvs_error *err) {
   cudaError_t code = cudaGetDeviceCount(&n);
   if (code != cudaSuccess) {
     (void)cudaGetLastError();
+    /* The runtime reports a missing driver as an old one; say both. */
+    const char *hint = code == cudaErrorInsufficientDriver
+                           ? "; no NVIDIA driver is loaded, or it is older than this CUDA runtime"
+                           : "";
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                         "no CUDA device visible: cudaGetDeviceCount returned %s (%s)",
-                         cudaGetErrorName(code), cudaGetErrorString(code));
+                         "no CUDA device visible: cudaGetDeviceCount returned %s (%s)%s",
+                         cudaGetErrorName(code), cudaGetErrorString(code), hint);
   }
   if (n <= 0) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,

@@ -1,0 +1,212 @@
+// The kernel source of cuda/device_kernels.cuh, run on the CPU through
+// kernel_emulation.h over the launchers' own grid shapes, against the CPU
+// references bit for bit. Runs everywhere; the device test repeats the
+// comparison with the nvcc-built kernels on a GPU.
+#include "tests/cuda/kernel_emulation.h"  // before the kernels: the CUDA built-ins
+
+#include "cuda/device_kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/device_ref.h"
+#include "tests/cuda/fixtures.h"
+
+using namespace kvs_cuda_test;
+using namespace kvs_kernels;
+
+namespace {
+
+constexpr int64_t kPoison = int64_t(0xabababababababab);
+
+void expect_fault(const kvs_batch_fault &emulated, const kvs_batch_fault &ref) {
+  EXPECT_EQ(emulated.count, ref.count);
+  EXPECT_EQ(emulated.first_index, ref.first_index);
+}
+
+std::vector<kvs_journal_entry> random_journal(std::mt19937_64 &rng, const kvs_table_dims &dims,
+                                              size_t n, uint64_t distinct_pages,
+                                              unsigned bad_percent) {
+  uint64_t full_pages = dims.full_token / dims.page;
+  uint64_t win_pages = dims.n_win_slots / dims.page;
+  std::vector<kvs_journal_entry> journal(n);
+  for (auto &e : journal) {
+    e.full_page = rng() % std::min(distinct_pages, full_pages - 1);
+    e.window_page = rng() % 4 == 0 ? KVS_JOURNAL_FREED : int64_t(rng() % (win_pages - 1));
+    if (rng() % 100 < bad_percent) {
+      switch (rng() % 4) {
+        case 0: e.full_page = full_pages - 1; break;
+        case 1: e.full_page = full_pages + rng() % 1000; break;
+        case 2: e.window_page = int64_t(win_pages - 1); break;
+        default: e.window_page = -2 - int64_t(rng() % 1000); break;
+      }
+    }
+  }
+  return journal;
+}
+
+}  // namespace
+
+TEST(KernelEmulation, the_journal_kernel_keeps_the_last_fitting_entry_per_page_across_blocks) {
+  kvs_geometry g = small_geometry();
+  Pool fresh = make_pool(sizes_for(g, 64, 33), 0);
+  kvs_table_dims dims = dims_of(fresh.get());
+  std::vector<int64_t> ref = mapping_of(fresh.get());
+  std::vector<int64_t> emulated = ref;
+  std::mt19937_64 rng(1);
+  for (size_t n : {1u, 31u, 33u, 300u}) {
+    for (uint64_t distinct : {2u, 20u, 63u}) {
+      SCOPED_TRACE(testing::Message() << n << " entries over " << distinct << " pages");
+      std::vector<kvs_journal_entry> journal = random_journal(rng, dims, n, distinct, 10);
+      kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
+      ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, journal.data(), n, &ref_fault, nullptr),
+                KVS_OK);
+      kvs_emu::launch(apply_grid(n), kApplyThreads, apply_journal_kernel, emulated.data(),
+                      dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page,
+                      static_cast<const kvs_journal_entry *>(journal.data()), uint64_t(n),
+                      &fault);
+      ASSERT_EQ(emulated, ref);
+      expect_fault(fault, ref_fault);
+    }
+  }
+}
+
+TEST(KernelEmulation, a_leaders_journal_applied_by_the_kernel_reproduces_its_mapping) {
+  kvs_geometry g = small_geometry();
+  kvs_pool_sizes s = sizes_for(g, 256, 129);
+  Leader leader(s, 1024, 2);
+  Pool fresh = make_pool(s, 0);
+  kvs_table_dims dims = dims_of(fresh.get());
+  std::vector<int64_t> table = mapping_of(fresh.get());
+  for (int round = 0; round < 6; round++) {
+    leader.bind(1 + leader.rng()() % 100);
+    leader.release(leader.rng()() % 80);
+    std::vector<kvs_journal_entry> journal = leader.drain();
+    kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
+    kvs_emu::launch(apply_grid(journal.size()), kApplyThreads, apply_journal_kernel,
+                    table.data(), dims.page, dims.full_token / dims.page,
+                    dims.n_win_slots / dims.page,
+                    static_cast<const kvs_journal_entry *>(journal.data()),
+                    uint64_t(journal.size()), &fault);
+    ASSERT_EQ(table, mapping_of(leader.pool())) << "round " << round;
+    EXPECT_EQ(fault.count, 0u);
+  }
+}
+
+TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_grids) {
+  std::mt19937_64 rng(3);
+  kvs_geometry g = small_geometry();
+  Pool pool = make_pool(sizes_for(g, 32, 17), 0);
+  bind_most(pool.get(), rng);
+  kvs_table_dims dims = dims_of(pool.get());
+  std::vector<int64_t> map = mapping_of(pool.get());
+  size_t n = 1500;
+  std::vector<int64_t> locs(n);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t kind = rng() % 50;
+    locs[i] = kind == 0 ? -1 : kind == 1 ? int64_t(dims.full_token + rng() % 3)
+                                         : int64_t(rng() % dims.full_token);
+  }
+  std::vector<int64_t> ref(n);
+  kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
+  ASSERT_EQ(kvs_ref_translate(map.data(), &dims, locs.data(), n, ref.data(), &ref_fault, nullptr),
+            KVS_OK);
+  std::vector<int64_t> ref_csa(n), ref_hca(n);
+  kvs_batch_fault ref_state_fault = KVS_BATCH_FAULT_INIT;
+  // The translated slots, and some past the window pool, as state-loc input.
+  std::vector<int64_t> slots = ref;
+  for (size_t i = 0; i < n; i += 97) slots[i] = int64_t(dims.n_win_slots + i);
+  ASSERT_EQ(kvs_ref_state_locs(&dims, slots.data(), n, ref_csa.data(), ref_hca.data(),
+                               &ref_state_fault, nullptr),
+            KVS_OK);
+  for (uint32_t max_blocks : {1u, 3u, 1000u}) {
+    SCOPED_TRACE(testing::Message() << "max_blocks " << max_blocks);
+    std::vector<int64_t> out(n, kPoison), csa(n, kPoison), hca(n, kPoison);
+    kvs_batch_fault fault = KVS_BATCH_FAULT_INIT, state_fault = KVS_BATCH_FAULT_INIT;
+    kvs_emu::launch(flat_grid(n, max_blocks), kFlatThreads, translate_kernel,
+                    static_cast<const int64_t *>(map.data()), dims.full_token,
+                    static_cast<const int64_t *>(locs.data()), uint64_t(n), out.data(), &fault);
+    EXPECT_EQ(out, ref);
+    expect_fault(fault, ref_fault);
+    kvs_emu::launch(flat_grid(n, max_blocks), kFlatThreads, state_locs_kernel,
+                    kvs_tm_div_make(dims.page), dims.n_win_slots,
+                    static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(),
+                    hca.data(), &state_fault);
+    EXPECT_EQ(csa, ref_csa);
+    EXPECT_EQ(hca, ref_hca);
+    expect_fault(state_fault, ref_state_fault);
+  }
+  // One ring alone leaves the other output unwritten.
+  std::vector<int64_t> csa(n, kPoison);
+  kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
+  kvs_emu::launch(flat_grid(n, 1000), kFlatThreads, state_locs_kernel,
+                  kvs_tm_div_make(dims.page), dims.n_win_slots,
+                  static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(),
+                  static_cast<int64_t *>(nullptr), &fault);
+  EXPECT_EQ(csa, ref_csa);
+}
+
+namespace {
+
+void expect_ring_ctx(uint64_t page, uint64_t block_size, uint64_t stride, size_t n_req,
+                     uint32_t max_blocks, bool with_faults, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "P " << page << " block_size " << block_size << " stride "
+                                  << stride << " requests " << n_req << " max_blocks "
+                                  << max_blocks << (with_faults ? " with faults" : ""));
+  std::mt19937_64 rng(seed);
+  kvs_geometry g = page % 128 == 0 ? small_geometry() : make_geometry(8, 4, {0, 4});
+  Pool pool = make_pool(sizes_for(g, 64, 40, page), 0);
+  bind_most(pool.get(), rng);
+  kvs_table_dims dims = dims_of(pool.get());
+  std::vector<int64_t> map = mapping_of(pool.get());
+  Batch b = make_batch(rng, n_req, stride, block_size, dims.full_token, page);
+  if (with_faults) {
+    for (size_t i = 0; i < b.pages.size(); i += 1 + rng() % 30) {
+      b.pages[i] = int32_t(dims.full_token / block_size + rng() % 100);
+    }
+    for (size_t r = 0; r < n_req; r += 1 + rng() % 10) {
+      b.positions[r] = int64_t(stride * block_size + rng() % 200);
+    }
+  }
+  kvs_block_tables tables = b.tables();
+  std::vector<int64_t> own(n_req), prev(n_req), ring(n_req * page);
+  kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
+  ASSERT_EQ(kvs_ref_ring_ctx(map.data(), &dims, &tables, b.positions.data(), n_req, own.data(),
+                             prev.data(), ring.data(), &ref_fault, nullptr),
+            KVS_OK);
+  if (with_faults) {
+    EXPECT_GT(ref_fault.count, 0u);
+  }
+  std::vector<int64_t> e_own(n_req, kPoison), e_prev(n_req, kPoison), e_ring(n_req * page, kPoison);
+  kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
+  kvs_emu::launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel,
+                  static_cast<const int64_t *>(map.data()), dims.full_token, dims.page,
+                  kvs_tm_div_make(dims.page), static_cast<const int32_t *>(b.pages.data()),
+                  stride, kvs_tm_div_make(block_size),
+                  static_cast<const int64_t *>(b.positions.data()), uint64_t(n_req),
+                  e_own.data(), e_prev.data(), e_ring.data(), &fault);
+  EXPECT_EQ(e_own, own);
+  EXPECT_EQ(e_prev, prev);
+  EXPECT_EQ(e_ring, ring);
+  expect_fault(fault, ref_fault);
+}
+
+}  // namespace
+
+TEST(KernelEmulation, the_ring_context_kernel_matches_the_reference) {
+  expect_ring_ctx(128, 128, 8, 1, 1000, false, 1);
+  expect_ring_ctx(128, 128, 8, 40, 1000, false, 2);
+  expect_ring_ctx(128, 128, 8, 40, 2, false, 3);  // warps loop over requests
+  expect_ring_ctx(128, 64, 16, 30, 1000, false, 4);
+  expect_ring_ctx(128, 256, 4, 30, 1000, false, 5);
+  expect_ring_ctx(128, 3, 300, 20, 1000, false, 6);
+  expect_ring_ctx(64, 64, 8, 30, 1000, false, 7);
+  expect_ring_ctx(96, 32, 12, 30, 1000, false, 8);
+  expect_ring_ctx(256, 128, 8, 30, 1, false, 9);  // two rounds of 128 slots per request
+  expect_ring_ctx(32, 16, 16, 30, 1000, false, 10);
+  expect_ring_ctx(128, 128, 8, 60, 3, true, 11);
+  expect_ring_ctx(96, 5, 100, 30, 1000, true, 12);
+}
