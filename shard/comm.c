@@ -160,7 +160,9 @@ kvs_status kvs_comm_broadcast(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t b
   comm->stats.collectives++;
   comm->stats.broadcasts++;
   comm->stats.bytes += bytes;
-  if (comm->size == 1 || bytes == 0) return KVS_OK;
+  /* One rank has nothing to exchange, except that a device buffer must
+   * still be staged so its device copy is what a kernel will read. */
+  if (bytes == 0 || (comm->size == 1 && buffer->device == NULL)) return KVS_OK;
   kvs_error local;
   kvs_error_clear(&local);
   status = comm->vtable->broadcast(comm->ctx, buffer, bytes, root, comm->timeout_ms, &local);
@@ -183,7 +185,7 @@ kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size
   comm->stats.collectives++;
   comm->stats.allreduces++;
   comm->stats.bytes += count * sizeof(uint64_t);
-  if (comm->size == 1 || count == 0) return KVS_OK;
+  if (count == 0 || (comm->size == 1 && buffer->device == NULL)) return KVS_OK;
   kvs_error local;
   kvs_error_clear(&local);
   status = comm->vtable->allreduce_u64(comm->ctx, buffer, count, op, comm->timeout_ms, &local);

@@ -17,8 +17,8 @@ static void self_buffer_free(void *ctx, kvs_comm_buffer *buffer) {
   free(buffer->host);
 }
 
-/* The wrapper answers size-1 collectives itself; these are never reached
- * but keep the slots total. */
+/* The wrapper answers size-1 collectives on host buffers itself; these
+ * are never reached but keep the slots total. */
 static kvs_status self_broadcast(void *ctx, kvs_comm_buffer *buffer, size_t bytes, int root,
                                  int timeout_ms, kvs_error *err) {
   (void)ctx, (void)buffer, (void)bytes, (void)root, (void)timeout_ms, (void)err;
