@@ -23,8 +23,8 @@ size_t kvs_block_layout_describe_problem(kvs_block_layout layout, char *buf, siz
       break;
     case KVS_BLOCK_LAYOUT_MISALIGNED_WINDOW:
       n = snprintf(buf, cap,
-                   "block size %u does not divide the sliding window of %u tokens "
-                   "(%u %% %u = %u); a block would straddle the window edge",
+                   "block size %u does not divide the %u-token sliding window "
+                   "(%u %% %u = %u); some block would cross the window edge",
                    (unsigned)layout.block_size, (unsigned)layout.sliding_window,
                    (unsigned)layout.sliding_window, (unsigned)layout.block_size,
                    (unsigned)(layout.sliding_window % layout.block_size));

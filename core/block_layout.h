@@ -1,14 +1,14 @@
 /* How a token sequence is cut into stored KV blocks.
  *
- * A layout is the block size plus the sliding window (if any) that the
- * block size had to line up with. The window matters because a sliding
- * window attention layer drops whole blocks once they leave the window:
- * a block size that does not divide the window would leave one block
- * straddling the window edge, half needed and half dead, and eviction
- * by block would then either keep stale rows or drop live ones.
+ * A layout pairs the block size with the sliding window, if the model
+ * has one. Sliding-window layers release history a whole block at a
+ * time, so the window must be a multiple of the block size; otherwise
+ * some block sits across the window boundary, partly live and partly
+ * expired, and per-block eviction either retains dead rows or frees
+ * live ones.
  *
- * The layout is carried inside every block signature (block_signature.h)
- * because a durable store outlives the configuration that filled it. */
+ * Every block signature (block_signature.h) records its layout, since
+ * files on disk persist across configuration changes. */
 #ifndef KVS_BLOCK_LAYOUT_H
 #define KVS_BLOCK_LAYOUT_H
 
@@ -37,7 +37,7 @@ typedef enum kvs_block_layout_problem {
   KVS_BLOCK_LAYOUT_OK = 0,
   /* A block of zero tokens cannot hold or name anything. */
   KVS_BLOCK_LAYOUT_ZERO_BLOCK_SIZE = 1,
-  /* The block size does not divide the sliding window. */
+  /* The sliding window is not a multiple of the block size. */
   KVS_BLOCK_LAYOUT_MISALIGNED_WINDOW = 2
 } kvs_block_layout_problem;
 
@@ -46,13 +46,13 @@ kvs_block_layout_problem kvs_block_layout_check(kvs_block_layout layout);
 
 /* Writes a sentence naming a layout's problem and its numbers into buf
  * (always NUL-terminated when cap > 0), e.g. "block size 48 does not
- * divide the sliding window of 128 tokens". Returns the length snprintf
+ * divide the 128-token sliding window ...". Returns the length snprintf
  * would have written. */
 size_t kvs_block_layout_describe_problem(kvs_block_layout layout, char *buf, size_t cap);
 
-/* Builds a usable layout. A zero block size or one that does not divide
- * the window fails with KVS_ERR_INVALID_ARGUMENT naming both numbers;
- * *out is untouched then. */
+/* Builds a usable layout. A zero block size, or a window that is not a
+ * multiple of the block size, fails with KVS_ERR_INVALID_ARGUMENT naming
+ * both numbers; *out is untouched then. */
 kvs_status kvs_block_layout_init(uint32_t block_size, uint32_t sliding_window,
                                  kvs_block_layout *out, kvs_error *err);
 

@@ -110,7 +110,7 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
     case KVS_SIG_SPLIT_KV_HEAD_WIDTH:
       n = snprintf(buf, cap,
                    "KV block layer %" PRIu64 " has V heads %" PRIu64 " wide but K heads %" PRIu64
-                   " wide; the block format records a single head_dim and cannot encode it",
+                   " wide; one head_dim per block is all the format has room for",
                    why->layer, why->v_head_dim, why->head_dim);
       break;
     case KVS_SIG_RAGGED_PAYLOAD:
@@ -131,7 +131,7 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
     case KVS_SIG_BLOCK_SIZE_MISMATCH:
       n = snprintf(buf, cap,
                    "KV block signature declares block size %" PRIu64 " but its payload holds %" PRIu64
-                   " token positions; a stored block is exactly one whole block",
+                   " token positions; a stored block must hold exactly one full block",
                    why->block_size, why->tokens);
       break;
     case KVS_SIG_BAD_LAYOUT: {
@@ -283,8 +283,8 @@ static bool measure(const char *model, const uint8_t *weights, size_t weights_le
     }
   }
 
-  /* The block size is a claim the payload can settle: a stored block is
-   * one whole block, so its depth is the block size. */
+  /* Unlike the window, the block size is checkable: the depth of a stored
+   * block equals its block size by construction. */
   if (tokens != layout.block_size) {
     start(why, KVS_SIG_BLOCK_SIZE_MISMATCH);
     why->block_size = layout.block_size;
@@ -394,8 +394,8 @@ kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weight
 }
 
 /* Compares two signatures field by field in a fixed order and describes
- * the first difference, so an operator learns what changed rather than
- * "cache miss". `left` is the recorded stamp (PAYLOAD_MISMATCH) or the
+ * the first difference, so a refusal names the setting that moved
+ * instead of reporting a bare miss. `left` is the recorded stamp (PAYLOAD_MISMATCH) or the
  * reader's expectation (INCOMPATIBLE); `right` is always the measured
  * signature. */
 static bool compare(const kvs_block_signature *left, const kvs_block_signature *right,
@@ -485,10 +485,10 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                          "recorded signature has an unterminated model or an over-long "
                          "weights fingerprint");
   }
-  /* 3. Measure the payload. The model, fingerprint and layout are carried
-   * over from the stamp because no tensor can prove them; carrying is
-   * not trusting: the block size is checked against the depth here, and
-   * the rest against the reader in step 5. The reader has no vote yet. */
+  /* 3. Measure the payload. Model, fingerprint and layout come from the
+   * stamp since tensors cannot attest to them; they are still checked:
+   * the block size against the depth right here, the others against the
+   * reader in step 5. The reader's values play no part before that. */
   kvs_block_signature measured;
   if (!measure(recorded->model, recorded->weights, recorded->weights_len, recorded->layout,
                layers, n_layers, &measured, &local)) {

@@ -1,15 +1,16 @@
-/* Signatures of stored KV blocks: whether a block found in a cache may be
- * used, as opposed to merely found.
+/* Signatures of stored KV blocks: the difference between finding a block
+ * and being allowed to use it.
  *
- * A chain hash (block_hash.h) says which tokens a block covers; it says
- * nothing about the tensors stored under it. A durable cache will sooner
- * or later be read by a process configured differently from the writer,
- * and reading KV state of the wrong shape, model, weights, dtype or
- * window is not a miss: it is wrong attention that yields confident
- * wrong tokens. Hence the rule of this module:
+ * The chain hash (block_hash.h) identifies the token prefix; the tensors
+ * filed under it could still have any shape. Stored blocks outlive the
+ * process that wrote them, so a reader will eventually run with another
+ * model, weights, dtype, head layout or window, and attention computed
+ * over such state silently produces plausible garbage rather than an
+ * error. This module therefore holds to one rule:
  *
- *   A signature is measured from the block's own payload, never filled
- *   in from what a reader expects, and an unmarked block is refused.
+ *   Every shape field is taken by measuring the payload itself (the
+ *   reader's expectation never fills anything in), and a block that
+ *   carries no signature is turned away.
  *
  * kvs_block_signature_measure takes no expected shape at all. Verifying
  * a block (kvs_block_verify_parts) runs these checks, in this order, and
@@ -20,15 +21,15 @@
  *      (EMPTY_PAYLOAD, DEGENERATE_LAYER, SPLIT_KV_HEAD_WIDTH,
  *       RAGGED_PAYLOAD, BAD_LAYOUT, BLOCK_SIZE_MISMATCH);
  *   4. the recorded signature equals the measured one (PAYLOAD_MISMATCH):
- *      a stamp may not vouch for a width the payload does not have;
+ *      what the stamp claims must be what the tensors are;
  *   5. only then, the measured signature is what the reader needs
  *      (INCOMPATIBLE).
  * The reader's expectation never contributes a field before step 5.
  *
  * What the payload cannot prove (model, weights fingerprint, sliding
  * window) is carried from the stamp and settled against the reader in
- * step 5; the block size can be proved (a stored block is exactly one
- * whole block) and is checked in step 3. */
+ * step 5; the block size is provable (every stored block holds exactly
+ * block_size positions) and is settled in step 3. */
 #ifndef KVS_BLOCK_SIGNATURE_H
 #define KVS_BLOCK_SIGNATURE_H
 
@@ -46,18 +47,17 @@ extern "C" {
 /* The payload layout version this build writes. */
 #define KVS_BLOCK_FORMAT_VERSION 2u
 
-/* The versions this build reads, listed explicitly so that dropping an
- * old layout is a deliberate edit, not arithmetic. Version 1 is not in
- * it: its header recorded neither block size nor window, so a v1 block
- * cannot say what layout it was cut under, and absence is never taken
- * for agreement. */
+/* The versions this build reads. An explicit list rather than a range,
+ * so retiring a version takes a visible change to this list. Version 1
+ * is excluded: it stored neither block size nor window, so nothing in
+ * such a block tells how it was cut, and a missing field is not consent. */
 extern const uint32_t kvs_block_readable_versions[];
 extern const size_t kvs_block_readable_versions_count;
 bool kvs_block_format_readable(uint32_t version);
 
-/* Element type of the stored K and V tensors. The values are also the
- * codes written to disk. Part of the signature, so a build that changes
- * its KV dtype invalidates old blocks instead of reinterpreting them. */
+/* Element type of K and V; the enum values double as on-disk codes. It
+ * belongs to the signature: switching a deployment's KV dtype turns old
+ * blocks into misses instead of bytes read under the wrong type. */
 typedef enum kvs_dtype {
   KVS_DTYPE_F32 = 1,
   KVS_DTYPE_BF16 = 2
@@ -90,7 +90,7 @@ typedef struct kvs_block_layer {
   uint64_t v_elems;    /* elements in v */
 } kvs_block_layer;
 
-/* What a block's payload is: the shape a reader must match to use it.
+/* The identity and shape of a payload, compared field by field.
  * A plain value; build it with kvs_block_signature_measure (from a
  * payload) or kvs_block_signature_expected (a reader's requirement). */
 typedef struct kvs_block_signature {
@@ -106,7 +106,7 @@ typedef struct kvs_block_signature {
   kvs_block_layout layout; /* block size and the window it had to divide */
 } kvs_block_signature;
 
-/* Why a block was refused. Every kind is a refusal to guess. */
+/* The reason a block was turned away; none of them is "probably fine". */
 typedef enum kvs_signature_error_kind {
   KVS_SIG_NONE = 0,
   /* No signature recorded. Absence is never agreement. */
@@ -115,17 +115,17 @@ typedef enum kvs_signature_error_kind {
   KVS_SIG_EMPTY_PAYLOAD,
   /* The first layer has no heads or a zero head dimension. */
   KVS_SIG_DEGENERATE_LAYER,
-  /* A V head width that differs from the K head width: the format carries
-   * one head_dim, so such a payload has no honest encoding. */
+  /* V heads of another width than K heads: with a single head_dim field
+   * the format cannot describe the payload truthfully. */
   KVS_SIG_SPLIT_KV_HEAD_WIDTH,
   /* The payload disagrees with itself (layer shapes, lengths, dtypes, or
    * a position count its buffers contradict). */
   KVS_SIG_RAGGED_PAYLOAD,
-  /* The stamp claims something the payload is not; the payload wins. */
+  /* Stamp and measurement disagree; the measurement is authoritative. */
   KVS_SIG_PAYLOAD_MISMATCH,
-  /* Honest, coherent, but not what this reader needs. A miss. */
+  /* Consistent with itself, but for another configuration: a miss. */
   KVS_SIG_INCOMPATIBLE,
-  /* The layout's block size is not the payload's token depth. */
+  /* Declared block size and measured depth differ. */
   KVS_SIG_BLOCK_SIZE_MISMATCH,
   /* The recorded layout is unusable (block size does not divide window). */
   KVS_SIG_BAD_LAYOUT,
@@ -177,11 +177,11 @@ const char *kvs_signature_error_kind_name(kvs_signature_error_kind kind);
  * the length snprintf would have written. */
 size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, size_t cap);
 
-/* Measures a signature from a payload. The caller supplies only what no
- * tensor can prove: the model identity, the weights fingerprint (may be
- * NULL when weights_len is 0) and the layout the block was cut under;
- * every shape field is measured, and the layout's block size is checked
- * against the measured depth. Checks, in order: the layout is usable
+/* Builds a signature by measuring a payload. The caller contributes only
+ * facts no tensor can establish: the model identity, the weights
+ * fingerprint (NULL allowed when weights_len is 0) and the layout used
+ * to cut the sequence; shapes come from the layers, and the depth found
+ * must equal the block size. Checks, in order: the layout is usable
  * (BAD_LAYOUT); there is a layer (EMPTY_PAYLOAD); layer 0 has heads and
  * width (DEGENERATE_LAYER); then each layer: V width equals K width
  * (SPLIT_KV_HEAD_WIDTH), same shape and dtype as layer 0, k length a
@@ -197,9 +197,8 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
                                        kvs_block_signature *out, kvs_signature_error *why,
                                        kvs_error *err);
 
-/* A reader's requirement: the signature this process would compute for
- * a block of its own. Never stamped onto a block, only compared with
- * one. Fails with KVS_ERR_INVALID_ARGUMENT for an unusable layout, an
+/* What a reader requires, spelled as a signature. It is only ever the
+ * left side of a comparison, never written into a block. Fails with KVS_ERR_INVALID_ARGUMENT for an unusable layout, an
  * unknown dtype or an over-long / unprintable model or fingerprint. */
 kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weights,
                                         size_t weights_len, kvs_block_layout layout,
@@ -207,9 +206,9 @@ kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weight
                                         uint32_t head_dim, kvs_dtype dtype, uint64_t tokens,
                                         kvs_block_signature *out, kvs_error *err);
 
-/* Verifies a payload against the signature recorded with it (NULL: the
- * block is unmarked) and then against the reader's expectation, in the
- * order described at the top of this header. expected may be NULL to
+/* Checks a payload against the signature stored with it (NULL: none was
+ * stored) and then against what the reader requires, in the order given
+ * at the top of this header. expected may be NULL to
  * stop after step 4 (self-consistency only, e.g. for inspection tools).
  * On success *actual (when non-NULL) receives the measured signature.
  * A refusal returns KVS_ERR_SIGNATURE with *why and err filled. Nothing

@@ -1,14 +1,13 @@
-/* Owned KV blocks: signed (stamped or verified) and unverified.
+/* Owned KV blocks, in two types so the compiler keeps them apart.
  *
- * kvs_block_t is a block whose signature was measured from its own
- * payload and, when it came from outside, verified against a reader.
- * The only ways to obtain one are kvs_block_stamp (writing) and
- * kvs_unverified_block_verify (reading), so holding one is the proof.
+ * kvs_block_t carries a signature obtained by measurement, and, if the
+ * bytes came from elsewhere, already accepted by a reader. Nothing but
+ * kvs_block_stamp and kvs_unverified_block_verify creates one, so code
+ * handed a kvs_block_t need not re-check it.
  *
- * kvs_unverified_block_t is a block as it arrives from an untrusted
- * source: a disk, a shared cache, another build. Its signature may be
- * absent, because "nothing recorded" is a state a stored block can be
- * in, and it must be representable to be refused.
+ * kvs_unverified_block_t holds bytes of unknown provenance (a file, a
+ * peer, an older build). It may lack a signature altogether: that case
+ * has to be expressible so verification can reject it.
  *
  * Both own their payload; the kvs_block_layer views they hand out stay
  * valid until the block is destroyed. */
@@ -29,7 +28,7 @@ extern "C" {
 typedef struct kvs_block *kvs_block_t;
 typedef struct kvs_unverified_block *kvs_unverified_block_t;
 
-/* Stamps a block from its payload: measures the signature (see
+/* Signs a payload: measures its signature (see
  * kvs_block_signature_measure; only model, fingerprint and layout come
  * from the caller) and copies the payload. Refusals return
  * KVS_ERR_SIGNATURE with *why filled; *out is written only on success. */
@@ -66,8 +65,7 @@ const kvs_block_signature *kvs_unverified_block_signature(
 const kvs_block_layer *kvs_unverified_block_layers(const struct kvs_unverified_block *block,
                                                    size_t *n_layers);
 
-/* Verifies *block against the reader's expectation, in the order of
- * kvs_block_verify_parts. On success the unverified block is consumed:
+/* Runs kvs_block_verify_parts on *block for this reader. On success the unverified block is consumed:
  * its payload moves into a new kvs_block_t in *out (carrying the measured
  * signature) and *block is set to NULL. On failure (KVS_ERR_SIGNATURE
  * with *why filled, or another status) *block is untouched and still

@@ -195,8 +195,8 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
   return 0;
 }
 
-/* The reader's layout; a block size that does not divide the window
- * cannot describe any block, so it is bad usage. */
+/* The layout from the flags. A window that is not a multiple of the
+ * block size describes no possible block: a usage error. */
 static int layout_of(const flags *f, kvs_block_layout *layout) {
   kvs_error err;
   if (kvs_block_layout_init((uint32_t)f->block_size, (uint32_t)f->window, layout, &err) !=

@@ -111,7 +111,7 @@ inline kvs_block_layout make_layout(uint32_t block_size, uint32_t window) {
   return layout;
 }
 
-// A full-causal layout whose block size is the payload depth.
+// No window; the block size given is the depth the test's payload has.
 inline kvs_block_layout flat(uint32_t block_size) {
   return make_layout(block_size, KVS_BLOCK_NO_WINDOW);
 }

@@ -116,7 +116,7 @@ TEST(KvSignature, a_stamped_block_round_trips_through_verification) {
   size_t n = 0;
   kvs_signature_error why;
   ASSERT_EQ(verify_block(&signature, layers, reader, &why, &n), KVS_OK)
-      << "a block that is what it says it is must verify: " << message(why);
+      << "an honest stamp over its own payload: " << message(why);
   EXPECT_EQ(n, 3u);
   EXPECT_EQ(why.kind, KVS_SIG_NONE);
 }
@@ -134,23 +134,23 @@ TEST(KvSignature, a_signature_that_overstates_its_payload_is_rejected) {
   EXPECT_EQ(lying.head_dim, 16u);
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&lying, payload(3, 2, 8, 4), reader, &why), KVS_ERR_SIGNATURE)
-      << "stamp claims head_dim 16 over an 8-wide payload";
+      << "head_dim 16 recorded, 8 present";
   expect_payload_mismatch(why, "head_dim", "16", "8");
 
-  // Same shape, overstated depth: 8 positions claimed over 4.
+  // Heads and width right, depth inflated from 4 to 8.
   lying.head_dim = 8;
   lying.tokens = 8;
   reader = expected("model-a", flat(8), 3, 2, 8, 8);
   EXPECT_EQ(verify_block(&lying, payload(3, 2, 8, 4), reader, &why), KVS_ERR_SIGNATURE)
-      << "stamp claims 8 tokens over a 4-token payload";
+      << "tokens 8 recorded, 4 present";
   expect_payload_mismatch(why, "tokens", "8", "4");
 
-  // And an overstated layer count.
+  // Layer count inflated from 3 to 4.
   lying.tokens = 4;
   lying.n_layers = 4;
   reader = expected("model-a", flat(4), 4, 2, 8, 4);
   EXPECT_EQ(verify_block(&lying, payload(3, 2, 8, 4), reader, &why), KVS_ERR_SIGNATURE)
-      << "stamp claims 4 layers over a 3-layer payload";
+      << "n_layers 4 recorded, 3 present";
   expect_payload_mismatch(why, "n_layers", "4", "3");
 }
 
@@ -195,13 +195,13 @@ TEST(KvSignature, an_honest_block_from_a_different_config_is_incompatible) {
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&signature, layers, expected("model-b", flat(4), 3, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "a different model must not share KV state";
+      << "model-b may not read model-a's KV";
   expect_incompatible(why, "model", "model-b", "model-a");
 
   EXPECT_EQ(verify_block(&signature, payload(3, 2, 8, 4),
                          expected("model-a", flat(4), 3, 4, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "a different KV head count must not be reused";
+      << "4 heads wanted, 2 stored";
   expect_incompatible(why, "n_kv_heads", "4", "2");
 }
 
@@ -212,7 +212,7 @@ TEST(KvSignature, an_unreadable_format_version_is_rejected) {
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&signature, layers, expected("model-a", flat(4), 2, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "an unknown layout must not be guessed at";
+      << "version 99 is not in the readable set";
   EXPECT_EQ(why.kind, KVS_SIG_UNSUPPORTED_FORMAT);
   EXPECT_EQ(why.format_found, 99u);
   ASSERT_EQ(why.n_readable, kvs_block_readable_versions_count);
@@ -230,15 +230,14 @@ TEST(KvSignature, a_block_written_under_a_different_window_is_refused_not_reused
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&signature, layers, expected("model-a", layout_256, 3, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "a window change must invalidate the block, not be ignored";
+      << "window 256 wanted, 128 recorded";
   expect_incompatible(why, "sliding_window", "256", "128");
 
-  // The same block under the same window still verifies: invalidate on
-  // change, not on principle.
+  // With the window unchanged the block is still a hit.
   EXPECT_EQ(verify_block(&signature, payload(3, 2, 8, 4),
                          expected("model-a", layout_128, 3, 2, 8, 4), &why),
             KVS_OK)
-      << "unchanged config must still hit: " << message(why);
+      << "window 128 wanted and recorded: " << message(why);
 }
 
 TEST(KvSignature, a_full_causal_reader_will_not_take_a_sliding_window_block) {
@@ -248,7 +247,7 @@ TEST(KvSignature, a_full_causal_reader_will_not_take_a_sliding_window_block) {
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&signature, layers, expected("model-a", flat(4), 2, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "no window and a 128 window are different configurations";
+      << "full causal wanted, window 128 recorded";
   expect_incompatible(why, "sliding_window", "none (full causal)", "128");
 }
 
@@ -270,13 +269,13 @@ TEST(KvSignature, a_stamp_may_not_claim_a_block_size_the_payload_lacks) {
   EXPECT_EQ(kvs_block_stamp("model-a", nullptr, 0, flat(8), v.data(), v.size(), &block, &why,
                             nullptr),
             KVS_ERR_SIGNATURE)
-      << "8-token blocks over a 4-token payload";
+      << "layout of 8, depth of 4";
   EXPECT_EQ(block, nullptr);
   EXPECT_EQ(why.kind, KVS_SIG_BLOCK_SIZE_MISMATCH);
   EXPECT_EQ(why.block_size, 8u);
   EXPECT_EQ(why.tokens, 4u);
 
-  // Same on the read path, where the stamp comes from a file.
+  // And when reading, with the stamp taken from stored bytes.
   kvs_block_signature honest = from_payload("model-a", flat(4), payload(2, 2, 8, 4));
   kvs_block_signature lying = honest;
   lying.layout = flat(8);
@@ -284,7 +283,7 @@ TEST(KvSignature, a_stamp_may_not_claim_a_block_size_the_payload_lacks) {
   EXPECT_EQ(verify_block(&lying, payload(2, 2, 8, 4), expected("model-a", flat(8), 2, 2, 8, 8),
                          &why),
             KVS_ERR_SIGNATURE)
-      << "the payload settles the block size, not the stamp";
+      << "depth 4 decides, whatever the stamp says";
   EXPECT_EQ(why.kind, KVS_SIG_BLOCK_SIZE_MISMATCH);
   EXPECT_EQ(why.block_size, 8u);
   EXPECT_EQ(why.tokens, 4u);
@@ -301,7 +300,7 @@ TEST(KvSignature, blocks_from_the_pre_layout_format_are_not_readable) {
   kvs_signature_error why;
   EXPECT_EQ(verify_block(&signature, layers, expected("model-a", flat(4), 2, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE)
-      << "a v1 block cannot say what layout it was cut under";
+      << "version 1 recorded no layout";
   EXPECT_EQ(why.kind, KVS_SIG_UNSUPPORTED_FORMAT);
   EXPECT_EQ(why.format_found, 1u);
   EXPECT_EQ(why.readable, kvs_block_readable_versions);
