@@ -103,14 +103,17 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
     rp->bytes = stage->bytes;
     rp->headroom_bytes = rp->budget_bytes - rp->bytes.total;
   }
-  /* The limit: a stage that cannot take one more page with its layers
-   * (max_pages equals the common count; at least one does), and in it
-   * the device with the least headroom. */
+  /* The limit: among the stages that cannot take one more page with their
+   * layers (max_pages equals the common count; at least one does), the
+   * device with the smallest budget (the one a raise would help), then
+   * the least headroom, then the lowest rank. */
   size_t limiting = n_gpus;
   for (size_t r = 0; r < n_gpus; r++) {
     const kvs_rank_plan *rp = &plan->ranks[r];
     if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
-    if (limiting == n_gpus || rp->headroom_bytes < plan->ranks[limiting].headroom_bytes) {
+    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
+    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
+        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
       limiting = r;
     }
   }

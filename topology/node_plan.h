@@ -82,9 +82,9 @@ size_t kvs_node_plan_tp(kvs_node_plan_t plan);
 size_t kvs_node_plan_pp(kvs_node_plan_t plan);
 size_t kvs_node_plan_replicas(kvs_node_plan_t plan);
 
-/* The rank that limits the common page count: in a stage that cannot
- * hold one more page with its layers, its tightest device (least
- * headroom, then lowest rank). */
+/* The rank that limits the common page count: among the stages that
+ * cannot hold one more page with their layers, the device with the
+ * smallest budget (ties: least headroom, then lowest rank). */
 size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan);
 
 #ifdef __cplusplus

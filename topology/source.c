@@ -50,7 +50,7 @@ static kvs_status file_prepare(const kvs_topology_source *self, hwloc_topology_t
   fclose(f);
   if (hwloc_topology_set_xml(topology, self->path) != 0) {
     return kvs_error_set(err, KVS_ERR_PARSE,
-                         "topology file '%s' is not an hwloc XML export that hwloc %s can read "
+                         "topology file '%s' is not an hwloc XML export that hwloc %s can load "
                          "(hwloc 2.x files load; version=\"3.0\" ones do not)",
                          self->path, HWLOC_VERSION);
   }
@@ -79,7 +79,7 @@ static kvs_status buffer_prepare(const kvs_topology_source *self, hwloc_topology
   if (hwloc_topology_set_xmlbuffer(topology, self->buffer, (int)self->buffer_len + 1) != 0) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "topology buffer '%s' is not an hwloc XML export that hwloc %s can "
-                         "read",
+                         "load",
                          self->label != NULL ? self->label : "", HWLOC_VERSION);
   }
   return KVS_OK;

@@ -230,8 +230,18 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
   }
   if ((status = source->iface->prepare(source, t->hwloc, err)) != KVS_OK) goto fail;
   if (hwloc_topology_load(t->hwloc) != 0) {
-    status = kvs_error_set(err, KVS_ERR_PARSE, "topology '%s' (%s) did not load: %s",
-                           t->label, source->iface->name, strerror(errno));
+    int why = errno;
+    if (source->iface->is_this_system(source)) {
+      status = kvs_error_set(err, KVS_ERR_UNSUPPORTED, "hwloc could not discover '%s': %s",
+                             t->label, strerror(why));
+    } else {
+      /* hwloc accepts any file up front and refuses it at load. */
+      status = kvs_error_set(err, KVS_ERR_PARSE,
+                             "topology %s '%s' is not an hwloc XML export that hwloc %s can "
+                             "load (hwloc 2.x files load; version=\"3.0\" ones do not): %s",
+                             source->path != NULL ? "file" : "buffer", t->label, HWLOC_VERSION,
+                             strerror(why));
+    }
     goto fail;
   }
   t->this_system = source->iface->is_this_system(source) && hwloc_topology_is_thissystem(t->hwloc);

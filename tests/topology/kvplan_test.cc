@@ -1,0 +1,349 @@
+// kvplan end to end: the binary run on the 8-GPU topologies for tp 8,
+// tp 4 x pp 2 and pp 8 (JSON checked key by key and against the library),
+// the table, the SVG, the no-argument default, and every error's message
+// and exit status.
+#include <gtest/gtest.h>
+#include <jansson.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/geometry.h"
+#include "tests/topology/helpers.h"
+#include "topology/node_plan.h"
+
+using namespace kvs_test;
+
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+struct RunResult {
+  int status = -1;
+  std::string out, err;
+  std::vector<std::string> lines() const {
+    std::vector<std::string> v;
+    std::stringstream s(out);
+    for (std::string line; std::getline(s, line);) v.push_back(line);
+    return v;
+  }
+};
+
+std::string slurp(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs tools/kvplan (from the runfiles) with args; stdout and stderr kept.
+RunResult kvplan(const std::string &args) {
+  RunResult run;
+  std::string err_path = testing::TempDir() + "/kvplan.stderr";
+  std::string cmd = "tools/kvplan " + args + " 2>" + err_path;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return run;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) run.out.append(buf, n);
+  int status = pclose(p);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.err = slurp(err_path);
+  return run;
+}
+
+std::string topo(const char *name) { return "--topology " + data_path(name); }
+
+struct JsonDeleter {
+  void operator()(json_t *j) const { json_decref(j); }
+};
+using Json = std::unique_ptr<json_t, JsonDeleter>;
+
+Json last_line_json(const RunResult &run) {
+  std::vector<std::string> lines = run.lines();
+  if (lines.empty()) return Json();
+  json_error_t error;
+  json_t *j = json_loads(lines.back().c_str(), 0, &error);
+  EXPECT_NE(j, nullptr) << error.text << " in: " << lines.back();
+  return Json(j);
+}
+
+std::set<std::string> keys(json_t *object) {
+  std::set<std::string> out;
+  const char *key;
+  json_t *value;
+  json_object_foreach(object, key, value) out.insert(key);
+  return out;
+}
+
+uint64_t u64(json_t *object, const char *key) {
+  json_t *v = json_object_get(object, key);
+  EXPECT_TRUE(json_is_integer(v)) << key;
+  return static_cast<uint64_t>(json_integer_value(v));
+}
+
+// The library's plan for the same inputs, to compare the binary with.
+Plan library_plan(const char *topology, size_t tp, size_t pp, uint64_t budget) {
+  static kvs_geometry g;
+  kvs_geometry_builtin("dsv4-flash", &g, nullptr);
+  Topology t = load_xml(topology);
+  std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
+  std::vector<uint64_t> budgets(gpus.size(), budget);
+  kvs_plan_request req{&g, nullptr, 0.125, 128, 331, 1, tp, pp};
+  kvs_node_plan_t plan = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_node_plan_create(&req, gpus.data(), gpus.size(), budgets.data(), &plan, nullptr,
+                                 &err),
+            KVS_OK)
+      << err.message;
+  return Plan(plan);
+}
+
+const std::vector<std::string> kHgxBusIds = {"0000:1b:00.0", "0000:43:00.0", "0000:52:00.0",
+                                             "0000:61:00.0", "0000:9d:00.0", "0000:c3:00.0",
+                                             "0000:d1:00.0", "0000:df:00.0"};
+
+// The JSON of a plan: the keys exactly, each rank's fields, the sums, and
+// equality with the library's plan.
+void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
+  ASSERT_EQ(run.status, 0) << run.err;
+  Json root = last_line_json(run);
+  ASSERT_TRUE(root);
+  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages", "full_token", "n_win_pages",
+                                                     "limiting_rank", "ranks"}));
+  EXPECT_EQ(u64(root.get(), "full_token"), u64(root.get(), "num_pages") * 128);
+  Plan lib = library_plan(kHgx, tp, pp, 80 * GiB);
+  ASSERT_TRUE(lib);
+  const kvs_split *split = kvs_node_plan_split(lib.get());
+  EXPECT_EQ(u64(root.get(), "num_pages"), split->num_pages);
+  EXPECT_EQ(u64(root.get(), "n_win_pages"), split->n_win_pages);
+  EXPECT_EQ(u64(root.get(), "limiting_rank"), kvs_node_plan_limiting_rank(lib.get()));
+  json_t *ranks = json_object_get(root.get(), "ranks");
+  ASSERT_TRUE(json_is_array(ranks));
+  ASSERT_EQ(json_array_size(ranks), 8u);
+  uint64_t next_layer = 0;
+  for (size_t r = 0; r < 8; r++) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    json_t *rank = json_array_get(ranks, r);
+    EXPECT_EQ(keys(rank), (std::set<std::string>{"rank", "tp_rank", "pp_stage", "gpu", "layers",
+                                                 "budget_bytes", "pool_bytes", "tiers"}));
+    EXPECT_EQ(u64(rank, "rank"), r);
+    EXPECT_EQ(u64(rank, "tp_rank"), r % tp);
+    EXPECT_EQ(u64(rank, "pp_stage"), r / tp);
+    json_t *gpu = json_object_get(rank, "gpu");
+    EXPECT_EQ(keys(gpu), (std::set<std::string>{"index", "pci_busid", "numa_node", "cpuset"}));
+    EXPECT_EQ(u64(gpu, "index"), r);
+    EXPECT_EQ(json_string_value(json_object_get(gpu, "pci_busid")), kHgxBusIds[r]);
+    EXPECT_EQ(u64(gpu, "numa_node"), r / 4);
+    EXPECT_STREQ(json_string_value(json_object_get(gpu, "cpuset")),
+                 r < 4 ? "0-55,112-167" : "56-111,168-223");
+    json_t *layers = json_object_get(rank, "layers");
+    ASSERT_EQ(json_array_size(layers), 2u);
+    uint64_t first = json_integer_value(json_array_get(layers, 0));
+    uint64_t last = json_integer_value(json_array_get(layers, 1));
+    if (r % tp == 0) {
+      EXPECT_EQ(first, next_layer);
+      next_layer = last + 1;
+    }
+    const kvs_rank_plan *lr = kvs_node_plan_rank(lib.get(), r);
+    EXPECT_EQ(first, lr->first);
+    EXPECT_EQ(last, lr->end - 1);
+    EXPECT_EQ(u64(rank, "budget_bytes"), 80 * GiB);
+    json_t *tiers = json_object_get(rank, "tiers");
+    EXPECT_EQ(keys(tiers), (std::set<std::string>{"window", "compressed", "indexer", "state",
+                                                  "index_state", "mapping", "scratch"}));
+    uint64_t sum = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(tiers, key, value) sum += json_integer_value(value);
+    EXPECT_EQ(sum, u64(rank, "pool_bytes"));
+    EXPECT_EQ(u64(rank, "pool_bytes"), lr->bytes.total);
+    EXPECT_EQ(u64(tiers, "window"), lr->bytes.window);
+    EXPECT_EQ(u64(tiers, "compressed"), lr->bytes.compressed);
+    EXPECT_EQ(u64(tiers, "indexer"), lr->bytes.indexer);
+    EXPECT_EQ(u64(tiers, "mapping"), lr->bytes.mapping);
+    EXPECT_LE(u64(rank, "pool_bytes"), u64(rank, "budget_bytes"));
+  }
+  EXPECT_EQ(next_layer, 43u);
+}
+
+}  // namespace
+
+TEST(Kvplan, tp8_json) {
+  check_plan_json(kvplan(topo(kHgx) + " --tp 8 --budget 80GiB --json"), 8, 1);
+}
+
+TEST(Kvplan, tp4_pp2_json) {
+  check_plan_json(kvplan(topo(kHgx) + " --tp 4 --pp 2 --budget 80GiB --json"), 4, 2);
+}
+
+TEST(Kvplan, pp8_json) {
+  check_plan_json(kvplan(topo(kHgx) + " --pp 8 --budget 80GiB --json"), 1, 8);
+}
+
+// `plan` is optional: `kvplan plan ...` and `kvplan ...` are one command.
+TEST(Kvplan, plan_subcommand_is_the_default) {
+  RunResult a = kvplan("plan " + topo(kHgx) + " --tp 4 --pp 2 --budget 80GiB --json");
+  RunResult b = kvplan(topo(kHgx) + " --tp 4 --pp 2 --budget 80GiB --json");
+  EXPECT_EQ(a.status, 0);
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(Kvplan, table_names_every_rank_and_the_limit) {
+  RunResult run = kvplan(topo(kHgx) + " --tp 4 --pp 2 --budget 80GiB");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::vector<std::string> lines = run.lines();
+  ASSERT_GE(lines.size(), 16u);
+  EXPECT_EQ(lines[0].rfind("model       dsv4-flash: 43 layers", 0), 0u) << lines[0];
+  EXPECT_NE(run.out.find("layout      tp 4 x pp 2 = 8 ranks per replica, 1 replica"),
+            std::string::npos);
+  EXPECT_NE(run.out.find("rank  tp  pp  gpu pci_busid    numa layers      window compressed"
+                         "    indexer      state  idx_state    mapping    scratch       pool"
+                         "     budget   headroom"),
+            std::string::npos)
+      << run.out;
+  for (const std::string &id : kHgxBusIds) EXPECT_NE(run.out.find(id), std::string::npos) << id;
+  EXPECT_NE(run.out.find("tokens of history"), std::string::npos);
+  EXPECT_NE(run.out.find("limited by  rank "), std::string::npos);
+  EXPECT_NE(run.out.find("<- limit"), std::string::npos);
+}
+
+// With no GPU visible to CUDA, the no-argument run plans the bundled
+// 8-GPU server and says so first.
+TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
+  RunResult run = kvplan("");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::vector<std::string> lines = run.lines();
+  ASSERT_FALSE(lines.empty());
+  if (lines[0].rfind("kvplan: no GPU visible to CUDA", 0) != 0) {
+    GTEST_SKIP() << "CUDA sees GPUs here; the live default ran: " << lines[0];
+  }
+  EXPECT_NE(lines[0].find("bundled 8-GPU server"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("nominal 141 GB per GPU"), std::string::npos) << lines[0];
+  EXPECT_NE(run.out.find("layout      tp 8 x pp 1"), std::string::npos);
+  EXPECT_NE(run.out.find("budget      nominal 141 GB x 0.90 = 118.18 GiB per GPU"),
+            std::string::npos);
+  EXPECT_NE(run.out.find("num_pages   40776 pages"), std::string::npos) << run.out;
+  // JSON keeps stdout to the one object; the note goes to stderr.
+  RunResult json = kvplan("--json");
+  ASSERT_EQ(json.status, 0);
+  EXPECT_EQ(json.lines().size(), 1u);
+  EXPECT_NE(json.err.find("bundled 8-GPU server"), std::string::npos);
+  Json root = last_line_json(json);
+  EXPECT_EQ(u64(root.get(), "num_pages"), 40776u);
+}
+
+TEST(Kvplan, epyc_tp2_pp4_pairs_share_a_numa_node) {
+  RunResult run = kvplan(topo(kEpyc) + " --tp 2 --pp 4 --budget 94GB --json");
+  ASSERT_EQ(run.status, 0) << run.err;
+  Json root = last_line_json(run);
+  json_t *ranks = json_object_get(root.get(), "ranks");
+  ASSERT_EQ(json_array_size(ranks), 8u);
+  for (size_t s = 0; s < 4; s++) {
+    json_t *a = json_object_get(json_array_get(ranks, 2 * s), "gpu");
+    json_t *b = json_object_get(json_array_get(ranks, 2 * s + 1), "gpu");
+    EXPECT_EQ(u64(a, "numa_node"), u64(b, "numa_node")) << "stage " << s;
+  }
+}
+
+TEST(Kvplan, svg_draws_one_bar_per_gpu_grouped_by_numa_node) {
+  std::string path = testing::TempDir() + "/plan.svg";
+  RunResult run = kvplan(topo(kEpyc) + " --tp 2 --pp 4 --budget 94GB --svg " + path);
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::string svg = slurp(path);
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);
+  size_t bars = 0;
+  for (size_t at = 0; (at = svg.find("class=\"gpu\">GPU ", at)) != std::string::npos; at++) bars++;
+  EXPECT_EQ(bars, 8u);
+  for (const char *box : {"NUMA node 0 · package 0", "NUMA node 1 · package 0",
+                          "NUMA node 2 · package 1", "NUMA node 3 · package 1"}) {
+    EXPECT_NE(svg.find(box), std::string::npos) << box;
+  }
+  for (const char *tier : {"window", "compressed", "indexer", "state", "index_state", "mapping",
+                           "scratch", "headroom", "LIMITING"}) {
+    EXPECT_NE(svg.find(tier), std::string::npos) << tier;
+  }
+  EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+}
+
+// Errors: one clear line on stderr, exit 1 (cannot plan here) or 2 (bad
+// usage), never a crash.
+TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
+  struct Case {
+    std::string args;
+    int status;
+    std::string message;
+  };
+  const std::string hgx = topo(kHgx);
+  const std::vector<Case> cases = {
+      {hgx + " --tp 16", 1, "kvplan plan: tp 16 x pp 1 = 16 ranks, more ranks than the 8 GPUs\n"},
+      {hgx + " --tp 4 --pp 4", 1,
+       "kvplan plan: tp 4 x pp 4 = 16 ranks, more ranks than the 8 GPUs\n"},
+      {hgx + " --tp 3", 1,
+       "kvplan plan: tp 3 x pp 1 = 3 ranks does not divide the 8 GPUs into whole replicas\n"},
+      {hgx + " --tp 3 --pp 2", 1,
+       "kvplan plan: tp 3 x pp 2 = 6 ranks does not divide the 8 GPUs into whole replicas\n"},
+      {"--topology tests/data/missing.xml", 1,
+       "kvplan plan: topology file 'tests/data/missing.xml' cannot be read: No such file or "
+       "directory\n"},
+      {"--topology tests/data/COPYING.hwloc", 1,
+       "kvplan plan: topology file 'tests/data/COPYING.hwloc' is not an hwloc XML export that "
+       "hwloc 2."},
+      {hgx + " --tp 4 --pp 2 --budget-per-gpu 80GiB,80GiB,80GiB,80GiB,80GiB,16MiB,80GiB,80GiB", 1,
+       "kvplan plan: GPU 5 (0000:c3:00.0, rank 5, stage 1, layers "},
+      {hgx + " --budget 1GiB", 1, "kvplan plan: GPU 0 (0000:1b:00.0, rank 0, stage 0, layers 0-42) "
+                                  "has a budget of 1073741824 bytes but needs "},
+      {hgx + " --pp 44 --tp 1 --budget 80GiB", 1, "kvplan plan: tp 1 x pp 44 = 44 ranks, more "
+                                                  "ranks than the 8 GPUs\n"},
+      {hgx + " --budget-per-gpu 80GiB,80GiB", 2,
+       "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'tests/data/"
+       "hgx-h200-2socket-8gpu.xml' has 8 GPUs\n"},
+      {hgx + " --budget 80GiB --budget-per-gpu 1,2", 2,
+       "kvplan plan: give --budget or --budget-per-gpu, not both\n"},
+      {hgx + " --budget 80GiB --memory-ratio 0.8", 2,
+       "kvplan plan: --memory-ratio scales measured memory; --budget and --budget-per-gpu give "
+       "the bytes themselves\n"},
+      {hgx + " --memory-ratio 1.5", 2, "kvplan plan: --memory-ratio must be in (0, 1], got 1.5\n"},
+      {hgx + " --tp 0", 2, "kvplan plan: --tp and --pp must be between 1 and 1024\n"},
+      {hgx + " --tp x", 2, "kvplan plan: --tp needs a non-negative integer, got 'x'\n"},
+      {hgx + " --budget 80 GiB", 2, "kvplan plan: unexpected argument 'GiB'\n"},
+      {hgx + " --bogus", 2, "kvplan plan: unknown flag '--bogus'\n"},
+      {hgx + " --svg", 2, "kvplan plan: --svg needs a value\n"},
+      {hgx + " --model nope", 2, "kvplan plan: "},
+      {hgx + " --page 100", 2, "kvplan plan: P=100 must be divisible by ratio 128 of layer 3"},
+      {hgx + " --budget 80GiB --svg /nonexistent/dir/x.svg", 2,
+       "kvplan plan: cannot write SVG '/nonexistent/dir/x.svg': No such file or directory\n"},
+  };
+  for (const Case &c : cases) {
+    RunResult run = kvplan(c.args);
+    EXPECT_EQ(run.status, c.status) << c.args << "\n" << run.err;
+    EXPECT_EQ(run.err.rfind(c.message, 0), 0u) << c.args << "\ngot: " << run.err;
+  }
+}
+
+TEST(Kvplan, budget_too_small_json_names_the_gpu) {
+  RunResult run = kvplan(topo(kHgx) + " --tp 4 --pp 2 --json --budget-per-gpu "
+                                "80GiB,80GiB,80GiB,80GiB,80GiB,16MiB,80GiB,80GiB");
+  EXPECT_EQ(run.status, 1);
+  Json root = last_line_json(run);
+  ASSERT_TRUE(root);
+  EXPECT_STREQ(json_string_value(json_object_get(root.get(), "error")), "budget_too_small");
+  EXPECT_EQ(u64(root.get(), "rank"), 5u);
+  EXPECT_STREQ(json_string_value(json_object_get(json_object_get(root.get(), "gpu"), "pci_busid")),
+               "0000:c3:00.0");
+  EXPECT_EQ(u64(root.get(), "available_bytes"), 16ull << 20);
+  EXPECT_GT(u64(root.get(), "needed_bytes"), 16ull << 20);
+}
+
+TEST(Kvplan, help_exits_zero) {
+  RunResult run = kvplan("plan --help");
+  EXPECT_EQ(run.status, 0);
+  EXPECT_NE(run.out.find("--budget-per-gpu"), std::string::npos);
+  EXPECT_NE(run.out.find("--topology FILE|live"), std::string::npos);
+}
