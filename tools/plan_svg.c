@@ -12,10 +12,10 @@ enum {
   MARGIN = 24,
   HEADER = 64,      /* title and subtitle */
   CAPTION = 36,     /* a NUMA box's two caption lines */
-  TOP_LABELS = 30,  /* "GPU n" and "rank r" above the bars */
+  TOP_LABELS = 46,  /* "GPU n", "rank r", "tp t · pp s" above the bars */
   AREA = 320,       /* height of the tallest budget */
-  BOTTOM_LABELS = 62,
-  SLOT = 96,        /* horizontal room per GPU */
+  BOTTOM_LABELS = 84,
+  SLOT = 104,       /* horizontal room per GPU */
   BAR = 50,
   BOX_PAD = 10,
   BOX_GAP = 18,
@@ -88,8 +88,10 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
 
   snprintf(line, sizeof line, "GPU %zu", gpu->index);
   text_at(f, cx, top + 12, "middle", "gpu", line);
-  snprintf(line, sizeof line, "rank %zu · tp %zu · pp %zu", rp->rank, rp->tp_rank, rp->pp_stage);
+  snprintf(line, sizeof line, "rank %zu", rp->rank);
   text_at(f, cx, top + 25, "middle", "small", line);
+  snprintf(line, sizeof line, "tp %zu · pp %zu", rp->tp_rank, rp->pp_stage);
+  text_at(f, cx, top + 38, "middle", "small", line);
 
   /* The budget outline, headroom hatched, then the tiers from the floor. */
   fprintf(f, "<g><title>");
@@ -121,17 +123,16 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
           limiting ? "3" : "1");
   double used = rp->budget_bytes ? 100.0 * (double)rp->bytes.total / (double)rp->budget_bytes
                                  : 0.0;
-  snprintf(line, sizeof line, "%.1f%%", used);
-  text_at(f, cx, bottom - budget_h - 4, "middle", limiting ? "limit" : "small", line);
-
   text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
   snprintf(line, sizeof line, "layers %zu-%zu", rp->first, rp->end - 1);
   text_at(f, cx, bottom + 28, "middle", "small", line);
   snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->bytes.total, b1, sizeof b1));
   text_at(f, cx, bottom + 42, "middle", "small", line);
-  snprintf(line, sizeof line, "of %s", kvs_format_bytes(rp->budget_bytes, b2, sizeof b2));
+  snprintf(line, sizeof line, "budget %s", kvs_format_bytes(rp->budget_bytes, b2, sizeof b2));
   text_at(f, cx, bottom + 56, "middle", "small", line);
-  if (limiting) text_at(f, cx, bottom + 70, "middle", "limit", "LIMITING");
+  snprintf(line, sizeof line, "%.1f%% used", used);
+  text_at(f, cx, bottom + 70, "middle", "small", line);
+  if (limiting) text_at(f, cx, bottom + 84, "middle", "limit", "LIMITING");
 }
 
 static void draw_legend(FILE *f, double x, double y) {

@@ -18,9 +18,8 @@
  * finds the largest feasible page count, then bisection on h, at that N,
  * the split whose smallest headroom is largest (the tie-break); among
  * those, each stage's layer count is the closest to its share of the
- * budgets. Cost:
- * O(pp * L * log L) byte evaluations per probe, O(log(B / 8P) + 64)
- * probes. */
+ * budgets. Cost: O(pp * L * log L) byte evaluations per probe, and
+ * log2(B / 8P) probes on N plus log2(B) on h, B the smallest budget. */
 #ifndef KVS_TOPOLOGY_STAGE_SPLIT_H
 #define KVS_TOPOLOGY_STAGE_SPLIT_H
 
