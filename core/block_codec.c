@@ -103,12 +103,11 @@ static kvs_status size_parts(const kvs_block_hash *key, const kvs_block_signatur
     const kvs_block_layer *l = &layers[i];
     size_t es = kvs_dtype_size(l->dtype);
     if (es == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d",
-                           i, (int)l->dtype);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d", i,
+                           (int)l->dtype);
     }
     if ((l->k_elems > 0 && l->k == NULL) || (l->v_elems > 0 && l->v == NULL)) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has a NULL K or V buffer",
-                           i);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has a NULL K or V buffer", i);
     }
     uint64_t kb, vb;
     if (__builtin_mul_overflow(l->k_elems, (uint64_t)es, &kb) ||
@@ -138,8 +137,7 @@ kvs_status kvs_block_encoded_size(const kvs_block_hash *key, const kvs_block_sig
 
 /* Appends n bytes of src at out + *at, checksumming them chunk by chunk,
  * then zero padding to the next multiple of 8. */
-static void copy_section(XXH3_state_t *state, uint8_t *out, size_t *at, const void *src,
-                         size_t n) {
+static void copy_section(XXH3_state_t *state, uint8_t *out, size_t *at, const void *src, size_t n) {
   const uint8_t *s = src;
   size_t done = 0;
   while (done < n) {
@@ -173,8 +171,8 @@ kvs_status kvs_block_encode_parts(const kvs_block_hash *key, const kvs_block_sig
   size_t at = 0;
   memcpy(out, KVS_BLOCK_MAGIC, 8);
   wr32(out + 8, KVS_BLOCK_FORMAT_VERSION);
-  wr32(out + 12, (recorded != NULL ? KVS_BLOCK_FLAG_MARKED : 0u) |
-                     (key != NULL ? KVS_BLOCK_FLAG_KEYED : 0u));
+  wr32(out + 12,
+       (recorded != NULL ? KVS_BLOCK_FLAG_MARKED : 0u) | (key != NULL ? KVS_BLOCK_FLAG_KEYED : 0u));
   wr64(out + 16, body);
   at = KVS_BLOCK_ENVELOPE_BYTES;
   if (key != NULL) {
@@ -275,15 +273,13 @@ static bool pad_is_zero(const uint8_t *p, size_t n) { return n == 0 || memcmp(p,
 
 /* Parses src. Nothing is written to *view or layers unless the whole
  * input is valid; layers are filled only when layer_cap suffices. */
-static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
-                        kvs_block_view *view, kvs_block_layer *layers, size_t layer_cap,
-                        kvs_error *err) {
+static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kvs_block_view *view,
+                        kvs_block_layer *layers, size_t layer_cap, kvs_error *err) {
   if (len >= 8 && memcmp(src, KVS_BLOCK_MAGIC, 8) != 0) {
     return corrupt(err,
                    "not a kvshard block: magic bytes are %02x%02x%02x%02x%02x%02x%02x%02x, "
                    "expected \"%s\"",
-                   src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7],
-                   KVS_BLOCK_MAGIC);
+                   src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7], KVS_BLOCK_MAGIC);
   }
   if (len < KVS_BLOCK_MIN_ENCODED) {
     return corrupt(err, "truncated block: %zu bytes, less than the %u-byte envelope", len,
@@ -293,7 +289,8 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
   size_t present = len - KVS_BLOCK_MIN_ENCODED;
   if (body_len > present) {
     return corrupt(err,
-                   "truncated block: body_len says %" PRIu64 " bytes but %zu are present "
+                   "truncated block: body_len says %" PRIu64
+                   " bytes but %zu are present "
                    "(%zu bytes in all)",
                    body_len, present, len);
   }
@@ -305,10 +302,9 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
   if (verify_checksum) {
     uint64_t computed = XXH3_64bits(src, len - KVS_BLOCK_CHECKSUM_BYTES);
     if (computed != stored) {
-      return corrupt(err,
-                     "checksum mismatch: stored %016" PRIx64 ", computed %016" PRIx64
-                     " over %zu bytes",
-                     stored, computed, len - KVS_BLOCK_CHECKSUM_BYTES);
+      return corrupt(
+          err, "checksum mismatch: stored %016" PRIx64 ", computed %016" PRIx64 " over %zu bytes",
+          stored, computed, len - KVS_BLOCK_CHECKSUM_BYTES);
     }
   }
   uint32_t version = rd32(src + 8);
@@ -361,8 +357,7 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
                      (unsigned)model_len, at, KVS_BLOCK_MODEL_MAX);
     }
     if (weights_len > KVS_BLOCK_WEIGHTS_MAX) {
-      return corrupt(err,
-                     "signature weights_len %u at offset %zu exceeds the %d-byte maximum",
+      return corrupt(err, "signature weights_len %u at offset %zu exceeds the %d-byte maximum",
                      (unsigned)weights_len, at + 4, KVS_BLOCK_WEIGHTS_MAX);
     }
     if (kvs_dtype_size((kvs_dtype)dtype) == 0) {
@@ -412,8 +407,7 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
   at += PAYLOAD_HEAD_BYTES;
   const size_t table = at;
   if ((end - at) / LAYER_ENTRY_BYTES < n_layers) {
-    return corrupt(err,
-                   "truncated layer table: %u layers need %zu bytes at offset %zu, %zu left",
+    return corrupt(err, "truncated layer table: %u layers need %zu bytes at offset %zu, %zu left",
                    (unsigned)n_layers, (size_t)n_layers * LAYER_ENTRY_BYTES, at, end - at);
   }
   at += (size_t)n_layers * LAYER_ENTRY_BYTES;
@@ -432,7 +426,8 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
       size_t left = end - at;
       if (elems > left / es) {
         return corrupt(err,
-                       "layer %u %s section of %" PRIu64 " elements overruns the block at "
+                       "layer %u %s section of %" PRIu64
+                       " elements overruns the block at "
                        "offset %zu (%zu bytes left)",
                        (unsigned)i, names[s], elems, at, left);
       }
@@ -443,8 +438,8 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum,
                        (unsigned)i, names[s], at + bytes);
       }
       if (!pad_is_zero(src + at + bytes, padded - bytes)) {
-        return corrupt(err, "nonzero padding after layer %u %s section at offset %zu",
-                       (unsigned)i, names[s], at + bytes);
+        return corrupt(err, "nonzero padding after layer %u %s section at offset %zu", (unsigned)i,
+                       names[s], at + bytes);
       }
       at += padded;
     }
@@ -516,8 +511,8 @@ kvs_status kvs_block_decode_adopt(void *buf, size_t len, kvs_block_view *view,
       return st;
     }
   }
-  st = kvs_unverified_block_adopt(buf, v.marked ? &v.signature : NULL, layers, v.n_layers, out,
-                                  err);
+  st =
+      kvs_unverified_block_adopt(buf, v.marked ? &v.signature : NULL, layers, v.n_layers, out, err);
   free(layers);
   if (st != KVS_OK) return st;
   if (view != NULL) *view = v;

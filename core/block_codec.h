@@ -77,8 +77,8 @@ typedef struct kvs_block_view {
   /* The recorded signature, when marked. For an unreadable version only
    * format_version is filled (the rest of the body is not parsed). */
   kvs_block_signature signature;
-  size_t n_layers;         /* payload layers (0 when not readable) */
-  uint64_t checksum;       /* the stored (and matching) XXH3-64 */
+  size_t n_layers;   /* payload layers (0 when not readable) */
+  uint64_t checksum; /* the stored (and matching) XXH3-64 */
   size_t encoded_bytes;
 } kvs_block_view;
 
@@ -102,7 +102,7 @@ kvs_status kvs_block_encode_parts(const kvs_block_hash *key, const kvs_block_sig
 /* Encodes a signed block (its measured signature and payload). */
 kvs_status kvs_block_encode(const kvs_block_hash *key, const struct kvs_block *block, void *dst,
                             size_t cap, size_t *written, kvs_error *err);
-/* The encoded size of a signed block. */
+/* The encoded size of a signed block (0 if it cannot be encoded). */
 size_t kvs_block_encoded_size_of(const kvs_block_hash *key, const struct kvs_block *block);
 
 /* Decodes without copying: *view describes the block and layers[0 ..

@@ -80,9 +80,9 @@ kvs_status kvs_block_hash_chain(const kvs_block_hash *parent, const uint32_t *to
   return KVS_OK;
 }
 
-kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens,
-                                   uint32_t block_size, kvs_block_hash *out, size_t out_cap,
-                                   size_t *n_out, kvs_error *err) {
+kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens, uint32_t block_size,
+                                   kvs_block_hash *out, size_t out_cap, size_t *n_out,
+                                   kvs_error *err) {
   if (block_size == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block size is 0; nothing to hash");
   }
@@ -103,9 +103,9 @@ kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens,
   }
   for (size_t b = 0; b < n_blocks; b++) {
     /* Cannot fail: every block is whole and every pointer checked. */
-    kvs_status st = kvs_block_hash_chain(b == 0 ? NULL : &out[b - 1],
-                                         token_ids + b * (size_t)block_size, block_size,
-                                         block_size, &out[b], err);
+    kvs_status st =
+        kvs_block_hash_chain(b == 0 ? NULL : &out[b - 1], token_ids + b * (size_t)block_size,
+                             block_size, block_size, &out[b], err);
     if (st != KVS_OK) return st;
   }
   if (n_out != NULL) *n_out = n_blocks;

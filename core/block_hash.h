@@ -45,9 +45,9 @@ kvs_status kvs_block_hash_chain(const kvs_block_hash *parent, const uint32_t *to
  * blocks (pass the whole-block prefix to skip a tail) and out_cap must
  * hold them all; otherwise KVS_ERR_INVALID_ARGUMENT, nothing written.
  * *n_out (when non-NULL) receives the block count on success. */
-kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens,
-                                   uint32_t block_size, kvs_block_hash *out, size_t out_cap,
-                                   size_t *n_out, kvs_error *err);
+kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens, uint32_t block_size,
+                                   kvs_block_hash *out, size_t out_cap, size_t *n_out,
+                                   kvs_error *err);
 
 bool kvs_block_hash_equal(const kvs_block_hash *a, const kvs_block_hash *b);
 

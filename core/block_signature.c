@@ -17,16 +17,20 @@ bool kvs_block_format_readable(uint32_t version) {
 
 const char *kvs_dtype_name(kvs_dtype dtype) {
   switch (dtype) {
-    case KVS_DTYPE_F32: return "f32";
-    case KVS_DTYPE_BF16: return "bf16";
+    case KVS_DTYPE_F32:
+      return "f32";
+    case KVS_DTYPE_BF16:
+      return "bf16";
   }
   return "unknown";
 }
 
 size_t kvs_dtype_size(kvs_dtype dtype) {
   switch (dtype) {
-    case KVS_DTYPE_F32: return 4;
-    case KVS_DTYPE_BF16: return 2;
+    case KVS_DTYPE_F32:
+      return 4;
+    case KVS_DTYPE_BF16:
+      return 2;
   }
   return 0;
 }
@@ -53,8 +57,7 @@ bool kvs_block_model_valid(const char *model, size_t len) {
   return true;
 }
 
-const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf,
-                                       size_t cap) {
+const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf, size_t cap) {
   static const char digits[] = "0123456789abcdef";
   if (cap == 0) return buf;
   if (len == 0) {
@@ -72,17 +75,28 @@ const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char 
 
 const char *kvs_signature_error_kind_name(kvs_signature_error_kind kind) {
   switch (kind) {
-    case KVS_SIG_NONE: return "none";
-    case KVS_SIG_UNMARKED: return "unmarked";
-    case KVS_SIG_EMPTY_PAYLOAD: return "empty payload";
-    case KVS_SIG_DEGENERATE_LAYER: return "degenerate layer";
-    case KVS_SIG_SPLIT_KV_HEAD_WIDTH: return "split kv head width";
-    case KVS_SIG_RAGGED_PAYLOAD: return "ragged payload";
-    case KVS_SIG_PAYLOAD_MISMATCH: return "payload mismatch";
-    case KVS_SIG_INCOMPATIBLE: return "incompatible";
-    case KVS_SIG_BLOCK_SIZE_MISMATCH: return "block size mismatch";
-    case KVS_SIG_BAD_LAYOUT: return "bad layout";
-    case KVS_SIG_UNSUPPORTED_FORMAT: return "unsupported format";
+    case KVS_SIG_NONE:
+      return "none";
+    case KVS_SIG_UNMARKED:
+      return "unmarked";
+    case KVS_SIG_EMPTY_PAYLOAD:
+      return "empty payload";
+    case KVS_SIG_DEGENERATE_LAYER:
+      return "degenerate layer";
+    case KVS_SIG_SPLIT_KV_HEAD_WIDTH:
+      return "split kv head width";
+    case KVS_SIG_RAGGED_PAYLOAD:
+      return "ragged payload";
+    case KVS_SIG_PAYLOAD_MISMATCH:
+      return "payload mismatch";
+    case KVS_SIG_INCOMPATIBLE:
+      return "incompatible";
+    case KVS_SIG_BLOCK_SIZE_MISMATCH:
+      return "block size mismatch";
+    case KVS_SIG_BAD_LAYOUT:
+      return "bad layout";
+    case KVS_SIG_UNSUPPORTED_FORMAT:
+      return "unsupported format";
   }
   return "unknown";
 }
@@ -120,17 +134,17 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
                    why->layer, why->field, why->found, why->expected);
       break;
     case KVS_SIG_PAYLOAD_MISMATCH:
-      n = snprintf(buf, cap,
-                   "KV block signature records %s=%s but its payload measures %s=%s",
+      n = snprintf(buf, cap, "KV block signature records %s=%s but its payload measures %s=%s",
                    why->field, why->recorded, why->field, why->actual);
       break;
     case KVS_SIG_INCOMPATIBLE:
-      n = snprintf(buf, cap, "KV block is incompatible: %s is %s, this reader needs %s",
-                   why->field, why->found, why->expected);
+      n = snprintf(buf, cap, "KV block is incompatible: %s is %s, this reader needs %s", why->field,
+                   why->found, why->expected);
       break;
     case KVS_SIG_BLOCK_SIZE_MISMATCH:
       n = snprintf(buf, cap,
-                   "KV block signature declares block size %" PRIu64 " but its payload holds %" PRIu64
+                   "KV block signature declares block size %" PRIu64
+                   " but its payload holds %" PRIu64
                    " token positions; a stored block must hold exactly one full block",
                    why->block_size, why->tokens);
       break;
@@ -337,8 +351,8 @@ static kvs_status check_layers(const kvs_block_layer *layers, size_t n_layers, k
   }
   for (size_t i = 0; i < n_layers; i++) {
     if (kvs_dtype_size(layers[i].dtype) == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d",
-                           i, (int)layers[i].dtype);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d", i,
+                           (int)layers[i].dtype);
     }
   }
   return KVS_OK;
@@ -365,9 +379,9 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
 
 kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weights,
                                         size_t weights_len, kvs_block_layout layout,
-                                        uint32_t n_layers, uint32_t n_kv_heads,
-                                        uint32_t head_dim, kvs_dtype dtype, uint64_t tokens,
-                                        kvs_block_signature *out, kvs_error *err) {
+                                        uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                                        kvs_dtype dtype, uint64_t tokens, kvs_block_signature *out,
+                                        kvs_error *err) {
   kvs_status st = check_identity(model, weights, weights_len, err);
   if (st != KVS_OK) return st;
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
@@ -459,9 +473,8 @@ static bool compare(const kvs_block_signature *left, const kvs_block_signature *
 
 kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers,
-                                  const kvs_block_signature *expected,
-                                  kvs_block_signature *actual, kvs_signature_error *why,
-                                  kvs_error *err) {
+                                  const kvs_block_signature *expected, kvs_block_signature *actual,
+                                  kvs_signature_error *why, kvs_error *err) {
   kvs_status st = check_layers(layers, n_layers, err);
   if (st != KVS_OK) return st;
   kvs_signature_error local;
@@ -490,8 +503,8 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
    * the block size against the depth right here, the others against the
    * reader in step 5. The reader's values play no part before that. */
   kvs_block_signature measured;
-  if (!measure(recorded->model, recorded->weights, recorded->weights_len, recorded->layout,
-               layers, n_layers, &measured, &local)) {
+  if (!measure(recorded->model, recorded->weights, recorded->weights_len, recorded->layout, layers,
+               n_layers, &measured, &local)) {
     return refuse(&local, why, err);
   }
   /* 4. The stamp must be what the payload is. */

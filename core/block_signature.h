@@ -58,10 +58,7 @@ bool kvs_block_format_readable(uint32_t version);
 /* Element type of K and V; the enum values double as on-disk codes. It
  * belongs to the signature: switching a deployment's KV dtype turns old
  * blocks into misses instead of bytes read under the wrong type. */
-typedef enum kvs_dtype {
-  KVS_DTYPE_F32 = 1,
-  KVS_DTYPE_BF16 = 2
-} kvs_dtype;
+typedef enum kvs_dtype { KVS_DTYPE_F32 = 1, KVS_DTYPE_BF16 = 2 } kvs_dtype;
 
 /* "f32", "bf16", or "unknown". */
 const char *kvs_dtype_name(kvs_dtype dtype);
@@ -83,11 +80,11 @@ typedef struct kvs_block_layer {
   uint32_t head_dim;   /* width of a K head */
   uint32_t v_head_dim; /* width of a V head; must equal head_dim */
   kvs_dtype dtype;
-  uint64_t positions;  /* token positions the layer says it holds */
+  uint64_t positions; /* token positions the layer says it holds */
   const void *k;
-  uint64_t k_elems;    /* elements in k */
+  uint64_t k_elems; /* elements in k */
   const void *v;
-  uint64_t v_elems;    /* elements in v */
+  uint64_t v_elems; /* elements in v */
 } kvs_block_layer;
 
 /* The identity and shape of a payload, compared field by field.
@@ -95,9 +92,9 @@ typedef struct kvs_block_layer {
  * payload) or kvs_block_signature_expected (a reader's requirement). */
 typedef struct kvs_block_signature {
   uint32_t format_version;
-  char model[KVS_BLOCK_MODEL_MAX + 1];      /* NUL-terminated */
-  uint8_t weights[KVS_BLOCK_WEIGHTS_MAX];   /* caller-supplied fingerprint */
-  uint32_t weights_len;                     /* 0: no fingerprint */
+  char model[KVS_BLOCK_MODEL_MAX + 1];    /* NUL-terminated */
+  uint8_t weights[KVS_BLOCK_WEIGHTS_MAX]; /* caller-supplied fingerprint */
+  uint32_t weights_len;                   /* 0: no fingerprint */
   uint32_t n_layers;
   uint32_t n_kv_heads;
   uint32_t head_dim;
@@ -198,13 +195,13 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
                                        kvs_error *err);
 
 /* What a reader requires, spelled as a signature. It is only ever the
- * left side of a comparison, never written into a block. Fails with KVS_ERR_INVALID_ARGUMENT for an unusable layout, an
- * unknown dtype or an over-long / unprintable model or fingerprint. */
+ * left side of a comparison, never written into a block. Fails with KVS_ERR_INVALID_ARGUMENT for an
+ * unusable layout, an unknown dtype or an over-long / unprintable model or fingerprint. */
 kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weights,
                                         size_t weights_len, kvs_block_layout layout,
-                                        uint32_t n_layers, uint32_t n_kv_heads,
-                                        uint32_t head_dim, kvs_dtype dtype, uint64_t tokens,
-                                        kvs_block_signature *out, kvs_error *err);
+                                        uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
+                                        kvs_dtype dtype, uint64_t tokens, kvs_block_signature *out,
+                                        kvs_error *err);
 
 /* Checks a payload against the signature stored with it (NULL: none was
  * stored) and then against what the reader requires, in the order given
@@ -215,14 +212,12 @@ kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weight
  * the caller passed is modified. Allocates nothing. */
 kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers,
-                                  const kvs_block_signature *expected,
-                                  kvs_block_signature *actual, kvs_signature_error *why,
-                                  kvs_error *err);
+                                  const kvs_block_signature *expected, kvs_block_signature *actual,
+                                  kvs_signature_error *why, kvs_error *err);
 
 /* Renders a weights fingerprint for messages: lowercase hex, or
  * "none" when empty. Returns buf. */
-const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf,
-                                       size_t cap);
+const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf, size_t cap);
 
 /* Whether a model identity is acceptable: at most KVS_BLOCK_MODEL_MAX
  * bytes, no control characters (it ends up in one-line messages). */

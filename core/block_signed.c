@@ -46,12 +46,11 @@ static kvs_status check_parts(const kvs_block_signature *recorded, const kvs_blo
   for (size_t i = 0; i < n_layers; i++) {
     const kvs_block_layer *l = &layers[i];
     if (kvs_dtype_size(l->dtype) == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d",
-                           i, (int)l->dtype);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d", i,
+                           (int)l->dtype);
     }
     if (need_data && ((l->k_elems > 0 && l->k == NULL) || (l->v_elems > 0 && l->v == NULL))) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has a NULL K or V buffer",
-                           i);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has a NULL K or V buffer", i);
     }
   }
   if (recorded != NULL && (memchr(recorded->model, '\0', sizeof recorded->model) == NULL ||
@@ -112,13 +111,12 @@ static void free_body(struct kvs_block_body *body) {
 }
 
 kvs_status kvs_block_stamp(const char *model, const uint8_t *weights, size_t weights_len,
-                           kvs_block_layout layout, const kvs_block_layer *layers,
-                           size_t n_layers, kvs_block_t *out, kvs_signature_error *why,
-                           kvs_error *err) {
+                           kvs_block_layout layout, const kvs_block_layer *layers, size_t n_layers,
+                           kvs_block_t *out, kvs_signature_error *why, kvs_error *err) {
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
   kvs_block_signature sig;
-  kvs_status st = kvs_block_signature_measure(model, weights, weights_len, layout, layers,
-                                              n_layers, &sig, why, err);
+  kvs_status st = kvs_block_signature_measure(model, weights, weights_len, layout, layers, n_layers,
+                                              &sig, why, err);
   if (st != KVS_OK) return st;
   struct kvs_block *block = malloc(sizeof *block);
   if (block == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a block");

@@ -33,9 +33,8 @@ typedef struct kvs_unverified_block *kvs_unverified_block_t;
  * from the caller) and copies the payload. Refusals return
  * KVS_ERR_SIGNATURE with *why filled; *out is written only on success. */
 kvs_status kvs_block_stamp(const char *model, const uint8_t *weights, size_t weights_len,
-                           kvs_block_layout layout, const kvs_block_layer *layers,
-                           size_t n_layers, kvs_block_t *out, kvs_signature_error *why,
-                           kvs_error *err);
+                           kvs_block_layout layout, const kvs_block_layer *layers, size_t n_layers,
+                           kvs_block_t *out, kvs_signature_error *why, kvs_error *err);
 void kvs_block_destroy(kvs_block_t block);
 
 const kvs_block_signature *kvs_block_signature_of(const struct kvs_block *block);
@@ -60,16 +59,14 @@ kvs_status kvs_unverified_block_adopt(void *storage, const kvs_block_signature *
 void kvs_unverified_block_destroy(kvs_unverified_block_t block);
 
 /* The recorded signature, or NULL when the block is unmarked. */
-const kvs_block_signature *kvs_unverified_block_signature(
-    const struct kvs_unverified_block *block);
+const kvs_block_signature *kvs_unverified_block_signature(const struct kvs_unverified_block *block);
 const kvs_block_layer *kvs_unverified_block_layers(const struct kvs_unverified_block *block,
                                                    size_t *n_layers);
 
-/* Runs kvs_block_verify_parts on *block for this reader. On success the unverified block is consumed:
- * its payload moves into a new kvs_block_t in *out (carrying the measured
- * signature) and *block is set to NULL. On failure (KVS_ERR_SIGNATURE
- * with *why filled, or another status) *block is untouched and still
- * the caller's. */
+/* Runs kvs_block_verify_parts on *block for this reader. On success the unverified block is
+ * consumed: its payload moves into a new kvs_block_t in *out (carrying the measured signature) and
+ * *block is set to NULL. On failure (KVS_ERR_SIGNATURE with *why filled, or another status) *block
+ * is untouched and still the caller's. */
 kvs_status kvs_unverified_block_verify(kvs_unverified_block_t *block,
                                        const kvs_block_signature *expected, kvs_block_t *out,
                                        kvs_signature_error *why, kvs_error *err);

@@ -27,10 +27,10 @@
 struct entry {
   kvs_block_hash key;
   uint64_t bytes;
-  struct timespec mtime;  /* only used while the scan orders entries */
-  struct entry *newer;    /* LRU neighbours; head is the most recent */
+  struct timespec mtime; /* only used while the scan orders entries */
+  struct entry *newer;   /* LRU neighbours; head is the most recent */
   struct entry *older;
-  struct entry *chain;    /* next in the hash bucket */
+  struct entry *chain; /* next in the hash bucket */
 };
 
 struct kvs_block_store {
@@ -67,15 +67,24 @@ static struct entry *index_find(struct kvs_block_store *s, const kvs_block_hash 
 }
 
 static void lru_unlink(struct kvs_block_store *s, struct entry *e) {
-  if (e->newer != NULL) e->newer->older = e->older; else s->head = e->older;
-  if (e->older != NULL) e->older->newer = e->newer; else s->tail = e->newer;
+  if (e->newer != NULL)
+    e->newer->older = e->older;
+  else
+    s->head = e->older;
+  if (e->older != NULL)
+    e->older->newer = e->newer;
+  else
+    s->tail = e->newer;
   e->newer = e->older = NULL;
 }
 
 static void lru_push_front(struct kvs_block_store *s, struct entry *e) {
   e->newer = NULL;
   e->older = s->head;
-  if (s->head != NULL) s->head->newer = e; else s->tail = e;
+  if (s->head != NULL)
+    s->head->newer = e;
+  else
+    s->tail = e;
   s->head = e;
 }
 
@@ -144,8 +153,7 @@ static uint64_t evict_to_capacity(struct kvs_block_store *s, const struct entry 
 
 /* ---- files ---- */
 
-static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name,
-                            kvs_error *err) {
+static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name, kvs_error *err) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0) {
@@ -161,8 +169,8 @@ static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name
 /* Reads a whole block file into a fresh buffer. Its envelope is checked
  * against the file size first, so the buffer is only ever as large as a
  * file that claims to be exactly that large (and at most the maximum). */
-static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out,
-                                  size_t *len_out, kvs_error *err) {
+static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out, size_t *len_out,
+                                  kvs_error *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no block file %s", name);
@@ -182,7 +190,8 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
   if (size > KVS_BLOCK_STORE_MAX_FILE_BYTES) {
     close(fd);
     return kvs_error_set(err, KVS_ERR_CORRUPT,
-                         "%s: %" PRIu64 " bytes is larger than any block this store reads "
+                         "%s: %" PRIu64
+                         " bytes is larger than any block this store reads "
                          "(%" PRIu64 ")",
                          name, size, (uint64_t)KVS_BLOCK_STORE_MAX_FILE_BYTES);
   }
@@ -211,8 +220,8 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
   uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
   if (buf == NULL) {
     close(fd);
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to read %s (%" PRIu64 " bytes)",
-                         name, size);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to read %s (%" PRIu64 " bytes)", name,
+                         size);
   }
   got = 0;
   while (got < size) {
@@ -227,8 +236,8 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
     if (r == 0) {
       free(buf);
       close(fd);
-      return kvs_error_set(err, KVS_ERR_CORRUPT, "%s shrank to %zu bytes while being read",
-                           name, got);
+      return kvs_error_set(err, KVS_ERR_CORRUPT, "%s shrank to %zu bytes while being read", name,
+                           got);
     }
     got += (size_t)r;
   }
@@ -273,8 +282,8 @@ static kvs_status check_entry(struct kvs_block_store *s, const char *name,
     if (len < KVS_BLOCK_MIN_ENCODED || memcmp(buf, KVS_BLOCK_MAGIC, 8) != 0) {
       st = kvs_error_set(err, KVS_ERR_CORRUPT, "%s is not a kvshard block", name);
     } else {
-      uint32_t version = buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
-                         (uint32_t)buf[11] << 24;
+      uint32_t version =
+          buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 | (uint32_t)buf[11] << 24;
       view.readable = kvs_block_format_readable(version);
       view.keyed = (buf[12] & KVS_BLOCK_FLAG_KEYED) != 0 && len >= KVS_BLOCK_MIN_ENCODED + 16;
       if (view.keyed) {
@@ -348,7 +357,8 @@ static kvs_status scan(struct kvs_block_store *s, kvs_block_store_scan *report, 
     }
     if (cs != KVS_OK) {
       report->corrupt++;
-      if (s->options.on_corrupt != NULL) s->options.on_corrupt(s->options.on_corrupt_ctx, name, &why);
+      if (s->options.on_corrupt != NULL)
+        s->options.on_corrupt(s->options.on_corrupt_ctx, name, &why);
       continue;
     }
     if (!readable) report->unreadable++;
@@ -420,8 +430,7 @@ kvs_status kvs_block_store_create(const char *dir, const kvs_block_store_options
     opts = *options;
   }
   if (!opts.read_only && mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    return kvs_error_set(err, KVS_ERR_IO, "creating store directory %s: %s", dir,
-                         strerror(errno));
+    return kvs_error_set(err, KVS_ERR_IO, "creating store directory %s: %s", dir, strerror(errno));
   }
   struct kvs_block_store *s = calloc(1, sizeof *s);
   struct entry **buckets = calloc(64, sizeof *buckets);
@@ -437,9 +446,9 @@ kvs_status kvs_block_store_create(const char *dir, const kvs_block_store_options
   atomic_init(&s->temp_serial, 0);
   s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (s->dirfd < 0) {
-    kvs_status st = kvs_error_set(err, opts.read_only && errno == ENOENT ? KVS_ERR_NOT_FOUND
-                                                                         : KVS_ERR_IO,
-                                  "opening store directory %s: %s", dir, strerror(errno));
+    kvs_status st =
+        kvs_error_set(err, opts.read_only && errno == ENOENT ? KVS_ERR_NOT_FOUND : KVS_ERR_IO,
+                      "opening store directory %s: %s", dir, strerror(errno));
     free(buckets);
     free(s);
     return st;
@@ -527,8 +536,8 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
   char name[KVS_BLOCK_STORE_NAME_MAX];
   kvs_block_store_file_name(key, name);
   char temp[96];
-  snprintf(temp, sizeof temp, "%s%.*s-%ld-%" PRIuFAST64, TEMP_PREFIX, KVS_BLOCK_HASH_HEX_LEN,
-           name, (long)getpid(), (uint_fast64_t)atomic_fetch_add(&s->temp_serial, 1));
+  snprintf(temp, sizeof temp, "%s%.*s-%ld-%" PRIuFAST64, TEMP_PREFIX, KVS_BLOCK_HASH_HEX_LEN, name,
+           (long)getpid(), (uint_fast64_t)atomic_fetch_add(&s->temp_serial, 1));
   int fd = openat(s->dirfd, temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     free(buf);
@@ -575,8 +584,8 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
 
   /* The rename (and any eviction) is durable only once the directory is. */
   if (fsync(s->dirfd) != 0) {
-    return kvs_error_set(err, KVS_ERR_IO, "fsync of the store directory after writing %s: %s",
-                         name, strerror(errno));
+    return kvs_error_set(err, KVS_ERR_IO, "fsync of the store directory after writing %s: %s", name,
+                         strerror(errno));
   }
   return KVS_OK;
 }
@@ -624,8 +633,7 @@ kvs_status kvs_block_store_get(kvs_block_store_t s, const kvs_block_hash *key,
   return KVS_OK;
 }
 
-kvs_status kvs_block_store_remove(kvs_block_store_t s, const kvs_block_hash *key,
-                                  kvs_error *err) {
+kvs_status kvs_block_store_remove(kvs_block_store_t s, const kvs_block_hash *key, kvs_error *err) {
   if (s == NULL || key == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store and key must not be NULL");
   }

@@ -139,8 +139,7 @@ void kvs_bench_block(json_t *results, int quick) {
   }
   json_object_set_new(results, "block_encoded_bytes", json_integer((json_int_t)size));
   json_object_set_new(results, "block_encode_gbps", json_real(median(encode_gbps, batches)));
-  json_object_set_new(results, "block_decode_verify_gbps",
-                      json_real(median(decode_gbps, batches)));
+  json_object_set_new(results, "block_decode_verify_gbps", json_real(median(decode_gbps, batches)));
 
 done:
   if (failure != NULL) json_object_set_new(results, "block_error", json_string(failure));

@@ -86,8 +86,8 @@ static int parse_count(const char *flag, const char *text, uint64_t *out) {
   kvs_error err;
   if (kvs_parse_u64(flag, text, out, &err) != KVS_OK) return usage_error("%s", err.message);
   if (*out == 0 || *out > UINT32_MAX) {
-    fprintf(stderr, "kvblock: %s must be between 1 and %u, not %s\n%s", flag,
-            (unsigned)UINT32_MAX, text, usage_text);
+    fprintf(stderr, "kvblock: %s must be between 1 and %u, not %s\n%s", flag, (unsigned)UINT32_MAX,
+            text, usage_text);
     return EXIT_USAGE;
   }
   return 0;
@@ -95,8 +95,8 @@ static int parse_count(const char *flag, const char *text, uint64_t *out) {
 
 /* Parses the flags after FILE. allow_reader: the reader flags (write,
  * verify); allow_seed: --seed; allow_json: --json (inspect). */
-static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed,
-                       bool allow_json, flags *f) {
+static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed, bool allow_json,
+                       flags *f) {
   memset(f, 0, sizeof *f);
   f->dtype = KVS_DTYPE_F32;
   for (int i = 0; i < argc; i++) {
@@ -199,8 +199,7 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
  * block size describes no possible block: a usage error. */
 static int layout_of(const flags *f, kvs_block_layout *layout) {
   kvs_error err;
-  if (kvs_block_layout_init((uint32_t)f->block_size, (uint32_t)f->window, layout, &err) !=
-      KVS_OK) {
+  if (kvs_block_layout_init((uint32_t)f->block_size, (uint32_t)f->window, layout, &err) != KVS_OK) {
     return usage_error("%s", err.message);
   }
   return 0;
@@ -244,8 +243,8 @@ static int write_file_atomically(const char *path, const uint8_t *bytes, size_t 
   }
   snprintf(tmp, plen, "%s.tmp-%ld", path, (long)getpid());
   FILE *out = fopen(tmp, "wb");
-  bool ok = out != NULL && fwrite(bytes, 1, n, out) == n && fflush(out) == 0 &&
-            fsync(fileno(out)) == 0;
+  bool ok =
+      out != NULL && fwrite(bytes, 1, n, out) == n && fflush(out) == 0 && fsync(fileno(out)) == 0;
   int e = errno;
   if (out != NULL && fclose(out) != 0 && ok) {
     ok = false;
@@ -272,8 +271,9 @@ static int cmd_write(const char *path, const flags *f) {
   if (__builtin_mul_overflow(f->block_size, f->kv_heads, &elems) ||
       __builtin_mul_overflow(elems, f->head_dim, &elems) ||
       __builtin_mul_overflow(elems, f->layers * 2 * es, &total) || total > MAX_FILE_BYTES) {
-    fprintf(stderr, "kvblock: a payload of %" PRIu64 " layers x %" PRIu64 " x %" PRIu64 " x %" PRIu64
-                    " is larger than this tool writes (%" PRIu64 " bytes)\n%s",
+    fprintf(stderr,
+            "kvblock: a payload of %" PRIu64 " layers x %" PRIu64 " x %" PRIu64 " x %" PRIu64
+            " is larger than this tool writes (%" PRIu64 " bytes)\n%s",
             f->layers, f->block_size, f->kv_heads, f->head_dim, MAX_FILE_BYTES, usage_text);
     return EXIT_USAGE;
   }
@@ -306,8 +306,8 @@ static int cmd_write(const char *path, const flags *f) {
   kvs_block_signature sig;
   kvs_signature_error why;
   kvs_error err;
-  kvs_status st = kvs_block_signature_measure(f->model, f->weights, f->weights_len, layout,
-                                              layers, (size_t)f->layers, &sig, &why, &err);
+  kvs_status st = kvs_block_signature_measure(f->model, f->weights, f->weights_len, layout, layers,
+                                              (size_t)f->layers, &sig, &why, &err);
   size_t size = 0;
   uint8_t *bytes = NULL;
   if (st == KVS_OK) st = kvs_block_encoded_size(NULL, &sig, layers, (size_t)f->layers, &size, &err);
@@ -353,8 +353,7 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
       if ((uint64_t)cap * 2 > MAX_FILE_BYTES + 1) {
         free(buf);
         fclose(in);
-        fprintf(stderr, "kvblock: %s: corrupt: larger than any block (over %" PRIu64
-                        " bytes)\n",
+        fprintf(stderr, "kvblock: %s: corrupt: larger than any block (over %" PRIu64 " bytes)\n",
                 path, MAX_FILE_BYTES);
         return EXIT_REFUSED;
       }
@@ -372,8 +371,8 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
   fclose(in);
   if (failed) {
     free(buf);
-    fprintf(stderr, "kvblock: %s: cannot read: %s\n", path, buf == NULL ? "out of memory"
-                                                                        : strerror(e));
+    fprintf(stderr, "kvblock: %s: cannot read: %s\n", path,
+            buf == NULL ? "out of memory" : strerror(e));
     return EXIT_REFUSED;
   }
   *out = buf;
@@ -414,10 +413,9 @@ static int cmd_verify(const char *path, const flags *f) {
   if (rc != 0) return rc;
   kvs_block_signature reader;
   kvs_error err;
-  if (kvs_block_signature_expected(f->model, f->weights, f->weights_len, layout,
-                                   (uint32_t)f->layers, (uint32_t)f->kv_heads,
-                                   (uint32_t)f->head_dim, f->dtype, f->block_size, &reader,
-                                   &err) != KVS_OK) {
+  if (kvs_block_signature_expected(
+          f->model, f->weights, f->weights_len, layout, (uint32_t)f->layers, (uint32_t)f->kv_heads,
+          (uint32_t)f->head_dim, f->dtype, f->block_size, &reader, &err) != KVS_OK) {
     return usage_error("%s", err.message);
   }
   kvs_block_view view;
@@ -438,9 +436,9 @@ static int cmd_verify(const char *path, const flags *f) {
   }
   const kvs_block_signature *sig = kvs_block_signature_of(block);
   char window[32];
-  printf("%s: verified (model %s, %u layers x %u kv heads x %u, block %u, window %s, %s)\n",
-         path, sig->model, (unsigned)sig->n_layers, (unsigned)sig->n_kv_heads,
-         (unsigned)sig->head_dim, (unsigned)sig->layout.block_size,
+  printf("%s: verified (model %s, %u layers x %u kv heads x %u, block %u, window %s, %s)\n", path,
+         sig->model, (unsigned)sig->n_layers, (unsigned)sig->n_kv_heads, (unsigned)sig->head_dim,
+         (unsigned)sig->layout.block_size,
          kvs_block_window_describe(sig->layout.sliding_window, window, sizeof window),
          kvs_dtype_name(sig->dtype));
   kvs_block_destroy(block);
@@ -458,8 +456,8 @@ static int cmd_inspect(const char *path, const flags *f) {
   kvs_signature_error why;
   kvs_error err;
   char check[KVS_ERROR_MESSAGE_MAX];
-  if (kvs_block_verify_parts(kvs_unverified_block_signature(ub), layers, n_layers, NULL, NULL,
-                             &why, &err) == KVS_OK) {
+  if (kvs_block_verify_parts(kvs_unverified_block_signature(ub), layers, n_layers, NULL, NULL, &why,
+                             &err) == KVS_OK) {
     snprintf(check, sizeof check, "ok");
   } else {
     snprintf(check, sizeof check, "%s", err.message);
@@ -490,9 +488,9 @@ static int cmd_inspect(const char *path, const flags *f) {
       json_object_set_new(s, "dtype", json_string(kvs_dtype_name(sig->dtype)));
       json_object_set_new(s, "tokens", json_integer((json_int_t)sig->tokens));
       json_object_set_new(s, "block_size", json_integer(sig->layout.block_size));
-      json_object_set_new(s, "sliding_window", sig->layout.sliding_window != 0
-                                                   ? json_integer(sig->layout.sliding_window)
-                                                   : json_null());
+      json_object_set_new(
+          s, "sliding_window",
+          sig->layout.sliding_window != 0 ? json_integer(sig->layout.sliding_window) : json_null());
       json_object_set_new(o, "signature", s);
     }
     json_object_set_new(o, "payload_layers", json_integer((json_int_t)view.n_layers));

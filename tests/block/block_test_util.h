@@ -116,14 +116,14 @@ inline kvs_block_layout flat(uint32_t block_size) {
   return make_layout(block_size, KVS_BLOCK_NO_WINDOW);
 }
 
-inline kvs_block_signature expected(const char *model, kvs_block_layout layout,
-                                    uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
-                                    uint64_t tokens, kvs_dtype dtype = KVS_DTYPE_F32,
+inline kvs_block_signature expected(const char *model, kvs_block_layout layout, uint32_t n_layers,
+                                    uint32_t n_kv_heads, uint32_t head_dim, uint64_t tokens,
+                                    kvs_dtype dtype = KVS_DTYPE_F32,
                                     const std::vector<uint8_t> &weights = {}) {
   kvs_block_signature sig{};
-  kvs_block_signature_expected(model, weights.empty() ? nullptr : weights.data(),
-                               weights.size(), layout, n_layers, n_kv_heads, head_dim, dtype,
-                               tokens, &sig, nullptr);
+  kvs_block_signature_expected(model, weights.empty() ? nullptr : weights.data(), weights.size(),
+                               layout, n_layers, n_kv_heads, head_dim, dtype, tokens, &sig,
+                               nullptr);
   return sig;
 }
 
@@ -132,15 +132,13 @@ inline kvs_block_signature from_payload(const char *model, kvs_block_layout layo
                                         const std::vector<uint8_t> &weights = {}) {
   kvs_block_signature sig{};
   std::vector<kvs_block_layer> v = views(layers);
-  kvs_block_signature_measure(model, weights.empty() ? nullptr : weights.data(),
-                              weights.size(), layout, v.data(), v.size(), &sig, nullptr,
-                              nullptr);
+  kvs_block_signature_measure(model, weights.empty() ? nullptr : weights.data(), weights.size(),
+                              layout, v.data(), v.size(), &sig, nullptr, nullptr);
   return sig;
 }
 
 // Whether two payload views hold the same shapes and the same bytes.
-inline bool same_payload(const kvs_block_layer *a, size_t na, const kvs_block_layer *b,
-                         size_t nb) {
+inline bool same_payload(const kvs_block_layer *a, size_t na, const kvs_block_layer *b, size_t nb) {
   if (na != nb) return false;
   for (size_t i = 0; i < na; i++) {
     if (a[i].n_kv_heads != b[i].n_kv_heads || a[i].head_dim != b[i].head_dim ||

@@ -31,8 +31,8 @@ std::vector<uint8_t> encode_parts(const kvs_block_hash *key, const kvs_block_sig
   EXPECT_EQ(kvs_block_encoded_size(key, sig, v.data(), v.size(), &size, nullptr), KVS_OK);
   std::vector<uint8_t> out(size);
   size_t written = 0;
-  EXPECT_EQ(kvs_block_encode_parts(key, sig, v.data(), v.size(), out.data(), out.size(),
-                                   &written, nullptr),
+  EXPECT_EQ(kvs_block_encode_parts(key, sig, v.data(), v.size(), out.data(), out.size(), &written,
+                                   nullptr),
             KVS_OK);
   EXPECT_EQ(written, size);
   return out;
@@ -82,8 +82,7 @@ TEST(BlockCodec, round_trip_f32_and_bf16) {
     size_t size = kvs_block_encoded_size_of(&key, block);
     std::vector<uint8_t> bytes(size);
     size_t written = 0;
-    ASSERT_EQ(kvs_block_encode(&key, block, bytes.data(), bytes.size(), &written, nullptr),
-              KVS_OK);
+    ASSERT_EQ(kvs_block_encode(&key, block, bytes.data(), bytes.size(), &written, nullptr), KVS_OK);
     ASSERT_EQ(written, size);
 
     kvs_block_view view;
@@ -96,8 +95,7 @@ TEST(BlockCodec, round_trip_f32_and_bf16) {
     EXPECT_EQ(view.format_version, KVS_BLOCK_FORMAT_VERSION);
     EXPECT_EQ(view.n_layers, 3u);
     EXPECT_EQ(view.encoded_bytes, size);
-    EXPECT_EQ(0, std::memcmp(&view.signature, kvs_block_signature_of(block),
-                             sizeof view.signature))
+    EXPECT_EQ(0, std::memcmp(&view.signature, kvs_block_signature_of(block), sizeof view.signature))
         << "the recorded signature comes back field for field";
 
     kvs_block_signature reader =
@@ -194,8 +192,7 @@ TEST(BlockCodec, every_single_bit_flip_is_refused) {
         EXPECT_NE(err.message[0], '\0');
         EXPECT_EQ(view.n_layers, 12345u) << "view untouched on failure";
         kvs_unverified_block_t ub = nullptr;
-        ASSERT_EQ(kvs_block_decode(bad.data(), bad.size(), nullptr, &ub, nullptr),
-                  KVS_ERR_CORRUPT);
+        ASSERT_EQ(kvs_block_decode(bad.data(), bad.size(), nullptr, &ub, nullptr), KVS_ERR_CORRUPT);
         EXPECT_EQ(ub, nullptr);
         flips++;
       }
@@ -231,8 +228,9 @@ TEST(BlockCodec, foreign_input_is_refused) {
   std::vector<std::vector<uint8_t>> inputs;
   std::string text = "this is plainly not a KV block, it is a sentence of text.";
   inputs.emplace_back(text.begin(), text.end());
-  inputs.push_back({0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
-                    0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0, 0x90, 0x77, 0x53, 0xde});
+  inputs.push_back({0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0,    0,    0,
+                    13,   'I', 'H', 'D', 'R',  0,    0,    0,    1,    0,    0,
+                    0,    1,   8,   2,   0,    0,    0,    0x90, 0x77, 0x53, 0xde});
   inputs.push_back(std::vector<uint8_t>(4096, 0));
   inputs.push_back(std::vector<uint8_t>(64, 0xff));
   for (const auto &in : inputs) {
@@ -273,12 +271,14 @@ TEST(BlockCodec, oversized_length_fields_are_refused_before_any_allocation) {
   };
   for (const Case &c : cases) {
     std::vector<uint8_t> b = small_block();
-    if (c.wide) put_u64(b, c.at, c.value); else put_u32(b, c.at, static_cast<uint32_t>(c.value));
+    if (c.wide)
+      put_u64(b, c.at, c.value);
+    else
+      put_u32(b, c.at, static_cast<uint32_t>(c.value));
     fix_checksum(b);
     kvs_error err;
     kvs_unverified_block_t ub = nullptr;
-    EXPECT_EQ(kvs_block_decode(b.data(), b.size(), nullptr, &ub, &err), KVS_ERR_CORRUPT)
-        << c.what;
+    EXPECT_EQ(kvs_block_decode(b.data(), b.size(), nullptr, &ub, &err), KVS_ERR_CORRUPT) << c.what;
     EXPECT_NE(std::string(err.message).find(c.needle), std::string::npos)
         << c.what << ": " << err.message;
   }
@@ -354,8 +354,7 @@ TEST(BlockCodec, the_encoder_checks_its_arguments) {
   ASSERT_EQ(kvs_block_encoded_size(nullptr, &sig, v.data(), 1, &size, nullptr), KVS_OK);
   std::vector<uint8_t> out(size, 0xee);
   kvs_error err;
-  EXPECT_EQ(kvs_block_encode_parts(nullptr, &sig, v.data(), 1, out.data(), size - 1, nullptr,
-                                   &err),
+  EXPECT_EQ(kvs_block_encode_parts(nullptr, &sig, v.data(), 1, out.data(), size - 1, nullptr, &err),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(out[0], 0xee) << "nothing written";
   kvs_block_signature old = sig;

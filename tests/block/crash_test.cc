@@ -77,8 +77,7 @@ bool intact(kvs_block_store_t s, uint64_t index, kvs_status *status) {
   *status = kvs_block_store_get(s, &key, &want, &b, nullptr, &err);
   bool ok = *status == KVS_OK && holds_seed(b, shape, seed_of(index));
   if (*status != KVS_OK && *status != KVS_ERR_NOT_FOUND) {
-    ADD_FAILURE() << "block " << index << ": " << kvs_status_string(*status) << ": "
-                  << err.message;
+    ADD_FAILURE() << "block " << index << ": " << kvs_status_string(*status) << ": " << err.message;
   }
   kvs_block_destroy(b);
   return ok;
@@ -95,7 +94,7 @@ TEST(BlockStoreCrash, sigkill_during_puts_never_leaves_a_torn_block_and_loses_no
 
   std::string root = scratch_dir("crash");
   std::string dir;
-  std::set<uint64_t> returned;                // puts that returned, in the current dir
+  std::set<uint64_t> returned;  // puts that returned, in the current dir
   std::map<std::string, uint64_t> index_of_name;
   uint64_t next = 0;
   long window_us = 15000;  // adapted so that a child completes a few puts
@@ -192,14 +191,14 @@ TEST(BlockStoreCrash, sigkill_during_puts_never_leaves_a_torn_block_and_loses_no
     if (::testing::Test::HasFailure()) break;
     next = in_flight + 1;
   }
-  std::printf("crash test: %llu kills survived, %llu puts returned; %llu kills landed inside a "
-              "write (temp file left, %llu removed), %llu between rename and return; kill "
-              "window %ld us\n",
-              static_cast<unsigned long long>(kills),
-              static_cast<unsigned long long>(total_returned),
-              static_cast<unsigned long long>(kills_in_write),
-              static_cast<unsigned long long>(temp_removed),
-              static_cast<unsigned long long>(kills_after_rename), window_us);
+  std::printf(
+      "crash test: %llu kills survived, %llu puts returned; %llu kills landed inside a "
+      "write (temp file left, %llu removed), %llu between rename and return; kill "
+      "window %ld us\n",
+      static_cast<unsigned long long>(kills), static_cast<unsigned long long>(total_returned),
+      static_cast<unsigned long long>(kills_in_write),
+      static_cast<unsigned long long>(temp_removed),
+      static_cast<unsigned long long>(kills_after_rename), window_us);
   if (kills >= 50) {
     EXPECT_GT(kills_in_write, 0u) << "no kill landed inside a put; the schedule is too coarse";
     EXPECT_GT(total_returned, kills / 4) << "children rarely got to put; the schedule is too early";

@@ -92,9 +92,9 @@ TEST(KvSignature, signature_is_measured_from_the_payload) {
   std::vector<Layer> layers = payload(3, 2, 8, 4);
   std::vector<kvs_block_layer> v = views(layers);
   kvs_block_t block = nullptr;
-  ASSERT_EQ(kvs_block_stamp("model-a", nullptr, 0, flat(4), v.data(), v.size(), &block, nullptr,
-                            nullptr),
-            KVS_OK);
+  ASSERT_EQ(
+      kvs_block_stamp("model-a", nullptr, 0, flat(4), v.data(), v.size(), &block, nullptr, nullptr),
+      KVS_OK);
   const kvs_block_signature *sig = kvs_block_signature_of(block);
   EXPECT_EQ(sig->n_layers, 3u);
   EXPECT_EQ(sig->n_kv_heads, 2u);
@@ -198,9 +198,9 @@ TEST(KvSignature, an_honest_block_from_a_different_config_is_incompatible) {
       << "model-b may not read model-a's KV";
   expect_incompatible(why, "model", "model-b", "model-a");
 
-  EXPECT_EQ(verify_block(&signature, payload(3, 2, 8, 4),
-                         expected("model-a", flat(4), 3, 4, 8, 4), &why),
-            KVS_ERR_SIGNATURE)
+  EXPECT_EQ(
+      verify_block(&signature, payload(3, 2, 8, 4), expected("model-a", flat(4), 3, 4, 8, 4), &why),
+      KVS_ERR_SIGNATURE)
       << "4 heads wanted, 2 stored";
   expect_incompatible(why, "n_kv_heads", "4", "2");
 }
@@ -266,9 +266,9 @@ TEST(KvSignature, a_stamp_may_not_claim_a_block_size_the_payload_lacks) {
   std::vector<kvs_block_layer> v = views(layers);
   kvs_block_t block = nullptr;
   kvs_signature_error why;
-  EXPECT_EQ(kvs_block_stamp("model-a", nullptr, 0, flat(8), v.data(), v.size(), &block, &why,
-                            nullptr),
-            KVS_ERR_SIGNATURE)
+  EXPECT_EQ(
+      kvs_block_stamp("model-a", nullptr, 0, flat(8), v.data(), v.size(), &block, &why, nullptr),
+      KVS_ERR_SIGNATURE)
       << "layout of 8, depth of 4";
   EXPECT_EQ(block, nullptr);
   EXPECT_EQ(why.kind, KVS_SIG_BLOCK_SIZE_MISMATCH);
@@ -280,9 +280,9 @@ TEST(KvSignature, a_stamp_may_not_claim_a_block_size_the_payload_lacks) {
   kvs_block_signature lying = honest;
   lying.layout = flat(8);
   lying.tokens = 8;
-  EXPECT_EQ(verify_block(&lying, payload(2, 2, 8, 4), expected("model-a", flat(8), 2, 2, 8, 8),
-                         &why),
-            KVS_ERR_SIGNATURE)
+  EXPECT_EQ(
+      verify_block(&lying, payload(2, 2, 8, 4), expected("model-a", flat(8), 2, 2, 8, 8), &why),
+      KVS_ERR_SIGNATURE)
       << "depth 4 decides, whatever the stamp says";
   EXPECT_EQ(why.kind, KVS_SIG_BLOCK_SIZE_MISMATCH);
   EXPECT_EQ(why.block_size, 8u);
@@ -347,7 +347,8 @@ TEST(BlockSignature, verification_order_is_unmarked_then_version_then_payload_th
   lying.head_dim = 16;
   EXPECT_EQ(kvs_block_verify_parts(&lying, v.data(), v.size(), &reader, nullptr, &why, nullptr),
             KVS_ERR_SIGNATURE);
-  EXPECT_EQ(why.kind, KVS_SIG_RAGGED_PAYLOAD) << "the payload is measured before the stamp is compared";
+  EXPECT_EQ(why.kind, KVS_SIG_RAGGED_PAYLOAD)
+      << "the payload is measured before the stamp is compared";
 
   std::vector<Layer> good = payload(2, 2, 8, 4);
   v = views(good);
@@ -383,13 +384,13 @@ TEST(BlockSignature, dtype_is_measured_and_part_of_the_identity) {
   kvs_block_signature sig = from_payload("model-a", flat(4), layers);
   EXPECT_EQ(sig.dtype, KVS_DTYPE_BF16);
   kvs_signature_error why;
-  EXPECT_EQ(verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32),
-                         &why),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(
+      verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32), &why),
+      KVS_ERR_SIGNATURE);
   expect_incompatible(why, "dtype", "f32", "bf16");
-  EXPECT_EQ(verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_BF16),
-                         &why),
-            KVS_OK);
+  EXPECT_EQ(
+      verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_BF16), &why),
+      KVS_OK);
 
   // A stamp claiming f32 over bf16 tensors is a lying stamp.
   kvs_block_signature lying = sig;
@@ -414,17 +415,17 @@ TEST(BlockSignature, same_model_name_with_other_weights_is_a_miss) {
   kvs_block_signature sig = from_payload("model-a", flat(4), layers, w1);
   EXPECT_EQ(sig.weights_len, 4u);
   kvs_signature_error why;
-  EXPECT_EQ(verify_block(&sig, layers,
-                         expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w2), &why),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(
+      verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w2), &why),
+      KVS_ERR_SIGNATURE);
   expect_incompatible(why, "weights_fingerprint", "deadbef0", "deadbeef");
   // A reader with no fingerprint does not match one with a fingerprint.
   EXPECT_EQ(verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4), &why),
             KVS_ERR_SIGNATURE);
   expect_incompatible(why, "weights_fingerprint", "none", "deadbeef");
-  EXPECT_EQ(verify_block(&sig, layers,
-                         expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w1), &why),
-            KVS_OK);
+  EXPECT_EQ(
+      verify_block(&sig, layers, expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w1), &why),
+      KVS_OK);
 }
 
 TEST(BlockSignature, degenerate_and_split_layers_are_refused) {
@@ -538,8 +539,8 @@ TEST(BlockSignature, every_refusal_has_a_message_naming_its_values) {
     std::string text = message(c.why);
     EXPECT_EQ(text.find('\n'), std::string::npos) << text;
     for (const std::string &n : c.needles) {
-      EXPECT_NE(text.find(n), std::string::npos) << kvs_signature_error_kind_name(c.why.kind)
-                                                 << ": '" << n << "' not in: " << text;
+      EXPECT_NE(text.find(n), std::string::npos)
+          << kvs_signature_error_kind_name(c.why.kind) << ": '" << n << "' not in: " << text;
     }
   }
 }
@@ -549,12 +550,13 @@ TEST(BlockSignature, a_refusal_fills_the_error_message_with_the_same_text) {
   kvs_block_signature sig = from_payload("model-a", flat(4), layers);
   kvs_signature_error why;
   kvs_error err;
-  EXPECT_EQ(verify_block(&sig, layers, expected("model-b", flat(4), 2, 2, 8, 4), &why, nullptr,
-                         &err),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(
+      verify_block(&sig, layers, expected("model-b", flat(4), 2, 2, 8, 4), &why, nullptr, &err),
+      KVS_ERR_SIGNATURE);
   EXPECT_EQ(err.status, KVS_ERR_SIGNATURE);
   EXPECT_EQ(std::string(err.message), message(why));
-  EXPECT_STREQ(err.message, "KV block is incompatible: model is model-a, this reader needs model-b");
+  EXPECT_STREQ(err.message,
+               "KV block is incompatible: model is model-a, this reader needs model-b");
 }
 
 TEST(BlockSignature, a_refused_block_can_still_be_verified_by_the_right_reader) {
@@ -566,8 +568,7 @@ TEST(BlockSignature, a_refused_block_can_still_be_verified_by_the_right_reader) 
   kvs_block_signature wrong = expected("model-b", flat(4), 2, 2, 8, 4);
   kvs_block_signature right = expected("model-a", flat(4), 2, 2, 8, 4);
   kvs_block_t block = nullptr;
-  EXPECT_EQ(kvs_unverified_block_verify(&ub, &wrong, &block, nullptr, nullptr),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(kvs_unverified_block_verify(&ub, &wrong, &block, nullptr, nullptr), KVS_ERR_SIGNATURE);
   ASSERT_NE(ub, nullptr);
   EXPECT_EQ(block, nullptr);
   ASSERT_EQ(kvs_unverified_block_verify(&ub, &right, &block, nullptr, nullptr), KVS_OK);
@@ -583,20 +584,20 @@ TEST(BlockSignature, arguments_out_of_domain_are_invalid_not_refusals) {
   std::vector<kvs_block_layer> v = views(layers);
   kvs_block_signature sig;
   std::string long_model(KVS_BLOCK_MODEL_MAX + 1, 'm');
-  EXPECT_EQ(kvs_block_signature_measure(long_model.c_str(), nullptr, 0, flat(1), v.data(), 1,
-                                        &sig, nullptr, nullptr),
+  EXPECT_EQ(kvs_block_signature_measure(long_model.c_str(), nullptr, 0, flat(1), v.data(), 1, &sig,
+                                        nullptr, nullptr),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(kvs_block_signature_measure("line\nbreak", nullptr, 0, flat(1), v.data(), 1, &sig,
                                         nullptr, nullptr),
             KVS_ERR_INVALID_ARGUMENT);
   uint8_t w[KVS_BLOCK_WEIGHTS_MAX + 1] = {};
-  EXPECT_EQ(kvs_block_signature_measure("m", w, sizeof w, flat(1), v.data(), 1, &sig, nullptr,
-                                        nullptr),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvs_block_signature_measure("m", w, sizeof w, flat(1), v.data(), 1, &sig, nullptr, nullptr),
+      KVS_ERR_INVALID_ARGUMENT);
   v[0].dtype = static_cast<kvs_dtype>(9);
-  EXPECT_EQ(kvs_block_signature_measure("m", nullptr, 0, flat(1), v.data(), 1, &sig, nullptr,
-                                        nullptr),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvs_block_signature_measure("m", nullptr, 0, flat(1), v.data(), 1, &sig, nullptr, nullptr),
+      KVS_ERR_INVALID_ARGUMENT);
   kvs_error err;
   EXPECT_EQ(kvs_block_signature_expected("m", nullptr, 0, kvs_block_layout{3, 128}, 1, 1, 1,
                                          KVS_DTYPE_F32, 3, &sig, &err),

@@ -24,9 +24,8 @@ struct StoreCloser {
   ~StoreCloser() { kvs_block_store_destroy(s); }
 };
 
-kvs_block_store_t open_store(const std::string &dir, uint64_t capacity = 0,
-                             bool read_only = false, kvs_block_store_scan *scan = nullptr,
-                             kvs_status *status = nullptr) {
+kvs_block_store_t open_store(const std::string &dir, uint64_t capacity = 0, bool read_only = false,
+                             kvs_block_store_scan *scan = nullptr, kvs_status *status = nullptr) {
   kvs_block_store_options o = KVS_BLOCK_STORE_OPTIONS_INIT;
   o.capacity_bytes = capacity;
   o.read_only = read_only;
@@ -117,8 +116,7 @@ TEST(BlockStore, another_reader_configuration_is_refused_naming_the_field) {
   EXPECT_EQ(why.kind, KVS_SIG_INCOMPATIBLE);
   EXPECT_STREQ(why.field, "model");
   std::vector<uint8_t> w = {1, 2, 3, 4};
-  kvs_block_signature weighted =
-      expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w);
+  kvs_block_signature weighted = expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_F32, w);
   EXPECT_EQ(get(c.s, 1, shape, 5, &err, &why, &weighted), KVS_ERR_SIGNATURE);
   EXPECT_STREQ(why.field, "weights_fingerprint");
   kvs_block_signature bf16 = expected("model-a", flat(4), 2, 2, 8, 4, KVS_DTYPE_BF16);
@@ -286,8 +284,7 @@ TEST(BlockStore, the_scan_removes_temp_files_and_reports_corrupt_entries_without
   EXPECT_EQ(get(c.s, 2, shape, 52, &err), KVS_ERR_CORRUPT);
   EXPECT_NE(std::string(err.message).find("truncated"), std::string::npos) << err.message;
   EXPECT_EQ(get(c.s, 3, shape, 53, &err), KVS_ERR_CORRUPT);
-  EXPECT_NE(std::string(err.message).find("not a kvshard block"), std::string::npos)
-      << err.message;
+  EXPECT_NE(std::string(err.message).find("not a kvshard block"), std::string::npos) << err.message;
   // A put repairs a corrupt key; remove deletes one.
   ASSERT_EQ(put(c.s, 1, shape, 51), KVS_OK);
   EXPECT_EQ(get(c.s, 1, shape, 51), KVS_OK);
