@@ -413,11 +413,18 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
 
   if (!shard->leader) {
     if ((status = broadcast_message(shard, err))) return status;
-    return apply_message(shard, shard->message.host, shard->message_bytes,
-                         shard->message.device == NULL
-                             ? NULL
-                             : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
-                         info, err);
+    status = apply_message(shard, shard->message.host, shard->message_bytes,
+                           shard->message.device == NULL
+                               ? NULL
+                               : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
+                           info, err);
+    /* A malformed message, or the leader on another step, out of the
+     * group's own collective: the protocol itself is broken, and this rank
+     * can no longer stay in lockstep. */
+    if (status == KVS_ERR_CORRUPT || status == KVS_ERR_EPOCH) {
+      return poison(shard, status, err != NULL ? err->message : "step message refused");
+    }
+    return status;
   }
 
   /* Leader: the pool's journal holds at most `capacity` entries (its own

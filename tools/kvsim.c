@@ -600,10 +600,11 @@ static int simulate(run *r) {
     kvs_workload_counters_get(workload, &c);
     FILE *human = a->json ? stderr : stdout;
     fprintf(human,
-            "kvsim: %" PRIu64 " steps in %.3f s: %" PRIu64 " arrivals, %" PRIu64 " admitted, %" PRIu64
+            "kvsim: %" PRIu64 " steps in %.3f s (%.1f us/step): %" PRIu64 " arrivals, %" PRIu64
+            " admitted, %" PRIu64
             " completed, %" PRIu64 " refusals (pool full), %" PRIu64 " dropped; %" PRIu64
             " prefill + %" PRIu64 " decode tokens; %" PRIu64 " ring contexts\n",
-            steps, elapsed, c.arrivals, c.admitted, c.completed, c.refused, c.dropped,
+            steps, elapsed, steps ? 1e6 * elapsed / (double)steps : 0.0, c.arrivals, c.admitted, c.completed, c.refused, c.dropped,
             c.prefill_tokens, c.decode_tokens, c.contexts);
     fprintf(human,
             "kvsim: %" PRIu64 " binds + %" PRIu64 " frees; fullest step %" PRIu64
