@@ -42,10 +42,20 @@ std::string slurp(const std::string &path) {
 }
 
 // Runs tools/kvplan (from the runfiles) with args; stdout and stderr kept.
-RunResult kvplan(const std::string &args) {
+// live: the run discovers the live machine. Under AddressSanitizer such a
+// child exits through hwloc unloading its plugins, after which a
+// libpciaccess allocation shows as a leak in an unnamed module (see
+// hwloc_pin.cc); leak checking is off for those children only.
+RunResult kvplan(const std::string &args, bool live = false) {
   RunResult run;
   std::string err_path = testing::TempDir() + "/kvplan.stderr";
-  std::string cmd = "tools/kvplan " + args + " 2>" + err_path;
+  std::string env;
+#if defined(__SANITIZE_ADDRESS__)
+  if (live) env = "LSAN_OPTIONS=detect_leaks=0 ";
+#else
+  (void)live;
+#endif
+  std::string cmd = env + "tools/kvplan " + args + " 2>" + err_path;
   FILE *p = popen(cmd.c_str(), "r");
   if (p == nullptr) return run;
   char buf[4096];
@@ -216,7 +226,7 @@ TEST(Kvplan, table_names_every_rank_and_the_limit) {
 // With no GPU visible to CUDA, the no-argument run plans the bundled
 // 8-GPU server and says so first.
 TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
-  RunResult run = kvplan("");
+  RunResult run = kvplan("", true);
   ASSERT_EQ(run.status, 0) << run.err;
   std::vector<std::string> lines = run.lines();
   ASSERT_FALSE(lines.empty());
@@ -230,7 +240,7 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
             std::string::npos);
   EXPECT_NE(run.out.find("num_pages   40776 pages"), std::string::npos) << run.out;
   // JSON keeps stdout to the one object; the note goes to stderr.
-  RunResult json = kvplan("--json");
+  RunResult json = kvplan("--json", true);
   ASSERT_EQ(json.status, 0);
   EXPECT_EQ(json.lines().size(), 1u);
   EXPECT_NE(json.err.find("bundled 8-GPU server"), std::string::npos);
