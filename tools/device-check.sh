@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# tools/device-check.sh: the cuda/ device tests and the device benchmark on a
+# GPU machine, in one command, in well under 5 minutes, with a JSON summary.
+#
+# Two halves, so the GPU machine needs no Bazel:
+#
+#   1. STAGE, on a build machine (Bazel 4.2.3 and CUDA 13 in /usr/local/cuda,
+#      as in ../shared/BUILD-NOTES.md), from the repository root:
+#
+#        tools/device-check.sh stage
+#
+#      builds the test binaries and kvs_device_bench (kernels compiled for
+#      sm_80 and sm_90, plus compute_90 PTX) and copies them into
+#      out/device-check/bin, with the shared libraries they need beyond the C
+#      and C++ runtimes (libcudart.so.13, libjansson, libxxhash) in
+#      out/device-check/lib and a MANIFEST. out/ is git-ignored: it travels to
+#      the GPU machine only when named, e.g. for the device tool:
+#        carry = ["out/device-check"]
+#      (about 5 MiB; the binaries need glibc >= 2.34 and GLIBCXX 3.4.29).
+#
+#   2. RUN, on the GPU machine, from the repository root (the working tree
+#      with the staged folder beside it):
+#
+#        tools/device-check.sh            # same as: tools/device-check.sh run
+#
+#      It sets LD_LIBRARY_PATH to the staged lib/ itself. Results go to
+#      $KVS_DEVICE_CHECK_OUT, else $OUT (the device tool's output folder),
+#      else out/device-check-results:
+#        summary.json              what passed, timings, the benchmark
+#        device_kernels_test.log   ... one log per step, and bench.json
+#      The exit status is 0 only when every step passed and the device test
+#      ran (a skip on a GPU machine means the GPU was not usable: a failure).
+#
+#   Environment (all optional):
+#     KVS_DEVICE_CHECK_DIR        staged folder (default out/device-check)
+#     KVS_DEVICE_CHECK_OUT        results folder (see above)
+#     KVS_DEVICE_CHECK_BUDGET_S   wall-clock budget, default 280 s; each step's
+#                                 timeout is cut to what is left
+#     KVS_DEVICE_CHECK_SANITIZER  1 (default) runs compute-sanitizer memcheck
+#                                 on the device test when the tool is there
+#                                 and time is left; 0 skips it
+#     KVS_DEVICE_CHECK_ALLOW_SKIP 1 accepts skipped device tests (a dry run on
+#                                 a machine without a GPU)
+#     KVS_BENCH_REF_GBS           the bandwidth the benchmark compares with
+#                                 (default 4300: an H200's measured copy rate)
+#
+#   If nothing is staged and bazel is on the PATH, `run` stages first.
+#
+#   Example through the device tool (one call, about a minute of device time):
+#     command: tools/device-check.sh
+#     carry:   ["out/device-check"]
+#     then read $OUT/summary.json from the files that come back.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+MODE=${1:-run}
+STAGE=${KVS_DEVICE_CHECK_DIR:-out/device-check}
+BINARIES=(device_kernels_test device_ref_test device_layout_test cuda_status_test
+  kernel_emulation_test kvs_device_bench)
+
+log() { printf 'device-check: %s\n' "$*" >&2; }
+
+# A JSON string literal of $1.
+json_string() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\r'/}
+  s=${s//$'\t'/ }
+  printf '"%s"' "$s"
+}
+
+stage() {
+  command -v bazel >/dev/null || { log "stage needs bazel on the PATH"; return 1; }
+  log "building with bazel"
+  bazel build //tests/cuda:device_kernels_test //tests/cuda:device_ref_test \
+    //tests/cuda:device_layout_test //tests/cuda:cuda_status_test \
+    //tests/cuda:kernel_emulation_test //cuda:kvs_device_bench >&2 || return 1
+  local bin_dir
+  bin_dir=$(bazel info bazel-bin 2>/dev/null) || return 1
+  rm -rf "$STAGE"
+  mkdir -p "$STAGE/bin" "$STAGE/lib" || return 1
+  local name src
+  for name in "${BINARIES[@]}"; do
+    if [[ $name == kvs_device_bench ]]; then src=$bin_dir/cuda/$name; else src=$bin_dir/tests/cuda/$name; fi
+    cp -L "$src" "$STAGE/bin/$name" || return 1
+    chmod u+w "$STAGE/bin/$name"
+  done
+  # bazel-bin is shared with every build of this workspace: refuse binaries
+  # that another command built with sanitizers (--config=asan) meanwhile.
+  if grep -l -a '__asan_init' "$STAGE"/bin/* >/dev/null 2>&1; then
+    log "bazel-bin holds sanitizer builds of $(grep -l -a '__asan_init' "$STAGE"/bin/* | tr '\n' ' ');" \
+      "run 'tools/device-check.sh stage' again once that build is done"
+    return 1
+  fi
+  # Every shared library the binaries load except the C and C++ runtimes,
+  # which the GPU machine has (newer ones serve: glibc and libstdc++ are
+  # backward compatible).
+  local lib path
+  while read -r lib path; do
+    case $lib in
+      libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | libstdc++.so.* | \
+        libgcc_s.so.* | ld-linux*) ;;
+      *) cp -L "$path" "$STAGE/lib/$lib" || return 1 ;;
+    esac
+  done < <(for name in "${BINARIES[@]}"; do ldd "$STAGE/bin/$name"; done |
+    awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
+  {
+    echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- cuda core tests/cuda 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
+    echo "targets: sm_80 sm_90 (SASS), compute_90 (PTX)"
+    echo "glibc needed: $(objdump -T "$STAGE"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V -u | tail -1)"
+    (cd "$STAGE" && sha256sum bin/* lib/*)
+  } >"$STAGE/MANIFEST"
+  log "staged $(du -sh "$STAGE" | cut -f1) in $STAGE:"
+  cat "$STAGE/MANIFEST" >&2
+}
+
+run() {
+  local start
+  local budget=${KVS_DEVICE_CHECK_BUDGET_S:-280}
+  local results=${KVS_DEVICE_CHECK_OUT:-${OUT:-out/device-check-results}}
+  mkdir -p "$results" || return 1
+  results=$(cd "$results" && pwd)
+  if [[ ! -x $STAGE/bin/device_kernels_test ]]; then
+    if command -v bazel >/dev/null; then
+      log "nothing staged in $STAGE; staging with bazel first"
+      stage || return 1
+    else
+      log "nothing staged in $STAGE and no bazel here: run 'tools/device-check.sh stage' on a build machine and carry $STAGE"
+      printf '{"pass": false, "reason": %s}\n' \
+        "$(json_string "nothing staged in $STAGE and no bazel on this machine")" >"$results/summary.json"
+      return 1
+    fi
+  fi
+  local dir
+  dir=$(cd "$STAGE" && pwd)
+  start=$SECONDS # the budget is the checks' own, staging excluded
+  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local have_timeout=0
+  command -v timeout >/dev/null && have_timeout=1
+
+  # Runs one step: name, cap in seconds, then the command. Records rc and
+  # seconds in STEP_RC / STEP_SECONDS.
+  local STEP_RC STEP_SECONDS
+  step() {
+    local name=$1 cap=$2
+    shift 2
+    local left=$((budget - (SECONDS - start) - 5))
+    ((cap > left)) && cap=$left
+    if ((cap < 5)); then
+      log "$name: no time left in the ${budget}s budget"
+      STEP_RC=124
+      STEP_SECONDS=0
+      echo "not run: the budget was spent" >"$results/$name.log"
+      return
+    fi
+    log "$name (up to ${cap}s)"
+    local t0=$SECONDS
+    if ((have_timeout)); then
+      timeout --kill-after=5 "$cap" "$@" >"$results/$name.log" 2>&1
+    else
+      "$@" >"$results/$name.log" 2>&1
+    fi
+    STEP_RC=$?
+    STEP_SECONDS=$((SECONDS - t0))
+    log "$name: exit $STEP_RC in ${STEP_SECONDS}s"
+  }
+
+  # gtest's closing counts from a log: passed failed skipped.
+  counts() {
+    local f=$1 p s x
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$f" | tail -1)
+    x=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$f" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$f" | tail -1)
+    echo "${p:-0} ${x:-0} ${s:-0}"
+  }
+
+  local gpu="" driver_ok=1 missing
+  if command -v nvidia-smi >/dev/null; then
+    local smi=(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
+    if ((have_timeout)); then gpu=$(timeout 20 "${smi[@]}" 2>&1); else gpu=$("${smi[@]}" 2>&1); fi
+  fi
+  missing=$(for b in "$dir"/bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' | sort -u | tr '\n' ' ')
+  [[ -n $missing ]] && log "unresolved libraries: $missing"
+
+  local json_tests="" all_pass=1 name p x s rc
+  # The device test first: it is the point of the exercise.
+  for name in device_kernels_test device_ref_test device_layout_test cuda_status_test \
+    kernel_emulation_test; do
+    local cap=60
+    [[ $name == device_kernels_test ]] && cap=150
+    step "$name" "$cap" "$dir/bin/$name" --gtest_color=no
+    rc=$STEP_RC
+    read -r p x s < <(counts "$results/$name.log")
+    local ok=1
+    ((rc != 0 || x != 0 || p + s == 0)) && ok=0
+    if [[ $name == device_kernels_test && $s != 0 && ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
+      ok=0
+      log "device_kernels_test skipped $s tests: $(grep -m1 'no CUDA device visible' "$results/$name.log")"
+    fi
+    ((ok)) || all_pass=0
+    json_tests+="${json_tests:+, }\"$name\": {\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((ok)) && echo true || echo false)}"
+    if [[ $name == device_kernels_test ]]; then
+      # The benchmark right after the device test, before the slower CPU tests.
+      step bench 120 "$dir/bin/kvs_device_bench" --json "$results/bench.json" \
+        --ref-gbs "${KVS_BENCH_REF_GBS:-4300}"
+      local bench_rc=$STEP_RC bench_seconds=$STEP_SECONDS
+      if ((bench_rc == 77)) && [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} == 1 ]]; then
+        :
+      elif ((bench_rc != 0)); then
+        all_pass=0
+      fi
+    fi
+  done
+
+  # compute-sanitizer memcheck over the device test, when the tool works
+  # here (it does on Firecracker machines, not under gVisor) and time is left.
+  local san_json='{"ran": false}'
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [[ ${KVS_DEVICE_CHECK_SANITIZER:-1} == 1 && -n $sanitizer ]]; then
+    step sanitizer 150 "$sanitizer" --tool memcheck --error-exitcode 3 \
+      "$dir/bin/device_kernels_test" --gtest_color=no \
+      '--gtest_filter=-*impossible_allocation*'  # its failed cudaMalloc is on purpose
+    local errors
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$results/sanitizer.log" | tail -1)
+    if [[ -n $errors ]]; then
+      san_json="{\"ran\": true, \"exit\": $STEP_RC, \"seconds\": $STEP_SECONDS, \"errors\": $errors}"
+      ((errors > 0)) && all_pass=0
+    else
+      san_json="{\"ran\": false, \"exit\": $STEP_RC, \"reason\": $(json_string "$(tail -3 "$results/sanitizer.log")")}"
+    fi
+  fi
+
+  local bench="null"
+  [[ -s $results/bench.json ]] && bench=$(cat "$results/bench.json")
+  local cubins=""
+  if command -v cuobjdump >/dev/null; then
+    cubins=$(cuobjdump --list-elf "$dir/bin/kvs_device_bench" 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
+    cubins+=$(cuobjdump --list-ptx "$dir/bin/kvs_device_bench" 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | sed 's/sm_/ptx_compute_/' | tr '\n' ' ')
+  fi
+  {
+    printf '{\n  "pass": %s,\n' "$( ((all_pass)) && echo true || echo false)"
+    printf '  "elapsed_s": %d,\n  "budget_s": %d,\n' $((SECONDS - start)) "$budget"
+    printf '  "host": %s,\n  "gpu": %s,\n' "$(json_string "$(uname -nmr)")" "$(json_string "$gpu")"
+    printf '  "unresolved_libraries": %s,\n' "$(json_string "$missing")"
+    printf '  "embedded_code": %s,\n' "$(json_string "$cubins")"
+    printf '  "staged": %s,\n' "$(json_string "$(head -4 "$dir/MANIFEST" 2>/dev/null)")"
+    printf '  "tests": {%s},\n' "$json_tests"
+    printf '  "bench_exit": %s,\n' "${bench_rc:-null}"
+    printf '  "sanitizer": %s,\n' "$san_json"
+    printf '  "bench": %s\n}\n' "$bench"
+  } >"$results/summary.json"
+  log "summary: $results/summary.json (pass: $( ((all_pass)) && echo true || echo false), $((SECONDS - start))s)"
+  ((all_pass))
+}
+
+case $MODE in
+  stage) stage ;;
+  run) run ;;
+  -h | --help | help) sed -n '2,60p' "$0" | sed -n '/^#/p' | sed 's/^# \{0,1\}//' ;;
+  *)
+    log "unknown mode '$MODE': use 'stage' or 'run'"
+    exit 2
+    ;;
+esac
