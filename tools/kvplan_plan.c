@@ -74,7 +74,8 @@ typedef struct plan_args {
   const char *svg;
 } plan_args;
 
-/* Parses argv into args: 0 to go on, else the exit status. */
+/* Parses argv into args: 0 to go on, -1 after --help (exit 0), else the
+ * exit status. */
 static int parse(int argc, char **argv, plan_args *a) {
   struct option longs[64];
   size_t n = 0;
