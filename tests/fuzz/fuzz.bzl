@@ -1,29 +1,36 @@
 """libFuzzer targets, built with Debian's clang outside Bazel's gcc toolchain.
 
-kvs_fuzz_test(name, srcs, data_srcs, libs, seconds) compiles the harness
-and the library sources it needs in one clang invocation
-(-fsanitize=fuzzer,address,undefined) and wraps the binary in an sh_test
-that fuzzes for a bounded time (KVS_FUZZ_SECONDS overrides it) after
-replaying every regression input under the target's corpus folder.
+kvs_fuzz_test compiles a harness and the library sources it needs (the .c
+files among `srcs`; headers ride along) in one clang invocation with
+-fsanitize=fuzzer,address,undefined, and wraps the binary in an sh_test
+(tests/fuzz/run_fuzzer.sh) that replays every input under `corpus` (seed
+inputs and kept regression inputs alike: each must pass), then fuzzes from
+them for `seconds` (KVS_FUZZ_SECONDS overrides it for long runs).
 """
 
-def kvs_fuzz_test(name, harness, srcs, hdrs = [], libs = [], seconds = 5, corpus = None, size = "small"):
+def kvs_fuzz_test(
+        name,
+        harness,
+        srcs,
+        libs = [],
+        corpus = [],
+        flags = [],
+        seconds = 5,
+        size = "small"):
     binary = name + "_bin"
     native.genrule(
         name = binary,
-        srcs = [harness] + srcs + hdrs,
+        testonly = True,
+        srcs = [harness] + srcs,
         outs = [name + "_fuzzer"],
         cmd = " ".join([
             "/usr/bin/clang -std=c11 -O1 -g -D_GNU_SOURCE",
-            "-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined",
+            "-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all",
             "-I. -I$(GENDIR)",
-            "$(location %s)" % harness,
-        ] + ["$(locations %s)" % s for s in srcs] + [
+            "$$(for f in $(SRCS); do case $$f in *.c) echo $$f;; esac; done)",
             "-o $@",
         ] + ["-l" + lib for lib in libs]),
-        testonly = True,
     )
-    corpus_files = native.glob([(corpus or name) + "/*"])
     native.sh_test(
         name = name,
         size = size,
@@ -31,7 +38,7 @@ def kvs_fuzz_test(name, harness, srcs, hdrs = [], libs = [], seconds = 5, corpus
         args = [
             "$(location :%s)" % binary,
             str(seconds),
-            native.package_name() + "/" + (corpus or name),
-        ],
-        data = [":" + binary] + corpus_files,
+            "'%s'" % " ".join(flags),
+        ] + ["%s/%s" % (native.package_name(), d) for d in corpus],
+        data = [":" + binary] + native.glob(["%s/*" % d for d in corpus]),
     )
