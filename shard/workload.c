@@ -121,6 +121,17 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
                          (unsigned long long)kvs_workload_max_seq_len(options),
                          (unsigned long long)max_pages, (unsigned long long)(full_pages - 1));
   }
+  uint64_t chunk = options->chunk_tokens != 0 ? options->chunk_tokens
+                                              : kvs_window_pool_prefill_chunk_budget(pool);
+  size_t worst = kvs_shard_step_capacity_for(chunk, page, options->max_running);
+  if (worst > kvs_shard_step_capacity(shard)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a step of this workload may journal %zu entries (%llu-token chunks, "
+                         "%llu running), over the shard's step capacity of %zu",
+                         worst, (unsigned long long)chunk,
+                         (unsigned long long)options->max_running,
+                         kvs_shard_step_capacity(shard));
+  }
   struct kvs_workload *w = calloc(1, sizeof *w);
   if (w == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a workload");
   w->shard = shard;
@@ -128,8 +139,7 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   w->leader = kvs_shard_is_leader(shard);
   w->o = *options;
   w->page = page;
-  w->chunk = options->chunk_tokens != 0 ? options->chunk_tokens
-                                        : kvs_window_pool_prefill_chunk_budget(pool);
+  w->chunk = chunk;
   w->max_pages = max_pages;
   w->rng = options->seed;
   w->slots = calloc((size_t)options->max_running, sizeof *w->slots);

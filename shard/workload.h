@@ -62,7 +62,8 @@ typedef struct kvs_workload_options {
 uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options);
 
 /* Borrows the shard (which must outlive the workload). Every rank must
- * pass the same options. max_running must not exceed the shard's. */
+ * pass the same options. The worst step (kvs_shard_step_capacity_for of
+ * the chunk and max_running) must fit the shard's step capacity. */
 kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *options,
                                kvs_workload_t *out, kvs_error *err);
 void kvs_workload_destroy(kvs_workload_t workload);

@@ -566,3 +566,56 @@ TEST(ShardLoopback, ranks_that_built_different_pools_all_fail_create) {
     EXPECT_EQ(shard, nullptr);
   });
 }
+
+TEST(Workload, a_workload_whose_worst_step_overflows_the_capacity_is_refused) {
+  kvs_comm_t comm;
+  kvs_error err;
+  ASSERT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+  kvs_shard_t shard = make_shard(comm, small_sizes(), 10);
+  kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
+  wo.max_running = 2;
+  wo.prompt_max = 300;
+  wo.gen_max = 100;
+  wo.chunk_tokens = 4 * P;
+  kvs_workload_t w = nullptr;
+  EXPECT_EQ(kvs_workload_create(shard, &wo, &w, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message,
+               "a step of this workload may journal 20 entries (512-token chunks, 2 running), "
+               "over the shard's step capacity of 10");
+  EXPECT_EQ(w, nullptr);
+  kvs_shard_destroy(shard);
+  kvs_comm_destroy(comm);
+}
+
+TEST(Workload, one_rank_runs_a_workload_whose_leader_is_never_refused) {
+  kvs_comm_t comm;
+  kvs_error err;
+  ASSERT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+  kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
+  so.max_running = 6;
+  kvs_pool_sizes s = small_sizes();
+  kvs_shard_t shard = nullptr;
+  ASSERT_EQ(kvs_shard_create(comm, &s, &so, &shard, &err), KVS_OK) << err.message;
+  kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
+  wo.max_running = 6;
+  wo.max_waiting = 4;
+  wo.arrival_rate = 0.2;
+  wo.prompt_max = 1500;
+  wo.gen_max = 300;
+  kvs_workload_t w = nullptr;
+  ASSERT_EQ(kvs_workload_create(shard, &wo, &w, &err), KVS_OK) << err.message;
+  for (uint64_t step = 0; step < 3000; step++) {
+    ASSERT_EQ(kvs_workload_step(w, step, &err), KVS_OK) << "step " << step << ": " << err.message;
+  }
+  EXPECT_EQ(kvs_workload_step(w, 7, &err), KVS_ERR_EPOCH);
+  kvs_workload_counters c;
+  kvs_workload_counters_get(w, &c);
+  EXPECT_GT(c.completed, 10u);
+  EXPECT_GT(c.refused, 0u) << "11 window pages and a 63-page history must refuse some admissions";
+  EXPECT_EQ(kvs_window_pool_check_integrity(kvs_shard_pool(shard), &err), KVS_OK) << err.message;
+  uint64_t page = 0;
+  EXPECT_EQ(kvs_workload_live_page(w, &page, &err), KVS_OK) << err.message;
+  kvs_workload_destroy(w);
+  kvs_shard_destroy(shard);
+  kvs_comm_destroy(comm);
+}
