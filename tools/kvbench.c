@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tools/bench_block.h"
 #include "tools/bench_core.h"
 
 static void usage(FILE *out) {
@@ -31,6 +32,12 @@ int main(int argc, char **argv) {
   }
   json_t *results = json_object();
   int failed = kvs_bench_core(results, quick);
+  kvs_bench_block(results, quick);
+  json_t *block_error = json_object_get(results, "block_error");
+  if (block_error != NULL) {
+    fprintf(stderr, "kvbench: block codec: %s\n", json_string_value(block_error));
+    failed = 1;
+  }
   if (failed) {
     json_decref(results);
     return 1;
@@ -46,6 +53,7 @@ int main(int argc, char **argv) {
     json_object_foreach(results, key, value) {
       printf("%-28s %14.3f\n", key, json_number_value(value));
     }
+    printf("(ns: mean per operation; gbps: GB/s of encoded block)\n");
   }
   json_decref(results);
   return 0;
