@@ -30,8 +30,8 @@ static uint64_t params_fingerprint(const kvs_budget_options *o) {
 
 /* This rank's own solve: its pages, or a local error (pages 0). */
 static kvs_status solve_own(const kvs_geometry *geometry, const kvs_shard_layout *layout,
-                            uint64_t budget_bytes, const kvs_budget_options *o,
-                            kvs_shard_budget *b, kvs_error *err) {
+                            uint64_t budget_bytes, const kvs_budget_options *o, kvs_shard_budget *b,
+                            kvs_error *err) {
   kvs_status status;
   if ((status = kvs_cost_terms_make(geometry, layout->layer_first, layout->layer_end, o->widths,
                                     &b->terms, err)) ||
@@ -89,8 +89,8 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
   }
   if (layout->world != kvs_comm_size(comm) || layout->rank != kvs_comm_rank(comm)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "layout is rank %d of %d, the communicator rank %d of %d",
-                         layout->rank, layout->world, kvs_comm_rank(comm), kvs_comm_size(comm));
+                         "layout is rank %d of %d, the communicator rank %d of %d", layout->rank,
+                         layout->world, kvs_comm_rank(comm), kvs_comm_size(comm));
   }
   kvs_shard_budget b;
   memset(&b, 0, sizeof b);

@@ -28,11 +28,11 @@ extern "C" {
 /* Sizing parameters; every rank must pass the same ones (the agreement
  * checks it). Start from KVS_BUDGET_OPTIONS_INIT. */
 typedef struct kvs_budget_options {
-  size_t size;                  /* sizeof(kvs_budget_options) */
-  double swa_ratio;             /* window share of the history; 0: the floor only */
-  uint64_t page;                /* P */
-  uint64_t max_seq_len;         /* for the working-set floor */
-  uint64_t max_running;         /* for the working-set floor */
+  size_t size;          /* sizeof(kvs_budget_options) */
+  double swa_ratio;     /* window share of the history; 0: the floor only */
+  uint64_t page;        /* P */
+  uint64_t max_seq_len; /* for the working-set floor */
+  uint64_t max_running; /* for the working-set floor */
   bool radix;
   uint64_t n_scratch;           /* scratch rows per compressed / indexer pool */
   const kvs_row_widths *widths; /* NULL: the bf16 / fp32 defaults */

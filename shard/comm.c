@@ -41,8 +41,8 @@ kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, i
                            "buffer_free, broadcast, allreduce_u64 and barrier are required)",
                            vtable->name != NULL ? vtable->name : "?");
   } else if (size < 1 || rank < 0 || rank >= size) {
-    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "rank %d is outside a group of %d ranks", rank, size);
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %d is outside a group of %d ranks",
+                           rank, size);
   } else if (timeout_ms <= 0) {
     status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
@@ -81,9 +81,7 @@ void *kvs_comm_backend_context(const struct kvs_comm *comm) { return comm->ctx; 
 kvs_status kvs_comm_health(const struct kvs_comm *comm) { return comm->health; }
 const char *kvs_comm_failure(const struct kvs_comm *comm) { return comm->failure; }
 
-void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out) {
-  *out = comm->stats;
-}
+void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out) { *out = comm->stats; }
 
 kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err) {
   if (timeout_ms <= 0) {
@@ -175,12 +173,12 @@ kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size
   if (status != KVS_OK) return status;
   if (buffer == NULL || buffer->host == NULL || count > buffer->bytes / sizeof(uint64_t)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "allreduce of %zu words needs a comm buffer of %zu bytes (got %zu)",
-                         count, count * sizeof(uint64_t), buffer != NULL ? buffer->bytes : 0);
+                         "allreduce of %zu words needs a comm buffer of %zu bytes (got %zu)", count,
+                         count * sizeof(uint64_t), buffer != NULL ? buffer->bytes : 0);
   }
   if (op != KVS_COMM_MIN && op != KVS_COMM_MAX && op != KVS_COMM_SUM) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "allreduce op %d is none of min, max, sum", (int)op);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "allreduce op %d is none of min, max, sum",
+                         (int)op);
   }
   comm->stats.collectives++;
   comm->stats.allreduces++;

@@ -23,8 +23,8 @@ struct kvs_comm_loopback_group {
   pthread_mutex_t mutex;
   pthread_cond_t cond;
   int size;
-  int refs; /* the creator plus one per member */
-  uint64_t round;    /* the collective being assembled */
+  int refs;       /* the creator plus one per member */
+  uint64_t round; /* the collective being assembled */
   int arrived;
   int departed;
   bool done;         /* round's data has moved */
@@ -142,8 +142,9 @@ static void complete_round(struct kvs_comm_loopback_group *group) {
       uint64_t v = ((const uint64_t *)group->slots[0].data)[w];
       for (int i = 1; i < group->size; i++) {
         uint64_t x = ((const uint64_t *)group->slots[i].data)[w];
-        v = first->op == KVS_COMM_MIN ? (x < v ? x : v) : first->op == KVS_COMM_MAX ? (x > v ? x : v)
-                                                                                  : v + x;
+        v = first->op == KVS_COMM_MIN   ? (x < v ? x : v)
+            : first->op == KVS_COMM_MAX ? (x > v ? x : v)
+                                        : v + x;
       }
       for (int i = 0; i < group->size; i++) ((uint64_t *)group->slots[i].data)[w] = v;
     }
@@ -223,8 +224,7 @@ static kvs_status run(member *m, call c, int timeout_ms, kvs_error *err) {
   return status;
 }
 
-static kvs_status lb_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out,
-                                  kvs_error *err) {
+static kvs_status lb_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
   (void)ctx;
   out->host = calloc(1, bytes);
   if (out->host == NULL) {
@@ -244,8 +244,8 @@ static kvs_status lb_broadcast(void *ctx, kvs_comm_buffer *buffer, size_t bytes,
   return run(ctx, c, timeout_ms, err);
 }
 
-static kvs_status lb_allreduce(void *ctx, kvs_comm_buffer *buffer, size_t count,
-                               kvs_comm_op op, int timeout_ms, kvs_error *err) {
+static kvs_status lb_allreduce(void *ctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                               int timeout_ms, kvs_error *err) {
   call c = {0, CALL_ALLREDUCE, buffer->host, count, 0, op};
   return run(ctx, c, timeout_ms, err);
 }
@@ -258,8 +258,7 @@ static kvs_status lb_barrier(void *ctx, int timeout_ms, kvs_error *err) {
 static void lb_abort(void *ctx, int code) {
   member *m = ctx;
   char message[KVS_ERROR_MESSAGE_MAX];
-  snprintf(message, sizeof message, "rank %d aborted the loopback group (code %d)", m->rank,
-           code);
+  snprintf(message, sizeof message, "rank %d aborted the loopback group (code %d)", m->rank, code);
   pthread_mutex_lock(&m->group->mutex);
   fail_group(m->group, KVS_ERR_COMM, message);
   pthread_mutex_unlock(&m->group->mutex);
@@ -273,8 +272,8 @@ static void lb_destroy(void *ctx) {
 }
 
 static const kvs_comm_vtable loopback_vtable = {
-    "loopback", lb_buffer_alloc, lb_buffer_free, lb_broadcast, lb_allreduce, lb_barrier,
-    lb_abort,   lb_destroy,
+    "loopback",   lb_buffer_alloc, lb_buffer_free, lb_broadcast,
+    lb_allreduce, lb_barrier,      lb_abort,       lb_destroy,
 };
 
 kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank, int timeout_ms,

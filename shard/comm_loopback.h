@@ -22,8 +22,7 @@ extern "C" {
 
 typedef struct kvs_comm_loopback_group *kvs_comm_loopback_group_t;
 
-kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *out,
-                                          kvs_error *err);
+kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *out, kvs_error *err);
 /* Drops the creator's reference; the group lives until its last member
  * communicator is destroyed too. NULL is accepted. */
 void kvs_comm_loopback_group_destroy(kvs_comm_loopback_group_t group);

@@ -21,8 +21,8 @@ static void mpi_message(int code, char *out, size_t cap) {
 }
 
 /* Polls one request to completion or to the deadline. */
-static kvs_status wait_request(mpi_ctx *ctx, MPI_Request *request, const char *what,
-                               int timeout_ms, kvs_error *err) {
+static kvs_status wait_request(mpi_ctx *ctx, MPI_Request *request, const char *what, int timeout_ms,
+                               kvs_error *err) {
   kvs_wait w = kvs_wait_begin(timeout_ms);
   for (;;) {
     int flag = 0;
@@ -30,8 +30,8 @@ static kvs_status wait_request(mpi_ctx *ctx, MPI_Request *request, const char *w
     if (code != MPI_SUCCESS) {
       char text[MPI_MAX_ERROR_STRING];
       mpi_message(code, text, sizeof text);
-      return kvs_error_set(err, KVS_ERR_COMM, "mpi %s on rank %d of %d failed: %s", what,
-                           ctx->rank, ctx->size, text);
+      return kvs_error_set(err, KVS_ERR_COMM, "mpi %s on rank %d of %d failed: %s", what, ctx->rank,
+                           ctx->size, text);
     }
     if (flag) return KVS_OK;
     if (!kvs_wait_again(&w)) {
@@ -50,8 +50,7 @@ static kvs_status start_failed(mpi_ctx *ctx, int code, const char *what, kvs_err
                        ctx->rank, ctx->size, text);
 }
 
-static kvs_status mpi_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out,
-                                   kvs_error *err) {
+static kvs_status mpi_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
   (void)ctx;
   if (bytes > (size_t)INT32_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -80,13 +79,13 @@ static kvs_status mpi_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t byte
   return wait_request(ctx, &request, what, timeout_ms, err);
 }
 
-static kvs_status mpi_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count,
-                                kvs_comm_op op, int timeout_ms, kvs_error *err) {
+static kvs_status mpi_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                                int timeout_ms, kvs_error *err) {
   mpi_ctx *ctx = vctx;
   MPI_Op mop = op == KVS_COMM_MIN ? MPI_MIN : op == KVS_COMM_MAX ? MPI_MAX : MPI_SUM;
   MPI_Request request;
-  int code = MPI_Iallreduce(MPI_IN_PLACE, buffer->host, (int)count, MPI_UINT64_T, mop,
-                            ctx->comm, &request);
+  int code = MPI_Iallreduce(MPI_IN_PLACE, buffer->host, (int)count, MPI_UINT64_T, mop, ctx->comm,
+                            &request);
   if (code != MPI_SUCCESS) return start_failed(ctx, code, "allreduce", err);
   char what[64];
   snprintf(what, sizeof what, "allreduce (%s) of %zu words", kvs_comm_op_name(op), count);
@@ -118,8 +117,8 @@ static void mpi_destroy(void *vctx) {
 }
 
 static const kvs_comm_vtable mpi_vtable = {
-    "mpi", mpi_buffer_alloc, mpi_buffer_free, mpi_broadcast, mpi_allreduce, mpi_barrier,
-    mpi_abort, mpi_destroy,
+    "mpi",         mpi_buffer_alloc, mpi_buffer_free, mpi_broadcast,
+    mpi_allreduce, mpi_barrier,      mpi_abort,       mpi_destroy,
 };
 
 kvs_status kvs_comm_mpi_create(const kvs_comm_mpi_options *options, kvs_comm_t *out,
@@ -162,8 +161,8 @@ kvs_status kvs_comm_mpi_create(const kvs_comm_mpi_options *options, kvs_comm_t *
     mpi_destroy(ctx);
     return kvs_error_set(err, KVS_ERR_COMM, "mpi backend setup failed: %s", text);
   }
-  kvs_status status = wait_request(ctx, &request, "communicator duplication",
-                                   options->timeout_ms, err);
+  kvs_status status =
+      wait_request(ctx, &request, "communicator duplication", options->timeout_ms, err);
   if (status != KVS_OK) {
     /* The pending duplicate cannot be freed safely; leak it with ctx. */
     return status;

@@ -13,9 +13,8 @@
 #ifndef KVS_SHARD_COMM_MPI_H
 #define KVS_SHARD_COMM_MPI_H
 
-#include <stddef.h>
-
 #include <mpi.h>
+#include <stddef.h>
 
 #include "core/status.h"
 #include "shard/comm.h"
@@ -25,9 +24,9 @@ extern "C" {
 #endif
 
 typedef struct kvs_comm_mpi_options {
-  size_t size;       /* sizeof(kvs_comm_mpi_options) */
-  MPI_Comm comm;     /* the group; MPI_COMM_NULL means MPI_COMM_WORLD */
-  int timeout_ms;    /* deadline of every wait; > 0 */
+  size_t size;    /* sizeof(kvs_comm_mpi_options) */
+  MPI_Comm comm;  /* the group; MPI_COMM_NULL means MPI_COMM_WORLD */
+  int timeout_ms; /* deadline of every wait; > 0 */
 } kvs_comm_mpi_options;
 
 #define KVS_COMM_MPI_OPTIONS_INIT \

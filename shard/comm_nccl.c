@@ -22,17 +22,16 @@ typedef struct nccl_ctx {
 
 /* Reads and clears a CUDA error (a non-sticky one would otherwise be
  * reported again by the next unrelated call). */
-static kvs_status cuda_failed(nccl_ctx *ctx, cudaError_t code, const char *what,
-                              kvs_error *err) {
+static kvs_status cuda_failed(nccl_ctx *ctx, cudaError_t code, const char *what, kvs_error *err) {
   (void)cudaGetLastError();
   return kvs_error_set(err, KVS_ERR_CUDA, "nccl backend %s on rank %d (device %d) failed: %s (%s)",
                        what, ctx->rank, ctx->device, cudaGetErrorName(code),
                        cudaGetErrorString(code));
 }
 
-#define CUDA_CHECK(ctx, call, what, err)                                    \
-  do {                                                                       \
-    cudaError_t cuda_check_rc_ = (call);                                     \
+#define CUDA_CHECK(ctx, call, what, err)                                                         \
+  do {                                                                                           \
+    cudaError_t cuda_check_rc_ = (call);                                                         \
     if (cuda_check_rc_ != cudaSuccess) return cuda_failed((ctx), cuda_check_rc_, (what), (err)); \
   } while (0)
 
@@ -45,8 +44,7 @@ static void abort_comm(nccl_ctx *ctx) {
   }
 }
 
-static kvs_status nccl_failed(nccl_ctx *ctx, ncclResult_t code, const char *what,
-                              kvs_error *err) {
+static kvs_status nccl_failed(nccl_ctx *ctx, ncclResult_t code, const char *what, kvs_error *err) {
   const char *last = ctx->comm != NULL && !ctx->aborted ? ncclGetLastError(ctx->comm) : "";
   kvs_error_set(err, KVS_ERR_COMM, "nccl %s on rank %d of %d failed: %s%s%s", what, ctx->rank,
                 ctx->size, ncclGetErrorString(code), last != NULL && last[0] ? ": " : "",
@@ -127,41 +125,45 @@ static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t byt
   ctx->timeout_ms = timeout_ms;
   kvs_wait w = kvs_wait_begin(timeout_ms);
   if (ctx->rank == root) {
-    CUDA_CHECK(ctx, cudaMemcpyAsync(buffer->device, buffer->host, bytes, cudaMemcpyHostToDevice,
-                                    ctx->stream),
-               "broadcast staging", err);
+    CUDA_CHECK(
+        ctx,
+        cudaMemcpyAsync(buffer->device, buffer->host, bytes, cudaMemcpyHostToDevice, ctx->stream),
+        "broadcast staging", err);
   }
-  kvs_status status = settle(ctx,
-                             ncclBroadcast(buffer->device, buffer->device, bytes, ncclUint8, root,
-                                           ctx->comm, ctx->stream),
-                             "broadcast", &w, err);
+  kvs_status status = settle(
+      ctx,
+      ncclBroadcast(buffer->device, buffer->device, bytes, ncclUint8, root, ctx->comm, ctx->stream),
+      "broadcast", &w, err);
   if (status != KVS_OK) return status;
   if (ctx->rank != root) {
-    CUDA_CHECK(ctx, cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost,
-                                    ctx->stream),
-               "broadcast readback", err);
+    CUDA_CHECK(
+        ctx,
+        cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost, ctx->stream),
+        "broadcast readback", err);
   }
   return wait_stream(ctx, "broadcast", &w, err);
 }
 
-static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count,
-                                 kvs_comm_op op, int timeout_ms, kvs_error *err) {
+static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                                 int timeout_ms, kvs_error *err) {
   nccl_ctx *ctx = vctx;
   ctx->timeout_ms = timeout_ms;
   kvs_wait w = kvs_wait_begin(timeout_ms);
   size_t bytes = count * sizeof(uint64_t);
   ncclRedOp_t nop = op == KVS_COMM_MIN ? ncclMin : op == KVS_COMM_MAX ? ncclMax : ncclSum;
-  CUDA_CHECK(ctx, cudaMemcpyAsync(buffer->device, buffer->host, bytes, cudaMemcpyHostToDevice,
-                                  ctx->stream),
-             "allreduce staging", err);
-  kvs_status status = settle(ctx,
-                             ncclAllReduce(buffer->device, buffer->device, count, ncclUint64, nop,
-                                           ctx->comm, ctx->stream),
-                             "allreduce", &w, err);
+  CUDA_CHECK(
+      ctx,
+      cudaMemcpyAsync(buffer->device, buffer->host, bytes, cudaMemcpyHostToDevice, ctx->stream),
+      "allreduce staging", err);
+  kvs_status status = settle(
+      ctx,
+      ncclAllReduce(buffer->device, buffer->device, count, ncclUint64, nop, ctx->comm, ctx->stream),
+      "allreduce", &w, err);
   if (status != KVS_OK) return status;
-  CUDA_CHECK(ctx, cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost,
-                                  ctx->stream),
-             "allreduce readback", err);
+  CUDA_CHECK(
+      ctx,
+      cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost, ctx->stream),
+      "allreduce readback", err);
   return wait_stream(ctx, "allreduce", &w, err);
 }
 
@@ -203,8 +205,8 @@ static void nccl_destroy(void *vctx) {
 }
 
 static const kvs_comm_vtable nccl_vtable = {
-    "nccl", nccl_buffer_alloc, nccl_buffer_free, nccl_broadcast, nccl_allreduce, nccl_barrier,
-    nccl_abort, nccl_destroy,
+    "nccl",         nccl_buffer_alloc, nccl_buffer_free, nccl_broadcast,
+    nccl_allreduce, nccl_barrier,      nccl_abort,       nccl_destroy,
 };
 
 int kvs_comm_nccl_device_count(char *why, size_t why_cap) {
@@ -253,8 +255,8 @@ static kvs_status agree_on_failure(kvs_comm_t bootstrap, kvs_comm_buffer *word, 
 static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
                               kvs_comm_t bootstrap, kvs_error *err) {
   kvs_comm_buffer boot = {NULL, NULL, 0, NULL};
-  kvs_status status = kvs_comm_buffer_alloc(bootstrap, sizeof(uint64_t) + sizeof(ncclUniqueId),
-                                            &boot, err);
+  kvs_status status =
+      kvs_comm_buffer_alloc(bootstrap, sizeof(uint64_t) + sizeof(ncclUniqueId), &boot, err);
   if (status != KVS_OK) return status;
   ctx->rank = kvs_comm_rank(bootstrap);
   ctx->size = kvs_comm_size(bootstrap);
@@ -364,9 +366,9 @@ kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t
     if (rc == ncclSuccess) rc = ncclCommUserRank(ctx->comm, &ctx->rank);
     if (rc == ncclSuccess) rc = ncclCommCuDevice(ctx->comm, &device);
     if (rc != ncclSuccess) {
-      status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                             "the adopted ncclComm_t cannot be queried: %s",
-                             ncclGetErrorString(rc));
+      status =
+          kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                        "the adopted ncclComm_t cannot be queried: %s", ncclGetErrorString(rc));
     } else {
       ctx->device = device;
       cudaError_t crc = cudaSetDevice(device);

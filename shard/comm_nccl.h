@@ -22,10 +22,9 @@
 #ifndef KVS_SHARD_COMM_NCCL_H
 #define KVS_SHARD_COMM_NCCL_H
 
-#include <stddef.h>
-
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <stddef.h>
 
 #include "core/status.h"
 #include "shard/comm.h"

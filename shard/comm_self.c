@@ -2,8 +2,7 @@
 
 #include <stdlib.h>
 
-static kvs_status self_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out,
-                                    kvs_error *err) {
+static kvs_status self_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
   (void)ctx;
   out->host = calloc(1, bytes);
   if (out->host == NULL) {
@@ -25,8 +24,8 @@ static kvs_status self_broadcast(void *ctx, kvs_comm_buffer *buffer, size_t byte
   return KVS_OK;
 }
 
-static kvs_status self_allreduce(void *ctx, kvs_comm_buffer *buffer, size_t count,
-                                 kvs_comm_op op, int timeout_ms, kvs_error *err) {
+static kvs_status self_allreduce(void *ctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                                 int timeout_ms, kvs_error *err) {
   (void)ctx, (void)buffer, (void)count, (void)op, (void)timeout_ms, (void)err;
   return KVS_OK;
 }
@@ -37,8 +36,8 @@ static kvs_status self_barrier(void *ctx, int timeout_ms, kvs_error *err) {
 }
 
 static const kvs_comm_vtable self_vtable = {
-    "self", self_buffer_alloc, self_buffer_free, self_broadcast, self_allreduce, self_barrier,
-    NULL, NULL,
+    "self", self_buffer_alloc, self_buffer_free, self_broadcast, self_allreduce, self_barrier, NULL,
+    NULL,
 };
 
 kvs_status kvs_comm_self_create(kvs_comm_t *out, kvs_error *err) {

@@ -6,8 +6,8 @@ static kvs_status check_shape(int world, int rank, int tp, int pp, size_t n_laye
                               kvs_shard_layout *out, kvs_error *err) {
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output layout is NULL");
   if (tp < 1 || pp < 1) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "tp %d and pp %d must both be at least 1", tp, pp);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tp %d and pp %d must both be at least 1",
+                         tp, pp);
   }
   if (world < 1 || world > KVS_SHARD_MAX_RANKS || (int64_t)tp * pp != world) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -15,13 +15,13 @@ static kvs_status check_shape(int world, int rank, int tp, int pp, size_t n_laye
                          (long long)tp * pp, world);
   }
   if (rank < 0 || rank >= world) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %d is outside a group of %d",
-                         rank, world);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %d is outside a group of %d", rank,
+                         world);
   }
   if (n_layers == 0 || (size_t)pp > n_layers) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%d pipeline stages need at least as many layers, the model has %zu",
-                         pp, n_layers);
+                         "%d pipeline stages need at least as many layers, the model has %zu", pp,
+                         n_layers);
   }
   return KVS_OK;
 }

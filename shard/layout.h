@@ -27,8 +27,8 @@ typedef struct kvs_shard_layout {
   int rank;
   int tp;
   int pp;
-  int tp_rank;  /* rank % tp */
-  int pp_stage; /* rank / tp */
+  int tp_rank;        /* rank % tp */
+  int pp_stage;       /* rank / tp */
   size_t layer_first; /* this stage's layers: [layer_first, layer_end) */
   size_t layer_end;
 } kvs_shard_layout;

@@ -111,8 +111,7 @@ static kvs_status chunk_budget(const kvs_pool_sizes *sizes, uint64_t max_running
 }
 
 kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
-                            const kvs_shard_options *options, kvs_shard_t *out,
-                            kvs_error *err) {
+                            const kvs_shard_options *options, kvs_shard_t *out, kvs_error *err) {
   kvs_shard_options defaults = KVS_SHARD_OPTIONS_INIT;
   if (options == NULL) options = &defaults;
   if (comm == NULL || sizes == NULL || out == NULL) {
@@ -360,8 +359,7 @@ static kvs_status apply_message(kvs_shard_t shard, const void *message, size_t b
                          "rank %d's application digest of step %llu is %016llx, the leader's "
                          "%016llx",
                          shard->rank, (unsigned long long)h.aux_step,
-                         (unsigned long long)shard->aux_digest,
-                         (unsigned long long)h.aux_digest);
+                         (unsigned long long)shard->aux_digest, (unsigned long long)h.aux_digest);
   }
   return KVS_OK;
 }
@@ -397,8 +395,8 @@ static kvs_step_header leader_header(const struct kvs_shard *shard, uint64_t ste
 static kvs_status broadcast_message(kvs_shard_t shard, kvs_error *err) {
   kvs_comm_stats before, after;
   kvs_comm_stats_get(shard->comm, &before);
-  kvs_status status = kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes,
-                                         KVS_SHARD_LEADER, err);
+  kvs_status status =
+      kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes, KVS_SHARD_LEADER, err);
   kvs_comm_stats_get(shard->comm, &after);
   shard->stats.step_collectives += after.collectives - before.collectives;
   return status == KVS_OK ? KVS_OK : comm_failed(shard, status, err);
@@ -457,8 +455,7 @@ kvs_status kvs_shard_abort_step(kvs_shard_t shard, uint64_t step, kvs_status rea
                                 const char *text, kvs_error *err) {
   if (!shard->leader) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "rank %d is not the leader; followers call kvs_shard_step",
-                         shard->rank);
+                         "rank %d is not the leader; followers call kvs_shard_step", shard->rank);
   }
   kvs_status status = check_live(shard, err);
   if (status != KVS_OK) return status;
@@ -522,8 +519,8 @@ static kvs_status compare_with_leader(kvs_shard_t shard, uint64_t mine, uint64_t
                                       kvs_error *err) {
   uint64_t *w = shard->words.host;
   w[0] = mine;
-  kvs_status status = kvs_comm_broadcast(shard->comm, &shard->words, sizeof(uint64_t),
-                                         KVS_SHARD_LEADER, err);
+  kvs_status status =
+      kvs_comm_broadcast(shard->comm, &shard->words, sizeof(uint64_t), KVS_SHARD_LEADER, err);
   if (status != KVS_OK) return comm_failed(shard, status, err);
   *leader_value = w[0];
   bool differs = mine != *leader_value;
@@ -557,8 +554,8 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
 
   kvs_error integrity;
   kvs_error_clear(&integrity);
-  bool integrity_ok = !shard->check_integrity ||
-                      kvs_window_pool_check_integrity(shard->pool, &integrity) == KVS_OK;
+  bool integrity_ok =
+      !shard->check_integrity || kvs_window_pool_check_integrity(shard->pool, &integrity) == KVS_OK;
   uint64_t digest = kvs_window_pool_digest(shard->pool);
   uint64_t *w = shard->words.host;
   w[C_DIGEST] = digest;
@@ -569,7 +566,8 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   w[C_NOT_AUX_STEP] = ~shard->aux_step;
   w[C_STEP] = shard->next_step;
   w[C_NOT_STEP] = ~shard->next_step;
-  w[C_SEEN] = shard->seen_step == NONE ? NONE : shard->seen_step << RANK_BITS | (uint64_t)shard->rank;
+  w[C_SEEN] =
+      shard->seen_step == NONE ? NONE : shard->seen_step << RANK_BITS | (uint64_t)shard->rank;
   w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank;
   if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
 
@@ -655,8 +653,8 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
 
 /* ---- fault injection ---- */
 
-kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from,
-                                 int64_t *to, kvs_error *err) {
+kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from, int64_t *to,
+                                 kvs_error *err) {
   int64_t current = window_page_of(shard, full_page);
   if (current < 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

@@ -64,12 +64,12 @@ typedef kvs_status (*kvs_shard_apply_fn)(void *ctx, const kvs_shard_apply_batch 
                                          kvs_error *err);
 
 typedef struct kvs_shard_options {
-  size_t size;            /* sizeof(kvs_shard_options) */
-  uint64_t max_running;   /* concurrent requests: the pool's reserve, the capacity */
-  bool radix;             /* the pool's cache mode */
-  size_t step_capacity;   /* journal entries per step; 0: kvs_shard_step_capacity_for */
-  uint64_t check_every;   /* steps between digest checks; 0: on demand only */
-  bool check_integrity;   /* each check also runs the pool's integrity check */
+  size_t size;                 /* sizeof(kvs_shard_options) */
+  uint64_t max_running;        /* concurrent requests: the pool's reserve, the capacity */
+  bool radix;                  /* the pool's cache mode */
+  size_t step_capacity;        /* journal entries per step; 0: kvs_shard_step_capacity_for */
+  uint64_t check_every;        /* steps between digest checks; 0: on demand only */
+  bool check_integrity;        /* each check also runs the pool's integrity check */
   kvs_shard_apply_fn on_apply; /* optional */
   void *on_apply_ctx;
 } kvs_shard_options;
@@ -94,8 +94,7 @@ size_t kvs_shard_step_capacity_for(uint64_t chunk_tokens, uint64_t page, uint64_
  * step_capacity given, the capacity follows the pool's prefill chunk
  * budget. */
 kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
-                            const kvs_shard_options *options, kvs_shard_t *out,
-                            kvs_error *err);
+                            const kvs_shard_options *options, kvs_shard_t *out, kvs_error *err);
 void kvs_shard_destroy(kvs_shard_t shard);
 
 /* This rank's pool. The leader allocates and frees through it between
@@ -165,17 +164,17 @@ const char *kvs_shard_divergence_name(kvs_shard_divergence kind);
 /* What a check found; identical on every rank. */
 typedef struct kvs_shard_report {
   kvs_shard_divergence kind;
-  uint64_t step;               /* the last step applied when the check ran */
-  uint64_t digest_min;         /* binding digests over ranks */
+  uint64_t step;       /* the last step applied when the check ran */
+  uint64_t digest_min; /* binding digests over ranks */
   uint64_t digest_max;
-  uint64_t full_page;          /* first differing full page; UINT64_MAX none */
-  int64_t leader_window_page;  /* its window page on the leader; -1 unbound */
-  int rank;                    /* first rank that differs from the leader; -1 none */
-  int64_t rank_window_page;    /* its window page on that rank; -1 unbound */
-  int ranks_differing;         /* ranks whose page (or digest) differs from the leader's */
-  uint64_t first_seen_step;    /* earliest step a follower saw itself differ; UINT64_MAX */
-  int first_seen_rank;         /* that follower; -1 */
-  uint64_t collectives;        /* collectives the check used */
+  uint64_t full_page;         /* first differing full page; UINT64_MAX none */
+  int64_t leader_window_page; /* its window page on the leader; -1 unbound */
+  int rank;                   /* first rank that differs from the leader; -1 none */
+  int64_t rank_window_page;   /* its window page on that rank; -1 unbound */
+  int ranks_differing;        /* ranks whose page (or digest) differs from the leader's */
+  uint64_t first_seen_step;   /* earliest step a follower saw itself differ; UINT64_MAX */
+  int first_seen_rank;        /* that follower; -1 */
+  uint64_t collectives;       /* collectives the check used */
 } kvs_shard_report;
 
 /* Collective: compares every rank's binding digest, application digest,
@@ -191,17 +190,17 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
  * the pool's own replay so its free list stays consistent; otherwise by a
  * raw rebind), as a lost or misapplied update would. The page must be
  * bound. *from and *to (may be NULL) get the window pages. */
-kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from,
-                                 int64_t *to, kvs_error *err);
+kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from, int64_t *to,
+                                 kvs_error *err);
 
 typedef struct kvs_shard_stats {
   uint64_t steps;
-  uint64_t binds;          /* bound pages shipped (leader) or applied (followers) */
-  uint64_t frees;          /* freed pages, likewise */
-  uint64_t max_entries;    /* the fullest step */
-  uint64_t payload_bytes;  /* header + 16 per entry, summed over steps */
-  uint64_t wire_bytes;     /* the fixed-capacity message, summed over steps */
-  uint64_t step_collectives;  /* collectives issued by steps */
+  uint64_t binds;            /* bound pages shipped (leader) or applied (followers) */
+  uint64_t frees;            /* freed pages, likewise */
+  uint64_t max_entries;      /* the fullest step */
+  uint64_t payload_bytes;    /* header + 16 per entry, summed over steps */
+  uint64_t wire_bytes;       /* the fixed-capacity message, summed over steps */
+  uint64_t step_collectives; /* collectives issued by steps */
   uint64_t checks;
   uint64_t check_collectives; /* collectives issued by checks */
 } kvs_shard_stats;

@@ -7,11 +7,10 @@
 #ifndef KVS_SHARD_WAIT_H
 #define KVS_SHARD_WAIT_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
-
-#include <sched.h>
 
 static inline int64_t kvs_wait_now_ns(void) {
   struct timespec ts;

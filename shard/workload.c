@@ -3,7 +3,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <xxhash.h>
 
 #include "core/free_list.h"
@@ -128,8 +127,7 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a step of this workload may journal %zu entries (%llu-token chunks, "
                          "%llu running), over the shard's step capacity of %zu",
-                         worst, (unsigned long long)chunk,
-                         (unsigned long long)options->max_running,
+                         worst, (unsigned long long)chunk, (unsigned long long)options->max_running,
                          kvs_shard_step_capacity(shard));
   }
   struct kvs_workload *w = calloc(1, sizeof *w);
@@ -188,8 +186,8 @@ static uint64_t total_reserve(const struct kvs_workload *w) {
 static void pool_alloc(struct kvs_workload *w, request *r, uint64_t first, uint64_t n,
                        kvs_status *status, kvs_error *err) {
   if (!w->leader || *status != KVS_OK || n == 0) return;
-  *status = kvs_window_pool_alloc(w->pool, r->locs + first * w->page, (size_t)(n * w->page),
-                                  NULL, err);
+  *status =
+      kvs_window_pool_alloc(w->pool, r->locs + first * w->page, (size_t)(n * w->page), NULL, err);
 }
 
 static void pool_free(struct kvs_workload *w, request *r, uint64_t first, uint64_t end,
@@ -256,8 +254,7 @@ static void admit(struct kvs_workload *w) {
   while (w->queue_count > 0 && w->n_active < w->o.max_running) {
     const arrival *a = &w->queue[w->queue_head];
     uint64_t n_pages = (a->total + w->page - 1) / w->page;
-    if (kvs_free_list_free_units(w->full_free) < n_pages ||
-        w->free_win < total_reserve(w) + 2) {
+    if (kvs_free_list_free_units(w->full_free) < n_pages || w->free_win < total_reserve(w) + 2) {
       refused = true;
       break;
     }
@@ -374,10 +371,9 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
 
 kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
   if (step != kvs_shard_next_step(w->shard)) {
-    return kvs_error_set(err, KVS_ERR_EPOCH,
-                         "workload step %llu, but the shard runs step %llu next",
-                         (unsigned long long)step,
-                         (unsigned long long)kvs_shard_next_step(w->shard));
+    return kvs_error_set(
+        err, KVS_ERR_EPOCH, "workload step %llu, but the shard runs step %llu next",
+        (unsigned long long)step, (unsigned long long)kvs_shard_next_step(w->shard));
   }
   kvs_status planned = KVS_OK;
   kvs_error plan_err;

@@ -42,16 +42,16 @@ extern "C" {
 typedef struct kvs_workload *kvs_workload_t;
 
 typedef struct kvs_workload_options {
-  size_t size;            /* sizeof(kvs_workload_options) */
+  size_t size; /* sizeof(kvs_workload_options) */
   uint64_t seed;
-  uint64_t max_running;   /* concurrent requests */
-  uint64_t max_waiting;   /* queue bound; arrivals beyond it are dropped */
-  double arrival_rate;    /* expected arrivals per step */
-  uint64_t prompt_min;    /* tokens */
+  uint64_t max_running; /* concurrent requests */
+  uint64_t max_waiting; /* queue bound; arrivals beyond it are dropped */
+  double arrival_rate;  /* expected arrivals per step */
+  uint64_t prompt_min;  /* tokens */
   uint64_t prompt_max;
-  uint64_t gen_min;       /* generated tokens */
+  uint64_t gen_min; /* generated tokens */
   uint64_t gen_max;
-  uint64_t chunk_tokens;  /* prefill tokens per step; 0: the pool's chunk budget */
+  uint64_t chunk_tokens; /* prefill tokens per step; 0: the pool's chunk budget */
 } kvs_workload_options;
 
 #define KVS_WORKLOAD_OPTIONS_INIT \
@@ -70,20 +70,19 @@ void kvs_workload_destroy(kvs_workload_t workload);
 
 typedef struct kvs_workload_counters {
   uint64_t arrivals;
-  uint64_t dropped;     /* arrivals that found the queue full */
+  uint64_t dropped; /* arrivals that found the queue full */
   uint64_t admitted;
-  uint64_t refused;     /* steps whose queue head was refused for want of pages */
+  uint64_t refused; /* steps whose queue head was refused for want of pages */
   uint64_t completed;
   uint64_t running;
   uint64_t waiting;
   uint64_t prefill_tokens;
   uint64_t decode_tokens;
-  uint64_t contexts;    /* ring contexts computed */
+  uint64_t contexts;       /* ring contexts computed */
   uint64_t context_digest; /* the last step's */
 } kvs_workload_counters;
 
-void kvs_workload_counters_get(const struct kvs_workload *workload,
-                               kvs_workload_counters *out);
+void kvs_workload_counters_get(const struct kvs_workload *workload, kvs_workload_counters *out);
 
 /* Collective (it runs kvs_shard_step): scheduler step `step`. Returns the
  * shard step's status: KVS_ERR_DIVERGENCE means this rank found itself out

@@ -10,6 +10,7 @@
  * communication or runtime failure, 5 the backend is unavailable here. */
 #include <errno.h>
 #include <inttypes.h>
+#include <mpi.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <mpi.h>
 
 #include "core/geometry.h"
 #include "core/status.h"
@@ -172,7 +171,8 @@ static int parse_args(int argc, char **argv, args *a) {
       }
       *(flag[2] == 't' ? &a->tp : &a->pp) = (int)u;
     } else if (strcmp(flag, "--backend") == 0) {
-      if (value == NULL || (strcmp(value, "mpi") && strcmp(value, "nccl") && strcmp(value, "self"))) {
+      if (value == NULL ||
+          (strcmp(value, "mpi") && strcmp(value, "nccl") && strcmp(value, "self"))) {
         return bad_arg(flag, value, "one of mpi, nccl, self");
       }
       a->backend = value;
@@ -298,8 +298,9 @@ static kvs_status table_apply(void *ctx, const kvs_shard_apply_batch *batch, kvs
   for (size_t i = 0; i < batch->n; i++) {
     uint64_t fp = batch->entries[i].full_page;
     if (fp >= t->n) {
-      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "entry %zu names full page %" PRIu64
-                           " outside the %" PRIu64 "-page table", i, fp, t->n);
+      return kvs_error_set(
+          err, KVS_ERR_OUT_OF_RANGE,
+          "entry %zu names full page %" PRIu64 " outside the %" PRIu64 "-page table", i, fp, t->n);
     }
     t->window_page[fp] = batch->entries[i].window_page;
   }
@@ -338,8 +339,8 @@ typedef struct run {
  * the protocol -- the group is aborted so that nobody waits out a
  * deadline. */
 static int fail(run *r, const char *what, const kvs_error *err, bool peers_know) {
-  fprintf(stderr, "kvsim: rank %d: %s: %s: %s\n", r->rank, what,
-          kvs_status_string(err->status), err->message);
+  fprintf(stderr, "kvsim: rank %d: %s: %s: %s\n", r->rank, what, kvs_status_string(err->status),
+          err->message);
   fflush(stderr);
   if (r->comm != NULL && !(peers_know && kvs_comm_health(r->comm) == KVS_OK)) {
     kvs_comm_abort(r->comm, EXIT_FAILED); /* MPI_Abort under mpi: does not return */
@@ -382,9 +383,8 @@ static void print_json(const run *r, uint64_t steps, const kvs_shard_stats *s, u
          ", \"collectives_per_step\": %.4f, \"bytes_per_step\": %.2f, \"digest\": \"%016" PRIx64
          "\", \"digests_agree\": %s, \"steps_per_s\": %.1f}\n",
          r->world, steps, s->binds, s->frees,
-         (double)(s->step_collectives + s->check_collectives) / per,
-         (double)s->payload_bytes / per, digest, agree ? "true" : "false",
-         elapsed > 0 ? (double)steps / elapsed : 0.0);
+         (double)(s->step_collectives + s->check_collectives) / per, (double)s->payload_bytes / per,
+         digest, agree ? "true" : "false", elapsed > 0 ? (double)steps / elapsed : 0.0);
   fflush(stdout);
 }
 
@@ -405,14 +405,15 @@ static int simulate(run *r) {
   kvs_geometry geometry;
   kvs_shard_layout layout;
   if (kvs_geometry_resolve(a->model, &geometry, &err) != KVS_OK ||
-      kvs_shard_layout_make(r->world, r->rank, a->tp, a->pp,
-                            kvs_geometry_layer_count(&geometry), &layout, &err) != KVS_OK) {
+      kvs_shard_layout_make(r->world, r->rank, a->tp, a->pp, kvs_geometry_layer_count(&geometry),
+                            &layout, &err) != KVS_OK) {
     if (speaker) fprintf(stderr, "kvsim: %s\n", err.message);
     return EXIT_USAGE; /* every rank sees the same arguments and fails alike */
   }
   if ((a->inject && a->inject_rank >= r->world) || (a->kill && a->kill_rank >= r->world) ||
       (a->stall && a->stall_rank >= r->world)) {
-    if (speaker) fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
+    if (speaker)
+      fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
     return EXIT_USAGE;
   }
 
@@ -422,7 +423,7 @@ static int simulate(run *r) {
   wo.max_waiting = 4 * a->requests;
   wo.arrival_rate = a->arrival_rate;
   wo.prompt_max = 1536; /* long prompts: the full-history pool, not the
-                          * request cap, is what refuses admission */
+                         * request cap, is what refuses admission */
 
   /* Ranks' budgets differ a little, so the agreement has work to do. */
   double share = 1.0 - a->budget_skew * (double)(r->rank % 4) / 100.0;
@@ -432,14 +433,13 @@ static int simulate(run *r) {
   bo.max_seq_len = kvs_workload_max_seq_len(&wo);
   bo.max_running = a->requests;
   kvs_shard_budget agreed;
-  if (kvs_shard_agree_budget(r->comm, &geometry, &layout, budget, &bo, &agreed, &err) !=
-      KVS_OK) {
+  if (kvs_shard_agree_budget(r->comm, &geometry, &layout, budget, &bo, &agreed, &err) != KVS_OK) {
     return fail(r, "budget agreement", &err, true);
   }
   fprintf(stderr,
-          "kvsim: rank %d (tp %d, stage %d, layers [%zu, %zu)): budget %" PRIu64
-          " B holds %" PRIu64 " pages alone; agreed %" PRIu64 " (rank %d tightest); slack %" PRIu64
-          " pages, %" PRIu64 " B\n",
+          "kvsim: rank %d (tp %d, stage %d, layers [%zu, %zu)): budget %" PRIu64 " B holds %" PRIu64
+          " pages alone; agreed %" PRIu64 " (rank %d tightest); slack %" PRIu64 " pages, %" PRIu64
+          " B\n",
           r->rank, layout.tp_rank, layout.pp_stage, layout.layer_first, layout.layer_end, budget,
           agreed.own_pages, agreed.agreed_pages, agreed.tightest_rank, agreed.slack_pages,
           agreed.slack_bytes);
@@ -480,9 +480,9 @@ static int simulate(run *r) {
             "kvsim: %d ranks (tp %d x pp %d, backend %s): %" PRIu64 " full pages, %" PRIu64
             " window pages, step capacity %zu entries (%zu-byte message), check every %" PRIu64
             " steps\n",
-            r->world, a->tp, a->pp, kvs_comm_backend(r->comm), n_full,
-            agreed.sizes.n_win_pages, kvs_shard_step_capacity(shard),
-            (size_t)(48 + 16 * kvs_shard_step_capacity(shard)), a->check_every);
+            r->world, a->tp, a->pp, kvs_comm_backend(r->comm), n_full, agreed.sizes.n_win_pages,
+            kvs_shard_step_capacity(shard), (size_t)(48 + 16 * kvs_shard_step_capacity(shard)),
+            a->check_every);
   }
 
   int code = EXIT_AGREE;
@@ -506,7 +506,8 @@ static int simulate(run *r) {
     current_step = (sig_atomic_t)s;
     kvs_status status = kvs_workload_step(workload, s, &err);
     if (status == KVS_ERR_DIVERGENCE) {
-      if (!logged) fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, err.message);
+      if (!logged)
+        fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, err.message);
       logged = true;
     } else if (status != KVS_OK) {
       code = fail(r, "step failed", &err, kvs_shard_health(shard) == KVS_ERR_COMM);
@@ -572,8 +573,9 @@ static int simulate(run *r) {
   uint64_t bad = 0;
   bool table_ok = diverged || table_matches(&tab, kvs_shard_pool(shard), &bad);
   if (!table_ok) {
-    fprintf(stderr, "kvsim: rank %d: the on_apply table differs from the pool at full page %" PRIu64
-            "\n", r->rank, bad);
+    fprintf(stderr,
+            "kvsim: rank %d: the on_apply table differs from the pool at full page %" PRIu64 "\n",
+            r->rank, bad);
   }
   {
     kvs_comm_buffer word = {NULL, NULL, 0, NULL};
@@ -601,11 +603,11 @@ static int simulate(run *r) {
     FILE *human = a->json ? stderr : stdout;
     fprintf(human,
             "kvsim: %" PRIu64 " steps in %.3f s (%.1f us/step): %" PRIu64 " arrivals, %" PRIu64
-            " admitted, %" PRIu64
-            " completed, %" PRIu64 " refusals (pool full), %" PRIu64 " dropped; %" PRIu64
-            " prefill + %" PRIu64 " decode tokens; %" PRIu64 " ring contexts\n",
-            steps, elapsed, steps ? 1e6 * elapsed / (double)steps : 0.0, c.arrivals, c.admitted, c.completed, c.refused, c.dropped,
-            c.prefill_tokens, c.decode_tokens, c.contexts);
+            " admitted, %" PRIu64 " completed, %" PRIu64 " refusals (pool full), %" PRIu64
+            " dropped; %" PRIu64 " prefill + %" PRIu64 " decode tokens; %" PRIu64
+            " ring contexts\n",
+            steps, elapsed, steps ? 1e6 * elapsed / (double)steps : 0.0, c.arrivals, c.admitted,
+            c.completed, c.refused, c.dropped, c.prefill_tokens, c.decode_tokens, c.contexts);
     fprintf(human,
             "kvsim: %" PRIu64 " binds + %" PRIu64 " frees; fullest step %" PRIu64
             " entries; payload %.1f B/step, wire %.1f B/step (fixed capacity); %" PRIu64
@@ -617,8 +619,8 @@ static int simulate(run *r) {
       fprintf(human,
               "kvsim: divergence: %s at full page %" PRIu64 ", leader window page %" PRId64
               ", rank %d window page %" PRId64 "\n",
-              kvs_shard_divergence_name(report.kind), report.full_page,
-              report.leader_window_page, report.rank, report.rank_window_page);
+              kvs_shard_divergence_name(report.kind), report.full_page, report.leader_window_page,
+              report.rank, report.rank_window_page);
     }
     fflush(human);
     print_json(r, steps, &stats, digest, agree, elapsed);
@@ -639,7 +641,8 @@ int main(int argc, char **argv) {
   kvs_error_clear(&err);
   code = open_comm(&r, &err);
   if (code != 0) {
-    if (r.rank == 0) fprintf(stderr, "kvsim: %s backend unavailable: %s\n", r.a.backend, err.message);
+    if (r.rank == 0)
+      fprintf(stderr, "kvsim: %s backend unavailable: %s\n", r.a.backend, err.message);
   } else {
     code = simulate(&r);
   }

@@ -1,4 +1,6 @@
 // The comm vtable, its wrapper and the self and loopback backends.
+#include "shard/comm.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -6,7 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include "shard/comm.h"
 #include "shard/comm_loopback.h"
 #include "shard/comm_self.h"
 #include "tests/shard/ranks.h"
@@ -124,8 +125,7 @@ TEST(CommLoopback, a_rank_that_never_arrives_is_a_timeout_naming_it_then_sticky)
     kvs_error err;
     auto start = std::chrono::steady_clock::now();
     kvs_status s = kvs_comm_barrier(comm, &err);
-    double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(s, KVS_ERR_TIMEOUT);
     EXPECT_GE(secs, 0.25);
     EXPECT_LT(secs, 3.0) << "a dead peer must not hang its peers";
@@ -154,8 +154,7 @@ TEST(CommLoopback, an_abort_wakes_every_waiter_with_the_aborting_rank) {
     }
     auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(kvs_comm_barrier(comm, &err), KVS_ERR_COMM);
-    double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(secs, 5.0) << "an abort must not wait for the deadline";
     EXPECT_STREQ(err.message, "rank 1 aborted the loopback group (code 5)");
   });

@@ -41,8 +41,7 @@ TEST(Layout, shapes_that_do_not_cover_the_group_are_refused_by_value) {
   EXPECT_EQ(kvs_shard_layout_make(4, 0, 1, 4, 3, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message, "4 pipeline stages need at least as many layers, the model has 3");
   size_t bad[] = {0, 5, 5, 10};
-  EXPECT_EQ(kvs_shard_layout_make_bounds(3, 0, 1, 3, 10, bad, &l, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_shard_layout_make_bounds(3, 0, 1, 3, 10, bad, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message, "stage 1 is empty or reversed: layers [5, 5)");
   size_t good[] = {0, 2, 9, 10};
   ASSERT_EQ(kvs_shard_layout_make_bounds(3, 1, 1, 3, 10, good, &l, &err), KVS_OK);
@@ -80,8 +79,7 @@ TEST(Budget, one_rank_agrees_with_itself_and_matches_the_core_solve) {
   ASSERT_EQ(kvs_shard_layout_make(1, 0, 1, 1, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
   kvs_budget_options o = options();
   kvs_shard_budget b;
-  ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, 900 * MiB, &o, &b, &err), KVS_OK)
-      << err.message;
+  ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, 900 * MiB, &o, &b, &err), KVS_OK) << err.message;
   uint64_t floor;
   ASSERT_EQ(kvs_window_floor_pages(2048, 16, false, 128, &floor, &err), KVS_OK);
   kvs_pool_sizes solved;
@@ -103,8 +101,7 @@ TEST(Budget, ranks_agree_on_the_minimum_and_each_reports_its_slack) {
   run_ranks(4, 5000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_layout l;
-    ASSERT_EQ(kvs_shard_layout_make(4, rank, 2, 2, kvs_geometry_layer_count(&g), &l, &err),
-              KVS_OK);
+    ASSERT_EQ(kvs_shard_layout_make(4, rank, 2, 2, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
     kvs_budget_options o = options();
     ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, budgets[rank], &o, &got[rank], &err), KVS_OK)
         << err.message;
@@ -137,13 +134,12 @@ TEST(Budget, a_rank_that_cannot_hold_the_minimal_pool_fails_every_rank_naming_it
   run_ranks(3, 5000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_layout l;
-    ASSERT_EQ(kvs_shard_layout_make(3, rank, 3, 1, kvs_geometry_layer_count(&g), &l, &err),
-              KVS_OK);
+    ASSERT_EQ(kvs_shard_layout_make(3, rank, 3, 1, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
     kvs_budget_options o = options();
     kvs_shard_budget b;
-    EXPECT_EQ(kvs_shard_agree_budget(comm, &g, &l, rank == 1 ? 100 * MiB : 1000 * MiB, &o, &b,
-                                     &err),
-              KVS_ERR_BUDGET_TOO_SMALL);
+    EXPECT_EQ(
+        kvs_shard_agree_budget(comm, &g, &l, rank == 1 ? 100 * MiB : 1000 * MiB, &o, &b, &err),
+        KVS_ERR_BUDGET_TOO_SMALL);
     std::lock_guard<std::mutex> lock(m);
     messages[rank] = err.message;
   });
@@ -163,8 +159,7 @@ TEST(Budget, ranks_with_different_sizing_parameters_are_refused) {
   run_ranks(2, 5000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_layout l;
-    ASSERT_EQ(kvs_shard_layout_make(2, rank, 2, 1, kvs_geometry_layer_count(&g), &l, &err),
-              KVS_OK);
+    ASSERT_EQ(kvs_shard_layout_make(2, rank, 2, 1, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
     kvs_budget_options o = options();
     if (rank == 1) o.swa_ratio = 0.05;
     kvs_shard_budget b;

@@ -10,7 +10,6 @@
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "core/window_pool.h"
-
 #include "shard/comm.h"
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
@@ -46,8 +45,7 @@ TEST(CommNccl, without_a_device_creation_fails_saying_why) {
   ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
   EXPECT_EQ(kvs_comm_nccl_create(nullptr, boot, &comm, &err), KVS_ERR_UNSUPPORTED);
   EXPECT_EQ(std::string(err.message), "rank 0: " + why);
-  EXPECT_EQ(std::string(err.message).rfind("rank 0: no CUDA device visible: cudaGetDeviceCount",
-                                           0),
+  EXPECT_EQ(std::string(err.message).rfind("rank 0: no CUDA device visible: cudaGetDeviceCount", 0),
             0u)
       << err.message;
   EXPECT_EQ(comm, nullptr);

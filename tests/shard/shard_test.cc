@@ -1,6 +1,8 @@
 // The shard runtime over the self backend and over an in-process loopback
 // group: steps, epochs, capacity, on_apply, digests, bisection, aborts,
 // dead peers.
+#include "shard/shard.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,7 +19,6 @@
 #include "shard/budget.h"
 #include "shard/comm_self.h"
 #include "shard/layout.h"
-#include "shard/shard.h"
 #include "shard/step_message.h"
 #include "shard/workload.h"
 #include "tests/shard/ranks.h"
@@ -176,8 +177,7 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
   run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_layout l;
-    ASSERT_EQ(kvs_shard_layout_make(N, rank, 2, 2, kvs_geometry_layer_count(&g), &l, &err),
-              KVS_OK);
+    ASSERT_EQ(kvs_shard_layout_make(N, rank, 2, 2, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
     kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
     wo.seed = 42;
     wo.arrival_rate = 0.3;
@@ -208,8 +208,7 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
     ASSERT_EQ(kvs_shard_check(shard, &report, &err), KVS_OK) << err.message;
     EXPECT_EQ(report.kind, KVS_SHARD_AGREE);
     EXPECT_EQ(report.collectives, 1u) << "an agreeing check is one allreduce";
-    EXPECT_EQ(kvs_window_pool_check_integrity(kvs_shard_pool(shard), &err), KVS_OK)
-        << err.message;
+    EXPECT_EQ(kvs_window_pool_check_integrity(kvs_shard_pool(shard), &err), KVS_OK) << err.message;
     kvs_workload_counters c;
     kvs_workload_counters_get(w, &c);
     EXPECT_GT(c.completed, 10u);
@@ -265,8 +264,9 @@ TEST(ShardLoopback, a_flipped_binding_is_seen_by_its_rank_and_located_by_bisecti
     kvs_status st = kvs_shard_step(shard, 1, nullptr, &err);
     if (rank == 2) {
       EXPECT_EQ(st, KVS_ERR_DIVERGENCE);
-      EXPECT_TRUE(contains(err.message, "rank 2's window bindings differ from the leader's after "
-                                        "step 1"))
+      EXPECT_TRUE(contains(err.message,
+                           "rank 2's window bindings differ from the leader's after "
+                           "step 1"))
           << err.message;
     } else {
       EXPECT_EQ(st, KVS_OK) << err.message;
@@ -312,9 +312,9 @@ TEST(ShardLoopback, bisection_names_the_lowest_of_several_differing_pages) {
     kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
     if (rank == 0) {
       auto locs = page_locs(20, 8);
-      ASSERT_EQ(kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(), nullptr,
-                                      &err),
-                KVS_OK);
+      ASSERT_EQ(
+          kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(), nullptr, &err),
+          KVS_OK);
     }
     ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK);
     if (rank == 1) {
@@ -367,15 +367,13 @@ TEST(ShardLoopback, followers_refuse_a_replayed_or_skipped_step_and_stay_unchang
     EXPECT_EQ(kvs_window_pool_digest(pool), after);
     EXPECT_EQ(kvs_window_pool_bound_pages(pool), 1u);
     // The same message again: refused as an epoch error, not applied twice.
-    EXPECT_EQ(kvs_shard_apply_message(shard, msg.data(), msg.size(), nullptr, &err),
-              KVS_ERR_EPOCH);
+    EXPECT_EQ(kvs_shard_apply_message(shard, msg.data(), msg.size(), nullptr, &err), KVS_ERR_EPOCH);
     EXPECT_STREQ(err.message,
                  "step 0 on rank 1, which has applied steps up to 0 and runs step 1 next: steps "
                  "are applied in order, once each (already applied)");
     // A step from the future: refused too.
     build(2, {{6, 9}}, 0);
-    EXPECT_EQ(kvs_shard_apply_message(shard, msg.data(), msg.size(), nullptr, &err),
-              KVS_ERR_EPOCH);
+    EXPECT_EQ(kvs_shard_apply_message(shard, msg.data(), msg.size(), nullptr, &err), KVS_ERR_EPOCH);
     EXPECT_TRUE(contains(err.message, "(out of order)")) << err.message;
     EXPECT_EQ(kvs_window_pool_digest(pool), after);
     EXPECT_EQ(kvs_window_pool_bound_pages(pool), 1u);
@@ -411,8 +409,9 @@ TEST(ShardLoopback, a_journal_the_mirror_refuses_makes_the_rank_stale_not_corrup
     kvs_status st = kvs_shard_step(shard, 0, nullptr, &err);
     if (rank == 1) {
       EXPECT_EQ(st, KVS_ERR_DIVERGENCE);
-      EXPECT_TRUE(contains(err.message, "rank 1's mirror refused the leader's journal of step 0: "
-                                        "journal entry 0 binds full page 4"))
+      EXPECT_TRUE(contains(err.message,
+                           "rank 1's mirror refused the leader's journal of step 0: "
+                           "journal entry 0 binds full page 4"))
           << err.message;
       EXPECT_EQ(kvs_window_pool_digest(pool), before) << "all or nothing";
       EXPECT_EQ(kvs_window_pool_check_integrity(pool, &err), KVS_OK);
@@ -475,8 +474,9 @@ TEST(ShardLoopback, a_pool_that_fails_its_integrity_check_is_named) {
   });
   EXPECT_EQ(reports[1].kind, KVS_SHARD_DIVERGED_INTEGRITY);
   EXPECT_EQ(reports[1].rank, 0);
-  EXPECT_TRUE(contains(messages[0], "rank 0's window pool fails its integrity check (checked "
-                                    "after step 0): window pages leaked"))
+  EXPECT_TRUE(contains(messages[0],
+                       "rank 0's window pool fails its integrity check (checked "
+                       "after step 0): window pages leaked"))
       << messages[0];
 }
 
@@ -491,8 +491,7 @@ TEST(ShardLoopback, a_leader_abort_stops_every_follower_with_its_reason) {
                 KVS_OK);
     } else {
       EXPECT_EQ(kvs_shard_step(shard, 1, nullptr, &err), KVS_ERR_COMM);
-      EXPECT_STREQ(err.message,
-                   "the leader aborted at step 1 (pool exhausted): scheduler ran dry");
+      EXPECT_STREQ(err.message, "the leader aborted at step 1 (pool exhausted): scheduler ran dry");
     }
     EXPECT_EQ(kvs_shard_health(shard), KVS_ERR_COMM);
     EXPECT_EQ(kvs_shard_step(shard, 1, nullptr, &err), KVS_ERR_COMM) << "sticky";
@@ -515,8 +514,7 @@ TEST(ShardLoopback, a_rank_that_stops_answering_turns_into_a_bounded_timeout) {
     }
     auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_ERR_TIMEOUT);
-    double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(secs, 4.0);
     EXPECT_TRUE(contains(err.message, "waiting for rank(s) 1: a peer failed or stalled"))
         << err.message;

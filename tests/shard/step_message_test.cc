@@ -1,10 +1,10 @@
 // The step message: a fixed header and the journal entries, checked on read.
+#include "shard/step_message.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
-
-#include "shard/step_message.h"
 
 namespace {
 
@@ -37,8 +37,7 @@ TEST(StepMessage, a_well_formed_message_reads_back) {
   kvs_step_header h;
   const kvs_journal_entry *e = nullptr;
   kvs_error err;
-  ASSERT_EQ(kvs_step_message_read(buf.data(), buf.size(), 8, &h, &e, &err), KVS_OK)
-      << err.message;
+  ASSERT_EQ(kvs_step_message_read(buf.data(), buf.size(), 8, &h, &e, &err), KVS_OK) << err.message;
   EXPECT_EQ(h.step, 12u);
   EXPECT_EQ(h.count, 3u);
   EXPECT_EQ(h.digest, 0x1234u);
