@@ -18,7 +18,7 @@ struct kvs_device_tables {
    * it, so two applies on different streams never share the staging area
    * while a kernel still reads it. */
   cudaEvent_t journal_done;
-  uint32_t max_blocks; /* one wave of 256-thread blocks */
+  uint32_t max_blocks; /* grid cap of the grid-stride kernels */
 };
 
 static const kvs_device_faults kFaultsInit = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
@@ -116,7 +116,10 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   int sms = 0;
   KVS_CUDA_GOTO(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                 "cudaDeviceGetAttribute(multiprocessor count)", err, status, fail);
-  t->max_blocks = (uint32_t)(sms > 0 ? sms : 1) * 8u;
+  /* Four waves of 256-thread blocks: a million-item batch gets one item
+   * per thread, whose loads the scheduler overlaps across resident blocks
+   * better than a grid-stride loop overlaps them within a thread. */
+  t->max_blocks = (uint32_t)(sms > 0 ? sms : 1) * 32u;
   KVS_CUDA_GOTO(cudaDeviceSynchronize(), "cudaDeviceSynchronize after initialising the tables",
                 err, status, fail);
   leave(t, previous);

@@ -113,6 +113,10 @@ inline unsigned long long atomicMin(unsigned long long *address, unsigned long l
   return old;
 }
 
+inline unsigned atomicOr(unsigned *address, unsigned value) {
+  return __atomic_fetch_or(address, value, __ATOMIC_SEQ_CST);
+}
+
 inline int atomicAnd(int *address, int value) {
   return __atomic_fetch_and(address, value, __ATOMIC_SEQ_CST);
 }
