@@ -77,7 +77,7 @@ static const char usage[] =
     "                          give up after --timeout-ms and abort the job\n"
     "  --timeout-ms T          deadline of every collective wait (default 10000)\n"
     "  --budget-mib B          KV budget per rank in MiB (default 860); rank r gets\n"
-    "                          (1 - skew * (r %% 4) / 100) of it\n"
+    "                          (1 - skew * (r % 4) / 100) of it\n"
     "  --budget-skew P         per-rank budget skew in percent (default 1)\n"
     "  --swa-ratio F           window share of the history (default 0.04)\n"
     "  --arrival-rate F        expected arrivals per step (default 0.25)\n"
