@@ -15,6 +15,7 @@ packages=(
   openmpi-bin         # mpirun
   clang               # libFuzzer targets
   libclang-rt-14-dev  # sanitizer and fuzzer runtimes
+  jq                  # JSON checks in the end-to-end tests
 )
 
 missing=()
