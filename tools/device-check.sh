@@ -25,9 +25,11 @@
 #
 #      It sets LD_LIBRARY_PATH to the staged lib/ itself. Results go to
 #      $KVS_DEVICE_CHECK_OUT, else $OUT (the device tool's output folder),
-#      else out/device-check-results:
+#      else out/device-check-results, four files:
 #        summary.json              what passed, timings, the benchmark
-#        device_kernels_test.log   ... one log per step, and bench.json
+#        bench.json                the benchmark alone
+#        device_kernels_test.log   the device test's output
+#        logs.tar.gz               every step's log (tests, bench, memcheck)
 #      The exit status is 0 only when every step passed and the device test
 #      ran (a skip on a GPU machine means the GPU was not usable: a failure).
 #
@@ -135,8 +137,11 @@ run() {
       return 1
     fi
   fi
-  local dir
+  local dir logs
   dir=$(cd "$STAGE" && pwd)
+  # Step logs are gathered here and packed into one archive at the end: the
+  # device tool returns at most 8 files from $OUT.
+  logs=$(mktemp -d) || return 1
   start=$SECONDS # the budget is the checks' own, staging excluded
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local have_timeout=0
@@ -154,15 +159,15 @@ run() {
       log "$name: no time left in the ${budget}s budget"
       STEP_RC=124
       STEP_SECONDS=0
-      echo "not run: the budget was spent" >"$results/$name.log"
+      echo "not run: the budget was spent" >"$logs/$name.log"
       return
     fi
     log "$name (up to ${cap}s)"
     local t0=$SECONDS
     if ((have_timeout)); then
-      timeout --kill-after=5 "$cap" "$@" >"$results/$name.log" 2>&1
+      timeout --kill-after=5 "$cap" "$@" >"$logs/$name.log" 2>&1
     else
-      "$@" >"$results/$name.log" 2>&1
+      "$@" >"$logs/$name.log" 2>&1
     fi
     STEP_RC=$?
     STEP_SECONDS=$((SECONDS - t0))
@@ -194,12 +199,12 @@ run() {
     [[ $name == device_kernels_test ]] && cap=150
     step "$name" "$cap" "$dir/bin/$name" --gtest_color=no
     rc=$STEP_RC
-    read -r p x s < <(counts "$results/$name.log")
+    read -r p x s < <(counts "$logs/$name.log")
     local ok=1
     ((rc != 0 || x != 0 || p + s == 0)) && ok=0
     if [[ $name == device_kernels_test && $s != 0 && ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
       ok=0
-      log "device_kernels_test skipped $s tests: $(grep -m1 'no CUDA device visible' "$results/$name.log")"
+      log "device_kernels_test skipped $s tests: $(grep -m1 'no CUDA device visible' "$logs/$name.log")"
     fi
     ((ok)) || all_pass=0
     json_tests+="${json_tests:+, }\"$name\": {\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((ok)) && echo true || echo false)}"
@@ -226,12 +231,12 @@ run() {
       "$dir/bin/device_kernels_test" --gtest_color=no \
       '--gtest_filter=-*impossible_allocation*'  # its failed cudaMalloc is on purpose
     local errors
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$results/sanitizer.log" | tail -1)
+    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$logs/sanitizer.log" | tail -1)
     if [[ -n $errors ]]; then
       san_json="{\"ran\": true, \"exit\": $STEP_RC, \"seconds\": $STEP_SECONDS, \"errors\": $errors}"
       ((errors > 0)) && all_pass=0
     else
-      san_json="{\"ran\": false, \"exit\": $STEP_RC, \"reason\": $(json_string "$(tail -3 "$results/sanitizer.log")")}"
+      san_json="{\"ran\": false, \"exit\": $STEP_RC, \"reason\": $(json_string "$(tail -3 "$logs/sanitizer.log")")}"
     fi
   fi
 
@@ -254,6 +259,8 @@ run() {
     printf '  "sanitizer": %s,\n' "$san_json"
     printf '  "bench": %s\n}\n' "$bench"
   } >"$results/summary.json"
+  cp "$logs/device_kernels_test.log" "$results/" 2>/dev/null
+  tar -czf "$results/logs.tar.gz" -C "$logs" . && rm -rf "$logs"
   log "summary: $results/summary.json (pass: $( ((all_pass)) && echo true || echo false), $((SECONDS - start))s)"
   ((all_pass))
 }
