@@ -69,8 +69,8 @@ kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal
 }
 
 kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
-                                 const kvs_journal_entry *entries, size_t n,
-                                 kvs_batch_fault *fault, kvs_error *err) {
+                                 const kvs_journal_entry *entries, size_t n, kvs_batch_fault *fault,
+                                 kvs_error *err) {
   kvs_status status = kvs_table_dims_check(dims, err);
   if (status != KVS_OK) return status;
   if (map == NULL || (n > 0 && entries == NULL)) {
@@ -182,8 +182,8 @@ kvs_status kvs_block_tables_check(const kvs_block_tables *tables, size_t n_req, 
 
 /* The window slot of position p of one request; -1 and *bad set when the
  * position's block or loc is outside the row or the table. */
-static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *row,
-                       uint64_t stride, kvs_tm_div block_size, int64_t p, int *bad) {
+static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *row, uint64_t stride,
+                       kvs_tm_div block_size, int64_t p, int *bad) {
   int64_t loc;
   uint64_t index;
   if (!kvs_tm_block_loc(row, stride, block_size, p, &loc) ||
@@ -195,9 +195,9 @@ static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *r
 }
 
 kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                            const kvs_block_tables *tables, const int64_t *positions,
-                            size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
-                            kvs_batch_fault *fault, kvs_error *err) {
+                            const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
+                            int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                            kvs_error *err) {
   kvs_status status;
   if ((status = kvs_table_dims_check(dims, err)) ||
       (status = kvs_block_tables_check(tables, n_req, err))) {
@@ -209,8 +209,8 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                          "table, positions or an output of the ring context is NULL");
   }
   if (n_req > 0 && dims->page > (uint64_t)SIZE_MAX / sizeof(int64_t) / n_req) {
-    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit",
-                         n_req, (unsigned long long)dims->page);
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit", n_req,
+                         (unsigned long long)dims->page);
   }
   const uint64_t page = dims->page;
   const kvs_tm_div page_div = kvs_tm_div_make(page);
@@ -228,13 +228,12 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
     const int32_t *row = tables->pages + r * tables->stride;
     int bad = 0;
     own[r] = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, &bad);
-    prev[r] = slot_at(map, dims->full_token, row, tables->stride, block_div,
-                      pos > 0 ? pos - 1 : 0, &bad);
+    prev[r] =
+        slot_at(map, dims->full_token, row, tables->stride, block_div, pos > 0 ? pos - 1 : 0, &bad);
     for (uint64_t j = 0; j < page; j++) {
       int64_t p = kvs_tm_ring_position(pos, j, page_div);
-      ring_row[j] = p < 0 ? -1
-                          : slot_at(map, dims->full_token, row, tables->stride, block_div, p,
-                                    &bad);
+      ring_row[j] =
+          p < 0 ? -1 : slot_at(map, dims->full_token, row, tables->stride, block_div, p, &bad);
     }
     if (bad) note_fault(&local, r);
   }

@@ -74,8 +74,8 @@ kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal
  * want all-or-nothing run kvs_table_check_journal first. The sentinel row
  * is never written. */
 kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
-                                 const kvs_journal_entry *entries, size_t n,
-                                 kvs_batch_fault *fault, kvs_error *err);
+                                 const kvs_journal_entry *entries, size_t n, kvs_batch_fault *fault,
+                                 kvs_error *err);
 
 /* ---- translate ---- */
 
@@ -126,9 +126,9 @@ kvs_status kvs_block_tables_check(const kvs_block_tables *tables, size_t n_req, 
  * the row, or whose loc lies past the sentinel, reads -1 and faults
  * request r. */
 kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                            const kvs_block_tables *tables, const int64_t *positions,
-                            size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
-                            kvs_batch_fault *fault, kvs_error *err);
+                            const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
+                            int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                            kvs_error *err);
 
 #ifdef __cplusplus
 }

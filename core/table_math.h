@@ -25,8 +25,8 @@
 KVS_HD int kvs_tm_entry_fits(uint64_t n_full_pages, uint64_t n_win_pages, uint64_t full_page,
                              int64_t window_page) {
   int full_ok = full_page + 1 < n_full_pages;
-  int window_ok = window_page == -1 ||
-                  (window_page >= 0 && (uint64_t)window_page + 1 < n_win_pages);
+  int window_ok =
+      window_page == -1 || (window_page >= 0 && (uint64_t)window_page + 1 < n_win_pages);
   return full_ok && window_ok;
 }
 
@@ -93,14 +93,14 @@ KVS_HD int64_t kvs_tm_ring_position(int64_t pos, uint64_t j, kvs_tm_div page) {
 
 /* The full loc of position p (>= 0) in a block-table row; -1 where the
  * row assigns no block. Returns 0 when the block lies past the row. */
-KVS_HD int kvs_tm_block_loc(const int32_t *row, uint64_t stride, kvs_tm_div block_size,
-                            int64_t p, int64_t *loc) {
+KVS_HD int kvs_tm_block_loc(const int32_t *row, uint64_t stride, kvs_tm_div block_size, int64_t p,
+                            int64_t *loc) {
   uint64_t block = kvs_tm_quot((uint64_t)p, block_size);
   if (block >= stride) return 0;
   int32_t page = row[block];
-  *loc = page < 0 ? (int64_t)-1
-                  : (int64_t)page * (int64_t)block_size.d +
-                        (int64_t)kvs_tm_rem((uint64_t)p, block_size);
+  *loc = page < 0
+             ? (int64_t)-1
+             : (int64_t)page * (int64_t)block_size.d + (int64_t)kvs_tm_rem((uint64_t)p, block_size);
   return 1;
 }
 

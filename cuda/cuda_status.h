@@ -23,10 +23,10 @@ kvs_status kvs_cuda_status(cudaError_t code, const char *what, kvs_error *err);
 
 /* One line per fallible CUDA call, jumping to the caller's cleanup label:
  *   KVS_CUDA_GOTO(cudaMemset(p, 0, n), "cudaMemset of the mapping", err, status, fail); */
-#define KVS_CUDA_GOTO(call, what, err, status, label)          \
-  do {                                                         \
-    (status) = kvs_cuda_status((call), (what), (err));         \
-    if ((status) != KVS_OK) goto label;                        \
+#define KVS_CUDA_GOTO(call, what, err, status, label)  \
+  do {                                                 \
+    (status) = kvs_cuda_status((call), (what), (err)); \
+    if ((status) != KVS_OK) goto label;                \
   } while (0)
 
 /* How many CUDA devices this process sees. With none, or no usable driver,

@@ -23,12 +23,11 @@
  * The first batch of every kernel is checked against its CPU reference
  * (core/device_ref.h) before it is timed. Exit 0 on success, 77 when no
  * CUDA device is visible (the JSON then says why), 1 on any failure. */
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cuda_runtime_api.h>
 
 #include "core/device_ref.h"
 #include "cuda/cuda_status.h"
@@ -36,7 +35,7 @@
 #include "cuda/device_tables.h"
 
 #define PAGE 128u
-#define STRIDE 32u           /* blocks per request row */
+#define STRIDE 32u /* blocks per request row */
 #define MAX_REQ 4096u
 #define FULL_PAGES (MAX_REQ * STRIDE + 1) /* every request owns its pages, + the dummy */
 #define WIN_PAGES 8192u
@@ -61,14 +60,14 @@ static int fail(const char *what, kvs_status status, const kvs_error *err) {
   return 1;
 }
 
-#define CHECK_CUDA(call, what)                                                   \
-  do {                                                                           \
-    kvs_error e_;                                                                \
-    kvs_status s_ = kvs_cuda_status((call), (what), &e_);                        \
-    if (s_ != KVS_OK) {                                                          \
-      fail((what), s_, &e_);                                                     \
-      exit(1);                                                                   \
-    }                                                                            \
+#define CHECK_CUDA(call, what)                            \
+  do {                                                    \
+    kvs_error e_;                                         \
+    kvs_status s_ = kvs_cuda_status((call), (what), &e_); \
+    if (s_ != KVS_OK) {                                   \
+      fail((what), s_, &e_);                              \
+      exit(1);                                            \
+    }                                                     \
   } while (0)
 
 static void *device_alloc(size_t bytes) {
@@ -567,8 +566,8 @@ int main(int argc, char **argv) {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   double copy_gbs = measure_copy_gbs(stream);
   int iterations = o.quick ? 100 : 1000;
-  fprintf(stderr, "kvs_device_bench: %s (sm_%d%d, %d SMs), copy %.0f GB/s, peak %.0f GB/s\n",
-          name, major, minor, sms, copy_gbs, peak_gbs);
+  fprintf(stderr, "kvs_device_bench: %s (sm_%d%d, %d SMs), copy %.0f GB/s, peak %.0f GB/s\n", name,
+          major, minor, sms, copy_gbs, peak_gbs);
 
   bench b;
   bench_setup(&b, o.device);
@@ -598,8 +597,8 @@ int main(int argc, char **argv) {
   fprintf(f, "  \"ref_gbs\": %.0f,\n  \"iterations\": %d,\n", o.ref_gbs, iterations);
   fprintf(f, "  \"ring_ctx\": [\n");
   for (int i = 0; i < 2; i++) {
-    fprintf(f, "    {\"requests\": %zu, \"page\": %u, \"bytes_per_step\": %.0f, ",
-            rings[i].n_req, PAGE, rings[i].bytes);
+    fprintf(f, "    {\"requests\": %zu, \"page\": %u, \"bytes_per_step\": %.0f, ", rings[i].n_req,
+            PAGE, rings[i].bytes);
     json_timing(f, "hot", rings[i].hot, rings[i].bytes, o.ref_gbs, copy_gbs, ", ");
     json_timing(f, "cold", rings[i].cold, rings[i].bytes, o.ref_gbs, copy_gbs, ", ");
     fprintf(f, "\"verified\": %s}%s\n", rings[i].verified ? "true" : "false", i < 1 ? "," : "");
@@ -610,10 +609,8 @@ int main(int argc, char **argv) {
             journals[i].bytes);
     json_timing(f, "device_entries", journals[i].device, journals[i].bytes, o.ref_gbs, copy_gbs,
                 ", ");
-    json_timing(f, "host_entries", journals[i].host, journals[i].bytes, o.ref_gbs, copy_gbs,
-                ", ");
-    fprintf(f, "\"verified\": %s}%s\n", journals[i].verified ? "true" : "false",
-            i < 2 ? "," : "");
+    json_timing(f, "host_entries", journals[i].host, journals[i].bytes, o.ref_gbs, copy_gbs, ", ");
+    fprintf(f, "\"verified\": %s}%s\n", journals[i].verified ? "true" : "false", i < 2 ? "," : "");
   }
   double flat_translate_bytes = FLAT_ITEMS * 24.0, flat_state_bytes = FLAT_ITEMS * 24.0;
   fprintf(f, "  ],\n  \"translate\": {\"items\": %u, \"bytes_per_step\": %.0f, ", FLAT_ITEMS,
@@ -639,8 +636,8 @@ int main(int argc, char **argv) {
           "kvs_device_bench: ring_ctx 256: %.2f us/step (kernel %.2f us); 4096 cold: %.2f us/step "
           "(kernel %.2f us), %.0f GB/s = %.0f%% of %.0f\n",
           rings[0].hot.per_step_us, rings[0].hot.kernel_us, rings[1].cold.per_step_us,
-          rings[1].cold.kernel_us, gbs(rings[1].bytes, rings[1].cold),
-          100 * large_fraction, o.ref_gbs);
+          rings[1].cold.kernel_us, gbs(rings[1].bytes, rings[1].cold), 100 * large_fraction,
+          o.ref_gbs);
   fprintf(stderr,
           "kvs_device_bench: apply_journal 1/64/4096 pages: %.2f / %.2f / %.2f us/step from "
           "device entries, %.2f / %.2f / %.2f from host entries\n",

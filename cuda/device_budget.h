@@ -34,9 +34,9 @@ typedef struct kvs_device_budget {
  * in double precision. A result of zero or less is
  * KVS_ERR_BUDGET_TOO_SMALL naming the three numbers. *out is written only
  * on success. */
-kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes,
-                                     double memory_ratio, uint64_t reserve_bytes,
-                                     kvs_device_budget *out, kvs_error *err);
+kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, double memory_ratio,
+                                     uint64_t reserve_bytes, kvs_device_budget *out,
+                                     kvs_error *err);
 
 /* Measures `device` (cudaMemGetInfo with it current; the caller's current
  * device is restored) and computes its budget. */

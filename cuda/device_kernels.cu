@@ -12,8 +12,7 @@ extern "C" cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dim
                                                 kvs_batch_fault *fault, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   apply_journal_kernel<<<apply_grid(n), kApplyThreads, 0, stream>>>(
-      map, dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page, entries, n,
-      fault);
+      map, dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page, entries, n, fault);
   return cudaGetLastError();
 }
 
@@ -22,13 +21,13 @@ extern "C" cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims d
                                             kvs_batch_fault *fault, uint32_t max_blocks,
                                             cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  translate_kernel<<<flat_grid(n, max_blocks), kFlatThreads, 0, stream>>>(
-      map, dims.full_token, locs, n, out, fault);
+  translate_kernel<<<flat_grid(n, max_blocks), kFlatThreads, 0, stream>>>(map, dims.full_token,
+                                                                          locs, n, out, fault);
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots,
-                                             uint64_t n, int64_t *out_csa, int64_t *out_hca,
+extern "C" cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uint64_t n,
+                                             int64_t *out_csa, int64_t *out_hca,
                                              kvs_batch_fault *fault, uint32_t max_blocks,
                                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

@@ -50,7 +50,7 @@ __device__ inline void note_fault(kvs_batch_fault *fault, uint64_t index) {
 constexpr unsigned kApplyEntries = 32;
 constexpr unsigned kApplyThreads = 256;
 constexpr unsigned kApplyScanUnroll = 4;
-constexpr unsigned kApplyFilterWords = 32; // 1024 bits
+constexpr unsigned kApplyFilterWords = 32;  // 1024 bits
 
 __device__ inline unsigned apply_filter_bit(uint64_t full_page) {
   // Knuth's multiplicative hash: the top 10 bits of a 32-bit product.
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kApplyThreads)
         later[u] = entries[j];
       } else {
         later[u].full_page = 0;
-        later[u].window_page = -2; // fits nothing: skipped below
+        later[u].window_page = -2;  // fits nothing: skipped below
       }
     }
 #pragma unroll
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kApplyThreads)
       const unsigned bit = apply_filter_bit(e.full_page);
       if (((filter[bit / 32] >> (bit % 32)) & 1u) == 0) continue;
       const uint64_t j = base + static_cast<uint64_t>(u) * blockDim.x;
-      const uint64_t before = j - first; // entries k < before precede j
+      const uint64_t before = j - first;  // entries k < before precede j
       const unsigned k_end = before < count ? static_cast<unsigned>(before) : count;
       for (unsigned k = 0; k < k_end; k++) {
         if (full_page[k] == e.full_page) atomicAnd(&live[k], 0);
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kFlatThreads)
 // whatever P is, and every load of a round is issued before any is used.
 // Per request: 8 B position, P x 8 B mapping reads, (P + 2) x 8 B writes.
 constexpr unsigned kRingThreads = 256;
-constexpr unsigned kRingUnroll = 4; // 4 x 32 lanes cover P = 128 in one round
+constexpr unsigned kRingUnroll = 4;  // 4 x 32 lanes cover P = 128 in one round
 
 __global__ void __launch_bounds__(kRingThreads)
     ring_ctx_kernel(const int64_t *__restrict__ map, uint64_t full_token, uint64_t page,
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kRingThreads)
        r < n_req; r += step) {
     const int64_t pos = positions[r];
     int64_t *ring_row = ring + r * page;
-    if (pos < 0) { // an idle (padding) row
+    if (pos < 0) {  // an idle (padding) row
       for (uint64_t j = lane; j < page; j += kWarp) ring_row[j] = -1;
       if (lane == 0) own[r] = -1;
       if (lane == 1) prev[r] = -1;
@@ -279,6 +279,6 @@ inline unsigned ring_grid(uint64_t n_req, uint32_t max_blocks) {
   return capped_grid(n_req, kRingThreads / kWarp, max_blocks);
 }
 
-} // namespace kvs_kernels
+}  // namespace kvs_kernels
 
-#endif // KVS_DEVICE_KERNELS_CUH
+#endif  // KVS_DEVICE_KERNELS_CUH

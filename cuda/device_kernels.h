@@ -9,9 +9,8 @@
 #ifndef KVS_DEVICE_KERNELS_H
 #define KVS_DEVICE_KERNELS_H
 
-#include <stdint.h>
-
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #include "core/device_ref.h"
 #include "core/journal.h"
@@ -36,11 +35,10 @@ cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uin
                                   uint32_t max_blocks, cudaStream_t stream);
 
 /* tables.pages is a device pointer. */
-cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims,
-                                kvs_block_tables tables, const int64_t *positions,
-                                uint64_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
-                                kvs_batch_fault *fault, uint32_t max_blocks,
-                                cudaStream_t stream);
+cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,
+                                const int64_t *positions, uint64_t n_req, int64_t *own,
+                                int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                                uint32_t max_blocks, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

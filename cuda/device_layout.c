@@ -29,12 +29,18 @@ static uint64_t align_up(uint64_t x, uint64_t alignment, bool *of) {
 
 const char *kvs_device_tier_name(kvs_device_tier tier) {
   switch (tier) {
-    case KVS_DEVICE_TIER_MAPPING: return "mapping";
-    case KVS_DEVICE_TIER_WINDOW: return "window";
-    case KVS_DEVICE_TIER_COMPRESSED: return "compressed";
-    case KVS_DEVICE_TIER_INDEXER: return "indexer";
-    case KVS_DEVICE_TIER_STATE: return "state";
-    case KVS_DEVICE_TIER_INDEX_STATE: return "index_state";
+    case KVS_DEVICE_TIER_MAPPING:
+      return "mapping";
+    case KVS_DEVICE_TIER_WINDOW:
+      return "window";
+    case KVS_DEVICE_TIER_COMPRESSED:
+      return "compressed";
+    case KVS_DEVICE_TIER_INDEXER:
+      return "indexer";
+    case KVS_DEVICE_TIER_STATE:
+      return "state";
+    case KVS_DEVICE_TIER_INDEX_STATE:
+      return "index_state";
   }
   return "unknown tier";
 }
@@ -100,8 +106,8 @@ static void set_span(kvs_device_span *s, kvs_device_tier tier, uint32_t ratio, u
 
 kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, size_t end,
                                    const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
-                                   const kvs_device_layout_options *options,
-                                   kvs_device_layout *out, kvs_error *err) {
+                                   const kvs_device_layout_options *options, kvs_device_layout *out,
+                                   kvs_error *err) {
   kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
   if (options == NULL) options = &defaults;
   if (geometry == NULL || sizes == NULL || out == NULL) {
@@ -147,8 +153,8 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
   uint64_t win_pages = sizes->n_win_pages;
   kvs_device_span *s = l.spans;
   set_span(&s[SPAN_MAPPING], KVS_DEVICE_TIER_MAPPING, 0, 1, ft, 1, KVS_INT64_BYTES, &of);
-  set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms.n_layers, sizes->n_win_slots, 0,
-           w->kv, &of);
+  set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms.n_layers, sizes->n_win_slots, 0, w->kv,
+           &of);
   set_span(&s[SPAN_CMP_CSA], KVS_DEVICE_TIER_COMPRESSED, KVS_CSA_RATIO, terms.n_csa,
            ft / KVS_CSA_RATIO, options->n_scratch, w->kv, &of);
   set_span(&s[SPAN_CMP_HCA], KVS_DEVICE_TIER_COMPRESSED, KVS_HCA_RATIO, terms.n_hca,
@@ -182,23 +188,34 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
     span->stride = align_up(span->bytes, a, &of);
     span->offset = align_up(cursor, a, &of);
     if (span->count > 0) {
-      cursor = add(add(span->offset, mul(span->count - 1, span->stride, &of), &of), span->bytes,
-                   &of);
+      cursor =
+          add(add(span->offset, mul(span->count - 1, span->stride, &of), &of), span->bytes, &of);
     }
     uint64_t data = mul(mul(span->count, span->rows, &of), span->row_bytes, &of);
     uint64_t scratch = mul(mul(span->count, span->scratch_rows, &of), span->row_bytes, &of);
     sum.scratch = add(sum.scratch, scratch, &of);
     switch (span->tier) {
-      case KVS_DEVICE_TIER_MAPPING: sum.mapping = add(sum.mapping, data, &of); break;
-      case KVS_DEVICE_TIER_WINDOW: sum.window = add(sum.window, data, &of); break;
-      case KVS_DEVICE_TIER_COMPRESSED: sum.compressed = add(sum.compressed, data, &of); break;
-      case KVS_DEVICE_TIER_INDEXER: sum.indexer = add(sum.indexer, data, &of); break;
-      case KVS_DEVICE_TIER_STATE: sum.state = add(sum.state, data, &of); break;
-      case KVS_DEVICE_TIER_INDEX_STATE: sum.index_state = add(sum.index_state, data, &of); break;
+      case KVS_DEVICE_TIER_MAPPING:
+        sum.mapping = add(sum.mapping, data, &of);
+        break;
+      case KVS_DEVICE_TIER_WINDOW:
+        sum.window = add(sum.window, data, &of);
+        break;
+      case KVS_DEVICE_TIER_COMPRESSED:
+        sum.compressed = add(sum.compressed, data, &of);
+        break;
+      case KVS_DEVICE_TIER_INDEXER:
+        sum.indexer = add(sum.indexer, data, &of);
+        break;
+      case KVS_DEVICE_TIER_STATE:
+        sum.state = add(sum.state, data, &of);
+        break;
+      case KVS_DEVICE_TIER_INDEX_STATE:
+        sum.index_state = add(sum.index_state, data, &of);
+        break;
     }
   }
-  sum.total = add(add(add(sum.window, sum.compressed, &of), add(sum.indexer, sum.state, &of),
-                      &of),
+  sum.total = add(add(add(sum.window, sum.compressed, &of), add(sum.indexer, sum.state, &of), &of),
                   add(add(sum.index_state, sum.mapping, &of), sum.scratch, &of), &of);
   l.tiers_end = cursor;
   l.total_bytes = cursor;
@@ -240,19 +257,28 @@ kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_
     rank = layout->layer_rank[i];
     bool csa = ratio == KVS_CSA_RATIO, hca = ratio == KVS_HCA_RATIO;
     switch (tier) {
-      case KVS_DEVICE_TIER_WINDOW: span = SPAN_WINDOW, rank = i; break;
-      case KVS_DEVICE_TIER_COMPRESSED: span = csa ? SPAN_CMP_CSA : hca ? SPAN_CMP_HCA : -1; break;
-      case KVS_DEVICE_TIER_INDEXER: span = csa ? SPAN_INDEXER : -1; break;
-      case KVS_DEVICE_TIER_STATE: span = csa ? SPAN_STATE_CSA : hca ? SPAN_STATE_HCA : -1; break;
-      case KVS_DEVICE_TIER_INDEX_STATE: span = csa ? SPAN_INDEX_STATE : -1; break;
+      case KVS_DEVICE_TIER_WINDOW:
+        span = SPAN_WINDOW, rank = i;
+        break;
+      case KVS_DEVICE_TIER_COMPRESSED:
+        span = csa ? SPAN_CMP_CSA : hca ? SPAN_CMP_HCA : -1;
+        break;
+      case KVS_DEVICE_TIER_INDEXER:
+        span = csa ? SPAN_INDEXER : -1;
+        break;
+      case KVS_DEVICE_TIER_STATE:
+        span = csa ? SPAN_STATE_CSA : hca ? SPAN_STATE_HCA : -1;
+        break;
+      case KVS_DEVICE_TIER_INDEX_STATE:
+        span = csa ? SPAN_INDEX_STATE : -1;
+        break;
       default:
         return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tier %d is not a device tier",
                              (int)tier);
     }
     if (span < 0) {
-      return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                           "layer %zu (ratio %u) has no %s tier: %s", layer, ratio,
-                           kvs_device_tier_name(tier),
+      return kvs_error_set(err, KVS_ERR_NOT_FOUND, "layer %zu (ratio %u) has no %s tier: %s", layer,
+                           ratio, kvs_device_tier_name(tier),
                            tier == KVS_DEVICE_TIER_COMPRESSED || tier == KVS_DEVICE_TIER_STATE
                                ? "a window-only layer keeps the window tier alone"
                                : "only ratio-4 layers run the indexer");
@@ -297,8 +323,8 @@ static kvs_status layout_at(const solve_ctx *c, uint64_t num_pages, kvs_device_l
                                              &sizes, err))) {
     return status;
   }
-  return kvs_device_layout_build(c->geometry, c->first, c->end, c->widths, &sizes, c->options,
-                                 out, err);
+  return kvs_device_layout_build(c->geometry, c->first, c->end, c->widths, &sizes, c->options, out,
+                                 err);
 }
 
 /* Whether the n-page layout fits; false also when it cannot be priced. */
@@ -307,12 +333,11 @@ static bool fits_at(const solve_ctx *c, uint64_t num_pages, uint64_t budget,
   return layout_at(c, num_pages, scratch, NULL) == KVS_OK && scratch->total_bytes <= budget;
 }
 
-kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geometry,
-                                 size_t first, size_t end, const kvs_row_widths *widths,
-                                 double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                                 const kvs_device_layout_options *options,
-                                 kvs_device_layout *out, kvs_budget_shortfall *shortfall,
-                                 kvs_error *err) {
+kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geometry, size_t first,
+                                 size_t end, const kvs_row_widths *widths, double swa_ratio,
+                                 uint64_t floor_win_pages, uint64_t page,
+                                 const kvs_device_layout_options *options, kvs_device_layout *out,
+                                 kvs_budget_shortfall *shortfall, kvs_error *err) {
   kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
   if (options == NULL) options = &defaults;
   if (geometry == NULL || out == NULL) {
@@ -324,8 +349,7 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
       (status = kvs_cost_terms_make(geometry, first, end, widths, &terms, err))) {
     return status;
   }
-  solve_ctx c = {geometry, first, end, widths, &terms, swa_ratio, floor_win_pages, page,
-                 options};
+  solve_ctx c = {geometry, first, end, widths, &terms, swa_ratio, floor_win_pages, page, options};
   kvs_device_layout candidate;
   uint64_t lo = floor_win_pages > 2 ? floor_win_pages : 2;
   /* The minimal pool: priced for the error even when it does not fit. */
@@ -333,16 +357,15 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
   if (candidate.total_bytes > budget_bytes) {
     kvs_budget_shortfall s = {budget_bytes, candidate.total_bytes, lo, floor_win_pages};
     if (shortfall != NULL) *shortfall = s;
-    return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
-                         "device budget %llu bytes cannot fit the minimal pool (%llu pages incl. "
-                         "the window working-set floor %llu, needing %llu bytes with %llu of "
-                         "control and %llu of alignment padding); raise the memory ratio or "
-                         "lower max_running/max_seq_len",
-                         (unsigned long long)budget_bytes, (unsigned long long)lo,
-                         (unsigned long long)floor_win_pages,
-                         (unsigned long long)candidate.total_bytes,
-                         (unsigned long long)candidate.control_bytes,
-                         (unsigned long long)candidate.padding_bytes);
+    return kvs_error_set(
+        err, KVS_ERR_BUDGET_TOO_SMALL,
+        "device budget %llu bytes cannot fit the minimal pool (%llu pages incl. "
+        "the window working-set floor %llu, needing %llu bytes with %llu of "
+        "control and %llu of alignment padding); raise the memory ratio or "
+        "lower max_running/max_seq_len",
+        (unsigned long long)budget_bytes, (unsigned long long)lo,
+        (unsigned long long)floor_win_pages, (unsigned long long)candidate.total_bytes,
+        (unsigned long long)candidate.control_bytes, (unsigned long long)candidate.padding_bytes);
   }
   /* Core's exact solve of what is left after the control area bounds the
    * answer from above: padding only ever adds bytes, and the padded total

@@ -39,12 +39,12 @@ extern "C" {
 #endif
 
 typedef enum kvs_device_tier {
-  KVS_DEVICE_TIER_MAPPING = 0,     /* full -> window table and its sentinel */
-  KVS_DEVICE_TIER_WINDOW = 1,      /* window KV, every layer */
-  KVS_DEVICE_TIER_COMPRESSED = 2,  /* compressed KV, ratio-4 and ratio-128 layers */
-  KVS_DEVICE_TIER_INDEXER = 3,     /* indexer keys, ratio-4 layers */
-  KVS_DEVICE_TIER_STATE = 4,       /* attention compress-state ring (fp32) */
-  KVS_DEVICE_TIER_INDEX_STATE = 5  /* indexer compress-state ring (fp32) */
+  KVS_DEVICE_TIER_MAPPING = 0,    /* full -> window table and its sentinel */
+  KVS_DEVICE_TIER_WINDOW = 1,     /* window KV, every layer */
+  KVS_DEVICE_TIER_COMPRESSED = 2, /* compressed KV, ratio-4 and ratio-128 layers */
+  KVS_DEVICE_TIER_INDEXER = 3,    /* indexer keys, ratio-4 layers */
+  KVS_DEVICE_TIER_STATE = 4,      /* attention compress-state ring (fp32) */
+  KVS_DEVICE_TIER_INDEX_STATE = 5 /* indexer compress-state ring (fp32) */
 } kvs_device_tier;
 
 #define KVS_DEVICE_TIER_COUNT 6
@@ -112,15 +112,15 @@ typedef struct kvs_device_layout {
   uint32_t layer_ratio[KVS_MAX_LAYERS]; /* ratio of layer first_layer + i */
   uint32_t layer_rank[KVS_MAX_LAYERS];  /* its index among the range's layers of that ratio */
   kvs_device_span spans[KVS_DEVICE_SPAN_COUNT];
-  kvs_pool_breakdown exact;  /* bytes per tier, as core/ prices them */
-  uint64_t control_offset;   /* 0 */
-  uint64_t faults_offset;    /* kvs_device_faults */
-  uint64_t journal_offset;   /* journal_capacity kvs_journal_entry */
+  kvs_pool_breakdown exact; /* bytes per tier, as core/ prices them */
+  uint64_t control_offset;  /* 0 */
+  uint64_t faults_offset;   /* kvs_device_faults */
+  uint64_t journal_offset;  /* journal_capacity kvs_journal_entry */
   uint64_t control_bytes;
-  uint64_t tiers_offset;     /* the mapping: control rounded up to the alignment */
-  uint64_t tiers_end;        /* end of the last tier region */
-  uint64_t padding_bytes;    /* every alignment gap: total - exact.total - control */
-  uint64_t total_bytes;      /* what one cudaMalloc takes */
+  uint64_t tiers_offset;  /* the mapping: control rounded up to the alignment */
+  uint64_t tiers_end;     /* end of the last tier region */
+  uint64_t padding_bytes; /* every alignment gap: total - exact.total - control */
+  uint64_t total_bytes;   /* what one cudaMalloc takes */
 } kvs_device_layout;
 
 /* Lays out the tiers of layers [first, end) of the geometry for these
@@ -130,8 +130,8 @@ typedef struct kvs_device_layout {
  * kvs_pool_bytes_terms. *out is written only on success. */
 kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, size_t end,
                                    const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
-                                   const kvs_device_layout_options *options,
-                                   kvs_device_layout *out, kvs_error *err);
+                                   const kvs_device_layout_options *options, kvs_device_layout *out,
+                                   kvs_error *err);
 
 /* The region of a tier for a layer (absolute index in the geometry; ignored
  * for the mapping). A layer outside the range is KVS_ERR_OUT_OF_RANGE; a
@@ -159,12 +159,11 @@ kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry);
  * a pool that fits. A budget below the minimal padded pool is
  * KVS_ERR_BUDGET_TOO_SMALL with *shortfall (when non-NULL) holding the
  * padded minimal bytes; *out is written only on success. */
-kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geometry,
-                                 size_t first, size_t end, const kvs_row_widths *widths,
-                                 double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                                 const kvs_device_layout_options *options,
-                                 kvs_device_layout *out, kvs_budget_shortfall *shortfall,
-                                 kvs_error *err);
+kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geometry, size_t first,
+                                 size_t end, const kvs_row_widths *widths, double swa_ratio,
+                                 uint64_t floor_win_pages, uint64_t page,
+                                 const kvs_device_layout_options *options, kvs_device_layout *out,
+                                 kvs_budget_shortfall *shortfall, kvs_error *err);
 
 #ifdef __cplusplus
 }

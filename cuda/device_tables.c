@@ -46,7 +46,8 @@ static kvs_status check_layout(const kvs_device_layout *l, kvs_error *err) {
   kvs_status status = kvs_table_dims_check(&dims, err);
   if (status != KVS_OK) return status;
   const kvs_device_span *map = &l->spans[0];
-  uint64_t journal_end = l->journal_offset + l->options.journal_capacity * sizeof(kvs_journal_entry);
+  uint64_t journal_end =
+      l->journal_offset + l->options.journal_capacity * sizeof(kvs_journal_entry);
   if (map->tier != KVS_DEVICE_TIER_MAPPING || map->rows != dims.full_token ||
       map->scratch_rows != 1 || map->row_bytes != sizeof(int64_t) || map->offset % 16 != 0 ||
       map->offset < journal_end || l->faults_offset % 16 != 0 ||
@@ -97,8 +98,8 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
 
   /* Zeroed tiers: a ring or KV row read before its first write is
    * defined. All-ones bytes are int64 -1: every table row starts unbound. */
-  KVS_CUDA_GOTO(cudaMemset(t->base, 0, layout->total_bytes), "cudaMemset of the tiers", err,
-                status, fail);
+  KVS_CUDA_GOTO(cudaMemset(t->base, 0, layout->total_bytes), "cudaMemset of the tiers", err, status,
+                fail);
   KVS_CUDA_GOTO(cudaMemset(t->map, 0xff, (t->dims.full_token + 1) * sizeof(int64_t)),
                 "cudaMemset of the table", err, status, fail);
   /* The dummy full page is bound to the dummy window page for good, as in
@@ -120,8 +121,8 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
    * per thread, whose loads the scheduler overlaps across resident blocks
    * better than a grid-stride loop overlaps them within a thread. */
   t->max_blocks = (uint32_t)(sms > 0 ? sms : 1) * 32u;
-  KVS_CUDA_GOTO(cudaDeviceSynchronize(), "cudaDeviceSynchronize after initialising the tables",
-                err, status, fail);
+  KVS_CUDA_GOTO(cudaDeviceSynchronize(), "cudaDeviceSynchronize after initialising the tables", err,
+                status, fail);
   leave(t, previous);
   free(dummy);
   *out = t;
@@ -172,8 +173,8 @@ kvs_status kvs_device_tables_region(const struct kvs_device_tables *tables, kvs_
   return KVS_OK;
 }
 
-static kvs_status check_rows(const struct kvs_device_tables *t, const int64_t *mapping,
-                             size_t rows, kvs_error *err) {
+static kvs_status check_rows(const struct kvs_device_tables *t, const int64_t *mapping, size_t rows,
+                             kvs_error *err) {
   if (t == NULL || mapping == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables or host mapping is NULL");
   }
@@ -210,8 +211,7 @@ kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *ta
   if (status != KVS_OK) return status;
   int previous;
   if ((status = enter(tables, &previous, err))) return status;
-  status = kvs_cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download",
-                           err);
+  status = kvs_cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download", err);
   if (status == KVS_OK) {
     status = kvs_cuda_status(
         cudaMemcpy(mapping, tables->map, rows * sizeof *mapping, cudaMemcpyDeviceToHost),
@@ -287,9 +287,8 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
   return status;
 }
 
-kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs,
-                                       size_t n, int64_t *d_out, cudaStream_t stream,
-                                       kvs_error *err) {
+kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs, size_t n,
+                                       int64_t *d_out, cudaStream_t stream, kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
   if (n == 0) return KVS_OK;
   if (d_locs == NULL || d_out == NULL) {
@@ -331,8 +330,7 @@ kvs_status kvs_device_tables_state_locs(kvs_device_tables_t tables, const int64_
   kvs_status status = enter(tables, &previous, err);
   if (status != KVS_OK) return status;
   status = launched(kvs_launch_state_locs(tables->dims, d_slots, n, d_out_csa, d_out_hca,
-                                          &tables->faults->state_locs, tables->max_blocks,
-                                          stream),
+                                          &tables->faults->state_locs, tables->max_blocks, stream),
                     "state_locs", n, err);
   leave(tables, previous);
   return status;
@@ -353,10 +351,10 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
   }
   int previous;
   if ((status = enter(tables, &previous, err))) return status;
-  status = launched(kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions,
-                                        n_req, d_own, d_prev, d_ring, &tables->faults->ring_ctx,
-                                        tables->max_blocks, stream),
-                    "ring_ctx", n_req, err);
+  status = launched(
+      kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_own,
+                          d_prev, d_ring, &tables->faults->ring_ctx, tables->max_blocks, stream),
+      "ring_ctx", n_req, err);
   leave(tables, previous);
   return status;
 }
@@ -370,11 +368,11 @@ kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cuda
   int previous;
   kvs_status status = enter(tables, &previous, err);
   if (status != KVS_OK) return status;
-  KVS_CUDA_GOTO(cudaMemcpyAsync(&faults, tables->faults, sizeof faults, cudaMemcpyDeviceToHost,
-                                stream),
-                "cudaMemcpyAsync of the fault records", err, status, done);
-  KVS_CUDA_GOTO(cudaStreamSynchronize(stream), "cudaStreamSynchronize for the fault records",
-                err, status, done);
+  KVS_CUDA_GOTO(
+      cudaMemcpyAsync(&faults, tables->faults, sizeof faults, cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync of the fault records", err, status, done);
+  KVS_CUDA_GOTO(cudaStreamSynchronize(stream), "cudaStreamSynchronize for the fault records", err,
+                status, done);
   *out = faults;
 done:
   leave(tables, previous);
@@ -401,8 +399,7 @@ kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *e
     const char *item;
     const kvs_batch_fault *record;
   } records[] = {
-      {"apply_journal", "journal entries naming a page outside the table",
-       &faults->apply_journal},
+      {"apply_journal", "journal entries naming a page outside the table", &faults->apply_journal},
       {"translate", "locs past the sentinel row", &faults->translate},
       {"state_locs", "window slots past the window pool", &faults->state_locs},
       {"ring_ctx", "requests whose window reaches past their block table or the table",

@@ -19,10 +19,9 @@
 #ifndef KVS_DEVICE_TABLES_H
 #define KVS_DEVICE_TABLES_H
 
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <cuda_runtime_api.h>
 
 #include "core/device_ref.h"
 #include "core/journal.h"
@@ -88,9 +87,8 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
                                                   cudaStream_t stream, kvs_error *err);
 
 /* d_out[i] = the window slot of d_locs[i] (kvs_ref_translate). */
-kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs,
-                                       size_t n, int64_t *d_out, cudaStream_t stream,
-                                       kvs_error *err);
+kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs, size_t n,
+                                       int64_t *d_out, cudaStream_t stream, kvs_error *err);
 
 /* Ring locations of window slots in the ratio-4 ring (and indexer ring)
  * and the ratio-128 ring, both from one pass; either output may be NULL

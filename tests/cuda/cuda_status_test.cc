@@ -1,11 +1,12 @@
 // CUDA errors as kvs_status, by value, and the host side of the device
 // tables that needs no GPU: argument errors, fault reports, and what a
 // machine without a device answers (the reason the device tests print).
+#include "cuda/cuda_status.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "cuda/cuda_status.h"
 #include "cuda/device_budget.h"
 #include "cuda/device_tables.h"
 #include "tests/cuda/fixtures.h"

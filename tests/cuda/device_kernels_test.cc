@@ -7,9 +7,8 @@
 //
 // Outputs are filled with a poison pattern before each launch, so a row
 // the kernel forgot to write shows up as a mismatch.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
@@ -58,8 +57,7 @@ class DeviceArray {
   void upload(const std::vector<T> &host) {
     ASSERT_EQ(host.size(), n_);
     if (n_ > 0) {
-      ASSERT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice),
-                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
     }
   }
   void poison() {
@@ -71,8 +69,7 @@ class DeviceArray {
     std::vector<T> host(n_);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     if (n_ > 0) {
-      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     }
     return host;
   }
@@ -87,16 +84,16 @@ struct TablesDeleter {
 };
 using Tables = std::unique_ptr<kvs_device_tables, TablesDeleter>;
 
-Tables make_tables(const kvs_geometry &g, const kvs_pool_sizes &s,
-                   uint64_t journal_capacity = 4096, uint64_t alignment = 256) {
+Tables make_tables(const kvs_geometry &g, const kvs_pool_sizes &s, uint64_t journal_capacity = 4096,
+                   uint64_t alignment = 256) {
   kvs_device_layout_options o = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
   o.alignment = alignment;
   o.journal_capacity = journal_capacity;
   kvs_device_layout layout;
   kvs_error err;
-  EXPECT_EQ(kvs_device_layout_build(&g, 0, kvs_geometry_layer_count(&g), nullptr, &s, &o,
-                                    &layout, &err),
-            KVS_OK)
+  EXPECT_EQ(
+      kvs_device_layout_build(&g, 0, kvs_geometry_layer_count(&g), nullptr, &s, &o, &layout, &err),
+      KVS_OK)
       << err.message;
   kvs_device_tables_t t = nullptr;
   EXPECT_EQ(kvs_device_tables_create(0, &layout, &t, &err), KVS_OK) << err.message;
@@ -140,13 +137,13 @@ long long first_difference(const std::vector<T> &a, const std::vector<T> &b) {
   return -1;
 }
 
-#define EXPECT_SAME_ROWS(device, ref)                                                   \
-  do {                                                                                \
-    long long at_ = first_difference((device), (ref));                                \
-    EXPECT_EQ(at_, -1) << "first differing row " << at_ << ": device "               \
+#define EXPECT_SAME_ROWS(device, ref)                                                     \
+  do {                                                                                    \
+    long long at_ = first_difference((device), (ref));                                    \
+    EXPECT_EQ(at_, -1) << "first differing row " << at_ << ": device "                    \
                        << (at_ >= 0 && size_t(at_) < (device).size() ? (device)[at_] : 0) \
-                       << ", reference "                                              \
-                       << (at_ >= 0 && size_t(at_) < (ref).size() ? (ref)[at_] : 0); \
+                       << ", reference "                                                  \
+                       << (at_ >= 0 && size_t(at_) < (ref).size() ? (ref)[at_] : 0);      \
   } while (0)
 
 // A journal with many entries per full page, so superseded entries cross
@@ -162,10 +159,18 @@ std::vector<kvs_journal_entry> random_journal(std::mt19937_64 &rng, const kvs_ta
     e.window_page = rng() % 4 == 0 ? KVS_JOURNAL_FREED : int64_t(rng() % (win_pages - 1));
     if (rng() % 100 < bad_percent) {
       switch (rng() % 4) {
-        case 0: e.full_page = full_pages - 1; break;                 // the dummy
-        case 1: e.full_page = full_pages + rng() % 1000; break;      // past the history
-        case 2: e.window_page = int64_t(win_pages - 1); break;       // the dummy window page
-        default: e.window_page = -2 - int64_t(rng() % 1000); break;  // not a page
+        case 0:
+          e.full_page = full_pages - 1;
+          break;  // the dummy
+        case 1:
+          e.full_page = full_pages + rng() % 1000;
+          break;  // past the history
+        case 2:
+          e.window_page = int64_t(win_pages - 1);
+          break;  // the dummy window page
+        default:
+          e.window_page = -2 - int64_t(rng() % 1000);
+          break;  // not a page
       }
     }
   }
@@ -252,8 +257,8 @@ TEST_F(Device, a_leaders_journals_of_1_64_and_4096_pages_apply_bit_for_bit) {
   struct Round {
     size_t bind, release;
     bool from_device;
-  } rounds[] = {{1, 0, false},    {64, 0, false},     {4096, 0, false}, {0, 1, true},
-                {0, 64, false},   {2000, 1500, true}, {4096, 0, true},  {0, 4096, false},
+  } rounds[] = {{1, 0, false},     {64, 0, false},     {4096, 0, false}, {0, 1, true},
+                {0, 64, false},    {2000, 1500, true}, {4096, 0, true},  {0, 4096, false},
                 {300, 300, false}, {1, 1, true}};
   for (const Round &round : rounds) {
     SCOPED_TRACE(testing::Message() << "bind " << round.bind << " release " << round.release
@@ -268,15 +273,15 @@ TEST_F(Device, a_leaders_journals_of_1_64_and_4096_pages_apply_bit_for_bit) {
     kvs_error err;
     if (round.from_device) {
       DeviceArray<kvs_journal_entry> d(journal);
-      ASSERT_EQ(kvs_device_tables_apply_journal_device(t.get(), d.get(), journal.size(), nullptr,
-                                                       &err),
-                KVS_OK)
+      ASSERT_EQ(
+          kvs_device_tables_apply_journal_device(t.get(), d.get(), journal.size(), nullptr, &err),
+          KVS_OK)
           << err.message;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     } else {
-      ASSERT_EQ(kvs_device_tables_apply_journal(t.get(), journal.data(), journal.size(), nullptr,
-                                                &err),
-                KVS_OK)
+      ASSERT_EQ(
+          kvs_device_tables_apply_journal(t.get(), journal.data(), journal.size(), nullptr, &err),
+          KVS_OK)
           << err.message;
     }
     std::vector<int64_t> device = download_table(t.get());
@@ -304,8 +309,7 @@ TEST_F(Device, superseded_and_misfit_entries_across_blocks_match_the_reference) 
                 KVS_OK);
       DeviceArray<kvs_journal_entry> d(journal);
       kvs_error err;
-      ASSERT_EQ(kvs_device_tables_apply_journal_device(t.get(), d.get(), n, nullptr, &err),
-                KVS_OK)
+      ASSERT_EQ(kvs_device_tables_apply_journal_device(t.get(), d.get(), n, nullptr, &err), KVS_OK)
           << err.message;
       EXPECT_SAME_ROWS(download_table(t.get()), ref);
       expect_fault(faults_of(t.get()).apply_journal, ref_fault);
@@ -320,18 +324,17 @@ TEST_F(Device, superseded_and_misfit_entries_across_blocks_match_the_reference) 
     std::vector<kvs_journal_entry> first = random_journal(rng, dims, 4096, 50, 0);
     std::vector<kvs_journal_entry> second = random_journal(rng, dims, 4096, 50, 0);
     kvs_error err;
-    ASSERT_EQ(kvs_device_tables_apply_journal(t.get(), first.data(), first.size(), a, &err),
-              KVS_OK)
+    ASSERT_EQ(kvs_device_tables_apply_journal(t.get(), first.data(), first.size(), a, &err), KVS_OK)
         << err.message;
     ASSERT_EQ(kvs_device_tables_apply_journal(t.get(), second.data(), second.size(), b, &err),
               KVS_OK)
         << err.message;
-    ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, first.data(), first.size(), nullptr,
-                                    nullptr),
-              KVS_OK);
-    ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, second.data(), second.size(), nullptr,
-                                    nullptr),
-              KVS_OK);
+    ASSERT_EQ(
+        kvs_ref_apply_journal(ref.data(), &dims, first.data(), first.size(), nullptr, nullptr),
+        KVS_OK);
+    ASSERT_EQ(
+        kvs_ref_apply_journal(ref.data(), &dims, second.data(), second.size(), nullptr, nullptr),
+        KVS_OK);
     ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
     std::vector<int64_t> device = download_table(t.get());
@@ -350,8 +353,7 @@ TEST_F(Device, a_host_journal_that_does_not_fit_is_refused_whole_and_launches_no
   const std::vector<int64_t> before = download_table(t.get());
   std::vector<kvs_journal_entry> journal = {{1, 0}, {2, 1}, {63, 2}, {3, 3}};
   kvs_error err;
-  EXPECT_EQ(kvs_device_tables_apply_journal(t.get(), journal.data(), journal.size(), nullptr,
-                                            &err),
+  EXPECT_EQ(kvs_device_tables_apply_journal(t.get(), journal.data(), journal.size(), nullptr, &err),
             KVS_ERR_OUT_OF_RANGE);
   EXPECT_STREQ(err.message,
                "journal entry 2 names full page 63, the reserved dummy page (the table has 64 "
@@ -384,13 +386,12 @@ TEST_F(Device, translate_matches_the_reference_bit_for_bit) {
       uint64_t kind = rng() % 100;
       locs[i] = kind == 0   ? -1 - int64_t(rng() % 5)
                 : kind == 1 ? int64_t(dims.full_token + rng() % 3)  // sentinel, or past it
-                : kind < 50 ? int64_t(i % dims.full_token)           // runs, as a step has them
+                : kind < 50 ? int64_t(i % dims.full_token)          // runs, as a step has them
                             : int64_t(rng() % dims.full_token);
     }
     std::vector<int64_t> ref(n);
     kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
-    ASSERT_EQ(kvs_ref_translate(map.data(), &dims, locs.data(), n, ref.data(), &ref_fault,
-                                nullptr),
+    ASSERT_EQ(kvs_ref_translate(map.data(), &dims, locs.data(), n, ref.data(), &ref_fault, nullptr),
               KVS_OK);
     clear_faults(t.get());
     DeviceArray<int64_t> d_locs(locs), d_out(n);
@@ -430,10 +431,10 @@ TEST_F(Device, state_locs_match_the_reference_for_both_rings_and_either_alone) {
     clear_faults(t.get());
     d_csa.poison();
     d_hca.poison();
-    ASSERT_EQ(kvs_device_tables_state_locs(t.get(), d_slots.get(), n,
-                                           which != 2 ? d_csa.get() : nullptr,
-                                           which != 1 ? d_hca.get() : nullptr, nullptr, &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_device_tables_state_locs(t.get(), d_slots.get(), n, which != 2 ? d_csa.get() : nullptr,
+                                     which != 1 ? d_hca.get() : nullptr, nullptr, &err),
+        KVS_OK)
         << err.message;
     if (which != 2) {
       EXPECT_SAME_ROWS(d_csa.download(), ref_csa);
@@ -459,8 +460,8 @@ struct RingCase {
 };
 
 void expect_ring_ctx_bit_for_bit(const RingCase &c, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "P " << c.page << " block_size " << c.block_size
-                                  << " stride " << c.stride << " requests " << c.n_req
+  SCOPED_TRACE(testing::Message() << "P " << c.page << " block_size " << c.block_size << " stride "
+                                  << c.stride << " requests " << c.n_req
                                   << (c.with_faults ? " with faults" : ""));
   std::mt19937_64 rng(seed);
   // Ratio 128 needs P % 128 == 0; the smaller windows use CSA layers only.
@@ -518,11 +519,11 @@ void expect_ring_ctx_bit_for_bit(const RingCase &c, uint64_t seed) {
 
 TEST_F(Device, the_ring_context_matches_the_reference_bit_for_bit) {
   const RingCase cases[] = {
-      {128, 128, 8, 1, false},      {128, 128, 8, 256, false},  {128, 128, 8, 4096, false},
-      {128, 64, 16, 1000, false},   {128, 256, 4, 1000, false}, {128, 16, 64, 1000, false},
-      {128, 3, 300, 500, false},    {64, 64, 8, 1000, false},   {96, 32, 12, 1000, false},
-      {256, 128, 8, 1000, false},   {128, 128, 8, 70000, false},  // more warps than one wave
-      {128, 128, 8, 4096, true},    {128, 3, 300, 500, true},
+      {128, 128, 8, 1, false},    {128, 128, 8, 256, false},   {128, 128, 8, 4096, false},
+      {128, 64, 16, 1000, false}, {128, 256, 4, 1000, false},  {128, 16, 64, 1000, false},
+      {128, 3, 300, 500, false},  {64, 64, 8, 1000, false},    {96, 32, 12, 1000, false},
+      {256, 128, 8, 1000, false}, {128, 128, 8, 70000, false},  // more warps than one wave
+      {128, 128, 8, 4096, true},  {128, 3, 300, 500, true},
   };
   uint64_t seed = 100;
   for (const RingCase &c : cases) expect_ring_ctx_bit_for_bit(c, seed++);

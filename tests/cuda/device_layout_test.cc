@@ -2,6 +2,8 @@
 // pool bytes, contiguous; with alignment A every region starts on A and the
 // gaps are the padding the plan counts; the padded solve is the largest
 // pool that fits; the budget is free x ratio - reserve.
+#include "cuda/device_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "cuda/device_budget.h"
-#include "cuda/device_layout.h"
 #include "tests/cuda/fixtures.h"
 
 using namespace kvs_cuda_test;
@@ -163,7 +164,8 @@ TEST(DeviceLayout, every_region_starts_on_the_alignment_and_the_gaps_are_the_pad
   kvs_geometry flash = builtin("dsv4-flash");
   kvs_row_widths fp8 = kvs_row_widths_fp8(&flash);
   for (uint64_t alignment : {2u, 16u, 256u, 4096u, 2u << 20}) {
-    for (const kvs_row_widths *widths : {(const kvs_row_widths *)nullptr, (const kvs_row_widths *)&fp8}) {
+    for (const kvs_row_widths *widths :
+         {(const kvs_row_widths *)nullptr, (const kvs_row_widths *)&fp8}) {
       SCOPED_TRACE(testing::Message() << "alignment " << alignment << (widths ? " fp8" : ""));
       kvs_pool_sizes s = sizes_for(flash, 5001, 333);
       kvs_device_layout l = build(flash, s, options(alignment, 1, 1000), widths);
@@ -224,8 +226,7 @@ TEST(DeviceLayout, regions_are_found_by_layer_and_a_missing_tier_is_named) {
   EXPECT_STREQ(err.message,
                "layer 0 (ratio 0) has no compressed tier: a window-only layer keeps the window "
                "tier alone");
-  EXPECT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_INDEXER, 3, &r, &err),
-            KVS_ERR_NOT_FOUND);
+  EXPECT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_INDEXER, 3, &r, &err), KVS_ERR_NOT_FOUND);
   EXPECT_STREQ(err.message,
                "layer 3 (ratio 128) has no indexer tier: only ratio-4 layers run the indexer");
   for (kvs_device_tier tier : {KVS_DEVICE_TIER_COMPRESSED, KVS_DEVICE_TIER_INDEXER,
@@ -269,20 +270,16 @@ TEST(DeviceLayout, bad_options_or_sizes_for_another_stack_are_refused) {
   l.total_bytes = 12345;
   kvs_error err;
   kvs_device_layout_options o = options(96);
-  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message, "alignment 96 must be a power of two between 1 and 2^30 bytes");
   o = options(0);
-  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   o = options(256);
   o.size = 8;
-  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message, "start from KVS_DEVICE_LAYOUT_OPTIONS_INIT")) << err.message;
   o = options(256);
-  EXPECT_EQ(kvs_device_layout_build(&g, 0, 3, nullptr, &s, &o, &l, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_device_layout_build(&g, 0, 3, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message, "4-layer stack, not a 3-layer one")) << err.message;
   EXPECT_EQ(l.total_bytes, 12345u) << "a refused build leaves the output alone";
   EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, nullptr, &l, &err), KVS_OK)
@@ -298,9 +295,9 @@ TEST(DevicePlan, with_alignment_1_the_solve_is_cores_solve_of_what_the_control_a
     SCOPED_TRACE(testing::Message() << "budget " << budget);
     kvs_device_layout l;
     kvs_error err;
-    ASSERT_EQ(kvs_device_plan_solve(budget, &flash, 0, 43, nullptr, 0.25, 40, P, &o, &l, nullptr,
-                                    &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_device_plan_solve(budget, &flash, 0, 43, nullptr, 0.25, 40, P, &o, &l, nullptr, &err),
+        KVS_OK)
         << err.message;
     kvs_pool_sizes s{};
     ASSERT_EQ(kvs_solve_num_pages(budget - control, &flash, 0.25, 40, P, 1, &s, nullptr, &err),
@@ -322,8 +319,10 @@ TEST(DevicePlan, the_padded_solve_fits_and_one_more_page_does_not) {
     const kvs_row_widths *widths;
     uint64_t budget;
     uint64_t alignment;
-  } cases[] = {{&flash, nullptr, 1ull << 30, 256},       {&flash, nullptr, 100ull << 30, 256},
-               {&pro, &fp8, 3ull << 30, 256},            {&pro, nullptr, 50ull << 30, 2u << 20},
+  } cases[] = {{&flash, nullptr, 1ull << 30, 256},
+               {&flash, nullptr, 100ull << 30, 256},
+               {&pro, &fp8, 3ull << 30, 256},
+               {&pro, nullptr, 50ull << 30, 2u << 20},
                {&flash, nullptr, 987654321ull, 4096}};
   for (const Case &c : cases) {
     SCOPED_TRACE(testing::Message() << "budget " << c.budget << " alignment " << c.alignment);
@@ -331,9 +330,9 @@ TEST(DevicePlan, the_padded_solve_fits_and_one_more_page_does_not) {
     size_t n = kvs_geometry_layer_count(c.g);
     kvs_device_layout l;
     kvs_error err;
-    ASSERT_EQ(kvs_device_plan_solve(c.budget, c.g, 0, n, c.widths, 0.3, 20, P, &o, &l, nullptr,
-                                    &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_device_plan_solve(c.budget, c.g, 0, n, c.widths, 0.3, 20, P, &o, &l, nullptr, &err),
+        KVS_OK)
         << err.message;
     EXPECT_LE(l.total_bytes, c.budget);
     // One more page, under the same window rule, no longer fits.
@@ -341,9 +340,9 @@ TEST(DevicePlan, the_padded_solve_fits_and_one_more_page_does_not) {
     kvs_cost_terms terms;
     ASSERT_EQ(kvs_cost_terms_make(c.g, 0, n, c.widths, &terms, nullptr), KVS_OK);
     kvs_pool_sizes ratio{};
-    ASSERT_EQ(kvs_pool_sizes_compute_terms(pages, &terms, 0.3, P, KVS_WINDOW_FROM_RATIO, &ratio,
-                                           nullptr),
-              KVS_OK);
+    ASSERT_EQ(
+        kvs_pool_sizes_compute_terms(pages, &terms, 0.3, P, KVS_WINDOW_FROM_RATIO, &ratio, nullptr),
+        KVS_OK);
     uint64_t win = std::min<uint64_t>(std::max<uint64_t>(ratio.n_win_pages, 20), pages);
     kvs_pool_sizes next{};
     ASSERT_EQ(kvs_pool_sizes_compute_terms(pages, &terms, 0.3, P, win, &next, nullptr), KVS_OK);
@@ -351,9 +350,9 @@ TEST(DevicePlan, the_padded_solve_fits_and_one_more_page_does_not) {
     EXPECT_GT(bigger.total_bytes, c.budget);
     // Never more pages than core's unpadded solve of the same budget.
     kvs_pool_sizes unpadded{};
-    ASSERT_EQ(kvs_solve_num_pages_terms(c.budget, &terms, 0.3, 20, P, 1, &unpadded, nullptr,
-                                        nullptr),
-              KVS_OK);
+    ASSERT_EQ(
+        kvs_solve_num_pages_terms(c.budget, &terms, 0.3, 20, P, 1, &unpadded, nullptr, nullptr),
+        KVS_OK);
     EXPECT_LE(l.sizes.full_token, unpadded.full_token);
   }
 }
@@ -377,8 +376,8 @@ TEST(DevicePlan, a_budget_below_the_minimal_padded_pool_is_refused_with_its_shor
   EXPECT_TRUE(contains(err.message, "device budget 10485760 bytes cannot fit the minimal pool"))
       << err.message;
   // Exactly the minimal padded pool fits.
-  EXPECT_EQ(kvs_device_plan_solve(minimal.total_bytes, &flash, 0, 43, nullptr, 0.25, 40, P, &o,
-                                  &l, nullptr, &err),
+  EXPECT_EQ(kvs_device_plan_solve(minimal.total_bytes, &flash, 0, 43, nullptr, 0.25, 40, P, &o, &l,
+                                  nullptr, &err),
             KVS_OK)
       << err.message;
   EXPECT_EQ(l.sizes.full_token, 40u * P);
@@ -420,8 +419,8 @@ TEST(DevicePlan, an_h200_sized_budget_plans_a_dsv4_flash_pool_that_fits) {
             KVS_OK);
   kvs_device_layout l;
   kvs_error err;
-  ASSERT_EQ(kvs_device_plan_solve(b.budget_bytes, &flash, 0, 43, nullptr, 0.1, 170, P, nullptr,
-                                  &l, nullptr, &err),
+  ASSERT_EQ(kvs_device_plan_solve(b.budget_bytes, &flash, 0, 43, nullptr, 0.1, 170, P, nullptr, &l,
+                                  nullptr, &err),
             KVS_OK)
       << err.message;
   EXPECT_LE(l.total_bytes, b.budget_bytes);

@@ -4,12 +4,13 @@
 // state locs equal kvs_state_loc, the ring context equals
 // kvs_window_pool_window_ctx request by request. Faults are counted with
 // the lowest index, exactly as the kernels record them.
+#include "core/device_ref.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
-#include "core/device_ref.h"
 #include "tests/cuda/fixtures.h"
 
 using namespace kvs_cuda_test;
@@ -64,9 +65,9 @@ TEST(DeviceRef, replaying_a_leaders_journal_reproduces_its_mapping) {
     ASSERT_EQ(kvs_table_check_journal(&dims, journal.data(), journal.size(), &err), KVS_OK)
         << err.message;
     kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-    ASSERT_EQ(kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault,
-                                    &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault, &err),
+        KVS_OK)
         << err.message;
     EXPECT_EQ(fault.count, 0u);
     EXPECT_EQ(fault.first_index, UINT64_MAX);
@@ -89,9 +90,9 @@ TEST(DeviceRef, the_last_entry_per_full_page_wins) {
   std::vector<kvs_journal_entry> journal = {
       {2, 0}, {3, 3}, {2, KVS_JOURNAL_FREED}, {2, 1}, {3, KVS_JOURNAL_FREED}, {5, 2}};
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  ASSERT_EQ(kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault,
-                                  nullptr),
-            KVS_OK);
+  ASSERT_EQ(
+      kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault, nullptr),
+      KVS_OK);
   for (uint64_t o = 0; o < P; o++) {
     EXPECT_EQ(table[2 * P + o], int64_t(P + o));
     EXPECT_EQ(table[3 * P + o], -1);
@@ -111,12 +112,12 @@ TEST(DeviceRef, an_entry_that_does_not_fit_is_refused_by_the_check_and_skipped_b
   const std::vector<int64_t> before = mapping_of(fresh.get());
   kvs_table_dims dims = dims_of(fresh.get());
   std::vector<kvs_journal_entry> journal = {
-      {1, 0},                  // fits
-      {7, 1},                  // the dummy full page
-      {8, 1},                  // past the history
-      {4, 4},                  // the dummy window page
-      {4, -2},                 // neither a page nor freed
-      {6, 3},                  // fits
+      {1, 0},   // fits
+      {7, 1},   // the dummy full page
+      {8, 1},   // past the history
+      {4, 4},   // the dummy window page
+      {4, -2},  // neither a page nor freed
+      {6, 3},   // fits
   };
   kvs_error err;
   EXPECT_EQ(kvs_table_check_journal(&dims, journal.data(), journal.size(), &err),
@@ -135,9 +136,9 @@ TEST(DeviceRef, an_entry_that_does_not_fit_is_refused_by_the_check_and_skipped_b
 
   std::vector<int64_t> table = before;
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  ASSERT_EQ(kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault,
-                                  nullptr),
-            KVS_OK);
+  ASSERT_EQ(
+      kvs_ref_apply_journal(table.data(), &dims, journal.data(), journal.size(), &fault, nullptr),
+      KVS_OK);
   EXPECT_EQ(fault.count, 4u);
   EXPECT_EQ(fault.first_index, 1u);
   for (uint64_t row = 0; row < table.size(); row++) {
@@ -162,8 +163,8 @@ TEST(DeviceRef, translate_equals_the_pools_translate_and_faults_past_the_sentine
   std::vector<int64_t> out(locs.size(), -7);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
   kvs_error err;
-  ASSERT_EQ(kvs_ref_translate(kvs_window_pool_mapping(pool.get()), &dims, locs.data(),
-                              locs.size(), out.data(), &fault, &err),
+  ASSERT_EQ(kvs_ref_translate(kvs_window_pool_mapping(pool.get()), &dims, locs.data(), locs.size(),
+                              out.data(), &fault, &err),
             KVS_OK)
       << err.message;
   for (size_t i = 0; i < first_bad; i++) {
@@ -186,9 +187,9 @@ TEST(DeviceRef, state_locs_equal_kvs_state_loc_for_both_rings) {
   std::vector<int64_t> csa(slots.size()), hca(slots.size());
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
   kvs_error err;
-  ASSERT_EQ(kvs_ref_state_locs(&dims, slots.data(), slots.size(), csa.data(), hca.data(), &fault,
-                               &err),
-            KVS_OK)
+  ASSERT_EQ(
+      kvs_ref_state_locs(&dims, slots.data(), slots.size(), csa.data(), hca.data(), &fault, &err),
+      KVS_OK)
       << err.message;
   for (size_t i = 0; i < first_bad; i++) {
     int64_t a = -2, b = -2;
@@ -204,12 +205,11 @@ TEST(DeviceRef, state_locs_equal_kvs_state_loc_for_both_rings) {
 
   // One ring alone; none is an error; a ring that does not divide P too.
   std::vector<int64_t> only(slots.size());
-  EXPECT_EQ(kvs_ref_state_locs(&dims, slots.data(), slots.size(), only.data(), nullptr, nullptr,
-                               &err),
-            KVS_OK);
+  EXPECT_EQ(
+      kvs_ref_state_locs(&dims, slots.data(), slots.size(), only.data(), nullptr, nullptr, &err),
+      KVS_OK);
   EXPECT_EQ(only, csa);
-  EXPECT_EQ(kvs_ref_state_locs(&dims, slots.data(), slots.size(), nullptr, nullptr, nullptr,
-                               &err),
+  EXPECT_EQ(kvs_ref_state_locs(&dims, slots.data(), slots.size(), nullptr, nullptr, nullptr, &err),
             KVS_ERR_INVALID_ARGUMENT);
   kvs_table_dims small_page{64, 16 * 64, 9 * 64};
   EXPECT_EQ(kvs_ref_state_locs(&small_page, slots.data(), 1, nullptr, hca.data(), nullptr, &err),
@@ -222,8 +222,8 @@ TEST(DeviceRef, state_locs_equal_kvs_state_loc_for_both_rings) {
 namespace {
 
 // The batch reference against window_ctx, request by request.
-void expect_ring_ctx_matches_pool(uint64_t page, uint64_t block_size, uint64_t stride,
-                                  size_t n_req, uint64_t seed) {
+void expect_ring_ctx_matches_pool(uint64_t page, uint64_t block_size, uint64_t stride, size_t n_req,
+                                  uint64_t seed) {
   SCOPED_TRACE(testing::Message() << "P " << page << " block_size " << block_size << " stride "
                                   << stride);
   std::mt19937_64 rng(seed);
@@ -236,10 +236,10 @@ void expect_ring_ctx_matches_pool(uint64_t page, uint64_t block_size, uint64_t s
   kvs_block_tables tables = b.tables();
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
   kvs_error err;
-  ASSERT_EQ(kvs_ref_ring_ctx(kvs_window_pool_mapping(pool.get()), &dims, &tables,
-                             b.positions.data(), n_req, own.data(), prev.data(), ring.data(),
-                             &fault, &err),
-            KVS_OK)
+  ASSERT_EQ(
+      kvs_ref_ring_ctx(kvs_window_pool_mapping(pool.get()), &dims, &tables, b.positions.data(),
+                       n_req, own.data(), prev.data(), ring.data(), &fault, &err),
+      KVS_OK)
       << err.message;
   EXPECT_EQ(fault.count, 0u);
   size_t idle = 0, live_slots = 0;
@@ -254,10 +254,10 @@ void expect_ring_ctx_matches_pool(uint64_t page, uint64_t block_size, uint64_t s
     std::vector<int64_t> locs = b.full_locs(r);
     std::vector<int64_t> expected_ring(page, -7);
     int64_t expected_own = -7, expected_prev = -7;
-    ASSERT_EQ(kvs_window_pool_window_ctx(pool.get(), uint64_t(b.positions[r]), locs.data(),
-                                         locs.size(), &expected_own, &expected_prev,
-                                         expected_ring.data(), &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_window_pool_window_ctx(pool.get(), uint64_t(b.positions[r]), locs.data(), locs.size(),
+                                   &expected_own, &expected_prev, expected_ring.data(), &err),
+        KVS_OK)
         << err.message;
     ASSERT_EQ(own[r], expected_own) << "request " << r;
     ASSERT_EQ(prev[r], expected_prev) << "request " << r;
@@ -273,13 +273,13 @@ void expect_ring_ctx_matches_pool(uint64_t page, uint64_t block_size, uint64_t s
 }  // namespace
 
 TEST(DeviceRef, the_ring_context_equals_the_pools_window_ctx_request_by_request) {
-  expect_ring_ctx_matches_pool(P, P, 8, 300, 1);         // blocks are window pages
-  expect_ring_ctx_matches_pool(P, 64, 16, 300, 2);       // two blocks per page
-  expect_ring_ctx_matches_pool(P, 256, 4, 300, 3);       // two pages per block
-  expect_ring_ctx_matches_pool(P, 16, 64, 300, 4);       // small blocks
-  expect_ring_ctx_matches_pool(P, 3, 300, 200, 5);       // blocks that are no power of two
-  expect_ring_ctx_matches_pool(64, 64, 8, 200, 6);       // a smaller window
-  expect_ring_ctx_matches_pool(96, 32, 12, 200, 7);      // a window that is no power of two
+  expect_ring_ctx_matches_pool(P, P, 8, 300, 1);     // blocks are window pages
+  expect_ring_ctx_matches_pool(P, 64, 16, 300, 2);   // two blocks per page
+  expect_ring_ctx_matches_pool(P, 256, 4, 300, 3);   // two pages per block
+  expect_ring_ctx_matches_pool(P, 16, 64, 300, 4);   // small blocks
+  expect_ring_ctx_matches_pool(P, 3, 300, 200, 5);   // blocks that are no power of two
+  expect_ring_ctx_matches_pool(64, 64, 8, 200, 6);   // a smaller window
+  expect_ring_ctx_matches_pool(96, 32, 12, 200, 7);  // a window that is no power of two
 }
 
 TEST(DeviceRef, positions_past_the_row_or_locs_past_the_table_fault_their_request) {
@@ -293,9 +293,8 @@ TEST(DeviceRef, positions_past_the_row_or_locs_past_the_table_fault_their_reques
   kvs_block_tables tables{pages.data(), 2, P};
   std::vector<int64_t> own(3), prev(3), ring(3 * P);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  ASSERT_EQ(kvs_ref_ring_ctx(kvs_window_pool_mapping(pool.get()), &dims, &tables,
-                             positions.data(), 3, own.data(), prev.data(), ring.data(), &fault,
-                             nullptr),
+  ASSERT_EQ(kvs_ref_ring_ctx(kvs_window_pool_mapping(pool.get()), &dims, &tables, positions.data(),
+                             3, own.data(), prev.data(), ring.data(), &fault, nullptr),
             KVS_OK);
   EXPECT_EQ(fault.count, 2u);
   EXPECT_EQ(fault.first_index, 1u);

@@ -113,8 +113,8 @@ class Leader {
 
   // Frees up to `pages` random bound pages.
   void release(size_t pages) {
-    for (size_t i = 0; i < pages && !bound_.empty() &&
-                       kvs_window_pool_journal_pending(pool_.get()) < capacity_;
+    for (size_t i = 0;
+         i < pages && !bound_.empty() && kvs_window_pool_journal_pending(pool_.get()) < capacity_;
          i++) {
       size_t at = rng_() % bound_.size();
       std::vector<int64_t> locs = page_locs(bound_[at], page_);

@@ -1,12 +1,12 @@
 /* Every public header of cuda/ and core/device_ref.h compiles as pure C11
  * (the GoogleTest files see them through C++ only). */
+#include <stdio.h>
+
 #include "core/device_ref.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_budget.h"
 #include "cuda/device_layout.h"
 #include "cuda/device_tables.h"
-
-#include <stdio.h>
 
 int main(void) {
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;

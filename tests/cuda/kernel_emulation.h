@@ -106,9 +106,8 @@ inline unsigned long long atomicAdd(unsigned long long *address, unsigned long l
 
 inline unsigned long long atomicMin(unsigned long long *address, unsigned long long value) {
   unsigned long long old = __atomic_load_n(address, __ATOMIC_SEQ_CST);
-  while (value < old &&
-         !__atomic_compare_exchange_n(address, &old, value, false, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_SEQ_CST)) {
+  while (value < old && !__atomic_compare_exchange_n(address, &old, value, false, __ATOMIC_SEQ_CST,
+                                                     __ATOMIC_SEQ_CST)) {
   }
   return old;
 }

@@ -4,8 +4,6 @@
 // comparison with the nvcc-built kernels on a GPU.
 #include "tests/cuda/kernel_emulation.h"  // before the kernels: the CUDA built-ins
 
-#include "cuda/device_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "core/device_ref.h"
+#include "cuda/device_kernels.cuh"
 #include "tests/cuda/fixtures.h"
 
 using namespace kvs_cuda_test;
@@ -38,10 +37,18 @@ std::vector<kvs_journal_entry> random_journal(std::mt19937_64 &rng, const kvs_ta
     e.window_page = rng() % 4 == 0 ? KVS_JOURNAL_FREED : int64_t(rng() % (win_pages - 1));
     if (rng() % 100 < bad_percent) {
       switch (rng() % 4) {
-        case 0: e.full_page = full_pages - 1; break;
-        case 1: e.full_page = full_pages + rng() % 1000; break;
-        case 2: e.window_page = int64_t(win_pages - 1); break;
-        default: e.window_page = -2 - int64_t(rng() % 1000); break;
+        case 0:
+          e.full_page = full_pages - 1;
+          break;
+        case 1:
+          e.full_page = full_pages + rng() % 1000;
+          break;
+        case 2:
+          e.window_page = int64_t(win_pages - 1);
+          break;
+        default:
+          e.window_page = -2 - int64_t(rng() % 1000);
+          break;
       }
     }
   }
@@ -66,8 +73,7 @@ TEST(KernelEmulation, the_journal_kernel_keeps_the_last_fitting_entry_per_page_a
                 KVS_OK);
       kvs_emu::launch(apply_grid(n), kApplyThreads, apply_journal_kernel, emulated.data(),
                       dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page,
-                      static_cast<const kvs_journal_entry *>(journal.data()), uint64_t(n),
-                      &fault);
+                      static_cast<const kvs_journal_entry *>(journal.data()), uint64_t(n), &fault);
       ASSERT_EQ(emulated, ref);
       expect_fault(fault, ref_fault);
     }
@@ -86,9 +92,8 @@ TEST(KernelEmulation, a_leaders_journal_applied_by_the_kernel_reproduces_its_map
     leader.release(leader.rng()() % 80);
     std::vector<kvs_journal_entry> journal = leader.drain();
     kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-    kvs_emu::launch(apply_grid(journal.size()), kApplyThreads, apply_journal_kernel,
-                    table.data(), dims.page, dims.full_token / dims.page,
-                    dims.n_win_slots / dims.page,
+    kvs_emu::launch(apply_grid(journal.size()), kApplyThreads, apply_journal_kernel, table.data(),
+                    dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page,
                     static_cast<const kvs_journal_entry *>(journal.data()),
                     uint64_t(journal.size()), &fault);
     ASSERT_EQ(table, mapping_of(leader.pool())) << "round " << round;
@@ -107,8 +112,9 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
   std::vector<int64_t> locs(n);
   for (size_t i = 0; i < n; i++) {
     uint64_t kind = rng() % 50;
-    locs[i] = kind == 0 ? -1 : kind == 1 ? int64_t(dims.full_token + rng() % 3)
-                                         : int64_t(rng() % dims.full_token);
+    locs[i] = kind == 0   ? -1
+              : kind == 1 ? int64_t(dims.full_token + rng() % 3)
+                          : int64_t(rng() % dims.full_token);
   }
   std::vector<int64_t> ref(n);
   kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
@@ -133,8 +139,8 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
     expect_fault(fault, ref_fault);
     kvs_emu::launch(flat_grid(n, max_blocks), kFlatThreads, state_locs_kernel,
                     kvs_tm_div_make(dims.page), dims.n_win_slots,
-                    static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(),
-                    hca.data(), &state_fault);
+                    static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(), hca.data(),
+                    &state_fault);
     EXPECT_EQ(csa, ref_csa);
     EXPECT_EQ(hca, ref_hca);
     expect_fault(state_fault, ref_state_fault);
@@ -142,10 +148,9 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
   // One ring alone leaves the other output unwritten.
   std::vector<int64_t> csa(n, kPoison);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  kvs_emu::launch(flat_grid(n, 1000), kFlatThreads, state_locs_kernel,
-                  kvs_tm_div_make(dims.page), dims.n_win_slots,
-                  static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(),
-                  static_cast<int64_t *>(nullptr), &fault);
+  kvs_emu::launch(flat_grid(n, 1000), kFlatThreads, state_locs_kernel, kvs_tm_div_make(dims.page),
+                  dims.n_win_slots, static_cast<const int64_t *>(slots.data()), uint64_t(n),
+                  csa.data(), static_cast<int64_t *>(nullptr), &fault);
   EXPECT_EQ(csa, ref_csa);
 }
 
@@ -154,8 +159,8 @@ namespace {
 void expect_ring_ctx(uint64_t page, uint64_t block_size, uint64_t stride, size_t n_req,
                      uint32_t max_blocks, bool with_faults, uint64_t seed) {
   SCOPED_TRACE(testing::Message() << "P " << page << " block_size " << block_size << " stride "
-                                  << stride << " requests " << n_req << " max_blocks "
-                                  << max_blocks << (with_faults ? " with faults" : ""));
+                                  << stride << " requests " << n_req << " max_blocks " << max_blocks
+                                  << (with_faults ? " with faults" : ""));
   std::mt19937_64 rng(seed);
   kvs_geometry g = page % 128 == 0 ? small_geometry() : make_geometry(8, 4, {0, 4});
   Pool pool = make_pool(sizes_for(g, 64, 40, page), 0);
@@ -184,10 +189,9 @@ void expect_ring_ctx(uint64_t page, uint64_t block_size, uint64_t stride, size_t
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
   kvs_emu::launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel,
                   static_cast<const int64_t *>(map.data()), dims.full_token, dims.page,
-                  kvs_tm_div_make(dims.page), static_cast<const int32_t *>(b.pages.data()),
-                  stride, kvs_tm_div_make(block_size),
-                  static_cast<const int64_t *>(b.positions.data()), uint64_t(n_req),
-                  e_own.data(), e_prev.data(), e_ring.data(), &fault);
+                  kvs_tm_div_make(dims.page), static_cast<const int32_t *>(b.pages.data()), stride,
+                  kvs_tm_div_make(block_size), static_cast<const int64_t *>(b.positions.data()),
+                  uint64_t(n_req), e_own.data(), e_prev.data(), e_ring.data(), &fault);
   EXPECT_EQ(e_own, own);
   EXPECT_EQ(e_prev, prev);
   EXPECT_EQ(e_ring, ring);
