@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install what is missing, then
-# run every test. The last line printed is the test runner's summary.
+# run every test twice: a plain build, then under AddressSanitizer and
+# UndefinedBehaviorSanitizer (--config=asan). Extra arguments go to both
+# `bazel test` runs. The last line printed is the test runner's summary of
+# the last run made; a plain run that fails stops there, with its summary.
+# Then RELIABILITY.md is regenerated from the logs of these runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -9,11 +13,28 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 summary_pattern='^Executed [0-9]+ out of [0-9]+ tests?'
 
-# Bazel prints hints after its summary; hold the summary back and print it
-# last, so the runner's verdict is the final line.
-bazel test --ui_event_filters=-info --noshow_progress //... "$@" 2>&1 | tee "$log" |
-  grep -Ev "$summary_pattern"
-status=${PIPESTATUS[0]}
-summary=$(grep -E "$summary_pattern" "$log" | tail -n 1)
-echo "${summary:-no test summary: bazel test exited with status $status}"
-exit "$status"
+# run LABEL BAZEL_ARGS...: one `bazel test //...`, its summary held back.
+run() {
+  local label=$1
+  shift
+  echo "== $label: bazel test $* //..."
+  bazel test --ui_event_filters=-info --noshow_progress "$@" //... 2>&1 | tee "$log" |
+    grep -Ev "$summary_pattern"
+  status=${PIPESTATUS[0]}
+  summary=$(grep -E "$summary_pattern" "$log" | tail -n 1)
+  summary=${summary:-no test summary: bazel test exited with status $status}
+}
+
+run "plain build" "$@"
+if [ "$status" -ne 0 ]; then
+  echo "$summary"
+  exit "$status"
+fi
+plain_summary=$summary
+run "ASan + UBSan build" --config=asan "$@"
+asan_status=$status
+tools/reliability-report.sh >/dev/null 2>&1 ||
+  echo "note: RELIABILITY.md could not be regenerated (tools/reliability-report.sh)"
+echo "plain build: $plain_summary"
+echo "$summary"
+exit "$asan_status"
