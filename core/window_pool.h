@@ -102,7 +102,8 @@ const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool);
  * predecessor (position 0 reads itself), and for each ring slot j < P the
  * slot of the latest position p <= pos with p % P == j, or -1 where the
  * sequence has not reached j. full_locs is the request's snapshot of full
- * locations per position (n of them; pos < n). ring_out holds P entries.
+ * locations per position (n of them; pos < n). ring_out holds P entries;
+ * on an error its contents are unspecified (the pool is never changed).
  * Computed fresh on every call: a cached context freezes stale slots. */
 kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64_t pos,
                                       const int64_t *full_locs, size_t n,

@@ -93,7 +93,7 @@ static int parse(int argc, char **argv, plan_args *a) {
   longs[n] = (struct option){0, 0, 0, 0};
 
   kvs_error err;
-  optind = 1;
+  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
   opterr = 0;
   int id;
   while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {

@@ -1,7 +1,8 @@
 """libFuzzer targets, built with Debian's clang outside Bazel's gcc toolchain.
 
 kvs_fuzz_test compiles a harness and the library sources it needs (the .c
-files among `srcs`; headers ride along) in one clang invocation with
+files among `srcs`; headers ride along; `cflags` adds include and library
+paths) in one clang invocation with
 -fsanitize=fuzzer,address,undefined, and wraps the binary in an sh_test
 (tests/fuzz/run_fuzzer.sh) that replays every input under `corpus` (seed
 inputs and kept regression inputs alike: each must pass), then fuzzes from
@@ -13,6 +14,7 @@ def kvs_fuzz_test(
         harness,
         srcs,
         libs = [],
+        cflags = [],
         corpus = [],
         flags = [],
         seconds = 5,
@@ -27,6 +29,7 @@ def kvs_fuzz_test(
             "/usr/bin/clang -std=c11 -O1 -g -D_GNU_SOURCE",
             "-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all",
             "-I. -I$(GENDIR)",
+        ] + cflags + [
             "$$(for f in $(SRCS); do case $$f in *.c) echo $$f;; esac; done)",
             "-o $@",
         ] + ["-l" + lib for lib in libs]),

@@ -16,6 +16,10 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/corpus"
 inputs=0
 for dir in "$@"; do
+  if [ ! -d "$dir" ]; then
+    echo "FAIL: corpus folder $dir is missing from the test's runfiles"
+    exit 1
+  fi
   for input in "$dir"/*; do
     case "$input" in *.md | */README*) continue ;; esac
     [ -f "$input" ] || continue
