@@ -17,7 +17,7 @@ summary_pattern='^Executed [0-9]+ out of [0-9]+ tests?'
 run() {
   local label=$1
   shift
-  echo "== $label: bazel test $* //..."
+  echo "== $label: bazel test${*:+ $*} //..."
   bazel test --ui_event_filters=-info --noshow_progress "$@" //... 2>&1 | tee "$log" |
     grep -Ev "$summary_pattern"
   status=${PIPESTATUS[0]}
