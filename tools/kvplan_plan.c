@@ -37,8 +37,7 @@ enum {
   OPT_BUDGET_PER_GPU,
   OPT_MEMORY_RATIO,
   OPT_JSON,
-  OPT_SVG,
-  OPT_HELP
+  OPT_SVG
 };
 
 static void usage(FILE *out) {
@@ -76,71 +75,40 @@ typedef struct plan_args {
 
 /* Parses argv into args: 0 to go on, -1 after --help (exit 0), else the
  * exit status. */
-static int parse(int argc, char **argv, plan_args *a) {
-  struct option longs[64];
-  size_t n = 0;
-  longs[n++] = (struct option){"topology", required_argument, NULL, OPT_TOPOLOGY};
-  longs[n++] = (struct option){"tp", required_argument, NULL, OPT_TP};
-  longs[n++] = (struct option){"pp", required_argument, NULL, OPT_PP};
-  longs[n++] = (struct option){"budget", required_argument, NULL, OPT_BUDGET};
-  longs[n++] = (struct option){"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU};
-  longs[n++] = (struct option){"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO};
-  longs[n++] = (struct option){"json", no_argument, NULL, OPT_JSON};
-  longs[n++] = (struct option){"svg", required_argument, NULL, OPT_SVG};
-  longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
-  memcpy(longs + n, kvs_plan_long_options, kvs_plan_long_options_count * sizeof longs[0]);
-  n += kvs_plan_long_options_count;
-  longs[n] = (struct option){0, 0, 0, 0};
+static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err) {
+  plan_args *a = ctx;
+  switch (id) {
+    case OPT_TOPOLOGY: a->topology = value; return KVS_OK;
+    case OPT_TP: a->have_tp = true; return kvs_parse_u64("--tp", value, &a->tp, err);
+    case OPT_PP: a->have_pp = true; return kvs_parse_u64("--pp", value, &a->pp, err);
+    case OPT_BUDGET:
+      a->have_budget = true;
+      return kvs_parse_bytes("--budget", value, &a->budget, err);
+    case OPT_BUDGET_PER_GPU:
+      return kvs_parse_bytes_list("--budget-per-gpu", value, a->budgets, MAX_GPUS,
+                                  &a->n_budgets, err);
+    case OPT_MEMORY_RATIO:
+      a->have_ratio = true;
+      return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);
+    case OPT_JSON: a->json = true; return KVS_OK;
+    default: a->svg = value; return KVS_OK; /* OPT_SVG */
+  }
+}
 
-  kvs_error err;
-  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
-  opterr = 0;
-  int id;
-  while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
-    kvs_status status = KVS_OK;
-    switch (id) {
-      case OPT_TOPOLOGY: a->topology = optarg; break;
-      case OPT_TP:
-        a->have_tp = true;
-        status = kvs_parse_u64("--tp", optarg, &a->tp, &err);
-        break;
-      case OPT_PP:
-        a->have_pp = true;
-        status = kvs_parse_u64("--pp", optarg, &a->pp, &err);
-        break;
-      case OPT_BUDGET:
-        a->have_budget = true;
-        status = kvs_parse_bytes("--budget", optarg, &a->budget, &err);
-        break;
-      case OPT_BUDGET_PER_GPU:
-        status = kvs_parse_bytes_list("--budget-per-gpu", optarg, a->budgets, MAX_GPUS,
-                                      &a->n_budgets, &err);
-        break;
-      case OPT_MEMORY_RATIO:
-        a->have_ratio = true;
-        status = kvs_parse_double("--memory-ratio", optarg, &a->memory_ratio, &err);
-        break;
-      case OPT_JSON: a->json = true; break;
-      case OPT_SVG: a->svg = optarg; break;
-      case OPT_HELP: usage(stdout); return -1;
-      case ':':
-        fprintf(stderr, "kvplan plan: %s needs a value\n", argv[optind - 1]);
-        return 2;
-      case '?':
-        fprintf(stderr, "kvplan plan: unknown flag '%s'\n", argv[optind - 1]);
-        usage(stderr);
-        return 2;
-      default: status = kvs_plan_options_apply(&a->options, id, optarg, &err); break;
-    }
-    if (status != KVS_OK) {
-      fprintf(stderr, "kvplan plan: %s\n", err.message);
-      return 2;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "kvplan plan: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+static int parse(int argc, char **argv, plan_args *a) {
+  static const struct option own[] = {
+      {"topology", required_argument, NULL, OPT_TOPOLOGY},
+      {"tp", required_argument, NULL, OPT_TP},
+      {"pp", required_argument, NULL, OPT_PP},
+      {"budget", required_argument, NULL, OPT_BUDGET},
+      {"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU},
+      {"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO},
+      {"json", no_argument, NULL, OPT_JSON},
+      {"svg", required_argument, NULL, OPT_SVG},
+  };
+  int rc = kvs_plan_options_parse("kvplan plan", argc, argv, own, sizeof own / sizeof own[0],
+                                  plan_flag, a, &a->options, usage);
+  if (rc != 0) return rc;
   if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
     fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
     return 2;

@@ -9,7 +9,7 @@
 #include "tools/kvplan.h"
 #include "tools/plan_options.h"
 
-enum { OPT_BUDGET = 1, OPT_JSON, OPT_HELP };
+enum { OPT_BUDGET = 1, OPT_JSON };
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -108,51 +108,36 @@ static void print_table(const char *model, const kvs_geometry *g, uint64_t budge
   }
 }
 
+typedef struct solve_args {
+  bool json;
+  bool have_budget;
+  uint64_t budget;
+} solve_args;
+
+static kvs_status solve_flag(void *ctx, int id, const char *value, kvs_error *err) {
+  solve_args *a = ctx;
+  if (id == OPT_JSON) {
+    a->json = true;
+    return KVS_OK;
+  }
+  a->have_budget = true;
+  return kvs_parse_bytes("--budget", value, &a->budget, err);
+}
+
 int kvs_kvplan_solve(int argc, char **argv) {
+  static const struct option own[] = {
+      {"budget", required_argument, NULL, OPT_BUDGET},
+      {"json", no_argument, NULL, OPT_JSON},
+  };
   kvs_plan_options options;
   kvs_plan_options_init(&options);
-  struct option longs[64];
-  size_t n = 0;
-  longs[n++] = (struct option){"budget", required_argument, NULL, OPT_BUDGET};
-  longs[n++] = (struct option){"json", no_argument, NULL, OPT_JSON};
-  longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
-  memcpy(longs + n, kvs_plan_long_options, kvs_plan_long_options_count * sizeof longs[0]);
-  n += kvs_plan_long_options_count;
-  longs[n] = (struct option){0, 0, 0, 0};
-
-  bool json = false, have_budget = false;
-  uint64_t budget = 0;
+  solve_args a = {false, false, 0};
+  int rc = kvs_plan_options_parse("kvplan solve", argc, argv, own, sizeof own / sizeof own[0],
+                                  solve_flag, &a, &options, usage);
+  if (rc != 0) return rc < 0 ? 0 : rc;
+  bool json = a.json, have_budget = a.have_budget;
+  uint64_t budget = a.budget;
   kvs_error err;
-  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
-  opterr = 0;
-  int id;
-  while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
-    kvs_status status = KVS_OK;
-    switch (id) {
-      case OPT_BUDGET:
-        have_budget = true;
-        status = kvs_parse_bytes("--budget", optarg, &budget, &err);
-        break;
-      case OPT_JSON: json = true; break;
-      case OPT_HELP: usage(stdout); return 0;
-      case ':':
-        fprintf(stderr, "kvplan solve: %s needs a value\n", argv[optind - 1]);
-        return 2;
-      case '?':
-        fprintf(stderr, "kvplan solve: unknown flag '%s'\n", argv[optind - 1]);
-        usage(stderr);
-        return 2;
-      default: status = kvs_plan_options_apply(&options, id, optarg, &err); break;
-    }
-    if (status != KVS_OK) {
-      fprintf(stderr, "kvplan solve: %s\n", err.message);
-      return 2;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "kvplan solve: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
   if (!have_budget) {
     fprintf(stderr, "kvplan solve: --budget is required\n");
     usage(stderr);

@@ -1,5 +1,6 @@
 #include "tools/plan_options.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "tools/args.h"
@@ -18,6 +19,7 @@ enum {
   OPT_MAX_RUNNING,
   OPT_RADIX,
   OPT_NO_RADIX,
+  OPT_HELP,
 };
 
 const struct option kvs_plan_long_options[] = {
@@ -137,4 +139,54 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geo
   }
   return kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, floor_pages,
                                 err);
+}
+
+int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
+                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
+                           kvs_plan_options *options, void (*usage)(FILE *out)) {
+  enum { MAX_FLAGS = 64 };
+  struct option longs[MAX_FLAGS];
+  if (n_own + kvs_plan_long_options_count + 2 > MAX_FLAGS) {
+    fprintf(stderr, "%s: too many flags for the parser's table\n", tool);
+    return 2;
+  }
+  size_t n = 0;
+  memcpy(longs, own, n_own * sizeof longs[0]);
+  n += n_own;
+  memcpy(longs + n, kvs_plan_long_options, kvs_plan_long_options_count * sizeof longs[0]);
+  n += kvs_plan_long_options_count;
+  longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
+  longs[n] = (struct option){0, 0, 0, 0};
+
+  kvs_error err;
+  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
+  opterr = 0;
+  int id;
+  while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
+    kvs_status status;
+    if (id == OPT_HELP) {
+      usage(stdout);
+      return -1;
+    } else if (id == ':') {
+      fprintf(stderr, "%s: %s needs a value\n", tool, argv[optind - 1]);
+      return 2;
+    } else if (id == '?') {
+      fprintf(stderr, "%s: unknown flag '%s'\n", tool, argv[optind - 1]);
+      usage(stderr);
+      return 2;
+    } else if (id >= OPT_MODEL) {
+      status = kvs_plan_options_apply(options, id, optarg, &err);
+    } else {
+      status = own_flag(ctx, id, optarg, &err);
+    }
+    if (status != KVS_OK) {
+      fprintf(stderr, "%s: %s\n", tool, err.message);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "%s: unexpected argument '%s'\n", tool, argv[optind]);
+    return 2;
+  }
+  return 0;
 }

@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
@@ -52,6 +53,21 @@ extern const char kvs_plan_options_help[];
  * KVS_ERR_NOT_FOUND when id is not a shared flag. */
 kvs_status kvs_plan_options_apply(kvs_plan_options *options, int id, const char *value,
                                   kvs_error *err);
+
+/* A subcommand's own flag handler: applies flag `id` (from its own table)
+ * with `value`, or fills err and returns its status. */
+typedef kvs_status (*kvs_own_flag_fn)(void *ctx, int id, const char *value, kvs_error *err);
+
+/* The one parse loop of kvplan's subcommands: getopt_long over argv with
+ * the subcommand's own flags (ids below 1000, `own` of n_own entries),
+ * the shared flags and --help. Each own flag goes to own_flag, each shared
+ * one into *options. Missing values, unknown flags, bad values and stray
+ * arguments are reported on stderr as "<tool>: ..." (with usage for an
+ * unknown flag). Returns 0 when parsed, -1 when --help printed the usage
+ * on stdout, 2 on bad usage. Re-entrant across calls (getopt is reset). */
+int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
+                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
+                           kvs_plan_options *options, void (*usage)(FILE *out));
 
 /* The geometry and the floor in window pages the options describe. Flags
  * that contradict each other (a model and an explicit geometry, a floor
