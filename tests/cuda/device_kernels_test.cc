@@ -146,36 +146,6 @@ long long first_difference(const std::vector<T> &a, const std::vector<T> &b) {
                        << (at_ >= 0 && size_t(at_) < (ref).size() ? (ref)[at_] : 0);      \
   } while (0)
 
-// A journal with many entries per full page, so superseded entries cross
-// the kernel's 32-entry blocks; a share of entries may not fit.
-std::vector<kvs_journal_entry> random_journal(std::mt19937_64 &rng, const kvs_table_dims &dims,
-                                              size_t n, uint64_t distinct_pages,
-                                              unsigned bad_percent) {
-  uint64_t full_pages = dims.full_token / dims.page;
-  uint64_t win_pages = dims.n_win_slots / dims.page;
-  std::vector<kvs_journal_entry> journal(n);
-  for (auto &e : journal) {
-    e.full_page = rng() % std::min(distinct_pages, full_pages - 1);
-    e.window_page = rng() % 4 == 0 ? KVS_JOURNAL_FREED : int64_t(rng() % (win_pages - 1));
-    if (rng() % 100 < bad_percent) {
-      switch (rng() % 4) {
-        case 0:
-          e.full_page = full_pages - 1;
-          break;  // the dummy
-        case 1:
-          e.full_page = full_pages + rng() % 1000;
-          break;  // past the history
-        case 2:
-          e.window_page = int64_t(win_pages - 1);
-          break;  // the dummy window page
-        default:
-          e.window_page = -2 - int64_t(rng() % 1000);
-          break;  // not a page
-      }
-    }
-  }
-  return journal;
-}
 
 }  // namespace
 
