@@ -133,6 +133,19 @@ static int hex_value(char c) {
   return -1;
 }
 
+bool kvs_hex_decode(const char *text, uint8_t *out, size_t cap, size_t *len) {
+  size_t n = strlen(text);
+  if (n % 2 != 0 || n / 2 > cap) return false;
+  for (size_t i = 0; i < n; i++) {
+    if (hex_value(text[i]) < 0) return false;
+  }
+  for (size_t i = 0; i < n / 2; i++) {
+    out[i] = (uint8_t)(hex_value(text[2 * i]) << 4 | hex_value(text[2 * i + 1]));
+  }
+  *len = n / 2;
+  return true;
+}
+
 kvs_status kvs_block_hash_parse(const char *hex, kvs_block_hash *out, kvs_error *err) {
   if (hex == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hex text or output is NULL");

@@ -55,6 +55,11 @@ bool kvs_block_hash_equal(const kvs_block_hash *a, const kvs_block_hash *b);
  * KVS_BLOCK_HASH_HEX_LEN + 1 bytes); returns out. */
 char *kvs_block_hash_hex(const kvs_block_hash *hash, char *out);
 
+/* Decodes a string of hex digit pairs (either case) into out[0..cap);
+ * false, with out untouched, for an odd count, a non-hex character or more
+ * than cap bytes. *len receives the byte count. */
+bool kvs_hex_decode(const char *text, uint8_t *out, size_t cap, size_t *len);
+
 /* Parses exactly 32 hex digits (either case). Anything else fails with
  * KVS_ERR_PARSE, *out untouched. */
 kvs_status kvs_block_hash_parse(const char *hex, kvs_block_hash *out, kvs_error *err);

@@ -341,7 +341,7 @@ static kvs_status check_identity(const char *model, const uint8_t *weights, size
   return KVS_OK;
 }
 
-static kvs_status check_layers(const kvs_block_layer *layers, size_t n_layers, kvs_error *err) {
+kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers, kvs_error *err) {
   if (n_layers > 0 && layers == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers given as NULL", n_layers);
   }
@@ -365,7 +365,7 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
                                        kvs_error *err) {
   kvs_status st = check_identity(model, weights, weights_len, err);
   if (st != KVS_OK) return st;
-  st = check_layers(layers, n_layers, err);
+  st = kvs_block_layers_check(layers, n_layers, err);
   if (st != KVS_OK) return st;
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
   kvs_signature_error local;
@@ -475,7 +475,7 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers,
                                   const kvs_block_signature *expected, kvs_block_signature *actual,
                                   kvs_signature_error *why, kvs_error *err) {
-  kvs_status st = check_layers(layers, n_layers, err);
+  kvs_status st = kvs_block_layers_check(layers, n_layers, err);
   if (st != KVS_OK) return st;
   kvs_signature_error local;
 

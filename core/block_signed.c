@@ -36,20 +36,11 @@ static bool add_section(uint64_t *total, uint64_t elems, size_t elem_size) {
 
 static kvs_status check_parts(const kvs_block_signature *recorded, const kvs_block_layer *layers,
                               size_t n_layers, bool need_data, kvs_error *err) {
-  if (n_layers > 0 && layers == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers given as NULL", n_layers);
-  }
-  if (n_layers > UINT32_MAX) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers do not fit the format",
-                         n_layers);
-  }
-  for (size_t i = 0; i < n_layers; i++) {
+  kvs_status st = kvs_block_layers_check(layers, n_layers, err);
+  if (st != KVS_OK) return st;
+  for (size_t i = 0; need_data && i < n_layers; i++) {
     const kvs_block_layer *l = &layers[i];
-    if (kvs_dtype_size(l->dtype) == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has unknown dtype code %d", i,
-                           (int)l->dtype);
-    }
-    if (need_data && ((l->k_elems > 0 && l->k == NULL) || (l->v_elems > 0 && l->v == NULL))) {
+    if ((l->k_elems > 0 && l->k == NULL) || (l->v_elems > 0 && l->v == NULL)) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layer %zu has a NULL K or V buffer", i);
     }
   }

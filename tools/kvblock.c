@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "core/block_codec.h"
+#include "core/block_hash.h"
 #include "core/block_layout.h"
 #include "core/block_signature.h"
 #include "core/block_signed.h"
@@ -60,25 +61,6 @@ static int usage_error(const char *fmt, const char *what) {
   fprintf(stderr, fmt, what);
   fprintf(stderr, "\n%s", usage_text);
   return EXIT_USAGE;
-}
-
-static int hex_nibble(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static bool parse_hex(const char *text, uint8_t *out, size_t cap, size_t *len) {
-  size_t n = strlen(text);
-  if (n % 2 != 0 || n / 2 > cap) return false;
-  for (size_t i = 0; i < n / 2; i++) {
-    int hi = hex_nibble(text[2 * i]), lo = hex_nibble(text[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out[i] = (uint8_t)(hi << 4 | lo);
-  }
-  *len = n / 2;
-  return true;
 }
 
 /* A positive count that fits 32 bits. */
@@ -141,7 +123,7 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
     } else if (strcmp(name, "--weights") == 0) {
       dup = f->have_weights;
       f->have_weights = true;
-      if (!parse_hex(value, f->weights, sizeof f->weights, &f->weights_len)) {
+      if (!kvs_hex_decode(value, f->weights, sizeof f->weights, &f->weights_len)) {
         return usage_error("--weights must be an even number of hex digits, at most 128: '%s'",
                            value);
       }
