@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_status.h"
 #include "shard/wait.h"
 
 typedef struct nccl_ctx {
@@ -20,13 +21,13 @@ typedef struct nccl_ctx {
   kvs_comm_buffer barrier_word; /* one device word for barriers */
 } nccl_ctx;
 
-/* Reads and clears a CUDA error (a non-sticky one would otherwise be
- * reported again by the next unrelated call). */
+/* A CUDA failure, named for this rank and device (kvs_cuda_status: the one
+ * mapping of CUDA errors, which also clears a non-sticky one). */
 static kvs_status cuda_failed(nccl_ctx *ctx, cudaError_t code, const char *what, kvs_error *err) {
-  (void)cudaGetLastError();
-  return kvs_error_set(err, KVS_ERR_CUDA, "nccl backend %s on rank %d (device %d) failed: %s (%s)",
-                       what, ctx->rank, ctx->device, cudaGetErrorName(code),
-                       cudaGetErrorString(code));
+  char call[160];
+  snprintf(call, sizeof call, "nccl backend %s on rank %d (device %d)", what, ctx->rank,
+           ctx->device);
+  return kvs_cuda_status(code, call, err);
 }
 
 #define CUDA_CHECK(ctx, call, what, err)                                                         \
@@ -211,20 +212,10 @@ static const kvs_comm_vtable nccl_vtable = {
 
 int kvs_comm_nccl_device_count(char *why, size_t why_cap) {
   int count = 0;
-  cudaError_t rc = cudaGetDeviceCount(&count);
-  if (rc != cudaSuccess || count <= 0) {
-    if (why != NULL && why_cap > 0) {
-      if (rc != cudaSuccess) {
-        snprintf(why, why_cap, "no CUDA device visible: cudaGetDeviceCount returned %d (%s: %s)",
-                 (int)rc, cudaGetErrorName(rc), cudaGetErrorString(rc));
-      } else {
-        snprintf(why, why_cap, "no CUDA device visible: cudaGetDeviceCount found 0 devices");
-      }
-    }
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
+  kvs_error err;
+  if (kvs_cuda_device_count(&count, &err) == KVS_OK) return count;
+  if (why != NULL && why_cap > 0) snprintf(why, why_cap, "%s", err.message);
+  return 0;
 }
 
 kvs_status kvs_comm_nccl_stream(const struct kvs_comm *comm, cudaStream_t *stream, int *device,

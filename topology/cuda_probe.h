@@ -1,11 +1,7 @@
-/* What the CUDA runtime says about the visible GPUs: the only place in
- * topology/ that calls CUDA, so the rest stays testable without it.
- *
- * Reading free memory (cudaMemGetInfo) needs a context on each device:
- * the probe sets each device current once, which creates its primary
- * context (a few hundred MiB of device memory, the same the serving
- * process would create). It never resets a device, since a caller inside
- * a serving process may be using those contexts. */
+/* The visible CUDA devices as topology/ needs them: the list from the
+ * cuda/ leaf (cuda/cuda_device.h, the one place that asks the CUDA
+ * runtime), each PCI bus id parsed. topology/ itself calls no CUDA, so
+ * the rest stays testable without it. */
 #ifndef KVS_TOPOLOGY_CUDA_PROBE_H
 #define KVS_TOPOLOGY_CUDA_PROBE_H
 
@@ -27,11 +23,11 @@ typedef struct kvs_cuda_device {
   uint64_t total_bytes;
 } kvs_cuda_device;
 
-/* Lists the visible CUDA devices into out[0..cap) in ordinal order.
- * No driver, no device, or a runtime error is KVS_ERR_UNSUPPORTED with
- * the CUDA error string in the message (the caller falls back); more
- * devices than cap is KVS_ERR_INVALID_ARGUMENT. *n_out and out are
- * written only on success. The current device is restored. */
+/* Lists the visible CUDA devices into out[0..cap) in ordinal order
+ * (kvs_cuda_devices_list). No driver or no device is KVS_ERR_UNSUPPORTED,
+ * a runtime error KVS_ERR_CUDA, each with the CUDA error in the message
+ * (the caller falls back to hwloc either way); more devices than cap is
+ * KVS_ERR_INVALID_ARGUMENT. *n_out and out are written only on success. */
 kvs_status kvs_cuda_probe(kvs_cuda_device *out, size_t cap, size_t *n_out, kvs_error *err);
 
 #ifdef __cplusplus
