@@ -67,8 +67,7 @@ typedef struct kvs_cost_terms {
  * defaults. The geometry must validate; the range must be non-empty and
  * inside the used layers. */
 kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,
-                               const kvs_row_widths *widths, kvs_cost_terms *out,
-                               kvs_error *err);
+                               const kvs_row_widths *widths, kvs_cost_terms *out, kvs_error *err);
 
 /* Python's round(): halves go to the even neighbour (0.5 -> 0, 1.5 -> 2).
  * The sizing uses it; the unit costs round up instead. */
@@ -107,7 +106,7 @@ kvs_status kvs_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, ui
 /* Pool dimensions for an anchor. Per-layer sizes are derived on demand by
  * kvs_pool_sizes_layer; they follow from these numbers and the ratio. */
 typedef struct kvs_pool_sizes {
-  uint64_t page;        /* P */
+  uint64_t page; /* P */
   double swa_ratio;
   uint64_t full_token;  /* num_pages * P: the budget anchor */
   uint64_t n_win_pages; /* window pages, the dummy page included */
@@ -120,10 +119,10 @@ uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes);
 /* One compressed layer's tier sizes. */
 typedef struct kvs_layer_sizes {
   uint32_t ratio;
-  uint64_t ring_size;  /* ring slots per window page */
-  uint64_t cmp_blocks; /* full_token / ratio: full-anchored */
-  bool has_indexer;    /* the two idx_* fields are meaningful only then */
-  uint64_t idx_blocks; /* full_token / 4 */
+  uint64_t ring_size;       /* ring slots per window page */
+  uint64_t cmp_blocks;      /* full_token / ratio: full-anchored */
+  bool has_indexer;         /* the two idx_* fields are meaningful only then */
+  uint64_t idx_blocks;      /* full_token / 4 */
   uint64_t state_slots;     /* n_win_pages * ring_size: window-anchored */
   uint64_t idx_state_slots; /* n_win_pages * 8 */
 } kvs_layer_sizes;
@@ -145,8 +144,7 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
 /* Layer `layer`'s sizes. *present is false for a ratio-0 layer, which has
  * a window tier and nothing else (out is then left alone). */
 kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
-                                size_t layer, bool *present, kvs_layer_sizes *out,
-                                kvs_error *err);
+                                size_t layer, bool *present, kvs_layer_sizes *out, kvs_error *err);
 
 /* The exact bytes of a pool, split by tier. Every allocated row counts:
  * n_scratch rows per compressed and indexer pool, one scratch row per
@@ -170,6 +168,17 @@ kvs_status kvs_pool_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geome
 kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                 uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
 
+/* What a device really allocates for a pool: core's exact bytes plus what
+ * its carve adds (a control area, alignment padding between regions). A
+ * planner that prices footprints plans what a device allocates, byte for
+ * byte; with neither control nor padding it is the exact bytes. */
+typedef struct kvs_device_footprint {
+  uint64_t exact_bytes;   /* kvs_pool_bytes_terms' total */
+  uint64_t control_bytes; /* the carve's control area (fault records, staging) */
+  uint64_t padding_bytes; /* every alignment gap */
+  uint64_t total_bytes;   /* exact + control + padding */
+} kvs_device_footprint;
+
 /* Why a budget was refused: it cannot pay for the minimal pool. */
 typedef struct kvs_budget_shortfall {
   uint64_t available_bytes;
@@ -188,16 +197,16 @@ kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geo
                                kvs_budget_shortfall *shortfall, kvs_error *err);
 
 kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
-                                     double swa_ratio, uint64_t floor_win_pages,
-                                     uint64_t page, uint64_t n_scratch, kvs_pool_sizes *out,
+                                     double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                     uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err);
 
 /* The affine (per page, fixed, reserve) price the auto planner splits
  * memory with. Conservative at shipped ratios; the pool itself is always
  * re-solved byte-exactly afterwards. */
 typedef struct kvs_auto_cost {
-  uint64_t cache_per_page;   /* cache_per_page + P * 8 (the mapping) */
-  uint64_t fixed_cache_size; /* intercept through the minimal pool, >= 0 */
+  uint64_t cache_per_page;     /* cache_per_page + P * 8 (the mapping) */
+  uint64_t fixed_cache_size;   /* intercept through the minimal pool, >= 0 */
   uint64_t min_reserve_tokens; /* (minimal pages + slack pages) * P */
 } kvs_auto_cost;
 

@@ -27,6 +27,7 @@
 #include "core/cost_model.h"
 #include "core/free_list.h"
 #include "core/journal.h"
+#include "core/serving_defaults.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -45,15 +46,15 @@ typedef struct kvs_window_pool_options {
 
 #define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
 #define KVS_WINDOW_POOL_OPTIONS_INIT \
-  { sizeof(kvs_window_pool_options), 0, true, KVS_WINDOW_POOL_DEFAULT_JOURNAL }
+  { sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL }
 
 /* Builds the mapping (all -1 plus the sentinel row), the free list over
  * n_win_slots - P slots, and the dummy binding. full_token and n_win_slots
  * must be whole pages, at least one each. options NULL means the INIT
  * values. */
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
-                                  const kvs_window_pool_options *options,
-                                  kvs_window_pool_t *out, kvs_error *err);
+                                  const kvs_window_pool_options *options, kvs_window_pool_t *out,
+                                  kvs_error *err);
 void kvs_window_pool_destroy(kvs_window_pool_t pool);
 
 uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool);
@@ -106,9 +107,8 @@ const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool);
  * on an error its contents are unspecified (the pool is never changed).
  * Computed fresh on every call: a cached context freezes stale slots. */
 kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64_t pos,
-                                      const int64_t *full_locs, size_t n,
-                                      int64_t *window_slot, int64_t *prev_window_slot,
-                                      int64_t *ring_out, kvs_error *err);
+                                      const int64_t *full_locs, size_t n, int64_t *window_slot,
+                                      int64_t *prev_window_slot, int64_t *ring_out, kvs_error *err);
 
 /* Binds a full page to a window page directly, outside the allocator and
  * the journal (the dummy page uses this; tests and fault injection do
@@ -121,16 +121,15 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
 /* Drops the bindings of the full pages these locations cover without
  * returning their window pages (negative locations ignored; whole pages
  * only). What a caller that leaks looks like. Not journaled. */
-kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs,
-                                      size_t n, kvs_error *err);
+kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                      kvs_error *err);
 
 /* Every window page is free or bound to exactly one full page, bindings
  * are page-atomic and aligned, the dummy and sentinel are intact, and
  * free units + bound pages == capacity units exactly (a <= would tolerate
  * a leak). Also checks the digest against its recomputation. The message
  * names the page at fault. */
-kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
-                                           kvs_error *err);
+kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, kvs_error *err);
 
 /* The running digest: a sum over bound full pages of a 64-bit mix of
  * (full page, window page), the dummy included. Equal mappings give equal
@@ -157,8 +156,8 @@ void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *ou
  * it. The whole batch is validated first and applied only if every entry
  * is consistent with this pool's state (KVS_ERR_CONFLICT names the entry
  * and page otherwise). Applied entries are not re-journaled. */
-kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries,
-                                 size_t n, kvs_error *err);
+kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries, size_t n,
+                                 kvs_error *err);
 
 /* Which position occupies ring slot j of a `win`-slot ring at decode
  * position pos: pos - ((pos - j) mod win) with a euclidean modulo, or -1

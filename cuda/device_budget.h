@@ -13,14 +13,16 @@
 
 #include <stdint.h>
 
+#include "core/serving_defaults.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define KVS_DEVICE_DEFAULT_MEMORY_RATIO 0.90
-#define KVS_DEVICE_DEFAULT_RESERVE_BYTES (512ull << 20) /* 512 MiB */
+/* The serving defaults (core/serving_defaults.h): 0.90 and 512 MiB. */
+#define KVS_DEVICE_DEFAULT_MEMORY_RATIO KVS_DEFAULT_MEMORY_RATIO
+#define KVS_DEVICE_DEFAULT_RESERVE_BYTES KVS_DEFAULT_RESERVE_BYTES
 
 typedef struct kvs_device_budget {
   uint64_t free_bytes;  /* as measured */
@@ -30,10 +32,11 @@ typedef struct kvs_device_budget {
   uint64_t budget_bytes; /* floor(free_bytes * memory_ratio) - reserve_bytes */
 } kvs_device_budget;
 
-/* The arithmetic alone: memory_ratio in (0, 1]; floor(free * ratio) taken
- * in double precision. A result of zero or less is
- * KVS_ERR_BUDGET_TOO_SMALL naming the three numbers. *out is written only
- * on success. */
+/* The arithmetic alone, which is core's one budget rule
+ * (kvs_memory_budget_rule on measured memory): memory_ratio in (0, 1];
+ * floor(free * ratio) taken in double precision. A result of zero or less
+ * is KVS_ERR_BUDGET_TOO_SMALL naming the three numbers. *out is written
+ * only on success. */
 kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, double memory_ratio,
                                      uint64_t reserve_bytes, kvs_device_budget *out,
                                      kvs_error *err);

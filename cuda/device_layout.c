@@ -104,6 +104,144 @@ static void set_span(kvs_device_span *s, kvs_device_tier tier, uint32_t ratio, u
   s->bytes = mul(add(rows, scratch_rows, of), row_bytes, of);
 }
 
+/* What the carve decides: the spans in allocation order, the control area
+ * and where the tiers start and end. */
+typedef struct carved {
+  kvs_device_span spans[KVS_DEVICE_SPAN_COUNT];
+  uint64_t control_offset, faults_offset, journal_offset, control_bytes;
+  uint64_t tiers_offset, tiers_end, total_bytes;
+} carved;
+
+/* The carve itself, which depends only on the layer mix (terms), the sizes
+ * and the options, so pricing a layout needs no per-layer tables. Also
+ * sums the rows it priced per tier (*sum). Overflow folds into *of. */
+static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
+                  const kvs_device_layout_options *options, carved *l, kvs_pool_breakdown *sum,
+                  bool *of) {
+  const kvs_row_widths *w = &terms->widths;
+  uint64_t ft = sizes->full_token;
+  uint64_t win_pages = sizes->n_win_pages;
+  kvs_device_span *s = l->spans;
+  set_span(&s[SPAN_MAPPING], KVS_DEVICE_TIER_MAPPING, 0, 1, ft, 1, KVS_INT64_BYTES, of);
+  set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms->n_layers, sizes->n_win_slots, 0,
+           w->kv, of);
+  set_span(&s[SPAN_CMP_CSA], KVS_DEVICE_TIER_COMPRESSED, KVS_CSA_RATIO, terms->n_csa,
+           ft / KVS_CSA_RATIO, options->n_scratch, w->kv, of);
+  set_span(&s[SPAN_CMP_HCA], KVS_DEVICE_TIER_COMPRESSED, KVS_HCA_RATIO, terms->n_hca,
+           ft / KVS_HCA_RATIO, options->n_scratch, w->kv, of);
+  set_span(&s[SPAN_INDEXER], KVS_DEVICE_TIER_INDEXER, KVS_CSA_RATIO, terms->n_csa,
+           ft / KVS_CSA_RATIO, options->n_scratch, w->index, of);
+  set_span(&s[SPAN_STATE_CSA], KVS_DEVICE_TIER_STATE, KVS_CSA_RATIO, terms->n_csa,
+           mul(win_pages, KVS_RING_SLOTS_CSA, of), 1, w->csa_state, of);
+  set_span(&s[SPAN_STATE_HCA], KVS_DEVICE_TIER_STATE, KVS_HCA_RATIO, terms->n_hca,
+           mul(win_pages, KVS_RING_SLOTS_HCA, of), 1, w->hca_state, of);
+  set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms->n_csa,
+           mul(win_pages, KVS_RING_SLOTS_CSA, of), 1, w->idx_state, of);
+
+  /* Control first: its fault records need 8-byte atomics, which an offset
+   * after ragged tiers at alignment 1 would not give. It is a multiple of
+   * 16 bytes, so the mapping after it is aligned whatever the option. */
+  uint64_t a = options->alignment;
+  l->control_offset = 0;
+  l->faults_offset = 0;
+  l->journal_offset = sizeof(kvs_device_faults);
+  l->control_bytes =
+      add(l->journal_offset, mul(options->journal_capacity, sizeof(kvs_journal_entry), of), of);
+  l->tiers_offset = align_up(l->control_bytes, a, of);
+
+  /* Each region starts on the alignment; the last of a kind needs no tail
+   * padding, the next kind aligns its own start. */
+  uint64_t cursor = l->tiers_offset;
+  memset(sum, 0, sizeof *sum);
+  for (int i = 0; i < KVS_DEVICE_SPAN_COUNT; i++) {
+    kvs_device_span *span = &s[i];
+    span->stride = align_up(span->bytes, a, of);
+    span->offset = align_up(cursor, a, of);
+    if (span->count > 0) {
+      cursor = add(add(span->offset, mul(span->count - 1, span->stride, of), of), span->bytes, of);
+    }
+    uint64_t data = mul(mul(span->count, span->rows, of), span->row_bytes, of);
+    uint64_t scratch = mul(mul(span->count, span->scratch_rows, of), span->row_bytes, of);
+    sum->scratch = add(sum->scratch, scratch, of);
+    switch (span->tier) {
+      case KVS_DEVICE_TIER_MAPPING:
+        sum->mapping = add(sum->mapping, data, of);
+        break;
+      case KVS_DEVICE_TIER_WINDOW:
+        sum->window = add(sum->window, data, of);
+        break;
+      case KVS_DEVICE_TIER_COMPRESSED:
+        sum->compressed = add(sum->compressed, data, of);
+        break;
+      case KVS_DEVICE_TIER_INDEXER:
+        sum->indexer = add(sum->indexer, data, of);
+        break;
+      case KVS_DEVICE_TIER_STATE:
+        sum->state = add(sum->state, data, of);
+        break;
+      case KVS_DEVICE_TIER_INDEX_STATE:
+        sum->index_state = add(sum->index_state, data, of);
+        break;
+    }
+  }
+  sum->total =
+      add(add(add(sum->window, sum->compressed, of), add(sum->indexer, sum->state, of), of),
+          add(add(sum->index_state, sum->mapping, of), sum->scratch, of), of);
+  l->tiers_end = cursor;
+  l->total_bytes = cursor;
+}
+
+/* What the carve needs of the sizes: whole pages and ratios that divide P. */
+static kvs_status check_sizes(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
+                              kvs_error *err) {
+  kvs_table_dims dims = {sizes->page, sizes->full_token, sizes->n_win_slots};
+  kvs_status status = kvs_table_dims_check(&dims, err);
+  if (status != KVS_OK) return status;
+  if ((terms->n_csa > 0 && sizes->page % KVS_CSA_RATIO != 0) ||
+      (terms->n_hca > 0 && sizes->page % KVS_HCA_RATIO != 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "P=%llu must be divisible by every compress ratio of the device's layers "
+                         "(%llu ratio-4, %llu ratio-128)",
+                         (unsigned long long)sizes->page, (unsigned long long)terms->n_csa,
+                         (unsigned long long)terms->n_hca);
+  }
+  if (sizes->n_layers != terms->n_layers) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "sizes were built for %llu layers, the device holds %llu",
+                         (unsigned long long)sizes->n_layers, (unsigned long long)terms->n_layers);
+  }
+  return KVS_OK;
+}
+
+static kvs_status overflowed(const kvs_pool_sizes *sizes, uint64_t alignment, kvs_error *err) {
+  return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                       "a %llu-token pool at alignment %llu exceeds 64 bits of bytes",
+                       (unsigned long long)sizes->full_token, (unsigned long long)alignment);
+}
+
+kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
+                                       const kvs_device_layout_options *options,
+                                       kvs_device_footprint *out, kvs_error *err) {
+  kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+  if (options == NULL) options = &defaults;
+  if (terms == NULL || sizes == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "terms, sizes or output is NULL");
+  }
+  kvs_status status;
+  if ((status = check_options(options, err)) || (status = check_sizes(terms, sizes, err))) {
+    return status;
+  }
+  carved c;
+  kvs_pool_breakdown sum;
+  bool of = false;
+  carve(terms, sizes, options, &c, &sum, &of);
+  kvs_device_footprint f = {sum.total, c.control_bytes, 0, c.total_bytes};
+  if (of) return overflowed(sizes, options->alignment, err);
+  f.padding_bytes = f.total_bytes - f.exact_bytes - f.control_bytes;
+  *out = f;
+  return KVS_OK;
+}
+
 kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, size_t end,
                                    const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
                                    const kvs_device_layout_options *options, kvs_device_layout *out,
@@ -118,16 +256,9 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
   kvs_pool_breakdown exact;
   if ((status = check_options(options, err)) ||
       (status = kvs_cost_terms_make(geometry, first, end, widths, &terms, err)) ||
-      (status = kvs_pool_bytes_terms(sizes, &terms, options->n_scratch, &exact, err))) {
+      (status = kvs_pool_bytes_terms(sizes, &terms, options->n_scratch, &exact, err)) ||
+      (status = check_sizes(&terms, sizes, err))) {
     return status;
-  }
-  kvs_table_dims dims = {sizes->page, sizes->full_token, sizes->n_win_slots};
-  if ((status = kvs_table_dims_check(&dims, err))) return status;
-  if ((terms.n_csa > 0 && sizes->page % KVS_CSA_RATIO != 0) ||
-      (terms.n_hca > 0 && sizes->page % KVS_HCA_RATIO != 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "P=%llu must be divisible by every ratio of layers [%zu, %zu)",
-                         (unsigned long long)sizes->page, first, end);
   }
 
   /* Built aside and copied out whole, so *out is untouched on failure. */
@@ -146,84 +277,19 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
                       : ratio == KVS_HCA_RATIO ? n_hca++
                                                : (uint32_t)i;
   }
-
   bool of = false;
-  const kvs_row_widths *w = &terms.widths;
-  uint64_t ft = sizes->full_token;
-  uint64_t win_pages = sizes->n_win_pages;
-  kvs_device_span *s = l.spans;
-  set_span(&s[SPAN_MAPPING], KVS_DEVICE_TIER_MAPPING, 0, 1, ft, 1, KVS_INT64_BYTES, &of);
-  set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms.n_layers, sizes->n_win_slots, 0, w->kv,
-           &of);
-  set_span(&s[SPAN_CMP_CSA], KVS_DEVICE_TIER_COMPRESSED, KVS_CSA_RATIO, terms.n_csa,
-           ft / KVS_CSA_RATIO, options->n_scratch, w->kv, &of);
-  set_span(&s[SPAN_CMP_HCA], KVS_DEVICE_TIER_COMPRESSED, KVS_HCA_RATIO, terms.n_hca,
-           ft / KVS_HCA_RATIO, options->n_scratch, w->kv, &of);
-  set_span(&s[SPAN_INDEXER], KVS_DEVICE_TIER_INDEXER, KVS_CSA_RATIO, terms.n_csa,
-           ft / KVS_CSA_RATIO, options->n_scratch, w->index, &of);
-  set_span(&s[SPAN_STATE_CSA], KVS_DEVICE_TIER_STATE, KVS_CSA_RATIO, terms.n_csa,
-           mul(win_pages, KVS_RING_SLOTS_CSA, &of), 1, w->csa_state, &of);
-  set_span(&s[SPAN_STATE_HCA], KVS_DEVICE_TIER_STATE, KVS_HCA_RATIO, terms.n_hca,
-           mul(win_pages, KVS_RING_SLOTS_HCA, &of), 1, w->hca_state, &of);
-  set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms.n_csa,
-           mul(win_pages, KVS_RING_SLOTS_CSA, &of), 1, w->idx_state, &of);
-
-  /* Control first: its fault records need 8-byte atomics, which an offset
-   * after ragged tiers at alignment 1 would not give. It is a multiple of
-   * 16 bytes, so the mapping after it is aligned whatever the option. */
-  uint64_t a = options->alignment;
-  l.control_offset = 0;
-  l.faults_offset = 0;
-  l.journal_offset = sizeof(kvs_device_faults);
-  l.control_bytes =
-      add(l.journal_offset, mul(options->journal_capacity, sizeof(kvs_journal_entry), &of), &of);
-  l.tiers_offset = align_up(l.control_bytes, a, &of);
-
-  /* Each region starts on the alignment; the last of a kind needs no tail
-   * padding, the next kind aligns its own start. */
-  uint64_t cursor = l.tiers_offset;
-  kvs_pool_breakdown sum = {0};
-  for (int i = 0; i < KVS_DEVICE_SPAN_COUNT; i++) {
-    kvs_device_span *span = &s[i];
-    span->stride = align_up(span->bytes, a, &of);
-    span->offset = align_up(cursor, a, &of);
-    if (span->count > 0) {
-      cursor =
-          add(add(span->offset, mul(span->count - 1, span->stride, &of), &of), span->bytes, &of);
-    }
-    uint64_t data = mul(mul(span->count, span->rows, &of), span->row_bytes, &of);
-    uint64_t scratch = mul(mul(span->count, span->scratch_rows, &of), span->row_bytes, &of);
-    sum.scratch = add(sum.scratch, scratch, &of);
-    switch (span->tier) {
-      case KVS_DEVICE_TIER_MAPPING:
-        sum.mapping = add(sum.mapping, data, &of);
-        break;
-      case KVS_DEVICE_TIER_WINDOW:
-        sum.window = add(sum.window, data, &of);
-        break;
-      case KVS_DEVICE_TIER_COMPRESSED:
-        sum.compressed = add(sum.compressed, data, &of);
-        break;
-      case KVS_DEVICE_TIER_INDEXER:
-        sum.indexer = add(sum.indexer, data, &of);
-        break;
-      case KVS_DEVICE_TIER_STATE:
-        sum.state = add(sum.state, data, &of);
-        break;
-      case KVS_DEVICE_TIER_INDEX_STATE:
-        sum.index_state = add(sum.index_state, data, &of);
-        break;
-    }
-  }
-  sum.total = add(add(add(sum.window, sum.compressed, &of), add(sum.indexer, sum.state, &of), &of),
-                  add(add(sum.index_state, sum.mapping, &of), sum.scratch, &of), &of);
-  l.tiers_end = cursor;
-  l.total_bytes = cursor;
-  if (of) {
-    return kvs_error_set(err, KVS_ERR_OVERFLOW,
-                         "a %llu-token pool at alignment %llu exceeds 64 bits of bytes",
-                         (unsigned long long)ft, (unsigned long long)a);
-  }
+  kvs_pool_breakdown sum;
+  carved c;
+  carve(&terms, sizes, options, &c, &sum, &of);
+  if (of) return overflowed(sizes, options->alignment, err);
+  memcpy(l.spans, c.spans, sizeof l.spans);
+  l.control_offset = c.control_offset;
+  l.faults_offset = c.faults_offset;
+  l.journal_offset = c.journal_offset;
+  l.control_bytes = c.control_bytes;
+  l.tiers_offset = c.tiers_offset;
+  l.tiers_end = c.tiers_end;
+  l.total_bytes = c.total_bytes;
   /* The carve must price exactly what core/ priced, tier by tier. */
   if (memcmp(&sum, &exact, sizeof sum) != 0) {
     return kvs_error_set(err, KVS_ERR_INTEGRITY,

@@ -133,6 +133,16 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
                                    const kvs_device_layout_options *options, kvs_device_layout *out,
                                    kvs_error *err);
 
+/* The footprint (core/cost_model.h: exact + control + padding = the one
+ * cudaMalloc) of a pool of this layer mix at these sizes, without the
+ * per-layer tables: what kvs_device_layout_build gives in total_bytes,
+ * control_bytes and padding_bytes for any layer range with these terms,
+ * in O(1). Planners price every candidate layer range with it. options
+ * NULL means the INIT values. */
+kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
+                                       const kvs_device_layout_options *options,
+                                       kvs_device_footprint *out, kvs_error *err);
+
 /* The region of a tier for a layer (absolute index in the geometry; ignored
  * for the mapping). A layer outside the range is KVS_ERR_OUT_OF_RANGE; a
  * tier the layer does not have (compressed on a ratio-0 layer, indexer or

@@ -17,6 +17,7 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
+#include "core/serving_defaults.h"
 #include "core/status.h"
 #include "shard/comm.h"
 #include "shard/layout.h"
@@ -38,8 +39,12 @@ typedef struct kvs_budget_options {
   const kvs_row_widths *widths; /* NULL: the bf16 / fp32 defaults */
 } kvs_budget_options;
 
-#define KVS_BUDGET_OPTIONS_INIT \
-  { sizeof(kvs_budget_options), 0.0, KVS_DEFAULT_WINDOW_PAGE, 0, 0, false, 1, NULL }
+#define KVS_BUDGET_OPTIONS_INIT                                                 \
+  {                                                                             \
+    sizeof(kvs_budget_options), KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE, \
+        KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX,    \
+        KVS_DEFAULT_N_SCRATCH, NULL                                             \
+  }
 
 typedef struct kvs_shard_budget {
   uint64_t budget_bytes;    /* this rank's budget */

@@ -37,6 +37,7 @@
 
 #include "core/cost_model.h"
 #include "core/journal.h"
+#include "core/serving_defaults.h"
 #include "core/status.h"
 #include "core/window_pool.h"
 #include "shard/comm.h"
@@ -75,7 +76,7 @@ typedef struct kvs_shard_options {
 } kvs_shard_options;
 
 #define KVS_SHARD_OPTIONS_INIT \
-  { sizeof(kvs_shard_options), 0, false, 0, 64, true, NULL, NULL }
+  { sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, NULL, NULL }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
  * at most chunk_tokens (over all requests) plus one decode page per

@@ -1,11 +1,14 @@
 /* kvplan plan: the per-rank KV plan of a serving node, the README's main
  * job and what `kvplan` runs with no arguments.
  *
- * The machine comes from hwloc (live, or --topology FILE); the budgets
- * from CUDA's free memory x --memory-ratio, or from --budget /
- * --budget-per-gpu. With no GPU visible to CUDA and no --topology, the
- * bundled 8-GPU server stands in at a nominal 141 GB per GPU, and the
- * first line says so. Exit status: 0 planned, 1 the plan cannot be made
+ * The plan is made through the node's own setup steps (shard/node_setup.h):
+ * the topology (live, --topology FILE, or the bundled server), each GPU's
+ * budget by the one rule (CUDA's free memory, or a nominal 141 GB where
+ * nothing is measured, x --memory-ratio - --reserve; or --budget /
+ * --budget-per-gpu as given), and the split priced as the device tables
+ * carve it, so every rank's pool_bytes is what the node allocates on that
+ * GPU. With no GPU visible to CUDA and no --topology, the bundled 8-GPU
+ * server stands in, and the first line says so. Exit status: 0 planned, 1 the plan cannot be made
  * on this machine (budget too small, more ranks than GPUs, tp x pp not
  * dividing the GPUs, no GPU, a topology that does not load), 2 bad usage. */
 #include <getopt.h>
@@ -15,18 +18,16 @@
 #include <string.h>
 
 #include "core/cost_model.h"
+#include "shard/node_setup.h"
 #include "topology/node_plan.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
+#include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/plan_svg.h"
 
-/* The memory a GPU is assumed to have when none can be measured: an
- * H200's 141 GB. */
-#define NOMINAL_GPU_BYTES 141000000000ull
-#define DEFAULT_MEMORY_RATIO 0.9
 #define MAX_GPUS 1024
 
 enum {
@@ -36,6 +37,7 @@ enum {
   OPT_BUDGET,
   OPT_BUDGET_PER_GPU,
   OPT_MEMORY_RATIO,
+  OPT_RESERVE,
   OPT_JSON,
   OPT_SVG
 };
@@ -43,14 +45,16 @@ enum {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: kvplan [plan] [flags]\n"
-          "  --topology FILE|live    hwloc XML export or the running machine (default: live\n"
-          "                          when CUDA sees GPUs, else the bundled 8-GPU server)\n"
+          "  --topology FILE|live|bundled  hwloc XML export, the running machine or the\n"
+          "                          built-in 8-GPU server (default: live when CUDA sees\n"
+          "                          GPUs, else bundled)\n"
           "  --tp N --pp N           tensor x pipeline parallel layout (default: all GPUs as\n"
           "                          one TP group; one of them alone takes the rest); tp x pp\n"
           "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
           "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"
           "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"
           "  --memory-ratio F        share of each GPU's free memory for KV (default 0.9)\n"
+          "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
           "  --svg FILE              write the memory map as SVG\n"
@@ -69,6 +73,8 @@ typedef struct plan_args {
   uint64_t *budgets;
   bool have_ratio;
   double memory_ratio;
+  bool have_reserve;
+  uint64_t reserve;
   bool json;
   const char *svg;
 } plan_args;
@@ -90,6 +96,9 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
     case OPT_MEMORY_RATIO:
       a->have_ratio = true;
       return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);
+    case OPT_RESERVE:
+      a->have_reserve = true;
+      return kvs_parse_bytes("--reserve", value, &a->reserve, err);
     case OPT_JSON: a->json = true; return KVS_OK;
     default: a->svg = value; return KVS_OK; /* OPT_SVG */
   }
@@ -103,6 +112,7 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"budget", required_argument, NULL, OPT_BUDGET},
       {"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU},
       {"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO},
+      {"reserve", required_argument, NULL, OPT_RESERVE},
       {"json", no_argument, NULL, OPT_JSON},
       {"svg", required_argument, NULL, OPT_SVG},
   };
@@ -113,9 +123,10 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
     return 2;
   }
-  if (a->have_ratio && (a->have_budget || a->n_budgets > 0)) {
-    fprintf(stderr, "kvplan plan: --memory-ratio scales measured memory; --budget and "
-                    "--budget-per-gpu give the bytes themselves\n");
+  if ((a->have_ratio || a->have_reserve) && (a->have_budget || a->n_budgets > 0)) {
+    fprintf(stderr, "kvplan plan: --%s applies to measured memory; --budget and "
+                    "--budget-per-gpu give the bytes themselves\n",
+            a->have_ratio ? "memory-ratio" : "reserve");
     return 2;
   }
   if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
@@ -130,57 +141,11 @@ static int parse(int argc, char **argv, plan_args *a) {
   return 0;
 }
 
-static json_t *json_u64(uint64_t value) { return json_integer((json_int_t)value); }
-
 static void print_json(json_t *object) {
   char *text = json_dumps(object, JSON_COMPACT);
   printf("%s\n", text);
   free(text);
   json_decref(object);
-}
-
-static json_t *gpu_json(const kvs_gpu_info *gpu) {
-  json_t *o = json_object();
-  json_object_set_new(o, "index", json_u64(gpu->index));
-  json_object_set_new(o, "pci_busid", json_string(gpu->pci_busid));
-  json_object_set_new(o, "numa_node", gpu->numa_node >= 0 ? json_integer(gpu->numa_node)
-                                                          : json_null());
-  json_object_set_new(o, "cpuset", json_string(gpu->cpuset));
-  return o;
-}
-
-static json_t *plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
-  const kvs_split *split = kvs_node_plan_split(plan);
-  json_t *root = json_object();
-  json_object_set_new(root, "num_pages", json_u64(split->num_pages));
-  json_object_set_new(root, "full_token", json_u64(split->full_token));
-  json_object_set_new(root, "n_win_pages", json_u64(split->n_win_pages));
-  json_object_set_new(root, "limiting_rank", json_u64(kvs_node_plan_limiting_rank(plan)));
-  json_t *ranks = json_array();
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-    json_t *o = json_object();
-    json_object_set_new(o, "rank", json_u64(rp->rank));
-    json_object_set_new(o, "tp_rank", json_u64(rp->tp_rank));
-    json_object_set_new(o, "pp_stage", json_u64(rp->pp_stage));
-    json_object_set_new(o, "gpu", gpu_json(&gpus[rp->gpu]));
-    json_object_set_new(o, "layers", json_pack("[II]", (json_int_t)rp->first,
-                                               (json_int_t)(rp->end - 1)));
-    json_object_set_new(o, "budget_bytes", json_u64(rp->budget_bytes));
-    json_object_set_new(o, "pool_bytes", json_u64(rp->bytes.total));
-    json_t *tiers = json_object();
-    json_object_set_new(tiers, "window", json_u64(rp->bytes.window));
-    json_object_set_new(tiers, "compressed", json_u64(rp->bytes.compressed));
-    json_object_set_new(tiers, "indexer", json_u64(rp->bytes.indexer));
-    json_object_set_new(tiers, "state", json_u64(rp->bytes.state));
-    json_object_set_new(tiers, "index_state", json_u64(rp->bytes.index_state));
-    json_object_set_new(tiers, "mapping", json_u64(rp->bytes.mapping));
-    json_object_set_new(tiers, "scratch", json_u64(rp->bytes.scratch));
-    json_object_set_new(o, "tiers", tiers);
-    json_array_append_new(ranks, o);
-  }
-  json_object_set_new(root, "ranks", ranks);
-  return root;
 }
 
 static const char *numa_text(int numa, char *buf, size_t len) {
@@ -192,8 +157,8 @@ static const char *numa_text(int numa, char *buf, size_t len) {
 static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
   const kvs_split *split = kvs_node_plan_split(plan);
   static const char *const heads[] = {"window", "compressed", "indexer", "state",
-                                      "idx_state", "mapping", "scratch", "pool",
-                                      "budget", "headroom"};
+                                      "idx_state", "mapping", "scratch", "ctl+pad",
+                                      "pool",   "budget",     "headroom"};
   printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
          "layers");
   for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
@@ -205,9 +170,16 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
     printf("%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
            gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
-    const uint64_t cells[] = {rp->bytes.window,      rp->bytes.compressed, rp->bytes.indexer,
-                              rp->bytes.state,       rp->bytes.index_state, rp->bytes.mapping,
-                              rp->bytes.scratch,     rp->bytes.total,      rp->budget_bytes,
+    const uint64_t cells[] = {rp->bytes.window,
+                              rp->bytes.compressed,
+                              rp->bytes.indexer,
+                              rp->bytes.state,
+                              rp->bytes.index_state,
+                              rp->bytes.mapping,
+                              rp->bytes.scratch,
+                              rp->device.control_bytes + rp->device.padding_bytes,
+                              rp->device.total_bytes,
+                              rp->budget_bytes,
                               rp->headroom_bytes};
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
       printf(" %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
@@ -232,81 +204,70 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
          (unsigned long long)lim->headroom_bytes);
 }
 
-/* Loads the topology the flags ask for; *note explains a stand-in. */
+/* Step 1, as the node takes it; *note explains a stand-in. */
 static int load_topology(const plan_args *a, kvs_topology_t *out, char *note, size_t note_len) {
   kvs_error err;
-  kvs_topology_source source;
-  if (a->topology == NULL) {
-    source = kvs_topology_source_live();
-    kvs_topology_t live = NULL;
-    if (kvs_topology_create(&source, NULL, &live, &err) == KVS_OK &&
-        kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
-      *out = live;
-      return 0;
-    }
-    const char *why = live != NULL ? kvs_topology_cuda_note(live) : err.message;
-    snprintf(note, note_len,
-             "kvplan: no GPU visible to CUDA (%s); planning the %s with a nominal 141 GB per "
-             "GPU",
-             why, kvs_bundled_topology_description);
-    kvs_topology_destroy(live);
-    source = kvs_topology_source_bundled();
-  } else if (strcmp(a->topology, "live") == 0) {
-    source = kvs_topology_source_live();
-  } else {
-    source = kvs_topology_source_xml_file(a->topology);
-  }
-  if (kvs_topology_create(&source, NULL, out, &err) != KVS_OK) {
+  char why[768];
+  if (kvs_node_topology_open(a->topology, out, why, sizeof why, &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 1;
   }
-  if (kvs_topology_gpu_count(*out) == 0) {
-    fprintf(stderr, "kvplan plan: topology '%s' has no NVIDIA GPU (vendor 0x10de, class "
-                    "display/3D)\n",
-            kvs_topology_label(*out));
-    kvs_topology_destroy(*out);
-    *out = NULL;
-    return 1;
-  }
+  if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
   return 0;
 }
 
-/* Fills budgets[0..n) from the flags or the GPUs; *what describes them. */
-static int pick_budgets(const plan_args *a, kvs_topology_t topo, uint64_t *budgets,
-                        char *what, size_t what_len, char *note, size_t note_len) {
+/* Step 3, as the node takes it: budgets[0..n) and the terms behind them;
+ * *what describes them for people. */
+static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budget *terms,
+                        uint64_t *budgets, char *what, size_t what_len, char *note,
+                        size_t note_len) {
   size_t n = kvs_topology_gpu_count(topo);
-  char buf[32];
-  if (a->have_budget) {
-    for (size_t i = 0; i < n; i++) budgets[i] = a->budget;
-    snprintf(what, what_len, "%s per GPU (--budget)", kvs_format_bytes(a->budget, buf, sizeof buf));
-    return 0;
-  }
+  kvs_budget_request request = KVS_BUDGET_REQUEST_INIT;
+  if (a->have_budget) request.budget_bytes = a->budget;
   if (a->n_budgets > 0) {
-    if (a->n_budgets != n) {
-      fprintf(stderr, "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
-                      "GPUs\n",
-              a->n_budgets, kvs_topology_label(topo), n);
-      return 2;
-    }
-    memcpy(budgets, a->budgets, n * sizeof *budgets);
-    snprintf(what, what_len, "per GPU from --budget-per-gpu");
-    return 0;
+    request.budget_per_gpu = a->budgets;
+    request.n_budget_per_gpu = a->n_budgets;
   }
-  if (kvs_topology_cuda_used(topo)) {
-    for (size_t i = 0; i < n; i++) {
-      budgets[i] = (uint64_t)((double)kvs_topology_gpu(topo, i)->free_bytes * a->memory_ratio);
-    }
-    snprintf(what, what_len, "free memory x %.2f per GPU (CUDA)", a->memory_ratio);
-    return 0;
+  request.memory_ratio = a->memory_ratio;
+  if (a->have_reserve) request.reserve_bytes = a->reserve;
+  kvs_error err;
+  if (a->n_budgets > 0 && a->n_budgets != n) {
+    fprintf(stderr, "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
+                    "GPUs\n",
+            a->n_budgets, kvs_topology_label(topo), n);
+    return 2;
   }
-  for (size_t i = 0; i < n; i++) budgets[i] = (uint64_t)((double)NOMINAL_GPU_BYTES * a->memory_ratio);
-  snprintf(what, what_len, "nominal 141 GB x %.2f = %s per GPU", a->memory_ratio,
-           kvs_format_bytes(budgets[0], buf, sizeof buf));
-  if (note[0] == '\0') {
-    snprintf(note, note_len,
-             "kvplan: no GPU memory measured (%s); budgets assume a nominal 141 GB per GPU "
-             "(give --budget or --budget-per-gpu)",
-             kvs_topology_cuda_note(topo));
+  if (kvs_node_budgets(&request, kvs_topology_gpus(topo), n, terms, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 1;
+  }
+  for (size_t i = 0; i < n; i++) budgets[i] = terms[i].budget_bytes;
+  char buf[32], reserve[32];
+  kvs_format_bytes(terms[0].reserve_bytes, reserve, sizeof reserve);
+  switch (terms[0].source) {
+    case KVS_BUDGET_EXPLICIT:
+      if (a->have_budget) {
+        snprintf(what, what_len, "%s per GPU (--budget)",
+                 kvs_format_bytes(a->budget, buf, sizeof buf));
+      } else {
+        snprintf(what, what_len, "per GPU from --budget-per-gpu");
+      }
+      break;
+    case KVS_BUDGET_MEASURED:
+      snprintf(what, what_len, "free memory x %.2f - %s per GPU (CUDA)", a->memory_ratio, reserve);
+      break;
+    case KVS_BUDGET_NOMINAL:
+      snprintf(what, what_len, "nominal %llu GB x %.2f - %s = %s per GPU",
+               (unsigned long long)(terms[0].memory_bytes / 1000000000ull), a->memory_ratio,
+               reserve, kvs_format_bytes(budgets[0], buf, sizeof buf));
+      if (note[0] == '\0') {
+        snprintf(note, note_len,
+                 "kvplan: no GPU memory measured (%s); budgets assume a nominal %llu GB per GPU "
+                 "(give --budget or --budget-per-gpu)",
+                 kvs_topology_cuda_note(topo),
+                 (unsigned long long)(terms[0].memory_bytes / 1000000000ull));
+      }
+      break;
   }
   return 0;
 }
@@ -317,14 +278,14 @@ static int report_shortfall(const plan_args *a, const kvs_error *err,
   if (a->json) {
     json_t *o = json_object();
     json_object_set_new(o, "error", json_string("budget_too_small"));
-    json_object_set_new(o, "rank", json_u64(s->rank));
-    json_object_set_new(o, "pp_stage", json_u64(s->pp_stage));
-    json_object_set_new(o, "gpu", gpu_json(&gpus[s->gpu]));
+    json_object_set_new(o, "rank", kvs_json_u64(s->rank));
+    json_object_set_new(o, "pp_stage", kvs_json_u64(s->pp_stage));
+    json_object_set_new(o, "gpu", kvs_gpu_json(&gpus[s->gpu]));
     json_object_set_new(o, "layers", json_pack("[II]", (json_int_t)s->first,
                                                (json_int_t)(s->end - 1)));
-    json_object_set_new(o, "available_bytes", json_u64(s->available_bytes));
-    json_object_set_new(o, "needed_bytes", json_u64(s->needed_bytes));
-    json_object_set_new(o, "min_pages", json_u64(s->min_pages));
+    json_object_set_new(o, "available_bytes", kvs_json_u64(s->available_bytes));
+    json_object_set_new(o, "needed_bytes", kvs_json_u64(s->needed_bytes));
+    json_object_set_new(o, "min_pages", kvs_json_u64(s->min_pages));
     print_json(o);
   }
   return 1;
@@ -349,13 +310,14 @@ static int run(plan_args *a) {
   size_t n = kvs_topology_gpu_count(topo);
   const kvs_gpu_info *gpus = kvs_topology_gpus(topo);
   uint64_t *budgets = calloc(n, sizeof *budgets);
+  kvs_memory_budget *terms = calloc(n, sizeof *terms);
   kvs_node_plan_t plan = NULL;
-  if (budgets == NULL) {
+  if (budgets == NULL || terms == NULL) {
     fprintf(stderr, "kvplan plan: out of memory\n");
     rc = 1;
     goto done;
   }
-  if ((rc = pick_budgets(a, topo, budgets, budget_what, sizeof budget_what, note,
+  if ((rc = pick_budgets(a, topo, terms, budgets, budget_what, sizeof budget_what, note,
                          sizeof note)) != 0) {
     goto done;
   }
@@ -371,11 +333,12 @@ static int run(plan_args *a) {
   } else if (!a->have_tp) {
     tp = pp <= n && n % pp == 0 ? n / pp : 1;
   }
-  kvs_plan_request request = {&geometry,           NULL,        a->options.swa_ratio,
-                              a->options.page,     floor_pages, a->options.scratch,
-                              tp,                  pp};
+  kvs_plan_request request = {&geometry,       NULL,        a->options.swa_ratio,
+                              a->options.page, floor_pages, a->options.scratch,
+                              tp,              pp,          NULL,
+                              NULL};
   kvs_plan_shortfall shortfall;
-  kvs_status status = kvs_node_plan_create(&request, gpus, n, budgets, &plan, &shortfall, &err);
+  kvs_status status = kvs_node_plan_make(&request, gpus, n, budgets, &plan, &shortfall, &err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
     rc = report_shortfall(a, &err, &shortfall, gpus);
     goto done;
@@ -405,7 +368,7 @@ static int run(plan_args *a) {
     }
   }
   if (a->json) {
-    print_json(plan_json(plan, gpus));
+    print_json(kvs_plan_json(plan, gpus, terms));
   } else {
     kvs_cost_terms t;
     kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &t, NULL);
@@ -431,6 +394,7 @@ static int run(plan_args *a) {
 done:
   kvs_node_plan_destroy(plan);
   free(budgets);
+  free(terms);
   kvs_topology_destroy(topo);
   return rc;
 }
@@ -439,7 +403,7 @@ int kvs_kvplan_plan(int argc, char **argv) {
   plan_args a;
   memset(&a, 0, sizeof a);
   kvs_plan_options_init(&a.options);
-  a.memory_ratio = DEFAULT_MEMORY_RATIO;
+  a.memory_ratio = KVS_DEFAULT_MEMORY_RATIO;
   a.budgets = calloc(MAX_GPUS, sizeof *a.budgets);
   if (a.budgets == NULL) {
     fprintf(stderr, "kvplan plan: out of memory\n");

@@ -57,10 +57,10 @@ void kvs_plan_options_init(kvs_plan_options *options) {
   memset(options, 0, sizeof *options);
   options->swa_ratio = KVS_DEFAULT_SWA_RATIO;
   options->page = KVS_DEFAULT_WINDOW_PAGE;
-  options->scratch = 1;
+  options->scratch = KVS_DEFAULT_N_SCRATCH;
   options->max_seq_len = KVS_DEFAULT_MAX_SEQ_LEN;
   options->max_running = KVS_DEFAULT_MAX_RUNNING;
-  options->radix = true;
+  options->radix = KVS_DEFAULT_RADIX;
 }
 
 kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value,

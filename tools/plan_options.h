@@ -11,15 +11,13 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
+#include "core/serving_defaults.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define KVS_DEFAULT_MODEL "dsv4-flash"
-#define KVS_DEFAULT_SWA_RATIO 0.125
-#define KVS_DEFAULT_MAX_SEQ_LEN 1048576u
-#define KVS_DEFAULT_MAX_RUNNING 64u
 
 typedef struct kvs_plan_options {
   const char *model; /* built-in name or config.json path */

@@ -36,12 +36,17 @@ static const tier TIERS[] = {
     {"index_state", "indexer state rings", "#b07aa1"},
     {"mapping", "full -> window mapping", "#76b7b2"},
     {"scratch", "scratch rows, sentinel", "#9c755f"},
+    {"control", "tables' control area, alignment", "#bab0ac"},
 };
 #define N_TIERS (sizeof TIERS / sizeof TIERS[0])
 
-static uint64_t tier_bytes(const kvs_pool_breakdown *b, size_t i) {
-  const uint64_t values[N_TIERS] = {b->window,      b->compressed, b->indexer, b->state,
-                                    b->index_state, b->mapping,    b->scratch};
+/* The stacked segments: core's tiers, then what the device carve adds. */
+static uint64_t tier_bytes(const kvs_rank_plan *rp, size_t i) {
+  const kvs_pool_breakdown *b = &rp->bytes;
+  const uint64_t values[N_TIERS] = {
+      b->window,  b->compressed, b->indexer,
+      b->state,   b->index_state, b->mapping,
+      b->scratch, rp->device.control_bytes + rp->device.padding_bytes};
   return values[i];
 }
 
@@ -105,7 +110,7 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
           x, bottom - budget_h, BAR, budget_h);
   double y = bottom;
   for (size_t i = 0; i < N_TIERS; i++) {
-    uint64_t bytes = tier_bytes(&rp->bytes, i);
+    uint64_t bytes = tier_bytes(rp, i);
     double h = scaled(bytes, max_budget);
     if (bytes == 0) continue;
     y -= h;
@@ -121,12 +126,12 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
              "stroke=\"%s\" stroke-width=\"%s\"/>\n",
           x, bottom - budget_h, BAR, budget_h, limiting ? "#d62728" : "#333",
           limiting ? "3" : "1");
-  double used = rp->budget_bytes ? 100.0 * (double)rp->bytes.total / (double)rp->budget_bytes
-                                 : 0.0;
+  double used =
+      rp->budget_bytes ? 100.0 * (double)rp->device.total_bytes / (double)rp->budget_bytes : 0.0;
   text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
   snprintf(line, sizeof line, "layers %zu-%zu", rp->first, rp->end - 1);
   text_at(f, cx, bottom + 28, "middle", "small", line);
-  snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->bytes.total, b1, sizeof b1));
+  snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->device.total_bytes, b1, sizeof b1));
   text_at(f, cx, bottom + 42, "middle", "small", line);
   snprintf(line, sizeof line, "budget %s", kvs_format_bytes(rp->budget_bytes, b2, sizeof b2));
   text_at(f, cx, bottom + 56, "middle", "small", line);

@@ -50,9 +50,9 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
   for (size_t s = 0; s < req->pp; s++) {
     stage_budgets[s] = budgets[slots[tightest_rank(slots, budgets, n_gpus, s)].gpu];
   }
-  kvs_split_request split_req = {req->geometry,   req->widths, req->swa_ratio,
-                                 req->page,       req->floor_win_pages, req->n_scratch,
-                                 req->pp,         stage_budgets};
+  kvs_split_request split_req = {
+      req->geometry,  req->widths, req->swa_ratio, req->page,      req->floor_win_pages,
+      req->n_scratch, req->pp,     stage_budgets,  req->footprint, req->footprint_ctx};
   kvs_split_shortfall split_short;
   status = kvs_split_solve(&split_req, &plan->split, &split_short, err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
@@ -71,10 +71,9 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
         err, KVS_ERR_BUDGET_TOO_SMALL,
         "GPU %zu (%s, rank %zu, stage %zu, layers %zu-%zu) has a budget of %llu bytes but "
         "needs %llu bytes for the minimal pool of %llu pages (window floor %llu pages)",
-        gpu->index, gpu->pci_busid, r, split_short.stage, split_short.first,
-        split_short.end - 1, (unsigned long long)split_short.available_bytes,
-        (unsigned long long)split_short.needed_bytes,
-        (unsigned long long)split_short.min_pages,
+        gpu->index, gpu->pci_busid, r, split_short.stage, split_short.first, split_short.end - 1,
+        (unsigned long long)split_short.available_bytes,
+        (unsigned long long)split_short.needed_bytes, (unsigned long long)split_short.min_pages,
         (unsigned long long)split_short.floor_win_pages);
     goto fail;
   }
@@ -101,7 +100,8 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
     rp->end = stage->end;
     rp->budget_bytes = budgets[rp->gpu];
     rp->bytes = stage->bytes;
-    rp->headroom_bytes = rp->budget_bytes - rp->bytes.total;
+    rp->device = stage->device;
+    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
   }
   /* The limit: among the stages that cannot take one more page with their
    * layers (max_pages equals the common count; at least one does), the

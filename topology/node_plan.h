@@ -32,6 +32,10 @@ typedef struct kvs_plan_request {
   uint64_t floor_win_pages;
   uint64_t n_scratch;
   size_t tp, pp; /* tp * pp must divide the GPU count */
+  /* Optional: what a device allocates beyond the exact bytes (see
+   * kvs_split_request); NULL plans the exact bytes alone. */
+  kvs_footprint_fn footprint;
+  void *footprint_ctx;
 } kvs_plan_request;
 
 typedef struct kvs_rank_plan {
@@ -39,8 +43,9 @@ typedef struct kvs_rank_plan {
   size_t gpu;        /* position in the GPU list the plan was made for */
   size_t first, end; /* layers [first, end) */
   uint64_t budget_bytes;
-  kvs_pool_breakdown bytes; /* exact; bytes.total <= budget_bytes */
-  uint64_t headroom_bytes;  /* budget_bytes - bytes.total */
+  kvs_pool_breakdown bytes;    /* exact */
+  kvs_device_footprint device; /* what the device allocates; device.total_bytes <= budget_bytes */
+  uint64_t headroom_bytes;     /* budget_bytes - device.total_bytes */
 } kvs_rank_plan;
 
 typedef struct kvs_node_plan *kvs_node_plan_t;

@@ -10,13 +10,13 @@ typedef struct split_ctx {
   size_t n_layers;
   size_t n_stages;
   kvs_row_widths widths;
-  size_t *csa_prefix;      /* [L + 1]: ratio-4 layers before index i */
-  size_t *hca_prefix;      /* [L + 1]: ratio-128 layers before index i */
-  unsigned char *reach;    /* [(S + 1) x (L + 1)]: ends reachable after s stages */
-  size_t *reach_end;       /* [S x (L + 1)]: R_s(a), the last end stage s fits from a */
-  long *diff;              /* [L + 2]: interval sweep */
-  uint64_t *limits;        /* [S]: the byte limit of each stage in this probe */
-  bool *limit_ok;          /* [S]: false when the limit is below zero */
+  size_t *csa_prefix;   /* [L + 1]: ratio-4 layers before index i */
+  size_t *hca_prefix;   /* [L + 1]: ratio-128 layers before index i */
+  unsigned char *reach; /* [(S + 1) x (L + 1)]: ends reachable after s stages */
+  size_t *reach_end;    /* [S x (L + 1)]: R_s(a), the last end stage s fits from a */
+  long *diff;           /* [L + 2]: interval sweep */
+  uint64_t *limits;     /* [S]: the byte limit of each stage in this probe */
+  bool *limit_ok;       /* [S]: false when the limit is below zero */
 } split_ctx;
 
 /* A range's terms in O(1) from the prefix counts; equal, field for field,
@@ -30,19 +30,33 @@ static kvs_cost_terms range_terms(const split_ctx *c, size_t first, size_t end) 
   return t;
 }
 
-/* Exact bytes of [first, end) at num_pages with the window win; false on
+/* The footprint of exact bytes b: the request's carve, or b alone. */
+static kvs_status footprint_of(const kvs_split_request *req, const kvs_cost_terms *t,
+                               const kvs_pool_sizes *sizes, const kvs_pool_breakdown *b,
+                               kvs_device_footprint *out, kvs_error *err) {
+  if (req->footprint == NULL) {
+    kvs_device_footprint f = {b->total, 0, 0, b->total};
+    *out = f;
+    return KVS_OK;
+  }
+  return req->footprint(req->footprint_ctx, t, sizes, b, out, err);
+}
+
+/* The footprint of [first, end) at num_pages with the window win; false on
  * 64-bit overflow, which never fits. */
 static bool range_total(const split_ctx *c, size_t first, size_t end, uint64_t num_pages,
                         uint64_t win, uint64_t *total) {
   kvs_cost_terms t = range_terms(c, first, end);
   kvs_pool_sizes sizes;
   kvs_pool_breakdown b;
+  kvs_device_footprint f;
   if (kvs_pool_sizes_compute_terms(num_pages, &t, c->req->swa_ratio, c->req->page, win, &sizes,
                                    NULL) != KVS_OK ||
-      kvs_pool_bytes_terms(&sizes, &t, c->req->n_scratch, &b, NULL) != KVS_OK) {
+      kvs_pool_bytes_terms(&sizes, &t, c->req->n_scratch, &b, NULL) != KVS_OK ||
+      footprint_of(c->req, &t, &sizes, &b, &f, NULL) != KVS_OK) {
     return false;
   }
-  *total = b.total;
+  *total = f.total_bytes;
   return true;
 }
 
@@ -131,9 +145,8 @@ static void split_backtrack(const split_ctx *c, size_t *first, size_t *end) {
   for (size_t s = c->n_stages; s-- > 0;) {
     const unsigned char *from = reach_row(c, s);
     const size_t *ends = end_row(c, s);
-    long double share = budget_left > 0.0L
-                            ? (long double)c->req->stage_budgets[s] / budget_left
-                            : 1.0L / (long double)(s + 1);
+    long double share = budget_left > 0.0L ? (long double)c->req->stage_budgets[s] / budget_left
+                                           : 1.0L / (long double)(s + 1);
     long double target = share * (long double)e; /* layers this stage would take */
     size_t best = e;
     long double best_miss = 0.0L;
@@ -163,8 +176,8 @@ static void ctx_free(split_ctx *c) {
   free(c->limit_ok);
 }
 
-kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pages,
-                                  uint64_t *out, kvs_error *err) {
+kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pages, uint64_t *out,
+                                  kvs_error *err) {
   if (req == NULL || req->geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "split request or its geometry is NULL");
   }
@@ -187,22 +200,60 @@ kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pag
 
 kvs_status kvs_split_range_bytes(const kvs_split_request *req, size_t first, size_t end,
                                  uint64_t num_pages, kvs_pool_sizes *sizes,
-                                 kvs_pool_breakdown *bytes, kvs_error *err) {
+                                 kvs_pool_breakdown *bytes, kvs_device_footprint *device,
+                                 kvs_error *err) {
   kvs_cost_terms t;
   kvs_pool_sizes s;
   kvs_pool_breakdown b;
+  kvs_device_footprint f;
   uint64_t win;
   kvs_status status;
   if ((status = kvs_split_window_pages(req, num_pages, &win, err)) ||
       (status = kvs_cost_terms_make(req->geometry, first, end, req->widths, &t, err)) ||
-      (status = kvs_pool_sizes_compute_terms(num_pages, &t, req->swa_ratio, req->page, win, &s,
-                                             err)) ||
-      (status = kvs_pool_bytes_terms(&s, &t, req->n_scratch, &b, err))) {
+      (status =
+           kvs_pool_sizes_compute_terms(num_pages, &t, req->swa_ratio, req->page, win, &s, err)) ||
+      (status = kvs_pool_bytes_terms(&s, &t, req->n_scratch, &b, err)) ||
+      (status = footprint_of(req, &t, &s, &b, &f, err))) {
     return status;
   }
   if (sizes != NULL) *sizes = s;
   if (bytes != NULL) *bytes = b;
+  if (device != NULL) *device = f;
   return KVS_OK;
+}
+
+/* The most pages one device with layers [first, end) holds alone under
+ * budget: core's exact solve, or, with a footprint, a bisection over the
+ * page count (the footprint grows with it) between the minimal pool and
+ * the mapping's bound. 0 when not even the minimal pool fits. */
+static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, uint64_t budget) {
+  const kvs_split_request *req = c->req;
+  if (req->footprint == NULL) {
+    kvs_cost_terms t = range_terms(c, first, end);
+    kvs_pool_sizes alone;
+    if (kvs_solve_num_pages_terms(budget, &t, req->swa_ratio, req->floor_win_pages, req->page,
+                                  req->n_scratch, &alone, NULL, NULL) != KVS_OK) {
+      return 0;
+    }
+    return kvs_pool_sizes_num_pages(&alone);
+  }
+  uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
+  uint64_t hi = budget / (req->page * KVS_INT64_BYTES) + 1; /* never fits */
+  uint64_t win, total;
+  if (hi <= lo || kvs_split_window_pages(req, lo, &win, NULL) != KVS_OK ||
+      !range_total(c, first, end, lo, win, &total) || total > budget) {
+    return 0;
+  }
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (kvs_split_window_pages(req, mid, &win, NULL) == KVS_OK &&
+        range_total(c, first, end, mid, win, &total) && total <= budget) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 static kvs_status check_request(const kvs_split_request *req, kvs_error *err) {
@@ -223,8 +274,8 @@ static kvs_status check_request(const kvs_split_request *req, kvs_error *err) {
    * divide the page; the terms check the row widths. */
   kvs_pool_sizes probe;
   kvs_cost_terms t;
-  if ((status = kvs_pool_sizes_compute(2, req->geometry, req->swa_ratio, req->page, 2, &probe,
-                                       err)) ||
+  if ((status =
+           kvs_pool_sizes_compute(2, req->geometry, req->swa_ratio, req->page, 2, &probe, err)) ||
       (status = kvs_cost_terms_make(req->geometry, 0, L, req->widths, &t, err))) {
     return status;
   }
@@ -245,8 +296,8 @@ static kvs_status ctx_init(split_ctx *c, const kvs_split_request *req, kvs_error
   c->diff = calloc(L + 2, sizeof *c->diff);
   c->limits = calloc(S, sizeof *c->limits);
   c->limit_ok = calloc(S, sizeof *c->limit_ok);
-  if (!c->csa_prefix || !c->hca_prefix || !c->reach || !c->reach_end || !c->diff ||
-      !c->limits || !c->limit_ok) {
+  if (!c->csa_prefix || !c->hca_prefix || !c->reach || !c->reach_end || !c->diff || !c->limits ||
+      !c->limit_ok) {
     ctx_free(c);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the split tables");
   }
@@ -265,8 +316,8 @@ static kvs_status report_shortfall(split_ctx *c, uint64_t min_pages, uint64_t wi
   const kvs_split_request *req = c->req;
   size_t first[KVS_MAX_STAGES], end[KVS_MAX_STAGES];
   uint64_t whole = UINT64_MAX;
-  kvs_split_shortfall s = {0, 0, c->n_layers, UINT64_MAX, req->stage_budgets[0], min_pages,
-                           req->floor_win_pages};
+  kvs_split_shortfall s = {
+      0, 0, c->n_layers, UINT64_MAX, req->stage_budgets[0], min_pages, req->floor_win_pages};
   /* With every budget raised by the whole model's bytes any range fits. */
   if (range_total(c, 0, c->n_layers, min_pages, win, &whole)) {
     uint64_t lo = 0, hi = whole; /* lo does not fit, hi does */
@@ -374,22 +425,16 @@ kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
     st->end = end[s];
     st->budget = req->stage_budgets[s];
     /* The reported bytes come from core/ alone: the terms it builds, the
-     * sizes it computes, the bytes it prices. */
-    if ((status = kvs_cost_terms_make(req->geometry, first[s], end[s], req->widths, &st->terms,
-                                      err)) ||
+     * sizes it computes, the bytes it prices; the footprint from them. */
+    if ((status =
+             kvs_cost_terms_make(req->geometry, first[s], end[s], req->widths, &st->terms, err)) ||
         (status = kvs_pool_sizes_compute_terms(num_pages, &st->terms, req->swa_ratio, req->page,
                                                win, &st->sizes, err)) ||
-        (status = kvs_pool_bytes_terms(&st->sizes, &st->terms, req->n_scratch, &st->bytes,
-                                       err))) {
+        (status = kvs_pool_bytes_terms(&st->sizes, &st->terms, req->n_scratch, &st->bytes, err)) ||
+        (status = footprint_of(req, &st->terms, &st->sizes, &st->bytes, &st->device, err))) {
       goto done;
     }
-    kvs_pool_sizes alone;
-    if ((status = kvs_solve_num_pages_terms(st->budget, &st->terms, req->swa_ratio,
-                                            req->floor_win_pages, req->page, req->n_scratch,
-                                            &alone, NULL, err)) != KVS_OK) {
-      goto done;
-    }
-    st->max_pages = kvs_pool_sizes_num_pages(&alone);
+    st->max_pages = max_pages_alone(&c, first[s], end[s], st->budget);
   }
   result.full_token = result.stages[0].sizes.full_token;
   *out = result;

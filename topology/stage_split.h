@@ -4,7 +4,10 @@
  * so the node holds as many pages as its tightest device allows. A stage
  * holds a contiguous layer range [first, end); each of its devices pays,
  * byte for byte as core/ prices it, for that range's window, compressed,
- * indexer and ring tiers plus its own full -> window mapping and scratch.
+ * indexer and ring tiers plus its own full -> window mapping and scratch,
+ * and, when the request prices footprints, what its carve adds (the device
+ * tables' control area and alignment padding), so the plan is what the
+ * device allocates.
  * The split maximises the common page count under the stages' budgets.
  *
  * Why the search is exact: a device's pool bytes never decrease when its
@@ -37,6 +40,14 @@ extern "C" {
 /* Pipeline stages a split holds at most. */
 #define KVS_MAX_STAGES 64
 
+/* Prices what a device holding a layer range allocates at given sizes
+ * (exact is core's breakdown of them): a device's carve, with its control
+ * area and alignment padding. It must grow with the range and the page
+ * count, as the exact bytes do, for the search to stay exact. */
+typedef kvs_status (*kvs_footprint_fn)(void *ctx, const kvs_cost_terms *terms,
+                                       const kvs_pool_sizes *sizes, const kvs_pool_breakdown *exact,
+                                       kvs_device_footprint *out, kvs_error *err);
+
 typedef struct kvs_split_request {
   const kvs_geometry *geometry;
   const kvs_row_widths *widths; /* NULL: kvs_row_widths_default */
@@ -49,14 +60,19 @@ typedef struct kvs_split_request {
    * stage holds the same bytes (tensor-parallel ranks replicate the
    * single DSV4 KV head). */
   const uint64_t *stage_budgets;
+  /* Optional: what a device allocates (kvs_footprint_fn); NULL prices
+   * core's exact bytes alone. Budgets are then held to the footprint. */
+  kvs_footprint_fn footprint;
+  void *footprint_ctx;
 } kvs_split_request;
 
 typedef struct kvs_stage_plan {
   size_t first, end; /* layers [first, end) */
   uint64_t budget;
   kvs_cost_terms terms;
-  kvs_pool_sizes sizes;     /* at the common page count, for this range */
-  kvs_pool_breakdown bytes; /* exact, kvs_pool_bytes_terms */
+  kvs_pool_sizes sizes;        /* at the common page count, for this range */
+  kvs_pool_breakdown bytes;    /* exact, kvs_pool_bytes_terms */
+  kvs_device_footprint device; /* what a device of the stage allocates */
   /* The most pages this stage could hold alone with this range; the
    * stages whose max_pages equals the common count are the limit. */
   uint64_t max_pages;
@@ -76,7 +92,7 @@ typedef struct kvs_split {
 typedef struct kvs_split_shortfall {
   size_t stage;
   size_t first, end;
-  uint64_t needed_bytes;    /* that stage's bytes at the minimal pool */
+  uint64_t needed_bytes;    /* that stage's footprint at the minimal pool */
   uint64_t available_bytes; /* its budget */
   uint64_t min_pages;
   uint64_t floor_win_pages;
@@ -97,10 +113,12 @@ kvs_status kvs_split_window_pages(const kvs_split_request *request, uint64_t num
                                   uint64_t *out, kvs_error *err);
 
 /* Exact sizes and bytes of one device holding layers [first, end) at
- * num_pages under the request's settings (its stage fields unused). */
+ * num_pages under the request's settings (its stage fields unused), and
+ * its footprint (device may be NULL). */
 kvs_status kvs_split_range_bytes(const kvs_split_request *request, size_t first, size_t end,
                                  uint64_t num_pages, kvs_pool_sizes *sizes,
-                                 kvs_pool_breakdown *bytes, kvs_error *err);
+                                 kvs_pool_breakdown *bytes, kvs_device_footprint *device,
+                                 kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -428,3 +428,57 @@ TEST(DevicePlan, an_h200_sized_budget_plans_a_dsv4_flash_pool_that_fits) {
   EXPECT_LT(l.padding_bytes, 200u * 256);
   EXPECT_GT(l.sizes.full_token, 1000000u) << "a million-token history fits in 80 GiB";
 }
+
+// The O(1) footprint a planner prices every candidate range with is the
+// built layout's total, control and padding, for every range of both
+// models, at several alignments, page counts and row widths.
+TEST(DeviceLayout, the_footprint_equals_the_built_layout_for_every_range) {
+  for (const char *name : {"dsv4-flash", "dsv4-pro"}) {
+    kvs_geometry g = builtin(name);
+    size_t L = kvs_geometry_layer_count(&g);
+    kvs_row_widths fp8 = kvs_row_widths_fp8(&g);
+    for (const kvs_row_widths *widths : {static_cast<const kvs_row_widths *>(nullptr),
+                                         static_cast<const kvs_row_widths *>(&fp8)}) {
+      for (uint64_t alignment : {1u, 256u, 4096u}) {
+        for (uint64_t pages : {21u, 640u, 9999u}) {
+          for (size_t first = 0; first < L; first += 7) {
+            for (size_t end = first + 1; end <= L; end += 5) {
+              kvs_cost_terms terms;
+              kvs_pool_sizes sizes;
+              kvs_error err;
+              ASSERT_EQ(kvs_cost_terms_make(&g, first, end, widths, &terms, &err), KVS_OK);
+              ASSERT_EQ(kvs_pool_sizes_compute_terms(pages, &terms, 0.1, P, 21, &sizes, &err),
+                        KVS_OK);
+              kvs_device_layout_options o = options(alignment, 2, 1000);
+              kvs_device_layout l = build(g, sizes, o, widths, first, end);
+              kvs_device_footprint f{};
+              ASSERT_EQ(kvs_device_layout_footprint(&terms, &sizes, &o, &f, &err), KVS_OK)
+                  << err.message;
+              EXPECT_EQ(f.total_bytes, l.total_bytes) << name << " " << first << "-" << end;
+              EXPECT_EQ(f.control_bytes, l.control_bytes);
+              EXPECT_EQ(f.padding_bytes, l.padding_bytes);
+              EXPECT_EQ(f.exact_bytes, l.exact.total);
+              EXPECT_EQ(f.exact_bytes + f.control_bytes + f.padding_bytes, f.total_bytes);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceLayout, a_footprint_of_sizes_for_another_layer_count_is_refused) {
+  kvs_geometry g = builtin("dsv4-flash");
+  kvs_cost_terms terms;
+  kvs_pool_sizes sizes;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 10, nullptr, &terms, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_compute(40, &g, 0.1, P, 21, &sizes, nullptr), KVS_OK);
+  kvs_device_footprint f{};
+  f.total_bytes = 7;
+  kvs_error err;
+  EXPECT_EQ(kvs_device_layout_footprint(&terms, &sizes, nullptr, &f, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(err.message, "sizes were built for 43 layers, the device holds 10"))
+      << err.message;
+  EXPECT_EQ(f.total_bytes, 7u) << "a refused footprint leaves the output alone";
+}

@@ -63,6 +63,7 @@ kvs_budget_options options() {
   o.swa_ratio = 0.04;
   o.max_seq_len = 2048;
   o.max_running = 16;
+  o.radix = false;
   return o;
 }
 

@@ -185,12 +185,14 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
     bo.swa_ratio = 0.04;
     bo.max_seq_len = kvs_workload_max_seq_len(&wo);
     bo.max_running = wo.max_running;
+    bo.radix = false;
     kvs_shard_budget b;
     ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, 600ull << 20, &bo, &b, &err), KVS_OK)
         << err.message;
     Recorder rec;
     kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
     so.max_running = wo.max_running;
+    so.radix = false;
     so.check_every = 32;
     so.on_apply = record;
     so.on_apply_ctx = &rec;

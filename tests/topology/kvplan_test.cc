@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "core/geometry.h"
+#include "cuda/device_layout.h"
+#include "shard/node_setup.h"
 #include "tests/topology/helpers.h"
 #include "topology/node_plan.h"
 
@@ -97,19 +99,25 @@ uint64_t u64(json_t *object, const char *key) {
   return static_cast<uint64_t>(json_integer_value(v));
 }
 
-// The library's plan for the same inputs, to compare the binary with.
-Plan library_plan(const char *topology, size_t tp, size_t pp, uint64_t budget) {
+// The request the node makes for kvplan's defaults (dsv4-flash, window
+// floor 331 pages, swa 0.125, P 128, one scratch row).
+kvs_plan_request default_request(size_t tp, size_t pp) {
   static kvs_geometry g;
   kvs_geometry_builtin("dsv4-flash", &g, nullptr);
+  return kvs_plan_request{&g, nullptr, 0.125, 128, 331, 1, tp, pp, nullptr, nullptr};
+}
+
+// The node's plan for the same inputs, to compare the binary with.
+Plan library_plan(const char *topology, size_t tp, size_t pp, uint64_t budget) {
   Topology t = load_xml(topology);
   std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
   std::vector<uint64_t> budgets(gpus.size(), budget);
-  kvs_plan_request req{&g, nullptr, 0.125, 128, 331, 1, tp, pp};
+  kvs_plan_request req = default_request(tp, pp);
   kvs_node_plan_t plan = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_node_plan_create(&req, gpus.data(), gpus.size(), budgets.data(), &plan, nullptr,
-                                 &err),
-            KVS_OK)
+  EXPECT_EQ(
+      kvs_node_plan_make(&req, gpus.data(), gpus.size(), budgets.data(), &plan, nullptr, &err),
+      KVS_OK)
       << err.message;
   return Plan(plan);
 }
@@ -124,8 +132,10 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_EQ(run.status, 0) << run.err;
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
-  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages", "full_token", "n_win_pages",
-                                                     "limiting_rank", "ranks"}));
+  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp",
+                                                     "pp", "limiting_rank", "ranks"}));
+  EXPECT_EQ(u64(root.get(), "tp"), tp);
+  EXPECT_EQ(u64(root.get(), "pp"), pp);
   EXPECT_EQ(u64(root.get(), "full_token"), u64(root.get(), "num_pages") * 128);
   Plan lib = library_plan(kHgx, tp, pp, 80 * GiB);
   ASSERT_TRUE(lib);
@@ -140,8 +150,11 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   for (size_t r = 0; r < 8; r++) {
     SCOPED_TRACE("rank " + std::to_string(r));
     json_t *rank = json_array_get(ranks, r);
-    EXPECT_EQ(keys(rank), (std::set<std::string>{"rank", "tp_rank", "pp_stage", "gpu", "layers",
-                                                 "budget_bytes", "pool_bytes", "tiers"}));
+    EXPECT_EQ(keys(rank),
+              (std::set<std::string>{"rank", "tp_rank", "pp_stage", "gpu", "layers", "budget_bytes",
+                                     "budget_source", "memory_bytes", "memory_ratio",
+                                     "reserve_bytes", "pool_bytes", "exact_bytes", "control_bytes",
+                                     "padding_bytes", "headroom_bytes", "tiers"}));
     EXPECT_EQ(u64(rank, "rank"), r);
     EXPECT_EQ(u64(rank, "tp_rank"), r % tp);
     EXPECT_EQ(u64(rank, "pp_stage"), r / tp);
@@ -164,6 +177,8 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     EXPECT_EQ(first, lr->first);
     EXPECT_EQ(last, lr->end - 1);
     EXPECT_EQ(u64(rank, "budget_bytes"), 80 * GiB);
+    EXPECT_STREQ(json_string_value(json_object_get(rank, "budget_source")), "explicit");
+    EXPECT_EQ(u64(rank, "reserve_bytes"), 0u) << "explicit bytes are taken as they are";
     json_t *tiers = json_object_get(rank, "tiers");
     EXPECT_EQ(keys(tiers), (std::set<std::string>{"window", "compressed", "indexer", "state",
                                                   "index_state", "mapping", "scratch"}));
@@ -171,8 +186,21 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     const char *key;
     json_t *value;
     json_object_foreach(tiers, key, value) sum += json_integer_value(value);
-    EXPECT_EQ(sum, u64(rank, "pool_bytes"));
-    EXPECT_EQ(u64(rank, "pool_bytes"), lr->bytes.total);
+    EXPECT_EQ(sum, u64(rank, "exact_bytes"));
+    EXPECT_EQ(u64(rank, "exact_bytes"), lr->bytes.total);
+    EXPECT_EQ(u64(rank, "pool_bytes"),
+              sum + u64(rank, "control_bytes") + u64(rank, "padding_bytes"));
+    EXPECT_EQ(u64(rank, "pool_bytes"), lr->device.total_bytes);
+    EXPECT_EQ(u64(rank, "headroom_bytes"), 80 * GiB - u64(rank, "pool_bytes"));
+    // What the node carves on this rank's GPU, byte for byte.
+    kvs_plan_request req = default_request(tp, pp);
+    kvs_device_layout layout;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_rank_layout(&req, lib.get(), r, &layout, &err), KVS_OK) << err.message;
+    EXPECT_EQ(u64(rank, "pool_bytes"), layout.total_bytes);
+    EXPECT_EQ(u64(rank, "padding_bytes"), layout.padding_bytes);
+    EXPECT_EQ(u64(rank, "control_bytes"), layout.control_bytes);
+    EXPECT_GT(u64(rank, "padding_bytes"), 0u) << "256-byte alignment leaves gaps";
     EXPECT_EQ(u64(tiers, "window"), lr->bytes.window);
     EXPECT_EQ(u64(tiers, "compressed"), lr->bytes.compressed);
     EXPECT_EQ(u64(tiers, "indexer"), lr->bytes.indexer);
@@ -213,8 +241,8 @@ TEST(Kvplan, table_names_every_rank_and_the_limit) {
   EXPECT_NE(run.out.find("layout      tp 4 x pp 2 = 8 ranks per replica, 1 replica"),
             std::string::npos);
   EXPECT_NE(run.out.find("rank  tp  pp  gpu pci_busid    numa layers      window compressed"
-                         "    indexer      state  idx_state    mapping    scratch       pool"
-                         "     budget   headroom"),
+                         "    indexer      state  idx_state    mapping    scratch    ctl+pad"
+                         "       pool     budget   headroom"),
             std::string::npos)
       << run.out;
   for (const std::string &id : kHgxBusIds) EXPECT_NE(run.out.find(id), std::string::npos) << id;
@@ -236,16 +264,29 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   EXPECT_NE(lines[0].find("bundled 8-GPU server"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("nominal 141 GB per GPU"), std::string::npos) << lines[0];
   EXPECT_NE(run.out.find("layout      tp 8 x pp 1"), std::string::npos);
-  EXPECT_NE(run.out.find("budget      nominal 141 GB x 0.90 = 118.18 GiB per GPU"),
-            std::string::npos);
-  EXPECT_NE(run.out.find("num_pages   40776 pages"), std::string::npos) << run.out;
+  // The node's one budget rule on the nominal memory: floor(141e9 x 0.9)
+  // less the 512 MiB reserve, i.e. 117.68 GiB.
+  EXPECT_NE(run.out.find("budget      nominal 141 GB x 0.90 - 512.00 MiB = 117.68 GiB per GPU"),
+            std::string::npos)
+      << run.out;
+  const uint64_t budget = 126900000000ull - (512ull << 20);
+  Plan lib = library_plan(kHgx, 8, 1, budget);  // the bundled server's XML
+  ASSERT_TRUE(lib);
+  const uint64_t pages = kvs_node_plan_split(lib.get())->num_pages;
+  EXPECT_NE(run.out.find("num_pages   " + std::to_string(pages) + " pages"), std::string::npos)
+      << run.out;
   // JSON keeps stdout to the one object; the note goes to stderr.
   RunResult json = kvplan("--json", true);
   ASSERT_EQ(json.status, 0);
   EXPECT_EQ(json.lines().size(), 1u);
   EXPECT_NE(json.err.find("bundled 8-GPU server"), std::string::npos);
   Json root = last_line_json(json);
-  EXPECT_EQ(u64(root.get(), "num_pages"), 40776u);
+  EXPECT_EQ(u64(root.get(), "num_pages"), pages);
+  json_t *rank0 = json_array_get(json_object_get(root.get(), "ranks"), 0);
+  EXPECT_STREQ(json_string_value(json_object_get(rank0, "budget_source")), "nominal");
+  EXPECT_EQ(u64(rank0, "memory_bytes"), 141000000000ull);
+  EXPECT_EQ(u64(rank0, "reserve_bytes"), 512ull << 20);
+  EXPECT_EQ(u64(rank0, "budget_bytes"), budget);
 }
 
 TEST(Kvplan, epyc_tp2_pp4_pairs_share_a_numa_node) {
@@ -307,18 +348,27 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "hwloc 2."},
       {hgx + " --tp 4 --pp 2 --budget-per-gpu 80GiB,80GiB,80GiB,80GiB,80GiB,16MiB,80GiB,80GiB", 1,
        "kvplan plan: GPU 5 (0000:c3:00.0, rank 5, stage 1, layers "},
-      {hgx + " --budget 1GiB", 1, "kvplan plan: GPU 0 (0000:1b:00.0, rank 0, stage 0, layers 0-42) "
-                                  "has a budget of 1073741824 bytes but needs "},
-      {hgx + " --pp 44 --tp 1 --budget 80GiB", 1, "kvplan plan: tp 1 x pp 44 = 44 ranks, more "
-                                                  "ranks than the 8 GPUs\n"},
+      {hgx + " --budget 1GiB", 1,
+       "kvplan plan: GPU 0 (0000:1b:00.0, rank 0, stage 0, layers 0-42) "
+       "has a budget of 1073741824 bytes but needs "},
+      {hgx + " --pp 44 --tp 1 --budget 80GiB", 1,
+       "kvplan plan: tp 1 x pp 44 = 44 ranks, more "
+       "ranks than the 8 GPUs\n"},
       {hgx + " --budget-per-gpu 80GiB,80GiB", 2,
        "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'tests/data/"
        "hgx-h200-2socket-8gpu.xml' has 8 GPUs\n"},
       {hgx + " --budget 80GiB --budget-per-gpu 1,2", 2,
        "kvplan plan: give --budget or --budget-per-gpu, not both\n"},
       {hgx + " --budget 80GiB --memory-ratio 0.8", 2,
-       "kvplan plan: --memory-ratio scales measured memory; --budget and --budget-per-gpu give "
-       "the bytes themselves\n"},
+       "kvplan plan: --memory-ratio applies to measured memory; --budget and --budget-per-gpu "
+       "give the bytes themselves\n"},
+      {hgx + " --budget 80GiB --reserve 1GiB", 2,
+       "kvplan plan: --reserve applies to measured memory; --budget and --budget-per-gpu "
+       "give the bytes themselves\n"},
+      {hgx + " --memory-ratio 0.001", 1,
+       "kvplan plan: GPU 0 (0000:1b:00.0): device budget is empty: 141000000000 nominal bytes x "
+       "memory ratio 0.001 = 141000000, not above the 536870912-byte reserve\n"},
+      {hgx + " --reserve 1x", 2, "kvplan plan: --reserve "},
       {hgx + " --memory-ratio 1.5", 2, "kvplan plan: --memory-ratio must be in (0, 1], got 1.5\n"},
       {hgx + " --tp 0", 2, "kvplan plan: --tp and --pp must be between 1 and 1024\n"},
       {hgx + " --tp x", 2, "kvplan plan: --tp needs a non-negative integer, got 'x'\n"},
@@ -338,8 +388,9 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
 }
 
 TEST(Kvplan, budget_too_small_json_names_the_gpu) {
-  RunResult run = kvplan(topo(kHgx) + " --tp 4 --pp 2 --json --budget-per-gpu "
-                                "80GiB,80GiB,80GiB,80GiB,80GiB,16MiB,80GiB,80GiB");
+  RunResult run = kvplan(topo(kHgx) +
+                         " --tp 4 --pp 2 --json --budget-per-gpu "
+                         "80GiB,80GiB,80GiB,80GiB,80GiB,16MiB,80GiB,80GiB");
   EXPECT_EQ(run.status, 1);
   Json root = last_line_json(run);
   ASSERT_TRUE(root);

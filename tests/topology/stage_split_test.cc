@@ -94,7 +94,7 @@ Brute brute_force(const kvs_split_request &r) {
     uint64_t min_headroom = UINT64_MAX;
     for (size_t i = 0; i < S; i++) {
       kvs_pool_breakdown bytes;
-      EXPECT_EQ(kvs_split_range_bytes(&r, c[i], c[i + 1], pages, nullptr, &bytes, nullptr),
+      EXPECT_EQ(kvs_split_range_bytes(&r, c[i], c[i + 1], pages, nullptr, &bytes, nullptr, nullptr),
                 KVS_OK);
       min_headroom = std::min(min_headroom, r.stage_budgets[i] - bytes.total);
     }
@@ -176,7 +176,7 @@ TEST(StageSplit, matches_brute_force_on_random_small_cases) {
     // Around what the whole stack needs for a few hundred pages.
     kvs_split_request probe = request(g, {1}, swa, floor_pages);
     kvs_pool_breakdown whole;
-    ASSERT_EQ(kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr),
+    ASSERT_EQ(kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr, nullptr),
               KVS_OK);
     std::vector<uint64_t> budgets(S);
     for (uint64_t &b : budgets) b = whole.total / (1 + rng() % (2 * S)) + rng() % 4096;

@@ -1,0 +1,56 @@
+#include "core/memory_budget.h"
+
+#include <math.h>
+
+const char *kvs_budget_source_name(kvs_budget_source source) {
+  switch (source) {
+    case KVS_BUDGET_MEASURED:
+      return "measured";
+    case KVS_BUDGET_NOMINAL:
+      return "nominal";
+    case KVS_BUDGET_EXPLICIT:
+      return "explicit";
+  }
+  return "unknown";
+}
+
+kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_bytes,
+                                  double memory_ratio, uint64_t reserve_bytes,
+                                  kvs_memory_budget *out, kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (source != KVS_BUDGET_MEASURED && source != KVS_BUDGET_NOMINAL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the budget rule applies to measured or nominal memory, not %s bytes",
+                         kvs_budget_source_name(source));
+  }
+  if (!(memory_ratio > 0.0 && memory_ratio <= 1.0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "memory ratio must be in (0, 1], got %g",
+                         memory_ratio);
+  }
+  /* memory x ratio <= memory < 2^64, so the floor converts back safely
+   * except where rounding reaches 2^64 itself. */
+  double share = floor((double)memory_bytes * memory_ratio);
+  uint64_t usable = share >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)share;
+  if (usable <= reserve_bytes) {
+    return kvs_error_set(
+        err, KVS_ERR_BUDGET_TOO_SMALL,
+        "device budget is empty: %llu %s bytes x memory ratio %g = %llu, not above the "
+        "%llu-byte reserve",
+        (unsigned long long)memory_bytes, source == KVS_BUDGET_MEASURED ? "free" : "nominal",
+        memory_ratio, (unsigned long long)usable, (unsigned long long)reserve_bytes);
+  }
+  kvs_memory_budget b = {source, memory_bytes, memory_ratio, reserve_bytes, usable - reserve_bytes};
+  *out = b;
+  return KVS_OK;
+}
+
+kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *out,
+                                      kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (budget_bytes == 0) {
+    return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL, "an explicit budget of 0 bytes");
+  }
+  kvs_memory_budget b = {KVS_BUDGET_EXPLICIT, budget_bytes, 1.0, 0, budget_bytes};
+  *out = b;
+  return KVS_OK;
+}

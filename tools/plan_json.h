@@ -1,0 +1,35 @@
+/* The plan as one JSON object: what `kvplan plan --json` prints and what
+ * kvsim embeds as its `plan`, from one function, so the two can be
+ * compared key for key. */
+#ifndef KVS_TOOLS_PLAN_JSON_H
+#define KVS_TOOLS_PLAN_JSON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/memory_budget.h"
+#include "topology/gpu.h"
+#include "topology/node_plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A new object: num_pages, full_token, n_win_pages, limiting_rank and
+ * ranks (each rank's tp_rank, pp_stage, gpu, layers, budget terms, pool,
+ * control and padding bytes, and tiers). budgets[g] is GPU g's budget
+ * (every GPU of gpus). NULL on allocation failure. */
+json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                      const kvs_memory_budget *budgets);
+
+/* {"index", "pci_busid", "numa_node" (null when unknown), "cpuset"}. */
+json_t *kvs_gpu_json(const kvs_gpu_info *gpu);
+
+/* A byte count or other unsigned quantity as a JSON integer. */
+json_t *kvs_json_u64(uint64_t value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOOLS_PLAN_JSON_H */
