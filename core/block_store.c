@@ -166,12 +166,26 @@ static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name
   return KVS_OK;
 }
 
-/* Reads a whole block file into a fresh buffer. Its envelope is checked
- * against the file size first, so the buffer is only ever as large as a
- * file that claims to be exactly that large (and at most the maximum). */
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* Reads a whole block file into a fresh buffer. Only a regular file is
+ * read: the open does not block (a FIFO would wait for a writer forever)
+ * and anything else is refused by its type. Its size is checked against
+ * the maximum, and a file that starts with the block magic against the
+ * body length its envelope records, before a byte is allocated: the
+ * buffer is only ever as large as a file that claims to be exactly that
+ * large (and at most the maximum). */
 static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out, size_t *len_out,
                                   kvs_error *err) {
-  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     if (errno == ENOENT) return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no block file %s", name);
     return kvs_error_set(err, KVS_ERR_IO, "opening %s: %s", name, strerror(errno));
@@ -184,15 +198,16 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return kvs_error_set(err, KVS_ERR_CORRUPT, "%s is not a regular file", name);
+    return kvs_error_set(err, KVS_ERR_CORRUPT, "%s is %s, not a regular file", name,
+                         file_kind(st.st_mode));
   }
   uint64_t size = (uint64_t)st.st_size;
   if (size > KVS_BLOCK_STORE_MAX_FILE_BYTES) {
     close(fd);
     return kvs_error_set(err, KVS_ERR_CORRUPT,
                          "%s: %" PRIu64
-                         " bytes is larger than any block this store reads "
-                         "(%" PRIu64 ")",
+                         " bytes is larger than any block file can be "
+                         "(%" PRIu64 "), refused before reading",
                          name, size, (uint64_t)KVS_BLOCK_STORE_MAX_FILE_BYTES);
   }
   uint8_t head[KVS_BLOCK_ENVELOPE_BYTES];
@@ -245,6 +260,14 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
   *buf_out = buf;
   *len_out = (size_t)size;
   return KVS_OK;
+}
+
+kvs_status kvs_block_store_read_file(const char *path, uint8_t **bytes, size_t *len,
+                                     kvs_error *err) {
+  if (path == NULL || bytes == NULL || len == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "path and outputs must not be NULL");
+  }
+  return read_block_file(AT_FDCWD, path, bytes, len, err);
 }
 
 /* Whether a directory entry is "<32 lowercase hex>.kvb"; *key receives it. */

@@ -112,6 +112,19 @@ uint64_t kvs_block_store_count(kvs_block_store_t store); /* indexed blocks */
 uint64_t kvs_block_store_bytes(kvs_block_store_t store); /* their encoded bytes */
 uint64_t kvs_block_store_capacity(kvs_block_store_t store);
 
+/* Reads one block file by path, outside any store, under the rules get
+ * applies to a store's files: only a regular file is opened for reading
+ * (a FIFO, device, socket or directory is refused by its type, without
+ * blocking), and the size is checked against the maximum, and against the
+ * body length the envelope records when the file starts with the block
+ * magic, before anything is read whole. *bytes (malloc'ed, the caller
+ * frees it) and *len only on success. KVS_ERR_NOT_FOUND when absent,
+ * KVS_ERR_CORRUPT for a file that is not a regular file or whose size
+ * cannot be a block's, KVS_ERR_IO when opening or reading fails,
+ * KVS_ERR_NO_MEMORY. */
+kvs_status kvs_block_store_read_file(const char *path, uint8_t **bytes, size_t *len,
+                                     kvs_error *err);
+
 /* The file name of a key inside the directory: 32 hex digits + ".kvb"
  * (buf needs KVS_BLOCK_STORE_NAME_MAX bytes). Returns buf. */
 #define KVS_BLOCK_STORE_NAME_MAX 40

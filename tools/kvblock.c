@@ -8,13 +8,23 @@
  *
  * Exit status: 0 success (verify: the block verified), 1 the block was
  * refused or is corrupt (exactly one line on stderr naming the error and
- * field) or a file could not be read or written, 2 bad usage. */
+ * field) or a file could not be read or written, 2 bad usage.
+ *
+ * Files: verify and inspect read only a regular file (a missing file, a
+ * directory, FIFO or device is exit 1 without blocking), and refuse one
+ * larger than any block, or whose size disagrees with its header, before
+ * reading it. write replaces only a regular file: a directory, symbolic
+ * link, FIFO or device node at FILE is exit 1 and left as it was. Output
+ * that cannot be written (a full disk, a closed stdout) is exit 1. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -24,13 +34,15 @@
 #include "core/block_layout.h"
 #include "core/block_signature.h"
 #include "core/block_signed.h"
+#include "core/block_store.h"
 #include "core/status.h"
 #include "tools/args.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
-/* Largest file verify and inspect read, and largest payload write makes. */
-#define MAX_FILE_BYTES ((uint64_t)1 << 31)
+/* Largest payload write makes: the largest file verify, inspect and the
+ * store read. */
+#define MAX_FILE_BYTES KVS_BLOCK_STORE_MAX_FILE_BYTES
 
 static const char usage_text[] =
     "usage:\n"
@@ -42,7 +54,11 @@ static const char usage_text[] =
     "write stores a synthetic signed block (payload derived from --seed, default 0);\n"
     "verify exits 0 when FILE verifies against the reader these flags describe, 1 when\n"
     "it is refused or corrupt (one line on stderr), 2 on bad usage (--seed is ignored);\n"
-    "inspect prints the recorded signature.\n";
+    "inspect prints the recorded signature.\n"
+    "FILE must be a regular file: verify and inspect refuse a missing file, a directory,\n"
+    "FIFO or device (exit 1), and write refuses to replace anything but a regular file\n"
+    "(a symbolic link, device node, FIFO or directory: exit 1); output that cannot be\n"
+    "written (a full disk) is exit 1.\n";
 
 typedef struct flags {
   const char *model;
@@ -216,19 +232,66 @@ static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
   }
 }
 
+/* What lies at a path that write refuses to replace, or NULL when the
+ * path is free or a regular file. */
+static const char *not_replaceable(mode_t mode) {
+  if (S_ISREG(mode)) return NULL;
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* Writes FILE by a temporary file in the same directory, fsync, rename
+ * and an fsync of the directory: a crash leaves the old file or the new
+ * one. Only a regular file (or nothing) is replaced: renaming over a
+ * device node or a symbolic link would replace the node or the link
+ * itself. The check precedes the rename; a path swapped in between is
+ * the one case left, as with any rename-based writer. */
 static int write_file_atomically(const char *path, const uint8_t *bytes, size_t n) {
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    const char *what = not_replaceable(st.st_mode);
+    if (what != NULL) {
+      fprintf(stderr, "kvblock: %s: refusing to write: it is %s, not a regular file\n", path,
+              what);
+      return EXIT_REFUSED;
+    }
+  } else if (errno != ENOENT) {
+    fprintf(stderr, "kvblock: %s: cannot write: %s\n", path, strerror(errno));
+    return EXIT_REFUSED;
+  }
   size_t plen = strlen(path) + 32;
   char *tmp = malloc(plen);
-  if (tmp == NULL) {
+  char *dir = strdup(path);
+  if (tmp == NULL || dir == NULL) {
+    free(tmp);
+    free(dir);
     fprintf(stderr, "kvblock: %s: out of memory\n", path);
     return EXIT_REFUSED;
   }
   snprintf(tmp, plen, "%s.tmp-%ld", path, (long)getpid());
-  FILE *out = fopen(tmp, "wb");
-  bool ok =
-      out != NULL && fwrite(bytes, 1, n, out) == n && fflush(out) == 0 && fsync(fileno(out)) == 0;
+  /* O_EXCL | O_NOFOLLOW: never through a link or into a file planted
+   * under the temporary name. */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  bool created = fd >= 0;
+  bool ok = created;
+  for (size_t done = 0; ok && done < n;) {
+    ssize_t w = write(fd, bytes + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      ok = false;
+      break;
+    }
+    done += (size_t)w;
+  }
+  if (ok && fsync(fd) != 0) ok = false;
   int e = errno;
-  if (out != NULL && fclose(out) != 0 && ok) {
+  if (created && close(fd) != 0 && ok) {
     ok = false;
     e = errno;
   }
@@ -236,11 +299,24 @@ static int write_file_atomically(const char *path, const uint8_t *bytes, size_t 
     ok = false;
     e = errno;
   }
-  if (!ok) {
-    remove(tmp);
+  if (ok) {
+    /* The rename is durable once the directory is. */
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+      ok = false;
+      e = errno;
+    }
+    if (dfd >= 0) close(dfd);
+    if (!ok) {
+      fprintf(stderr, "kvblock: %s: written, but the directory could not be synced: %s\n", path,
+              strerror(e));
+    }
+  } else {
+    if (created) unlink(tmp);
     fprintf(stderr, "kvblock: %s: cannot write: %s\n", path, strerror(e));
   }
   free(tmp);
+  free(dir);
   return ok ? 0 : EXIT_REFUSED;
 }
 
@@ -321,55 +397,21 @@ static int cmd_write(const char *path, const flags *f) {
 
 /* ---- verify, inspect ---- */
 
-/* Reads FILE whole; refuses (as corrupt) one larger than any block. */
-static int read_file(const char *path, uint8_t **out, size_t *len) {
-  FILE *in = fopen(path, "rb");
-  if (in == NULL) {
-    fprintf(stderr, "kvblock: %s: cannot open: %s\n", path, strerror(errno));
-    return EXIT_REFUSED;
-  }
-  size_t cap = 1 << 16, n = 0;
-  uint8_t *buf = malloc(cap);
-  while (buf != NULL) {
-    if (n == cap) {
-      if ((uint64_t)cap * 2 > MAX_FILE_BYTES + 1) {
-        free(buf);
-        fclose(in);
-        fprintf(stderr, "kvblock: %s: corrupt: larger than any block (over %" PRIu64 " bytes)\n",
-                path, MAX_FILE_BYTES);
-        return EXIT_REFUSED;
-      }
-      uint8_t *grown = realloc(buf, cap * 2);
-      if (grown == NULL) break;
-      buf = grown;
-      cap *= 2;
-    }
-    size_t r = fread(buf + n, 1, cap - n, in);
-    n += r;
-    if (r == 0) break;
-  }
-  bool failed = buf == NULL || ferror(in);
-  int e = errno;
-  fclose(in);
-  if (failed) {
-    free(buf);
-    fprintf(stderr, "kvblock: %s: cannot read: %s\n", path,
-            buf == NULL ? "out of memory" : strerror(e));
-    return EXIT_REFUSED;
-  }
-  *out = buf;
-  *len = n;
-  return 0;
-}
-
 /* Decodes FILE into an owned unverified block; one stderr line if not. */
 static int load(const char *path, kvs_block_view *view, kvs_unverified_block_t *block) {
   uint8_t *bytes = NULL;
   size_t len = 0;
-  int rc = read_file(path, &bytes, &len);
-  if (rc != 0) return rc;
   kvs_error err;
-  kvs_status st = kvs_block_decode_adopt(bytes, len, view, block, &err);
+  kvs_status st = kvs_block_store_read_file(path, &bytes, &len, &err);
+  if (st == KVS_ERR_NOT_FOUND) {
+    fprintf(stderr, "kvblock: %s: cannot open: no such file\n", path);
+    return EXIT_REFUSED;
+  }
+  if (st != KVS_OK) { /* the message names the file */
+    fprintf(stderr, "kvblock: %s\n", err.message);
+    return EXIT_REFUSED;
+  }
+  st = kvs_block_decode_adopt(bytes, len, view, block, &err);
   if (st != KVS_OK) {
     free(bytes);
     fprintf(stderr, "kvblock: %s: %s: %s\n", path,
@@ -506,7 +548,23 @@ static int cmd_inspect(const char *path, const flags *f) {
   return 0;
 }
 
-int main(int argc, char **argv) {
+/* A write to stdout that failed (a full disk, a closed pipe) is lost
+ * without a word unless the stream is checked once everything is out:
+ * flush and close it, and turn a failure into exit 1. */
+static int finish_stdout(int rc) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "kvblock: writing standard output: %s\n", strerror(errno));
+    fclose(stdout);
+    return rc != 0 ? rc : EXIT_REFUSED;
+  }
+  if (fclose(stdout) != 0) {
+    fprintf(stderr, "kvblock: closing standard output: %s\n", strerror(errno));
+    return rc != 0 ? rc : EXIT_REFUSED;
+  }
+  return rc;
+}
+
+static int run(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     fputs(usage_text, stdout);
     return 0;
@@ -533,3 +591,5 @@ int main(int argc, char **argv) {
   }
   return usage_error("unknown command '%s'", cmd);
 }
+
+int main(int argc, char **argv) { return finish_stdout(run(argc, argv)); }

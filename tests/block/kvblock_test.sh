@@ -60,6 +60,48 @@ printf 'hello, this is not a block at all, not even close\n' >"$work/foreign.kvb
 expect 1 "not a kvshard block" $kvblock verify "$work/foreign.kvb" --model model-a $R
 expect 1 "cannot open" $kvblock verify "$work/missing.kvb" --model model-a $R
 
+# Only regular files are read, and nothing blocks: a FIFO with no writer,
+# a directory, a device.
+mkfifo "$work/fifo.kvb"
+expect 1 "is a FIFO, not a regular file" timeout 10 $kvblock verify "$work/fifo.kvb" --model model-a $R
+expect 1 "is a FIFO, not a regular file" timeout 10 $kvblock inspect "$work/fifo.kvb"
+expect 1 "is a directory, not a regular file" $kvblock inspect "$work"
+expect 1 "is a character device, not a regular file" $kvblock inspect /dev/zero
+
+# A huge file that starts with the block magic is refused by its size (or
+# by the body length its header records) before it is read: sparse files,
+# so neither the disk nor the reader's memory pays for them.
+printf 'KVSBLOCK' >"$work/huge.kvb"
+truncate -s 3G "$work/huge.kvb"
+expect 1 "larger than any block file can be" timeout 10 $kvblock inspect "$work/huge.kvb"
+expect 1 "larger than any block file can be" timeout 10 $kvblock verify "$work/huge.kvb" --model model-a $R
+# Magic, version 2, flags 3, body_len 256, then 100 MiB of zeros.
+printf 'KVSBLOCK\002\000\000\000\003\000\000\000\000\001\000\000\000\000\000\000' >"$work/long.kvb"
+truncate -s 100M "$work/long.kvb"
+expect 1 "body_len says 256 bytes, the file holds 104857600" timeout 10 $kvblock inspect "$work/long.kvb"
+rm -f "$work/huge.kvb" "$work/long.kvb"
+
+# write replaces a regular file only: a symbolic link, a device node, a
+# FIFO or a directory at FILE is refused and left as it was.
+ln -s "$A" "$work/link.kvb"
+expect 1 "it is a symbolic link, not a regular file" $kvblock write "$work/link.kvb" --model m $R
+[ -L "$work/link.kvb" ] || fail "write replaced the symbolic link"
+cmp -s "$A" "$work/link.kvb" || fail "write changed the file behind the symbolic link"
+expect 1 "it is a character device, not a regular file" $kvblock write /dev/full --model m $R
+expect 1 "it is a FIFO, not a regular file" timeout 10 $kvblock write "$work/fifo.kvb" --model m $R
+[ -p "$work/fifo.kvb" ] || fail "write replaced the FIFO"
+mkdir "$work/dir.kvb"
+expect 1 "it is a directory, not a regular file" $kvblock write "$work/dir.kvb" --model m $R
+expect 1 "No such file or directory" $kvblock write "$work/no/such/dir.kvb" --model m $R
+cp "$A" "$work/over.kvb"
+expect 0 "wrote" $kvblock write "$work/over.kvb" --model m $R --seed 3
+ls "$work" | grep -q '\.tmp-' && fail "write left a temporary file"
+
+# Output that cannot be written is an error, not a silent exit 0.
+expect 1 "writing standard output: No space left on device" sh -c "$kvblock inspect $A >/dev/full"
+expect 1 "writing standard output: No space left on device" sh -c "$kvblock verify $A --model model-a --weights deadbeef $R --window 128 >/dev/full"
+expect 1 "writing standard output: No space left on device" sh -c "$kvblock write $work/full.kvb --model m $R >/dev/full"
+
 # Bad usage.
 expect 2 "" $kvblock
 expect 2 "unknown command" $kvblock frob "$A"

@@ -423,3 +423,74 @@ TEST(BlockStore, concurrent_readers_see_whole_blocks_while_a_writer_puts) {
   EXPECT_GT(hits.load(), 100u) << gets.load() << " gets";
   for (uint64_t i = 0; i < kKeys + 4; i++) EXPECT_EQ(get(w.s, i, shape, 1 + i * 2), KVS_OK);
 }
+
+// A FIFO or a directory under a block's name is refused by its type: the
+// scan reports it and get refuses it, and neither waits for a writer.
+TEST(BlockStore, a_fifo_or_directory_under_a_block_name_is_refused_without_blocking) {
+  std::string dir = scratch_dir("store");
+  Shape shape;
+  {
+    StoreCloser c{open_store(dir)};
+    ASSERT_EQ(put(c.s, 0, shape, 60), KVS_OK);
+  }
+  ASSERT_EQ(mkfifo((dir + "/" + name_of(1)).c_str(), 0644), 0);
+  ASSERT_EQ(mkdir((dir + "/" + name_of(2)).c_str(), 0755), 0);
+  kvs_block_store_scan scan;
+  StoreCloser c{open_store(dir, 0, false, &scan)};
+  ASSERT_NE(c.s, nullptr);
+  EXPECT_EQ(scan.corrupt, 2u);
+  EXPECT_EQ(scan.blocks, 1u);
+  kvs_error err;
+  EXPECT_EQ(get(c.s, 1, shape, 61, &err), KVS_ERR_CORRUPT);
+  EXPECT_NE(std::string(err.message).find("is a FIFO, not a regular file"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(get(c.s, 2, shape, 62, &err), KVS_ERR_CORRUPT);
+  EXPECT_NE(std::string(err.message).find("is a directory, not a regular file"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(get(c.s, 0, shape, 60), KVS_OK);
+}
+
+// Reading a block file by path: a file that starts with the block magic
+// is refused by its size before anything is read (a sparse 3 GiB file
+// would otherwise cost 3 GiB of memory), and by the body length its
+// header records when that disagrees with the size.
+TEST(BlockStore, read_file_refuses_by_size_before_reading_and_reads_a_good_file_whole) {
+  std::string dir = scratch_dir("readfile");
+  std::string huge = dir + "/huge.kvb";
+  ASSERT_TRUE(write_bytes(huge, {'K', 'V', 'S', 'B', 'L', 'O', 'C', 'K'}));
+  ASSERT_EQ(truncate(huge.c_str(), 3ll << 30), 0);
+  uint8_t *bytes = nullptr;
+  size_t len = 0;
+  kvs_error err;
+  EXPECT_EQ(kvs_block_store_read_file(huge.c_str(), &bytes, &len, &err), KVS_ERR_CORRUPT);
+  EXPECT_NE(std::string(err.message).find("3221225472 bytes is larger than any block file"),
+            std::string::npos)
+      << err.message;
+  EXPECT_EQ(bytes, nullptr);
+
+  std::vector<uint8_t> head = {'K', 'V', 'S', 'B', 'L', 'O', 'C', 'K', 2, 0, 0, 0,
+                               3,   0,   0,   0,   0,   1,   0,   0,   0, 0, 0, 0};
+  std::string lying = dir + "/lying.kvb";
+  ASSERT_TRUE(write_bytes(lying, head));
+  ASSERT_EQ(truncate(lying.c_str(), 64ll << 20), 0);
+  EXPECT_EQ(kvs_block_store_read_file(lying.c_str(), &bytes, &len, &err), KVS_ERR_CORRUPT);
+  EXPECT_NE(std::string(err.message).find("body_len says 256 bytes, the file holds 67108864"),
+            std::string::npos)
+      << err.message;
+
+  EXPECT_EQ(kvs_block_store_read_file((dir + "/absent.kvb").c_str(), &bytes, &len, &err),
+            KVS_ERR_NOT_FOUND);
+  EXPECT_EQ(kvs_block_store_read_file(dir.c_str(), &bytes, &len, &err), KVS_ERR_CORRUPT);
+  EXPECT_EQ(kvs_block_store_read_file(nullptr, &bytes, &len, &err), KVS_ERR_INVALID_ARGUMENT);
+
+  // A stored block reads back whole, byte for byte.
+  {
+    StoreCloser c{open_store(dir + "/store")};
+    ASSERT_EQ(put(c.s, 7, Shape{}, 70), KVS_OK);
+  }
+  std::string path = dir + "/store/" + name_of(7);
+  ASSERT_EQ(kvs_block_store_read_file(path.c_str(), &bytes, &len, &err), KVS_OK) << err.message;
+  std::vector<uint8_t> want = read_bytes(path);
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + len), want);
+  free(bytes);
+}
