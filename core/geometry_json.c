@@ -1,10 +1,13 @@
 /* Geometry from a model's config.json, through jansson, and the built-in
  * geometries compiled from the shipped config files. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/geometry.h"
 
@@ -104,14 +107,51 @@ done:
   return status;
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
-  FILE *file = fopen(path, "rb");
-  if (file == NULL) {
+  /* Only a regular file is read. O_NONBLOCK keeps the open of a FIFO from
+   * waiting for a writer forever; fstat then refuses it by its type. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
     return kvs_error_set(err, KVS_ERR_IO, "cannot open model config %s: %s", path,
                          strerror(errno));
   }
-  /* Model configs are a few KiB; anything past 16 MiB is not one. */
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    kvs_status status =
+        kvs_error_set(err, KVS_ERR_IO, "cannot stat model config %s: %s", path, strerror(errno));
+    close(fd);
+    return status;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return kvs_error_set(err, KVS_ERR_IO, "model config %s is %s, not a regular file", path,
+                         file_kind(st.st_mode));
+  }
+  /* Model configs are a few KiB; anything past 16 MiB is not one, and is
+   * refused by its size before a byte of it is read. */
   enum { MAX_CONFIG_BYTES = 16 << 20 };
+  if (st.st_size > MAX_CONFIG_BYTES) {
+    close(fd);
+    return kvs_error_set(err, KVS_ERR_PARSE, "model config %s is larger than %d bytes", path,
+                         MAX_CONFIG_BYTES);
+  }
+  FILE *file = fdopen(fd, "rb");
+  if (file == NULL) {
+    kvs_status status =
+        kvs_error_set(err, KVS_ERR_IO, "cannot read model config %s: %s", path, strerror(errno));
+    close(fd);
+    return status;
+  }
   char *text = malloc(MAX_CONFIG_BYTES);
   if (text == NULL) {
     fclose(file);
@@ -119,7 +159,7 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
   }
   size_t len = fread(text, 1, MAX_CONFIG_BYTES, file);
   int read_failed = ferror(file);
-  int too_long = len == MAX_CONFIG_BYTES && fgetc(file) != EOF;
+  int too_long = len == MAX_CONFIG_BYTES && fgetc(file) != EOF; /* it grew while read */
   fclose(file);
   kvs_status status;
   if (read_failed) {
