@@ -1,5 +1,6 @@
-// Launchers of the device-table kernels (cuda/device_kernels.cuh): one
-// kernel launch each, on the caller's stream.
+// Launchers of the device-table kernels (cuda/device_kernels.cuh): the
+// launch sequences the .cuh defines, through nvcc's <<<>>> on the caller's
+// stream.
 #include <cuda_runtime.h>
 
 #include "cuda/device_kernels.cuh"
@@ -7,33 +8,49 @@
 
 using namespace kvs_kernels;
 
+namespace {
+
+// launch(grid, threads, kernel, args...) on one stream; keeps the first
+// launch error.
+struct StreamLaunch {
+  cudaStream_t stream;
+  cudaError_t error = cudaSuccess;
+
+  template <typename... Params, typename... Args>
+  bool operator()(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
+    kernel<<<grid, threads, 0, stream>>>(args...);
+    error = cudaGetLastError();
+    return error == cudaSuccess;
+  }
+};
+
+}  // namespace
+
 extern "C" cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                                 const kvs_journal_entry *entries, uint64_t n,
-                                                kvs_batch_fault *fault, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  apply_journal_kernel<<<apply_grid(n), kApplyThreads, 0, stream>>>(
-      map, dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page, entries, n, fault);
-  return cudaGetLastError();
+                                                kvs_batch_fault *fault, uint32_t max_blocks,
+                                                cudaStream_t stream) {
+  StreamLaunch launch{stream};
+  launch_apply_journal(launch, map, dims, entries, n, fault, max_blocks);
+  return launch.error;
 }
 
 extern "C" cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims,
                                             const int64_t *locs, uint64_t n, int64_t *out,
                                             kvs_batch_fault *fault, uint32_t max_blocks,
                                             cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  translate_kernel<<<flat_grid(n, max_blocks), kFlatThreads, 0, stream>>>(map, dims.full_token,
-                                                                          locs, n, out, fault);
-  return cudaGetLastError();
+  StreamLaunch launch{stream};
+  launch_translate(launch, map, dims, locs, n, out, fault, max_blocks);
+  return launch.error;
 }
 
 extern "C" cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uint64_t n,
                                              int64_t *out_csa, int64_t *out_hca,
                                              kvs_batch_fault *fault, uint32_t max_blocks,
                                              cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  state_locs_kernel<<<flat_grid(n, max_blocks), kFlatThreads, 0, stream>>>(
-      kvs_tm_div_make(dims.page), dims.n_win_slots, slots, n, out_csa, out_hca, fault);
-  return cudaGetLastError();
+  StreamLaunch launch{stream};
+  launch_state_locs(launch, dims, slots, n, out_csa, out_hca, fault, max_blocks);
+  return launch.error;
 }
 
 extern "C" cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims,
@@ -41,9 +58,7 @@ extern "C" cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims di
                                            uint64_t n_req, int64_t *own, int64_t *prev,
                                            int64_t *ring, kvs_batch_fault *fault,
                                            uint32_t max_blocks, cudaStream_t stream) {
-  if (n_req == 0) return cudaSuccess;
-  ring_ctx_kernel<<<ring_grid(n_req, max_blocks), kRingThreads, 0, stream>>>(
-      map, dims.full_token, dims.page, kvs_tm_div_make(dims.page), tables.pages, tables.stride,
-      kvs_tm_div_make(tables.block_size), positions, n_req, own, prev, ring, fault);
-  return cudaGetLastError();
+  StreamLaunch launch{stream};
+  launch_ring_ctx(launch, map, dims, tables, positions, n_req, own, prev, ring, fault, max_blocks);
+  return launch.error;
 }

@@ -1,4 +1,5 @@
-// The device-table kernels themselves: one launch each per step, specified
+// The device-table kernels themselves: one launch per step each (two for
+// the journal apply), specified
 // by their CPU references in core/device_ref.c and sharing its per-item
 // arithmetic (core/table_math.h). Private to cuda/: compiled by nvcc in
 // device_kernels.cu, and by the host compiler in the CPU emulation test
@@ -10,7 +11,7 @@
 // 8-byte rows (every warp access is whole 32-byte sectors), independent
 // loads are issued together before their results are used (latency, not
 // bandwidth, is what a one-wave kernel waits on), and no kernel needs a
-// second launch or a host round trip.
+// host round trip.
 #ifndef KVS_DEVICE_KERNELS_CUH
 #define KVS_DEVICE_KERNELS_CUH
 
@@ -19,6 +20,13 @@
 #include "core/device_ref.h"
 #include "core/journal.h"
 #include "core/table_math.h"
+
+// Counts journal entries loaded from global memory, for the CPU emulation
+// (tests/cuda/kernel_emulation.h), where a test bounds the apply's work;
+// nothing on the device.
+#ifndef KVS_KERNEL_COUNT_ENTRY_LOADS
+#define KVS_KERNEL_COUNT_ENTRY_LOADS(n) ((void)0)
+#endif
 
 namespace kvs_kernels {
 
@@ -36,94 +44,65 @@ __device__ inline void note_fault(kvs_batch_fault *fault, uint64_t index) {
 //
 // Entries are applied in parallel, so order must be recovered: where
 // several entries name one full page, only the last fitting one may write
-// (what a sequential replay leaves). Each block owns kApplyEntries entries
-// and scans the entries after them for a later fitting entry on the same
-// full page, then writes the survivors' rows, one warp per page, lanes
-// striding the page's P rows (32 x 8 contiguous bytes per store).
+// (what a sequential replay leaves). Two passes, each reading every entry
+// once, so a batch costs O(n) whatever its size:
 //
-// The scan reads the rest of the journal once per block, from L2 (16 B x n
-// per block), four independent loads per thread at a time so a 4096-entry
-// journal costs a few L2 round trips, not sixteen. A 1024-bit filter of the
-// block's own full pages answers almost every later entry with one shared
-// load; only a filter hit walks the block's 32 entries. A 4096-page step is
-// 128 blocks in one wave writing 4 MiB.
-constexpr unsigned kApplyEntries = 32;
+//   mark   one thread per entry: a fitting entry raises its full page's
+//          first row to kApplyMark + its index (atomicMax). The mark
+//          exceeds every slot a row can hold (slots < 2^62), so after the
+//          pass that row holds the mark of the page's last fitting entry.
+//          Entries that do not fit are faulted.
+//   write  one warp per entry: the entry whose mark its page's first row
+//          holds is the page's last fitting entry; its warp writes the
+//          page's P rows, lanes striding them (32 x 8 contiguous bytes per
+//          store), the mark included. Every lane reads the mark before any
+//          lane overwrites it (__syncwarp), and a superseded entry reads
+//          either the winner's mark or the winner's row, never its own.
+//
+// Between the passes touched pages hold a mark in their first row: the
+// table is not readable until the write pass is done, which the stream
+// order gives every reader on the same stream (as it must anyway: a reader
+// racing an apply sees a page half old, half new). A 4096-page step is
+// 4096 atomics then 4096 warps writing 4 MiB.
 constexpr unsigned kApplyThreads = 256;
-constexpr unsigned kApplyScanUnroll = 4;
-constexpr unsigned kApplyFilterWords = 32;  // 1024 bits
+constexpr int64_t kApplyMark = int64_t(1) << 62;
 
-__device__ inline unsigned apply_filter_bit(uint64_t full_page) {
-  // Knuth's multiplicative hash: the top 10 bits of a 32-bit product.
-  return (static_cast<uint32_t>(full_page) * 2654435761u) >> 22;
+__global__ void __launch_bounds__(kApplyThreads)
+    apply_mark_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
+                      uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
+                      uint64_t n, kvs_batch_fault *fault) {
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += step) {
+    KVS_KERNEL_COUNT_ENTRY_LOADS(1);
+    const kvs_journal_entry e = entries[i];
+    if (kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page)) {
+      atomicMax(reinterpret_cast<long long *>(map + e.full_page * page),
+                static_cast<long long>(kApplyMark + static_cast<int64_t>(i)));
+    } else {
+      note_fault(fault, i);
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kApplyThreads)
-    apply_journal_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
-                         uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
-                         uint64_t n, kvs_batch_fault *fault) {
-  __shared__ uint64_t full_page[kApplyEntries];
-  __shared__ int64_t window_page[kApplyEntries];
-  __shared__ int live[kApplyEntries];
-  __shared__ unsigned filter[kApplyFilterWords];
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * kApplyEntries;
-  const uint64_t left = n - first;
-  const unsigned count = left < kApplyEntries ? static_cast<unsigned>(left) : kApplyEntries;
-
-  if (threadIdx.x < kApplyFilterWords) filter[threadIdx.x] = 0;
-  __syncthreads();
-  if (threadIdx.x < count) {
-    const kvs_journal_entry e = entries[first + threadIdx.x];
-    const int fits = kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page);
-    full_page[threadIdx.x] = e.full_page;
-    window_page[threadIdx.x] = e.window_page;
-    live[threadIdx.x] = fits;
-    if (fits) {
-      const unsigned bit = apply_filter_bit(e.full_page);
-      atomicOr(&filter[bit / 32], 1u << (bit % 32));
-    } else {
-      note_fault(fault, first + threadIdx.x);
-    }
-  }
-  __syncthreads();
-
-  // A later fitting entry on the same full page supersedes entry k.
-  for (uint64_t base = first + 1 + threadIdx.x; base < n;
-       base += static_cast<uint64_t>(kApplyScanUnroll) * blockDim.x) {
-    kvs_journal_entry later[kApplyScanUnroll];
-#pragma unroll
-    for (unsigned u = 0; u < kApplyScanUnroll; u++) {
-      const uint64_t j = base + static_cast<uint64_t>(u) * blockDim.x;
-      if (j < n) {
-        later[u] = entries[j];
-      } else {
-        later[u].full_page = 0;
-        later[u].window_page = -2;  // fits nothing: skipped below
-      }
-    }
-#pragma unroll
-    for (unsigned u = 0; u < kApplyScanUnroll; u++) {
-      const kvs_journal_entry e = later[u];
-      if (!kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page)) continue;
-      const unsigned bit = apply_filter_bit(e.full_page);
-      if (((filter[bit / 32] >> (bit % 32)) & 1u) == 0) continue;
-      const uint64_t j = base + static_cast<uint64_t>(u) * blockDim.x;
-      const uint64_t before = j - first;  // entries k < before precede j
-      const unsigned k_end = before < count ? static_cast<unsigned>(before) : count;
-      for (unsigned k = 0; k < k_end; k++) {
-        if (full_page[k] == e.full_page) atomicAnd(&live[k], 0);
-      }
-    }
-  }
-  __syncthreads();
-
-  const unsigned warp = threadIdx.x / kWarp;
+    apply_write_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
+                       uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
+                       uint64_t n) {
   const unsigned lane = threadIdx.x % kWarp;
-  for (unsigned k = warp; k < count; k += kApplyThreads / kWarp) {
-    if (!live[k]) continue;
-    int64_t *rows = map + full_page[k] * page;
-    const int64_t w = window_page[k];
+  const uint64_t warps_per_block = blockDim.x / kWarp;
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * warps_per_block;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp;
+       i < n; i += step) {
+    KVS_KERNEL_COUNT_ENTRY_LOADS(1);
+    const kvs_journal_entry e = entries[i];
+    int64_t *rows = map + e.full_page * page;
+    const bool last = kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page) &&
+                      rows[0] == kApplyMark + static_cast<int64_t>(i);
+    __syncwarp();
+    if (!last) continue;
     for (uint64_t offset = lane; offset < page; offset += kWarp) {
-      rows[offset] = kvs_tm_entry_row(w, page, offset);
+      rows[offset] = kvs_tm_entry_row(e.window_page, page, offset);
     }
   }
 }
@@ -266,9 +245,12 @@ inline unsigned capped_grid(uint64_t items, unsigned per_block, uint32_t max_blo
   return static_cast<unsigned>(blocks < max_blocks ? blocks : max_blocks);
 }
 
-// Every apply block owns its entries outright, so that grid is never capped.
-inline unsigned apply_grid(uint64_t n) {
-  return static_cast<unsigned>((n + kApplyEntries - 1) / kApplyEntries);
+inline unsigned apply_mark_grid(uint64_t n, uint32_t max_blocks) {
+  return capped_grid(n, kApplyThreads, max_blocks);
+}
+
+inline unsigned apply_write_grid(uint64_t n, uint32_t max_blocks) {
+  return capped_grid(n, kApplyThreads / kWarp, max_blocks);
 }
 
 inline unsigned flat_grid(uint64_t n, uint32_t max_blocks) {
@@ -277,6 +259,55 @@ inline unsigned flat_grid(uint64_t n, uint32_t max_blocks) {
 
 inline unsigned ring_grid(uint64_t n_req, uint32_t max_blocks) {
   return capped_grid(n_req, kRingThreads / kWarp, max_blocks);
+}
+
+// ---- launches ----
+//
+// Each launcher of device_kernels.h as the kernel launches it makes,
+// through `launch(grid, threads, kernel, args...)`, which returns true when
+// the launch was accepted: nvcc's <<<>>> in device_kernels.cu, the CPU
+// emulation in the tests and the stand-in, so all run the same kernels over
+// the same grids.
+template <typename Launch>
+bool launch_apply_journal(Launch &&launch, int64_t *map, kvs_table_dims dims,
+                          const kvs_journal_entry *entries, uint64_t n, kvs_batch_fault *fault,
+                          uint32_t max_blocks) {
+  if (n == 0) return true;
+  const uint64_t full_pages = dims.full_token / dims.page, win_pages = dims.n_win_slots / dims.page;
+  return launch(apply_mark_grid(n, max_blocks), kApplyThreads, apply_mark_kernel, map, dims.page,
+                full_pages, win_pages, entries, n, fault) &&
+         launch(apply_write_grid(n, max_blocks), kApplyThreads, apply_write_kernel, map,
+                dims.page, full_pages, win_pages, entries, n);
+}
+
+template <typename Launch>
+bool launch_translate(Launch &&launch, const int64_t *map, kvs_table_dims dims,
+                      const int64_t *locs, uint64_t n, int64_t *out, kvs_batch_fault *fault,
+                      uint32_t max_blocks) {
+  if (n == 0) return true;
+  return launch(flat_grid(n, max_blocks), kFlatThreads, translate_kernel, map, dims.full_token,
+                locs, n, out, fault);
+}
+
+template <typename Launch>
+bool launch_state_locs(Launch &&launch, kvs_table_dims dims, const int64_t *slots, uint64_t n,
+                       int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                       uint32_t max_blocks) {
+  if (n == 0) return true;
+  return launch(flat_grid(n, max_blocks), kFlatThreads, state_locs_kernel,
+                kvs_tm_div_make(dims.page), dims.n_win_slots, slots, n, out_csa, out_hca, fault);
+}
+
+template <typename Launch>
+bool launch_ring_ctx(Launch &&launch, const int64_t *map, kvs_table_dims dims,
+                     kvs_block_tables tables, const int64_t *positions, uint64_t n_req,
+                     int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                     uint32_t max_blocks) {
+  if (n_req == 0) return true;
+  return launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel, map,
+                dims.full_token, dims.page, kvs_tm_div_make(dims.page), tables.pages,
+                tables.stride, kvs_tm_div_make(tables.block_size), positions, n_req, own, prev,
+                ring, fault);
 }
 
 }  // namespace kvs_kernels

@@ -1,6 +1,7 @@
 /* Launchers of the device-table kernels (private to cuda/; callers use
- * cuda/device_tables.h). Each launches exactly one kernel on `stream` and
- * returns the launch's cudaError_t; arguments were checked by the caller.
+ * cuda/device_tables.h). Each launches its kernels on `stream` (one; two
+ * for the journal apply) and returns the first launch error; arguments
+ * were checked by the caller.
  * Pointers are device pointers. Each kernel computes what its CPU
  * reference in core/device_ref.h computes, bit for bit, faults included.
  *
@@ -19,11 +20,13 @@
 extern "C" {
 #endif
 
-/* Entries are read from `entries` (n of them); the last fitting entry per
- * full page wins; entries that do not fit are skipped and faulted. */
+/* Entries are read from `entries` (n of them, n < 2^62); the last fitting
+ * entry per full page wins; entries that do not fit are skipped and
+ * faulted. O(n): every entry is read twice (device_kernels.cuh). */
 cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                      const kvs_journal_entry *entries, uint64_t n,
-                                     kvs_batch_fault *fault, cudaStream_t stream);
+                                     kvs_batch_fault *fault, uint32_t max_blocks,
+                                     cudaStream_t stream);
 
 cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,
                                  uint64_t n, int64_t *out, kvs_batch_fault *fault,

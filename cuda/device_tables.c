@@ -39,12 +39,21 @@ static void leave(const struct kvs_device_tables *t, int previous) {
   if (previous != t->device) (void)cudaSetDevice(previous);
 }
 
+/* The apply marks each page with 2^62 + the index of its last entry
+ * (device_kernels.cuh), above every slot: indices stay below 2^62. */
+#define KVS_APPLY_MAX_ENTRIES ((uint64_t)1 << 62)
+
 /* A layout that was not built by kvs_device_layout_build could carve
  * outside its allocation; these are the facts the kernels rely on. */
 static kvs_status check_layout(const kvs_device_layout *l, kvs_error *err) {
   kvs_table_dims dims = kvs_device_layout_dims(l);
   kvs_status status = kvs_table_dims_check(&dims, err);
   if (status != KVS_OK) return status;
+  if (dims.n_win_slots > KVS_APPLY_MAX_ENTRIES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu window slots: the journal apply needs every slot below 2^62",
+                         (unsigned long long)dims.n_win_slots);
+  }
   const kvs_device_span *map = &l->spans[0];
   uint64_t journal_end =
       l->journal_offset + l->options.journal_capacity * sizeof(kvs_journal_entry);
@@ -229,9 +238,6 @@ static kvs_status launched(cudaError_t code, const char *kernel, size_t n, kvs_e
   return kvs_cuda_status(code, what, err);
 }
 
-/* The apply kernel gives every 32 entries a block: the grid's x limit. */
-#define KVS_APPLY_MAX_ENTRIES ((uint64_t)INT32_MAX * 32u)
-
 kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
                                            const kvs_journal_entry *entries, size_t n,
                                            cudaStream_t stream, kvs_error *err) {
@@ -254,7 +260,8 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync of the journal entries", err, status, done);
   status = launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n,
-                                             &tables->faults->apply_journal, stream),
+                                             &tables->faults->apply_journal,
+                                             tables->max_blocks, stream),
                     "apply_journal", n, err);
   if (status != KVS_OK) goto done;
   KVS_CUDA_GOTO(cudaEventRecord(tables->journal_done, stream), "cudaEventRecord", err, status,
@@ -274,14 +281,15 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
   }
   if ((uint64_t)n > KVS_APPLY_MAX_ENTRIES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%zu journal entries exceed one launch's %llu", n,
+                         "%zu journal entries exceed one apply's %llu", n,
                          (unsigned long long)KVS_APPLY_MAX_ENTRIES);
   }
   int previous;
   kvs_status status = enter(tables, &previous, err);
   if (status != KVS_OK) return status;
   status = launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
-                                             &tables->faults->apply_journal, stream),
+                                             &tables->faults->apply_journal,
+                                             tables->max_blocks, stream),
                     "apply_journal", n, err);
   leave(tables, previous);
   return status;

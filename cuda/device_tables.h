@@ -6,14 +6,15 @@
  * cuda/device_layout.h says. The table starts as a fresh window pool's
  * mapping (every row -1, the dummy full page bound to the dummy window
  * page, the sentinel -1); a follower keeps it equal to its host mirror by
- * applying each step's binding journal here with one kernel launch.
+ * applying each step's binding journal here.
  *
- * Every kernel call is asynchronous on the caller's stream, launches
- * exactly one kernel, allocates nothing and checks its arguments before
- * launching; an argument error launches nothing. Data errors inside a
- * batch (a loc past the table, an entry naming a page that does not exist)
- * cannot be refused after launch: they read as -1 and are counted in the
- * table's per-kernel fault records, read with kvs_device_tables_faults.
+ * Every kernel call is asynchronous on the caller's stream, launches one
+ * kernel (the journal apply two, each O(n) in the batch), allocates
+ * nothing and checks its arguments before launching; an argument error
+ * launches nothing. Data errors inside a batch (a loc past the table, an
+ * entry naming a page that does not exist) cannot be refused after
+ * launch: they read as -1 and are counted in the table's per-kernel fault
+ * records, read with kvs_device_tables_faults.
  * Each call makes the table's device current for its duration and
  * restores the caller's. Pointers named d_* are device pointers. */
 #ifndef KVS_DEVICE_TABLES_H

@@ -2,13 +2,22 @@
 // cuda/device_kernels.cuh runs through the host compiler on machines
 // without a GPU. Include it before that header.
 //
-// Each block runs as blockDim.x host threads at once (blocks one after
-// another), so __syncthreads is a real barrier, __any_sync a real vote of
-// a warp's 32 lanes, __shared__ variables one copy per block (function
-// statics: blocks never overlap), and the atomics real atomics. It checks
-// the kernels' logic -- indexing, lane mapping, grid-stride loops,
-// superseded journal entries across blocks, fault records -- not timing,
-// the memory model or the compiler's code: the device test does that.
+// Each block's threads are fibers on the calling OS thread (one stack
+// each, switched cooperatively), so __syncthreads is a real barrier of the
+// block, __syncwarp and __any_sync real barriers and votes of a warp's
+// lanes, and a thread runs until it waits at one. The order in which
+// threads run between barriers, and the order of the blocks, follow a
+// seed (set_schedule_seed; 0 runs both in index order), as a GPU
+// guarantees neither. __shared__ variables are one copy per block
+// (function statics: blocks never overlap), and launches from several OS
+// threads take turns. A barrier that not every live thread of the block
+// (or warp) reaches is a deadlock, reported and fatal.
+//
+// It checks the kernels' logic -- indexing, lane mapping, grid-stride
+// loops, superseded journal entries across blocks, fault records, barrier
+// placement -- not timing, the memory model or the compiler's code: the
+// device test does that. It also counts the journal entries the kernels
+// load (KVS_KERNEL_COUNT_ENTRY_LOADS), so a test can bound their work.
 #ifndef KVS_TESTS_CUDA_KERNEL_EMULATION_H
 #define KVS_TESTS_CUDA_KERNEL_EMULATION_H
 
@@ -16,13 +25,7 @@
 #error "kernel_emulation.h stands in for CUDA; nvcc has the real thing"
 #endif
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -30,48 +33,35 @@ struct dim3 {
 
 namespace kvs_emu {
 
-// A reusable barrier for a fixed number of threads.
-class Barrier {
- public:
-  explicit Barrier(unsigned count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    unsigned generation = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      generation_++;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
+// The running thread's and block's indices, and the launch's shape: set
+// by the scheduler before it switches to a thread.
+extern dim3 thread_idx;
+extern dim3 block_idx;
+extern dim3 block_dim;
+extern dim3 grid_dim;
 
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  unsigned count_;
-  unsigned arrived_ = 0;
-  unsigned generation_ = 0;
-};
+// Journal entries loaded by kernels since the last reset (every thread's
+// loads counted).
+extern uint64_t entry_loads;
 
-struct Warp {
-  Barrier barrier{32};
-  std::atomic<int> vote{0};
-};
+// 0: threads and blocks in index order; otherwise a seeded shuffle per
+// launch (the next launch continues the sequence).
+void set_schedule_seed(uint64_t seed);
 
-struct Block {
-  explicit Block(unsigned threads) : barrier(threads) {
-    for (unsigned w = 0; w < (threads + 31) / 32; w++) warps.emplace_back(new Warp);
-  }
-  Barrier barrier;
-  std::vector<std::unique_ptr<Warp>> warps;
-};
+// Runs body(arg) as `threads` threads in each of `grid` blocks.
+void run_grid(unsigned grid, unsigned threads, void (*body)(void *), void *arg);
 
-inline thread_local dim3 thread_idx;
-inline thread_local dim3 block_idx;
-inline thread_local Block *block;
-inline dim3 block_dim;
-inline dim3 grid_dim;
+void syncthreads();
+void syncwarp();
+int any_sync(int predicate);
+
+// kernel<<<grid, threads>>>(args...).
+template <typename... Params, typename... Args>
+void launch(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
+  auto call = [&] { kernel(args...); };
+  run_grid(
+      grid, threads, [](void *p) { (*static_cast<decltype(call) *>(p))(); }, &call);
+}
 
 }  // namespace kvs_emu
 
@@ -85,21 +75,16 @@ inline dim3 grid_dim;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
+#define KVS_KERNEL_COUNT_ENTRY_LOADS(n) (kvs_emu::entry_loads += (n))
 
-inline void __syncthreads() { kvs_emu::block->barrier.wait(); }
+inline void __syncthreads() { kvs_emu::syncthreads(); }
 
-// Every lane of the warp must call it, as on the device (full mask).
-inline int __any_sync(unsigned /*mask*/, int predicate) {
-  kvs_emu::Warp &warp = *kvs_emu::block->warps[threadIdx.x / 32];
-  warp.barrier.wait();  // the previous vote is read and reset
-  if (predicate) warp.vote.fetch_or(1);
-  warp.barrier.wait();
-  int result = warp.vote.load();
-  warp.barrier.wait();
-  if (threadIdx.x % 32 == 0) warp.vote.store(0);
-  return result;
-}
+// Every live lane of the warp must call them, as on the device (full mask).
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) { kvs_emu::syncwarp(); }
+inline int __any_sync(unsigned /*mask*/, int predicate) { return kvs_emu::any_sync(predicate); }
 
+// Threads of one launch never run at once, so plain read-modify-writes are
+// atomic; the builtins keep them so should that ever change.
 inline unsigned long long atomicAdd(unsigned long long *address, unsigned long long value) {
   return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
 }
@@ -112,6 +97,14 @@ inline unsigned long long atomicMin(unsigned long long *address, unsigned long l
   return old;
 }
 
+inline long long atomicMax(long long *address, long long value) {
+  long long old = __atomic_load_n(address, __ATOMIC_SEQ_CST);
+  while (value > old && !__atomic_compare_exchange_n(address, &old, value, false, __ATOMIC_SEQ_CST,
+                                                     __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+
 inline unsigned atomicOr(unsigned *address, unsigned value) {
   return __atomic_fetch_or(address, value, __ATOMIC_SEQ_CST);
 }
@@ -119,30 +112,5 @@ inline unsigned atomicOr(unsigned *address, unsigned value) {
 inline int atomicAnd(int *address, int value) {
   return __atomic_fetch_and(address, value, __ATOMIC_SEQ_CST);
 }
-
-namespace kvs_emu {
-
-// kernel<<<grid, threads>>>(args...), blocks one after another.
-template <typename... Params, typename... Args>
-void launch(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
-  grid_dim = dim3{grid, 1, 1};
-  block_dim = dim3{threads, 1, 1};
-  for (unsigned b = 0; b < grid; b++) {
-    Block state(threads);
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned t = 0; t < threads; t++) {
-      pool.emplace_back([&, t, b] {
-        thread_idx = dim3{t, 1, 1};
-        block_idx = dim3{b, 1, 1};
-        block = &state;
-        kernel(args...);
-      });
-    }
-    for (std::thread &thread : pool) thread.join();
-  }
-}
-
-}  // namespace kvs_emu
 
 #endif  // KVS_TESTS_CUDA_KERNEL_EMULATION_H

@@ -26,6 +26,21 @@ void expect_fault(const kvs_batch_fault &emulated, const kvs_batch_fault &ref) {
   EXPECT_EQ(emulated.first_index, ref.first_index);
 }
 
+// The launch sequences of cuda/device_kernels.cuh through the emulation.
+struct EmulatedLaunch {
+  template <typename... Params, typename... Args>
+  bool operator()(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
+    kvs_emu::launch(grid, threads, kernel, args...);
+    return true;
+  }
+};
+
+void emulate_apply(std::vector<int64_t> &map, const kvs_table_dims &dims,
+                   const std::vector<kvs_journal_entry> &journal, kvs_batch_fault *fault,
+                   uint32_t max_blocks = 64) {
+  launch_apply_journal(EmulatedLaunch{}, map.data(), dims, journal.data(), journal.size(), fault,
+                       max_blocks);
+}
 
 }  // namespace
 
@@ -36,19 +51,46 @@ TEST(KernelEmulation, the_journal_kernel_keeps_the_last_fitting_entry_per_page_a
   std::vector<int64_t> ref = mapping_of(fresh.get());
   std::vector<int64_t> emulated = ref;
   std::mt19937_64 rng(1);
-  for (size_t n : {1u, 31u, 33u, 300u}) {
+  uint64_t seed = 0;
+  // 1,100 and 4,096 entries reach past one 1024-entry filter window.
+  for (size_t n : {1u, 31u, 33u, 300u, 1100u, 4096u}) {
     for (uint64_t distinct : {2u, 20u, 63u}) {
-      SCOPED_TRACE(testing::Message() << n << " entries over " << distinct << " pages");
-      std::vector<kvs_journal_entry> journal = random_journal(rng, dims, n, distinct, 10);
-      kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
-      ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, journal.data(), n, &ref_fault, nullptr),
-                KVS_OK);
-      kvs_emu::launch(apply_grid(n), kApplyThreads, apply_journal_kernel, emulated.data(),
-                      dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page,
-                      static_cast<const kvs_journal_entry *>(journal.data()), uint64_t(n), &fault);
-      ASSERT_EQ(emulated, ref);
-      expect_fault(fault, ref_fault);
+      for (uint32_t max_blocks : {1u, 3u, 1000u}) {
+        SCOPED_TRACE(testing::Message() << n << " entries over " << distinct << " pages, "
+                                        << max_blocks << " blocks at most, schedule " << seed);
+        kvs_emu::set_schedule_seed(seed++);
+        std::vector<kvs_journal_entry> journal = random_journal(rng, dims, n, distinct, 10);
+        kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
+        ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, journal.data(), n, &ref_fault, nullptr),
+                  KVS_OK);
+        emulate_apply(emulated, dims, journal, &fault, max_blocks);
+        ASSERT_EQ(emulated, ref);
+        expect_fault(fault, ref_fault);
+      }
     }
+  }
+  kvs_emu::set_schedule_seed(0);
+}
+
+// Issue 17, defect 8: the apply read the rest of the journal once per 32
+// entries (n^2 / 32 loads); it must read each entry a bounded number of
+// times, so a batch as large as the API accepts costs O(n).
+TEST(KernelEmulation, the_journal_kernel_loads_each_entry_a_bounded_number_of_times) {
+  kvs_geometry g = small_geometry();
+  Pool fresh = make_pool(sizes_for(g, 64, 33), 0);
+  kvs_table_dims dims = dims_of(fresh.get());
+  std::vector<int64_t> map = mapping_of(fresh.get());
+  std::mt19937_64 rng(8);
+  for (size_t n : {1100u, 4096u, 16384u}) {
+    std::vector<kvs_journal_entry> journal = random_journal(rng, dims, n, 63, 0);
+    kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
+    kvs_emu::entry_loads = 0;
+    emulate_apply(map, dims, journal, &fault);
+    // One load per entry to find each page's last entry, one per lane of
+    // the warp that writes it.
+    EXPECT_LE(kvs_emu::entry_loads, uint64_t(n) * (1 + kWarp))
+        << n << " entries: " << kvs_emu::entry_loads << " loads, "
+        << double(kvs_emu::entry_loads) / double(n) << " per entry";
   }
 }
 
@@ -64,10 +106,7 @@ TEST(KernelEmulation, a_leaders_journal_applied_by_the_kernel_reproduces_its_map
     leader.release(leader.rng()() % 80);
     std::vector<kvs_journal_entry> journal = leader.drain();
     kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-    kvs_emu::launch(apply_grid(journal.size()), kApplyThreads, apply_journal_kernel, table.data(),
-                    dims.page, dims.full_token / dims.page, dims.n_win_slots / dims.page,
-                    static_cast<const kvs_journal_entry *>(journal.data()),
-                    uint64_t(journal.size()), &fault);
+    emulate_apply(table, dims, journal, &fault);
     ASSERT_EQ(table, mapping_of(leader.pool())) << "round " << round;
     EXPECT_EQ(fault.count, 0u);
   }
@@ -104,15 +143,12 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
     SCOPED_TRACE(testing::Message() << "max_blocks " << max_blocks);
     std::vector<int64_t> out(n, kPoison), csa(n, kPoison), hca(n, kPoison);
     kvs_batch_fault fault = KVS_BATCH_FAULT_INIT, state_fault = KVS_BATCH_FAULT_INIT;
-    kvs_emu::launch(flat_grid(n, max_blocks), kFlatThreads, translate_kernel,
-                    static_cast<const int64_t *>(map.data()), dims.full_token,
-                    static_cast<const int64_t *>(locs.data()), uint64_t(n), out.data(), &fault);
+    launch_translate(EmulatedLaunch{}, map.data(), dims, locs.data(), n, out.data(), &fault,
+                     max_blocks);
     EXPECT_EQ(out, ref);
     expect_fault(fault, ref_fault);
-    kvs_emu::launch(flat_grid(n, max_blocks), kFlatThreads, state_locs_kernel,
-                    kvs_tm_div_make(dims.page), dims.n_win_slots,
-                    static_cast<const int64_t *>(slots.data()), uint64_t(n), csa.data(), hca.data(),
-                    &state_fault);
+    launch_state_locs(EmulatedLaunch{}, dims, slots.data(), n, csa.data(), hca.data(),
+                      &state_fault, max_blocks);
     EXPECT_EQ(csa, ref_csa);
     EXPECT_EQ(hca, ref_hca);
     expect_fault(state_fault, ref_state_fault);
@@ -120,9 +156,7 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
   // One ring alone leaves the other output unwritten.
   std::vector<int64_t> csa(n, kPoison);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  kvs_emu::launch(flat_grid(n, 1000), kFlatThreads, state_locs_kernel, kvs_tm_div_make(dims.page),
-                  dims.n_win_slots, static_cast<const int64_t *>(slots.data()), uint64_t(n),
-                  csa.data(), static_cast<int64_t *>(nullptr), &fault);
+  launch_state_locs(EmulatedLaunch{}, dims, slots.data(), n, csa.data(), nullptr, &fault, 1000);
   EXPECT_EQ(csa, ref_csa);
 }
 
@@ -159,11 +193,10 @@ void expect_ring_ctx(uint64_t page, uint64_t block_size, uint64_t stride, size_t
   }
   std::vector<int64_t> e_own(n_req, kPoison), e_prev(n_req, kPoison), e_ring(n_req * page, kPoison);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
-  kvs_emu::launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel,
-                  static_cast<const int64_t *>(map.data()), dims.full_token, dims.page,
-                  kvs_tm_div_make(dims.page), static_cast<const int32_t *>(b.pages.data()), stride,
-                  kvs_tm_div_make(block_size), static_cast<const int64_t *>(b.positions.data()),
-                  uint64_t(n_req), e_own.data(), e_prev.data(), e_ring.data(), &fault);
+  kvs_emu::set_schedule_seed(seed);
+  launch_ring_ctx(EmulatedLaunch{}, map.data(), dims, tables, b.positions.data(), n_req,
+                  e_own.data(), e_prev.data(), e_ring.data(), &fault, max_blocks);
+  kvs_emu::set_schedule_seed(0);
   EXPECT_EQ(e_own, own);
   EXPECT_EQ(e_prev, prev);
   EXPECT_EQ(e_ring, ring);
