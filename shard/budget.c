@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/mix.h"
+
 /* Pages and rank share one word so that a single MIN names both the
  * smallest budget and who has it. */
 #define RANK_BITS 16
@@ -10,22 +12,14 @@
 
 enum { W_KEY, W_NOT_KEY, W_PARAMS, W_NOT_PARAMS, N_WORDS };
 
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 29);
-}
 
 static uint64_t params_fingerprint(const kvs_budget_options *o) {
-  uint64_t ratio_bits;
-  memcpy(&ratio_bits, &o->swa_ratio, sizeof ratio_bits);
-  uint64_t h = mix(0, o->page);
-  h = mix(h, ratio_bits);
-  h = mix(h, o->max_seq_len);
-  h = mix(h, o->max_running);
-  h = mix(h, o->radix);
-  return mix(h, o->n_scratch);
+  uint64_t h = kvs_mix64(0, o->page);
+  h = kvs_mix64_double(h, o->swa_ratio);
+  h = kvs_mix64(h, o->max_seq_len);
+  h = kvs_mix64(h, o->max_running);
+  h = kvs_mix64(h, o->radix);
+  return kvs_mix64(h, o->n_scratch);
 }
 
 /* This rank's own solve: its pages, or a local error (pages 0). */

@@ -156,6 +156,23 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
   return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
 }
 
+kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
+                              uint64_t budget, uint64_t *out, kvs_error *err) {
+  if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  kvs_split_request r = {request->geometry,
+                         request->widths,
+                         request->swa_ratio,
+                         request->page,
+                         request->floor_win_pages,
+                         request->n_scratch,
+                         1,
+                         NULL,
+                         device_footprint,
+                         &options};
+  return kvs_split_range_max_pages(&r, first, end, budget, out, err);
+}
+
 kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
                                 kvs_device_layout *out, kvs_error *err) {
   if (request == NULL || plan == NULL || out == NULL) {

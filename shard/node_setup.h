@@ -87,6 +87,12 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
                               size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
                               kvs_plan_shortfall *shortfall, kvs_error *err);
 
+/* The most pages a device holding layers [first, end) fits under budget,
+ * priced as kvs_node_plan_make prices (0: not even the minimal pool). The
+ * node's ranks agree on the MIN of theirs. */
+kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
+                              uint64_t budget, uint64_t *out, kvs_error *err);
+
 /* Rank `rank`'s device layout under a plan made by kvs_node_plan_make with
  * the same request; its total_bytes is checked against the plan's
  * (KVS_ERR_INTEGRITY if they ever differ). */

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/mix.h"
 #include "shard/layout.h"
 #include "shard/step_message.h"
 
@@ -80,11 +82,10 @@ const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
   return "?";
 }
 
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 29);
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- lifecycle ---- */
@@ -182,9 +183,11 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   }
   /* Every rank must mirror the same pool shape and step size; a rank that
    * failed locally contributes a zero so that all ranks fail together. */
-  uint64_t fp = mix(mix(mix(sizes->page, sizes->full_token), sizes->n_win_slots), capacity);
-  fp = mix(mix(mix(fp, options->max_running), options->radix), options->check_every);
-  fp = mix(fp, options->check_integrity);
+  uint64_t fp =
+      kvs_mix64(kvs_mix64(kvs_mix64(sizes->page, sizes->full_token), sizes->n_win_slots), capacity);
+  fp = kvs_mix64(kvs_mix64(kvs_mix64(fp, options->max_running), options->radix),
+                 options->check_every);
+  fp = kvs_mix64(fp, options->check_integrity);
   uint64_t *w = shard->words.host;
   w[0] = local_status == KVS_OK ? fp : 0;
   w[1] = local_status == KVS_OK ? ~fp : ~(uint64_t)0;
@@ -287,7 +290,9 @@ static kvs_status run_hook(kvs_shard_t shard, uint64_t step, const kvs_journal_e
   kvs_shard_apply_batch batch = {step, entries, device_entries, n, shard->rank, shard->leader};
   kvs_error local;
   kvs_error_clear(&local);
+  uint64_t start = now_ns();
   kvs_status status = shard->on_apply(shard->on_apply_ctx, &batch, &local);
+  shard->stats.hook_ns += now_ns() - start;
   if (status == KVS_OK) return KVS_OK;
   kvs_error_set(err, status, "on_apply hook failed on rank %d at step %llu: %s", shard->rank,
                 (unsigned long long)step, local.message);
@@ -395,8 +400,10 @@ static kvs_step_header leader_header(const struct kvs_shard *shard, uint64_t ste
 static kvs_status broadcast_message(kvs_shard_t shard, kvs_error *err) {
   kvs_comm_stats before, after;
   kvs_comm_stats_get(shard->comm, &before);
+  uint64_t start = now_ns();
   kvs_status status =
       kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes, KVS_SHARD_LEADER, err);
+  shard->stats.broadcast_ns += now_ns() - start;
   kvs_comm_stats_get(shard->comm, &after);
   shard->stats.step_collectives += after.collectives - before.collectives;
   return status == KVS_OK ? KVS_OK : comm_failed(shard, status, err);
@@ -411,11 +418,14 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
 
   if (!shard->leader) {
     if ((status = broadcast_message(shard, err))) return status;
+    uint64_t start = now_ns(), hook_before = shard->stats.hook_ns;
     status = apply_message(shard, shard->message.host, shard->message_bytes,
                            shard->message.device == NULL
                                ? NULL
                                : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
                            info, err);
+    /* The hook runs inside the apply; its time is counted on its own. */
+    shard->stats.mirror_ns += now_ns() - start - (shard->stats.hook_ns - hook_before);
     /* A malformed message, or the leader on another step, out of the
      * group's own collective: the protocol itself is broken, and this rank
      * can no longer stay in lockstep. */

@@ -204,6 +204,10 @@ typedef struct kvs_shard_stats {
   uint64_t step_collectives; /* collectives issued by steps */
   uint64_t checks;
   uint64_t check_collectives; /* collectives issued by checks */
+  /* Where steps spent their time (monotonic clock, summed over steps). */
+  uint64_t broadcast_ns; /* the step's collective */
+  uint64_t mirror_ns;    /* followers' replay onto their mirror pool, digest checks */
+  uint64_t hook_ns;      /* the on_apply hook */
 } kvs_shard_stats;
 
 void kvs_shard_stats_get(const struct kvs_shard *shard, kvs_shard_stats *out);

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "core/free_list.h"
+#include "core/mix.h"
 #include "core/window_pool.h"
 
 typedef struct request {
@@ -49,6 +50,8 @@ struct kvs_workload {
   uint64_t *bases;           /* scratch: max_pages full page bases */
   int64_t *ring;             /* scratch: P ring slots */
   uint64_t *hash_in;         /* scratch: 4 + P words per context */
+  int32_t *blocks;           /* the step's block tables: max_running x max_pages */
+  int64_t *positions;        /* the step's positions: max_running */
   kvs_workload_counters c;
 };
 
@@ -61,13 +64,6 @@ static uint64_t next_random(uint64_t *state) {
 
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
   return hi <= lo ? lo : lo + next_random(state) % (hi - lo + 1);
-}
-
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 29);
 }
 
 uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options) {
@@ -86,6 +82,8 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w->bases);
   free(w->ring);
   free(w->hash_in);
+  free(w->blocks);
+  free(w->positions);
   free(w);
 }
 
@@ -146,8 +144,10 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   w->bases = calloc((size_t)max_pages, sizeof *w->bases);
   w->ring = calloc((size_t)page, sizeof *w->ring);
   w->hash_in = calloc((size_t)page + 4, sizeof *w->hash_in);
+  w->blocks = calloc((size_t)(options->max_running * max_pages), sizeof *w->blocks);
+  w->positions = calloc((size_t)options->max_running, sizeof *w->positions);
   bool ok = w->slots != NULL && w->order != NULL && w->queue != NULL && w->bases != NULL &&
-            w->ring != NULL && w->hash_in != NULL;
+            w->ring != NULL && w->hash_in != NULL && w->blocks != NULL && w->positions != NULL;
   for (uint64_t i = 0; ok && i < options->max_running; i++) {
     ok = (w->slots[i].locs = calloc((size_t)(max_pages * page), sizeof(int64_t))) != NULL;
   }
@@ -347,7 +347,7 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
     w->hash_in[2] = (uint64_t)slot;
     w->hash_in[3] = (uint64_t)prev;
     memcpy(w->hash_in + 4, w->ring, (size_t)P * sizeof *w->ring);
-    h = mix(h, XXH3_64bits(w->hash_in, (size_t)(P + 4) * sizeof *w->hash_in));
+    h = kvs_mix64(h, XXH3_64bits(w->hash_in, (size_t)(P + 4) * sizeof *w->hash_in));
     w->c.contexts++;
     /* On the leader every position in the window is bound by
      * construction; a hole is a scheduler bug, not a divergence. */
@@ -369,7 +369,7 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
   return KVS_OK;
 }
 
-kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
+kvs_status kvs_workload_schedule(kvs_workload_t w, uint64_t step, kvs_error *err) {
   if (step != kvs_shard_next_step(w->shard)) {
     return kvs_error_set(
         err, KVS_ERR_EPOCH, "workload step %llu, but the shard runs step %llu next",
@@ -396,15 +396,82 @@ kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
     return kvs_error_set(err, planned, "leader's scheduler at step %llu: %s",
                          (unsigned long long)step, plan_err.message);
   }
-  kvs_status stepped = kvs_shard_step(w->shard, step, NULL, err);
-  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
-  uint64_t digest = 0;
-  kvs_error ctx_err;
-  kvs_status status = contexts(w, &digest, &ctx_err);
+  return KVS_OK;
+}
+
+void kvs_workload_batch(kvs_workload_t w, kvs_ring_batch *out) {
+  uint64_t stride = w->max_pages;
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    int32_t *row = w->blocks + i * stride;
+    for (uint64_t b = 0; b < stride; b++) {
+      row[b] = b < r->n_pages ? (int32_t)((uint64_t)r->locs[b * w->page] / w->page) : -1;
+    }
+    w->positions[i] = r->next_done > 0 ? (int64_t)(r->next_done - 1) : -1;
+  }
+  kvs_ring_batch b = {w->blocks, stride, w->positions, w->n_active};
+  *out = b;
+}
+
+kvs_status kvs_workload_verify_ring(kvs_workload_t w, const int64_t *own, const int64_t *prev,
+                                    const int64_t *ring, size_t n_req, kvs_error *err) {
+  if (n_req != w->n_active) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "ring contexts of %zu requests for a batch of %zu", n_req, w->n_active);
+  }
+  uint64_t P = w->page;
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    if (r->next_done == 0) {
+      bool idle = own[i] == -1 && prev[i] == -1;
+      for (uint64_t j = 0; j < P && idle; j++) idle = ring[i * P + j] == -1;
+      if (!idle) {
+        return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                             "request %llu has written nothing, yet its ring context row %zu "
+                             "names slots",
+                             (unsigned long long)r->id, i);
+      }
+      continue;
+    }
+    uint64_t pos = r->next_done - 1;
+    int64_t slot, before;
+    kvs_status status = kvs_window_pool_window_ctx(w->pool, pos, r->locs, (size_t)r->next_done,
+                                                   &slot, &before, w->ring, err);
+    if (status != KVS_OK) return status;
+    bool same = slot == own[i] && before == prev[i] &&
+                memcmp(w->ring, ring + i * P, (size_t)P * sizeof *ring) == 0;
+    if (!same) {
+      uint64_t j = 0;
+      while (j < P && w->ring[j] == ring[i * P + j]) j++;
+      return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "request %llu at position %llu: the table's ring context (own %lld, "
+                           "previous %lld, ring slot %llu = %lld) is not the pool's (%lld, %lld, "
+                           "%lld)",
+                           (unsigned long long)r->id, (unsigned long long)pos, (long long)own[i],
+                           (long long)prev[i], (unsigned long long)(j < P ? j : 0),
+                           (long long)ring[i * P + (j < P ? j : 0)], (long long)slot,
+                           (long long)before, (long long)w->ring[j < P ? j : 0]);
+    }
+  }
+  return KVS_OK;
+}
+
+void kvs_workload_advance(kvs_workload_t w) {
   for (size_t i = 0; i < w->n_active; i++) {
     request *r = &w->slots[w->order[i]];
     r->done = r->next_done;
   }
+}
+
+kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
+  kvs_status status = kvs_workload_schedule(w, step, err);
+  if (status != KVS_OK) return status;
+  kvs_status stepped = kvs_shard_step(w->shard, step, NULL, err);
+  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
+  uint64_t digest = 0;
+  kvs_error ctx_err;
+  status = contexts(w, &digest, &ctx_err);
+  kvs_workload_advance(w);
   if (status != KVS_OK) {
     if (err != NULL) *err = ctx_err;
     return status;

@@ -34,6 +34,7 @@
 
 #include "core/status.h"
 #include "shard/shard.h"
+#include "shard/table.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,6 +91,26 @@ void kvs_workload_counters_get(const struct kvs_workload *workload, kvs_workload
  * leader, a refused allocation (a scheduler bug) is reported before the
  * broadcast, after telling the followers (kvs_shard_abort_step). */
 kvs_status kvs_workload_step(kvs_workload_t workload, uint64_t step, kvs_error *err);
+
+/* The step in three parts, for a caller that runs the shard step itself
+ * (the node: kvs_node_step computes the ring contexts on its tables).
+ *
+ * kvs_workload_schedule runs the scheduler (arrivals, frees, admission,
+ * the leader's binds) for `step`; on the leader a refused allocation is
+ * reported after telling the followers (kvs_shard_abort_step). Then the
+ * caller steps the shard. kvs_workload_batch gives every running request's
+ * block table row (its full pages, -1 past them, blocks of P tokens) and
+ * its last written position (-1 before the first), in scheduling order,
+ * identical on every rank; the arrays live in the workload until the next
+ * call. kvs_workload_verify_ring compares a batch's ring contexts (host
+ * memory) with the pool's own kvs_window_pool_window_ctx for every row.
+ * kvs_workload_advance ends the step. */
+kvs_status kvs_workload_schedule(kvs_workload_t workload, uint64_t step, kvs_error *err);
+void kvs_workload_batch(kvs_workload_t workload, kvs_ring_batch *out);
+kvs_status kvs_workload_verify_ring(kvs_workload_t workload, const int64_t *own,
+                                    const int64_t *prev, const int64_t *ring, size_t n_req,
+                                    kvs_error *err);
+void kvs_workload_advance(kvs_workload_t workload);
 
 /* A bound full page that stays live for a while (the current page of the
  * decoding request with the most tokens left), to aim fault injection at:

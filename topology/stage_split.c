@@ -256,6 +256,33 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
   return lo;
 }
 
+kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first, size_t end,
+                                     uint64_t budget, uint64_t *out, kvs_error *err) {
+  if (req == NULL || req->geometry == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, geometry and output needed");
+  }
+  uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
+  uint64_t hi = budget / (req->page * KVS_INT64_BYTES) + 1; /* never fits: the mapping alone */
+  kvs_device_footprint f;
+  kvs_status status = kvs_split_range_bytes(req, first, end, lo, NULL, NULL, &f, err);
+  if (status != KVS_OK) return status;
+  if (hi <= lo || f.total_bytes > budget) {
+    *out = 0;
+    return KVS_OK;
+  }
+  while (hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (kvs_split_range_bytes(req, first, end, mid, NULL, NULL, &f, NULL) == KVS_OK &&
+        f.total_bytes <= budget) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  *out = lo;
+  return KVS_OK;
+}
+
 static kvs_status check_request(const kvs_split_request *req, kvs_error *err) {
   if (req == NULL || req->geometry == NULL || req->stage_budgets == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

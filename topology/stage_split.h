@@ -120,6 +120,12 @@ kvs_status kvs_split_range_bytes(const kvs_split_request *request, size_t first,
                                  kvs_pool_breakdown *bytes, kvs_device_footprint *device,
                                  kvs_error *err);
 
+/* The most pages one device holding layers [first, end) fits alone under
+ * budget (its footprint, when the request prices one): *out is 0 when not
+ * even the minimal pool (max(floor, 2) pages) fits. */
+kvs_status kvs_split_range_max_pages(const kvs_split_request *request, size_t first, size_t end,
+                                     uint64_t budget, uint64_t *out, kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,25 @@
+/* One 64-bit mixing step for fingerprints and digests: folds v into h so
+ * that any change of any input changes the result (a splitmix64-style
+ * finaliser after a boost-style combine). Not cryptographic: it detects
+ * ranks that disagree, it does not resist an adversary. */
+#ifndef KVS_MIX_H
+#define KVS_MIX_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t kvs_mix64(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
+}
+
+/* A double folded by its bit pattern (so 0.1 and the next double differ). */
+static inline uint64_t kvs_mix64_double(uint64_t h, double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  return kvs_mix64(h, bits);
+}
+
+#endif /* KVS_MIX_H */

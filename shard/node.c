@@ -1,0 +1,654 @@
+#include "shard/node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "core/mix.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_status.h"
+#include "cuda/device_budget.h"
+#include "cuda/device_tables.h"
+#include "shard/comm_nccl.h"
+#include "shard/layout.h"
+#include "shard/table_cuda.h"
+#include "topology/layout.h"
+
+#define NONE UINT64_MAX
+/* A rank and a full page in one word, so one MIN names the lowest rank
+ * that differs and, on it, the first differing page. */
+#define PAGE_BITS 40
+#define PAGE_MASK ((UINT64_C(1) << PAGE_BITS) - 1)
+
+struct kvs_node {
+  kvs_comm_t comm;
+  int rank, size;
+  kvs_node_options options;
+  kvs_geometry geometry;
+  kvs_row_widths widths;
+  kvs_plan_request request;
+  kvs_topology_t topology;
+  char note[768];
+  size_t n_gpus;
+  kvs_memory_budget *budgets;
+  kvs_node_plan_t plan;
+  kvs_gpu_info gpu;
+  kvs_binding_report binding;
+  kvs_device_layout *layout;
+  kvs_table_t table;
+  bool table_reads_device_entries; /* the tables apply from the broadcast's device buffer */
+  kvs_shard_t shard;
+  kvs_comm_buffer words; /* collective scratch */
+  size_t words_count;
+  /* Host copies of the last step's ring contexts, for digests. */
+  size_t max_batch;
+  int64_t *h_own, *h_prev, *h_ring;
+  size_t host_rows;   /* rows valid in the host copies; 0 when stale */
+  int64_t *check_map; /* the tables' mapping, downloaded by checks */
+  kvs_node_stats stats;
+};
+
+const char *kvs_node_device_name(kvs_node_device device) {
+  switch (device) {
+    case KVS_NODE_DEVICE_AUTO:
+      return "auto";
+    case KVS_NODE_DEVICE_CPU:
+      return "cpu";
+    case KVS_NODE_DEVICE_CUDA:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- agreement ---- */
+
+static uint64_t *words(kvs_node_t node) { return node->words.host; }
+
+/* Collective: every rank says whether its local part succeeded; when any
+ * failed, every rank returns the lowest failing rank's status and message
+ * (broadcast from it: a status word, then the text), naming that rank and
+ * the stage. */
+static kvs_status agree(kvs_node_t node, const char *stage, kvs_status local,
+                        const kvs_error *local_err, kvs_error *err) {
+  uint64_t *w = words(node);
+  w[0] = local == KVS_OK ? NONE : (uint64_t)node->rank;
+  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err);
+  if (status != KVS_OK) return status;
+  if (w[0] == NONE) return KVS_OK;
+  int root = (int)w[0];
+  char *text = (char *)(w + 1);
+  if (node->rank == root) {
+    w[0] = (uint64_t)local;
+    snprintf(text, KVS_ERROR_MESSAGE_MAX, "%s", local_err != NULL ? local_err->message : "");
+  }
+  status = kvs_comm_broadcast(node->comm, &node->words, sizeof(uint64_t) + KVS_ERROR_MESSAGE_MAX,
+                              root, err);
+  if (status != KVS_OK) return status;
+  text[KVS_ERROR_MESSAGE_MAX - 1] = '\0';
+  kvs_status reason = (kvs_status)w[0];
+  return kvs_error_set(err, reason != KVS_OK ? reason : KVS_ERR_INVALID_ARGUMENT,
+                       "node creation failed at %s on rank %d: %s", stage, root, text);
+}
+
+/* ---- the fingerprint of everything that shapes the pool ---- */
+
+static uint64_t fingerprint(const struct kvs_node *node) {
+  const kvs_node_options *o = &node->options;
+  const kvs_geometry *g = &node->geometry;
+  size_t layers = kvs_geometry_layer_count(g);
+  uint64_t h = kvs_mix64(0x6b76736e6f646531ull, g->head_dim);
+  h = kvs_mix64(h, g->index_head_dim);
+  h = kvs_mix64(h, layers);
+  for (size_t i = 0; i < layers; i++) h = kvs_mix64(h, g->compress_ratios[i]);
+  const kvs_row_widths *w = &node->widths;
+  h = kvs_mix64(kvs_mix64(kvs_mix64(h, w->kv), w->index), w->csa_state);
+  h = kvs_mix64(kvs_mix64(h, w->hca_state), w->idx_state);
+  h = kvs_mix64_double(h, o->swa_ratio);
+  h = kvs_mix64(kvs_mix64(h, o->page), o->max_seq_len);
+  h = kvs_mix64(kvs_mix64(h, o->max_running), o->radix);
+  h = kvs_mix64(kvs_mix64(h, node->request.floor_win_pages), o->n_scratch);
+  h = kvs_mix64(kvs_mix64(kvs_mix64(h, (uint64_t)o->tp), (uint64_t)o->pp), (uint64_t)node->size);
+  h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
+  h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
+  h = kvs_mix64(h, node->n_gpus);
+  for (size_t i = 0; i < node->n_gpus; i++) {
+    const kvs_gpu_info *gpu = kvs_topology_gpu(node->topology, i);
+    h = kvs_mix64(kvs_mix64(h, gpu->pci.domain), gpu->pci.bus);
+    h = kvs_mix64(kvs_mix64(h, gpu->pci.device), gpu->pci.function);
+  }
+  const kvs_budget_request *b = &o->budget;
+  h = kvs_mix64(kvs_mix64(h, b->budget_bytes), b->budget_per_gpu != NULL);
+  for (size_t i = 0; b->budget_per_gpu != NULL && i < b->n_budget_per_gpu; i++) {
+    h = kvs_mix64(h, b->budget_per_gpu[i]);
+  }
+  h = kvs_mix64_double(h, b->memory_ratio);
+  return kvs_mix64(kvs_mix64(h, b->reserve_bytes), b->nominal_bytes);
+}
+
+/* Collective: the first rank whose fingerprint differs from the leader's,
+ * or -1. Three collectives, only on the path where they differ. */
+static kvs_status compare_fingerprints(kvs_node_t node, uint64_t fp, int *differs, kvs_error *err) {
+  uint64_t *w = words(node);
+  w[0] = fp;
+  w[1] = ~fp;
+  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 2, KVS_COMM_MIN, err);
+  if (status != KVS_OK) return status;
+  *differs = -1;
+  if (w[0] == ~w[1]) return KVS_OK;
+  w[0] = fp;
+  if ((status =
+           kvs_comm_broadcast(node->comm, &node->words, sizeof(uint64_t), KVS_SHARD_LEADER, err))) {
+    return status;
+  }
+  uint64_t leader = w[0];
+  w[0] = fp != leader ? (uint64_t)node->rank : NONE;
+  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
+    return status;
+  }
+  *differs = w[0] == NONE ? -1 : (int)w[0];
+  return KVS_OK;
+}
+
+/* ---- local steps ---- */
+
+static kvs_status check_options(const kvs_node_options *o, int size, kvs_error *err) {
+  if (o->size < sizeof(kvs_node_options)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.size %zu is smaller than this build's %zu; start from "
+                         "KVS_NODE_OPTIONS_INIT",
+                         o->size, sizeof(kvs_node_options));
+  }
+  if (o->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "options.geometry is required");
+  }
+  if (o->tp <= 0 || o->pp <= 0 || (int64_t)o->tp * o->pp != size) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "tp %d x pp %d must equal the communicator's %d ranks", o->tp, o->pp,
+                         size);
+  }
+  if (o->device != KVS_NODE_DEVICE_AUTO && o->device != KVS_NODE_DEVICE_CPU &&
+      o->device != KVS_NODE_DEVICE_CUDA) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.device %d is none of auto, cpu, "
+                         "cuda",
+                         (int)o->device);
+  }
+  if (o->max_running == 0 || o->max_seq_len == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "max_running and max_seq_len must be at least 1 (got %llu and %llu)",
+                         (unsigned long long)o->max_running, (unsigned long long)o->max_seq_len);
+  }
+  return KVS_OK;
+}
+
+/* Which device the tables go on, and its CUDA ordinal (-1 on the host). */
+static kvs_status pick_device(const struct kvs_node *node, kvs_table_kind *kind, int *ordinal,
+                              kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  int count = 0;
+  kvs_error why;
+  kvs_error_clear(&why);
+  bool visible = kvs_cuda_device_count(&count, &why) == KVS_OK;
+  *ordinal = -1;
+  if (o->device == KVS_NODE_DEVICE_CPU || (o->device == KVS_NODE_DEVICE_AUTO && !visible)) {
+    *kind = KVS_TABLE_HOST;
+    return KVS_OK;
+  }
+  if (!visible) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "device cuda asked for, but %s", why.message);
+  }
+  int device = o->cuda_device >= 0 ? o->cuda_device : node->gpu.cuda_device;
+  /* A topology not read from CUDA (XML, bundled) lists GPUs in PCI bus id
+   * order, which is the CUDA order under CUDA_DEVICE_ORDER=PCI_BUS_ID. */
+  if (device < 0) device = (int)node->gpu.index;
+  if (device >= count) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "GPU %zu (%s) of topology '%s' is CUDA device %d, but CUDA sees %d; "
+                         "name the device (cuda_device)",
+                         node->gpu.index, node->gpu.pci_busid, kvs_topology_label(node->topology),
+                         device, count);
+  }
+  *kind = KVS_TABLE_CUDA;
+  *ordinal = device;
+  return KVS_OK;
+}
+
+/* Steps 1-3 on this rank: the topology, this rank's GPU, the binding and
+ * its own budget. */
+static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordinal,
+                              kvs_memory_budget *own, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  kvs_status status =
+      kvs_node_topology_open(o->topology, &node->topology, node->note, sizeof node->note, err);
+  if (status != KVS_OK) return status;
+  node->n_gpus = kvs_topology_gpu_count(node->topology);
+  const kvs_gpu_info *gpus = kvs_topology_gpus(node->topology);
+  kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
+  if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
+  status = kvs_rank_layout(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp, slots, err);
+  if (status == KVS_OK) node->gpu = gpus[slots[node->rank].gpu];
+  free(slots);
+  if (status != KVS_OK) return status;
+
+  if (o->bind_numa) {
+    status = kvs_topology_bind_thread(node->topology, node->gpu.index, &node->binding, err);
+    if (status != KVS_OK) return status;
+  } else {
+    snprintf(node->binding.reason, sizeof node->binding.reason, "binding not asked for");
+  }
+  if ((status = pick_device(node, kind, ordinal, err))) return status;
+
+  /* The budget: the engine's bytes, else this rank's device measured now
+   * (its free memory at create, after whatever the engine already took),
+   * else what the topology knows, through the one rule. */
+  bool explicit_bytes = o->budget.budget_bytes != 0 || o->budget.budget_per_gpu != NULL;
+  if (explicit_bytes) {
+    return kvs_node_gpu_budget(&o->budget, gpus, node->n_gpus, node->gpu.index, own, err);
+  }
+  if (*kind == KVS_TABLE_CUDA) {
+    kvs_device_budget measured;
+    if ((status = kvs_device_budget_query(*ordinal, o->budget.memory_ratio, o->budget.reserve_bytes,
+                                          &measured, err))) {
+      return status;
+    }
+    node->gpu.cuda_device = *ordinal;
+    node->gpu.free_bytes = measured.free_bytes;
+    node->gpu.total_bytes = measured.total_bytes;
+  }
+  return kvs_node_gpu_budget(&o->budget, &node->gpu, 1, 0, own, err);
+}
+
+/* Step 3's gather: every GPU's budget terms on every rank. A rank writes
+ * its own GPU's; the leader also writes the GPUs no rank runs on (replica
+ * GPUs, priced from the topology as kvplan prices them). */
+enum { B_BUDGET, B_MEMORY, B_RESERVE, B_SOURCE, B_WORDS };
+
+static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, bool *used,
+                                 kvs_error *err) {
+  uint64_t *w = words(node);
+  size_t n = node->n_gpus;
+  memset(w, 0, n * B_WORDS * sizeof *w);
+  kvs_status local = KVS_OK;
+  kvs_error local_err;
+  kvs_error_clear(&local_err);
+  if (node->rank == KVS_SHARD_LEADER) {
+    for (size_t g = 0; g < n && local == KVS_OK; g++) {
+      if (used[g]) continue;
+      kvs_memory_budget b;
+      local = kvs_node_gpu_budget(&node->options.budget, kvs_topology_gpus(node->topology), n, g,
+                                  &b, &local_err);
+      w[g * B_WORDS + B_BUDGET] = b.budget_bytes;
+      w[g * B_WORDS + B_MEMORY] = b.memory_bytes;
+      w[g * B_WORDS + B_RESERVE] = b.reserve_bytes;
+      w[g * B_WORDS + B_SOURCE] = (uint64_t)b.source;
+    }
+  }
+  size_t g = node->gpu.index;
+  w[g * B_WORDS + B_BUDGET] = own->budget_bytes;
+  w[g * B_WORDS + B_MEMORY] = own->memory_bytes;
+  w[g * B_WORDS + B_RESERVE] = own->reserve_bytes;
+  w[g * B_WORDS + B_SOURCE] = (uint64_t)own->source;
+  kvs_status status =
+      kvs_comm_allreduce_u64(node->comm, &node->words, n * B_WORDS, KVS_COMM_SUM, err);
+  if (status != KVS_OK) return status;
+  for (size_t i = 0; i < n; i++) {
+    kvs_memory_budget *b = &node->budgets[i];
+    b->budget_bytes = w[i * B_WORDS + B_BUDGET];
+    b->memory_bytes = w[i * B_WORDS + B_MEMORY];
+    b->reserve_bytes = w[i * B_WORDS + B_RESERVE];
+    b->source = (kvs_budget_source)w[i * B_WORDS + B_SOURCE];
+    b->memory_ratio = b->source == KVS_BUDGET_EXPLICIT ? 1.0 : node->options.budget.memory_ratio;
+  }
+  return agree(node, "the budget gather", local, &local_err, err);
+}
+
+/* ---- the hook: each step's journal onto the tables ---- */
+
+static kvs_status apply_to_tables(void *ctx, const kvs_shard_apply_batch *batch, kvs_error *err) {
+  kvs_node_t node = ctx;
+  uint64_t start = now_ns();
+  kvs_status status = kvs_table_apply(
+      node->table, batch->entries, node->table_reads_device_entries ? batch->device_entries : NULL,
+      batch->n, err);
+  node->stats.apply_ns += now_ns() - start;
+  return status;
+}
+
+/* ---- create / destroy ---- */
+
+void kvs_node_destroy(kvs_node_t node) {
+  if (node == NULL) return;
+  kvs_shard_destroy(node->shard);
+  kvs_table_destroy(node->table);
+  kvs_comm_buffer_free(node->comm, &node->words);
+  kvs_node_plan_destroy(node->plan);
+  kvs_topology_destroy(node->topology);
+  free(node->budgets);
+  free(node->layout);
+  free(node->h_own);
+  free(node->h_prev);
+  free(node->h_ring);
+  free(node->check_map);
+  free(node);
+}
+
+/* The collective scratch: the budget gather's words, an error message, and
+ * the checks' few words. */
+static size_t words_needed(size_t n_gpus) {
+  size_t gather = n_gpus * B_WORDS;
+  size_t message = 1 + (KVS_ERROR_MESSAGE_MAX + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  return gather > message ? gather : message;
+}
+
+static kvs_status build(kvs_node_t node, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  kvs_status local = KVS_OK, status;
+  kvs_error local_err;
+  kvs_error_clear(&local_err);
+
+  /* The scratch must exist before the first collective; its size needs
+   * the GPU count, which every rank learns from its topology. A rank whose
+   * topology fails still joins with a minimal buffer. */
+  kvs_table_kind kind = KVS_TABLE_HOST;
+  int ordinal = -1;
+  kvs_memory_budget own;
+  memset(&own, 0, sizeof own);
+  local = check_options(o, node->size, &local_err);
+  if (local == KVS_OK) {
+    node->geometry = *o->geometry;
+    local = kvs_geometry_validate(&node->geometry, &local_err);
+  }
+  if (local == KVS_OK) {
+    node->widths = o->widths != NULL ? *o->widths : kvs_row_widths_default(&node->geometry);
+    uint64_t floor = o->floor_win_pages;
+    if (floor == 0) {
+      local = kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
+                                     &local_err);
+    }
+    kvs_plan_request r = {&node->geometry, &node->widths, o->swa_ratio,  o->page, floor,
+                          o->n_scratch,    (size_t)o->tp, (size_t)o->pp, NULL,    NULL};
+    node->request = r;
+    node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
+  }
+  if (local == KVS_OK) local = local_setup(node, &kind, &ordinal, &own, &local_err);
+  /* One buffer for every collective of create. The GPU count is part of
+   * the fingerprint, so ranks that disagree on it fail before the gather. */
+  node->words_count = words_needed(node->n_gpus > 0 ? node->n_gpus : 1);
+  uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
+  if ((status = kvs_comm_buffer_alloc(node->comm, node->words_count * sizeof(uint64_t),
+                                      &node->words, err))) {
+    return status;
+  }
+  if ((status = agree(node, "topology, GPU and budget", local, &local_err, err))) return status;
+  int differs = -1;
+  if ((status = compare_fingerprints(node, fp, &differs, err))) return status;
+  if (differs >= 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d was given other options than the leader (geometry, layout, row "
+                         "widths, sizing, budgets or its topology's GPUs differ): every rank "
+                         "must build one pool shape",
+                         differs);
+  }
+
+  /* Step 3's gather, then step 4: the plan, identical on every rank. */
+  node->budgets = calloc(node->n_gpus, sizeof *node->budgets);
+  bool *used = calloc(node->n_gpus, sizeof *used);
+  uint64_t *plain = calloc(node->n_gpus, sizeof *plain);
+  kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
+  local =
+      node->budgets != NULL && used != NULL && plain != NULL && slots != NULL
+          ? kvs_rank_layout(kvs_topology_gpus(node->topology), node->n_gpus, (size_t)o->tp,
+                            (size_t)o->pp, slots, &local_err)
+          : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", node->n_gpus);
+  for (int r = 0; local == KVS_OK && r < node->size; r++) used[slots[r].gpu] = true;
+  free(slots);
+  status = agree(node, "the rank layout", local, &local_err, err);
+  if (status == KVS_OK) status = gather_budgets(node, &own, used, err);
+  free(used);
+  if (status != KVS_OK) {
+    free(plain);
+    return status;
+  }
+  for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
+  kvs_plan_shortfall shortfall;
+  status = kvs_node_plan_make(&node->request, kvs_topology_gpus(node->topology), node->n_gpus,
+                              plain, &node->plan, &shortfall, err);
+  free(plain);
+  if (status != KVS_OK) return status; /* the same inputs: every rank fails alike */
+
+  /* Step 4's agreement: the most pages each rank's own layers fit in its
+   * own budget, MIN over ranks, must be the plan's page count. */
+  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
+  uint64_t own_pages = 0;
+  local = kvs_node_max_pages(&node->request, rp->first, rp->end, own.budget_bytes, &own_pages,
+                             &local_err);
+  uint64_t *w = words(node);
+  w[0] = local == KVS_OK ? own_pages : 0;
+  w[1] = local == KVS_OK ? NONE : (uint64_t)node->rank;
+  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 2, KVS_COMM_MIN, err))) {
+    return status;
+  }
+  uint64_t agreed = w[0];
+  const kvs_split *split = kvs_node_plan_split(node->plan);
+  if (w[1] != NONE || agreed != split->num_pages) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the ranks' own page counts agree on %llu pages, the plan holds %llu "
+                         "(rank %lld could not size its layers): the plan and the devices "
+                         "disagree",
+                         (unsigned long long)agreed, (unsigned long long)split->num_pages,
+                         w[1] == NONE ? -1ll : (long long)w[1]);
+  }
+
+  /* Step 5: the tables, carved as planned. */
+  node->layout = malloc(sizeof *node->layout);
+  local = node->layout != NULL ? kvs_node_rank_layout(&node->request, node->plan,
+                                                      (size_t)node->rank, node->layout, &local_err)
+                               : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory");
+  kvs_table_limits limits = {node->max_batch, (o->max_seq_len + o->page - 1) / o->page};
+  if (local == KVS_OK && kind == KVS_TABLE_CUDA) {
+    /* On NCCL the tables run on the communicator's stream: the apply reads
+     * the broadcast's device buffer in stream order. */
+    cudaStream_t stream = NULL;
+    int comm_device = -1;
+    if (kvs_comm_nccl_stream(node->comm, &stream, &comm_device, NULL) == KVS_OK &&
+        comm_device == ordinal) {
+      node->table_reads_device_entries = true;
+    } else {
+      stream = NULL;
+    }
+    local = kvs_table_create_cuda(ordinal, node->layout, &limits, stream, &node->table, &local_err);
+  } else if (local == KVS_OK) {
+    local = kvs_table_create_host(node->layout, &limits, &node->table, &local_err);
+  }
+  size_t ring_rows = node->max_batch * (size_t)o->page;
+  node->h_own = malloc(node->max_batch * sizeof *node->h_own);
+  node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);
+  node->h_ring = malloc((ring_rows > 0 ? ring_rows : 1) * sizeof *node->h_ring);
+  if (local == KVS_OK && (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL)) {
+    local = kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
+                          node->max_batch);
+  }
+  if ((status = agree(node, "the tables", local, &local_err, err))) return status;
+
+  /* Step 6: the shard, whose hook feeds the tables. */
+  kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
+  so.max_running = o->max_running;
+  so.radix = o->radix;
+  so.step_capacity = o->step_capacity;
+  so.check_every = o->check_every;
+  so.check_integrity = o->check_integrity;
+  so.on_apply = apply_to_tables;
+  so.on_apply_ctx = node;
+  const kvs_stage_plan *stage = &split->stages[rp->pp_stage];
+  return kvs_shard_create(node->comm, &stage->sizes, &so, &node->shard, err);
+}
+
+kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs_node_t *out,
+                           kvs_error *err) {
+  if (comm == NULL || options == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm, options and output are required");
+  }
+  struct kvs_node *node = calloc(1, sizeof *node);
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a node");
+  node->comm = comm;
+  node->rank = kvs_comm_rank(comm);
+  node->size = kvs_comm_size(comm);
+  node->options = *options;
+  kvs_status status = build(node, err);
+  if (status != KVS_OK) {
+    kvs_node_destroy(node);
+    return status;
+  }
+  *out = node;
+  return KVS_OK;
+}
+
+/* ---- accessors ---- */
+
+int kvs_node_rank(const struct kvs_node *node) { return node->rank; }
+int kvs_node_size(const struct kvs_node *node) { return node->size; }
+kvs_topology_t kvs_node_topology(const struct kvs_node *node) { return node->topology; }
+const char *kvs_node_topology_note(const struct kvs_node *node) { return node->note; }
+kvs_node_plan_t kvs_node_plan(const struct kvs_node *node) { return node->plan; }
+const kvs_plan_request *kvs_node_plan_request(const struct kvs_node *node) {
+  return &node->request;
+}
+const kvs_rank_plan *kvs_node_rank_plan(const struct kvs_node *node) {
+  return kvs_node_plan_rank(node->plan, (size_t)node->rank);
+}
+const kvs_memory_budget *kvs_node_gpu_budgets(const struct kvs_node *node) { return node->budgets; }
+const kvs_gpu_info *kvs_node_gpu(const struct kvs_node *node) { return &node->gpu; }
+const kvs_binding_report *kvs_node_binding(const struct kvs_node *node) { return &node->binding; }
+const kvs_device_layout *kvs_node_layout(const struct kvs_node *node) { return node->layout; }
+kvs_table_t kvs_node_table(const struct kvs_node *node) { return node->table; }
+kvs_shard_t kvs_node_shard(const struct kvs_node *node) { return node->shard; }
+kvs_window_pool_t kvs_node_pool(const struct kvs_node *node) { return kvs_shard_pool(node->shard); }
+void kvs_node_stats_get(const struct kvs_node *node, kvs_node_stats *out) { *out = node->stats; }
+
+/* ---- the step ---- */
+
+/* The ring contexts' digest: rows in batch order, identical on every rank
+ * that derived identical slots. */
+static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
+  uint64_t h = kvs_mix64(0x6b7673726e677331ull, n);
+  h = kvs_mix64(h, XXH3_64bits(node->h_own, n * sizeof *node->h_own));
+  h = kvs_mix64(h, XXH3_64bits(node->h_prev, n * sizeof *node->h_prev));
+  return kvs_mix64(h, XXH3_64bits(node->h_ring, n * node->options.page * sizeof *node->h_ring));
+}
+
+kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *batch, bool digest,
+                         kvs_node_step_result *out, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  uint64_t start = now_ns();
+  kvs_node_step_result r;
+  memset(&r, 0, sizeof r);
+  node->host_rows = 0;
+  kvs_shard_stats before, after;
+  kvs_shard_stats_get(node->shard, &before);
+  kvs_status stepped = kvs_shard_step(node->shard, step, &r.info, err);
+  kvs_shard_stats_get(node->shard, &after);
+  node->stats.broadcast_ns += after.broadcast_ns - before.broadcast_ns;
+  node->stats.mirror_ns += after.mirror_ns - before.mirror_ns;
+  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
+
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_ring_batch empty = {NULL, 0, NULL, 0};
+  uint64_t ring_start = now_ns();
+  kvs_status status =
+      kvs_table_ring_ctx(node->table, batch != NULL ? batch : &empty, &r.ring, &local);
+  node->stats.ring_ns += now_ns() - ring_start;
+  if (status == KVS_OK && digest) {
+    uint64_t digest_start = now_ns();
+    status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
+                                      &local);
+    if (status == KVS_OK) {
+      node->host_rows = r.ring.n_req;
+      r.digest = ring_digest(node, r.ring.n_req);
+      kvs_shard_set_aux_digest(node->shard, step, r.digest);
+    }
+    node->stats.digest_ns += now_ns() - digest_start;
+  }
+  node->stats.steps++;
+  node->stats.step_ns += now_ns() - start;
+  if (status != KVS_OK) {
+    return kvs_error_set(err, status, "rank %d, step %llu, ring contexts: %s", node->rank,
+                         (unsigned long long)step, local.message);
+  }
+  if (out != NULL) *out = r;
+  return stepped;
+}
+
+kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
+                              const int64_t **prev, const int64_t **ring, size_t *n_req,
+                              kvs_error *err) {
+  if (node == NULL || own == NULL || prev == NULL || ring == NULL || n_req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
+  }
+  *own = node->h_own;
+  *prev = node->h_prev;
+  *ring = node->h_ring;
+  *n_req = node->host_rows;
+  return KVS_OK;
+}
+
+/* ---- checks ---- */
+
+/* This rank's tables against its mirror pool: the first full page whose
+ * rows differ, or NONE; faults count as a difference at page 0. */
+static uint64_t first_table_difference(kvs_node_t node, kvs_error *err) {
+  kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+  uint64_t rows = kvs_window_pool_full_tokens(pool) + 1;
+  if (node->check_map == NULL) node->check_map = malloc((size_t)rows * sizeof *node->check_map);
+  if (node->check_map == NULL) {
+    kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to compare the tables");
+    return 0;
+  }
+  if (kvs_table_download(node->table, node->check_map, (size_t)rows, err) != KVS_OK) return 0;
+  const int64_t *mine = kvs_window_pool_mapping(pool);
+  uint64_t page = kvs_window_pool_page_size(pool);
+  for (uint64_t i = 0; i < rows; i++) {
+    if (mine[i] != node->check_map[i]) {
+      kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                    "rank %d's tables differ from its pool at full page %llu (row %llu holds "
+                    "%lld, the pool %lld)",
+                    node->rank, (unsigned long long)(i / page), (unsigned long long)i,
+                    (long long)node->check_map[i], (long long)mine[i]);
+      return i / page;
+    }
+  }
+  kvs_device_faults faults;
+  if (kvs_table_faults(node->table, &faults, err) != KVS_OK ||
+      kvs_device_faults_check(&faults, err) != KVS_OK) {
+    return 0;
+  }
+  return NONE;
+}
+
+kvs_status kvs_node_check(kvs_node_t node, kvs_shard_report *report, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  kvs_status status = kvs_shard_check(node->shard, report, err);
+  if (status != KVS_OK) return status;
+  kvs_error local;
+  kvs_error_clear(&local);
+  uint64_t page = first_table_difference(node, &local);
+  uint64_t *w = words(node);
+  w[0] = page == NONE ? NONE : (uint64_t)node->rank << PAGE_BITS | (page & PAGE_MASK);
+  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
+    return status;
+  }
+  if (w[0] == NONE) return KVS_OK;
+  int rank = (int)(w[0] >> PAGE_BITS);
+  if (rank == node->rank) return kvs_error_set(err, KVS_ERR_DIVERGENCE, "%s", local.message);
+  return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                       "rank %d's tables differ from its pool at full page %llu (or hold faults)",
+                       rank, (unsigned long long)(w[0] & PAGE_MASK));
+}

@@ -1,0 +1,117 @@
+#include "shard/table.h"
+
+#include <stdlib.h>
+
+struct kvs_table {
+  const kvs_table_ops *ops;
+  void *impl;
+  kvs_table_dims dims;
+  kvs_table_limits limits;
+  int device;
+  uint64_t bytes;
+};
+
+const char *kvs_table_kind_name(kvs_table_kind kind) {
+  return kind == KVS_TABLE_CUDA ? "cuda" : kind == KVS_TABLE_HOST ? "cpu" : "unknown";
+}
+
+kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims dims,
+                          const kvs_table_limits *limits, int device, uint64_t bytes,
+                          kvs_table_t *out, kvs_error *err) {
+  if (ops == NULL || impl == NULL || limits == NULL || out == NULL) {
+    if (ops != NULL && impl != NULL) ops->destroy(impl);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table ops, impl, limits and out needed");
+  }
+  struct kvs_table *t = calloc(1, sizeof *t);
+  if (t == NULL) {
+    ops->destroy(impl);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a table");
+  }
+  t->ops = ops;
+  t->impl = impl;
+  t->dims = dims;
+  t->limits = *limits;
+  t->device = device;
+  t->bytes = bytes;
+  *out = t;
+  return KVS_OK;
+}
+
+void kvs_table_destroy(kvs_table_t table) {
+  if (table == NULL) return;
+  table->ops->destroy(table->impl);
+  free(table);
+}
+
+kvs_table_kind kvs_table_kind_of(const struct kvs_table *table) { return table->ops->kind; }
+kvs_table_dims kvs_table_dims_of(const struct kvs_table *table) { return table->dims; }
+int kvs_table_device(const struct kvs_table *table) { return table->device; }
+uint64_t kvs_table_bytes(const struct kvs_table *table) { return table->bytes; }
+
+kvs_status kvs_table_apply(kvs_table_t table, const kvs_journal_entry *entries,
+                           const void *device_entries, size_t n, kvs_error *err) {
+  if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
+  if (n == 0) return KVS_OK;
+  if (entries == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu journal entries at NULL", n);
+  }
+  /* All or nothing: the host copy is the same entries, checked before
+   * any launch (a kernel cannot take a step back). */
+  kvs_status status = kvs_table_check_journal(&table->dims, entries, n, err);
+  if (status != KVS_OK) return status;
+  return table->ops->apply(table->impl, entries, device_entries, n, err);
+}
+
+kvs_status kvs_table_ring_ctx(kvs_table_t table, const kvs_ring_batch *batch, kvs_ring_result *out,
+                              kvs_error *err) {
+  if (table == NULL || batch == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, batch and out are required");
+  }
+  if (batch->n_req > table->limits.max_requests) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a ring-context batch of %zu requests, over the table's %zu", batch->n_req,
+                         table->limits.max_requests);
+  }
+  if (batch->n_req > 0 && (batch->stride == 0 || batch->stride > table->limits.max_blocks ||
+                           batch->block_table == NULL || batch->positions == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a ring-context batch needs block tables 1..%llu blocks wide (got %llu) "
+                         "and positions",
+                         (unsigned long long)table->limits.max_blocks,
+                         (unsigned long long)batch->stride);
+  }
+  return table->ops->ring_ctx(table->impl, batch, out, err);
+}
+
+kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *result, int64_t *own,
+                                    int64_t *prev, int64_t *ring, kvs_error *err) {
+  if (table == NULL || result == NULL ||
+      (result->n_req > 0 && (own == NULL || prev == NULL || ring == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, result and host arrays needed");
+  }
+  return table->ops->result_to_host(table->impl, result, own, prev, ring, err);
+}
+
+kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err) {
+  if (table == NULL || mapping == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or host mapping is NULL");
+  }
+  if ((uint64_t)rows != table->dims.full_token + 1) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a mapping of %zu rows for a table of %llu (full_token + the sentinel)",
+                         rows, (unsigned long long)(table->dims.full_token + 1));
+  }
+  return table->ops->download(table->impl, mapping, rows, err);
+}
+
+kvs_status kvs_table_faults(kvs_table_t table, kvs_device_faults *out, kvs_error *err) {
+  if (table == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or output is NULL");
+  }
+  return table->ops->faults(table->impl, out, err);
+}
+
+kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err) {
+  if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
+  return table->ops->sync(table->impl, err);
+}

@@ -1,0 +1,141 @@
+/* One rank's full -> window table where reads of ring locations happen:
+ * on the GPU (cuda/device_tables and its kernels) or, where there is no
+ * GPU, a host twin whose "kernels" are core/device_ref's CPU references,
+ * which the device kernels equal bit for bit. The node drives either
+ * through these calls, so the whole pipeline runs and is tested on CPU.
+ *
+ * The table follows the host pool by applying each step's binding journal
+ * (the last entry per full page wins, as in a sequential replay) and
+ * computes the ring context of a batch of requests from their block
+ * tables and positions. Buffers for the largest batch are allocated at
+ * create; no call on the step path allocates.
+ *
+ * Bad arguments are refused before anything is queued. Bad data inside a
+ * batch (a page past the table, a position past its block row) reads -1
+ * and is counted in the fault records (kvs_table_faults). */
+#ifndef KVS_SHARD_TABLE_H
+#define KVS_SHARD_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/device_ref.h"
+#include "core/journal.h"
+#include "core/status.h"
+#include "cuda/device_layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_table *kvs_table_t;
+
+typedef enum kvs_table_kind {
+  KVS_TABLE_HOST = 0, /* the CPU references over host memory */
+  KVS_TABLE_CUDA = 1  /* cuda/device_tables on a GPU */
+} kvs_table_kind;
+
+/* "cpu", "cuda". */
+const char *kvs_table_kind_name(kvs_table_kind kind);
+
+/* The largest ring-context batch: n_req rows of a block table `stride`
+ * blocks wide. */
+typedef struct kvs_table_limits {
+  size_t max_requests;
+  uint64_t max_blocks;
+} kvs_table_limits;
+
+/* A step's batch, in host memory: request r's block table is
+ * block_table[r * stride .. r * stride + stride) (full-block indices, -1
+ * unassigned, blocks of P tokens), its position positions[r] (negative:
+ * an idle row). */
+typedef struct kvs_ring_batch {
+  const int32_t *block_table;
+  uint64_t stride;
+  const int64_t *positions;
+  size_t n_req;
+} kvs_ring_batch;
+
+/* Where a ring context lives: n_req own and prev slots and n_req * page
+ * ring slots (kvs_ref_ring_ctx), in device memory when on_device, else in
+ * host memory. Valid until the next kvs_table_ring_ctx. */
+typedef struct kvs_ring_result {
+  const int64_t *own;
+  const int64_t *prev;
+  const int64_t *ring;
+  size_t n_req;
+  uint64_t page;
+  bool on_device;
+} kvs_ring_result;
+
+/* The host twin: the table (full_token + 1 rows) and the batch buffers in
+ * host memory, dims from the layout. */
+kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_table_limits *limits,
+                                 kvs_table_t *out, kvs_error *err);
+
+/* Frees the table; NULL is accepted. */
+void kvs_table_destroy(kvs_table_t table);
+
+kvs_table_kind kvs_table_kind_of(const struct kvs_table *table);
+kvs_table_dims kvs_table_dims_of(const struct kvs_table *table);
+/* The CUDA device of a device table, -1 for the host twin. */
+int kvs_table_device(const struct kvs_table *table);
+/* Bytes this table allocated where it lives (the device carve, or the host
+ * twin's mapping and batch buffers). */
+uint64_t kvs_table_bytes(const struct kvs_table *table);
+
+/* Applies one step's journal. entries is the host copy and is always
+ * validated first (kvs_table_check_journal): an entry that does not fit
+ * refuses the whole step before anything is queued. device_entries, when
+ * not NULL, is the same entries in device memory (a device table applies
+ * from it without another copy); the host twin ignores it. */
+kvs_status kvs_table_apply(kvs_table_t table, const kvs_journal_entry *entries,
+                           const void *device_entries, size_t n, kvs_error *err);
+
+/* The ring context of a batch (at most limits.max_requests rows, stride at
+ * most limits.max_blocks). *out says where it lives. */
+kvs_status kvs_table_ring_ctx(kvs_table_t table, const kvs_ring_batch *batch, kvs_ring_result *out,
+                              kvs_error *err);
+
+/* Copies a result to host arrays (own, prev: n_req; ring: n_req * page);
+ * waits for the work that produced it. */
+kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *result, int64_t *own,
+                                    int64_t *prev, int64_t *ring, kvs_error *err);
+
+/* Copies the table (rows == full_token + 1) to host memory; waits. */
+kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err);
+
+/* The fault records (waits for queued work). */
+kvs_status kvs_table_faults(kvs_table_t table, kvs_device_faults *out, kvs_error *err);
+
+/* Waits for every call queued so far. */
+kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err);
+
+/* ---- for table implementations ---- */
+
+typedef struct kvs_table_ops {
+  kvs_table_kind kind;
+  kvs_status (*apply)(void *impl, const kvs_journal_entry *entries, const void *device_entries,
+                      size_t n, kvs_error *err);
+  kvs_status (*ring_ctx)(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
+                         kvs_error *err);
+  kvs_status (*result_to_host)(void *impl, const kvs_ring_result *result, int64_t *own,
+                               int64_t *prev, int64_t *ring, kvs_error *err);
+  kvs_status (*download)(void *impl, int64_t *mapping, size_t rows, kvs_error *err);
+  kvs_status (*faults)(void *impl, kvs_device_faults *out, kvs_error *err);
+  kvs_status (*sync)(void *impl, kvs_error *err);
+  void (*destroy)(void *impl);
+} kvs_table_ops;
+
+/* Wraps an implementation: the table owns impl from here (destroy is
+ * called on failure too). */
+kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims dims,
+                          const kvs_table_limits *limits, int device, uint64_t bytes,
+                          kvs_table_t *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_TABLE_H */

@@ -1,0 +1,260 @@
+/* A table on a GPU: cuda/device_tables plus the step's batch buffers.
+ *
+ * Ordering, all on one stream: the journal apply, the batch upload, the
+ * ring-context kernel and any readback run in submission order. Host
+ * staging is pinned (an async copy from it may still be reading when the
+ * call returns), so before the host rewrites it the table waits on the
+ * event recorded after the last copy that read it. */
+#include "shard/table_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_status.h"
+#include "cuda/device_tables.h"
+
+typedef struct cuda_table {
+  int device;
+  kvs_device_tables_t tables;
+  kvs_table_dims dims;
+  kvs_table_limits limits;
+  cudaStream_t stream;
+  bool own_stream;
+  size_t journal_capacity; /* entries one host apply may stage */
+  /* Device batch buffers. */
+  int32_t *d_blocks;
+  int64_t *d_positions;
+  int64_t *d_own, *d_prev, *d_ring;
+  /* Pinned host staging for the batch. */
+  int32_t *h_blocks;
+  int64_t *h_positions;
+  cudaEvent_t staged; /* after the last upload that read the staging */
+  bool staged_pending;
+} cuda_table;
+
+/* The table's device current for a call; restores the caller's after.
+ * A caller's device is only read here, so a thread that never chose one
+ * does not get a context on device 0 created for it. */
+typedef struct device_scope {
+  int previous;
+  bool switched;
+} device_scope;
+
+static kvs_status enter(const cuda_table *t, device_scope *scope, kvs_error *err) {
+  scope->switched = false;
+  kvs_status status = kvs_cuda_status(cudaGetDevice(&scope->previous), "cudaGetDevice", err);
+  if (status != KVS_OK || scope->previous == t->device) return status;
+  char what[48];
+  snprintf(what, sizeof what, "cudaSetDevice(%d)", t->device);
+  status = kvs_cuda_status(cudaSetDevice(t->device), what, err);
+  scope->switched = status == KVS_OK;
+  return status;
+}
+
+static void leave(const device_scope *scope) {
+  if (scope->switched) (void)cudaSetDevice(scope->previous);
+}
+
+static kvs_status cuda_apply(void *impl, const kvs_journal_entry *entries,
+                             const void *device_entries, size_t n, kvs_error *err) {
+  cuda_table *t = impl;
+  if (device_entries != NULL) {
+    return kvs_device_tables_apply_journal_device(t->tables, device_entries, n, t->stream, err);
+  }
+  /* Larger than the staging area: applied in parts, in order, which is the
+   * same sequential replay. */
+  for (size_t done = 0; done < n;) {
+    size_t part = n - done < t->journal_capacity ? n - done : t->journal_capacity;
+    kvs_status status =
+        kvs_device_tables_apply_journal(t->tables, entries + done, part, t->stream, err);
+    if (status != KVS_OK) return status;
+    done += part;
+  }
+  return KVS_OK;
+}
+
+static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
+                                kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_ring_result r = {t->d_own, t->d_prev, t->d_ring, batch->n_req, t->dims.page, true};
+  if (batch->n_req == 0) {
+    *out = r;
+    return KVS_OK;
+  }
+  device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  size_t n = batch->n_req;
+  size_t blocks = n * (size_t)batch->stride;
+  if (t->staged_pending) {
+    KVS_CUDA_GOTO(cudaEventSynchronize(t->staged),
+                  "cudaEventSynchronize before rewriting the batch staging", err, status, done);
+    t->staged_pending = false;
+  }
+  memcpy(t->h_blocks, batch->block_table, blocks * sizeof *t->h_blocks);
+  memcpy(t->h_positions, batch->positions, n * sizeof *t->h_positions);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_blocks, t->h_blocks, blocks * sizeof *t->h_blocks,
+                                cudaMemcpyHostToDevice, t->stream),
+                "cudaMemcpyAsync of the block tables", err, status, done);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_positions, t->h_positions, n * sizeof *t->h_positions,
+                                cudaMemcpyHostToDevice, t->stream),
+                "cudaMemcpyAsync of the positions", err, status, done);
+  KVS_CUDA_GOTO(cudaEventRecord(t->staged, t->stream), "cudaEventRecord after the batch upload",
+                err, status, done);
+  t->staged_pending = true;
+  kvs_block_tables bt = {t->d_blocks, batch->stride, t->dims.page};
+  status = kvs_device_tables_ring_ctx(t->tables, &bt, t->d_positions, n, t->d_own, t->d_prev,
+                                      t->d_ring, t->stream, err);
+  if (status == KVS_OK) *out = r;
+done:
+  leave(&scope);
+  return status;
+}
+
+static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result, int64_t *own,
+                                      int64_t *prev, int64_t *ring, kvs_error *err) {
+  cuda_table *t = impl;
+  size_t n = result->n_req;
+  if (n == 0) return KVS_OK;
+  device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  enum cudaMemcpyKind kind = result->on_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+  KVS_CUDA_GOTO(cudaMemcpyAsync(own, result->own, n * sizeof *own, kind, t->stream),
+                "cudaMemcpyAsync of the own slots", err, status, done);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(prev, result->prev, n * sizeof *prev, kind, t->stream),
+                "cudaMemcpyAsync of the previous slots", err, status, done);
+  KVS_CUDA_GOTO(
+      cudaMemcpyAsync(ring, result->ring, n * result->page * sizeof *ring, kind, t->stream),
+      "cudaMemcpyAsync of the ring slots", err, status, done);
+  /* The destination may be pageable: only a finished stream has filled it. */
+  KVS_CUDA_GOTO(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize for the ring context", err,
+                status, done);
+done:
+  leave(&scope);
+  return status;
+}
+
+static kvs_status cuda_download(void *impl, int64_t *mapping, size_t rows, kvs_error *err) {
+  cuda_table *t = impl;
+  return kvs_device_tables_download_mapping(t->tables, mapping, rows, err);
+}
+
+static kvs_status cuda_faults(void *impl, kvs_device_faults *out, kvs_error *err) {
+  cuda_table *t = impl;
+  return kvs_device_tables_faults(t->tables, t->stream, out, err);
+}
+
+static kvs_status cuda_sync(void *impl, kvs_error *err) {
+  cuda_table *t = impl;
+  device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  status = kvs_cuda_status(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize", err);
+  leave(&scope);
+  return status;
+}
+
+static void cuda_destroy(void *impl) {
+  cuda_table *t = impl;
+  if (t == NULL) return;
+  device_scope scope;
+  if (enter(t, &scope, NULL) == KVS_OK) {
+    if (t->stream != NULL) (void)cudaStreamSynchronize(t->stream);
+    if (t->staged != NULL) (void)cudaEventDestroy(t->staged);
+    (void)cudaFree(t->d_blocks);
+    (void)cudaFree(t->d_positions);
+    (void)cudaFree(t->d_own);
+    (void)cudaFree(t->d_prev);
+    (void)cudaFree(t->d_ring);
+    (void)cudaFreeHost(t->h_blocks);
+    (void)cudaFreeHost(t->h_positions);
+    if (t->own_stream && t->stream != NULL) (void)cudaStreamDestroy(t->stream);
+    leave(&scope);
+  }
+  kvs_device_tables_destroy(t->tables);
+  free(t);
+}
+
+static const kvs_table_ops cuda_ops = {
+    .kind = KVS_TABLE_CUDA,
+    .apply = cuda_apply,
+    .ring_ctx = cuda_ring_ctx,
+    .result_to_host = cuda_result_to_host,
+    .download = cuda_download,
+    .faults = cuda_faults,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
+                                 const kvs_table_limits *limits, cudaStream_t stream,
+                                 kvs_table_t *out, kvs_error *err) {
+  if (layout == NULL || limits == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
+  }
+  if (device < 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "CUDA device %d: name a device", device);
+  }
+  kvs_table_dims dims = kvs_device_layout_dims(layout);
+  kvs_status status = kvs_table_dims_check(&dims, err);
+  if (status != KVS_OK) return status;
+  size_t req = limits->max_requests > 0 ? limits->max_requests : 1;
+  uint64_t blocks = limits->max_blocks > 0 ? limits->max_blocks : 1;
+  uint64_t block_rows = 0, ring_rows = 0;
+  if (__builtin_mul_overflow((uint64_t)req, blocks, &block_rows) ||
+      __builtin_mul_overflow((uint64_t)req, dims.page, &ring_rows) ||
+      block_rows > SIZE_MAX / sizeof(int64_t) || ring_rows > SIZE_MAX / sizeof(int64_t)) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "batch buffers for %zu requests of %llu blocks",
+                         req, (unsigned long long)blocks);
+  }
+  cuda_table *t = calloc(1, sizeof *t);
+  if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device table");
+  t->device = device;
+  t->dims = dims;
+  t->limits = *limits;
+  t->journal_capacity =
+      layout->options.journal_capacity > 0 ? (size_t)layout->options.journal_capacity : 1;
+  if ((status = kvs_device_tables_create(device, layout, &t->tables, err)) != KVS_OK) {
+    free(t);
+    return status;
+  }
+  device_scope scope;
+  if ((status = enter(t, &scope, err)) != KVS_OK) {
+    cuda_destroy(t);
+    return status;
+  }
+  char what[128];
+  if (stream != NULL) {
+    t->stream = stream;
+  } else {
+    KVS_CUDA_GOTO(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags for the table", err, status, fail);
+    t->own_stream = true;
+  }
+  KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->staged, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags for the batch staging", err, status, fail);
+  snprintf(what, sizeof what, "cudaMalloc of the batch buffers (%zu requests) on device %d", req,
+           device);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_blocks, (size_t)block_rows * sizeof(int32_t)), what, err,
+                status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_positions, req * sizeof(int64_t)), what, err, status,
+                fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_own, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_prev, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_ring, (size_t)ring_rows * sizeof(int64_t)), what, err,
+                status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_blocks, (size_t)block_rows * sizeof(int32_t)),
+                "cudaMallocHost of the block-table staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_positions, req * sizeof(int64_t)),
+                "cudaMallocHost of the position staging", err, status, fail);
+  leave(&scope);
+  uint64_t bytes = layout->total_bytes +
+                   (block_rows * sizeof(int32_t) + (3 * req + ring_rows) * sizeof(int64_t));
+  return kvs_table_wrap(&cuda_ops, t, dims, limits, device, bytes, out, err);
+fail:
+  leave(&scope);
+  cuda_destroy(t);
+  return status;
+}

@@ -1,0 +1,295 @@
+// The node on CPU: ranks as threads over the loopback backend, the host
+// twin as the tables. Every rank's plan is the plan kvplan makes for the
+// same inputs, the tables follow the pool through a workload and give the
+// pool's own ring contexts, and failures on one rank fail every rank
+// naming it.
+#include "shard/node.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/geometry.h"
+#include "cuda/cuda_status.h"
+#include "shard/node_setup.h"
+#include "shard/workload.h"
+#include "tests/shard/ranks.h"
+#include "topology/node_plan.h"
+#include "topology/source.h"
+
+using kvs_test::run_ranks;
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+bool contains(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+kvs_geometry flash() {
+  kvs_geometry g;
+  EXPECT_EQ(kvs_geometry_builtin("dsv4-flash", &g, nullptr), KVS_OK);
+  return g;
+}
+
+// A node over the bundled 8-GPU server with small explicit budgets, the
+// host twin, and the sizing kvsim uses.
+struct NodeSetup {
+  kvs_geometry geometry = flash();
+  std::vector<uint64_t> budgets;
+  kvs_workload_options workload = KVS_WORKLOAD_OPTIONS_INIT;
+  kvs_node_options options = KVS_NODE_OPTIONS_INIT;
+
+  NodeSetup(int tp, int pp, std::vector<uint64_t> per_gpu) : budgets(std::move(per_gpu)) {
+    workload.seed = 7;
+    workload.arrival_rate = 0.3;
+    workload.prompt_max = 1536;
+    options.geometry = &geometry;
+    options.swa_ratio = 0.04;
+    options.max_seq_len = kvs_workload_max_seq_len(&workload);
+    options.max_running = workload.max_running;
+    options.tp = tp;
+    options.pp = pp;
+    options.topology = "bundled";
+    options.device = KVS_NODE_DEVICE_CPU;
+    options.check_every = 16;
+    options.budget.budget_per_gpu = budgets.data();
+    options.budget.n_budget_per_gpu = budgets.size();
+  }
+};
+
+std::vector<uint64_t> skewed(uint64_t base_mib) {
+  std::vector<uint64_t> b;
+  for (int g = 0; g < 8; g++) b.push_back((base_mib - 7 * (g % 4)) * MiB);
+  return b;
+}
+
+// The plan kvplan makes: the same steps, no node.
+kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
+  kvs_topology_t topo = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_node_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
+  uint64_t floor = 0;
+  EXPECT_EQ(kvs_window_floor_pages(s.options.max_seq_len, s.options.max_running, s.options.radix,
+                                   s.options.page, &floor, &err),
+            KVS_OK);
+  kvs_plan_request req{&s.geometry, nullptr, s.options.swa_ratio,  s.options.page,
+                       floor,       1,       (size_t)s.options.tp, (size_t)s.options.pp,
+                       nullptr,     nullptr};
+  kvs_node_plan_t plan = nullptr;
+  EXPECT_EQ(kvs_node_plan_make(&req, kvs_topology_gpus(topo), kvs_topology_gpu_count(topo),
+                               s.budgets.data(), &plan, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  kvs_topology_destroy(topo);
+  return plan;
+}
+
+// Runs the workload on a node for `steps`, verifying every step's ring
+// contexts against the pool; returns the final binding digest.
+uint64_t run_workload(kvs_node_t node, const kvs_workload_options &wo, uint64_t steps) {
+  kvs_error err;
+  kvs_workload_t w = nullptr;
+  EXPECT_EQ(kvs_workload_create(kvs_node_shard(node), &wo, &w, &err), KVS_OK) << err.message;
+  if (w == nullptr) return 0;
+  for (uint64_t s = 0; s < steps; s++) {
+    EXPECT_EQ(kvs_workload_schedule(w, s, &err), KVS_OK) << err.message;
+    kvs_ring_batch batch;
+    kvs_workload_batch(w, &batch);
+    kvs_node_step_result r;
+    EXPECT_EQ(kvs_node_step(node, s, &batch, true, &r, &err), KVS_OK)
+        << "rank " << kvs_node_rank(node) << " step " << s << ": " << err.message;
+    const int64_t *own, *prev, *ring;
+    size_t n = 0;
+    EXPECT_EQ(kvs_node_host_ring(node, &own, &prev, &ring, &n, &err), KVS_OK);
+    EXPECT_EQ(n, batch.n_req);
+    EXPECT_EQ(kvs_workload_verify_ring(w, own, prev, ring, n, &err), KVS_OK)
+        << "rank " << kvs_node_rank(node) << " step " << s << ": " << err.message;
+    kvs_workload_advance(w);
+    if (kvs_shard_check_due(kvs_node_shard(node), s)) {
+      EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_OK) << err.message;
+    }
+  }
+  kvs_workload_counters c;
+  kvs_workload_counters_get(w, &c);
+  EXPECT_GT(c.admitted, 5u);
+  kvs_workload_destroy(w);
+  return kvs_window_pool_digest(kvs_node_pool(node));
+}
+
+}  // namespace
+
+// tp 4 x pp 2 over the bundled server with skewed budgets: every rank runs
+// the plan kvplan prints (its layers, its pool bytes, padding included),
+// the host twin follows the pool for 300 steps and its ring contexts are
+// the pool's own, and the ranks agree.
+TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
+  NodeSetup s(4, 2, skewed(900));
+  kvs_node_plan_t expected = kvplan_plan(s);
+  ASSERT_NE(expected, nullptr);
+  std::vector<uint64_t> digests(8);
+  run_ranks(8, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    kvs_node_plan_t plan = kvs_node_plan(node);
+    EXPECT_EQ(kvs_node_plan_split(plan)->num_pages, kvs_node_plan_split(expected)->num_pages);
+    for (size_t r = 0; r < kvs_node_plan_rank_count(expected); r++) {
+      const kvs_rank_plan *a = kvs_node_plan_rank(plan, r), *b = kvs_node_plan_rank(expected, r);
+      EXPECT_EQ(a->gpu, b->gpu);
+      EXPECT_EQ(a->first, b->first);
+      EXPECT_EQ(a->end, b->end);
+      EXPECT_EQ(a->device.total_bytes, b->device.total_bytes);
+      EXPECT_EQ(a->budget_bytes, b->budget_bytes);
+    }
+    const kvs_rank_plan *mine = kvs_node_rank_plan(node);
+    EXPECT_EQ(mine->rank, (size_t)rank);
+    EXPECT_EQ(kvs_node_layout(node)->total_bytes, mine->device.total_bytes)
+        << "the tables carve what the plan priced, byte for byte";
+    EXPECT_EQ(kvs_node_gpu(node)->index, mine->gpu);
+    EXPECT_EQ(kvs_table_kind_of(kvs_node_table(node)), KVS_TABLE_HOST);
+    EXPECT_FALSE(kvs_node_binding(node)->cpu_bound) << "the bundled server is not this machine";
+    EXPECT_TRUE(contains(kvs_node_binding(node)->reason, "not")) << kvs_node_binding(node)->reason;
+    EXPECT_EQ(kvs_node_gpu_budgets(node)[3].budget_bytes, s.budgets[3]);
+    digests[rank] = run_workload(node, s.workload, 300);
+    kvs_shard_report report;
+    EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
+    kvs_node_stats st;
+    kvs_node_stats_get(node, &st);
+    EXPECT_EQ(st.steps, 300u);
+    EXPECT_GT(st.broadcast_ns, 0u);
+    EXPECT_GT(st.ring_ns, 0u);
+    kvs_node_destroy(node);
+  });
+  for (int r = 1; r < 8; r++) EXPECT_EQ(digests[r], digests[0]) << "rank " << r;
+  kvs_node_plan_destroy(expected);
+}
+
+// A skewed stage (one GPU of stage 1 much smaller) moves layers to stage 0:
+// the node runs the optimal split, not the even one.
+TEST(Node, heterogeneous_budgets_split_the_layers_unevenly) {
+  std::vector<uint64_t> b(8, 1200 * MiB);
+  b[5] = 700 * MiB;
+  NodeSetup s(4, 2, b);
+  run_ranks(8, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    const kvs_split *split = kvs_node_plan_split(kvs_node_plan(node));
+    size_t stage0 = split->stages[0].end - split->stages[0].first;
+    EXPECT_GT(stage0, 22u) << "stage 1 holds the small GPU, so stage 0 takes more layers";
+    const kvs_rank_plan *mine = kvs_node_rank_plan(node);
+    EXPECT_EQ(mine->first, rank < 4 ? 0u : stage0);
+    kvs_node_destroy(node);
+  });
+}
+
+TEST(Node, a_rank_that_cannot_hold_the_minimal_pool_fails_every_rank_naming_it) {
+  std::vector<uint64_t> b(8, 900 * MiB);
+  b[6] = 16 * MiB;
+  NodeSetup s(4, 2, b);
+  std::mutex m;
+  std::vector<std::string> messages;
+  run_ranks(8, 20000, [&](int, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_ERR_BUDGET_TOO_SMALL);
+    EXPECT_EQ(node, nullptr);
+    std::lock_guard<std::mutex> lock(m);
+    messages.push_back(err.message);
+  });
+  ASSERT_EQ(messages.size(), 8u);
+  for (const std::string &msg : messages) {
+    EXPECT_EQ(msg, messages[0]) << "every rank reports the same error";
+  }
+  EXPECT_TRUE(contains(messages[0], "GPU 6 (0000:d1:00.0, rank 6, stage 1, layers "))
+      << messages[0];
+}
+
+// Ranks given other geometries or layouts fail at create, naming the rank,
+// instead of agreeing on digests of different pools.
+TEST(Node, a_rank_with_another_geometry_fails_every_rank_naming_it) {
+  NodeSetup s(2, 1, std::vector<uint64_t>(8, 900 * MiB));
+  kvs_geometry other = s.geometry;
+  other.n_layers = 4;
+  other.n_ratios = 4;
+  std::mutex m;
+  std::vector<std::string> messages;
+  run_ranks(2, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_options o = s.options;
+    if (rank == 1) o.geometry = &other;
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_ERR_INVALID_ARGUMENT);
+    std::lock_guard<std::mutex> lock(m);
+    messages.push_back(err.message);
+  });
+  for (const std::string &msg : messages) {
+    EXPECT_TRUE(contains(msg, "rank 1 was given other options than the leader")) << msg;
+  }
+}
+
+TEST(Node, a_layout_that_is_not_the_communicator_is_refused_on_every_rank) {
+  NodeSetup s(4, 1, std::vector<uint64_t>(8, 900 * MiB));
+  std::atomic<int> refused{0};
+  run_ranks(2, 20000, [&](int, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(err.message, "tp 4 x pp 1 must equal the communicator's 2 ranks"))
+        << err.message;
+    refused++;
+  });
+  EXPECT_EQ(refused.load(), 2);
+}
+
+TEST(Node, cuda_tables_without_a_gpu_are_refused_saying_why) {
+  NodeSetup s(1, 1, std::vector<uint64_t>(8, 900 * MiB));
+  s.options.device = KVS_NODE_DEVICE_CUDA;
+  int count = 0;
+  if (kvs_cuda_device_count(&count, nullptr) == KVS_OK) GTEST_SKIP() << "a GPU is visible";
+  run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_ERR_UNSUPPORTED);
+    EXPECT_TRUE(contains(err.message, "device cuda asked for, but no CUDA device visible"))
+        << err.message;
+  });
+}
+
+// A table that misses a step is named by the next check, with its rank and
+// the page, although the pools agree.
+TEST(Node, a_table_that_falls_behind_its_pool_is_named_by_the_check) {
+  NodeSetup s(2, 1, std::vector<uint64_t>(8, 2000 * MiB));
+  std::mutex m;
+  std::vector<std::string> messages;
+  run_ranks(2, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    kvs_window_pool_t pool = kvs_node_pool(node);
+    uint64_t P = kvs_window_pool_page_size(pool);
+    if (rank == 0) {
+      std::vector<int64_t> locs(P);
+      for (uint64_t i = 0; i < P; i++) locs[i] = (int64_t)(3 * P + i);
+      ASSERT_EQ(kvs_window_pool_alloc(pool, locs.data(), locs.size(), nullptr, &err), KVS_OK);
+    }
+    ASSERT_EQ(kvs_node_step(node, 0, nullptr, true, nullptr, &err), KVS_OK) << err.message;
+    if (rank == 1) {
+      // Undo the step's bind on this rank's tables only.
+      kvs_journal_entry undo = {3, KVS_JOURNAL_FREED};
+      ASSERT_EQ(kvs_table_apply(kvs_node_table(node), &undo, nullptr, 1, &err), KVS_OK);
+    }
+    EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_ERR_DIVERGENCE);
+    std::lock_guard<std::mutex> lock(m);
+    messages.push_back(err.message);
+    kvs_node_destroy(node);
+  });
+  for (const std::string &msg : messages) {
+    EXPECT_TRUE(contains(msg, "rank 1's tables differ from its pool at full page 3")) << msg;
+  }
+}
