@@ -28,10 +28,10 @@
 
 namespace kvs_emu {
 
-dim3 thread_idx;
-dim3 block_idx;
-dim3 block_dim;
-dim3 grid_dim;
+Dim3 thread_idx;
+Dim3 block_idx;
+Dim3 block_dim;
+Dim3 grid_dim;
 uint64_t entry_loads = 0;
 
 namespace {
@@ -80,7 +80,7 @@ struct Fiber {
 #else
   ucontext_t context;
 #endif
-  dim3 thread_idx;
+  Dim3 thread_idx;
   State state = State::kReady;
   void *fake_stack = nullptr;  // ASan's, while switched out
 };
@@ -231,7 +231,7 @@ void run_block(Launch &l, unsigned threads) {
     l.warps[w].live = std::min(kWarp, threads - w * kWarp);
   }
   for (unsigned t = 0; t < threads; t++) {
-    l.fibers[t].thread_idx = dim3{t, 1, 1};
+    l.fibers[t].thread_idx = Dim3{t, 1, 1};
     start_fiber(l, t);
     l.ready.push_back(t);
   }
@@ -301,13 +301,13 @@ void run_grid(unsigned grid, unsigned threads, void (*body)(void *), void *arg) 
   if (l.fibers.size() < threads) l.fibers.resize(threads);
   l.body = body;
   l.arg = arg;
-  grid_dim = dim3{grid, 1, 1};
-  block_dim = dim3{threads, 1, 1};
+  grid_dim = Dim3{grid, 1, 1};
+  block_dim = Dim3{threads, 1, 1};
   std::vector<unsigned> order(grid);
   for (unsigned b = 0; b < grid; b++) order[b] = b;
   if (l.shuffle) std::shuffle(order.begin(), order.end(), l.rng);
   for (unsigned b : order) {
-    block_idx = dim3{b, 1, 1};
+    block_idx = Dim3{b, 1, 1};
     run_block(l, threads);
   }
 }

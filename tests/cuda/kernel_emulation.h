@@ -27,18 +27,20 @@
 
 #include <cstdint>
 
-struct dim3 {
+namespace kvs_emu {
+
+// CUDA's dim3, under a name that does not clash with the CUDA headers'
+// (the stand-in includes both).
+struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-namespace kvs_emu {
-
 // The running thread's and block's indices, and the launch's shape: set
 // by the scheduler before it switches to a thread.
-extern dim3 thread_idx;
-extern dim3 block_idx;
-extern dim3 block_dim;
-extern dim3 grid_dim;
+extern Dim3 thread_idx;
+extern Dim3 block_idx;
+extern Dim3 block_dim;
+extern Dim3 grid_dim;
 
 // Journal entries loaded by kernels since the last reset (every thread's
 // loads counted).
@@ -65,6 +67,14 @@ void launch(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... 
 
 }  // namespace kvs_emu
 
+// Replaces the CUDA headers' host definitions where they were included
+// first (they must not be included after this header).
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
 #define threadIdx kvs_emu::thread_idx
 #define blockIdx kvs_emu::block_idx
 #define blockDim kvs_emu::block_dim

@@ -1,0 +1,343 @@
+// The simulated machine: contexts, memory, streams and their scheduler.
+#include "tests/standin/engine.h"
+
+#include <link.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kvs_standin {
+
+namespace {
+
+// A thread's runtime state; stale (from before a reset) reads as fresh.
+struct ThreadState {
+  uint64_t generation = ~0ull;
+  int device = -1;  // -1: no current context
+  cudaError_t last_error = cudaSuccess;
+  std::string hostname;
+};
+
+thread_local ThreadState t_state;
+
+ThreadState &thread_state() {
+  if (t_state.generation != engine().generation) {
+    t_state.generation = engine().generation;
+    t_state.device = -1;
+    t_state.last_error = cudaSuccess;
+    t_state.hostname.clear();
+  }
+  return t_state;
+}
+
+// A test that linked the real libraries would test them, or a mix.
+int refuse_real_library(struct dl_phdr_info *info, size_t, void *) {
+  const char *name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  if (std::strstr(name, "libcudart") != nullptr || std::strstr(name, "libnccl") != nullptr ||
+      std::strstr(name, "libcuda.so") != nullptr) {
+    std::fprintf(stderr,
+                 "kvs stand-in: %s is loaded into this process; a stand-in test must link "
+                 "neither the CUDA runtime nor NCCL (use the _api targets)\n",
+                 name);
+    std::abort();
+  }
+  return 0;
+}
+
+}  // namespace
+
+Engine &engine() {
+  static Engine *e = [] {
+    dl_iterate_phdr(refuse_real_library, nullptr);
+    auto *made = new Engine;
+    return made;
+  }();
+  return *e;
+}
+
+cudaError_t fail(cudaError_t code) {
+  if (code != cudaSuccess) thread_state().last_error = code;
+  return code;
+}
+
+cudaError_t take_last_error(bool reset) {
+  ThreadState &t = thread_state();
+  cudaError_t e = t.last_error;
+  if (reset) t.last_error = cudaSuccess;
+  return e;
+}
+
+std::string &thread_hostname() { return thread_state().hostname; }
+
+void Engine::violation(const std::string &text) {
+  violations.push_back(text);
+  changed.notify_all();
+}
+
+int Engine::current_device() { return thread_state().device; }
+
+void Engine::create_context(int device) {
+  if (!context_live[static_cast<size_t>(device)]) {
+    context_live[static_cast<size_t>(device)] = true;
+    contexts_created[static_cast<size_t>(device)]++;
+  }
+}
+
+void Engine::set_current(int device) {
+  if (device >= 0) create_context(device);
+  thread_state().device = device;
+}
+
+int Engine::need_context() {
+  ThreadState &t = thread_state();
+  if (t.device < 0) set_current(0);
+  return t.device;
+}
+
+cudaError_t Engine::injected(const char *call) {
+  int device = thread_state().device;
+  for (size_t i = 0; i < cuda_faults.size(); i++) {
+    CudaFault &f = cuda_faults[i];
+    if (f.call != call || (f.device >= 0 && f.device != device)) continue;
+    if (--f.nth > 0) continue;
+    cudaError_t error = f.error;
+    cuda_faults.erase(cuda_faults.begin() + static_cast<long>(i));
+    return error;
+  }
+  return cudaSuccess;
+}
+
+const Alloc *Engine::find(const void *pointer) const {
+  uintptr_t p = reinterpret_cast<uintptr_t>(pointer);
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return nullptr;
+  --it;
+  const Alloc &a = it->second;
+  return p < a.base + (a.bytes > 0 ? a.bytes : 1) ? &a : nullptr;
+}
+
+bool Engine::pinned(const void *pointer, size_t bytes) const {
+  const Alloc *a = find(pointer);
+  return a != nullptr && a->device < 0 && !a->freed &&
+         reinterpret_cast<uintptr_t>(pointer) + bytes <= a->base + a->bytes;
+}
+
+bool Engine::check_device(const Range &r, int device, const std::string &who) {
+  if (r.bytes == 0) return true;
+  char text[512];
+  const Alloc *a = find(r.pointer);
+  uintptr_t p = reinterpret_cast<uintptr_t>(r.pointer);
+  if (a == nullptr || a->device < 0) {
+    std::snprintf(text, sizeof text, "%s: %s at %p (%zu bytes) is not device memory", who.c_str(),
+                  r.what, r.pointer, r.bytes);
+  } else if (a->freed) {
+    std::snprintf(text, sizeof text,
+                  "%s: %s at %p (%zu bytes) lies in device memory that was freed", who.c_str(),
+                  r.what, r.pointer, r.bytes);
+  } else if (p + r.bytes > a->base + a->bytes) {
+    std::snprintf(text, sizeof text,
+                  "%s: %s at %p (%zu bytes) runs %zu bytes past its allocation of %zu", who.c_str(),
+                  r.what, r.pointer, r.bytes, static_cast<size_t>(p + r.bytes - a->base - a->bytes),
+                  a->bytes);
+  } else if (device >= 0 && a->device != device) {
+    std::snprintf(text, sizeof text, "%s: %s at %p lies on device %d, not device %d", who.c_str(),
+                  r.what, r.pointer, a->device, device);
+  } else {
+    return true;
+  }
+  violation(text);
+  return false;
+}
+
+CUstream_st *Engine::new_stream(int device, bool blocking, bool is_legacy) {
+  streams.emplace_back(new CUstream_st);
+  CUstream_st *s = streams.back().get();
+  s->device = device;
+  s->blocking = blocking;
+  s->legacy = is_legacy;
+  return s;
+}
+
+CUstream_st *Engine::resolve(cudaStream_t stream, const char *call) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    // The per-thread default stream is taken as the legacy one: kvshard
+    // never uses it.
+    return legacy[static_cast<size_t>(need_context())];
+  }
+  if (stream->destroyed) {
+    violation(std::string(call) + " on a destroyed stream");
+    return nullptr;
+  }
+  return stream;
+}
+
+void Engine::enqueue(CUstream_st *s, Op op) {
+  // The legacy stream waits for the blocking streams of its device, and
+  // they for it.
+  if (s->legacy) {
+    for (auto &other : streams) {
+      if (other->device == s->device && other->blocking && !other->legacy && other->tail) {
+        op.after.push_back(other->tail);
+      }
+    }
+  } else if (s->blocking) {
+    CUstream_st *l = legacy[static_cast<size_t>(s->device)];
+    if (l->tail) op.after.push_back(l->tail);
+  }
+  s->tail = op.done;
+  s->queue.push_back(std::move(op));
+  changed.notify_all();
+}
+
+bool Engine::runnable(const CUstream_st *s) const {
+  if (s->queue.empty()) return false;
+  const Op &op = s->queue.front();
+  if (op.arrived) return false;  // waiting for its peers
+  if (op.comm != nullptr && op.comm->stalled && !op.cancelled && !op.comm->clique->broken) {
+    return false;
+  }
+  for (const DonePtr &d : op.after) {
+    if (!d->done) return false;
+  }
+  return true;
+}
+
+bool Engine::step() {
+  std::vector<CUstream_st *> ready;
+  for (auto &s : streams) {
+    if (runnable(s.get())) ready.push_back(s.get());
+  }
+  if (ready.empty()) return false;
+  if (ready.size() > 1) stats.reorders++;
+  CUstream_st *s = ready[random(ready.size())];
+  Op &op = s->queue.front();
+  stats.ops++;
+  if (op.comm != nullptr) {
+    arrive(s);
+  } else {
+    if (op.run) op.run();
+    op.done->done = true;
+    s->queue.pop_front();
+  }
+  changed.notify_all();
+  return true;
+}
+
+void Engine::background() {
+  // A GPU keeps working while the host makes calls: sometimes run a few
+  // operations, sometimes none, so both "already ran" and "not yet" occur.
+  if (!chance(config.progress_percent)) return;
+  for (uint64_t n = 1 + random(3); n > 0 && step(); n--) {
+  }
+}
+
+bool Engine::idle(int device) const {
+  for (const auto &s : streams) {
+    if ((device < 0 || s->device == device) && !s->queue.empty()) return false;
+  }
+  return true;
+}
+
+bool Engine::wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,
+                        const std::string &what) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint64_t gen = generation;
+  while (!pred()) {
+    if (step()) continue;
+    // Nothing runnable here: another thread (a peer rank) must act.
+    if (changed.wait_until(lock, deadline) == std::cv_status::timeout || gen != generation) {
+      if (!pred()) violation("deadlock: waited 60 s for " + what + " with nothing able to run");
+      return pred();
+    }
+  }
+  return true;
+}
+
+// ---- the test-facing controls ----
+
+void reset(const Config &config) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  for (auto &entry : e.allocs) std::free(reinterpret_cast<void *>(entry.second.base));
+  e.allocs.clear();
+  e.streams.clear();
+  e.legacy.clear();
+  e.events.clear();
+  e.contexts.clear();
+  e.violations.clear();
+  e.cuda_faults.clear();
+  e.cliques.clear();
+  e.comms.clear();
+  e.stats = Stats{};
+  e.config = config;
+  e.generation++;
+  e.rng.seed(config.seed);
+  size_t n = static_cast<size_t>(config.devices > 0 ? config.devices : 0);
+  e.context_live.assign(n, false);
+  e.contexts_created.assign(n, 0);
+  for (size_t d = 0; d < n; d++) {
+    e.contexts.emplace_back(new CUctx_st{static_cast<int>(d)});
+    e.legacy.push_back(e.new_stream(static_cast<int>(d), true, true));
+  }
+  e.changed.notify_all();
+}
+
+std::vector<std::string> violations() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.violations;
+}
+
+int contexts_created(int device) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  if (device < 0 || static_cast<size_t>(device) >= e.contexts_created.size()) return 0;
+  return e.contexts_created[static_cast<size_t>(device)];
+}
+
+int thread_device() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.current_device();
+}
+
+int device_of(const void *pointer) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  const Alloc *a = e.find(pointer);
+  return a != nullptr && !a->freed ? a->device : -1;
+}
+
+bool is_pinned(const void *pointer, size_t bytes) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.pinned(pointer, bytes);
+}
+
+void inject_cuda_error(const std::string &call, int device, int nth, cudaError_t error) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  e.cuda_faults.push_back(CudaFault{call, device, nth, error});
+}
+
+void set_thread_hostname(const std::string &name) { thread_hostname() = name; }
+
+Stats stats() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.stats;
+}
+
+bool drain() {
+  Engine &e = engine();
+  std::unique_lock<std::mutex> lock(e.mutex);
+  while (e.step()) {
+  }
+  if (e.idle(-1)) return true;
+  e.violation("drain: queued work can never run (a collective a peer never joined?)");
+  return false;
+}
+
+}  // namespace kvs_standin

@@ -1,0 +1,205 @@
+// The stand-in's simulated machine (private to tests/standin): memory,
+// streams and their scheduler, events, contexts, communicators. One mutex
+// guards all of it; every API function takes it for its whole call (a
+// blocking wait releases it while it sleeps).
+#ifndef KVS_TESTS_STANDIN_ENGINE_H
+#define KVS_TESTS_STANDIN_ENGINE_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/standin/standin.h"
+
+namespace kvs_standin {
+
+struct Clique;
+
+struct Done {
+  bool done = false;
+};
+using DonePtr = std::shared_ptr<Done>;
+
+// A rank's part of a collective, as it called it.
+struct Part {
+  const char *kind = "";  // "broadcast", "allreduce"
+  const void *send = nullptr;
+  void *recv = nullptr;
+  size_t count = 0;
+  ncclDataType_t type = ncclUint8;
+  int root = 0;
+  ncclRedOp_t op = ncclSum;
+};
+
+// One queued operation of a stream.
+struct Op {
+  std::string what;
+  std::function<void()> run;  // its effect, when it runs
+  std::vector<DonePtr> after; // operations it waits for (events, the legacy stream)
+  DonePtr done = std::make_shared<Done>();
+  // A rank's part of a collective: it arrives when it reaches the head of
+  // its stream and completes when every rank's part has arrived.
+  ncclComm *comm = nullptr;
+  Part part;
+  uint64_t seq = 0;
+  bool arrived = false;
+  bool cancelled = false;  // its communicator was aborted: completes doing nothing
+};
+
+}  // namespace kvs_standin
+
+struct CUstream_st {
+  int device = 0;
+  bool blocking = true;  // orders itself with the legacy stream
+  bool legacy = false;
+  bool destroyed = false;
+  std::deque<kvs_standin::Op> queue;  // front: the next to run
+  kvs_standin::DonePtr tail;           // the last enqueued
+};
+
+struct CUevent_st {
+  int device = 0;
+  bool destroyed = false;
+  kvs_standin::DonePtr recorded;  // the last record's marker; null: never recorded
+};
+
+struct CUctx_st {
+  int device = 0;
+};
+
+struct ncclComm {
+  kvs_standin::Clique *clique = nullptr;
+  int rank = 0;
+  int device = 0;
+  std::string host;
+  bool blocking = true;
+  kvs_standin::CommState state = kvs_standin::CommState::kInitializing;
+  ncclResult_t async = ncclSuccess;  // sticky once an error
+  bool stalled = false;              // injected: its collectives never arrive
+  int polls = 0;                     // ncclInProgress answers left
+  uint64_t next_seq = 0;
+  int outstanding = 0;  // collectives enqueued, not complete
+  std::string last_error;
+};
+
+namespace kvs_standin {
+
+struct Clique {
+  std::string key;
+  int nranks = 0;
+  std::vector<ncclComm *> ranks;
+  int joined = 0;
+  bool checked = false;
+  ncclResult_t init_result = ncclSuccess;
+  std::string init_error;
+  bool broken = false;  // a rank aborted
+  std::map<uint64_t, std::vector<CUstream_st *>> arrived;  // seq -> streams holding that part
+};
+
+struct Alloc {
+  uintptr_t base = 0;
+  size_t bytes = 0;
+  int device = -1;  // -1: pinned host memory
+  bool freed = false;
+};
+
+// A device range a kernel or collective touches.
+struct Range {
+  const void *pointer;
+  size_t bytes;
+  const char *what;
+};
+
+struct CudaFault {
+  std::string call;
+  int device;
+  int nth;
+  cudaError_t error;
+};
+
+class Engine {
+ public:
+  std::mutex mutex;
+  std::condition_variable changed;
+  Config config;
+  uint64_t generation = 0;
+  std::mt19937_64 rng{1};
+  std::vector<std::unique_ptr<CUstream_st>> streams;
+  std::vector<CUstream_st *> legacy;  // per device
+  std::vector<std::unique_ptr<CUevent_st>> events;
+  std::vector<std::unique_ptr<CUctx_st>> contexts;  // per device, primary
+  std::vector<bool> context_live;
+  std::vector<int> contexts_created;
+  std::map<uintptr_t, Alloc> allocs;
+  std::vector<std::string> violations;
+  std::vector<CudaFault> cuda_faults;
+  std::vector<std::unique_ptr<Clique>> cliques;
+  std::vector<std::unique_ptr<ncclComm>> comms;
+  uint64_t unique_ids = 0;
+  Stats stats;
+
+  // ---- everything below expects `mutex` held ----
+  void violation(const std::string &text);
+  uint64_t random(uint64_t bound) { return bound == 0 ? 0 : rng() % bound; }
+  bool chance(unsigned percent) { return random(100) < percent; }
+
+  // The calling thread's device, creating device 0's context when it has
+  // none (what the runtime does on the first call that needs one).
+  int need_context();
+  void create_context(int device);
+  int current_device();  // -1: none
+  void set_current(int device);
+
+  // A failure injected for this call, else cudaSuccess.
+  cudaError_t injected(const char *call);
+
+  // Memory.
+  const Alloc *find(const void *pointer) const;  // the allocation holding pointer, freed or not
+  bool pinned(const void *pointer, size_t bytes) const;
+  // Device memory of `device` (-1: any device), live; else a violation.
+  bool check_device(const Range &range, int device, const std::string &who);
+
+  // Streams. resolve maps NULL / cudaStreamLegacy / cudaStreamPerThread to
+  // the current device's legacy stream; a destroyed stream is a violation.
+  CUstream_st *resolve(cudaStream_t stream, const char *call);
+  CUstream_st *new_stream(int device, bool blocking, bool legacy);
+  void enqueue(CUstream_st *stream, Op op);
+  bool runnable(const CUstream_st *stream) const;
+  bool step();  // runs one runnable head, chosen at random; false: none
+  void background();  // maybe runs some queued work, as a GPU would meanwhile
+  bool idle(int device) const;  // every stream of the device empty (-1: all)
+  // Runs work (and waits for other threads) until pred holds; false, with
+  // a violation naming `what`, when nothing can make it hold.
+  bool wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,
+                  const std::string &what);
+
+  // NCCL.
+  void arrive(CUstream_st *stream);
+  void complete_part(CUstream_st *stream, ncclResult_t error, const std::string &why);
+  void run_collective(Clique *clique, uint64_t seq);
+  void check_init(Clique *clique);
+};
+
+Engine &engine();
+
+// Sets the calling thread's last error (cudaGetLastError) and returns code.
+cudaError_t fail(cudaError_t code);
+// The calling thread's last error; reset clears it.
+cudaError_t take_last_error(bool reset);
+// The host name gethostname answers on this thread ("" for the real one).
+std::string &thread_hostname();
+
+}  // namespace kvs_standin
+
+#endif  // KVS_TESTS_STANDIN_ENGINE_H

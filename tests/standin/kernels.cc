@@ -1,0 +1,144 @@
+// The kernels' launchers (cuda/device_kernels.h) on the simulated machine:
+// each kernel of a launch sequence (cuda/device_kernels.cuh) becomes one
+// operation of the stream, which runs the real kernel source through the
+// CPU emulation (tests/cuda/kernel_emulation.h) with a seeded order of
+// threads and blocks. Before it runs, every array it touches must be live
+// memory of the stream's device; otherwise it is a violation and the
+// kernel does not run (on a GPU: an illegal address, or another device's
+// memory read over the interconnect without a word).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/device_kernels.h"
+#include "tests/standin/engine.h"
+// After the CUDA headers, whose host definitions it replaces, and before
+// the kernels, which need its built-ins.
+#include "tests/cuda/kernel_emulation.h"
+#include "cuda/device_kernels.cuh"
+
+using kvs_standin::Engine;
+using kvs_standin::Op;
+using kvs_standin::Range;
+using kvs_standin::engine;
+
+namespace {
+
+using Lock = std::unique_lock<std::mutex>;
+
+// launch(grid, threads, kernel, args...) as one queued operation.
+struct QueuedLaunch {
+  Engine *e;
+  CUstream_st *s;
+  std::vector<Range> ranges;
+  const char *name;
+
+  template <typename... Params, typename... Args>
+  bool operator()(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
+    Op op;
+    op.what = name;
+    uint64_t seed = e->rng() | 1;
+    Engine *engine_ = e;
+    std::vector<Range> touched = ranges;
+    int device = s->device;
+    const char *kernel_name = name;
+    op.run = [=] {
+      for (const Range &r : touched) {
+        if (!engine_->check_device(r, device, std::string("kernel ") + kernel_name)) return;
+      }
+      kvs_emu::set_schedule_seed(seed);
+      kvs_emu::launch(grid, threads, kernel, args...);
+      engine_->stats.kernels++;
+    };
+    e->enqueue(s, std::move(op));
+    return true;
+  }
+};
+
+// The launch checks a GPU makes at the call; the kernels' own work is
+// queued by `body`.
+template <typename Body>
+cudaError_t launch(cudaStream_t stream, const char *name, std::vector<Range> ranges, Body body) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (e.config.devices <= 0) return kvs_standin::fail(cudaErrorNoDevice);
+  e.background();
+  int current = e.need_context();
+  CUstream_st *s = e.resolve(stream, name);
+  if (s == nullptr) return kvs_standin::fail(cudaErrorInvalidResourceHandle);
+  if (s->device != current) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "launch of %s on a stream of device %d while device %d is current", name,
+                  s->device, current);
+    e.violation(text);
+    return kvs_standin::fail(cudaErrorInvalidResourceHandle);
+  }
+  if (cudaError_t f = e.injected(name)) return kvs_standin::fail(f);
+  body(QueuedLaunch{&e, s, std::move(ranges), name});
+  return cudaSuccess;
+}
+
+const size_t kRow = sizeof(int64_t);
+
+}  // namespace
+
+cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
+                                     const kvs_journal_entry *entries, uint64_t n,
+                                     kvs_batch_fault *fault, uint32_t max_blocks,
+                                     cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return launch(stream, "apply_journal",
+                {{map, (dims.full_token + 1) * kRow, "the table"},
+                 {entries, n * sizeof *entries, "the journal entries"},
+                 {fault, sizeof *fault, "the fault record"}},
+                [&](QueuedLaunch q) {
+                  kvs_kernels::launch_apply_journal(q, map, dims, entries, n, fault, max_blocks);
+                });
+}
+
+cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,
+                                 uint64_t n, int64_t *out, kvs_batch_fault *fault,
+                                 uint32_t max_blocks, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return launch(stream, "translate",
+                {{map, (dims.full_token + 1) * kRow, "the table"},
+                 {locs, n * kRow, "the locs"},
+                 {out, n * kRow, "the output"},
+                 {fault, sizeof *fault, "the fault record"}},
+                [&](QueuedLaunch q) {
+                  kvs_kernels::launch_translate(q, map, dims, locs, n, out, fault, max_blocks);
+                });
+}
+
+cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uint64_t n,
+                                  int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                  uint32_t max_blocks, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  std::vector<Range> ranges = {{slots, n * kRow, "the slots"},
+                               {fault, sizeof *fault, "the fault record"}};
+  if (out_csa != nullptr) ranges.push_back({out_csa, n * kRow, "the ratio-4 output"});
+  if (out_hca != nullptr) ranges.push_back({out_hca, n * kRow, "the ratio-128 output"});
+  return launch(stream, "state_locs", ranges, [&](QueuedLaunch q) {
+    kvs_kernels::launch_state_locs(q, dims, slots, n, out_csa, out_hca, fault, max_blocks);
+  });
+}
+
+cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,
+                                const int64_t *positions, uint64_t n_req, int64_t *own,
+                                int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                                uint32_t max_blocks, cudaStream_t stream) {
+  if (n_req == 0) return cudaSuccess;
+  return launch(stream, "ring_ctx",
+                {{map, (dims.full_token + 1) * kRow, "the table"},
+                 {tables.pages, n_req * tables.stride * sizeof(int32_t), "the block tables"},
+                 {positions, n_req * kRow, "the positions"},
+                 {own, n_req * kRow, "the own slots"},
+                 {prev, n_req * kRow, "the previous slots"},
+                 {ring, n_req * dims.page * kRow, "the ring rows"},
+                 {fault, sizeof *fault, "the fault record"}},
+                [&](QueuedLaunch q) {
+                  kvs_kernels::launch_ring_ctx(q, map, dims, tables, positions, n_req, own, prev,
+                                               ring, fault, max_blocks);
+                });
+}

@@ -1,0 +1,500 @@
+// NCCL on the simulated machine: ranks are threads of this process, a
+// collective is one operation per rank on that rank's stream, completing
+// when every rank's has reached the head of its stream.
+//
+// Where real NCCL differs in a way that matters:
+// - An abort here makes the peers' pending and later collectives fail at
+//   once with ncclRemoteError. Real NCCL learns of a dead peer from its
+//   transport: over the network it reports ncclRemoteError, but peers
+//   spinning in an NVLink kernel may hang until their own abort. Hence the
+//   backend's deadline on every wait, which the tests also exercise.
+// - A nonblocking collective may answer ncclInProgress here for a few
+//   polls; the kernel is queued at once either way.
+#include <sys/utsname.h>
+
+#include <climits>
+#include <map>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/standin/engine.h"
+
+using kvs_standin::Clique;
+using kvs_standin::CommState;
+using kvs_standin::Engine;
+using kvs_standin::Op;
+using kvs_standin::engine;
+
+namespace {
+
+using Lock = std::unique_lock<std::mutex>;
+
+std::string host_name() {
+  const std::string &name = kvs_standin::thread_hostname();
+  if (!name.empty()) return name;
+  struct utsname u;
+  return uname(&u) == 0 ? std::string(u.nodename) : std::string("localhost");
+}
+
+// A handle the caller may still use; aborted and destroyed ones are freed
+// memory in real NCCL.
+ncclComm *valid(Engine &e, ncclComm_t comm, const char *call) {
+  if (comm == nullptr) return nullptr;
+  if (comm->state == CommState::kAborted || comm->state == CommState::kDestroyed) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "%s on rank %d's communicator after it was %s (NCCL has freed it)", call,
+                  comm->rank, comm->state == CommState::kAborted ? "aborted" : "destroyed");
+    e.violation(text);
+    return nullptr;
+  }
+  return comm;
+}
+
+size_t type_bytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclInt32:
+    case ncclUint32: return 4;
+    case ncclInt64:
+    case ncclUint64: return 8;
+    default: return 0;
+  }
+}
+
+using kvs_standin::Part;
+
+ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t stream,
+                                const Part &part, const char *call) {
+  ncclComm *c = valid(e, handle, call);
+  if (c == nullptr) return ncclInvalidArgument;
+  if (c->state != CommState::kReady) {
+    e.violation(std::string(call) + " on a communicator whose initialisation has not finished");
+    return ncclInvalidUsage;
+  }
+  if (c->async != ncclSuccess) return c->async;
+  size_t width = type_bytes(part.type);
+  if (width == 0) return ncclInvalidArgument;
+  CUstream_st *s = e.resolve(stream, call);
+  if (s == nullptr) return ncclInvalidArgument;
+  char who[160];
+  std::snprintf(who, sizeof who, "%s on rank %d (device %d)", call, c->rank, c->device);
+  if (s->device != c->device) {
+    char text[240];
+    std::snprintf(text, sizeof text, "%s: its stream belongs to device %d", who, s->device);
+    e.violation(text);
+    return ncclInvalidArgument;
+  }
+  size_t bytes = part.count * width;
+  bool sends = std::strcmp(part.kind, "allreduce") == 0 || part.root == c->rank;
+  if ((sends && !e.check_device({part.send, bytes, "the send buffer"}, c->device, who)) ||
+      !e.check_device({part.recv, bytes, "the receive buffer"}, c->device, who)) {
+    return ncclInvalidArgument;
+  }
+  Op op;
+  op.what = call;
+  op.comm = c;
+  op.part = part;
+  op.seq = c->next_seq++;
+  c->outstanding++;
+  e.enqueue(s, std::move(op));
+  // A nonblocking communicator may take a few polls to accept the call.
+  if (!c->blocking && e.chance(30)) {
+    c->polls = 1 + static_cast<int>(e.random(3));
+    return ncclInProgress;
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+namespace kvs_standin {
+
+// Initialisation finishes once every rank joined: two ranks of one host on
+// one device are refused, as NCCL's duplicate GPU check refuses them.
+void Engine::check_init(Clique *clique) {
+  if (clique->checked || clique->joined < clique->nranks) return;
+  clique->checked = true;
+  for (int a = 0; a < clique->nranks; a++) {
+    for (int b = a + 1; b < clique->nranks; b++) {
+      const ncclComm *x = clique->ranks[static_cast<size_t>(a)];
+      const ncclComm *y = clique->ranks[static_cast<size_t>(b)];
+      if (x->host == y->host && x->device == y->device && clique->init_result == ncclSuccess) {
+        char text[200];
+        std::snprintf(text, sizeof text,
+                      "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d of "
+                      "host %s",
+                      b, a, x->device, x->host.c_str());
+        clique->init_result = ncclInvalidUsage;
+        clique->init_error = text;
+      }
+    }
+  }
+}
+
+void Engine::complete_part(CUstream_st *s, ncclResult_t error, const std::string &why) {
+  Op &op = s->queue.front();
+  ncclComm *c = op.comm;
+  if (error != ncclSuccess && c->async == ncclSuccess && c->state != CommState::kAborted) {
+    c->async = error;
+    c->last_error = why;
+  }
+  c->outstanding--;
+  op.done->done = true;
+  s->queue.pop_front();
+  changed.notify_all();
+}
+
+void Engine::arrive(CUstream_st *s) {
+  Op &op = s->queue.front();
+  ncclComm *c = op.comm;
+  Clique *clique = c->clique;
+  if (op.cancelled || c->state == CommState::kAborted) {
+    complete_part(s, ncclSuccess, "");
+    return;
+  }
+  if (clique->broken) {
+    complete_part(s, ncclRemoteError, "a peer rank aborted the communicator");
+    return;
+  }
+  op.arrived = true;
+  std::vector<CUstream_st *> &here = clique->arrived[op.seq];
+  here.push_back(s);
+  if (static_cast<int>(here.size()) == clique->nranks) run_collective(clique, op.seq);
+}
+
+void Engine::run_collective(Clique *clique, uint64_t seq) {
+  std::vector<CUstream_st *> streams_of = clique->arrived[seq];
+  clique->arrived.erase(seq);
+  std::vector<ncclComm *> cs(static_cast<size_t>(clique->nranks), nullptr);
+  std::vector<Part> by_rank(static_cast<size_t>(clique->nranks));
+  for (CUstream_st *s : streams_of) {
+    const Op &op = s->queue.front();
+    by_rank[static_cast<size_t>(op.comm->rank)] = op.part;
+    cs[static_cast<size_t>(op.comm->rank)] = op.comm;
+  }
+  const Part &first = by_rank[0];
+  bool same = true;
+  for (const Part &p : by_rank) {
+    same = same && std::strcmp(p.kind, first.kind) == 0 && p.count == first.count &&
+           p.type == first.type && p.root == first.root && p.op == first.op;
+  }
+  size_t width = type_bytes(first.type), bytes = first.count * width;
+  bool memory_ok = same;
+  for (int r = 0; memory_ok && r < clique->nranks; r++) {
+    const Part &p = by_rank[static_cast<size_t>(r)];
+    char who[120];
+    std::snprintf(who, sizeof who, "%s on rank %d when it ran", p.kind, r);
+    bool sends = std::strcmp(p.kind, "allreduce") == 0 || p.root == r;
+    int device = cs[static_cast<size_t>(r)]->device;
+    memory_ok = (!sends || check_device({p.send, bytes, "the send buffer"}, device, who)) &&
+                check_device({p.recv, bytes, "the receive buffer"}, device, who);
+  }
+  if (!same) {
+    violation("a collective whose ranks disagree on its kind, size, type, root or operation");
+  } else if (memory_ok) {
+    std::vector<unsigned char> result(bytes);
+    if (std::strcmp(first.kind, "broadcast") == 0) {
+      std::memcpy(result.data(), by_rank[static_cast<size_t>(first.root)].send, bytes);
+    } else {
+      // Unsigned 64-bit words (the only reduction kvshard asks for) and bytes.
+      for (size_t i = 0; i < first.count; i++) {
+        uint64_t acc = 0;
+        for (int r = 0; r < clique->nranks; r++) {
+          const unsigned char *src =
+              static_cast<const unsigned char *>(by_rank[static_cast<size_t>(r)].send) + i * width;
+          uint64_t v = 0;
+          std::memcpy(&v, src, width);
+          if (r == 0) {
+            acc = v;
+          } else if (first.op == ncclSum) {
+            acc += v;
+          } else if (first.op == ncclMin) {
+            acc = v < acc ? v : acc;
+          } else if (first.op == ncclMax) {
+            acc = v > acc ? v : acc;
+          }
+        }
+        std::memcpy(result.data() + i * width, &acc, width);
+      }
+    }
+    for (const Part &p : by_rank) std::memcpy(p.recv, result.data(), bytes);
+  }
+  stats.collectives++;
+  for (CUstream_st *s : streams_of) {
+    complete_part(s, same && memory_ok ? ncclSuccess : ncclInvalidUsage,
+                  same ? "a buffer of the collective was not live device memory of its rank"
+                       : "ranks called different collectives");
+  }
+}
+
+void inject_nccl_async_error(ncclComm_t comm, ncclResult_t error) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  comm->async = error;
+  comm->stalled = true;
+  comm->last_error = "injected by the test";
+  e.changed.notify_all();
+}
+
+CommState comm_state(ncclComm_t comm) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return comm->state;
+}
+
+}  // namespace kvs_standin
+
+ncclResult_t ncclGetVersion(int *version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (id == nullptr) return ncclInvalidArgument;
+  std::memset(id, 0, sizeof *id);
+  std::snprintf(id->internal, sizeof id->internal, "kvs-standin-%llu-%llu",
+                static_cast<unsigned long long>(e.generation),
+                static_cast<unsigned long long>(++e.unique_ids));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  if (config != nullptr && config->magic != 0xcafebeef) return ncclInvalidArgument;
+  if (e.config.devices <= 0) return ncclUnhandledCudaError;
+  // NCCL takes the calling thread's current device (creating its context).
+  int device = e.need_context();
+  std::string key(id.internal, sizeof id.internal);
+  Clique *clique = nullptr;
+  for (auto &c : e.cliques) {
+    if (c->key == key) clique = c.get();
+  }
+  if (clique == nullptr) {
+    e.cliques.emplace_back(new Clique);
+    clique = e.cliques.back().get();
+    clique->key = key;
+    clique->nranks = nranks;
+    clique->ranks.assign(static_cast<size_t>(nranks), nullptr);
+  }
+  if (clique->nranks != nranks) return ncclInvalidArgument;
+  if (clique->ranks[static_cast<size_t>(rank)] != nullptr) {
+    e.violation("ncclCommInitRankConfig: rank " + std::to_string(rank) + " joined twice");
+    return ncclInvalidUsage;
+  }
+  e.comms.emplace_back(new ncclComm);
+  ncclComm *c = e.comms.back().get();
+  c->clique = clique;
+  c->rank = rank;
+  c->device = device;
+  c->host = host_name();
+  c->blocking = config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT ||
+                config->blocking != 0;
+  c->polls = 1 + static_cast<int>(e.random(static_cast<uint64_t>(e.config.max_init_polls)));
+  clique->ranks[static_cast<size_t>(rank)] = c;
+  clique->joined++;
+  e.check_init(clique);
+  e.changed.notify_all();
+  *comm = c;
+  if (!c->blocking) return ncclInProgress;
+  e.wait_until(lock, [&] { return clique->joined == clique->nranks; },
+               "ncclCommInitRankConfig waiting for every rank");
+  c->state = CommState::kReady;
+  if (clique->init_result != ncclSuccess) {
+    c->async = clique->init_result;
+    c->last_error = clique->init_error;
+  }
+  return clique->init_result;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommGetAsyncError");
+  if (c == nullptr || async == nullptr) return ncclInvalidArgument;
+  e.background();
+  if (c->async != ncclSuccess) {
+    *async = c->async;
+    return ncclSuccess;
+  }
+  switch (c->state) {
+    case CommState::kInitializing:
+      if (c->clique->joined == c->clique->nranks && --c->polls <= 0) {
+        c->state = CommState::kReady;
+        if (c->clique->init_result != ncclSuccess) {
+          c->async = c->clique->init_result;
+          c->last_error = c->clique->init_error;
+        }
+        *async = c->async;
+      } else {
+        *async = ncclInProgress;
+      }
+      break;
+    case CommState::kFinalizing:
+      if (c->outstanding == 0 && --c->polls <= 0) {
+        c->state = CommState::kFinalized;
+        *async = ncclSuccess;
+      } else {
+        *async = ncclInProgress;
+      }
+      break;
+    default:
+      *async = c->polls > 0 && c->polls-- > 0 ? ncclInProgress : ncclSuccess;
+      break;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  e.background();
+  if (comm != nullptr && (root < 0 || root >= comm->clique->nranks)) return ncclInvalidArgument;
+  Part part;
+  part.kind = "broadcast";
+  part.send = send;
+  part.recv = recv;
+  part.count = count;
+  part.type = type;
+  part.root = root;
+  return enqueue_collective(e, comm, stream, part, "ncclBroadcast");
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  e.background();
+  if (op != ncclSum && op != ncclMin && op != ncclMax) return ncclInvalidArgument;
+  Part part;
+  part.kind = "allreduce";
+  part.send = send;
+  part.recv = recv;
+  part.count = count;
+  part.type = type;
+  part.op = op;
+  return enqueue_collective(e, comm, stream, part, "ncclAllReduce");
+}
+
+// Cancels this rank's queued collectives and fails the peers' (see the top
+// of this file); the handle is freed.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommAbort");
+  if (c == nullptr) return ncclInvalidArgument;
+  c->state = CommState::kAborted;
+  Clique *clique = c->clique;
+  clique->broken = true;
+  for (auto &s : e.streams) {
+    for (Op &op : s->queue) {
+      if (op.comm == c) op.cancelled = true;
+    }
+  }
+  std::map<uint64_t, std::vector<CUstream_st *>> waiting;
+  waiting.swap(clique->arrived);
+  for (auto &entry : waiting) {
+    for (CUstream_st *s : entry.second) {
+      e.complete_part(s, ncclRemoteError, "a peer rank aborted the communicator");
+    }
+  }
+  e.changed.notify_all();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommFinalize");
+  if (c == nullptr) return ncclInvalidArgument;
+  if (c->outstanding > 0) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "ncclCommFinalize on rank %d with %d collective(s) outstanding: it waits for "
+                  "them, and so for peers that may never come",
+                  c->rank, c->outstanding);
+    e.violation(text);
+  }
+  c->state = CommState::kFinalizing;
+  c->polls = 1 + static_cast<int>(e.random(static_cast<uint64_t>(e.config.max_init_polls)));
+  if (!c->blocking) return ncclInProgress;
+  e.wait_until(lock, [&] { return c->outstanding == 0; }, "ncclCommFinalize");
+  c->state = CommState::kFinalized;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommDestroy");
+  if (c == nullptr) return ncclInvalidArgument;
+  if (c->outstanding > 0) {
+    e.violation("ncclCommDestroy on rank " + std::to_string(c->rank) + " with " +
+                std::to_string(c->outstanding) + " collective(s) outstanding");
+  }
+  c->state = CommState::kDestroyed;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommCount");
+  if (c == nullptr || count == nullptr) return ncclInvalidArgument;
+  *count = c->clique->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommUserRank");
+  if (c == nullptr || rank == nullptr) return ncclInvalidArgument;
+  *rank = c->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *c = valid(e, comm, "ncclCommCuDevice");
+  if (c == nullptr || device == nullptr) return ncclInvalidArgument;
+  *device = c->device;
+  return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char *ncclGetLastError(ncclComm_t comm) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  static thread_local std::string last;
+  last = comm != nullptr ? comm->last_error : std::string();
+  return last.c_str();
+}

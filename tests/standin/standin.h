@@ -1,0 +1,107 @@
+// A CPU stand-in for the part of the CUDA runtime and NCCL that kvshard
+// calls, linked into test binaries in place of libcudart and libnccl (the
+// product keeps the real ones). It defines those functions against the real
+// headers' types and runs a simulated machine of `devices` GPUs:
+//
+// - Device memory is host memory the stand-in tracks. Use of freed memory,
+//   of memory that is not device memory, or of another device's memory in a
+//   kernel or a collective is a violation (below), and the work is skipped.
+// - Every stream is a queue run lazily: nothing runs at enqueue. Work runs
+//   when a call needs it (a synchronisation, a blocking copy, a query) and
+//   at random while the host makes other calls, and the stand-in picks
+//   which stream goes next from a seeded generator, so work on different
+//   streams interleaves in an adversarial order unless events, stream waits
+//   or synchronisations order it. The legacy default stream (NULL) orders
+//   itself with the blocking streams of its device, as CUDA's does.
+// - Copies follow CUDA's documented host synchronisation: a cudaMemcpy
+//   from pageable memory to the device returns once the source is staged
+//   and lands later on the legacy stream; cudaMemcpyAsync from pinned
+//   memory reads it when the copy runs; to pageable memory it returns once
+//   done. cudaMemset and device-to-device copies are asynchronous.
+// - The kernels' launchers (cuda/device_kernels.h) run the real kernel
+//   source through the CPU emulation (tests/cuda/kernel_emulation.h).
+// - Each thread has a current device, none until it chooses one; a call
+//   that needs a context without one creates device 0's, as the runtime
+//   does, and cudaSetDevice creates the device's primary context (CUDA 12
+//   and later). contexts_created counts them per device.
+// - NCCL communicators join ranks that are threads: ncclCommInitRankConfig
+//   (nonblocking) answers ncclInProgress for a seeded number of polls,
+//   collectives are stream operations that complete when every rank's has
+//   reached the head of its stream, two ranks of one host on one device
+//   fail initialisation (ncclInvalidUsage, as NCCL's duplicate GPU check),
+//   an abort makes the peers' pending and later collectives fail with
+//   ncclRemoteError, and async errors can be injected.
+//
+// Where the real hardware differs in a way that matters, the comment at
+// the spot says so. The stand-in refuses to run in a process that also
+// loaded libcudart or libnccl.
+#ifndef KVS_TESTS_STANDIN_STANDIN_H
+#define KVS_TESTS_STANDIN_STANDIN_H
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvs_standin {
+
+struct Config {
+  int devices = 1;                       // 0: cudaGetDeviceCount answers cudaErrorNoDevice
+  uint64_t seed = 1;                     // the schedule
+  uint64_t device_bytes = 80ull << 30;   // each device's memory
+  uint64_t context_bytes = 512ull << 20; // what a primary context takes of it
+  int multiprocessors = 2;
+  int max_init_polls = 6;       // ncclInProgress answers after init, finalize: 1..this
+  unsigned progress_percent = 30;  // chance that a call runs some queued work first
+};
+
+// Forgets everything (memory, streams, events, contexts, communicators,
+// violations, injections) and starts a machine with this config. No other
+// thread may be inside the stand-in.
+void reset(const Config &config);
+
+// What the stand-in refused or caught since reset, one sentence each.
+std::vector<std::string> violations();
+
+// How many times the device's primary context was created since reset.
+int contexts_created(int device);
+// The calling thread's current device, or -1 when it has none.
+int thread_device();
+// The device a live device allocation belongs to; -1 for anything else.
+int device_of(const void *pointer);
+// Whether [pointer, pointer + bytes) lies in a live pinned host allocation.
+bool is_pinned(const void *pointer, size_t bytes);
+
+// The `nth` later call (1 = the next) of the runtime function named `call`
+// ("cudaMemcpyAsync", ...) with device `device` current (-1: any) fails
+// with `error` before doing anything.
+void inject_cuda_error(const std::string &call, int device, int nth, cudaError_t error);
+// From now on the rank's ncclCommGetAsyncError answers `error` and its
+// collectives no longer complete (a failed network link, say).
+void inject_nccl_async_error(ncclComm_t comm, ncclResult_t error);
+
+enum class CommState { kInitializing, kReady, kFinalizing, kFinalized, kAborted, kDestroyed };
+CommState comm_state(ncclComm_t comm);
+
+// The host name gethostname answers on this thread (empty: the real one),
+// so ranks that are threads can play ranks on different nodes.
+void set_thread_hostname(const std::string &name);
+
+struct Stats {
+  uint64_t ops = 0;          // stream operations run
+  uint64_t kernels = 0;      // kernel launches run
+  uint64_t collectives = 0;  // collectives completed (all ranks)
+  uint64_t reorders = 0;     // picks among two or more streams that could run
+};
+Stats stats();
+
+// Runs every queued operation that can run; false (and a violation) when
+// some never can (a collective a peer never joined).
+bool drain();
+
+}  // namespace kvs_standin
+
+#endif  // KVS_TESTS_STANDIN_STANDIN_H
