@@ -17,10 +17,10 @@
 #include "topology/layout.h"
 
 #define NONE UINT64_MAX
-/* A rank and a full page in one word, so one MIN names the lowest rank
- * that differs and, on it, the first differing page. */
-#define PAGE_BITS 40
-#define PAGE_MASK ((UINT64_C(1) << PAGE_BITS) - 1)
+/* Pages and a rank in one word, so one MIN names the tightest rank. */
+#define RANK_BITS 16
+#define RANK_MASK ((UINT64_C(1) << RANK_BITS) - 1)
+#define RANK_PAGES_MAX ((UINT64_C(1) << (64 - RANK_BITS)) - 1)
 
 struct kvs_node {
   kvs_comm_t comm;
@@ -322,6 +322,8 @@ static kvs_status apply_to_tables(void *ctx, const kvs_shard_apply_batch *batch,
   return status;
 }
 
+static kvs_status check_tables(void *ctx, kvs_error *err);
+
 /* ---- create / destroy ---- */
 
 void kvs_node_destroy(kvs_node_t node) {
@@ -424,27 +426,32 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   free(plain);
   if (status != KVS_OK) return status; /* the same inputs: every rank fails alike */
 
-  /* Step 4's agreement: the most pages each rank's own layers fit in its
-   * own budget, MIN over ranks, must be the plan's page count. */
+  /* Step 4's agreement, one allreduce: the most pages each rank's own
+   * layers fit in its own budget, MIN over ranks (with the rank that has
+   * it), must hold the plan's page count. The plan may hold fewer: it is
+   * limited by every GPU of the topology, replicas no rank here runs on
+   * included, as kvplan plans them. */
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   uint64_t own_pages = 0;
   local = kvs_node_max_pages(&node->request, rp->first, rp->end, own.budget_bytes, &own_pages,
                              &local_err);
+  if (local != KVS_OK || own_pages > RANK_PAGES_MAX)
+    own_pages = local != KVS_OK ? 0 : RANK_PAGES_MAX;
   uint64_t *w = words(node);
-  w[0] = local == KVS_OK ? own_pages : 0;
-  w[1] = local == KVS_OK ? NONE : (uint64_t)node->rank;
-  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 2, KVS_COMM_MIN, err))) {
+  w[0] = own_pages << RANK_BITS | (uint64_t)node->rank;
+  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
     return status;
   }
-  uint64_t agreed = w[0];
+  uint64_t agreed = w[0] >> RANK_BITS;
+  int tightest = (int)(w[0] & RANK_MASK);
   const kvs_split *split = kvs_node_plan_split(node->plan);
-  if (w[1] != NONE || agreed != split->num_pages) {
+  if (agreed < split->num_pages) {
+    const kvs_rank_plan *tp = kvs_node_plan_rank(node->plan, (size_t)tightest);
     return kvs_error_set(err, KVS_ERR_INTEGRITY,
-                         "the ranks' own page counts agree on %llu pages, the plan holds %llu "
-                         "(rank %lld could not size its layers): the plan and the devices "
-                         "disagree",
-                         (unsigned long long)agreed, (unsigned long long)split->num_pages,
-                         w[1] == NONE ? -1ll : (long long)w[1]);
+                         "rank %d (GPU %zu, layers %zu-%zu) fits %llu pages in its budget, the "
+                         "plan holds %llu: the plan and the devices disagree",
+                         tightest, tp->gpu, tp->first, tp->end - 1, (unsigned long long)agreed,
+                         (unsigned long long)split->num_pages);
   }
 
   /* Step 5: the tables, carved as planned. */
@@ -487,6 +494,8 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   so.check_integrity = o->check_integrity;
   so.on_apply = apply_to_tables;
   so.on_apply_ctx = node;
+  so.on_check = check_tables;
+  so.on_check_ctx = node;
   const kvs_stage_plan *stage = &split->stages[rp->pp_stage];
   return kvs_shard_create(node->comm, &stage->sizes, &so, &node->shard, err);
 }
@@ -602,53 +611,35 @@ kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
 
 /* ---- checks ---- */
 
-/* This rank's tables against its mirror pool: the first full page whose
- * rows differ, or NONE; faults count as a difference at page 0. */
-static uint64_t first_table_difference(kvs_node_t node, kvs_error *err) {
+/* The shard's check hook: this rank's tables against its mirror pool, and
+ * their fault records. Folded into the check's one allreduce. */
+static kvs_status check_tables(void *ctx, kvs_error *err) {
+  kvs_node_t node = ctx;
   kvs_window_pool_t pool = kvs_shard_pool(node->shard);
   uint64_t rows = kvs_window_pool_full_tokens(pool) + 1;
   if (node->check_map == NULL) node->check_map = malloc((size_t)rows * sizeof *node->check_map);
   if (node->check_map == NULL) {
-    kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to compare the tables");
-    return 0;
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to compare the tables");
   }
-  if (kvs_table_download(node->table, node->check_map, (size_t)rows, err) != KVS_OK) return 0;
+  kvs_status status = kvs_table_download(node->table, node->check_map, (size_t)rows, err);
+  if (status != KVS_OK) return status;
   const int64_t *mine = kvs_window_pool_mapping(pool);
   uint64_t page = kvs_window_pool_page_size(pool);
   for (uint64_t i = 0; i < rows; i++) {
     if (mine[i] != node->check_map[i]) {
-      kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                    "rank %d's tables differ from its pool at full page %llu (row %llu holds "
-                    "%lld, the pool %lld)",
-                    node->rank, (unsigned long long)(i / page), (unsigned long long)i,
-                    (long long)node->check_map[i], (long long)mine[i]);
-      return i / page;
+      return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "rank %d's tables differ from its pool at full page %llu (row %llu "
+                           "holds %lld, the pool %lld)",
+                           node->rank, (unsigned long long)(i / page), (unsigned long long)i,
+                           (long long)node->check_map[i], (long long)mine[i]);
     }
   }
   kvs_device_faults faults;
-  if (kvs_table_faults(node->table, &faults, err) != KVS_OK ||
-      kvs_device_faults_check(&faults, err) != KVS_OK) {
-    return 0;
-  }
-  return NONE;
+  if ((status = kvs_table_faults(node->table, &faults, err)) != KVS_OK) return status;
+  return kvs_device_faults_check(&faults, err);
 }
 
 kvs_status kvs_node_check(kvs_node_t node, kvs_shard_report *report, kvs_error *err) {
   if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  kvs_status status = kvs_shard_check(node->shard, report, err);
-  if (status != KVS_OK) return status;
-  kvs_error local;
-  kvs_error_clear(&local);
-  uint64_t page = first_table_difference(node, &local);
-  uint64_t *w = words(node);
-  w[0] = page == NONE ? NONE : (uint64_t)node->rank << PAGE_BITS | (page & PAGE_MASK);
-  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
-    return status;
-  }
-  if (w[0] == NONE) return KVS_OK;
-  int rank = (int)(w[0] >> PAGE_BITS);
-  if (rank == node->rank) return kvs_error_set(err, KVS_ERR_DIVERGENCE, "%s", local.message);
-  return kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                       "rank %d's tables differ from its pool at full page %llu (or hold faults)",
-                       rank, (unsigned long long)(w[0] & PAGE_MASK));
+  return kvs_shard_check(node->shard, report, err);
 }

@@ -173,10 +173,12 @@ kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
                               const int64_t **prev, const int64_t **ring, size_t *n_req,
                               kvs_error *err);
 
-/* Collective: kvs_shard_check, plus every rank's tables compared with its
- * mirror pool's mapping (a table that missed or misapplied a journal is
- * named with its rank and first differing full page) and their fault
- * records checked. */
+/* Collective: kvs_shard_check, whose one allreduce also carries every
+ * rank's tables compared with its mirror pool's mapping and their fault
+ * records (the shard's check hook): a table that missed or misapplied a
+ * journal is an integrity divergence naming its rank, and on that rank
+ * the first differing full page. Periodic checks through the shard cover
+ * the tables the same way. */
 kvs_status kvs_node_check(kvs_node_t node, kvs_shard_report *report, kvs_error *err);
 
 typedef struct kvs_node_stats {

@@ -49,6 +49,8 @@ struct kvs_shard {
   bool check_integrity;
   kvs_shard_apply_fn on_apply;
   void *on_apply_ctx;
+  kvs_shard_check_fn on_check;
+  void *on_check_ctx;
 
   uint64_t aux_step; /* NONE until set */
   uint64_t aux_digest;
@@ -162,6 +164,8 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   shard->check_integrity = options->check_integrity;
   shard->on_apply = options->on_apply;
   shard->on_apply_ctx = options->on_apply_ctx;
+  shard->on_check = options->on_check;
+  shard->on_check_ctx = options->on_check_ctx;
   shard->aux_step = NONE;
   shard->seen_step = NONE;
   shard->stale_since = NONE;
@@ -566,6 +570,13 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   kvs_error_clear(&integrity);
   bool integrity_ok =
       !shard->check_integrity || kvs_window_pool_check_integrity(shard->pool, &integrity) == KVS_OK;
+  /* Which check failed rides in the integrity word's low bit: 0 the pool,
+   * 1 the hook (the state the pool does not hold, e.g. device tables). */
+  uint64_t integrity_kind = 0;
+  if (integrity_ok && shard->on_check != NULL) {
+    integrity_ok = shard->on_check(shard->on_check_ctx, &integrity) == KVS_OK;
+    integrity_kind = 1;
+  }
   uint64_t digest = kvs_window_pool_digest(shard->pool);
   uint64_t *w = shard->words.host;
   w[C_DIGEST] = digest;
@@ -578,7 +589,7 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   w[C_NOT_STEP] = ~shard->next_step;
   w[C_SEEN] =
       shard->seen_step == NONE ? NONE : shard->seen_step << RANK_BITS | (uint64_t)shard->rank;
-  w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank;
+  w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank << 1 | integrity_kind;
   if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
 
   kvs_shard_report r;
@@ -639,12 +650,12 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
                            r.ranks_differing, seen);
   } else if (integrity_rank != NONE) {
     r.kind = KVS_SHARD_DIVERGED_INTEGRITY;
-    r.rank = (int)integrity_rank;
-    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "rank %d's window pool fails its integrity check (checked after step "
-                           "%lld)%s%s",
-                           r.rank, (long long)r.step, integrity_ok ? "" : ": ",
-                           integrity_ok ? "" : integrity.message);
+    r.rank = (int)(integrity_rank >> 1);
+    status = kvs_error_set(
+        err, KVS_ERR_DIVERGENCE, "rank %d's %s (checked after step %lld)%s%s", r.rank,
+        integrity_rank & 1 ? "check hook failed (state beside its pool)"
+                           : "window pool fails its integrity check",
+        (long long)r.step, integrity_ok ? "" : ": ", integrity_ok ? "" : integrity.message);
   } else if (r.first_seen_rank >= 0) {
     r.kind = KVS_SHARD_DIVERGED_BINDINGS;
     r.rank = r.first_seen_rank;

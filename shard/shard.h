@@ -64,6 +64,12 @@ typedef struct kvs_shard_apply_batch {
 typedef kvs_status (*kvs_shard_apply_fn)(void *ctx, const kvs_shard_apply_batch *batch,
                                          kvs_error *err);
 
+/* Called by every check on every rank: a local verdict on state the pool
+ * does not hold itself (the device tables against the pool). A failure is
+ * folded into the check's one allreduce as an integrity failure of this
+ * rank, with the hook's message on this rank. */
+typedef kvs_status (*kvs_shard_check_fn)(void *ctx, kvs_error *err);
+
 typedef struct kvs_shard_options {
   size_t size;                 /* sizeof(kvs_shard_options) */
   uint64_t max_running;        /* concurrent requests: the pool's reserve, the capacity */
@@ -73,10 +79,15 @@ typedef struct kvs_shard_options {
   bool check_integrity;        /* each check also runs the pool's integrity check */
   kvs_shard_apply_fn on_apply; /* optional */
   void *on_apply_ctx;
+  kvs_shard_check_fn on_check; /* optional */
+  void *on_check_ctx;
 } kvs_shard_options;
 
-#define KVS_SHARD_OPTIONS_INIT \
-  { sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, NULL, NULL }
+#define KVS_SHARD_OPTIONS_INIT                                                                \
+  {                                                                                           \
+    sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, NULL, \
+        NULL, NULL, NULL                                                                      \
+  }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
  * at most chunk_tokens (over all requests) plus one decode page per

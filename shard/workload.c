@@ -408,6 +408,7 @@ void kvs_workload_batch(kvs_workload_t w, kvs_ring_batch *out) {
       row[b] = b < r->n_pages ? (int32_t)((uint64_t)r->locs[b * w->page] / w->page) : -1;
     }
     w->positions[i] = r->next_done > 0 ? (int64_t)(r->next_done - 1) : -1;
+    w->c.contexts += r->next_done > 0;
   }
   kvs_ring_batch b = {w->blocks, stride, w->positions, w->n_active};
   *out = b;

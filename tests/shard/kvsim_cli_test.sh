@@ -25,7 +25,7 @@ expect 2 "--backend self runs one rank, but mpirun started 2" -- \
   "${MPIRUN[@]}" -np 2 "$KVSIM" --tp 2 --backend self --steps 5 --seed 1
 expect 2 "a RANK:STEP names a rank outside the 1 ranks" -- \
   "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --inject-divergence 4:2
-expect 4 "cannot hold the minimal pool" -- \
+expect 4 "for the minimal pool" -- \
   "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --budget-mib 100
 expect 0 "usage: mpirun -np N kvsim" -- "$KVSIM" --help
 echo PASS

@@ -8,8 +8,12 @@ source "$(dirname "$0")/common.sh"
 KVSIM=$1 NP=$2 TP=$3 PP=$4 INJECT=$5 CHECK_EVERY=$6
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 RANK=${INJECT%%:*} STEP=${INJECT##*:}
+# A roomy pool (1000 MiB per GPU): the flipped page's old window page is not
+# handed out again before the next check, so the first differing page is
+# the flipped one (a reuse would make a lower page differ first).
 timeout 300 "${MPIRUN[@]}" -np "$NP" "$KVSIM" --tp "$TP" --pp "$PP" --steps 4000 --seed 5 \
-  --json --check-every "$CHECK_EVERY" --inject-divergence "$INJECT" >"$OUT" 2>"$ERR"
+  --json --check-every "$CHECK_EVERY" --inject-divergence "$INJECT" --budget-mib 1000 \
+  >"$OUT" 2>"$ERR"
 rc=$?
 [ $rc -eq 3 ] || fail "kvsim exited $rc, expected 3 (divergence)"
 

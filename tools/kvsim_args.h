@@ -1,0 +1,83 @@
+/* kvsim's flags, shared by its two front ends: kvsim (ranks are MPI
+ * processes, or one with --backend self) and kvsim_local (ranks are
+ * threads of one process over the loopback backend, for machines without
+ * MPI, such as a GPU machine running tools/device-check.sh). */
+#ifndef KVS_TOOLS_KVSIM_ARGS_H
+#define KVS_TOOLS_KVSIM_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shard/node.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  KVSIM_EXIT_AGREE = 0,
+  KVSIM_EXIT_USAGE = 2,
+  KVSIM_EXIT_DIVERGED = 3,
+  KVSIM_EXIT_FAILED = 4,
+  KVSIM_EXIT_UNAVAILABLE = 5
+};
+
+/* Per-GPU budgets in a list at most this long. */
+#define KVSIM_MAX_GPUS 1024
+
+typedef struct kvsim_args {
+  int tp, pp;
+  const char *backend; /* mpi, nccl, self, loopback */
+  int ranks;           /* loopback: threads; else 0 */
+  uint64_t steps;
+  uint64_t seed;
+  uint64_t requests;
+  bool json;
+  bool inject;
+  int inject_rank;
+  uint64_t inject_step;
+  bool kill;
+  int kill_rank;
+  uint64_t kill_step;
+  bool stall;
+  int stall_rank;
+  uint64_t stall_step;
+  uint64_t check_every;
+  int timeout_ms;
+  double swa_ratio;
+  double arrival_rate;
+  double progress_s;
+  const char *model;
+  bool radix;
+  bool verify; /* every step's table ring contexts against the pool's */
+  /* The node: topology, budgets, device. */
+  const char *topology; /* NULL: auto */
+  bool have_budget_mib;
+  double budget_mib;
+  double budget_skew;
+  uint64_t budget;          /* --budget: every GPU; 0 not given */
+  uint64_t *budget_per_gpu; /* --budget-per-gpu, KVSIM_MAX_GPUS entries */
+  size_t n_budget_per_gpu;
+  bool have_ratio;
+  double memory_ratio;
+  bool have_reserve;
+  uint64_t reserve;
+  kvs_node_device device;
+  int cuda_device; /* -1: the plan's */
+  uint64_t bare_broadcasts;
+} kvsim_args;
+
+/* Parses argv. local: the kvsim_local front end (loopback, --ranks; no
+ * mpi backend, no kill or stall drills). Returns 0 to run, -1 after
+ * --help (exit 0), or KVSIM_EXIT_USAGE after printing the error. speaker:
+ * whether this process prints argument errors (one rank of many). a owns
+ * a budget list it must free with kvsim_args_free. */
+int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a);
+void kvsim_args_free(kvsim_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOOLS_KVSIM_ARGS_H */

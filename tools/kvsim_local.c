@@ -1,0 +1,105 @@
+/* kvsim_local: kvsim with its ranks as threads of one process, so it runs
+ * where there is no MPI (a GPU machine running tools/device-check.sh):
+ *
+ *   kvsim_local --ranks N --tp N [--pp M] [--backend loopback|nccl|self]
+ *               --steps S --seed X [--device cpu|cuda] [--cuda-device D] ...
+ *
+ * loopback: the ranks' collectives are host memory exchanges (every rank's
+ * tables may share one GPU); nccl: one NCCL rank per thread, bootstrapped
+ * over loopback (each on its own GPU, --cuda-device for one rank); self:
+ * one rank. The flags, the output and the exit status are kvsim's. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard/comm_loopback.h"
+#include "shard/comm_nccl.h"
+#include "shard/comm_self.h"
+#include "tools/kvsim_args.h"
+#include "tools/kvsim_run.h"
+
+typedef struct rank_thread {
+  pthread_t thread;
+  int rank;
+  const kvsim_args *a;
+  kvs_comm_loopback_group_t group;
+  int code;
+} rank_thread;
+
+/* One rank: its communicator (loopback, or NCCL bootstrapped over it),
+ * then the simulation. */
+static void *run_rank(void *arg) {
+  rank_thread *t = arg;
+  const kvsim_args *a = t->a;
+  kvs_comm_t loop = NULL, comm = NULL;
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_status status = strcmp(a->backend, "self") == 0
+                          ? kvs_comm_self_create(&loop, &err)
+                          : kvs_comm_loopback_create(t->group, t->rank, a->timeout_ms, &loop, &err);
+  if (status == KVS_OK && strcmp(a->backend, "nccl") == 0) {
+    kvs_comm_nccl_options no = KVS_COMM_NCCL_OPTIONS_INIT;
+    no.timeout_ms = a->timeout_ms;
+    if (a->cuda_device >= 0) no.device = a->cuda_device;
+    status = kvs_comm_nccl_create(&no, loop, &comm, &err);
+  } else {
+    comm = loop;
+    loop = NULL;
+  }
+  if (status != KVS_OK) {
+    if (t->rank == 0) {
+      fprintf(stderr, "kvsim_local: %s backend unavailable: %s\n", a->backend, err.message);
+    }
+    t->code = status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
+  } else {
+    t->code = kvsim_simulate(comm, a, true);
+  }
+  kvs_comm_destroy(comm);
+  kvs_comm_destroy(loop);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  kvsim_args a;
+  int code = kvsim_parse(argc, argv, true, true, &a);
+  if (code != 0) {
+    kvsim_args_free(&a);
+    return code < 0 ? 0 : code;
+  }
+  if (strcmp(a.backend, "self") == 0 && a.ranks != 1) {
+    fprintf(stderr, "kvsim_local: --backend self runs one rank, not %d\n", a.ranks);
+    kvsim_args_free(&a);
+    return KVSIM_EXIT_USAGE;
+  }
+  kvs_comm_loopback_group_t group = NULL;
+  kvs_error err;
+  if (kvs_comm_loopback_group_create(a.ranks, &group, &err) != KVS_OK) {
+    fprintf(stderr, "kvsim_local: %s\n", err.message);
+    kvsim_args_free(&a);
+    return KVSIM_EXIT_FAILED;
+  }
+  rank_thread *threads = calloc((size_t)a.ranks, sizeof *threads);
+  if (threads == NULL) {
+    kvs_comm_loopback_group_destroy(group);
+    kvsim_args_free(&a);
+    return KVSIM_EXIT_FAILED;
+  }
+  int started = 0;
+  for (int r = 0; r < a.ranks; r++) {
+    threads[r] = (rank_thread){.rank = r, .a = &a, .group = group, .code = KVSIM_EXIT_FAILED};
+    if (pthread_create(&threads[r].thread, NULL, run_rank, &threads[r]) != 0) break;
+    started++;
+  }
+  /* The worst rank's status is the process's: a divergence or failure
+   * anywhere is the run's. */
+  code = started == a.ranks ? KVSIM_EXIT_AGREE : KVSIM_EXIT_FAILED;
+  for (int r = 0; r < started; r++) {
+    pthread_join(threads[r].thread, NULL);
+    if (threads[r].code > code) code = threads[r].code;
+  }
+  free(threads);
+  kvs_comm_loopback_group_destroy(group);
+  kvsim_args_free(&a);
+  return code;
+}

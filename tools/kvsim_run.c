@@ -1,0 +1,538 @@
+#include "tools/kvsim_run.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/geometry.h"
+#include "core/mix.h"
+#include "shard/node.h"
+#include "shard/step_message.h"
+#include "shard/workload.h"
+#include "tools/plan_json.h"
+
+/* ---- termination by the launcher ----
+ * When a peer dies, mpirun terminates the survivors with SIGTERM. Say so
+ * on stderr before going, with this rank and step, so the log shows who
+ * was stopped where; only async-signal-safe calls here. */
+static volatile sig_atomic_t current_step = -1;
+static int signal_rank = -1;
+
+static size_t put_number(char *out, long v) {
+  char digits[24];
+  size_t n = 0;
+  if (v < 0) {
+    out[0] = '?';
+    return 1;
+  }
+  do {
+    digits[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v > 0 && n < sizeof digits);
+  for (size_t i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+  return n;
+}
+
+static void on_sigterm(int sig) {
+  char line[160];
+  size_t n = 0;
+  static const char a[] = "kvsim: rank ";
+  static const char b[] = ": terminated by the launcher (SIGTERM) during step ";
+  static const char c[] = ": the job is being torn down after a failure\n";
+  memcpy(line + n, a, sizeof a - 1), n += sizeof a - 1;
+  n += put_number(line + n, signal_rank);
+  memcpy(line + n, b, sizeof b - 1), n += sizeof b - 1;
+  n += put_number(line + n, (long)current_step);
+  memcpy(line + n, c, sizeof c - 1), n += sizeof c - 1;
+  ssize_t ignored = write(2, line, n);
+  (void)ignored;
+  _exit(128 + sig);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- one rank's run ---- */
+
+typedef struct run {
+  const kvsim_args *a;
+  kvs_comm_t comm;
+  bool threads;
+  int rank, world;
+  bool speaker;
+  kvs_geometry geometry;
+  kvs_workload_options wo;
+  uint64_t *budgets; /* per GPU, when kvsim derives them */
+  kvs_node_t node;
+  kvs_workload_t workload;
+  uint64_t steps;
+  bool diverged;      /* a check found a divergence */
+  bool step_logged;   /* this rank logged a divergence seen in a step */
+  bool ring_ok;       /* every step's table contexts equal the pool's */
+  uint64_t ring_hash; /* every step's ring-context digest, folded */
+  uint64_t schedule_ns;
+  kvs_shard_report report;
+  uint64_t start_ns;
+  kvs_shard_stats stats; /* the shard's, before the closing check */
+} run;
+
+/* A failure ends this rank. When the peers know it too (the leader's
+ * abort reached them over the step protocol) everyone exits cleanly;
+ * otherwise -- a dead or stalled peer, a local failure in the middle of
+ * the protocol -- the group is aborted so that nobody waits out a
+ * deadline. */
+static int fail(run *r, const char *what, const kvs_error *err, bool peers_know) {
+  fprintf(stderr, "kvsim: rank %d: %s: %s: %s\n", r->rank, what, kvs_status_string(err->status),
+          err->message);
+  fflush(stderr);
+  if (!(peers_know && kvs_comm_health(r->comm) == KVS_OK)) {
+    kvs_comm_abort(r->comm, KVSIM_EXIT_FAILED); /* MPI_Abort under mpi: does not return */
+  }
+  return KVSIM_EXIT_FAILED;
+}
+
+/* The node's budget flags: the caller's bytes, a MiB figure skewed per GPU
+ * (the default), or measured memory through the one rule. */
+static int budget_request(run *r, kvs_budget_request *b) {
+  const kvsim_args *a = r->a;
+  kvs_budget_request init = KVS_BUDGET_REQUEST_INIT;
+  *b = init;
+  b->memory_ratio = a->memory_ratio;
+  b->reserve_bytes = a->reserve;
+  if (a->budget != 0) {
+    b->budget_bytes = a->budget;
+    return 0;
+  }
+  if (a->n_budget_per_gpu > 0) {
+    b->budget_per_gpu = a->budget_per_gpu;
+    b->n_budget_per_gpu = a->n_budget_per_gpu;
+    return 0;
+  }
+  if (a->have_ratio || a->have_reserve) return 0;
+  /* --budget-mib: one budget per GPU of the topology, GPU g skewed by g % 4
+   * so the agreement and the split have work to do. */
+  kvs_topology_t topo = NULL;
+  kvs_error err;
+  if (kvs_node_topology_open(a->topology, &topo, NULL, 0, &err) != KVS_OK) {
+    if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+    return KVSIM_EXIT_FAILED;
+  }
+  size_t n = kvs_topology_gpu_count(topo);
+  kvs_topology_destroy(topo);
+  r->budgets = calloc(n, sizeof *r->budgets);
+  if (r->budgets == NULL) return KVSIM_EXIT_FAILED;
+  for (size_t g = 0; g < n; g++) {
+    double share = 1.0 - a->budget_skew * (double)(g % 4) / 100.0;
+    r->budgets[g] = (uint64_t)(a->budget_mib * share * 1048576.0);
+  }
+  b->budget_per_gpu = r->budgets;
+  b->n_budget_per_gpu = n;
+  return 0;
+}
+
+static void describe_rank(const run *r) {
+  const kvs_rank_plan *rp = kvs_node_rank_plan(r->node);
+  const kvs_gpu_info *gpu = kvs_node_gpu(r->node);
+  const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
+  uint64_t alone = 0;
+  kvs_node_max_pages(kvs_node_plan_request(r->node), rp->first, rp->end, rp->budget_bytes, &alone,
+                     NULL);
+  fprintf(stderr,
+          "kvsim: rank %d (tp rank %zu, stage %zu, layers [%zu, %zu), GPU %zu %s, NUMA %d, %s "
+          "tables): budget %" PRIu64 " B holds %" PRIu64 " pages alone; agreed %" PRIu64
+          " (rank %zu limits); pool %" PRIu64 " B, %" PRIu64 " B padding; %s\n",
+          r->rank, rp->tp_rank, rp->pp_stage, rp->first, rp->end, gpu->index, gpu->pci_busid,
+          gpu->numa_node, kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
+          rp->budget_bytes, alone, split->num_pages,
+          kvs_node_plan_limiting_rank(kvs_node_plan(r->node)), rp->device.total_bytes,
+          rp->device.padding_bytes,
+          kvs_node_binding(r->node)->cpu_bound ? "thread bound to its GPU's CPUs"
+                                               : kvs_node_binding(r->node)->reason);
+}
+
+static int setup(run *r) {
+  const kvsim_args *a = r->a;
+  kvs_error err;
+  kvs_error_clear(&err);
+  if (kvs_geometry_resolve(a->model, &r->geometry, &err) != KVS_OK) {
+    if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+    return KVSIM_EXIT_USAGE; /* every rank sees the same arguments and fails alike */
+  }
+  if ((int64_t)a->tp * a->pp != r->world) {
+    if (r->speaker) {
+      fprintf(stderr, "kvsim: tp %d x pp %d = %lld ranks, but the group has %d\n", a->tp, a->pp,
+              (long long)a->tp * a->pp, r->world);
+    }
+    return KVSIM_EXIT_USAGE;
+  }
+  if ((a->inject && a->inject_rank >= r->world) || (a->kill && a->kill_rank >= r->world) ||
+      (a->stall && a->stall_rank >= r->world)) {
+    if (r->speaker)
+      fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
+    return KVSIM_EXIT_USAGE;
+  }
+  kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
+  wo.seed = a->seed;
+  wo.max_running = a->requests;
+  wo.max_waiting = 4 * a->requests;
+  wo.arrival_rate = a->arrival_rate;
+  wo.prompt_max = 1536; /* long prompts: the full-history pool, not the
+                         * request cap, is what refuses admission */
+  r->wo = wo;
+
+  kvs_node_options o = KVS_NODE_OPTIONS_INIT;
+  o.geometry = &r->geometry;
+  o.swa_ratio = a->swa_ratio;
+  o.max_seq_len = kvs_workload_max_seq_len(&wo);
+  o.max_running = a->requests;
+  o.radix = a->radix;
+  o.tp = a->tp;
+  o.pp = a->pp;
+  o.topology = a->topology;
+  o.cuda_device = a->cuda_device;
+  o.device = a->device;
+  o.check_every = a->check_every;
+  o.check_integrity = true;
+  int rc = budget_request(r, &o.budget);
+  if (rc != 0) return rc;
+  kvs_status status = kvs_node_create(r->comm, &o, &r->node, &err);
+  if (status != KVS_OK) {
+    fprintf(stderr, "kvsim: rank %d: node setup: %s: %s\n", r->rank, kvs_status_string(status),
+            err.message);
+    return status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
+  }
+  if (r->speaker && kvs_node_topology_note(r->node)[0] != '\0') {
+    fprintf(stderr, "kvsim: %s\n", kvs_node_topology_note(r->node));
+  }
+  describe_rank(r);
+  if (kvs_workload_create(kvs_node_shard(r->node), &wo, &r->workload, &err) != KVS_OK) {
+    if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+    return KVSIM_EXIT_USAGE;
+  }
+  if (r->speaker) {
+    kvs_shard_t shard = kvs_node_shard(r->node);
+    const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
+    fprintf(stderr,
+            "kvsim: %d ranks (tp %d x pp %d, backend %s, %s tables, topology %s): %" PRIu64
+            " full pages, %" PRIu64
+            " window pages, step capacity %zu entries (%zu-byte "
+            "message), check every %" PRIu64 " steps\n",
+            r->world, a->tp, a->pp, kvs_comm_backend(r->comm),
+            kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
+            kvs_topology_label(kvs_node_topology(r->node)), split->num_pages, split->n_win_pages,
+            kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
+            a->check_every);
+  }
+  return 0;
+}
+
+static void drills(run *r, uint64_t s) {
+  const kvsim_args *a = r->a;
+  if (a->kill && r->rank == a->kill_rank && s == a->kill_step) {
+    fprintf(stderr, "kvsim: rank %d kills itself at step %" PRIu64 " (--kill-rank)\n", r->rank, s);
+    fflush(stderr);
+    raise(SIGKILL);
+  }
+  if (a->stall && r->rank == a->stall_rank && s == a->stall_step) {
+    fprintf(stderr, "kvsim: rank %d stops itself at step %" PRIu64 " (--stall-rank)\n", r->rank, s);
+    fflush(stderr);
+    raise(SIGSTOP);
+  }
+}
+
+static void inject(run *r, uint64_t s) {
+  uint64_t fp;
+  int64_t from, to;
+  kvs_error err;
+  if (kvs_workload_live_page(r->workload, &fp, &err) == KVS_OK &&
+      kvs_shard_inject_flip(kvs_node_shard(r->node), fp, &from, &to, &err) == KVS_OK) {
+    fprintf(stderr,
+            "kvsim: rank %d injected a divergence after step %" PRIu64 ": full page %" PRIu64
+            " moved from window page %" PRId64 " to %" PRId64 "\n",
+            r->rank, s, fp, from, to);
+  } else {
+    fprintf(stderr, "kvsim: rank %d could not inject a divergence at step %" PRIu64 ": %s\n",
+            r->rank, s, err.message);
+  }
+}
+
+/* The step's ring contexts against the pool's own (the CPU reference):
+ * a mismatch is logged once and ends in a divergence verdict. */
+static void verify_ring(run *r, uint64_t s) {
+  const int64_t *own, *prev, *ring;
+  size_t n = 0;
+  kvs_error err;
+  kvs_status status = kvs_node_host_ring(r->node, &own, &prev, &ring, &n, &err);
+  if (status == KVS_OK) status = kvs_workload_verify_ring(r->workload, own, prev, ring, n, &err);
+  if (status != KVS_OK && r->ring_ok) {
+    fprintf(stderr,
+            "kvsim: rank %d: step %" PRIu64
+            ": the tables' ring contexts differ from the pool's: "
+            "%s\n",
+            r->rank, s, err.message);
+    r->ring_ok = false;
+  }
+}
+
+/* One scheduler step: the leader's scheduling, the node's step (broadcast,
+ * apply, ring contexts on the tables), the check against the pool. */
+static int one_step(run *r, uint64_t s) {
+  kvs_error err;
+  kvs_error_clear(&err);
+  current_step = (sig_atomic_t)s;
+  uint64_t start = now_ns();
+  kvs_status status = kvs_workload_schedule(r->workload, s, &err);
+  r->schedule_ns += now_ns() - start;
+  if (status != KVS_OK) return fail(r, "step failed", &err, true);
+  kvs_ring_batch batch;
+  kvs_workload_batch(r->workload, &batch);
+  kvs_node_step_result result;
+  status = kvs_node_step(r->node, s, &batch, true, &result, &err);
+  if (status == KVS_ERR_DIVERGENCE) {
+    if (!r->step_logged) {
+      fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, err.message);
+    }
+    r->step_logged = true;
+  } else if (status != KVS_OK) {
+    return fail(r, "step failed", &err, kvs_shard_health(kvs_node_shard(r->node)) == KVS_ERR_COMM);
+  }
+  r->ring_hash = kvs_mix64(r->ring_hash, result.digest);
+  if (r->a->verify) verify_ring(r, s);
+  kvs_workload_advance(r->workload);
+  r->steps = s + 1;
+  return 0;
+}
+
+static int check(run *r, uint64_t s, const char *when) {
+  kvs_error err;
+  kvs_status status = kvs_node_check(r->node, &r->report, &err);
+  if (status == KVS_ERR_DIVERGENCE) {
+    r->diverged = true;
+    if (r->speaker) {
+      if (strcmp(when, "end") == 0) {
+        fprintf(stderr, "kvsim: divergence detected at the end: %s\n", err.message);
+      } else {
+        fprintf(stderr, "kvsim: divergence detected at step %" PRIu64 ": %s\n", s, err.message);
+      }
+    }
+    return 0;
+  }
+  if (status != KVS_OK) {
+    return fail(r, strcmp(when, "end") == 0 ? "final check failed" : "digest check failed", &err,
+                false);
+  }
+  return 0;
+}
+
+static void progress(run *r, uint64_t *last_ns) {
+  if (!r->speaker || r->a->progress_s <= 0) return;
+  uint64_t now = now_ns();
+  if ((double)(now - *last_ns) < r->a->progress_s * 1e9) return;
+  kvs_workload_counters c;
+  kvs_workload_counters_get(r->workload, &c);
+  double elapsed = (double)(now - r->start_ns) * 1e-9;
+  fprintf(stderr,
+          "kvsim: step %" PRIu64 "/%" PRIu64 " (%.0f%%), %.0f steps/s, %" PRIu64
+          " running, %" PRIu64 " waiting, %" PRIu64 " completed, %" PRIu64 " refusals\n",
+          r->steps, r->a->steps, 100.0 * (double)r->steps / (double)r->a->steps,
+          (double)r->steps / elapsed, c.running, c.waiting, c.completed, c.refused);
+  *last_ns = now;
+}
+
+/* The collective the runtime cannot avoid, timed alone: a broadcast of the
+ * step message's bytes from the leader, on the same communicator. Mean
+ * nanoseconds per broadcast, or 0 when none are asked for. */
+static kvs_status bare_broadcast(run *r, double *mean_ns, kvs_error *err) {
+  *mean_ns = 0;
+  uint64_t n = r->a->bare_broadcasts;
+  if (n == 0) return KVS_OK;
+  size_t bytes = kvs_step_message_bytes(kvs_shard_step_capacity(kvs_node_shard(r->node)));
+  kvs_comm_buffer buf = {NULL, NULL, 0, NULL};
+  kvs_status status = kvs_comm_buffer_alloc(r->comm, bytes, &buf, err);
+  if (status != KVS_OK) return status;
+  memset(buf.host, 0x5a, bytes);
+  uint64_t start = now_ns();
+  for (uint64_t i = 0; i < n && status == KVS_OK; i++) {
+    status = kvs_comm_broadcast(r->comm, &buf, bytes, 0, err);
+  }
+  *mean_ns = (double)(now_ns() - start) / (double)n;
+  kvs_comm_buffer_free(r->comm, &buf);
+  return status;
+}
+
+/* Sums per-rank figures over the ranks, or takes min and max of words,
+ * in one allreduce each. */
+static kvs_status reduce(run *r, uint64_t *values, size_t n, kvs_comm_op op, kvs_error *err) {
+  kvs_comm_buffer buf = {NULL, NULL, 0, NULL};
+  kvs_status status = kvs_comm_buffer_alloc(r->comm, n * sizeof(uint64_t), &buf, err);
+  if (status != KVS_OK) return status;
+  memcpy(buf.host, values, n * sizeof(uint64_t));
+  status = kvs_comm_allreduce_u64(r->comm, &buf, n, op, err);
+  if (status == KVS_OK) memcpy(values, buf.host, n * sizeof(uint64_t));
+  kvs_comm_buffer_free(r->comm, &buf);
+  return status;
+}
+
+enum { T_BROADCAST, T_MIRROR, T_APPLY, T_RING, T_DIGEST, T_SCHEDULE, T_BARE, T_COUNT };
+
+static json_t *time_json(const double *us) {
+  json_t *o = json_object();
+  json_object_set_new(o, "broadcast", json_real(us[T_BROADCAST]));
+  json_object_set_new(o, "mirror", json_real(us[T_MIRROR]));
+  json_object_set_new(o, "apply", json_real(us[T_APPLY]));
+  json_object_set_new(o, "ring_ctx", json_real(us[T_RING]));
+  json_object_set_new(o, "digest", json_real(us[T_DIGEST]));
+  json_object_set_new(o, "schedule", json_real(us[T_SCHEDULE]));
+  return o;
+}
+
+static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool agree,
+                         bool ring_agree, const double *us, double elapsed_s) {
+  const kvsim_args *a = r->a;
+  double per = r->steps > 0 ? (double)r->steps : 1.0;
+  kvs_workload_counters c;
+  kvs_workload_counters_get(r->workload, &c);
+  FILE *human = a->json ? stderr : stdout;
+  fprintf(human,
+          "kvsim: %" PRIu64 " steps in %.3f s (%.1f us/step): %" PRIu64 " arrivals, %" PRIu64
+          " admitted, %" PRIu64 " completed, %" PRIu64 " refusals (pool full), %" PRIu64
+          " dropped; %" PRIu64 " prefill + %" PRIu64 " decode tokens; %" PRIu64 " ring contexts\n",
+          r->steps, elapsed_s, r->steps ? 1e6 * elapsed_s / per : 0.0, c.arrivals, c.admitted,
+          c.completed, c.refused, c.dropped, c.prefill_tokens, c.decode_tokens, c.contexts);
+  fprintf(human,
+          "kvsim: %" PRIu64 " binds + %" PRIu64 " frees; fullest step %" PRIu64
+          " entries; payload %.1f B/step, wire %.1f B/step (fixed capacity); %" PRIu64 " checks\n",
+          s->binds, s->frees, s->max_entries, (double)s->payload_bytes / per,
+          (double)s->wire_bytes / per, s->checks);
+  double step_us = us[T_BROADCAST] + us[T_MIRROR] + us[T_APPLY] + us[T_RING];
+  fprintf(human,
+          "kvsim: per step, mean over ranks: broadcast %.1f us, mirror %.1f us, table apply %.1f "
+          "us, ring contexts %.1f us (the node's step: %.1f us), digest %.1f us, scheduling "
+          "%.1f us; a bare broadcast of the same bytes: %.1f us (step / bare %.2f)\n",
+          us[T_BROADCAST], us[T_MIRROR], us[T_APPLY], us[T_RING], step_us, us[T_DIGEST],
+          us[T_SCHEDULE], us[T_BARE], us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0);
+  if (r->diverged) {
+    fprintf(human,
+            "kvsim: divergence: %s at full page %" PRIu64 ", leader window page %" PRId64
+            ", rank %d window page %" PRId64 "\n",
+            kvs_shard_divergence_name(r->report.kind), r->report.full_page,
+            r->report.leader_window_page, r->report.rank, r->report.rank_window_page);
+  }
+  fflush(human);
+
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016" PRIx64, digest);
+  json_t *o = json_object();
+  json_object_set_new(o, "ranks", json_integer(r->world));
+  json_object_set_new(o, "steps", kvs_json_u64(r->steps));
+  json_object_set_new(o, "binds", kvs_json_u64(s->binds));
+  json_object_set_new(o, "frees", kvs_json_u64(s->frees));
+  json_object_set_new(o, "collectives_per_step",
+                      json_real((double)(s->step_collectives + s->check_collectives) / per));
+  json_object_set_new(o, "bytes_per_step", json_real((double)s->payload_bytes / per));
+  json_object_set_new(o, "digest", json_string(hex));
+  json_object_set_new(o, "digests_agree", json_boolean(agree));
+  json_object_set_new(o, "ring_ctx_digest_agree", json_boolean(ring_agree));
+  json_object_set_new(o, "steps_per_s",
+                      json_real(elapsed_s > 0 ? (double)r->steps / elapsed_s : 0));
+  json_object_set_new(o, "backend", json_string(kvs_comm_backend(r->comm)));
+  json_object_set_new(o, "device",
+                      json_string(kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node)))));
+  json_object_set_new(o, "requests", kvs_json_u64(a->requests));
+  json_object_set_new(o, "time_us", time_json(us));
+  json_object_set_new(o, "step_us", json_real(step_us));
+  json_object_set_new(o, "bare_broadcast_us", json_real(us[T_BARE]));
+  json_object_set_new(o, "step_over_bare_broadcast",
+                      json_real(us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0));
+  kvs_topology_t topo = kvs_node_topology(r->node);
+  json_object_set_new(o, "plan",
+                      kvs_plan_json(kvs_node_plan(r->node), kvs_topology_gpus(topo),
+                                    kvs_node_gpu_budgets(r->node)));
+  char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
+  json_decref(o);
+  if (text != NULL) printf("%s\n", text);
+  free(text);
+  fflush(stdout);
+}
+
+static int finish(run *r) {
+  kvs_error err;
+  kvs_error_clear(&err);
+  double elapsed = (double)(now_ns() - r->start_ns) * 1e-9;
+  double bare_ns = 0;
+  /* The run's figures are the steps' and the periodic checks'. */
+  kvs_shard_stats_get(kvs_node_shard(r->node), &r->stats);
+  if (bare_broadcast(r, &bare_ns, &err) != KVS_OK) return fail(r, "bare broadcast", &err, false);
+  /* The closing check: every rank's integrity, digests and tables. */
+  if (!r->diverged) {
+    int rc = check(r, r->steps, "end");
+    if (rc != 0) return rc;
+  }
+  kvs_node_stats ns;
+  kvs_node_stats_get(r->node, &ns);
+  /* The verdicts and the time split, over every rank. */
+  uint64_t v[4] = {r->ring_hash, ~r->ring_hash, r->ring_ok ? 1 : 0, r->diverged ? 0 : 1};
+  uint64_t t[T_COUNT] = {ns.broadcast_ns, ns.mirror_ns,   ns.apply_ns,      ns.ring_ns,
+                         ns.digest_ns,    r->schedule_ns, (uint64_t)bare_ns};
+  if (reduce(r, v, 4, KVS_COMM_MIN, &err) != KVS_OK || reduce(r, t, T_COUNT, KVS_COMM_SUM, &err)) {
+    return fail(r, "final check failed", &err, false);
+  }
+  bool ring_agree = v[0] == ~v[1] && v[2] == 1;
+  bool agree = v[3] == 1 && ring_agree;
+  double us[T_COUNT];
+  double per = r->steps > 0 ? (double)r->steps : 1.0;
+  for (int i = 0; i < T_COUNT; i++) {
+    us[i] = (double)t[i] / (double)r->world / (i == T_BARE ? 1.0 : per) / 1000.0;
+  }
+  uint64_t digest = kvs_window_pool_digest(kvs_node_pool(r->node));
+  fprintf(stderr, "kvsim: rank %d: %s after %" PRIu64 " steps, digest %016" PRIx64 "\n", r->rank,
+          agree ? "integrity ok" : "DIVERGED", r->steps, digest);
+  if (r->speaker) print_report(r, &r->stats, digest, agree, ring_agree, us, elapsed);
+  return agree ? KVSIM_EXIT_AGREE : KVSIM_EXIT_DIVERGED;
+}
+
+int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.a = a;
+  r.comm = comm;
+  r.threads = threads;
+  r.rank = kvs_comm_rank(comm);
+  r.world = kvs_comm_size(comm);
+  r.speaker = r.rank == 0;
+  r.ring_ok = true;
+  if (!threads) {
+    signal_rank = r.rank;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+  }
+  int code = setup(&r);
+  if (code == 0) {
+    r.start_ns = now_ns();
+    uint64_t last_progress = r.start_ns;
+    for (uint64_t s = 0; s < a->steps && !r.diverged && code == 0; s++) {
+      if (!threads) drills(&r, s);
+      code = one_step(&r, s);
+      if (code != 0) break;
+      if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s);
+      if (kvs_shard_check_due(kvs_node_shard(r.node), s)) code = check(&r, s, "periodic");
+      progress(&r, &last_progress);
+    }
+    if (code == 0) code = finish(&r);
+  }
+  kvs_workload_destroy(r.workload);
+  kvs_node_destroy(r.node);
+  free(r.budgets);
+  return code;
+}
