@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/device_ref.h"
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_layout.h"
 #include "cuda/device_tables.h"
@@ -85,8 +86,16 @@ static void *host_alloc(size_t bytes) {
   return p;
 }
 
+/* Landed before return: a plain cudaMemcpy from pageable memory may not
+ * have, and the kernels run on a non-blocking stream, which would then
+ * verify stale data. */
 static void upload(void *d, const void *h, size_t bytes) {
-  CHECK_CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  kvs_error e;
+  kvs_status s = kvs_cuda_upload(d, h, bytes, "cudaMemcpy to the device", &e);
+  if (s != KVS_OK) {
+    fail("an upload", s, &e);
+    exit(1);
+  }
 }
 
 static void download(void *h, const void *d, size_t bytes) {

@@ -2,7 +2,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_kernels.h"
 
@@ -14,9 +16,15 @@ struct kvs_device_tables {
   int64_t *map;
   kvs_device_faults *faults;
   kvs_journal_entry *staging; /* journal_capacity entries, in the control area */
-  /* Recorded after each host-journal apply: the next one's upload waits for
-   * it, so two applies on different streams never share the staging area
-   * while a kernel still reads it. */
+  /* Pinned host memory of journal_capacity entries: a host-journal apply
+   * copies the caller's entries here before it returns, so the caller may
+   * reuse them at once (the shard's next drain rewrites its pinned message
+   * buffer), and the upload from here is truly asynchronous. */
+  kvs_journal_entry *host_staging;
+  /* Recorded after each host-journal apply: the next one waits (on the
+   * host) for it before it rewrites either staging area, so two applies on
+   * different streams never share them while a copy or a kernel still
+   * reads them. */
   cudaEvent_t journal_done;
   uint32_t max_blocks; /* grid cap of the grid-stride kernels */
 };
@@ -24,20 +32,14 @@ struct kvs_device_tables {
 static const kvs_device_faults kFaultsInit = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
                                               KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT};
 
-/* Makes the tables' device current; *previous is the caller's, for leave. */
-static kvs_status enter(const struct kvs_device_tables *t, int *previous, kvs_error *err) {
-  kvs_status status = kvs_cuda_status(cudaGetDevice(previous), "cudaGetDevice", err);
-  if (status == KVS_OK && *previous != t->device) {
-    char what[48];
-    snprintf(what, sizeof what, "cudaSetDevice(%d)", t->device);
-    status = kvs_cuda_status(cudaSetDevice(t->device), what, err);
-  }
-  return status;
+/* Makes the tables' device current for a call (cuda/cuda_device.h: a
+ * thread that had no device is left with none). */
+static kvs_status enter(const struct kvs_device_tables *t, kvs_cuda_device_scope *scope,
+                        kvs_error *err) {
+  return kvs_cuda_device_enter(t->device, scope, err);
 }
 
-static void leave(const struct kvs_device_tables *t, int previous) {
-  if (previous != t->device) (void)cudaSetDevice(previous);
-}
+static void leave(const kvs_cuda_device_scope *scope) { kvs_cuda_device_leave(scope); }
 
 /* The apply marks each page with 2^62 + the index of its last entry
  * (device_kernels.cuh), above every slot: indices stay below 2^62. */
@@ -91,9 +93,9 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
     free(t);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the dummy page's rows");
   }
-  int previous = device;
+  kvs_cuda_device_scope scope;
   char what[160];
-  if ((status = enter(t, &previous, err))) {
+  if ((status = enter(t, &scope, err))) {
     free(dummy);
     free(t);
     return status;
@@ -104,6 +106,11 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   t->map = (int64_t *)(t->base + layout->spans[0].offset);
   t->faults = (kvs_device_faults *)(t->base + layout->faults_offset);
   t->staging = (kvs_journal_entry *)(t->base + layout->journal_offset);
+  snprintf(what, sizeof what, "cudaMallocHost of %llu bytes of journal staging",
+           (unsigned long long)(layout->options.journal_capacity * sizeof(kvs_journal_entry)));
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->host_staging,
+                               layout->options.journal_capacity * sizeof(kvs_journal_entry)),
+                what, err, status, fail);
 
   /* Zeroed tiers: a ring or KV row read before its first write is
    * defined. All-ones bytes are int64 -1: every table row starts unbound. */
@@ -116,6 +123,8 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   for (uint64_t offset = 0; offset < page; offset++) {
     dummy[offset] = (int64_t)(t->dims.n_win_slots - page + offset);
   }
+  /* Pageable copies land later on the legacy stream; the synchronisation
+   * at the end orders them before anything the caller queues. */
   KVS_CUDA_GOTO(cudaMemcpy(t->map + (t->dims.full_token - page), dummy, page * sizeof *dummy,
                            cudaMemcpyHostToDevice),
                 "cudaMemcpy of the dummy page's rows", err, status, fail);
@@ -132,16 +141,17 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   t->max_blocks = (uint32_t)(sms > 0 ? sms : 1) * 32u;
   KVS_CUDA_GOTO(cudaDeviceSynchronize(), "cudaDeviceSynchronize after initialising the tables", err,
                 status, fail);
-  leave(t, previous);
+  leave(&scope);
   free(dummy);
   *out = t;
   return KVS_OK;
 
 fail:
   if (t->journal_done != NULL) (void)cudaEventDestroy(t->journal_done);
+  if (t->host_staging != NULL) (void)cudaFreeHost(t->host_staging);
   if (t->base != NULL) (void)cudaFree(t->base);
   (void)cudaGetLastError();
-  leave(t, previous);
+  leave(&scope);
   free(dummy);
   free(t);
   return status;
@@ -149,11 +159,12 @@ fail:
 
 void kvs_device_tables_destroy(kvs_device_tables_t tables) {
   if (tables == NULL) return;
-  int previous = tables->device;
-  if (enter(tables, &previous, NULL) == KVS_OK) {
+  kvs_cuda_device_scope scope;
+  if (enter(tables, &scope, NULL) == KVS_OK) {
     (void)cudaEventDestroy(tables->journal_done);
+    (void)cudaFreeHost(tables->host_staging);
     (void)cudaFree(tables->base);
-    leave(tables, previous);
+    leave(&scope);
   }
   free(tables);
 }
@@ -205,12 +216,12 @@ kvs_status kvs_device_tables_upload_mapping(kvs_device_tables_t tables, const in
                          "read a slot",
                          (long long)mapping[rows - 1]);
   }
-  int previous;
-  if ((status = enter(tables, &previous, err))) return status;
-  status = kvs_cuda_status(
-      cudaMemcpy(tables->map, mapping, rows * sizeof *mapping, cudaMemcpyHostToDevice),
-      "cudaMemcpy of the mapping to the device", err);
-  leave(tables, previous);
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
+  /* After every kernel queued on the table, and landed before return. */
+  status = kvs_cuda_upload(tables->map, mapping, rows * sizeof *mapping,
+                           "cudaMemcpy of the mapping to the device", err);
+  leave(&scope);
   return status;
 }
 
@@ -218,15 +229,15 @@ kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *ta
                                               int64_t *mapping, size_t rows, kvs_error *err) {
   kvs_status status = check_rows(tables, mapping, rows, err);
   if (status != KVS_OK) return status;
-  int previous;
-  if ((status = enter(tables, &previous, err))) return status;
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
   status = kvs_cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download", err);
   if (status == KVS_OK) {
     status = kvs_cuda_status(
         cudaMemcpy(mapping, tables->map, rows * sizeof *mapping, cudaMemcpyDeviceToHost),
         "cudaMemcpy of the mapping to the host", err);
   }
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -252,11 +263,14 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
   }
   kvs_status status = kvs_table_check_journal(&tables->dims, entries, n, err);
   if (status != KVS_OK) return status;
-  int previous;
-  if ((status = enter(tables, &previous, err))) return status;
-  KVS_CUDA_GOTO(cudaStreamWaitEvent(stream, tables->journal_done, 0),
-                "cudaStreamWaitEvent on the previous journal apply", err, status, done);
-  KVS_CUDA_GOTO(cudaMemcpyAsync(tables->staging, entries, n * sizeof *entries,
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
+  /* The previous host apply's copy and kernels are done with both staging
+   * areas (in a stepped loop, long since). */
+  KVS_CUDA_GOTO(cudaEventSynchronize(tables->journal_done),
+                "cudaEventSynchronize on the previous journal apply", err, status, done);
+  memcpy(tables->host_staging, entries, n * sizeof *entries);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(tables->staging, tables->host_staging, n * sizeof *entries,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync of the journal entries", err, status, done);
   status = launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n,
@@ -267,7 +281,7 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
   KVS_CUDA_GOTO(cudaEventRecord(tables->journal_done, stream), "cudaEventRecord", err, status,
                 done);
 done:
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -284,14 +298,14 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
                          "%zu journal entries exceed one apply's %llu", n,
                          (unsigned long long)KVS_APPLY_MAX_ENTRIES);
   }
-  int previous;
-  kvs_status status = enter(tables, &previous, err);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
   status = launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
                                              &tables->faults->apply_journal,
                                              tables->max_blocks, stream),
                     "apply_journal", n, err);
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -303,13 +317,13 @@ kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "translate of %zu locs: %s is NULL", n,
                          d_locs == NULL ? "the locs array" : "the output");
   }
-  int previous;
-  kvs_status status = enter(tables, &previous, err);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
   status = launched(kvs_launch_translate(tables->map, tables->dims, d_locs, n, d_out,
                                          &tables->faults->translate, tables->max_blocks, stream),
                     "translate", n, err);
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -334,13 +348,13 @@ kvs_status kvs_device_tables_state_locs(kvs_device_tables_t tables, const int64_
   if (d_slots == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu window slots at NULL", n);
   }
-  int previous;
-  kvs_status status = enter(tables, &previous, err);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
   status = launched(kvs_launch_state_locs(tables->dims, d_slots, n, d_out_csa, d_out_hca,
                                           &tables->faults->state_locs, tables->max_blocks, stream),
                     "state_locs", n, err);
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -357,13 +371,13 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "ring context of %zu requests: positions or an output is NULL", n_req);
   }
-  int previous;
-  if ((status = enter(tables, &previous, err))) return status;
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
   status = launched(
       kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_own,
                           d_prev, d_ring, &tables->faults->ring_ctx, tables->max_blocks, stream),
       "ring_ctx", n_req, err);
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
@@ -373,8 +387,8 @@ kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cuda
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables or output is NULL");
   }
   kvs_device_faults faults;
-  int previous;
-  kvs_status status = enter(tables, &previous, err);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
   KVS_CUDA_GOTO(
       cudaMemcpyAsync(&faults, tables->faults, sizeof faults, cudaMemcpyDeviceToHost, stream),
@@ -383,20 +397,20 @@ kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cuda
                 status, done);
   *out = faults;
 done:
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 
 kvs_status kvs_device_tables_clear_faults(kvs_device_tables_t tables, cudaStream_t stream,
                                           kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
-  int previous;
-  kvs_status status = enter(tables, &previous, err);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
   status = kvs_cuda_status(cudaMemcpyAsync(tables->faults, &kFaultsInit, sizeof kFaultsInit,
                                            cudaMemcpyHostToDevice, stream),
                            "cudaMemcpyAsync clearing the fault records", err);
-  leave(tables, previous);
+  leave(&scope);
   return status;
 }
 

@@ -15,8 +15,16 @@
  * entry naming a page that does not exist) cannot be refused after
  * launch: they read as -1 and are counted in the table's per-kernel fault
  * records, read with kvs_device_tables_faults.
- * Each call makes the table's device current for its duration and
- * restores the caller's. Pointers named d_* are device pointers. */
+ * Each call makes the table's device current for its duration and then
+ * puts the calling thread's context back as it was -- none, for a thread
+ * that never chose a device (cuda/cuda_device.h). Pointers named d_* are
+ * device pointers.
+ *
+ * Ordering is the caller's, as in CUDA: a call on stream A is ordered
+ * after earlier work on A only. Kernels that read the table on another
+ * stream must wait for the apply (an event), and device entries must stay
+ * unchanged until the apply has run (for entries in a communicator's
+ * buffer, see kvs_comm_nccl_reads_done in shard/comm_nccl.h). */
 #ifndef KVS_DEVICE_TABLES_H
 #define KVS_DEVICE_TABLES_H
 
@@ -59,8 +67,10 @@ kvs_status kvs_device_tables_region(const struct kvs_device_tables *tables, kvs_
                                     kvs_error *err);
 
 /* Replaces the table with a host mapping (kvs_window_pool_mapping: rows ==
- * full_token + 1, the last -1). Synchronous. A mapping of the wrong size
- * or with a written sentinel is refused before anything is copied. */
+ * full_token + 1, the last -1). Synchronous: after all work queued on the
+ * device, and landed when it returns, so a kernel on any stream queued
+ * after it reads the new table. A mapping of the wrong size or with a
+ * written sentinel is refused before anything is copied. */
 kvs_status kvs_device_tables_upload_mapping(kvs_device_tables_t tables, const int64_t *mapping,
                                             size_t rows, kvs_error *err);
 /* Copies the table (rows == full_token + 1) to the host. Synchronous: it
@@ -70,11 +80,13 @@ kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *ta
 
 /* Applies a step's binding journal from host memory: validated as a whole
  * first (kvs_table_check_journal: nothing is queued when any entry does
- * not fit), copied into the table's staging area (at most
- * layout->options.journal_capacity entries, else KVS_ERR_JOURNAL_FULL),
- * then applied by one kernel in which the last entry per full page wins.
- * From pageable memory the entries may be reused on return; from pinned
- * memory, once the stream has passed this call. */
+ * not fit), copied into the table's pinned staging before this call
+ * returns (at most layout->options.journal_capacity entries, else
+ * KVS_ERR_JOURNAL_FULL), then uploaded and applied on `stream`, the last
+ * entry per full page winning. The entries may be reused as soon as the
+ * call returns, pinned or pageable. The call first waits (on the host) for
+ * the previous host-journal apply's upload and kernels, which share the
+ * staging; in a stepped loop they finished long before. */
 kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
                                            const kvs_journal_entry *entries, size_t n,
                                            cudaStream_t stream, kvs_error *err);
