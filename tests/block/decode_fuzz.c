@@ -7,7 +7,10 @@
  * must re-encode to exactly the input (the format is canonical), the
  * zero-copy and owning decoders must agree, and verification of what was
  * decoded must run to a verdict. AddressSanitizer catches any read past
- * the input and any leak; a crash input is kept under fuzz_regressions/. */
+ * the input and any leak; a crash input is kept under fuzz_regressions/.
+ * An input counts as past parsing when one of its decodes succeeded (the
+ * decoded block then went through verification). */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,11 @@
 #include "core/block_codec.h"
 #include "core/block_signature.h"
 #include "core/block_signed.h"
+#include "tests/fuzz/fuzz_stats.h"
+
+KVS_FUZZ_TARGET("decode_fuzz_test",
+                "a decode (as given, checksum repaired, or envelope repaired) succeeded: "
+                "verification ran");
 
 #define SMALL_LAYERS 16
 
@@ -43,7 +51,8 @@ static void check_canonical(const uint8_t *data, size_t size, const kvs_block_vi
   free(again);
 }
 
-static void run_one(const uint8_t *data, size_t size) {
+/* Returns whether the input decoded. */
+static bool run_one(const uint8_t *data, size_t size) {
   kvs_block_layer small[SMALL_LAYERS];
   kvs_block_layer *layers = small;
   kvs_block_view view;
@@ -53,7 +62,7 @@ static void run_one(const uint8_t *data, size_t size) {
     /* More layers than the small array: a valid block, decode again. */
     if (view.n_layers <= SMALL_LAYERS || view.n_layers > KVS_BLOCK_MAX_LAYERS) abort();
     layers = malloc(view.n_layers * sizeof *layers);
-    if (layers == NULL) return;
+    if (layers == NULL) return false;
     st = kvs_block_decode_view(data, size, &view, layers, view.n_layers, &err);
   }
   if (st != KVS_OK && st != KVS_ERR_CORRUPT) abort();
@@ -88,21 +97,24 @@ static void run_one(const uint8_t *data, size_t size) {
     kvs_block_destroy(block);
     kvs_unverified_block_destroy(ub);
   }
+  return st == KVS_OK;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  run_one(data, size);
+  KVS_FUZZ_RUN();
+  bool decoded = run_one(data, size);
   if (size >= KVS_BLOCK_MIN_ENCODED) {
     uint8_t *fixed = malloc(size);
     if (fixed == NULL) return 0;
     memcpy(fixed, data, size);
     put_u64(fixed + size - 8, XXH3_64bits(fixed, size - 8));
-    run_one(fixed, size);
+    decoded |= run_one(fixed, size);
     memcpy(fixed, KVS_BLOCK_MAGIC, 8);
     put_u64(fixed + 16, size - KVS_BLOCK_MIN_ENCODED);
     put_u64(fixed + size - 8, XXH3_64bits(fixed, size - 8));
-    run_one(fixed, size);
+    decoded |= run_one(fixed, size);
     free(fixed);
   }
+  if (decoded) KVS_FUZZ_PAST();
   return 0;
 }
