@@ -2,8 +2,8 @@
  *
  * Ranks are often oversubscribed (8 processes on 2 cores in the CPU test
  * matrix): a waiter that spins hard steals the core from the peer it waits
- * for. So a wait polls a few times, then yields, then sleeps in growing
- * steps capped well below a scheduler step's latency. */
+ * for. So a wait polls a few times, then yields for up to 2 ms, then
+ * sleeps in growing steps capped well below a scheduler step's latency. */
 #ifndef KVS_SHARD_WAIT_H
 #define KVS_SHARD_WAIT_H
 
@@ -36,22 +36,28 @@ static inline int64_t kvs_wait_elapsed_ms(const kvs_wait *w) {
   return (kvs_wait_now_ns() - w->start_ns) / 1000000;
 }
 
+/* How long a wait yields before it starts to sleep: a collective that
+ * completes within it costs no sleep quantum (a nanosleep rounds up to the
+ * timer slack, about 50 us, and a sleeping root does not progress its own
+ * send), and yielding still hands an oversubscribed core to the peer. */
+#define KVS_WAIT_YIELD_NS 2000000
+
 /* Called after each unsuccessful poll: backs off, and returns false once
  * the deadline has passed. */
 static inline bool kvs_wait_again(kvs_wait *w) {
   uint32_t n = ++w->polls;
-  if (n > 64) {
-    int64_t now = kvs_wait_now_ns();
-    if (now >= w->deadline_ns) return false;
-    /* Sleep in steps of 2..64 us: short enough to keep a step's latency,
-     * long enough to hand an oversubscribed core to the peer. */
-    uint32_t shift = (n - 64) / 64;
-    long ns = 2000L << (shift > 5 ? 5 : shift);
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-  } else if (n > 8) {
+  if (n <= 8) return true; /* a few hot polls first */
+  int64_t now = kvs_wait_now_ns();
+  if (now >= w->deadline_ns) return false;
+  if (now - w->start_ns < KVS_WAIT_YIELD_NS) {
     sched_yield();
+    return true;
   }
+  /* A long wait (a stalled or slow peer): sleep in steps of 2..64 us. */
+  uint32_t shift = (n & 0xffff) / 64;
+  long ns = 2000L << (shift > 5 ? 5 : shift);
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
   return true;
 }
 
