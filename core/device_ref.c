@@ -1,5 +1,7 @@
 #include "core/device_ref.h"
 
+#include <string.h>
+
 #include "core/table_math.h"
 
 /* Notes one item at fault: the count, and the lowest index seen. */
@@ -234,6 +236,93 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
       int64_t p = kvs_tm_ring_position(pos, j, page_div);
       ring_row[j] =
           p < 0 ? -1 : slot_at(map, dims->full_token, row, tables->stride, block_div, p, &bad);
+    }
+    if (bad) note_fault(&local, r);
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}
+
+/* One run of a ring row: positions block*P + [j0, j1) of a request, into
+ * out[j0, j1). A block past the row faults the whole run; an unassigned
+ * block reads the sentinel row; locs past the sentinel fault one by one. */
+static void copy_run(const int64_t *map, uint64_t full_token, const int32_t *row, uint64_t stride,
+                     uint64_t page, uint64_t block, uint64_t j0, uint64_t j1, int64_t *out,
+                     int *bad) {
+  if (j0 >= j1) return;
+  if (block >= stride) {
+    for (uint64_t j = j0; j < j1; j++) out[j] = -1;
+    *bad = 1;
+    return;
+  }
+  if (row[block] < 0) {
+    for (uint64_t j = j0; j < j1; j++) out[j] = map[full_token];
+    return;
+  }
+  uint64_t base = (uint64_t)row[block] * page;
+  if (base + j1 - 1 <= full_token) {
+    memcpy(out + j0, map + base + j0, (size_t)(j1 - j0) * sizeof *out);
+    return;
+  }
+  for (uint64_t j = j0; j < j1; j++) {
+    if (base + j <= full_token) {
+      out[j] = map[base + j];
+    } else {
+      out[j] = -1;
+      *bad = 1;
+    }
+  }
+}
+
+kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
+                             const kvs_block_tables *tables, const int64_t *positions,
+                             size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
+                             kvs_batch_fault *fault, kvs_error *err) {
+  kvs_status status;
+  if ((status = kvs_table_dims_check(dims, err)) ||
+      (status = kvs_block_tables_check(tables, n_req, err))) {
+    return status;
+  }
+  if (tables->block_size != dims->page) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the run-wise ring context needs blocks of P=%llu tokens, not %llu",
+                         (unsigned long long)dims->page,
+                         (unsigned long long)tables->block_size);
+  }
+  if (map == NULL ||
+      (n_req > 0 && (positions == NULL || own == NULL || prev == NULL || ring == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "table, positions or an output of the ring context is NULL");
+  }
+  if (n_req > 0 && dims->page > (uint64_t)SIZE_MAX / sizeof(int64_t) / n_req) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit", n_req,
+                         (unsigned long long)dims->page);
+  }
+  const uint64_t page = dims->page;
+  const kvs_tm_div block_div = kvs_tm_div_make(page);
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  for (size_t r = 0; r < n_req; r++) {
+    int64_t pos = positions[r];
+    int64_t *ring_row = ring + r * page;
+    if (pos < 0) {
+      own[r] = -1;
+      prev[r] = -1;
+      for (uint64_t j = 0; j < page; j++) ring_row[j] = -1;
+      continue;
+    }
+    const int32_t *row = tables->pages + r * tables->stride;
+    int bad = 0;
+    own[r] = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, &bad);
+    prev[r] =
+        slot_at(map, dims->full_token, row, tables->stride, block_div, pos > 0 ? pos - 1 : 0, &bad);
+    uint64_t block = (uint64_t)pos / page, offset = (uint64_t)pos % page;
+    copy_run(map, dims->full_token, row, tables->stride, page, block, 0, offset + 1, ring_row,
+             &bad);
+    if (block == 0) {
+      for (uint64_t j = offset + 1; j < page; j++) ring_row[j] = -1; /* not reached yet */
+    } else {
+      copy_run(map, dims->full_token, row, tables->stride, page, block - 1, offset + 1, page,
+               ring_row, &bad);
     }
     if (bad) note_fault(&local, r);
   }

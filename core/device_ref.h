@@ -130,6 +130,19 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                             int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                             kvs_error *err);
 
+/* The same ring contexts, computed by runs instead of slot by slot: with
+ * blocks of P tokens (tables->block_size == dims->page, as the node uses)
+ * ring slot j holds position b*P + j of the position's own block b for
+ * j <= pos % P and of the block before for the rest, so each ring row is
+ * at most two contiguous runs of the table, copied whole. Equal to
+ * kvs_ref_ring_ctx bit for bit, faults included (a test holds this over
+ * random tables); the host twin of the device tables runs it. Another
+ * block size is refused (KVS_ERR_INVALID_ARGUMENT). */
+kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
+                             const kvs_block_tables *tables, const int64_t *positions,
+                             size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
+                             kvs_batch_fault *fault, kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

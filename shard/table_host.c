@@ -1,5 +1,6 @@
 /* The host twin of a device table: the mapping in host memory, and the
- * CPU references (core/device_ref) as its kernels. */
+ * CPU references (core/device_ref) as its kernels; the ring context by
+ * runs (kvs_host_ring_ctx, equal to the reference bit for bit). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +41,8 @@ static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
   if (batch->n_req > 0) {
     kvs_block_tables bt = {batch->block_table, batch->stride, t->dims.page};
     kvs_batch_fault f = KVS_BATCH_FAULT_INIT;
-    kvs_status status = kvs_ref_ring_ctx(t->map, &t->dims, &bt, batch->positions, batch->n_req,
-                                         t->own, t->prev, t->ring, &f, err);
+    kvs_status status = kvs_host_ring_ctx(t->map, &t->dims, &bt, batch->positions, batch->n_req,
+                                          t->own, t->prev, t->ring, &f, err);
     if (status != KVS_OK) return status;
     fold(&t->faults.ring_ctx, &f);
   }
