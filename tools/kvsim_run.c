@@ -207,7 +207,11 @@ static int setup(run *r) {
   if (status != KVS_OK) {
     fprintf(stderr, "kvsim: rank %d: node setup: %s: %s\n", r->rank, kvs_status_string(status),
             err.message);
-    return status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
+    /* Options the ranks disagree on, or a layout the group is not, are
+     * bad usage; a budget or device that cannot serve is a failure. */
+    return status == KVS_ERR_UNSUPPORTED        ? KVSIM_EXIT_UNAVAILABLE
+           : status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE
+                                                : KVSIM_EXIT_FAILED;
   }
   if (r->speaker && kvs_node_topology_note(r->node)[0] != '\0') {
     fprintf(stderr, "kvsim: %s\n", kvs_node_topology_note(r->node));

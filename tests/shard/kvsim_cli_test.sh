@@ -27,5 +27,23 @@ expect 2 "a RANK:STEP names a rank outside the 1 ranks" -- \
   "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --inject-divergence 4:2
 expect 4 "for the minimal pool" -- \
   "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --budget-mib 100
+# Ranks started with other layouts or geometries refuse to build one pool
+# (they used to run and agree on digests of different pools).
+M4=$TEST_TMPDIR/m4.json
+echo '{"num_hidden_layers": 4, "head_dim": 512, "index_head_dim": 128,
+  "compress_ratios": [0, 4, 128, 4], "qk_rope_head_dim": 64, "sliding_window": 128}' >"$M4"
+expect 2 "rank 1 was given other options than the leader" -- \
+  "${MPIRUN[@]}" -np 1 "$KVSIM" --tp 2 --steps 50 --seed 1 --device cpu : \
+  -np 1 "$KVSIM" --tp 1 --pp 2 --steps 50 --seed 1 --device cpu
+expect 2 "rank 1 was given other options than the leader" -- \
+  "${MPIRUN[@]}" -np 1 "$KVSIM" --tp 2 --steps 50 --seed 1 --device cpu : \
+  -np 1 "$KVSIM" --tp 2 --steps 50 --seed 1 --device cpu --model "$M4"
+# --device cuda without a GPU is "unavailable" (on a GPU machine it runs).
+if "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --device cuda >"$OUT" 2>"$ERR"; then
+  echo "note: a GPU is visible; the no-GPU --device cuda case does not apply"
+else
+  expect 5 "device cuda asked for, but no CUDA device visible" -- \
+    "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --device cuda
+fi
 expect 0 "usage: mpirun -np N kvsim" -- "$KVSIM" --help
 echo PASS
