@@ -4,34 +4,37 @@
 # UndefinedBehaviorSanitizer (--config=asan). Extra arguments go to both
 # `bazel test` runs. The last line printed is the test runner's summary of
 # the last run made; a plain run that fails stops there, with its summary.
-# Then RELIABILITY.md is regenerated from the logs of these runs.
+# Each run's output is kept in out/test-plain.log and out/test-asan.log
+# (one summary line per target, with its time), and RELIABILITY.md is
+# regenerated from them and the runs' test logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+mkdir -p out
 summary_pattern='^Executed [0-9]+ out of [0-9]+ tests?'
 
-# run LABEL BAZEL_ARGS...: one `bazel test //...`, its summary held back.
+# run LABEL LOG BAZEL_ARGS...: one `bazel test //...` with a summary line
+# per target (for the report), its closing summary held back.
 run() {
-  local label=$1
-  shift
+  local label=$1 log=$2
+  shift 2
   echo "== $label: bazel test${*:+ $*} //..."
-  bazel test --ui_event_filters=-info --noshow_progress "$@" //... 2>&1 | tee "$log" |
-    grep -Ev "$summary_pattern"
+  bazel test --ui_event_filters=-info --noshow_progress --test_summary=short "$@" //... 2>&1 |
+    tee "$log" | grep -Ev "$summary_pattern"
   status=${PIPESTATUS[0]}
   summary=$(grep -E "$summary_pattern" "$log" | tail -n 1)
   summary=${summary:-no test summary: bazel test exited with status $status}
 }
 
-run "plain build" "$@"
+rm -f out/test-plain.log out/test-asan.log
+run "plain build" out/test-plain.log "$@"
 if [ "$status" -ne 0 ]; then
   echo "$summary"
   exit "$status"
 fi
 plain_summary=$summary
-run "ASan + UBSan build" --config=asan "$@"
+run "ASan + UBSan build" out/test-asan.log --config=asan "$@"
 asan_status=$status
 tools/reliability-report.sh >/dev/null 2>&1 ||
   echo "note: RELIABILITY.md could not be regenerated (tools/reliability-report.sh)"

@@ -189,6 +189,10 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t at) {
 
 int fsync(int fd) {
   static auto next = real<int (*)(int)>("fsync");
+  // Reopening a crash state is not itself crashed: its syncs (the scan's,
+  // after removing temporary files) need not reach the disk, and skipping
+  // them keeps thousands of reopens off the disk's flush latency.
+  if (rec.mode == Mode::kObserve) return 0;
   int r = next(fd);
   if (r == 0 && rec.mode == Mode::kRecord) {
     Op op;
@@ -607,6 +611,9 @@ struct Checker {
       uint64_t key = entry.first;
       Promise p = promise(w, ops, key, point);
       if (p.allowed.empty()) continue;  // never put before this point
+      // A key with no file in the state and nothing promised: the listing
+      // above already showed the scan conjured no file.
+      if (!p.required && state.count(name_of(key)) == 0) continue;
       Shape shape = shape_of(key);
       kvs_block_signature reader = reader_for(shape);
       kvs_block_hash h = key_of(key);
@@ -827,26 +834,33 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
   Exploration no_dirsync = explore_and_check(no_dirsync_checker, no_dirsync_ops, seed, 1);
   EXPECT_FALSE(no_dirsync.failures.empty())
       << "with the directory fsyncs taken out, no crash state lost a returned put";
+  auto one_line = [](std::string text) {
+    for (size_t at; (at = text.find(":\n    ")) != std::string::npos;) text.replace(at, 6, ": ");
+    for (size_t at; (at = text.find("\n    ")) != std::string::npos;) text.replace(at, 5, "; ");
+    return text;
+  };
   if (!no_fsync.failures.empty()) {
     std::printf("power loss: without file fsyncs the checker fails: %s\n",
-                no_fsync.failures[0].c_str());
+                one_line(no_fsync.failures[0]).c_str());
   }
   if (!no_dirsync.failures.empty()) {
     std::printf("power loss: without directory fsyncs the checker fails: %s\n",
-                no_dirsync.failures[0].c_str());
+                one_line(no_dirsync.failures[0]).c_str());
   }
 
   if (getenv("KVS_POWER_PUTS") == nullptr) {
     EXPECT_GE(e.checked, 10000u) << "the default workload explores at least 10,000 crash states";
   }
   std::printf(
-      "power loss: %llu crash states explored (%llu distinct disk images; %llu generated, "
-      "repeats checked once) at %llu crash points over %zu file-system operations (%zu file "
+      "power loss: %llu crash states explored (%llu of %llu generated were repeats; %llu "
+      "distinct disk images) at %llu crash points over %zu file-system operations (%zu file "
       "fsyncs, %zu directory fsyncs) of %llu puts (%llu overwrites) and %llu removes; %llu "
       "verified gets, %llu temporary files cleaned, %llu blocks evicted at reopen; %llu "
       "unsound; %.1f s\n",
-      static_cast<unsigned long long>(e.checked), static_cast<unsigned long long>(e.images),
-      static_cast<unsigned long long>(e.generated), static_cast<unsigned long long>(e.points),
+      static_cast<unsigned long long>(e.checked),
+      static_cast<unsigned long long>(e.generated - e.checked),
+      static_cast<unsigned long long>(e.generated), static_cast<unsigned long long>(e.images),
+      static_cast<unsigned long long>(e.points),
       ops.size(), file_syncs, dir_syncs,
       static_cast<unsigned long long>(w.puts), static_cast<unsigned long long>(w.overwrites),
       static_cast<unsigned long long>(w.removes),
