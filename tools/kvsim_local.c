@@ -16,6 +16,7 @@
 #include "shard/comm_loopback.h"
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
+#include "shard/node_setup.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 
@@ -74,13 +75,23 @@ int main(int argc, char **argv) {
   }
   kvs_comm_loopback_group_t group = NULL;
   kvs_error err;
+  /* One topology held while the rank threads run: hwloc unloads its
+   * plugins (libxml2 under the XML one) with the last topology, and a
+   * thread that parsed XML frees its libxml2 state at exit only while the
+   * library is still loaded. Holding one here keeps them loaded until every
+   * rank thread has exited. A topology that does not load is the ranks'
+   * own error to report. */
+  kvs_topology_t held = NULL;
+  (void)kvs_node_topology_open(a.topology, &held, NULL, 0, NULL);
   if (kvs_comm_loopback_group_create(a.ranks, &group, &err) != KVS_OK) {
     fprintf(stderr, "kvsim_local: %s\n", err.message);
+    kvs_topology_destroy(held);
     kvsim_args_free(&a);
     return KVSIM_EXIT_FAILED;
   }
   rank_thread *threads = calloc((size_t)a.ranks, sizeof *threads);
   if (threads == NULL) {
+    kvs_topology_destroy(held);
     kvs_comm_loopback_group_destroy(group);
     kvsim_args_free(&a);
     return KVSIM_EXIT_FAILED;
@@ -100,6 +111,7 @@ int main(int argc, char **argv) {
   }
   free(threads);
   kvs_comm_loopback_group_destroy(group);
+  kvs_topology_destroy(held);
   kvsim_args_free(&a);
   return code;
 }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,8 +159,8 @@ static kvs_status gpus_from_hwloc(struct kvs_topology *t, hwloc_obj_t *pcis, siz
 }
 
 /* GPUs from CUDA, each matched to its PCI object by bus id. */
-static kvs_status gpus_from_cuda(struct kvs_topology *t, const kvs_cuda_device *devices,
-                                 size_t n, kvs_error *err) {
+static kvs_status gpus_from_cuda(struct kvs_topology *t, const kvs_cuda_device *devices, size_t n,
+                                 kvs_error *err) {
   kvs_status status = alloc_gpus(t, n, err);
   if (status != KVS_OK) return status;
   for (size_t i = 0; i < n; i++) {
@@ -172,8 +173,8 @@ static kvs_status gpus_from_cuda(struct kvs_topology *t, const kvs_cuda_device *
     gpu->free_bytes = d->free_bytes;
     gpu->total_bytes = d->total_bytes;
     copy_string(gpu->model, sizeof gpu->model, d->name);
-    hwloc_obj_t pci = hwloc_get_pcidev_by_busid(t->hwloc, d->pci.domain, d->pci.bus,
-                                                d->pci.device, d->pci.function);
+    hwloc_obj_t pci = hwloc_get_pcidev_by_busid(t->hwloc, d->pci.domain, d->pci.bus, d->pci.device,
+                                                d->pci.function);
     t->pci[i] = pci;
     if (pci != NULL) {
       gpu->vendor_id = pci->attr->pcidev.vendor_id;
@@ -184,11 +185,56 @@ static kvs_status gpus_from_cuda(struct kvs_topology *t, const kvs_cuda_device *
   return KVS_OK;
 }
 
+/* hwloc loads its discovery plugins (and libxml2 under the XML one) with
+ * the first topology and unloads them with the last; two threads doing
+ * either at once race in that global state (seen as libxml2's parser state
+ * initialised twice, one copy lost). Ranks run as threads of one process
+ * (the loopback backend, kvsim_local), so every hwloc load and destroy
+ * here takes one process-wide lock. */
+static pthread_mutex_t hwloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void free_fields(struct kvs_topology *t) {
-  if (t->hwloc != NULL) hwloc_topology_destroy(t->hwloc);
+  if (t->hwloc != NULL) {
+    pthread_mutex_lock(&hwloc_lock);
+    hwloc_topology_destroy(t->hwloc);
+    pthread_mutex_unlock(&hwloc_lock);
+  }
   free(t->gpus);
   free(t->pci);
   free(t->locality);
+}
+
+/* hwloc_topology_init and _load of the source, under hwloc_lock. */
+static kvs_status load(struct kvs_topology *t, const kvs_topology_source *source, kvs_error *err) {
+  kvs_status status = KVS_OK;
+  if (hwloc_topology_init(&t->hwloc) != 0) {
+    t->hwloc = NULL;
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "hwloc_topology_init failed: %s", strerror(errno));
+  }
+  /* PCI devices, bridges and OS devices are filtered out by default;
+   * GPU discovery needs all three. */
+  if (hwloc_topology_set_io_types_filter(t->hwloc, HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
+    status = kvs_error_set(err, KVS_ERR_UNSUPPORTED, "hwloc refuses to keep I/O devices: %s",
+                           strerror(errno));
+    return status;
+  }
+  if ((status = source->iface->prepare(source, t->hwloc, err)) != KVS_OK) return status;
+  if (hwloc_topology_load(t->hwloc) != 0) {
+    int why = errno;
+    if (source->iface->is_this_system(source)) {
+      status = kvs_error_set(err, KVS_ERR_UNSUPPORTED, "hwloc could not discover '%s': %s",
+                             t->label, strerror(why));
+    } else {
+      /* hwloc accepts any file up front and refuses it at load. */
+      status = kvs_error_set(err, KVS_ERR_PARSE,
+                             "topology %s '%s' is not an hwloc XML export that hwloc %s can "
+                             "load (hwloc 2.x files load; version=\"3.0\" ones do not): %s",
+                             source->path != NULL ? "file" : "buffer", t->label, HWLOC_VERSION,
+                             strerror(why));
+    }
+    return status;
+  }
+  return KVS_OK;
 }
 
 kvs_status kvs_topology_create(const kvs_topology_source *source,
@@ -215,35 +261,10 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
   hwloc_obj_t *pcis = NULL;
   size_t n_pci = 0;
   kvs_status status = KVS_OK;
-  if (hwloc_topology_init(&t->hwloc) != 0) {
-    t->hwloc = NULL;
-    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "hwloc_topology_init failed: %s",
-                           strerror(errno));
-    goto fail;
-  }
-  /* PCI devices, bridges and OS devices are filtered out by default;
-   * GPU discovery needs all three. */
-  if (hwloc_topology_set_io_types_filter(t->hwloc, HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
-    status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                           "hwloc refuses to keep I/O devices: %s", strerror(errno));
-    goto fail;
-  }
-  if ((status = source->iface->prepare(source, t->hwloc, err)) != KVS_OK) goto fail;
-  if (hwloc_topology_load(t->hwloc) != 0) {
-    int why = errno;
-    if (source->iface->is_this_system(source)) {
-      status = kvs_error_set(err, KVS_ERR_UNSUPPORTED, "hwloc could not discover '%s': %s",
-                             t->label, strerror(why));
-    } else {
-      /* hwloc accepts any file up front and refuses it at load. */
-      status = kvs_error_set(err, KVS_ERR_PARSE,
-                             "topology %s '%s' is not an hwloc XML export that hwloc %s can "
-                             "load (hwloc 2.x files load; version=\"3.0\" ones do not): %s",
-                             source->path != NULL ? "file" : "buffer", t->label, HWLOC_VERSION,
-                             strerror(why));
-    }
-    goto fail;
-  }
+  pthread_mutex_lock(&hwloc_lock);
+  status = load(t, source, err);
+  pthread_mutex_unlock(&hwloc_lock);
+  if (status != KVS_OK) goto fail;
   t->this_system = source->iface->is_this_system(source) && hwloc_topology_is_thissystem(t->hwloc);
   if ((status = find_pci_gpus(t->hwloc, &pcis, &n_pci, err)) != KVS_OK) goto fail;
 
@@ -268,8 +289,8 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
       copy_string(t->cuda_note, sizeof t->cuda_note, cuda_err.message);
     }
   }
-  status = t->cuda_used ? gpus_from_cuda(t, devices, n_cuda, err)
-                        : gpus_from_hwloc(t, pcis, n_pci, err);
+  status =
+      t->cuda_used ? gpus_from_cuda(t, devices, n_cuda, err) : gpus_from_hwloc(t, pcis, n_pci, err);
   free(devices);
   if (status != KVS_OK) goto fail;
   free(pcis);
@@ -314,7 +335,9 @@ size_t kvs_topology_package_count(kvs_topology_t t) {
   return n > 0 ? (size_t)n : 0;
 }
 
-struct hwloc_topology *kvs_topology_hwloc(kvs_topology_t t) { return t->hwloc; }
+struct hwloc_topology *kvs_topology_hwloc(kvs_topology_t t) {
+  return t->hwloc;
+}
 
 struct hwloc_obj *kvs_topology_gpu_locality(kvs_topology_t t, size_t index) {
   return index < t->n_gpus ? t->locality[index] : NULL;

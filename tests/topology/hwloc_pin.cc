@@ -7,7 +7,9 @@
 // that no suppression can name. One topology that is initialised here
 // and never destroyed (reachable from this static) keeps the plugins, and
 // with them that state, mapped: the ASan build then reports only leaks of
-// our own code.
+// our own code. The same holds for libxml2's per-thread state under the
+// XML plugin, which a rank thread's exit frees only while the plugin is
+// still loaded (tests/shard's ranks are threads).
 #include <hwloc.h>
 
 namespace {
