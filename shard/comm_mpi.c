@@ -1,6 +1,7 @@
 #include "shard/comm_mpi.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,6 +21,57 @@ static void mpi_message(int code, char *out, size_t cap) {
   snprintf(out, cap, "%s", len > 0 ? text : "unknown MPI error");
 }
 
+/* After a collective timed out, a roll call names the ranks that are gone:
+ * every rank still running sends every other one word (point to point, a
+ * tag of its own, on our duplicate communicator) and listens for theirs
+ * for up to ROLL_CALL_MS. Survivors of one stuck collective time out
+ * within moments of each other, so they hear each other; a dead or stopped
+ * rank stays silent. The stuck collective is left as it is: the caller
+ * aborts the group next. Writes "2" or "2, 5" into out, "" when every rank
+ * answered. Allocates, but only on this failure path. */
+#define ROLL_CALL_TAG 0x6b76
+#define ROLL_CALL_MS 1000
+
+static void roll_call(mpi_ctx *ctx, int timeout_ms, char *out, size_t cap) {
+  out[0] = '\0';
+  int n = ctx->size;
+  MPI_Request *reqs = calloc((size_t)(2 * n), sizeof *reqs);
+  uint64_t *in = calloc((size_t)n, sizeof *in);
+  bool *heard = calloc((size_t)n, sizeof *heard);
+  uint64_t word = (uint64_t)ctx->rank;
+  if (reqs == NULL || in == NULL || heard == NULL) goto done;
+  for (int r = 0; r < n; r++) {
+    reqs[r] = reqs[n + r] = MPI_REQUEST_NULL;
+    if (r == ctx->rank) continue;
+    MPI_Irecv(&in[r], 1, MPI_UINT64_T, r, ROLL_CALL_TAG, ctx->comm, &reqs[r]);
+    MPI_Isend(&word, 1, MPI_UINT64_T, r, ROLL_CALL_TAG, ctx->comm, &reqs[n + r]);
+  }
+  heard[ctx->rank] = true;
+  kvs_wait w = kvs_wait_begin(timeout_ms < ROLL_CALL_MS ? timeout_ms : ROLL_CALL_MS);
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < n; r++) {
+      if (heard[r]) continue;
+      int flag = 0;
+      if (MPI_Test(&reqs[r], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag) {
+        heard[r] = true;
+      } else {
+        all = false;
+      }
+    }
+    if (all || !kvs_wait_again(&w)) break;
+  }
+  size_t used = 0;
+  for (int r = 0; r < n && used + 8 < cap; r++) {
+    if (!heard[r]) used += (size_t)snprintf(out + used, cap - used, "%s%d", used ? ", " : "", r);
+  }
+  /* The sends and receives left pending go down with the group. */
+done:
+  free(reqs);
+  free(in);
+  free(heard);
+}
+
 /* Polls one request to completion or to the deadline. */
 static kvs_status wait_request(mpi_ctx *ctx, MPI_Request *request, const char *what, int timeout_ms,
                                kvs_error *err) {
@@ -35,6 +87,14 @@ static kvs_status wait_request(mpi_ctx *ctx, MPI_Request *request, const char *w
     }
     if (flag) return KVS_OK;
     if (!kvs_wait_again(&w)) {
+      char silent[160];
+      roll_call(ctx, timeout_ms, silent, sizeof silent);
+      if (silent[0] != '\0') {
+        return kvs_error_set(err, KVS_ERR_TIMEOUT,
+                             "mpi %s on rank %d of %d did not complete within %d ms: a peer rank "
+                             "failed or stalled; rank(s) %s gave no sign of life in a roll call",
+                             what, ctx->rank, ctx->size, timeout_ms, silent);
+      }
       return kvs_error_set(err, KVS_ERR_TIMEOUT,
                            "mpi %s on rank %d of %d did not complete within %d ms: a peer rank "
                            "failed or stalled",

@@ -25,7 +25,9 @@ static const char usage_flags[] =
     "  --inject-divergence R:S flip one binding on rank R after step S (S < --steps); the\n"
     "                          next check must name the page\n"
     "  --check-every N         steps between digest checks (default 16)\n"
-    "  --kill-rank R:S         rank R kills itself (SIGKILL) at step S: a failure drill\n"
+    "  --kill-rank R:S         rank R kills itself (SIGKILL) at step S: a failure drill;\n"
+    "                          kvsim_local: rank R's thread stops without a word to its\n"
+    "                          peers, as a crashed process would\n"
     "  --stall-rank R:S        rank R stops itself (SIGSTOP) at step S: its peers must\n"
     "                          give up after --timeout-ms and abort the job\n"
     "  --timeout-ms T          deadline of every collective wait (default 10000)\n"
@@ -177,7 +179,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--inject-divergence") == 0) {
       if (!parse_rank_step(value, &a->inject_rank, &a->inject_step)) BAD("RANK:STEP");
       a->inject = true;
-    } else if (!local && strcmp(flag, "--kill-rank") == 0) {
+    } else if (strcmp(flag, "--kill-rank") == 0) {
       if (!parse_rank_step(value, &a->kill_rank, &a->kill_step)) BAD("RANK:STEP");
       a->kill = true;
     } else if (!local && strcmp(flag, "--stall-rank") == 0) {

@@ -20,7 +20,10 @@ enum {
   KVSIM_EXIT_USAGE = 2,
   KVSIM_EXIT_DIVERGED = 3,
   KVSIM_EXIT_FAILED = 4,
-  KVSIM_EXIT_UNAVAILABLE = 5
+  KVSIM_EXIT_UNAVAILABLE = 5,
+  /* kvsim_local: the rank a --kill-rank drill stopped (never an exit
+   * status: the process reports its survivors'). */
+  KVSIM_RANK_KILLED = 137
 };
 
 /* Per-GPU budgets in a list at most this long. */

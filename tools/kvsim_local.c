@@ -26,6 +26,7 @@ typedef struct rank_thread {
   const kvsim_args *a;
   kvs_comm_loopback_group_t group;
   int code;
+  kvs_comm_t comm, loop; /* kept by a killed rank until the end */
 } rank_thread;
 
 /* One rank: its communicator (loopback, or NCCL bootstrapped over it),
@@ -55,6 +56,13 @@ static void *run_rank(void *arg) {
     t->code = status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
   } else {
     t->code = kvsim_simulate(comm, a, true);
+  }
+  if (t->code == KVSIM_RANK_KILLED) {
+    /* A dead rank does not leave its group: main frees its communicator
+     * once every survivor is done. */
+    t->comm = comm;
+    t->loop = loop;
+    return NULL;
   }
   kvs_comm_destroy(comm);
   kvs_comm_destroy(loop);
@@ -107,7 +115,12 @@ int main(int argc, char **argv) {
   code = started == a.ranks ? KVSIM_EXIT_AGREE : KVSIM_EXIT_FAILED;
   for (int r = 0; r < started; r++) {
     pthread_join(threads[r].thread, NULL);
-    if (threads[r].code > code) code = threads[r].code;
+    /* The survivors speak for the run; a killed rank says nothing. */
+    if (threads[r].code != KVSIM_RANK_KILLED && threads[r].code > code) code = threads[r].code;
+  }
+  for (int r = 0; r < started; r++) {
+    kvs_comm_destroy(threads[r].comm);
+    kvs_comm_destroy(threads[r].loop);
   }
   free(threads);
   kvs_comm_loopback_group_destroy(group);

@@ -238,6 +238,21 @@ static int setup(run *r) {
   return 0;
 }
 
+/* Whether this rank dies now. A process raises SIGKILL; a rank thread
+ * (kvsim_local) stops where it is, leaving its communicator as a crashed
+ * process leaves its sockets: its peers learn of it only by their own
+ * deadlines. */
+static bool killed_now(run *r, uint64_t s) {
+  const kvsim_args *a = r->a;
+  if (!(a->kill && r->rank == a->kill_rank && s == a->kill_step) || !r->threads) return false;
+  fprintf(stderr,
+          "kvsim: rank %d dies at step %" PRIu64
+          " (--kill-rank): its thread stops without a word to its peers\n",
+          r->rank, s);
+  fflush(stderr);
+  return true;
+}
+
 static void drills(run *r, uint64_t s) {
   const kvsim_args *a = r->a;
   if (a->kill && r->rank == a->kill_rank && s == a->kill_step) {
@@ -527,6 +542,10 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
     uint64_t last_progress = r.start_ns;
     for (uint64_t s = 0; s < a->steps && !r.diverged && code == 0; s++) {
       if (!threads) drills(&r, s);
+      if (killed_now(&r, s)) {
+        /* No teardown either: the node's collectives stay as they are. */
+        return KVSIM_RANK_KILLED;
+      }
       code = one_step(&r, s);
       if (code != 0) break;
       if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s);

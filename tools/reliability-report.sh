@@ -204,7 +204,8 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "| fuzz inputs run, all targets | $(figure "$plain_logs" '^kvs_fuzz: [a-z_]+: ([0-9]+) inputs run') | $(figure "$asan_logs" '^kvs_fuzz: [a-z_]+: ([0-9]+) inputs run') |"
   echo "| fuzz inputs past parsing, all targets | $(figure "$plain_logs" '^kvs_fuzz: [a-z_]+: [0-9]+ inputs run, ([0-9]+) past parsing') | $(figure "$asan_logs" '^kvs_fuzz: [a-z_]+: [0-9]+ inputs run, ([0-9]+) past parsing') |"
   echo "| injected divergences detected and located | $(count "$plain_logs" '^PASS: page [0-9]+ flipped') | $(count "$asan_logs" '^PASS: page [0-9]+ flipped') |"
-  echo "| killed or stalled ranks whose peers exited in bound | $(count "$plain_logs" '^PASS: (kill|stall) of rank') | $(count "$asan_logs" '^PASS: (kill|stall) of rank') |"
+  echo "| killed or stalled ranks whose peers exited in bound | $(count "$plain_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') | $(count "$asan_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') |"
+  echo "| of those, drills where every survivor left through kvshard's own timeout naming the dead rank | $(count "$plain_logs" '^reliability: drill kill-(recovery|threads):') | $(count "$asan_logs" '^reliability: drill kill-(recovery|threads):') |"
   echo "| leaks | - | $leaks |"
   echo
   echo "## Fuzz targets"
@@ -263,7 +264,7 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "## Detail (plain run)"
   echo
   echo '```'
-  lines "$plain_logs" '^(reliability: |power loss: [0-9]+ crash states|power loss: without|crash test: [0-9]+ kills (survived|asked)|PASS: page [0-9]+ flipped|PASS: (kill|stall) of rank)' | sort
+  lines "$plain_logs" '^(reliability: |power loss: [0-9]+ crash states|power loss: without|crash test: [0-9]+ kills (survived|asked)|PASS: page [0-9]+ flipped|PASS: (kill|stall|kill-recovery|kill-threads) of rank)' | sort
   echo '```'
   echo
   echo "Longer runs (pass each with \`--test_env\` and a longer \`--test_timeout\`):"

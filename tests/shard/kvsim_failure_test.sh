@@ -1,23 +1,52 @@
 #!/bin/bash
-# A rank killed (kill: SIGKILL) or stalled (stall: SIGSTOP) mid-run: the
-# other ranks exit non-zero with a clear error within BOUND seconds, never
-# hang.
+# A rank killed or stalled mid-run: the other ranks exit non-zero with a
+# clear error within BOUND seconds, never hang.
+#   kill            SIGKILL; Open MPI tears the job down (its own path)
+#   stall           SIGSTOP; the survivors' own deadline fires, then MPI_Abort
+#   kill-recovery   SIGKILL under mpirun --enable-recovery: the launcher
+#                   keeps the job alive, so every survivor must leave through
+#                   kvshard's own timeout, naming the collective and (by the
+#                   MPI backend's roll call) the dead rank
+#   kill-threads    kvsim_local: rank 2's thread stops without a word; every
+#                   survivor leaves through the loopback backend's timeout,
+#                   naming the collective and the rank it waited for
 # Usage: kvsim_failure_test.sh KVSIM MODE BOUND
 set -u
 source "$(dirname "$0")/common.sh"
 KVSIM=$1 MODE=$2 BOUND=$3
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 NP=4
+ARGS=(--tp $NP --steps 100000000 --seed 3 --json --timeout-ms 2000 --device cpu)
 start=$(date +%s.%N)
-timeout 120 "${MPIRUN[@]}" -np $NP "$KVSIM" --tp $NP --steps 100000000 --seed 3 --json \
-  --timeout-ms 2000 "--$MODE-rank" 2:400 >"$OUT" 2>"$ERR"
+case $MODE in
+  kill | stall)
+    timeout 120 "${MPIRUN[@]}" -np $NP "$KVSIM" "${ARGS[@]}" "--$MODE-rank" 2:400 >"$OUT" 2>"$ERR" ;;
+  kill-recovery)
+    timeout 120 "${MPIRUN[@]}" --enable-recovery -np $NP "$KVSIM" "${ARGS[@]}" --kill-rank 2:400 \
+      >"$OUT" 2>"$ERR" ;;
+  kill-threads)
+    timeout 120 "$KVSIM" --ranks $NP "${ARGS[@]}" --kill-rank 2:400 >"$OUT" 2>"$ERR" ;;
+  *) fail "unknown mode $MODE" ;;
+esac
 rc=$?
 elapsed=$(echo "$(date +%s.%N) - $start" | bc)
 [ $rc -ne 124 ] || fail "the job hung until the test's own timeout"
-[ $rc -ne 0 ] || fail "the job exited 0 after a rank failed"
 echo "$elapsed < $BOUND" | bc | grep -q 1 || fail "survivors took ${elapsed}s (bound ${BOUND}s)"
+
+# Every survivor left through kvshard's own timeout, naming the collective
+# and rank 2 (the MPI backend's roll call, or the loopback group's count).
+survivors_named_the_dead_rank() {
+  local collective=$1 r line
+  for r in 0 1 3; do
+    line=$(grep -E "^kvsim: rank $r: step failed: timed out: $collective" "$ERR" | head -n 1)
+    [ -n "$line" ] || fail "rank $r did not leave through kvshard's timeout on a $collective"
+    echo "$line" | grep -qE "rank\(s\) 2( |:)" || fail "rank $r did not name rank 2: $line"
+  done
+}
+
 case $MODE in
   kill)
+    [ $rc -ne 0 ] || fail "the job exited 0 after a rank failed"
     grep -q "kvsim: rank 2 kills itself at step 400" "$ERR" || fail "rank 2 was not killed"
     grep -q "exited on signal 9 (Killed)" "$ERR" || fail "mpirun did not name the killed rank"
     ;;
@@ -27,6 +56,21 @@ case $MODE in
       fail "no survivor reported the stalled peer"
     [ $rc -eq 4 ] || fail "kvsim exited $rc, expected 4 (comm failure)"
     ;;
+  kill-recovery)
+    grep -q "kvsim: rank 2 kills itself at step 400" "$ERR" || fail "rank 2 was not killed"
+    survivors_named_the_dead_rank "mpi broadcast"
+    # Open MPI 4.1 under --enable-recovery reports the job's status as 0
+    # even after MPI_Abort; the survivors' own lines are the verdict here.
+    ;;
+  kill-threads)
+    grep -q "kvsim: rank 2 dies at step 400" "$ERR" || fail "rank 2's thread did not stop"
+    survivors_named_the_dead_rank "loopback broadcast"
+    [ $rc -eq 4 ] || fail "kvsim_local exited $rc, expected 4 (comm failure)"
+    ;;
 esac
 echo "PASS: $MODE of rank 2: job exited $rc after ${elapsed}s (bound ${BOUND}s)"
+case $MODE in
+  kill-recovery | kill-threads)
+    echo "reliability: drill $MODE: rank 2 died at step 400; ranks 0, 1, 3 left through kvshard's own timeout naming the collective and rank 2, ${elapsed} s after the start (collective deadline 2 s)" ;;
+esac
 grep -E "kvsim: rank [0-9]+: (step failed|terminated)" "$ERR" | head -n 4
