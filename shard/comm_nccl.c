@@ -4,13 +4,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "shard/wait.h"
 
 typedef struct nccl_ctx {
   ncclComm_t comm;
   cudaStream_t stream;
+  /* Recorded on a consumer's stream by kvs_comm_nccl_reads_done; the
+   * communicator's stream waits for it before the next collective writes
+   * a buffer. */
+  cudaEvent_t reads_done;
   bool own_comm;
   bool own_stream;
   bool aborted;
@@ -21,13 +27,44 @@ typedef struct nccl_ctx {
   kvs_comm_buffer barrier_word; /* one device word for barriers */
 } nccl_ctx;
 
-/* A CUDA failure, named for this rank and device (kvs_cuda_status: the one
- * mapping of CUDA errors, which also clears a non-sticky one). */
+/* Appends text to err's message (room permitting). */
+static void append(kvs_error *err, const char *text) {
+  if (err == NULL) return;
+  size_t used = strlen(err->message);
+  if (used + 1 < sizeof err->message) {
+    snprintf(err->message + used, sizeof err->message - used, "%s", text);
+  }
+}
+
+/* After a failed collective: in create mode the communicator is aborted,
+ * so nothing queued on it runs and peers in a collective with this rank
+ * get an error instead of waiting out their deadline. An adopted
+ * communicator is the engine's: it is never aborted here (the engine
+ * would go on with a freed comm); the message says what the engine must
+ * do. */
+static void stop(nccl_ctx *ctx, kvs_error *err) {
+  if (ctx->comm == NULL || ctx->aborted) return;
+  if (ctx->own_comm) {
+    ctx->aborted = true;
+    ncclCommAbort(ctx->comm);
+    append(err, "; the communicator was aborted");
+  } else {
+    append(err,
+           "; the engine's communicator was left as it is (a collective may still be queued "
+           "on its stream): abort it before reusing it or destroying this kvs_comm");
+  }
+}
+
+/* A CUDA failure in a collective, named for this rank and device
+ * (kvs_cuda_status: the one mapping of CUDA errors). The collective may be
+ * half queued, so the communicator is stopped as for any other failure. */
 static kvs_status cuda_failed(nccl_ctx *ctx, cudaError_t code, const char *what, kvs_error *err) {
   char call[160];
   snprintf(call, sizeof call, "nccl backend %s on rank %d (device %d)", what, ctx->rank,
            ctx->device);
-  return kvs_cuda_status(code, call, err);
+  kvs_status status = kvs_cuda_status(code, call, err);
+  stop(ctx, err);
+  return status;
 }
 
 #define CUDA_CHECK(ctx, call, what, err)                                                         \
@@ -36,22 +73,21 @@ static kvs_status cuda_failed(nccl_ctx *ctx, cudaError_t code, const char *what,
     if (cuda_check_rc_ != cudaSuccess) return cuda_failed((ctx), cuda_check_rc_, (what), (err)); \
   } while (0)
 
-static void abort_comm(nccl_ctx *ctx) {
-  if (ctx->comm != NULL && !ctx->aborted) {
-    ctx->aborted = true;
-    /* Frees the communicator; anything still queued on it is cancelled and
-     * peers in a collective with us get an error rather than a hang. */
-    ncclCommAbort(ctx->comm);
-  }
-}
-
 static kvs_status nccl_failed(nccl_ctx *ctx, ncclResult_t code, const char *what, kvs_error *err) {
   const char *last = ctx->comm != NULL && !ctx->aborted ? ncclGetLastError(ctx->comm) : "";
   kvs_error_set(err, KVS_ERR_COMM, "nccl %s on rank %d of %d failed: %s%s%s", what, ctx->rank,
                 ctx->size, ncclGetErrorString(code), last != NULL && last[0] ? ": " : "",
                 last != NULL ? last : "");
-  abort_comm(ctx);
+  stop(ctx, err);
   return KVS_ERR_COMM;
+}
+
+static kvs_status timed_out(nccl_ctx *ctx, const char *what, const char *how, kvs_error *err) {
+  kvs_error_set(err, KVS_ERR_TIMEOUT,
+                "nccl %s on rank %d of %d %s %d ms: a peer rank failed or stalled", what,
+                ctx->rank, ctx->size, how, ctx->timeout_ms);
+  stop(ctx, err);
+  return KVS_ERR_TIMEOUT;
 }
 
 /* A nonblocking communicator may answer ncclInProgress; the call is done
@@ -59,13 +95,7 @@ static kvs_status nccl_failed(nccl_ctx *ctx, ncclResult_t code, const char *what
 static kvs_status settle(nccl_ctx *ctx, ncclResult_t code, const char *what, kvs_wait *w,
                          kvs_error *err) {
   while (code == ncclInProgress) {
-    if (!kvs_wait_again(w)) {
-      abort_comm(ctx);
-      return kvs_error_set(err, KVS_ERR_TIMEOUT,
-                           "nccl %s on rank %d of %d was still in progress after %d ms: a peer "
-                           "rank failed or stalled; the communicator was aborted",
-                           what, ctx->rank, ctx->size, ctx->timeout_ms);
-    }
+    if (!kvs_wait_again(w)) return timed_out(ctx, what, "was still in progress after", err);
     ncclResult_t state = ncclSuccess;
     ncclResult_t rc = ncclCommGetAsyncError(ctx->comm, &state);
     code = rc != ncclSuccess ? rc : state;
@@ -74,57 +104,68 @@ static kvs_status settle(nccl_ctx *ctx, ncclResult_t code, const char *what, kvs
 }
 
 /* Waits for everything queued on the stream, watching NCCL for a remote
- * failure and the clock for the deadline. */
+ * failure and the clock for the deadline. NCCL is asked once more after
+ * the stream drained: a collective that a peer's abort ended completes
+ * without its data, and only the async error says so. */
 static kvs_status wait_stream(nccl_ctx *ctx, const char *what, kvs_wait *w, kvs_error *err) {
   for (;;) {
     cudaError_t q = cudaStreamQuery(ctx->stream);
-    if (q == cudaSuccess) return KVS_OK;
-    if (q != cudaErrorNotReady) {
-      kvs_status status = cuda_failed(ctx, q, what, err);
-      abort_comm(ctx);
-      return status;
-    }
     ncclResult_t state = ncclSuccess;
     ncclResult_t rc = ncclCommGetAsyncError(ctx->comm, &state);
     if (rc == ncclSuccess && state != ncclSuccess && state != ncclInProgress) rc = state;
     if (rc != ncclSuccess) return nccl_failed(ctx, rc, what, err);
-    if (!kvs_wait_again(w)) {
-      abort_comm(ctx);
-      return kvs_error_set(err, KVS_ERR_TIMEOUT,
-                           "nccl %s on rank %d of %d did not complete within %d ms: a peer "
-                           "rank failed or stalled; the communicator was aborted",
-                           what, ctx->rank, ctx->size, ctx->timeout_ms);
-    }
+    if (q == cudaSuccess) return KVS_OK;
+    if (q != cudaErrorNotReady) return cuda_failed(ctx, q, what, err);
+    if (!kvs_wait_again(w)) return timed_out(ctx, what, "did not complete within", err);
   }
+}
+
+/* Every entry point runs with the communicator's device current: a call
+ * from any thread allocates and queues on the right GPU, and the thread's
+ * own context is put back as it was (none, if it had none). */
+static kvs_status enter(const nccl_ctx *ctx, kvs_cuda_device_scope *scope, kvs_error *err) {
+  return kvs_cuda_device_enter(ctx->device, scope, err);
 }
 
 static kvs_status nccl_buffer_alloc(void *vctx, size_t bytes, kvs_comm_buffer *out,
                                     kvs_error *err) {
   nccl_ctx *ctx = vctx;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
   void *device = NULL, *host = NULL;
-  cudaError_t rc = cudaMalloc(&device, bytes);
-  if (rc == cudaSuccess) rc = cudaMallocHost(&host, bytes); /* pinned: async copies */
-  if (rc != cudaSuccess) {
-    if (device != NULL) cudaFree(device);
-    return cuda_failed(ctx, rc, "buffer allocation", err);
+  char what[96];
+  snprintf(what, sizeof what, "cudaMalloc of a %zu-byte buffer on rank %d (device %d)", bytes,
+           ctx->rank, ctx->device);
+  status = kvs_cuda_status(cudaMalloc(&device, bytes), what, err);
+  if (status == KVS_OK) {
+    snprintf(what, sizeof what, "cudaMallocHost of a %zu-byte buffer on rank %d", bytes,
+             ctx->rank);
+    status = kvs_cuda_status(cudaMallocHost(&host, bytes), what, err); /* pinned: async copies */
   }
-  memset(host, 0, bytes);
-  out->host = host;
-  out->device = device;
-  return KVS_OK;
+  if (status != KVS_OK) {
+    if (device != NULL) (void)cudaFree(device);
+  } else {
+    memset(host, 0, bytes);
+    out->host = host;
+    out->device = device;
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
 }
 
 static void nccl_buffer_free(void *vctx, kvs_comm_buffer *buffer) {
-  (void)vctx;
-  if (buffer->device != NULL) cudaFree(buffer->device);
-  if (buffer->host != NULL) cudaFreeHost(buffer->host);
+  nccl_ctx *ctx = vctx;
+  if (buffer->device == NULL && buffer->host == NULL) return;
+  kvs_cuda_device_scope scope;
+  bool entered = enter(ctx, &scope, NULL) == KVS_OK;
+  if (buffer->device != NULL) (void)cudaFree(buffer->device);
+  if (buffer->host != NULL) (void)cudaFreeHost(buffer->host);
+  if (entered) kvs_cuda_device_leave(&scope);
 }
 
-static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t bytes, int root,
-                                 int timeout_ms, kvs_error *err) {
-  nccl_ctx *ctx = vctx;
-  ctx->timeout_ms = timeout_ms;
-  kvs_wait w = kvs_wait_begin(timeout_ms);
+static kvs_status broadcast_on_device(nccl_ctx *ctx, kvs_comm_buffer *buffer, size_t bytes,
+                                      int root, kvs_wait *w, kvs_error *err) {
   if (ctx->rank == root) {
     CUDA_CHECK(
         ctx,
@@ -134,7 +175,7 @@ static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t byt
   kvs_status status = settle(
       ctx,
       ncclBroadcast(buffer->device, buffer->device, bytes, ncclUint8, root, ctx->comm, ctx->stream),
-      "broadcast", &w, err);
+      "broadcast", w, err);
   if (status != KVS_OK) return status;
   if (ctx->rank != root) {
     CUDA_CHECK(
@@ -142,14 +183,24 @@ static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t byt
         cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost, ctx->stream),
         "broadcast readback", err);
   }
-  return wait_stream(ctx, "broadcast", &w, err);
+  return wait_stream(ctx, "broadcast", w, err);
 }
 
-static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t bytes, int root,
                                  int timeout_ms, kvs_error *err) {
   nccl_ctx *ctx = vctx;
   ctx->timeout_ms = timeout_ms;
   kvs_wait w = kvs_wait_begin(timeout_ms);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  status = broadcast_on_device(ctx, buffer, bytes, root, &w, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+static kvs_status allreduce_on_device(nccl_ctx *ctx, kvs_comm_buffer *buffer, size_t count,
+                                      kvs_comm_op op, kvs_wait *w, kvs_error *err) {
   size_t bytes = count * sizeof(uint64_t);
   ncclRedOp_t nop = op == KVS_COMM_MIN ? ncclMin : op == KVS_COMM_MAX ? ncclMax : ncclSum;
   CUDA_CHECK(
@@ -159,13 +210,26 @@ static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t cou
   kvs_status status = settle(
       ctx,
       ncclAllReduce(buffer->device, buffer->device, count, ncclUint64, nop, ctx->comm, ctx->stream),
-      "allreduce", &w, err);
+      "allreduce", w, err);
   if (status != KVS_OK) return status;
   CUDA_CHECK(
       ctx,
       cudaMemcpyAsync(buffer->host, buffer->device, bytes, cudaMemcpyDeviceToHost, ctx->stream),
       "allreduce readback", err);
-  return wait_stream(ctx, "allreduce", &w, err);
+  return wait_stream(ctx, "allreduce", w, err);
+}
+
+static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                                 int timeout_ms, kvs_error *err) {
+  nccl_ctx *ctx = vctx;
+  ctx->timeout_ms = timeout_ms;
+  kvs_wait w = kvs_wait_begin(timeout_ms);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  status = allreduce_on_device(ctx, buffer, count, op, &w, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
 }
 
 /* NCCL has no barrier: a one-word allreduce is one. */
@@ -174,34 +238,48 @@ static kvs_status nccl_barrier(void *vctx, int timeout_ms, kvs_error *err) {
   return nccl_allreduce(ctx, &ctx->barrier_word, 1, KVS_COMM_SUM, timeout_ms, err);
 }
 
+/* kvs_comm_abort: aborts a communicator this backend created; an adopted
+ * one is the engine's to abort. */
 static void nccl_abort(void *vctx, int code) {
   (void)code;
-  abort_comm(vctx);
+  nccl_ctx *ctx = vctx;
+  kvs_cuda_device_scope scope;
+  bool entered = enter(ctx, &scope, NULL) == KVS_OK;
+  stop(ctx, NULL);
+  if (entered) kvs_cuda_device_leave(&scope);
+}
+
+/* Finalizes (flushing what was queued, bounded like every other wait)
+ * and destroys a communicator this backend created and did not abort;
+ * abandons it for an abort when a peer never finishes. */
+static void close_comm(nccl_ctx *ctx) {
+  if (!ctx->own_comm || ctx->comm == NULL || ctx->aborted) return;
+  kvs_wait w = kvs_wait_begin(ctx->timeout_ms);
+  ncclResult_t rc = ncclCommFinalize(ctx->comm);
+  if (rc == ncclInProgress || rc == ncclSuccess) {
+    ncclResult_t state = rc;
+    while (state == ncclInProgress && kvs_wait_again(&w)) {
+      if (ncclCommGetAsyncError(ctx->comm, &state) != ncclSuccess) break;
+    }
+    rc = state;
+  }
+  if (rc == ncclSuccess) {
+    ncclCommDestroy(ctx->comm);
+  } else {
+    stop(ctx, NULL);
+  }
 }
 
 static void nccl_destroy(void *vctx) {
   nccl_ctx *ctx = vctx;
   if (ctx == NULL) return;
+  kvs_cuda_device_scope scope;
+  bool entered = ctx->device >= 0 && enter(ctx, &scope, NULL) == KVS_OK;
+  close_comm(ctx);
   nccl_buffer_free(ctx, &ctx->barrier_word);
-  if (ctx->own_comm && ctx->comm != NULL && !ctx->aborted) {
-    /* Finalize flushes outstanding work; bounded like every other wait,
-     * and abandoned for an abort when a peer never finishes. */
-    kvs_wait w = kvs_wait_begin(ctx->timeout_ms);
-    ncclResult_t rc = ncclCommFinalize(ctx->comm);
-    if (rc == ncclInProgress || rc == ncclSuccess) {
-      ncclResult_t state = rc;
-      while (state == ncclInProgress && kvs_wait_again(&w)) {
-        if (ncclCommGetAsyncError(ctx->comm, &state) != ncclSuccess) break;
-      }
-      rc = state;
-    }
-    if (rc == ncclSuccess) {
-      ncclCommDestroy(ctx->comm);
-    } else {
-      abort_comm(ctx);
-    }
-  }
-  if (ctx->own_stream && ctx->stream != NULL) cudaStreamDestroy(ctx->stream);
+  if (ctx->reads_done != NULL) (void)cudaEventDestroy(ctx->reads_done);
+  if (ctx->own_stream && ctx->stream != NULL) (void)cudaStreamDestroy(ctx->stream);
+  if (entered) kvs_cuda_device_leave(&scope);
   free(ctx);
 }
 
@@ -218,17 +296,43 @@ int kvs_comm_nccl_device_count(char *why, size_t why_cap) {
   return 0;
 }
 
+static const nccl_ctx *context_of(const struct kvs_comm *comm, kvs_error *err) {
+  if (comm == NULL || strcmp(kvs_comm_backend(comm), "nccl") != 0) {
+    kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                  "communicator is a '%s' backend, not nccl; it has no CUDA stream",
+                  comm != NULL ? kvs_comm_backend(comm) : "NULL");
+    return NULL;
+  }
+  return kvs_comm_backend_context(comm);
+}
+
 kvs_status kvs_comm_nccl_stream(const struct kvs_comm *comm, cudaStream_t *stream, int *device,
                                 kvs_error *err) {
-  if (comm == NULL || strcmp(kvs_comm_backend(comm), "nccl") != 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "communicator is a '%s' backend, not nccl; it has no CUDA stream",
-                         comm != NULL ? kvs_comm_backend(comm) : "NULL");
-  }
-  const nccl_ctx *ctx = kvs_comm_backend_context(comm);
+  const nccl_ctx *ctx = context_of(comm, err);
+  if (ctx == NULL) return KVS_ERR_INVALID_ARGUMENT;
   if (stream != NULL) *stream = ctx->stream;
   if (device != NULL) *device = ctx->device;
   return KVS_OK;
+}
+
+kvs_status kvs_comm_nccl_reads_done(kvs_comm_t comm, cudaStream_t stream, kvs_error *err) {
+  const nccl_ctx *ctx = context_of(comm, err);
+  if (ctx == NULL) return KVS_ERR_INVALID_ARGUMENT;
+  if (stream == ctx->stream) return KVS_OK; /* already in order */
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  char what[128];
+  snprintf(what, sizeof what, "cudaEventRecord of rank %d's reads on the consumer's stream",
+           ctx->rank);
+  status = kvs_cuda_status(cudaEventRecord(ctx->reads_done, stream), what, err);
+  if (status == KVS_OK) {
+    snprintf(what, sizeof what, "cudaStreamWaitEvent of rank %d's collectives on the reads",
+             ctx->rank);
+    status = kvs_cuda_status(cudaStreamWaitEvent(ctx->stream, ctx->reads_done, 0), what, err);
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
 }
 
 /* One collective round on the bootstrap so every rank leaves creation with
@@ -243,16 +347,46 @@ static kvs_status agree_on_failure(kvs_comm_t bootstrap, kvs_comm_buffer *word, 
   return KVS_OK;
 }
 
-static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
-                              kvs_comm_t bootstrap, kvs_error *err) {
-  kvs_comm_buffer boot = {NULL, NULL, 0, NULL};
-  kvs_status status =
-      kvs_comm_buffer_alloc(bootstrap, sizeof(uint64_t) + sizeof(ncclUniqueId), &boot, err);
-  if (status != KVS_OK) return status;
-  ctx->rank = kvs_comm_rank(bootstrap);
-  ctx->size = kvs_comm_size(bootstrap);
+/* This host's identity: a hash of its name (never 0). */
+static uint64_t host_key(void) {
+  char name[256] = "";
+  if (gethostname(name, sizeof name) != 0) name[0] = '\0';
+  name[sizeof name - 1] = '\0';
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h != 0 ? h : 1;
+}
 
-  /* 1. Every rank needs a device; agree before anyone enters NCCL. */
+/* The node-local rank: how many lower ranks share this rank's host. Every
+ * rank puts its host key in its own word of one SUM allreduce, so each
+ * sees every rank's host; ranks need not be laid out by node (mpirun
+ * --map-by node deals them round-robin). */
+static kvs_status local_rank_of(kvs_comm_t bootstrap, int *local_rank, kvs_error *err) {
+  int size = kvs_comm_size(bootstrap), rank = kvs_comm_rank(bootstrap);
+  kvs_comm_buffer keys = {NULL, NULL, 0, NULL};
+  kvs_status status = kvs_comm_buffer_alloc(bootstrap, (size_t)size * sizeof(uint64_t), &keys, err);
+  if (status != KVS_OK) return status;
+  uint64_t *k = keys.host;
+  for (int r = 0; r < size; r++) k[r] = 0;
+  k[rank] = host_key();
+  status = kvs_comm_allreduce_u64(bootstrap, &keys, (size_t)size, KVS_COMM_SUM, err);
+  if (status == KVS_OK) {
+    int below = 0;
+    for (int r = 0; r < rank; r++) below += k[r] == k[rank];
+    *local_rank = below;
+  }
+  kvs_comm_buffer_free(bootstrap, &keys);
+  return status;
+}
+
+/* Create mode, first half: every rank picks its device (the option, or
+ * the node-local rank modulo the visible devices) and the ranks agree
+ * that all have one before anyone enters NCCL. */
+static kvs_status choose_device(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
+                                kvs_comm_t bootstrap, kvs_comm_buffer *boot, kvs_error *err) {
+  int local_rank = 0;
+  kvs_status status = local_rank_of(bootstrap, &local_rank, err);
+  if (status != KVS_OK) return status;
   kvs_error local;
   kvs_error_clear(&local);
   char why[KVS_ERROR_MESSAGE_MAX];
@@ -260,46 +394,53 @@ static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *option
   kvs_status local_status = KVS_OK;
   if (count == 0) {
     local_status = kvs_error_set(&local, KVS_ERR_UNSUPPORTED, "rank %d: %s", ctx->rank, why);
+  } else if (options->device >= count) {
+    local_status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
+                                 "rank %d: device %d asked for, but CUDA sees %d device%s",
+                                 ctx->rank, options->device, count, count == 1 ? "" : "s");
   } else {
-    ctx->device = options->device >= 0 ? options->device : ctx->rank % count;
-    cudaError_t rc = cudaSetDevice(ctx->device);
-    if (rc != cudaSuccess) local_status = cuda_failed(ctx, rc, "cudaSetDevice", &local);
+    ctx->device = options->device >= 0 ? options->device : local_rank % count;
+    /* Creates the device's context now, and proves it usable. */
+    kvs_cuda_device_scope scope;
+    local_status = kvs_cuda_device_enter(ctx->device, &scope, &local);
+    if (local_status == KVS_OK) kvs_cuda_device_leave(&scope);
   }
   int lowest = -1;
-  if ((status = agree_on_failure(bootstrap, &boot, local_status != KVS_OK, &lowest, err))) {
-    goto done;
+  if ((status = agree_on_failure(bootstrap, boot, local_status != KVS_OK, &lowest, err))) {
+    return status;
   }
-  if (lowest >= 0) {
-    if (local_status != KVS_OK) {
-      status = kvs_error_set(err, local_status, "%s", local.message);
-    } else {
-      status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                             "rank %d has no usable CUDA device, so no nccl communicator can be "
-                             "built over the %d ranks",
-                             lowest, ctx->size);
-    }
-    goto done;
-  }
+  if (lowest < 0) return KVS_OK;
+  if (local_status != KVS_OK) return kvs_error_set(err, local_status, "%s", local.message);
+  return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                       "rank %d has no usable CUDA device, so no nccl communicator can be "
+                       "built over the %d ranks",
+                       lowest, ctx->size);
+}
 
-  /* 2. Rank 0 mints the unique id; it travels over the bootstrap with a
-   * verdict word, so a failure on rank 0 stops everyone. */
-  uint64_t *verdict = boot.host;
-  ncclUniqueId *id = (ncclUniqueId *)((char *)boot.host + sizeof(uint64_t));
+/* Create mode, second half, with the device current: rank 0 mints the
+ * unique id, which travels over the bootstrap with a verdict word (a
+ * failure on rank 0 stops everyone); then a nonblocking init polled
+ * against the deadline, and one more agreement. */
+static kvs_status init_comm(nccl_ctx *ctx, kvs_comm_t bootstrap, kvs_comm_buffer *boot,
+                            kvs_error *err) {
+  uint64_t *verdict = boot->host;
+  ncclUniqueId *id = (ncclUniqueId *)((char *)boot->host + sizeof(uint64_t));
   if (ctx->rank == 0) {
     ncclResult_t rc = ncclGetUniqueId(id);
     *verdict = (uint64_t)rc;
   }
-  if ((status = kvs_comm_broadcast(bootstrap, &boot, boot.bytes, 0, err))) goto done;
+  kvs_status status = kvs_comm_broadcast(bootstrap, boot, boot->bytes, 0, err);
+  if (status != KVS_OK) return status;
   if (*verdict != (uint64_t)ncclSuccess) {
-    status = kvs_error_set(err, KVS_ERR_COMM, "ncclGetUniqueId failed on rank 0: %s",
-                           ncclGetErrorString((ncclResult_t)*verdict));
-    goto done;
+    return kvs_error_set(err, KVS_ERR_COMM, "ncclGetUniqueId failed on rank 0: %s",
+                         ncclGetErrorString((ncclResult_t)*verdict));
   }
-
-  /* 3. Nonblocking init, polled against the deadline. */
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   kvs_wait w = kvs_wait_begin(ctx->timeout_ms);
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status local_status;
   ncclResult_t rc = ncclCommInitRankConfig(&ctx->comm, ctx->size, *id, ctx->rank, &config);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     ctx->comm = NULL;
@@ -309,18 +450,75 @@ static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *option
     ctx->own_comm = true;
     local_status = settle(ctx, rc, "communicator initialisation", &w, &local);
   }
-  if ((status = agree_on_failure(bootstrap, &boot, local_status != KVS_OK, &lowest, err))) {
-    goto done;
+  int lowest = -1;
+  if ((status = agree_on_failure(bootstrap, boot, local_status != KVS_OK, &lowest, err))) {
+    return status;
   }
-  if (lowest >= 0) {
-    abort_comm(ctx);
-    status = local_status != KVS_OK
-                 ? kvs_error_set(err, local_status, "%s", local.message)
-                 : kvs_error_set(err, KVS_ERR_COMM,
-                                 "nccl communicator initialisation failed on rank %d", lowest);
+  if (lowest < 0) return KVS_OK;
+  stop(ctx, NULL);
+  return local_status != KVS_OK
+             ? kvs_error_set(err, local_status, "%s", local.message)
+             : kvs_error_set(err, KVS_ERR_COMM,
+                             "nccl communicator initialisation failed on rank %d", lowest);
+}
+
+static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
+                              kvs_comm_t bootstrap, kvs_error *err) {
+  kvs_comm_buffer boot = {NULL, NULL, 0, NULL};
+  kvs_status status =
+      kvs_comm_buffer_alloc(bootstrap, sizeof(uint64_t) + sizeof(ncclUniqueId), &boot, err);
+  if (status != KVS_OK) return status;
+  ctx->rank = kvs_comm_rank(bootstrap);
+  ctx->size = kvs_comm_size(bootstrap);
+  status = choose_device(ctx, options, bootstrap, &boot, err);
+  if (status == KVS_OK) {
+    kvs_cuda_device_scope scope;
+    status = kvs_cuda_device_enter(ctx->device, &scope, err);
+    if (status == KVS_OK) {
+      status = init_comm(ctx, bootstrap, &boot, err);
+      kvs_cuda_device_leave(&scope);
+    }
   }
-done:
   kvs_comm_buffer_free(bootstrap, &boot);
+  return status;
+}
+
+/* Adopt mode: the engine's communicator tells rank, size and device. */
+static kvs_status adopt_comm(nccl_ctx *ctx, ncclComm_t comm, kvs_error *err) {
+  ctx->comm = comm;
+  int device = -1;
+  ncclResult_t rc = ncclCommCount(comm, &ctx->size);
+  if (rc == ncclSuccess) rc = ncclCommUserRank(comm, &ctx->rank);
+  if (rc == ncclSuccess) rc = ncclCommCuDevice(comm, &device);
+  if (rc != ncclSuccess) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the adopted ncclComm_t cannot be queried: %s", ncclGetErrorString(rc));
+  }
+  ctx->device = device;
+  return KVS_OK;
+}
+
+/* With the device current: the stream (unless adopted), the consumers'
+ * event and the barrier word. */
+static kvs_status finish_setup(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
+                               kvs_error *err) {
+  if (options->stream != NULL) {
+    ctx->stream = options->stream;
+  } else {
+    cudaError_t rc = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+      ctx->stream = NULL;
+      return cuda_failed(ctx, rc, "stream creation", err);
+    }
+    ctx->own_stream = true;
+  }
+  cudaError_t rc = cudaEventCreateWithFlags(&ctx->reads_done, cudaEventDisableTiming);
+  if (rc != cudaSuccess) {
+    ctx->reads_done = NULL;
+    return cuda_failed(ctx, rc, "event creation", err);
+  }
+  kvs_status status = nccl_buffer_alloc(ctx, sizeof(uint64_t), &ctx->barrier_word, err);
+  if (status == KVS_OK) ctx->barrier_word.bytes = sizeof(uint64_t);
   return status;
 }
 
@@ -348,42 +546,16 @@ kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t
   nccl_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the nccl backend");
   ctx->timeout_ms = options->timeout_ms;
-  ctx->device = options->device;
-  kvs_status status = KVS_OK;
-  if (options->comm != NULL) {
-    ctx->comm = options->comm;
-    int device = -1;
-    ncclResult_t rc = ncclCommCount(ctx->comm, &ctx->size);
-    if (rc == ncclSuccess) rc = ncclCommUserRank(ctx->comm, &ctx->rank);
-    if (rc == ncclSuccess) rc = ncclCommCuDevice(ctx->comm, &device);
-    if (rc != ncclSuccess) {
-      status =
-          kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                        "the adopted ncclComm_t cannot be queried: %s", ncclGetErrorString(rc));
-    } else {
-      ctx->device = device;
-      cudaError_t crc = cudaSetDevice(device);
-      if (crc != cudaSuccess) status = cuda_failed(ctx, crc, "cudaSetDevice", err);
-    }
-  } else {
-    status = create_comm(ctx, options, bootstrap, err);
-  }
+  ctx->device = -1;
+  kvs_status status = options->comm != NULL ? adopt_comm(ctx, options->comm, err)
+                                            : create_comm(ctx, options, bootstrap, err);
   if (status == KVS_OK) {
-    if (options->stream != NULL) {
-      ctx->stream = options->stream;
-    } else {
-      cudaError_t rc = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
-      if (rc != cudaSuccess) {
-        ctx->stream = NULL;
-        status = cuda_failed(ctx, rc, "stream creation", err);
-      } else {
-        ctx->own_stream = true;
-      }
+    kvs_cuda_device_scope scope;
+    status = enter(ctx, &scope, err);
+    if (status == KVS_OK) {
+      status = finish_setup(ctx, options, err);
+      kvs_cuda_device_leave(&scope);
     }
-  }
-  if (status == KVS_OK) {
-    status = nccl_buffer_alloc(ctx, sizeof(uint64_t), &ctx->barrier_word, err);
-    if (status == KVS_OK) ctx->barrier_word.bytes = sizeof(uint64_t);
   }
   if (status != KVS_OK) {
     nccl_destroy(ctx);

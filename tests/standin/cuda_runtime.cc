@@ -123,7 +123,7 @@ cudaError_t cudaSetDevice(int device) {
   Lock lock(e.mutex);
   if (cudaError_t f = e.injected("cudaSetDevice")) return fail(f);
   if (!valid_device(e, device)) return fail(cudaErrorInvalidDevice);
-  e.set_current(device);
+  e.set_current(e.physical(device));
   return cudaSuccess;
 }
 
@@ -134,7 +134,7 @@ cudaError_t cudaGetDevice(int *device) {
   if (device == nullptr) return fail(cudaErrorInvalidValue);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   int d = e.current_device();
-  *device = d < 0 ? 0 : d;
+  *device = d < 0 ? 0 : e.ordinal(d);
   return cudaSuccess;
 }
 
@@ -377,7 +377,11 @@ cudaError_t cudaFreeHost(void *pointer) {
     e.violation("cudaFreeHost of a pointer cudaMallocHost did not return, or freed before");
     return fail(cudaErrorInvalidValue);
   }
-  e.wait_until(lock, [&] { return e.idle(-1); }, "cudaFreeHost's synchronisation");
+  // Like cudaFree, it synchronises the current device (its context), not
+  // every device of the process: threads that are ranks on other GPUs
+  // carry on meanwhile.
+  int device = e.need_context();
+  e.wait_until(lock, [&] { return e.idle(device); }, "cudaFreeHost's synchronisation");
   e.allocs[reinterpret_cast<uintptr_t>(pointer)].freed = true;
   return cudaSuccess;
 }
@@ -524,6 +528,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaError_t f = e.injected("cudaStreamQuery")) return fail(f);
   e.background();
   if (!s->queue.empty() && e.chance(50)) e.step();
+  e.trace_stuck(s);
   // Not an error: cudaStreamQuery does not set the last error for "not ready".
   return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
 }
@@ -581,7 +586,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     char text[160];
     std::snprintf(text, sizeof text,
                   "cudaEventRecord of an event of device %d on a stream of device %d",
-                  event->device, s->device);
+                  e.ordinal(event->device), e.ordinal(s->device));
     e.violation(text);
     return fail(cudaErrorInvalidResourceHandle);
   }

@@ -90,14 +90,29 @@ void Engine::set_current(int device) {
   thread_state().device = device;
 }
 
+int Engine::physical(int ordinal_on_host) {
+  const std::string &host = thread_state().hostname;
+  size_t index = 0;
+  while (index < hosts.size() && hosts[index] != host) index++;
+  if (index == hosts.size()) {
+    if (hosts.size() == static_cast<size_t>(kMaxHosts)) {
+      violation("more than " + std::to_string(kMaxHosts) + " simulated hosts");
+      index = 0;
+    } else {
+      hosts.push_back(host);
+    }
+  }
+  return static_cast<int>(index) * config.devices + ordinal_on_host;
+}
+
 int Engine::need_context() {
   ThreadState &t = thread_state();
-  if (t.device < 0) set_current(0);
+  if (t.device < 0) set_current(physical(0));
   return t.device;
 }
 
 cudaError_t Engine::injected(const char *call) {
-  int device = thread_state().device;
+  int device = thread_state().device >= 0 ? ordinal(thread_state().device) : -1;
   for (size_t i = 0; i < cuda_faults.size(); i++) {
     CudaFault &f = cuda_faults[i];
     if (f.call != call || (f.device >= 0 && f.device != device)) continue;
@@ -143,7 +158,7 @@ bool Engine::check_device(const Range &r, int device, const std::string &who) {
                   a->bytes);
   } else if (device >= 0 && a->device != device) {
     std::snprintf(text, sizeof text, "%s: %s at %p lies on device %d, not device %d", who.c_str(),
-                  r.what, r.pointer, a->device, device);
+                  r.what, r.pointer, ordinal(a->device), ordinal(device));
   } else {
     return true;
   }
@@ -240,6 +255,52 @@ bool Engine::idle(int device) const {
   return true;
 }
 
+std::string Engine::describe() const {
+  std::string out;
+  char line[400];
+  for (const auto &s : streams) {
+    if (s->queue.empty()) continue;
+    const Op &op = s->queue.front();
+    size_t pending = 0;
+    for (const DonePtr &d : op.after) pending += !d->done;
+    std::snprintf(line, sizeof line,
+                  "stream %p (device %d%s%s): %zu queued; head %s%s%s, %zu of %zu waits open\n",
+                  static_cast<const void *>(s.get()), s->device, s->legacy ? ", legacy" : "",
+                  s->blocking ? ", blocking" : "", s->queue.size(), op.what.c_str(),
+                  op.comm != nullptr ? (" of rank " + std::to_string(op.comm->rank) + " seq " +
+                                        std::to_string(op.seq))
+                                           .c_str()
+                                     : "",
+                  op.arrived ? " (arrived, waiting for peers)" : "", pending, op.after.size());
+    out += line;
+  }
+  for (const auto &c : cliques) {
+    for (const auto &entry : c->arrived) {
+      std::snprintf(line, sizeof line, "clique of %d: collective %llu has %zu of %d ranks%s\n",
+                    c->nranks, static_cast<unsigned long long>(entry.first), entry.second.size(),
+                    c->nranks, c->broken ? " (broken)" : "");
+      out += line;
+    }
+  }
+  return out.empty() ? "every stream is empty\n" : out;
+}
+
+void Engine::trace_stuck(CUstream_st *s) {
+  static const bool trace = std::getenv("KVS_STANDIN_TRACE") != nullptr;
+  if (!trace) return;
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  if (s->queue.empty()) {
+    s->stuck_since_ms = -1;
+  } else if (s->stuck_since_ms < 0) {
+    s->stuck_since_ms = now;
+  } else if (now - s->stuck_since_ms > 5000) {
+    s->stuck_since_ms = now + 3600 * 1000;  // once
+    std::fprintf(stderr, "kvs stand-in: a stream has waited 5 s:\n%s", describe().c_str());
+  }
+}
+
 bool Engine::wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,
                         const std::string &what) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -274,7 +335,8 @@ void reset(const Config &config) {
   e.config = config;
   e.generation++;
   e.rng.seed(config.seed);
-  size_t n = static_cast<size_t>(config.devices > 0 ? config.devices : 0);
+  e.hosts.assign(1, std::string());  // the real host name: host 0
+  size_t n = static_cast<size_t>(config.devices > 0 ? config.devices : 0) * Engine::kMaxHosts;
   e.context_live.assign(n, false);
   e.contexts_created.assign(n, 0);
   for (size_t d = 0; d < n; d++) {
@@ -300,14 +362,15 @@ int contexts_created(int device) {
 int thread_device() {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
-  return e.current_device();
+  int d = e.current_device();
+  return d < 0 ? -1 : e.ordinal(d);
 }
 
 int device_of(const void *pointer) {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   const Alloc *a = e.find(pointer);
-  return a != nullptr && !a->freed ? a->device : -1;
+  return a != nullptr && !a->freed && a->device >= 0 ? e.ordinal(a->device) : -1;
 }
 
 bool is_pinned(const void *pointer, size_t bytes) {
@@ -328,6 +391,12 @@ Stats stats() {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
   return e.stats;
+}
+
+std::string describe() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return e.describe();
 }
 
 bool drain() {

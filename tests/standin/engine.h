@@ -64,6 +64,7 @@ struct CUstream_st {
   bool blocking = true;  // orders itself with the legacy stream
   bool legacy = false;
   bool destroyed = false;
+  int64_t stuck_since_ms = -1;  // first unanswered poll (for KVS_STANDIN_TRACE)
   std::deque<kvs_standin::Op> queue;  // front: the next to run
   kvs_standin::DonePtr tail;           // the last enqueued
 };
@@ -154,12 +155,21 @@ class Engine {
   uint64_t random(uint64_t bound) { return bound == 0 ? 0 : rng() % bound; }
   bool chance(unsigned percent) { return random(100) < percent; }
 
-  // The calling thread's device, creating device 0's context when it has
-  // none (what the runtime does on the first call that needs one).
+  // Devices are physical: ordinal d of the i-th host name seen (the
+  // thread's, kvs_standin::set_thread_hostname) is i * devices + d, so two
+  // nodes simulated in one process never share a GPU. The runtime's
+  // ordinals are per host, as on real nodes.
+  static constexpr int kMaxHosts = 4;
+  int physical(int ordinal);  // on the calling thread's host
+  int ordinal(int physical) const { return physical % config.devices; }
+  // The calling thread's (physical) device, creating its host's device 0
+  // context when it has none (what the runtime does on the first call that
+  // needs one).
   int need_context();
   void create_context(int device);
-  int current_device();  // -1: none
+  int current_device();  // physical; -1: none
   void set_current(int device);
+  std::vector<std::string> hosts;
 
   // A failure injected for this call, else cudaSuccess.
   cudaError_t injected(const char *call);
@@ -179,6 +189,9 @@ class Engine {
   bool step();  // runs one runnable head, chosen at random; false: none
   void background();  // maybe runs some queued work, as a GPU would meanwhile
   bool idle(int device) const;  // every stream of the device empty (-1: all)
+  std::string describe() const;
+  // KVS_STANDIN_TRACE: prints describe() once when `s` has waited 5 s.
+  void trace_stuck(CUstream_st *s);
   // Runs work (and waits for other threads) until pred holds; false, with
   // a violation naming `what`, when nothing can make it hold.
   bool wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,

@@ -31,10 +31,11 @@ inline uint64_t schedules(uint64_t default_count) {
 // Counts one schedule run with `ranks` ranks (thread-safe).
 void count_schedule(int ranks);
 
-// Runs body(seed) for seeds 1..n (only KVS_STANDIN_SEED when set, to
-// replay one), each counted with ranks_of(seed) ranks. Failures, in any
-// thread, are collected per schedule; if any schedule failed, one failure
-// says how many, the first seed and that seed's first message.
+// Runs body(seed) for seeds 1..n, each counted with ranks_of(seed) ranks.
+// Failures, in any thread, are collected per schedule; if any schedule
+// failed, one failure says how many, the first seed and that seed's first
+// message. KVS_STANDIN_SEED=s replays seed s alone, reporting every
+// failure as it happens.
 template <typename Body, typename Ranks>
 void over_schedules(uint64_t n, Ranks ranks_of, Body body) {
   uint64_t first_seed = 1, last_seed = n;
@@ -43,6 +44,11 @@ void over_schedules(uint64_t n, Ranks ranks_of, Body body) {
   }
   uint64_t failed = 0, first = 0, ran = 0;
   std::string first_message;
+  if (first_seed == last_seed && std::getenv("KVS_STANDIN_SEED") != nullptr) {
+    body(first_seed);  // a replay: every failure reported as it happens
+    count_schedule(ranks_of(first_seed));
+    return;
+  }
   for (uint64_t seed = first_seed; seed <= last_seed; seed++) {
     testing::TestPartResultArray results;
     {

@@ -70,7 +70,7 @@ cudaError_t launch(cudaStream_t stream, const char *name, std::vector<Range> ran
     char text[200];
     std::snprintf(text, sizeof text,
                   "launch of %s on a stream of device %d while device %d is current", name,
-                  s->device, current);
+                  e.ordinal(s->device), e.ordinal(current));
     e.violation(text);
     return kvs_standin::fail(cudaErrorInvalidResourceHandle);
   }

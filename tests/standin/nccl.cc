@@ -81,10 +81,12 @@ ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t strea
   CUstream_st *s = e.resolve(stream, call);
   if (s == nullptr) return ncclInvalidArgument;
   char who[160];
-  std::snprintf(who, sizeof who, "%s on rank %d (device %d)", call, c->rank, c->device);
+  std::snprintf(who, sizeof who, "%s on rank %d (device %d)", call, c->rank,
+                e.ordinal(c->device));
   if (s->device != c->device) {
     char text[240];
-    std::snprintf(text, sizeof text, "%s: its stream belongs to device %d", who, s->device);
+    std::snprintf(text, sizeof text, "%s: its stream belongs to device %d", who,
+                  e.ordinal(s->device));
     e.violation(text);
     return ncclInvalidArgument;
   }
@@ -127,7 +129,7 @@ void Engine::check_init(Clique *clique) {
         std::snprintf(text, sizeof text,
                       "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d of "
                       "host %s",
-                      b, a, x->device, x->host.c_str());
+                      b, a, ordinal(x->device), x->host.c_str());
         clique->init_result = ncclInvalidUsage;
         clique->init_error = text;
       }
@@ -238,6 +240,15 @@ void inject_nccl_async_error(ncclComm_t comm, ncclResult_t error) {
   comm->stalled = true;
   comm->last_error = "injected by the test";
   e.changed.notify_all();
+}
+
+ncclComm_t latest_comm(int rank) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  for (auto it = e.comms.rbegin(); it != e.comms.rend(); ++it) {
+    if ((*it)->rank == rank) return it->get();
+  }
+  return nullptr;
 }
 
 CommState comm_state(ncclComm_t comm) {
@@ -473,7 +484,7 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
   Lock lock(e.mutex);
   ncclComm *c = valid(e, comm, "ncclCommCuDevice");
   if (c == nullptr || device == nullptr) return ncclInvalidArgument;
-  *device = c->device;
+  *device = e.ordinal(c->device);
   return ncclSuccess;
 }
 

@@ -83,6 +83,10 @@ void inject_cuda_error(const std::string &call, int device, int nth, cudaError_t
 // collectives no longer complete (a failed network link, say).
 void inject_nccl_async_error(ncclComm_t comm, ncclResult_t error);
 
+// The communicator of `rank` created last (by any caller; nullptr if none),
+// so a test can inject into one the backend created.
+ncclComm_t latest_comm(int rank);
+
 enum class CommState { kInitializing, kReady, kFinalizing, kFinalized, kAborted, kDestroyed };
 CommState comm_state(ncclComm_t comm);
 
@@ -97,6 +101,12 @@ struct Stats {
   uint64_t reorders = 0;     // picks among two or more streams that could run
 };
 Stats stats();
+
+// Every stream with queued work: its device, its head operation and what
+// that waits for; and each communicator's collectives still gathering.
+// With KVS_STANDIN_TRACE=1 in the environment the stand-in prints it when a
+// stream has been polled or waited on for 5 seconds.
+std::string describe();
 
 // Runs every queued operation that can run; false (and a violation) when
 // some never can (a collective a peer never joined).
