@@ -52,6 +52,7 @@ Engine &engine() {
   static Engine *e = [] {
     dl_iterate_phdr(refuse_real_library, nullptr);
     auto *made = new Engine;
+    made->reset_locked(Config{});  // one device until a test says otherwise
     return made;
   }();
   return *e;
@@ -318,32 +319,36 @@ bool Engine::wait_until(std::unique_lock<std::mutex> &lock, const std::function<
 
 // ---- the test-facing controls ----
 
+void Engine::reset_locked(const Config &c) {
+  for (auto &entry : allocs) std::free(reinterpret_cast<void *>(entry.second.base));
+  allocs.clear();
+  streams.clear();
+  legacy.clear();
+  events.clear();
+  contexts.clear();
+  violations.clear();
+  cuda_faults.clear();
+  cliques.clear();
+  comms.clear();
+  stats = Stats{};
+  config = c;
+  generation++;
+  rng.seed(c.seed);
+  hosts.assign(1, std::string());  // the real host name: host 0
+  size_t n = static_cast<size_t>(c.devices > 0 ? c.devices : 0) * kMaxHosts;
+  context_live.assign(n, false);
+  contexts_created.assign(n, 0);
+  for (size_t d = 0; d < n; d++) {
+    contexts.emplace_back(new CUctx_st{static_cast<int>(d)});
+    legacy.push_back(new_stream(static_cast<int>(d), true, true));
+  }
+  changed.notify_all();
+}
+
 void reset(const Config &config) {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
-  for (auto &entry : e.allocs) std::free(reinterpret_cast<void *>(entry.second.base));
-  e.allocs.clear();
-  e.streams.clear();
-  e.legacy.clear();
-  e.events.clear();
-  e.contexts.clear();
-  e.violations.clear();
-  e.cuda_faults.clear();
-  e.cliques.clear();
-  e.comms.clear();
-  e.stats = Stats{};
-  e.config = config;
-  e.generation++;
-  e.rng.seed(config.seed);
-  e.hosts.assign(1, std::string());  // the real host name: host 0
-  size_t n = static_cast<size_t>(config.devices > 0 ? config.devices : 0) * Engine::kMaxHosts;
-  e.context_live.assign(n, false);
-  e.contexts_created.assign(n, 0);
-  for (size_t d = 0; d < n; d++) {
-    e.contexts.emplace_back(new CUctx_st{static_cast<int>(d)});
-    e.legacy.push_back(e.new_stream(static_cast<int>(d), true, true));
-  }
-  e.changed.notify_all();
+  e.reset_locked(config);
 }
 
 std::vector<std::string> violations() {

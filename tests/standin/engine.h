@@ -151,6 +151,7 @@ class Engine {
   Stats stats;
 
   // ---- everything below expects `mutex` held ----
+  void reset_locked(const Config &config);
   void violation(const std::string &text);
   uint64_t random(uint64_t bound) { return bound == 0 ? 0 : rng() % bound; }
   bool chance(unsigned percent) { return random(100) < percent; }

@@ -60,7 +60,8 @@ struct Config {
 
 // Forgets everything (memory, streams, events, contexts, communicators,
 // violations, injections) and starts a machine with this config. No other
-// thread may be inside the stand-in.
+// thread may be inside the stand-in. Before the first reset the machine
+// is Config{} (one device), so a test written for a GPU runs unchanged.
 void reset(const Config &config);
 
 // What the stand-in refused or caught since reset, one sentence each.
