@@ -21,11 +21,11 @@ static ctx_set_fn g_ctx_set;
 static void find_driver(void) {
   void *get = NULL, *set = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess ||
-      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     (void)cudaGetLastError();
     return;
@@ -52,7 +52,7 @@ kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_e
     snprintf(what, sizeof what, "cudaSetDevice(%d)", device);
     kvs_status status = kvs_cuda_status(cudaSetDevice(device), what, err);
     if (status != KVS_OK) {
-      kvs_cuda_device_leave(&s);  /* a failed switch may still have moved the thread */
+      kvs_cuda_device_leave(&s); /* a failed switch may still have moved the thread */
       return status;
     }
     s.switched = 1;

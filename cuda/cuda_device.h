@@ -25,10 +25,10 @@ extern "C" {
 #define KVS_CUDA_DEVICE_NAME_MAX 256
 
 typedef struct kvs_cuda_device_info {
-  int ordinal;                               /* CUDA device ordinal in this process */
-  char pci_bus_id[KVS_CUDA_PCI_BUS_ID_MAX];  /* cudaDeviceGetPCIBusId */
-  char name[KVS_CUDA_DEVICE_NAME_MAX];       /* cudaDeviceProp.name */
-  uint64_t free_bytes;                       /* cudaMemGetInfo */
+  int ordinal;                              /* CUDA device ordinal in this process */
+  char pci_bus_id[KVS_CUDA_PCI_BUS_ID_MAX]; /* cudaDeviceGetPCIBusId */
+  char name[KVS_CUDA_DEVICE_NAME_MAX];      /* cudaDeviceProp.name */
+  uint64_t free_bytes;                      /* cudaMemGetInfo */
   uint64_t total_bytes;
 } kvs_cuda_device_info;
 

@@ -276,14 +276,13 @@ bool launch_apply_journal(Launch &&launch, int64_t *map, kvs_table_dims dims,
   const uint64_t full_pages = dims.full_token / dims.page, win_pages = dims.n_win_slots / dims.page;
   return launch(apply_mark_grid(n, max_blocks), kApplyThreads, apply_mark_kernel, map, dims.page,
                 full_pages, win_pages, entries, n, fault) &&
-         launch(apply_write_grid(n, max_blocks), kApplyThreads, apply_write_kernel, map,
-                dims.page, full_pages, win_pages, entries, n);
+         launch(apply_write_grid(n, max_blocks), kApplyThreads, apply_write_kernel, map, dims.page,
+                full_pages, win_pages, entries, n);
 }
 
 template <typename Launch>
-bool launch_translate(Launch &&launch, const int64_t *map, kvs_table_dims dims,
-                      const int64_t *locs, uint64_t n, int64_t *out, kvs_batch_fault *fault,
-                      uint32_t max_blocks) {
+bool launch_translate(Launch &&launch, const int64_t *map, kvs_table_dims dims, const int64_t *locs,
+                      uint64_t n, int64_t *out, kvs_batch_fault *fault, uint32_t max_blocks) {
   if (n == 0) return true;
   return launch(flat_grid(n, max_blocks), kFlatThreads, translate_kernel, map, dims.full_token,
                 locs, n, out, fault);
@@ -304,10 +303,9 @@ bool launch_ring_ctx(Launch &&launch, const int64_t *map, kvs_table_dims dims,
                      int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                      uint32_t max_blocks) {
   if (n_req == 0) return true;
-  return launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel, map,
-                dims.full_token, dims.page, kvs_tm_div_make(dims.page), tables.pages,
-                tables.stride, kvs_tm_div_make(tables.block_size), positions, n_req, own, prev,
-                ring, fault);
+  return launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel, map, dims.full_token,
+                dims.page, kvs_tm_div_make(dims.page), tables.pages, tables.stride,
+                kvs_tm_div_make(tables.block_size), positions, n_req, own, prev, ring, fault);
 }
 
 }  // namespace kvs_kernels

@@ -273,10 +273,10 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
   KVS_CUDA_GOTO(cudaMemcpyAsync(tables->staging, tables->host_staging, n * sizeof *entries,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync of the journal entries", err, status, done);
-  status = launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n,
-                                             &tables->faults->apply_journal,
-                                             tables->max_blocks, stream),
-                    "apply_journal", n, err);
+  status =
+      launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n,
+                                        &tables->faults->apply_journal, tables->max_blocks, stream),
+               "apply_journal", n, err);
   if (status != KVS_OK) goto done;
   KVS_CUDA_GOTO(cudaEventRecord(tables->journal_done, stream), "cudaEventRecord", err, status,
                 done);
@@ -301,10 +301,10 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
   kvs_cuda_device_scope scope;
   kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
-  status = launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
-                                             &tables->faults->apply_journal,
-                                             tables->max_blocks, stream),
-                    "apply_journal", n, err);
+  status =
+      launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
+                                        &tables->faults->apply_journal, tables->max_blocks, stream),
+               "apply_journal", n, err);
   leave(&scope);
   return status;
 }

@@ -84,8 +84,8 @@ static kvs_status nccl_failed(nccl_ctx *ctx, ncclResult_t code, const char *what
 
 static kvs_status timed_out(nccl_ctx *ctx, const char *what, const char *how, kvs_error *err) {
   kvs_error_set(err, KVS_ERR_TIMEOUT,
-                "nccl %s on rank %d of %d %s %d ms: a peer rank failed or stalled", what,
-                ctx->rank, ctx->size, how, ctx->timeout_ms);
+                "nccl %s on rank %d of %d %s %d ms: a peer rank failed or stalled", what, ctx->rank,
+                ctx->size, how, ctx->timeout_ms);
   stop(ctx, err);
   return KVS_ERR_TIMEOUT;
 }
@@ -139,8 +139,7 @@ static kvs_status nccl_buffer_alloc(void *vctx, size_t bytes, kvs_comm_buffer *o
            ctx->rank, ctx->device);
   status = kvs_cuda_status(cudaMalloc(&device, bytes), what, err);
   if (status == KVS_OK) {
-    snprintf(what, sizeof what, "cudaMallocHost of a %zu-byte buffer on rank %d", bytes,
-             ctx->rank);
+    snprintf(what, sizeof what, "cudaMallocHost of a %zu-byte buffer on rank %d", bytes, ctx->rank);
     status = kvs_cuda_status(cudaMallocHost(&host, bytes), what, err); /* pinned: async copies */
   }
   if (status != KVS_OK) {

@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 typedef struct kvs_comm_nccl_options {
-  size_t size;         /* sizeof(kvs_comm_nccl_options) */
+  size_t size; /* sizeof(kvs_comm_nccl_options) */
   /* CUDA ordinal; -1: the node-local rank (the ranks whose host name
    * matches, in rank order, found over the bootstrap) modulo the visible
    * devices, so ranks dealt round-robin over nodes get distinct GPUs. */

@@ -13,9 +13,8 @@ kvs_status kvs_cuda_probe(kvs_cuda_device *out, size_t cap, size_t *n_out, kvs_e
   if (found == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory");
   kvs_cuda_device *devices = calloc(cap > 0 ? cap : 1, sizeof *devices);
   size_t n = 0;
-  kvs_status status = devices == NULL
-                          ? kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory")
-                          : kvs_cuda_devices_list(found, cap, &n, err);
+  kvs_status status = devices == NULL ? kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory")
+                                      : kvs_cuda_devices_list(found, cap, &n, err);
   for (size_t i = 0; status == KVS_OK && i < n; i++) {
     devices[i].ordinal = found[i].ordinal;
     status = kvs_pci_address_parse(found[i].pci_bus_id, &devices[i].pci, err);

@@ -16,10 +16,10 @@ extern "C" {
 #endif
 
 typedef struct kvs_cuda_device {
-  int ordinal;             /* CUDA device ordinal in this process */
-  kvs_pci_address pci;     /* from cudaDeviceGetPCIBusId */
+  int ordinal;         /* CUDA device ordinal in this process */
+  kvs_pci_address pci; /* from cudaDeviceGetPCIBusId */
   char name[KVS_GPU_MODEL_MAX];
-  uint64_t free_bytes;     /* cudaMemGetInfo */
+  uint64_t free_bytes; /* cudaMemGetInfo */
   uint64_t total_bytes;
 } kvs_cuda_device;
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "core/device_ref.h"
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_budget.h"
 #include "cuda/device_layout.h"

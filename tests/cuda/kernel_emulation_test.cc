@@ -147,8 +147,8 @@ TEST(KernelEmulation, translate_and_state_locs_match_the_references_with_capped_
                      max_blocks);
     EXPECT_EQ(out, ref);
     expect_fault(fault, ref_fault);
-    launch_state_locs(EmulatedLaunch{}, dims, slots.data(), n, csa.data(), hca.data(),
-                      &state_fault, max_blocks);
+    launch_state_locs(EmulatedLaunch{}, dims, slots.data(), n, csa.data(), hca.data(), &state_fault,
+                      max_blocks);
     EXPECT_EQ(csa, ref_csa);
     EXPECT_EQ(hca, ref_hca);
     expect_fault(state_fault, ref_state_fault);

@@ -80,9 +80,8 @@ struct Tables {
 
 cudaStream_t new_stream() {
   cudaStream_t s = nullptr;
-  on_device(kDevice, [&] {
-    EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  });
+  on_device(kDevice,
+            [&] { EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess); });
   return s;
 }
 
@@ -126,8 +125,8 @@ void expect_reads(Tables &tables, const std::vector<int64_t> &map, cudaStream_t 
   ASSERT_EQ(kvs_device_tables_translate(tables.t, d_locs.get(), n, d_out.get(), stream, &err),
             KVS_OK)
       << err.message;
-  ASSERT_EQ(kvs_device_tables_state_locs(tables.t, d_out.get(), n, d_csa.get(), d_hca.get(),
-                                         stream, &err),
+  ASSERT_EQ(kvs_device_tables_state_locs(tables.t, d_out.get(), n, d_csa.get(), d_hca.get(), stream,
+                                         &err),
             KVS_OK)
       << err.message;
   EXPECT_EQ(d_out.download(stream), ref) << "translate";
@@ -138,8 +137,8 @@ void expect_reads(Tables &tables, const std::vector<int64_t> &map, cudaStream_t 
   Batch b = make_batch(rng, n_req, 4, dims.page, dims.full_token, dims.page);
   kvs_block_tables host_tables = b.tables();
   std::vector<int64_t> own(n_req), prev(n_req), ring(n_req * dims.page);
-  ASSERT_EQ(kvs_ref_ring_ctx(map.data(), &dims, &host_tables, b.positions.data(), n_req,
-                             own.data(), prev.data(), ring.data(), nullptr, &err),
+  ASSERT_EQ(kvs_ref_ring_ctx(map.data(), &dims, &host_tables, b.positions.data(), n_req, own.data(),
+                             prev.data(), ring.data(), nullptr, &err),
             KVS_OK)
       << err.message;
   DeviceArray<int32_t> d_pages(kDevice, b.pages.size());
@@ -236,8 +235,8 @@ void walk(uint64_t seed) {
   std::vector<kvs_journal_entry> bad = {{0, 0}, {tables.dims.full_token / tables.dims.page + 3, 1}};
   std::vector<int64_t> expected = tables.download();
   kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
-  ASSERT_EQ(kvs_ref_apply_journal(expected.data(), &tables.dims, bad.data(), bad.size(),
-                                  &ref_fault, &err),
+  ASSERT_EQ(kvs_ref_apply_journal(expected.data(), &tables.dims, bad.data(), bad.size(), &ref_fault,
+                                  &err),
             KVS_OK);
   apply(tables, bad, Source::kDevice, streams[0]);
   kvs_device_faults faults;
@@ -316,17 +315,17 @@ TEST(StreamOrder, host_entries_may_be_reused_once_the_apply_returns) {
 // (about 0.5 GB) in every rank.
 TEST(StreamOrder, a_thread_without_a_device_is_left_without_one) {
   kvs_standin_harness::over_schedules(20, one_rank, [](uint64_t seed) {
-  reset(seed);
-  on_fresh_thread([&] {
-    kvs_geometry g = small_geometry();
-    kvs_pool_sizes s = sizes_for(g, 48, 25);
-    Tables tables(g, s);
-    EXPECT_EQ(kvs_standin::thread_device(), -1);
-    std::vector<int64_t> map = tables.download();
-    EXPECT_EQ(kvs_standin::thread_device(), -1);
-  });
-  EXPECT_EQ(kvs_standin::contexts_created(0), 0);
-  EXPECT_EQ(kvs_standin::contexts_created(1), 1);
-  finish_schedule(true);
+    reset(seed);
+    on_fresh_thread([&] {
+      kvs_geometry g = small_geometry();
+      kvs_pool_sizes s = sizes_for(g, 48, 25);
+      Tables tables(g, s);
+      EXPECT_EQ(kvs_standin::thread_device(), -1);
+      std::vector<int64_t> map = tables.download();
+      EXPECT_EQ(kvs_standin::thread_device(), -1);
+    });
+    EXPECT_EQ(kvs_standin::contexts_created(0), 0);
+    EXPECT_EQ(kvs_standin::contexts_created(1), 1);
+    finish_schedule(true);
   });
 }

@@ -399,25 +399,27 @@ TEST(NcclStandin, no_rank_creates_a_context_on_gpu_0) {
 // count; ranks placed round-robin over two nodes then shared GPUs (NCCL
 // refuses that). It must be the node-local rank.
 TEST(NcclStandin, ranks_on_two_nodes_pick_distinct_local_devices) {
-  kvs_standin_harness::over_schedules(20, [](uint64_t) { return 8; }, [](uint64_t seed) {
-    reset(4, seed);
-    std::vector<int> devices(8, -1);
-    kvs_test::run_ranks(8, 20000, [&](int r, kvs_comm_t boot) {
-      kvs_standin::set_thread_hostname(r % 2 == 0 ? "node-a" : "node-b");  // --map-by node
-      kvs_comm_t comm = nullptr;
-      kvs_error err;
-      kvs_comm_nccl_options o = options(-1, 20000);
-      ASSERT_EQ(kvs_comm_nccl_create(&o, boot, &comm, &err), KVS_OK) << err.message;
-      devices[size_t(r)] = device_of_comm(comm);
-      kvs_comm_destroy(comm);
-    });
-    for (int node = 0; node < 2; node++) {
-      std::vector<int> seen;
-      for (int r = node; r < 8; r += 2) seen.push_back(devices[size_t(r)]);
-      std::sort(seen.begin(), seen.end());
-      EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3})) << "node " << node;
-    }
-  });
+  kvs_standin_harness::over_schedules(
+      20, [](uint64_t) { return 8; },
+      [](uint64_t seed) {
+        reset(4, seed);
+        std::vector<int> devices(8, -1);
+        kvs_test::run_ranks(8, 20000, [&](int r, kvs_comm_t boot) {
+          kvs_standin::set_thread_hostname(r % 2 == 0 ? "node-a" : "node-b");  // --map-by node
+          kvs_comm_t comm = nullptr;
+          kvs_error err;
+          kvs_comm_nccl_options o = options(-1, 20000);
+          ASSERT_EQ(kvs_comm_nccl_create(&o, boot, &comm, &err), KVS_OK) << err.message;
+          devices[size_t(r)] = device_of_comm(comm);
+          kvs_comm_destroy(comm);
+        });
+        for (int node = 0; node < 2; node++) {
+          std::vector<int> seen;
+          for (int r = node; r < 8; r += 2) seen.push_back(devices[size_t(r)]);
+          std::sort(seen.begin(), seen.end());
+          EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3})) << "node " << node;
+        }
+      });
 }
 
 // Issue 17, defect 2 (device side): the device copy of the entries handed
@@ -446,10 +448,14 @@ enum class Twist { kNone, kTimeout, kAsyncError, kAdopt };
 
 Twist twist_of(uint64_t seed) {
   switch (seed % 10) {
-    case 3: return Twist::kTimeout;
-    case 6: return Twist::kAsyncError;
-    case 9: return Twist::kAdopt;
-    default: return Twist::kNone;
+    case 3:
+      return Twist::kTimeout;
+    case 6:
+      return Twist::kAsyncError;
+    case 9:
+      return Twist::kAdopt;
+    default:
+      return Twist::kNone;
   }
 }
 
@@ -487,8 +493,9 @@ void collectives(kvs_comm_t comm, int r, int n, uint64_t seed) {
       uint64_t want = words[0][i];
       for (int q = 1; q < n; q++) {
         uint64_t v = words[size_t(q)][i];
-        want = op == KVS_COMM_MIN ? std::min(want, v) : op == KVS_COMM_MAX ? std::max(want, v)
-                                                                          : want + v;
+        want = op == KVS_COMM_MIN   ? std::min(want, v)
+               : op == KVS_COMM_MAX ? std::max(want, v)
+                                    : want + v;
       }
       EXPECT_EQ(static_cast<uint64_t *>(b.host)[i], want) << kvs_comm_op_name(op) << " word " << i;
     }

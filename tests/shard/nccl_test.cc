@@ -3,9 +3,8 @@
 // (tools/device-check.sh runs it at one rank on a GPU). Without a device,
 // creation must still fail cleanly on every rank, saying why. The stand-in
 // test (nccl_standin_test) covers many ranks and the failure paths on CPU.
-#include <gtest/gtest.h>
-
 #include <cuda.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
@@ -148,8 +147,8 @@ namespace {
 CUcontext current_context() {
   void *get = nullptr;
   cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     return reinterpret_cast<CUcontext>(-1);
   }

@@ -9,18 +9,16 @@
 
 using kvs_standin::Alloc;
 using kvs_standin::Engine;
-using kvs_standin::Op;
-using kvs_standin::Range;
 using kvs_standin::engine;
 using kvs_standin::fail;
+using kvs_standin::Op;
+using kvs_standin::Range;
 
 namespace {
 
 using Lock = std::unique_lock<std::mutex>;
 
-bool valid_device(const Engine &e, int device) {
-  return device >= 0 && device < e.config.devices;
-}
+bool valid_device(const Engine &e, int device) { return device >= 0 && device < e.config.devices; }
 
 // What a pointer is, as a copy sees it.
 enum class Memory { kPageable, kPinned, kDevice };
@@ -41,11 +39,20 @@ bool check_kind(Engine &e, cudaMemcpyKind kind, Memory dst, Memory src, const ch
   bool dst_dev = dst == Memory::kDevice, src_dev = src == Memory::kDevice;
   bool ok = true;
   switch (kind) {
-    case cudaMemcpyHostToHost: ok = !dst_dev && !src_dev; break;
-    case cudaMemcpyHostToDevice: ok = dst_dev && !src_dev; break;
-    case cudaMemcpyDeviceToHost: ok = !dst_dev && src_dev; break;
-    case cudaMemcpyDeviceToDevice: ok = dst_dev && src_dev; break;
-    default: break;
+    case cudaMemcpyHostToHost:
+      ok = !dst_dev && !src_dev;
+      break;
+    case cudaMemcpyHostToDevice:
+      ok = dst_dev && !src_dev;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = !dst_dev && src_dev;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = dst_dev && src_dev;
+      break;
+    default:
+      break;
   }
   if (!ok) {
     char text[200];
@@ -144,7 +151,8 @@ cudaError_t cudaDeviceSynchronize(void) {
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   int device = e.need_context();
   if (cudaError_t f = e.injected("cudaDeviceSynchronize")) return fail(f);
-  e.wait_until(lock, [&] { return e.idle(device); }, "cudaDeviceSynchronize");
+  e.wait_until(
+      lock, [&] { return e.idle(device); }, "cudaDeviceSynchronize");
   return cudaSuccess;
 }
 
@@ -154,13 +162,27 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   if (value == nullptr) return fail(cudaErrorInvalidValue);
   if (!valid_device(e, device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = e.config.multiprocessors; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrGlobalMemoryBusWidth: *value = 6144; break;
-    case cudaDevAttrL2CacheSize: *value = 50 << 20; break;
-    case cudaDevAttrMemoryClockRate: *value = 2619000; break;
-    default: *value = 0; break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = e.config.multiprocessors;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrGlobalMemoryBusWidth:
+      *value = 6144;
+      break;
+    case cudaDevAttrL2CacheSize:
+      *value = 50 << 20;
+      break;
+    case cudaDevAttrMemoryClockRate:
+      *value = 2619000;
+      break;
+    default:
+      *value = 0;
+      break;
   }
   return cudaSuccess;
 }
@@ -343,7 +365,8 @@ cudaError_t cudaFree(void *pointer) {
     return fail(cudaErrorInvalidValue);
   }
   int device = it->second.device;
-  e.wait_until(lock, [&] { return e.idle(device); }, "cudaFree's device synchronisation");
+  e.wait_until(
+      lock, [&] { return e.idle(device); }, "cudaFree's device synchronisation");
   e.allocs[reinterpret_cast<uintptr_t>(pointer)].freed = true;
   return cudaSuccess;
 }
@@ -381,7 +404,8 @@ cudaError_t cudaFreeHost(void *pointer) {
   // every device of the process: threads that are ranks on other GPUs
   // carry on meanwhile.
   int device = e.need_context();
-  e.wait_until(lock, [&] { return e.idle(device); }, "cudaFreeHost's synchronisation");
+  e.wait_until(
+      lock, [&] { return e.idle(device); }, "cudaFreeHost's synchronisation");
   e.allocs[reinterpret_cast<uintptr_t>(pointer)].freed = true;
   return cudaSuccess;
 }
@@ -423,7 +447,8 @@ cudaError_t copy(Engine &e, Lock &lock, void *dst, const void *src, size_t bytes
     // stream's earlier work, then stages the source.
     if (!async) {
       kvs_standin::DonePtr before = s->tail;
-      e.wait_until(lock, [&] { return done(before); }, std::string(call) + "'s stream sync");
+      e.wait_until(
+          lock, [&] { return done(before); }, std::string(call) + "'s stream sync");
     }
     staged = stage(src, bytes);
   }
@@ -442,7 +467,8 @@ cudaError_t copy(Engine &e, Lock &lock, void *dst, const void *src, size_t bytes
     returns_at_once = async && dst_m == Memory::kPinned;
   }
   if (!returns_at_once) {
-    e.wait_until(lock, [&] { return finished->done; }, call);
+    e.wait_until(
+        lock, [&] { return finished->done; }, call);
   }
   return cudaSuccess;
 }
@@ -516,7 +542,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   CUstream_st *s = e.resolve(stream, "cudaStreamSynchronize");
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t f = e.injected("cudaStreamSynchronize")) return fail(f);
-  e.wait_until(lock, [&] { return s->queue.empty(); }, "cudaStreamSynchronize");
+  e.wait_until(
+      lock, [&] { return s->queue.empty(); }, "cudaStreamSynchronize");
   return cudaSuccess;
 }
 
@@ -603,7 +630,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Lock lock(e.mutex);
   if (event == nullptr || event->destroyed) return fail(cudaErrorInvalidResourceHandle);
   kvs_standin::DonePtr recorded = event->recorded;
-  e.wait_until(lock, [&] { return done(recorded); }, "cudaEventSynchronize");
+  e.wait_until(
+      lock, [&] { return done(recorded); }, "cudaEventSynchronize");
   return cudaSuccess;
 }
 

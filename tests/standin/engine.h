@@ -45,8 +45,8 @@ struct Part {
 // One queued operation of a stream.
 struct Op {
   std::string what;
-  std::function<void()> run;  // its effect, when it runs
-  std::vector<DonePtr> after; // operations it waits for (events, the legacy stream)
+  std::function<void()> run;   // its effect, when it runs
+  std::vector<DonePtr> after;  // operations it waits for (events, the legacy stream)
   DonePtr done = std::make_shared<Done>();
   // A rank's part of a collective: it arrives when it reaches the head of
   // its stream and completes when every rank's part has arrived.
@@ -64,9 +64,9 @@ struct CUstream_st {
   bool blocking = true;  // orders itself with the legacy stream
   bool legacy = false;
   bool destroyed = false;
-  int64_t stuck_since_ms = -1;  // first unanswered poll (for KVS_STANDIN_TRACE)
+  int64_t stuck_since_ms = -1;        // first unanswered poll (for KVS_STANDIN_TRACE)
   std::deque<kvs_standin::Op> queue;  // front: the next to run
-  kvs_standin::DonePtr tail;           // the last enqueued
+  kvs_standin::DonePtr tail;          // the last enqueued
 };
 
 struct CUevent_st {
@@ -104,7 +104,7 @@ struct Clique {
   bool checked = false;
   ncclResult_t init_result = ncclSuccess;
   std::string init_error;
-  bool broken = false;  // a rank aborted
+  bool broken = false;                                     // a rank aborted
   std::map<uint64_t, std::vector<CUstream_st *>> arrived;  // seq -> streams holding that part
 };
 
@@ -187,8 +187,8 @@ class Engine {
   CUstream_st *new_stream(int device, bool blocking, bool legacy);
   void enqueue(CUstream_st *stream, Op op);
   bool runnable(const CUstream_st *stream) const;
-  bool step();  // runs one runnable head, chosen at random; false: none
-  void background();  // maybe runs some queued work, as a GPU would meanwhile
+  bool step();                  // runs one runnable head, chosen at random; false: none
+  void background();            // maybe runs some queued work, as a GPU would meanwhile
   bool idle(int device) const;  // every stream of the device empty (-1: all)
   std::string describe() const;
   // KVS_STANDIN_TRACE: prints describe() once when `s` has waited 5 s.

@@ -81,12 +81,12 @@ void on_device(int device, F f) {
   using get_fn = CUresult (*)(CUcontext *);
   using set_fn = CUresult (*)(CUcontext);
   void *get = nullptr, *set = nullptr;
-  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
-                                             nullptr),
-            cudaSuccess);
-  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
-                                             nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, nullptr),
+      cudaSuccess);
+  ASSERT_EQ(
+      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, nullptr),
+      cudaSuccess);
   CUcontext saved = nullptr;
   reinterpret_cast<get_fn>(get)(&saved);
   ASSERT_EQ(cudaSetDevice(device), cudaSuccess);

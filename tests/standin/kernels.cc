@@ -14,13 +14,15 @@
 #include "tests/standin/engine.h"
 // After the CUDA headers, whose host definitions it replaces, and before
 // the kernels, which need its built-ins.
+// clang-format off
 #include "tests/cuda/kernel_emulation.h"
 #include "cuda/device_kernels.cuh"
+// clang-format on
 
 using kvs_standin::Engine;
+using kvs_standin::engine;
 using kvs_standin::Op;
 using kvs_standin::Range;
-using kvs_standin::engine;
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <sys/utsname.h>
 
 #include <climits>
-#include <map>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,8 +24,8 @@
 using kvs_standin::Clique;
 using kvs_standin::CommState;
 using kvs_standin::Engine;
-using kvs_standin::Op;
 using kvs_standin::engine;
+using kvs_standin::Op;
 
 namespace {
 
@@ -56,19 +56,23 @@ ncclComm *valid(Engine &e, ncclComm_t comm, const char *call) {
 size_t type_bytes(ncclDataType_t type) {
   switch (type) {
     case ncclInt8:
-    case ncclUint8: return 1;
+    case ncclUint8:
+      return 1;
     case ncclInt32:
-    case ncclUint32: return 4;
+    case ncclUint32:
+      return 4;
     case ncclInt64:
-    case ncclUint64: return 8;
-    default: return 0;
+    case ncclUint64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 using kvs_standin::Part;
 
-ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t stream,
-                                const Part &part, const char *call) {
+ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t stream, const Part &part,
+                                const char *call) {
   ncclComm *c = valid(e, handle, call);
   if (c == nullptr) return ncclInvalidArgument;
   if (c->state != CommState::kReady) {
@@ -81,8 +85,7 @@ ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t strea
   CUstream_st *s = e.resolve(stream, call);
   if (s == nullptr) return ncclInvalidArgument;
   char who[160];
-  std::snprintf(who, sizeof who, "%s on rank %d (device %d)", call, c->rank,
-                e.ordinal(c->device));
+  std::snprintf(who, sizeof who, "%s on rank %d (device %d)", call, c->rank, e.ordinal(c->device));
   if (s->device != c->device) {
     char text[240];
     std::snprintf(text, sizeof text, "%s: its stream belongs to device %d", who,
@@ -308,8 +311,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   c->rank = rank;
   c->device = device;
   c->host = host_name();
-  c->blocking = config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT ||
-                config->blocking != 0;
+  c->blocking =
+      config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
   c->polls = 1 + static_cast<int>(e.random(static_cast<uint64_t>(e.config.max_init_polls)));
   clique->ranks[static_cast<size_t>(rank)] = c;
   clique->joined++;
@@ -317,8 +320,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   e.changed.notify_all();
   *comm = c;
   if (!c->blocking) return ncclInProgress;
-  e.wait_until(lock, [&] { return clique->joined == clique->nranks; },
-               "ncclCommInitRankConfig waiting for every rank");
+  e.wait_until(
+      lock, [&] { return clique->joined == clique->nranks; },
+      "ncclCommInitRankConfig waiting for every rank");
   c->state = CommState::kReady;
   if (clique->init_result != ncclSuccess) {
     c->async = clique->init_result;
@@ -443,7 +447,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   c->state = CommState::kFinalizing;
   c->polls = 1 + static_cast<int>(e.random(static_cast<uint64_t>(e.config.max_init_polls)));
   if (!c->blocking) return ncclInProgress;
-  e.wait_until(lock, [&] { return c->outstanding == 0; }, "ncclCommFinalize");
+  e.wait_until(
+      lock, [&] { return c->outstanding == 0; }, "ncclCommFinalize");
   c->state = CommState::kFinalized;
   return ncclSuccess;
 }
@@ -490,15 +495,24 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
 
 const char *ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 

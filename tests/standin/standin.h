@@ -49,12 +49,12 @@
 namespace kvs_standin {
 
 struct Config {
-  int devices = 1;                       // 0: cudaGetDeviceCount answers cudaErrorNoDevice
-  uint64_t seed = 1;                     // the schedule
-  uint64_t device_bytes = 80ull << 30;   // each device's memory
-  uint64_t context_bytes = 512ull << 20; // what a primary context takes of it
+  int devices = 1;                        // 0: cudaGetDeviceCount answers cudaErrorNoDevice
+  uint64_t seed = 1;                      // the schedule
+  uint64_t device_bytes = 80ull << 30;    // each device's memory
+  uint64_t context_bytes = 512ull << 20;  // what a primary context takes of it
   int multiprocessors = 2;
-  int max_init_polls = 6;       // ncclInProgress answers after init, finalize: 1..this
+  int max_init_polls = 6;          // ncclInProgress answers after init, finalize: 1..this
   unsigned progress_percent = 30;  // chance that a call runs some queued work first
 };
 

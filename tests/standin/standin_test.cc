@@ -151,9 +151,9 @@ TEST(Standin, a_pageable_copy_may_land_after_a_non_blocking_streams_work) {
       ASSERT_EQ(cudaMemset(x, 0, 8), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       cudaStream_t s;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&s, is_blocking ? cudaStreamDefault
-                                                          : cudaStreamNonBlocking),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaStreamCreateWithFlags(&s, is_blocking ? cudaStreamDefault : cudaStreamNonBlocking),
+          cudaSuccess);
       uint64_t v = 7;
       ASSERT_EQ(cudaMemcpy(x, &v, 8, cudaMemcpyHostToDevice), cudaSuccess);
       v = 9;  // staged: the device never sees this
