@@ -32,7 +32,9 @@
 #include "core/cost_model.h"
 #include "core/device_ref.h"
 #include "core/geometry.h"
+#include "core/serving_defaults.h"
 #include "core/status.h"
+#include "core/window_pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,11 +90,14 @@ typedef struct kvs_device_layout_options {
 } kvs_device_layout_options;
 
 /* 256 B: what cudaMalloc guarantees for the base and what coalesced and
- * TMA accesses want for every region; 1 scratch row as kvplan's default;
- * 4096 journal entries as the window pool's default journal. */
+ * TMA accesses want for every region; the serving default's scratch rows;
+ * as many journal entries as the window pool's default journal. */
 #define KVS_DEVICE_DEFAULT_ALIGNMENT 256u
-#define KVS_DEVICE_LAYOUT_OPTIONS_INIT \
-  { sizeof(kvs_device_layout_options), KVS_DEVICE_DEFAULT_ALIGNMENT, 1, 4096 }
+#define KVS_DEVICE_LAYOUT_OPTIONS_INIT                                                  \
+  {                                                                                     \
+    sizeof(kvs_device_layout_options), KVS_DEVICE_DEFAULT_ALIGNMENT, KVS_DEFAULT_N_SCRATCH, \
+        KVS_WINDOW_POOL_DEFAULT_JOURNAL                                                 \
+  }
 
 /* The fault records at the head of the control area, one per kernel. */
 typedef struct kvs_device_faults {
