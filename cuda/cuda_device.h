@@ -50,7 +50,10 @@ kvs_status kvs_cuda_devices_list(kvs_cuda_device_info *out, size_t cap, size_t *
  * scope saves and restores the thread's driver context itself
  * (cuCtxGetCurrent / cuCtxSetCurrent, found through the runtime, so
  * nothing links libcuda). Where the driver cannot be asked, it falls back
- * to cudaGetDevice / cudaSetDevice. */
+ * to cudaGetDevice / cudaSetDevice. (The runtime may remember the device a
+ * scope set and bind that one again at the thread's next call that needs
+ * a context, rather than device 0: either way no context is created that
+ * the thread did not already have.) */
 typedef struct kvs_cuda_device_scope {
   void *saved;    /* the thread's CUcontext on entry; NULL: it had none */
   int previous;   /* cudaGetDevice on entry (the fallback) */

@@ -346,7 +346,10 @@ static kvs_status agree_on_failure(kvs_comm_t bootstrap, kvs_comm_buffer *word, 
   return KVS_OK;
 }
 
-/* This host's identity: a hash of its name (never 0). */
+/* This host's identity: a hash of its name (never 0). Two containers on one
+ * machine with different host names count as two nodes; each then takes
+ * device 0 upwards of what it sees, which is right when each is given its
+ * own GPUs (CUDA_VISIBLE_DEVICES, a device plugin), as they usually are. */
 static uint64_t host_key(void) {
   char name[256] = "";
   if (gethostname(name, sizeof name) != 0) name[0] = '\0';

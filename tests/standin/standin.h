@@ -33,7 +33,11 @@
 //   ncclRemoteError, and async errors can be injected.
 //
 // Where the real hardware differs in a way that matters, the comment at
-// the spot says so. The stand-in refuses to run in a process that also
+// the spot says so. One holds throughout: an operation (a copy, a kernel,
+// a rank's part of a collective) runs whole, so streams interleave between
+// operations, not inside them; a GPU also overlaps two streams' kernels
+// mid-way. A race the stand-in reports is real; one inside a kernel's
+// duration it can miss. The stand-in refuses to run in a process that also
 // loaded libcudart or libnccl.
 #ifndef KVS_TESTS_STANDIN_STANDIN_H
 #define KVS_TESTS_STANDIN_STANDIN_H
