@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "core/memory_budget.h"
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 
 kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, double memory_ratio,
@@ -22,15 +23,15 @@ kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, 
 kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t reserve_bytes,
                                    kvs_device_budget *out, kvs_error *err) {
   kvs_status status;
-  int previous = 0;
   char what[96];
   size_t free_bytes = 0, total_bytes = 0;
-  if ((status = kvs_cuda_status(cudaGetDevice(&previous), "cudaGetDevice", err))) return status;
-  snprintf(what, sizeof what, "cudaSetDevice(%d)", device);
-  if ((status = kvs_cuda_status(cudaSetDevice(device), what, err))) return status;
+  /* The thread's context is put back as it was: a rank measuring its own
+   * device must not leave a context on device 0 behind. */
+  kvs_cuda_device_scope scope;
+  if ((status = kvs_cuda_device_enter(device, &scope, err))) return status;
   snprintf(what, sizeof what, "cudaMemGetInfo on device %d", device);
   status = kvs_cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), what, err);
-  (void)cudaSetDevice(previous);
+  kvs_cuda_device_leave(&scope);
   if (status != KVS_OK) return status;
   return kvs_device_budget_compute(free_bytes, total_bytes, memory_ratio, reserve_bytes, out, err);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_tables.h"
 
@@ -33,28 +34,16 @@ typedef struct cuda_table {
   bool staged_pending;
 } cuda_table;
 
-/* The table's device current for a call; restores the caller's after.
- * A caller's device is only read here, so a thread that never chose one
- * does not get a context on device 0 created for it. */
-typedef struct device_scope {
-  int previous;
-  bool switched;
-} device_scope;
+/* The table's device current for a call, and the thread's context put
+ * back after it as it was (none for a thread that never chose a device:
+ * no primary context on device 0 is created for it). */
+typedef kvs_cuda_device_scope device_scope;
 
 static kvs_status enter(const cuda_table *t, device_scope *scope, kvs_error *err) {
-  scope->switched = false;
-  kvs_status status = kvs_cuda_status(cudaGetDevice(&scope->previous), "cudaGetDevice", err);
-  if (status != KVS_OK || scope->previous == t->device) return status;
-  char what[48];
-  snprintf(what, sizeof what, "cudaSetDevice(%d)", t->device);
-  status = kvs_cuda_status(cudaSetDevice(t->device), what, err);
-  scope->switched = status == KVS_OK;
-  return status;
+  return kvs_cuda_device_enter(t->device, scope, err);
 }
 
-static void leave(const device_scope *scope) {
-  if (scope->switched) (void)cudaSetDevice(scope->previous);
-}
+static void leave(const device_scope *scope) { kvs_cuda_device_leave(scope); }
 
 static kvs_status cuda_apply(void *impl, const kvs_journal_entry *entries,
                              const void *device_entries, size_t n, kvs_error *err) {
