@@ -158,7 +158,7 @@ kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_
 /* The table dims the kernels see (page, full_token, n_win_slots). */
 kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout);
 
-/* fp8 rows as one public engine stores DSV4 (../shared/MODELS.md): KV rows
+/* fp8 rows as one public engine stores DSV4 (its published row layout): KV rows
  * of 448 B fp8 no-rope + 128 B bf16 rope + 8 B scales and padding = 584 B,
  * indexer rows of 128 B fp8 + 4 B scale = 132 B; rings stay fp32 (core's
  * defaults for this geometry). */

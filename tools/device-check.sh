@@ -5,11 +5,12 @@
 # Two halves, so the GPU machine needs no Bazel:
 #
 #   1. STAGE, on a build machine (Bazel 4.2.3 and CUDA 13 in /usr/local/cuda,
-#      as in ../shared/BUILD-NOTES.md), from the repository root:
+#      as tools/setup.sh installs them), from the repository root:
 #
 #        tools/device-check.sh stage
 #
-#      builds the test binaries, the NCCL backend's test (tests/shard) and
+#      builds the test binaries, the NCCL backend's test (tests/shard),
+#      kvsim_local (kvsim with ranks as threads, no MPI) and
 #      kvs_device_bench (kernels compiled for sm_80 and sm_90, plus compute_90
 #      PTX, with -lineinfo) and copies them into out/device-check/bin, with
 #      the shared libraries they need beyond the C and C++ runtimes
@@ -29,7 +30,11 @@
 #      It sets LD_LIBRARY_PATH to the staged lib/ itself. Results go to
 #      $KVS_DEVICE_CHECK_OUT, else $OUT (the device tool's output folder),
 #      else out/device-check-results, four files:
-#        summary.json              what passed, timings, the benchmark
+#        summary.json              what passed, timings, the benchmark, and
+#                                  node_runs: kvsim on the node with device
+#                                  tables (1 NCCL rank; 4 loopback ranks on
+#                                  GPU 0; 1 NCCL rank at 256 requests), each
+#                                  with steps/s and the per-step split
 #        bench.json                the benchmark alone
 #        device_kernels_test.log   the device test's output
 #        logs.tar.gz               every step's log (tests, bench, memcheck)
@@ -66,12 +71,13 @@ cd "$(dirname "$0")/.." || exit 1
 MODE=${1:-run}
 STAGE=${KVS_DEVICE_CHECK_DIR:-out/device-check}
 BINARIES=(device_kernels_test device_ref_test device_layout_test cuda_status_test
-  kernel_emulation_test nccl_test kvs_device_bench)
+  kernel_emulation_test nccl_test kvs_device_bench kvsim_local)
 # Where each staged binary is built, under bazel-bin.
 package_of() {
   case $1 in
     kvs_device_bench) echo cuda ;;
     nccl_test) echo tests/shard ;;
+    kvsim_local) echo tools ;;
     *) echo tests/cuda ;;
   esac
 }
@@ -112,7 +118,8 @@ stage() {
   log "building with bazel"
   bazel build //tests/cuda:device_kernels_test //tests/cuda:device_ref_test \
     //tests/cuda:device_layout_test //tests/cuda:cuda_status_test \
-    //tests/cuda:kernel_emulation_test //tests/shard:nccl_test //cuda:kvs_device_bench >&2 ||
+    //tests/cuda:kernel_emulation_test //tests/shard:nccl_test //cuda:kvs_device_bench \
+    //tools:kvsim_local >&2 ||
     return 1
   local bin_dir
   bin_dir=$(bazel info bazel-bin 2>/dev/null) || return 1
@@ -294,17 +301,43 @@ run() {
   fi
   json_tests+=", \"nccl_test\": $nccl_json"
 
-  # ---- kvsim on the node (issue 10): NOT YET HERE ----
-  # The lead adds, in node_runs below, kvsim on the node with one rank over
-  # NCCL and four ranks sharing the GPU (ranks as threads over the loopback
-  # backend), comparing every step's device ring contexts with the CPU
-  # references and recording steps/s and the per-step split. Each run goes
-  # through `step`, appends one JSON object to json_node (comma-separated)
-  # and clears all_pass when it fails. The binaries it needs must be added to
-  # BINARIES and package_of above.
+  # ---- kvsim on the node ----
+  # kvsim_local (ranks as threads, no MPI) with the node's device tables:
+  # one rank over NCCL on the live machine (the tables apply each step's
+  # journal from the broadcast's device buffer), four ranks over loopback
+  # sharing GPU 0 (journals applied from host entries), and one NCCL rank
+  # at 256 running requests for the step / bare-broadcast ratio. Every step
+  # of the first two compares the device ring contexts with the pool's CPU
+  # reference (kvsim's verify); each records steps/s and the per-step split
+  # (broadcast, mirror, apply, ring_ctx, digest, schedule) in its JSON.
   local json_node=""
   node_runs() {
-    :
+    local runs=(
+      "nccl_1_rank|--ranks 1 --tp 1 --backend nccl --topology live --budget 8GiB --requests 64"
+      "loopback_4_ranks_1_gpu|--ranks 4 --tp 4 --backend loopback --topology bundled --cuda-device 0 --budget 4GiB --requests 64"
+      "nccl_1_rank_256_requests|--ranks 1 --tp 1 --backend nccl --topology live --budget 16GiB --requests 256 --arrival-rate 4 --no-verify --check-every 100000"
+    )
+    local run name args result ok
+    for run in "${runs[@]}"; do
+      name=${run%%|*}
+      read -r -a args <<<"${run#*|}"
+      step "kvsim_$name" 90 "$dir/bin/kvsim_local" "${args[@]}" --device cuda --steps 2000 \
+        --seed 1 --json --progress-s 0 --timeout-ms 20000
+      rc=$STEP_RC
+      # Rank 0's object is the line that starts with {"ranks" (other ranks'
+      # threads may still print their closing lines after it).
+      result=$(grep -m1 '^{"ranks"' "$logs/kvsim_$name.log")
+      ok=0
+      if ((rc == 0)) && [[ $result == *'"digests_agree":true'* &&
+        $result == *'"ring_ctx_digest_agree":true'* && $result == *'"device":"cuda"'* ]]; then
+        ok=1
+      elif ((rc == 5)) && [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} == 1 ]]; then
+        ok=1 # a dry run without a GPU: kvsim said the device is unavailable
+        result=$(json_string "not run: $(grep -m1 'unavailable\|no CUDA device' "$logs/kvsim_$name.log")")
+      fi
+      ((ok)) || all_pass=0
+      json_node+="${json_node:+, }{\"name\": \"$name\", \"exit\": $rc, \"seconds\": $STEP_SECONDS, \"ok\": $( ((ok)) && echo true || echo false), \"result\": ${result:-null}}"
+    done
   }
   node_runs
 
