@@ -196,10 +196,11 @@ static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *r
   return map[index];
 }
 
-kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                            const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
-                            int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
-                            kvs_error *err) {
+/* The arguments both ring-context functions take, checked alike. */
+static kvs_status check_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
+                                 const kvs_block_tables *tables, const int64_t *positions,
+                                 size_t n_req, const int64_t *own, const int64_t *prev,
+                                 const int64_t *ring, kvs_error *err) {
   kvs_status status;
   if ((status = kvs_table_dims_check(dims, err)) ||
       (status = kvs_block_tables_check(tables, n_req, err))) {
@@ -214,6 +215,15 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
     return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit", n_req,
                          (unsigned long long)dims->page);
   }
+  return KVS_OK;
+}
+
+kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
+                            const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
+                            int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                            kvs_error *err) {
+  kvs_status status = check_ring_ctx(map, dims, tables, positions, n_req, own, prev, ring, err);
+  if (status != KVS_OK) return status;
   const uint64_t page = dims->page;
   const kvs_tm_div page_div = kvs_tm_div_make(page);
   const kvs_tm_div block_div = kvs_tm_div_make(tables->block_size);
@@ -275,28 +285,15 @@ static void copy_run(const int64_t *map, uint64_t full_token, const int32_t *row
 }
 
 kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                             const kvs_block_tables *tables, const int64_t *positions,
-                             size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
-                             kvs_batch_fault *fault, kvs_error *err) {
-  kvs_status status;
-  if ((status = kvs_table_dims_check(dims, err)) ||
-      (status = kvs_block_tables_check(tables, n_req, err))) {
-    return status;
-  }
+                             const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
+                             int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                             kvs_error *err) {
+  kvs_status status = check_ring_ctx(map, dims, tables, positions, n_req, own, prev, ring, err);
+  if (status != KVS_OK) return status;
   if (tables->block_size != dims->page) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "the run-wise ring context needs blocks of P=%llu tokens, not %llu",
-                         (unsigned long long)dims->page,
-                         (unsigned long long)tables->block_size);
-  }
-  if (map == NULL ||
-      (n_req > 0 && (positions == NULL || own == NULL || prev == NULL || ring == NULL))) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "table, positions or an output of the ring context is NULL");
-  }
-  if (n_req > 0 && dims->page > (uint64_t)SIZE_MAX / sizeof(int64_t) / n_req) {
-    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit", n_req,
-                         (unsigned long long)dims->page);
+                         (unsigned long long)dims->page, (unsigned long long)tables->block_size);
   }
   const uint64_t page = dims->page;
   const kvs_tm_div block_div = kvs_tm_div_make(page);

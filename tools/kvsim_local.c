@@ -113,10 +113,17 @@ int main(int argc, char **argv) {
   /* The worst rank's status is the process's: a divergence or failure
    * anywhere is the run's. */
   code = started == a.ranks ? KVSIM_EXIT_AGREE : KVSIM_EXIT_FAILED;
+  int survivors = 0;
   for (int r = 0; r < started; r++) {
     pthread_join(threads[r].thread, NULL);
     /* The survivors speak for the run; a killed rank says nothing. */
-    if (threads[r].code != KVSIM_RANK_KILLED && threads[r].code > code) code = threads[r].code;
+    if (threads[r].code == KVSIM_RANK_KILLED) continue;
+    survivors++;
+    if (threads[r].code > code) code = threads[r].code;
+  }
+  if (started > 0 && survivors == 0) {
+    fprintf(stderr, "kvsim_local: no rank survived the drill\n");
+    code = KVSIM_EXIT_FAILED;
   }
   for (int r = 0; r < started; r++) {
     kvs_comm_destroy(threads[r].comm);

@@ -33,6 +33,17 @@ fail() {
   exit 1
 }
 
+# Runs a command that must exit CODE and say MESSAGE (on stderr or stdout):
+#   expect CODE MESSAGE -- command...
+expect() {  # expect CODE MESSAGE -- command...
+  local code=$1 message=$2
+  shift 3
+  "$@" >"$OUT" 2>"$ERR"
+  local rc=$?
+  [ $rc -eq "$code" ] || fail "'$*' exited $rc, expected $code"
+  grep -qF -- "$message" "$ERR" "$OUT" || fail "'$*' did not say: $message"
+}
+
 # jq -e on the last line of stdout.
 json_check() {
   tail -n 1 "$OUT" | jq -e "$1" >/dev/null || fail "JSON check failed: $1 on $(tail -n 1 "$OUT")"

@@ -5,15 +5,6 @@ source "$(dirname "$0")/common.sh"
 KVSIM=$1
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 
-expect() {  # expect CODE MESSAGE -- command...
-  local code=$1 message=$2
-  shift 3
-  "$@" >"$OUT" 2>"$ERR"
-  local rc=$?
-  [ $rc -eq "$code" ] || fail "'$*' exited $rc, expected $code"
-  grep -qF -- "$message" "$ERR" "$OUT" || fail "'$*' did not say: $message"
-}
-
 expect 2 "tp 3 x pp 1 = 3 ranks, but the group has 2" -- \
   "${MPIRUN[@]}" -np 2 "$KVSIM" --tp 3 --steps 10 --seed 1
 expect 2 "--steps needs a step count" -- "$KVSIM" --tp 1 --backend self --seed 1

@@ -25,21 +25,14 @@ for ((r = 0; r < 4; r++)); do
   grep -q "^kvsim: rank $r: integrity ok after 2000 steps" "$ERR" || fail "rank $r"
 done
 
-expect() {  # expect CODE MESSAGE -- command...
-  local code=$1 message=$2
-  shift 3
-  "$@" >"$OUT" 2>"$ERR"
-  local rc=$?
-  [ $rc -eq "$code" ] || fail "'$*' exited $rc, expected $code"
-  grep -qF -- "$message" "$ERR" "$OUT" || fail "'$*' did not say: $message"
-}
 expect 2 "kvsim: tp 2 x pp 1 = 2 ranks, but the group has 3" -- \
   "$KVSIM" --ranks 3 --tp 2 --steps 5 --seed 1 --device cpu
 expect 2 "--backend needs one of loopback, nccl, self, got 'mpi'" -- \
   "$KVSIM" --tp 1 --backend mpi --steps 5 --seed 1
 expect 2 "--backend self runs one rank, not 2" -- \
   "$KVSIM" --ranks 2 --tp 2 --backend self --steps 5 --seed 1
-expect 2 "unknown flag '--kill-rank'" -- "$KVSIM" --tp 1 --steps 5 --seed 1 --kill-rank 0:1
+expect 2 "unknown flag '--stall-rank'" -- "$KVSIM" --tp 1 --steps 5 --seed 1 --stall-rank 0:1
+expect 4 "no rank survived" -- "$KVSIM" --tp 1 --steps 5 --seed 1 --kill-rank 0:1 --device cpu
 expect 2 "--ranks needs a rank count in [1, 256], got '0'" -- "$KVSIM" --ranks 0 --tp 1 --steps 5 --seed 1
 expect 2 "--device needs cpu or cuda, got 'gpu'" -- "$KVSIM" --tp 1 --steps 5 --seed 1 --device gpu
 expect 2 "must be below --steps" -- \

@@ -36,16 +36,8 @@ namespace {
 
 constexpr uint64_t P = KVS_DEFAULT_WINDOW_PAGE;
 
-void reset(int devices, uint64_t seed) {
-  kvs_standin::Config c;
-  c.devices = devices;
-  c.seed = seed;
-  kvs_standin::reset(c);
-}
-
-void expect_no_violations() {
-  for (const std::string &v : kvs_standin::violations()) ADD_FAILURE() << v;
-}
+using kvs_standin_harness::expect_no_violations;
+using kvs_standin_harness::reset;
 
 bool has_violation(const std::string &needle) {
   for (const std::string &v : kvs_standin::violations()) {

@@ -37,16 +37,8 @@ constexpr uint64_t kScale = 5;
 constexpr uint64_t kScale = 1;
 #endif
 
-void reset(int devices, uint64_t seed) {
-  kvs_standin::Config c;
-  c.devices = devices;
-  c.seed = seed;
-  kvs_standin::reset(c);
-}
-
-void expect_no_violations() {
-  for (const std::string &v : kvs_standin::violations()) ADD_FAILURE() << v;
-}
+using kvs_standin_harness::expect_no_violations;
+using kvs_standin_harness::reset;
 
 // One rank: a node with CUDA tables on `device`, a workload for `steps`
 // steps with every step's ring contexts checked against the pool; returns

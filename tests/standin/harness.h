@@ -138,6 +138,20 @@ class DeviceArray {
   T *p_ = nullptr;
 };
 
+// A fresh machine of `devices` GPUs running schedule `seed`.
+inline void reset(int devices, uint64_t seed) {
+  kvs_standin::Config c;
+  c.devices = devices;
+  c.seed = seed;
+  kvs_standin::reset(c);
+}
+
+// Every use of freed or foreign memory (and every other refusal) the
+// stand-in saw since the last reset, as a test failure each.
+inline void expect_no_violations() {
+  for (const std::string &v : kvs_standin::violations()) ADD_FAILURE() << v;
+}
+
 }  // namespace kvs_standin_harness
 
 #endif  // KVS_TESTS_STANDIN_HARNESS_H
