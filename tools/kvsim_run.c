@@ -543,8 +543,10 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
     for (uint64_t s = 0; s < a->steps && !r.diverged && code == 0; s++) {
       if (!threads) drills(&r, s);
       if (killed_now(&r, s)) {
-        /* No teardown either: the node's collectives stay as they are. */
-        return KVSIM_RANK_KILLED;
+        /* The rank's memory goes (as a dead process's does: destroying a
+         * node communicates nothing), its communicator stays, silent. */
+        code = KVSIM_RANK_KILLED;
+        break;
       }
       code = one_step(&r, s);
       if (code != 0) break;

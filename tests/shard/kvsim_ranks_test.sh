@@ -18,10 +18,10 @@ ARGS=(--tp "$TP" --pp "$PP" --backend "$BACKEND" --steps "$STEPS" --seed 11 --js
       --budget-per-gpu "$BUDGETS" --device cpu)
 if [ "$BACKEND" = self ]; then
   timeout 300 "$KVSIM" "${ARGS[@]}" >"$OUT" 2>"$ERR"
+  rc=$?
 else
-  timeout 300 "${MPIRUN[@]}" -np "$NP" "$KVSIM" "${ARGS[@]}" >"$OUT" 2>"$ERR"
+  run_mpi 300 -np "$NP" "$KVSIM" "${ARGS[@]}"
 fi
-rc=$?
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 
 # The contract: one JSON object, last line, exactly these keys.

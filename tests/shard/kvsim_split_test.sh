@@ -9,9 +9,8 @@ source "$(dirname "$0")/common.sh"
 KVSIM=$1 KVPLAN=$2
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 BUDGETS=1200MiB,1200MiB,1200MiB,1200MiB,1200MiB,700MiB,1200MiB,1200MiB
-timeout 300 "${MPIRUN[@]}" -np 8 "$KVSIM" --tp 4 --pp 2 --steps 1500 --seed 4 --json \
-  --topology bundled --budget-per-gpu "$BUDGETS" --device cpu >"$OUT" 2>"$ERR"
-rc=$?
+run_mpi 300 -np 8 "$KVSIM" --tp 4 --pp 2 --steps 1500 --seed 4 --json \
+  --topology bundled --budget-per-gpu "$BUDGETS" --device cpu
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 json_check '.digests_agree == true and .ring_ctx_digest_agree == true'
 "$KVPLAN" --topology bundled --tp 4 --pp 2 --budget-per-gpu "$BUDGETS" --swa-ratio 0.04 \
