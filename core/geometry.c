@@ -72,6 +72,18 @@ kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor
   return KVS_OK;
 }
 
+kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geometry,
+                                                     const char *layers_name,
+                                                     const char *ratios_name, kvs_error *err) {
+  if (geometry == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");
+  if (geometry->n_ratios >= geometry->n_layers) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                       "%s is %zu but %s lists %zu: every layer needs a ratio (the %zu layers "
+                       "without one would silently not be planned)",
+                       layers_name, geometry->n_layers, ratios_name, geometry->n_ratios,
+                       geometry->n_layers - geometry->n_ratios);
+}
+
 kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");

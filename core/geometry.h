@@ -72,6 +72,15 @@ kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor
  * every used ratio known. */
 kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err);
 
+/* Checks that a model description gives every layer a ratio: n_ratios >=
+ * n_layers. The geometry itself reads only the first n_layers ratios and,
+ * given fewer, describes fewer layers (the upstream rule); a config or a
+ * set of flags that means a whole model must not shrink silently, so the
+ * loaders refuse it, naming both counts (KVS_ERR_INVALID_ARGUMENT). */
+kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geometry,
+                                                     const char *layers_name,
+                                                     const char *ratios_name, kvs_error *err);
+
 /* Compress-state ring slots per window page: 8 for ratio 4, 128 for ratio
  * 128. Any other ratio (0 included: no compressor, no carry state) is
  * KVS_ERR_UNKNOWN_RATIO, because a guessed ring mis-addresses every carry
@@ -85,7 +94,9 @@ kvs_status kvs_geometry_init(kvs_geometry *out, uint64_t head_dim, uint64_t inde
 
 /* Parses a model config.json text: num_hidden_layers, head_dim,
  * index_head_dim and compress_ratios; other fields are ignored. A missing
- * or mistyped field is named in the error. The result is validated. */
+ * or mistyped field is named in the error; fewer compress_ratios than
+ * num_hidden_layers is refused (more are allowed: checkpoints ship one
+ * extra). The result is validated. */
 kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
                                    kvs_error *err);
 /* Reads and parses a config.json file. */

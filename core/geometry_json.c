@@ -99,7 +99,9 @@ kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *o
     }
     parsed->compress_ratios[i] = (uint32_t)json_integer_value(entry);
   }
-  status = kvs_geometry_validate(parsed, err);
+  status = kvs_geometry_check_every_layer_has_a_ratio(parsed, "config field num_hidden_layers",
+                                                       "compress_ratios", err);
+  if (status == KVS_OK) status = kvs_geometry_validate(parsed, err);
   if (status == KVS_OK) *out = *parsed;
   free(parsed);
 done:

@@ -119,6 +119,8 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geo
     }
     if ((status = kvs_geometry_init(geometry, o->head_dim, o->index_head_dim, o->layers,
                                     o->ratios, o->n_ratios, err)) ||
+        (status = kvs_geometry_check_every_layer_has_a_ratio(geometry, "--layers", "--ratios",
+                                                            err)) ||
         (status = kvs_geometry_validate(geometry, err))) {
       return status;
     }

@@ -162,6 +162,9 @@ TEST(GeometryJson, a_bad_config_is_refused_naming_the_field_and_leaves_the_outpu
       {R"({"num_hidden_layers": 1, "head_dim": 0, "index_head_dim": 32,
            "compress_ratios": [0]})",
        "head_dim is 0"},
+      {R"({"num_hidden_layers": 61, "head_dim": 64, "index_head_dim": 32,
+           "compress_ratios": [0, 4]})",
+       "num_hidden_layers is 61 but compress_ratios lists 2"},
   };
   for (const BadConfig &c : cases) {
     kvs_geometry g = args();

@@ -56,4 +56,26 @@ check "an unknown ratio is bad usage" 2 $?
 msg=$("$kvplan" solve --budget 1GiB --head-dim 8 --index-head-dim 4 --layers 2 --ratios 0,7 2>&1)
 check "and the message names the layer" yes "$(echo "$msg" | grep -q 'layer 1 has compress ratio 7' && echo yes)"
 
+# Fewer ratios than layers would drop the layers without one: refused,
+# naming both counts (more ratios than layers are allowed, as checkpoints
+# ship one extra).
+msg=$("$kvplan" solve --budget 80GiB --head-dim 512 --index-head-dim 128 --layers 61 \
+  --ratios 0,4 2>&1)
+check "fewer ratios than layers is bad usage" 2 $?
+check "and names both counts" yes \
+  "$(echo "$msg" | grep -q -- '--layers is 61 but --ratios lists 2' && echo yes)"
+"$kvplan" solve --budget 80GiB --head-dim 512 --index-head-dim 128 --layers 100000 --ratios 4 \
+  >/dev/null 2>&1
+check "a huge layer count with one ratio is bad usage" 2 $?
+"$kvplan" solve --head-dim 8 --index-head-dim 4 --layers 3 --ratios 0,4,128,4 --floor-pages 21 \
+  --swa-ratio 0.1 --budget 900000 >/dev/null 2>&1
+check "one ratio more than layers still solves" 0 $?
+config=$(mktemp)
+echo '{"num_hidden_layers": 61, "head_dim": 512, "index_head_dim": 128, "compress_ratios": [0, 4]}' \
+  >"$config"
+msg=$("$kvplan" solve --budget 80GiB --model "$config" 2>&1)
+check "a config with fewer ratios than layers is bad usage" 2 $?
+check "and names the fields" yes \
+  "$(echo "$msg" | grep -q 'num_hidden_layers is 61 but compress_ratios lists 2' && echo yes)"
+rm -f "$config"
 [ "$failures" -eq 0 ]
