@@ -237,6 +237,60 @@ static kvs_status load(struct kvs_topology *t, const kvs_topology_source *source
   return KVS_OK;
 }
 
+/* How many NVIDIA display/3D PCI functions an hwloc XML text describes
+ * (pci_type="03xx [10de:..."), read from the text itself: hwloc drops an
+ * object whose bus id it cannot parse without a word, and the plan would
+ * then quietly run on fewer GPUs. */
+static size_t gpus_in_xml_text(const char *text, size_t len) {
+  static const char key[] = "pci_type=\"";
+  size_t n = 0;
+  const char *end = text + len;
+  for (const char *p = text; p < end;) {
+    const char *hit = memmem(p, (size_t)(end - p), key, sizeof key - 1);
+    if (hit == NULL) break;
+    const char *v = hit + sizeof key - 1;
+    unsigned cls = 0, vendor = 0;
+    if (end - v > 12 && sscanf(v, "%4x [%4x:", &cls, &vendor) == 2 &&
+        kvs_pci_is_nvidia_gpu(vendor, cls)) {
+      n++;
+    }
+    p = v;
+  }
+  return n;
+}
+
+/* Refuses an XML topology whose text describes more NVIDIA GPUs than hwloc
+ * loaded, naming both counts. Live sources have no text to compare. */
+static kvs_status check_nothing_dropped(const struct kvs_topology *t,
+                                        const kvs_topology_source *source, size_t loaded,
+                                        kvs_error *err) {
+  const char *text = source->buffer;
+  size_t len = source->buffer_len;
+  char *file = NULL;
+  if (text == NULL && source->path != NULL) {
+    FILE *f = fopen(source->path, "rb");
+    if (f == NULL) return KVS_OK; /* hwloc read it a moment ago; nothing to compare */
+    if (fseek(f, 0, SEEK_END) == 0) {
+      long size = ftell(f);
+      if (size > 0 && size < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
+          (file = malloc((size_t)size)) != NULL) {
+        len = fread(file, 1, (size_t)size, f);
+        text = file;
+      }
+    }
+    fclose(f);
+  }
+  size_t described = text != NULL ? gpus_in_xml_text(text, len) : 0;
+  free(file);
+  if (described <= loaded) return KVS_OK;
+  return kvs_error_set(
+      err, KVS_ERR_PARSE,
+      "topology '%s' describes %zu NVIDIA GPUs but hwloc loaded %zu: %zu of them were "
+      "dropped (hwloc skips an object whose PCI bus id or type it cannot "
+      "parse); fix the export",
+      t->label, described, loaded, described - loaded);
+}
+
 kvs_status kvs_topology_create(const kvs_topology_source *source,
                                const kvs_topology_options *options, kvs_topology_t *out,
                                kvs_error *err) {
@@ -267,6 +321,27 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
   if (status != KVS_OK) goto fail;
   t->this_system = source->iface->is_this_system(source) && hwloc_topology_is_thissystem(t->hwloc);
   if ((status = find_pci_gpus(t->hwloc, &pcis, &n_pci, err)) != KVS_OK) goto fail;
+  if (!source->iface->is_this_system(source) &&
+      (status = check_nothing_dropped(t, source, n_pci, err)) != KVS_OK) {
+    goto fail;
+  }
+  /* Two GPUs at one bus id would give two ranks one device, each with the
+   * whole budget: the export is broken, and guessing which is real is not
+   * ours to do. Sorted, duplicates are neighbours. */
+  for (size_t i = 1; i < n_pci; i++) {
+    kvs_pci_address a, b;
+    pci_address_of(pcis[i - 1], &a);
+    pci_address_of(pcis[i], &b);
+    if (kvs_pci_address_compare(&a, &b) == 0) {
+      char busid[KVS_PCI_BUSID_LEN];
+      kvs_pci_address_format(&a, busid);
+      status = kvs_error_set(err, KVS_ERR_PARSE,
+                             "topology '%s' lists two GPUs at PCI bus id %s: one device cannot "
+                             "be two ranks' GPU",
+                             t->label, busid);
+      goto fail;
+    }
+  }
 
   kvs_cuda_device *devices = NULL;
   size_t n_cuda = 0;

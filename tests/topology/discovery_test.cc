@@ -265,3 +265,58 @@ TEST(Discovery, live_cuda_devices_match_their_pci_objects) {
     }
   }
 }
+
+namespace {
+
+// The HGX export with one GPU's bus id replaced, loaded from a buffer and
+// from a file.
+std::string hgx_with(const std::string &from, const std::string &to) {
+  std::ifstream in(data_path(kHgx));
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string xml = s.str();
+  size_t at = xml.find("pci_busid=\"" + from + "\"");
+  EXPECT_NE(at, std::string::npos);
+  xml.replace(at + 11, from.size(), to);
+  return xml;
+}
+
+kvs_status load_text(const std::string &xml, kvs_error *err) {
+  kvs_topology_source source = kvs_topology_source_xml_buffer("edited", xml.c_str(), xml.size());
+  kvs_topology_t t = nullptr;
+  kvs_status status = kvs_topology_create(&source, nullptr, &t, err);
+  kvs_topology_destroy(t);
+  return status;
+}
+
+}  // namespace
+
+// Two GPUs at one bus id would be two ranks on one device, each with the
+// full budget: refused, naming the bus id.
+TEST(Discovery, two_gpus_at_one_bus_id_are_refused) {
+  kvs_error err;
+  EXPECT_EQ(load_text(hgx_with("0000:43:00.0", "0000:1b:00.0"), &err), KVS_ERR_PARSE);
+  EXPECT_NE(std::string(err.message).find("lists two GPUs at PCI bus id 0000:1b:00.0"),
+            std::string::npos)
+      << err.message;
+}
+
+// A GPU whose bus id hwloc cannot parse is dropped by hwloc; the plan must
+// not quietly run on seven: refused, naming the counts, from a buffer and
+// from a file.
+TEST(Discovery, a_gpu_hwloc_drops_is_reported_not_lost) {
+  std::string xml = hgx_with("0000:43:00.0", "zz:43:00.0");
+  kvs_error err;
+  EXPECT_EQ(load_text(xml, &err), KVS_ERR_PARSE);
+  EXPECT_NE(std::string(err.message).find("describes 8 NVIDIA GPUs but hwloc loaded 7"),
+            std::string::npos)
+      << err.message;
+  std::string path = testing::TempDir() + "/dropped.xml";
+  std::ofstream(path) << xml;
+  kvs_topology_source source = kvs_topology_source_xml_file(path.c_str());
+  kvs_topology_t t = nullptr;
+  EXPECT_EQ(kvs_topology_create(&source, nullptr, &t, &err), KVS_ERR_PARSE);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_NE(std::string(err.message).find("1 of them were dropped"), std::string::npos)
+      << err.message;
+}
