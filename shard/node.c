@@ -130,7 +130,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
     h = kvs_mix64(h, b->budget_per_gpu[i]);
   }
   h = kvs_mix64_double(h, b->memory_ratio);
-  return kvs_mix64(kvs_mix64(h, b->reserve_bytes), b->nominal_bytes);
+  return kvs_mix64(h, b->reserve_bytes);
 }
 
 /* Collective: the first rank whose fingerprint differs from the leader's,

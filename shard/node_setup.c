@@ -41,9 +41,9 @@ kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *n
     }
     if (note != NULL && note_cap > 0) {
       snprintf(note, note_cap,
-               "no GPU visible to CUDA (%s); planning the %s with a nominal %llu GB per GPU",
+               "no GPU visible to CUDA (%s); planning the %s with a nominal 141 GB per GPU",
                live != NULL ? kvs_topology_cuda_note(live) : live_err.message,
-               kvs_bundled_topology_description, KVS_NOMINAL_GPU_BYTES / 1000000000ull);
+               kvs_bundled_topology_description);
     }
     kvs_topology_destroy(live);
     source = kvs_topology_source_bundled();
@@ -96,14 +96,18 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
   } else if (gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
     status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, gpu->free_bytes, request->memory_ratio,
                                     request->reserve_bytes, out, err);
-  } else if (request->nominal_bytes > 0) {
-    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, request->nominal_bytes,
-                                    request->memory_ratio, request->reserve_bytes, out, err);
   } else {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "GPU %zu (%s) has no measured memory and no nominal size: give its "
-                         "budget",
-                         gpu->index, gpu->pci_busid);
+    uint64_t known = kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
+    if (known == 0) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "GPU %zu (%s, %s, PCI %04x:%04x) has no measured memory and is not a "
+                           "model whose memory kvshard knows: give its budget (--budget or "
+                           "--budget-per-gpu)",
+                           gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
+                           gpu->vendor_id, gpu->device_id);
+    }
+    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio,
+                                    request->reserve_bytes, out, err);
   }
   if (status != KVS_OK && err != NULL) {
     kvs_error inner = *err;

@@ -32,10 +32,6 @@ extern "C" {
 
 /* ---- step 1: the topology ---- */
 
-/* The memory of one GPU of the bundled server (an H200's 141 GB), assumed
- * where a topology's GPUs cannot be measured. */
-#define KVS_NOMINAL_GPU_BYTES 141000000000ull
-
 /* Loads the topology `spec` names: NULL or "auto" (the running machine
  * when CUDA sees a GPU, else the bundled 8-GPU server), "live" (the
  * running machine), "bundled", or the path of an hwloc XML export. When
@@ -56,15 +52,16 @@ typedef struct kvs_budget_request {
   size_t n_budget_per_gpu;        /* must equal the GPU count */
   double memory_ratio;            /* (0, 1], applied to measured or nominal memory */
   uint64_t reserve_bytes;         /* taken off measured or nominal memory */
-  uint64_t nominal_bytes;         /* a GPU's memory where none is measured; 0: refuse */
 } kvs_budget_request;
 
 #define KVS_BUDGET_REQUEST_INIT \
-  { 0, NULL, 0, KVS_DEFAULT_MEMORY_RATIO, KVS_DEFAULT_RESERVE_BYTES, KVS_NOMINAL_GPU_BYTES }
+  { 0, NULL, 0, KVS_DEFAULT_MEMORY_RATIO, KVS_DEFAULT_RESERVE_BYTES }
 
 /* The budget of GPU gpus[index] (n_gpus in the list): the caller's bytes,
  * else its measured free memory (gpu->free_bytes, when CUDA measured it),
- * else the nominal memory, through the one rule. */
+ * else its model's known memory (kvs_gpu_known_memory_bytes), through the
+ * one rule. A GPU with none of these is KVS_ERR_INVALID_ARGUMENT naming it
+ * and its PCI ids: nothing is invented. */
 kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                                size_t n_gpus, size_t index, kvs_memory_budget *out, kvs_error *err);
 

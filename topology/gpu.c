@@ -30,10 +30,9 @@ static bool hex_field(const char **at, size_t max_digits, uint32_t *out) {
 kvs_status kvs_pci_address_parse(const char *text, kvs_pci_address *out, kvs_error *err) {
   kvs_pci_address a;
   const char *p = text;
-  if (text == NULL || !hex_field(&p, 8, &a.domain) || *p++ != ':' ||
-      !hex_field(&p, 2, &a.bus) || *p++ != ':' || !hex_field(&p, 2, &a.device) ||
-      *p++ != '.' || !hex_field(&p, 1, &a.function) || *p != '\0' || a.device > 0x1f ||
-      a.function > 7) {
+  if (text == NULL || !hex_field(&p, 8, &a.domain) || *p++ != ':' || !hex_field(&p, 2, &a.bus) ||
+      *p++ != ':' || !hex_field(&p, 2, &a.device) || *p++ != '.' ||
+      !hex_field(&p, 1, &a.function) || *p != '\0' || a.device > 0x1f || a.function > 7) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "PCI bus id '%s' is not of the form 0000:07:00.0 "
                          "(domain:bus:device.function, hex)",
@@ -61,4 +60,29 @@ int kvs_pci_address_compare(const kvs_pci_address *a, const kvs_pci_address *b) 
 
 bool kvs_pci_is_nvidia_gpu(uint32_t vendor_id, uint32_t class_id) {
   return vendor_id == KVS_PCI_VENDOR_NVIDIA && (class_id >> 8) == 0x03u;
+}
+
+/* NVIDIA data-center parts as the PCI ID Repository names them, with their
+ * marketed memory. Only parts whose name fixes the memory size are here. */
+static const struct known_gpu {
+  uint32_t device_id;
+  const char *name;
+  uint64_t bytes;
+} kKnownGpus[] = {
+    {0x06d2, "Tesla M2070", 6000000000ull},      {0x1db8, "Tesla V100 SXM3 32GB", 32000000000ull},
+    {0x20b0, "A100 SXM4 40GB", 40000000000ull},  {0x20b2, "A100 SXM4 80GB", 80000000000ull},
+    {0x2321, "H100 NVL 94GB", 94000000000ull},   {0x2330, "H100 SXM5 80GB", 80000000000ull},
+    {0x2335, "H200 SXM 141GB", 141000000000ull},
+};
+
+uint64_t kvs_gpu_known_memory_bytes(uint32_t vendor_id, uint32_t device_id, const char **name) {
+  if (name != NULL) *name = "";
+  if (vendor_id != KVS_PCI_VENDOR_NVIDIA) return 0;
+  for (size_t i = 0; i < sizeof kKnownGpus / sizeof kKnownGpus[0]; i++) {
+    if (kKnownGpus[i].device_id == device_id) {
+      if (name != NULL) *name = kKnownGpus[i].name;
+      return kKnownGpus[i].bytes;
+    }
+  }
+  return 0;
 }

@@ -38,16 +38,16 @@ typedef struct kvs_gpu_info {
    * CUDA order under CUDA_DEVICE_ORDER=PCI_BUS_ID). */
   size_t index;
   kvs_pci_address pci;
-  char pci_busid[KVS_PCI_BUSID_LEN]; /* "0000:07:00.0", lower-case hex */
-  uint32_t vendor_id, device_id;     /* 0 when unknown (CUDA-only GPU) */
-  char model[KVS_GPU_MODEL_MAX];     /* "" when unknown */
-  int numa_node;  /* os index of the local NUMA node, -1 when unknown */
-  int package;    /* os index of the local package, -1 when unknown */
+  char pci_busid[KVS_PCI_BUSID_LEN];  /* "0000:07:00.0", lower-case hex */
+  uint32_t vendor_id, device_id;      /* 0 when unknown (CUDA-only GPU) */
+  char model[KVS_GPU_MODEL_MAX];      /* "" when unknown */
+  int numa_node;                      /* os index of the local NUMA node, -1 when unknown */
+  int package;                        /* os index of the local package, -1 when unknown */
   char cpuset[KVS_CPUSET_STRING_MAX]; /* local CPUs, list form; "" unknown */
   /* False when CUDA named the GPU but hwloc has no PCI object for it
    * (a container without sysfs): locality is then unknown. */
   bool in_topology;
-  int cuda_device;     /* CUDA ordinal, -1 when CUDA was not consulted */
+  int cuda_device;      /* CUDA ordinal, -1 when CUDA was not consulted */
   uint64_t free_bytes;  /* cudaMemGetInfo, 0 when unknown */
   uint64_t total_bytes; /* cudaMemGetInfo, 0 when unknown */
 } kvs_gpu_info;
@@ -68,6 +68,16 @@ int kvs_pci_address_compare(const kvs_pci_address *a, const kvs_pci_address *b);
  * chips (class 0x0680, a bridge) and other vendors' display adapters
  * (a BMC's VGA) are not. */
 bool kvs_pci_is_nvidia_gpu(uint32_t vendor_id, uint32_t class_id);
+
+/* A known GPU model's memory, for planning a machine where nothing can be
+ * measured (an XML export, the bundled server). The sizes are the
+ * marketed capacities in decimal units (an "80 GB" part is 80e9 bytes),
+ * at or below what such a device reports, so a plan made on them never
+ * promises memory the device lacks. Models are matched by PCI vendor and
+ * device id, as the PCI ID Repository names them (pci-ids.ucw.cz). 0 for
+ * a model not in the table: the caller must then be told the budget. *name
+ * (may be NULL) gets the model's name, or "". */
+uint64_t kvs_gpu_known_memory_bytes(uint32_t vendor_id, uint32_t device_id, const char **name);
 
 #ifdef __cplusplus
 }

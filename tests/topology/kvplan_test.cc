@@ -408,3 +408,34 @@ TEST(Kvplan, help_exits_zero) {
   EXPECT_NE(run.out.find("--budget-per-gpu"), std::string::npos);
   EXPECT_NE(run.out.find("--topology FILE|live"), std::string::npos);
 }
+
+// Without measured memory, a GPU's budget comes from its model's known
+// capacity (H100 NVL: 94 GB; V100 SXM3: 32 GB), never from another model's;
+// a model kvshard does not know is refused until a budget is given.
+TEST(Kvplan, unmeasured_gpus_are_budgeted_by_their_own_model_or_refused) {
+  for (const auto &c :
+       {std::make_pair(kEpyc, 94000000000ull), std::make_pair("nvidiaDGX2.xml", 32000000000ull)}) {
+    RunResult run = kvplan(topo(c.first) + " --json");
+    ASSERT_EQ(run.status, 0) << run.err;
+    Json root = last_line_json(run);
+    json_t *rank0 = json_array_get(json_object_get(root.get(), "ranks"), 0);
+    EXPECT_STREQ(json_string_value(json_object_get(rank0, "budget_source")), "nominal");
+    EXPECT_EQ(u64(rank0, "memory_bytes"), c.second) << c.first;
+  }
+  std::string xml = slurp(data_path(kHgx));
+  for (size_t at; (at = xml.find("[10de:2335]")) != std::string::npos;) {
+    xml.replace(at, 11, "[10de:9999]");
+  }
+  std::string path = testing::TempDir() + "/unknown-model.xml";
+  std::ofstream(path) << xml;
+  RunResult run = kvplan("--topology " + path);
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.err.rfind("kvplan plan: GPU 0 (0000:1b:00.0, GH100 [H200 SXM 141GB], PCI "
+                          "10de:9999) has no measured memory and is not a model whose memory "
+                          "kvshard knows: give its budget",
+                          0),
+            0u)
+      << run.err;
+  EXPECT_EQ(kvplan("--topology " + path + " --budget 80GiB --json").status, 0)
+      << "an explicit budget plans it";
+}
