@@ -36,8 +36,7 @@ kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
 }
 
 kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,
-                               const kvs_row_widths *widths, kvs_cost_terms *out,
-                               kvs_error *err) {
+                               const kvs_row_widths *widths, kvs_cost_terms *out, kvs_error *err) {
   kvs_status status = kvs_geometry_validate(geometry, err);
   if (status != KVS_OK) return status;
   size_t n = kvs_geometry_layer_count(geometry);
@@ -49,8 +48,7 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
   kvs_cost_terms terms = {0};
   terms.widths = widths != NULL ? *widths : kvs_row_widths_default(geometry);
   const kvs_row_widths *w = &terms.widths;
-  if (w->kv == 0 || w->index == 0 || w->csa_state == 0 || w->hca_state == 0 ||
-      w->idx_state == 0) {
+  if (w->kv == 0 || w->index == 0 || w->csa_state == 0 || w->hca_state == 0 || w->idx_state == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "row widths must be non-zero (kv %llu, index %llu, csa_state %llu, "
                          "hca_state %llu, idx_state %llu)",
@@ -68,8 +66,7 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
   return KVS_OK;
 }
 
-static kvs_status terms_all(const kvs_geometry *geometry, kvs_cost_terms *terms,
-                            kvs_error *err) {
+static kvs_status terms_all(const kvs_geometry *geometry, kvs_cost_terms *terms, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");
   }
@@ -201,8 +198,8 @@ uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes) {
 
 /* The window in pages for an anchor, per kvs_pool_sizes_compute; false on
  * 64-bit overflow. */
-static bool window_pages(uint64_t num_pages, uint64_t full_token, double swa_ratio,
-                         uint64_t page, uint64_t n_win_pages, uint64_t *out) {
+static bool window_pages(uint64_t num_pages, uint64_t full_token, double swa_ratio, uint64_t page,
+                         uint64_t n_win_pages, uint64_t *out) {
   if (n_win_pages == KVS_WINDOW_FROM_RATIO) {
     uint64_t slots;
     if (!scale_count(swa_ratio, full_token, &slots)) return false;
@@ -221,12 +218,12 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
   }
   if ((terms->n_csa > 0 && page % KVS_CSA_RATIO != 0) ||
       (terms->n_hca > 0 && page % KVS_HCA_RATIO != 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "P=%llu must be divisible by ratio %u: each page holds P/ratio "
-                         "compressed blocks",
-                         (unsigned long long)page,
-                         terms->n_hca > 0 && page % KVS_HCA_RATIO != 0 ? KVS_HCA_RATIO
-                                                                        : KVS_CSA_RATIO);
+    return kvs_error_set(
+        err, KVS_ERR_INVALID_ARGUMENT,
+        "P=%llu must be divisible by ratio %u: each page holds P/ratio "
+        "compressed blocks",
+        (unsigned long long)page,
+        terms->n_hca > 0 && page % KVS_HCA_RATIO != 0 ? KVS_HCA_RATIO : KVS_CSA_RATIO);
   }
   bool overflow = false;
   uint64_t full_token = kvs_mul(num_pages, page, &overflow);
@@ -264,8 +261,7 @@ kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geomet
 }
 
 kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
-                                size_t layer, bool *present, kvs_layer_sizes *out,
-                                kvs_error *err) {
+                                size_t layer, bool *present, kvs_layer_sizes *out, kvs_error *err) {
   size_t n = kvs_geometry_layer_count(geometry);
   if (layer >= n) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "layer %zu is outside the %zu-layer stack",
@@ -314,12 +310,12 @@ static bool breakdown_at(const kvs_cost_terms *t, uint64_t full_token, uint64_t 
   b->index_state = kvs_mul(kvs_mul(t->n_csa, csa_ring, &of), w->idx_state, &of);
   /* n_scratch rows per compressed and indexer pool, one scratch row per
    * ring, and the mapping's trailing sentinel. */
-  uint64_t csa_scratch = kvs_add(kvs_mul(n_scratch, w->kv + w->index, &of),
-                                 w->csa_state + w->idx_state, &of);
+  uint64_t csa_scratch =
+      kvs_add(kvs_mul(n_scratch, w->kv + w->index, &of), w->csa_state + w->idx_state, &of);
   uint64_t hca_scratch = kvs_add(kvs_mul(n_scratch, w->kv, &of), w->hca_state, &of);
-  b->scratch = kvs_add(kvs_add(kvs_mul(t->n_csa, csa_scratch, &of),
-                               kvs_mul(t->n_hca, hca_scratch, &of), &of),
-                       KVS_INT64_BYTES, &of);
+  b->scratch = kvs_add(
+      kvs_add(kvs_mul(t->n_csa, csa_scratch, &of), kvs_mul(t->n_hca, hca_scratch, &of), &of),
+      KVS_INT64_BYTES, &of);
   uint64_t total = kvs_add(b->window, b->mapping, &of);
   total = kvs_add(total, b->compressed, &of);
   total = kvs_add(total, b->indexer, &of);
@@ -334,8 +330,7 @@ kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_term
   if (sizes->n_layers != terms->n_layers) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "these sizes were built for a %llu-layer stack, not a %llu-layer one",
-                         (unsigned long long)sizes->n_layers,
-                         (unsigned long long)terms->n_layers);
+                         (unsigned long long)sizes->n_layers, (unsigned long long)terms->n_layers);
   }
   kvs_pool_breakdown b;
   if (!breakdown_at(terms, sizes->full_token, sizes->n_win_pages, sizes->page, n_scratch, &b)) {
@@ -421,31 +416,39 @@ static double estimate_pages(const solve_ctx *c, uint64_t lo, uint64_t lo_bytes,
 }
 
 kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
-                                     double swa_ratio, uint64_t floor_win_pages,
-                                     uint64_t page, uint64_t n_scratch, kvs_pool_sizes *out,
+                                     double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                     uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err) {
   kvs_status status;
   kvs_pool_sizes minimal;
   uint64_t lo = floor_win_pages > 2 ? floor_win_pages : 2;
   /* Validates page, ratio and divisibility once for the whole search. */
-  if ((status = kvs_pool_sizes_compute_terms(lo, terms, swa_ratio, page, floor_win_pages,
-                                             &minimal, err))) {
+  if ((status = kvs_pool_sizes_compute_terms(lo, terms, swa_ratio, page, floor_win_pages, &minimal,
+                                             err))) {
     return status;
   }
   solve_ctx c = {terms, swa_ratio, floor_win_pages, page, n_scratch};
   uint64_t lo_bytes;
-  bool priced = bytes_at(&c, lo, &lo_bytes);
-  if (!priced || lo_bytes > available_bytes) {
-    kvs_budget_shortfall s = {available_bytes, priced ? lo_bytes : UINT64_MAX, lo,
-                              floor_win_pages};
+  if (!bytes_at(&c, lo, &lo_bytes)) {
+    /* Not a small budget: a pool whose byte count does not exist. Saying
+     * "needing 18446744073709551615 bytes" would pass an overflow off as a
+     * size. */
+    return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                         "the minimal pool (%llu pages: the window working-set floor of %llu "
+                         "pages for these max_running and max_seq_len, on %llu layers) needs "
+                         "more than 2^64 bytes: lower max_running/max_seq_len or the row widths",
+                         (unsigned long long)lo, (unsigned long long)floor_win_pages,
+                         (unsigned long long)terms->n_layers);
+  }
+  if (lo_bytes > available_bytes) {
+    kvs_budget_shortfall s = {available_bytes, lo_bytes, lo, floor_win_pages};
     if (shortfall != NULL) *shortfall = s;
     return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
                          "KV budget %llu bytes cannot fit the minimal pool (%llu pages incl. "
                          "the window working-set floor %llu, needing %llu bytes); raise the "
                          "memory ratio or lower max_running/max_seq_len",
                          (unsigned long long)s.available_bytes, (unsigned long long)s.min_pages,
-                         (unsigned long long)s.floor_win_pages,
-                         (unsigned long long)s.needed_bytes);
+                         (unsigned long long)s.floor_win_pages, (unsigned long long)s.needed_bytes);
   }
   /* Every page costs at least its 8*P mapping bytes, so past
    * available / (8*P) nothing fits: hi is a page count that does not. */
@@ -455,7 +458,7 @@ kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_te
   /* Gallop outward from the affine guess, then bisect: lo fits, hi not. */
   double guess = estimate_pages(&c, lo, lo_bytes, available_bytes);
   if (hi - lo > 1) {
-    uint64_t g = guess <= (double)(lo + 1) ? lo + 1
+    uint64_t g = guess <= (double)(lo + 1)   ? lo + 1
                  : guess >= (double)(hi - 1) ? hi - 1
                                              : (uint64_t)guess;
     if (fits(&c, g, available_bytes)) {
@@ -503,8 +506,8 @@ kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geo
       (status = kvs_pool_sizes_compute(2, geometry, swa_ratio, page, 2, &probe, err))) {
     return status;
   }
-  return kvs_solve_num_pages_terms(available_bytes, &t, swa_ratio, floor_win_pages, page,
-                                   n_scratch, out, shortfall, err);
+  return kvs_solve_num_pages_terms(available_bytes, &t, swa_ratio, floor_win_pages, page, n_scratch,
+                                   out, shortfall, err);
 }
 
 kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,

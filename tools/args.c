@@ -48,7 +48,14 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
   unsigned long long value = strtoull(text, &end, 10);
   for (size_t i = 0; errno == 0 && i < sizeof units / sizeof units[0]; i++) {
     if (strcmp(end, units[i].suffix) == 0) {
-      if (value > UINT64_MAX / units[i].scale) break;
+      if (value > KVS_MAX_BYTE_COUNT / units[i].scale ||
+          value * units[i].scale > KVS_MAX_BYTE_COUNT) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "%s is %s, above the %llu bytes (4 EiB) a byte count may give: no "
+                             "device has that much, and sizes past 2^63 bytes cannot be written "
+                             "as JSON integers",
+                             flag, text, (unsigned long long)KVS_MAX_BYTE_COUNT);
+      }
       *out = value * units[i].scale;
       return KVS_OK;
     }
@@ -72,11 +79,9 @@ kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs
 }
 
 /* Splits a comma list and parses each item with `one`. */
-static kvs_status parse_list(const char *flag, const char *text, size_t cap, size_t *n_out,
-                             kvs_error *err,
-                             kvs_status (*one)(const char *, const char *, size_t, void *,
-                                               kvs_error *),
-                             void *out) {
+static kvs_status parse_list(
+    const char *flag, const char *text, size_t cap, size_t *n_out, kvs_error *err,
+    kvs_status (*one)(const char *, const char *, size_t, void *, kvs_error *), void *out) {
   if (text == NULL || *text == '\0') {
     return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a comma-separated list", flag);
   }
@@ -146,4 +151,17 @@ const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {
     snprintf(buf, len, "%.2f %s", value, names[unit]);
   }
   return buf;
+}
+
+int kvs_finish_stdout(const char *tool, int rc, int failed_rc) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "%s: writing standard output: %s\n", tool, strerror(errno));
+    fclose(stdout);
+    return rc != 0 ? rc : failed_rc;
+  }
+  if (fclose(stdout) != 0) {
+    fprintf(stderr, "%s: closing standard output: %s\n", tool, strerror(errno));
+    return rc != 0 ? rc : failed_rc;
+  }
+  return rc;
 }

@@ -16,8 +16,12 @@ extern "C" {
 /* A decimal unsigned integer. */
 kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
+/* The largest byte count a flag may give: 2^62 bytes (4 EiB). */
+#define KVS_MAX_BYTE_COUNT (UINT64_C(1) << 62)
+
 /* A byte count: an integer with an optional binary suffix (KiB, MiB, GiB,
- * TiB) or decimal one (KB, MB, GB, TB), e.g. "80GiB", "141GB", "1024". */
+ * TiB) or decimal one (KB, MB, GB, TB), e.g. "80GiB", "141GB", "1024", at
+ * most KVS_MAX_BYTE_COUNT. */
 kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
 /* A finite decimal number. */
@@ -28,6 +32,13 @@ kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *ou
                                 size_t *n_out, kvs_error *err);
 kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
                               size_t *n_out, kvs_error *err);
+
+/* Every tool's last call: a write to stdout that failed (a full disk, a
+ * closed pipe) is lost without a word unless the stream is checked once
+ * everything is out. Flushes and closes stdout; on a failure says so on
+ * stderr, naming the tool, and returns failed_rc when rc was 0 (a failure
+ * already reported keeps its own status). Returns rc otherwise. */
+int kvs_finish_stdout(const char *tool, int rc, int failed_rc);
 
 /* Renders a byte count for people: "80.00 GiB". buf holds at least 32. */
 const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,8 +27,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "core/block_codec.h"
 #include "core/block_hash.h"
@@ -256,8 +255,7 @@ static int write_file_atomically(const char *path, const uint8_t *bytes, size_t 
   if (lstat(path, &st) == 0) {
     const char *what = not_replaceable(st.st_mode);
     if (what != NULL) {
-      fprintf(stderr, "kvblock: %s: refusing to write: it is %s, not a regular file\n", path,
-              what);
+      fprintf(stderr, "kvblock: %s: refusing to write: it is %s, not a regular file\n", path, what);
       return EXIT_REFUSED;
     }
   } else if (errno != ENOENT) {
@@ -548,22 +546,6 @@ static int cmd_inspect(const char *path, const flags *f) {
   return 0;
 }
 
-/* A write to stdout that failed (a full disk, a closed pipe) is lost
- * without a word unless the stream is checked once everything is out:
- * flush and close it, and turn a failure into exit 1. */
-static int finish_stdout(int rc) {
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "kvblock: writing standard output: %s\n", strerror(errno));
-    fclose(stdout);
-    return rc != 0 ? rc : EXIT_REFUSED;
-  }
-  if (fclose(stdout) != 0) {
-    fprintf(stderr, "kvblock: closing standard output: %s\n", strerror(errno));
-    return rc != 0 ? rc : EXIT_REFUSED;
-  }
-  return rc;
-}
-
 static int run(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     fputs(usage_text, stdout);
@@ -592,4 +574,6 @@ static int run(int argc, char **argv) {
   return usage_error("unknown command '%s'", cmd);
 }
 
-int main(int argc, char **argv) { return finish_stdout(run(argc, argv)); }
+int main(int argc, char **argv) {
+  return kvs_finish_stdout("kvblock", run(argc, argv), EXIT_REFUSED);
+}

@@ -3,16 +3,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tools/args.h"
 #include "tools/kvplan.h"
 
 static void usage(FILE *out) {
-  fputs("usage: kvplan [plan] [flags]     per-rank plan for this node (the default)\n"
-        "       kvplan solve [flags]      byte-exact pool for one device\n"
-        "       kvplan <subcommand> --help for the flags of each\n",
-        out);
+  fputs(
+      "usage: kvplan [plan] [flags]     per-rank plan for this node (the default)\n"
+      "       kvplan solve [flags]      byte-exact pool for one device\n"
+      "       kvplan <subcommand> --help for the flags of each\n",
+      out);
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "solve") == 0) return kvs_kvplan_solve(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "plan") == 0) return kvs_kvplan_plan(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -28,3 +30,7 @@ int main(int argc, char **argv) {
   argv[0] = "plan";
   return kvs_kvplan_plan(argc, argv);
 }
+
+/* A plan written to a full disk is not a plan: exit 1 (the plan cannot be
+ * made here) with the reason. */
+int main(int argc, char **argv) { return kvs_finish_stdout("kvplan", run(argc, argv), 1); }

@@ -19,6 +19,7 @@
 #include "shard/comm_mpi.h"
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
+#include "tools/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 
@@ -87,5 +88,6 @@ int main(int argc, char **argv) {
   kvs_comm_destroy(c.bootstrap);
   if (c.mpi) MPI_Finalize();
   kvsim_args_free(&a);
-  return code;
+  /* Rank 0's report lost to a full disk is a failed run (exit 4). */
+  return kvs_finish_stdout("kvsim", code, KVSIM_EXIT_FAILED);
 }

@@ -69,6 +69,16 @@ static int bad_arg(const kvsim_args *a, bool local, bool speaker, const char *fl
   return KVSIM_EXIT_USAGE;
 }
 
+/* A value the shared parsers refused, with their message (which names the
+ * flag, the value and, for sizes, the limit). */
+static int parse_error(bool local, bool speaker, const kvs_error *err, const char *value) {
+  if (speaker) {
+    fprintf(stderr, "%s: %s\n", local ? "kvsim_local" : "kvsim",
+            value != NULL ? err->message : "a flag needs a value");
+  }
+  return KVSIM_EXIT_USAGE;
+}
+
 static bool parse_u64(const char *s, uint64_t *out) {
   return s != NULL && kvs_parse_u64("", s, out, NULL) == KVS_OK;
 }
@@ -195,16 +205,17 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       if (value == NULL || value[0] == '\0') BAD("a file, live or bundled");
       a->topology = value;
     } else if (strcmp(flag, "--budget") == 0) {
-      if (value == NULL || kvs_parse_bytes("--budget", value, &a->budget, NULL) != KVS_OK ||
-          a->budget == 0) {
-        BAD("a byte count above 0 such as 900MiB");
+      kvs_error err;
+      if (value == NULL || kvs_parse_bytes("--budget", value, &a->budget, &err) != KVS_OK) {
+        return parse_error(local, speaker, &err, value);
       }
+      if (a->budget == 0) BAD("a byte count above 0 such as 900MiB");
     } else if (strcmp(flag, "--budget-per-gpu") == 0) {
       kvs_error err;
       if (value == NULL ||
           kvs_parse_bytes_list("--budget-per-gpu", value, a->budget_per_gpu, KVSIM_MAX_GPUS,
                                &a->n_budget_per_gpu, &err) != KVS_OK) {
-        BAD("a comma-separated list of byte counts");
+        return parse_error(local, speaker, &err, value);
       }
     } else if (strcmp(flag, "--budget-mib") == 0) {
       if (!parse_double(value, 1e-9, 16777216.0, &a->budget_mib))
@@ -217,8 +228,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       if (!parse_double(value, 1e-9, 1.0, &a->memory_ratio)) BAD("a ratio in (0, 1]");
       a->have_ratio = true;
     } else if (strcmp(flag, "--reserve") == 0) {
-      if (value == NULL || kvs_parse_bytes("--reserve", value, &a->reserve, NULL) != KVS_OK) {
-        BAD("a byte count such as 512MiB");
+      kvs_error err;
+      if (value == NULL || kvs_parse_bytes("--reserve", value, &a->reserve, &err) != KVS_OK) {
+        return parse_error(local, speaker, &err, value);
       }
       a->have_reserve = true;
     } else if (strcmp(flag, "--device") == 0) {

@@ -17,6 +17,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
 #include "shard/node_setup.h"
+#include "tools/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 
@@ -133,5 +134,6 @@ int main(int argc, char **argv) {
   kvs_comm_loopback_group_destroy(group);
   kvs_topology_destroy(held);
   kvsim_args_free(&a);
-  return code;
+  /* Rank 0's report lost to a full disk is a failed run (exit 4). */
+  return kvs_finish_stdout("kvsim_local", code, KVSIM_EXIT_FAILED);
 }

@@ -36,5 +36,13 @@ else
   expect 5 "device cuda asked for, but no CUDA device visible" -- \
     "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --device cuda
 fi
+expect 2 "above the 4611686018427387904 bytes (4 EiB)" -- \
+  "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --budget 8000000TB
+# The report lost to a full disk is a failed run.
+"$KVSIM" --tp 1 --backend self --steps 20 --seed 1 --json --device cpu >/dev/full 2>"$ERR"
+rc=$?
+[ $rc -eq 4 ] || fail "kvsim to /dev/full exited $rc, expected 4"
+grep -q "kvsim: writing standard output: No space left on device" "$ERR" ||
+  fail "kvsim did not say its output was lost"
 expect 0 "usage: mpirun -np N kvsim" -- "$KVSIM" --help
 echo PASS

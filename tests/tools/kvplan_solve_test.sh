@@ -78,4 +78,21 @@ check "a config with fewer ratios than layers is bad usage" 2 $?
 check "and names the fields" yes \
   "$(echo "$msg" | grep -q 'num_hidden_layers is 61 but compress_ratios lists 2' && echo yes)"
 rm -f "$config"
+# Sizes past what JSON integers hold are refused at the flag, naming the
+# limit; a pool whose bytes overflow 64 bits is its own error, not "a
+# budget too small by 18446744073709551615 bytes".
+msg=$("$kvplan" solve --budget 16000000TB --json 2>&1)
+check "a budget above 4 EiB is bad usage" 2 $?
+check "and names the limit" yes "$(echo "$msg" | grep -q '4611686018427387904 bytes (4 EiB)' && echo yes)"
+msg=$("$kvplan" solve --head-dim 4000000000 --index-head-dim 4000000000 --layers 4 \
+  --ratios 0,4,128,4 --budget 1GiB --max-running 1000000000000000 --json 2>&1)
+check "a minimal pool past 2^64 bytes is bad usage" 2 $?
+check "and says it overflows" yes "$(echo "$msg" | grep -q 'needs more than 2^64 bytes' && echo yes)"
+check "with no negative or saturated number" no \
+  "$(echo "$msg" | grep -qE -- '-1|18446744073709551615' && echo yes || echo no)"
+# Output lost to a full disk is a failure, said on stderr.
+"$kvplan" solve --budget 80GiB --json >/dev/full 2>/dev/null
+check "solve to a full disk exits 1" 1 $?
+"$kvplan" --topology bundled --budget 80GiB --json >/dev/full 2>/dev/null
+check "plan to a full disk exits 1" 1 $?
 [ "$failures" -eq 0 ]
