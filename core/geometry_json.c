@@ -205,5 +205,14 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
   if (name_or_path == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name is NULL");
   }
-  return kvs_geometry_load_file(name_or_path, out, err);
+  kvs_status status = kvs_geometry_load_file(name_or_path, out, err);
+  /* A bare word that is no file was meant as a built-in name: say which
+   * names there are, not only that no such file exists. */
+  if (status == KVS_ERR_IO && strchr(name_or_path, '/') == NULL &&
+      access(name_or_path, F_OK) != 0) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "'%s' is neither a built-in model (%s, %s) nor a config.json file",
+                         name_or_path, builtins[0].name, builtins[1].name);
+  }
+  return status;
 }

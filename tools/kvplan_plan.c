@@ -19,14 +19,14 @@
 
 #include "core/cost_model.h"
 #include "shard/node_setup.h"
-#include "topology/node_plan.h"
-#include "topology/source.h"
-#include "topology/topology.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/plan_svg.h"
+#include "topology/node_plan.h"
+#include "topology/source.h"
+#include "topology/topology.h"
 
 #define MAX_GPUS 1024
 
@@ -84,23 +84,33 @@ typedef struct plan_args {
 static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err) {
   plan_args *a = ctx;
   switch (id) {
-    case OPT_TOPOLOGY: a->topology = value; return KVS_OK;
-    case OPT_TP: a->have_tp = true; return kvs_parse_u64("--tp", value, &a->tp, err);
-    case OPT_PP: a->have_pp = true; return kvs_parse_u64("--pp", value, &a->pp, err);
+    case OPT_TOPOLOGY:
+      a->topology = value;
+      return KVS_OK;
+    case OPT_TP:
+      a->have_tp = true;
+      return kvs_parse_u64("--tp", value, &a->tp, err);
+    case OPT_PP:
+      a->have_pp = true;
+      return kvs_parse_u64("--pp", value, &a->pp, err);
     case OPT_BUDGET:
       a->have_budget = true;
       return kvs_parse_bytes("--budget", value, &a->budget, err);
     case OPT_BUDGET_PER_GPU:
-      return kvs_parse_bytes_list("--budget-per-gpu", value, a->budgets, MAX_GPUS,
-                                  &a->n_budgets, err);
+      return kvs_parse_bytes_list("--budget-per-gpu", value, a->budgets, MAX_GPUS, &a->n_budgets,
+                                  err);
     case OPT_MEMORY_RATIO:
       a->have_ratio = true;
       return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);
     case OPT_RESERVE:
       a->have_reserve = true;
       return kvs_parse_bytes("--reserve", value, &a->reserve, err);
-    case OPT_JSON: a->json = true; return KVS_OK;
-    default: a->svg = value; return KVS_OK; /* OPT_SVG */
+    case OPT_JSON:
+      a->json = true;
+      return KVS_OK;
+    default:
+      a->svg = value;
+      return KVS_OK; /* OPT_SVG */
   }
 }
 
@@ -124,8 +134,9 @@ static int parse(int argc, char **argv, plan_args *a) {
     return 2;
   }
   if ((a->have_ratio || a->have_reserve) && (a->have_budget || a->n_budgets > 0)) {
-    fprintf(stderr, "kvplan plan: --%s applies to measured memory; --budget and "
-                    "--budget-per-gpu give the bytes themselves\n",
+    fprintf(stderr,
+            "kvplan plan: --%s applies to measured memory; --budget and "
+            "--budget-per-gpu give the bytes themselves\n",
             a->have_ratio ? "memory-ratio" : "reserve");
     return 2;
   }
@@ -133,9 +144,14 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "kvplan plan: --memory-ratio must be in (0, 1], got %g\n", a->memory_ratio);
     return 2;
   }
-  if ((a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) ||
-      (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS))) {
-    fprintf(stderr, "kvplan plan: --tp and --pp must be between 1 and %d\n", MAX_GPUS);
+  if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
+    fprintf(stderr, "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
+            (unsigned long long)a->tp);
+    return 2;
+  }
+  if (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS)) {
+    fprintf(stderr, "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
+            (unsigned long long)a->pp);
     return 2;
   }
   return 0;
@@ -156,9 +172,9 @@ static const char *numa_text(int numa, char *buf, size_t len) {
 
 static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
   const kvs_split *split = kvs_node_plan_split(plan);
-  static const char *const heads[] = {"window", "compressed", "indexer", "state",
-                                      "idx_state", "mapping", "scratch", "ctl+pad",
-                                      "pool",   "budget",     "headroom"};
+  static const char *const heads[] = {"window",    "compressed", "indexer", "state",
+                                      "idx_state", "mapping",    "scratch", "ctl+pad",
+                                      "pool",      "budget",     "headroom"};
   printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
          "layers");
   for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
@@ -170,17 +186,13 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
     printf("%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
            gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
-    const uint64_t cells[] = {rp->bytes.window,
-                              rp->bytes.compressed,
-                              rp->bytes.indexer,
-                              rp->bytes.state,
-                              rp->bytes.index_state,
-                              rp->bytes.mapping,
-                              rp->bytes.scratch,
-                              rp->device.control_bytes + rp->device.padding_bytes,
-                              rp->device.total_bytes,
-                              rp->budget_bytes,
-                              rp->headroom_bytes};
+    const uint64_t cells[] = {
+        rp->bytes.window,       rp->bytes.compressed,
+        rp->bytes.indexer,      rp->bytes.state,
+        rp->bytes.index_state,  rp->bytes.mapping,
+        rp->bytes.scratch,      rp->device.control_bytes + rp->device.padding_bytes,
+        rp->device.total_bytes, rp->budget_bytes,
+        rp->headroom_bytes};
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
       printf(" %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
     }
@@ -189,19 +201,21 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
   const kvs_rank_plan *lim = kvs_node_plan_rank(plan, kvs_node_plan_limiting_rank(plan));
   const kvs_gpu_info *gpu = &gpus[lim->gpu];
   char numa[16], buf[32];
-  printf("\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
-         "ranks\n",
-         (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
-         (unsigned long long)split->full_token);
+  printf(
+      "\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
+      "ranks\n",
+      (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
+      (unsigned long long)split->full_token);
   printf("window      %llu pages (%llu slots) on every rank\n",
          (unsigned long long)split->n_win_pages,
          (unsigned long long)split->stages[0].sizes.n_win_slots);
-  printf("limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
-         "(%llu bytes): one more page does not fit its stage\n",
-         lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
-         lim->pp_stage, lim->first, lim->end - 1,
-         kvs_format_bytes(lim->headroom_bytes, buf, sizeof buf),
-         (unsigned long long)lim->headroom_bytes);
+  printf(
+      "limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
+      "(%llu bytes): one more page does not fit its stage\n",
+      lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
+      lim->pp_stage, lim->first, lim->end - 1,
+      kvs_format_bytes(lim->headroom_bytes, buf, sizeof buf),
+      (unsigned long long)lim->headroom_bytes);
 }
 
 /* Step 1, as the node takes it; *note explains a stand-in. */
@@ -232,8 +246,9 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budg
   if (a->have_reserve) request.reserve_bytes = a->reserve;
   kvs_error err;
   if (a->n_budgets > 0 && a->n_budgets != n) {
-    fprintf(stderr, "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
-                    "GPUs\n",
+    fprintf(stderr,
+            "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
+            "GPUs\n",
             a->n_budgets, kvs_topology_label(topo), n);
     return 2;
   }
@@ -272,8 +287,8 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budg
   return 0;
 }
 
-static int report_shortfall(const plan_args *a, const kvs_error *err,
-                            const kvs_plan_shortfall *s, const kvs_gpu_info *gpus) {
+static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_plan_shortfall *s,
+                            const kvs_gpu_info *gpus) {
   fprintf(stderr, "kvplan plan: %s\n", err->message);
   if (a->json) {
     json_t *o = json_object();
@@ -281,8 +296,8 @@ static int report_shortfall(const plan_args *a, const kvs_error *err,
     json_object_set_new(o, "rank", kvs_json_u64(s->rank));
     json_object_set_new(o, "pp_stage", kvs_json_u64(s->pp_stage));
     json_object_set_new(o, "gpu", kvs_gpu_json(&gpus[s->gpu]));
-    json_object_set_new(o, "layers", json_pack("[II]", (json_int_t)s->first,
-                                               (json_int_t)(s->end - 1)));
+    json_object_set_new(o, "layers",
+                        json_pack("[II]", (json_int_t)s->first, (json_int_t)(s->end - 1)));
     json_object_set_new(o, "available_bytes", kvs_json_u64(s->available_bytes));
     json_object_set_new(o, "needed_bytes", kvs_json_u64(s->needed_bytes));
     json_object_set_new(o, "min_pages", kvs_json_u64(s->min_pages));
@@ -333,9 +348,15 @@ static int run(plan_args *a) {
   } else if (!a->have_tp) {
     tp = pp <= n && n % pp == 0 ? n / pp : 1;
   }
-  kvs_plan_request request = {&geometry,       NULL,        a->options.swa_ratio,
-                              a->options.page, floor_pages, a->options.scratch,
-                              tp,              pp,          NULL,
+  kvs_plan_request request = {&geometry,
+                              NULL,
+                              a->options.swa_ratio,
+                              a->options.page,
+                              floor_pages,
+                              a->options.scratch,
+                              tp,
+                              pp,
+                              NULL,
                               NULL};
   kvs_plan_shortfall shortfall;
   kvs_status status = kvs_node_plan_make(&request, gpus, n, budgets, &plan, &shortfall, &err);
@@ -355,8 +376,7 @@ static int run(plan_args *a) {
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
            "budget %s · limited by rank %zu",
-           (unsigned long long)split->num_pages,
-           (unsigned long long)split->stages[0].sizes.page,
+           (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
            (unsigned long long)split->full_token, (unsigned long long)split->n_win_pages,
            budget_what, kvs_node_plan_limiting_rank(plan));
   if (a->svg != NULL) {
@@ -372,17 +392,17 @@ static int run(plan_args *a) {
   } else {
     kvs_cost_terms t;
     kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &t, NULL);
-    printf("model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
-           "index_head_dim %llu\n",
-           model, (unsigned long long)t.n_layers,
-           (unsigned long long)(t.n_layers - t.n_csa - t.n_hca), (unsigned long long)t.n_csa,
-           (unsigned long long)t.n_hca, (unsigned long long)geometry.head_dim,
-           (unsigned long long)geometry.index_head_dim);
+    printf(
+        "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
+        "index_head_dim %llu\n",
+        model, (unsigned long long)t.n_layers, (unsigned long long)(t.n_layers - t.n_csa - t.n_hca),
+        (unsigned long long)t.n_csa, (unsigned long long)t.n_hca,
+        (unsigned long long)geometry.head_dim, (unsigned long long)geometry.index_head_dim);
     printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
            kvs_topology_label(topo), n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown",
            kvs_topology_package_count(topo), kvs_topology_numa_count(topo));
-    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s\n", tp, pp,
-           tp * pp, kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "");
+    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s\n", tp, pp, tp * pp,
+           kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "");
     printf("budget      %s\n", budget_what);
     printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
            (unsigned long long)floor_pages, a->options.swa_ratio,

@@ -139,10 +139,25 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     return KVSIM_EXIT_FAILED;
   }
   bool have_steps = false, have_seed = false;
+  /* One rule for every tool: a flag given twice is refused, never the last
+   * one silently taken. */
+  enum { MAX_SEEN = 64 };
+  const char *seen[MAX_SEEN];
+  int n_seen = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     uint64_t u;
+    for (int k = 0; k < n_seen; k++) {
+      if (strcmp(seen[k], flag) == 0) {
+        if (speaker) {
+          fprintf(stderr, "%s: %s is given twice; give it once\n", local ? "kvsim_local" : "kvsim",
+                  flag);
+        }
+        return KVSIM_EXIT_USAGE;
+      }
+    }
+    if (n_seen < MAX_SEEN) seen[n_seen++] = flag;
 #define BAD(want) return bad_arg(a, local, speaker, flag, value, want)
     if (strcmp(flag, "--json") == 0) {
       a->json = true;

@@ -42,7 +42,8 @@ const size_t kvs_plan_long_options_count =
 
 const char kvs_plan_options_help[] =
     "  --model NAME|FILE       built-in geometry (dsv4-flash, dsv4-pro) or a config.json\n"
-    "                          (default " KVS_DEFAULT_MODEL ")\n"
+    "                          (default " KVS_DEFAULT_MODEL
+    ")\n"
     "  --head-dim N --index-head-dim N --layers N --ratios a,b,..\n"
     "                          an explicit geometry instead of --model (all four)\n"
     "  --swa-ratio F           window share of the history (default 0.125)\n"
@@ -63,10 +64,23 @@ void kvs_plan_options_init(kvs_plan_options *options) {
   options->radix = KVS_DEFAULT_RADIX;
 }
 
-kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value,
-                                  kvs_error *err) {
+/* A count where zero means nothing (no requests, no sequence, no floor):
+ * refused rather than planned around. */
+static kvs_status parse_positive(const char *flag, const char *value, uint64_t *out,
+                                 kvs_error *err) {
+  uint64_t v;
+  kvs_status status = kvs_parse_u64(flag, value, &v, err);
+  if (status != KVS_OK) return status;
+  if (v == 0) return kvs_error_set(err, KVS_ERR_PARSE, "%s must be at least 1, got 0", flag);
+  *out = v;
+  return KVS_OK;
+}
+
+kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
   switch (id) {
-    case OPT_MODEL: o->model = value; return KVS_OK;
+    case OPT_MODEL:
+      o->model = value;
+      return KVS_OK;
     case OPT_HEAD_DIM:
       o->have_head_dim = true;
       return kvs_parse_u64("--head-dim", value, &o->head_dim, err);
@@ -79,32 +93,46 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
     case OPT_RATIOS:
       o->have_ratios = true;
       return kvs_parse_u32_list("--ratios", value, o->ratios, KVS_MAX_LAYERS, &o->n_ratios, err);
-    case OPT_SWA_RATIO: return kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
-    case OPT_PAGE: return kvs_parse_u64("--page", value, &o->page, err);
-    case OPT_SCRATCH: return kvs_parse_u64("--scratch", value, &o->scratch, err);
+    case OPT_SWA_RATIO: {
+      kvs_status status = kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
+      if (status == KVS_OK && !(o->swa_ratio >= 0.0 && o->swa_ratio <= 1.0)) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--swa-ratio is the window's share of the history, in [0, 1]; got %s",
+                             value);
+      }
+      return status;
+    }
+    case OPT_PAGE:
+      return kvs_parse_u64("--page", value, &o->page, err);
+    case OPT_SCRATCH:
+      return kvs_parse_u64("--scratch", value, &o->scratch, err);
     case OPT_FLOOR_PAGES:
       o->have_floor_pages = true;
-      return kvs_parse_u64("--floor-pages", value, &o->floor_pages, err);
+      return parse_positive("--floor-pages", value, &o->floor_pages, err);
     case OPT_MAX_SEQ_LEN:
       o->have_floor_inputs = true;
-      return kvs_parse_u64("--max-seq-len", value, &o->max_seq_len, err);
+      return parse_positive("--max-seq-len", value, &o->max_seq_len, err);
     case OPT_MAX_RUNNING:
       o->have_floor_inputs = true;
-      return kvs_parse_u64("--max-running", value, &o->max_running, err);
+      return parse_positive("--max-running", value, &o->max_running, err);
     case OPT_RADIX:
     case OPT_NO_RADIX:
+      if (o->have_radix) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "give --radix or --no-radix, once");
+      }
+      o->have_radix = true;
       o->have_floor_inputs = true;
       o->radix = id == OPT_RADIX;
       return KVS_OK;
-    default: return KVS_ERR_NOT_FOUND;
+    default:
+      return KVS_ERR_NOT_FOUND;
   }
 }
 
 kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geometry,
                                     uint64_t *floor_pages, const char **model_name,
                                     kvs_error *err) {
-  int explicit_parts = o->have_head_dim + o->have_index_head_dim + o->have_layers +
-                       o->have_ratios;
+  int explicit_parts = o->have_head_dim + o->have_index_head_dim + o->have_layers + o->have_ratios;
   kvs_status status;
   if (explicit_parts > 0) {
     if (o->model != NULL) {
@@ -117,10 +145,10 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geo
                            "an explicit geometry needs all of --head-dim, --index-head-dim, "
                            "--layers and --ratios");
     }
-    if ((status = kvs_geometry_init(geometry, o->head_dim, o->index_head_dim, o->layers,
-                                    o->ratios, o->n_ratios, err)) ||
-        (status = kvs_geometry_check_every_layer_has_a_ratio(geometry, "--layers", "--ratios",
-                                                            err)) ||
+    if ((status = kvs_geometry_init(geometry, o->head_dim, o->index_head_dim, o->layers, o->ratios,
+                                    o->n_ratios, err)) ||
+        (status =
+             kvs_geometry_check_every_layer_has_a_ratio(geometry, "--layers", "--ratios", err)) ||
         (status = kvs_geometry_validate(geometry, err))) {
       return status;
     }
@@ -163,9 +191,20 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
   kvs_error err;
   optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
   opterr = 0;
-  int id;
-  while ((id = getopt_long(argc, argv, ":", longs, NULL)) != -1) {
+  int id, index = -1;
+  bool seen[MAX_FLAGS] = {false};
+  while ((id = getopt_long(argc, argv, ":", longs, &index)) != -1) {
     kvs_status status;
+    /* One rule for every tool: a flag given twice is refused, never the
+     * last one silently taken. */
+    if (index >= 0 && (size_t)index < n && id != '?' && id != ':') {
+      if (seen[index]) {
+        fprintf(stderr, "%s: --%s is given twice; give it once\n", tool, longs[index].name);
+        return 2;
+      }
+      seen[index] = true;
+    }
+    index = -1;
     if (id == OPT_HELP) {
       usage(stdout);
       return -1;

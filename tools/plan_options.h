@@ -37,6 +37,7 @@ typedef struct kvs_plan_options {
   uint64_t max_seq_len;
   uint64_t max_running;
   bool radix;
+  bool have_radix; /* --radix or --no-radix given */
 } kvs_plan_options;
 
 void kvs_plan_options_init(kvs_plan_options *options);
@@ -71,8 +72,7 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
  * that contradict each other (a model and an explicit geometry, a floor
  * and its inputs) are refused. *model_name is a printable label. */
 kvs_status kvs_plan_options_resolve(const kvs_plan_options *options, kvs_geometry *geometry,
-                                    uint64_t *floor_pages, const char **model_name,
-                                    kvs_error *err);
+                                    uint64_t *floor_pages, const char **model_name, kvs_error *err);
 
 #ifdef __cplusplus
 }

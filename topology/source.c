@@ -1,10 +1,13 @@
 #include "topology/source.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hwloc.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- live ---------------------------------------------------------------- */
 
@@ -35,24 +38,80 @@ kvs_topology_source kvs_topology_source_live(void) {
 
 /* ---- XML file -------------------------------------------------------------- */
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* Says what is wrong with a file hwloc would refuse with a bare -1: not a
+ * regular file (a FIFO would block hwloc's read forever), not XML, XML
+ * without a <topology> element, or an hwloc 3.x export; KVS_OK when its
+ * head looks like a 2.x export (hwloc then has the last word). */
+static kvs_status check_file(const char *path, kvs_error *err) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    return kvs_error_set(err, KVS_ERR_IO, "topology file '%s' cannot be read: %s", path,
+                         strerror(errno));
+  }
+  struct stat st;
+  char head[4096];
+  ssize_t n = -1;
+  kvs_status status = KVS_OK;
+  if (fstat(fd, &st) != 0) {
+    status = kvs_error_set(err, KVS_ERR_IO, "topology file '%s' cannot be read: %s", path,
+                           strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    status = kvs_error_set(err, KVS_ERR_IO, "topology file '%s' is %s, not an hwloc XML export",
+                           path, file_kind(st.st_mode));
+  } else if ((n = read(fd, head, sizeof head - 1)) < 0) {
+    status = kvs_error_set(err, KVS_ERR_IO, "topology file '%s' cannot be read: %s", path,
+                           strerror(errno));
+  }
+  close(fd);
+  if (status != KVS_OK) return status;
+  head[n] = '\0';
+  const char *p = head;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  if (n == 0) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "topology file '%s' is empty", path);
+  }
+  if (*p != '<') {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "topology file '%s' is not XML (it does not start with '<')", path);
+  }
+  if (strstr(head, "<topology") == NULL) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "topology file '%s' is XML but not an hwloc topology export (no "
+                         "<topology> element in its first %zd bytes)",
+                         path, n);
+  }
+  if (strstr(head, "version=\"3.") != NULL) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "topology file '%s' is an hwloc 3.x export; hwloc %s reads 2.x exports "
+                         "(export it with hwloc 2, or lstopo --of xml from this machine)",
+                         path, HWLOC_VERSION);
+  }
+  return KVS_OK;
+}
+
 static kvs_status file_prepare(const kvs_topology_source *self, hwloc_topology_t topology,
                                kvs_error *err) {
   if (self->path == NULL || self->path[0] == '\0') {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology file path is empty");
   }
-  /* hwloc reports an unreadable file only as -1; open it first so the
-   * message says why. */
-  FILE *f = fopen(self->path, "rb");
-  if (f == NULL) {
-    return kvs_error_set(err, KVS_ERR_IO, "topology file '%s' cannot be read: %s", self->path,
-                         strerror(errno));
-  }
-  fclose(f);
+  /* hwloc reports every problem with a file as a bare -1: look first, so
+   * the message says what is wrong. */
+  kvs_status status = check_file(self->path, err);
+  if (status != KVS_OK) return status;
   if (hwloc_topology_set_xml(topology, self->path) != 0) {
     return kvs_error_set(err, KVS_ERR_PARSE,
-                         "topology file '%s' is not an hwloc XML export that hwloc %s can load "
-                         "(hwloc 2.x files load; version=\"3.0\" ones do not)",
-                         self->path, HWLOC_VERSION);
+                         "topology file '%s' was refused by hwloc %s as an XML export: %s",
+                         self->path, HWLOC_VERSION, strerror(errno));
   }
   return KVS_OK;
 }
@@ -87,8 +146,7 @@ static kvs_status buffer_prepare(const kvs_topology_source *self, hwloc_topology
 
 static const kvs_topology_source_i buffer_iface = {"xml-buffer", buffer_prepare, never};
 
-kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char *xml,
-                                                   size_t len) {
+kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char *xml, size_t len) {
   kvs_topology_source s = {&buffer_iface, label, NULL, xml, len};
   return s;
 }
@@ -97,7 +155,6 @@ const char kvs_bundled_topology_description[] =
     "bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)";
 
 kvs_topology_source kvs_topology_source_bundled(void) {
-  return kvs_topology_source_xml_buffer(kvs_bundled_topology_description,
-                                        kvs_bundled_topology_xml,
+  return kvs_topology_source_xml_buffer(kvs_bundled_topology_description, kvs_bundled_topology_xml,
                                         strlen(kvs_bundled_topology_xml));
 }

@@ -225,10 +225,12 @@ static kvs_status load(struct kvs_topology *t, const kvs_topology_source *source
       status = kvs_error_set(err, KVS_ERR_UNSUPPORTED, "hwloc could not discover '%s': %s",
                              t->label, strerror(why));
     } else {
-      /* hwloc accepts any file up front and refuses it at load. */
+      /* hwloc accepts any file up front and refuses it at load; its head
+       * looked like a 2.x export (source.c checked), so the body is bad. */
       status = kvs_error_set(err, KVS_ERR_PARSE,
-                             "topology %s '%s' is not an hwloc XML export that hwloc %s can "
-                             "load (hwloc 2.x files load; version=\"3.0\" ones do not): %s",
+                             "topology %s '%s' looks like an hwloc 2.x export but hwloc %s "
+                             "could not load it (a malformed element or attribute further in): "
+                             "%s",
                              source->path != NULL ? "file" : "buffer", t->label, HWLOC_VERSION,
                              strerror(why));
     }

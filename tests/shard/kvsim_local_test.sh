@@ -43,5 +43,7 @@ expect 4 "for the minimal pool" -- \
   "$KVSIM" --tp 1 --steps 5 --seed 1 --budget 100MiB --device cpu --topology bundled
 expect 4 "topology file 'tests/data/none.xml' cannot be read" -- \
   "$KVSIM" --tp 1 --steps 5 --seed 1 --topology tests/data/none.xml --device cpu
+expect 2 "kvsim_local: --steps is given twice; give it once" -- \
+  "$KVSIM" --tp 1 --steps 5 --seed 1 --steps 6
 expect 0 "usage: kvsim_local --ranks N" -- "$KVSIM" --help
 echo PASS
