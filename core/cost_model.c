@@ -445,8 +445,8 @@ kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_te
     if (shortfall != NULL) *shortfall = s;
     return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
                          "KV budget %llu bytes cannot fit the minimal pool (%llu pages incl. "
-                         "the window working-set floor %llu, needing %llu bytes); raise the "
-                         "memory ratio or lower max_running/max_seq_len",
+                         "the window working-set floor %llu, needing %llu bytes); give it a larger "
+                         "budget or lower max_running/max_seq_len",
                          (unsigned long long)s.available_bytes, (unsigned long long)s.min_pages,
                          (unsigned long long)s.floor_win_pages, (unsigned long long)s.needed_bytes);
   }

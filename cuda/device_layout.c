@@ -427,7 +427,7 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
         err, KVS_ERR_BUDGET_TOO_SMALL,
         "device budget %llu bytes cannot fit the minimal pool (%llu pages incl. "
         "the window working-set floor %llu, needing %llu bytes with %llu of "
-        "control and %llu of alignment padding); raise the memory ratio or "
+        "control and %llu of alignment padding); give it a larger budget or "
         "lower max_running/max_seq_len",
         (unsigned long long)budget_bytes, (unsigned long long)lo,
         (unsigned long long)floor_win_pages, (unsigned long long)candidate.total_bytes,

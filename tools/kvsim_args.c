@@ -36,6 +36,7 @@ static const char usage_flags[] =
     "  --budget BYTES          KV budget of every GPU (80GiB, 900MiB, ...)\n"
     "  --budget-per-gpu B0,..  one budget per GPU of the topology, in index order\n"
     "  --budget-mib B          every GPU g gets B x (1 - skew x (g %% 4) / 100) MiB\n"
+    "                          (any budget flag: at most 1 TiB per GPU)\n"
     "                          (the default: 860, skew 1, when no budget flag is given)\n"
     "  --budget-skew P         that skew in percent, [0, 25) (default 1)\n"
     "  --memory-ratio F        budgets from measured (or nominal) memory x F - reserve\n"
@@ -233,8 +234,8 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
         return parse_error(local, speaker, &err, value);
       }
     } else if (strcmp(flag, "--budget-mib") == 0) {
-      if (!parse_double(value, 1e-9, 16777216.0, &a->budget_mib))
-        BAD("a size in MiB in (0, 16777216]");
+      if (!parse_double(value, 1e-9, 1048576.0, &a->budget_mib))
+        BAD("a size in MiB in (0, 1048576]");
       a->have_budget_mib = true;
     } else if (strcmp(flag, "--budget-skew") == 0) {
       if (!parse_double(value, 0.0, 24.999999, &a->budget_skew)) BAD("a percentage in [0, 25)");
@@ -299,6 +300,25 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   }
   if (conflict != NULL) {
     if (speaker) fprintf(stderr, "%s: %s\n", tool, conflict);
+    return KVSIM_EXIT_USAGE;
+  }
+  /* kvsim keeps every rank's pool mirror and host tables in this machine's
+   * memory: a budget past 1 TiB per GPU would ask for gigabytes of host
+   * memory per rank, which no GPU's budget needs. */
+  uint64_t biggest = a->budget;
+  for (size_t g = 0; g < a->n_budget_per_gpu; g++) {
+    if (a->budget_per_gpu[g] > biggest) biggest = a->budget_per_gpu[g];
+  }
+  if (a->have_budget_mib && a->budget_mib > (double)(KVSIM_MAX_BUDGET >> 20)) {
+    biggest = KVSIM_MAX_BUDGET + 1;
+  }
+  if (biggest > KVSIM_MAX_BUDGET) {
+    if (speaker) {
+      fprintf(stderr,
+              "%s: a budget above 1 TiB per GPU is refused (kvsim holds every rank's "
+              "tables in host memory)\n",
+              tool);
+    }
     return KVSIM_EXIT_USAGE;
   }
   if (a->bare_broadcasts == UINT64_MAX) a->bare_broadcasts = a->steps < 2000 ? a->steps : 2000;

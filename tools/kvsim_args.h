@@ -26,6 +26,9 @@ enum {
   KVSIM_RANK_KILLED = 137
 };
 
+/* The largest budget per GPU kvsim simulates: 1 TiB. */
+#define KVSIM_MAX_BUDGET (UINT64_C(1) << 40)
+
 /* Per-GPU budgets in a list at most this long. */
 #define KVSIM_MAX_GPUS 1024
 

@@ -380,7 +380,7 @@ static kvs_status report_shortfall(split_ctx *c, uint64_t min_pages, uint64_t wi
   return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
                        "stage %zu (layers %zu-%zu) has a budget of %llu bytes but needs %llu "
                        "bytes for the minimal pool (%llu pages incl. the window working-set "
-                       "floor %llu); raise its budget or the memory ratio, or lower "
+                       "floor %llu); give it a larger budget, or lower "
                        "max_running/max_seq_len",
                        s.stage, s.first, s.end - 1, (unsigned long long)s.available_bytes,
                        (unsigned long long)s.needed_bytes, (unsigned long long)s.min_pages,
