@@ -206,6 +206,7 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "| injected divergences detected and located | $(count "$plain_logs" '^PASS: page [0-9]+ flipped') | $(count "$asan_logs" '^PASS: page [0-9]+ flipped') |"
   echo "| killed or stalled ranks whose peers exited in bound | $(count "$plain_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') | $(count "$asan_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') |"
   echo "| of those, drills where every survivor left through kvshard's own timeout naming the dead rank | $(count "$plain_logs" '^reliability: drill kill-(recovery|threads):') | $(count "$asan_logs" '^reliability: drill kill-(recovery|threads):') |"
+  echo "| hostile inputs replayed and refused as documented (tests/tools/hostile_cases.txt) | $(figure "$plain_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$plain_logs" 'hostile inputs replayed ([0-9]+)') | $(figure "$asan_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$asan_logs" 'hostile inputs replayed ([0-9]+)') |"
   echo "| leaks | - | $leaks |"
   echo
   echo "## Fuzz targets"
