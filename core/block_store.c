@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/block_codec.h"
+#include "core/file_kind.h"
 
 #define LOCK_NAME ".lock"
 #define TEMP_PREFIX ".tmp-"
@@ -166,15 +167,6 @@ static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name
   return KVS_OK;
 }
 
-/* What a file that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 /* Reads a whole block file into a fresh buffer. Only a regular file is
  * read: the open does not block (a FIFO would wait for a writer forever)
@@ -199,7 +191,7 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return kvs_error_set(err, KVS_ERR_CORRUPT, "%s is %s, not a regular file", name,
-                         file_kind(st.st_mode));
+                         kvs_file_kind(st.st_mode));
   }
   uint64_t size = (uint64_t)st.st_size;
   if (size > KVS_BLOCK_STORE_MAX_FILE_BYTES) {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file_kind.h"
 #include "core/geometry.h"
 
 /* From the JSON files in core/models/, embedded at build time (embed_text.sh). */
@@ -109,15 +110,6 @@ done:
   return status;
 }
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
   /* Only a regular file is read. O_NONBLOCK keeps the open of a FIFO from
@@ -137,7 +129,7 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
   if (!S_ISREG(st.st_mode)) {
     close(fd);
     return kvs_error_set(err, KVS_ERR_IO, "model config %s is %s, not a regular file", path,
-                         file_kind(st.st_mode));
+                         kvs_file_kind(st.st_mode));
   }
   /* Model configs are a few KiB; anything past 16 MiB is not one, and is
    * refused by its size before a byte of it is read. */

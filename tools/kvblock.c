@@ -34,6 +34,7 @@
 #include "core/block_signature.h"
 #include "core/block_signed.h"
 #include "core/block_store.h"
+#include "core/file_kind.h"
 #include "core/status.h"
 #include "tools/args.h"
 
@@ -233,16 +234,7 @@ static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
 
 /* What lies at a path that write refuses to replace, or NULL when the
  * path is free or a regular file. */
-static const char *not_replaceable(mode_t mode) {
-  if (S_ISREG(mode)) return NULL;
-  if (S_ISLNK(mode)) return "a symbolic link";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
+static const char *not_replaceable(mode_t mode) { return kvs_file_kind(mode); }
 
 /* Writes FILE by a temporary file in the same directory, fsync, rename
  * and an fsync of the directory: a crash leaves the old file or the new

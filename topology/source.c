@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file_kind.h"
+
 /* ---- live ---------------------------------------------------------------- */
 
 static kvs_status live_prepare(const kvs_topology_source *self, hwloc_topology_t topology,
@@ -38,15 +40,6 @@ kvs_topology_source kvs_topology_source_live(void) {
 
 /* ---- XML file -------------------------------------------------------------- */
 
-/* What a path that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 /* Says what is wrong with a file hwloc would refuse with a bare -1: not a
  * regular file (a FIFO would block hwloc's read forever), not XML, XML
@@ -67,7 +60,7 @@ static kvs_status check_file(const char *path, kvs_error *err) {
                            strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     status = kvs_error_set(err, KVS_ERR_IO, "topology file '%s' is %s, not an hwloc XML export",
-                           path, file_kind(st.st_mode));
+                           path, kvs_file_kind(st.st_mode));
   } else if ((n = read(fd, head, sizeof head - 1)) < 0) {
     status = kvs_error_set(err, KVS_ERR_IO, "topology file '%s' cannot be read: %s", path,
                            strerror(errno));
