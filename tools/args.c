@@ -66,6 +66,17 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
                        flag, text);
 }
 
+kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
+  uint64_t value;
+  kvs_status status = kvs_parse_bytes(flag, text, &value, err);
+  if (status != KVS_OK) return status;
+  if (value == 0) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s must be above 0 bytes, got '%s'", flag, text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
 kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err) {
   errno = 0;
   char *end = NULL;
@@ -115,6 +126,11 @@ static kvs_status one_bytes(const char *flag, const char *item, size_t index, vo
   return kvs_parse_bytes(flag, item, (uint64_t *)out + index, err);
 }
 
+static kvs_status one_budget(const char *flag, const char *item, size_t index, void *out,
+                             kvs_error *err) {
+  return kvs_parse_budget(flag, item, (uint64_t *)out + index, err);
+}
+
 static kvs_status one_u32(const char *flag, const char *item, size_t index, void *out,
                           kvs_error *err) {
   uint64_t value;
@@ -130,6 +146,11 @@ static kvs_status one_u32(const char *flag, const char *item, size_t index, void
 kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
                                 size_t *n_out, kvs_error *err) {
   return parse_list(flag, text, cap, n_out, err, one_bytes, out);
+}
+
+kvs_status kvs_parse_budget_list(const char *flag, const char *text, uint64_t *out, size_t cap,
+                                 size_t *n_out, kvs_error *err) {
+  return parse_list(flag, text, cap, n_out, err, one_budget, out);
 }
 
 kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
@@ -155,7 +176,10 @@ const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {
 
 int kvs_finish_stdout(const char *tool, int rc, int failed_rc) {
   if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "%s: writing standard output: %s\n", tool, strerror(errno));
+    /* errno still holds the failed write's reason unless a later call
+     * cleared it; "Success" would be no reason at all. */
+    fprintf(stderr, "%s: writing standard output: %s\n", tool,
+            errno != 0 ? strerror(errno) : "an earlier write failed");
     fclose(stdout);
     return rc != 0 ? rc : failed_rc;
   }

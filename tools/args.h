@@ -24,12 +24,19 @@ kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_
  * most KVS_MAX_BYTE_COUNT. */
 kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
+/* A budget: a byte count above zero (a zero budget holds no pool; it is
+ * refused as bad usage, never taken to mean "not given"). */
+kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err);
+
 /* A finite decimal number. */
 kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err);
 
 /* A comma-separated list of byte counts or integers into out[0..cap). */
 kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
                                 size_t *n_out, kvs_error *err);
+/* A comma-separated list of budgets (each as kvs_parse_budget). */
+kvs_status kvs_parse_budget_list(const char *flag, const char *text, uint64_t *out, size_t cap,
+                                 size_t *n_out, kvs_error *err);
 kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
                               size_t *n_out, kvs_error *err);
 

@@ -95,10 +95,10 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
       return kvs_parse_u64("--pp", value, &a->pp, err);
     case OPT_BUDGET:
       a->have_budget = true;
-      return kvs_parse_bytes("--budget", value, &a->budget, err);
+      return kvs_parse_budget("--budget", value, &a->budget, err);
     case OPT_BUDGET_PER_GPU:
-      return kvs_parse_bytes_list("--budget-per-gpu", value, a->budgets, MAX_GPUS, &a->n_budgets,
-                                  err);
+      return kvs_parse_budget_list("--budget-per-gpu", value, a->budgets, MAX_GPUS, &a->n_budgets,
+                                   err);
     case OPT_MEMORY_RATIO:
       a->have_ratio = true;
       return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);

@@ -58,12 +58,12 @@ static void print_table(const char *model, const kvs_geometry *g, uint64_t budge
   char buf[32], buf2[32];
   kvs_cost_terms t;
   kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), NULL, &t, NULL);
-  printf("model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
-         "index_head_dim %llu\n",
-         model, (unsigned long long)t.n_layers,
-         (unsigned long long)(t.n_layers - t.n_csa - t.n_hca), (unsigned long long)t.n_csa,
-         (unsigned long long)t.n_hca, (unsigned long long)g->head_dim,
-         (unsigned long long)g->index_head_dim);
+  printf(
+      "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
+      "index_head_dim %llu\n",
+      model, (unsigned long long)t.n_layers, (unsigned long long)(t.n_layers - t.n_csa - t.n_hca),
+      (unsigned long long)t.n_csa, (unsigned long long)t.n_hca, (unsigned long long)g->head_dim,
+      (unsigned long long)g->index_head_dim);
   printf("budget      %s (%llu bytes)\n", kvs_format_bytes(budget, buf, sizeof buf),
          (unsigned long long)budget);
   printf("num_pages   %llu pages of %llu = %llu tokens of history\n",
@@ -72,14 +72,14 @@ static void print_table(const char *model, const kvs_geometry *g, uint64_t budge
   printf("window      %llu pages (%llu slots), floor %llu pages, swa_ratio %g\n",
          (unsigned long long)sizes->n_win_pages, (unsigned long long)sizes->n_win_slots,
          (unsigned long long)floor_pages, sizes->swa_ratio);
-  printf("pool        %s (%llu bytes), headroom %s\n\n", kvs_format_bytes(b->total, buf, sizeof buf),
-         (unsigned long long)b->total, kvs_format_bytes(budget - b->total, buf2, sizeof buf2));
+  printf("pool        %s (%llu bytes), headroom %s\n\n",
+         kvs_format_bytes(b->total, buf, sizeof buf), (unsigned long long)b->total,
+         kvs_format_bytes(budget - b->total, buf2, sizeof buf2));
   const struct {
     const char *name;
     uint64_t bytes;
-  } tiers[] = {{"window", b->window},     {"compressed", b->compressed},
-               {"indexer", b->indexer},   {"state", b->state},
-               {"index_state", b->index_state}, {"mapping", b->mapping},
+  } tiers[] = {{"window", b->window},  {"compressed", b->compressed},   {"indexer", b->indexer},
+               {"state", b->state},    {"index_state", b->index_state}, {"mapping", b->mapping},
                {"scratch", b->scratch}};
   printf("%-12s %20s %12s %7s\n", "tier", "bytes", "", "share");
   for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) {
@@ -102,9 +102,9 @@ static void print_table(const char *model, const kvs_geometry *g, uint64_t budge
       snprintf(idx, sizeof idx, "%llu", (unsigned long long)s.idx_blocks);
       snprintf(idx_state, sizeof idx_state, "%llu", (unsigned long long)s.idx_state_slots);
     }
-    printf("%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer,
-           s.has_indexer ? "CSA" : "HCA", (unsigned long long)s.ring_size,
-           (unsigned long long)s.cmp_blocks, idx, (unsigned long long)s.state_slots, idx_state);
+    printf("%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer, s.has_indexer ? "CSA" : "HCA",
+           (unsigned long long)s.ring_size, (unsigned long long)s.cmp_blocks, idx,
+           (unsigned long long)s.state_slots, idx_state);
   }
 }
 
@@ -121,7 +121,7 @@ static kvs_status solve_flag(void *ctx, int id, const char *value, kvs_error *er
     return KVS_OK;
   }
   a->have_budget = true;
-  return kvs_parse_bytes("--budget", value, &a->budget, err);
+  return kvs_parse_budget("--budget", value, &a->budget, err);
 }
 
 int kvs_kvplan_solve(int argc, char **argv) {
@@ -173,8 +173,8 @@ int kvs_kvplan_solve(int argc, char **argv) {
   }
   kvs_cost_terms terms;
   kvs_pool_breakdown breakdown;
-  if (kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &terms,
-                          &err) != KVS_OK ||
+  if (kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &terms, &err) !=
+          KVS_OK ||
       kvs_pool_bytes_terms(&sizes, &terms, options.scratch, &breakdown, &err) != KVS_OK) {
     fprintf(stderr, "kvplan solve: %s\n", err.message);
     return 1;

@@ -18,7 +18,7 @@ static const char usage_flags[] =
     "  --backend B             mpi (default; host buffers), nccl (GPUs), self (one rank);\n"
     "                          kvsim_local: loopback (default; ranks as threads), nccl, self\n"
     "  --ranks N               kvsim_local: ranks (threads) to run\n"
-    "  --steps S               scheduler steps to run\n"
+    "  --steps S               scheduler steps to run, 1..2^40\n"
     "  --seed X                workload seed (the same on every rank)\n"
     "  --requests R            concurrent requests (max running), 1..65536, default 16\n"
     "  --json                  stdout holds only the JSON object\n"
@@ -193,7 +193,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       if (!ok) BAD(local ? "one of loopback, nccl, self" : "one of mpi, nccl, self");
       a->backend = value;
     } else if (strcmp(flag, "--steps") == 0) {
-      if (!parse_u64(value, &a->steps) || a->steps > (1ull << 40)) BAD("a step count");
+      if (!parse_u64(value, &a->steps) || a->steps == 0 || a->steps > (1ull << 40)) {
+        BAD("a step count in [1, 2^40]");
+      }
       have_steps = true;
     } else if (strcmp(flag, "--seed") == 0) {
       if (!parse_u64(value, &a->seed)) BAD("an unsigned integer");
@@ -222,15 +224,14 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       a->topology = value;
     } else if (strcmp(flag, "--budget") == 0) {
       kvs_error err;
-      if (value == NULL || kvs_parse_bytes("--budget", value, &a->budget, &err) != KVS_OK) {
+      if (value == NULL || kvs_parse_budget("--budget", value, &a->budget, &err) != KVS_OK) {
         return parse_error(local, speaker, &err, value);
       }
-      if (a->budget == 0) BAD("a byte count above 0 such as 900MiB");
     } else if (strcmp(flag, "--budget-per-gpu") == 0) {
       kvs_error err;
       if (value == NULL ||
-          kvs_parse_bytes_list("--budget-per-gpu", value, a->budget_per_gpu, KVSIM_MAX_GPUS,
-                               &a->n_budget_per_gpu, &err) != KVS_OK) {
+          kvs_parse_budget_list("--budget-per-gpu", value, a->budget_per_gpu, KVSIM_MAX_GPUS,
+                                &a->n_budget_per_gpu, &err) != KVS_OK) {
         return parse_error(local, speaker, &err, value);
       }
     } else if (strcmp(flag, "--budget-mib") == 0) {
@@ -284,7 +285,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   }
   const char *tool = local ? "kvsim_local" : "kvsim";
   if (a->tp == 0) return bad_arg(a, local, speaker, "--tp", "", "a rank count in [1, 65535]");
-  if (!have_steps) return bad_arg(a, local, speaker, "--steps", "", "a step count");
+  if (!have_steps) return bad_arg(a, local, speaker, "--steps", "", "a step count in [1, 2^40]");
   if (!have_seed) return bad_arg(a, local, speaker, "--seed", "", "an unsigned integer");
   if (local && a->ranks == 0) a->ranks = a->tp * a->pp;
   int explicit_kinds = (a->budget != 0) + (a->n_budget_per_gpu > 0) + a->have_budget_mib;
@@ -295,8 +296,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     conflict =
         "--memory-ratio and --reserve apply to measured memory; the budget flags give the "
         "bytes themselves";
-  } else if (a->inject && a->inject_step >= a->steps) {
-    conflict = "--inject-divergence names a step the run never reaches (it must be below --steps)";
+  } else if ((a->inject && a->inject_step >= a->steps) || (a->kill && a->kill_step >= a->steps) ||
+             (a->stall && a->stall_step >= a->steps)) {
+    conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   }
   if (conflict != NULL) {
     if (speaker) fprintf(stderr, "%s: %s\n", tool, conflict);

@@ -1,21 +1,23 @@
 #include "tools/plan_svg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/args.h"
 
 /* Geometry of the picture, in SVG user units (pixels). */
 enum {
   MARGIN = 24,
-  HEADER = 64,      /* title and subtitle */
-  CAPTION = 36,     /* a NUMA box's two caption lines */
-  TOP_LABELS = 46,  /* "GPU n", "rank r", "tp t · pp s" above the bars */
-  AREA = 320,       /* height of the tallest budget */
+  HEADER = 64,     /* title and subtitle */
+  CAPTION = 36,    /* a NUMA box's two caption lines */
+  TOP_LABELS = 46, /* "GPU n", "rank r", "tp t · pp s" above the bars */
+  AREA = 320,      /* height of the tallest budget */
   BOTTOM_LABELS = 84,
-  SLOT = 104,       /* horizontal room per GPU */
+  SLOT = 104, /* horizontal room per GPU */
   BAR = 50,
   BOX_PAD = 10,
   BOX_GAP = 18,
@@ -44,9 +46,10 @@ static const tier TIERS[] = {
 static uint64_t tier_bytes(const kvs_rank_plan *rp, size_t i) {
   const kvs_pool_breakdown *b = &rp->bytes;
   const uint64_t values[N_TIERS] = {
-      b->window,  b->compressed, b->indexer,
-      b->state,   b->index_state, b->mapping,
-      b->scratch, rp->device.control_bytes + rp->device.padding_bytes};
+      b->window,      b->compressed,
+      b->indexer,     b->state,
+      b->index_state, b->mapping,
+      b->scratch,     rp->device.control_bytes + rp->device.padding_bytes};
   return values[i];
 }
 
@@ -54,12 +57,23 @@ static uint64_t tier_bytes(const kvs_rank_plan *rp, size_t i) {
 static void put_text(FILE *f, const char *text) {
   for (const char *p = text; p != NULL && *p != '\0'; p++) {
     switch (*p) {
-      case '&': fputs("&amp;", f); break;
-      case '<': fputs("&lt;", f); break;
-      case '>': fputs("&gt;", f); break;
-      case '"': fputs("&quot;", f); break;
-      case '\'': fputs("&apos;", f); break;
-      default: fputc(*p, f);
+      case '&':
+        fputs("&amp;", f);
+        break;
+      case '<':
+        fputs("&lt;", f);
+        break;
+      case '>':
+        fputs("&gt;", f);
+        break;
+      case '"':
+        fputs("&quot;", f);
+        break;
+      case '\'':
+        fputs("&apos;", f);
+        break;
+      default:
+        fputc(*p, f);
     }
   }
 }
@@ -76,7 +90,7 @@ typedef struct group {
   int numa, package;
   size_t first_gpu; /* lowest list position: the boxes' order */
   size_t n;
-  size_t *gpus;     /* list positions, ascending */
+  size_t *gpus; /* list positions, ascending */
 } group;
 
 static double scaled(uint64_t bytes, uint64_t max_budget) {
@@ -105,8 +119,9 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
            kvs_format_bytes(rp->headroom_bytes, b1, sizeof b1),
            (unsigned long long)rp->budget_bytes);
   put_text(f, line);
-  fprintf(f, "</title><rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
-             "fill=\"url(#headroom)\" stroke=\"#888\" stroke-dasharray=\"4 2\"/></g>\n",
+  fprintf(f,
+          "</title><rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
+          "fill=\"url(#headroom)\" stroke=\"#888\" stroke-dasharray=\"4 2\"/></g>\n",
           x, bottom - budget_h, BAR, budget_h);
   double y = bottom;
   for (size_t i = 0; i < N_TIERS; i++) {
@@ -114,18 +129,19 @@ static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
     double h = scaled(bytes, max_budget);
     if (bytes == 0) continue;
     y -= h;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\">"
-               "<title>",
+    fprintf(f,
+            "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\">"
+            "<title>",
             x, y, BAR, h, TIERS[i].color);
     snprintf(line, sizeof line, "%s: %llu bytes (%s)", TIERS[i].name, (unsigned long long)bytes,
              kvs_format_bytes(bytes, b1, sizeof b1));
     put_text(f, line);
     fputs("</title></rect>\n", f);
   }
-  fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"none\" "
-             "stroke=\"%s\" stroke-width=\"%s\"/>\n",
-          x, bottom - budget_h, BAR, budget_h, limiting ? "#d62728" : "#333",
-          limiting ? "3" : "1");
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"none\" "
+          "stroke=\"%s\" stroke-width=\"%s\"/>\n",
+          x, bottom - budget_h, BAR, budget_h, limiting ? "#d62728" : "#333", limiting ? "3" : "1");
   double used =
       rp->budget_bytes ? 100.0 * (double)rp->device.total_bytes / (double)rp->budget_bytes : 0.0;
   text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
@@ -150,14 +166,16 @@ static void draw_legend(FILE *f, double x, double y) {
     text_at(f, x + 20, row + 24, "start", "small", TIERS[i].what);
   }
   double row = y + 14 + 30.0 * N_TIERS;
-  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#headroom)\" "
-             "stroke=\"#888\" stroke-dasharray=\"4 2\"/>\n",
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#headroom)\" "
+          "stroke=\"#888\" stroke-dasharray=\"4 2\"/>\n",
           x, row);
   text_at(f, x + 20, row + 11, "start", "label", "headroom");
   text_at(f, x + 20, row + 24, "start", "small", "budget not used by the pool");
   row += 34;
-  fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"none\" "
-             "stroke=\"#d62728\" stroke-width=\"3\"/>\n",
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"none\" "
+          "stroke=\"#d62728\" stroke-width=\"3\"/>\n",
           x, row);
   text_at(f, x + 20, row + 11, "start", "label", "limiting device");
   text_at(f, x + 20, row + 24, "start", "small", "cannot hold one more page");
@@ -187,8 +205,8 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
   for (size_t i = 0; i < n; i++) {
     if (by_gpu[i] == NULL) continue;
     size_t g = 0;
-    while (g < n_groups &&
-           !(groups[g].numa == svg->gpus[i].numa_node && groups[g].package == svg->gpus[i].package)) {
+    while (g < n_groups && !(groups[g].numa == svg->gpus[i].numa_node &&
+                             groups[g].package == svg->gpus[i].package)) {
       g++;
     }
     if (g == n_groups) {
@@ -219,10 +237,21 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
   double legend_h = box_top + 14 + 30.0 * N_TIERS + 90;
   if (height < legend_h) height = legend_h;
 
-  FILE *f = fopen(path, "w");
+  /* O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of
+   * waiting forever; one with a reader, like a pipe or a terminal, is
+   * written as usual once the flag is cleared. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  FILE *f = NULL;
+  if (fd >= 0) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        (f = fdopen(fd, "w")) == NULL) {
+      close(fd);
+    }
+  }
   if (f == NULL) {
-    kvs_status s = kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path,
-                                 strerror(errno));
+    kvs_status s =
+        kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path, strerror(errno));
     free(by_gpu);
     free(groups);
     free(members);
@@ -251,8 +280,9 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
     const group *gr = &groups[g];
     double box_w = (double)gr->n * SLOT + 2 * BOX_PAD;
     double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
-               "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
+    fprintf(f,
+            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
+            "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
             x, box_top, box_w, box_h);
     char line[KVS_CPUSET_STRING_MAX + 64];
     char numa[24] = "?", package[24] = "?";
