@@ -218,6 +218,26 @@ static kvs_status check_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
   return KVS_OK;
 }
 
+/* The part of a ring-context row both builders share: an idle (padding)
+ * row, pos < 0, reads -1 everywhere and returns false; otherwise own and
+ * prev are the slots of pos and of the token before it (pos 0 is its own
+ * predecessor) and the caller fills the ring. */
+static bool ring_row_start(const int64_t *map, const kvs_table_dims *dims,
+                           const kvs_block_tables *tables, kvs_tm_div block_div, int64_t pos,
+                           const int32_t *row, int64_t *own, int64_t *prev, int64_t *ring_row,
+                           int *bad) {
+  if (pos < 0) {
+    *own = -1;
+    *prev = -1;
+    for (uint64_t j = 0; j < dims->page; j++) ring_row[j] = -1;
+    return false;
+  }
+  *own = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, bad);
+  *prev =
+      slot_at(map, dims->full_token, row, tables->stride, block_div, pos > 0 ? pos - 1 : 0, bad);
+  return true;
+}
+
 kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                             const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
                             int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
@@ -231,17 +251,12 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
   for (size_t r = 0; r < n_req; r++) {
     int64_t pos = positions[r];
     int64_t *ring_row = ring + r * page;
-    if (pos < 0) { /* an idle (padding) row */
-      own[r] = -1;
-      prev[r] = -1;
-      for (uint64_t j = 0; j < page; j++) ring_row[j] = -1;
-      continue;
-    }
     const int32_t *row = tables->pages + r * tables->stride;
     int bad = 0;
-    own[r] = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, &bad);
-    prev[r] =
-        slot_at(map, dims->full_token, row, tables->stride, block_div, pos > 0 ? pos - 1 : 0, &bad);
+    if (!ring_row_start(map, dims, tables, block_div, pos, row, own + r, prev + r, ring_row,
+                        &bad)) {
+      continue;
+    }
     for (uint64_t j = 0; j < page; j++) {
       int64_t p = kvs_tm_ring_position(pos, j, page_div);
       ring_row[j] =
@@ -301,17 +316,12 @@ kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
   for (size_t r = 0; r < n_req; r++) {
     int64_t pos = positions[r];
     int64_t *ring_row = ring + r * page;
-    if (pos < 0) {
-      own[r] = -1;
-      prev[r] = -1;
-      for (uint64_t j = 0; j < page; j++) ring_row[j] = -1;
-      continue;
-    }
     const int32_t *row = tables->pages + r * tables->stride;
     int bad = 0;
-    own[r] = slot_at(map, dims->full_token, row, tables->stride, block_div, pos, &bad);
-    prev[r] =
-        slot_at(map, dims->full_token, row, tables->stride, block_div, pos > 0 ? pos - 1 : 0, &bad);
+    if (!ring_row_start(map, dims, tables, block_div, pos, row, own + r, prev + r, ring_row,
+                        &bad)) {
+      continue;
+    }
     uint64_t block = (uint64_t)pos / page, offset = (uint64_t)pos % page;
     copy_run(map, dims->full_token, row, tables->stride, page, block, 0, offset + 1, ring_row,
              &bad);
