@@ -77,6 +77,15 @@ EngineComm engine_comm(int n, ncclUniqueId id, int rank, int device) {
   return e;
 }
 
+// Options that hand the backend an engine's communicator and stream
+// (adopt mode) rather than letting it make its own.
+kvs_comm_nccl_options adopt_options(const EngineComm &e, int timeout_ms) {
+  kvs_comm_nccl_options o = options(-1, timeout_ms);
+  o.comm = e.comm;
+  o.stream = e.stream;
+  return o;
+}
+
 // The small pool of the shard tests.
 kvs_geometry small_geometry() {
   kvs_geometry g;
@@ -215,9 +224,7 @@ TEST(NcclStandin, adopt_mode_never_aborts_the_engines_communicator) {
     for (int r = 0; r < n; r++) {
       threads.emplace_back([&, r] {
         EngineComm e = engine_comm(n, id, r, r);
-        kvs_comm_nccl_options o = options(-1, 300);
-        o.comm = e.comm;
-        o.stream = e.stream;
+        kvs_comm_nccl_options o = adopt_options(e, 300);
         kvs_comm_t comm = nullptr;
         kvs_error err;
         ASSERT_EQ(kvs_comm_nccl_create(&o, nullptr, &comm, &err), KVS_OK) << err.message;
@@ -261,9 +268,7 @@ TEST(NcclStandin, adopt_mode_leaves_the_callers_device_alone) {
         EngineComm e = engine_comm(n, id, r, r);
         int other = (r + 1) % n;
         ASSERT_EQ(cudaSetDevice(other), cudaSuccess);  // the engine works elsewhere meanwhile
-        kvs_comm_nccl_options o = options(-1, 20000);
-        o.comm = e.comm;
-        o.stream = e.stream;
+        kvs_comm_nccl_options o = adopt_options(e, 20000);
         kvs_comm_t comm = nullptr;
         kvs_error err;
         ASSERT_EQ(kvs_comm_nccl_create(&o, nullptr, &comm, &err), KVS_OK) << err.message;
@@ -546,9 +551,7 @@ TEST(NcclStandin, collectives_and_shard_steps_over_seeded_schedules) {
           for (int r = 0; r < n; r++) {
             threads.emplace_back([&, r] {
               EngineComm e = engine_comm(n, id, r, r);
-              kvs_comm_nccl_options o = options(-1, 20000);
-              o.comm = e.comm;
-              o.stream = e.stream;
+              kvs_comm_nccl_options o = adopt_options(e, 20000);
               kvs_comm_t comm = nullptr;
               kvs_error err;
               ASSERT_EQ(kvs_comm_nccl_create(&o, nullptr, &comm, &err), KVS_OK) << err.message;
