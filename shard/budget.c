@@ -4,14 +4,11 @@
 #include <string.h>
 
 #include "core/mix.h"
+#include "shard/rank_word.h"
 
-/* Pages and rank share one word so that a single MIN names both the
- * smallest budget and who has it. */
-#define RANK_BITS 16
-#define MAX_PAGES ((UINT64_C(1) << (64 - RANK_BITS)) - 1)
-
+/* Pages and rank share one word (rank_word.h) so that a single MIN names
+ * both the smallest budget and who has it. */
 enum { W_KEY, W_NOT_KEY, W_PARAMS, W_NOT_PARAMS, N_WORDS };
-
 
 static uint64_t params_fingerprint(const kvs_budget_options *o) {
   uint64_t h = kvs_mix64(0, o->page);
@@ -48,7 +45,8 @@ static kvs_status solve_own(const kvs_geometry *geometry, const kvs_shard_layout
   }
   if (status != KVS_OK) return status;
   b->own_pages = kvs_pool_sizes_num_pages(&own);
-  if (b->own_pages > MAX_PAGES) b->own_pages = MAX_PAGES; /* 2^48 pages: never binding */
+  if (b->own_pages > KVS_RANK_WORD_VALUE_MAX)
+    b->own_pages = KVS_RANK_WORD_VALUE_MAX; /* 2^48 pages: never binding */
   return KVS_OK;
 }
 
@@ -95,7 +93,7 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
    * left waiting in the collective; the minimum then names it. */
   kvs_status local_status = solve_own(geometry, layout, budget_bytes, options, &b, &local);
   uint64_t pages = local_status == KVS_OK ? b.own_pages : 0;
-  uint64_t key = pages << RANK_BITS | (uint64_t)layout->rank;
+  uint64_t key = kvs_rank_word(pages, layout->rank);
   uint64_t params = params_fingerprint(options);
 
   kvs_comm_buffer words = {NULL, NULL, 0, NULL};
@@ -119,8 +117,8 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
                          "to %016llx; the group must size one pool shape",
                          (unsigned long long)min_params, (unsigned long long)max_params);
   }
-  uint64_t agreed = min_key >> RANK_BITS;
-  int tightest = (int)(min_key & ((1u << RANK_BITS) - 1));
+  uint64_t agreed = kvs_rank_word_value(min_key);
+  int tightest = kvs_rank_word_rank(min_key);
   if (agreed == 0) {
     if (local_status != KVS_OK) return kvs_error_set(err, local_status, "%s", local.message);
     return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
@@ -135,9 +133,9 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
     return status;
   }
   b.agreed_pages = agreed;
-  b.max_pages = max_key >> RANK_BITS;
+  b.max_pages = kvs_rank_word_value(max_key);
   b.tightest_rank = tightest;
-  b.loosest_rank = (int)(max_key & ((1u << RANK_BITS) - 1));
+  b.loosest_rank = kvs_rank_word_rank(max_key);
   b.slack_pages = b.own_pages - agreed;
   b.agreed_bytes = bytes.total;
   b.slack_bytes = budget_bytes > bytes.total ? budget_bytes - bytes.total : 0;

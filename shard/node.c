@@ -13,14 +13,11 @@
 #include "cuda/device_tables.h"
 #include "shard/comm_nccl.h"
 #include "shard/layout.h"
+#include "shard/rank_word.h"
 #include "shard/table_cuda.h"
 #include "topology/layout.h"
 
 #define NONE UINT64_MAX
-/* Pages and a rank in one word, so one MIN names the tightest rank. */
-#define RANK_BITS 16
-#define RANK_MASK ((UINT64_C(1) << RANK_BITS) - 1)
-#define RANK_PAGES_MAX ((UINT64_C(1) << (64 - RANK_BITS)) - 1)
 
 struct kvs_node {
   kvs_comm_t comm;
@@ -435,15 +432,16 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   uint64_t own_pages = 0;
   local = kvs_node_max_pages(&node->request, rp->first, rp->end, own.budget_bytes, &own_pages,
                              &local_err);
-  if (local != KVS_OK || own_pages > RANK_PAGES_MAX)
-    own_pages = local != KVS_OK ? 0 : RANK_PAGES_MAX;
+  if (local != KVS_OK || own_pages > KVS_RANK_WORD_VALUE_MAX)
+    own_pages = local != KVS_OK ? 0 : KVS_RANK_WORD_VALUE_MAX;
+  /* Pages and the rank in one word, so the one MIN names the tightest rank. */
   uint64_t *w = words(node);
-  w[0] = own_pages << RANK_BITS | (uint64_t)node->rank;
+  w[0] = kvs_rank_word(own_pages, node->rank);
   if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
     return status;
   }
-  uint64_t agreed = w[0] >> RANK_BITS;
-  int tightest = (int)(w[0] & RANK_MASK);
+  uint64_t agreed = kvs_rank_word_value(w[0]);
+  int tightest = kvs_rank_word_rank(w[0]);
   const kvs_split *split = kvs_node_plan_split(node->plan);
   if (agreed < split->num_pages) {
     const kvs_rank_plan *tp = kvs_node_plan_rank(node->plan, (size_t)tightest);

@@ -7,11 +7,10 @@
 
 #include "core/mix.h"
 #include "shard/layout.h"
+#include "shard/rank_word.h"
 #include "shard/step_message.h"
 
 #define NONE UINT64_MAX
-#define RANK_BITS 16
-#define RANK_MASK ((UINT64_C(1) << RANK_BITS) - 1)
 /* A window page and a rank in one word: the rank above, page + 1 below. */
 #define PAGE_BITS 40
 #define PAGE_MASK ((UINT64_C(1) << PAGE_BITS) - 1)
@@ -587,8 +586,7 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   w[C_NOT_AUX_STEP] = ~shard->aux_step;
   w[C_STEP] = shard->next_step;
   w[C_NOT_STEP] = ~shard->next_step;
-  w[C_SEEN] =
-      shard->seen_step == NONE ? NONE : shard->seen_step << RANK_BITS | (uint64_t)shard->rank;
+  w[C_SEEN] = shard->seen_step == NONE ? NONE : kvs_rank_word(shard->seen_step, shard->rank);
   w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank << 1 | integrity_kind;
   if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
 
@@ -602,8 +600,8 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   r.leader_window_page = -1;
   r.rank = -1;
   r.rank_window_page = -1;
-  r.first_seen_step = w[C_SEEN] == NONE ? NONE : w[C_SEEN] >> RANK_BITS;
-  r.first_seen_rank = w[C_SEEN] == NONE ? -1 : (int)(w[C_SEEN] & RANK_MASK);
+  r.first_seen_step = w[C_SEEN] == NONE ? NONE : kvs_rank_word_value(w[C_SEEN]);
+  r.first_seen_rank = w[C_SEEN] == NONE ? -1 : kvs_rank_word_rank(w[C_SEEN]);
   uint64_t step_min = w[C_STEP], step_max = ~w[C_NOT_STEP];
   bool aux_differs = w[C_AUX] != ~w[C_NOT_AUX] || w[C_AUX_STEP] != ~w[C_NOT_AUX_STEP];
   uint64_t integrity_rank = w[C_INTEGRITY];
