@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
+#include "core/clock.h"
 #include "core/mix.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
@@ -57,12 +57,6 @@ const char *kvs_node_device_name(kvs_node_device device) {
       return "cuda";
   }
   return "unknown";
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- agreement ---- */
@@ -311,11 +305,11 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
 
 static kvs_status apply_to_tables(void *ctx, const kvs_shard_apply_batch *batch, kvs_error *err) {
   kvs_node_t node = ctx;
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   kvs_status status = kvs_table_apply(
       node->table, batch->entries, node->table_reads_device_entries ? batch->device_entries : NULL,
       batch->n, err);
-  node->stats.apply_ns += now_ns() - start;
+  node->stats.apply_ns += kvs_now_ns() - start;
   return status;
 }
 
@@ -554,7 +548,7 @@ static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
 kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *batch, bool digest,
                          kvs_node_step_result *out, kvs_error *err) {
   if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   kvs_node_step_result r;
   memset(&r, 0, sizeof r);
   node->host_rows = 0;
@@ -569,12 +563,12 @@ kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *b
   kvs_error local;
   kvs_error_clear(&local);
   kvs_ring_batch empty = {NULL, 0, NULL, 0};
-  uint64_t ring_start = now_ns();
+  uint64_t ring_start = kvs_now_ns();
   kvs_status status =
       kvs_table_ring_ctx(node->table, batch != NULL ? batch : &empty, &r.ring, &local);
-  node->stats.ring_ns += now_ns() - ring_start;
+  node->stats.ring_ns += kvs_now_ns() - ring_start;
   if (status == KVS_OK && digest) {
-    uint64_t digest_start = now_ns();
+    uint64_t digest_start = kvs_now_ns();
     status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
                                       &local);
     if (status == KVS_OK) {
@@ -582,10 +576,10 @@ kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *b
       r.digest = ring_digest(node, r.ring.n_req);
       kvs_shard_set_aux_digest(node->shard, step, r.digest);
     }
-    node->stats.digest_ns += now_ns() - digest_start;
+    node->stats.digest_ns += kvs_now_ns() - digest_start;
   }
   node->stats.steps++;
-  node->stats.step_ns += now_ns() - start;
+  node->stats.step_ns += kvs_now_ns() - start;
   if (status != KVS_OK) {
     return kvs_error_set(err, status, "rank %d, step %llu, ring contexts: %s", node->rank,
                          (unsigned long long)step, local.message);

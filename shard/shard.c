@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/mix.h"
 #include "shard/layout.h"
 #include "shard/rank_word.h"
@@ -81,12 +81,6 @@ const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
       return "steps";
   }
   return "?";
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- lifecycle ---- */
@@ -293,9 +287,9 @@ static kvs_status run_hook(kvs_shard_t shard, uint64_t step, const kvs_journal_e
   kvs_shard_apply_batch batch = {step, entries, device_entries, n, shard->rank, shard->leader};
   kvs_error local;
   kvs_error_clear(&local);
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   kvs_status status = shard->on_apply(shard->on_apply_ctx, &batch, &local);
-  shard->stats.hook_ns += now_ns() - start;
+  shard->stats.hook_ns += kvs_now_ns() - start;
   if (status == KVS_OK) return KVS_OK;
   kvs_error_set(err, status, "on_apply hook failed on rank %d at step %llu: %s", shard->rank,
                 (unsigned long long)step, local.message);
@@ -403,10 +397,10 @@ static kvs_step_header leader_header(const struct kvs_shard *shard, uint64_t ste
 static kvs_status broadcast_message(kvs_shard_t shard, kvs_error *err) {
   kvs_comm_stats before, after;
   kvs_comm_stats_get(shard->comm, &before);
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   kvs_status status =
       kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes, KVS_SHARD_LEADER, err);
-  shard->stats.broadcast_ns += now_ns() - start;
+  shard->stats.broadcast_ns += kvs_now_ns() - start;
   kvs_comm_stats_get(shard->comm, &after);
   shard->stats.step_collectives += after.collectives - before.collectives;
   return status == KVS_OK ? KVS_OK : comm_failed(shard, status, err);
@@ -421,14 +415,14 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
 
   if (!shard->leader) {
     if ((status = broadcast_message(shard, err))) return status;
-    uint64_t start = now_ns(), hook_before = shard->stats.hook_ns;
+    uint64_t start = kvs_now_ns(), hook_before = shard->stats.hook_ns;
     status = apply_message(shard, shard->message.host, shard->message_bytes,
                            shard->message.device == NULL
                                ? NULL
                                : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
                            info, err);
     /* The hook runs inside the apply; its time is counted on its own. */
-    shard->stats.mirror_ns += now_ns() - start - (shard->stats.hook_ns - hook_before);
+    shard->stats.mirror_ns += kvs_now_ns() - start - (shard->stats.hook_ns - hook_before);
     /* A malformed message, or the leader on another step, out of the
      * group's own collective: the protocol itself is broken, and this rank
      * can no longer stay in lockstep. */

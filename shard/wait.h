@@ -12,11 +12,9 @@
 #include <stdint.h>
 #include <time.h>
 
-static inline int64_t kvs_wait_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#include "core/clock.h"
+
+static inline int64_t kvs_wait_now_ns(void) { return (int64_t)kvs_now_ns(); }
 
 typedef struct kvs_wait {
   int64_t start_ns;

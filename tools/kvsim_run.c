@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/geometry.h"
 #include "core/mix.h"
 #include "shard/node.h"
@@ -52,12 +52,6 @@ static void on_sigterm(int sig) {
   ssize_t ignored = write(2, line, n);
   (void)ignored;
   _exit(128 + sig);
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- one rank's run ---- */
@@ -307,9 +301,9 @@ static int one_step(run *r, uint64_t s) {
   kvs_error err;
   kvs_error_clear(&err);
   current_step = (sig_atomic_t)s;
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   kvs_status status = kvs_workload_schedule(r->workload, s, &err);
-  r->schedule_ns += now_ns() - start;
+  r->schedule_ns += kvs_now_ns() - start;
   if (status != KVS_OK) return fail(r, "step failed", &err, true);
   kvs_ring_batch batch;
   kvs_workload_batch(r->workload, &batch);
@@ -353,7 +347,7 @@ static int check(run *r, uint64_t s, const char *when) {
 
 static void progress(run *r, uint64_t *last_ns) {
   if (!r->speaker || r->a->progress_s <= 0) return;
-  uint64_t now = now_ns();
+  uint64_t now = kvs_now_ns();
   if ((double)(now - *last_ns) < r->a->progress_s * 1e9) return;
   kvs_workload_counters c;
   kvs_workload_counters_get(r->workload, &c);
@@ -378,11 +372,11 @@ static kvs_status bare_broadcast(run *r, double *mean_ns, kvs_error *err) {
   kvs_status status = kvs_comm_buffer_alloc(r->comm, bytes, &buf, err);
   if (status != KVS_OK) return status;
   memset(buf.host, 0x5a, bytes);
-  uint64_t start = now_ns();
+  uint64_t start = kvs_now_ns();
   for (uint64_t i = 0; i < n && status == KVS_OK; i++) {
     status = kvs_comm_broadcast(r->comm, &buf, bytes, 0, err);
   }
-  *mean_ns = (double)(now_ns() - start) / (double)n;
+  *mean_ns = (double)(kvs_now_ns() - start) / (double)n;
   kvs_comm_buffer_free(r->comm, &buf);
   return status;
 }
@@ -485,7 +479,7 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
 static int finish(run *r) {
   kvs_error err;
   kvs_error_clear(&err);
-  double elapsed = (double)(now_ns() - r->start_ns) * 1e-9;
+  double elapsed = (double)(kvs_now_ns() - r->start_ns) * 1e-9;
   double bare_ns = 0;
   /* The run's figures are the steps' and the periodic checks'. */
   kvs_shard_stats_get(kvs_node_shard(r->node), &r->stats);
@@ -538,7 +532,7 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
   }
   int code = setup(&r);
   if (code == 0) {
-    r.start_ns = now_ns();
+    r.start_ns = kvs_now_ns();
     uint64_t last_progress = r.start_ns;
     for (uint64_t s = 0; s < a->steps && !r.diverged && code == 0; s++) {
       if (!threads) drills(&r, s);
