@@ -19,7 +19,6 @@ typedef struct cuda_table {
   int device;
   kvs_device_tables_t tables;
   kvs_table_dims dims;
-  kvs_table_limits limits;
   cudaStream_t stream;
   bool own_stream;
   size_t journal_capacity; /* entries one host apply may stage */
@@ -202,7 +201,6 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device table");
   t->device = device;
   t->dims = dims;
-  t->limits = *limits;
   t->journal_capacity =
       layout->options.journal_capacity > 0 ? (size_t)layout->options.journal_capacity : 1;
   if ((status = kvs_device_tables_create(device, layout, &t->tables, err)) != KVS_OK) {
