@@ -223,11 +223,11 @@ kvs_status kvs_split_range_bytes(const kvs_split_request *req, size_t first, siz
 }
 
 /* The most pages one device with layers [first, end) holds alone under
- * budget: core's exact solve, or, with a footprint, a bisection over the
- * page count (the footprint grows with it) between the minimal pool and
- * the mapping's bound. 0 when not even the minimal pool fits. */
+ * budget: core's exact solve, or, with a footprint, the bisection of
+ * kvs_split_range_max_pages. 0 when not even the minimal pool fits. */
 static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, uint64_t budget) {
   const kvs_split_request *req = c->req;
+  uint64_t pages = 0;
   if (req->footprint == NULL) {
     kvs_cost_terms t = range_terms(c, first, end);
     kvs_pool_sizes alone;
@@ -237,23 +237,8 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
     }
     return kvs_pool_sizes_num_pages(&alone);
   }
-  uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
-  uint64_t hi = budget / (req->page * KVS_INT64_BYTES) + 1; /* never fits */
-  uint64_t win, total;
-  if (hi <= lo || kvs_split_window_pages(req, lo, &win, NULL) != KVS_OK ||
-      !range_total(c, first, end, lo, win, &total) || total > budget) {
-    return 0;
-  }
-  while (hi - lo > 1) {
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (kvs_split_window_pages(req, mid, &win, NULL) == KVS_OK &&
-        range_total(c, first, end, mid, win, &total) && total <= budget) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
+  if (kvs_split_range_max_pages(req, first, end, budget, &pages, NULL) != KVS_OK) return 0;
+  return pages;
 }
 
 kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first, size_t end,
