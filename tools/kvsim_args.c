@@ -59,11 +59,12 @@ static void print_usage(FILE *out, bool local) {
   fputs(usage_flags, out);
 }
 
-static int bad_arg(const kvsim_args *a, bool local, bool speaker, const char *flag,
-                   const char *value, const char *want) {
-  (void)a;
+static const char *tool_name(bool local) { return local ? "kvsim_local" : "kvsim"; }
+
+static int bad_arg(bool local, bool speaker, const char *flag, const char *value,
+                   const char *want) {
   if (speaker) {
-    fprintf(stderr, "%s: %s needs %s, got '%s'\n", local ? "kvsim_local" : "kvsim", flag, want,
+    fprintf(stderr, "%s: %s needs %s, got '%s'\n", tool_name(local), flag, want,
             value ? value : "");
     print_usage(stderr, local);
   }
@@ -72,10 +73,9 @@ static int bad_arg(const kvsim_args *a, bool local, bool speaker, const char *fl
 
 /* A value the shared parsers refused, with their message (which names the
  * flag, the value and, for sizes, the limit). */
-static int parse_error(bool local, bool speaker, const kvs_error *err, const char *value) {
+static int parse_error(const char *tool, bool speaker, const kvs_error *err, const char *value) {
   if (speaker) {
-    fprintf(stderr, "%s: %s\n", local ? "kvsim_local" : "kvsim",
-            value != NULL ? err->message : "a flag needs a value");
+    fprintf(stderr, "%s: %s\n", tool, value != NULL ? err->message : "a flag needs a value");
   }
   return KVSIM_EXIT_USAGE;
 }
@@ -139,6 +139,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     fprintf(stderr, "kvsim: out of memory\n");
     return KVSIM_EXIT_FAILED;
   }
+  const char *tool = tool_name(local);
   bool have_steps = false, have_seed = false;
   /* One rule for every tool: a flag given twice is refused, never the last
    * one silently taken. */
@@ -152,14 +153,13 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     for (int k = 0; k < n_seen; k++) {
       if (strcmp(seen[k], flag) == 0) {
         if (speaker) {
-          fprintf(stderr, "%s: %s is given twice; give it once\n", local ? "kvsim_local" : "kvsim",
-                  flag);
+          fprintf(stderr, "%s: %s is given twice; give it once\n", tool, flag);
         }
         return KVSIM_EXIT_USAGE;
       }
     }
     if (n_seen < MAX_SEEN) seen[n_seen++] = flag;
-#define BAD(want) return bad_arg(a, local, speaker, flag, value, want)
+#define BAD(want) return bad_arg(local, speaker, flag, value, want)
     if (strcmp(flag, "--json") == 0) {
       a->json = true;
       continue;
@@ -225,17 +225,18 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--budget") == 0) {
       kvs_error err;
       if (value == NULL || kvs_parse_budget("--budget", value, &a->budget, &err) != KVS_OK) {
-        return parse_error(local, speaker, &err, value);
+        return parse_error(tool, speaker, &err, value);
       }
     } else if (strcmp(flag, "--budget-per-gpu") == 0) {
       kvs_error err;
       if (value == NULL ||
           kvs_parse_budget_list("--budget-per-gpu", value, a->budget_per_gpu, KVSIM_MAX_GPUS,
                                 &a->n_budget_per_gpu, &err) != KVS_OK) {
-        return parse_error(local, speaker, &err, value);
+        return parse_error(tool, speaker, &err, value);
       }
     } else if (strcmp(flag, "--budget-mib") == 0) {
-      if (!parse_double(value, 1e-9, 1048576.0, &a->budget_mib))
+      /* 1048576 MiB is KVSIM_MAX_BUDGET: the 1 TiB bound below, here. */
+      if (!parse_double(value, 1e-9, (double)(KVSIM_MAX_BUDGET >> 20), &a->budget_mib))
         BAD("a size in MiB in (0, 1048576]");
       a->have_budget_mib = true;
     } else if (strcmp(flag, "--budget-skew") == 0) {
@@ -247,7 +248,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--reserve") == 0) {
       kvs_error err;
       if (value == NULL || kvs_parse_bytes("--reserve", value, &a->reserve, &err) != KVS_OK) {
-        return parse_error(local, speaker, &err, value);
+        return parse_error(tool, speaker, &err, value);
       }
       a->have_reserve = true;
     } else if (strcmp(flag, "--device") == 0) {
@@ -276,17 +277,16 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       }
     } else {
       if (speaker) {
-        fprintf(stderr, "%s: unknown flag '%s'\n", local ? "kvsim_local" : "kvsim", flag);
+        fprintf(stderr, "%s: unknown flag '%s'\n", tool, flag);
         print_usage(stderr, local);
       }
       return KVSIM_EXIT_USAGE;
     }
 #undef BAD
   }
-  const char *tool = local ? "kvsim_local" : "kvsim";
-  if (a->tp == 0) return bad_arg(a, local, speaker, "--tp", "", "a rank count in [1, 65535]");
-  if (!have_steps) return bad_arg(a, local, speaker, "--steps", "", "a step count in [1, 2^40]");
-  if (!have_seed) return bad_arg(a, local, speaker, "--seed", "", "an unsigned integer");
+  if (a->tp == 0) return bad_arg(local, speaker, "--tp", "", "a rank count in [1, 65535]");
+  if (!have_steps) return bad_arg(local, speaker, "--steps", "", "a step count in [1, 2^40]");
+  if (!have_seed) return bad_arg(local, speaker, "--seed", "", "an unsigned integer");
   if (local && a->ranks == 0) a->ranks = a->tp * a->pp;
   int explicit_kinds = (a->budget != 0) + (a->n_budget_per_gpu > 0) + a->have_budget_mib;
   const char *conflict = NULL;
@@ -310,9 +310,6 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   uint64_t biggest = a->budget;
   for (size_t g = 0; g < a->n_budget_per_gpu; g++) {
     if (a->budget_per_gpu[g] > biggest) biggest = a->budget_per_gpu[g];
-  }
-  if (a->have_budget_mib && a->budget_mib > (double)(KVSIM_MAX_BUDGET >> 20)) {
-    biggest = KVSIM_MAX_BUDGET + 1;
   }
   if (biggest > KVSIM_MAX_BUDGET) {
     if (speaker) {
