@@ -232,10 +232,6 @@ static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
   }
 }
 
-/* What lies at a path that write refuses to replace, or NULL when the
- * path is free or a regular file. */
-static const char *not_replaceable(mode_t mode) { return kvs_file_kind(mode); }
-
 /* Writes FILE by a temporary file in the same directory, fsync, rename
  * and an fsync of the directory: a crash leaves the old file or the new
  * one. Only a regular file (or nothing) is replaced: renaming over a
@@ -245,7 +241,7 @@ static const char *not_replaceable(mode_t mode) { return kvs_file_kind(mode); }
 static int write_file_atomically(const char *path, const uint8_t *bytes, size_t n) {
   struct stat st;
   if (lstat(path, &st) == 0) {
-    const char *what = not_replaceable(st.st_mode);
+    const char *what = kvs_file_kind(st.st_mode); /* NULL: a regular file */
     if (what != NULL) {
       fprintf(stderr, "kvblock: %s: refusing to write: it is %s, not a regular file\n", path, what);
       return EXIT_REFUSED;

@@ -7,6 +7,7 @@
 #include "core/cost_model.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
+#include "tools/plan_json.h"
 #include "tools/plan_options.h"
 
 enum { OPT_BUDGET = 1, OPT_JSON };
@@ -20,8 +21,6 @@ static void usage(FILE *out) {
           kvs_plan_options_help);
 }
 
-static json_t *json_u64(uint64_t value) { return json_integer((json_int_t)value); }
-
 static json_t *layers_json(const kvs_pool_sizes *sizes, const kvs_geometry *g) {
   json_t *layers = json_array();
   for (size_t layer = 0; layer < kvs_geometry_layer_count(g); layer++) {
@@ -33,13 +32,14 @@ static json_t *layers_json(const kvs_pool_sizes *sizes, const kvs_geometry *g) {
       continue;
     }
     json_t *entry = json_object();
-    json_object_set_new(entry, "ratio", json_u64(s.ratio));
-    json_object_set_new(entry, "ring_size", json_u64(s.ring_size));
-    json_object_set_new(entry, "cmp_blocks", json_u64(s.cmp_blocks));
-    json_object_set_new(entry, "idx_blocks", s.has_indexer ? json_u64(s.idx_blocks) : json_null());
-    json_object_set_new(entry, "state_slots", json_u64(s.state_slots));
+    json_object_set_new(entry, "ratio", kvs_json_u64(s.ratio));
+    json_object_set_new(entry, "ring_size", kvs_json_u64(s.ring_size));
+    json_object_set_new(entry, "cmp_blocks", kvs_json_u64(s.cmp_blocks));
+    json_object_set_new(entry, "idx_blocks",
+                        s.has_indexer ? kvs_json_u64(s.idx_blocks) : json_null());
+    json_object_set_new(entry, "state_slots", kvs_json_u64(s.state_slots));
     json_object_set_new(entry, "idx_state_slots",
-                        s.has_indexer ? json_u64(s.idx_state_slots) : json_null());
+                        s.has_indexer ? kvs_json_u64(s.idx_state_slots) : json_null());
     json_array_append_new(layers, entry);
   }
   return layers;
@@ -159,10 +159,10 @@ int kvs_kvplan_solve(int argc, char **argv) {
     if (json) {
       json_t *object = json_object();
       json_object_set_new(object, "error", json_string("budget_too_small"));
-      json_object_set_new(object, "available_bytes", json_u64(shortfall.available_bytes));
-      json_object_set_new(object, "needed_bytes", json_u64(shortfall.needed_bytes));
-      json_object_set_new(object, "min_pages", json_u64(shortfall.min_pages));
-      json_object_set_new(object, "floor_win_pages", json_u64(shortfall.floor_win_pages));
+      json_object_set_new(object, "available_bytes", kvs_json_u64(shortfall.available_bytes));
+      json_object_set_new(object, "needed_bytes", kvs_json_u64(shortfall.needed_bytes));
+      json_object_set_new(object, "min_pages", kvs_json_u64(shortfall.min_pages));
+      json_object_set_new(object, "floor_win_pages", kvs_json_u64(shortfall.floor_win_pages));
       print_json(object);
     }
     return 1;
@@ -181,11 +181,11 @@ int kvs_kvplan_solve(int argc, char **argv) {
   }
   if (json) {
     json_t *object = json_object();
-    json_object_set_new(object, "num_pages", json_u64(kvs_pool_sizes_num_pages(&sizes)));
-    json_object_set_new(object, "full_token", json_u64(sizes.full_token));
-    json_object_set_new(object, "n_win_pages", json_u64(sizes.n_win_pages));
-    json_object_set_new(object, "n_win_slots", json_u64(sizes.n_win_slots));
-    json_object_set_new(object, "pool_bytes", json_u64(breakdown.total));
+    json_object_set_new(object, "num_pages", kvs_json_u64(kvs_pool_sizes_num_pages(&sizes)));
+    json_object_set_new(object, "full_token", kvs_json_u64(sizes.full_token));
+    json_object_set_new(object, "n_win_pages", kvs_json_u64(sizes.n_win_pages));
+    json_object_set_new(object, "n_win_slots", kvs_json_u64(sizes.n_win_slots));
+    json_object_set_new(object, "pool_bytes", kvs_json_u64(breakdown.total));
     json_object_set_new(object, "layers", layers_json(&sizes, &geometry));
     print_json(object);
   } else {
