@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "shard/comm_mpi.h"
-#include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
 #include "tools/args.h"
 #include "tools/kvsim_args.h"
@@ -59,10 +58,7 @@ static int open_comm(const kvsim_args *a, comms *c, kvs_error *err) {
     return kvs_comm_mpi_create(&mo, &c->comm, err) == KVS_OK ? 0 : KVSIM_EXIT_FAILED;
   }
   if (kvs_comm_mpi_create(&mo, &c->bootstrap, err) != KVS_OK) return KVSIM_EXIT_FAILED;
-  kvs_comm_nccl_options no = KVS_COMM_NCCL_OPTIONS_INIT;
-  no.timeout_ms = a->timeout_ms;
-  if (a->cuda_device >= 0) no.device = a->cuda_device;
-  kvs_status status = kvs_comm_nccl_create(&no, c->bootstrap, &c->comm, err);
+  kvs_status status = kvsim_nccl_create(a, c->bootstrap, &c->comm, err);
   if (status == KVS_OK) return 0;
   return status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
 }

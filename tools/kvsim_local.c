@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "shard/comm_loopback.h"
-#include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
 #include "shard/node_setup.h"
 #include "tools/args.h"
@@ -42,10 +41,7 @@ static void *run_rank(void *arg) {
                           ? kvs_comm_self_create(&loop, &err)
                           : kvs_comm_loopback_create(t->group, t->rank, a->timeout_ms, &loop, &err);
   if (status == KVS_OK && strcmp(a->backend, "nccl") == 0) {
-    kvs_comm_nccl_options no = KVS_COMM_NCCL_OPTIONS_INIT;
-    no.timeout_ms = a->timeout_ms;
-    if (a->cuda_device >= 0) no.device = a->cuda_device;
-    status = kvs_comm_nccl_create(&no, loop, &comm, &err);
+    status = kvsim_nccl_create(a, loop, &comm, &err);
   } else {
     comm = loop;
     loop = NULL;

@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/geometry.h"
 #include "core/mix.h"
+#include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
 #include "shard/workload.h"
@@ -510,6 +511,14 @@ static int finish(run *r) {
           agree ? "integrity ok" : "DIVERGED", r->steps, digest);
   if (r->speaker) print_report(r, &r->stats, digest, agree, ring_agree, us, elapsed);
   return agree ? KVSIM_EXIT_AGREE : KVSIM_EXIT_DIVERGED;
+}
+
+kvs_status kvsim_nccl_create(const kvsim_args *a, kvs_comm_t bootstrap, kvs_comm_t *out,
+                             kvs_error *err) {
+  kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
+  o.timeout_ms = a->timeout_ms;
+  if (a->cuda_device >= 0) o.device = a->cuda_device;
+  return kvs_comm_nccl_create(&o, bootstrap, out, err);
 }
 
 int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {

@@ -22,6 +22,11 @@ extern "C" {
  * signal handlers, no self-inflicted kills). */
 int kvsim_simulate(kvs_comm_t comm, const kvsim_args *args, bool threads);
 
+/* The NCCL communicator the flags ask for (--timeout-ms, --cuda-device),
+ * set up over `bootstrap`; both front ends make theirs here. */
+kvs_status kvsim_nccl_create(const kvsim_args *args, kvs_comm_t bootstrap, kvs_comm_t *out,
+                             kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif
