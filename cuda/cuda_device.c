@@ -84,13 +84,28 @@ kvs_status kvs_cuda_upload(void *dst, const void *src, size_t bytes, const char 
   return kvs_cuda_status(cudaDeviceSynchronize(), call, err);
 }
 
+kvs_status kvs_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes,
+                             kvs_error *err) {
+  char what[96];
+  size_t free_b = 0, total_b = 0;
+  kvs_cuda_device_scope scope;
+  kvs_status status = kvs_cuda_device_enter(device, &scope, err);
+  if (status != KVS_OK) return status;
+  snprintf(what, sizeof what, "cudaMemGetInfo on device %d", device);
+  status = kvs_cuda_status(cudaMemGetInfo(&free_b, &total_b), what, err);
+  kvs_cuda_device_leave(&scope);
+  if (status != KVS_OK) return status;
+  *free_bytes = free_b;
+  *total_bytes = total_b;
+  return KVS_OK;
+}
+
 /* ---- the device list ---- */
 
 /* One device's facts; `what` names the call for kvs_cuda_status. */
 static kvs_status describe(int ordinal, kvs_cuda_device_info *d, kvs_error *err) {
   char what[96];
   struct cudaDeviceProp prop;
-  size_t free_bytes = 0, total_bytes = 0;
   kvs_status status;
   d->ordinal = ordinal;
   snprintf(what, sizeof what, "cudaDeviceGetPCIBusId of device %d", ordinal);
@@ -100,15 +115,7 @@ static kvs_status describe(int ordinal, kvs_cuda_device_info *d, kvs_error *err)
   snprintf(what, sizeof what, "cudaGetDeviceProperties of device %d", ordinal);
   if ((status = kvs_cuda_status(cudaGetDeviceProperties(&prop, ordinal), what, err))) return status;
   snprintf(d->name, sizeof d->name, "%.*s", (int)(sizeof d->name - 1), prop.name);
-  kvs_cuda_device_scope scope;
-  if ((status = kvs_cuda_device_enter(ordinal, &scope, err))) return status;
-  snprintf(what, sizeof what, "cudaMemGetInfo on device %d", ordinal);
-  status = kvs_cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), what, err);
-  kvs_cuda_device_leave(&scope);
-  if (status != KVS_OK) return status;
-  d->free_bytes = free_bytes;
-  d->total_bytes = total_bytes;
-  return KVS_OK;
+  return kvs_cuda_mem_info(ordinal, &d->free_bytes, &d->total_bytes, err);
 }
 
 kvs_status kvs_cuda_devices_list(kvs_cuda_device_info *out, size_t cap, size_t *n_out,

@@ -68,6 +68,12 @@ kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_e
 /* Puts the thread's context back as enter found it. */
 void kvs_cuda_device_leave(const kvs_cuda_device_scope *scope);
 
+/* cudaMemGetInfo on `device`, inside a device scope (the thread's context
+ * is as it was after). A failure is KVS_ERR_CUDA naming the call and the
+ * device; the outputs are written only on success. */
+kvs_status kvs_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes,
+                             kvs_error *err);
+
 /* Copies host memory to device memory of the current device and returns
  * once it is there, after all earlier work on that device. cudaMemcpy alone
  * is not that: from pageable memory it returns once the source is staged,

@@ -1,11 +1,7 @@
 #include "cuda/device_budget.h"
 
-#include <cuda_runtime_api.h>
-#include <stdio.h>
-
 #include "core/memory_budget.h"
 #include "cuda/cuda_device.h"
-#include "cuda/cuda_status.h"
 
 kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, double memory_ratio,
                                      uint64_t reserve_bytes, kvs_device_budget *out,
@@ -22,16 +18,10 @@ kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, 
 
 kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t reserve_bytes,
                                    kvs_device_budget *out, kvs_error *err) {
-  kvs_status status;
-  char what[96];
-  size_t free_bytes = 0, total_bytes = 0;
+  uint64_t free_bytes = 0, total_bytes = 0;
   /* The thread's context is put back as it was: a rank measuring its own
    * device must not leave a context on device 0 behind. */
-  kvs_cuda_device_scope scope;
-  if ((status = kvs_cuda_device_enter(device, &scope, err))) return status;
-  snprintf(what, sizeof what, "cudaMemGetInfo on device %d", device);
-  status = kvs_cuda_status(cudaMemGetInfo(&free_bytes, &total_bytes), what, err);
-  kvs_cuda_device_leave(&scope);
+  kvs_status status = kvs_cuda_mem_info(device, &free_bytes, &total_bytes, err);
   if (status != KVS_OK) return status;
   return kvs_device_budget_compute(free_bytes, total_bytes, memory_ratio, reserve_bytes, out, err);
 }
