@@ -39,8 +39,6 @@ static kvs_status enter(const struct kvs_device_tables *t, kvs_cuda_device_scope
   return kvs_cuda_device_enter(t->device, scope, err);
 }
 
-static void leave(const kvs_cuda_device_scope *scope) { kvs_cuda_device_leave(scope); }
-
 /* The apply marks each page with 2^62 + the index of its last entry
  * (device_kernels.cuh), above every slot: indices stay below 2^62. */
 #define KVS_APPLY_MAX_ENTRIES ((uint64_t)1 << 62)
@@ -141,7 +139,7 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   t->max_blocks = (uint32_t)(sms > 0 ? sms : 1) * 32u;
   KVS_CUDA_GOTO(cudaDeviceSynchronize(), "cudaDeviceSynchronize after initialising the tables", err,
                 status, fail);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   free(dummy);
   *out = t;
   return KVS_OK;
@@ -151,7 +149,7 @@ fail:
   if (t->host_staging != NULL) (void)cudaFreeHost(t->host_staging);
   if (t->base != NULL) (void)cudaFree(t->base);
   (void)cudaGetLastError();
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   free(dummy);
   free(t);
   return status;
@@ -164,7 +162,7 @@ void kvs_device_tables_destroy(kvs_device_tables_t tables) {
     (void)cudaEventDestroy(tables->journal_done);
     (void)cudaFreeHost(tables->host_staging);
     (void)cudaFree(tables->base);
-    leave(&scope);
+    kvs_cuda_device_leave(&scope);
   }
   free(tables);
 }
@@ -221,7 +219,7 @@ kvs_status kvs_device_tables_upload_mapping(kvs_device_tables_t tables, const in
   /* After every kernel queued on the table, and landed before return. */
   status = kvs_cuda_upload(tables->map, mapping, rows * sizeof *mapping,
                            "cudaMemcpy of the mapping to the device", err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -237,7 +235,7 @@ kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *ta
         cudaMemcpy(mapping, tables->map, rows * sizeof *mapping, cudaMemcpyDeviceToHost),
         "cudaMemcpy of the mapping to the host", err);
   }
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -281,7 +279,7 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
   KVS_CUDA_GOTO(cudaEventRecord(tables->journal_done, stream), "cudaEventRecord", err, status,
                 done);
 done:
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -305,7 +303,7 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
       launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
                                         &tables->faults->apply_journal, tables->max_blocks, stream),
                "apply_journal", n, err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -323,7 +321,7 @@ kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t
   status = launched(kvs_launch_translate(tables->map, tables->dims, d_locs, n, d_out,
                                          &tables->faults->translate, tables->max_blocks, stream),
                     "translate", n, err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -354,7 +352,7 @@ kvs_status kvs_device_tables_state_locs(kvs_device_tables_t tables, const int64_
   status = launched(kvs_launch_state_locs(tables->dims, d_slots, n, d_out_csa, d_out_hca,
                                           &tables->faults->state_locs, tables->max_blocks, stream),
                     "state_locs", n, err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -377,7 +375,7 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
       kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_own,
                           d_prev, d_ring, &tables->faults->ring_ctx, tables->max_blocks, stream),
       "ring_ctx", n_req, err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -397,7 +395,7 @@ kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cuda
                 status, done);
   *out = faults;
 done:
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -410,7 +408,7 @@ kvs_status kvs_device_tables_clear_faults(kvs_device_tables_t tables, cudaStream
   status = kvs_cuda_status(cudaMemcpyAsync(tables->faults, &kFaultsInit, sizeof kFaultsInit,
                                            cudaMemcpyHostToDevice, stream),
                            "cudaMemcpyAsync clearing the fault records", err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 

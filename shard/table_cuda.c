@@ -33,16 +33,12 @@ typedef struct cuda_table {
   bool staged_pending;
 } cuda_table;
 
-/* The table's device current for a call, and the thread's context put
- * back after it as it was (none for a thread that never chose a device:
- * no primary context on device 0 is created for it). */
-typedef kvs_cuda_device_scope device_scope;
-
-static kvs_status enter(const cuda_table *t, device_scope *scope, kvs_error *err) {
+/* The table's device current for a call; kvs_cuda_device_leave puts the
+ * thread's context back after it as it was (none for a thread that never
+ * chose a device: no primary context on device 0 is created for it). */
+static kvs_status enter(const cuda_table *t, kvs_cuda_device_scope *scope, kvs_error *err) {
   return kvs_cuda_device_enter(t->device, scope, err);
 }
-
-static void leave(const device_scope *scope) { kvs_cuda_device_leave(scope); }
 
 static kvs_status cuda_apply(void *impl, const kvs_journal_entry *entries,
                              const void *device_entries, size_t n, kvs_error *err) {
@@ -70,7 +66,7 @@ static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
     *out = r;
     return KVS_OK;
   }
-  device_scope scope;
+  kvs_cuda_device_scope scope;
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
   size_t n = batch->n_req;
@@ -96,7 +92,7 @@ static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
                                       t->d_ring, t->stream, err);
   if (status == KVS_OK) *out = r;
 done:
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -105,7 +101,7 @@ static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result,
   cuda_table *t = impl;
   size_t n = result->n_req;
   if (n == 0) return KVS_OK;
-  device_scope scope;
+  kvs_cuda_device_scope scope;
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
   enum cudaMemcpyKind kind = result->on_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
@@ -120,7 +116,7 @@ static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result,
   KVS_CUDA_GOTO(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize for the ring context", err,
                 status, done);
 done:
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
@@ -136,18 +132,18 @@ static kvs_status cuda_faults(void *impl, kvs_device_faults *out, kvs_error *err
 
 static kvs_status cuda_sync(void *impl, kvs_error *err) {
   cuda_table *t = impl;
-  device_scope scope;
+  kvs_cuda_device_scope scope;
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
   status = kvs_cuda_status(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize", err);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   return status;
 }
 
 static void cuda_destroy(void *impl) {
   cuda_table *t = impl;
   if (t == NULL) return;
-  device_scope scope;
+  kvs_cuda_device_scope scope;
   if (enter(t, &scope, NULL) == KVS_OK) {
     if (t->stream != NULL) (void)cudaStreamSynchronize(t->stream);
     if (t->staged != NULL) (void)cudaEventDestroy(t->staged);
@@ -159,7 +155,7 @@ static void cuda_destroy(void *impl) {
     (void)cudaFreeHost(t->h_blocks);
     (void)cudaFreeHost(t->h_positions);
     if (t->own_stream && t->stream != NULL) (void)cudaStreamDestroy(t->stream);
-    leave(&scope);
+    kvs_cuda_device_leave(&scope);
   }
   kvs_device_tables_destroy(t->tables);
   free(t);
@@ -207,7 +203,7 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
     free(t);
     return status;
   }
-  device_scope scope;
+  kvs_cuda_device_scope scope;
   if ((status = enter(t, &scope, err)) != KVS_OK) {
     cuda_destroy(t);
     return status;
@@ -236,12 +232,12 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
                 "cudaMallocHost of the block-table staging", err, status, fail);
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_positions, req * sizeof(int64_t)),
                 "cudaMallocHost of the position staging", err, status, fail);
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   uint64_t bytes = layout->total_bytes +
                    (block_rows * sizeof(int32_t) + (3 * req + ring_rows) * sizeof(int64_t));
   return kvs_table_wrap(&cuda_ops, t, dims, limits, device, bytes, out, err);
 fail:
-  leave(&scope);
+  kvs_cuda_device_leave(&scope);
   cuda_destroy(t);
   return status;
 }
