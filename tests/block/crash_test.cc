@@ -35,19 +35,6 @@ using namespace kvs_test;
 
 namespace {
 
-uint64_t env_u64(const char *name, uint64_t fallback) {
-  const char *v = getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char *end = nullptr;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (errno != 0 || *end != '\0' || *v == '-') {
-    ADD_FAILURE() << name << "=" << v << " is not a decimal count; using " << fallback;
-    return fallback;
-  }
-  return n;
-}
-
 // Most blocks are small (fsync-bound puts); every eighth is 256 KiB so
 // that kills also land in the middle of long writes.
 Shape shape_of(uint64_t index) {

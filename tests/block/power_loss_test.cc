@@ -260,19 +260,6 @@ int unlinkat(int dirfd, const char *path, int flags) {
 
 namespace {
 
-uint64_t env_u64(const char *name, uint64_t fallback) {
-  const char *v = getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char *end = nullptr;
-  errno = 0;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (errno != 0 || *end != '\0' || *v == '-') {
-    ADD_FAILURE() << name << "=" << v << " is not a decimal count; using " << fallback;
-    return fallback;
-  }
-  return n;
-}
-
 constexpr size_t kFsBlock = 4096;
 
 // ---- the workload and what it promises ----

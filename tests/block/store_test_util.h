@@ -3,6 +3,8 @@
 #define KVS_TESTS_BLOCK_STORE_TEST_UTIL_H
 
 #include <dirent.h>
+#include <errno.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,21 @@
 #include "tests/block/block_test_util.h"
 
 namespace kvs_test {
+
+// A soak knob from the environment (a decimal count), or `fallback` when
+// unset; a value that is not one fails the test and uses the fallback.
+inline uint64_t env_u64(const char *name, uint64_t fallback) {
+  const char *v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno != 0 || *end != '\0' || *v == '-') {
+    ADD_FAILURE() << name << "=" << v << " is not a decimal count; using " << fallback;
+    return fallback;
+  }
+  return n;
+}
 
 // A fresh directory under the test's scratch space.
 inline std::string scratch_dir(const std::string &tag) {
