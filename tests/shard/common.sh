@@ -75,3 +75,18 @@ json_check() {
 json_get() {
   tail -n 1 "$OUT" | jq -r "$1"
 }
+
+# The plan in the last JSON line of stdout (kvsim's `plan`) must be, key for
+# key, what kvplan plans for the same machine, layout and budgets at the
+# kvsim workload's sizing (swa 0.04, 2048 tokens, no radix):
+#   same_plan_as_kvplan KVPLAN TOOL kvplan-flags...
+same_plan_as_kvplan() {
+  local kvplan=$1 tool=$2
+  shift 2
+  "$kvplan" "$@" --swa-ratio 0.04 --max-seq-len 2048 --no-radix --json \
+    >"$TEST_TMPDIR/kvplan.json" 2>"$TEST_TMPDIR/kvplan.err" ||
+    fail "kvplan exited $?: $(cat "$TEST_TMPDIR/kvplan.err")"
+  diff <(tail -n 1 "$OUT" | jq -S .plan) <(jq -S . "$TEST_TMPDIR/kvplan.json") \
+    >"$TEST_TMPDIR/plan.diff" ||
+    fail "$tool's plan differs from kvplan's: $(head -n 20 "$TEST_TMPDIR/plan.diff")"
+}
