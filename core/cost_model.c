@@ -1,6 +1,7 @@
 #include "core/cost_model.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/checked.h"
 
@@ -33,6 +34,58 @@ kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
   w.hca_state = 2 * 1 * geometry->head_dim * KVS_FP32_BYTES;
   w.idx_state = 2 * 2 * geometry->index_head_dim * KVS_FP32_BYTES;
   return w;
+}
+
+const char *kvs_kv_dtype_name(kvs_kv_dtype dtype) {
+  return dtype == KVS_KV_FP8 ? "fp8" : dtype == KVS_KV_BF16 ? "bf16" : "unknown";
+}
+
+kvs_status kvs_kv_dtype_parse(const char *text, kvs_kv_dtype *out, kvs_error *err) {
+  if (text != NULL && strcmp(text, "bf16") == 0) {
+    *out = KVS_KV_BF16;
+  } else if (text != NULL && strcmp(text, "fp8") == 0) {
+    *out = KVS_KV_FP8;
+  } else {
+    return kvs_error_set(err, KVS_ERR_PARSE, "KV dtype '%s' is neither bf16 nor fp8",
+                         text == NULL ? "(null)" : text);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
+                              uint64_t qk_rope_head_dim, kvs_row_widths *out, kvs_error *err) {
+  kvs_status status = kvs_geometry_validate(geometry, err);
+  if (status != KVS_OK) return status;
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  kvs_row_widths w = kvs_row_widths_default(geometry);
+  if (dtype == KVS_KV_BF16) {
+    *out = w;
+    return KVS_OK;
+  }
+  if (dtype != KVS_KV_FP8) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "KV dtype %d is neither bf16 nor fp8",
+                         (int)dtype);
+  }
+  if (qk_rope_head_dim == 0 || qk_rope_head_dim >= geometry->head_dim) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "fp8 rows keep the rope part in bf16: qk_rope_head_dim must be in "
+                         "[1, head_dim %llu), got %llu",
+                         (unsigned long long)geometry->head_dim,
+                         (unsigned long long)qk_rope_head_dim);
+  }
+  if (geometry->index_head_dim % KVS_FP8_INDEX_BLOCK != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "fp8 indexer keys are scaled per %u values: index_head_dim %llu is not a "
+                         "multiple of it",
+                         KVS_FP8_INDEX_BLOCK, (unsigned long long)geometry->index_head_dim);
+  }
+  /* fp8 no-rope part + bf16 rope part + scales. */
+  w.kv = (geometry->head_dim - qk_rope_head_dim) + qk_rope_head_dim * KVS_BF16_BYTES +
+         KVS_FP8_KV_SCALE_BYTES;
+  w.index = geometry->index_head_dim +
+            geometry->index_head_dim / KVS_FP8_INDEX_BLOCK * KVS_FP32_BYTES;
+  *out = w;
+  return KVS_OK;
 }
 
 kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,

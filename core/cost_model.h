@@ -54,6 +54,33 @@ typedef struct kvs_row_widths {
  * 2*head_dim*4 on HCA, 2*2*index_head_dim*4 for the indexer. */
 kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry);
 
+/* How KV rows are stored. */
+typedef enum kvs_kv_dtype {
+  KVS_KV_BF16 = 0, /* every row in bf16: head_dim x 2, index_head_dim x 2 */
+  KVS_KV_FP8 = 1   /* the fp8 serving layout (below) */
+} kvs_kv_dtype;
+
+/* "bf16", "fp8". */
+const char *kvs_kv_dtype_name(kvs_kv_dtype dtype);
+/* The inverse; anything else is KVS_ERR_PARSE listing both. */
+kvs_status kvs_kv_dtype_parse(const char *text, kvs_kv_dtype *out, kvs_error *err);
+
+/* Quantisation block of the fp8 indexer key: one fp32 scale per block. */
+#define KVS_FP8_INDEX_BLOCK 128u
+/* Scale bytes at the end of an fp8 KV row. */
+#define KVS_FP8_KV_SCALE_BYTES 8u
+
+/* Row widths for a dtype. bf16 is kvs_row_widths_default. fp8 is the
+ * layout one public engine serves DSV4 with: a KV row of the no-rope part
+ * in fp8 (head_dim - qk_rope bytes), the rope part in bf16 (2 x qk_rope)
+ * and 8 bytes of scales, head_dim + qk_rope + 8 in all (584 for DSV4); an
+ * indexer row of index_head_dim fp8 bytes plus one fp32 scale per 128
+ * (132 for DSV4). The compress-state rings stay fp32 either way. fp8 needs
+ * qk_rope_head_dim below head_dim and index_head_dim a multiple of 128,
+ * each refused naming the field. */
+kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
+                              uint64_t qk_rope_head_dim, kvs_row_widths *out, kvs_error *err);
+
 /* The layer mix of a contiguous range of layers, with its row widths: all
  * a pool's bytes depend on. A pipeline stage prices its own range. */
 typedef struct kvs_cost_terms {

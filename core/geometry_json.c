@@ -1,6 +1,7 @@
 /* Geometry from a model's config.json, through jansson, and the built-in
  * geometries compiled from the shipped config files. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #include "core/file_kind.h"
 #include "core/geometry.h"
+#include "core/model_config.h"
 
 /* From the JSON files in core/models/, embedded at build time (embed_text.sh). */
 extern const char kvs_model_dsv4_flash_json[];
@@ -111,9 +113,11 @@ done:
 }
 
 
-kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
-  /* Only a regular file is read. O_NONBLOCK keeps the open of a FIFO from
-   * waiting for a writer forever; fstat then refuses it by its type. */
+/* Reads a config file into a heap buffer (*text, *len; the caller frees).
+ * Only a regular file is read: O_NONBLOCK keeps the open of a FIFO from
+ * waiting for a writer forever, and fstat then refuses it by its type. */
+static kvs_status read_config_text(const char *path, char **text_out, size_t *len_out,
+                                   kvs_error *err) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     return kvs_error_set(err, KVS_ERR_IO, "cannot open model config %s: %s", path,
@@ -155,21 +159,121 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
   int read_failed = ferror(file);
   int too_long = len == MAX_CONFIG_BYTES && fgetc(file) != EOF; /* it grew while read */
   fclose(file);
-  kvs_status status;
-  if (read_failed) {
-    status = kvs_error_set(err, KVS_ERR_IO, "cannot read model config %s", path);
-  } else if (too_long) {
-    status = kvs_error_set(err, KVS_ERR_PARSE, "model config %s is larger than %d bytes", path,
-                           MAX_CONFIG_BYTES);
-  } else {
-    status = kvs_geometry_parse_json(text, len, out, err);
-    if (status == KVS_ERR_PARSE && err != NULL) {
-      /* Prefix the file so the message names where the bad field is. */
-      char inner[KVS_ERROR_MESSAGE_MAX];
-      memcpy(inner, err->message, sizeof inner);
-      kvs_error_set(err, status, "%s: %s", path, inner);
-    }
+  if (read_failed || too_long) {
+    free(text);
+    return read_failed ? kvs_error_set(err, KVS_ERR_IO, "cannot read model config %s", path)
+                       : kvs_error_set(err, KVS_ERR_PARSE,
+                                       "model config %s is larger than %d bytes", path,
+                                       MAX_CONFIG_BYTES);
   }
+  *text_out = text;
+  *len_out = len;
+  return KVS_OK;
+}
+
+/* Prefixes a parse error with the file, so the message names where the bad
+ * field is. */
+static kvs_status name_the_file(kvs_status status, const char *path, kvs_error *err) {
+  if (status == KVS_ERR_PARSE && err != NULL) {
+    char inner[KVS_ERROR_MESSAGE_MAX];
+    memcpy(inner, err->message, sizeof inner);
+    kvs_error_set(err, status, "%s: %s", path, inner);
+  }
+  return status;
+}
+
+kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
+  char *text = NULL;
+  size_t len = 0;
+  kvs_status status = read_config_text(path, &text, &len, err);
+  if (status != KVS_OK) return status;
+  status = name_the_file(kvs_geometry_parse_json(text, len, out, err), path, err);
+  free(text);
+  return status;
+}
+
+/* ---- the model config: the geometry and the deployment fields ---- */
+
+kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_config *out,
+                                       kvs_error *err) {
+  if (text == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "config text or output is NULL");
+  }
+  kvs_model_config *m = calloc(1, sizeof *m);
+  if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
+  kvs_status status = kvs_geometry_parse_json(text, len, &m->geometry, err);
+  json_t *root = NULL;
+  if (status == KVS_OK) {
+    /* The geometry parse has vetted the text: valid JSON, an object. */
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+    if (root == NULL) status = kvs_error_set(err, KVS_ERR_PARSE, "config is not valid JSON");
+  }
+  if (status == KVS_OK &&
+      ((status = read_uint(root, "qk_rope_head_dim", UINT32_MAX, &m->qk_rope_head_dim, err)) ||
+       (status = read_uint(root, "sliding_window", UINT32_MAX, &m->sliding_window, err)) ||
+       (status = read_uint(root, "num_nextn_predict_layers", KVS_MAX_LAYERS, &m->n_nextn,
+                           err)))) {
+    /* status holds the refusal */
+  }
+  if (status == KVS_OK && json_object_get(root, "max_position_embeddings") != NULL) {
+    status = read_uint(root, "max_position_embeddings", UINT64_C(1) << 40, &m->context_len, err);
+  }
+  if (status == KVS_OK && m->qk_rope_head_dim >= m->geometry.head_dim) {
+    status = kvs_error_set(err, KVS_ERR_PARSE,
+                           "config field qk_rope_head_dim is %llu, not below head_dim %llu: the "
+                           "rope part is a slice of the KV row",
+                           (unsigned long long)m->qk_rope_head_dim,
+                           (unsigned long long)m->geometry.head_dim);
+  }
+  if (status == KVS_OK && m->sliding_window == 0) {
+    status = kvs_error_set(err, KVS_ERR_PARSE, "config field sliding_window is 0");
+  }
+  if (status == KVS_OK) *out = *m;
+  json_decref(root);
+  free(m);
+  return status;
+}
+
+kvs_status kvs_model_config_planned_geometry(const kvs_model_config *model, uint64_t n_mtp,
+                                             kvs_geometry *out, kvs_error *err) {
+  if (model == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model and output are required");
+  }
+  const kvs_geometry *g = &model->geometry;
+  if (n_mtp == 0) {
+    *out = *g;
+    return KVS_OK;
+  }
+  if (g->n_ratios <= g->n_layers) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu MTP layers need the compress ratio after the last of the %zu "
+                         "layers, and compress_ratios lists only %zu",
+                         (unsigned long long)n_mtp, g->n_layers, g->n_ratios);
+  }
+  if (n_mtp > KVS_MAX_LAYERS - g->n_layers) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu MTP layers on %zu layers pass the %d layers a stack holds",
+                         (unsigned long long)n_mtp, g->n_layers, KVS_MAX_LAYERS);
+  }
+  kvs_geometry *planned = malloc(sizeof *planned);
+  if (planned == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a geometry");
+  *planned = *g;
+  uint32_t ratio = g->compress_ratios[g->n_layers];
+  planned->n_layers = g->n_layers + (size_t)n_mtp;
+  planned->n_ratios = planned->n_layers;
+  for (size_t i = g->n_layers; i < planned->n_layers; i++) planned->compress_ratios[i] = ratio;
+  kvs_status status = kvs_geometry_validate(planned, err);
+  if (status == KVS_OK) *out = *planned;
+  free(planned);
+  return status;
+}
+
+static kvs_status load_model_file(const char *path, kvs_model_config *out, kvs_error *err) {
+  char *text = NULL;
+  size_t len = 0;
+  kvs_status status = read_config_text(path, &text, &len, err);
+  if (status != KVS_OK) return status;
+  status = name_the_file(kvs_model_config_parse_json(text, len, out, err), path, err);
   free(text);
   return status;
 }
@@ -188,6 +292,32 @@ kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *
                        name == NULL ? "(null)" : name, builtins[0].name, builtins[1].name);
 }
 
+/* A model folder's config path into buf: false (err filled) when the
+ * folder has none or the path is too long. */
+static bool folder_config(const char *folder, char *buf, size_t cap, kvs_status *status,
+                          kvs_error *err) {
+  int n = snprintf(buf, cap, "%s/config.json", folder);
+  if (n < 0 || (size_t)n >= cap) {
+    *status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model folder path %.64s... is too long",
+                            folder);
+    return false;
+  }
+  struct stat st;
+  if (stat(buf, &st) != 0) {
+    *status = kvs_error_set(err, KVS_ERR_IO,
+                            "model folder %s has no config.json (%s): a model folder holds the "
+                            "config.json it was published with",
+                            folder, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+static bool is_directory(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err) {
   for (size_t i = 0; name_or_path != NULL && i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {
@@ -197,6 +327,12 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
   if (name_or_path == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name is NULL");
   }
+  if (is_directory(name_or_path)) {
+    char path[KVS_MODEL_PATH_MAX + 16];
+    kvs_status status;
+    if (!folder_config(name_or_path, path, sizeof path, &status, err)) return status;
+    return kvs_geometry_load_file(path, out, err);
+  }
   kvs_status status = kvs_geometry_load_file(name_or_path, out, err);
   /* A bare word that is no file was meant as a built-in name: say which
    * names there are, not only that no such file exists. */
@@ -204,6 +340,46 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
       access(name_or_path, F_OK) != 0) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND,
                          "'%s' is neither a built-in model (%s, %s) nor a config.json file",
+                         name_or_path, builtins[0].name, builtins[1].name);
+  }
+  return status;
+}
+
+kvs_status kvs_model_config_resolve(const char *name_or_path, kvs_model_config *out,
+                                    kvs_error *err) {
+  if (name_or_path == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name and output are required");
+  }
+  for (size_t i = 0; i < N_BUILTINS; i++) {
+    if (strcmp(name_or_path, builtins[i].name) == 0) {
+      return kvs_model_config_parse_json(builtins[i].json, strlen(builtins[i].json), out, err);
+    }
+  }
+  kvs_status status;
+  if (is_directory(name_or_path)) {
+    if (strlen(name_or_path) >= KVS_MODEL_PATH_MAX) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model folder path %.64s... is too long",
+                           name_or_path);
+    }
+    char path[KVS_MODEL_PATH_MAX + 16];
+    if (!folder_config(name_or_path, path, sizeof path, &status, err)) return status;
+    kvs_model_config *m = malloc(sizeof *m);
+    if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
+    status = load_model_file(path, m, err);
+    if (status == KVS_OK) {
+      m->is_folder = true;
+      snprintf(m->folder, sizeof m->folder, "%s", name_or_path);
+      *out = *m;
+    }
+    free(m);
+    return status;
+  }
+  status = load_model_file(name_or_path, out, err);
+  if (status == KVS_ERR_IO && strchr(name_or_path, '/') == NULL &&
+      access(name_or_path, F_OK) != 0) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "'%s' is neither a built-in model (%s, %s), a model folder nor a "
+                         "config.json file",
                          name_or_path, builtins[0].name, builtins[1].name);
   }
   return status;

@@ -1,6 +1,7 @@
 #include "core/memory_budget.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 const char *kvs_budget_source_name(kvs_budget_source source) {
   switch (source) {
@@ -15,8 +16,8 @@ const char *kvs_budget_source_name(kvs_budget_source source) {
 }
 
 kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_bytes,
-                                  double memory_ratio, uint64_t reserve_bytes,
-                                  kvs_memory_budget *out, kvs_error *err) {
+                                  double memory_ratio, uint64_t weights_bytes,
+                                  uint64_t reserve_bytes, kvs_memory_budget *out, kvs_error *err) {
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
   if (source != KVS_BUDGET_MEASURED && source != KVS_BUDGET_NOMINAL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -31,7 +32,8 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
    * except where rounding reaches 2^64 itself. */
   double share = floor((double)memory_bytes * memory_ratio);
   uint64_t usable = share >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)share;
-  if (usable <= reserve_bytes) {
+  bool fits = weights_bytes < usable && usable - weights_bytes > reserve_bytes;
+  if (!fits && weights_bytes == 0) {
     return kvs_error_set(
         err, KVS_ERR_BUDGET_TOO_SMALL,
         "device budget is empty: %llu %s bytes x memory ratio %g = %llu, not above the "
@@ -39,7 +41,21 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
         (unsigned long long)memory_bytes, source == KVS_BUDGET_MEASURED ? "free" : "nominal",
         memory_ratio, (unsigned long long)usable, (unsigned long long)reserve_bytes);
   }
-  kvs_memory_budget b = {source, memory_bytes, memory_ratio, reserve_bytes, usable - reserve_bytes};
+  if (!fits) {
+    return kvs_error_set(
+        err, KVS_ERR_BUDGET_TOO_SMALL,
+        "device budget is empty: %llu %s bytes x memory ratio %g = %llu, not above the "
+        "%llu bytes of weights and the %llu-byte reserve",
+        (unsigned long long)memory_bytes, source == KVS_BUDGET_MEASURED ? "free" : "nominal",
+        memory_ratio, (unsigned long long)usable, (unsigned long long)weights_bytes,
+        (unsigned long long)reserve_bytes);
+  }
+  kvs_memory_budget b = {.source = source,
+                         .memory_bytes = memory_bytes,
+                         .memory_ratio = memory_ratio,
+                         .weights_bytes = weights_bytes,
+                         .reserve_bytes = reserve_bytes,
+                         .budget_bytes = usable - weights_bytes - reserve_bytes};
   *out = b;
   return KVS_OK;
 }
@@ -50,7 +66,10 @@ kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *
   if (budget_bytes == 0) {
     return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL, "an explicit budget of 0 bytes");
   }
-  kvs_memory_budget b = {KVS_BUDGET_EXPLICIT, budget_bytes, 1.0, 0, budget_bytes};
+  kvs_memory_budget b = {.source = KVS_BUDGET_EXPLICIT,
+                         .memory_bytes = budget_bytes,
+                         .memory_ratio = 1.0,
+                         .budget_bytes = budget_bytes};
   *out = b;
   return KVS_OK;
 }

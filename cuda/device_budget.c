@@ -8,7 +8,7 @@ kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, 
                                      kvs_error *err) {
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
   kvs_memory_budget rule;
-  kvs_status status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, free_bytes, memory_ratio,
+  kvs_status status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, free_bytes, memory_ratio, 0,
                                              reserve_bytes, &rule, err);
   if (status != KVS_OK) return status;
   kvs_device_budget b = {free_bytes, total_bytes, memory_ratio, reserve_bytes, rule.budget_bytes};

@@ -366,8 +366,14 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
       local = kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
                                      &local_err);
     }
-    kvs_plan_request r = {&node->geometry, &node->widths, o->swa_ratio,  o->page, floor,
-                          o->n_scratch,    (size_t)o->tp, (size_t)o->pp, NULL,    NULL};
+    kvs_plan_request r = {.geometry = &node->geometry,
+                          .widths = &node->widths,
+                          .swa_ratio = o->swa_ratio,
+                          .page = o->page,
+                          .floor_win_pages = floor,
+                          .n_scratch = o->n_scratch,
+                          .tp = (size_t)o->tp,
+                          .pp = (size_t)o->pp};
     node->request = r;
     node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
   }

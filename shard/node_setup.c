@@ -64,6 +64,16 @@ static kvs_status check_request(const kvs_budget_request *r, kvs_error *err) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "give one budget for every GPU or one per GPU, not both");
   }
+  if (r->weights_bytes != 0 && r->weights_per_gpu != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "give one weight size for every GPU or one per GPU, not both");
+  }
+  if ((r->weights_bytes != 0 || r->weights_per_gpu != NULL) &&
+      (r->budget_bytes != 0 || r->budget_per_gpu != NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "weights are taken off measured or nominal memory; an explicit budget "
+                         "is the KV bytes themselves");
+  }
   if (!(r->memory_ratio > 0.0 && r->memory_ratio <= 1.0)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "memory ratio must be in (0, 1], got %g",
                          r->memory_ratio);
@@ -83,6 +93,9 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
   kvs_status status = check_request(request, err);
   if (status != KVS_OK) return status;
   const kvs_gpu_info *gpu = &gpus[index];
+  uint64_t weights = request->weights_per_gpu != NULL && index < request->n_weights_per_gpu
+                         ? request->weights_per_gpu[index]
+                         : request->weights_bytes;
   if (request->budget_per_gpu != NULL) {
     if (request->n_budget_per_gpu != n_gpus) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -93,9 +106,14 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
     status = kvs_memory_budget_explicit(request->budget_per_gpu[index], out, err);
   } else if (request->budget_bytes != 0) {
     status = kvs_memory_budget_explicit(request->budget_bytes, out, err);
+  } else if (request->weights_per_gpu != NULL && request->n_weights_per_gpu != n_gpus) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%zu per-GPU weights for %zu GPUs: give one for every GPU, in index "
+                         "order",
+                         request->n_weights_per_gpu, n_gpus);
   } else if (gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
     status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, gpu->free_bytes, request->memory_ratio,
-                                    request->reserve_bytes, out, err);
+                                    weights, request->reserve_bytes, out, err);
   } else {
     uint64_t known = kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
     if (known == 0) {
@@ -106,7 +124,7 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
                            gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
                            gpu->vendor_id, gpu->device_id);
     }
-    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio,
+    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio, weights,
                                     request->reserve_bytes, out, err);
   }
   if (status != KVS_OK && err != NULL) {
@@ -164,16 +182,16 @@ kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, siz
                               uint64_t budget, uint64_t *out, kvs_error *err) {
   if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
   kvs_device_layout_options options = kvs_node_layout_options(request);
-  kvs_split_request r = {request->geometry,
-                         request->widths,
-                         request->swa_ratio,
-                         request->page,
-                         request->floor_win_pages,
-                         request->n_scratch,
-                         1,
-                         NULL,
-                         device_footprint,
-                         &options};
+  kvs_split_request r = {.geometry = request->geometry,
+                         .widths = request->widths,
+                         .swa_ratio = request->swa_ratio,
+                         .page = request->page,
+                         .floor_win_pages = request->floor_win_pages,
+                         .n_scratch = request->n_scratch,
+                         .n_stages = 1,
+                         .footprint = device_footprint,
+                         .footprint_ctx = &options,
+                         .layer_weight_bytes = request->layer_weight_bytes};
   return kvs_split_range_max_pages(&r, first, end, budget, out, err);
 }
 

@@ -52,10 +52,15 @@ typedef struct kvs_budget_request {
   size_t n_budget_per_gpu;        /* must equal the GPU count */
   double memory_ratio;            /* (0, 1], applied to measured or nominal memory */
   uint64_t reserve_bytes;         /* taken off measured or nominal memory */
+  /* Weights not yet loaded, taken off measured or nominal memory: every
+   * GPU's bytes, or one per GPU in index order (at most one of the two). */
+  uint64_t weights_bytes;
+  const uint64_t *weights_per_gpu;
+  size_t n_weights_per_gpu;
 } kvs_budget_request;
 
 #define KVS_BUDGET_REQUEST_INIT \
-  { 0, NULL, 0, KVS_DEFAULT_MEMORY_RATIO, KVS_DEFAULT_RESERVE_BYTES }
+  { 0, NULL, 0, KVS_DEFAULT_MEMORY_RATIO, KVS_DEFAULT_RESERVE_BYTES, 0, NULL, 0 }
 
 /* The budget of GPU gpus[index] (n_gpus in the list): the caller's bytes,
  * else its measured free memory (gpu->free_bytes, when CUDA measured it),

@@ -1,6 +1,7 @@
 /* kvplan's subcommands; each takes its own argv (argv[0] is the
  * subcommand name) and returns the process exit status:
- * 0 success, 1 the plan cannot be made (budget too small), 2 bad usage. */
+ * 0 success, 1 the plan cannot be made (budget too small; for fit, no
+ * layout fits), 2 bad usage. */
 #ifndef KVS_TOOLS_KVPLAN_H
 #define KVS_TOOLS_KVPLAN_H
 
@@ -10,6 +11,7 @@ extern "C" {
 
 int kvs_kvplan_solve(int argc, char **argv);
 int kvs_kvplan_plan(int argc, char **argv);
+int kvs_kvplan_fit(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* kvplan: size the DSV4 KV pool for one device (`solve`) or for every
- * rank of a node (`plan`, the default when no subcommand is given). */
+/* kvplan: size the DSV4 KV pool for one device (`solve`), for every rank
+ * of a node (`plan`, the default when no subcommand is given), or find
+ * the layouts and memory a demand needs (`fit`). */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,9 @@ static void usage(FILE *out) {
   fputs(
       "usage: kvplan [plan] [flags]     per-rank plan for this node (the default)\n"
       "       kvplan solve [flags]      byte-exact pool for one device\n"
+      "       kvplan fit --context L --concurrency C [flags]\n"
+      "                                 which tp x pp layouts serve C requests of L tokens,\n"
+      "                                 and with how much memory\n"
       "       kvplan <subcommand> --help for the flags of each\n",
       out);
 }
@@ -17,6 +21,7 @@ static void usage(FILE *out) {
 static int run(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "solve") == 0) return kvs_kvplan_solve(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "plan") == 0) return kvs_kvplan_plan(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "fit") == 0) return kvs_kvplan_fit(argc - 1, argv + 1);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(stdout);
     return 0;

@@ -4,7 +4,7 @@
  * The plan is made through the node's own setup steps (shard/node_setup.h):
  * the topology (live, --topology FILE, or the bundled server), each GPU's
  * budget by the one rule (CUDA's free memory, or a nominal 141 GB where
- * nothing is measured, x --memory-ratio - --reserve; or --budget /
+ * nothing is measured, x --mem-fraction - weights - --reserve; or --budget /
  * --budget-per-gpu as given), and the split priced as the device tables
  * carve it, so every rank's pool_bytes is what the node allocates on that
  * GPU. With no GPU visible to CUDA and no --topology, the bundled 8-GPU
@@ -24,6 +24,8 @@
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/plan_svg.h"
+#include "tools/plan_weights.h"
+#include "tools/sglang_report.h"
 #include "topology/node_plan.h"
 #include "topology/source.h"
 #include "topology/topology.h"
@@ -37,6 +39,9 @@ enum {
   OPT_BUDGET,
   OPT_BUDGET_PER_GPU,
   OPT_MEMORY_RATIO,
+  OPT_MEM_FRACTION,
+  OPT_WEIGHTS,
+  OPT_WEIGHTS_PER_GPU,
   OPT_RESERVE,
   OPT_JSON,
   OPT_SVG
@@ -53,7 +58,11 @@ static void usage(FILE *out) {
           "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
           "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"
           "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"
-          "  --memory-ratio F        share of each GPU's free memory for KV (default 0.9)\n"
+          "  --mem-fraction F        share of each GPU's memory for weights, KV and the\n"
+          "                          reserve (default 0.9; --memory-ratio is the same flag)\n"
+          "  --weights BYTES         model weights on every GPU, as the engine measured them\n"
+          "  --weights-per-gpu B0,.. the same per GPU, in GPU index order (default: counted\n"
+          "                          from a model folder, else not counted)\n"
           "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
@@ -71,8 +80,13 @@ typedef struct plan_args {
   uint64_t budget;
   size_t n_budgets; /* --budget-per-gpu entries */
   uint64_t *budgets;
-  bool have_ratio;
+  bool have_ratio;     /* --memory-ratio */
+  bool have_fraction;  /* --mem-fraction: the same number */
   double memory_ratio;
+  bool have_weights;
+  uint64_t weights;
+  size_t n_weights; /* --weights-per-gpu entries */
+  uint64_t *weights_list;
   bool have_reserve;
   uint64_t reserve;
   bool json;
@@ -102,6 +116,15 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
     case OPT_MEMORY_RATIO:
       a->have_ratio = true;
       return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);
+    case OPT_MEM_FRACTION:
+      a->have_fraction = true;
+      return kvs_parse_double("--mem-fraction", value, &a->memory_ratio, err);
+    case OPT_WEIGHTS:
+      a->have_weights = true;
+      return kvs_parse_bytes("--weights", value, &a->weights, err);
+    case OPT_WEIGHTS_PER_GPU:
+      return kvs_parse_bytes_list("--weights-per-gpu", value, a->weights_list, MAX_GPUS,
+                                  &a->n_weights, err);
     case OPT_RESERVE:
       a->have_reserve = true;
       return kvs_parse_bytes("--reserve", value, &a->reserve, err);
@@ -122,6 +145,9 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"budget", required_argument, NULL, OPT_BUDGET},
       {"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU},
       {"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO},
+      {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
+      {"weights", required_argument, NULL, OPT_WEIGHTS},
+      {"weights-per-gpu", required_argument, NULL, OPT_WEIGHTS_PER_GPU},
       {"reserve", required_argument, NULL, OPT_RESERVE},
       {"json", no_argument, NULL, OPT_JSON},
       {"svg", required_argument, NULL, OPT_SVG},
@@ -133,15 +159,30 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
     return 2;
   }
-  if ((a->have_ratio || a->have_reserve) && (a->have_budget || a->n_budgets > 0)) {
+  if (a->have_ratio && a->have_fraction) {
+    fprintf(stderr, "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
+    return 2;
+  }
+  if (a->have_weights && a->n_weights > 0) {
+    fprintf(stderr, "kvplan plan: give --weights or --weights-per-gpu, not both\n");
+    return 2;
+  }
+  bool weights_given = a->have_weights || a->n_weights > 0;
+  if ((a->have_ratio || a->have_fraction || a->have_reserve || weights_given) &&
+      (a->have_budget || a->n_budgets > 0)) {
     fprintf(stderr,
             "kvplan plan: --%s applies to measured memory; --budget and "
             "--budget-per-gpu give the bytes themselves\n",
-            a->have_ratio ? "memory-ratio" : "reserve");
+            a->have_ratio      ? "memory-ratio"
+            : a->have_fraction ? "mem-fraction"
+            : a->have_reserve  ? "reserve"
+            : a->have_weights  ? "weights"
+                               : "weights-per-gpu");
     return 2;
   }
   if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
-    fprintf(stderr, "kvplan plan: --memory-ratio must be in (0, 1], got %g\n", a->memory_ratio);
+    fprintf(stderr, "kvplan plan: --%s must be in (0, 1], got %g\n",
+            a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
     return 2;
   }
   if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
@@ -170,11 +211,12 @@ static const char *numa_text(int numa, char *buf, size_t len) {
   return buf;
 }
 
-static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
+static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                        const kvs_memory_budget *terms) {
   const kvs_split *split = kvs_node_plan_split(plan);
-  static const char *const heads[] = {"window",    "compressed", "indexer", "state",
-                                      "idx_state", "mapping",    "scratch", "ctl+pad",
-                                      "pool",      "budget",     "headroom"};
+  static const char *const heads[] = {"window",  "compressed", "indexer", "state",
+                                      "idx_state", "mapping",  "scratch", "ctl+pad",
+                                      "pool",    "weights",    "budget",  "headroom"};
   printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
          "layers");
   for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
@@ -191,8 +233,8 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus) {
         rp->bytes.indexer,      rp->bytes.state,
         rp->bytes.index_state,  rp->bytes.mapping,
         rp->bytes.scratch,      rp->device.control_bytes + rp->device.padding_bytes,
-        rp->device.total_bytes, rp->budget_bytes,
-        rp->headroom_bytes};
+        rp->device.total_bytes, terms[rp->gpu].weights_bytes + rp->weight_bytes,
+        rp->budget_bytes,       rp->headroom_bytes};
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
       printf(" %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
     }
@@ -232,9 +274,9 @@ static int load_topology(const plan_args *a, kvs_topology_t *out, char *note, si
 
 /* Step 3, as the node takes it: budgets[0..n) and the terms behind them;
  * *what describes them for people. */
-static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budget *terms,
-                        uint64_t *budgets, char *what, size_t what_len, char *note,
-                        size_t note_len) {
+static int pick_budgets(const plan_args *a, kvs_topology_t topo, const char *weights_term,
+                        bool layer_weights, kvs_memory_budget *terms, uint64_t *budgets, char *what, size_t what_len,
+                        char *note, size_t note_len) {
   size_t n = kvs_topology_gpu_count(topo);
   kvs_budget_request request = KVS_BUDGET_REQUEST_INIT;
   if (a->have_budget) request.budget_bytes = a->budget;
@@ -244,12 +286,23 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budg
   }
   request.memory_ratio = a->memory_ratio;
   if (a->have_reserve) request.reserve_bytes = a->reserve;
+  if (a->have_weights) request.weights_bytes = a->weights;
+  if (a->n_weights > 0) {
+    request.weights_per_gpu = a->weights_list;
+    request.n_weights_per_gpu = a->n_weights;
+  }
   kvs_error err;
   if (a->n_budgets > 0 && a->n_budgets != n) {
     fprintf(stderr,
             "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
             "GPUs\n",
             a->n_budgets, kvs_topology_label(topo), n);
+    return 2;
+  }
+  if (a->n_weights > 0 && a->n_weights != n) {
+    fprintf(stderr,
+            "kvplan plan: --weights-per-gpu lists %zu sizes but topology '%s' has %zu GPUs\n",
+            a->n_weights, kvs_topology_label(topo), n);
     return 2;
   }
   if (kvs_node_budgets(&request, kvs_topology_gpus(topo), n, terms, &err) != KVS_OK) {
@@ -269,12 +322,15 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, kvs_memory_budg
       }
       break;
     case KVS_BUDGET_MEASURED:
-      snprintf(what, what_len, "free memory x %.2f - %s per GPU (CUDA)", a->memory_ratio, reserve);
+      snprintf(what, what_len, "free memory x %.2f%s - %s per GPU (CUDA)%s", a->memory_ratio,
+               weights_term, reserve, layer_weights ? ", less each rank's layer weights" : "");
       break;
     case KVS_BUDGET_NOMINAL:
-      snprintf(what, what_len, "nominal %llu GB x %.2f - %s = %s per GPU",
+      snprintf(what, what_len, "nominal %llu GB x %.2f%s - %s%s%s per GPU%s",
                (unsigned long long)(terms[0].memory_bytes / 1000000000ull), a->memory_ratio,
-               reserve, kvs_format_bytes(budgets[0], buf, sizeof buf));
+               weights_term, reserve, a->n_weights > 0 ? "" : " = ",
+               a->n_weights > 0 ? "" : kvs_format_bytes(budgets[0], buf, sizeof buf),
+               layer_weights ? ", less each rank's layer weights" : "");
       if (note[0] == '\0') {
         snprintf(note, note_len,
                  "kvplan: no GPU memory measured (%s); budgets assume a nominal %llu GB per GPU "
@@ -306,19 +362,124 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
   return 1;
 }
 
-static int run(plan_args *a) {
+/* Where the weights come from, and their per-layer estimate for a folder
+ * at the plan's tp (layer_weights: planned layers entries, or NULL). */
+typedef struct plan_weights {
+  const char *source; /* "none", "measured", "folder" */
+  kvs_model_weights *folder;
+  uint64_t *layer;
+} plan_weights;
+
+static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
+                        plan_weights *w) {
+  w->source = "none";
+  if (a->have_weights || a->n_weights > 0) {
+    w->source = "measured";
+    return 0;
+  }
+  if (!m->have_config || !m->config.is_folder || a->have_budget || a->n_budgets > 0) return 0;
   kvs_error err;
-  kvs_geometry geometry;
-  uint64_t floor_pages;
-  const char *model;
+  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
+  w->folder = malloc(sizeof *w->folder);
+  w->layer = calloc(n_planned, sizeof *w->layer);
+  if (w->folder == NULL || w->layer == NULL) {
+    fprintf(stderr, "kvplan plan: out of memory\n");
+    return 1;
+  }
+  if (kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, w->folder, &err) !=
+          KVS_OK ||
+      kvs_plan_layer_weights(w->folder, n_planned, tp, w->layer, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 2;
+  }
+  w->source = "folder";
+  return 0;
+}
+
+/* tp x pp: every GPU in one TP group by default; one of tp/pp alone takes
+ * the rest. */
+static void pick_layout(const plan_args *a, size_t n, size_t *tp, size_t *pp) {
+  *tp = a->have_tp ? (size_t)a->tp : 0;
+  *pp = a->have_pp ? (size_t)a->pp : 0;
+  if (!a->have_tp && !a->have_pp) {
+    *tp = n;
+    *pp = 1;
+  } else if (!a->have_pp) {
+    *pp = *tp <= n && n % *tp == 0 ? n / *tp : 1;
+  } else if (!a->have_tp) {
+    *tp = *pp <= n && n % *pp == 0 ? n / *pp : 1;
+  }
+}
+
+/* SGLang's pools on the same bytes: its own pipeline split, each stage on
+ * its tightest GPU's budget less the weights of SGLang's layers for the
+ * stage; the stage with the fewest tokens speaks for the server (every
+ * stage serves the same requests). */
+static int sglang_pools(const plan_args *a, const kvs_plan_model *m, kvs_node_plan_t plan,
+                        const uint64_t *budgets, const uint64_t *layer_weights,
+                        kvs_sglang_pools *out, uint64_t *available, json_t **stages_json) {
+  kvs_error err;
+  kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
+  size_t pp = kvs_node_plan_pp(plan), n_main = m->config.geometry.n_layers;
+  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
+  json_t *stages = json_array();
+  bool have_best = false;
+  for (size_t s = 0; s < pp; s++) {
+    size_t first, end;
+    if (kvs_sglang_pp_range(n_main, pp, s, &first, &end, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
+      json_decref(stages);
+      return 2;
+    }
+    uint64_t avail = UINT64_MAX;
+    for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+      const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+      if (rp->pp_stage == s && budgets[rp->gpu] < avail) avail = budgets[rp->gpu];
+    }
+    uint64_t w = 0;
+    size_t weights_end = s + 1 == pp ? n_planned : end;
+    for (size_t i = first; layer_weights != NULL && i < weights_end; i++) w += layer_weights[i];
+    avail = avail > w ? avail - w : 0;
+    kvs_sglang_pools p;
+    if (kvs_sglang_report_compute(m, &so, first, end, avail, &p, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
+      json_decref(stages);
+      return 2;
+    }
+    json_t *one = kvs_sglang_report_json(&p, &so, avail);
+    json_object_set_new(one, "layers", json_pack("[II]", (json_int_t)first, (json_int_t)(end - 1)));
+    json_array_append_new(stages, one);
+    if (!have_best || p.full < out->full) {
+      *out = p;
+      *available = avail;
+      have_best = true;
+    }
+  }
+  *stages_json = stages;
+  return 0;
+}
+
+static int run(plan_args *a, kvs_plan_model *m) {
+  kvs_error err;
   kvs_pool_sizes probe;
-  if (kvs_plan_options_resolve(&a->options, &geometry, &floor_pages, &model, &err) != KVS_OK ||
-      kvs_pool_sizes_compute(2, &geometry, a->options.swa_ratio, a->options.page, 2, &probe,
+  if (kvs_plan_options_resolve(&a->options, m, &err) != KVS_OK ||
+      kvs_pool_sizes_compute(2, &m->geometry, a->options.swa_ratio, a->options.page, 2, &probe,
                              &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
   }
-  char note[1024] = "", budget_what[160];
+  FILE *notes = a->json ? stderr : stdout;
+  bool explicit_budget = a->have_budget || a->n_budgets > 0;
+  if (!explicit_budget && !(a->have_weights || a->n_weights > 0) &&
+      !(m->have_config && m->config.is_folder)) {
+    /* First, so nobody reads a KV budget as if the weights were loaded. */
+    fprintf(notes,
+            "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
+            "take the whole memory share; give --weights BYTES per GPU as the engine measured "
+            "them, or --model FOLDER to count them from its safetensors\n",
+            m->name);
+  }
+  char note[1024] = "", budget_what[192];
   kvs_topology_t topo = NULL;
   int rc = load_topology(a, &topo, note, sizeof note);
   if (rc != 0) return rc;
@@ -327,37 +488,40 @@ static int run(plan_args *a) {
   uint64_t *budgets = calloc(n, sizeof *budgets);
   kvs_memory_budget *terms = calloc(n, sizeof *terms);
   kvs_node_plan_t plan = NULL;
+  plan_weights weights = {"none", NULL, NULL};
+  json_t *sglang_stages = NULL;
   if (budgets == NULL || terms == NULL) {
     fprintf(stderr, "kvplan plan: out of memory\n");
     rc = 1;
     goto done;
   }
-  if ((rc = pick_budgets(a, topo, terms, budgets, budget_what, sizeof budget_what, note,
-                         sizeof note)) != 0) {
+  size_t tp, pp;
+  pick_layout(a, n, &tp, &pp);
+  if ((rc = load_weights(a, m, tp == 0 ? 1 : tp, &weights)) != 0) goto done;
+  const char *weights_term = strcmp(weights.source, "measured") == 0 ? " - weights" : "";
+  if ((rc = pick_budgets(a, topo, weights_term, weights.layer != NULL, terms, budgets, budget_what, sizeof budget_what,
+                         note, sizeof note)) != 0) {
     goto done;
   }
-  if (note[0] != '\0') fprintf(a->json ? stderr : stdout, "%s\n", note);
-
-  /* Defaults: every GPU in one TP group; one of tp/pp alone takes the rest. */
-  size_t tp = a->have_tp ? (size_t)a->tp : 0, pp = a->have_pp ? (size_t)a->pp : 0;
-  if (!a->have_tp && !a->have_pp) {
-    tp = n;
-    pp = 1;
-  } else if (!a->have_pp) {
-    pp = tp <= n && n % tp == 0 ? n / tp : 1;
-  } else if (!a->have_tp) {
-    tp = pp <= n && n % pp == 0 ? n / pp : 1;
+  if (note[0] != '\0') fprintf(notes, "%s\n", note);
+  if (weights.folder != NULL) {
+    char buf[32];
+    fprintf(notes,
+            "kvplan: weights from %s: %s in %zu files (%llu tensors), estimated per GPU as %s\n",
+            m->config.folder, kvs_format_bytes(weights.folder->total_bytes, buf, sizeof buf),
+            weights.folder->n_files, (unsigned long long)weights.folder->n_tensors,
+            kvs_plan_weights_estimate);
   }
-  kvs_plan_request request = {&geometry,
-                              NULL,
-                              a->options.swa_ratio,
-                              a->options.page,
-                              floor_pages,
-                              a->options.scratch,
-                              tp,
-                              pp,
-                              NULL,
-                              NULL};
+
+  kvs_plan_request request = {.geometry = &m->geometry,
+                              .widths = &m->widths,
+                              .swa_ratio = a->options.swa_ratio,
+                              .page = a->options.page,
+                              .floor_win_pages = m->floor_pages,
+                              .n_scratch = a->options.scratch,
+                              .tp = tp,
+                              .pp = pp,
+                              .layer_weight_bytes = weights.layer};
   kvs_plan_shortfall shortfall;
   kvs_status status = kvs_node_plan_make(&request, gpus, n, budgets, &plan, &shortfall, &err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
@@ -370,8 +534,15 @@ static int run(plan_args *a) {
     goto done;
   }
   const kvs_split *split = kvs_node_plan_split(plan);
+  kvs_sglang_pools sglang;
+  uint64_t sglang_available = 0;
+  if (a->options.engine_sglang &&
+      (rc = sglang_pools(a, m, plan, budgets, weights.layer, &sglang, &sglang_available,
+                         &sglang_stages)) != 0) {
+    goto done;
+  }
   char title[512], subtitle[512];
-  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", model, tp, pp,
+  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", m->name, tp, pp,
            kvs_node_plan_replicas(plan) > 1 ? " (replicated)" : "", n, kvs_topology_label(topo));
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
@@ -388,31 +559,59 @@ static int run(plan_args *a) {
     }
   }
   if (a->json) {
-    print_json(kvs_plan_json(plan, gpus, terms));
+    const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype), a->options.mtp,
+                                           weights.source};
+    json_t *root = kvs_plan_json(plan, gpus, terms, &context);
+    if (weights.folder != NULL) {
+      json_t *w = json_object();
+      json_object_set_new(w, "folder", json_string(m->config.folder));
+      json_object_set_new(w, "total_bytes", kvs_json_u64(weights.folder->total_bytes));
+      json_object_set_new(w, "embed_bytes", kvs_json_u64(weights.folder->embed_bytes));
+      json_object_set_new(w, "head_bytes", kvs_json_u64(weights.folder->head_bytes));
+      json_object_set_new(w, "mtp_bytes", kvs_json_u64(weights.folder->mtp_bytes));
+      json_object_set_new(w, "files", kvs_json_u64(weights.folder->n_files));
+      json_object_set_new(w, "tensors", kvs_json_u64(weights.folder->n_tensors));
+      json_object_set_new(w, "estimate", json_string(kvs_plan_weights_estimate));
+      json_object_set_new(root, "weights", w);
+    }
+    if (sglang_stages != NULL) {
+      kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
+      json_t *sg = kvs_sglang_report_json(&sglang, &so, sglang_available);
+      json_object_set_new(sg, "stages", sglang_stages);
+      sglang_stages = NULL;
+      json_object_set_new(root, "sglang", sg);
+    }
+    print_json(root);
   } else {
-    kvs_cost_terms t;
-    kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &t, NULL);
-    printf(
-        "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
-        "index_head_dim %llu\n",
-        model, (unsigned long long)t.n_layers, (unsigned long long)(t.n_layers - t.n_csa - t.n_hca),
-        (unsigned long long)t.n_csa, (unsigned long long)t.n_hca,
-        (unsigned long long)geometry.head_dim, (unsigned long long)geometry.index_head_dim);
+    kvs_plan_model_print(stdout, m, &a->options);
     printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
            kvs_topology_label(topo), n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown",
            kvs_topology_package_count(topo), kvs_topology_numa_count(topo));
     printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s\n", tp, pp, tp * pp,
            kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "");
     printf("budget      %s\n", budget_what);
+    printf("weights     %s\n", strcmp(weights.source, "none") == 0
+                                    ? "not counted"
+                                : strcmp(weights.source, "measured") == 0
+                                    ? "as measured (--weights / --weights-per-gpu), per GPU"
+                                    : "from the model folder, per rank by its layers (estimate)");
     printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
-           (unsigned long long)floor_pages, a->options.swa_ratio,
+           (unsigned long long)m->floor_pages, a->options.swa_ratio,
            (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
-    print_table(plan, gpus);
+    print_table(plan, gpus, terms);
+    if (sglang_stages != NULL) {
+      kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
+      kvs_sglang_report_print(stdout, &sglang, &so, sglang_available, split->full_token,
+                              a->options.kv_dtype);
+    }
     if (a->svg != NULL) printf("svg         %s\n", a->svg);
   }
   rc = 0;
 done:
+  json_decref(sglang_stages);
   kvs_node_plan_destroy(plan);
+  free(weights.folder);
+  free(weights.layer);
   free(budgets);
   free(terms);
   kvs_topology_destroy(topo);
@@ -425,12 +624,19 @@ int kvs_kvplan_plan(int argc, char **argv) {
   kvs_plan_options_init(&a.options);
   a.memory_ratio = KVS_DEFAULT_MEMORY_RATIO;
   a.budgets = calloc(MAX_GPUS, sizeof *a.budgets);
-  if (a.budgets == NULL) {
+  a.weights_list = calloc(MAX_GPUS, sizeof *a.weights_list);
+  kvs_plan_model *model = malloc(sizeof *model);
+  if (a.budgets == NULL || a.weights_list == NULL || model == NULL) {
     fprintf(stderr, "kvplan plan: out of memory\n");
+    free(a.budgets);
+    free(a.weights_list);
+    free(model);
     return 1;
   }
   int rc = parse(argc, argv, &a);
-  if (rc == 0) rc = run(&a);
+  if (rc == 0) rc = run(&a, model);
   free(a.budgets);
+  free(a.weights_list);
+  free(model);
   return rc < 0 ? 0 : rc;
 }

@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cost_model.h"
@@ -9,6 +10,7 @@
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
+#include "tools/sglang_report.h"
 
 enum { OPT_BUDGET = 1, OPT_JSON };
 
@@ -52,18 +54,12 @@ static void print_json(json_t *object) {
   json_decref(object);
 }
 
-static void print_table(const char *model, const kvs_geometry *g, uint64_t budget,
-                        uint64_t floor_pages, const kvs_pool_sizes *sizes,
-                        const kvs_pool_breakdown *b) {
+static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint64_t budget,
+                        const kvs_pool_sizes *sizes, const kvs_pool_breakdown *b) {
   char buf[32], buf2[32];
-  kvs_cost_terms t;
-  kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), NULL, &t, NULL);
-  printf(
-      "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA), head_dim %llu, "
-      "index_head_dim %llu\n",
-      model, (unsigned long long)t.n_layers, (unsigned long long)(t.n_layers - t.n_csa - t.n_hca),
-      (unsigned long long)t.n_csa, (unsigned long long)t.n_hca, (unsigned long long)g->head_dim,
-      (unsigned long long)g->index_head_dim);
+  const kvs_geometry *g = &m->geometry;
+  uint64_t floor_pages = m->floor_pages;
+  kvs_plan_model_print(stdout, m, o);
   printf("budget      %s (%llu bytes)\n", kvs_format_bytes(budget, buf, sizeof buf),
          (unsigned long long)budget);
   printf("num_pages   %llu pages of %llu = %llu tokens of history\n",
@@ -124,6 +120,91 @@ static kvs_status solve_flag(void *ctx, int id, const char *value, kvs_error *er
   return kvs_parse_budget("--budget", value, &a->budget, err);
 }
 
+/* The SGLang object for --engine sglang on the same budget, or NULL (with
+ * the reason on stderr, *ok false) when it cannot be computed. */
+static json_t *sglang_json(const kvs_plan_options *o, const kvs_plan_model *m, uint64_t budget,
+                           kvs_sglang_pools *pools, bool *ok) {
+  kvs_sglang_options so = kvs_plan_options_sglang(o);
+  kvs_error err;
+  if (kvs_sglang_report_compute(m, &so, 0, kvs_geometry_layer_count(&m->config.geometry), budget,
+                                pools, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan solve: --engine sglang: %s\n", err.message);
+    *ok = false;
+    return NULL;
+  }
+  *ok = true;
+  return kvs_sglang_report_json(pools, &so, budget);
+}
+
+static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, bool json) {
+  kvs_error err;
+  if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    return 2;
+  }
+  const kvs_geometry *g = &m->geometry;
+  kvs_cost_terms terms;
+  kvs_pool_sizes sizes;
+  kvs_budget_shortfall shortfall;
+  kvs_status status = kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), &m->widths, &terms,
+                                          &err);
+  if (status == KVS_OK) {
+    status = kvs_solve_num_pages_terms(budget, &terms, o->swa_ratio, m->floor_pages, o->page,
+                                       o->scratch, &sizes, &shortfall, &err);
+  }
+  kvs_sglang_pools pools;
+  bool sglang_ok = true;
+  json_t *sglang = NULL;
+  if (o->engine_sglang && (status == KVS_OK || status == KVS_ERR_BUDGET_TOO_SMALL)) {
+    kvs_error keep = err; /* the sizing's message survives the SGLang call */
+    sglang = sglang_json(o, m, budget, &pools, &sglang_ok);
+    err = keep;
+    if (!sglang_ok) return 2;
+  }
+  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
+    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    if (json) {
+      json_t *object = json_object();
+      json_object_set_new(object, "error", json_string("budget_too_small"));
+      json_object_set_new(object, "available_bytes", kvs_json_u64(shortfall.available_bytes));
+      json_object_set_new(object, "needed_bytes", kvs_json_u64(shortfall.needed_bytes));
+      json_object_set_new(object, "min_pages", kvs_json_u64(shortfall.min_pages));
+      json_object_set_new(object, "floor_win_pages", kvs_json_u64(shortfall.floor_win_pages));
+      if (sglang != NULL) json_object_set_new(object, "sglang", sglang);
+      print_json(object);
+    } else {
+      json_decref(sglang);
+    }
+    return 1;
+  }
+  kvs_pool_breakdown breakdown;
+  if (status == KVS_OK) status = kvs_pool_bytes_terms(&sizes, &terms, o->scratch, &breakdown, &err);
+  if (status != KVS_OK) {
+    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    json_decref(sglang);
+    return 2;
+  }
+  if (json) {
+    json_t *object = json_object();
+    json_object_set_new(object, "num_pages", kvs_json_u64(kvs_pool_sizes_num_pages(&sizes)));
+    json_object_set_new(object, "full_token", kvs_json_u64(sizes.full_token));
+    json_object_set_new(object, "n_win_pages", kvs_json_u64(sizes.n_win_pages));
+    json_object_set_new(object, "n_win_slots", kvs_json_u64(sizes.n_win_slots));
+    json_object_set_new(object, "pool_bytes", kvs_json_u64(breakdown.total));
+    json_object_set_new(object, "layers", layers_json(&sizes, g));
+    if (sglang != NULL) json_object_set_new(object, "sglang", sglang);
+    print_json(object);
+  } else {
+    print_table(m, o, budget, &sizes, &breakdown);
+    if (sglang != NULL) {
+      kvs_sglang_options so = kvs_plan_options_sglang(o);
+      kvs_sglang_report_print(stdout, &pools, &so, budget, sizes.full_token, o->kv_dtype);
+      json_decref(sglang);
+    }
+  }
+  return 0;
+}
+
 int kvs_kvplan_solve(int argc, char **argv) {
   static const struct option own[] = {
       {"budget", required_argument, NULL, OPT_BUDGET},
@@ -135,61 +216,17 @@ int kvs_kvplan_solve(int argc, char **argv) {
   int rc = kvs_plan_options_parse("kvplan solve", argc, argv, own, sizeof own / sizeof own[0],
                                   solve_flag, &a, &options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
-  bool json = a.json, have_budget = a.have_budget;
-  uint64_t budget = a.budget;
-  kvs_error err;
-  if (!have_budget) {
+  if (!a.have_budget) {
     fprintf(stderr, "kvplan solve: --budget is required\n");
     usage(stderr);
     return 2;
   }
-  kvs_geometry geometry;
-  uint64_t floor_pages;
-  const char *model;
-  if (kvs_plan_options_resolve(&options, &geometry, &floor_pages, &model, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
-    return 2;
-  }
-  kvs_pool_sizes sizes;
-  kvs_budget_shortfall shortfall;
-  kvs_status status = kvs_solve_num_pages(budget, &geometry, options.swa_ratio, floor_pages,
-                                          options.page, options.scratch, &sizes, &shortfall, &err);
-  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
-    if (json) {
-      json_t *object = json_object();
-      json_object_set_new(object, "error", json_string("budget_too_small"));
-      json_object_set_new(object, "available_bytes", kvs_json_u64(shortfall.available_bytes));
-      json_object_set_new(object, "needed_bytes", kvs_json_u64(shortfall.needed_bytes));
-      json_object_set_new(object, "min_pages", kvs_json_u64(shortfall.min_pages));
-      json_object_set_new(object, "floor_win_pages", kvs_json_u64(shortfall.floor_win_pages));
-      print_json(object);
-    }
+  kvs_plan_model *model = malloc(sizeof *model);
+  if (model == NULL) {
+    fprintf(stderr, "kvplan solve: out of memory\n");
     return 1;
   }
-  if (status != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
-    return 2;
-  }
-  kvs_cost_terms terms;
-  kvs_pool_breakdown breakdown;
-  if (kvs_cost_terms_make(&geometry, 0, kvs_geometry_layer_count(&geometry), NULL, &terms, &err) !=
-          KVS_OK ||
-      kvs_pool_bytes_terms(&sizes, &terms, options.scratch, &breakdown, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
-    return 1;
-  }
-  if (json) {
-    json_t *object = json_object();
-    json_object_set_new(object, "num_pages", kvs_json_u64(kvs_pool_sizes_num_pages(&sizes)));
-    json_object_set_new(object, "full_token", kvs_json_u64(sizes.full_token));
-    json_object_set_new(object, "n_win_pages", kvs_json_u64(sizes.n_win_pages));
-    json_object_set_new(object, "n_win_slots", kvs_json_u64(sizes.n_win_slots));
-    json_object_set_new(object, "pool_bytes", kvs_json_u64(breakdown.total));
-    json_object_set_new(object, "layers", layers_json(&sizes, &geometry));
-    print_json(object);
-  } else {
-    print_table(model, &geometry, budget, floor_pages, &sizes, &breakdown);
-  }
-  return 0;
+  rc = solve(&options, model, a.budget, a.json);
+  free(model);
+  return rc;
 }

@@ -467,9 +467,12 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
   json_object_set_new(o, "step_over_bare_broadcast",
                       json_real(us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0));
   kvs_topology_t topo = kvs_node_topology(r->node);
+  /* The node plans bf16 rows without draft layers, on memory that already
+   * excludes the engine's weights. */
+  const kvs_plan_json_context context = {"bf16", 0, "none"};
   json_object_set_new(o, "plan",
                       kvs_plan_json(kvs_node_plan(r->node), kvs_topology_gpus(topo),
-                                    kvs_node_gpu_budgets(r->node)));
+                                    kvs_node_gpu_budgets(r->node), &context));
   char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
   json_decref(o);
   if (text != NULL) printf("%s\n", text);

@@ -37,6 +37,7 @@ static json_t *rank_json(const kvs_rank_plan *rp, const kvs_gpu_info *gpus,
   json_object_set_new(o, "budget_source", json_string(kvs_budget_source_name(budget->source)));
   json_object_set_new(o, "memory_bytes", kvs_json_u64(budget->memory_bytes));
   json_object_set_new(o, "memory_ratio", json_real(budget->memory_ratio));
+  json_object_set_new(o, "weights_bytes", kvs_json_u64(budget->weights_bytes + rp->weight_bytes));
   json_object_set_new(o, "reserve_bytes", kvs_json_u64(budget->reserve_bytes));
   json_object_set_new(o, "pool_bytes", kvs_json_u64(rp->device.total_bytes));
   json_object_set_new(o, "exact_bytes", kvs_json_u64(rp->device.exact_bytes));
@@ -48,7 +49,7 @@ static json_t *rank_json(const kvs_rank_plan *rp, const kvs_gpu_info *gpus,
 }
 
 json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                      const kvs_memory_budget *budgets) {
+                      const kvs_memory_budget *budgets, const kvs_plan_json_context *context) {
   const kvs_split *split = kvs_node_plan_split(plan);
   json_t *root = json_object();
   if (root == NULL) return NULL;
@@ -57,6 +58,9 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   json_object_set_new(root, "n_win_pages", kvs_json_u64(split->n_win_pages));
   json_object_set_new(root, "tp", kvs_json_u64(kvs_node_plan_tp(plan)));
   json_object_set_new(root, "pp", kvs_json_u64(kvs_node_plan_pp(plan)));
+  json_object_set_new(root, "kv_dtype", json_string(context->kv_dtype));
+  json_object_set_new(root, "mtp_layers", kvs_json_u64(context->mtp_layers));
+  json_object_set_new(root, "weights_source", json_string(context->weights_source));
   json_object_set_new(root, "limiting_rank", kvs_json_u64(kvs_node_plan_limiting_rank(plan)));
   json_t *ranks = json_array();
   for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {

@@ -15,12 +15,20 @@
 extern "C" {
 #endif
 
-/* A new object: num_pages, full_token, n_win_pages, limiting_rank and
- * ranks (each rank's tp_rank, pp_stage, gpu, layers, budget terms, pool,
+/* What a plan was made for beyond its numbers. */
+typedef struct kvs_plan_json_context {
+  const char *kv_dtype;       /* "bf16", "fp8" */
+  uint64_t mtp_layers;        /* speculative draft layers planned */
+  const char *weights_source; /* "none", "measured" (--weights), "folder" */
+} kvs_plan_json_context;
+
+/* A new object: num_pages, full_token, n_win_pages, tp, pp, kv_dtype,
+ * mtp_layers, weights_source, limiting_rank and ranks (each rank's
+ * tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
  * control and padding bytes, and tiers). budgets[g] is GPU g's budget
  * (every GPU of gpus). NULL on allocation failure. */
 json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                      const kvs_memory_budget *budgets);
+                      const kvs_memory_budget *budgets, const kvs_plan_json_context *context);
 
 /* {"index", "pci_busid", "numa_node" (null when unknown), "cpuset"}. */
 json_t *kvs_gpu_json(const kvs_gpu_info *gpu);

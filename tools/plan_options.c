@@ -19,6 +19,9 @@ enum {
   OPT_MAX_RUNNING,
   OPT_RADIX,
   OPT_NO_RADIX,
+  OPT_KV_DTYPE,
+  OPT_MTP,
+  OPT_ENGINE,
   OPT_HELP,
 };
 
@@ -36,12 +39,16 @@ const struct option kvs_plan_long_options[] = {
     {"max-running", required_argument, NULL, OPT_MAX_RUNNING},
     {"radix", no_argument, NULL, OPT_RADIX},
     {"no-radix", no_argument, NULL, OPT_NO_RADIX},
+    {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+    {"mtp", required_argument, NULL, OPT_MTP},
+    {"engine", required_argument, NULL, OPT_ENGINE},
 };
 const size_t kvs_plan_long_options_count =
     sizeof kvs_plan_long_options / sizeof kvs_plan_long_options[0];
 
 const char kvs_plan_options_help[] =
-    "  --model NAME|FILE       built-in geometry (dsv4-flash, dsv4-pro) or a config.json\n"
+    "  --model NAME|DIR|FILE   built-in model (dsv4-flash, dsv4-pro), a model folder\n"
+    "                          (config.json + safetensors) or a config.json\n"
     "                          (default " KVS_DEFAULT_MODEL
     ")\n"
     "  --head-dim N --index-head-dim N --layers N --ratios a,b,..\n"
@@ -52,7 +59,13 @@ const char kvs_plan_options_help[] =
     "  --floor-pages N         window working-set floor in pages, or derive it from:\n"
     "  --max-seq-len N         longest request (default 1048576)\n"
     "  --max-running N         concurrent requests (default 64)\n"
-    "  --radix | --no-radix    radix prefix cache on (default) or off\n";
+    "  --radix | --no-radix    radix prefix cache on (default) or off\n"
+    "  --kv-dtype bf16|fp8     KV row layout (default bf16; fp8: 584-byte KV rows and\n"
+    "                          132-byte indexer rows for DSV4, rings stay fp32)\n"
+    "  --mtp N                 N speculative (MTP) draft layers on the last stage\n"
+    "                          (default 0)\n"
+    "  --engine sglang         also print the pools SGLang would allocate on the same\n"
+    "                          bytes (SGLang's own defaults: swa ratio 0.1, page 256)\n";
 
 void kvs_plan_options_init(kvs_plan_options *options) {
   memset(options, 0, sizeof *options);
@@ -94,6 +107,7 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       o->have_ratios = true;
       return kvs_parse_u32_list("--ratios", value, o->ratios, KVS_MAX_LAYERS, &o->n_ratios, err);
     case OPT_SWA_RATIO: {
+      o->have_swa_ratio = true;
       kvs_status status = kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
       if (status == KVS_OK && !(o->swa_ratio >= 0.0 && o->swa_ratio <= 1.0)) {
         return kvs_error_set(err, KVS_ERR_PARSE,
@@ -103,6 +117,7 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       return status;
     }
     case OPT_PAGE:
+      o->have_page = true;
       return kvs_parse_u64("--page", value, &o->page, err);
     case OPT_SCRATCH:
       return kvs_parse_u64("--scratch", value, &o->scratch, err);
@@ -114,6 +129,7 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       return parse_positive("--max-seq-len", value, &o->max_seq_len, err);
     case OPT_MAX_RUNNING:
       o->have_floor_inputs = true;
+      o->have_max_running = true;
       return parse_positive("--max-running", value, &o->max_running, err);
     case OPT_RADIX:
     case OPT_NO_RADIX:
@@ -124,16 +140,48 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       o->have_floor_inputs = true;
       o->radix = id == OPT_RADIX;
       return KVS_OK;
+    case OPT_KV_DTYPE: {
+      kvs_status status = kvs_kv_dtype_parse(value, &o->kv_dtype, err);
+      if (status != KVS_OK) {
+        return kvs_error_set(err, status, "--kv-dtype must be bf16 or fp8, got '%s'", value);
+      }
+      return KVS_OK;
+    }
+    case OPT_MTP: {
+      kvs_status status = kvs_parse_u64("--mtp", value, &o->mtp, err);
+      if (status == KVS_OK && o->mtp > KVS_MAX_MTP_LAYERS) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "--mtp is at most %d draft layers, got %s",
+                             KVS_MAX_MTP_LAYERS, value);
+      }
+      return status;
+    }
+    case OPT_ENGINE:
+      if (strcmp(value, "sglang") != 0) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--engine names the engine to compare with: only 'sglang', got '%s'",
+                             value);
+      }
+      o->engine_sglang = true;
+      return KVS_OK;
     default:
       return KVS_ERR_NOT_FOUND;
   }
 }
 
-kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geometry,
-                                    uint64_t *floor_pages, const char **model_name,
+kvs_sglang_options kvs_plan_options_sglang(const kvs_plan_options *o) {
+  kvs_sglang_options s = KVS_SGLANG_OPTIONS_INIT;
+  if (o->have_swa_ratio) s.swa_ratio = o->swa_ratio;
+  if (o->have_page) s.page_size = o->page;
+  s.speculative = o->mtp > 0;
+  if (o->have_max_running) s.max_running = o->max_running;
+  return s;
+}
+
+kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *out,
                                     kvs_error *err) {
   int explicit_parts = o->have_head_dim + o->have_index_head_dim + o->have_layers + o->have_ratios;
   kvs_status status;
+  memset(out, 0, sizeof *out);
   if (explicit_parts > 0) {
     if (o->model != NULL) {
       return kvs_error_set(err, KVS_ERR_PARSE,
@@ -145,18 +193,38 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geo
                            "an explicit geometry needs all of --head-dim, --index-head-dim, "
                            "--layers and --ratios");
     }
-    if ((status = kvs_geometry_init(geometry, o->head_dim, o->index_head_dim, o->layers, o->ratios,
+    const char *needs = o->kv_dtype == KVS_KV_FP8 ? "--kv-dtype fp8 (qk_rope_head_dim)"
+                        : o->mtp > 0             ? "--mtp (the MTP layers' ratio)"
+                        : o->engine_sglang       ? "--engine sglang (qk_rope_head_dim, "
+                                                   "sliding_window)"
+                                                 : NULL;
+    if (needs != NULL) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "%s needs a model config; an explicit geometry does not give it: use "
+                           "--model",
+                           needs);
+    }
+    kvs_geometry *g = &out->config.geometry;
+    if ((status = kvs_geometry_init(g, o->head_dim, o->index_head_dim, o->layers, o->ratios,
                                     o->n_ratios, err)) ||
-        (status =
-             kvs_geometry_check_every_layer_has_a_ratio(geometry, "--layers", "--ratios", err)) ||
-        (status = kvs_geometry_validate(geometry, err))) {
+        (status = kvs_geometry_check_every_layer_has_a_ratio(g, "--layers", "--ratios", err)) ||
+        (status = kvs_geometry_validate(g, err))) {
       return status;
     }
-    *model_name = "(explicit geometry)";
+    out->geometry = *g;
+    out->name = "(explicit geometry)";
   } else {
     const char *model = o->model != NULL ? o->model : KVS_DEFAULT_MODEL;
-    if ((status = kvs_geometry_resolve(model, geometry, err))) return status;
-    *model_name = model;
+    if ((status = kvs_model_config_resolve(model, &out->config, err)) ||
+        (status = kvs_model_config_planned_geometry(&out->config, o->mtp, &out->geometry, err))) {
+      return status;
+    }
+    out->have_config = true;
+    out->name = model;
+  }
+  if ((status = kvs_row_widths_for(&out->geometry, o->kv_dtype, out->config.qk_rope_head_dim,
+                                   &out->widths, err))) {
+    return status;
   }
   if (o->have_floor_pages) {
     if (o->have_floor_inputs) {
@@ -164,11 +232,11 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_geometry *geo
                            "--floor-pages gives the floor directly; drop --max-seq-len, "
                            "--max-running and --radix/--no-radix, or drop --floor-pages");
     }
-    *floor_pages = o->floor_pages;
+    out->floor_pages = o->floor_pages;
     return KVS_OK;
   }
-  return kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, floor_pages,
-                                err);
+  return kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
+                                &out->floor_pages, err);
 }
 
 int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
@@ -230,4 +298,22 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
     return 2;
   }
   return 0;
+}
+
+void kvs_plan_model_print(FILE *out, const kvs_plan_model *m, const kvs_plan_options *o) {
+  const kvs_geometry *g = &m->geometry;
+  kvs_cost_terms t;
+  kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), &m->widths, &t, NULL);
+  char mtp[48] = "";
+  if (o->mtp > 0) {
+    snprintf(mtp, sizeof mtp, ", the last %llu MTP", (unsigned long long)o->mtp);
+  }
+  fprintf(out,
+          "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA%s), head_dim %llu, "
+          "index_head_dim %llu, %s rows (KV %llu B, indexer %llu B)\n",
+          m->name, (unsigned long long)t.n_layers,
+          (unsigned long long)(t.n_layers - t.n_csa - t.n_hca), (unsigned long long)t.n_csa,
+          (unsigned long long)t.n_hca, mtp, (unsigned long long)g->head_dim,
+          (unsigned long long)g->index_head_dim, kvs_kv_dtype_name(o->kv_dtype),
+          (unsigned long long)m->widths.kv, (unsigned long long)m->widths.index);
 }

@@ -11,16 +11,20 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
+#include "core/model_config.h"
 #include "core/serving_defaults.h"
+#include "core/sglang_pools.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define KVS_DEFAULT_MODEL "dsv4-flash"
+/* --mtp at most: speculative decoding drafts a few tokens, not a stack. */
+#define KVS_MAX_MTP_LAYERS 16
 
 typedef struct kvs_plan_options {
-  const char *model; /* built-in name or config.json path */
+  const char *model; /* built-in name, model folder or config.json path */
   /* An explicit geometry instead of --model (all four or none). */
   bool explicit_geometry;
   uint64_t head_dim, index_head_dim, layers;
@@ -29,13 +33,19 @@ typedef struct kvs_plan_options {
   bool have_head_dim, have_index_head_dim, have_layers, have_ratios;
 
   double swa_ratio;
+  bool have_swa_ratio;
   uint64_t page;
+  bool have_page;
   uint64_t scratch;
+  kvs_kv_dtype kv_dtype; /* --kv-dtype, bf16 by default */
+  uint64_t mtp;          /* --mtp: speculative draft layers, 0 by default */
+  bool engine_sglang;    /* --engine sglang: SGLang's pools beside the plan */
   bool have_floor_pages;
   uint64_t floor_pages;
   bool have_floor_inputs; /* any of --max-seq-len/--max-running/--radix given */
   uint64_t max_seq_len;
   uint64_t max_running;
+  bool have_max_running;
   bool radix;
   bool have_radix; /* --radix or --no-radix given */
 } kvs_plan_options;
@@ -68,11 +78,32 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
                            size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
                            kvs_plan_options *options, void (*usage)(FILE *out));
 
-/* The geometry and the floor in window pages the options describe. Flags
- * that contradict each other (a model and an explicit geometry, a floor
- * and its inputs) are refused. *model_name is a printable label. */
-kvs_status kvs_plan_options_resolve(const kvs_plan_options *options, kvs_geometry *geometry,
-                                    uint64_t *floor_pages, const char **model_name, kvs_error *err);
+/* What the options describe, resolved. */
+typedef struct kvs_plan_model {
+  const char *name;        /* a printable label */
+  bool have_config;        /* false for an explicit geometry (no config fields) */
+  kvs_model_config config; /* the model as loaded: its main layers */
+  kvs_geometry geometry;   /* what is planned: the main layers, then --mtp draft layers */
+  kvs_row_widths widths;   /* for --kv-dtype */
+  uint64_t floor_pages;    /* the window working-set floor */
+} kvs_plan_model;
+
+/* Resolves the options into *out. Flags that contradict each other (a
+ * model and an explicit geometry, a floor and its inputs) are refused, as
+ * are --kv-dtype fp8, --mtp and --engine sglang on an explicit geometry
+ * (they need config fields it does not give). */
+kvs_status kvs_plan_options_resolve(const kvs_plan_options *options, kvs_plan_model *out,
+                                    kvs_error *err);
+
+/* The "model ..." line every kvplan table starts with: layers by kind,
+ * MTP layers, widths and the row layout. */
+void kvs_plan_model_print(FILE *out, const kvs_plan_model *model,
+                          const kvs_plan_options *options);
+
+/* SGLang's server flags from the options: --swa-ratio (else SGLang's 0.1),
+ * --page (else its 256), --mtp > 0 as speculative decoding, --max-running
+ * (else the 256 its DSV4 launch sets). */
+kvs_sglang_options kvs_plan_options_sglang(const kvs_plan_options *options);
 
 #ifdef __cplusplus
 }

@@ -50,9 +50,17 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
   for (size_t s = 0; s < req->pp; s++) {
     stage_budgets[s] = budgets[slots[tightest_rank(slots, budgets, n_gpus, s)].gpu];
   }
-  kvs_split_request split_req = {
-      req->geometry,  req->widths, req->swa_ratio, req->page,      req->floor_win_pages,
-      req->n_scratch, req->pp,     stage_budgets,  req->footprint, req->footprint_ctx};
+  kvs_split_request split_req = {.geometry = req->geometry,
+                                 .widths = req->widths,
+                                 .swa_ratio = req->swa_ratio,
+                                 .page = req->page,
+                                 .floor_win_pages = req->floor_win_pages,
+                                 .n_scratch = req->n_scratch,
+                                 .n_stages = req->pp,
+                                 .stage_budgets = stage_budgets,
+                                 .footprint = req->footprint,
+                                 .footprint_ctx = req->footprint_ctx,
+                                 .layer_weight_bytes = req->layer_weight_bytes};
   kvs_split_shortfall split_short;
   status = kvs_split_solve(&split_req, &plan->split, &split_short, err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
@@ -98,7 +106,8 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
     rp->gpu = slots[r].gpu;
     rp->first = stage->first;
     rp->end = stage->end;
-    rp->budget_bytes = budgets[rp->gpu];
+    rp->weight_bytes = stage->weight_bytes;
+    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
     rp->bytes = stage->bytes;
     rp->device = stage->device;
     rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;

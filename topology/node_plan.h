@@ -36,13 +36,19 @@ typedef struct kvs_plan_request {
    * kvs_split_request); NULL plans the exact bytes alone. */
   kvs_footprint_fn footprint;
   void *footprint_ctx;
+  /* Optional: per layer, the weight bytes each device holding it spends
+   * (kvs_split_request). The budgets then cover weights and pool. */
+  const uint64_t *layer_weight_bytes;
 } kvs_plan_request;
 
 typedef struct kvs_rank_plan {
   size_t rank, replica, tp_rank, pp_stage;
   size_t gpu;        /* position in the GPU list the plan was made for */
   size_t first, end; /* layers [first, end) */
+  /* The KV budget: the device's budget less its layers' weights
+   * (weight_bytes, 0 without per-layer weights). */
   uint64_t budget_bytes;
+  uint64_t weight_bytes;
   kvs_pool_breakdown bytes;    /* exact */
   kvs_device_footprint device; /* what the device allocates; device.total_bytes <= budget_bytes */
   uint64_t headroom_bytes;     /* budget_bytes - device.total_bytes */

@@ -14,6 +14,7 @@ typedef struct split_ctx {
   size_t *hca_prefix;   /* [L + 1]: ratio-128 layers before index i */
   unsigned char *reach; /* [(S + 1) x (L + 1)]: ends reachable after s stages */
   size_t *reach_end;    /* [S x (L + 1)]: R_s(a), the last end stage s fits from a */
+  uint64_t *weight_prefix; /* [L + 1]: layer weights before index i (all 0 without) */
   long *diff;           /* [L + 2]: interval sweep */
   uint64_t *limits;     /* [S]: the byte limit of each stage in this probe */
   bool *limit_ok;       /* [S]: false when the limit is below zero */
@@ -56,7 +57,9 @@ static bool range_total(const split_ctx *c, size_t first, size_t end, uint64_t n
       footprint_of(c->req, &t, &sizes, &b, &f, NULL) != KVS_OK) {
     return false;
   }
-  *total = f.total_bytes;
+  uint64_t weights = c->weight_prefix[end] - c->weight_prefix[first];
+  if (f.total_bytes > UINT64_MAX - weights) return false;
+  *total = f.total_bytes + weights;
   return true;
 }
 
@@ -174,6 +177,7 @@ static void ctx_free(split_ctx *c) {
   free(c->diff);
   free(c->limits);
   free(c->limit_ok);
+  free(c->weight_prefix);
 }
 
 kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pages, uint64_t *out,
@@ -229,6 +233,9 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
   const kvs_split_request *req = c->req;
   uint64_t pages = 0;
   if (req->footprint == NULL) {
+    uint64_t weights = c->weight_prefix[end] - c->weight_prefix[first];
+    if (budget <= weights) return 0;
+    budget -= weights;
     kvs_cost_terms t = range_terms(c, first, end);
     kvs_pool_sizes alone;
     if (kvs_solve_num_pages_terms(budget, &t, req->swa_ratio, req->floor_win_pages, req->page,
@@ -241,11 +248,41 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
   return pages;
 }
 
+kvs_status kvs_split_range_weights(const kvs_split_request *req, size_t first, size_t end,
+                                   uint64_t *out, kvs_error *err) {
+  if (req == NULL || req->geometry == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, geometry and output needed");
+  }
+  size_t L = kvs_geometry_layer_count(req->geometry);
+  if (first >= end || end > L) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "layer range %zu-%zu outside the %zu layers",
+                         first, end, L);
+  }
+  uint64_t sum = 0;
+  for (size_t i = first; req->layer_weight_bytes != NULL && i < end; i++) {
+    if (req->layer_weight_bytes[i] > UINT64_MAX - sum) {
+      return kvs_error_set(err, KVS_ERR_OVERFLOW, "the weights of layers %zu-%zu pass 2^64 bytes",
+                           first, end - 1);
+    }
+    sum += req->layer_weight_bytes[i];
+  }
+  *out = sum;
+  return KVS_OK;
+}
+
 kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first, size_t end,
                                      uint64_t budget, uint64_t *out, kvs_error *err) {
   if (req == NULL || req->geometry == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, geometry and output needed");
   }
+  uint64_t weights = 0;
+  kvs_status wstatus = kvs_split_range_weights(req, first, end, &weights, err);
+  if (wstatus != KVS_OK) return wstatus;
+  if (budget <= weights) {
+    *out = 0;
+    return KVS_OK;
+  }
+  budget -= weights;
   uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
   uint64_t hi = budget / (req->page * KVS_INT64_BYTES) + 1; /* never fits: the mapping alone */
   kvs_device_footprint f;
@@ -306,10 +343,11 @@ static kvs_status ctx_init(split_ctx *c, const kvs_split_request *req, kvs_error
   c->reach = calloc((S + 1) * (L + 1), 1);
   c->reach_end = calloc(S * (L + 1), sizeof *c->reach_end);
   c->diff = calloc(L + 2, sizeof *c->diff);
+  c->weight_prefix = calloc(L + 1, sizeof *c->weight_prefix);
   c->limits = calloc(S, sizeof *c->limits);
   c->limit_ok = calloc(S, sizeof *c->limit_ok);
   if (!c->csa_prefix || !c->hca_prefix || !c->reach || !c->reach_end || !c->diff || !c->limits ||
-      !c->limit_ok) {
+      !c->limit_ok || !c->weight_prefix) {
     ctx_free(c);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the split tables");
   }
@@ -317,6 +355,13 @@ static kvs_status ctx_init(split_ctx *c, const kvs_split_request *req, kvs_error
     uint32_t ratio = req->geometry->compress_ratios[i];
     c->csa_prefix[i + 1] = c->csa_prefix[i] + (ratio == KVS_CSA_RATIO);
     c->hca_prefix[i + 1] = c->hca_prefix[i] + (ratio == KVS_HCA_RATIO);
+    uint64_t w = req->layer_weight_bytes != NULL ? req->layer_weight_bytes[i] : 0;
+    if (w > UINT64_MAX - c->weight_prefix[i]) {
+      ctx_free(c);
+      return kvs_error_set(err, KVS_ERR_OVERFLOW, "the layer weights pass 2^64 bytes at layer %zu",
+                           i);
+    }
+    c->weight_prefix[i + 1] = c->weight_prefix[i] + w;
   }
   return KVS_OK;
 }
@@ -364,12 +409,13 @@ static kvs_status report_shortfall(split_ctx *c, uint64_t min_pages, uint64_t wi
   if (shortfall != NULL) *shortfall = s;
   return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
                        "stage %zu (layers %zu-%zu) has a budget of %llu bytes but needs %llu "
-                       "bytes for the minimal pool (%llu pages incl. the window working-set "
+                       "bytes for %sthe minimal pool (%llu pages incl. the window working-set "
                        "floor %llu); give it a larger budget, or lower "
                        "max_running/max_seq_len",
                        s.stage, s.first, s.end - 1, (unsigned long long)s.available_bytes,
-                       (unsigned long long)s.needed_bytes, (unsigned long long)s.min_pages,
-                       (unsigned long long)s.floor_win_pages);
+                       (unsigned long long)s.needed_bytes,
+                       req->layer_weight_bytes != NULL ? "its layers' weights and " : "",
+                       (unsigned long long)s.min_pages, (unsigned long long)s.floor_win_pages);
 }
 
 kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
@@ -436,6 +482,7 @@ kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
     st->first = first[s];
     st->end = end[s];
     st->budget = req->stage_budgets[s];
+    st->weight_bytes = c.weight_prefix[end[s]] - c.weight_prefix[first[s]];
     /* The reported bytes come from core/ alone: the terms it builds, the
      * sizes it computes, the bytes it prices; the footprint from them. */
     if ((status =

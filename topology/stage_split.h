@@ -64,11 +64,19 @@ typedef struct kvs_split_request {
    * core's exact bytes alone. Budgets are then held to the footprint. */
   kvs_footprint_fn footprint;
   void *footprint_ctx;
+  /* Optional: one entry per layer, the bytes each device of the stage
+   * holding that layer spends on it outside the pool (its share of the
+   * layer's weights). A stage's budget then covers its layers' weights and
+   * its pool together, so the split moves layers off a stage that also
+   * holds heavy ones (the embedding is on the first layer's stage, the
+   * output head on the last's). NULL: none. */
+  const uint64_t *layer_weight_bytes;
 } kvs_split_request;
 
 typedef struct kvs_stage_plan {
   size_t first, end; /* layers [first, end) */
-  uint64_t budget;
+  uint64_t budget;       /* weights and pool of each device */
+  uint64_t weight_bytes; /* of it, the range's layer weights */
   kvs_cost_terms terms;
   kvs_pool_sizes sizes;        /* at the common page count, for this range */
   kvs_pool_breakdown bytes;    /* exact, kvs_pool_bytes_terms */
@@ -121,8 +129,13 @@ kvs_status kvs_split_range_bytes(const kvs_split_request *request, size_t first,
                                  kvs_error *err);
 
 /* The most pages one device holding layers [first, end) fits alone under
- * budget (its footprint, when the request prices one): *out is 0 when not
- * even the minimal pool (max(floor, 2) pages) fits. */
+ * budget (its footprint, when the request prices one, and the range's
+ * layer weights, when it gives them): *out is 0 when not even the minimal
+ * pool (max(floor, 2) pages) fits. */
+/* The range's layer weights (0 without them); KVS_ERR_OVERFLOW past 2^64. */
+kvs_status kvs_split_range_weights(const kvs_split_request *request, size_t first, size_t end,
+                                   uint64_t *out, kvs_error *err);
+
 kvs_status kvs_split_range_max_pages(const kvs_split_request *request, size_t first, size_t end,
                                      uint64_t budget, uint64_t *out, kvs_error *err);
 

@@ -99,6 +99,12 @@ uint64_t u64(json_t *object, const char *key) {
   return static_cast<uint64_t>(json_integer_value(v));
 }
 
+std::string str(json_t *object, const char *key) {
+  json_t *v = json_object_get(object, key);
+  EXPECT_TRUE(json_is_string(v)) << key;
+  return json_is_string(v) ? json_string_value(v) : "";
+}
+
 // The request the node makes for kvplan's defaults (dsv4-flash, window
 // floor 331 pages, swa 0.125, P 128, one scratch row).
 kvs_plan_request default_request(size_t tp, size_t pp) {
@@ -132,8 +138,12 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_EQ(run.status, 0) << run.err;
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
-  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp",
-                                                     "pp", "limiting_rank", "ranks"}));
+  EXPECT_EQ(keys(root.get()),
+            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "kv_dtype",
+                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+  EXPECT_EQ(str(root.get(), "kv_dtype"), "bf16");
+  EXPECT_EQ(u64(root.get(), "mtp_layers"), 0u);
+  EXPECT_EQ(str(root.get(), "weights_source"), "none");
   EXPECT_EQ(u64(root.get(), "tp"), tp);
   EXPECT_EQ(u64(root.get(), "pp"), pp);
   EXPECT_EQ(u64(root.get(), "full_token"), u64(root.get(), "num_pages") * 128);
@@ -153,8 +163,9 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     EXPECT_EQ(keys(rank),
               (std::set<std::string>{"rank", "tp_rank", "pp_stage", "gpu", "layers", "budget_bytes",
                                      "budget_source", "memory_bytes", "memory_ratio",
-                                     "reserve_bytes", "pool_bytes", "exact_bytes", "control_bytes",
-                                     "padding_bytes", "headroom_bytes", "tiers"}));
+                                     "weights_bytes", "reserve_bytes", "pool_bytes", "exact_bytes",
+                                     "control_bytes", "padding_bytes", "headroom_bytes", "tiers"}));
+    EXPECT_EQ(u64(rank, "weights_bytes"), 0u) << "an explicit budget counts no weights";
     EXPECT_EQ(u64(rank, "rank"), r);
     EXPECT_EQ(u64(rank, "tp_rank"), r % tp);
     EXPECT_EQ(u64(rank, "pp_stage"), r / tp);
@@ -242,7 +253,7 @@ TEST(Kvplan, table_names_every_rank_and_the_limit) {
             std::string::npos);
   EXPECT_NE(run.out.find("rank  tp  pp  gpu pci_busid    numa layers      window compressed"
                          "    indexer      state  idx_state    mapping    scratch    ctl+pad"
-                         "       pool     budget   headroom"),
+                         "       pool    weights     budget   headroom"),
             std::string::npos)
       << run.out;
   for (const std::string &id : kHgxBusIds) EXPECT_NE(run.out.find(id), std::string::npos) << id;

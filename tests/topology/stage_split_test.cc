@@ -2,6 +2,8 @@
 // models it matches brute force over every set of split points, where
 // each candidate's page count is the minimum over its stages of core's
 // own single-device solve. The bytes it reports are core's exact bytes.
+#include "topology/stage_split.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
-#include "topology/stage_split.h"
 
 namespace {
 
@@ -26,8 +27,8 @@ kvs_geometry builtin(const char *name) {
   return g;
 }
 
-kvs_split_request request(const kvs_geometry &g, const std::vector<uint64_t> &budgets,
-                          double swa, uint64_t floor_pages) {
+kvs_split_request request(const kvs_geometry &g, const std::vector<uint64_t> &budgets, double swa,
+                          uint64_t floor_pages) {
   kvs_split_request r{};
   r.geometry = &g;
   r.widths = nullptr;
@@ -42,20 +43,31 @@ kvs_split_request request(const kvs_geometry &g, const std::vector<uint64_t> &bu
 
 // The most pages one device holds with layers [first, end): core's solve,
 // or 0 when even the minimal pool does not fit.
+uint64_t range_weights(const kvs_split_request &r, size_t first, size_t end) {
+  uint64_t sum = 0;
+  for (size_t i = first; r.layer_weight_bytes != nullptr && i < end; i++) {
+    sum += r.layer_weight_bytes[i];
+  }
+  return sum;
+}
+
 uint64_t alone(const kvs_split_request &r, size_t first, size_t end, uint64_t budget) {
+  uint64_t weights = range_weights(r, first, end);
+  if (budget <= weights) return 0;
+  budget -= weights;
   kvs_cost_terms t;
   EXPECT_EQ(kvs_cost_terms_make(r.geometry, first, end, nullptr, &t, nullptr), KVS_OK);
   kvs_pool_sizes s;
-  if (kvs_solve_num_pages_terms(budget, &t, r.swa_ratio, r.floor_win_pages, r.page, r.n_scratch,
-                                &s, nullptr, nullptr) != KVS_OK) {
+  if (kvs_solve_num_pages_terms(budget, &t, r.swa_ratio, r.floor_win_pages, r.page, r.n_scratch, &s,
+                                nullptr, nullptr) != KVS_OK) {
     return 0;
   }
   return kvs_pool_sizes_num_pages(&s);
 }
 
 struct Brute {
-  uint64_t best_pages = 0;           // 0: no split holds the minimal pool
-  uint64_t best_min_headroom = 0;    // among splits holding best_pages
+  uint64_t best_pages = 0;         // 0: no split holds the minimal pool
+  uint64_t best_min_headroom = 0;  // among splits holding best_pages
   size_t optimal_splits = 0;
 };
 
@@ -96,7 +108,8 @@ Brute brute_force(const kvs_split_request &r) {
       kvs_pool_breakdown bytes;
       EXPECT_EQ(kvs_split_range_bytes(&r, c[i], c[i + 1], pages, nullptr, &bytes, nullptr, nullptr),
                 KVS_OK);
-      min_headroom = std::min(min_headroom, r.stage_budgets[i] - bytes.total);
+      min_headroom = std::min(min_headroom,
+                              r.stage_budgets[i] - range_weights(r, c[i], c[i + 1]) - bytes.total);
     }
     b.best_min_headroom = std::max(b.best_min_headroom, min_headroom);
   }
@@ -123,8 +136,8 @@ void expect_consistent(const kvs_split_request &r, const kvs_split &split) {
     EXPECT_EQ(st.terms.n_csa, t.n_csa);
     EXPECT_EQ(st.terms.n_hca, t.n_hca);
     kvs_pool_sizes sizes;
-    ASSERT_EQ(kvs_pool_sizes_compute_terms(split.num_pages, &t, r.swa_ratio, P,
-                                           split.n_win_pages, &sizes, nullptr),
+    ASSERT_EQ(kvs_pool_sizes_compute_terms(split.num_pages, &t, r.swa_ratio, P, split.n_win_pages,
+                                           &sizes, nullptr),
               KVS_OK);
     kvs_pool_breakdown b;
     ASSERT_EQ(kvs_pool_bytes_terms(&sizes, &t, r.n_scratch, &b, nullptr), KVS_OK);
@@ -136,7 +149,8 @@ void expect_consistent(const kvs_split_request &r, const kvs_split &split) {
     EXPECT_EQ(st.bytes.index_state, b.index_state);
     EXPECT_EQ(st.bytes.mapping, b.mapping);
     EXPECT_EQ(st.bytes.scratch, b.scratch);
-    EXPECT_LE(st.bytes.total, r.stage_budgets[s]);
+    EXPECT_EQ(st.weight_bytes, range_weights(r, st.first, st.end));
+    EXPECT_LE(st.bytes.total + st.weight_bytes, r.stage_budgets[s]);
     EXPECT_EQ(st.budget, r.stage_budgets[s]);
     // Each stage's own solve agrees on the window and holds >= the count.
     uint64_t own = alone(r, st.first, st.end, r.stage_budgets[s]);
@@ -176,8 +190,9 @@ TEST(StageSplit, matches_brute_force_on_random_small_cases) {
     // Around what the whole stack needs for a few hundred pages.
     kvs_split_request probe = request(g, {1}, swa, floor_pages);
     kvs_pool_breakdown whole;
-    ASSERT_EQ(kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr, nullptr),
-              KVS_OK);
+    ASSERT_EQ(
+        kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr, nullptr),
+        KVS_OK);
     std::vector<uint64_t> budgets(S);
     for (uint64_t &b : budgets) b = whole.total / (1 + rng() % (2 * S)) + rng() % 4096;
     kvs_split_request r = request(g, budgets, swa, floor_pages);
@@ -207,6 +222,63 @@ TEST(StageSplit, matches_brute_force_on_random_small_cases) {
   }
   EXPECT_GT(solved, 200);
   EXPECT_GT(refused, 5);
+}
+
+// Layer weights: each stage's budget covers its layers' weights and its
+// pool, so heavy layers move the cut. 300 random cases against every split.
+TEST(StageSplit, prices_layer_weights_exactly) {
+  std::mt19937_64 rng(20261130);
+  int solved = 0, refused = 0, moved = 0;
+  for (int c = 0; c < 300; c++) {
+    size_t L = 2 + rng() % 8;
+    kvs_geometry g = random_geometry(rng, L);
+    size_t S = 2 + rng() % std::min<size_t>(L - 1, 3);
+    uint64_t floor_pages = rng() % 12;
+    kvs_split_request probe = request(g, {1}, 0.125, floor_pages);
+    kvs_pool_breakdown whole;
+    ASSERT_EQ(
+        kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr, nullptr),
+        KVS_OK);
+    std::vector<uint64_t> weights(L);
+    for (uint64_t &w : weights) w = rng() % 3 == 0 ? whole.total / (1 + rng() % 4) : rng() % 4096;
+    std::vector<uint64_t> budgets(S);
+    for (uint64_t &b : budgets)
+      b = (whole.total + whole.total / 2) / (1 + rng() % S) + rng() % 4096;
+    kvs_split_request r = request(g, budgets, 0.125, floor_pages);
+    r.layer_weight_bytes = weights.data();
+    Brute expect = brute_force(r);
+    kvs_split split;
+    kvs_split_shortfall shortfall;
+    kvs_error err;
+    kvs_status status = kvs_split_solve(&r, &split, &shortfall, &err);
+    SCOPED_TRACE("case " + std::to_string(c));
+    if (expect.best_pages == 0) {
+      EXPECT_EQ(status, KVS_ERR_BUDGET_TOO_SMALL) << err.message;
+      EXPECT_GT(shortfall.needed_bytes, shortfall.available_bytes);
+      EXPECT_NE(std::string(err.message).find("weights"), std::string::npos) << err.message;
+      refused++;
+      continue;
+    }
+    ASSERT_EQ(status, KVS_OK) << err.message;
+    EXPECT_EQ(split.num_pages, expect.best_pages);
+    expect_consistent(r, split);
+    uint64_t min_headroom = UINT64_MAX;
+    for (size_t s = 0; s < S; s++) {
+      min_headroom = std::min(
+          min_headroom, budgets[s] - split.stages[s].weight_bytes - split.stages[s].bytes.total);
+    }
+    EXPECT_EQ(min_headroom, expect.best_min_headroom);
+    // The same budgets without weights split differently in some cases.
+    kvs_split_request bare = request(g, budgets, 0.125, floor_pages);
+    kvs_split plain;
+    if (kvs_split_solve(&bare, &plain, nullptr, nullptr) == KVS_OK) {
+      for (size_t s = 0; s < S; s++) moved += plain.stages[s].end != split.stages[s].end;
+    }
+    solved++;
+  }
+  EXPECT_GT(solved, 100);
+  EXPECT_GT(refused, 5);
+  EXPECT_GT(moved, 10) << "weights never moved a cut: the test does not exercise them";
 }
 
 // The real stacks, up to 4 stages (12k splits of DSV4-Flash), with

@@ -1,0 +1,456 @@
+/* kvplan fit: the inverse question. For C concurrent requests of L tokens,
+ * which tp x pp layouts of this node can serve them, and with how much
+ * memory?
+ *
+ * For every layout whose ranks divide the GPUs (the replicas share the
+ * requests evenly), two searches over the node's own plan
+ * (kvs_node_plan_make, the exact split and the device carve included):
+ *   - the smallest KV budget per GPU, the same on every GPU, whose plan
+ *     holds every request's history in whole pages with the window floor
+ *     the requests need (max_seq_len L, max_running the replica's share);
+ *   - the smallest memory fraction f whose budgets, floor(memory x f) -
+ *     reserve on each GPU with the model's weights priced per layer, give
+ *     such a plan.
+ * A layout fits when that f is at most --mem-fraction; the margin (or the
+ * shortfall) is what the difference is worth in bytes on the GPU with the
+ * least memory. Both searches are bisections on a monotone question: more
+ * bytes never hold fewer pages. Exit status: 0 some layout fits, 1 none
+ * does (or the topology cannot be planned), 2 bad usage. */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model_weights.h"
+#include "shard/node_setup.h"
+#include "tools/args.h"
+#include "tools/kvplan.h"
+#include "tools/plan_json.h"
+#include "tools/plan_options.h"
+#include "tools/plan_weights.h"
+#include "topology/topology.h"
+
+/* f is searched up to this many times the memory, so a shortfall can be
+ * stated; past it the layout is beyond reach. */
+#define FIT_MAX_FRACTION 16.0
+#define FIT_MAX_LAYOUTS 256
+
+enum {
+  OPT_CONTEXT = 1,
+  OPT_CONCURRENCY,
+  OPT_TOPOLOGY,
+  OPT_MEM_FRACTION,
+  OPT_RESERVE,
+  OPT_JSON,
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: kvplan fit --context L --concurrency C [flags]\n"
+          "  --context L             tokens of every request (prompt and output)\n"
+          "  --concurrency C         requests served at once by the node (the replicas of a\n"
+          "                          layout share them evenly)\n"
+          "  --topology FILE|live|bundled  as for kvplan plan\n"
+          "  --mem-fraction F        share of each GPU's memory the engine may use (default\n"
+          "                          0.9): a layout fits when it needs at most this\n"
+          "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
+          "%s"
+          "  --json                  one JSON object on stdout\n"
+          "weights are counted from a model folder (--model DIR), else not at all\n"
+          "exit status: 0 some layout fits, 1 none does, 2 bad usage\n",
+          kvs_plan_options_help);
+}
+
+typedef struct fit_args {
+  kvs_plan_options options;
+  bool have_context, have_concurrency, have_fraction, have_reserve, json;
+  uint64_t context, concurrency, reserve;
+  double fraction;
+  const char *topology;
+} fit_args;
+
+static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err) {
+  fit_args *a = ctx;
+  kvs_status status;
+  switch (id) {
+    case OPT_CONTEXT:
+      a->have_context = true;
+      status = kvs_parse_u64("--context", value, &a->context, err);
+      if (status == KVS_OK && (a->context == 0 || a->context > (UINT64_C(1) << 40))) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "--context must be in [1, 2^40] tokens, got %s",
+                             value);
+      }
+      return status;
+    case OPT_CONCURRENCY:
+      a->have_concurrency = true;
+      status = kvs_parse_u64("--concurrency", value, &a->concurrency, err);
+      if (status == KVS_OK && (a->concurrency == 0 || a->concurrency > (UINT64_C(1) << 24))) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--concurrency must be in [1, 2^24] requests, got %s", value);
+      }
+      return status;
+    case OPT_TOPOLOGY:
+      a->topology = value;
+      return KVS_OK;
+    case OPT_MEM_FRACTION:
+      a->have_fraction = true;
+      status = kvs_parse_double("--mem-fraction", value, &a->fraction, err);
+      if (status == KVS_OK && !(a->fraction > 0.0 && a->fraction <= 1.0)) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "--mem-fraction must be in (0, 1], got %s", value);
+      }
+      return status;
+    case OPT_RESERVE:
+      a->have_reserve = true;
+      return kvs_parse_bytes("--reserve", value, &a->reserve, err);
+    default:
+      a->json = true; /* OPT_JSON */
+      return KVS_OK;
+  }
+}
+
+/* One layout's answer. */
+typedef struct fit_row {
+  size_t tp, pp, replicas;
+  uint64_t requests; /* per replica */
+  uint64_t pages;    /* pages each rank must hold */
+  uint64_t floor_pages;
+  bool budget_found;
+  uint64_t min_budget; /* uniform KV bytes per GPU */
+  bool fraction_found; /* some f up to FIT_MAX_FRACTION holds it */
+  double min_fraction;
+  bool fits;
+  int64_t margin_bytes;   /* negative: shortfall */
+  uint64_t weights_bytes; /* the heaviest rank's, at min_fraction */
+} fit_row;
+
+/* What one probe needs: the request (floor set per layout) and the GPUs. */
+typedef struct fit_ctx {
+  kvs_plan_request request;
+  const kvs_gpu_info *gpus;
+  size_t n_gpus;
+  const kvs_memory_budget *memory; /* each GPU's memory and reserve */
+  uint64_t *budgets;               /* scratch, n_gpus */
+  uint64_t pages;                  /* what must fit */
+} fit_ctx;
+
+/* Does a plan on c->budgets hold c->pages? */
+static bool holds(fit_ctx *c, uint64_t *heaviest_weights) {
+  kvs_node_plan_t plan = NULL;
+  bool ok = kvs_node_plan_make(&c->request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) ==
+                KVS_OK &&
+            kvs_node_plan_split(plan)->num_pages >= c->pages;
+  if (ok && heaviest_weights != NULL) {
+    *heaviest_weights = 0;
+    for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+      uint64_t w = kvs_node_plan_rank(plan, r)->weight_bytes;
+      if (w > *heaviest_weights) *heaviest_weights = w;
+    }
+  }
+  kvs_node_plan_destroy(plan);
+  return ok;
+}
+
+static bool holds_uniform(fit_ctx *c, uint64_t budget) {
+  for (size_t g = 0; g < c->n_gpus; g++) c->budgets[g] = budget;
+  return holds(c, NULL);
+}
+
+/* Budgets at fraction f: floor(memory x f) - reserve on every GPU; false
+ * when some GPU has nothing left. */
+static bool set_fraction(fit_ctx *c, double f) {
+  for (size_t g = 0; g < c->n_gpus; g++) {
+    double share = floor((double)c->memory[g].memory_bytes * f);
+    if (!(share > (double)c->memory[g].reserve_bytes) || share >= 18446744073709551616.0) {
+      return false;
+    }
+    c->budgets[g] = (uint64_t)share - c->memory[g].reserve_bytes;
+  }
+  return true;
+}
+
+static bool holds_fraction(fit_ctx *c, double f, uint64_t *heaviest_weights) {
+  return set_fraction(c, f) && holds(c, heaviest_weights);
+}
+
+static void solve_layout(fit_ctx *c, const fit_args *a, fit_row *row) {
+  /* The smallest uniform KV budget: the whole stack's pool at the pages
+   * needed always suffices for one rank, and far more than that for any. */
+  uint64_t lo = 0, hi = UINT64_C(1) << 30;
+  kvs_plan_request bare = c->request;
+  c->request.layer_weight_bytes = NULL; /* the KV budget alone */
+  while (!holds_uniform(c, hi) && hi < (UINT64_C(1) << 52)) {
+    lo = hi;
+    hi *= 2;
+  }
+  row->budget_found = holds_uniform(c, hi);
+  while (row->budget_found && hi - lo > 1) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (holds_uniform(c, mid)) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  row->min_budget = hi;
+  c->request = bare;
+
+  /* The smallest memory fraction, weights and reserve included. */
+  double flo = 0.0, fhi = FIT_MAX_FRACTION;
+  row->fraction_found = holds_fraction(c, fhi, NULL);
+  for (int i = 0; row->fraction_found && i < 64 && fhi - flo > 1e-9; i++) {
+    double mid = 0.5 * (flo + fhi);
+    if (holds_fraction(c, mid, NULL)) {
+      fhi = mid;
+    } else {
+      flo = mid;
+    }
+  }
+  /* Reported rounded up to 4 decimals, so the printed fraction holds. */
+  row->min_fraction = ceil(fhi * 10000.0 - 1e-9) / 10000.0;
+  if (row->fraction_found && !holds_fraction(c, row->min_fraction, &row->weights_bytes)) {
+    row->min_fraction = fhi;
+    holds_fraction(c, fhi, &row->weights_bytes);
+  }
+  double user = a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO;
+  row->fits = row->fraction_found && row->min_fraction <= user;
+  uint64_t least = UINT64_MAX;
+  for (size_t g = 0; g < c->n_gpus; g++) {
+    if (c->memory[g].memory_bytes < least) least = c->memory[g].memory_bytes;
+  }
+  row->margin_bytes = row->fraction_found ? (int64_t)floor((double)least * user) -
+                                                (int64_t)floor((double)least * row->min_fraction)
+                                          : INT64_MIN;
+}
+
+static int compare_rows(const void *pa, const void *pb) {
+  const fit_row *x = pa, *y = pb;
+  if (x->fits != y->fits) return x->fits ? -1 : 1;
+  if (x->fraction_found != y->fraction_found) return x->fraction_found ? -1 : 1;
+  if (x->min_fraction != y->min_fraction) return x->min_fraction < y->min_fraction ? -1 : 1;
+  if (x->tp * x->pp != y->tp * y->pp) return x->tp * x->pp < y->tp * y->pp ? -1 : 1;
+  return x->tp > y->tp ? -1 : x->tp < y->tp;
+}
+
+static json_t *row_json(const fit_row *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "tp", kvs_json_u64(r->tp));
+  json_object_set_new(o, "pp", kvs_json_u64(r->pp));
+  json_object_set_new(o, "replicas", kvs_json_u64(r->replicas));
+  json_object_set_new(o, "requests_per_replica", kvs_json_u64(r->requests));
+  json_object_set_new(o, "pages_needed", kvs_json_u64(r->pages));
+  json_object_set_new(o, "floor_win_pages", kvs_json_u64(r->floor_pages));
+  json_object_set_new(o, "min_kv_budget_bytes",
+                      r->budget_found ? kvs_json_u64(r->min_budget) : json_null());
+  json_object_set_new(o, "min_mem_fraction",
+                      r->fraction_found ? json_real(r->min_fraction) : json_null());
+  json_object_set_new(o, "weights_bytes", kvs_json_u64(r->weights_bytes));
+  json_object_set_new(o, "fits", json_boolean(r->fits));
+  json_object_set_new(o, "margin_bytes",
+                      r->fraction_found ? json_integer(r->margin_bytes) : json_null());
+  return o;
+}
+
+static void print_row(const fit_row *r) {
+  char budget[32], margin[40], weights[32], fraction[16];
+  if (r->budget_found) {
+    kvs_format_bytes(r->min_budget, budget, sizeof budget);
+  } else {
+    snprintf(budget, sizeof budget, "-");
+  }
+  if (r->fraction_found) {
+    snprintf(fraction, sizeof fraction, "%.4f", r->min_fraction);
+    char b[32];
+    uint64_t m =
+        r->margin_bytes < 0 ? (uint64_t)(-(r->margin_bytes + 1)) + 1 : (uint64_t)r->margin_bytes;
+    snprintf(margin, sizeof margin, "%s %s", r->margin_bytes < 0 ? "short" : "margin",
+             kvs_format_bytes(m, b, sizeof b));
+  } else {
+    snprintf(fraction, sizeof fraction, "> %.0f", FIT_MAX_FRACTION);
+    snprintf(margin, sizeof margin, "out of reach");
+  }
+  kvs_format_bytes(r->weights_bytes, weights, sizeof weights);
+  printf("%4zu %4zu %8zu %9llu %10llu %14s %12s %12s  %-4s %s\n", r->tp, r->pp, r->replicas,
+         (unsigned long long)r->requests, (unsigned long long)r->pages, budget, weights, fraction,
+         r->fits ? "yes" : "no", margin);
+}
+
+static int run(fit_args *a, kvs_plan_model *m) {
+  kvs_error err;
+  kvs_plan_options *o = &a->options;
+  if (o->have_floor_inputs || o->have_floor_pages) {
+    fprintf(stderr,
+            "kvplan fit: --context and --concurrency set the window floor; drop "
+            "--max-seq-len, --max-running and --floor-pages\n");
+    return 2;
+  }
+  if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return 2;
+  }
+  FILE *notes = a->json ? stderr : stdout;
+  bool folder = m->have_config && m->config.is_folder;
+  if (!folder) {
+    fprintf(notes,
+            "kvplan: weights are not counted (%s carries no weight size): give --model FOLDER "
+            "to count them from its safetensors\n",
+            m->name);
+  }
+  char why[768];
+  kvs_topology_t topo = NULL;
+  if (kvs_node_topology_open(a->topology, &topo, why, sizeof why, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return 1;
+  }
+  if (why[0] != '\0') fprintf(notes, "kvplan: %s\n", why);
+  int rc = 1;
+  size_t n = kvs_topology_gpu_count(topo);
+  const kvs_gpu_info *gpus = kvs_topology_gpus(topo);
+  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
+  kvs_memory_budget *memory = calloc(n, sizeof *memory);
+  uint64_t *budgets = calloc(n, sizeof *budgets);
+  uint64_t *layer = calloc(n_planned, sizeof *layer);
+  kvs_model_weights *weights = folder ? malloc(sizeof *weights) : NULL;
+  fit_row *rows = calloc(FIT_MAX_LAYOUTS, sizeof *rows);
+  if (memory == NULL || budgets == NULL || layer == NULL || rows == NULL ||
+      (folder && weights == NULL)) {
+    fprintf(stderr, "kvplan fit: out of memory\n");
+    goto done;
+  }
+  kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
+  if (a->have_reserve) br.reserve_bytes = a->reserve;
+  br.memory_ratio = 1.0; /* the memory itself; f is what is searched */
+  if (kvs_node_budgets(&br, gpus, n, memory, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    goto done;
+  }
+  if (folder && kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, weights,
+                                       &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    rc = 2;
+    goto done;
+  }
+  size_t n_rows = 0;
+  for (size_t ranks = 1; ranks <= n; ranks++) {
+    if (n % ranks != 0) continue;
+    for (size_t pp = 1; pp <= ranks; pp++) {
+      if (ranks % pp != 0 || pp > n_planned || pp > KVS_MAX_STAGES) continue;
+      if (n_rows == FIT_MAX_LAYOUTS) break;
+      fit_row *row = &rows[n_rows];
+      row->tp = ranks / pp;
+      row->pp = pp;
+      row->replicas = n / ranks;
+      row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
+      uint64_t per_request = (a->context + o->page - 1) / o->page;
+      row->pages = per_request * row->requests;
+      if (kvs_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
+                                 &err) != KVS_OK ||
+          (folder && kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
+        fprintf(stderr, "kvplan fit: %s\n", err.message);
+        rc = 2;
+        goto done;
+      }
+      fit_ctx c = {.request = {.geometry = &m->geometry,
+                               .widths = &m->widths,
+                               .swa_ratio = o->swa_ratio,
+                               .page = o->page,
+                               .floor_win_pages = row->floor_pages,
+                               .n_scratch = o->scratch,
+                               .tp = row->tp,
+                               .pp = row->pp,
+                               .layer_weight_bytes = folder ? layer : NULL},
+                   .gpus = gpus,
+                   .n_gpus = n,
+                   .memory = memory,
+                   .budgets = budgets,
+                   .pages = row->pages};
+      solve_layout(&c, a, row);
+      n_rows++;
+    }
+  }
+  qsort(rows, n_rows, sizeof *rows, compare_rows);
+  bool any = n_rows > 0 && rows[0].fits;
+  double user = a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO;
+  if (a->json) {
+    json_t *root = json_object();
+    json_object_set_new(root, "model", json_string(m->name));
+    json_object_set_new(root, "context", kvs_json_u64(a->context));
+    json_object_set_new(root, "concurrency", kvs_json_u64(a->concurrency));
+    json_object_set_new(root, "kv_dtype", json_string(kvs_kv_dtype_name(o->kv_dtype)));
+    json_object_set_new(root, "mtp_layers", kvs_json_u64(o->mtp));
+    json_object_set_new(root, "gpus", kvs_json_u64(n));
+    json_object_set_new(root, "memory_bytes", kvs_json_u64(memory[0].memory_bytes));
+    json_object_set_new(root, "budget_source",
+                        json_string(kvs_budget_source_name(memory[0].source)));
+    json_object_set_new(root, "mem_fraction", json_real(user));
+    json_object_set_new(root, "reserve_bytes", kvs_json_u64(memory[0].reserve_bytes));
+    json_object_set_new(root, "weights_source", json_string(folder ? "folder" : "none"));
+    json_object_set_new(root, "fits", json_boolean(any));
+    json_t *layouts = json_array();
+    for (size_t i = 0; i < n_rows; i++) json_array_append_new(layouts, row_json(&rows[i]));
+    json_object_set_new(root, "layouts", layouts);
+    char *text = json_dumps(root, JSON_COMPACT);
+    if (text != NULL) printf("%s\n", text);
+    free(text);
+    json_decref(root);
+  } else {
+    char mem[32], reserve[32];
+    kvs_plan_model_print(stdout, m, o);
+    printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_topology_label(topo), n,
+           kvs_format_bytes(memory[0].memory_bytes, mem, sizeof mem),
+           kvs_budget_source_name(memory[0].source));
+    printf(
+        "demand      %llu concurrent requests of %llu tokens, shared by each layout's "
+        "replicas\n",
+        (unsigned long long)a->concurrency, (unsigned long long)a->context);
+    printf(
+        "memory      a layout fits when it needs at most mem-fraction %.4f, with a %s "
+        "reserve and %s\n\n",
+        user, kvs_format_bytes(memory[0].reserve_bytes, reserve, sizeof reserve),
+        folder ? "the folder's weights per rank (estimate)" : "no weights counted");
+    printf("%4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "tp", "pp", "replicas", "requests",
+           "pages", "min KV/GPU", "weights", "mem-fraction", "fits", "margin per GPU");
+    for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
+    if (!any) printf("\nno layout of this node serves the demand\n");
+  }
+  rc = any ? 0 : 1;
+done:
+  free(memory);
+  free(budgets);
+  free(layer);
+  free(weights);
+  free(rows);
+  kvs_topology_destroy(topo);
+  return rc;
+}
+
+int kvs_kvplan_fit(int argc, char **argv) {
+  static const struct option own[] = {
+      {"context", required_argument, NULL, OPT_CONTEXT},
+      {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
+      {"topology", required_argument, NULL, OPT_TOPOLOGY},
+      {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
+      {"reserve", required_argument, NULL, OPT_RESERVE},
+      {"json", no_argument, NULL, OPT_JSON},
+  };
+  fit_args a;
+  memset(&a, 0, sizeof a);
+  kvs_plan_options_init(&a.options);
+  int rc = kvs_plan_options_parse("kvplan fit", argc, argv, own, sizeof own / sizeof own[0],
+                                  fit_flag, &a, &a.options, usage);
+  if (rc != 0) return rc < 0 ? 0 : rc;
+  if (!a.have_context || !a.have_concurrency) {
+    fprintf(stderr, "kvplan fit: --context and --concurrency are required\n");
+    usage(stderr);
+    return 2;
+  }
+  kvs_plan_model *model = malloc(sizeof *model);
+  if (model == NULL) {
+    fprintf(stderr, "kvplan fit: out of memory\n");
+    return 1;
+  }
+  rc = run(&a, model);
+  free(model);
+  return rc;
+}
