@@ -43,6 +43,7 @@ enum {
   OPT_TOPOLOGY,
   OPT_MEM_FRACTION,
   OPT_RESERVE,
+  OPT_WEIGHTS_TOTAL,
   OPT_JSON,
 };
 
@@ -56,17 +57,19 @@ static void usage(FILE *out) {
           "  --mem-fraction F        share of each GPU's memory the engine may use (default\n"
           "                          0.9): a layout fits when it needs at most this\n"
           "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
+          "  --weights-total BYTES   the whole model's weights, spread evenly over its\n"
+          "                          layers (default: counted from a model folder, else\n"
+          "                          not counted)\n"
           "%s"
           "  --json                  one JSON object on stdout\n"
-          "weights are counted from a model folder (--model DIR), else not at all\n"
           "exit status: 0 some layout fits, 1 none does, 2 bad usage\n",
           kvs_plan_options_help);
 }
 
 typedef struct fit_args {
   kvs_plan_options options;
-  bool have_context, have_concurrency, have_fraction, have_reserve, json;
-  uint64_t context, concurrency, reserve;
+  bool have_context, have_concurrency, have_fraction, have_reserve, have_weights_total, json;
+  uint64_t context, concurrency, reserve, weights_total;
   double fraction;
   const char *topology;
 } fit_args;
@@ -104,6 +107,9 @@ static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err)
     case OPT_RESERVE:
       a->have_reserve = true;
       return kvs_parse_bytes("--reserve", value, &a->reserve, err);
+    case OPT_WEIGHTS_TOTAL:
+      a->have_weights_total = true;
+      return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
     default:
       a->json = true; /* OPT_JSON */
       return KVS_OK;
@@ -291,10 +297,12 @@ static int run(fit_args *a, kvs_plan_model *m) {
   }
   FILE *notes = a->json ? stderr : stdout;
   bool folder = m->have_config && m->config.is_folder;
-  if (!folder) {
+  bool counted = folder || a->have_weights_total;
+  const char *source = a->have_weights_total ? "total" : folder ? "folder" : "none";
+  if (!counted) {
     fprintf(notes,
             "kvplan: weights are not counted (%s carries no weight size): give --model FOLDER "
-            "to count them from its safetensors\n",
+            "to count them from its safetensors, or --weights-total BYTES\n",
             m->name);
   }
   char why[768];
@@ -311,10 +319,10 @@ static int run(fit_args *a, kvs_plan_model *m) {
   kvs_memory_budget *memory = calloc(n, sizeof *memory);
   uint64_t *budgets = calloc(n, sizeof *budgets);
   uint64_t *layer = calloc(n_planned, sizeof *layer);
-  kvs_model_weights *weights = folder ? malloc(sizeof *weights) : NULL;
+  kvs_model_weights *weights = counted ? malloc(sizeof *weights) : NULL;
   fit_row *rows = calloc(FIT_MAX_LAYOUTS, sizeof *rows);
   if (memory == NULL || budgets == NULL || layer == NULL || rows == NULL ||
-      (folder && weights == NULL)) {
+      (counted && weights == NULL)) {
     fprintf(stderr, "kvplan fit: out of memory\n");
     goto done;
   }
@@ -325,8 +333,13 @@ static int run(fit_args *a, kvs_plan_model *m) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
     goto done;
   }
-  if (folder && kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, weights,
-                                       &err) != KVS_OK) {
+  kvs_status loaded = KVS_OK;
+  if (a->have_weights_total) {
+    loaded = kvs_plan_weights_spread(a->weights_total, m->config.geometry.n_layers, weights, &err);
+  } else if (folder) {
+    loaded = kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, weights, &err);
+  }
+  if (loaded != KVS_OK) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
     rc = 2;
     goto done;
@@ -346,7 +359,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
       row->pages = per_request * row->requests;
       if (kvs_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
                                  &err) != KVS_OK ||
-          (folder && kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
+          (counted && kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
         fprintf(stderr, "kvplan fit: %s\n", err.message);
         rc = 2;
         goto done;
@@ -359,7 +372,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
                                .n_scratch = o->scratch,
                                .tp = row->tp,
                                .pp = row->pp,
-                               .layer_weight_bytes = folder ? layer : NULL},
+                               .layer_weight_bytes = counted ? layer : NULL},
                    .gpus = gpus,
                    .n_gpus = n,
                    .memory = memory,
@@ -385,7 +398,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
                         json_string(kvs_budget_source_name(memory[0].source)));
     json_object_set_new(root, "mem_fraction", json_real(user));
     json_object_set_new(root, "reserve_bytes", kvs_json_u64(memory[0].reserve_bytes));
-    json_object_set_new(root, "weights_source", json_string(folder ? "folder" : "none"));
+    json_object_set_new(root, "weights_source", json_string(source));
     json_object_set_new(root, "fits", json_boolean(any));
     json_t *layouts = json_array();
     for (size_t i = 0; i < n_rows; i++) json_array_append_new(layouts, row_json(&rows[i]));
@@ -408,7 +421,9 @@ static int run(fit_args *a, kvs_plan_model *m) {
         "memory      a layout fits when it needs at most mem-fraction %.4f, with a %s "
         "reserve and %s\n\n",
         user, kvs_format_bytes(memory[0].reserve_bytes, reserve, sizeof reserve),
-        folder ? "the folder's weights per rank (estimate)" : "no weights counted");
+        a->have_weights_total ? "--weights-total spread over the layers, per rank (estimate)"
+        : folder              ? "the folder's weights per rank (estimate)"
+                              : "no weights counted");
     printf("%4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "tp", "pp", "replicas", "requests",
            "pages", "min KV/GPU", "weights", "mem-fraction", "fits", "margin per GPU");
     for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
@@ -432,6 +447,7 @@ int kvs_kvplan_fit(int argc, char **argv) {
       {"topology", required_argument, NULL, OPT_TOPOLOGY},
       {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
       {"reserve", required_argument, NULL, OPT_RESERVE},
+      {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
       {"json", no_argument, NULL, OPT_JSON},
   };
   fit_args a;

@@ -42,6 +42,7 @@ enum {
   OPT_MEM_FRACTION,
   OPT_WEIGHTS,
   OPT_WEIGHTS_PER_GPU,
+  OPT_WEIGHTS_TOTAL,
   OPT_RESERVE,
   OPT_JSON,
   OPT_SVG
@@ -63,6 +64,8 @@ static void usage(FILE *out) {
           "  --weights BYTES         model weights on every GPU, as the engine measured them\n"
           "  --weights-per-gpu B0,.. the same per GPU, in GPU index order (default: counted\n"
           "                          from a model folder, else not counted)\n"
+          "  --weights-total BYTES   the whole model's weights, not yet measured: spread\n"
+          "                          evenly over its layers, each stage paying its own\n"
           "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
@@ -86,6 +89,8 @@ typedef struct plan_args {
   bool have_weights;
   uint64_t weights;
   size_t n_weights; /* --weights-per-gpu entries */
+  bool have_weights_total;
+  uint64_t weights_total;
   uint64_t *weights_list;
   bool have_reserve;
   uint64_t reserve;
@@ -122,6 +127,9 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
     case OPT_WEIGHTS:
       a->have_weights = true;
       return kvs_parse_bytes("--weights", value, &a->weights, err);
+    case OPT_WEIGHTS_TOTAL:
+      a->have_weights_total = true;
+      return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
     case OPT_WEIGHTS_PER_GPU:
       return kvs_parse_bytes_list("--weights-per-gpu", value, a->weights_list, MAX_GPUS,
                                   &a->n_weights, err);
@@ -148,6 +156,7 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
       {"weights", required_argument, NULL, OPT_WEIGHTS},
       {"weights-per-gpu", required_argument, NULL, OPT_WEIGHTS_PER_GPU},
+      {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
       {"reserve", required_argument, NULL, OPT_RESERVE},
       {"json", no_argument, NULL, OPT_JSON},
       {"svg", required_argument, NULL, OPT_SVG},
@@ -163,11 +172,12 @@ static int parse(int argc, char **argv, plan_args *a) {
     fprintf(stderr, "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
     return 2;
   }
-  if (a->have_weights && a->n_weights > 0) {
-    fprintf(stderr, "kvplan plan: give --weights or --weights-per-gpu, not both\n");
+  if (a->have_weights + (a->n_weights > 0) + a->have_weights_total > 1) {
+    fprintf(stderr,
+            "kvplan plan: give one of --weights, --weights-per-gpu and --weights-total\n");
     return 2;
   }
-  bool weights_given = a->have_weights || a->n_weights > 0;
+  bool weights_given = a->have_weights || a->n_weights > 0 || a->have_weights_total;
   if ((a->have_ratio || a->have_fraction || a->have_reserve || weights_given) &&
       (a->have_budget || a->n_budgets > 0)) {
     fprintf(stderr,
@@ -177,7 +187,8 @@ static int parse(int argc, char **argv, plan_args *a) {
             : a->have_fraction ? "mem-fraction"
             : a->have_reserve  ? "reserve"
             : a->have_weights  ? "weights"
-                               : "weights-per-gpu");
+            : a->n_weights > 0 ? "weights-per-gpu"
+                               : "weights-total");
     return 2;
   }
   if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
@@ -365,7 +376,7 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
 /* Where the weights come from, and their per-layer estimate for a folder
  * at the plan's tp (layer_weights: planned layers entries, or NULL). */
 typedef struct plan_weights {
-  const char *source; /* "none", "measured", "folder" */
+  const char *source; /* "none", "measured", "folder", "total" */
   kvs_model_weights *folder;
   uint64_t *layer;
 } plan_weights;
@@ -377,7 +388,8 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
     w->source = "measured";
     return 0;
   }
-  if (!m->have_config || !m->config.is_folder || a->have_budget || a->n_budgets > 0) return 0;
+  bool folder = m->have_config && m->config.is_folder && !a->have_budget && a->n_budgets == 0;
+  if (!folder && !a->have_weights_total) return 0;
   kvs_error err;
   size_t n_planned = kvs_geometry_layer_count(&m->geometry);
   w->folder = malloc(sizeof *w->folder);
@@ -386,13 +398,17 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
     fprintf(stderr, "kvplan plan: out of memory\n");
     return 1;
   }
-  if (kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, w->folder, &err) !=
-          KVS_OK ||
+  kvs_status status =
+      a->have_weights_total
+          ? kvs_plan_weights_spread(a->weights_total, m->config.geometry.n_layers, w->folder, &err)
+          : kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, w->folder,
+                                   &err);
+  if (status != KVS_OK ||
       kvs_plan_layer_weights(w->folder, n_planned, tp, w->layer, &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
   }
-  w->source = "folder";
+  w->source = a->have_weights_total ? "total" : "folder";
   return 0;
 }
 
@@ -470,7 +486,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   }
   FILE *notes = a->json ? stderr : stdout;
   bool explicit_budget = a->have_budget || a->n_budgets > 0;
-  if (!explicit_budget && !(a->have_weights || a->n_weights > 0) &&
+  if (!explicit_budget && !(a->have_weights || a->n_weights > 0 || a->have_weights_total) &&
       !(m->have_config && m->config.is_folder)) {
     /* First, so nobody reads a KV budget as if the weights were loaded. */
     fprintf(notes,
@@ -504,7 +520,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
     goto done;
   }
   if (note[0] != '\0') fprintf(notes, "%s\n", note);
-  if (weights.folder != NULL) {
+  if (weights.folder != NULL && strcmp(weights.source, "folder") == 0) {
     char buf[32];
     fprintf(notes,
             "kvplan: weights from %s: %s in %zu files (%llu tensors), estimated per GPU as %s\n",
@@ -564,14 +580,18 @@ static int run(plan_args *a, kvs_plan_model *m) {
     json_t *root = kvs_plan_json(plan, gpus, terms, &context);
     if (weights.folder != NULL) {
       json_t *w = json_object();
-      json_object_set_new(w, "folder", json_string(m->config.folder));
+      json_object_set_new(w, "folder", strcmp(weights.source, "folder") == 0
+                                           ? json_string(m->config.folder)
+                                           : json_null());
       json_object_set_new(w, "total_bytes", kvs_json_u64(weights.folder->total_bytes));
       json_object_set_new(w, "embed_bytes", kvs_json_u64(weights.folder->embed_bytes));
       json_object_set_new(w, "head_bytes", kvs_json_u64(weights.folder->head_bytes));
       json_object_set_new(w, "mtp_bytes", kvs_json_u64(weights.folder->mtp_bytes));
       json_object_set_new(w, "files", kvs_json_u64(weights.folder->n_files));
       json_object_set_new(w, "tensors", kvs_json_u64(weights.folder->n_tensors));
-      json_object_set_new(w, "estimate", json_string(kvs_plan_weights_estimate));
+      json_object_set_new(w, "estimate", json_string(strcmp(weights.source, "folder") == 0
+                                                         ? kvs_plan_weights_estimate
+                                                         : kvs_plan_weights_spread_estimate));
       json_object_set_new(root, "weights", w);
     }
     if (sglang_stages != NULL) {
@@ -594,6 +614,9 @@ static int run(plan_args *a, kvs_plan_model *m) {
                                     ? "not counted"
                                 : strcmp(weights.source, "measured") == 0
                                     ? "as measured (--weights / --weights-per-gpu), per GPU"
+                                : strcmp(weights.source, "total") == 0
+                                    ? "--weights-total spread evenly over the layers, per rank "
+                                      "by its layers (estimate)"
                                     : "from the model folder, per rank by its layers (estimate)");
     printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
            (unsigned long long)m->floor_pages, a->options.swa_ratio,

@@ -19,7 +19,7 @@ extern "C" {
 typedef struct kvs_plan_json_context {
   const char *kv_dtype;       /* "bf16", "fp8" */
   uint64_t mtp_layers;        /* speculative draft layers planned */
-  const char *weights_source; /* "none", "measured" (--weights), "folder" */
+  const char *weights_source; /* "none", "measured" (--weights), "folder", "total" */
 } kvs_plan_json_context;
 
 /* A new object: num_pages, full_token, n_win_pages, tp, pp, kv_dtype,

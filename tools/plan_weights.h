@@ -20,8 +20,15 @@
 extern "C" {
 #endif
 
-/* One sentence stating the estimate, for reports. */
+/* One sentence stating each estimate, for reports. */
 extern const char kvs_plan_weights_estimate[];
+extern const char kvs_plan_weights_spread_estimate[];
+
+/* A model's total weight bytes with nothing known of their layout (no
+ * folder at hand): spread evenly over the n_layers layers, the remainder on
+ * the last, no embedding, head or MTP bytes apart. Also an estimate. */
+kvs_status kvs_plan_weights_spread(uint64_t total_bytes, size_t n_layers, kvs_model_weights *out,
+                                   kvs_error *err);
 
 /* Per planned layer out[0..n_planned): the bytes one device of a stage
  * holding it spends on its weights at tensor parallelism tp. n_planned is

@@ -118,6 +118,15 @@ check "--weights is recorded as measured" "measured 64424509440" \
 check "weights larger than the share exit 1" 1 $?
 grep -q "weights" "$T/err" || check "and say so" weights "$(cat "$T/err")"
 
+# A total not yet measured: spread evenly over the 43 layers (100 B each),
+# each rank paying ceil(100 / tp) per layer it holds.
+w=$("$kvplan" plan "${bundled[@]}" --weights-total 4300 --tp 4 --pp 2 --json 2>/dev/null)
+check "--weights-total: each rank pays its own layers' share" true \
+  "$(echo "$w" | jq '[.ranks[] | .weights_bytes == 25 * (.layers[1] - .layers[0] + 1)] | all')"
+check "--weights-total is recorded" total "$(echo "$w" | jq -r .weights_source)"
+"$kvplan" plan "${bundled[@]}" --weights-total 1GB --weights 1GB >/dev/null 2>&1
+check "--weights-total with --weights exits 2" 2 $?
+
 # SGLang beside a folder plan: each of its stages on its own layers' bytes.
 s=$("$kvplan" plan --model "$tiny" "${bundled[@]}" --kv-dtype fp8 --engine sglang --json 2>/dev/null)
 check "plan --engine sglang: one stage at pp 1, on the rank's budget before weights less its weights" \
@@ -161,6 +170,11 @@ check "one byte less does not" true "$([ "${got:-0}" -lt "$need" ] && echo true)
 check "fit: a demand no layout serves exits 1" 1 $?
 grep -q "no layout of this node serves the demand" "$T/out" ||
   check "and says so" "no layout" "$(tail -n 2 "$T/out")"
+# Weights move the answer: the whole model on one GPU no longer fits.
+j=$("$kvplan" fit --context 131072 --concurrency 8 --weights-total 1000GB "${bundled[@]}" --json)
+check "fit with 1000 GB of weights: tp 1 x pp 1 does not fit" false \
+  "$(echo "$j" | jq '.layouts[] | select(.tp == 1 and .pp == 1) | .fits')"
+check "fit: the weights are the total spread" total "$(echo "$j" | jq -r .weights_source)"
 "$kvplan" fit --context 1048576 "${bundled[@]}" >/dev/null 2>&1
 check "fit without --concurrency exits 2" 2 $?
 "$kvplan" fit --context 1048576 --concurrency 8 --max-running 8 "${bundled[@]}" >/dev/null 2>&1
