@@ -171,10 +171,11 @@ static kvs_status read_config_text(const char *path, char **text_out, size_t *le
   return KVS_OK;
 }
 
-/* Prefixes a parse error with the file, so the message names where the bad
- * field is. */
+/* Prefixes a refusal of the file's content (a malformed field, an unknown
+ * ratio, a width of 0, too few ratios) with the file, so the message names
+ * where the bad field is. */
 static kvs_status name_the_file(kvs_status status, const char *path, kvs_error *err) {
-  if (status == KVS_ERR_PARSE && err != NULL) {
+  if (status != KVS_OK && status != KVS_ERR_NO_MEMORY && err != NULL) {
     char inner[KVS_ERROR_MESSAGE_MAX];
     memcpy(inner, err->message, sizeof inner);
     kvs_error_set(err, status, "%s: %s", path, inner);

@@ -385,3 +385,266 @@ TEST(CostModel, a_layer_range_prices_only_its_own_tiers) {
   EXPECT_EQ(kvs_cost_terms_make(&g, 20, 44, nullptr, &front, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_EQ(kvs_cost_terms_make(&g, 5, 5, nullptr, &front, &err), KVS_ERR_OUT_OF_RANGE);
 }
+
+// ---- KV dtypes: fp8 rows priced to the byte ----
+
+namespace {
+
+// DSV4's published config: head_dim 512, qk_rope_head_dim 64,
+// index_head_dim 128 (core/models/dsv4-flash.json).
+constexpr uint64_t kDsv4QkRope = 64;
+
+kvs_geometry flash() {
+  kvs_geometry g;
+  kvs_error err;
+  EXPECT_EQ(kvs_geometry_builtin("dsv4-flash", &g, &err), KVS_OK) << err.message;
+  return g;
+}
+
+kvs_row_widths widths_for(const kvs_geometry &g, kvs_kv_dtype dtype) {
+  kvs_row_widths w{};
+  kvs_error err;
+  EXPECT_EQ(kvs_row_widths_for(&g, dtype, kDsv4QkRope, &w, &err), KVS_OK) << err.message;
+  return w;
+}
+
+bool same_widths(const kvs_row_widths &a, const kvs_row_widths &b) {
+  return a.kv == b.kv && a.index == b.index && a.csa_state == b.csa_state &&
+         a.hca_state == b.hca_state && a.idx_state == b.idx_state;
+}
+
+// Rows of a pool counted layer by layer from kvs_pool_sizes_layer: every
+// KV row (window, compressed blocks and their scratch rows) and every
+// indexer row (indexer blocks and their scratch rows), and the rest of the
+// pool's bytes, which no KV dtype changes.
+struct RowCount {
+  uint64_t window_rows = 0;
+  uint64_t cmp_rows = 0;
+  uint64_t idx_rows = 0;
+  uint64_t kv_scratch_rows = 0;
+  uint64_t idx_scratch_rows = 0;
+  uint64_t csa_state_rows = 0;  // ring slots plus one scratch slot per ring
+  uint64_t hca_state_rows = 0;
+  uint64_t idx_state_rows = 0;
+  uint64_t kv_rows() const { return window_rows + cmp_rows + kv_scratch_rows; }
+  uint64_t index_rows() const { return idx_rows + idx_scratch_rows; }
+};
+
+RowCount count_rows(const kvs_pool_sizes &s, const kvs_geometry &g, uint64_t n_scratch) {
+  RowCount c;
+  size_t n = kvs_geometry_layer_count(&g);
+  c.window_rows = n * s.n_win_slots;
+  for (size_t layer = 0; layer < n; layer++) {
+    bool present = true;
+    kvs_layer_sizes ls{};
+    kvs_error err;
+    EXPECT_EQ(kvs_pool_sizes_layer(&s, &g, layer, &present, &ls, &err), KVS_OK) << err.message;
+    if (!present) continue;
+    c.cmp_rows += ls.cmp_blocks;
+    c.kv_scratch_rows += n_scratch;
+    if (ls.ratio == KVS_CSA_RATIO) {
+      c.csa_state_rows += ls.state_slots + 1;
+    } else {
+      c.hca_state_rows += ls.state_slots + 1;
+    }
+    if (ls.has_indexer) {
+      c.idx_rows += ls.idx_blocks;
+      c.idx_scratch_rows += n_scratch;
+      c.idx_state_rows += ls.idx_state_slots + 1;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(KvDtype, bf16_and_fp8_parse_and_nothing_else_does) {
+  kvs_kv_dtype d = KVS_KV_FP8;
+  kvs_error err;
+  ASSERT_EQ(kvs_kv_dtype_parse("bf16", &d, &err), KVS_OK) << err.message;
+  EXPECT_EQ(d, KVS_KV_BF16);
+  ASSERT_EQ(kvs_kv_dtype_parse("fp8", &d, &err), KVS_OK) << err.message;
+  EXPECT_EQ(d, KVS_KV_FP8);
+  EXPECT_STREQ(kvs_kv_dtype_name(KVS_KV_BF16), "bf16");
+  EXPECT_STREQ(kvs_kv_dtype_name(KVS_KV_FP8), "fp8");
+  for (const char *text : {"fp16", "", "FP8", "fp8 ", "bf16\n", "fp8_e4m3"}) {
+    SCOPED_TRACE(std::string("'") + text + "'");
+    kvs_kv_dtype out = KVS_KV_FP8;
+    EXPECT_EQ(kvs_kv_dtype_parse(text, &out, &err), KVS_ERR_PARSE);
+    EXPECT_EQ(out, KVS_KV_FP8) << "a refusal writes nothing";
+    EXPECT_NE(std::string(err.message).find("bf16"), std::string::npos) << err.message;
+    EXPECT_NE(std::string(err.message).find("fp8"), std::string::npos) << err.message;
+  }
+  kvs_kv_dtype out = KVS_KV_BF16;
+  EXPECT_EQ(kvs_kv_dtype_parse(nullptr, &out, &err), KVS_ERR_PARSE);
+  EXPECT_EQ(out, KVS_KV_BF16);
+}
+
+TEST(KvDtype, bf16_widths_are_the_defaults) {
+  for (const char *name : {"dsv4-flash", "dsv4-pro"}) {
+    kvs_geometry g;
+    ASSERT_EQ(kvs_geometry_builtin(name, &g, nullptr), KVS_OK);
+    EXPECT_TRUE(same_widths(widths_for(g, KVS_KV_BF16), kvs_row_widths_default(&g))) << name;
+  }
+  kvs_geometry small = args();
+  kvs_row_widths w{};
+  ASSERT_EQ(kvs_row_widths_for(&small, KVS_KV_BF16, 0, &w, nullptr), KVS_OK)
+      << "bf16 rows need no rope width";
+  EXPECT_TRUE(same_widths(w, kvs_row_widths_default(&small)));
+}
+
+TEST(KvDtype, fp8_rows_on_dsv4_are_584_and_132_bytes_and_the_rings_stay_fp32) {
+  kvs_geometry g = flash();
+  kvs_row_widths w = widths_for(g, KVS_KV_FP8);
+  // KV: 448 fp8 no-rope bytes + 64 bf16 rope values + 8 scale bytes.
+  EXPECT_EQ(w.kv, (512u - 64u) + 64u * 2u + 8u);
+  EXPECT_EQ(w.kv, 584u);
+  // Indexer: 128 fp8 bytes + one fp32 scale per 128 values.
+  EXPECT_EQ(w.index, 128u + 4u);
+  EXPECT_EQ(w.index, 132u);
+  // Rings hold fp32 kv|score, (1 + overlap) x width: 2*2*512*4 on CSA,
+  // 2*1*512*4 on HCA, 2*2*128*4 for the indexer.
+  EXPECT_EQ(w.csa_state, 8192u);
+  EXPECT_EQ(w.hca_state, 4096u);
+  EXPECT_EQ(w.idx_state, 2048u);
+  kvs_row_widths d = kvs_row_widths_default(&g);
+  EXPECT_EQ(d.kv, 1024u);
+  EXPECT_EQ(d.index, 256u);
+  EXPECT_EQ(w.csa_state, d.csa_state);
+  EXPECT_EQ(w.hca_state, d.hca_state);
+  EXPECT_EQ(w.idx_state, d.idx_state);
+}
+
+TEST(KvDtype, fp8_refuses_a_rope_width_outside_the_row_and_an_unblocked_indexer) {
+  kvs_geometry g = flash();
+  const kvs_row_widths sentinel = {1, 2, 3, 4, 5};
+  for (uint64_t rope : {uint64_t(0), uint64_t(512), uint64_t(513)}) {
+    SCOPED_TRACE(rope);
+    kvs_row_widths w = sentinel;
+    kvs_error err;
+    EXPECT_EQ(kvs_row_widths_for(&g, KVS_KV_FP8, rope, &w, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(err.message).find("qk_rope_head_dim"), std::string::npos) << err.message;
+    EXPECT_NE(std::string(err.message).find(std::to_string(rope)), std::string::npos)
+        << err.message;
+    EXPECT_TRUE(same_widths(w, sentinel));
+  }
+  // The widest rope part that leaves a no-rope value: 1 + 511*2 + 8.
+  kvs_row_widths w{};
+  ASSERT_EQ(kvs_row_widths_for(&g, KVS_KV_FP8, 511, &w, nullptr), KVS_OK);
+  EXPECT_EQ(w.kv, 1u + 511u * 2u + 8u);
+
+  kvs_geometry odd;
+  const uint32_t ratios[] = {0, 4, 128, 4};
+  ASSERT_EQ(kvs_geometry_init(&odd, 512, 96, 4, ratios, 4, nullptr), KVS_OK);
+  w = sentinel;
+  kvs_error err;
+  EXPECT_EQ(kvs_row_widths_for(&odd, KVS_KV_FP8, kDsv4QkRope, &w, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("index_head_dim"), std::string::npos) << err.message;
+  EXPECT_NE(std::string(err.message).find("96"), std::string::npos) << err.message;
+  EXPECT_TRUE(same_widths(w, sentinel));
+  // bf16 has no scale blocks: 96 is fine there.
+  ASSERT_EQ(kvs_row_widths_for(&odd, KVS_KV_BF16, kDsv4QkRope, &w, nullptr), KVS_OK);
+  EXPECT_EQ(w.index, 192u);
+}
+
+TEST(KvDtype, an_fp8_pool_is_priced_to_the_byte_from_its_rows) {
+  kvs_geometry g = flash();
+  const uint64_t page = 256, num_pages = 1000, n_scratch = 3;
+  kvs_row_widths fp8 = widths_for(g, KVS_KV_FP8);
+  kvs_cost_terms t8, t16;
+  kvs_error err;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 43, &fp8, &t8, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 43, nullptr, &t16, &err), KVS_OK) << err.message;
+  kvs_pool_sizes s, s16;
+  ASSERT_EQ(
+      kvs_pool_sizes_compute_terms(num_pages, &t8, 0.1, page, KVS_WINDOW_FROM_RATIO, &s, &err),
+      KVS_OK)
+      << err.message;
+  ASSERT_EQ(
+      kvs_pool_sizes_compute_terms(num_pages, &t16, 0.1, page, KVS_WINDOW_FROM_RATIO, &s16, &err),
+      KVS_OK)
+      << err.message;
+  // The dtype prices rows; it does not change how many there are.
+  EXPECT_EQ(s.full_token, s16.full_token);
+  EXPECT_EQ(s.n_win_pages, s16.n_win_pages);
+  EXPECT_EQ(s.n_win_slots, s16.n_win_slots);
+  EXPECT_EQ(s.n_layers, s16.n_layers);
+  // 256000 tokens, a tenth of them windowed: 100 pages of 256 slots.
+  EXPECT_EQ(s.full_token, 256000u);
+  EXPECT_EQ(s.n_win_pages, 100u);
+  EXPECT_EQ(s.n_win_slots, 25600u);
+
+  RowCount rows = count_rows(s, g, n_scratch);
+  // Hand counts for dsv4-flash (21 CSA, 20 HCA, 2 window-only layers).
+  EXPECT_EQ(rows.window_rows, 43u * 25600u);
+  EXPECT_EQ(rows.cmp_rows, 21u * 64000u + 20u * 2000u);
+  EXPECT_EQ(rows.idx_rows, 21u * 64000u);
+  EXPECT_EQ(rows.kv_scratch_rows, 41u * n_scratch);
+  EXPECT_EQ(rows.idx_scratch_rows, 21u * n_scratch);
+
+  kvs_pool_breakdown b8, b16;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t8, n_scratch, &b8, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t16, n_scratch, &b16, &err), KVS_OK) << err.message;
+
+  EXPECT_EQ(b8.window, s.n_win_slots * 584u * 43u);
+  EXPECT_EQ(b8.window, rows.window_rows * 584u);
+  EXPECT_EQ(b8.compressed, rows.cmp_rows * 584u);
+  EXPECT_EQ(b8.indexer, rows.idx_rows * 132u);
+  EXPECT_EQ(b8.indexer, (s.full_token / 4) * 132u * t8.n_csa);
+  EXPECT_EQ(b8.state,
+            rows.csa_state_rows * 8192u + rows.hca_state_rows * 4096u - (21u * 8192u + 20u * 4096u))
+      << "ring slots only; their scratch slots are in scratch";
+  EXPECT_EQ(b8.index_state, rows.idx_state_rows * 2048u - 21u * 2048u);
+  EXPECT_EQ(b8.mapping, s.full_token * 8u);
+  EXPECT_EQ(b8.scratch, rows.kv_scratch_rows * 584u + rows.idx_scratch_rows * 132u +
+                            21u * (8192u + 2048u) + 20u * 4096u + 8u);
+  const uint64_t expected_total = rows.kv_rows() * 584u + rows.index_rows() * 132u +
+                                  rows.csa_state_rows * 8192u + rows.hca_state_rows * 4096u +
+                                  rows.idx_state_rows * 2048u + (s.full_token + 1) * 8u;
+  EXPECT_EQ(b8.total, expected_total);
+  EXPECT_EQ(b8.total, b8.window + b8.compressed + b8.indexer + b8.state + b8.index_state +
+                          b8.mapping + b8.scratch);
+
+  // Only KV and indexer rows change width; rings, mapping and sentinel not.
+  ASSERT_LT(b8.total, b16.total);
+  EXPECT_EQ(b16.total - b8.total,
+            (1024u - 584u) * rows.kv_rows() + (256u - 132u) * rows.index_rows());
+  EXPECT_EQ(b8.state, b16.state);
+  EXPECT_EQ(b8.index_state, b16.index_state);
+  EXPECT_EQ(b8.mapping, b16.mapping);
+}
+
+TEST(KvDtype, fp8_rows_fit_more_pages_in_the_same_budget_and_the_solve_stays_exact) {
+  kvs_geometry g = flash();
+  kvs_row_widths fp8 = widths_for(g, KVS_KV_FP8);
+  kvs_cost_terms t8, t16;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 43, &fp8, &t8, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 43, nullptr, &t16, nullptr), KVS_OK);
+  const uint64_t budget = 40ull << 30, floor = 21, n_scratch = 1;
+  const double swa = 0.1;
+  kvs_pool_sizes s8, s16;
+  kvs_error err;
+  ASSERT_EQ(kvs_solve_num_pages_terms(budget, &t8, swa, floor, P, n_scratch, &s8, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  ASSERT_EQ(kvs_solve_num_pages_terms(budget, &t16, swa, floor, P, n_scratch, &s16, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  EXPECT_GT(kvs_pool_sizes_num_pages(&s8), kvs_pool_sizes_num_pages(&s16));
+  for (const kvs_cost_terms *t : {&t8, &t16}) {
+    const kvs_pool_sizes &s = t == &t8 ? s8 : s16;
+    SCOPED_TRACE(t == &t8 ? "fp8" : "bf16");
+    kvs_pool_breakdown b;
+    ASSERT_EQ(kvs_pool_bytes_terms(&s, t, n_scratch, &b, &err), KVS_OK) << err.message;
+    EXPECT_LE(b.total, budget);
+    // One page more, with the window the solve would give it, does not fit.
+    uint64_t next = kvs_pool_sizes_num_pages(&s) + 1;
+    uint64_t win = div_ceil(scaled(swa, next * P), P);
+    if (win < floor) win = floor;
+    kvs_pool_sizes bigger;
+    ASSERT_EQ(kvs_pool_sizes_compute_terms(next, t, swa, P, win, &bigger, &err), KVS_OK)
+        << err.message;
+    ASSERT_EQ(kvs_pool_bytes_terms(&bigger, t, n_scratch, &b, &err), KVS_OK) << err.message;
+    EXPECT_GT(b.total, budget);
+  }
+}
