@@ -36,6 +36,47 @@ kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
   return w;
 }
 
+const char *kvs_state_rings_name(kvs_state_rings rings) {
+  switch (rings) {
+    case KVS_STATE_RINGS_PER_PAGE: return "per-page";
+    case KVS_STATE_RINGS_PER_REQUEST: return "per-request";
+    case KVS_STATE_RINGS_HCA_PER_REQUEST: return "hca-per-request";
+  }
+  return "unknown";
+}
+
+kvs_status kvs_state_rings_parse(const char *text, kvs_state_rings *out, kvs_error *err) {
+  static const kvs_state_rings all[] = {KVS_STATE_RINGS_PER_PAGE, KVS_STATE_RINGS_PER_REQUEST,
+                                        KVS_STATE_RINGS_HCA_PER_REQUEST};
+  for (size_t i = 0; text != NULL && i < sizeof all / sizeof all[0]; i++) {
+    if (strcmp(text, kvs_state_rings_name(all[i])) == 0) {
+      *out = all[i];
+      return KVS_OK;
+    }
+  }
+  return kvs_error_set(err, KVS_ERR_PARSE,
+                       "state rings '%s' are none of per-page, per-request, hca-per-request",
+                       text == NULL ? "(null)" : text);
+}
+
+bool kvs_state_rings_csa_per_request(kvs_state_rings rings) {
+  return rings == KVS_STATE_RINGS_PER_REQUEST;
+}
+
+bool kvs_state_rings_hca_per_request(kvs_state_rings rings) {
+  return rings == KVS_STATE_RINGS_PER_REQUEST || rings == KVS_STATE_RINGS_HCA_PER_REQUEST;
+}
+
+/* The ring units (window pages or request slots) each ring kind is sized
+ * by. */
+static uint64_t csa_ring_units(kvs_state_rings rings, uint64_t n_win_pages, uint64_t n_req_slots) {
+  return kvs_state_rings_csa_per_request(rings) ? n_req_slots : n_win_pages;
+}
+
+static uint64_t hca_ring_units(kvs_state_rings rings, uint64_t n_win_pages, uint64_t n_req_slots) {
+  return kvs_state_rings_hca_per_request(rings) ? n_req_slots : n_win_pages;
+}
+
 const char *kvs_kv_dtype_name(kvs_kv_dtype dtype) {
   return dtype == KVS_KV_FP8 ? "fp8" : dtype == KVS_KV_BF16 ? "bf16" : "unknown";
 }
@@ -101,6 +142,17 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
   kvs_cost_terms terms = {0};
   terms.widths = widths != NULL ? *widths : kvs_row_widths_default(geometry);
   const kvs_row_widths *w = &terms.widths;
+  if (w->state_rings != KVS_STATE_RINGS_PER_PAGE && w->state_rings != KVS_STATE_RINGS_PER_REQUEST &&
+      w->state_rings != KVS_STATE_RINGS_HCA_PER_REQUEST) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "state rings %d are not a placement",
+                         (int)w->state_rings);
+  }
+  if (w->state_rings == KVS_STATE_RINGS_PER_PAGE ? w->n_req_slots != 0 : w->n_req_slots < 2) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu request slots with %s state rings: per-request rings need at "
+                         "least 2 (one to bind and the dummy), per-page rings none",
+                         (unsigned long long)w->n_req_slots, kvs_state_rings_name(w->state_rings));
+  }
   if (w->kv == 0 || w->index == 0 || w->csa_state == 0 || w->hca_state == 0 || w->idx_state == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "row widths must be non-zero (kv %llu, index %llu, csa_state %llu, "
@@ -196,8 +248,13 @@ kvs_status kvs_cache_per_page(const kvs_geometry *geometry, double swa_ratio, ui
   bool overflow = false;
   uint64_t win = 0, ring_csa = 0, ring_hca = 0;
   overflow |= !scale_count(swa_ratio, page, &win);
-  overflow |= !scale_count(swa_ratio, RING_CSA, &ring_csa);
-  overflow |= !scale_count(swa_ratio, RING_HCA, &ring_hca);
+  /* Per-request rings are a fixed cost, not a per-page one. */
+  if (!kvs_state_rings_csa_per_request(w->state_rings)) {
+    overflow |= !scale_count(swa_ratio, RING_CSA, &ring_csa);
+  }
+  if (!kvs_state_rings_hca_per_request(w->state_rings)) {
+    overflow |= !scale_count(swa_ratio, RING_HCA, &ring_hca);
+  }
   /* The window tier exists on every layer; the rings are window-sized too. */
   uint64_t total = kvs_mul(kvs_mul(t.n_layers, win, &overflow), w->kv, &overflow);
   uint64_t csa = kvs_mul(page / KVS_CSA_RATIO, w->kv, &overflow);
@@ -236,8 +293,12 @@ kvs_status kvs_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, ui
   if ((status = check_page(page, err)) || (status = terms_all(geometry, &t, err))) return status;
   bool overflow = false;
   uint64_t per_page = kvs_mul(kvs_mul(t.n_layers, page, &overflow), t.widths.kv, &overflow);
-  uint64_t csa = kvs_mul(RING_CSA, t.widths.csa_state + t.widths.idx_state, &overflow);
-  uint64_t hca = kvs_mul(RING_HCA, t.widths.hca_state, &overflow);
+  uint64_t csa = kvs_state_rings_csa_per_request(t.widths.state_rings)
+                     ? 0
+                     : kvs_mul(RING_CSA, t.widths.csa_state + t.widths.idx_state, &overflow);
+  uint64_t hca = kvs_state_rings_hca_per_request(t.widths.state_rings)
+                     ? 0
+                     : kvs_mul(RING_HCA, t.widths.hca_state, &overflow);
   per_page = kvs_add(per_page, kvs_mul(t.n_csa, csa, &overflow), &overflow);
   per_page = kvs_add(per_page, kvs_mul(t.n_hca, hca, &overflow), &overflow);
   if (overflow) return kvs_error_set(err, KVS_ERR_OVERFLOW, "window unit bytes exceed 64 bits");
@@ -291,6 +352,8 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
   out->n_win_pages = win;
   out->n_win_slots = win * page;
   out->n_layers = terms->n_layers;
+  out->state_rings = terms->widths.state_rings;
+  out->n_req_slots = terms->widths.n_req_slots;
   return KVS_OK;
 }
 
@@ -334,8 +397,12 @@ kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry 
   s.cmp_blocks = sizes->full_token / ratio;
   s.has_indexer = ratio == KVS_CSA_RATIO;
   s.idx_blocks = s.has_indexer ? sizes->full_token / KVS_CSA_RATIO : 0;
-  s.state_slots = sizes->n_win_pages * ring;
-  s.idx_state_slots = s.has_indexer ? sizes->n_win_pages * RING_CSA : 0;
+  bool per_request = ratio == KVS_CSA_RATIO ? kvs_state_rings_csa_per_request(sizes->state_rings)
+                                            : kvs_state_rings_hca_per_request(sizes->state_rings);
+  uint64_t units = per_request ? sizes->n_req_slots : sizes->n_win_pages;
+  s.state_per_request = per_request;
+  s.state_slots = units * ring;
+  s.idx_state_slots = s.has_indexer ? units * RING_CSA : 0;
   *present = true;
   *out = s;
   return KVS_OK;
@@ -356,8 +423,10 @@ static bool breakdown_at(const kvs_cost_terms *t, uint64_t full_token, uint64_t 
   b->compressed = kvs_add(kvs_mul(kvs_mul(t->n_csa, csa_blocks, &of), w->kv, &of),
                           kvs_mul(kvs_mul(t->n_hca, hca_blocks, &of), w->kv, &of), &of);
   b->indexer = kvs_mul(kvs_mul(t->n_csa, csa_blocks, &of), w->index, &of);
-  uint64_t csa_ring = kvs_mul(n_win_pages, RING_CSA, &of);
-  uint64_t hca_ring = kvs_mul(n_win_pages, RING_HCA, &of);
+  uint64_t csa_ring =
+      kvs_mul(csa_ring_units(w->state_rings, n_win_pages, w->n_req_slots), RING_CSA, &of);
+  uint64_t hca_ring =
+      kvs_mul(hca_ring_units(w->state_rings, n_win_pages, w->n_req_slots), RING_HCA, &of);
   b->state = kvs_add(kvs_mul(kvs_mul(t->n_csa, csa_ring, &of), w->csa_state, &of),
                      kvs_mul(kvs_mul(t->n_hca, hca_ring, &of), w->hca_state, &of), &of);
   b->index_state = kvs_mul(kvs_mul(t->n_csa, csa_ring, &of), w->idx_state, &of);
@@ -384,6 +453,16 @@ kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_term
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "these sizes were built for a %llu-layer stack, not a %llu-layer one",
                          (unsigned long long)sizes->n_layers, (unsigned long long)terms->n_layers);
+  }
+  if (sizes->state_rings != terms->widths.state_rings ||
+      sizes->n_req_slots != terms->widths.n_req_slots) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "these sizes place rings %s with %llu request slots, the terms %s with "
+                         "%llu",
+                         kvs_state_rings_name(sizes->state_rings),
+                         (unsigned long long)sizes->n_req_slots,
+                         kvs_state_rings_name(terms->widths.state_rings),
+                         (unsigned long long)terms->widths.n_req_slots);
   }
   kvs_pool_breakdown b;
   if (!breakdown_at(terms, sizes->full_token, sizes->n_win_pages, sizes->page, n_scratch, &b)) {

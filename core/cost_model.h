@@ -39,14 +39,47 @@ extern "C" {
 /* Pass as n_win_pages to size the window from swa_ratio. */
 #define KVS_WINDOW_FROM_RATIO UINT64_MAX
 
-/* Bytes of one row in each tier. The defaults price every KV tier in bf16
- * and the rings in fp32; an engine storing fp8 rows sets its own widths. */
+/* Where the fp32 compress-state rings live.
+ *
+ * A ring holds a compressor's carry: the positions of the block it has not
+ * emitted yet (8 for ratio 4, whose blocks overlap; 128 for ratio 128). Only
+ * a running request has one, and only for its current block. The seed
+ * anchors rings to window pages (n_win_pages x ring slots, the state
+ * location derived from the window slot); a window page of a request that
+ * is not compressing any more still pays for a ring. Per request, a ring
+ * is bound to a request slot at admission and freed at completion, and the
+ * state location is derived from the live slot and the position:
+ *   state_loc = slot * ring + pos % ring,
+ * never stored. Rings then cost (max_running + 1) x ring slots, the +1
+ * being the dummy slot graph-padded rows write to, whatever the history. */
+typedef enum kvs_state_rings {
+  KVS_STATE_RINGS_PER_PAGE = 0,       /* the seed's layout, byte for byte */
+  KVS_STATE_RINGS_PER_REQUEST = 1,    /* every ring per request slot */
+  KVS_STATE_RINGS_HCA_PER_REQUEST = 2 /* ratio-128 rings per request, ratio-4 per page */
+} kvs_state_rings;
+
+/* "per-page", "per-request", "hca-per-request". */
+const char *kvs_state_rings_name(kvs_state_rings rings);
+/* The inverse; anything else is KVS_ERR_PARSE listing the three. */
+kvs_status kvs_state_rings_parse(const char *text, kvs_state_rings *out, kvs_error *err);
+/* Whether the ratio-4 (attention and indexer) / ratio-128 rings are per
+ * request under this placement. */
+bool kvs_state_rings_csa_per_request(kvs_state_rings rings);
+bool kvs_state_rings_hca_per_request(kvs_state_rings rings);
+
+/* Bytes of one row in each tier, and where the rings live. The defaults
+ * price every KV tier in bf16, the rings in fp32, per window page (the
+ * zero value); an engine storing fp8 rows sets its own widths. */
 typedef struct kvs_row_widths {
   uint64_t kv;        /* window and compressed KV row */
   uint64_t index;     /* indexer key row */
   uint64_t csa_state; /* attention ring row on a ratio-4 layer */
   uint64_t hca_state; /* attention ring row on a ratio-128 layer */
   uint64_t idx_state; /* indexer ring row */
+  kvs_state_rings state_rings;
+  /* Request slots, the dummy included, when some rings are per request
+   * (at least 2: one to bind and the dummy); 0 when every ring is per page. */
+  uint64_t n_req_slots;
 } kvs_row_widths;
 
 /* bf16 KV rows (head_dim*2, index_head_dim*2) and fp32 ring rows holding
@@ -139,6 +172,8 @@ typedef struct kvs_pool_sizes {
   uint64_t n_win_pages; /* window pages, the dummy page included */
   uint64_t n_win_slots; /* n_win_pages * P */
   uint64_t n_layers;    /* layers these sizes were built for */
+  kvs_state_rings state_rings;
+  uint64_t n_req_slots; /* request slots, the dummy included; 0 when rings are per page */
 } kvs_pool_sizes;
 
 uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes);
@@ -150,8 +185,9 @@ typedef struct kvs_layer_sizes {
   uint64_t cmp_blocks;      /* full_token / ratio: full-anchored */
   bool has_indexer;         /* the two idx_* fields are meaningful only then */
   uint64_t idx_blocks;      /* full_token / 4 */
-  uint64_t state_slots;     /* n_win_pages * ring_size: window-anchored */
-  uint64_t idx_state_slots; /* n_win_pages * 8 */
+  bool state_per_request;   /* the rings below are per request slot, not per window page */
+  uint64_t state_slots;     /* (n_win_pages or n_req_slots) * ring_size */
+  uint64_t idx_state_slots; /* (n_win_pages or n_req_slots) * 8 */
 } kvs_layer_sizes;
 
 /* Sizes every tier for num_pages. n_win_pages is the window in whole pages

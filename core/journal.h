@@ -28,6 +28,12 @@ typedef struct kvs_journal_entry {
 
 #define KVS_JOURNAL_FREED (-1)
 
+/* A request-slot entry (per-request compress-state rings) sets this bit in
+ * full_page; the rest of full_page is the slot, and window_page the
+ * request bound to it (>= 0) or KVS_JOURNAL_FREED. Full pages never reach
+ * the bit (a history of 2^63 pages). */
+#define KVS_JOURNAL_SLOT_TAG (UINT64_C(1) << 63)
+
 /* A bounded FIFO of entries. Appends that do not fit are refused as a
  * whole, before anything changes, so an operation is journaled entirely or
  * not performed. */

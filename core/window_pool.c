@@ -1,36 +1,10 @@
 #include "core/window_pool.h"
 
+#include "core/window_pool_internal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct kvs_window_pool {
-  uint64_t page;        /* P */
-  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
-  uint64_t n_win_slots;
-  uint64_t n_full_pages;
-  uint64_t n_win_pages; /* dummy included */
-  uint64_t dummy_full_base;
-  uint64_t dummy_window_base;
-  uint64_t chunk_budget;
-  uint64_t digest;      /* sum of binding terms, dummy included */
-  uint64_t bound_pages; /* bound full pages, dummy excluded */
-
-  int64_t *map; /* full loc -> window slot, full_token + 1 rows */
-  kvs_free_list_t free_list;
-  kvs_journal_t journal;
-
-  /* Scratch for validating a call before it changes anything. Stamps are
-   * compared against `epoch`, so nothing needs clearing between calls. */
-  uint32_t epoch;
-  uint32_t *full_stamp;   /* per full page */
-  uint32_t *full_count;   /* locations seen per full page (free path) */
-  int64_t *full_overlay;  /* a full page's window page during apply */
-  uint64_t *touched;      /* full pages a call touches */
-  uint64_t *window_bases; /* window bases a call moves */
-  uint32_t *win_stamp;    /* per window page */
-  uint8_t *win_overlay;   /* a window page's free flag during apply */
-};
 
 /* ---- digest ---- */
 
@@ -49,19 +23,30 @@ uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) { return pool->digest; }
 
+uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
+  return pool->n_full_pages + pool->n_req_slots;
+}
+
 uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
                                       uint64_t end) {
-  if (end > pool->n_full_pages) end = pool->n_full_pages;
+  uint64_t units = kvs_window_pool_digest_units(pool);
+  if (end > units) end = units;
   uint64_t digest = 0;
-  for (uint64_t fp = first; fp < end; fp++) {
+  uint64_t page_end = end < pool->n_full_pages ? end : pool->n_full_pages;
+  for (uint64_t fp = first; fp < page_end; fp++) {
     int64_t slot = pool->map[fp * pool->page];
     if (slot >= 0) digest += kvs_binding_digest_term(fp, (uint64_t)slot / pool->page);
+  }
+  /* Request slots follow the full pages in the digest's index space. */
+  if (end > pool->n_full_pages) {
+    uint64_t slot_first = first > pool->n_full_pages ? first - pool->n_full_pages : 0;
+    digest += kvs_pool_slots_digest_range(pool, slot_first, end - pool->n_full_pages);
   }
   return digest;
 }
 
 uint64_t kvs_window_pool_digest_recompute(const struct kvs_window_pool *pool) {
-  return kvs_window_pool_digest_range(pool, 0, pool->n_full_pages);
+  return kvs_window_pool_digest_range(pool, 0, kvs_window_pool_digest_units(pool));
 }
 
 /* ---- lifecycle ---- */
@@ -78,6 +63,7 @@ void kvs_window_pool_destroy(kvs_window_pool_t pool) {
   free(pool->window_bases);
   free(pool->win_stamp);
   free(pool->win_overlay);
+  kvs_pool_slots_free(pool);
   free(pool);
 }
 
@@ -181,7 +167,8 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                          (unsigned long long)sizes->full_token);
   }
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
-      (status = kvs_journal_create(options->journal_capacity, &pool->journal, err))) {
+      (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
+      (status = kvs_pool_slots_init(pool, sizes->n_req_slots, err))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -242,14 +229,17 @@ static uint32_t next_epoch(struct kvs_window_pool *pool) {
   if (++pool->epoch == 0) { /* wrapped: clear the stamps once */
     memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
     memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
+    if (pool->n_req_slots > 0) {
+      memset(pool->slot_stamp, 0, (size_t)pool->n_req_slots * sizeof *pool->slot_stamp);
+    }
     pool->epoch = 1;
   }
   return pool->epoch;
 }
 
 /* Room for `entries` journal entries, when journaling is on. */
-static kvs_status check_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
-                                     kvs_error *err) {
+kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
+                                 kvs_error *err) {
   size_t capacity = kvs_journal_capacity(pool->journal);
   if (capacity > 0 && entries > kvs_journal_room(pool->journal)) {
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
@@ -261,7 +251,7 @@ static kvs_status check_journal_room(const struct kvs_window_pool *pool, uint64_
   return KVS_OK;
 }
 
-static void journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
+void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
   if (kvs_journal_capacity(pool->journal) > 0) {
     kvs_journal_push(pool->journal, full_page, window_page);
   }
@@ -402,7 +392,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                            (long long)base, (long long)pool->map[base]);
     }
   }
-  kvs_status status = check_journal_room(pool, n_pages, err);
+  kvs_status status = kvs_pool_journal_room(pool, n_pages, err);
   if (status != KVS_OK) return status;
   uint64_t *wbases = pool->window_bases;
   if ((status = kvs_free_list_alloc(pool->free_list, n_pages, wbases, shortfall, err))) {
@@ -416,7 +406,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
   /* Journaled top of the stack first, so a follower replaying it always
    * takes its own top unit: O(1) per page and the same LIFO order. */
   for (size_t i = n_pages; i-- > 0;) {
-    journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
+    kvs_pool_journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
   }
   pool->bound_pages += n_pages;
   return KVS_OK;
@@ -453,7 +443,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     pool->win_stamp[wp] = epoch;
     pool->window_bases[n_bound++] = (uint64_t)wp * page;
   }
-  if ((status = check_journal_room(pool, n_bound, err))) return status;
+  if ((status = kvs_pool_journal_room(pool, n_bound, err))) return status;
   if ((status = kvs_free_list_free(pool->free_list, pool->window_bases, n_bound, err))) {
     return status; /* unreachable after the checks above; nothing changed */
   }
@@ -463,7 +453,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     if (wp < 0) continue;
     write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
     pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
-    journal(pool, fp, KVS_JOURNAL_FREED);
+    kvs_pool_journal(pool, fp, KVS_JOURNAL_FREED);
   }
   pool->bound_pages -= n_bound;
   return KVS_OK;
@@ -608,6 +598,11 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
+    if (fp & KVS_JOURNAL_SLOT_TAG) {
+      kvs_status status = kvs_pool_slots_validate(pool, i, &entries[i], epoch, err);
+      if (status != KVS_OK) return status;
+      continue;
+    }
     if (fp >= pool->n_full_pages || fp * page == pool->dummy_full_base) {
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                            "journal entry %zu names full page %llu, %s", i,
@@ -674,7 +669,9 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
-    if (wp >= 0) {
+    if (fp & KVS_JOURNAL_SLOT_TAG) {
+      kvs_pool_slots_commit(pool, &entries[i]);
+    } else if (wp >= 0) {
       kvs_free_list_take(pool->free_list, (uint64_t)wp * page, NULL);
       write_page(pool, fp * page, wp * (int64_t)page);
       pool->digest += kvs_binding_digest_term(fp, (uint64_t)wp);
@@ -784,6 +781,7 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
                            (unsigned long long)pool->bound_pages, (unsigned long long)bound);
     goto done;
   }
+  if ((status = kvs_pool_slots_check(pool, err)) != KVS_OK) goto done;
   uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
   if (recomputed != pool->digest) {
     status = kvs_error_set(err, KVS_ERR_INTEGRITY,

@@ -143,6 +143,9 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
                                       uint64_t end);
 /* One binding's term in the digest. */
 uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page);
+/* The index space the digest covers: the full pages, then the request
+ * slots (kvs_window_pool_digest_range takes indices in it). */
+uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool);
 
 /* The journal of allocator binds and frees since the last drain. */
 size_t kvs_window_pool_journal_pending(const struct kvs_window_pool *pool);
@@ -165,6 +168,54 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
  * a position after pos for j > pos: a slot not written yet. */
 kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64_t *out,
                                     kvs_error *err);
+
+/* ---- request slots (per-request compress-state rings) ----
+ *
+ * With rings per request (kvs_state_rings, kvs_pool_sizes.n_req_slots > 0)
+ * every running request holds one slot, bound by the leader's allocator at
+ * admission and freed at completion, journaled and replayed like page
+ * bindings and folded into the same digest and integrity check. The last
+ * slot is a dummy, bound for good, where graph-padded rows write. A ring
+ * location is derived from the live slot and the position, never stored:
+ * kvs_request_state_loc. */
+
+/* Request values a slot can hold besides a request (>= 0). */
+#define KVS_SLOT_FREE (-1)
+#define KVS_SLOT_DUMMY (-2)
+/* Requests are numbered below this (they share the journal's int64). */
+#define KVS_MAX_REQUEST_ID (UINT64_C(1) << 62)
+
+/* Slots, the dummy included; 0 when the pool's rings are per page. */
+uint64_t kvs_window_pool_request_slots(const struct kvs_window_pool *pool);
+/* Slots bound to requests (the dummy excluded). */
+uint64_t kvs_window_pool_bound_slots(const struct kvs_window_pool *pool);
+
+/* Binds the lowest free slot to `request` (< KVS_MAX_REQUEST_ID, not bound
+ * already: KVS_ERR_CONFLICT), journaled; *slot is it. No free slot is
+ * KVS_ERR_EXHAUSTED, a pool without slots KVS_ERR_UNSUPPORTED, no journal
+ * room KVS_ERR_JOURNAL_FULL; nothing changes on any of them. */
+kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, uint64_t *slot,
+                                     kvs_error *err);
+/* Frees the slot of `request`, journaled. A request without one is
+ * KVS_ERR_NOT_FOUND (a second completion is a scheduler's bug). */
+kvs_status kvs_window_pool_slot_free(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
+/* The slot `request` holds, or -1. */
+int64_t kvs_window_pool_slot_of(const struct kvs_window_pool *pool, uint64_t request);
+/* What slot `slot` holds: a request, KVS_SLOT_FREE or KVS_SLOT_DUMMY;
+ * KVS_SLOT_FREE past the slots. */
+int64_t kvs_window_pool_slot_request(const struct kvs_window_pool *pool, uint64_t slot);
+/* Sets what a slot holds directly, outside the allocator and the journal
+ * (fault injection: the digest follows, so another rank sees it). The
+ * dummy cannot be changed. */
+kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, int64_t request,
+                                         kvs_error *err);
+/* One slot binding's term in the digest. */
+uint64_t kvs_slot_digest_term(uint64_t slot, uint64_t request);
+
+/* The ring location of a per-request ring: slot * ring + pos % ring, or
+ * -1 for slot -1 or a negative position (an idle row). ring must be > 0. */
+kvs_status kvs_request_state_loc(int64_t slot, int64_t pos, uint64_t ring, int64_t *out,
+                                 kvs_error *err);
 
 /* The compress-state ring location of a window slot, derived from the live
  * binding: (slot / P) * ring_size + slot % ring_size, or -1 for -1.
