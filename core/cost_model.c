@@ -27,7 +27,7 @@ static kvs_status check_swa_ratio(double swa_ratio, kvs_error *err) {
 }
 
 kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
-  kvs_row_widths w;
+  kvs_row_widths w = {0}; /* rings per window page, no request slots */
   w.kv = geometry->head_dim * KVS_BF16_BYTES;
   w.index = geometry->index_head_dim * KVS_BF16_BYTES;
   w.csa_state = 2 * 2 * geometry->head_dim * KVS_FP32_BYTES;

@@ -36,6 +36,8 @@ kvs_status kvs_table_dims_check(const kvs_table_dims *dims, kvs_error *err) {
 }
 
 bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry) {
+  /* Not a table entry; the host pool validates it. */
+  if (kvs_tm_entry_is_slot(entry->full_page)) return true;
   return kvs_tm_entry_fits(dims->full_token / dims->page, dims->n_win_slots / dims->page,
                            entry->full_page, entry->window_page) != 0;
 }
@@ -81,6 +83,7 @@ kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
   kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
   uint64_t page = dims->page;
   for (size_t i = 0; i < n; i++) {
+    if (kvs_tm_entry_is_slot(entries[i].full_page)) continue; /* the host pool's */
     if (!kvs_journal_entry_fits(dims, &entries[i])) {
       note_fault(&local, i);
       continue;
@@ -156,6 +159,102 @@ kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, 
     }
     if (out_csa != NULL) out_csa[i] = a;
     if (out_hca != NULL) out_hca[i] = b;
+  }
+  if (fault != NULL) *fault = local;
+  return KVS_OK;
+}
+
+kvs_state_placement kvs_state_placement_of(const kvs_pool_sizes *sizes) {
+  kvs_state_placement p;
+  p.rings = sizes->state_rings;
+  p.page = sizes->page;
+  p.n_win_slots = sizes->n_win_slots;
+  p.n_req_slots = sizes->n_req_slots;
+  return p;
+}
+
+/* Request slots stay below 2^56, so slot * 128 + 127 fits int64. */
+#define KVS_MAX_REQ_SLOTS_FOR_LOCS (UINT64_C(1) << 56)
+
+kvs_status kvs_state_placement_check(const kvs_state_placement *placement, kvs_error *err) {
+  if (placement == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "state placement is NULL");
+  }
+  const kvs_state_placement *p = placement;
+  if (p->rings != KVS_STATE_RINGS_PER_PAGE && p->rings != KVS_STATE_RINGS_PER_REQUEST &&
+      p->rings != KVS_STATE_RINGS_HCA_PER_REQUEST) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state rings %d is none of per-page, per-request, hca-per-request",
+                         (int)p->rings);
+  }
+  if (p->page == 0 || p->page > (uint64_t)INT32_MAX || p->n_win_slots > (uint64_t)INT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "placement of P=%llu and %llu window slots: P must be 1 .. 2^31 - 1 and "
+                         "the slots fit in int64",
+                         (unsigned long long)p->page, (unsigned long long)p->n_win_slots);
+  }
+  bool any_request = p->rings != KVS_STATE_RINGS_PER_PAGE;
+  if (any_request ? (p->n_req_slots == 0 || p->n_req_slots > KVS_MAX_REQ_SLOTS_FOR_LOCS)
+                  : p->n_req_slots != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s state rings with %llu request slots: per-request rings need 1 .. "
+                         "2^56 slots, per-page rings none",
+                         kvs_state_rings_name(p->rings), (unsigned long long)p->n_req_slots);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_ref_batch_state_locs(const kvs_state_placement *placement, const int64_t *own,
+                                    const int64_t *slots, const int64_t *positions, size_t n,
+                                    int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                    kvs_error *err) {
+  kvs_status status = kvs_state_placement_check(placement, err);
+  if (status != KVS_OK) return status;
+  if (out_csa == NULL && out_hca == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locs need an output: out_csa, out_hca or both");
+  }
+  const kvs_state_placement *p = placement;
+  const int csa_req = kvs_tm_csa_per_request((int)p->rings);
+  const int hca_req = kvs_tm_hca_per_request((int)p->rings);
+  /* What the requested outputs read. */
+  const bool need_own = (out_csa != NULL && !csa_req) || (out_hca != NULL && !hca_req);
+  const bool need_slots = (out_csa != NULL && csa_req) || (out_hca != NULL && hca_req);
+  if ((out_csa != NULL && !csa_req && (status = check_ring(KVS_RING_SLOTS_CSA, p->page, err))) ||
+      (out_hca != NULL && !hca_req && (status = check_ring(KVS_RING_SLOTS_HCA, p->page, err)))) {
+    return status;
+  }
+  if (n > 0 && (positions == NULL || (need_own && own == NULL) || (need_slots && slots == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locs of %zu rows under %s rings: %s is NULL", n,
+                         kvs_state_rings_name(p->rings),
+                         positions == NULL              ? "positions"
+                         : need_own && own == NULL      ? "own (window slots)"
+                                                        : "slots (request slots)");
+  }
+  const kvs_tm_div page = kvs_tm_div_make(p->page);
+  const kvs_tm_div csa = kvs_tm_div_make(KVS_RING_SLOTS_CSA);
+  const kvs_tm_div hca = kvs_tm_div_make(KVS_RING_SLOTS_HCA);
+  kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
+  for (size_t r = 0; r < n; r++) {
+    const int64_t pos = positions[r];
+    int64_t a = -1, b = -1;
+    int bad = 0;
+    if (pos >= 0) {
+      const int64_t w = need_own ? own[r] : -1;
+      const int64_t s = need_slots ? slots[r] : -1;
+      if (out_csa != NULL) {
+        a = kvs_tm_batch_ring_loc(csa_req, w, s, pos, page, csa, p->n_win_slots, p->n_req_slots,
+                                  &bad);
+      }
+      if (out_hca != NULL) {
+        b = kvs_tm_batch_ring_loc(hca_req, w, s, pos, page, hca, p->n_win_slots, p->n_req_slots,
+                                  &bad);
+      }
+    }
+    if (out_csa != NULL) out_csa[r] = a;
+    if (out_hca != NULL) out_hca[r] = b;
+    if (bad) note_fault(&local, r);
   }
   if (fault != NULL) *fault = local;
   return KVS_OK;

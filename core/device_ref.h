@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/cost_model.h"
 #include "core/journal.h"
 #include "core/status.h"
 
@@ -59,10 +60,17 @@ typedef struct kvs_batch_fault {
  * is an allocatable one (not the dummy, inside the history), and the
  * window page is an allocatable one or KVS_JOURNAL_FREED. These are the
  * range checks kvs_window_pool_apply makes; the free-list checks need the
- * host pool and stay there. */
+ * host pool and stay there.
+ *
+ * A request-slot entry (KVS_JOURNAL_SLOT_TAG set in full_page) fits: it is
+ * not a table entry; the host pool validates it. A table holds only the
+ * full -> window mapping, so every table path (this check,
+ * kvs_table_check_journal, kvs_ref_apply_journal, the device apply) skips
+ * slot entries without writing or faulting. */
 bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry);
 
-/* Refuses the batch at the first entry that does not fit, naming it. */
+/* Refuses the batch at the first entry that does not fit, naming it
+ * (request-slot entries are accepted: see kvs_journal_entry_fits). */
 kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal_entry *entries,
                                    size_t n, kvs_error *err);
 
@@ -72,7 +80,7 @@ kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal
  * entry that does not fit is skipped and counted in *fault (when
  * non-NULL), so one bad entry cannot write outside the table; callers that
  * want all-or-nothing run kvs_table_check_journal first. The sentinel row
- * is never written. */
+ * is never written. Request-slot entries are skipped: no write, no fault. */
 kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
                                  const kvs_journal_entry *entries, size_t n, kvs_batch_fault *fault,
                                  kvs_error *err);
@@ -100,6 +108,49 @@ kvs_status kvs_ref_translate(const int64_t *map, const kvs_table_dims *dims, con
 kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, size_t n,
                               int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
                               kvs_error *err);
+
+/* ---- ring locations of a decode batch, per page or per request ---- */
+
+/* Where a pool's rings live, for the batch state-location kernels. */
+typedef struct kvs_state_placement {
+  kvs_state_rings rings;  /* from core/cost_model.h */
+  uint64_t page;          /* P */
+  uint64_t n_win_slots;   /* window slots; a window slot at or past them faults */
+  uint64_t n_req_slots;   /* request slots (dummy included); 0 with per-page rings */
+} kvs_state_placement;
+
+/* The placement of a pool of these sizes. */
+kvs_state_placement kvs_state_placement_of(const kvs_pool_sizes *sizes);
+
+/* What the batch state locations need of a placement: a known rings
+ * value, P of at least 1 that the per-page ring sizes (8 and 128) divide
+ * (only for ring kinds placed per page), n_win_slots in int64, and
+ * request slots exactly when some ring kind is per request (at most
+ * 2^56, so every location fits int64). */
+kvs_status kvs_state_placement_check(const kvs_state_placement *placement, kvs_error *err);
+
+/* For each batch row r: the ratio-4 ring location (the attention ring's,
+ * which the indexer ring shares) and the ratio-128 ring location of position
+ * positions[r]. A ring kind placed per window page derives it from the
+ * window slot own[r] (kvs_state_loc with ring 8 or 128); one placed per
+ * request from the request slot slots[r] and the position
+ * (kvs_request_state_loc). An idle row (positions[r] < 0) gives -1 without
+ * a fault; own[r] == -1 (unbound) or slots[r] == -1 gives -1 without a fault;
+ * a window slot >= n_win_slots or a request slot >= n_req_slots gives -1 and
+ * faults row r. slots may be NULL when no ring kind is per request; out_csa
+ * or out_hca may be NULL (not both).
+ *
+ * In detail: any negative own or slot reads as unbound (-1, no fault), as
+ * in kvs_state_loc and kvs_request_state_loc. Only the requested outputs
+ * are computed, and a row faults (once, whichever rings it reached past)
+ * only through an input one of them reads. own may be NULL when no ring
+ * kind is per window page. A placement kvs_state_placement_check refuses,
+ * slots NULL with a per-request ring kind, or a NULL positions array is
+ * refused before anything is written. */
+kvs_status kvs_ref_batch_state_locs(const kvs_state_placement *placement, const int64_t *own,
+                                    const int64_t *slots, const int64_t *positions, size_t n,
+                                    int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                    kvs_error *err);
 
 /* ---- ring context from block tables ---- */
 

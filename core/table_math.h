@@ -13,11 +13,21 @@
 
 #include <stdint.h>
 
+#include "core/cost_model.h"
+#include "core/journal.h"
+
 #if defined(__CUDACC__)
 #define KVS_HD static inline __host__ __device__
 #else
 #define KVS_HD static inline
 #endif
+
+/* Whether a journal entry is a request-slot entry (KVS_JOURNAL_SLOT_TAG
+ * set in full_page): the host pool's, not a table row. Every table path
+ * skips it without writing or faulting. */
+KVS_HD int kvs_tm_entry_is_slot(uint64_t full_page) {
+  return (full_page & KVS_JOURNAL_SLOT_TAG) != 0;
+}
 
 /* An entry fits a table when it names an allocatable full page (not the
  * dummy, the last one) and an allocatable window page (not the dummy
@@ -81,6 +91,39 @@ KVS_HD uint64_t kvs_tm_rem(uint64_t x, kvs_tm_div d) {
 KVS_HD int64_t kvs_tm_state_loc(int64_t slot, kvs_tm_div page, kvs_tm_div ring) {
   uint64_t s = (uint64_t)slot;
   return (int64_t)(kvs_tm_quot(s, page) * ring.d + kvs_tm_rem(s, ring));
+}
+
+/* slot * ring + pos % ring: the ring location of position pos in the ring
+ * of request slot `slot` (kvs_request_state_loc). The caller has checked
+ * that slot and pos are >= 0. */
+KVS_HD int64_t kvs_tm_request_state_loc(int64_t slot, int64_t pos, kvs_tm_div ring) {
+  return (int64_t)((uint64_t)slot * ring.d + kvs_tm_rem((uint64_t)pos, ring));
+}
+
+/* Whether a kvs_state_rings placement puts the ratio-4 (attention and
+ * indexer) / the ratio-128 rings per request slot: what
+ * kvs_state_rings_csa_per_request / _hca_per_request say (a test holds
+ * this), in a form device code can call. */
+KVS_HD int kvs_tm_csa_per_request(int rings) { return rings == KVS_STATE_RINGS_PER_REQUEST; }
+KVS_HD int kvs_tm_hca_per_request(int rings) {
+  return rings == KVS_STATE_RINGS_PER_REQUEST || rings == KVS_STATE_RINGS_HCA_PER_REQUEST;
+}
+
+/* One ring kind's location for one batch row at position pos (>= 0): per
+ * request from the request slot and the position, per window page from the
+ * window slot `own`. A negative slot (unbound) gives -1; a slot at or past
+ * its pool's count (n_req_slots or n_win_slots) gives -1 and sets *bad. */
+KVS_HD int64_t kvs_tm_batch_ring_loc(int per_request, int64_t own, int64_t slot, int64_t pos,
+                                     kvs_tm_div page, kvs_tm_div ring, uint64_t n_win_slots,
+                                     uint64_t n_req_slots, int *bad) {
+  const int64_t unit = per_request ? slot : own;
+  if (unit < 0) return -1;
+  if ((uint64_t)unit >= (per_request ? n_req_slots : n_win_slots)) {
+    *bad = 1;
+    return -1;
+  }
+  return per_request ? kvs_tm_request_state_loc(unit, pos, ring)
+                     : kvs_tm_state_loc(unit, page, ring);
 }
 
 /* The position ring slot j holds at decode position pos (>= 0) of a

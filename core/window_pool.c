@@ -168,7 +168,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   }
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
-      (status = kvs_pool_slots_init(pool, sizes->n_req_slots, err))) {
+      (status = kvs_pool_slots_init(pool, sizes->state_rings, sizes->n_req_slots, err))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -176,8 +176,9 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
 
   /* The dummy page: bound for good, outside the free list. */
   write_page(pool, pool->dummy_full_base, (int64_t)pool->dummy_window_base);
-  pool->digest = kvs_binding_digest_term(pool->dummy_full_base / page,
-                                         pool->dummy_window_base / page);
+  /* Added to the dummy request slot's term (kvs_pool_slots_init). */
+  pool->digest += kvs_binding_digest_term(pool->dummy_full_base / page,
+                                          pool->dummy_window_base / page);
 
   uint64_t usable = pool->n_win_pages - 1;
   uint64_t left = usable > reserved ? usable - reserved : 0;

@@ -185,6 +185,8 @@ kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64
 /* Requests are numbered below this (they share the journal's int64). */
 #define KVS_MAX_REQUEST_ID (UINT64_C(1) << 62)
 
+/* Where the pool's sizes place the rings. */
+kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool);
 /* Slots, the dummy included; 0 when the pool's rings are per page. */
 uint64_t kvs_window_pool_request_slots(const struct kvs_window_pool *pool);
 /* Slots bound to requests (the dummy excluded). */

@@ -36,6 +36,7 @@ struct kvs_window_pool {
   uint8_t *win_overlay;   /* a window page's free flag during apply */
 
   /* Request slots of per-request compress-state rings (window_pool_slots.c). */
+  kvs_state_rings state_rings; /* where the pool's sizes place the rings */
   uint64_t n_req_slots;  /* the dummy (the last) included; 0 when rings are per page */
   uint64_t bound_slots;  /* bound by the allocator, the dummy excluded */
   int64_t *slot_request; /* per slot: its request, KVS_SLOT_FREE or KVS_SLOT_DUMMY */
@@ -45,8 +46,8 @@ struct kvs_window_pool {
 
 
 /* Request slots: created with the pool, checked with it, replayed with it. */
-kvs_status kvs_pool_slots_init(struct kvs_window_pool *pool, uint64_t n_req_slots,
-                               kvs_error *err);
+kvs_status kvs_pool_slots_init(struct kvs_window_pool *pool, kvs_state_rings rings,
+                               uint64_t n_req_slots, kvs_error *err);
 void kvs_pool_slots_free(struct kvs_window_pool *pool);
 /* Pass 1 of apply for a tagged entry i: validates it against the slots as
  * replayed so far (stamped overlays of this epoch). */

@@ -13,10 +13,17 @@ uint64_t kvs_slot_digest_term(uint64_t slot, uint64_t request) {
   return kvs_binding_digest_term(slot ^ 0x736c6f7473000000ull, request + 0x5bd1e995ull);
 }
 
-kvs_status kvs_pool_slots_init(struct kvs_window_pool *pool, uint64_t n_req_slots,
-                               kvs_error *err) {
+kvs_status kvs_pool_slots_init(struct kvs_window_pool *pool, kvs_state_rings rings,
+                               uint64_t n_req_slots, kvs_error *err) {
+  pool->state_rings = rings;
   pool->n_req_slots = n_req_slots;
   pool->bound_slots = 0;
+  if ((rings == KVS_STATE_RINGS_PER_PAGE) != (n_req_slots == 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s state rings with %llu request slots: per-request rings need slots, "
+                         "per-page rings none",
+                         kvs_state_rings_name(rings), (unsigned long long)n_req_slots);
+  }
   if (n_req_slots == 0) return KVS_OK;
   if (n_req_slots < 2 || n_req_slots > (UINT64_C(1) << 32)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -44,6 +51,10 @@ void kvs_pool_slots_free(struct kvs_window_pool *pool) {
   free(pool->slot_overlay);
 }
 
+kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
+  return pool->state_rings;
+}
+
 uint64_t kvs_window_pool_request_slots(const struct kvs_window_pool *pool) {
   return pool->n_req_slots;
 }
@@ -53,6 +64,8 @@ uint64_t kvs_window_pool_bound_slots(const struct kvs_window_pool *pool) {
 }
 
 int64_t kvs_window_pool_slot_of(const struct kvs_window_pool *pool, uint64_t request) {
+  /* Past the range a request id would alias the free and dummy markers. */
+  if (request >= KVS_MAX_REQUEST_ID) return -1;
   for (uint64_t s = 0; s + 1 < pool->n_req_slots; s++) {
     if (pool->slot_request[s] == (int64_t)request) return (int64_t)s;
   }
@@ -130,17 +143,22 @@ kvs_status kvs_window_pool_slot_free(kvs_window_pool_t pool, uint64_t request, k
 kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, int64_t request,
                                          kvs_error *err) {
   if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool is NULL");
-  if (slot + 1 >= pool->n_req_slots) {
+  if (pool->n_req_slots == 0 || slot >= pool->n_req_slots - 1) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                          "request slot %llu is %s (%llu slots, the last the dummy)",
                          (unsigned long long)slot,
-                         slot + 1 == pool->n_req_slots ? "the dummy" : "outside the pool",
+                         pool->n_req_slots > 0 && slot == pool->n_req_slots - 1 ? "the dummy"
+                                                                                : "outside the pool",
                          (unsigned long long)pool->n_req_slots);
   }
   if (request < KVS_SLOT_FREE || request == KVS_SLOT_DUMMY) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a slot holds a request (>= 0) or -1 (free), not %lld", (long long)request);
   }
+  /* The bound count follows the table, as kvs_window_pool_bind_raw's does. */
+  int64_t before = pool->slot_request[slot];
+  if (before == KVS_SLOT_FREE && request != KVS_SLOT_FREE) pool->bound_slots++;
+  if (before != KVS_SLOT_FREE && request == KVS_SLOT_FREE) pool->bound_slots--;
   set_slot(pool, slot, request);
   return KVS_OK;
 }
@@ -157,12 +175,12 @@ kvs_status kvs_pool_slots_validate(struct kvs_window_pool *pool, size_t i,
                                    kvs_error *err) {
   uint64_t slot = entry->full_page & ~KVS_JOURNAL_SLOT_TAG;
   int64_t request = entry->window_page;
-  if (slot + 1 >= pool->n_req_slots) {
+  if (pool->n_req_slots == 0 || slot >= pool->n_req_slots - 1) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                          "journal entry %zu names request slot %llu, %s", i,
                          (unsigned long long)slot,
                          pool->n_req_slots == 0 ? "but this pool has no request slots"
-                         : slot + 1 == pool->n_req_slots ? "the reserved dummy slot"
+                         : slot == pool->n_req_slots - 1 ? "the reserved dummy slot"
                                                          : "outside the pool");
   }
   int64_t current = replayed(pool, slot, epoch);
