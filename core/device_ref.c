@@ -228,9 +228,9 @@ kvs_status kvs_ref_batch_state_locs(const kvs_state_placement *placement, const 
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "state locs of %zu rows under %s rings: %s is NULL", n,
                          kvs_state_rings_name(p->rings),
-                         positions == NULL              ? "positions"
-                         : need_own && own == NULL      ? "own (window slots)"
-                                                        : "slots (request slots)");
+                         positions == NULL         ? "positions"
+                         : need_own && own == NULL ? "own (window slots)"
+                                                   : "slots (request slots)");
   }
   const kvs_tm_div page = kvs_tm_div_make(p->page);
   const kvs_tm_div csa = kvs_tm_div_make(KVS_RING_SLOTS_CSA);

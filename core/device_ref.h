@@ -113,10 +113,10 @@ kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, 
 
 /* Where a pool's rings live, for the batch state-location kernels. */
 typedef struct kvs_state_placement {
-  kvs_state_rings rings;  /* from core/cost_model.h */
-  uint64_t page;          /* P */
-  uint64_t n_win_slots;   /* window slots; a window slot at or past them faults */
-  uint64_t n_req_slots;   /* request slots (dummy included); 0 with per-page rings */
+  kvs_state_rings rings; /* from core/cost_model.h */
+  uint64_t page;         /* P */
+  uint64_t n_win_slots;  /* window slots; a window slot at or past them faults */
+  uint64_t n_req_slots;  /* request slots (dummy included); 0 with per-page rings */
 } kvs_state_placement;
 
 /* The placement of a pool of these sizes. */

@@ -53,6 +53,18 @@ extern "C" cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t 
   return launch.error;
 }
 
+extern "C" cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement,
+                                                   const int64_t *own, const int64_t *slots,
+                                                   const int64_t *positions, uint64_t n,
+                                                   int64_t *out_csa, int64_t *out_hca,
+                                                   kvs_batch_fault *fault, uint32_t max_blocks,
+                                                   cudaStream_t stream) {
+  StreamLaunch launch{stream};
+  launch_batch_state_locs(launch, placement, own, slots, positions, n, out_csa, out_hca, fault,
+                          max_blocks);
+  return launch.error;
+}
+
 extern "C" cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims,
                                            kvs_block_tables tables, const int64_t *positions,
                                            uint64_t n_req, int64_t *own, int64_t *prev,

@@ -6,7 +6,7 @@
 // (tests/cuda/kernel_emulation.h supplies the CUDA built-ins there), so
 // the kernel source itself is exercised on machines without a GPU.
 //
-// All four are memory-bound gathers and scatters of int64 slots, so the
+// All five are memory-bound gathers and scatters of int64 slots, so the
 // design rule is the same throughout: consecutive lanes touch consecutive
 // 8-byte rows (every warp access is whole 32-byte sectors), independent
 // loads are issued together before their results are used (latency, not
@@ -76,7 +76,9 @@ __global__ void __launch_bounds__(kApplyThreads)
        i += step) {
     KVS_KERNEL_COUNT_ENTRY_LOADS(1);
     const kvs_journal_entry e = entries[i];
-    if (kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page)) {
+    if (kvs_tm_entry_is_slot(e.full_page)) {
+      // A request-slot entry: the host pool's, never the table's.
+    } else if (kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page)) {
       atomicMax(reinterpret_cast<long long *>(map + e.full_page * page),
                 static_cast<long long>(kApplyMark + static_cast<int64_t>(i)));
     } else {
@@ -96,9 +98,12 @@ __global__ void __launch_bounds__(kApplyThreads)
        i < n; i += step) {
     KVS_KERNEL_COUNT_ENTRY_LOADS(1);
     const kvs_journal_entry e = entries[i];
-    int64_t *rows = map + e.full_page * page;
-    const bool last = kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page) &&
-                      rows[0] == kApplyMark + static_cast<int64_t>(i);
+    // A request-slot entry never writes (the mark pass skipped it without
+    // a fault); rows is formed only for an entry inside the table.
+    const bool fits = !kvs_tm_entry_is_slot(e.full_page) &&
+                      kvs_tm_entry_fits(n_full_pages, n_win_pages, e.full_page, e.window_page);
+    int64_t *rows = fits ? map + e.full_page * page : map;
+    const bool last = fits && rows[0] == kApplyMark + static_cast<int64_t>(i);
     __syncwarp();
     if (!last) continue;
     for (uint64_t offset = lane; offset < page; offset += kWarp) {
@@ -156,6 +161,48 @@ __global__ void __launch_bounds__(kFlatThreads)
     }
     if (out_csa != nullptr) out_csa[i] = a;
     if (out_hca != nullptr) out_hca[i] = b;
+  }
+}
+
+// ---- ring locations of a decode batch ----
+//
+// One thread per row, pure arithmetic after the loads: the position, then
+// the window slot and/or request slot the requested outputs read, all
+// issued before use; 8 + 16 bytes in and 16 out per row. A ring kind per
+// window page derives its location from the window slot
+// (kvs_tm_state_loc), one per request from the request slot and the
+// position (kvs_tm_request_state_loc); kvs_tm_batch_ring_loc picks.
+// A row faults once, whichever of its rings reached past its pool.
+__global__ void __launch_bounds__(kFlatThreads)
+    batch_state_locs_kernel(kvs_tm_div page, int csa_req, int hca_req, uint64_t n_win_slots,
+                            uint64_t n_req_slots, const int64_t *__restrict__ own,
+                            const int64_t *__restrict__ slots,
+                            const int64_t *__restrict__ positions, uint64_t n,
+                            int64_t *__restrict__ out_csa, int64_t *__restrict__ out_hca,
+                            kvs_batch_fault *fault) {
+  const kvs_tm_div csa = kvs_tm_div_make(KVS_RING_SLOTS_CSA);
+  const kvs_tm_div hca = kvs_tm_div_make(KVS_RING_SLOTS_HCA);
+  const bool need_own = (out_csa != nullptr && !csa_req) || (out_hca != nullptr && !hca_req);
+  const bool need_slots = (out_csa != nullptr && csa_req) || (out_hca != nullptr && hca_req);
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += step) {
+    const int64_t pos = positions[i];
+    const int64_t w = need_own ? own[i] : -1;
+    const int64_t s = need_slots ? slots[i] : -1;
+    int64_t a = -1, b = -1;
+    int bad = 0;
+    if (pos >= 0) {
+      if (out_csa != nullptr) {
+        a = kvs_tm_batch_ring_loc(csa_req, w, s, pos, page, csa, n_win_slots, n_req_slots, &bad);
+      }
+      if (out_hca != nullptr) {
+        b = kvs_tm_batch_ring_loc(hca_req, w, s, pos, page, hca, n_win_slots, n_req_slots, &bad);
+      }
+    }
+    if (out_csa != nullptr) out_csa[i] = a;
+    if (out_hca != nullptr) out_hca[i] = b;
+    if (bad) note_fault(fault, i);
   }
 }
 
@@ -295,6 +342,31 @@ bool launch_state_locs(Launch &&launch, kvs_table_dims dims, const int64_t *slot
   if (n == 0) return true;
   return launch(flat_grid(n, max_blocks), kFlatThreads, state_locs_kernel,
                 kvs_tm_div_make(dims.page), dims.n_win_slots, slots, n, out_csa, out_hca, fault);
+}
+
+// Which inputs a batch state-location launch reads: own when a requested
+// ring kind is per window page, slots when one is per request.
+inline bool batch_state_reads_own(kvs_state_placement placement, bool csa_out, bool hca_out) {
+  return (csa_out && !kvs_tm_csa_per_request(static_cast<int>(placement.rings))) ||
+         (hca_out && !kvs_tm_hca_per_request(static_cast<int>(placement.rings)));
+}
+
+inline bool batch_state_reads_slots(kvs_state_placement placement, bool csa_out, bool hca_out) {
+  return (csa_out && kvs_tm_csa_per_request(static_cast<int>(placement.rings))) ||
+         (hca_out && kvs_tm_hca_per_request(static_cast<int>(placement.rings)));
+}
+
+template <typename Launch>
+bool launch_batch_state_locs(Launch &&launch, kvs_state_placement placement, const int64_t *own,
+                             const int64_t *slots, const int64_t *positions, uint64_t n,
+                             int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                             uint32_t max_blocks) {
+  if (n == 0) return true;
+  const int rings = static_cast<int>(placement.rings);
+  return launch(flat_grid(n, max_blocks), kFlatThreads, batch_state_locs_kernel,
+                kvs_tm_div_make(placement.page), kvs_tm_csa_per_request(rings),
+                kvs_tm_hca_per_request(rings), placement.n_win_slots, placement.n_req_slots, own,
+                slots, positions, n, out_csa, out_hca, fault);
 }
 
 template <typename Launch>

@@ -22,7 +22,8 @@ extern "C" {
 
 /* Entries are read from `entries` (n of them, n < 2^62); the last fitting
  * entry per full page wins; entries that do not fit are skipped and
- * faulted. O(n): every entry is read twice (device_kernels.cuh). */
+ * faulted; request-slot entries (KVS_JOURNAL_SLOT_TAG) are skipped without
+ * a fault. O(n): every entry is read twice (device_kernels.cuh). */
 cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                      const kvs_journal_entry *entries, uint64_t n,
                                      kvs_batch_fault *fault, uint32_t max_blocks,
@@ -36,6 +37,15 @@ cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const 
 cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uint64_t n,
                                   int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
                                   uint32_t max_blocks, cudaStream_t stream);
+
+/* The batch's ring locations (kvs_ref_batch_state_locs): own, slots and
+ * positions are read where the requested outputs need them (own for a
+ * ring kind per window page, slots for one per request); out_csa or
+ * out_hca may be NULL (not both). */
+cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int64_t *own,
+                                        const int64_t *slots, const int64_t *positions, uint64_t n,
+                                        int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                        uint32_t max_blocks, cudaStream_t stream);
 
 /* tables.pages is a device pointer. */
 cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,

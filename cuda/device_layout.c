@@ -120,7 +120,12 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
                   bool *of) {
   const kvs_row_widths *w = &terms->widths;
   uint64_t ft = sizes->full_token;
-  uint64_t win_pages = sizes->n_win_pages;
+  /* Ring units: window pages, or request slots for a ring kind placed per
+   * request (kvs_layer_sizes.state_slots / idx_state_slots). */
+  uint64_t csa_units =
+      kvs_state_rings_csa_per_request(sizes->state_rings) ? sizes->n_req_slots : sizes->n_win_pages;
+  uint64_t hca_units =
+      kvs_state_rings_hca_per_request(sizes->state_rings) ? sizes->n_req_slots : sizes->n_win_pages;
   kvs_device_span *s = l->spans;
   set_span(&s[SPAN_MAPPING], KVS_DEVICE_TIER_MAPPING, 0, 1, ft, 1, KVS_INT64_BYTES, of);
   set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms->n_layers, sizes->n_win_slots, 0,
@@ -132,11 +137,11 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
   set_span(&s[SPAN_INDEXER], KVS_DEVICE_TIER_INDEXER, KVS_CSA_RATIO, terms->n_csa,
            ft / KVS_CSA_RATIO, options->n_scratch, w->index, of);
   set_span(&s[SPAN_STATE_CSA], KVS_DEVICE_TIER_STATE, KVS_CSA_RATIO, terms->n_csa,
-           mul(win_pages, KVS_RING_SLOTS_CSA, of), 1, w->csa_state, of);
+           mul(csa_units, KVS_RING_SLOTS_CSA, of), 1, w->csa_state, of);
   set_span(&s[SPAN_STATE_HCA], KVS_DEVICE_TIER_STATE, KVS_HCA_RATIO, terms->n_hca,
-           mul(win_pages, KVS_RING_SLOTS_HCA, of), 1, w->hca_state, of);
+           mul(hca_units, KVS_RING_SLOTS_HCA, of), 1, w->hca_state, of);
   set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms->n_csa,
-           mul(win_pages, KVS_RING_SLOTS_CSA, of), 1, w->idx_state, of);
+           mul(csa_units, KVS_RING_SLOTS_CSA, of), 1, w->idx_state, of);
 
   /* Control first: its fault records need 8-byte atomics, which an offset
    * after ragged tiers at alignment 1 would not give. It is a multiple of
@@ -209,6 +214,18 @@ static kvs_status check_sizes(const kvs_cost_terms *terms, const kvs_pool_sizes 
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "sizes were built for %llu layers, the device holds %llu",
                          (unsigned long long)sizes->n_layers, (unsigned long long)terms->n_layers);
+  }
+  /* The carve reads the placement from the sizes, core prices it from the
+   * terms' widths: they must be one placement. */
+  if (sizes->state_rings != terms->widths.state_rings ||
+      sizes->n_req_slots != terms->widths.n_req_slots) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "sizes place rings %s with %llu request slots, the row widths %s with "
+                         "%llu",
+                         kvs_state_rings_name(sizes->state_rings),
+                         (unsigned long long)sizes->n_req_slots,
+                         kvs_state_rings_name(terms->widths.state_rings),
+                         (unsigned long long)terms->widths.n_req_slots);
   }
   return KVS_OK;
 }

@@ -19,8 +19,11 @@
  *                n_scratch KV rows each
  *   indexer      ratio-4 layers: idx_blocks + n_scratch index rows
  *   state        ratio-4 layers, then ratio-128 layers: the fp32
- *                attention ring, state_slots + 1 rows
- *   index state  ratio-4 layers: the fp32 indexer ring, + 1 row
+ *                attention ring, state_slots + 1 rows (state_slots: ring
+ *                x window pages, or ring x request slots for a ring kind
+ *                placed per request; kvs_layer_sizes)
+ *   index state  ratio-4 layers: the fp32 indexer ring, idx_state_slots
+ *                + 1 rows
  * Regions of one kind have one size, so a region's offset is
  * first + rank * stride: found in O(1) for any layer. */
 #ifndef KVS_DEVICE_LAYOUT_H

@@ -356,6 +356,51 @@ kvs_status kvs_device_tables_state_locs(kvs_device_tables_t tables, const int64_
   return status;
 }
 
+kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const int64_t *d_own,
+                                              const int64_t *d_slots, const int64_t *d_positions,
+                                              size_t n, int64_t *d_out_csa, int64_t *d_out_hca,
+                                              cudaStream_t stream, kvs_error *err) {
+  if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
+  kvs_state_placement placement = kvs_state_placement_of(&tables->layout.sizes);
+  kvs_status status = kvs_state_placement_check(&placement, err);
+  if (status != KVS_OK) return status;
+  bool csa = d_out_csa != NULL, hca = d_out_hca != NULL;
+  if (!csa && !hca) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locs need an output: out_csa, out_hca or both");
+  }
+  bool csa_req = kvs_state_rings_csa_per_request(placement.rings);
+  bool hca_req = kvs_state_rings_hca_per_request(placement.rings);
+  uint64_t page = placement.page;
+  if ((csa && !csa_req && page % KVS_RING_SLOTS_CSA != 0) ||
+      (hca && !hca_req && page % KVS_RING_SLOTS_HCA != 0)) {
+    return kvs_error_set(
+        err, KVS_ERR_INVALID_ARGUMENT,
+        "ring_size %u must divide P=%llu, or two pages share a ring block",
+        csa && !csa_req && page % KVS_RING_SLOTS_CSA != 0 ? KVS_RING_SLOTS_CSA : KVS_RING_SLOTS_HCA,
+        (unsigned long long)page);
+  }
+  if (n == 0) return KVS_OK;
+  bool need_own = (csa && !csa_req) || (hca && !hca_req);
+  bool need_slots = (csa && csa_req) || (hca && hca_req);
+  if (d_positions == NULL || (need_own && d_own == NULL) || (need_slots && d_slots == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locs of %zu rows under %s rings: %s is NULL", n,
+                         kvs_state_rings_name(placement.rings),
+                         d_positions == NULL         ? "positions"
+                         : need_own && d_own == NULL ? "own (window slots)"
+                                                     : "slots (request slots)");
+  }
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
+  status = launched(
+      kvs_launch_batch_state_locs(placement, d_own, d_slots, d_positions, n, d_out_csa, d_out_hca,
+                                  &tables->faults->state_locs, tables->max_blocks, stream),
+      "batch_state_locs", n, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
                                       const kvs_block_tables *block_tables,
                                       const int64_t *d_positions, size_t n_req, int64_t *d_own,
@@ -421,7 +466,8 @@ kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *e
   } records[] = {
       {"apply_journal", "journal entries naming a page outside the table", &faults->apply_journal},
       {"translate", "locs past the sentinel row", &faults->translate},
-      {"state_locs", "window slots past the window pool", &faults->state_locs},
+      {"state_locs", "window slots past the window pool or request slots past the request slots",
+       &faults->state_locs},
       {"ring_ctx", "requests whose window reaches past their block table or the table",
        &faults->ring_ctx},
   };

@@ -110,6 +110,21 @@ kvs_status kvs_device_tables_state_locs(kvs_device_tables_t tables, const int64_
                                         size_t n, int64_t *d_out_csa, int64_t *d_out_hca,
                                         cudaStream_t stream, kvs_error *err);
 
+/* The ratio-4 and ratio-128 ring locations of a decode batch's rows
+ * (kvs_ref_batch_state_locs) under the placement of the layout the tables
+ * were created from (kvs_state_placement_of(&layout->sizes)): per window
+ * page from d_own (window slots, e.g. a ring context's own), per request
+ * from d_slots (request slots) and d_positions. d_slots may be NULL when
+ * no requested ring kind is per request, d_own when none is per page;
+ * either output may be NULL, not both. A missing input, a per-page ring
+ * that does not divide P or a placement kvs_state_placement_check refuses
+ * is refused before anything is queued. Faults (a slot past its pool) go
+ * to the state_locs record. */
+kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const int64_t *d_own,
+                                              const int64_t *d_slots, const int64_t *d_positions,
+                                              size_t n, int64_t *d_out_csa, int64_t *d_out_hca,
+                                              cudaStream_t stream, kvs_error *err);
+
 /* The ring context of n_req requests (kvs_ref_ring_ctx): block_tables->pages
  * and every array are device pointers; d_ring holds n_req * P slots. */
 kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,

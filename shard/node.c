@@ -42,6 +42,8 @@ struct kvs_node {
   /* Host copies of the last step's ring contexts, for digests. */
   size_t max_batch;
   int64_t *h_own, *h_prev, *h_ring;
+  int64_t *h_csa, *h_hca; /* the batch's ratio-4 and ratio-128 ring locations */
+  int64_t *h_slots;       /* the batch's request slots, resolved after the apply */
   size_t host_rows;   /* rows valid in the host copies; 0 when stale */
   int64_t *check_map; /* the tables' mapping, downloaded by checks */
   kvs_node_stats stats;
@@ -102,6 +104,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   const kvs_row_widths *w = &node->widths;
   h = kvs_mix64(kvs_mix64(kvs_mix64(h, w->kv), w->index), w->csa_state);
   h = kvs_mix64(kvs_mix64(h, w->hca_state), w->idx_state);
+  h = kvs_mix64(kvs_mix64(h, (uint64_t)w->state_rings), w->n_req_slots);
   h = kvs_mix64_double(h, o->swa_ratio);
   h = kvs_mix64(kvs_mix64(h, o->page), o->max_seq_len);
   h = kvs_mix64(kvs_mix64(h, o->max_running), o->radix);
@@ -329,6 +332,9 @@ void kvs_node_destroy(kvs_node_t node) {
   free(node->h_own);
   free(node->h_prev);
   free(node->h_ring);
+  free(node->h_csa);
+  free(node->h_hca);
+  free(node->h_slots);
   free(node->check_map);
   free(node);
 }
@@ -361,8 +367,16 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   }
   if (local == KVS_OK) {
     node->widths = o->widths != NULL ? *o->widths : kvs_row_widths_default(&node->geometry);
+    if (node->widths.state_rings != KVS_STATE_RINGS_PER_PAGE &&
+        node->widths.n_req_slots < o->max_running + 1) {
+      local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
+                            "%llu request slots for %llu running requests: per-request rings "
+                            "need one per running request and the dummy",
+                            (unsigned long long)node->widths.n_req_slots,
+                            (unsigned long long)o->max_running);
+    }
     uint64_t floor = o->floor_win_pages;
-    if (floor == 0) {
+    if (local == KVS_OK && floor == 0) {
       local = kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
                                      &local_err);
     }
@@ -477,7 +491,11 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   node->h_own = malloc(node->max_batch * sizeof *node->h_own);
   node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);
   node->h_ring = malloc((ring_rows > 0 ? ring_rows : 1) * sizeof *node->h_ring);
-  if (local == KVS_OK && (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL)) {
+  node->h_csa = malloc(node->max_batch * sizeof *node->h_csa);
+  node->h_hca = malloc(node->max_batch * sizeof *node->h_hca);
+  node->h_slots = malloc(node->max_batch * sizeof *node->h_slots);
+  if (local == KVS_OK && (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL ||
+                          node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL)) {
     local = kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
                           node->max_batch);
   }
@@ -548,6 +566,8 @@ static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
   uint64_t h = kvs_mix64(0x6b7673726e677331ull, n);
   h = kvs_mix64(h, XXH3_64bits(node->h_own, n * sizeof *node->h_own));
   h = kvs_mix64(h, XXH3_64bits(node->h_prev, n * sizeof *node->h_prev));
+  h = kvs_mix64(h, XXH3_64bits(node->h_csa, n * sizeof *node->h_csa));
+  h = kvs_mix64(h, XXH3_64bits(node->h_hca, n * sizeof *node->h_hca));
   return kvs_mix64(h, XXH3_64bits(node->h_ring, n * node->options.page * sizeof *node->h_ring));
 }
 
@@ -568,15 +588,31 @@ kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *b
 
   kvs_error local;
   kvs_error_clear(&local);
-  kvs_ring_batch empty = {NULL, 0, NULL, 0};
+  kvs_ring_batch empty = {.block_table = NULL, .stride = 0, .positions = NULL, .n_req = 0};
+  kvs_ring_batch resolved = batch != NULL ? *batch : empty;
+  kvs_status status = KVS_OK;
+  if (resolved.requests != NULL) {
+    /* Each rank's slots from its own mirror, now that the step applied:
+     * a rank whose slot differs derives other ring locations, which the
+     * digest then shows. */
+    kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+    if (resolved.n_req > node->max_batch) {
+      status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
+                             "a batch of %zu rows, over the node's %zu", resolved.n_req,
+                             node->max_batch);
+    }
+    for (size_t i = 0; status == KVS_OK && i < resolved.n_req; i++) {
+      node->h_slots[i] = kvs_window_pool_slot_of(pool, resolved.requests[i]);
+    }
+    resolved.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
+  }
   uint64_t ring_start = kvs_now_ns();
-  kvs_status status =
-      kvs_table_ring_ctx(node->table, batch != NULL ? batch : &empty, &r.ring, &local);
+  if (status == KVS_OK) status = kvs_table_ring_ctx(node->table, &resolved, &r.ring, &local);
   node->stats.ring_ns += kvs_now_ns() - ring_start;
   if (status == KVS_OK && digest) {
     uint64_t digest_start = kvs_now_ns();
     status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
-                                      &local);
+                                      node->h_csa, node->h_hca, &local);
     if (status == KVS_OK) {
       node->host_rows = r.ring.n_req;
       r.digest = ring_digest(node, r.ring.n_req);
@@ -592,6 +628,17 @@ kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *b
   }
   if (out != NULL) *out = r;
   return stepped;
+}
+
+kvs_status kvs_node_host_state(const struct kvs_node *node, const int64_t **csa,
+                               const int64_t **hca, size_t *n_req, kvs_error *err) {
+  if (node == NULL || csa == NULL || hca == NULL || n_req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
+  }
+  *csa = node->h_csa;
+  *hca = node->h_hca;
+  *n_req = node->host_rows;
+  return KVS_OK;
 }
 
 kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,

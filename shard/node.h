@@ -79,7 +79,9 @@ typedef struct kvs_node_options {
   size_t size; /* sizeof(kvs_node_options) */
   /* The model and the pool's shape; the same on every rank. */
   const kvs_geometry *geometry; /* required */
-  const kvs_row_widths *widths; /* NULL: bf16 rows, fp32 rings */
+  /* NULL: bf16 rows, fp32 rings per window page. With rings per request,
+   * n_req_slots must be at least max_running + 1 (the dummy slot). */
+  const kvs_row_widths *widths;
   double swa_ratio;
   uint64_t page;
   uint64_t max_seq_len;
@@ -172,6 +174,13 @@ kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *b
 kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
                               const int64_t **prev, const int64_t **ring, size_t *n_req,
                               kvs_error *err);
+
+/* The last step's ratio-4 and ratio-128 ring locations in host memory
+ * (valid after a digest step until the next step), n_req each: per
+ * request from the rows' request slots, per page from their window slots,
+ * as the pool's widths place the rings. */
+kvs_status kvs_node_host_state(const struct kvs_node *node, const int64_t **csa,
+                               const int64_t **hca, size_t *n_req, kvs_error *err);
 
 /* Collective: kvs_shard_check, whose one allreduce also carries every
  * rank's tables compared with its mirror pool's mapping and their fault

@@ -64,7 +64,9 @@ struct kvs_shard {
 size_t kvs_shard_step_capacity_for(uint64_t chunk_tokens, uint64_t page, uint64_t max_running) {
   if (page == 0) page = 1;
   uint64_t chunk_pages = (chunk_tokens + page - 1) / page;
-  return (size_t)(2 * chunk_pages + 4 * max_running + 4);
+  /* Page binds and frees, and a request slot bound and freed per running
+   * request at most (per-request rings). */
+  return (size_t)(2 * chunk_pages + 6 * max_running + 4);
 }
 
 const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
@@ -500,7 +502,7 @@ static kvs_status reduce(kvs_shard_t shard, size_t count, kvs_comm_op op, kvs_er
  * one must differ (the digests are sums), so each level keeps a differing
  * half and the left one first: the result is the lowest differing page. */
 static kvs_status bisect(kvs_shard_t shard, uint64_t *page, kvs_error *err) {
-  uint64_t lo = 0, hi = shard->n_full_pages;
+  uint64_t lo = 0, hi = kvs_window_pool_digest_units(shard->pool);
   uint64_t *w = shard->words.host;
   while (hi - lo > 1) {
     uint64_t mid = lo + (hi - lo) / 2;
@@ -596,6 +598,9 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   r.rank_window_page = -1;
   r.first_seen_step = w[C_SEEN] == NONE ? NONE : kvs_rank_word_value(w[C_SEEN]);
   r.first_seen_rank = w[C_SEEN] == NONE ? -1 : kvs_rank_word_rank(w[C_SEEN]);
+  r.request_slot = NONE;
+  r.leader_request = -1;
+  r.rank_request = -1;
   uint64_t step_min = w[C_STEP], step_max = ~w[C_NOT_STEP];
   bool aux_differs = w[C_AUX] != ~w[C_NOT_AUX] || w[C_AUX_STEP] != ~w[C_NOT_AUX_STEP];
   uint64_t integrity_rank = w[C_INTEGRITY];
@@ -612,6 +617,27 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
     r.kind = KVS_SHARD_DIVERGED_BINDINGS;
     uint64_t page, leader_value, first_value;
     if ((status = bisect(shard, &page, err))) return status;
+    if (page >= shard->n_full_pages) {
+      /* A request slot: its request, +2 so free (-1) and the dummy (-2)
+       * stay unsigned for the collectives. */
+      uint64_t slot = page - shard->n_full_pages;
+      int64_t holds = kvs_window_pool_slot_request(shard->pool, slot);
+      if ((status = compare_with_leader(shard, (uint64_t)(holds + 2), &leader_value, &r.rank,
+                                        &first_value, &r.ranks_differing, err))) {
+        return status;
+      }
+      r.request_slot = slot;
+      r.leader_request = (int64_t)leader_value - 2;
+      r.rank_request = r.rank >= 0 ? (int64_t)first_value - 2 : -1;
+      status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                             "request slots diverged (checked after step %lld): request slot "
+                             "%llu holds request %lld on the leader (rank %d) and request %lld "
+                             "on rank %d (-1: free); %d rank(s) differ on it; %s",
+                             (long long)r.step, (unsigned long long)slot,
+                             (long long)r.leader_request, KVS_SHARD_LEADER,
+                             (long long)r.rank_request, r.rank, r.ranks_differing, seen);
+      goto reported;
+    }
     int64_t mine = window_page_of(shard, page);
     if ((status = compare_with_leader(shard, (uint64_t)(mine + 1), &leader_value, &r.rank,
                                       &first_value, &r.ranks_differing, err))) {
@@ -657,6 +683,7 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
                            "divergence, its pages already freed",
                            r.rank, (unsigned long long)r.first_seen_step, (long long)r.step);
   }
+reported:
   kvs_comm_stats_get(shard->comm, &after);
   r.collectives = after.collectives - before.collectives;
   shard->stats.check_collectives += r.collectives;
@@ -703,6 +730,43 @@ kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t 
     if (status != KVS_OK) return status;
   }
   if (from != NULL) *from = current;
+  if (to != NULL) *to = target;
+  return KVS_OK;
+}
+
+kvs_status kvs_shard_inject_slot_flip(kvs_shard_t shard, uint64_t request, int64_t *from,
+                                      int64_t *to, kvs_error *err) {
+  kvs_window_pool_t pool = shard->pool;
+  int64_t held = kvs_window_pool_slot_of(pool, request);
+  if (held < 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu holds no request slot on rank %d; there is none to flip",
+                         (unsigned long long)request, shard->rank);
+  }
+  /* The lowest free slot; with every slot bound, the lowest other one,
+   * whose request takes this one's slot (a swap: still one slot each). */
+  uint64_t n = kvs_window_pool_request_slots(pool);
+  int64_t target = -1, other = -1;
+  for (uint64_t s = 0; s + 1 < n && target < 0; s++) {
+    if (kvs_window_pool_slot_request(pool, s) == KVS_SLOT_FREE) target = (int64_t)s;
+  }
+  for (uint64_t s = 0; s + 1 < n && target < 0; s++) {
+    if ((int64_t)s != held) {
+      target = (int64_t)s;
+      other = kvs_window_pool_slot_request(pool, s);
+    }
+  }
+  if (target < 0) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED,
+                         "rank %d has one request slot: no slot to move request %llu to",
+                         shard->rank, (unsigned long long)request);
+  }
+  kvs_status status = kvs_window_pool_slot_bind_raw(pool, (uint64_t)held, other, err);
+  if (status == KVS_OK) {
+    status = kvs_window_pool_slot_bind_raw(pool, (uint64_t)target, (int64_t)request, err);
+  }
+  if (status != KVS_OK) return status;
+  if (from != NULL) *from = held;
   if (to != NULL) *to = target;
   return KVS_OK;
 }

@@ -187,6 +187,12 @@ typedef struct kvs_shard_report {
   uint64_t first_seen_step;   /* earliest step a follower saw itself differ; UINT64_MAX */
   int first_seen_rank;        /* that follower; -1 */
   uint64_t collectives;       /* collectives the check used */
+  /* A request slot that differs (per-request rings), located like a page:
+   * UINT64_MAX none; then the requests it holds on the leader and on
+   * `rank` (-1 free). full_page is UINT64_MAX in that case. */
+  uint64_t request_slot;
+  int64_t leader_request;
+  int64_t rank_request;
 } kvs_shard_report;
 
 /* Collective: compares every rank's binding digest, application digest,
@@ -194,7 +200,8 @@ typedef struct kvs_shard_report {
  * Otherwise KVS_ERR_DIVERGENCE on every rank, with the report filled and a
  * message naming the step, the page, the leader's and the rank's window
  * pages; differing bindings are located by bisection over full-page
- * ranges in O(log pages) collectives. report may be NULL. */
+ * ranges (then request slots, which follow the pages in the digest) in
+ * O(log pages) collectives. report may be NULL. */
 kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err);
 
 /* Fault injection, local: moves full page `full_page`'s binding on this
@@ -204,6 +211,14 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
  * bound. *from and *to (may be NULL) get the window pages. */
 kvs_status kvs_shard_inject_flip(kvs_shard_t shard, uint64_t full_page, int64_t *from, int64_t *to,
                                  kvs_error *err);
+
+/* Fault injection, local: moves request `request`'s request slot on this
+ * rank only to the lowest free slot (raw, outside the journal), as a
+ * misapplied admission would; with every slot bound, it swaps slots with
+ * the request in the lowest other slot. The request must hold a slot.
+ * *from and *to (may be NULL) get the slots. */
+kvs_status kvs_shard_inject_slot_flip(kvs_shard_t shard, uint64_t request, int64_t *from,
+                                      int64_t *to, kvs_error *err);
 
 typedef struct kvs_shard_stats {
   uint64_t steps;

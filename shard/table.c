@@ -84,12 +84,19 @@ kvs_status kvs_table_ring_ctx(kvs_table_t table, const kvs_ring_batch *batch, kv
 }
 
 kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *result, int64_t *own,
-                                    int64_t *prev, int64_t *ring, kvs_error *err) {
+                                    int64_t *prev, int64_t *ring, int64_t *csa_loc,
+                                    int64_t *hca_loc, kvs_error *err) {
   if (table == NULL || result == NULL ||
       (result->n_req > 0 && (own == NULL || prev == NULL || ring == NULL))) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, result and host arrays needed");
   }
-  return table->ops->result_to_host(table->impl, result, own, prev, ring, err);
+  if (result->n_req > 0 && ((csa_loc != NULL && result->csa_loc == NULL) ||
+                            (hca_loc != NULL && result->hca_loc == NULL))) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the result holds no %s ring locations to copy",
+                         csa_loc != NULL && result->csa_loc == NULL ? "ratio-4" : "ratio-128");
+  }
+  return table->ops->result_to_host(table->impl, result, own, prev, ring, csa_loc, hca_loc, err);
 }
 
 kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err) {

@@ -49,17 +49,25 @@ typedef struct kvs_table_limits {
 /* A step's batch, in host memory: request r's block table is
  * block_table[r * stride .. r * stride + stride) (full-block indices, -1
  * unassigned, blocks of P tokens), its position positions[r] (negative:
- * an idle row). */
+ * an idle row), and with per-request rings its request slot slots[r] (-1:
+ * none bound; the dummy slot for a graph-padded row). */
 typedef struct kvs_ring_batch {
   const int32_t *block_table;
   uint64_t stride;
   const int64_t *positions;
   size_t n_req;
+  const int64_t *slots; /* request slot per row; NULL with per-page rings */
+  /* The node's form (kvs_node_step): the request of each row, whose slot
+   * every rank resolves from its own mirror pool after the step's bindings
+   * are applied (slots is then ignored). NULL: slots as given. */
+  const uint64_t *requests;
 } kvs_ring_batch;
 
 /* Where a ring context lives: n_req own and prev slots and n_req * page
- * ring slots (kvs_ref_ring_ctx), in device memory when on_device, else in
- * host memory. Valid until the next kvs_table_ring_ctx. */
+ * ring slots (kvs_ref_ring_ctx), and the n_req ratio-4 and ratio-128 ring
+ * locations of the rows' positions (kvs_ref_batch_state_locs under the
+ * table's placement), in device memory when on_device, else in host
+ * memory. Valid until the next kvs_table_ring_ctx. */
 typedef struct kvs_ring_result {
   const int64_t *own;
   const int64_t *prev;
@@ -67,6 +75,8 @@ typedef struct kvs_ring_result {
   size_t n_req;
   uint64_t page;
   bool on_device;
+  const int64_t *csa_loc; /* ratio-4 ring (attention and indexer) location per row */
+  const int64_t *hca_loc; /* ratio-128 ring location per row */
 } kvs_ring_result;
 
 /* The host twin: the table (full_token + 1 rows) and the batch buffers in
@@ -94,14 +104,24 @@ kvs_status kvs_table_apply(kvs_table_t table, const kvs_journal_entry *entries,
                            const void *device_entries, size_t n, kvs_error *err);
 
 /* The ring context of a batch (at most limits.max_requests rows, stride at
- * most limits.max_blocks). *out says where it lives. */
+ * most limits.max_blocks), then the rows' ring locations from it (per
+ * window page from own, per request from batch->slots and the positions)
+ * with the placement of the layout the table was created from
+ * (kvs_state_placement_of(&layout->sizes)). *out says where it lives. A
+ * ring kind the placement cannot derive (a per-page ring size that does not
+ * divide P: the layout then has no layer of that kind) reads -1. A batch
+ * whose placement has per-request rings but whose slots are NULL is
+ * refused (KVS_ERR_INVALID_ARGUMENT) before anything is queued. Faults (a
+ * slot past its pool) count in the state_locs record. */
 kvs_status kvs_table_ring_ctx(kvs_table_t table, const kvs_ring_batch *batch, kvs_ring_result *out,
                               kvs_error *err);
 
-/* Copies a result to host arrays (own, prev: n_req; ring: n_req * page);
- * waits for the work that produced it. */
+/* Copies a result to host arrays (own, prev, csa_loc, hca_loc: n_req;
+ * ring: n_req * page); waits for the work that produced it. csa_loc or
+ * hca_loc may be NULL: not copied. */
 kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *result, int64_t *own,
-                                    int64_t *prev, int64_t *ring, kvs_error *err);
+                                    int64_t *prev, int64_t *ring, int64_t *csa_loc,
+                                    int64_t *hca_loc, kvs_error *err);
 
 /* Copies the table (rows == full_token + 1) to host memory; waits. */
 kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err);
@@ -121,7 +141,8 @@ typedef struct kvs_table_ops {
   kvs_status (*ring_ctx)(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
                          kvs_error *err);
   kvs_status (*result_to_host)(void *impl, const kvs_ring_result *result, int64_t *own,
-                               int64_t *prev, int64_t *ring, kvs_error *err);
+                               int64_t *prev, int64_t *ring, int64_t *csa_loc, int64_t *hca_loc,
+                               kvs_error *err);
   kvs_status (*download)(void *impl, int64_t *mapping, size_t rows, kvs_error *err);
   kvs_status (*faults)(void *impl, kvs_device_faults *out, kvs_error *err);
   kvs_status (*sync)(void *impl, kvs_error *err);

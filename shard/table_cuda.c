@@ -1,7 +1,8 @@
 /* A table on a GPU: cuda/device_tables plus the step's batch buffers.
  *
  * Ordering, all on one stream: the journal apply, the batch upload, the
- * ring-context kernel and any readback run in submission order. Host
+ * ring-context kernel, the state-location kernel (which reads the ring
+ * context's own slots) and any readback run in submission order. Host
  * staging is pinned (an async copy from it may still be reading when the
  * call returns), so before the host rewrites it the table waits on the
  * event recorded after the last copy that read it. */
@@ -22,13 +23,18 @@ typedef struct cuda_table {
   cudaStream_t stream;
   bool own_stream;
   size_t journal_capacity; /* entries one host apply may stage */
+  kvs_state_placement placement;
+  bool csa_derivable, hca_derivable; /* kinds the placement can derive (table.h) */
   /* Device batch buffers. */
   int32_t *d_blocks;
   int64_t *d_positions;
+  int64_t *d_slots; /* request slots, with per-request rings */
   int64_t *d_own, *d_prev, *d_ring;
+  int64_t *d_csa, *d_hca; /* the rows' ring locations */
   /* Pinned host staging for the batch. */
   int32_t *h_blocks;
   int64_t *h_positions;
+  int64_t *h_slots;
   cudaEvent_t staged; /* after the last upload that read the staging */
   bool staged_pending;
 } cuda_table;
@@ -61,7 +67,14 @@ static kvs_status cuda_apply(void *impl, const kvs_journal_entry *entries,
 static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
                                 kvs_error *err) {
   cuda_table *t = impl;
-  kvs_ring_result r = {t->d_own, t->d_prev, t->d_ring, batch->n_req, t->dims.page, true};
+  kvs_ring_result r = {t->d_own,     t->d_prev, t->d_ring, batch->n_req,
+                       t->dims.page, true,      t->d_csa,  t->d_hca};
+  bool per_request = t->placement.rings != KVS_STATE_RINGS_PER_PAGE;
+  if (batch->n_req > 0 && per_request && batch->slots == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows without request slots, for %s state rings",
+                         batch->n_req, kvs_state_rings_name(t->placement.rings));
+  }
   if (batch->n_req == 0) {
     *out = r;
     return KVS_OK;
@@ -78,26 +91,49 @@ static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
   }
   memcpy(t->h_blocks, batch->block_table, blocks * sizeof *t->h_blocks);
   memcpy(t->h_positions, batch->positions, n * sizeof *t->h_positions);
+  if (per_request) memcpy(t->h_slots, batch->slots, n * sizeof *t->h_slots);
   KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_blocks, t->h_blocks, blocks * sizeof *t->h_blocks,
                                 cudaMemcpyHostToDevice, t->stream),
                 "cudaMemcpyAsync of the block tables", err, status, done);
   KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_positions, t->h_positions, n * sizeof *t->h_positions,
                                 cudaMemcpyHostToDevice, t->stream),
                 "cudaMemcpyAsync of the positions", err, status, done);
+  if (per_request) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_slots, t->h_slots, n * sizeof *t->h_slots,
+                                  cudaMemcpyHostToDevice, t->stream),
+                  "cudaMemcpyAsync of the request slots", err, status, done);
+  }
   KVS_CUDA_GOTO(cudaEventRecord(t->staged, t->stream), "cudaEventRecord after the batch upload",
                 err, status, done);
   t->staged_pending = true;
   kvs_block_tables bt = {t->d_blocks, batch->stride, t->dims.page};
   status = kvs_device_tables_ring_ctx(t->tables, &bt, t->d_positions, n, t->d_own, t->d_prev,
                                       t->d_ring, t->stream, err);
-  if (status == KVS_OK) *out = r;
+  if (status != KVS_OK) goto done;
+  if (t->csa_derivable || t->hca_derivable) {
+    status = kvs_device_tables_batch_state_locs(
+        t->tables, t->d_own, per_request ? t->d_slots : NULL, t->d_positions, n,
+        t->csa_derivable ? t->d_csa : NULL, t->hca_derivable ? t->d_hca : NULL, t->stream, err);
+    if (status != KVS_OK) goto done;
+  }
+  /* A kind the placement cannot derive reads -1 (all-ones bytes). */
+  if (!t->csa_derivable) {
+    KVS_CUDA_GOTO(cudaMemsetAsync(t->d_csa, 0xff, n * sizeof *t->d_csa, t->stream),
+                  "cudaMemsetAsync of the ratio-4 ring locations", err, status, done);
+  }
+  if (!t->hca_derivable) {
+    KVS_CUDA_GOTO(cudaMemsetAsync(t->d_hca, 0xff, n * sizeof *t->d_hca, t->stream),
+                  "cudaMemsetAsync of the ratio-128 ring locations", err, status, done);
+  }
+  *out = r;
 done:
   kvs_cuda_device_leave(&scope);
   return status;
 }
 
 static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result, int64_t *own,
-                                      int64_t *prev, int64_t *ring, kvs_error *err) {
+                                      int64_t *prev, int64_t *ring, int64_t *csa_loc,
+                                      int64_t *hca_loc, kvs_error *err) {
   cuda_table *t = impl;
   size_t n = result->n_req;
   if (n == 0) return KVS_OK;
@@ -112,6 +148,14 @@ static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result,
   KVS_CUDA_GOTO(
       cudaMemcpyAsync(ring, result->ring, n * result->page * sizeof *ring, kind, t->stream),
       "cudaMemcpyAsync of the ring slots", err, status, done);
+  if (csa_loc != NULL) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(csa_loc, result->csa_loc, n * sizeof *csa_loc, kind, t->stream),
+                  "cudaMemcpyAsync of the ratio-4 ring locations", err, status, done);
+  }
+  if (hca_loc != NULL) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(hca_loc, result->hca_loc, n * sizeof *hca_loc, kind, t->stream),
+                  "cudaMemcpyAsync of the ratio-128 ring locations", err, status, done);
+  }
   /* The destination may be pageable: only a finished stream has filled it. */
   KVS_CUDA_GOTO(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize for the ring context", err,
                 status, done);
@@ -152,8 +196,12 @@ static void cuda_destroy(void *impl) {
     (void)cudaFree(t->d_own);
     (void)cudaFree(t->d_prev);
     (void)cudaFree(t->d_ring);
+    (void)cudaFree(t->d_slots);
+    (void)cudaFree(t->d_csa);
+    (void)cudaFree(t->d_hca);
     (void)cudaFreeHost(t->h_blocks);
     (void)cudaFreeHost(t->h_positions);
+    (void)cudaFreeHost(t->h_slots);
     if (t->own_stream && t->stream != NULL) (void)cudaStreamDestroy(t->stream);
     kvs_cuda_device_leave(&scope);
   }
@@ -182,8 +230,12 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "CUDA device %d: name a device", device);
   }
   kvs_table_dims dims = kvs_device_layout_dims(layout);
-  kvs_status status = kvs_table_dims_check(&dims, err);
-  if (status != KVS_OK) return status;
+  kvs_state_placement placement = kvs_state_placement_of(&layout->sizes);
+  kvs_status status;
+  if ((status = kvs_table_dims_check(&dims, err)) ||
+      (status = kvs_state_placement_check(&placement, err))) {
+    return status;
+  }
   size_t req = limits->max_requests > 0 ? limits->max_requests : 1;
   uint64_t blocks = limits->max_blocks > 0 ? limits->max_blocks : 1;
   uint64_t block_rows = 0, ring_rows = 0;
@@ -197,6 +249,11 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device table");
   t->device = device;
   t->dims = dims;
+  t->placement = placement;
+  t->csa_derivable =
+      kvs_state_rings_csa_per_request(placement.rings) || placement.page % KVS_RING_SLOTS_CSA == 0;
+  t->hca_derivable =
+      kvs_state_rings_hca_per_request(placement.rings) || placement.page % KVS_RING_SLOTS_HCA == 0;
   t->journal_capacity =
       layout->options.journal_capacity > 0 ? (size_t)layout->options.journal_capacity : 1;
   if ((status = kvs_device_tables_create(device, layout, &t->tables, err)) != KVS_OK) {
@@ -228,13 +285,18 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_prev, req * sizeof(int64_t)), what, err, status, fail);
   KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_ring, (size_t)ring_rows * sizeof(int64_t)), what, err,
                 status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_slots, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_csa, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_hca, req * sizeof(int64_t)), what, err, status, fail);
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_blocks, (size_t)block_rows * sizeof(int32_t)),
                 "cudaMallocHost of the block-table staging", err, status, fail);
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_positions, req * sizeof(int64_t)),
                 "cudaMallocHost of the position staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_slots, req * sizeof(int64_t)),
+                "cudaMallocHost of the request-slot staging", err, status, fail);
   kvs_cuda_device_leave(&scope);
   uint64_t bytes = layout->total_bytes +
-                   (block_rows * sizeof(int32_t) + (3 * req + ring_rows) * sizeof(int64_t));
+                   (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
   return kvs_table_wrap(&cuda_ops, t, dims, limits, device, bytes, out, err);
 fail:
   kvs_cuda_device_leave(&scope);

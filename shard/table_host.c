@@ -1,6 +1,7 @@
 /* The host twin of a device table: the mapping in host memory, and the
  * CPU references (core/device_ref) as its kernels; the ring context by
- * runs (kvs_host_ring_ctx, equal to the reference bit for bit). */
+ * runs (kvs_host_ring_ctx, equal to the reference bit for bit), the ring
+ * locations by kvs_ref_batch_state_locs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,9 @@ typedef struct host_table {
   int64_t *own;  /* max_requests */
   int64_t *prev; /* max_requests */
   int64_t *ring; /* max_requests * P */
+  int64_t *csa;  /* max_requests: ratio-4 ring locations */
+  int64_t *hca;  /* max_requests: ratio-128 ring locations */
+  kvs_state_placement placement;
   kvs_device_faults faults;
 } host_table;
 
@@ -34,10 +38,22 @@ static kvs_status host_apply(void *impl, const kvs_journal_entry *entries,
   return status;
 }
 
+/* Which ring kinds a placement can derive: a per-request kind always, a
+ * per-page kind when its ring size divides P. */
+static void derivable(const kvs_state_placement *p, bool *csa, bool *hca) {
+  *csa = kvs_state_rings_csa_per_request(p->rings) || p->page % KVS_RING_SLOTS_CSA == 0;
+  *hca = kvs_state_rings_hca_per_request(p->rings) || p->page % KVS_RING_SLOTS_HCA == 0;
+}
+
 static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
                                 kvs_error *err) {
   host_table *t = impl;
-  kvs_ring_result r = {t->own, t->prev, t->ring, batch->n_req, t->dims.page, false};
+  kvs_ring_result r = {t->own, t->prev, t->ring, batch->n_req, t->dims.page, false, t->csa, t->hca};
+  if (batch->n_req > 0 && batch->slots == NULL && t->placement.rings != KVS_STATE_RINGS_PER_PAGE) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows without request slots, for %s state rings",
+                         batch->n_req, kvs_state_rings_name(t->placement.rings));
+  }
   if (batch->n_req > 0) {
     kvs_block_tables bt = {batch->block_table, batch->stride, t->dims.page};
     kvs_batch_fault f = KVS_BATCH_FAULT_INIT;
@@ -45,13 +61,28 @@ static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
                                           t->own, t->prev, t->ring, &f, err);
     if (status != KVS_OK) return status;
     fold(&t->faults.ring_ctx, &f);
+    bool csa, hca;
+    derivable(&t->placement, &csa, &hca);
+    if (csa || hca) {
+      kvs_batch_fault g = KVS_BATCH_FAULT_INIT;
+      status =
+          kvs_ref_batch_state_locs(&t->placement, t->own, batch->slots, batch->positions,
+                                   batch->n_req, csa ? t->csa : NULL, hca ? t->hca : NULL, &g, err);
+      if (status != KVS_OK) return status;
+      fold(&t->faults.state_locs, &g);
+    }
+    for (size_t i = 0; i < batch->n_req; i++) {
+      if (!csa) t->csa[i] = -1;
+      if (!hca) t->hca[i] = -1;
+    }
   }
   *out = r;
   return KVS_OK;
 }
 
 static kvs_status host_result_to_host(void *impl, const kvs_ring_result *result, int64_t *own,
-                                      int64_t *prev, int64_t *ring, kvs_error *err) {
+                                      int64_t *prev, int64_t *ring, int64_t *csa_loc,
+                                      int64_t *hca_loc, kvs_error *err) {
   (void)impl;
   (void)err;
   size_t n = result->n_req;
@@ -59,6 +90,12 @@ static kvs_status host_result_to_host(void *impl, const kvs_ring_result *result,
   if (own != result->own) memcpy(own, result->own, n * sizeof *own);
   if (prev != result->prev) memcpy(prev, result->prev, n * sizeof *prev);
   if (ring != result->ring) memcpy(ring, result->ring, n * result->page * sizeof *ring);
+  if (csa_loc != NULL && csa_loc != result->csa_loc) {
+    memcpy(csa_loc, result->csa_loc, n * sizeof *csa_loc);
+  }
+  if (hca_loc != NULL && hca_loc != result->hca_loc) {
+    memcpy(hca_loc, result->hca_loc, n * sizeof *hca_loc);
+  }
   return KVS_OK;
 }
 
@@ -88,6 +125,8 @@ static void host_destroy(void *impl) {
   free(t->own);
   free(t->prev);
   free(t->ring);
+  free(t->csa);
+  free(t->hca);
   free(t);
 }
 
@@ -108,8 +147,12 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
   }
   kvs_table_dims dims = kvs_device_layout_dims(layout);
-  kvs_status status = kvs_table_dims_check(&dims, err);
-  if (status != KVS_OK) return status;
+  kvs_state_placement placement = kvs_state_placement_of(&layout->sizes);
+  kvs_status status;
+  if ((status = kvs_table_dims_check(&dims, err)) ||
+      (status = kvs_state_placement_check(&placement, err))) {
+    return status;
+  }
   uint64_t rows = dims.full_token + 1;
   uint64_t ring_rows = 0;
   if (__builtin_mul_overflow((uint64_t)limits->max_requests, dims.page, &ring_rows) ||
@@ -121,12 +164,16 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a host table");
   size_t req = limits->max_requests > 0 ? limits->max_requests : 1;
   t->dims = dims;
+  t->placement = placement;
   t->faults = kNoFaults;
   t->map = malloc((size_t)rows * sizeof *t->map);
   t->own = malloc(req * sizeof *t->own);
   t->prev = malloc(req * sizeof *t->prev);
   t->ring = malloc((size_t)(ring_rows > 0 ? ring_rows : 1) * sizeof *t->ring);
-  if (t->map == NULL || t->own == NULL || t->prev == NULL || t->ring == NULL) {
+  t->csa = malloc(req * sizeof *t->csa);
+  t->hca = malloc(req * sizeof *t->hca);
+  if (t->map == NULL || t->own == NULL || t->prev == NULL || t->ring == NULL || t->csa == NULL ||
+      t->hca == NULL) {
     host_destroy(t);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a host table of %llu rows",
                          (unsigned long long)rows);
@@ -137,6 +184,6 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   for (uint64_t off = 0; off < dims.page; off++) {
     t->map[dims.full_token - dims.page + off] = (int64_t)(dims.n_win_slots - dims.page + off);
   }
-  uint64_t bytes = (rows + 2 * req + (ring_rows > 0 ? ring_rows : 1)) * sizeof(int64_t);
+  uint64_t bytes = (rows + 4 * req + (ring_rows > 0 ? ring_rows : 1)) * sizeof(int64_t);
   return kvs_table_wrap(&host_ops, t, dims, limits, -1, bytes, out, err);
 }

@@ -52,6 +52,9 @@ struct kvs_workload {
   uint64_t *hash_in;         /* scratch: 4 + P words per context */
   int32_t *blocks;           /* the step's block tables: max_running x max_pages */
   int64_t *positions;        /* the step's positions: max_running */
+  bool per_request;          /* some rings are per request slot */
+  int64_t *req_slots;        /* the step's request slots: max_running */
+  uint64_t *req_ids;         /* the step's requests: max_running */
   kvs_workload_counters c;
 };
 
@@ -84,6 +87,8 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w->hash_in);
   free(w->blocks);
   free(w->positions);
+  free(w->req_slots);
+  free(w->req_ids);
   free(w);
 }
 
@@ -109,6 +114,14 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   }
   kvs_window_pool_t pool = kvs_shard_pool(shard);
   uint64_t page = kvs_window_pool_page_size(pool);
+  uint64_t n_req_slots = kvs_window_pool_request_slots(pool);
+  if (n_req_slots > 0 && n_req_slots - 1 < options->max_running) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the pool has %llu request slots besides the dummy for %llu running "
+                         "requests: every running request holds one",
+                         (unsigned long long)(n_req_slots - 1),
+                         (unsigned long long)options->max_running);
+  }
   uint64_t full_pages = kvs_window_pool_full_tokens(pool) / page;
   uint64_t max_pages = (kvs_workload_max_seq_len(options) + page - 1) / page;
   if (max_pages + 1 > full_pages) {
@@ -143,11 +156,13 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   w->queue = calloc((size_t)options->max_waiting, sizeof *w->queue);
   w->bases = calloc((size_t)max_pages, sizeof *w->bases);
   w->ring = calloc((size_t)page, sizeof *w->ring);
-  w->hash_in = calloc((size_t)page + 4, sizeof *w->hash_in);
+  w->hash_in = calloc((size_t)page + 5, sizeof *w->hash_in);
   w->blocks = calloc((size_t)(options->max_running * max_pages), sizeof *w->blocks);
   w->positions = calloc((size_t)options->max_running, sizeof *w->positions);
   bool ok = w->slots != NULL && w->order != NULL && w->queue != NULL && w->bases != NULL &&
-            w->ring != NULL && w->hash_in != NULL && w->blocks != NULL && w->positions != NULL;
+            w->ring != NULL && w->hash_in != NULL && w->blocks != NULL && w->positions != NULL &&
+            (w->req_slots = calloc((size_t)options->max_running, sizeof *w->req_slots)) != NULL &&
+            (w->req_ids = calloc((size_t)options->max_running, sizeof *w->req_ids)) != NULL;
   for (uint64_t i = 0; ok && i < options->max_running; i++) {
     ok = (w->slots[i].locs = calloc((size_t)(max_pages * page), sizeof(int64_t))) != NULL;
   }
@@ -158,6 +173,7 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
     return status;
   }
   w->free_win = kvs_window_pool_swa_available(pool) / page;
+  w->per_request = n_req_slots > 0;
   *out = w;
   return KVS_OK;
 }
@@ -197,6 +213,21 @@ static void pool_free(struct kvs_workload *w, request *r, uint64_t first, uint64
                                  (size_t)((end - first) * w->page), err);
 }
 
+/* The leader binds a request slot at admission and frees it at completion
+ * (per-request rings); followers take theirs from the broadcast. */
+static void slot_bind(struct kvs_workload *w, const request *r, kvs_status *status,
+                      kvs_error *err) {
+  if (!w->leader || !w->per_request || *status != KVS_OK) return;
+  uint64_t slot;
+  *status = kvs_window_pool_slot_bind(w->pool, r->id, &slot, err);
+}
+
+static void slot_free(struct kvs_workload *w, const request *r, kvs_status *status,
+                      kvs_error *err) {
+  if (!w->leader || !w->per_request || *status != KVS_OK) return;
+  *status = kvs_window_pool_slot_free(w->pool, r->id, err);
+}
+
 static void arrive(struct kvs_workload *w) {
   double rate = w->o.arrival_rate;
   uint64_t n = (uint64_t)rate;
@@ -226,6 +257,7 @@ static void release(struct kvs_workload *w, kvs_status *status, kvs_error *err) 
     request *r = &w->slots[slot];
     if (r->done == r->total) {
       pool_free(w, r, r->lo, r->hi, status, err);
+      slot_free(w, r, status, err);
       w->free_win += r->hi - r->lo;
       for (uint64_t k = 0; k < r->n_pages; k++) w->bases[k] = (uint64_t)r->locs[k * w->page];
       /* Cannot fail: these bases were handed out by this list. */
@@ -249,7 +281,7 @@ static void release(struct kvs_workload *w, kvs_status *status, kvs_error *err) 
   w->n_active = kept;
 }
 
-static void admit(struct kvs_workload *w) {
+static void admit(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   bool refused = false;
   while (w->queue_count > 0 && w->n_active < w->o.max_running) {
     const arrival *a = &w->queue[w->queue_head];
@@ -276,6 +308,7 @@ static void admit(struct kvs_workload *w) {
     r->lo = 0;
     r->hi = 0;
     r->active = true;
+    slot_bind(w, r, status, err);
     w->order[w->n_active++] = slot;
     w->queue_head = (w->queue_head + 1) % w->o.max_waiting;
     w->queue_count--;
@@ -346,8 +379,10 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
     w->hash_in[1] = pos;
     w->hash_in[2] = (uint64_t)slot;
     w->hash_in[3] = (uint64_t)prev;
-    memcpy(w->hash_in + 4, w->ring, (size_t)P * sizeof *w->ring);
-    h = kvs_mix64(h, XXH3_64bits(w->hash_in, (size_t)(P + 4) * sizeof *w->hash_in));
+    /* The request slot its per-request rings live in (-1 per page). */
+    w->hash_in[4] = (uint64_t)kvs_window_pool_slot_of(w->pool, r->id);
+    memcpy(w->hash_in + 5, w->ring, (size_t)P * sizeof *w->ring);
+    h = kvs_mix64(h, XXH3_64bits(w->hash_in, (size_t)(P + 5) * sizeof *w->hash_in));
     w->c.contexts++;
     /* On the leader every position in the window is bound by
      * construction; a hole is a scheduler bug, not a divergence. */
@@ -380,7 +415,7 @@ kvs_status kvs_workload_schedule(kvs_workload_t w, uint64_t step, kvs_error *err
   kvs_error_clear(&plan_err);
   arrive(w);
   release(w, &planned, &plan_err);
-  admit(w);
+  admit(w, &planned, &plan_err);
   schedule(w, &planned, &plan_err);
   if (w->leader && planned == KVS_OK &&
       kvs_window_pool_swa_available(w->pool) / w->page != w->free_win) {
@@ -408,10 +443,68 @@ void kvs_workload_batch(kvs_workload_t w, kvs_ring_batch *out) {
       row[b] = b < r->n_pages ? (int32_t)((uint64_t)r->locs[b * w->page] / w->page) : -1;
     }
     w->positions[i] = r->next_done > 0 ? (int64_t)(r->next_done - 1) : -1;
+    /* Each rank reads its own mirror: a follower whose slot differs
+     * derives different ring locations, which the verify and the digest
+     * catch. */
+    w->req_slots[i] = w->per_request ? kvs_window_pool_slot_of(w->pool, r->id) : -1;
+    w->req_ids[i] = r->id;
     w->c.contexts += r->next_done > 0;
   }
-  kvs_ring_batch b = {w->blocks, stride, w->positions, w->n_active};
+  kvs_ring_batch b = {.block_table = w->blocks,
+                      .stride = stride,
+                      .positions = w->positions,
+                      .n_req = w->n_active,
+                      .slots = w->per_request ? w->req_slots : NULL,
+                      .requests = w->req_ids};
   *out = b;
+}
+
+/* The ratio-4 and ratio-128 ring locations of request r at pos, as the
+ * pool derives them: per request from its slot, per page from the window
+ * slot of pos. */
+static kvs_status pool_state_locs(const struct kvs_workload *w, const request *r, uint64_t pos,
+                                  int64_t *csa, int64_t *hca, kvs_error *err) {
+  kvs_state_rings rings = kvs_window_pool_state_rings(w->pool);
+  int64_t window_slot, req_slot = kvs_window_pool_slot_of(w->pool, r->id);
+  kvs_status status = kvs_window_pool_translate(w->pool, r->locs[pos], &window_slot, err);
+  if (status == KVS_OK) {
+    status = kvs_state_rings_csa_per_request(rings)
+                 ? kvs_request_state_loc(req_slot, (int64_t)pos, 8, csa, err)
+                 : kvs_state_loc(window_slot, 8, w->page, csa, err);
+  }
+  if (status == KVS_OK) {
+    status = kvs_state_rings_hca_per_request(rings)
+                 ? kvs_request_state_loc(req_slot, (int64_t)pos, 128, hca, err)
+                 : kvs_state_loc(window_slot, 128, w->page, hca, err);
+  }
+  return status;
+}
+
+kvs_status kvs_workload_verify_state(kvs_workload_t w, const int64_t *csa, const int64_t *hca,
+                                     size_t n_req, kvs_error *err) {
+  if (n_req != w->n_active) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "state locations of %zu requests for a batch of %zu", n_req,
+                         w->n_active);
+  }
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    int64_t want_csa = -1, want_hca = -1;
+    if (r->next_done > 0) {
+      kvs_status status = pool_state_locs(w, r, r->next_done - 1, &want_csa, &want_hca, err);
+      if (status != KVS_OK) return status;
+    }
+    if (csa[i] != want_csa || hca[i] != want_hca) {
+      return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "request %llu (row %zu): the table's ring locations (ratio 4: %lld, "
+                           "ratio 128: %lld) are not the pool's (%lld, %lld); its request slot "
+                           "here is %lld",
+                           (unsigned long long)r->id, i, (long long)csa[i], (long long)hca[i],
+                           (long long)want_csa, (long long)want_hca,
+                           (long long)kvs_window_pool_slot_of(w->pool, r->id));
+    }
+  }
+  return KVS_OK;
 }
 
 kvs_status kvs_workload_verify_ring(kvs_workload_t w, const int64_t *own, const int64_t *prev,
@@ -480,6 +573,18 @@ kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
   w->c.context_digest = digest;
   kvs_shard_set_aux_digest(w->shard, step, digest);
   return stepped;
+}
+
+kvs_status kvs_workload_live_request(const struct kvs_workload *w, uint64_t *id,
+                                     kvs_error *err) {
+  const request *best = NULL;
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    if (best == NULL || r->total - r->done > best->total - best->done) best = r;
+  }
+  if (best == NULL) return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no request is running");
+  *id = best->id;
+  return KVS_OK;
 }
 
 kvs_status kvs_workload_live_page(const struct kvs_workload *w, uint64_t *full_page,

@@ -12,7 +12,9 @@
  *   3. admission, FIFO, while there are fewer than max_running requests:
  *      a request needs its full-history pages and two window pages above
  *      the running requests' reserve; when the window pool cannot give
- *      them, admission is refused and the head waits;
+ *      them, admission is refused and the head waits; with per-request
+ *      rings the leader binds the request a request slot (freed at its
+ *      completion in step 2);
  *   4. each decoding request writes one position (binding a page when it
  *      enters one); prefilling requests take chunks of the per-step prefill
  *      budget, shrunk to the window pages that are free beyond the reserve;
@@ -99,10 +101,11 @@ kvs_status kvs_workload_step(kvs_workload_t workload, uint64_t step, kvs_error *
  * the leader's binds) for `step`; on the leader a refused allocation is
  * reported after telling the followers (kvs_shard_abort_step). Then the
  * caller steps the shard. kvs_workload_batch gives every running request's
- * block table row (its full pages, -1 past them, blocks of P tokens) and
- * its last written position (-1 before the first), in scheduling order,
- * identical on every rank; the arrays live in the workload until the next
- * call. kvs_workload_verify_ring compares a batch's ring contexts (host
+ * block table row (its full pages, -1 past them, blocks of P tokens), its
+ * last written position (-1 before the first) and its request id (the node
+ * resolves request slots from them after the step applies; slots holds
+ * this rank's slots as of the call), in scheduling order, identical on
+ * every rank; the arrays live in the workload until the next call. kvs_workload_verify_ring compares a batch's ring contexts (host
  * memory) with the pool's own kvs_window_pool_window_ctx for every row.
  * kvs_workload_advance ends the step. */
 kvs_status kvs_workload_schedule(kvs_workload_t workload, uint64_t step, kvs_error *err);
@@ -111,6 +114,18 @@ kvs_status kvs_workload_verify_ring(kvs_workload_t workload, const int64_t *own,
                                     const int64_t *prev, const int64_t *ring, size_t n_req,
                                     kvs_error *err);
 void kvs_workload_advance(kvs_workload_t workload);
+
+/* Compares a batch's ratio-4 and ratio-128 ring locations (host memory,
+ * kvs_table_result_to_host) with the pool's own: per request from the
+ * request's slot and position (kvs_request_state_loc), per page from the
+ * window slot (kvs_state_loc). A mismatch is KVS_ERR_DIVERGENCE naming
+ * the request, the row and its slot here. */
+kvs_status kvs_workload_verify_state(kvs_workload_t workload, const int64_t *csa,
+                                     const int64_t *hca, size_t n_req, kvs_error *err);
+
+/* The running request with the most tokens left, to aim a slot flip at. */
+kvs_status kvs_workload_live_request(const struct kvs_workload *workload, uint64_t *request,
+                                     kvs_error *err);
 
 /* A bound full page that stays live for a while (the current page of the
  * decoding request with the most tokens left), to aim fault injection at:

@@ -291,6 +291,12 @@ static int run(fit_args *a, kvs_plan_model *m) {
             "--max-seq-len, --max-running and --floor-pages\n");
     return 2;
   }
+  if (o->have_window_cache) {
+    fprintf(stderr,
+            "kvplan fit: --window-cache is a share of a budget, and fit finds the budget: "
+            "give --swa-ratio\n");
+    return 2;
+  }
   if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
     return 2;
@@ -364,9 +370,10 @@ static int run(fit_args *a, kvs_plan_model *m) {
         rc = 2;
         goto done;
       }
+      kvs_plan_model_place_rings(m, o->state_rings, row->requests);
       fit_ctx c = {.request = {.geometry = &m->geometry,
                                .widths = &m->widths,
-                               .swa_ratio = o->swa_ratio,
+                               .swa_ratio = m->swa_ratio,
                                .page = o->page,
                                .floor_win_pages = row->floor_pages,
                                .n_scratch = o->scratch,

@@ -479,7 +479,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   kvs_error err;
   kvs_pool_sizes probe;
   if (kvs_plan_options_resolve(&a->options, m, &err) != KVS_OK ||
-      kvs_pool_sizes_compute(2, &m->geometry, a->options.swa_ratio, a->options.page, 2, &probe,
+      kvs_pool_sizes_compute(2, &m->geometry, m->swa_ratio, a->options.page, 2, &probe,
                              &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
@@ -520,6 +520,16 @@ static int run(plan_args *a, kvs_plan_model *m) {
     goto done;
   }
   if (note[0] != '\0') fprintf(notes, "%s\n", note);
+  if (a->options.have_window_cache) {
+    /* The share of the smallest GPU budget (before per-layer weights). */
+    uint64_t smallest = UINT64_MAX;
+    for (size_t g = 0; g < n; g++) smallest = budgets[g] < smallest ? budgets[g] : smallest;
+    uint64_t extra = kvs_plan_model_window_cache(m, &a->options, smallest);
+    fprintf(notes,
+            "kvplan: --window-cache %g: the window floor plus %llu pages (that share of the "
+            "smallest GPU budget), swa ratio 0\n",
+            a->options.window_cache, (unsigned long long)extra);
+  }
   if (weights.folder != NULL && strcmp(weights.source, "folder") == 0) {
     char buf[32];
     fprintf(notes,
@@ -531,7 +541,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
 
   kvs_plan_request request = {.geometry = &m->geometry,
                               .widths = &m->widths,
-                              .swa_ratio = a->options.swa_ratio,
+                              .swa_ratio = m->swa_ratio,
                               .page = a->options.page,
                               .floor_win_pages = m->floor_pages,
                               .n_scratch = a->options.scratch,
@@ -619,7 +629,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
                                       "by its layers (estimate)"
                                     : "from the model folder, per rank by its layers (estimate)");
     printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
-           (unsigned long long)m->floor_pages, a->options.swa_ratio,
+           (unsigned long long)m->floor_pages, m->swa_ratio,
            (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
     print_table(plan, gpus, terms);
     if (sglang_stages != NULL) {

@@ -12,13 +12,15 @@
 #include "tools/plan_options.h"
 #include "tools/sglang_report.h"
 
-enum { OPT_BUDGET = 1, OPT_JSON };
+enum { OPT_BUDGET = 1, OPT_JSON, OPT_SWA_SWEEP };
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: kvplan solve --budget BYTES [flags]\n"
           "  --budget BYTES          device budget for the KV pool (80GiB, 85899345920, ...)\n"
           "%s"
+          "  --swa-sweep             what each window ratio buys: history tokens against the\n"
+          "                          window cache (window pages beyond the floor)\n"
           "  --json                  one JSON object on the last line of stdout\n",
           kvs_plan_options_help);
 }
@@ -106,6 +108,7 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
 
 typedef struct solve_args {
   bool json;
+  bool sweep;
   bool have_budget;
   uint64_t budget;
 } solve_args;
@@ -114,6 +117,10 @@ static kvs_status solve_flag(void *ctx, int id, const char *value, kvs_error *er
   solve_args *a = ctx;
   if (id == OPT_JSON) {
     a->json = true;
+    return KVS_OK;
+  }
+  if (id == OPT_SWA_SWEEP) {
+    a->sweep = true;
     return KVS_OK;
   }
   a->have_budget = true;
@@ -149,7 +156,8 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   kvs_status status = kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), &m->widths, &terms,
                                           &err);
   if (status == KVS_OK) {
-    status = kvs_solve_num_pages_terms(budget, &terms, o->swa_ratio, m->floor_pages, o->page,
+    kvs_plan_model_window_cache(m, o, budget);
+    status = kvs_solve_num_pages_terms(budget, &terms, m->swa_ratio, m->floor_pages, o->page,
                                        o->scratch, &sizes, &shortfall, &err);
   }
   kvs_sglang_pools pools;
@@ -205,14 +213,74 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   return 0;
 }
 
+/* What the window ratio buys: for each ratio the history the budget holds
+ * and the window pages beyond the working-set floor, which is what keeps
+ * recently used prefixes' windows cached for reuse (radix hits). */
+static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, bool json) {
+  static const double ratios[] = {0.0, 0.01, 0.02, 0.05, 0.1, 0.125, 0.2, 0.3, 0.5};
+  kvs_error err;
+  if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    return 2;
+  }
+  kvs_cost_terms terms;
+  if (kvs_cost_terms_make(&m->geometry, 0, kvs_geometry_layer_count(&m->geometry), &m->widths,
+                          &terms, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    return 2;
+  }
+  json_t *rows = json_array();
+  if (!json) {
+    kvs_plan_model_print(stdout, m, o);
+    printf("budget      %llu bytes, window floor %llu pages of %llu\n\n",
+           (unsigned long long)budget, (unsigned long long)m->floor_pages,
+           (unsigned long long)o->page);
+    printf("%9s %14s %12s %18s %22s\n", "swa_ratio", "history", "window pages",
+           "cache pages", "cache tokens");
+  }
+  int rc = 0;
+  for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+    kvs_pool_sizes sizes;
+    if (kvs_solve_num_pages_terms(budget, &terms, ratios[i], m->floor_pages, o->page, o->scratch,
+                                  &sizes, NULL, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan solve: swa ratio %g: %s\n", ratios[i], err.message);
+      rc = 1;
+      break;
+    }
+    uint64_t cache = sizes.n_win_pages - m->floor_pages;
+    if (json) {
+      json_t *row = json_object();
+      json_object_set_new(row, "swa_ratio", json_real(ratios[i]));
+      json_object_set_new(row, "full_token", kvs_json_u64(sizes.full_token));
+      json_object_set_new(row, "n_win_pages", kvs_json_u64(sizes.n_win_pages));
+      json_object_set_new(row, "cache_pages", kvs_json_u64(cache));
+      json_array_append_new(rows, row);
+    } else {
+      printf("%9g %14llu %12llu %18llu %22llu\n", ratios[i], (unsigned long long)sizes.full_token,
+             (unsigned long long)sizes.n_win_pages, (unsigned long long)cache,
+             (unsigned long long)(cache * o->page));
+    }
+  }
+  if (json && rc == 0) {
+    json_t *object = json_object();
+    json_object_set_new(object, "floor_win_pages", kvs_json_u64(m->floor_pages));
+    json_object_set_new(object, "swa_sweep", rows);
+    print_json(object);
+  } else {
+    json_decref(rows);
+  }
+  return rc;
+}
+
 int kvs_kvplan_solve(int argc, char **argv) {
   static const struct option own[] = {
       {"budget", required_argument, NULL, OPT_BUDGET},
       {"json", no_argument, NULL, OPT_JSON},
+      {"swa-sweep", no_argument, NULL, OPT_SWA_SWEEP},
   };
   kvs_plan_options options;
   kvs_plan_options_init(&options);
-  solve_args a = {false, false, 0};
+  solve_args a = {false, false, false, 0};
   int rc = kvs_plan_options_parse("kvplan solve", argc, argv, own, sizeof own / sizeof own[0],
                                   solve_flag, &a, &options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
@@ -226,7 +294,13 @@ int kvs_kvplan_solve(int argc, char **argv) {
     fprintf(stderr, "kvplan solve: out of memory\n");
     return 1;
   }
-  rc = solve(&options, model, a.budget, a.json);
+  rc = a.sweep ? (options.have_swa_ratio || options.have_window_cache
+                     ? (fprintf(stderr,
+                                "kvplan solve: --swa-sweep tries the ratios itself: drop "
+                                "--swa-ratio and --window-cache\n"),
+                        2)
+                     : sweep(&options, model, a.budget, a.json))
+               : solve(&options, model, a.budget, a.json);
   free(model);
   return rc;
 }

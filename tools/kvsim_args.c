@@ -24,6 +24,11 @@ static const char usage_flags[] =
     "  --json                  stdout holds only the JSON object\n"
     "  --inject-divergence R:S flip one binding on rank R after step S (S < --steps); the\n"
     "                          next check must name the page\n"
+    "  --inject-slot-divergence R:S  move one running request's request slot on rank R\n"
+    "                          after step S (per-request rings); the next check must name\n"
+    "                          the slot\n"
+    "  --state-rings MODE      per-request (default), hca-per-request or per-page: where\n"
+    "                          the compress-state rings live (as kvplan --state-rings)\n"
     "  --check-every N         steps between digest checks (default 16)\n"
     "  --kill-rank R:S         rank R kills itself (SIGKILL) at step S: a failure drill;\n"
     "                          kvsim_local: rank R's thread stops without a word to its\n"
@@ -133,6 +138,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   a->reserve = KVS_DEFAULT_RESERVE_BYTES;
   a->device = KVS_NODE_DEVICE_AUTO;
   a->cuda_device = -1;
+  a->state_rings = KVS_STATE_RINGS_PER_REQUEST;
   a->bare_broadcasts = UINT64_MAX;
   a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
   if (a->budget_per_gpu == NULL) {
@@ -207,6 +213,13 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--inject-divergence") == 0) {
       if (!parse_rank_step(value, &a->inject_rank, &a->inject_step)) BAD("RANK:STEP");
       a->inject = true;
+    } else if (strcmp(flag, "--inject-slot-divergence") == 0) {
+      if (!parse_rank_step(value, &a->inject_slot_rank, &a->inject_slot_step)) BAD("RANK:STEP");
+      a->inject_slot = true;
+    } else if (strcmp(flag, "--state-rings") == 0) {
+      if (value == NULL || kvs_state_rings_parse(value, &a->state_rings, NULL) != KVS_OK) {
+        BAD("one of per-request, hca-per-request, per-page");
+      }
     } else if (strcmp(flag, "--kill-rank") == 0) {
       if (!parse_rank_step(value, &a->kill_rank, &a->kill_step)) BAD("RANK:STEP");
       a->kill = true;
@@ -297,7 +310,12 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
         "--memory-ratio and --reserve apply to measured memory; the budget flags give the "
         "bytes themselves";
   } else if ((a->inject && a->inject_step >= a->steps) || (a->kill && a->kill_step >= a->steps) ||
-             (a->stall && a->stall_step >= a->steps)) {
+             (a->stall && a->stall_step >= a->steps) ||
+             (a->inject_slot && a->inject_slot_step >= a->steps)) {
+    conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
+  } else if (a->inject_slot && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
+    conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
+  } else if (false) {
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   }
   if (conflict != NULL) {

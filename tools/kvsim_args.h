@@ -43,6 +43,10 @@ typedef struct kvsim_args {
   bool inject;
   int inject_rank;
   uint64_t inject_step;
+  bool inject_slot;
+  int inject_slot_rank;
+  uint64_t inject_slot_step;
+  kvs_state_rings state_rings; /* --state-rings, per-request by default */
   bool kill;
   int kill_rank;
   uint64_t kill_step;

@@ -64,6 +64,7 @@ typedef struct run {
   int rank, world;
   bool speaker;
   kvs_geometry geometry;
+  kvs_row_widths widths;
   kvs_workload_options wo;
   uint64_t *budgets; /* per GPU, when kvsim derives them */
   kvs_node_t node;
@@ -169,7 +170,8 @@ static int setup(run *r) {
     return KVSIM_EXIT_USAGE;
   }
   if ((a->inject && a->inject_rank >= r->world) || (a->kill && a->kill_rank >= r->world) ||
-      (a->stall && a->stall_rank >= r->world)) {
+      (a->stall && a->stall_rank >= r->world) ||
+      (a->inject_slot && a->inject_slot_rank >= r->world)) {
     if (r->speaker)
       fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
     return KVSIM_EXIT_USAGE;
@@ -185,6 +187,12 @@ static int setup(run *r) {
 
   kvs_node_options o = KVS_NODE_OPTIONS_INIT;
   o.geometry = &r->geometry;
+  /* bf16 rows; the rings where --state-rings puts them, one request slot
+   * per running request and the dummy (as kvplan sizes them). */
+  r->widths = kvs_row_widths_default(&r->geometry);
+  r->widths.state_rings = a->state_rings;
+  r->widths.n_req_slots = a->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : a->requests + 1;
+  o.widths = &r->widths;
   o.swa_ratio = a->swa_ratio;
   o.max_seq_len = kvs_workload_max_seq_len(&wo);
   o.max_running = a->requests;
@@ -278,6 +286,22 @@ static void inject(run *r, uint64_t s) {
   }
 }
 
+static void inject_slot(run *r, uint64_t s) {
+  uint64_t request;
+  int64_t from, to;
+  kvs_error err;
+  if (kvs_workload_live_request(r->workload, &request, &err) == KVS_OK &&
+      kvs_shard_inject_slot_flip(kvs_node_shard(r->node), request, &from, &to, &err) == KVS_OK) {
+    fprintf(stderr,
+            "kvsim: rank %d injected a divergence after step %" PRIu64 ": request %" PRIu64
+            " moved from request slot %" PRId64 " to %" PRId64 "\n",
+            r->rank, s, request, from, to);
+  } else {
+    fprintf(stderr, "kvsim: rank %d could not inject a slot divergence at step %" PRIu64 ": %s\n",
+            r->rank, s, err.message);
+  }
+}
+
 /* The step's ring contexts against the pool's own (the CPU reference):
  * a mismatch is logged once and ends in a divergence verdict. */
 static void verify_ring(run *r, uint64_t s) {
@@ -286,6 +310,9 @@ static void verify_ring(run *r, uint64_t s) {
   kvs_error err;
   kvs_status status = kvs_node_host_ring(r->node, &own, &prev, &ring, &n, &err);
   if (status == KVS_OK) status = kvs_workload_verify_ring(r->workload, own, prev, ring, n, &err);
+  const int64_t *csa, *hca;
+  if (status == KVS_OK) status = kvs_node_host_state(r->node, &csa, &hca, &n, &err);
+  if (status == KVS_OK) status = kvs_workload_verify_state(r->workload, csa, hca, n, &err);
   if (status != KVS_OK && r->ring_ok) {
     fprintf(stderr,
             "kvsim: rank %d: step %" PRIu64
@@ -461,6 +488,7 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
   json_object_set_new(o, "device",
                       json_string(kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node)))));
   json_object_set_new(o, "requests", kvs_json_u64(a->requests));
+  json_object_set_new(o, "state_rings", json_string(kvs_state_rings_name(a->state_rings)));
   json_object_set_new(o, "time_us", time_json(us));
   json_object_set_new(o, "step_us", json_real(step_us));
   json_object_set_new(o, "bare_broadcast_us", json_real(us[T_BARE]));
@@ -557,6 +585,9 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
       code = one_step(&r, s);
       if (code != 0) break;
       if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s);
+      if (a->inject_slot && r.rank == a->inject_slot_rank && s == a->inject_slot_step) {
+        inject_slot(&r, s);
+      }
       if (kvs_shard_check_due(kvs_node_shard(r.node), s)) code = check(&r, s, "periodic");
       progress(&r, &last_progress);
     }

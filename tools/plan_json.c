@@ -59,6 +59,9 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   json_object_set_new(root, "tp", kvs_json_u64(kvs_node_plan_tp(plan)));
   json_object_set_new(root, "pp", kvs_json_u64(kvs_node_plan_pp(plan)));
   json_object_set_new(root, "kv_dtype", json_string(context->kv_dtype));
+  json_object_set_new(root, "state_rings",
+                      json_string(kvs_state_rings_name(split->stages[0].sizes.state_rings)));
+  json_object_set_new(root, "request_slots", kvs_json_u64(split->stages[0].sizes.n_req_slots));
   json_object_set_new(root, "mtp_layers", kvs_json_u64(context->mtp_layers));
   json_object_set_new(root, "weights_source", json_string(context->weights_source));
   json_object_set_new(root, "limiting_rank", kvs_json_u64(kvs_node_plan_limiting_rank(plan)));

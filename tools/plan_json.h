@@ -23,7 +23,8 @@ typedef struct kvs_plan_json_context {
 } kvs_plan_json_context;
 
 /* A new object: num_pages, full_token, n_win_pages, tp, pp, kv_dtype,
- * mtp_layers, weights_source, limiting_rank and ranks (each rank's
+ * state_rings, request_slots (the dummy included; 0 per page), mtp_layers,
+ * weights_source, limiting_rank and ranks (each rank's
  * tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
  * control and padding bytes, and tiers). budgets[g] is GPU g's budget
  * (every GPU of gpus). NULL on allocation failure. */

@@ -22,6 +22,8 @@ enum {
   OPT_KV_DTYPE,
   OPT_MTP,
   OPT_ENGINE,
+  OPT_STATE_RINGS,
+  OPT_WINDOW_CACHE,
   OPT_HELP,
 };
 
@@ -42,6 +44,8 @@ const struct option kvs_plan_long_options[] = {
     {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
     {"mtp", required_argument, NULL, OPT_MTP},
     {"engine", required_argument, NULL, OPT_ENGINE},
+    {"state-rings", required_argument, NULL, OPT_STATE_RINGS},
+    {"window-cache", required_argument, NULL, OPT_WINDOW_CACHE},
 };
 const size_t kvs_plan_long_options_count =
     sizeof kvs_plan_long_options / sizeof kvs_plan_long_options[0];
@@ -54,6 +58,8 @@ const char kvs_plan_options_help[] =
     "  --head-dim N --index-head-dim N --layers N --ratios a,b,..\n"
     "                          an explicit geometry instead of --model (all four)\n"
     "  --swa-ratio F           window share of the history (default 0.125)\n"
+    "  --window-cache F        instead: the window floor plus F of the KV budget as\n"
+    "                          window pages (the radix window cache), F in [0, 1)\n"
     "  --page N                window page P in tokens (default 128)\n"
     "  --scratch N             scratch rows per compressed/indexer pool (default 1)\n"
     "  --floor-pages N         window working-set floor in pages, or derive it from:\n"
@@ -64,6 +70,9 @@ const char kvs_plan_options_help[] =
     "                          132-byte indexer rows for DSV4, rings stay fp32)\n"
     "  --mtp N                 N speculative (MTP) draft layers on the last stage\n"
     "                          (default 0)\n"
+    "  --state-rings MODE      where the compress-state rings live: per-request\n"
+    "                          (default: one slot per running request + a dummy),\n"
+    "                          hca-per-request, or per-page (the seed's layout)\n"
     "  --engine sglang         also print the pools SGLang would allocate on the same\n"
     "                          bytes (SGLang's own defaults: swa ratio 0.1, page 256)\n";
 
@@ -75,6 +84,7 @@ void kvs_plan_options_init(kvs_plan_options *options) {
   options->max_seq_len = KVS_DEFAULT_MAX_SEQ_LEN;
   options->max_running = KVS_DEFAULT_MAX_RUNNING;
   options->radix = KVS_DEFAULT_RADIX;
+  options->state_rings = KVS_STATE_RINGS_PER_REQUEST;
 }
 
 /* A count where zero means nothing (no requests, no sequence, no floor):
@@ -155,6 +165,23 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       }
       return status;
     }
+    case OPT_WINDOW_CACHE: {
+      o->have_window_cache = true;
+      kvs_status status = kvs_parse_double("--window-cache", value, &o->window_cache, err);
+      if (status == KVS_OK && !(o->window_cache >= 0.0 && o->window_cache < 1.0)) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--window-cache is a share of the KV budget, in [0, 1); got %s",
+                             value);
+      }
+      return status;
+    }
+    case OPT_STATE_RINGS:
+      return kvs_state_rings_parse(value, &o->state_rings, err) == KVS_OK
+                 ? KVS_OK
+                 : kvs_error_set(err, KVS_ERR_PARSE,
+                                 "--state-rings must be per-request, hca-per-request or "
+                                 "per-page, got '%s'",
+                                 value);
     case OPT_ENGINE:
       if (strcmp(value, "sglang") != 0) {
         return kvs_error_set(err, KVS_ERR_PARSE,
@@ -226,6 +253,13 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
                                    &out->widths, err))) {
     return status;
   }
+  kvs_plan_model_place_rings(out, o->state_rings, o->max_running);
+  if (o->have_window_cache && o->have_swa_ratio) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "--window-cache sizes the window from the floor and a share of the "
+                         "budget, --swa-ratio from a share of the history: give one");
+  }
+  out->swa_ratio = o->have_window_cache ? 0.0 : o->swa_ratio;
   if (o->have_floor_pages) {
     if (o->have_floor_inputs) {
       return kvs_error_set(err, KVS_ERR_PARSE,
@@ -310,10 +344,27 @@ void kvs_plan_model_print(FILE *out, const kvs_plan_model *m, const kvs_plan_opt
   }
   fprintf(out,
           "model       %s: %llu layers (%llu window-only, %llu CSA, %llu HCA%s), head_dim %llu, "
-          "index_head_dim %llu, %s rows (KV %llu B, indexer %llu B)\n",
+          "index_head_dim %llu, %s rows (KV %llu B, indexer %llu B), rings %s\n",
           m->name, (unsigned long long)t.n_layers,
           (unsigned long long)(t.n_layers - t.n_csa - t.n_hca), (unsigned long long)t.n_csa,
           (unsigned long long)t.n_hca, mtp, (unsigned long long)g->head_dim,
           (unsigned long long)g->index_head_dim, kvs_kv_dtype_name(o->kv_dtype),
-          (unsigned long long)m->widths.kv, (unsigned long long)m->widths.index);
+          (unsigned long long)m->widths.kv, (unsigned long long)m->widths.index,
+          kvs_state_rings_name(m->widths.state_rings));
+}
+
+void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings,
+                                uint64_t max_running) {
+  model->widths.state_rings = rings;
+  model->widths.n_req_slots = rings == KVS_STATE_RINGS_PER_PAGE ? 0 : max_running + 1;
+}
+
+uint64_t kvs_plan_model_window_cache(kvs_plan_model *m, const kvs_plan_options *o,
+                                     uint64_t budget) {
+  if (!o->have_window_cache) return 0;
+  uint64_t per_page = kvs_geometry_layer_count(&m->geometry) * o->page * m->widths.kv;
+  if (per_page == 0) return 0;
+  uint64_t extra = (uint64_t)((double)budget * o->window_cache) / per_page;
+  m->floor_pages += extra;
+  return extra;
 }

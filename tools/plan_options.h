@@ -34,10 +34,13 @@ typedef struct kvs_plan_options {
 
   double swa_ratio;
   bool have_swa_ratio;
+  double window_cache; /* --window-cache: share of the KV budget for window pages */
+  bool have_window_cache;
   uint64_t page;
   bool have_page;
   uint64_t scratch;
   kvs_kv_dtype kv_dtype; /* --kv-dtype, bf16 by default */
+  kvs_state_rings state_rings; /* --state-rings, per-request by default */
   uint64_t mtp;          /* --mtp: speculative draft layers, 0 by default */
   bool engine_sglang;    /* --engine sglang: SGLang's pools beside the plan */
   bool have_floor_pages;
@@ -84,8 +87,9 @@ typedef struct kvs_plan_model {
   bool have_config;        /* false for an explicit geometry (no config fields) */
   kvs_model_config config; /* the model as loaded: its main layers */
   kvs_geometry geometry;   /* what is planned: the main layers, then --mtp draft layers */
-  kvs_row_widths widths;   /* for --kv-dtype */
-  uint64_t floor_pages;    /* the window working-set floor */
+  kvs_row_widths widths;   /* for --kv-dtype and --state-rings (max_running + 1 slots) */
+  uint64_t floor_pages;    /* the window working-set floor (+ --window-cache's pages) */
+  double swa_ratio;        /* the window ratio sized with: --swa-ratio, 0 with --window-cache */
 } kvs_plan_model;
 
 /* Resolves the options into *out. Flags that contradict each other (a
@@ -94,6 +98,20 @@ typedef struct kvs_plan_model {
  * (they need config fields it does not give). */
 kvs_status kvs_plan_options_resolve(const kvs_plan_options *options, kvs_plan_model *out,
                                     kvs_error *err);
+
+/* --window-cache F: the window tier sized from the working-set floor plus
+ * a stated share of the KV budget rather than a share of the history:
+ * floor + floor(F x budget / bytes of one window page of the whole stack)
+ * pages, and swa ratio 0. budget is the device's (the smallest where
+ * several); without --window-cache nothing changes. Returns the extra
+ * pages (0 without). */
+uint64_t kvs_plan_model_window_cache(kvs_plan_model *model, const kvs_plan_options *options,
+                                     uint64_t budget);
+
+/* Places the model's rings: per page, or per request with one slot per
+ * running request plus the dummy. */
+void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings,
+                                uint64_t max_running);
 
 /* The "model ..." line every kvplan table starts with: layers by kind,
  * MTP layers, widths and the row layout. */

@@ -551,3 +551,97 @@ TEST_F(Device, an_impossible_allocation_is_a_cuda_error_naming_the_bytes) {
       << message;
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error was cleared, not left for others";
 }
+
+// The batch state-location kernel against kvs_ref_batch_state_locs in all
+// three placements, each output alone and both, over a million rows with
+// idle, unbound and out-of-range ones.
+TEST_F(Device, batch_state_locs_match_the_reference_in_every_placement) {
+  std::mt19937_64 rng(23);
+  kvs_geometry g = small_geometry();
+  for (kvs_state_rings rings :
+       {KVS_STATE_RINGS_PER_PAGE, KVS_STATE_RINGS_PER_REQUEST, KVS_STATE_RINGS_HCA_PER_REQUEST}) {
+    SCOPED_TRACE(kvs_state_rings_name(rings));
+    kvs_row_widths w = widths_with_rings(g, rings, 65);
+    kvs_pool_sizes s = sizes_with_rings(g, 64, 33, rings, 65);
+    kvs_device_layout layout;
+    kvs_error err;
+    ASSERT_EQ(kvs_device_layout_build(&g, 0, kvs_geometry_layer_count(&g), &w, &s, nullptr, &layout,
+                                      &err),
+              KVS_OK)
+        << err.message;
+    kvs_device_tables_t raw = nullptr;
+    ASSERT_EQ(kvs_device_tables_create(0, &layout, &raw, &err), KVS_OK) << err.message;
+    Tables t(raw);
+    kvs_state_placement p = kvs_state_placement_of(&s);
+    size_t n = 1u << 20;
+    std::vector<int64_t> own(n), slots(n), positions(n);
+    for (size_t i = 0; i < n; i++) {
+      uint64_t kind = rng() % 64;
+      positions[i] = kind == 0 ? -1 : int64_t(rng() % 1000000);
+      own[i] = kind == 1   ? -1
+               : kind == 2 ? int64_t(p.n_win_slots + rng() % 100)
+                           : int64_t(rng() % p.n_win_slots);
+      slots[i] = kind == 3 ? -1 : kind == 4 ? int64_t(65 + rng() % 3) : int64_t(rng() % 65);
+    }
+    bool per_request = rings != KVS_STATE_RINGS_PER_PAGE;
+    DeviceArray<int64_t> d_own(own), d_slots(slots), d_pos(positions), d_csa(n), d_hca(n);
+    for (int which = 0; which < 3; which++) {
+      SCOPED_TRACE(which == 0 ? "both rings" : which == 1 ? "ratio-4 ring" : "ratio-128 ring");
+      bool csa_out = which != 2, hca_out = which != 1;
+      std::vector<int64_t> ref_csa(n, kPoison), ref_hca(n, kPoison);
+      kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
+      ASSERT_EQ(kvs_ref_batch_state_locs(&p, own.data(), per_request ? slots.data() : nullptr,
+                                         positions.data(), n, csa_out ? ref_csa.data() : nullptr,
+                                         hca_out ? ref_hca.data() : nullptr, &ref_fault, nullptr),
+                KVS_OK);
+      clear_faults(t.get());
+      d_csa.poison();
+      d_hca.poison();
+      ASSERT_EQ(kvs_device_tables_batch_state_locs(t.get(), d_own.get(),
+                                                   per_request ? d_slots.get() : nullptr,
+                                                   d_pos.get(), n, csa_out ? d_csa.get() : nullptr,
+                                                   hca_out ? d_hca.get() : nullptr, nullptr, &err),
+                KVS_OK)
+          << err.message;
+      EXPECT_SAME_ROWS(d_csa.download(), ref_csa);
+      EXPECT_SAME_ROWS(d_hca.download(), ref_hca);
+      expect_fault(faults_of(t.get()).state_locs, ref_fault);
+    }
+    if (per_request) {
+      EXPECT_EQ(kvs_device_tables_batch_state_locs(t.get(), d_own.get(), nullptr, d_pos.get(), n,
+                                                   d_csa.get(), d_hca.get(), nullptr, &err),
+                KVS_ERR_INVALID_ARGUMENT);
+    }
+  }
+}
+
+// A journal mixing request-slot entries with page entries (a few bad):
+// the device apply writes what the reference writes and faults only the
+// bad page entries.
+TEST_F(Device, the_journal_apply_skips_request_slot_entries) {
+  std::mt19937_64 rng(29);
+  kvs_geometry g = small_geometry();
+  kvs_pool_sizes s = sizes_for(g, 64, 33);
+  Tables t = make_tables(g, s);
+  ASSERT_TRUE(t);
+  kvs_table_dims dims = kvs_device_tables_dims(t.get());
+  std::vector<int64_t> ref = download_table(t.get());
+  std::vector<kvs_journal_entry> journal = random_journal(rng, dims, 3000, 40, 3);
+  for (size_t i = 0; i < journal.size(); i += 1 + rng() % 3) {
+    journal[i].full_page = KVS_JOURNAL_SLOT_TAG | (rng() % 40);
+    journal[i].window_page = int64_t(rng() % 100);
+  }
+  kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
+  ASSERT_EQ(
+      kvs_ref_apply_journal(ref.data(), &dims, journal.data(), journal.size(), &ref_fault, nullptr),
+      KVS_OK);
+  clear_faults(t.get());
+  DeviceArray<kvs_journal_entry> d_journal(journal);
+  kvs_error err;
+  ASSERT_EQ(kvs_device_tables_apply_journal_device(t.get(), d_journal.get(), journal.size(),
+                                                   nullptr, &err),
+            KVS_OK)
+      << err.message;
+  EXPECT_SAME_ROWS(download_table(t.get()), ref);
+  expect_fault(faults_of(t.get()).apply_journal, ref_fault);
+}

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -481,4 +482,126 @@ TEST(DeviceLayout, a_footprint_of_sizes_for_another_layer_count_is_refused) {
   EXPECT_TRUE(contains(err.message, "sizes were built for 43 layers, the device holds 10"))
       << err.message;
   EXPECT_EQ(f.total_bytes, 7u) << "a refused footprint leaves the output alone";
+}
+
+// Per-request rings (core/cost_model.h kvs_state_rings): the state regions
+// are carved at n_req_slots x ring rows for a ring kind placed per request
+// and n_win_pages x ring for one per page, and the layout still totals
+// core's exact bytes plus control and padding, in every placement, model
+// and row width.
+TEST(DeviceLayout, per_request_rings_carve_state_slots_rows_and_keep_the_exact_bytes) {
+  const kvs_state_rings all[] = {KVS_STATE_RINGS_PER_PAGE, KVS_STATE_RINGS_PER_REQUEST,
+                                 KVS_STATE_RINGS_HCA_PER_REQUEST};
+  for (const char *model : {"dsv4-flash", "dsv4-pro"}) {
+    kvs_geometry g = builtin(model);
+    size_t n_layers = kvs_geometry_layer_count(&g);
+    for (kvs_kv_dtype dtype : {KVS_KV_BF16, KVS_KV_FP8}) {
+      for (kvs_state_rings rings : all) {
+        SCOPED_TRACE(testing::Message() << model << " " << kvs_kv_dtype_name(dtype) << " "
+                                        << kvs_state_rings_name(rings));
+        kvs_row_widths w;
+        kvs_error err;
+        ASSERT_EQ(kvs_row_widths_for(&g, dtype, 64, &w, &err), KVS_OK) << err.message;
+        w.state_rings = rings;
+        w.n_req_slots = rings == KVS_STATE_RINGS_PER_PAGE ? 0 : 65;
+        kvs_cost_terms terms;
+        ASSERT_EQ(kvs_cost_terms_make(&g, 0, n_layers, &w, &terms, &err), KVS_OK) << err.message;
+        kvs_pool_sizes s;
+        ASSERT_EQ(kvs_pool_sizes_compute_terms(9000, &terms, 0.1, P, 701, &s, &err), KVS_OK)
+            << err.message;
+        ASSERT_EQ(s.state_rings, rings);
+        ASSERT_EQ(s.n_req_slots, w.n_req_slots);
+        kvs_pool_breakdown b{};
+        ASSERT_EQ(kvs_pool_bytes_terms(&s, &terms, 1, &b, &err), KVS_OK) << err.message;
+        expect_exact(g, s, 1, &w);
+        for (uint64_t alignment : {1u, 256u}) {
+          kvs_device_layout l = build(g, s, options(alignment), &w);
+          EXPECT_EQ(std::memcmp(&l.exact, &b, sizeof b), 0) << "exact == kvs_pool_bytes_terms";
+          EXPECT_EQ(l.total_bytes, b.total + l.control_bytes + l.padding_bytes);
+          kvs_device_footprint f;
+          ASSERT_EQ(kvs_device_layout_footprint(&terms, &s, &l.options, &f, &err), KVS_OK)
+              << err.message;
+          EXPECT_EQ(f.exact_bytes, b.total);
+          EXPECT_EQ(f.total_bytes, l.total_bytes);
+          EXPECT_EQ(f.padding_bytes, l.padding_bytes);
+          size_t checked = 0;
+          for (size_t layer = 0; layer < n_layers; layer++) {
+            bool present = false;
+            kvs_layer_sizes ls;
+            ASSERT_EQ(kvs_pool_sizes_layer(&s, &g, layer, &present, &ls, &err), KVS_OK)
+                << err.message;
+            if (!present) continue;
+            bool per_request = ls.ratio == 4 ? kvs_state_rings_csa_per_request(rings)
+                                             : kvs_state_rings_hca_per_request(rings);
+            EXPECT_EQ(ls.state_per_request, per_request);
+            uint64_t units = per_request ? 65 : s.n_win_pages;
+            kvs_device_region r;
+            ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_STATE, layer, &r, &err), KVS_OK)
+                << err.message;
+            EXPECT_EQ(r.rows, ls.state_slots) << "layer " << layer;
+            EXPECT_EQ(r.rows, units * ls.ring_size) << "layer " << layer;
+            EXPECT_EQ(r.scratch_rows, 1u);
+            EXPECT_EQ(r.row_bytes, ls.ratio == 4 ? w.csa_state : w.hca_state);
+            if (ls.has_indexer) {
+              ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_INDEX_STATE, layer, &r, &err),
+                        KVS_OK)
+                  << err.message;
+              EXPECT_EQ(r.rows, ls.idx_state_slots) << "layer " << layer;
+              EXPECT_EQ(r.rows, units * 8) << "layer " << layer;
+              EXPECT_EQ(r.row_bytes, w.idx_state);
+            }
+            checked++;
+          }
+          EXPECT_GT(checked, 20u);
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceLayout, sizes_and_widths_placing_rings_differently_are_refused) {
+  kvs_geometry g = builtin("dsv4-flash");
+  kvs_row_widths w = kvs_row_widths_default(&g);
+  w.state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  w.n_req_slots = 65;
+  kvs_cost_terms terms;
+  kvs_error err;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, kvs_geometry_layer_count(&g), &w, &terms, &err), KVS_OK);
+  kvs_pool_sizes per_page = sizes_for(g, 4096, 300);
+  kvs_device_layout l;
+  EXPECT_EQ(kvs_device_layout_build(&g, 0, kvs_geometry_layer_count(&g), &w, &per_page, nullptr, &l,
+                                    &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  kvs_device_footprint f;
+  EXPECT_EQ(kvs_device_layout_footprint(&terms, &per_page, nullptr, &f, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(err.message,
+                       "sizes place rings per-page with 0 request slots, the row "
+                       "widths per-request with 65"))
+      << err.message;
+}
+
+TEST(DevicePlan, the_padded_solve_prices_per_request_rings) {
+  kvs_geometry g = builtin("dsv4-flash");
+  size_t n = kvs_geometry_layer_count(&g);
+  kvs_row_widths page_w = kvs_row_widths_default(&g);
+  kvs_row_widths req_w = page_w;
+  req_w.state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  req_w.n_req_slots = 65;
+  uint64_t budget = 40ull << 30;
+  kvs_device_layout by_page, by_request;
+  kvs_error err;
+  ASSERT_EQ(kvs_device_plan_solve(budget, &g, 0, n, &page_w, 0.1, 100, P, nullptr, &by_page,
+                                  nullptr, &err),
+            KVS_OK)
+      << err.message;
+  ASSERT_EQ(kvs_device_plan_solve(budget, &g, 0, n, &req_w, 0.1, 100, P, nullptr, &by_request,
+                                  nullptr, &err),
+            KVS_OK)
+      << err.message;
+  EXPECT_LE(by_request.total_bytes, budget);
+  EXPECT_EQ(by_request.sizes.n_req_slots, 65u);
+  EXPECT_LT(by_request.exact.state, by_page.exact.state)
+      << "65 request slots cost fewer ring rows than hundreds of window pages";
+  EXPECT_GE(kvs_pool_sizes_num_pages(&by_request.sizes), kvs_pool_sizes_num_pages(&by_page.sizes));
 }

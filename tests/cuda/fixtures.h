@@ -56,6 +56,32 @@ inline kvs_pool_sizes sizes_for(const kvs_geometry &g, uint64_t full_pages,
   return s;
 }
 
+// Sizes with rings placed as `rings` (n_req_slots request slots when some
+// ring kind is per request), through the cost terms as a planner builds
+// them; the widths are core's defaults otherwise.
+inline kvs_row_widths widths_with_rings(const kvs_geometry &g, kvs_state_rings rings,
+                                        uint64_t n_req_slots) {
+  kvs_row_widths w = kvs_row_widths_default(&g);
+  w.state_rings = rings;
+  w.n_req_slots = rings == KVS_STATE_RINGS_PER_PAGE ? 0 : n_req_slots;
+  return w;
+}
+
+inline kvs_pool_sizes sizes_with_rings(const kvs_geometry &g, uint64_t full_pages,
+                                       uint64_t win_pages, kvs_state_rings rings,
+                                       uint64_t n_req_slots, uint64_t page = P) {
+  kvs_row_widths w = widths_with_rings(g, rings, n_req_slots);
+  kvs_cost_terms terms;
+  kvs_pool_sizes s{};
+  kvs_error err;
+  EXPECT_EQ(kvs_cost_terms_make(&g, 0, kvs_geometry_layer_count(&g), &w, &terms, &err), KVS_OK)
+      << err.message;
+  EXPECT_EQ(kvs_pool_sizes_compute_terms(full_pages, &terms, 0.5, page, win_pages, &s, &err),
+            KVS_OK)
+      << err.message;
+  return s;
+}
+
 struct PoolDeleter {
   void operator()(kvs_window_pool *pool) const {
     kvs_window_pool_destroy(pool);

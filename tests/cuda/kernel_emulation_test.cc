@@ -219,3 +219,118 @@ TEST(KernelEmulation, the_ring_context_kernel_matches_the_reference) {
   expect_ring_ctx(128, 128, 8, 60, 3, true, 11);
   expect_ring_ctx(96, 5, 100, 30, 1000, true, 12);
 }
+
+namespace {
+
+// Rows of a decode batch for the state-location kernel: mostly real, some
+// idle, unbound, or past their pools.
+struct StateRows {
+  std::vector<int64_t> own, slots, positions;
+};
+
+StateRows random_state_rows(std::mt19937_64 &rng, const kvs_state_placement &p, size_t n) {
+  StateRows r;
+  r.own.resize(n);
+  r.slots.resize(n);
+  r.positions.resize(n);
+  uint64_t req = p.n_req_slots > 0 ? p.n_req_slots : 9;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t kind = rng() % 16;
+    r.positions[i] = kind == 0 ? -1 : int64_t(rng() % 100000);
+    kind = rng() % 16;
+    r.own[i] = kind == 0   ? -1
+               : kind == 1 ? int64_t(p.n_win_slots + rng() % 9)
+                           : int64_t(rng() % p.n_win_slots);
+    kind = rng() % 16;
+    r.slots[i] = kind == 0 ? -1 : kind == 1 ? int64_t(req + rng() % 3) : int64_t(rng() % req);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST(KernelEmulation, the_batch_state_locs_kernel_matches_the_reference_in_every_placement) {
+  std::mt19937_64 rng(41);
+  kvs_geometry g = small_geometry();
+  uint64_t seed = 100;
+  for (kvs_state_rings rings :
+       {KVS_STATE_RINGS_PER_PAGE, KVS_STATE_RINGS_PER_REQUEST, KVS_STATE_RINGS_HCA_PER_REQUEST}) {
+    kvs_pool_sizes s = sizes_with_rings(g, 32, 17, rings, 65);
+    kvs_state_placement p = kvs_state_placement_of(&s);
+    bool per_request = rings != KVS_STATE_RINGS_PER_PAGE;
+    for (size_t n : {1u, 300u, 1500u}) {
+      StateRows r = random_state_rows(rng, p, n);
+      const int64_t *slots = per_request ? r.slots.data() : nullptr;
+      for (int which = 0; which < 3; which++) {
+        bool csa_out = which != 2, hca_out = which != 1;
+        std::vector<int64_t> ref_csa(n, kPoison), ref_hca(n, kPoison);
+        kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT;
+        ASSERT_EQ(kvs_ref_batch_state_locs(&p, r.own.data(), slots, r.positions.data(), n,
+                                           csa_out ? ref_csa.data() : nullptr,
+                                           hca_out ? ref_hca.data() : nullptr, &ref_fault, nullptr),
+                  KVS_OK);
+        if (n >= 300 && which == 0) {
+          EXPECT_GT(ref_fault.count, 0u) << "the rows reach the fault path";
+        }
+        for (uint32_t max_blocks : {1u, 3u, 1000u}) {
+          SCOPED_TRACE(testing::Message()
+                       << kvs_state_rings_name(rings) << ", " << n << " rows, outputs " << which
+                       << ", max_blocks " << max_blocks);
+          std::vector<int64_t> csa(n, kPoison), hca(n, kPoison);
+          kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
+          kvs_emu::set_schedule_seed(seed++);
+          launch_batch_state_locs(EmulatedLaunch{}, p, r.own.data(), slots, r.positions.data(), n,
+                                  csa_out ? csa.data() : nullptr, hca_out ? hca.data() : nullptr,
+                                  &fault, max_blocks);
+          EXPECT_EQ(csa, ref_csa);
+          EXPECT_EQ(hca, ref_hca);
+          expect_fault(fault, ref_fault);
+        }
+      }
+    }
+  }
+  kvs_emu::set_schedule_seed(0);
+}
+
+TEST(KernelEmulation, the_journal_kernel_skips_request_slot_entries_without_a_fault) {
+  kvs_geometry g = small_geometry();
+  Pool fresh = make_pool(sizes_for(g, 64, 33), 0);
+  kvs_table_dims dims = dims_of(fresh.get());
+  std::vector<int64_t> ref = mapping_of(fresh.get());
+  std::vector<int64_t> emulated = ref;
+  std::mt19937_64 rng(17);
+  uint64_t seed = 500;
+  for (size_t n : {40u, 1100u}) {
+    // Page entries with a few bad ones, and slot entries between them whose
+    // low bits name pages that exist: they must still write nothing.
+    std::vector<kvs_journal_entry> journal = random_journal(rng, dims, n, 20, 5);
+    for (size_t i = 0; i < n; i += 1 + rng() % 4) {
+      journal[i].full_page = KVS_JOURNAL_SLOT_TAG | (rng() % 20);
+      journal[i].window_page = rng() % 3 == 0 ? KVS_JOURNAL_FREED : int64_t(rng() % 100);
+    }
+    for (uint32_t max_blocks : {1u, 1000u}) {
+      SCOPED_TRACE(testing::Message() << n << " entries, max_blocks " << max_blocks);
+      kvs_emu::set_schedule_seed(seed++);
+      kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
+      ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, journal.data(), n, &ref_fault, nullptr),
+                KVS_OK);
+      emulate_apply(emulated, dims, journal, &fault, max_blocks);
+      ASSERT_EQ(emulated, ref);
+      expect_fault(fault, ref_fault);
+      // Without the slot entries, the same table.
+      std::vector<kvs_journal_entry> pages;
+      for (const kvs_journal_entry &e : journal) {
+        if (!kvs_tm_entry_is_slot(e.full_page)) pages.push_back(e);
+      }
+      std::vector<int64_t> without = mapping_of(fresh.get());
+      std::vector<int64_t> again = without;
+      ASSERT_EQ(kvs_ref_apply_journal(again.data(), &dims, journal.data(), n, nullptr, nullptr),
+                KVS_OK);
+      ASSERT_EQ(kvs_ref_apply_journal(without.data(), &dims, pages.data(), pages.size(), nullptr,
+                                      nullptr),
+                KVS_OK);
+      EXPECT_EQ(again, without);
+    }
+  }
+  kvs_emu::set_schedule_seed(0);
+}

@@ -12,7 +12,7 @@ OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 CHECK_EVERY=16
 # Eight GPUs (every test topology has eight), budgets skewed per GPU so
 # the agreement and the split have work to do.
-BUDGETS=900MiB,890MiB,880MiB,870MiB,900MiB,890MiB,880MiB,870MiB
+BUDGETS=600MiB,590MiB,580MiB,570MiB,600MiB,590MiB,580MiB,570MiB
 ARGS=(--tp "$TP" --pp "$PP" --backend "$BACKEND" --steps "$STEPS" --seed 11 --json
       --check-every "$CHECK_EVERY" --timeout-ms 20000 --topology "$TOPOLOGY"
       --budget-per-gpu "$BUDGETS" --device cpu)
@@ -25,7 +25,7 @@ fi
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 
 # The contract: one JSON object, last line, exactly these keys.
-json_check 'keys == (["backend","bare_broadcast_us","binds","bytes_per_step","collectives_per_step","device","digest","digests_agree","frees","plan","ranks","requests","ring_ctx_digest_agree","step_over_bare_broadcast","step_us","steps","steps_per_s","time_us"])'
+json_check 'keys == (["backend","bare_broadcast_us","binds","bytes_per_step","collectives_per_step","device","digest","digests_agree","frees","plan","ranks","requests","ring_ctx_digest_agree","state_rings","step_over_bare_broadcast","step_us","steps","steps_per_s","time_us"])'
 json_check ".ranks == $NP and .steps == $STEPS and .digests_agree == true"
 json_check '.ring_ctx_digest_agree == true and .device == "cpu"'
 json_check '.binds > 100 and .frees > 100 and .steps_per_s > 0'

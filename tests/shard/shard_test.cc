@@ -162,8 +162,8 @@ TEST(ShardSelf, an_operation_that_would_overflow_the_step_is_refused_before_it_c
 
 TEST(ShardSelf, the_default_capacity_follows_the_chunk_budget_and_running_requests) {
   EXPECT_EQ(kvs_shard_step_capacity_for(0, P, 0), 4u);
-  EXPECT_EQ(kvs_shard_step_capacity_for(3 * P, P, 16), 2 * 3 + 4 * 16 + 4u);
-  EXPECT_EQ(kvs_shard_step_capacity_for(3 * P + 1, P, 16), 2 * 4 + 4 * 16 + 4u);
+  EXPECT_EQ(kvs_shard_step_capacity_for(3 * P, P, 16), 2 * 3 + 6 * 16 + 4u);
+  EXPECT_EQ(kvs_shard_step_capacity_for(3 * P + 1, P, 16), 2 * 4 + 6 * 16 + 4u);
 }
 
 TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
@@ -580,7 +580,7 @@ TEST(Workload, a_workload_whose_worst_step_overflows_the_capacity_is_refused) {
   kvs_workload_t w = nullptr;
   EXPECT_EQ(kvs_workload_create(shard, &wo, &w, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message,
-               "a step of this workload may journal 20 entries (512-token chunks, 2 running), "
+               "a step of this workload may journal 24 entries (512-token chunks, 2 running), "
                "over the shard's step capacity of 10");
   EXPECT_EQ(w, nullptr);
   kvs_shard_destroy(shard);

@@ -144,3 +144,25 @@ cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_blo
                                                ring, fault, max_blocks);
                 });
 }
+
+cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int64_t *own,
+                                        const int64_t *slots, const int64_t *positions, uint64_t n,
+                                        int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                        uint32_t max_blocks, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const bool csa = out_csa != nullptr, hca = out_hca != nullptr;
+  std::vector<Range> ranges = {{positions, n * kRow, "the positions"},
+                               {fault, sizeof *fault, "the fault record"}};
+  if (kvs_kernels::batch_state_reads_own(placement, csa, hca)) {
+    ranges.push_back({own, n * kRow, "the window slots"});
+  }
+  if (kvs_kernels::batch_state_reads_slots(placement, csa, hca)) {
+    ranges.push_back({slots, n * kRow, "the request slots"});
+  }
+  if (csa) ranges.push_back({out_csa, n * kRow, "the ratio-4 output"});
+  if (hca) ranges.push_back({out_hca, n * kRow, "the ratio-128 output"});
+  return launch(stream, "batch_state_locs", ranges, [&](QueuedLaunch q) {
+    kvs_kernels::launch_batch_state_locs(q, placement, own, slots, positions, n, out_csa, out_hca,
+                                         fault, max_blocks);
+  });
+}

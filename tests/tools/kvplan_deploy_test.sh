@@ -157,14 +157,14 @@ check "fit: the layouts that fit come first" true \
   "$(echo "$j" | jq '[.layouts[].fits] as $f | $f == ($f | sort | reverse)')"
 # The minimal KV budget is exact: kvplan plan on it holds every page the
 # layout needs, one byte less does not.
-read -r tp pp need budget <<<"$(echo "$j" | jq -r '.layouts[] | select(.tp == 4 and .pp == 2) |
-  "\(.tp) \(.pp) \(.pages_needed) \(.min_kv_budget_bytes)"')"
-floor=$(echo "$j" | jq -r '.layouts[] | select(.tp == 4 and .pp == 2) | .floor_win_pages')
-got=$("$kvplan" plan "${bundled[@]}" --tp "$tp" --pp "$pp" --budget "$budget" --floor-pages "$floor" \
+read -r tp pp need budget requests <<<"$(echo "$j" | jq -r '.layouts[] | select(.tp == 4 and .pp == 2) |
+  "\(.tp) \(.pp) \(.pages_needed) \(.min_kv_budget_bytes) \(.requests_per_replica)"')"
+demand=(--max-seq-len 1048576 --max-running "$requests")
+got=$("$kvplan" plan "${bundled[@]}" --tp "$tp" --pp "$pp" --budget "$budget" "${demand[@]}" \
   --json 2>/dev/null | jq .num_pages)
 check "fit's minimal budget holds the pages" true "$([ "${got:-0}" -ge "$need" ] && echo true)"
-got=$("$kvplan" plan "${bundled[@]}" --tp "$tp" --pp "$pp" --budget $((budget - 1)) \
-  --floor-pages "$floor" --json 2>/dev/null | jq .num_pages)
+got=$("$kvplan" plan "${bundled[@]}" --tp "$tp" --pp "$pp" --budget $((budget - 1)) "${demand[@]}" \
+  --json 2>/dev/null | jq .num_pages)
 check "one byte less does not" true "$([ "${got:-0}" -lt "$need" ] && echo true)"
 "$kvplan" fit --context 1048576 --concurrency 4096 "${bundled[@]}" >"$T/out" 2>&1
 check "fit: a demand no layout serves exits 1" 1 $?

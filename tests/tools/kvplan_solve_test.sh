@@ -11,8 +11,10 @@ check() {  # check NAME EXPECTED ACTUAL
     echo "ok   $1"
   fi
 }
-# The seed's small geometry: head_dim 8, index_head_dim 4, ratios 0,4,128,4.
-small=(--head-dim 8 --index-head-dim 4 --layers 4 --ratios 0,4,128,4 --floor-pages 21)
+# The seed's small geometry: head_dim 8, index_head_dim 4, ratios 0,4,128,4,
+# in the seed's layout (rings per window page).
+small=(--head-dim 8 --index-head-dim 4 --layers 4 --ratios 0,4,128,4 --floor-pages 21
+  --state-rings per-page)
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 
 out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.5 --budget 500000 --json | tail -n 1)
@@ -30,6 +32,18 @@ check "a ratio-0 layer is null" "[null," "$(echo "$out" | sed -n 's/.*"layers":\
 check "exactly the contract's keys" "num_pages full_token n_win_pages n_win_slots pool_bytes layers" \
   "$(echo "$out" | sed 's/"layers":\[.*\]}$/"layers":0}/' | grep -o '"[a-z_]*":' | tr -d '":' |
      tr '\n' ' ' | sed 's/ $//')"
+
+# The default places rings per request: 65 slots (64 running + the dummy)
+# of 11264 B each (two ratio-4 layers' 8-slot rings of 128 + 64 B rows, one
+# ratio-128 layer's 128-slot ring of 64 B rows), and a window page costs its
+# 8192 B of KV alone.
+out=$("$kvplan" solve "${small[@]:0:10}" --swa-ratio 0.1 --budget 1700000 --json | tail -n 1)
+pages=$(echo "$out" | field num_pages)
+check "per-request rings: pool bytes" \
+  $((8192 * $(echo "$out" | field n_win_pages) + 2576 * pages + 11264 * 65 + 64 + 456)) \
+  "$(echo "$out" | field pool_bytes)"
+check "per-request rings: state slots of the ratio-128 layer" $((65 * 128)) \
+  "$(echo "$out" | sed -n 's/.*"ratio":128,"ring_size":128,[^}]*"state_slots":\([0-9]*\).*/\1/p')"
 
 out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 100000 --json)
 status=$?

@@ -106,11 +106,16 @@ std::string str(json_t *object, const char *key) {
 }
 
 // The request the node makes for kvplan's defaults (dsv4-flash, window
-// floor 331 pages, swa 0.125, P 128, one scratch row).
+// floor 331 pages, swa 0.125, P 128, one scratch row, bf16 rows, rings per
+// request: 64 running + the dummy slot).
 kvs_plan_request default_request(size_t tp, size_t pp) {
   static kvs_geometry g;
+  static kvs_row_widths w;
   kvs_geometry_builtin("dsv4-flash", &g, nullptr);
-  return kvs_plan_request{&g, nullptr, 0.125, 128, 331, 1, tp, pp, nullptr, nullptr};
+  w = kvs_row_widths_default(&g);
+  w.state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  w.n_req_slots = 65;
+  return kvs_plan_request{&g, &w, 0.125, 128, 331, 1, tp, pp, nullptr, nullptr};
 }
 
 // The node's plan for the same inputs, to compare the binary with.
@@ -140,7 +145,10 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_TRUE(root);
   EXPECT_EQ(keys(root.get()),
             (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "kv_dtype",
-                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+                                   "state_rings", "request_slots", "mtp_layers",
+                                   "weights_source", "limiting_rank", "ranks"}));
+  EXPECT_EQ(str(root.get(), "state_rings"), "per-request");
+  EXPECT_EQ(u64(root.get(), "request_slots"), 65u);
   EXPECT_EQ(str(root.get(), "kv_dtype"), "bf16");
   EXPECT_EQ(u64(root.get(), "mtp_layers"), 0u);
   EXPECT_EQ(str(root.get(), "weights_source"), "none");
