@@ -42,6 +42,12 @@ struct kvs_window_pool {
   int64_t *slot_request; /* per slot: its request, KVS_SLOT_FREE or KVS_SLOT_DUMMY */
   uint32_t *slot_stamp;  /* per slot, during apply */
   int64_t *slot_overlay; /* a slot's request during apply */
+  /* request -> slot, open addressing (linear probing), so a lookup per
+   * batch row is O(1) rather than a scan of every slot. */
+  uint64_t hash_mask;    /* capacity - 1; capacity a power of two >= 2 x slots */
+  uint64_t *hash_key;    /* request, or SLOT_HASH_EMPTY / SLOT_HASH_GONE */
+  uint64_t *hash_slot;
+  uint64_t hash_gone;    /* tombstones, rebuilt away past a quarter */
 };
 
 

@@ -8,6 +8,61 @@
 
 #include "core/window_pool_internal.h"
 
+#define SLOT_HASH_EMPTY UINT64_MAX
+#define SLOT_HASH_GONE (UINT64_MAX - 1)
+
+/* ---- request -> slot hash ---- */
+
+static uint64_t hash_of(uint64_t request) {
+  request ^= request >> 33;
+  request *= 0xff51afd7ed558ccdull;
+  request ^= request >> 33;
+  return request;
+}
+
+/* The probe index holding request, or the capacity when it is absent. */
+static uint64_t hash_find(const struct kvs_window_pool *pool, uint64_t request) {
+  uint64_t i = hash_of(request) & pool->hash_mask;
+  for (uint64_t n = 0; n <= pool->hash_mask; n++, i = (i + 1) & pool->hash_mask) {
+    if (pool->hash_key[i] == request) return i;
+    if (pool->hash_key[i] == SLOT_HASH_EMPTY) break;
+  }
+  return pool->hash_mask + 1;
+}
+
+static void hash_put(struct kvs_window_pool *pool, uint64_t request, uint64_t slot) {
+  uint64_t at = hash_find(pool, request);
+  if (at <= pool->hash_mask) {
+    pool->hash_slot[at] = slot;
+    return;
+  }
+  uint64_t i = hash_of(request) & pool->hash_mask;
+  while (pool->hash_key[i] != SLOT_HASH_EMPTY && pool->hash_key[i] != SLOT_HASH_GONE) {
+    i = (i + 1) & pool->hash_mask;
+  }
+  if (pool->hash_key[i] == SLOT_HASH_GONE) pool->hash_gone--;
+  pool->hash_key[i] = request;
+  pool->hash_slot[i] = slot;
+}
+
+/* Rebuilds the hash from the slot table: drops every tombstone. */
+static void hash_rebuild(struct kvs_window_pool *pool) {
+  for (uint64_t i = 0; i <= pool->hash_mask; i++) pool->hash_key[i] = SLOT_HASH_EMPTY;
+  pool->hash_gone = 0;
+  for (uint64_t s = 0; s + 1 < pool->n_req_slots; s++) {
+    if (pool->slot_request[s] >= 0) hash_put(pool, (uint64_t)pool->slot_request[s], s);
+  }
+}
+
+/* Removes request's entry if it names this slot (a raw swap may have
+ * pointed it elsewhere already). */
+static void hash_drop(struct kvs_window_pool *pool, uint64_t request, uint64_t slot) {
+  uint64_t at = hash_find(pool, request);
+  if (at > pool->hash_mask || pool->hash_slot[at] != slot) return;
+  pool->hash_key[at] = SLOT_HASH_GONE;
+  if (++pool->hash_gone > (pool->hash_mask + 1) / 4) hash_rebuild(pool);
+}
+
 uint64_t kvs_slot_digest_term(uint64_t slot, uint64_t request) {
   /* A different seed from page terms: slot s and full page s never cancel. */
   return kvs_binding_digest_term(slot ^ 0x736c6f7473000000ull, request + 0x5bd1e995ull);
@@ -35,12 +90,19 @@ kvs_status kvs_pool_slots_init(struct kvs_window_pool *pool, kvs_state_rings rin
   pool->slot_request = malloc(n * sizeof *pool->slot_request);
   pool->slot_stamp = calloc(n, sizeof *pool->slot_stamp);
   pool->slot_overlay = calloc(n, sizeof *pool->slot_overlay);
-  if (pool->slot_request == NULL || pool->slot_stamp == NULL || pool->slot_overlay == NULL) {
+  uint64_t capacity = 4;
+  while (capacity < 2 * n_req_slots) capacity *= 2;
+  pool->hash_mask = capacity - 1;
+  pool->hash_key = malloc((size_t)capacity * sizeof *pool->hash_key);
+  pool->hash_slot = malloc((size_t)capacity * sizeof *pool->hash_slot);
+  if (pool->slot_request == NULL || pool->slot_stamp == NULL || pool->slot_overlay == NULL ||
+      pool->hash_key == NULL || pool->hash_slot == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu request slots",
                          (unsigned long long)n_req_slots);
   }
   for (size_t i = 0; i + 1 < n; i++) pool->slot_request[i] = KVS_SLOT_FREE;
   pool->slot_request[n - 1] = KVS_SLOT_DUMMY;
+  hash_rebuild(pool);
   pool->digest += kvs_slot_digest_term(n_req_slots - 1, (uint64_t)KVS_SLOT_DUMMY);
   return KVS_OK;
 }
@@ -49,6 +111,8 @@ void kvs_pool_slots_free(struct kvs_window_pool *pool) {
   free(pool->slot_request);
   free(pool->slot_stamp);
   free(pool->slot_overlay);
+  free(pool->hash_key);
+  free(pool->hash_slot);
 }
 
 kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
@@ -65,11 +129,9 @@ uint64_t kvs_window_pool_bound_slots(const struct kvs_window_pool *pool) {
 
 int64_t kvs_window_pool_slot_of(const struct kvs_window_pool *pool, uint64_t request) {
   /* Past the range a request id would alias the free and dummy markers. */
-  if (request >= KVS_MAX_REQUEST_ID) return -1;
-  for (uint64_t s = 0; s + 1 < pool->n_req_slots; s++) {
-    if (pool->slot_request[s] == (int64_t)request) return (int64_t)s;
-  }
-  return -1;
+  if (request >= KVS_MAX_REQUEST_ID || pool->n_req_slots == 0) return -1;
+  uint64_t at = hash_find(pool, request);
+  return at > pool->hash_mask ? -1 : (int64_t)pool->hash_slot[at];
 }
 
 int64_t kvs_window_pool_slot_request(const struct kvs_window_pool *pool, uint64_t slot) {
@@ -82,9 +144,12 @@ static uint64_t term_of(uint64_t slot, int64_t request) {
 }
 
 static void set_slot(struct kvs_window_pool *pool, uint64_t slot, int64_t request) {
-  pool->digest -= term_of(slot, pool->slot_request[slot]);
+  int64_t before = pool->slot_request[slot];
+  pool->digest -= term_of(slot, before);
   pool->digest += term_of(slot, request);
   pool->slot_request[slot] = request;
+  if (before >= 0) hash_drop(pool, (uint64_t)before, slot);
+  if (request >= 0) hash_put(pool, (uint64_t)request, slot);
 }
 
 kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, uint64_t *slot,
@@ -254,6 +319,12 @@ kvs_status kvs_pool_slots_check(const struct kvs_window_pool *pool, kvs_error *e
                              "alias",
                              (long long)request, (unsigned long long)s, (unsigned long long)t);
       }
+    }
+    int64_t found = kvs_window_pool_slot_of(pool, (uint64_t)request);
+    if (found != (int64_t)s) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "request %lld holds request slot %llu, but its lookup names slot %lld",
+                           (long long)request, (unsigned long long)s, (long long)found);
     }
     bound++;
   }
