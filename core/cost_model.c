@@ -447,8 +447,8 @@ static bool breakdown_at(const kvs_cost_terms *t, uint64_t full_token, uint64_t 
   return !of;
 }
 
-kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
-                                uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
+kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+                                      kvs_error *err) {
   if (sizes->n_layers != terms->n_layers) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "these sizes were built for a %llu-layer stack, not a %llu-layer one",
@@ -464,6 +464,13 @@ kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_term
                          kvs_state_rings_name(terms->widths.state_rings),
                          (unsigned long long)terms->widths.n_req_slots);
   }
+  return KVS_OK;
+}
+
+kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+                                uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
+  kvs_status status = kvs_pool_sizes_check_terms(sizes, terms, err);
+  if (status != KVS_OK) return status;
   kvs_pool_breakdown b;
   if (!breakdown_at(terms, sizes->full_token, sizes->n_win_pages, sizes->page, n_scratch, &b)) {
     return kvs_error_set(err, KVS_ERR_OVERFLOW, "pool of %llu tokens exceeds 64 bits of bytes",

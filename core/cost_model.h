@@ -231,6 +231,12 @@ kvs_status kvs_pool_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geome
 kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                 uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
 
+/* Whether sizes were built for these terms: the same layer count and the
+ * same ring placement and request slots (KVS_ERR_INVALID_ARGUMENT naming
+ * both otherwise). What prices a pool and what carves it must agree. */
+kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+                                      kvs_error *err);
+
 /* What a device really allocates for a pool: core's exact bytes plus what
  * its carve adds (a control area, alignment padding between regions). A
  * planner that prices footprints plans what a device allocates, byte for

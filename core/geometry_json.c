@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/file_kind.h"
+#include "core/regular_file.h"
 #include "core/geometry.h"
 #include "core/model_config.h"
 
@@ -113,36 +114,18 @@ done:
 }
 
 
-/* Reads a config file into a heap buffer (*text, *len; the caller frees).
- * Only a regular file is read: O_NONBLOCK keeps the open of a FIFO from
- * waiting for a writer forever, and fstat then refuses it by its type. */
+/* Reads a config file into a heap buffer (*text, *len; the caller frees);
+ * only a regular file (kvs_open_regular). */
 static kvs_status read_config_text(const char *path, char **text_out, size_t *len_out,
                                    kvs_error *err) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    return kvs_error_set(err, KVS_ERR_IO, "cannot open model config %s: %s", path,
-                         strerror(errno));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    kvs_status status =
-        kvs_error_set(err, KVS_ERR_IO, "cannot stat model config %s: %s", path, strerror(errno));
-    close(fd);
-    return status;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return kvs_error_set(err, KVS_ERR_IO, "model config %s is %s, not a regular file", path,
-                         kvs_file_kind(st.st_mode));
-  }
   /* Model configs are a few KiB; anything past 16 MiB is not one, and is
    * refused by its size before a byte of it is read. */
   enum { MAX_CONFIG_BYTES = 16 << 20 };
-  if (st.st_size > MAX_CONFIG_BYTES) {
-    close(fd);
-    return kvs_error_set(err, KVS_ERR_PARSE, "model config %s is larger than %d bytes", path,
-                         MAX_CONFIG_BYTES);
-  }
+  int fd;
+  uint64_t size;
+  kvs_status opened = kvs_open_regular(path, "model config", MAX_CONFIG_BYTES, &fd, &size, NULL,
+                                       err);
+  if (opened != KVS_OK) return opened;
   FILE *file = fdopen(fd, "rb");
   if (file == NULL) {
     kvs_status status =

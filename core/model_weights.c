@@ -16,6 +16,8 @@
  * A tensor named in two shards is refused (KVS_ERR_CONFLICT) either way. */
 #include "core/model_weights.h"
 
+#include "core/regular_file.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -67,34 +69,18 @@ static int compare_names(const void *a, const void *b) {
  * the folder has none. */
 static kvs_status load_index(const char *path, json_t **root, kvs_error *err) {
   *root = NULL;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    int open_errno = errno;
+  int fd, open_errno;
+  uint64_t size;
+  kvs_status opened =
+      kvs_open_regular(path, "model index", MAX_INDEX_BYTES, &fd, &size, &open_errno, err);
+  if (opened != KVS_OK) {
     struct stat link;
     /* Absent: read the folder's shards. A dangling link (a cache whose
      * blob is gone) is a damaged download, not a missing index. */
     if (open_errno == ENOENT && lstat(path, &link) != 0) return KVS_OK;
-    return kvs_error_set(err, KVS_ERR_IO, "cannot open model index %s: %s", path,
-                         strerror(open_errno));
+    return opened;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    kvs_status status =
-        kvs_error_set(err, KVS_ERR_IO, "cannot stat model index %s: %s", path, strerror(errno));
-    close(fd);
-    return status;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return kvs_error_set(err, KVS_ERR_IO, "model index %s is %s, not a regular file", path,
-                         kvs_file_kind(st.st_mode));
-  }
-  if (st.st_size > MAX_INDEX_BYTES) {
-    close(fd);
-    return kvs_error_set(err, KVS_ERR_PARSE, "model index %s is larger than %d bytes", path,
-                         MAX_INDEX_BYTES);
-  }
-  size_t cap = (size_t)st.st_size + 1;
+  size_t cap = (size_t)size + 1;
   char *text = malloc(cap);
   if (text == NULL) {
     close(fd);

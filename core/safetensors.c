@@ -3,6 +3,8 @@
  * handed to the caller. */
 #include "core/safetensors.h"
 
+#include "core/regular_file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -218,26 +220,11 @@ kvs_status kvs_safetensors_read_header(const char *path, kvs_tensor_fn fn, void 
   if (path == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "safetensors path is NULL");
   }
-  /* Only a regular file is read. O_NONBLOCK keeps the open of a FIFO from
-   * waiting for a writer forever; fstat then refuses it by its type. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) {
-    return kvs_error_set(err, KVS_ERR_IO, "cannot open safetensors file %s: %s", path,
-                         strerror(errno));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    kvs_status status = kvs_error_set(err, KVS_ERR_IO, "cannot stat safetensors file %s: %s", path,
-                                      strerror(errno));
-    close(fd);
-    return status;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return kvs_error_set(err, KVS_ERR_IO, "safetensors file %s is %s, not a regular file", path,
-                         kvs_file_kind(st.st_mode));
-  }
-  uint64_t file_bytes = (uint64_t)st.st_size;
+  int fd;
+  uint64_t file_bytes;
+  kvs_status opened =
+      kvs_open_regular(path, "safetensors file", UINT64_MAX, &fd, &file_bytes, NULL, err);
+  if (opened != KVS_OK) return opened;
   if (file_bytes < 8) {
     close(fd);
     return kvs_error_set(err, KVS_ERR_PARSE,

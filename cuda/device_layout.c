@@ -210,24 +210,9 @@ static kvs_status check_sizes(const kvs_cost_terms *terms, const kvs_pool_sizes 
                          (unsigned long long)sizes->page, (unsigned long long)terms->n_csa,
                          (unsigned long long)terms->n_hca);
   }
-  if (sizes->n_layers != terms->n_layers) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "sizes were built for %llu layers, the device holds %llu",
-                         (unsigned long long)sizes->n_layers, (unsigned long long)terms->n_layers);
-  }
   /* The carve reads the placement from the sizes, core prices it from the
    * terms' widths: they must be one placement. */
-  if (sizes->state_rings != terms->widths.state_rings ||
-      sizes->n_req_slots != terms->widths.n_req_slots) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "sizes place rings %s with %llu request slots, the row widths %s with "
-                         "%llu",
-                         kvs_state_rings_name(sizes->state_rings),
-                         (unsigned long long)sizes->n_req_slots,
-                         kvs_state_rings_name(terms->widths.state_rings),
-                         (unsigned long long)terms->widths.n_req_slots);
-  }
-  return KVS_OK;
+  return kvs_pool_sizes_check_terms(sizes, terms, err);
 }
 
 static kvs_status overflowed(const kvs_pool_sizes *sizes, uint64_t alignment, kvs_error *err) {

@@ -479,7 +479,7 @@ TEST(DeviceLayout, a_footprint_of_sizes_for_another_layer_count_is_refused) {
   kvs_error err;
   EXPECT_EQ(kvs_device_layout_footprint(&terms, &sizes, nullptr, &f, &err),
             KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_TRUE(contains(err.message, "sizes were built for 43 layers, the device holds 10"))
+  EXPECT_TRUE(contains(err.message, "these sizes were built for a 43-layer stack, not a 10-layer one"))
       << err.message;
   EXPECT_EQ(f.total_bytes, 7u) << "a refused footprint leaves the output alone";
 }
@@ -576,8 +576,8 @@ TEST(DeviceLayout, sizes_and_widths_placing_rings_differently_are_refused) {
   EXPECT_EQ(kvs_device_layout_footprint(&terms, &per_page, nullptr, &f, &err),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message,
-                       "sizes place rings per-page with 0 request slots, the row "
-                       "widths per-request with 65"))
+                       "sizes place rings per-page with 0 request slots, the terms "
+                       "per-request with 65"))
       << err.message;
 }
 
