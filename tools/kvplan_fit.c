@@ -24,12 +24,14 @@
 #include <string.h>
 
 #include "core/model_weights.h"
+#include "shard/cluster.h"
 #include "shard/node_setup.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/plan_weights.h"
+#include "topology/layout.h"
 #include "topology/topology.h"
 
 /* f is searched up to this many times the memory, so a shortfall can be
@@ -44,6 +46,7 @@ enum {
   OPT_MEM_FRACTION,
   OPT_RESERVE,
   OPT_WEIGHTS_TOTAL,
+  OPT_NODES,
   OPT_JSON,
 };
 
@@ -53,7 +56,9 @@ static void usage(FILE *out) {
           "  --context L             tokens of every request (prompt and output)\n"
           "  --concurrency C         requests served at once by the node (the replicas of a\n"
           "                          layout share them evenly)\n"
-          "  --topology FILE|live|bundled  as for kvplan plan\n"
+          "  --topology FILE|live|bundled  as for kvplan plan (a list: one node each)\n"
+          "  --nodes N               N identical nodes of that topology; without it, when\n"
+          "                          no layout of one machine fits, 2 and 4 are tried\n"
           "  --mem-fraction F        share of each GPU's memory the engine may use (default\n"
           "                          0.9): a layout fits when it needs at most this\n"
           "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
@@ -69,7 +74,8 @@ static void usage(FILE *out) {
 typedef struct fit_args {
   kvs_plan_options options;
   bool have_context, have_concurrency, have_fraction, have_reserve, have_weights_total, json;
-  uint64_t context, concurrency, reserve, weights_total;
+  bool have_nodes;
+  uint64_t context, concurrency, reserve, weights_total, nodes;
   double fraction;
   const char *topology;
 } fit_args;
@@ -107,6 +113,14 @@ static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err)
     case OPT_RESERVE:
       a->have_reserve = true;
       return kvs_parse_bytes("--reserve", value, &a->reserve, err);
+    case OPT_NODES:
+      a->have_nodes = true;
+      status = kvs_parse_u64("--nodes", value, &a->nodes, err);
+      if (status == KVS_OK && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "--nodes must be between 1 and %d, got %s",
+                             KVS_MAX_NODES, value);
+      }
+      return status;
     case OPT_WEIGHTS_TOTAL:
       a->have_weights_total = true;
       return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
@@ -118,6 +132,7 @@ static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err)
 
 /* One layout's answer. */
 typedef struct fit_row {
+  size_t nodes; /* cluster nodes the layout spans */
   size_t tp, pp, replicas;
   uint64_t requests; /* per replica */
   uint64_t pages;    /* pages each rank must hold */
@@ -233,6 +248,7 @@ static void solve_layout(fit_ctx *c, const fit_args *a, fit_row *row) {
 static int compare_rows(const void *pa, const void *pb) {
   const fit_row *x = pa, *y = pb;
   if (x->fits != y->fits) return x->fits ? -1 : 1;
+  if (x->nodes != y->nodes) return x->nodes < y->nodes ? -1 : 1;
   if (x->fraction_found != y->fraction_found) return x->fraction_found ? -1 : 1;
   if (x->min_fraction != y->min_fraction) return x->min_fraction < y->min_fraction ? -1 : 1;
   if (x->tp * x->pp != y->tp * y->pp) return x->tp * x->pp < y->tp * y->pp ? -1 : 1;
@@ -241,6 +257,7 @@ static int compare_rows(const void *pa, const void *pb) {
 
 static json_t *row_json(const fit_row *r) {
   json_t *o = json_object();
+  json_object_set_new(o, "nodes", kvs_json_u64(r->nodes));
   json_object_set_new(o, "tp", kvs_json_u64(r->tp));
   json_object_set_new(o, "pp", kvs_json_u64(r->pp));
   json_object_set_new(o, "replicas", kvs_json_u64(r->replicas));
@@ -277,9 +294,82 @@ static void print_row(const fit_row *r) {
     snprintf(margin, sizeof margin, "out of reach");
   }
   kvs_format_bytes(r->weights_bytes, weights, sizeof weights);
-  printf("%4zu %4zu %8zu %9llu %10llu %14s %12s %12s  %-4s %s\n", r->tp, r->pp, r->replicas,
+  printf("%5zu %4zu %4zu %8zu %9llu %10llu %14s %12s %12s  %-4s %s\n", r->nodes, r->tp, r->pp,
+         r->replicas,
          (unsigned long long)r->requests, (unsigned long long)r->pages, budget, weights, fraction,
          r->fits ? "yes" : "no", margin);
+}
+
+/* Every layout of one cluster: its rows appended to rows[*n_rows..].
+ * memory[] is filled with the cluster's GPUs' memory terms. Returns 0, or
+ * the exit status after a message. */
+static int evaluate(fit_args *a, kvs_plan_model *m, kvs_cluster_t cluster,
+                    const kvs_model_weights *weights, uint64_t *layer, fit_row *rows,
+                    size_t *n_rows, kvs_memory_budget *memory, uint64_t *budgets) {
+  kvs_error err;
+  kvs_plan_options *o = &a->options;
+  size_t n = kvs_cluster_gpu_count(cluster);
+  const kvs_gpu_info *gpus = kvs_cluster_gpus(cluster);
+  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
+  kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
+  if (a->have_reserve) br.reserve_bytes = a->reserve;
+  br.memory_ratio = 1.0; /* the memory itself; f is what is searched */
+  if (kvs_node_budgets(&br, gpus, n, memory, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return 1;
+  }
+  kvs_rank_slot *slots = calloc(n, sizeof *slots);
+  if (slots == NULL) {
+    fprintf(stderr, "kvplan fit: out of memory\n");
+    return 1;
+  }
+  int rc = 0;
+  for (size_t ranks = 1; ranks <= n && rc == 0; ranks++) {
+    if (n % ranks != 0) continue;
+    for (size_t pp = 1; pp <= ranks && rc == 0; pp++) {
+      if (ranks % pp != 0 || pp > n_planned || pp > KVS_MAX_STAGES) continue;
+      if (*n_rows == FIT_MAX_LAYOUTS) break;
+      /* A tensor-parallel group must fit in a node. */
+      if (kvs_rank_layout_cluster(gpus, n, ranks / pp, pp, false, slots, NULL, NULL) != KVS_OK) {
+        continue;
+      }
+      fit_row *row = &rows[*n_rows];
+      row->nodes = kvs_cluster_node_count(cluster);
+      row->tp = ranks / pp;
+      row->pp = pp;
+      row->replicas = n / ranks;
+      row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
+      uint64_t per_request = (a->context + o->page - 1) / o->page;
+      row->pages = per_request * row->requests;
+      if (kvs_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
+                                 &err) != KVS_OK ||
+          (weights != NULL &&
+           kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
+        fprintf(stderr, "kvplan fit: %s\n", err.message);
+        rc = 2;
+        break;
+      }
+      kvs_plan_model_place_rings(m, o->state_rings, row->requests);
+      fit_ctx c = {.request = {.geometry = &m->geometry,
+                               .widths = &m->widths,
+                               .swa_ratio = m->swa_ratio,
+                               .page = o->page,
+                               .floor_win_pages = row->floor_pages,
+                               .n_scratch = o->scratch,
+                               .tp = row->tp,
+                               .pp = row->pp,
+                               .layer_weight_bytes = weights != NULL ? layer : NULL},
+                   .gpus = gpus,
+                   .n_gpus = n,
+                   .memory = memory,
+                   .budgets = budgets,
+                   .pages = row->pages};
+      solve_layout(&c, a, row);
+      (*n_rows)++;
+    }
+  }
+  free(slots);
+  return rc;
 }
 
 static int run(fit_args *a, kvs_plan_model *m) {
@@ -312,31 +402,27 @@ static int run(fit_args *a, kvs_plan_model *m) {
             m->name);
   }
   char why[768];
-  kvs_topology_t topo = NULL;
-  if (kvs_node_topology_open(a->topology, &topo, why, sizeof why, &err) != KVS_OK) {
+  kvs_cluster_t topo = NULL;
+  if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, &topo, why, sizeof why,
+                       &err) != KVS_OK) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
-    return 1;
+    return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
   if (why[0] != '\0') fprintf(notes, "kvplan: %s\n", why);
   int rc = 1;
-  size_t n = kvs_topology_gpu_count(topo);
-  const kvs_gpu_info *gpus = kvs_topology_gpus(topo);
+  size_t n = kvs_cluster_gpu_count(topo);
   size_t n_planned = kvs_geometry_layer_count(&m->geometry);
-  kvs_memory_budget *memory = calloc(n, sizeof *memory);
-  uint64_t *budgets = calloc(n, sizeof *budgets);
+  /* Room for the memory terms of the largest cluster tried (4 nodes). */
+  size_t most = 4 * n;
+  kvs_memory_budget *memory = calloc(most, sizeof *memory);
+  uint64_t *budgets = calloc(most, sizeof *budgets);
   uint64_t *layer = calloc(n_planned, sizeof *layer);
   kvs_model_weights *weights = counted ? malloc(sizeof *weights) : NULL;
   fit_row *rows = calloc(FIT_MAX_LAYOUTS, sizeof *rows);
+  kvs_cluster_t more = NULL;
   if (memory == NULL || budgets == NULL || layer == NULL || rows == NULL ||
       (counted && weights == NULL)) {
     fprintf(stderr, "kvplan fit: out of memory\n");
-    goto done;
-  }
-  kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
-  if (a->have_reserve) br.reserve_bytes = a->reserve;
-  br.memory_ratio = 1.0; /* the memory itself; f is what is searched */
-  if (kvs_node_budgets(&br, gpus, n, memory, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
     goto done;
   }
   kvs_status loaded = KVS_OK;
@@ -351,43 +437,30 @@ static int run(fit_args *a, kvs_plan_model *m) {
     goto done;
   }
   size_t n_rows = 0;
-  for (size_t ranks = 1; ranks <= n; ranks++) {
-    if (n % ranks != 0) continue;
-    for (size_t pp = 1; pp <= ranks; pp++) {
-      if (ranks % pp != 0 || pp > n_planned || pp > KVS_MAX_STAGES) continue;
-      if (n_rows == FIT_MAX_LAYOUTS) break;
-      fit_row *row = &rows[n_rows];
-      row->tp = ranks / pp;
-      row->pp = pp;
-      row->replicas = n / ranks;
-      row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
-      uint64_t per_request = (a->context + o->page - 1) / o->page;
-      row->pages = per_request * row->requests;
-      if (kvs_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
-                                 &err) != KVS_OK ||
-          (counted && kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
-        fprintf(stderr, "kvplan fit: %s\n", err.message);
-        rc = 2;
-        goto done;
-      }
-      kvs_plan_model_place_rings(m, o->state_rings, row->requests);
-      fit_ctx c = {.request = {.geometry = &m->geometry,
-                               .widths = &m->widths,
-                               .swa_ratio = m->swa_ratio,
-                               .page = o->page,
-                               .floor_win_pages = row->floor_pages,
-                               .n_scratch = o->scratch,
-                               .tp = row->tp,
-                               .pp = row->pp,
-                               .layer_weight_bytes = counted ? layer : NULL},
-                   .gpus = gpus,
-                   .n_gpus = n,
-                   .memory = memory,
-                   .budgets = budgets,
-                   .pages = row->pages};
-      solve_layout(&c, a, row);
-      n_rows++;
+  if ((rc = evaluate(a, m, topo, weights, layer, rows, &n_rows, memory, budgets)) != 0) goto done;
+  bool fits_one = false;
+  for (size_t i = 0; i < n_rows; i++) fits_one |= rows[i].fits;
+  /* Where one machine cannot serve it, what 2 and 4 such machines would
+   * (one machine named: not a list, no --nodes). */
+  bool grow = !fits_one && !a->have_nodes && kvs_cluster_node_count(topo) == 1;
+  for (size_t nodes = 2; grow && nodes <= 4; nodes *= 2) {
+    if (kvs_cluster_open(a->topology, nodes, &more, NULL, 0, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan fit: %s\n", err.message);
+      rc = 1;
+      goto done;
     }
+    rc = evaluate(a, m, more, weights, layer, rows, &n_rows, memory, budgets);
+    kvs_cluster_destroy(more);
+    more = NULL;
+    if (rc != 0) goto done;
+  }
+  /* evaluate left the last cluster's terms: the first node's GPU is what
+   * every report below quotes, the same in all of them. */
+  {
+    kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
+    if (a->have_reserve) br.reserve_bytes = a->reserve;
+    br.memory_ratio = 1.0;
+    kvs_node_budgets(&br, kvs_cluster_gpus(topo), n, memory, NULL);
   }
   qsort(rows, n_rows, sizeof *rows, compare_rows);
   bool any = n_rows > 0 && rows[0].fits;
@@ -417,7 +490,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
   } else {
     char mem[32], reserve[32];
     kvs_plan_model_print(stdout, m, o);
-    printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_topology_label(topo), n,
+    printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(topo), n,
            kvs_format_bytes(memory[0].memory_bytes, mem, sizeof mem),
            kvs_budget_source_name(memory[0].source));
     printf(
@@ -431,7 +504,8 @@ static int run(fit_args *a, kvs_plan_model *m) {
         a->have_weights_total ? "--weights-total spread over the layers, per rank (estimate)"
         : folder              ? "the folder's weights per rank (estimate)"
                               : "no weights counted");
-    printf("%4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "tp", "pp", "replicas", "requests",
+    printf("%5s %4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "nodes", "tp", "pp", "replicas",
+           "requests",
            "pages", "min KV/GPU", "weights", "mem-fraction", "fits", "margin per GPU");
     for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
     if (!any) printf("\nno layout of this node serves the demand\n");
@@ -443,7 +517,8 @@ done:
   free(layer);
   free(weights);
   free(rows);
-  kvs_topology_destroy(topo);
+  kvs_cluster_destroy(more);
+  kvs_cluster_destroy(topo);
   return rc;
 }
 
@@ -455,6 +530,7 @@ int kvs_kvplan_fit(int argc, char **argv) {
       {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
       {"reserve", required_argument, NULL, OPT_RESERVE},
       {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
+      {"nodes", required_argument, NULL, OPT_NODES},
       {"json", no_argument, NULL, OPT_JSON},
   };
   fit_args a;

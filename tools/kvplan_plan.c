@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/cost_model.h"
+#include "shard/cluster.h"
 #include "shard/node_setup.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
@@ -45,7 +46,9 @@ enum {
   OPT_WEIGHTS_TOTAL,
   OPT_RESERVE,
   OPT_JSON,
-  OPT_SVG
+  OPT_SVG,
+  OPT_NODES,
+  OPT_ALLOW_CROSS_NODE_TP
 };
 
 static void usage(FILE *out) {
@@ -53,7 +56,11 @@ static void usage(FILE *out) {
           "usage: kvplan [plan] [flags]\n"
           "  --topology FILE|live|bundled  hwloc XML export, the running machine or the\n"
           "                          built-in 8-GPU server (default: live when CUDA sees\n"
-          "                          GPUs, else bundled)\n"
+          "                          GPUs, else bundled); a comma-separated list of\n"
+          "                          exports plans a cluster, one node each, in order\n"
+          "  --nodes N               N identical nodes of that topology (1..64)\n"
+          "  --allow-cross-node-tp   let a tensor-parallel group span nodes (refused\n"
+          "                          otherwise)\n"
           "  --tp N --pp N           tensor x pipeline parallel layout (default: all GPUs as\n"
           "                          one TP group; one of them alone takes the rest); tp x pp\n"
           "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
@@ -96,6 +103,9 @@ typedef struct plan_args {
   uint64_t reserve;
   bool json;
   const char *svg;
+  bool have_nodes;
+  uint64_t nodes;
+  bool allow_cross_node_tp;
 } plan_args;
 
 /* Parses argv into args: 0 to go on, -1 after --help (exit 0), else the
@@ -139,6 +149,12 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
     case OPT_JSON:
       a->json = true;
       return KVS_OK;
+    case OPT_NODES:
+      a->have_nodes = true;
+      return kvs_parse_u64("--nodes", value, &a->nodes, err);
+    case OPT_ALLOW_CROSS_NODE_TP:
+      a->allow_cross_node_tp = true;
+      return KVS_OK;
     default:
       a->svg = value;
       return KVS_OK; /* OPT_SVG */
@@ -160,6 +176,8 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"reserve", required_argument, NULL, OPT_RESERVE},
       {"json", no_argument, NULL, OPT_JSON},
       {"svg", required_argument, NULL, OPT_SVG},
+      {"nodes", required_argument, NULL, OPT_NODES},
+      {"allow-cross-node-tp", no_argument, NULL, OPT_ALLOW_CROSS_NODE_TP},
   };
   int rc = kvs_plan_options_parse("kvplan plan", argc, argv, own, sizeof own / sizeof own[0],
                                   plan_flag, a, &a->options, usage);
@@ -196,6 +214,11 @@ static int parse(int argc, char **argv, plan_args *a) {
             a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
     return 2;
   }
+  if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
+    fprintf(stderr, "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
+            (unsigned long long)a->nodes);
+    return 2;
+  }
   if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
     fprintf(stderr, "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
             (unsigned long long)a->tp);
@@ -223,11 +246,12 @@ static const char *numa_text(int numa, char *buf, size_t len) {
 }
 
 static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                        const kvs_memory_budget *terms) {
+                        const kvs_memory_budget *terms, size_t n_nodes) {
   const kvs_split *split = kvs_node_plan_split(plan);
   static const char *const heads[] = {"window",  "compressed", "indexer", "state",
                                       "idx_state", "mapping",  "scratch", "ctl+pad",
                                       "pool",    "weights",    "budget",  "headroom"};
+  if (n_nodes > 1) printf("%4s ", "node");
   printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
          "layers");
   for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
@@ -237,6 +261,7 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
     const kvs_gpu_info *gpu = &gpus[rp->gpu];
     char layers[32], numa[16], buf[32];
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
+    if (n_nodes > 1) printf("%4zu ", gpu->node);
     printf("%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
            gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
     const uint64_t cells[] = {
@@ -272,12 +297,13 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
 }
 
 /* Step 1, as the node takes it; *note explains a stand-in. */
-static int load_topology(const plan_args *a, kvs_topology_t *out, char *note, size_t note_len) {
+static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, size_t note_len) {
   kvs_error err;
   char why[768];
-  if (kvs_node_topology_open(a->topology, out, why, sizeof why, &err) != KVS_OK) {
+  if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, out, why, sizeof why,
+                       &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
-    return 1;
+    return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
   if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
   return 0;
@@ -285,10 +311,10 @@ static int load_topology(const plan_args *a, kvs_topology_t *out, char *note, si
 
 /* Step 3, as the node takes it: budgets[0..n) and the terms behind them;
  * *what describes them for people. */
-static int pick_budgets(const plan_args *a, kvs_topology_t topo, const char *weights_term,
+static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weights_term,
                         bool layer_weights, kvs_memory_budget *terms, uint64_t *budgets, char *what, size_t what_len,
                         char *note, size_t note_len) {
-  size_t n = kvs_topology_gpu_count(topo);
+  size_t n = kvs_cluster_gpu_count(topo);
   kvs_budget_request request = KVS_BUDGET_REQUEST_INIT;
   if (a->have_budget) request.budget_bytes = a->budget;
   if (a->n_budgets > 0) {
@@ -307,16 +333,16 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, const char *wei
     fprintf(stderr,
             "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
             "GPUs\n",
-            a->n_budgets, kvs_topology_label(topo), n);
+            a->n_budgets, kvs_cluster_label(topo), n);
     return 2;
   }
   if (a->n_weights > 0 && a->n_weights != n) {
     fprintf(stderr,
             "kvplan plan: --weights-per-gpu lists %zu sizes but topology '%s' has %zu GPUs\n",
-            a->n_weights, kvs_topology_label(topo), n);
+            a->n_weights, kvs_cluster_label(topo), n);
     return 2;
   }
-  if (kvs_node_budgets(&request, kvs_topology_gpus(topo), n, terms, &err) != KVS_OK) {
+  if (kvs_node_budgets(&request, kvs_cluster_gpus(topo), n, terms, &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -346,7 +372,7 @@ static int pick_budgets(const plan_args *a, kvs_topology_t topo, const char *wei
         snprintf(note, note_len,
                  "kvplan: no GPU memory measured (%s); budgets assume a nominal %llu GB per GPU "
                  "(give --budget or --budget-per-gpu)",
-                 kvs_topology_cuda_note(topo),
+                 kvs_topology_cuda_note(kvs_cluster_node(topo, 0)),
                  (unsigned long long)(terms[0].memory_bytes / 1000000000ull));
       }
       break;
@@ -414,12 +440,22 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
 
 /* tp x pp: every GPU in one TP group by default; one of tp/pp alone takes
  * the rest. */
-static void pick_layout(const plan_args *a, size_t n, size_t *tp, size_t *pp) {
+static size_t gcd(size_t a, size_t b) { return b == 0 ? a : gcd(b, a % b); }
+
+/* tp x pp: every GPU of a machine in one TP group by default (over a
+ * cluster, the largest group every node holds whole, the nodes as
+ * pipeline stages); one of tp/pp alone takes the rest. */
+static void pick_layout(const plan_args *a, kvs_cluster_t cluster, size_t *tp, size_t *pp) {
+  size_t n = kvs_cluster_gpu_count(cluster);
   *tp = a->have_tp ? (size_t)a->tp : 0;
   *pp = a->have_pp ? (size_t)a->pp : 0;
   if (!a->have_tp && !a->have_pp) {
-    *tp = n;
-    *pp = 1;
+    size_t per_node = 0;
+    for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
+      per_node = gcd(per_node, kvs_topology_gpu_count(kvs_cluster_node(cluster, k)));
+    }
+    *tp = per_node > 0 ? per_node : n;
+    *pp = n / *tp;
   } else if (!a->have_pp) {
     *pp = *tp <= n && n % *tp == 0 ? n / *tp : 1;
   } else if (!a->have_tp) {
@@ -496,11 +532,12 @@ static int run(plan_args *a, kvs_plan_model *m) {
             m->name);
   }
   char note[1024] = "", budget_what[192];
-  kvs_topology_t topo = NULL;
+  kvs_cluster_t topo = NULL;
   int rc = load_topology(a, &topo, note, sizeof note);
   if (rc != 0) return rc;
-  size_t n = kvs_topology_gpu_count(topo);
-  const kvs_gpu_info *gpus = kvs_topology_gpus(topo);
+  size_t n = kvs_cluster_gpu_count(topo);
+  const kvs_gpu_info *gpus = kvs_cluster_gpus(topo);
+  size_t n_nodes = kvs_cluster_node_count(topo);
   uint64_t *budgets = calloc(n, sizeof *budgets);
   kvs_memory_budget *terms = calloc(n, sizeof *terms);
   kvs_node_plan_t plan = NULL;
@@ -512,7 +549,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
     goto done;
   }
   size_t tp, pp;
-  pick_layout(a, n, &tp, &pp);
+  pick_layout(a, topo, &tp, &pp);
   if ((rc = load_weights(a, m, tp == 0 ? 1 : tp, &weights)) != 0) goto done;
   const char *weights_term = strcmp(weights.source, "measured") == 0 ? " - weights" : "";
   if ((rc = pick_budgets(a, topo, weights_term, weights.layer != NULL, terms, budgets, budget_what, sizeof budget_what,
@@ -547,7 +584,8 @@ static int run(plan_args *a, kvs_plan_model *m) {
                               .n_scratch = a->options.scratch,
                               .tp = tp,
                               .pp = pp,
-                              .layer_weight_bytes = weights.layer};
+                              .layer_weight_bytes = weights.layer,
+                              .allow_cross_node_tp = a->allow_cross_node_tp};
   kvs_plan_shortfall shortfall;
   kvs_status status = kvs_node_plan_make(&request, gpus, n, budgets, &plan, &shortfall, &err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
@@ -569,7 +607,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   }
   char title[512], subtitle[512];
   snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", m->name, tp, pp,
-           kvs_node_plan_replicas(plan) > 1 ? " (replicated)" : "", n, kvs_topology_label(topo));
+           kvs_node_plan_replicas(plan) > 1 ? " (replicated)" : "", n, kvs_cluster_label(topo));
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
            "budget %s · limited by rank %zu",
@@ -585,8 +623,10 @@ static int run(plan_args *a, kvs_plan_model *m) {
     }
   }
   if (a->json) {
-    const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype), a->options.mtp,
-                                           weights.source};
+    const char *labels[KVS_MAX_NODES];
+    for (size_t k = 0; k < n_nodes; k++) labels[k] = kvs_topology_label(kvs_cluster_node(topo, k));
+    const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype),
+                                           a->options.mtp, weights.source, labels, n_nodes};
     json_t *root = kvs_plan_json(plan, gpus, terms, &context);
     if (weights.folder != NULL) {
       json_t *w = json_object();
@@ -614,11 +654,18 @@ static int run(plan_args *a, kvs_plan_model *m) {
     print_json(root);
   } else {
     kvs_plan_model_print(stdout, m, &a->options);
-    printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
-           kvs_topology_label(topo), n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown",
-           kvs_topology_package_count(topo), kvs_topology_numa_count(topo));
-    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s\n", tp, pp, tp * pp,
-           kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "");
+    size_t packages = 0, numas = 0;
+    for (size_t k = 0; k < n_nodes; k++) {
+      packages += kvs_topology_package_count(kvs_cluster_node(topo, k));
+      numas += kvs_topology_numa_count(kvs_cluster_node(topo, k));
+    }
+    printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n", kvs_cluster_label(topo),
+           n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown", packages, numas);
+    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s%s\n", tp, pp,
+           tp * pp, kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "",
+           kvs_node_plan_cross_node_tp(plan)
+               ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
+               : "");
     printf("budget      %s\n", budget_what);
     printf("weights     %s\n", strcmp(weights.source, "none") == 0
                                     ? "not counted"
@@ -631,7 +678,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
     printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
            (unsigned long long)m->floor_pages, m->swa_ratio,
            (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
-    print_table(plan, gpus, terms);
+    print_table(plan, gpus, terms, n_nodes);
     if (sglang_stages != NULL) {
       kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
       kvs_sglang_report_print(stdout, &sglang, &so, sglang_available, split->full_token,
@@ -647,7 +694,7 @@ done:
   free(weights.layer);
   free(budgets);
   free(terms);
-  kvs_topology_destroy(topo);
+  kvs_cluster_destroy(topo);
   return rc;
 }
 

@@ -497,7 +497,8 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
   kvs_topology_t topo = kvs_node_topology(r->node);
   /* The node plans bf16 rows without draft layers, on memory that already
    * excludes the engine's weights. */
-  const kvs_plan_json_context context = {"bf16", 0, "none"};
+  const char *label = kvs_topology_label(topo);
+  const kvs_plan_json_context context = {"bf16", 0, "none", &label, 1};
   json_object_set_new(o, "plan",
                       kvs_plan_json(kvs_node_plan(r->node), kvs_topology_gpus(topo),
                                     kvs_node_gpu_budgets(r->node), &context));

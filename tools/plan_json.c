@@ -28,6 +28,7 @@ static json_t *rank_json(const kvs_rank_plan *rp, const kvs_gpu_info *gpus,
                          const kvs_memory_budget *budget) {
   json_t *o = json_object();
   json_object_set_new(o, "rank", kvs_json_u64(rp->rank));
+  json_object_set_new(o, "node", kvs_json_u64(gpus[rp->gpu].node));
   json_object_set_new(o, "tp_rank", kvs_json_u64(rp->tp_rank));
   json_object_set_new(o, "pp_stage", kvs_json_u64(rp->pp_stage));
   json_object_set_new(o, "gpu", kvs_gpu_json(&gpus[rp->gpu]));
@@ -58,6 +59,20 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   json_object_set_new(root, "n_win_pages", kvs_json_u64(split->n_win_pages));
   json_object_set_new(root, "tp", kvs_json_u64(kvs_node_plan_tp(plan)));
   json_object_set_new(root, "pp", kvs_json_u64(kvs_node_plan_pp(plan)));
+  json_t *nodes = json_array();
+  for (size_t k = 0; k < context->n_nodes; k++) {
+    size_t count = 0;
+    for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+      count += gpus[kvs_node_plan_rank(plan, r)->gpu].node == k;
+    }
+    json_t *node = json_object();
+    json_object_set_new(node, "node", kvs_json_u64(k));
+    json_object_set_new(node, "label", json_string(context->node_labels[k]));
+    json_object_set_new(node, "gpus", kvs_json_u64(count));
+    json_array_append_new(nodes, node);
+  }
+  json_object_set_new(root, "nodes", nodes);
+  json_object_set_new(root, "cross_node_tp", json_boolean(kvs_node_plan_cross_node_tp(plan)));
   json_object_set_new(root, "kv_dtype", json_string(context->kv_dtype));
   json_object_set_new(root, "state_rings",
                       json_string(kvs_state_rings_name(split->stages[0].sizes.state_rings)));

@@ -20,12 +20,15 @@ typedef struct kvs_plan_json_context {
   const char *kv_dtype;       /* "bf16", "fp8" */
   uint64_t mtp_layers;        /* speculative draft layers planned */
   const char *weights_source; /* "none", "measured" (--weights), "folder", "total" */
+  const char *const *node_labels; /* one per cluster node, in node order */
+  size_t n_nodes;                 /* 1 on one machine */
 } kvs_plan_json_context;
 
-/* A new object: num_pages, full_token, n_win_pages, tp, pp, kv_dtype,
+/* A new object: num_pages, full_token, n_win_pages, tp, pp, nodes (each
+ * node's label and GPU count), cross_node_tp, kv_dtype,
  * state_rings, request_slots (the dummy included; 0 per page), mtp_layers,
  * weights_source, limiting_rank and ranks (each rank's
- * tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
+ * node, tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
  * control and padding bytes, and tiers). budgets[g] is GPU g's budget
  * (every GPU of gpus). NULL on allocation failure. */
 json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,

@@ -17,6 +17,7 @@
 #ifndef KVS_TOPOLOGY_LAYOUT_H
 #define KVS_TOPOLOGY_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -40,6 +41,14 @@ typedef struct kvs_rank_slot {
  * out is written only on success. */
 kvs_status kvs_rank_layout(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
                            kvs_rank_slot *out, kvs_error *err);
+
+/* The same with tensor-parallel groups allowed (allow_cross_node_tp) or
+ * refused (KVS_ERR_INVALID_ARGUMENT naming the group's ranks and nodes)
+ * across nodes; *crossed (may be NULL) says whether some group does.
+ * kvs_rank_layout refuses them. */
+kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
+                                   bool allow_cross_node_tp, kvs_rank_slot *out, bool *crossed,
+                                   kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@ struct kvs_node_plan {
   size_t tp, pp, replicas;
   size_t n_ranks;
   size_t limiting_rank;
+  bool cross_node_tp;
   kvs_split split;
   kvs_rank_plan *ranks;
 };
@@ -37,9 +38,12 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
     status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
     goto fail;
   }
-  if ((status = kvs_rank_layout(gpus, n_gpus, req->tp, req->pp, slots, err)) != KVS_OK) {
+  bool crossed = false;
+  if ((status = kvs_rank_layout_cluster(gpus, n_gpus, req->tp, req->pp, req->allow_cross_node_tp,
+                                        slots, &crossed, err)) != KVS_OK) {
     goto fail;
   }
+  plan->cross_node_tp = crossed;
   if (req->pp > KVS_MAX_STAGES) {
     status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pp %zu exceeds the %d stages planned",
                            req->pp, KVS_MAX_STAGES);
@@ -154,3 +158,4 @@ size_t kvs_node_plan_tp(kvs_node_plan_t plan) { return plan->tp; }
 size_t kvs_node_plan_pp(kvs_node_plan_t plan) { return plan->pp; }
 size_t kvs_node_plan_replicas(kvs_node_plan_t plan) { return plan->replicas; }
 size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) { return plan->limiting_rank; }
+bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) { return plan->cross_node_tp; }

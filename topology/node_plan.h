@@ -39,6 +39,9 @@ typedef struct kvs_plan_request {
   /* Optional: per layer, the weight bytes each device holding it spends
    * (kvs_split_request). The budgets then cover weights and pool. */
   const uint64_t *layer_weight_bytes;
+  /* Over a cluster: let a tensor-parallel group span nodes (refused
+   * otherwise, naming the group; see kvs_rank_layout_cluster). */
+  bool allow_cross_node_tp;
 } kvs_plan_request;
 
 typedef struct kvs_rank_plan {
@@ -97,6 +100,8 @@ size_t kvs_node_plan_replicas(kvs_node_plan_t plan);
  * cannot hold one more page with their layers, the device with the
  * smallest budget (ties: least headroom, then lowest rank). */
 size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan);
+/* Whether some tensor-parallel group spans cluster nodes. */
+bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan);
 
 #ifdef __cplusplus
 }

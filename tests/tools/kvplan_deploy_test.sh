@@ -173,12 +173,38 @@ grep -q "no layout of this node serves the demand" "$T/out" ||
 # Weights move the answer: the whole model on one GPU no longer fits.
 j=$("$kvplan" fit --context 131072 --concurrency 8 --weights-total 1000GB "${bundled[@]}" --json)
 check "fit with 1000 GB of weights: tp 1 x pp 1 does not fit" false \
-  "$(echo "$j" | jq '.layouts[] | select(.tp == 1 and .pp == 1) | .fits')"
+  "$(echo "$j" | jq '.layouts[] | select(.nodes == 1 and .tp == 1 and .pp == 1) | .fits')"
 check "fit: the weights are the total spread" total "$(echo "$j" | jq -r .weights_source)"
 "$kvplan" fit --context 1048576 "${bundled[@]}" >/dev/null 2>&1
 check "fit without --concurrency exits 2" 2 $?
 "$kvplan" fit --context 1048576 --concurrency 8 --max-running 8 "${bundled[@]}" >/dev/null 2>&1
 check "fit with --max-running exits 2" 2 $?
+
+# ---- a cluster: nodes in order, TP inside a node ----
+c=$("$kvplan" plan --topology bundled --nodes 2 --tp 8 --pp 2 --json 2>/dev/null)
+check "2 nodes: each node's GPUs" "8 8" "$(echo "$c" | jq -r '[.nodes[].gpus] | map(tostring) | join(" ")')"
+check "2 nodes: stage 0 on node 0, stage 1 on node 1" '["0:0","1:1"]' \
+  "$(echo "$c" | jq -c '[.ranks[] | "\(.node):\(.pp_stage)"] | unique')"
+check "2 nodes: no TP group crosses" false "$(echo "$c" | jq .cross_node_tp)"
+c=$("$kvplan" plan --topology "bundled,tests/data/hgx-h200-2socket-8gpu.xml" --tp 4 --pp 4 --json \
+  2>/dev/null)
+check "a topology list: node labels in order" "tests/data/hgx-h200-2socket-8gpu.xml" \
+  "$(echo "$c" | jq -r '.nodes[1].label')"
+check "a topology list: consecutive stages on one node first" '["0:0","0:1","1:2","1:3"]' \
+  "$(echo "$c" | jq -c '[.ranks[] | "\(.node):\(.pp_stage)"] | unique')"
+"$kvplan" plan --topology bundled --nodes 2 --tp 16 >/dev/null 2>"$T/err"
+check "tp 16 over two 8-GPU nodes exits 1" 1 $?
+check "naming the group and the nodes" 1 \
+  "$(grep -c "the tensor-parallel group of ranks 0-15 spans nodes 0 and 1" "$T/err")"
+check "--allow-cross-node-tp lets it, and says so" true \
+  "$("$kvplan" plan --topology bundled --nodes 2 --tp 16 --allow-cross-node-tp --json 2>/dev/null |
+    jq .cross_node_tp)"
+j=$("$kvplan" fit --model dsv4-pro --context 1048576 --concurrency 16 --kv-dtype fp8 \
+  --weights-total 865GB "${bundled[@]}" --json 2>/dev/null)
+check "fit: Pro does not fit one node; 2 and 4 nodes are compared" "false true true" \
+  "$(echo "$j" | jq -r '[([.layouts[] | select(.nodes == 1) | .fits] | any),
+     ([.layouts[] | select(.nodes == 2) | .fits] | any),
+     ([.layouts[] | select(.nodes == 4) | .fits] | any)] | map(tostring) | join(" ")')"
 
 echo "$failures failures"
 [ "$failures" -eq 0 ]

@@ -146,3 +146,66 @@ TEST(Layout, errors_name_the_numbers_and_write_nothing) {
   EXPECT_EQ(kvs_rank_layout(gpus.data(), 0, 1, 1, out.data(), &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(out[0].rank, 99u);
 }
+
+// A cluster: two copies of the HGX server as nodes 0 and 1. TP groups stay
+// inside a node, stages fill node 0 before node 1, and a group that cannot
+// fit in a node is refused unless allowed.
+TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
+  Topology t = load_xml(kHgx);
+  ASSERT_TRUE(t);
+  std::vector<kvs_gpu_info> one = gpus_of(t.get());
+  std::vector<kvs_gpu_info> gpus;
+  for (size_t node = 0; node < 2; node++) {
+    for (kvs_gpu_info g : one) {
+      g.node = node;
+      g.index = gpus.size();
+      gpus.push_back(g);
+    }
+  }
+  const size_t shapes[][2] = {{8, 2}, {4, 4}, {2, 8}, {1, 16}, {4, 2}};
+  for (const auto &shape : shapes) {
+    size_t tp = shape[0], pp = shape[1];
+    SCOPED_TRACE("tp " + std::to_string(tp) + " x pp " + std::to_string(pp));
+    std::vector<kvs_rank_slot> out(gpus.size());
+    bool crossed = true;
+    kvs_error err;
+    ASSERT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), tp, pp, false, out.data(),
+                                      &crossed, &err),
+              KVS_OK)
+        << err.message;
+    EXPECT_FALSE(crossed);
+    for (size_t r = 0; r < gpus.size(); r++) {
+      // Every member of a TP group on its first member's node.
+      size_t head = r - out[r].tp_rank;
+      EXPECT_EQ(gpus[out[r].gpu].node, gpus[out[head].gpu].node) << "rank " << r;
+      // Stages never go back to an earlier node within a replica.
+      if (out[r].pp_stage > 0) {
+        size_t before = r - tp;
+        EXPECT_LE(gpus[out[before].gpu].node, gpus[out[r].gpu].node) << "rank " << r;
+      }
+    }
+    // Ranks in order: node 0's GPUs first.
+    EXPECT_EQ(gpus[out[0].gpu].node, 0u);
+    EXPECT_EQ(gpus[out[gpus.size() - 1].gpu].node, 1u);
+  }
+  std::vector<kvs_rank_slot> out(gpus.size());
+  out[0].rank = 99;
+  kvs_error err;
+  EXPECT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, false, out.data(), nullptr,
+                                    &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("ranks 0-15 spans nodes 0 and 1"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(out[0].rank, 99u) << "a refusal writes nothing";
+  // The single-node call refuses it too.
+  EXPECT_EQ(kvs_rank_layout(gpus.data(), gpus.size(), 16, 1, out.data(), &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  bool crossed = false;
+  ASSERT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, true, out.data(), &crossed,
+                                    &err),
+            KVS_OK);
+  EXPECT_TRUE(crossed);
+  std::set<size_t> used;
+  for (const kvs_rank_slot &s : out) used.insert(s.gpu);
+  EXPECT_EQ(used.size(), gpus.size()) << "every GPU once";
+}

@@ -1,0 +1,47 @@
+/* Step 1 over a cluster: the topologies of several nodes, in node order,
+ * and their GPUs as one list for the planner (each GPU's `node` set, its
+ * `index` its position in the list). Each node keeps its own GPUs, NUMA
+ * nodes and packages; the rank layout keeps tensor-parallel groups inside
+ * a node and fills nodes in order with pipeline stages
+ * (kvs_rank_layout_cluster). One node is the single-machine case. */
+#ifndef KVS_SHARD_CLUSTER_H
+#define KVS_SHARD_CLUSTER_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+#include "topology/gpu.h"
+#include "topology/topology.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Nodes a cluster plan holds at most. */
+#define KVS_MAX_NODES 64
+
+typedef struct kvs_cluster *kvs_cluster_t;
+
+/* spec: what kvs_node_topology_open takes for one node, or a
+ * comma-separated list of them (hwloc XML exports, "bundled"), one per
+ * node in node order. n_nodes > 1 with a single spec is that node n_nodes
+ * times; with a list it must equal the list's length (0: the list's).
+ * An empty entry, more than KVS_MAX_NODES nodes, "live" or "auto" in a
+ * list (a planner sees only its own machine live) are refused; a node that
+ * does not load is refused naming it. note as kvs_node_topology_open's. */
+kvs_status kvs_cluster_open(const char *spec, size_t n_nodes, kvs_cluster_t *out, char *note,
+                            size_t note_cap, kvs_error *err);
+void kvs_cluster_destroy(kvs_cluster_t cluster);
+
+size_t kvs_cluster_node_count(const struct kvs_cluster *cluster);
+kvs_topology_t kvs_cluster_node(const struct kvs_cluster *cluster, size_t node);
+size_t kvs_cluster_gpu_count(const struct kvs_cluster *cluster);
+const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *cluster);
+/* The one node's label, or "N nodes: first, ..." */
+const char *kvs_cluster_label(const struct kvs_cluster *cluster);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_CLUSTER_H */
