@@ -144,9 +144,13 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
   EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "kv_dtype",
-                                   "state_rings", "request_slots", "mtp_layers",
-                                   "weights_source", "limiting_rank", "ranks"}));
+            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "nodes",
+                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
+                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+  json_t *nodes = json_object_get(root.get(), "nodes");
+  ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
+  EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
+  EXPECT_TRUE(json_is_false(json_object_get(root.get(), "cross_node_tp")));
   EXPECT_EQ(str(root.get(), "state_rings"), "per-request");
   EXPECT_EQ(u64(root.get(), "request_slots"), 65u);
   EXPECT_EQ(str(root.get(), "kv_dtype"), "bf16");
@@ -169,7 +173,8 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     SCOPED_TRACE("rank " + std::to_string(r));
     json_t *rank = json_array_get(ranks, r);
     EXPECT_EQ(keys(rank),
-              (std::set<std::string>{"rank", "tp_rank", "pp_stage", "gpu", "layers", "budget_bytes",
+              (std::set<std::string>{"rank", "node", "tp_rank", "pp_stage", "gpu", "layers",
+                                     "budget_bytes",
                                      "budget_source", "memory_bytes", "memory_ratio",
                                      "weights_bytes", "reserve_bytes", "pool_bytes", "exact_bytes",
                                      "control_bytes", "padding_bytes", "headroom_bytes", "tiers"}));
