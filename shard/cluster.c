@@ -143,3 +143,10 @@ kvs_topology_t kvs_cluster_node(const struct kvs_cluster *c, size_t node) {
 size_t kvs_cluster_gpu_count(const struct kvs_cluster *c) { return c->n_gpus; }
 const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *c) { return c->gpus; }
 const char *kvs_cluster_label(const struct kvs_cluster *c) { return c->label; }
+size_t kvs_cluster_local_index(const struct kvs_cluster *c, size_t gpu) {
+  size_t before = 0;
+  for (size_t i = 0; i < c->n_nodes && i < c->gpus[gpu].node; i++) {
+    before += kvs_topology_gpu_count(c->nodes[i]);
+  }
+  return gpu - before;
+}

@@ -37,6 +37,8 @@ size_t kvs_cluster_node_count(const struct kvs_cluster *cluster);
 kvs_topology_t kvs_cluster_node(const struct kvs_cluster *cluster, size_t node);
 size_t kvs_cluster_gpu_count(const struct kvs_cluster *cluster);
 const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *cluster);
+/* A GPU's position within its own node's topology (its index there). */
+size_t kvs_cluster_local_index(const struct kvs_cluster *cluster, size_t gpu);
 /* The one node's label, or "N nodes: first, ..." */
 const char *kvs_cluster_label(const struct kvs_cluster *cluster);
 

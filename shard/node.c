@@ -26,7 +26,8 @@ struct kvs_node {
   kvs_geometry geometry;
   kvs_row_widths widths;
   kvs_plan_request request;
-  kvs_topology_t topology;
+  kvs_cluster_t cluster;    /* every node's topology and GPUs */
+  kvs_topology_t topology;  /* this rank's node's (owned by the cluster) */
   char note[768];
   size_t n_gpus;
   kvs_memory_budget *budgets;
@@ -112,11 +113,12 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(kvs_mix64(h, (uint64_t)o->tp), (uint64_t)o->pp), (uint64_t)node->size);
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
-  h = kvs_mix64(h, node->n_gpus);
+  h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_node_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
-    const kvs_gpu_info *gpu = kvs_topology_gpu(node->topology, i);
+    const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
     h = kvs_mix64(kvs_mix64(h, gpu->pci.domain), gpu->pci.bus);
     h = kvs_mix64(kvs_mix64(h, gpu->pci.device), gpu->pci.function);
+    h = kvs_mix64(h, gpu->node);
   }
   const kvs_budget_request *b = &o->budget;
   h = kvs_mix64(kvs_mix64(h, b->budget_bytes), b->budget_per_gpu != NULL);
@@ -202,12 +204,12 @@ static kvs_status pick_device(const struct kvs_node *node, kvs_table_kind *kind,
   int device = o->cuda_device >= 0 ? o->cuda_device : node->gpu.cuda_device;
   /* A topology not read from CUDA (XML, bundled) lists GPUs in PCI bus id
    * order, which is the CUDA order under CUDA_DEVICE_ORDER=PCI_BUS_ID. */
-  if (device < 0) device = (int)node->gpu.index;
+  if (device < 0) device = (int)kvs_cluster_local_index(node->cluster, node->gpu.index);
   if (device >= count) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "GPU %zu (%s) of topology '%s' is CUDA device %d, but CUDA sees %d; "
                          "name the device (cuda_device)",
-                         node->gpu.index, node->gpu.pci_busid, kvs_topology_label(node->topology),
+                         node->gpu.index, node->gpu.pci_busid, kvs_cluster_label(node->cluster),
                          device, count);
   }
   *kind = KVS_TABLE_CUDA;
@@ -221,19 +223,23 @@ static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordina
                               kvs_memory_budget *own, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   kvs_status status =
-      kvs_node_topology_open(o->topology, &node->topology, node->note, sizeof node->note, err);
+      kvs_cluster_open(o->topology, o->nodes, &node->cluster, node->note, sizeof node->note, err);
   if (status != KVS_OK) return status;
-  node->n_gpus = kvs_topology_gpu_count(node->topology);
-  const kvs_gpu_info *gpus = kvs_topology_gpus(node->topology);
+  node->n_gpus = kvs_cluster_gpu_count(node->cluster);
+  const kvs_gpu_info *gpus = kvs_cluster_gpus(node->cluster);
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
   if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
-  status = kvs_rank_layout(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp, slots, err);
+  status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
+                                   o->allow_cross_node_tp, slots, NULL, err);
   if (status == KVS_OK) node->gpu = gpus[slots[node->rank].gpu];
   free(slots);
   if (status != KVS_OK) return status;
+  node->topology = kvs_cluster_node(node->cluster, node->gpu.node);
 
   if (o->bind_numa) {
-    status = kvs_topology_bind_thread(node->topology, node->gpu.index, &node->binding, err);
+    status = kvs_topology_bind_thread(node->topology,
+                                      kvs_cluster_local_index(node->cluster, node->gpu.index),
+                                      &node->binding, err);
     if (status != KVS_OK) return status;
   } else {
     snprintf(node->binding.reason, sizeof node->binding.reason, "binding not asked for");
@@ -277,7 +283,7 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
     for (size_t g = 0; g < n && local == KVS_OK; g++) {
       if (used[g]) continue;
       kvs_memory_budget b;
-      local = kvs_node_gpu_budget(&node->options.budget, kvs_topology_gpus(node->topology), n, g,
+      local = kvs_node_gpu_budget(&node->options.budget, kvs_cluster_gpus(node->cluster), n, g,
                                   &b, &local_err);
       w[g * B_WORDS + B_BUDGET] = b.budget_bytes;
       w[g * B_WORDS + B_MEMORY] = b.memory_bytes;
@@ -326,7 +332,7 @@ void kvs_node_destroy(kvs_node_t node) {
   kvs_table_destroy(node->table);
   kvs_comm_buffer_free(node->comm, &node->words);
   kvs_node_plan_destroy(node->plan);
-  kvs_topology_destroy(node->topology);
+  kvs_cluster_destroy(node->cluster);
   free(node->budgets);
   free(node->layout);
   free(node->h_own);
@@ -387,7 +393,8 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
                           .floor_win_pages = floor,
                           .n_scratch = o->n_scratch,
                           .tp = (size_t)o->tp,
-                          .pp = (size_t)o->pp};
+                          .pp = (size_t)o->pp,
+                          .allow_cross_node_tp = o->allow_cross_node_tp};
     node->request = r;
     node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
   }
@@ -418,8 +425,9 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
   local =
       node->budgets != NULL && used != NULL && plain != NULL && slots != NULL
-          ? kvs_rank_layout(kvs_topology_gpus(node->topology), node->n_gpus, (size_t)o->tp,
-                            (size_t)o->pp, slots, &local_err)
+          ? kvs_rank_layout_cluster(kvs_cluster_gpus(node->cluster), node->n_gpus, (size_t)o->tp,
+                                    (size_t)o->pp, o->allow_cross_node_tp, slots, NULL,
+                                    &local_err)
           : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", node->n_gpus);
   for (int r = 0; local == KVS_OK && r < node->size; r++) used[slots[r].gpu] = true;
   free(slots);
@@ -432,7 +440,7 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   }
   for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
   kvs_plan_shortfall shortfall;
-  status = kvs_node_plan_make(&node->request, kvs_topology_gpus(node->topology), node->n_gpus,
+  status = kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus,
                               plain, &node->plan, &shortfall, err);
   free(plain);
   if (status != KVS_OK) return status; /* the same inputs: every rank fails alike */
@@ -541,6 +549,11 @@ kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs
 int kvs_node_rank(const struct kvs_node *node) { return node->rank; }
 int kvs_node_size(const struct kvs_node *node) { return node->size; }
 kvs_topology_t kvs_node_topology(const struct kvs_node *node) { return node->topology; }
+const kvs_gpu_info *kvs_node_gpus(const struct kvs_node *node) {
+  return kvs_cluster_gpus(node->cluster);
+}
+size_t kvs_node_gpu_count(const struct kvs_node *node) { return node->n_gpus; }
+kvs_cluster_t kvs_node_cluster(const struct kvs_node *node) { return node->cluster; }
 const char *kvs_node_topology_note(const struct kvs_node *node) { return node->note; }
 kvs_node_plan_t kvs_node_plan(const struct kvs_node *node) { return node->plan; }
 const kvs_plan_request *kvs_node_plan_request(const struct kvs_node *node) {

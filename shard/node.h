@@ -50,6 +50,7 @@
 #include "core/status.h"
 #include "core/window_pool.h"
 #include "cuda/device_layout.h"
+#include "shard/cluster.h"
 #include "shard/comm.h"
 #include "shard/node_setup.h"
 #include "shard/shard.h"
@@ -107,6 +108,12 @@ typedef struct kvs_node_options {
   size_t step_capacity; /* 0: follows the pool's prefill chunk budget */
   uint64_t check_every;
   bool check_integrity;
+  /* Step 1 over a cluster (shard/cluster.h): topology may be a list of
+   * node exports, or nodes > 1 copies of one; every rank passes the same,
+   * so every rank plans the same cluster. Rank r runs on plan rank r's
+   * GPU, on that GPU's node. 0: one node. */
+  size_t nodes;
+  bool allow_cross_node_tp;
 } kvs_node_options;
 
 #define KVS_NODE_OPTIONS_INIT                                                             \
@@ -114,7 +121,7 @@ typedef struct kvs_node_options {
     sizeof(kvs_node_options), NULL, NULL, KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE, \
         KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0,           \
         KVS_DEFAULT_N_SCRATCH, 1, 1, NULL, -1, true, KVS_BUDGET_REQUEST_INIT,             \
-        KVS_NODE_DEVICE_AUTO, 0, 0, 64, true                                              \
+        KVS_NODE_DEVICE_AUTO, 0, 0, 64, true, 0, false                                    \
   }
 
 /* Collective: steps 1-6 (see the top of this file). On any rank's failure
@@ -130,6 +137,12 @@ void kvs_node_destroy(kvs_node_t node);
 int kvs_node_rank(const struct kvs_node *node);
 int kvs_node_size(const struct kvs_node *node);
 kvs_topology_t kvs_node_topology(const struct kvs_node *node);
+/* Every GPU the plan covers, over every node, in plan order (the list
+ * kvs_node_plan's ranks index), and how many. */
+const kvs_gpu_info *kvs_node_gpus(const struct kvs_node *node);
+size_t kvs_node_gpu_count(const struct kvs_node *node);
+/* The cluster the node planned (one node on one machine). */
+kvs_cluster_t kvs_node_cluster(const struct kvs_node *node);
 /* Why the bundled server stands in for the machine ("" when it does not). */
 const char *kvs_node_topology_note(const struct kvs_node *node);
 /* The whole node's plan (every rank of every replica the topology holds),

@@ -37,7 +37,10 @@ static const char usage_flags[] =
     "                          give up after --timeout-ms and abort the job\n"
     "  --timeout-ms T          deadline of every collective wait (default 10000)\n"
     "  --topology FILE|live|bundled  the node's machine (default: live when CUDA sees a\n"
-    "                          GPU, else the bundled 8-GPU server)\n"
+    "                          GPU, else the bundled 8-GPU server); a comma-separated\n"
+    "                          list of exports simulates a cluster, one node each\n"
+    "  --nodes N               simulate N nodes of that topology (1..64): rank r runs\n"
+    "                          on plan rank r's GPU, on its node\n"
     "  --budget BYTES          KV budget of every GPU (80GiB, 900MiB, ...)\n"
     "  --budget-per-gpu B0,..  one budget per GPU of the topology, in index order\n"
     "  --budget-mib B          every GPU g gets B x (1 - skew x (g %% 4) / 100) MiB\n"
@@ -232,6 +235,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
       if (!parse_u64(value, &u) || u == 0 || u > INT32_MAX)
         BAD("a positive number of milliseconds");
       a->timeout_ms = (int)u;
+    } else if (strcmp(flag, "--nodes") == 0) {
+      if (!parse_u64(value, &u) || u == 0 || u > KVS_MAX_NODES) BAD("a node count in [1, 64]");
+      a->nodes = (size_t)u;
     } else if (strcmp(flag, "--topology") == 0) {
       if (value == NULL || value[0] == '\0') BAD("a file, live or bundled");
       a->topology = value;

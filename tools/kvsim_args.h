@@ -62,7 +62,8 @@ typedef struct kvsim_args {
   bool radix;
   bool verify; /* every step's table ring contexts against the pool's */
   /* The node: topology, budgets, device. */
-  const char *topology; /* NULL: auto */
+  const char *topology; /* NULL: auto; a comma-separated list: one node each */
+  size_t nodes;         /* --nodes: copies of the topology; 0: one (or the list's) */
   bool have_budget_mib;
   double budget_mib;
   double budget_skew;

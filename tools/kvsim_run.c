@@ -113,16 +113,16 @@ static int budget_request(run *r, kvs_budget_request *b) {
     return 0;
   }
   if (a->have_ratio || a->have_reserve) return 0;
-  /* --budget-mib: one budget per GPU of the topology, GPU g skewed by g % 4
+  /* --budget-mib: one budget per GPU of every node, GPU g skewed by g % 4
    * so the agreement and the split have work to do. */
-  kvs_topology_t topo = NULL;
+  kvs_cluster_t cluster = NULL;
   kvs_error err;
-  if (kvs_node_topology_open(a->topology, &topo, NULL, 0, &err) != KVS_OK) {
+  if (kvs_cluster_open(a->topology, a->nodes, &cluster, NULL, 0, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
-    return KVSIM_EXIT_FAILED;
+    return err.status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE : KVSIM_EXIT_FAILED;
   }
-  size_t n = kvs_topology_gpu_count(topo);
-  kvs_topology_destroy(topo);
+  size_t n = kvs_cluster_gpu_count(cluster);
+  kvs_cluster_destroy(cluster);
   r->budgets = calloc(n, sizeof *r->budgets);
   if (r->budgets == NULL) return KVSIM_EXIT_FAILED;
   for (size_t g = 0; g < n; g++) {
@@ -142,11 +142,12 @@ static void describe_rank(const run *r) {
   kvs_node_max_pages(kvs_node_plan_request(r->node), rp->first, rp->end, rp->budget_bytes, &alone,
                      NULL);
   fprintf(stderr,
-          "kvsim: rank %d (tp rank %zu, stage %zu, layers [%zu, %zu), GPU %zu %s, NUMA %d, %s "
+          "kvsim: rank %d (tp rank %zu, stage %zu, layers [%zu, %zu), GPU %zu %s, NUMA %d, "
+          "node %zu, %s "
           "tables): budget %" PRIu64 " B holds %" PRIu64 " pages alone; agreed %" PRIu64
           " (rank %zu limits); pool %" PRIu64 " B, %" PRIu64 " B padding; %s\n",
           r->rank, rp->tp_rank, rp->pp_stage, rp->first, rp->end, gpu->index, gpu->pci_busid,
-          gpu->numa_node, kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
+          gpu->numa_node, gpu->node, kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
           rp->budget_bytes, alone, split->num_pages,
           kvs_node_plan_limiting_rank(kvs_node_plan(r->node)), rp->device.total_bytes,
           rp->device.padding_bytes,
@@ -204,6 +205,7 @@ static int setup(run *r) {
   o.device = a->device;
   o.check_every = a->check_every;
   o.check_integrity = true;
+  o.nodes = a->nodes;
   int rc = budget_request(r, &o.budget);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create(r->comm, &o, &r->node, &err);
@@ -234,7 +236,7 @@ static int setup(run *r) {
             "message), check every %" PRIu64 " steps\n",
             r->world, a->tp, a->pp, kvs_comm_backend(r->comm),
             kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
-            kvs_topology_label(kvs_node_topology(r->node)), split->num_pages, split->n_win_pages,
+            kvs_cluster_label(kvs_node_cluster(r->node)), split->num_pages, split->n_win_pages,
             kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
             a->check_every);
   }
@@ -494,13 +496,17 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
   json_object_set_new(o, "bare_broadcast_us", json_real(us[T_BARE]));
   json_object_set_new(o, "step_over_bare_broadcast",
                       json_real(us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0));
-  kvs_topology_t topo = kvs_node_topology(r->node);
+  kvs_cluster_t cluster = kvs_node_cluster(r->node);
   /* The node plans bf16 rows without draft layers, on memory that already
    * excludes the engine's weights. */
-  const char *label = kvs_topology_label(topo);
-  const kvs_plan_json_context context = {"bf16", 0, "none", &label, 1};
+  const char *labels[KVS_MAX_NODES];
+  for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
+    labels[k] = kvs_topology_label(kvs_cluster_node(cluster, k));
+  }
+  const kvs_plan_json_context context = {"bf16", 0, "none", labels,
+                                         kvs_cluster_node_count(cluster)};
   json_object_set_new(o, "plan",
-                      kvs_plan_json(kvs_node_plan(r->node), kvs_topology_gpus(topo),
+                      kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
                                     kvs_node_gpu_budgets(r->node), &context));
   char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
   json_decref(o);

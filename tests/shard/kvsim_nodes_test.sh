@@ -1,0 +1,47 @@
+#!/bin/bash
+# A cluster simulated on one machine: 16 ranks as 2 nodes of the bundled
+# 8-GPU server (tp 8 x pp 2). Every rank runs on its plan rank's GPU and
+# node, TP groups inside a node, stage 0 on node 0 and stage 1 on node 1;
+# the binding broadcast stays one collective per step for the whole world;
+# every digest agrees; the plan is kvplan's for --nodes 2. Then a divergence
+# injected on a rank of node 1 is located. Oversubscribed and kept short.
+# Usage: kvsim_nodes_test.sh KVSIM KVPLAN
+set -u
+source "$(dirname "$0")/common.sh"
+KVSIM=$1 KVPLAN=$2
+OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
+STEPS=${KVS_SHARD_STEPS:-300}
+ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps "$STEPS" --seed 3 --json
+      --check-every 16 --timeout-ms 30000 --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')"
+      --device cpu)
+run_mpi 300 -np 16 "$KVSIM" "${ARGS[@]}"
+[ $rc -eq 0 ] || fail "kvsim exited $rc"
+json_check '.ranks == 16 and .digests_agree == true and .ring_ctx_digest_agree == true'
+json_check '.plan.nodes | length == 2 and all(.gpus == 8)'
+json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "1:1"]'
+json_check '[.plan.ranks[] | select(.tp_rank == 0) | .node] == [0, 1]'
+json_check ".collectives_per_step - (1 + (($STEPS / 16) | floor) / $STEPS) | fabs < 0.0001"
+same_plan_as_kvplan "$KVPLAN" kvsim --topology bundled --nodes 2 --tp 8 --pp 2 \
+  --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')" --max-running 16
+for ((r = 0; r < 16; r++)); do
+  grep -q "^kvsim: rank $r (.*node $((r / 8)), " "$ERR" || fail "rank $r is not on node $((r / 8))"
+done
+
+# A divergence on rank 12 (node 1) is found by the next check.
+run_mpi 300 -np 16 "$KVSIM" "${ARGS[@]}" --inject-divergence 12:100
+[ $rc -eq 3 ] || fail "kvsim with a flipped binding on rank 12 exited $rc, expected 3"
+grep -Eq "^kvsim: divergence detected at step 1[01][0-9]: .*on rank 12" "$ERR" ||
+  fail "the divergence on rank 12 was not located: $(grep divergence "$ERR" | head -3)"
+# Rank 12 (node 1) killed mid-run: every other rank exits non-zero within
+# the bound, never hangs.
+KILL_ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps 100000000 --seed 3 --json
+           --timeout-ms 5000 --budget-mib 600 --device cpu --kill-rank 12:100)
+start=$(date +%s.%N)
+timeout 120 "${MPIRUN[@]}" -np 16 "$KVSIM" "${KILL_ARGS[@]}" >"$OUT" 2>"$ERR"
+rc=$?
+took=$(echo "$(date +%s.%N) - $start" | bc)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "with rank 12 killed the job exited $rc"
+[ "$(echo "$took < 60" | bc)" = 1 ] || fail "the survivors took ${took}s (bound 60s)"
+grep -q "rank 12" "$ERR" || fail "nothing names rank 12: $(tail -n 3 "$ERR")"
+echo "PASS: 16 ranks as 2 nodes agree; a flip on node 1 is located; a kill on node 1 ends" \
+  "the job in ${took}s"
