@@ -217,6 +217,48 @@ static kvs_status pick_device(const struct kvs_node *node, kvs_table_kind *kind,
   return KVS_OK;
 }
 
+/* The local rank the launcher gave this process, or -1 when it says none. */
+static int launcher_local_rank(const char **from) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                     "MPI_LOCALRANKID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    char *end = NULL;
+    long value = v != NULL ? strtol(v, &end, 10) : -1;
+    if (v != NULL && end != v && *end == '\0' && value >= 0 && value < INT32_MAX) {
+      *from = vars[i];
+      return (int)value;
+    }
+  }
+  return -1;
+}
+
+/* The launcher's placement against the plan's: rank r runs as plan rank
+ * r, so the ranks on a machine must be the plan's ranks on that node, in
+ * order. local is this rank's position among the plan's ranks on its node. */
+static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  const char *from = "the node options";
+  int launcher = o->local_rank;
+  if (launcher == KVS_NODE_FROM_LAUNCHER) launcher = launcher_local_rank(&from);
+  if (launcher >= 0 && (size_t)launcher != local) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d is local rank %d on its machine (%s), but the plan runs it as "
+                         "local rank %zu of node %zu (GPU %zu %s): launch one rank per GPU, in "
+                         "node order (mpirun --map-by ppr:GPUS:node, srun --distribution=block)",
+                         node->rank, launcher, from, local, node->gpu.node, node->gpu.index,
+                         node->gpu.pci_busid);
+  }
+  if (o->node_index >= 0 && (size_t)o->node_index != node->gpu.node) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d runs on node %d (the node options), but the plan puts it on "
+                         "node %zu (GPU %zu %s): launch the ranks in node order",
+                         node->rank, o->node_index, node->gpu.node, node->gpu.index,
+                         node->gpu.pci_busid);
+  }
+  return KVS_OK;
+}
+
 /* Steps 1-3 on this rank: the topology, this rank's GPU, the binding and
  * its own budget. */
 static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordinal,
@@ -231,10 +273,15 @@ static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordina
   if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
   status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
                                    o->allow_cross_node_tp, slots, NULL, err);
-  if (status == KVS_OK) node->gpu = gpus[slots[node->rank].gpu];
+  size_t local = 0;
+  if (status == KVS_OK) {
+    node->gpu = gpus[slots[node->rank].gpu];
+    for (int r = 0; r < node->rank; r++) local += gpus[slots[r].gpu].node == node->gpu.node;
+  }
   free(slots);
   if (status != KVS_OK) return status;
   node->topology = kvs_cluster_node(node->cluster, node->gpu.node);
+  if ((status = check_placement(node, local, err)) != KVS_OK) return status;
 
   if (o->bind_numa) {
     status = kvs_topology_bind_thread(node->topology,

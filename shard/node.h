@@ -114,14 +114,27 @@ typedef struct kvs_node_options {
    * GPU, on that GPU's node. 0: one node. */
   size_t nodes;
   bool allow_cross_node_tp;
+  /* Where the launcher placed this rank, checked against the plan (a rank
+   * launched out of node order would drive another rank's GPU): its local
+   * rank on its machine and its node index. KVS_NODE_FROM_LAUNCHER reads
+   * the local rank from the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK,
+   * SLURM_LOCALID, MPI_LOCALRANKID; unchecked when none is set) and does not
+   * check the node index; KVS_NODE_UNCHECKED checks nothing (a cluster
+   * simulated on one machine); >= 0 is what another launcher says. */
+  int local_rank;
+  int node_index;
 } kvs_node_options;
+
+#define KVS_NODE_FROM_LAUNCHER (-2)
+#define KVS_NODE_UNCHECKED (-1)
 
 #define KVS_NODE_OPTIONS_INIT                                                             \
   {                                                                                       \
     sizeof(kvs_node_options), NULL, NULL, KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE, \
         KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0,           \
         KVS_DEFAULT_N_SCRATCH, 1, 1, NULL, -1, true, KVS_BUDGET_REQUEST_INIT,             \
-        KVS_NODE_DEVICE_AUTO, 0, 0, 64, true, 0, false                                    \
+        KVS_NODE_DEVICE_AUTO, 0, 0, 64, true, 0, false, KVS_NODE_FROM_LAUNCHER,            \
+        KVS_NODE_FROM_LAUNCHER                                                            \
   }
 
 /* Collective: steps 1-6 (see the top of this file). On any rank's failure

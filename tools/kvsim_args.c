@@ -41,6 +41,10 @@ static const char usage_flags[] =
     "                          list of exports simulates a cluster, one node each\n"
     "  --nodes N               simulate N nodes of that topology (1..64): rank r runs\n"
     "                          on plan rank r's GPU, on its node\n"
+    "  --local-rank N, --node N  where another launcher placed this rank, checked against\n"
+    "                          the plan (default: Open MPI's, Slurm's or MPICH's local rank\n"
+    "                          from the environment; not checked when a cluster is\n"
+    "                          simulated on one machine)\n"
     "  --budget BYTES          KV budget of every GPU (80GiB, 900MiB, ...)\n"
     "  --budget-per-gpu B0,..  one budget per GPU of the topology, in index order\n"
     "  --budget-mib B          every GPU g gets B x (1 - skew x (g %% 4) / 100) MiB\n"
@@ -142,6 +146,8 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   a->device = KVS_NODE_DEVICE_AUTO;
   a->cuda_device = -1;
   a->state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  a->local_rank = KVS_NODE_FROM_LAUNCHER;
+  a->node_index = KVS_NODE_FROM_LAUNCHER;
   a->bare_broadcasts = UINT64_MAX;
   a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
   if (a->budget_per_gpu == NULL) {
@@ -238,6 +244,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--nodes") == 0) {
       if (!parse_u64(value, &u) || u == 0 || u > KVS_MAX_NODES) BAD("a node count in [1, 64]");
       a->nodes = (size_t)u;
+    } else if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
+      if (!parse_u64(value, &u) || u > 65535) BAD("a non-negative integer up to 65535");
+      *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
     } else if (strcmp(flag, "--topology") == 0) {
       if (value == NULL || value[0] == '\0') BAD("a file, live or bundled");
       a->topology = value;

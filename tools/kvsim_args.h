@@ -64,6 +64,8 @@ typedef struct kvsim_args {
   /* The node: topology, budgets, device. */
   const char *topology; /* NULL: auto; a comma-separated list: one node each */
   size_t nodes;         /* --nodes: copies of the topology; 0: one (or the list's) */
+  int local_rank;       /* --local-rank; KVS_NODE_FROM_LAUNCHER when not given */
+  int node_index;       /* --node; likewise */
   bool have_budget_mib;
   double budget_mib;
   double budget_skew;

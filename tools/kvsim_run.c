@@ -206,6 +206,13 @@ static int setup(run *r) {
   o.check_every = a->check_every;
   o.check_integrity = true;
   o.nodes = a->nodes;
+  /* A cluster simulated here runs every node's ranks on this one machine:
+   * the launcher's local ranks are this machine's, not the plan's nodes'. */
+  bool simulated = a->nodes > 1 || (a->topology != NULL && strchr(a->topology, ',') != NULL);
+  o.local_rank = simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
+                                                                      : a->local_rank;
+  o.node_index = simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
+                                                                      : a->node_index;
   int rc = budget_request(r, &o.budget);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create(r->comm, &o, &r->node, &err);

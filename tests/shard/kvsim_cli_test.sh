@@ -8,6 +8,11 @@ OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 expect 2 "tp 3 x pp 1 = 3 ranks, but the group has 2" -- \
   "${MPIRUN[@]}" -np 2 "$KVSIM" --tp 3 --steps 10 --seed 1
 expect 2 "--steps needs a step count" -- "$KVSIM" --tp 1 --backend self --seed 1
+# A rank the launcher placed out of the plan's node order is refused.
+expect 2 "rank 0 is local rank 3 on its machine (OMPI_COMM_WORLD_LOCAL_RANK), but the plan runs it as local rank 0 of node 0" -- \
+  env OMPI_COMM_WORLD_LOCAL_RANK=3 "$KVSIM" --tp 1 --backend self --steps 5 --seed 1
+expect 2 "rank 0 is local rank 2 on its machine (SLURM_LOCALID)" -- \
+  env SLURM_LOCALID=2 "$KVSIM" --tp 1 --backend self --steps 5 --seed 1
 expect 2 "--inject-divergence needs RANK:STEP, got '3'" -- \
   "$KVSIM" --tp 1 --backend self --steps 5 --seed 1 --inject-divergence 3
 expect 2 "--backend needs one of mpi, nccl, self, got 'gloo'" -- \
