@@ -615,7 +615,17 @@ static int run(plan_args *a, kvs_plan_model *m) {
            (unsigned long long)split->full_token, (unsigned long long)split->n_win_pages,
            budget_what, kvs_node_plan_limiting_rank(plan));
   if (a->svg != NULL) {
-    kvs_plan_svg svg = {title, subtitle, plan, gpus, n};
+    const char *svg_labels[KVS_MAX_NODES];
+    for (size_t k = 0; k < n_nodes; k++) {
+      svg_labels[k] = kvs_topology_label(kvs_cluster_node(topo, k));
+    }
+    kvs_plan_svg svg = {.title = title,
+                        .subtitle = subtitle,
+                        .plan = plan,
+                        .gpus = gpus,
+                        .n_gpus = n,
+                        .node_labels = svg_labels,
+                        .n_nodes = n_nodes};
     if (kvs_plan_svg_write(a->svg, &svg, &err) != KVS_OK) {
       fprintf(stderr, "kvplan plan: %s\n", err.message);
       rc = 2;

@@ -87,6 +87,7 @@ static void text_at(FILE *f, double x, double y, const char *anchor, const char 
 
 /* GPUs sharing a NUMA node (and package) form one box. */
 typedef struct group {
+  size_t node; /* the cluster node */
   int numa, package;
   size_t first_gpu; /* lowest list position: the boxes' order */
   size_t n;
@@ -205,11 +206,13 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
   for (size_t i = 0; i < n; i++) {
     if (by_gpu[i] == NULL) continue;
     size_t g = 0;
-    while (g < n_groups && !(groups[g].numa == svg->gpus[i].numa_node &&
+    while (g < n_groups && !(groups[g].node == svg->gpus[i].node &&
+                             groups[g].numa == svg->gpus[i].numa_node &&
                              groups[g].package == svg->gpus[i].package)) {
       g++;
     }
     if (g == n_groups) {
+      groups[g].node = svg->gpus[i].node;
       groups[g].numa = svg->gpus[i].numa_node;
       groups[g].package = svg->gpus[i].package;
       groups[g].first_gpu = i;
@@ -221,8 +224,8 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
     groups[g].gpus = members + n_members;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-      if (by_gpu[i] != NULL && svg->gpus[i].numa_node == groups[g].numa &&
-          svg->gpus[i].package == groups[g].package) {
+      if (by_gpu[i] != NULL && svg->gpus[i].node == groups[g].node &&
+          svg->gpus[i].numa_node == groups[g].numa && svg->gpus[i].package == groups[g].package) {
         groups[g].gpus[k++] = i;
       }
     }
@@ -276,10 +279,13 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
   text_at(f, MARGIN, MARGIN + 40, "start", "sub", svg->subtitle);
 
   double x = MARGIN;
+  bool machines = svg->node_labels != NULL && svg->n_nodes > 1;
+  double node_x = x;
   for (size_t g = 0; g < n_groups; g++) {
     const group *gr = &groups[g];
     double box_w = (double)gr->n * SLOT + 2 * BOX_PAD;
     double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
+    if (machines && (g == 0 || groups[g - 1].node != gr->node)) node_x = x;
     fprintf(f,
             "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
             "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
@@ -305,6 +311,17 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
       draw_bar(f, svg, rp, cx, box_top + CAPTION, max_budget, rp->rank == limiting);
     }
     x += box_w + BOX_GAP;
+    /* The machine's box around its NUMA boxes, its label underneath. */
+    if (machines && (g + 1 == n_groups || groups[g + 1].node != gr->node)) {
+      fprintf(f,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"10\" "
+              "fill=\"none\" stroke=\"#5b7fa6\" stroke-dasharray=\"6 3\"/>\n",
+              node_x - 5, box_top - 5, x - BOX_GAP - node_x + 10, box_h + 26);
+      char label[160];
+      snprintf(label, sizeof label, "node %zu: %.120s", gr->node,
+               gr->node < svg->n_nodes ? svg->node_labels[gr->node] : "?");
+      text_at(f, node_x, box_top + box_h + 16, "start", "box", label);
+    }
   }
   draw_legend(f, legend_x, box_top + 12);
   char b1[32], note[128];

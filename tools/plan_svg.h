@@ -1,8 +1,9 @@
 /* kvplan plan --svg: the node's memory map as an SVG picture. One bar
  * per GPU, as tall as its budget (all bars on one scale), the KV tiers
  * stacked to scale from the bottom and the headroom hatched above them;
- * GPUs boxed by NUMA node with the node's package and CPUs; the limiting
- * device outlined in red. Every segment carries a <title> tooltip with
+ * GPUs boxed by NUMA node with the node's package and CPUs, and over a
+ * cluster those boxes boxed by machine; the limiting device outlined in
+ * red. Every segment carries a <title> tooltip with
  * its exact bytes. */
 #ifndef KVS_TOOLS_PLAN_SVG_H
 #define KVS_TOOLS_PLAN_SVG_H
@@ -23,6 +24,10 @@ typedef struct kvs_plan_svg {
   kvs_node_plan_t plan;
   const kvs_gpu_info *gpus; /* the list the plan was made for */
   size_t n_gpus;
+  /* Over a cluster: each node's label, one outer box per node (NULL or 1
+   * node: none). */
+  const char *const *node_labels;
+  size_t n_nodes;
 } kvs_plan_svg;
 
 /* Writes the picture to path. A file that cannot be written is

@@ -192,6 +192,9 @@ check "a topology list: node labels in order" "tests/data/hgx-h200-2socket-8gpu.
   "$(echo "$c" | jq -r '.nodes[1].label')"
 check "a topology list: consecutive stages on one node first" '["0:0","0:1","1:2","1:3"]' \
   "$(echo "$c" | jq -c '[.ranks[] | "\(.node):\(.pp_stage)"] | unique')"
+"$kvplan" plan --topology bundled --nodes 2 --svg "$T/cluster.svg" >/dev/null 2>&1
+check "the SVG boxes each machine" 2 "$(grep -c 'stroke-dasharray="6 3"' "$T/cluster.svg")"
+check "and each machine's NUMA nodes apart" 4 "$(grep -c '>NUMA node ' "$T/cluster.svg")"
 "$kvplan" plan --topology bundled --nodes 2 --tp 16 >/dev/null 2>"$T/err"
 check "tp 16 over two 8-GPU nodes exits 1" 1 $?
 check "naming the group and the nodes" 1 \
