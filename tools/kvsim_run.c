@@ -279,36 +279,31 @@ static void drills(run *r, uint64_t s) {
   }
 }
 
-static void inject(run *r, uint64_t s) {
-  uint64_t fp;
+/* A drill: one binding moved on this rank only, as a lost or misapplied
+ * update would: a full page's window page (slot false) or a running
+ * request's request slot (slot true). The line names what moved, for the
+ * tests to match the check's report against. */
+static void inject(run *r, uint64_t s, bool slot) {
+  uint64_t what;
   int64_t from, to;
   kvs_error err;
-  if (kvs_workload_live_page(r->workload, &fp, &err) == KVS_OK &&
-      kvs_shard_inject_flip(kvs_node_shard(r->node), fp, &from, &to, &err) == KVS_OK) {
-    fprintf(stderr,
-            "kvsim: rank %d injected a divergence after step %" PRIu64 ": full page %" PRIu64
-            " moved from window page %" PRId64 " to %" PRId64 "\n",
-            r->rank, s, fp, from, to);
-  } else {
-    fprintf(stderr, "kvsim: rank %d could not inject a divergence at step %" PRIu64 ": %s\n",
-            r->rank, s, err.message);
+  kvs_shard_t shard = kvs_node_shard(r->node);
+  kvs_status status = slot ? kvs_workload_live_request(r->workload, &what, &err)
+                           : kvs_workload_live_page(r->workload, &what, &err);
+  if (status == KVS_OK) {
+    status = slot ? kvs_shard_inject_slot_flip(shard, what, &from, &to, &err)
+                  : kvs_shard_inject_flip(shard, what, &from, &to, &err);
   }
-}
-
-static void inject_slot(run *r, uint64_t s) {
-  uint64_t request;
-  int64_t from, to;
-  kvs_error err;
-  if (kvs_workload_live_request(r->workload, &request, &err) == KVS_OK &&
-      kvs_shard_inject_slot_flip(kvs_node_shard(r->node), request, &from, &to, &err) == KVS_OK) {
-    fprintf(stderr,
-            "kvsim: rank %d injected a divergence after step %" PRIu64 ": request %" PRIu64
-            " moved from request slot %" PRId64 " to %" PRId64 "\n",
-            r->rank, s, request, from, to);
-  } else {
-    fprintf(stderr, "kvsim: rank %d could not inject a slot divergence at step %" PRIu64 ": %s\n",
-            r->rank, s, err.message);
+  if (status != KVS_OK) {
+    fprintf(stderr, "kvsim: rank %d could not inject a%s divergence at step %" PRIu64 ": %s\n",
+            r->rank, slot ? " slot" : "", s, err.message);
+    return;
   }
+  fprintf(stderr,
+          "kvsim: rank %d injected a divergence after step %" PRIu64 ": %s %" PRIu64
+          " moved from %s %" PRId64 " to %" PRId64 "\n",
+          r->rank, s, slot ? "request" : "full page", what, slot ? "request slot" : "window page",
+          from, to);
 }
 
 /* The step's ring contexts against the pool's own (the CPU reference):
@@ -598,9 +593,9 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
       }
       code = one_step(&r, s);
       if (code != 0) break;
-      if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s);
+      if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s, false);
       if (a->inject_slot && r.rank == a->inject_slot_rank && s == a->inject_slot_step) {
-        inject_slot(&r, s);
+        inject(&r, s, true);
       }
       if (kvs_shard_check_due(kvs_node_shard(r.node), s)) code = check(&r, s, "periodic");
       progress(&r, &last_progress);
