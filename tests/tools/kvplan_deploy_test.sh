@@ -8,15 +8,7 @@
 set -uo pipefail
 kvplan=$1
 tiny=tests/data/model-tiny
-failures=0
-check() { # check NAME EXPECTED ACTUAL
-  if [ "$2" != "$3" ]; then
-    echo "FAIL $1: expected [$2], got [$3]"
-    failures=$((failures + 1))
-  else
-    echo "ok   $1"
-  fi
-}
+source "$(dirname "$0")/check.sh"
 T=${TEST_TMPDIR:-$(mktemp -d)}/deploy
 rm -rf "$T" && mkdir -p "$T"
 bundled=(--topology bundled)

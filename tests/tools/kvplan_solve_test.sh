@@ -2,15 +2,7 @@
 # kvplan solve end to end: the seed's numbers, the JSON contract, exit codes.
 set -uo pipefail
 kvplan=$1
-failures=0
-check() {  # check NAME EXPECTED ACTUAL
-  if [ "$2" != "$3" ]; then
-    echo "FAIL $1: expected [$2], got [$3]"
-    failures=$((failures + 1))
-  else
-    echo "ok   $1"
-  fi
-}
+source "$(dirname "$0")/check.sh"
 # The seed's small geometry: head_dim 8, index_head_dim 4, ratios 0,4,128,4,
 # in the seed's layout (rings per window page).
 small=(--head-dim 8 --index-head-dim 4 --layers 4 --ratios 0,4,128,4 --floor-pages 21
