@@ -412,26 +412,23 @@ static int run(fit_args *a, kvs_plan_model *m) {
   int rc = 1;
   size_t n = kvs_cluster_gpu_count(topo);
   size_t n_planned = kvs_geometry_layer_count(&m->geometry);
-  /* Room for the memory terms of the largest cluster tried (4 nodes). */
+  /* The named cluster's memory terms (the report quotes them), and room
+   * for a grown one's (4 nodes at most) beside them. */
   size_t most = 4 * n;
-  kvs_memory_budget *memory = calloc(most, sizeof *memory);
+  kvs_memory_budget *memory = calloc(n, sizeof *memory);
+  kvs_memory_budget *grown = calloc(most, sizeof *grown);
   uint64_t *budgets = calloc(most, sizeof *budgets);
   uint64_t *layer = calloc(n_planned, sizeof *layer);
   kvs_model_weights *weights = counted ? malloc(sizeof *weights) : NULL;
   fit_row *rows = calloc(FIT_MAX_LAYOUTS, sizeof *rows);
   kvs_cluster_t more = NULL;
-  if (memory == NULL || budgets == NULL || layer == NULL || rows == NULL ||
+  if (memory == NULL || grown == NULL || budgets == NULL || layer == NULL || rows == NULL ||
       (counted && weights == NULL)) {
     fprintf(stderr, "kvplan fit: out of memory\n");
     goto done;
   }
-  kvs_status loaded = KVS_OK;
-  if (a->have_weights_total) {
-    loaded = kvs_plan_weights_spread(a->weights_total, m->config.geometry.n_layers, weights, &err);
-  } else if (folder) {
-    loaded = kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, weights, &err);
-  }
-  if (loaded != KVS_OK) {
+  if (counted && kvs_plan_weights_of(&m->config, a->have_weights_total, a->weights_total,
+                                     weights, &err) != KVS_OK) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
     rc = 2;
     goto done;
@@ -449,18 +446,10 @@ static int run(fit_args *a, kvs_plan_model *m) {
       rc = 1;
       goto done;
     }
-    rc = evaluate(a, m, more, weights, layer, rows, &n_rows, memory, budgets);
+    rc = evaluate(a, m, more, weights, layer, rows, &n_rows, grown, budgets);
     kvs_cluster_destroy(more);
     more = NULL;
     if (rc != 0) goto done;
-  }
-  /* evaluate left the last cluster's terms: the first node's GPU is what
-   * every report below quotes, the same in all of them. */
-  {
-    kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
-    if (a->have_reserve) br.reserve_bytes = a->reserve;
-    br.memory_ratio = 1.0;
-    kvs_node_budgets(&br, kvs_cluster_gpus(topo), n, memory, NULL);
   }
   qsort(rows, n_rows, sizeof *rows, compare_rows);
   bool any = n_rows > 0 && rows[0].fits;
@@ -513,6 +502,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
   rc = any ? 0 : 1;
 done:
   free(memory);
+  free(grown);
   free(budgets);
   free(layer);
   free(weights);

@@ -424,12 +424,8 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
     fprintf(stderr, "kvplan plan: out of memory\n");
     return 1;
   }
-  kvs_status status =
-      a->have_weights_total
-          ? kvs_plan_weights_spread(a->weights_total, m->config.geometry.n_layers, w->folder, &err)
-          : kvs_model_weights_load(m->config.folder, m->config.geometry.n_layers, w->folder,
-                                   &err);
-  if (status != KVS_OK ||
+  if (kvs_plan_weights_of(&m->config, a->have_weights_total, a->weights_total, w->folder, &err) !=
+          KVS_OK ||
       kvs_plan_layer_weights(w->folder, n_planned, tp, w->layer, &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
@@ -438,8 +434,6 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
   return 0;
 }
 
-/* tp x pp: every GPU in one TP group by default; one of tp/pp alone takes
- * the rest. */
 static size_t gcd(size_t a, size_t b) { return b == 0 ? a : gcd(b, a % b); }
 
 /* tp x pp: every GPU of a machine in one TP group by default (over a

@@ -46,3 +46,10 @@ kvs_status kvs_plan_weights_spread(uint64_t total, size_t n_layers, kvs_model_we
   out->layer_bytes[n_layers - 1] += total % n_layers;
   return KVS_OK;
 }
+
+kvs_status kvs_plan_weights_of(const kvs_model_config *model, bool have_total, uint64_t total,
+                               kvs_model_weights *out, kvs_error *err) {
+  size_t n_layers = model->geometry.n_layers;
+  return have_total ? kvs_plan_weights_spread(total, n_layers, out, err)
+                    : kvs_model_weights_load(model->folder, n_layers, out, err);
+}

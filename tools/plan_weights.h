@@ -10,9 +10,11 @@
 #ifndef KVS_TOOLS_PLAN_WEIGHTS_H
 #define KVS_TOOLS_PLAN_WEIGHTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/model_config.h"
 #include "core/model_weights.h"
 #include "core/status.h"
 
@@ -29,6 +31,12 @@ extern const char kvs_plan_weights_spread_estimate[];
  * the last, no embedding, head or MTP bytes apart. Also an estimate. */
 kvs_status kvs_plan_weights_spread(uint64_t total_bytes, size_t n_layers, kvs_model_weights *out,
                                    kvs_error *err);
+
+/* A model's weights by layer: the given total spread over its layers
+ * (have_total), else its folder's safetensors. The one choice plan and fit
+ * both make once they know weights are counted. */
+kvs_status kvs_plan_weights_of(const kvs_model_config *model, bool have_total, uint64_t total,
+                               kvs_model_weights *out, kvs_error *err);
 
 /* Per planned layer out[0..n_planned): the bytes one device of a stage
  * holding it spends on its weights at tensor parallelism tp. n_planned is
