@@ -53,7 +53,6 @@ struct kvs_workload {
   int32_t *blocks;           /* the step's block tables: max_running x max_pages */
   int64_t *positions;        /* the step's positions: max_running */
   bool per_request;          /* some rings are per request slot */
-  int64_t *req_slots;        /* the step's request slots: max_running */
   uint64_t *req_ids;         /* the step's requests: max_running */
   kvs_workload_counters c;
 };
@@ -87,7 +86,6 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w->hash_in);
   free(w->blocks);
   free(w->positions);
-  free(w->req_slots);
   free(w->req_ids);
   free(w);
 }
@@ -161,7 +159,6 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   w->positions = calloc((size_t)options->max_running, sizeof *w->positions);
   bool ok = w->slots != NULL && w->order != NULL && w->queue != NULL && w->bases != NULL &&
             w->ring != NULL && w->hash_in != NULL && w->blocks != NULL && w->positions != NULL &&
-            (w->req_slots = calloc((size_t)options->max_running, sizeof *w->req_slots)) != NULL &&
             (w->req_ids = calloc((size_t)options->max_running, sizeof *w->req_ids)) != NULL;
   for (uint64_t i = 0; ok && i < options->max_running; i++) {
     ok = (w->slots[i].locs = calloc((size_t)(max_pages * page), sizeof(int64_t))) != NULL;
@@ -443,10 +440,6 @@ void kvs_workload_batch(kvs_workload_t w, kvs_ring_batch *out) {
       row[b] = b < r->n_pages ? (int32_t)((uint64_t)r->locs[b * w->page] / w->page) : -1;
     }
     w->positions[i] = r->next_done > 0 ? (int64_t)(r->next_done - 1) : -1;
-    /* Each rank reads its own mirror: a follower whose slot differs
-     * derives different ring locations, which the verify and the digest
-     * catch. */
-    w->req_slots[i] = w->per_request ? kvs_window_pool_slot_of(w->pool, r->id) : -1;
     w->req_ids[i] = r->id;
     w->c.contexts += r->next_done > 0;
   }
@@ -454,7 +447,7 @@ void kvs_workload_batch(kvs_workload_t w, kvs_ring_batch *out) {
                       .stride = stride,
                       .positions = w->positions,
                       .n_req = w->n_active,
-                      .slots = w->per_request ? w->req_slots : NULL,
+                      .slots = NULL,
                       .requests = w->req_ids};
   *out = b;
 }

@@ -103,9 +103,10 @@ kvs_status kvs_workload_step(kvs_workload_t workload, uint64_t step, kvs_error *
  * caller steps the shard. kvs_workload_batch gives every running request's
  * block table row (its full pages, -1 past them, blocks of P tokens), its
  * last written position (-1 before the first) and its request id (the node
- * resolves request slots from them after the step applies; slots holds
- * this rank's slots as of the call), in scheduling order, identical on
- * every rank; the arrays live in the workload until the next call. kvs_workload_verify_ring compares a batch's ring contexts (host
+ * resolves each row's request slot from its own mirror after the step
+ * applies, so a follower whose slot differs derives other ring locations),
+ * in scheduling order, identical on every rank; the arrays live in the
+ * workload until the next call. kvs_workload_verify_ring compares a batch's ring contexts (host
  * memory) with the pool's own kvs_window_pool_window_ctx for every row.
  * kvs_workload_advance ends the step. */
 kvs_status kvs_workload_schedule(kvs_workload_t workload, uint64_t step, kvs_error *err);
