@@ -615,44 +615,43 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
                            (long long)step_min - 1, (long long)step_max - 1);
   } else if (r.digest_min != r.digest_max) {
     r.kind = KVS_SHARD_DIVERGED_BINDINGS;
-    uint64_t page, leader_value, first_value;
-    if ((status = bisect(shard, &page, err))) return status;
-    if (page >= shard->n_full_pages) {
-      /* A request slot: its request, +2 so free (-1) and the dummy (-2)
-       * stay unsigned for the collectives. */
-      uint64_t slot = page - shard->n_full_pages;
-      int64_t holds = kvs_window_pool_slot_request(shard->pool, slot);
-      if ((status = compare_with_leader(shard, (uint64_t)(holds + 2), &leader_value, &r.rank,
-                                        &first_value, &r.ranks_differing, err))) {
-        return status;
-      }
-      r.request_slot = slot;
-      r.leader_request = (int64_t)leader_value - 2;
-      r.rank_request = r.rank >= 0 ? (int64_t)first_value - 2 : -1;
+    uint64_t unit, leader_value, first_value;
+    if ((status = bisect(shard, &unit, err))) return status;
+    /* What this rank holds at the unit, +2 so "none" (-1) and the dummy
+     * slot (-2) stay unsigned for the collectives: a full page's window
+     * page, or a request slot's request (the slots follow the pages). */
+    bool is_slot = unit >= shard->n_full_pages;
+    int64_t mine = is_slot ? kvs_window_pool_slot_request(shard->pool, unit - shard->n_full_pages)
+                           : window_page_of(shard, unit);
+    if ((status = compare_with_leader(shard, (uint64_t)(mine + 2), &leader_value, &r.rank,
+                                      &first_value, &r.ranks_differing, err))) {
+      return status;
+    }
+    int64_t leader = (int64_t)leader_value - 2;
+    int64_t theirs = r.rank >= 0 ? (int64_t)first_value - 2 : -1;
+    if (is_slot) {
+      r.request_slot = unit - shard->n_full_pages;
+      r.leader_request = leader;
+      r.rank_request = theirs;
       status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
                              "request slots diverged (checked after step %lld): request slot "
                              "%llu holds request %lld on the leader (rank %d) and request %lld "
                              "on rank %d (-1: free); %d rank(s) differ on it; %s",
-                             (long long)r.step, (unsigned long long)slot,
-                             (long long)r.leader_request, KVS_SHARD_LEADER,
-                             (long long)r.rank_request, r.rank, r.ranks_differing, seen);
-      goto reported;
+                             (long long)r.step, (unsigned long long)r.request_slot,
+                             (long long)leader, KVS_SHARD_LEADER, (long long)theirs, r.rank,
+                             r.ranks_differing, seen);
+    } else {
+      r.full_page = unit;
+      r.leader_window_page = leader;
+      r.rank_window_page = theirs;
+      status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                             "window bindings diverged (checked after step %lld): full page %llu "
+                             "is window page %lld on the leader (rank %d) and window page %lld on "
+                             "rank %d; %d rank(s) differ on it; %s",
+                             (long long)r.step, (unsigned long long)unit, (long long)leader,
+                             KVS_SHARD_LEADER, (long long)theirs, r.rank, r.ranks_differing,
+                             seen);
     }
-    int64_t mine = window_page_of(shard, page);
-    if ((status = compare_with_leader(shard, (uint64_t)(mine + 1), &leader_value, &r.rank,
-                                      &first_value, &r.ranks_differing, err))) {
-      return status;
-    }
-    r.full_page = page;
-    r.leader_window_page = (int64_t)leader_value - 1;
-    r.rank_window_page = r.rank >= 0 ? (int64_t)first_value - 1 : -1;
-    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "window bindings diverged (checked after step %lld): full page %llu "
-                           "is window page %lld on the leader (rank %d) and window page %lld on "
-                           "rank %d; %d rank(s) differ on it; %s",
-                           (long long)r.step, (unsigned long long)page,
-                           (long long)r.leader_window_page, KVS_SHARD_LEADER,
-                           (long long)r.rank_window_page, r.rank, r.ranks_differing, seen);
   } else if (aux_differs) {
     r.kind = KVS_SHARD_DIVERGED_AUX;
     uint64_t leader_value, first_value;
@@ -683,7 +682,6 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
                            "divergence, its pages already freed",
                            r.rank, (unsigned long long)r.first_seen_step, (long long)r.step);
   }
-reported:
   kvs_comm_stats_get(shard->comm, &after);
   r.collectives = after.collectives - before.collectives;
   shard->stats.check_collectives += r.collectives;
