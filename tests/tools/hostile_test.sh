@@ -10,8 +10,9 @@ CASES=$1
 export LSAN_OPTIONS="suppressions=$(pwd)/tests/tools/lsan.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 declare -A TOOL=([kvplan]=$2 [kvsim]=$3 [kvsim_local]=$4 [kvblock]=$5)
 T=${TEST_TMPDIR:-$(mktemp -d)}/hostile
-rm -rf "$T" && mkdir -p "$T/dir" "$T/fifomodel"
-mkfifo "$T/fifo" "$T/fifomodel/config.json"
+rm -rf "$T" && mkdir -p "$T/dir" "$T/fifomodel" "$T/fifoshard"
+mkfifo "$T/fifo" "$T/fifomodel/config.json" "$T/fifoshard/model.safetensors"
+cp tests/data/model-tiny/config.json "$T/fifoshard/"
 ln -s "$T/nowhere" "$T/link.kvb"
 printf 'not xml at all\n' >"$T/text.txt"
 echo '{"num_hidden_layers": 61, "head_dim": 512, "index_head_dim": 128, "compress_ratios": [0, 4]}' \
