@@ -198,14 +198,17 @@ static bool holds_fraction(fit_ctx *c, double f, uint64_t *heaviest_weights) {
 static void solve_layout(fit_ctx *c, const fit_args *a, fit_row *row) {
   /* The smallest uniform KV budget: the whole stack's pool at the pages
    * needed always suffices for one rank, and far more than that for any. */
-  uint64_t lo = 0, hi = UINT64_C(1) << 30;
+  const uint64_t most = UINT64_C(1) << 52;
   kvs_plan_request bare = c->request;
   c->request.layer_weight_bytes = NULL; /* the KV budget alone */
-  while (!holds_uniform(c, hi) && hi < (UINT64_C(1) << 52)) {
+  /* One probe at the largest budget tells a layout out of reach (a
+   * demand no budget serves costs one plan, not a search). */
+  row->budget_found = holds_uniform(c, most);
+  uint64_t lo = 0, hi = UINT64_C(1) << 30;
+  while (row->budget_found && hi < most && !holds_uniform(c, hi)) {
     lo = hi;
     hi *= 2;
   }
-  row->budget_found = holds_uniform(c, hi);
   while (row->budget_found && hi - lo > 1) {
     uint64_t mid = lo + (hi - lo) / 2;
     if (holds_uniform(c, mid)) {
