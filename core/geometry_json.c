@@ -302,31 +302,49 @@ static bool is_directory(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The config file a non-built-in name reads (*file): a folder's
+ * config.json, built in buf (KVS_MODEL_PATH_MAX + 16 bytes), or the name
+ * itself. */
+static kvs_status config_path_of(const char *name, char *buf, const char **file, bool *folder,
+                                 kvs_error *err) {
+  *folder = is_directory(name);
+  *file = *folder ? buf : name;
+  if (!*folder) return KVS_OK;
+  if (strlen(name) >= KVS_MODEL_PATH_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model folder path %.64s... is too long",
+                         name);
+  }
+  kvs_status status;
+  return folder_config(name, buf, KVS_MODEL_PATH_MAX + 16, &status, err) ? KVS_OK : status;
+}
+
+/* A bare word that is no file was meant as a built-in name: say which
+ * names there are, not only that no such file exists. */
+static kvs_status name_the_builtins(kvs_status status, const char *name, kvs_error *err) {
+  if (status == KVS_ERR_IO && strchr(name, '/') == NULL && access(name, F_OK) != 0) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "'%s' is neither a built-in model (%s, %s), a model folder nor a "
+                         "config.json file",
+                         name, builtins[0].name, builtins[1].name);
+  }
+  return status;
+}
+
 kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err) {
-  for (size_t i = 0; name_or_path != NULL && i < N_BUILTINS; i++) {
+  if (name_or_path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name is NULL");
+  }
+  for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {
       return kvs_geometry_builtin(name_or_path, out, err);
     }
   }
-  if (name_or_path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name is NULL");
-  }
-  if (is_directory(name_or_path)) {
-    char path[KVS_MODEL_PATH_MAX + 16];
-    kvs_status status;
-    if (!folder_config(name_or_path, path, sizeof path, &status, err)) return status;
-    return kvs_geometry_load_file(path, out, err);
-  }
-  kvs_status status = kvs_geometry_load_file(name_or_path, out, err);
-  /* A bare word that is no file was meant as a built-in name: say which
-   * names there are, not only that no such file exists. */
-  if (status == KVS_ERR_IO && strchr(name_or_path, '/') == NULL &&
-      access(name_or_path, F_OK) != 0) {
-    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "'%s' is neither a built-in model (%s, %s) nor a config.json file",
-                         name_or_path, builtins[0].name, builtins[1].name);
-  }
-  return status;
+  char buf[KVS_MODEL_PATH_MAX + 16];
+  const char *file;
+  bool folder;
+  kvs_status status = config_path_of(name_or_path, buf, &file, &folder, err);
+  if (status == KVS_OK) status = kvs_geometry_load_file(file, out, err);
+  return name_the_builtins(status, name_or_path, err);
 }
 
 kvs_status kvs_model_config_resolve(const char *name_or_path, kvs_model_config *out,
@@ -339,32 +357,19 @@ kvs_status kvs_model_config_resolve(const char *name_or_path, kvs_model_config *
       return kvs_model_config_parse_json(builtins[i].json, strlen(builtins[i].json), out, err);
     }
   }
-  kvs_status status;
-  if (is_directory(name_or_path)) {
-    if (strlen(name_or_path) >= KVS_MODEL_PATH_MAX) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model folder path %.64s... is too long",
-                           name_or_path);
-    }
-    char path[KVS_MODEL_PATH_MAX + 16];
-    if (!folder_config(name_or_path, path, sizeof path, &status, err)) return status;
-    kvs_model_config *m = malloc(sizeof *m);
-    if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
-    status = load_model_file(path, m, err);
-    if (status == KVS_OK) {
-      m->is_folder = true;
-      snprintf(m->folder, sizeof m->folder, "%s", name_or_path);
-      *out = *m;
-    }
-    free(m);
-    return status;
+  char buf[KVS_MODEL_PATH_MAX + 16];
+  const char *file;
+  bool folder;
+  kvs_status status = config_path_of(name_or_path, buf, &file, &folder, err);
+  if (status != KVS_OK) return status;
+  kvs_model_config *m = malloc(sizeof *m);
+  if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
+  status = load_model_file(file, m, err);
+  if (status == KVS_OK) {
+    m->is_folder = folder;
+    if (folder) snprintf(m->folder, sizeof m->folder, "%s", name_or_path);
+    *out = *m;
   }
-  status = load_model_file(name_or_path, out, err);
-  if (status == KVS_ERR_IO && strchr(name_or_path, '/') == NULL &&
-      access(name_or_path, F_OK) != 0) {
-    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "'%s' is neither a built-in model (%s, %s), a model folder nor a "
-                         "config.json file",
-                         name_or_path, builtins[0].name, builtins[1].name);
-  }
-  return status;
+  free(m);
+  return name_the_builtins(status, name_or_path, err);
 }
