@@ -19,6 +19,8 @@ extern "C" {
 
 /* Nodes a cluster plan holds at most. */
 #define KVS_MAX_NODES 64
+/* A node label's bytes at most, with its NUL. */
+#define KVS_NODE_LABEL_MAX 320
 
 typedef struct kvs_cluster *kvs_cluster_t;
 
@@ -33,11 +35,31 @@ kvs_status kvs_cluster_open(const char *spec, size_t n_nodes, kvs_cluster_t *out
                             size_t note_cap, kvs_error *err);
 void kvs_cluster_destroy(kvs_cluster_t cluster);
 
+/* A cluster from GPU lists that were learned elsewhere (gathered from the
+ * ranks, kvs_cluster_gather): node k holds gpu_counts[k] GPUs, the next
+ * ones of gpus in order, and is called labels[k]. own_node (< n_nodes) is
+ * the node this process runs on and own_topology its loaded topology,
+ * taken over on success (on failure the caller keeps it); the other nodes
+ * are known only by their GPUs (kvs_cluster_node is NULL for them). Each
+ * GPU's index and node are rewritten to its place in the cluster. */
+kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
+                                  const kvs_gpu_info *gpus, const char *const *labels,
+                                  size_t own_node, kvs_topology_t own_topology,
+                                  kvs_cluster_t *out, kvs_error *err);
+
 size_t kvs_cluster_node_count(const struct kvs_cluster *cluster);
+/* A node's loaded topology; NULL for a node known only by its GPU list. */
 kvs_topology_t kvs_cluster_node(const struct kvs_cluster *cluster, size_t node);
+/* A node's label: its topology's, or the one it was gathered under. */
+const char *kvs_cluster_node_label(const struct kvs_cluster *cluster, size_t node);
+size_t kvs_cluster_node_gpu_count(const struct kvs_cluster *cluster, size_t node);
+/* The node this process runs on, when the cluster knows it (gathered);
+ * SIZE_MAX for a cluster described by topologies, which any machine may
+ * plan. */
+size_t kvs_cluster_own_node(const struct kvs_cluster *cluster);
 size_t kvs_cluster_gpu_count(const struct kvs_cluster *cluster);
 const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *cluster);
-/* A GPU's position within its own node's topology (its index there). */
+/* A GPU's position within its own node (its index in that node's list). */
 size_t kvs_cluster_local_index(const struct kvs_cluster *cluster, size_t gpu);
 /* The one node's label, or "N nodes: first, ..." */
 const char *kvs_cluster_label(const struct kvs_cluster *cluster);

@@ -209,3 +209,31 @@ void kvs_comm_abort(kvs_comm_t comm, int code) {
   poison(comm, KVS_ERR_COMM, &local);
   if (comm->vtable->abort != NULL) comm->vtable->abort(comm->ctx, code);
 }
+
+kvs_status kvs_comm_agree(kvs_comm_t comm, kvs_comm_buffer *scratch, kvs_status local,
+                          const kvs_error *local_err, int *failed_rank, kvs_error *err) {
+  if (failed_rank != NULL) *failed_rank = -1;
+  if (scratch == NULL || scratch->host == NULL || scratch->bytes < KVS_COMM_AGREE_BYTES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "agreement needs a comm buffer of %zu bytes (got %zu)",
+                         (size_t)KVS_COMM_AGREE_BYTES, scratch != NULL ? scratch->bytes : 0);
+  }
+  uint64_t *w = scratch->host;
+  const uint64_t none = UINT64_MAX;
+  w[0] = local == KVS_OK ? none : (uint64_t)kvs_comm_rank(comm);
+  kvs_status status = kvs_comm_allreduce_u64(comm, scratch, 1, KVS_COMM_MIN, err);
+  if (status != KVS_OK) return status;
+  if (w[0] == none) return KVS_OK;
+  int root = (int)w[0];
+  char *text = (char *)(w + 1);
+  if (kvs_comm_rank(comm) == root) {
+    w[0] = (uint64_t)local;
+    snprintf(text, KVS_ERROR_MESSAGE_MAX, "%s", local_err != NULL ? local_err->message : "");
+  }
+  status = kvs_comm_broadcast(comm, scratch, KVS_COMM_AGREE_BYTES, root, err);
+  if (status != KVS_OK) return status;
+  text[KVS_ERROR_MESSAGE_MAX - 1] = '\0';
+  if (failed_rank != NULL) *failed_rank = root;
+  kvs_status reason = (kvs_status)w[0];
+  return kvs_error_set(err, reason != KVS_OK ? reason : KVS_ERR_INVALID_ARGUMENT, "%s", text);
+}

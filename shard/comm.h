@@ -110,6 +110,16 @@ kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size
                                   kvs_comm_op op, kvs_error *err);
 kvs_status kvs_comm_barrier(kvs_comm_t comm, kvs_error *err);
 
+/* Collective: whether every rank's local part succeeded (local, with its
+ * message in local_err). KVS_OK when all did; otherwise every rank returns
+ * the status of the lowest failing rank, err holding that rank's message
+ * as it wrote it, and *failed_rank (may be NULL) that rank. scratch must
+ * hold KVS_COMM_AGREE_BYTES. A communicator failure returns its own
+ * status with *failed_rank -1. Two collectives, one when all succeeded. */
+#define KVS_COMM_AGREE_BYTES (sizeof(uint64_t) + KVS_ERROR_MESSAGE_MAX)
+kvs_status kvs_comm_agree(kvs_comm_t comm, kvs_comm_buffer *scratch, kvs_status local,
+                          const kvs_error *local_err, int *failed_rank, kvs_error *err);
+
 /* Tears the group down (when the backend can) after an unrecoverable
  * error, so that peers fail fast instead of waiting out their deadline.
  * Poisons this communicator. With the mpi backend this ends the process. */

@@ -11,6 +11,7 @@
 #include "cuda/cuda_status.h"
 #include "cuda/device_budget.h"
 #include "cuda/device_tables.h"
+#include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
 #include "shard/layout.h"
 #include "shard/rank_word.h"
@@ -26,7 +27,8 @@ struct kvs_node {
   kvs_geometry geometry;
   kvs_row_widths widths;
   kvs_plan_request request;
-  kvs_cluster_t cluster;    /* every node's topology and GPUs */
+  kvs_cluster_t cluster;    /* every node's GPUs; its own node's topology */
+  bool owns_cluster;        /* false: the engine's (options.cluster) */
   kvs_topology_t topology;  /* this rank's node's (owned by the cluster) */
   char note[768];
   size_t n_gpus;
@@ -67,29 +69,18 @@ const char *kvs_node_device_name(kvs_node_device device) {
 static uint64_t *words(kvs_node_t node) { return node->words.host; }
 
 /* Collective: every rank says whether its local part succeeded; when any
- * failed, every rank returns the lowest failing rank's status and message
- * (broadcast from it: a status word, then the text), naming that rank and
- * the stage. */
+ * failed, every rank returns the lowest failing rank's status and message,
+ * naming that rank and the stage. */
 static kvs_status agree(kvs_node_t node, const char *stage, kvs_status local,
                         const kvs_error *local_err, kvs_error *err) {
-  uint64_t *w = words(node);
-  w[0] = local == KVS_OK ? NONE : (uint64_t)node->rank;
-  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err);
-  if (status != KVS_OK) return status;
-  if (w[0] == NONE) return KVS_OK;
-  int root = (int)w[0];
-  char *text = (char *)(w + 1);
-  if (node->rank == root) {
-    w[0] = (uint64_t)local;
-    snprintf(text, KVS_ERROR_MESSAGE_MAX, "%s", local_err != NULL ? local_err->message : "");
-  }
-  status = kvs_comm_broadcast(node->comm, &node->words, sizeof(uint64_t) + KVS_ERROR_MESSAGE_MAX,
-                              root, err);
-  if (status != KVS_OK) return status;
-  text[KVS_ERROR_MESSAGE_MAX - 1] = '\0';
-  kvs_status reason = (kvs_status)w[0];
-  return kvs_error_set(err, reason != KVS_OK ? reason : KVS_ERR_INVALID_ARGUMENT,
-                       "node creation failed at %s on rank %d: %s", stage, root, text);
+  int root = -1;
+  kvs_error reason;
+  kvs_error_clear(&reason);
+  kvs_status status = kvs_comm_agree(node->comm, &node->words, local, local_err, &root, &reason);
+  if (status == KVS_OK) return KVS_OK;
+  if (root < 0) return kvs_error_set(err, status, "%s", reason.message);
+  return kvs_error_set(err, status, "node creation failed at %s on rank %d: %s", stage, root,
+                       reason.message);
 }
 
 /* ---- the fingerprint of everything that shapes the pool ---- */
@@ -238,6 +229,16 @@ static int launcher_local_rank(const char **from) {
  * order. local is this rank's position among the plan's ranks on its node. */
 static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error *err) {
   const kvs_node_options *o = &node->options;
+  size_t own = kvs_cluster_own_node(node->cluster);
+  if (own != SIZE_MAX && own != node->gpu.node) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d runs on %s (node %zu), but the plan puts it on node %zu, %s "
+                         "(GPU %zu %s): launch the ranks in blocks, one per GPU, in node order "
+                         "(mpirun --map-by ppr:GPUS:node, srun --distribution=block)",
+                         node->rank, kvs_cluster_node_label(node->cluster, own), own,
+                         node->gpu.node, kvs_cluster_node_label(node->cluster, node->gpu.node),
+                         node->gpu.index, node->gpu.pci_busid);
+  }
   const char *from = "the node options";
   int launcher = o->local_rank;
   if (launcher == KVS_NODE_FROM_LAUNCHER) launcher = launcher_local_rank(&from);
@@ -264,14 +265,10 @@ static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error
 static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordinal,
                               kvs_memory_budget *own, kvs_error *err) {
   const kvs_node_options *o = &node->options;
-  kvs_status status =
-      kvs_cluster_open(o->topology, o->nodes, &node->cluster, node->note, sizeof node->note, err);
-  if (status != KVS_OK) return status;
-  node->n_gpus = kvs_cluster_gpu_count(node->cluster);
   const kvs_gpu_info *gpus = kvs_cluster_gpus(node->cluster);
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
   if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
-  status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
+  kvs_status status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
                                    o->allow_cross_node_tp, slots, NULL, err);
   size_t local = 0;
   if (status == KVS_OK) {
@@ -280,8 +277,8 @@ static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordina
   }
   free(slots);
   if (status != KVS_OK) return status;
-  node->topology = kvs_cluster_node(node->cluster, node->gpu.node);
   if ((status = check_placement(node, local, err)) != KVS_OK) return status;
+  node->topology = kvs_cluster_node(node->cluster, node->gpu.node);
 
   if (o->bind_numa) {
     status = kvs_topology_bind_thread(node->topology,
@@ -379,7 +376,7 @@ void kvs_node_destroy(kvs_node_t node) {
   kvs_table_destroy(node->table);
   kvs_comm_buffer_free(node->comm, &node->words);
   kvs_node_plan_destroy(node->plan);
-  kvs_cluster_destroy(node->cluster);
+  if (node->owns_cluster) kvs_cluster_destroy(node->cluster);
   free(node->budgets);
   free(node->layout);
   free(node->h_own);
@@ -445,15 +442,38 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
     node->request = r;
     node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
   }
-  if (local == KVS_OK) local = local_setup(node, &kind, &ordinal, &own, &local_err);
-  /* One buffer for every collective of create. The GPU count is part of
-   * the fingerprint, so ranks that disagree on it fail before the gather. */
-  node->words_count = words_needed(node->n_gpus > 0 ? node->n_gpus : 1);
-  uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
+  /* The scratch for the first agreements; it grows below once the GPU
+   * count is known. */
+  node->words_count = words_needed(1);
   if ((status = kvs_comm_buffer_alloc(node->comm, node->words_count * sizeof(uint64_t),
                                       &node->words, err))) {
     return status;
   }
+  if ((status = agree(node, "the options", local, &local_err, err))) return status;
+  /* Step 1's cluster: the engine's, or one collective gather (every rank
+   * learns every node's GPUs, or every rank fails alike). */
+  if (o->cluster != NULL) {
+    node->cluster = o->cluster;
+  } else {
+    status = kvs_cluster_gather(node->comm, o->topology, o->nodes, o->host, &node->cluster,
+                                node->note, sizeof node->note, err);
+    if (status != KVS_OK) return status;
+    node->owns_cluster = true;
+  }
+  node->n_gpus = kvs_cluster_gpu_count(node->cluster);
+  local = local_setup(node, &kind, &ordinal, &own, &local_err);
+  /* One buffer for every later collective of create. The GPU count is part
+   * of the fingerprint, so ranks that disagree on it fail before the
+   * budget gather. */
+  if (words_needed(node->n_gpus) > node->words_count) {
+    kvs_comm_buffer_free(node->comm, &node->words);
+    node->words_count = words_needed(node->n_gpus);
+    if ((status = kvs_comm_buffer_alloc(node->comm, node->words_count * sizeof(uint64_t),
+                                        &node->words, err))) {
+      return status;
+    }
+  }
+  uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
   if ((status = agree(node, "topology, GPU and budget", local, &local_err, err))) return status;
   int differs = -1;
   if ((status = compare_fingerprints(node, fp, &differs, err))) return status;

@@ -4,7 +4,8 @@
  * function that kvplan also uses (shard/node_setup.h), so what the node
  * carves is the plan kvplan prints, byte for byte:
  *
- *   1. the topology (live, an hwloc XML export, or the bundled server) and
+ *   1. the topology (live, an hwloc XML export, or the bundled server) of
+ *      every node the ranks run on, gathered from the ranks, and
  *      this rank's GPU from the plan's locality-ordered layout (rank r of
  *      a tp x pp group is plan rank r), or the CUDA device the engine
  *      already selected;
@@ -111,7 +112,8 @@ typedef struct kvs_node_options {
   /* Step 1 over a cluster (shard/cluster.h): topology may be a list of
    * node exports, or nodes > 1 copies of one; every rank passes the same,
    * so every rank plans the same cluster. Rank r runs on plan rank r's
-   * GPU, on that GPU's node. 0: one node. */
+   * GPU, on that GPU's node. 0 with a single topology: the nodes the
+   * ranks are on, discovered by host name (one node on one machine). */
   size_t nodes;
   bool allow_cross_node_tp;
   /* Where the launcher placed this rank, checked against the plan (a rank
@@ -123,6 +125,15 @@ typedef struct kvs_node_options {
    * simulated on one machine); >= 0 is what another launcher says. */
   int local_rank;
   int node_index;
+  /* Step 1 on a launched cluster (shard/cluster_gather.h): with nodes 0
+   * and a single topology, the ranks discover their nodes, each reading
+   * its own machine and naming its host (NULL: gethostname), and every
+   * rank checks that it runs on the node the plan puts it on. */
+  const char *host;
+  /* The engine's cluster (from kvs_cluster_gather, or kvs_cluster_open
+   * on every rank alike), borrowed; it must outlive the node. NULL: the
+   * node gathers it from topology, nodes and host. */
+  kvs_cluster_t cluster;
 } kvs_node_options;
 
 #define KVS_NODE_FROM_LAUNCHER (-2)
@@ -134,7 +145,7 @@ typedef struct kvs_node_options {
         KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0,           \
         KVS_DEFAULT_N_SCRATCH, 1, 1, NULL, -1, true, KVS_BUDGET_REQUEST_INIT,             \
         KVS_NODE_DEVICE_AUTO, 0, 0, 64, true, 0, false, KVS_NODE_FROM_LAUNCHER,            \
-        KVS_NODE_FROM_LAUNCHER                                                            \
+        KVS_NODE_FROM_LAUNCHER, NULL, NULL                                                \
   }
 
 /* Collective: steps 1-6 (see the top of this file). On any rank's failure

@@ -611,7 +611,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   if (a->svg != NULL) {
     const char *svg_labels[KVS_MAX_NODES];
     for (size_t k = 0; k < n_nodes; k++) {
-      svg_labels[k] = kvs_topology_label(kvs_cluster_node(topo, k));
+      svg_labels[k] = kvs_cluster_node_label(topo, k);
     }
     kvs_plan_svg svg = {.title = title,
                         .subtitle = subtitle,
@@ -628,7 +628,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   }
   if (a->json) {
     const char *labels[KVS_MAX_NODES];
-    for (size_t k = 0; k < n_nodes; k++) labels[k] = kvs_topology_label(kvs_cluster_node(topo, k));
+    for (size_t k = 0; k < n_nodes; k++) labels[k] = kvs_cluster_node_label(topo, k);
     const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype),
                                            a->options.mtp, weights.source, labels, n_nodes};
     json_t *root = kvs_plan_json(plan, gpus, terms, &context);

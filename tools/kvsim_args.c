@@ -41,6 +41,10 @@ static const char usage_flags[] =
     "                          list of exports simulates a cluster, one node each\n"
     "  --nodes N               simulate N nodes of that topology (1..64): rank r runs\n"
     "                          on plan rank r's GPU, on its node\n"
+    "  --host NAME             this rank's host name (default: the machine's): without\n"
+    "                          --nodes or a list, ranks that share a host are one node,\n"
+    "                          each node's GPUs read by its own ranks; naming hosts\n"
+    "                          simulates several machines on one\n"
     "  --local-rank N, --node N  where another launcher placed this rank, checked against\n"
     "                          the plan (default: Open MPI's, Slurm's or MPICH's local rank\n"
     "                          from the environment; not checked when a cluster is\n"
@@ -247,6 +251,9 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     } else if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
       if (!parse_u64(value, &u) || u > 65535) BAD("a non-negative integer up to 65535");
       *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
+    } else if (strcmp(flag, "--host") == 0) {
+      if (value == NULL || value[0] == '\0') BAD("a host name");
+      a->host = value;
     } else if (strcmp(flag, "--topology") == 0) {
       if (value == NULL || value[0] == '\0') BAD("a file, live or bundled");
       a->topology = value;

@@ -66,6 +66,7 @@ typedef struct kvsim_args {
   size_t nodes;         /* --nodes: copies of the topology; 0: one (or the list's) */
   int local_rank;       /* --local-rank; KVS_NODE_FROM_LAUNCHER when not given */
   int node_index;       /* --node; likewise */
+  const char *host;     /* --host: this rank's host name; NULL: gethostname */
   bool have_budget_mib;
   double budget_mib;
   double budget_skew;

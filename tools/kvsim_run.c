@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/geometry.h"
 #include "core/mix.h"
+#include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
@@ -67,6 +68,7 @@ typedef struct run {
   kvs_row_widths widths;
   kvs_workload_options wo;
   uint64_t *budgets; /* per GPU, when kvsim derives them */
+  kvs_cluster_t cluster; /* gathered once, lent to the node */
   kvs_node_t node;
   kvs_workload_t workload;
   uint64_t steps;
@@ -115,14 +117,7 @@ static int budget_request(run *r, kvs_budget_request *b) {
   if (a->have_ratio || a->have_reserve) return 0;
   /* --budget-mib: one budget per GPU of every node, GPU g skewed by g % 4
    * so the agreement and the split have work to do. */
-  kvs_cluster_t cluster = NULL;
-  kvs_error err;
-  if (kvs_cluster_open(a->topology, a->nodes, &cluster, NULL, 0, &err) != KVS_OK) {
-    if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
-    return err.status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE : KVSIM_EXIT_FAILED;
-  }
-  size_t n = kvs_cluster_gpu_count(cluster);
-  kvs_cluster_destroy(cluster);
+  size_t n = kvs_cluster_gpu_count(r->cluster);
   r->budgets = calloc(n, sizeof *r->budgets);
   if (r->budgets == NULL) return KVSIM_EXIT_FAILED;
   for (size_t g = 0; g < n; g++) {
@@ -206,13 +201,27 @@ static int setup(run *r) {
   o.check_every = a->check_every;
   o.check_integrity = true;
   o.nodes = a->nodes;
-  /* A cluster simulated here runs every node's ranks on this one machine:
-   * the launcher's local ranks are this machine's, not the plan's nodes'. */
-  bool simulated = a->nodes > 1 || (a->topology != NULL && strchr(a->topology, ',') != NULL);
+  /* A cluster simulated here runs every node's ranks on this one machine
+   * (nodes, a list, or hosts named by --host): the launcher's local ranks
+   * are this machine's, not the plan's nodes'. */
+  o.host = a->host;
+  bool simulated = a->nodes > 1 || a->host != NULL ||
+                   (a->topology != NULL && strchr(a->topology, ',') != NULL);
   o.local_rank = simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
                                                                       : a->local_rank;
   o.node_index = simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
                                                                       : a->node_index;
+  /* The cluster, once: its GPU count sizes the skewed budgets. */
+  char note[768] = "";
+  kvs_status gathered = kvs_cluster_gather(r->comm, a->topology, a->nodes, a->host, &r->cluster,
+                                           note, sizeof note, &err);
+  if (gathered != KVS_OK) {
+    fprintf(stderr, "kvsim: rank %d: cluster: %s: %s\n", r->rank, kvs_status_string(gathered),
+            err.message);
+    return gathered == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE : KVSIM_EXIT_FAILED;
+  }
+  if (r->speaker && note[0] != '\0') fprintf(stderr, "kvsim: %s\n", note);
+  o.cluster = r->cluster;
   int rc = budget_request(r, &o.budget);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create(r->comm, &o, &r->node, &err);
@@ -224,9 +233,6 @@ static int setup(run *r) {
     return status == KVS_ERR_UNSUPPORTED        ? KVSIM_EXIT_UNAVAILABLE
            : status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE
                                                 : KVSIM_EXIT_FAILED;
-  }
-  if (r->speaker && kvs_node_topology_note(r->node)[0] != '\0') {
-    fprintf(stderr, "kvsim: %s\n", kvs_node_topology_note(r->node));
   }
   describe_rank(r);
   if (kvs_workload_create(kvs_node_shard(r->node), &wo, &r->workload, &err) != KVS_OK) {
@@ -503,7 +509,7 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
    * excludes the engine's weights. */
   const char *labels[KVS_MAX_NODES];
   for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
-    labels[k] = kvs_topology_label(kvs_cluster_node(cluster, k));
+    labels[k] = kvs_cluster_node_label(cluster, k);
   }
   const kvs_plan_json_context context = {"bf16", 0, "none", labels,
                                          kvs_cluster_node_count(cluster)};
@@ -604,6 +610,7 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
   }
   kvs_workload_destroy(r.workload);
   kvs_node_destroy(r.node);
+  kvs_cluster_destroy(r.cluster);
   free(r.budgets);
   return code;
 }
