@@ -20,7 +20,7 @@ enum {
   G_LOCALITY, /* numa << 32 | package, as 32-bit two's complement */
   G_IN_TOPOLOGY,
   G_CUDA_DEVICE,
-  G_FREE, /* measured memory: differs between a machine's ranks, so */
+  G_FREE,  /* measured memory: differs between a machine's ranks, so */
   G_TOTAL, /* these two are left out of the identity digest */
   G_BUSID,
   G_MODEL = G_BUSID + (KVS_PCI_BUSID_LEN + 7) / 8,
@@ -219,8 +219,7 @@ static kvs_status group_ranks(const uint64_t *a, int size, size_t *node_of, int 
         return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                              "rank %d opened another cluster than rank 0 (%llu GPUs against "
                              "%llu, or other GPUs): every rank must pass the same topology",
-                             r, (unsigned long long)w[A_COUNT],
-                             (unsigned long long)a[A_COUNT]);
+                             r, (unsigned long long)w[A_COUNT], (unsigned long long)a[A_COUNT]);
       }
       continue;
     }
@@ -284,13 +283,13 @@ static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, cons
   if (first[own_node] == kvs_comm_rank(comm)) {
     uint64_t *slice = w + offsets[own_node];
     put_text(slice, kvs_topology_label(me->topology), KVS_NODE_LABEL_MAX);
-    for (size_t i = 0; i < me->n_gpus; i++) pack_gpu(&me->gpus[i], slice + LABEL_WORDS + i * G_WORDS);
+    for (size_t i = 0; i < me->n_gpus; i++)
+      pack_gpu(&me->gpus[i], slice + LABEL_WORDS + i * G_WORDS);
   }
   status = kvs_comm_allreduce_u64(comm, &buffer, total_words, KVS_COMM_SUM, err);
-  kvs_gpu_info *gpus = status == KVS_OK ? calloc(total_gpus > 0 ? total_gpus : 1, sizeof *gpus)
-                                        : NULL;
-  char(*labels)[KVS_NODE_LABEL_MAX] =
-      status == KVS_OK ? calloc(n_nodes, sizeof *labels) : NULL;
+  kvs_gpu_info *gpus =
+      status == KVS_OK ? calloc(total_gpus > 0 ? total_gpus : 1, sizeof *gpus) : NULL;
+  char(*labels)[KVS_NODE_LABEL_MAX] = status == KVS_OK ? calloc(n_nodes, sizeof *labels) : NULL;
   if (status == KVS_OK && (gpus == NULL || labels == NULL)) {
     status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu gathered GPUs", total_gpus);
   }
@@ -313,8 +312,7 @@ static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, cons
         unpack_gpu(w + offsets[k] + LABEL_WORDS + i * G_WORDS, &gpus[at]);
       }
     }
-    status = kvs_cluster_from_lists(n_nodes, counts, gpus, names, own_node, me->topology, out,
-                                    err);
+    status = kvs_cluster_from_lists(n_nodes, counts, gpus, names, own_node, me->topology, out, err);
     if (status == KVS_OK) me->topology = NULL; /* the cluster owns it now */
   }
   free(gpus);
@@ -323,9 +321,8 @@ static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, cons
   return status;
 }
 
-kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t nodes,
-                              const char *host, kvs_cluster_t *out, char *note, size_t note_cap,
-                              kvs_error *err) {
+kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t nodes, const char *host,
+                              kvs_cluster_t *out, char *note, size_t note_cap, kvs_error *err) {
   if (comm == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "communicator and output are required");
   }
@@ -342,16 +339,15 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   kvs_comm_buffer buffer;
   memset(&buffer, 0, sizeof buffer);
   size_t *node_of = calloc((size_t)size, sizeof *node_of);
-  kvs_status status = node_of != NULL ? kvs_comm_buffer_alloc(comm, bytes, &buffer, err)
-                                      : kvs_error_set(err, KVS_ERR_NO_MEMORY,
-                                                      "no memory for %d ranks", size);
+  kvs_status status = node_of != NULL
+                          ? kvs_comm_buffer_alloc(comm, bytes, &buffer, err)
+                          : kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %d ranks", size);
   if (status != KVS_OK) goto done;
   int failed = -1;
   if ((status = kvs_comm_agree(comm, &buffer, local, &local_err, &failed, err)) != KVS_OK) {
     if (failed >= 0) {
       kvs_error inner = *err;
-      kvs_error_set(err, status, "rank %d could not open its topology: %s", failed,
-                    inner.message);
+      kvs_error_set(err, status, "rank %d could not join the cluster: %s", failed, inner.message);
     }
     goto done;
   }

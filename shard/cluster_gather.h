@@ -50,9 +50,8 @@ kvs_status kvs_host_name(char *buf, size_t cap, kvs_error *err);
  * (topology label)", on one host by its topology alone. A local failure
  * on any rank fails every rank with the lowest failing rank's status and
  * message. note as kvs_cluster_open's, for this rank's own topology. */
-kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t nodes,
-                              const char *host, kvs_cluster_t *out, char *note, size_t note_cap,
-                              kvs_error *err);
+kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t nodes, const char *host,
+                              kvs_cluster_t *out, char *note, size_t note_cap, kvs_error *err);
 
 #ifdef __cplusplus
 }

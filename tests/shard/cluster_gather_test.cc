@@ -55,8 +55,8 @@ std::vector<RankOutput> gather(const std::vector<RankInput> &in) {
     kvs_error err;
     kvs_error_clear(&err);
     RankOutput &o = out[static_cast<size_t>(r)];
-    o.status = kvs_cluster_gather(comm, in[r].topology, in[r].nodes, in[r].host, &cluster,
-                                  nullptr, 0, &err);
+    o.status = kvs_cluster_gather(comm, in[r].topology, in[r].nodes, in[r].host, &cluster, nullptr,
+                                  0, &err);
     o.message = err.message;
     if (o.status != KVS_OK) {
       EXPECT_EQ(cluster, nullptr);
@@ -87,8 +87,7 @@ std::vector<kvs_gpu_info> read_gpus(const char *spec) {
   return gpus;
 }
 
-void expect_same_gpu(const kvs_gpu_info &got, const kvs_gpu_info &want, size_t index,
-                     size_t node) {
+void expect_same_gpu(const kvs_gpu_info &got, const kvs_gpu_info &want, size_t index, size_t node) {
   EXPECT_EQ(got.index, index);
   EXPECT_EQ(got.node, node);
   EXPECT_EQ(kvs_pci_address_compare(&got.pci, &want.pci), 0);
@@ -165,8 +164,8 @@ TEST(ClusterGather, one_host_is_one_node_labelled_by_its_topology) {
 TEST(ClusterGather, ranks_out_of_machine_order_are_refused_naming_the_rank) {
   expect_all_fail(gather({{"y", kEpyc}, {"x", "bundled"}, {"y", kEpyc}, {"x", "bundled"}}),
                   KVS_ERR_INVALID_ARGUMENT, "rank 2 is on host y again after rank 1 on host x");
-  expect_all_fail(gather({{"y", kSmall}, {"y", kSmall}, {"x", kSmall}}),
-                  KVS_ERR_INVALID_ARGUMENT, "host y runs 2 ranks (from rank 0) on 3 GPUs");
+  expect_all_fail(gather({{"y", kSmall}, {"y", kSmall}, {"x", kSmall}}), KVS_ERR_INVALID_ARGUMENT,
+                  "host y runs 2 ranks (from rank 0) on 3 GPUs");
   std::vector<RankInput> four(4, RankInput{"z", kSmall});
   expect_all_fail(gather(four), KVS_ERR_INVALID_ARGUMENT,
                   "host z runs 4 ranks (from rank 0) on 3 GPUs: launch at most one rank per GPU");
@@ -199,8 +198,7 @@ TEST(ClusterGather, a_described_cluster_is_the_same_on_every_rank) {
 }
 
 TEST(ClusterGather, ranks_of_one_machine_that_see_other_gpus_are_refused_naming_both) {
-  expect_all_fail(gather({{"a", "bundled"}, {"b", kEpyc}, {"b", kDgx2}}),
-                  KVS_ERR_INVALID_ARGUMENT,
+  expect_all_fail(gather({{"a", "bundled"}, {"b", kEpyc}, {"b", kDgx2}}), KVS_ERR_INVALID_ARGUMENT,
                   "rank 2 on host b sees 16 GPUs and rank 1 on the same host sees 8");
   // Same count, other GPUs: the identities differ.
   expect_all_fail(gather({{"a", "bundled"}, {"a", kEpyc}}), KVS_ERR_INVALID_ARGUMENT,
@@ -215,7 +213,7 @@ TEST(ClusterGather, ranks_that_differ_on_discovery_are_refused) {
 
 TEST(ClusterGather, a_rank_that_cannot_open_its_topology_fails_every_rank_naming_it) {
   auto out = gather({{"a", "bundled"}, {"a", "bundled"}, {"b", "/nonexistent/topo.xml"}});
-  expect_all_fail(out, KVS_ERR_IO, "rank 2 could not open its topology");
+  expect_all_fail(out, KVS_ERR_IO, "rank 2 could not join the cluster");
   EXPECT_TRUE(contains(out[0].message, "/nonexistent/topo.xml")) << out[0].message;
 }
 
@@ -224,7 +222,7 @@ TEST(ClusterGather, bad_host_names_are_refused_naming_the_rank) {
   const char *bad[] = {"", "two words", "tab\there", long_name.c_str()};
   for (const char *host : bad) {
     auto out = gather({{"a", "bundled"}, {host, "bundled"}});
-    expect_all_fail(out, KVS_ERR_INVALID_ARGUMENT, "rank 1 could not open its topology: host name");
+    expect_all_fail(out, KVS_ERR_INVALID_ARGUMENT, "rank 1 could not join the cluster: host name");
   }
   // The longest name that fits is accepted.
   std::string longest(KVS_HOST_NAME_MAX - 1, 'h');
