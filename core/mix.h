@@ -22,4 +22,17 @@ static inline uint64_t kvs_mix64_double(uint64_t h, double v) {
   return kvs_mix64(h, bits);
 }
 
+/* splitmix64's finaliser: a bijection of 64-bit words with full avalanche. */
+static inline uint64_t kvs_splitmix64_finalise(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* The next word of a splitmix64 stream: seeded generators for workloads
+ * and test data (reproducible from the seed on every machine). */
+static inline uint64_t kvs_splitmix64(uint64_t *state) {
+  return kvs_splitmix64_finalise(*state += 0x9e3779b97f4a7c15ull);
+}
+
 #endif /* KVS_MIX_H */

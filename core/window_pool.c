@@ -6,19 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mix.h"
+
 /* ---- digest ---- */
 
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
-  return mix64(mix64(full_page + 0x9e3779b97f4a7c15ull) ^ window_page);
+  return kvs_splitmix64_finalise(kvs_splitmix64_finalise(full_page + 0x9e3779b97f4a7c15ull) ^
+                                 window_page);
 }
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) { return pool->digest; }

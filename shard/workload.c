@@ -57,15 +57,9 @@ struct kvs_workload {
   kvs_workload_counters c;
 };
 
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
-  return hi <= lo ? lo : lo + next_random(state) % (hi - lo + 1);
+  return hi <= lo ? lo : lo + kvs_splitmix64(state) % (hi - lo + 1);
 }
 
 uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options) {
@@ -229,7 +223,7 @@ static void arrive(struct kvs_workload *w) {
   double rate = w->o.arrival_rate;
   uint64_t n = (uint64_t)rate;
   double frac = rate - (double)n;
-  if ((double)(next_random(&w->rng) >> 11) * 0x1.0p-53 < frac) n++;
+  if ((double)(kvs_splitmix64(&w->rng) >> 11) * 0x1.0p-53 < frac) n++;
   for (uint64_t i = 0; i < n; i++) {
     uint64_t prompt = uniform(&w->rng, w->o.prompt_min, w->o.prompt_max);
     uint64_t gen = uniform(&w->rng, w->o.gen_min, w->o.gen_max);
