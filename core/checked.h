@@ -1,10 +1,11 @@
-/* Overflow-checked 64-bit arithmetic for the cost model (private).
+/* Overflow-checked 64-bit arithmetic for the cost model and the device
+ * carve.
  *
  * Sizes multiply user-supplied counts by row widths; a wrapped product
  * would price a huge pool as a tiny one. Each helper folds overflow into
  * a sticky flag so a whole formula is checked once at the end. */
-#ifndef KVS_CHECKED_H
-#define KVS_CHECKED_H
+#ifndef KVS_CORE_CHECKED_H
+#define KVS_CORE_CHECKED_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,4 +30,4 @@ static inline uint64_t kvs_add(uint64_t a, uint64_t b, bool *overflow) {
 
 static inline uint64_t kvs_div_ceil(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-#endif /* KVS_CHECKED_H */
+#endif /* KVS_CORE_CHECKED_H */

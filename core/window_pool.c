@@ -1,5 +1,6 @@
 #include "core/window_pool.h"
 
+#include "core/options.h"
 #include "core/window_pool_internal.h"
 
 #include <stdio.h>
@@ -96,17 +97,15 @@ static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                   const kvs_window_pool_options *options,
                                   kvs_window_pool_t *out, kvs_error *err) {
-  kvs_window_pool_options defaults = KVS_WINDOW_POOL_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (sizes == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "sizes or output handle is NULL");
   }
-  if (options->size < sizeof(kvs_window_pool_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_WINDOW_POOL_OPTIONS_INIT",
-                         options->size, sizeof(kvs_window_pool_options));
-  }
+  static const kvs_window_pool_options defaults = KVS_WINDOW_POOL_OPTIONS_INIT;
+  kvs_window_pool_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_WINDOW_POOL_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   uint64_t page = sizes->page;
   if (page == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

@@ -3,24 +3,13 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* Overflow folds into a sticky flag, so a whole layout is checked once. */
-static uint64_t mul(uint64_t a, uint64_t b, bool *of) {
-  uint64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    *of = true;
-    return UINT64_MAX;
-  }
-  return r;
-}
+#include "core/checked.h"
+#include "core/options.h"
 
-static uint64_t add(uint64_t a, uint64_t b, bool *of) {
-  uint64_t r;
-  if (__builtin_add_overflow(a, b, &r)) {
-    *of = true;
-    return UINT64_MAX;
-  }
-  return r;
-}
+/* Overflow folds into a sticky flag (core/checked.h), so a whole layout is
+ * checked once. */
+static uint64_t mul(uint64_t a, uint64_t b, bool *of) { return kvs_mul(a, b, of); }
+static uint64_t add(uint64_t a, uint64_t b, bool *of) { return kvs_add(a, b, of); }
 
 /* Rounds up to a power-of-two alignment. */
 static uint64_t align_up(uint64_t x, uint64_t alignment, bool *of) {
@@ -72,23 +61,26 @@ enum {
   SPAN_INDEX_STATE = 7
 };
 
-static kvs_status check_options(const kvs_device_layout_options *options, kvs_error *err) {
-  if (options->size < sizeof(kvs_device_layout_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_DEVICE_LAYOUT_OPTIONS_INIT",
-                         options->size, sizeof(kvs_device_layout_options));
-  }
-  uint64_t a = options->alignment;
+/* The caller's options (NULL: the defaults; an older caller's shorter
+ * struct: defaults for the rest) into *adopted, checked; *options then
+ * points at it. */
+static kvs_status adopt_options(const kvs_device_layout_options **options,
+                                kvs_device_layout_options *adopted, kvs_error *err) {
+  static const kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+  kvs_status status = kvs_options_adopt(*options, &defaults, sizeof defaults,
+                                        "KVS_DEVICE_LAYOUT_OPTIONS_INIT", adopted, err);
+  if (status != KVS_OK) return status;
+  *options = adopted;
+  uint64_t a = adopted->alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > (1ull << 30)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "alignment %llu must be a power of two between 1 and 2^30 bytes",
                          (unsigned long long)a);
   }
-  if (options->journal_capacity > UINT32_MAX) {
+  if (adopted->journal_capacity > UINT32_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "journal_capacity %llu exceeds 2^32 - 1 entries",
-                         (unsigned long long)options->journal_capacity);
+                         (unsigned long long)adopted->journal_capacity);
   }
   return KVS_OK;
 }
@@ -224,13 +216,13 @@ static kvs_status overflowed(const kvs_pool_sizes *sizes, uint64_t alignment, kv
 kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
                                        const kvs_device_layout_options *options,
                                        kvs_device_footprint *out, kvs_error *err) {
-  kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
+  kvs_device_layout_options adopted;
   if (terms == NULL || sizes == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "terms, sizes or output is NULL");
   }
   kvs_status status;
-  if ((status = check_options(options, err)) || (status = check_sizes(terms, sizes, err))) {
+  if ((status = adopt_options(&options, &adopted, err)) ||
+      (status = check_sizes(terms, sizes, err))) {
     return status;
   }
   carved c;
@@ -248,15 +240,14 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
                                    const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
                                    const kvs_device_layout_options *options, kvs_device_layout *out,
                                    kvs_error *err) {
-  kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
+  kvs_device_layout_options adopted;
   if (geometry == NULL || sizes == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry, sizes or output is NULL");
   }
   kvs_status status;
   kvs_cost_terms terms;
   kvs_pool_breakdown exact;
-  if ((status = check_options(options, err)) ||
+  if ((status = adopt_options(&options, &adopted, err)) ||
       (status = kvs_cost_terms_make(geometry, first, end, widths, &terms, err)) ||
       (status = kvs_pool_bytes_terms(sizes, &terms, options->n_scratch, &exact, err)) ||
       (status = check_sizes(&terms, sizes, err))) {
@@ -406,14 +397,13 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
                                  uint64_t floor_win_pages, uint64_t page,
                                  const kvs_device_layout_options *options, kvs_device_layout *out,
                                  kvs_budget_shortfall *shortfall, kvs_error *err) {
-  kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
+  kvs_device_layout_options adopted;
   if (geometry == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry or output is NULL");
   }
   kvs_status status;
   kvs_cost_terms terms;
-  if ((status = check_options(options, err)) ||
+  if ((status = adopt_options(&options, &adopted, err)) ||
       (status = kvs_cost_terms_make(geometry, first, end, widths, &terms, err))) {
     return status;
   }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "core/mix.h"
 #include "shard/rank_word.h"
 
@@ -67,18 +68,16 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
                                   const kvs_shard_layout *layout, uint64_t budget_bytes,
                                   const kvs_budget_options *options, kvs_shard_budget *out,
                                   kvs_error *err) {
-  kvs_budget_options defaults = KVS_BUDGET_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (comm == NULL || geometry == NULL || layout == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "comm, geometry, layout and output are required");
   }
-  if (options->size < sizeof(kvs_budget_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_BUDGET_OPTIONS_INIT",
-                         options->size, sizeof(kvs_budget_options));
-  }
+  static const kvs_budget_options defaults = KVS_BUDGET_OPTIONS_INIT;
+  kvs_budget_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_BUDGET_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   if (layout->world != kvs_comm_size(comm) || layout->rank != kvs_comm_rank(comm)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "layout is rank %d of %d, the communicator rank %d of %d", layout->rank,

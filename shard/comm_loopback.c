@@ -272,8 +272,14 @@ static void lb_destroy(void *ctx) {
 }
 
 static const kvs_comm_vtable loopback_vtable = {
-    "loopback",   lb_buffer_alloc, lb_buffer_free, lb_broadcast,
-    lb_allreduce, lb_barrier,      lb_abort,       lb_destroy,
+    .name = "loopback",
+    .buffer_alloc = lb_buffer_alloc,
+    .buffer_free = lb_buffer_free,
+    .broadcast = lb_broadcast,
+    .allreduce_u64 = lb_allreduce,
+    .barrier = lb_barrier,
+    .abort = lb_abort,
+    .destroy = lb_destroy,
 };
 
 kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank, int timeout_ms,

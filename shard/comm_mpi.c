@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/options.h"
 #include "shard/wait.h"
 
 typedef struct mpi_ctx {
@@ -177,21 +178,25 @@ static void mpi_destroy(void *vctx) {
 }
 
 static const kvs_comm_vtable mpi_vtable = {
-    "mpi",         mpi_buffer_alloc, mpi_buffer_free, mpi_broadcast,
-    mpi_allreduce, mpi_barrier,      mpi_abort,       mpi_destroy,
+    .name = "mpi",
+    .buffer_alloc = mpi_buffer_alloc,
+    .buffer_free = mpi_buffer_free,
+    .broadcast = mpi_broadcast,
+    .allreduce_u64 = mpi_allreduce,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
 };
 
 kvs_status kvs_comm_mpi_create(const kvs_comm_mpi_options *options, kvs_comm_t *out,
                                kvs_error *err) {
-  kvs_comm_mpi_options defaults = KVS_COMM_MPI_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
-  if (options->size < sizeof(kvs_comm_mpi_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_COMM_MPI_OPTIONS_INIT",
-                         options->size, sizeof(kvs_comm_mpi_options));
-  }
+  static const kvs_comm_mpi_options defaults = KVS_COMM_MPI_OPTIONS_INIT;
+  kvs_comm_mpi_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_COMM_MPI_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   if (options->timeout_ms <= 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "timeout_ms is %d; every wait needs a deadline (> 0)",

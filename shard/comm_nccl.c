@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/options.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "shard/wait.h"
@@ -283,17 +284,15 @@ static void nccl_destroy(void *vctx) {
 }
 
 static const kvs_comm_vtable nccl_vtable = {
-    "nccl",         nccl_buffer_alloc, nccl_buffer_free, nccl_broadcast,
-    nccl_allreduce, nccl_barrier,      nccl_abort,       nccl_destroy,
+    .name = "nccl",
+    .buffer_alloc = nccl_buffer_alloc,
+    .buffer_free = nccl_buffer_free,
+    .broadcast = nccl_broadcast,
+    .allreduce_u64 = nccl_allreduce,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
 };
-
-int kvs_comm_nccl_device_count(char *why, size_t why_cap) {
-  int count = 0;
-  kvs_error err;
-  if (kvs_cuda_device_count(&count, &err) == KVS_OK) return count;
-  if (why != NULL && why_cap > 0) snprintf(why, why_cap, "%s", err.message);
-  return 0;
-}
 
 static const nccl_ctx *context_of(const struct kvs_comm *comm, kvs_error *err) {
   if (comm == NULL || strcmp(kvs_comm_backend(comm), "nccl") != 0) {
@@ -391,11 +390,12 @@ static kvs_status choose_device(nccl_ctx *ctx, const kvs_comm_nccl_options *opti
   if (status != KVS_OK) return status;
   kvs_error local;
   kvs_error_clear(&local);
-  char why[KVS_ERROR_MESSAGE_MAX];
-  int count = kvs_comm_nccl_device_count(why, sizeof why);
+  kvs_error why;
+  int count = 0;
   kvs_status local_status = KVS_OK;
-  if (count == 0) {
-    local_status = kvs_error_set(&local, KVS_ERR_UNSUPPORTED, "rank %d: %s", ctx->rank, why);
+  if (kvs_cuda_device_count(&count, &why) != KVS_OK) {
+    local_status =
+        kvs_error_set(&local, KVS_ERR_UNSUPPORTED, "rank %d: %s", ctx->rank, why.message);
   } else if (options->device >= count) {
     local_status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
                                  "rank %d: device %d asked for, but CUDA sees %d device%s",
@@ -526,15 +526,13 @@ static kvs_status finish_setup(nccl_ctx *ctx, const kvs_comm_nccl_options *optio
 
 kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t bootstrap,
                                 kvs_comm_t *out, kvs_error *err) {
-  kvs_comm_nccl_options defaults = KVS_COMM_NCCL_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
-  if (options->size < sizeof(kvs_comm_nccl_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_COMM_NCCL_OPTIONS_INIT",
-                         options->size, sizeof(kvs_comm_nccl_options));
-  }
+  static const kvs_comm_nccl_options defaults = KVS_COMM_NCCL_OPTIONS_INIT;
+  kvs_comm_nccl_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_COMM_NCCL_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   if (options->timeout_ms <= 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "timeout_ms is %d; every wait needs a deadline (> 0)",

@@ -79,10 +79,6 @@ kvs_status kvs_comm_nccl_stream(const struct kvs_comm *comm, cudaStream_t *strea
  * communicator's device. */
 kvs_status kvs_comm_nccl_reads_done(kvs_comm_t comm, cudaStream_t stream, kvs_error *err);
 
-/* Whether this process sees a CUDA device; when not, *why names the
- * cudaGetDeviceCount result ("no CUDA device visible: ..."). For tests
- * that must skip, naming why. why may be NULL. */
-int kvs_comm_nccl_device_count(char *why, size_t why_cap);
 
 #ifdef __cplusplus
 }

@@ -36,8 +36,13 @@ static kvs_status self_barrier(void *ctx, int timeout_ms, kvs_error *err) {
 }
 
 static const kvs_comm_vtable self_vtable = {
-    "self", self_buffer_alloc, self_buffer_free, self_broadcast, self_allreduce, self_barrier, NULL,
-    NULL,
+    .name = "self",
+    .buffer_alloc = self_buffer_alloc,
+    .buffer_free = self_buffer_free,
+    .broadcast = self_broadcast,
+    .allreduce_u64 = self_allreduce,
+    .barrier = self_barrier,
+    /* nothing to abort or release: one rank, no state */
 };
 
 kvs_status kvs_comm_self_create(kvs_comm_t *out, kvs_error *err) {

@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/mix.h"
+#include "core/options.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_status.h"
 #include "cuda/device_budget.h"
@@ -24,6 +25,8 @@ struct kvs_node {
   kvs_comm_t comm;
   int rank, size;
   kvs_node_options options;
+  kvs_status options_status; /* adopting the caller's options */
+  kvs_error options_err;
   kvs_geometry geometry;
   kvs_row_widths widths;
   kvs_plan_request request;
@@ -147,12 +150,6 @@ static kvs_status compare_fingerprints(kvs_node_t node, uint64_t fp, int *differ
 /* ---- local steps ---- */
 
 static kvs_status check_options(const kvs_node_options *o, int size, kvs_error *err) {
-  if (o->size < sizeof(kvs_node_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_NODE_OPTIONS_INIT",
-                         o->size, sizeof(kvs_node_options));
-  }
   if (o->geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "options.geometry is required");
   }
@@ -410,7 +407,11 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   int ordinal = -1;
   kvs_memory_budget own;
   memset(&own, 0, sizeof own);
-  local = check_options(o, node->size, &local_err);
+  if ((local = node->options_status) != KVS_OK) {
+    local_err = node->options_err;
+  } else {
+    local = check_options(o, node->size, &local_err);
+  }
   if (local == KVS_OK) {
     node->geometry = *o->geometry;
     local = kvs_geometry_validate(&node->geometry, &local_err);
@@ -601,7 +602,13 @@ kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs
   node->comm = comm;
   node->rank = kvs_comm_rank(comm);
   node->size = kvs_comm_size(comm);
-  node->options = *options;
+  /* An older caller's shorter options take this build's defaults for the
+   * rest; a refusal here is agreed on like any other option error. */
+  static const kvs_node_options defaults = KVS_NODE_OPTIONS_INIT;
+  kvs_error_clear(&node->options_err);
+  node->options_status = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                           "KVS_NODE_OPTIONS_INIT", &node->options,
+                                           &node->options_err);
   kvs_status status = build(node, err);
   if (status != KVS_OK) {
     kvs_node_destroy(node);

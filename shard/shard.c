@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "core/clock.h"
 #include "core/mix.h"
 #include "shard/layout.h"
@@ -110,17 +111,15 @@ static kvs_status chunk_budget(const kvs_pool_sizes *sizes, uint64_t max_running
 
 kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
                             const kvs_shard_options *options, kvs_shard_t *out, kvs_error *err) {
-  kvs_shard_options defaults = KVS_SHARD_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (comm == NULL || sizes == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm, sizes and output are required");
   }
-  if (options->size < sizeof(kvs_shard_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_SHARD_OPTIONS_INIT",
-                         options->size, sizeof(kvs_shard_options));
-  }
+  static const kvs_shard_options defaults = KVS_SHARD_OPTIONS_INIT;
+  kvs_shard_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_SHARD_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   if (kvs_comm_size(comm) > KVS_SHARD_MAX_RANKS) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%d ranks exceed the %d a shard supports",
                          kvs_comm_size(comm), KVS_SHARD_MAX_RANKS);

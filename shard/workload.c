@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/options.h"
 #include "core/free_list.h"
 #include "core/mix.h"
 #include "core/window_pool.h"
@@ -86,17 +87,15 @@ void kvs_workload_destroy(kvs_workload_t w) {
 
 kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *options,
                                kvs_workload_t *out, kvs_error *err) {
-  kvs_workload_options defaults = KVS_WORKLOAD_OPTIONS_INIT;
-  if (options == NULL) options = &defaults;
   if (shard == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "shard or output handle is NULL");
   }
-  if (options->size < sizeof(kvs_workload_options)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "options.size %zu is smaller than this build's %zu; start from "
-                         "KVS_WORKLOAD_OPTIONS_INIT",
-                         options->size, sizeof(kvs_workload_options));
-  }
+  static const kvs_workload_options defaults = KVS_WORKLOAD_OPTIONS_INIT;
+  kvs_workload_options adopted;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_WORKLOAD_OPTIONS_INIT", &adopted, err);
+  if (adopt != KVS_OK) return adopt;
+  options = &adopted;
   if (options->max_running == 0 || options->max_waiting == 0 || options->prompt_min == 0 ||
       options->prompt_min > options->prompt_max || options->gen_min == 0 ||
       options->gen_min > options->gen_max || !(options->arrival_rate >= 0.0)) {

@@ -31,7 +31,8 @@ static bool never(const kvs_topology_source *self) {
   return false;
 }
 
-static const kvs_topology_source_i live_iface = {"live", live_prepare, always};
+static const kvs_topology_source_i live_iface = {
+    .name = "live", .prepare = live_prepare, .is_this_system = always};
 
 kvs_topology_source kvs_topology_source_live(void) {
   kvs_topology_source s = {&live_iface, "live", NULL, NULL, 0};
@@ -111,7 +112,8 @@ static kvs_status file_prepare(const kvs_topology_source *self, hwloc_topology_t
 
 /* An XML topology describes some machine, not necessarily this one:
  * binding to its cpusets would bind to CPUs that may not exist here. */
-static const kvs_topology_source_i file_iface = {"xml-file", file_prepare, never};
+static const kvs_topology_source_i file_iface = {
+    .name = "xml-file", .prepare = file_prepare, .is_this_system = never};
 
 kvs_topology_source kvs_topology_source_xml_file(const char *path) {
   kvs_topology_source s = {&file_iface, path, path, NULL, 0};
@@ -137,7 +139,8 @@ static kvs_status buffer_prepare(const kvs_topology_source *self, hwloc_topology
   return KVS_OK;
 }
 
-static const kvs_topology_source_i buffer_iface = {"xml-buffer", buffer_prepare, never};
+static const kvs_topology_source_i buffer_iface = {
+    .name = "xml-buffer", .prepare = buffer_prepare, .is_this_system = never};
 
 kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char *xml, size_t len) {
   kvs_topology_source s = {&buffer_iface, label, NULL, xml, len};

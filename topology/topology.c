@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "topology/cuda_probe.h"
 
 /* CUDA devices one probe lists at most: far above any node. */
@@ -301,16 +302,11 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "topology source (and its prepare/is_this_system) and out are required");
   }
-  kvs_topology_options opts = KVS_TOPOLOGY_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size < sizeof opts) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "kvs_topology_options.size is %zu, expected %zu: initialise it with "
-                           "KVS_TOPOLOGY_OPTIONS_INIT",
-                           options->size, sizeof opts);
-    }
-    opts = *options;
-  }
+  static const kvs_topology_options defaults = KVS_TOPOLOGY_OPTIONS_INIT;
+  kvs_topology_options opts;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_TOPOLOGY_OPTIONS_INIT", &opts, err);
+  if (adopt != KVS_OK) return adopt;
   struct kvs_topology *t = calloc(1, sizeof *t);
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory");
   copy_string(t->label, sizeof t->label, source->label);

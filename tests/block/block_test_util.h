@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "core/block_hash.h"
-#include "core/block_layout.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/bf16.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_layout.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 
 namespace kvs_test {
 
@@ -32,13 +33,6 @@ struct Layer {
   // Drops V elements beyond n (the seed's `v.truncate(n)`).
   void truncate_v(size_t n) { v.resize(n * elem_size()); }
 };
-
-inline uint16_t bf16_from_float(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(bits >> 16);
-}
 
 // A layer of `tokens` rows, every element 0.5 (as the seed's fixture), or
 // a deterministic pattern from `seed` when seed != 0.
@@ -67,7 +61,7 @@ inline Layer layer(uint32_t n_kv_heads, uint32_t head_dim, uint64_t tokens,
     if (dtype == KVS_DTYPE_F32) {
       std::memcpy(&dst[at], &f, 4);
     } else {
-      uint16_t h = bf16_from_float(f);
+      uint16_t h = kvs_bf16_from_float(f);  // as kvblock rounds
       std::memcpy(&dst[at], &h, 2);
     }
   }

@@ -8,10 +8,10 @@
 
 #include <xxhash.h>
 
-#include "core/block_codec.h"
-#include "core/block_hash.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_codec.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 #include "tests/block/block_test_util.h"
 
 using kvs_test::expected;

@@ -17,9 +17,9 @@
 
 #include <xxhash.h>
 
-#include "core/block_codec.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_codec.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 #include "tests/fuzz/fuzz_stats.h"
 
 KVS_FUZZ_TARGET("decode_fuzz_test",

@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-#include "core/block_hash.h"
+#include "core/blocks/block_hash.h"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/block_layout.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_layout.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 #include "tests/block/block_test_util.h"
 
 using kvs_test::expected;

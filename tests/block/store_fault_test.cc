@@ -19,7 +19,7 @@
 #include <atomic>
 #include <string>
 
-#include "core/block_store.h"
+#include "core/blocks/block_store.h"
 #include "tests/block/store_test_util.h"
 
 using namespace kvs_test;

@@ -11,8 +11,8 @@
 
 #include <xxhash.h>
 
-#include "core/block_codec.h"
-#include "core/block_store.h"
+#include "core/blocks/block_codec.h"
+#include "core/blocks/block_store.h"
 #include "tests/block/store_test_util.h"
 
 using namespace kvs_test;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/block_hash.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_signed.h"
 #include "tests/block/block_test_util.h"
 
 namespace kvs_test {

@@ -275,10 +275,20 @@ TEST(DeviceLayout, bad_options_or_sizes_for_another_stack_are_refused) {
   EXPECT_STREQ(err.message, "alignment 96 must be a power of two between 1 and 2^30 bytes");
   o = options(0);
   EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
+  // A newer caller's longer struct is refused; the oldest caller's (the size
+  // field alone) gets every default.
   o = options(256);
-  o.size = 8;
+  o.size = sizeof o + 8;
   EXPECT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message, "start from KVS_DEVICE_LAYOUT_OPTIONS_INIT")) << err.message;
+  EXPECT_EQ(l.total_bytes, 12345u) << "a refused build leaves the output alone";
+  o = options(4096);
+  o.size = sizeof(size_t);
+  ASSERT_EQ(kvs_device_layout_build(&g, 0, 4, nullptr, &s, &o, &l, &err), KVS_OK) << err.message;
+  const kvs_device_layout_options defaults = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+  EXPECT_EQ(l.options.alignment, defaults.alignment) << "the fields it lacks take the defaults";
+  EXPECT_EQ(l.options.size, sizeof defaults);
+  l.total_bytes = 12345;
   o = options(256);
   EXPECT_EQ(kvs_device_layout_build(&g, 0, 3, nullptr, &s, &o, &l, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message, "4-layer stack, not a 3-layer one")) << err.message;

@@ -19,13 +19,15 @@
 #include "shard/comm.h"
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
+#include "cuda/cuda_status.h"
 #include "shard/shard.h"
 
 namespace {
 
 std::string why_no_device() {
-  char why[256] = "";
-  return kvs_comm_nccl_device_count(why, sizeof why) > 0 ? std::string() : std::string(why);
+  int count = 0;
+  kvs_error why;
+  return kvs_cuda_device_count(&count, &why) == KVS_OK ? std::string() : std::string(why.message);
 }
 
 }  // namespace

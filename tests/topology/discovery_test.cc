@@ -202,9 +202,18 @@ TEST(Discovery, bad_arguments_are_refused) {
   kvs_error err;
   EXPECT_EQ(kvs_topology_create(nullptr, nullptr, &t, &err), KVS_ERR_INVALID_ARGUMENT);
   kvs_topology_source source = kvs_topology_source_bundled();
-  kvs_topology_options old_options = {sizeof(size_t), true};
-  EXPECT_EQ(kvs_topology_create(&source, &old_options, &t, &err), KVS_ERR_INVALID_ARGUMENT);
+  // A newer caller's longer options are refused (this build would ignore
+  // what it added); an older caller's shorter ones take the defaults.
+  kvs_topology_options newer = KVS_TOPOLOGY_OPTIONS_INIT;
+  newer.size += 8;
+  EXPECT_EQ(kvs_topology_create(&source, &newer, &t, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("KVS_TOPOLOGY_OPTIONS_INIT"), std::string::npos);
+  EXPECT_EQ(t, nullptr);
+  kvs_topology_options oldest = {sizeof(size_t), false};
+  ASSERT_EQ(kvs_topology_create(&source, &oldest, &t, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_topology_gpu_count(t), 8u);
+  kvs_topology_destroy(t);
+  t = nullptr;
   kvs_topology_source empty = kvs_topology_source_xml_buffer("empty", "", 0);
   EXPECT_EQ(kvs_topology_create(&empty, nullptr, &t, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t, nullptr);

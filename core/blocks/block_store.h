@@ -5,10 +5,10 @@
  * bytes, so a file copied or renamed under another key is caught.
  *
  * put   encodes the block, writes it to a temporary file, fsyncs it,
- *       renames it into place and fsyncs the directory. A crash at any
- *       instant leaves either the old state or the new one, never a torn
- *       file under a block's name; once put returns, the block survives
- *       a crash.
+ *       renames it into place and fsyncs the directory (the steps of
+ *       atomic_file.h). A crash at any instant leaves either the old
+ *       state or the new one, never a torn file under a block's name;
+ *       once put returns, the block survives a crash.
  * get   reads the file, decodes it (checksum, every length bounded),
  *       checks the recorded key, then verifies the signature against the
  *       reader (block_signature.h): corrupt, truncated, foreign or stale
@@ -25,16 +25,16 @@
  * directory for writing (an advisory lock on ".lock"); any number may
  * open it read-only. All calls on a handle are thread-safe: readers may
  * get while another thread puts, and always see whole blocks. */
-#ifndef KVS_BLOCK_STORE_H
-#define KVS_BLOCK_STORE_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_STORE_H
+#define KVS_CORE_BLOCKS_BLOCK_STORE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/block_hash.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -134,4 +134,4 @@ char *kvs_block_store_file_name(const kvs_block_hash *key, char *buf);
 }
 #endif
 
-#endif /* KVS_BLOCK_STORE_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_STORE_H */

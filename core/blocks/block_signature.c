@@ -1,4 +1,4 @@
-#include "core/block_signature.h"
+#include "core/blocks/block_signature.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "core/block_layout.h"
+#include "core/blocks/block_layout.h"
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-#include "core/block_hash.h"
+#include "core/blocks/block_hash.h"
 
 #include <string.h>
 

@@ -8,8 +8,8 @@
  * Only whole blocks are named. A partial tail block would get a hash
  * that a later, longer sequence could not reproduce for the same
  * position, so it is refused rather than silently truncated. */
-#ifndef KVS_BLOCK_HASH_H
-#define KVS_BLOCK_HASH_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_HASH_H
+#define KVS_CORE_BLOCKS_BLOCK_HASH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -68,4 +68,4 @@ kvs_status kvs_block_hash_parse(const char *hex, kvs_block_hash *out, kvs_error 
 }
 #endif
 
-#endif /* KVS_BLOCK_HASH_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_HASH_H */

@@ -30,14 +30,14 @@
  * window) is carried from the stamp and settled against the reader in
  * step 5; the block size is provable (every stored block holds exactly
  * block_size positions) and is settled in step 3. */
-#ifndef KVS_BLOCK_SIGNATURE_H
-#define KVS_BLOCK_SIGNATURE_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
+#define KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/block_layout.h"
+#include "core/blocks/block_layout.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -233,4 +233,4 @@ bool kvs_block_model_valid(const char *model, size_t len);
 }
 #endif
 
-#endif /* KVS_BLOCK_SIGNATURE_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H */

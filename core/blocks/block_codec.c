@@ -1,4 +1,4 @@
-#include "core/block_codec.h"
+#include "core/blocks/block_codec.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

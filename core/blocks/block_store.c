@@ -3,7 +3,7 @@
  * POSIX record locks are the fallback elsewhere. */
 #define _GNU_SOURCE 1
 
-#include "core/block_store.h"
+#include "core/blocks/block_store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +18,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "core/block_codec.h"
+#include "core/options.h"
+#include "core/blocks/atomic_file.h"
+#include "core/blocks/block_codec.h"
 #include "core/file_kind.h"
 
 #define LOCK_NAME ".lock"
@@ -153,20 +155,6 @@ static uint64_t evict_to_capacity(struct kvs_block_store *s, const struct entry 
 }
 
 /* ---- files ---- */
-
-static kvs_status write_all(int fd, const uint8_t *p, size_t n, const char *name, kvs_error *err) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return kvs_error_set(err, KVS_ERR_IO, "writing %s: %s", name, strerror(errno));
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return KVS_OK;
-}
-
 
 /* Reads a whole block file into a fresh buffer. Only a regular file is
  * read: the open does not block (a FIFO would wait for a writer forever)
@@ -435,15 +423,11 @@ kvs_status kvs_block_store_create(const char *dir, const kvs_block_store_options
   if (dir == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "directory and output must not be NULL");
   }
-  kvs_block_store_options opts = KVS_BLOCK_STORE_OPTIONS_INIT;
-  if (options != NULL) {
-    if (options->size != sizeof opts) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "options.size is %zu; start from KVS_BLOCK_STORE_OPTIONS_INIT (%zu)",
-                           options->size, sizeof opts);
-    }
-    opts = *options;
-  }
+  static const kvs_block_store_options defaults = KVS_BLOCK_STORE_OPTIONS_INIT;
+  kvs_block_store_options opts;
+  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
+                                       "KVS_BLOCK_STORE_OPTIONS_INIT", &opts, err);
+  if (adopt != KVS_OK) return adopt;
   if (!opts.read_only && mkdir(dir, 0755) != 0 && errno != EEXIST) {
     return kvs_error_set(err, KVS_ERR_IO, "creating store directory %s: %s", dir, strerror(errno));
   }
@@ -553,33 +537,23 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
   char temp[96];
   snprintf(temp, sizeof temp, "%s%.*s-%ld-%" PRIuFAST64, TEMP_PREFIX, KVS_BLOCK_HASH_HEX_LEN, name,
            (long)getpid(), (uint_fast64_t)atomic_fetch_add(&s->temp_serial, 1));
-  int fd = openat(s->dirfd, temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    free(buf);
-    free(fresh);
-    return kvs_error_set(err, KVS_ERR_IO, "creating %s: %s", temp, strerror(errno));
-  }
-  st = write_all(fd, buf, size, temp, err);
+  /* The temporary file is written, fsynced and closed (atomic_file.h);
+   * a failure removes it. */
+  st = kvs_atomic_file_stage(s->dirfd, temp, buf, size, err);
   free(buf);
-  if (st == KVS_OK && fsync(fd) != 0) {
-    st = kvs_error_set(err, KVS_ERR_IO, "fsync of %s: %s", temp, strerror(errno));
-  }
-  if (close(fd) != 0 && st == KVS_OK) {
-    st = kvs_error_set(err, KVS_ERR_IO, "closing %s: %s", temp, strerror(errno));
-  }
   if (st != KVS_OK) {
-    unlinkat(s->dirfd, temp, 0);
     free(fresh);
     return st;
   }
 
+  /* Renamed under the lock, so the index and the directory change
+   * together for a concurrent put, remove or eviction. */
   pthread_mutex_lock(&s->mu);
-  if (renameat(s->dirfd, temp, s->dirfd, name) != 0) {
-    int e = errno;
+  st = kvs_atomic_file_publish(s->dirfd, temp, name, err);
+  if (st != KVS_OK) {
     pthread_mutex_unlock(&s->mu);
-    unlinkat(s->dirfd, temp, 0);
     free(fresh);
-    return kvs_error_set(err, KVS_ERR_IO, "renaming %s to %s: %s", temp, name, strerror(e));
+    return st;
   }
   struct entry *e = index_find(s, key);
   if (e != NULL) {

@@ -1,4 +1,4 @@
-#include "core/block_signed.h"
+#include "core/blocks/block_signed.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -9,8 +9,8 @@
  *
  * Every block signature (block_signature.h) records its layout, since
  * files on disk persist across configuration changes. */
-#ifndef KVS_BLOCK_LAYOUT_H
-#define KVS_BLOCK_LAYOUT_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
+#define KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,4 +68,4 @@ const char *kvs_block_window_describe(uint32_t sliding_window, char *buf, size_t
 }
 #endif
 
-#endif /* KVS_BLOCK_LAYOUT_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_LAYOUT_H */

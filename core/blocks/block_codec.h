@@ -39,16 +39,16 @@
  *
  * This codec assumes a little-endian host (checked at compile time):
  * payload elements are copied, and viewed, as they lie. */
-#ifndef KVS_BLOCK_CODEC_H
-#define KVS_BLOCK_CODEC_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_CODEC_H
+#define KVS_CORE_BLOCKS_BLOCK_CODEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/block_hash.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -129,4 +129,4 @@ kvs_status kvs_block_decode_adopt(void *buf, size_t len, kvs_block_view *view,
 }
 #endif
 
-#endif /* KVS_BLOCK_CODEC_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_CODEC_H */

@@ -11,14 +11,14 @@
  *
  * Both own their payload; the kvs_block_layer views they hand out stay
  * valid until the block is destroyed. */
-#ifndef KVS_BLOCK_SIGNED_H
-#define KVS_BLOCK_SIGNED_H
+#ifndef KVS_CORE_BLOCKS_BLOCK_SIGNED_H
+#define KVS_CORE_BLOCKS_BLOCK_SIGNED_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/block_layout.h"
-#include "core/block_signature.h"
+#include "core/blocks/block_layout.h"
+#include "core/blocks/block_signature.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -75,4 +75,4 @@ kvs_status kvs_unverified_block_verify(kvs_unverified_block_t *block,
 }
 #endif
 
-#endif /* KVS_BLOCK_SIGNED_H */
+#endif /* KVS_CORE_BLOCKS_BLOCK_SIGNED_H */
