@@ -16,6 +16,7 @@ packages=(
   clang               # libFuzzer targets
   libclang-rt-14-dev  # sanitizer and fuzzer runtimes
   jq                  # JSON checks in the end-to-end tests
+  pkgconf             # pkg-config: the installed library's test builds with it
 )
 
 missing=()

@@ -1,0 +1,3 @@
+#include "core/version.h"
+
+const char *kvs_version(void) { return KVS_VERSION_STRING; }
