@@ -2,7 +2,7 @@
 # tools/device-check.sh: the cuda/ device tests and the device benchmark on a
 # GPU machine, in one command, in well under 5 minutes, with a JSON summary.
 #
-# Two halves, so the GPU machine needs no Bazel:
+# Two halves, so the machine with the GPU need not have Bazel:
 #
 #   1. STAGE, on a build machine (Bazel 4.2.3 and CUDA 13 in /usr/local/cuda,
 #      as tools/setup.sh installs them), from the repository root:
@@ -15,21 +15,21 @@
 #      PTX, with -lineinfo) and copies them into out/device-check/bin, with
 #      the shared libraries they need beyond the C and C++ runtimes
 #      (libcudart.so.13, libjansson, libxxhash) in out/device-check/lib and a
-#      MANIFEST. libnccl.so.2 (over 200 MiB) is not staged: the GPU machine's
-#      own is used (its CUDA image carries NCCL; run() finds it). out/ is
-#      git-ignored: it travels to the GPU machine only when named, e.g. for
-#      the device tool:
-#        carry = ["out/device-check"]
-#      (about 5 MiB; the binaries need glibc >= 2.34 and GLIBCXX 3.4.29).
+#      MANIFEST. libnccl.so.2 (over 200 MiB) is not staged: the GPU
+#      machine's own is used (a CUDA image carries NCCL; run() finds it).
+#      out/ is git-ignored; when the GPU is on another machine, copy the
+#      repository with out/device-check in it there (about 5 MiB; the
+#      binaries need glibc >= 2.34 and GLIBCXX 3.4.29). When the build
+#      machine has the GPU, run the second half in place.
 #
-#   2. RUN, on the GPU machine, from the repository root (the working tree
-#      with the staged folder beside it):
+#   2. RUN, on the machine with the GPU, from the repository root (the
+#      working tree with the staged folder in it):
 #
 #        tools/device-check.sh            # same as: tools/device-check.sh run
 #
 #      It sets LD_LIBRARY_PATH to the staged lib/ itself. Results go to
-#      $KVS_DEVICE_CHECK_OUT, else $OUT (the device tool's output folder),
-#      else out/device-check-results, four files:
+#      $KVS_DEVICE_CHECK_OUT, else $OUT when set, else
+#      out/device-check-results, four files:
 #        summary.json              what passed, timings, the benchmark, and
 #                                  node_runs: kvsim on the node with device
 #                                  tables (1 NCCL rank; 4 loopback ranks on
@@ -61,10 +61,9 @@
 #
 #   If nothing is staged and bazel is on the PATH, `run` stages first.
 #
-#   Example through the device tool (one call, about a minute of device time):
-#     command: tools/device-check.sh
-#     carry:   ["out/device-check"]
-#     then read $OUT/summary.json from the files that come back.
+#   With the GPU on the build machine: `tools/device-check.sh stage &&
+#   tools/device-check.sh`, then read out/device-check-results/summary.json
+#   (about a minute).
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
@@ -170,15 +169,15 @@ run() {
   local results=${KVS_DEVICE_CHECK_OUT:-${OUT:-out/device-check-results}}
   mkdir -p "$results" || return 1
   results=$(cd "$results" && pwd)
-  # A copy that travelled (the device tool's carry, a tarball, a mount) may
-  # have lost the executable bits: put them back.
+  # A copy that travelled (a tarball, a mount, a file transfer) may have
+  # lost the executable bits: put them back.
   [[ -d $STAGE/bin ]] && chmod u+x "$STAGE"/bin/* 2>/dev/null
   if [[ ! -x $STAGE/bin/device_kernels_test ]]; then
     if command -v bazel >/dev/null; then
       log "nothing staged in $STAGE; staging with bazel first"
       stage || return 1
     else
-      log "nothing staged in $STAGE and no bazel here: run 'tools/device-check.sh stage' on a build machine and carry $STAGE"
+      log "nothing staged in $STAGE and no bazel here: run 'tools/device-check.sh stage' on a build machine and copy $STAGE here"
       printf '{"pass": false, "reason": %s}\n' \
         "$(json_string "nothing staged in $STAGE and no bazel on this machine")" >"$results/summary.json"
       return 1
@@ -186,8 +185,8 @@ run() {
   fi
   local dir logs
   dir=$(cd "$STAGE" && pwd)
-  # Step logs are gathered here and packed into one archive at the end: the
-  # device tool returns at most 8 files from $OUT.
+  # Step logs are gathered here and packed into one archive at the end, so
+  # the results are four files however many steps ran.
   logs=$(mktemp -d) || return 1
   start=$SECONDS # the budget is the checks' own, staging excluded
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -341,8 +340,8 @@ run() {
   }
   node_runs
 
-  # compute-sanitizer memcheck over the device test, when the tool works
-  # here (it does on Firecracker machines, not under gVisor) and time is left.
+  # compute-sanitizer memcheck over the device test, when the tool works on
+  # this machine (it does in a VM; not in a gVisor sandbox) and time is left.
   local san_json='{"ran": false}'
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
