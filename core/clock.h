@@ -1,7 +1,7 @@
 /* The monotonic clock in nanoseconds: step timings, progress and wait
  * deadlines all read this one. */
-#ifndef KVS_CLOCK_H
-#define KVS_CLOCK_H
+#ifndef KVS_CORE_CLOCK_H
+#define KVS_CORE_CLOCK_H
 
 #include <stdint.h>
 #include <time.h>
@@ -12,4 +12,4 @@ static inline uint64_t kvs_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-#endif /* KVS_CLOCK_H */
+#endif /* KVS_CORE_CLOCK_H */

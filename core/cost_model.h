@@ -13,8 +13,8 @@
  * budget by a per-page cost: at small budgets the window pins at its floor
  * while the anchor shrinks, so a division over-sizes every tier at once
  * and the failure would surface at the first allocation. */
-#ifndef KVS_COST_MODEL_H
-#define KVS_COST_MODEL_H
+#ifndef KVS_CORE_COST_MODEL_H
+#define KVS_CORE_COST_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -287,4 +287,4 @@ kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,
 }
 #endif
 
-#endif /* KVS_COST_MODEL_H */
+#endif /* KVS_CORE_COST_MODEL_H */

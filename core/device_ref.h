@@ -15,8 +15,8 @@
  * in a kvs_batch_fault (how many, and the lowest index at fault). Bad
  * arguments (dimensions, NULL arrays) are refused before anything is
  * written, as everywhere else. */
-#ifndef KVS_DEVICE_REF_H
-#define KVS_DEVICE_REF_H
+#ifndef KVS_CORE_DEVICE_REF_H
+#define KVS_CORE_DEVICE_REF_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -198,4 +198,4 @@ kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
 }
 #endif
 
-#endif /* KVS_DEVICE_REF_H */
+#endif /* KVS_CORE_DEVICE_REF_H */

@@ -1,8 +1,8 @@
 /* What a path that is not a regular file is, for messages that refuse it
  * ("is a FIFO, not a config file"): every reader of a named file opens it
  * without blocking and refuses anything but a regular file by its type. */
-#ifndef KVS_FILE_KIND_H
-#define KVS_FILE_KIND_H
+#ifndef KVS_CORE_FILE_KIND_H
+#define KVS_CORE_FILE_KIND_H
 
 #include <stddef.h>
 #include <sys/stat.h>
@@ -20,4 +20,4 @@ static inline const char *kvs_file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-#endif /* KVS_FILE_KIND_H */
+#endif /* KVS_CORE_FILE_KIND_H */

@@ -9,8 +9,8 @@
  *
  * LIFO (pop from the tail) so a page just freed is the next handed out,
  * keeping live window pages clustered. Every call is all-or-nothing. */
-#ifndef KVS_FREE_LIST_H
-#define KVS_FREE_LIST_H
+#ifndef KVS_CORE_FREE_LIST_H
+#define KVS_CORE_FREE_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -76,4 +76,4 @@ void kvs_free_list_reset(kvs_free_list_t list);
 }
 #endif
 
-#endif /* KVS_FREE_LIST_H */
+#endif /* KVS_CORE_FREE_LIST_H */

@@ -6,8 +6,8 @@
  * projection, Lightning Indexer) and 128 (HCA: plain blocks, no indexer).
  * The per-layer properties below are derived from the ratio in one place,
  * so sizing and execution can never disagree about a layer. */
-#ifndef KVS_GEOMETRY_H
-#define KVS_GEOMETRY_H
+#ifndef KVS_CORE_GEOMETRY_H
+#define KVS_CORE_GEOMETRY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,4 +115,4 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
 }
 #endif
 
-#endif /* KVS_GEOMETRY_H */
+#endif /* KVS_CORE_GEOMETRY_H */

@@ -15,6 +15,22 @@ const char *kvs_budget_source_name(kvs_budget_source source) {
   return "unknown";
 }
 
+/* floor(memory x ratio). memory x ratio <= memory < 2^64 for a ratio up to
+ * 1, so the floor converts back safely except where rounding reaches 2^64
+ * itself (or a larger ratio passes it): that saturates. */
+static uint64_t usable_bytes(uint64_t memory_bytes, double memory_ratio) {
+  double share = floor((double)memory_bytes * memory_ratio);
+  return share >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)share;
+}
+
+bool kvs_memory_budget_bytes(uint64_t memory_bytes, double memory_ratio, uint64_t weights_bytes,
+                             uint64_t reserve_bytes, uint64_t *budget_bytes) {
+  uint64_t usable = usable_bytes(memory_bytes, memory_ratio);
+  if (!(weights_bytes < usable && usable - weights_bytes > reserve_bytes)) return false;
+  *budget_bytes = usable - weights_bytes - reserve_bytes;
+  return true;
+}
+
 kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_bytes,
                                   double memory_ratio, uint64_t weights_bytes,
                                   uint64_t reserve_bytes, kvs_memory_budget *out, kvs_error *err) {
@@ -28,11 +44,10 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "memory ratio must be in (0, 1], got %g",
                          memory_ratio);
   }
-  /* memory x ratio <= memory < 2^64, so the floor converts back safely
-   * except where rounding reaches 2^64 itself. */
-  double share = floor((double)memory_bytes * memory_ratio);
-  uint64_t usable = share >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)share;
-  bool fits = weights_bytes < usable && usable - weights_bytes > reserve_bytes;
+  uint64_t usable = usable_bytes(memory_bytes, memory_ratio);
+  uint64_t budget_bytes = 0;
+  bool fits = kvs_memory_budget_bytes(memory_bytes, memory_ratio, weights_bytes, reserve_bytes,
+                                      &budget_bytes);
   if (!fits && weights_bytes == 0) {
     return kvs_error_set(
         err, KVS_ERR_BUDGET_TOO_SMALL,
@@ -55,7 +70,7 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
                          .memory_ratio = memory_ratio,
                          .weights_bytes = weights_bytes,
                          .reserve_bytes = reserve_bytes,
-                         .budget_bytes = usable - weights_bytes - reserve_bytes};
+                         .budget_bytes = budget_bytes};
   *out = b;
   return KVS_OK;
 }

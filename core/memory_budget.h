@@ -14,9 +14,10 @@
  * is taken off them.
  *
  * A budget records how it was made, so a plan can state each term. */
-#ifndef KVS_MEMORY_BUDGET_H
-#define KVS_MEMORY_BUDGET_H
+#ifndef KVS_CORE_MEMORY_BUDGET_H
+#define KVS_CORE_MEMORY_BUDGET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -51,6 +52,14 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
                                   double memory_ratio, uint64_t weights_bytes,
                                   uint64_t reserve_bytes, kvs_memory_budget *out, kvs_error *err);
 
+/* The rule's arithmetic alone, for a search over the ratio (kvplan fit
+ * looks for the smallest share of memory a plan needs, trying shares above
+ * 1 to say how far out of reach it is): floor(memory x ratio) - weights -
+ * reserve into *budget_bytes, for any finite ratio >= 0. False, writing
+ * nothing, where kvs_memory_budget_rule would find the budget empty. */
+bool kvs_memory_budget_bytes(uint64_t memory_bytes, double memory_ratio, uint64_t weights_bytes,
+                             uint64_t reserve_bytes, uint64_t *budget_bytes);
+
 /* A caller's bytes: budget_bytes as given (zero is refused). */
 kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *out,
                                       kvs_error *err);
@@ -59,4 +68,4 @@ kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *
 }
 #endif
 
-#endif /* KVS_MEMORY_BUDGET_H */
+#endif /* KVS_CORE_MEMORY_BUDGET_H */

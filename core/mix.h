@@ -2,8 +2,8 @@
  * that any change of any input changes the result (a splitmix64-style
  * finaliser after a boost-style combine). Not cryptographic: it detects
  * ranks that disagree, it does not resist an adversary. */
-#ifndef KVS_MIX_H
-#define KVS_MIX_H
+#ifndef KVS_CORE_MIX_H
+#define KVS_CORE_MIX_H
 
 #include <stdint.h>
 #include <string.h>
@@ -35,4 +35,4 @@ static inline uint64_t kvs_splitmix64(uint64_t *state) {
   return kvs_splitmix64_finalise(*state += 0x9e3779b97f4a7c15ull);
 }
 
-#endif /* KVS_MIX_H */
+#endif /* KVS_CORE_MIX_H */

@@ -9,8 +9,8 @@
  * sliding_window, compress_ratios and num_nextn_predict_layers; a missing
  * or mistyped field is refused naming the file and the field.
  * max_position_embeddings is read when present. */
-#ifndef KVS_MODEL_CONFIG_H
-#define KVS_MODEL_CONFIG_H
+#ifndef KVS_CORE_MODEL_CONFIG_H
+#define KVS_CORE_MODEL_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,4 +58,4 @@ kvs_status kvs_model_config_planned_geometry(const kvs_model_config *model, uint
 }
 #endif
 
-#endif /* KVS_MODEL_CONFIG_H */
+#endif /* KVS_CORE_MODEL_CONFIG_H */

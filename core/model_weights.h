@@ -18,8 +18,8 @@
  *   - every other tensor (final norm, output head) by the last stage.
  * How these bytes divide over tensor-parallel ranks is the caller's
  * estimate to state; this only counts. */
-#ifndef KVS_MODEL_WEIGHTS_H
-#define KVS_MODEL_WEIGHTS_H
+#ifndef KVS_CORE_MODEL_WEIGHTS_H
+#define KVS_CORE_MODEL_WEIGHTS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,4 +58,4 @@ kvs_status kvs_model_weights_load(const char *folder, size_t n_layers, kvs_model
 }
 #endif
 
-#endif /* KVS_MODEL_WEIGHTS_H */
+#endif /* KVS_CORE_MODEL_WEIGHTS_H */

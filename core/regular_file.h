@@ -1,7 +1,7 @@
 /* Opening a file kvshard reads whole or in part (model configs, indexes,
  * safetensors headers): only a regular file, and without waiting on it. */
-#ifndef KVS_REGULAR_FILE_H
-#define KVS_REGULAR_FILE_H
+#ifndef KVS_CORE_REGULAR_FILE_H
+#define KVS_CORE_REGULAR_FILE_H
 
 #include <stdint.h>
 
@@ -25,4 +25,4 @@ kvs_status kvs_open_regular(const char *path, const char *what, uint64_t max_byt
 }
 #endif
 
-#endif /* KVS_REGULAR_FILE_H */
+#endif /* KVS_CORE_REGULAR_FILE_H */

@@ -20,8 +20,8 @@
  * between tensors are not checked: each tensor's bytes are its span.
  * Refusals: KVS_ERR_IO (open, read, not a regular file), KVS_ERR_PARSE
  * (content), KVS_ERR_NO_MEMORY. */
-#ifndef KVS_SAFETENSORS_H
-#define KVS_SAFETENSORS_H
+#ifndef KVS_CORE_SAFETENSORS_H
+#define KVS_CORE_SAFETENSORS_H
 
 #include <stdint.h>
 
@@ -52,4 +52,4 @@ kvs_status kvs_safetensors_read_header(const char *path, kvs_tensor_fn fn, void 
 }
 #endif
 
-#endif /* KVS_SAFETENSORS_H */
+#endif /* KVS_CORE_SAFETENSORS_H */

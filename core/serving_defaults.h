@@ -9,8 +9,8 @@
  * CUDA runtime takes lazily after the pool is carved (module loads, the
  * local memory of the first large launch, the 2 MiB rounding of the pool's
  * own allocation). */
-#ifndef KVS_SERVING_DEFAULTS_H
-#define KVS_SERVING_DEFAULTS_H
+#ifndef KVS_CORE_SERVING_DEFAULTS_H
+#define KVS_CORE_SERVING_DEFAULTS_H
 
 #include <stdbool.h>
 
@@ -22,4 +22,4 @@
 #define KVS_DEFAULT_MEMORY_RATIO 0.90
 #define KVS_DEFAULT_RESERVE_BYTES (512ull << 20)
 
-#endif /* KVS_SERVING_DEFAULTS_H */
+#endif /* KVS_CORE_SERVING_DEFAULTS_H */

@@ -20,8 +20,8 @@
  *     plus one more ring and one row, rounded up to whole 128-row blocks;
  * then floors every pool to the page (full, swa) or divides it down
  * (c4, c128, c4_state). Nothing here is kvshard's own sizing. */
-#ifndef KVS_SGLANG_POOLS_H
-#define KVS_SGLANG_POOLS_H
+#ifndef KVS_CORE_SGLANG_POOLS_H
+#define KVS_CORE_SGLANG_POOLS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -133,4 +133,4 @@ kvs_status kvs_sglang_pp_range(size_t n_layers, size_t pp, size_t stage, size_t 
 }
 #endif
 
-#endif /* KVS_SGLANG_POOLS_H */
+#endif /* KVS_CORE_SGLANG_POOLS_H */

@@ -4,8 +4,8 @@
  * non-NULL kvs_error, writes one message into it naming the field, layer
  * or page at fault with the expected and found values. A call that fails
  * leaves every object it was given unchanged. */
-#ifndef KVS_STATUS_H
-#define KVS_STATUS_H
+#ifndef KVS_CORE_STATUS_H
+#define KVS_CORE_STATUS_H
 
 #include <stddef.h>
 
@@ -87,4 +87,4 @@ void kvs_error_clear(kvs_error *err);
 }
 #endif
 
-#endif /* KVS_STATUS_H */
+#endif /* KVS_CORE_STATUS_H */

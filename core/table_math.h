@@ -8,8 +8,8 @@
  * CPU tests check each function against the window pool's own
  * single-request functions, which makes the shared code itself tested
  * rather than merely shared. */
-#ifndef KVS_TABLE_MATH_H
-#define KVS_TABLE_MATH_H
+#ifndef KVS_CORE_TABLE_MATH_H
+#define KVS_CORE_TABLE_MATH_H
 
 #include <stdint.h>
 
@@ -147,4 +147,4 @@ KVS_HD int kvs_tm_block_loc(const int32_t *row, uint64_t stride, kvs_tm_div bloc
   return 1;
 }
 
-#endif /* KVS_TABLE_MATH_H */
+#endif /* KVS_CORE_TABLE_MATH_H */

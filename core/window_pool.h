@@ -17,8 +17,8 @@
  * to a bounded binding journal and folded into an order-independent 64-bit
  * digest in O(1), so ranks can prove identical bindings without shipping
  * the table. Every call is all-or-nothing and nothing aborts. */
-#ifndef KVS_WINDOW_POOL_H
-#define KVS_WINDOW_POOL_H
+#ifndef KVS_CORE_WINDOW_POOL_H
+#define KVS_CORE_WINDOW_POOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -230,4 +230,4 @@ kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page,
 }
 #endif
 
-#endif /* KVS_WINDOW_POOL_H */
+#endif /* KVS_CORE_WINDOW_POOL_H */

@@ -1,7 +1,7 @@
 /* The window pool's state, shared by its two source files (window_pool.c:
  * pages; window_pool_slots.c: request slots). Private to core/. */
-#ifndef KVS_WINDOW_POOL_INTERNAL_H
-#define KVS_WINDOW_POOL_INTERNAL_H
+#ifndef KVS_CORE_WINDOW_POOL_INTERNAL_H
+#define KVS_CORE_WINDOW_POOL_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -71,4 +71,4 @@ void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t 
 kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
                                  kvs_error *err);
 
-#endif /* KVS_WINDOW_POOL_INTERNAL_H */
+#endif /* KVS_CORE_WINDOW_POOL_INTERNAL_H */

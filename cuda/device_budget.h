@@ -8,8 +8,8 @@
  * (module loads, local memory of the first large launch, the allocation's
  * own rounding to 2 MiB pages), so a pool sized to the last byte of the
  * ratio still allocates. */
-#ifndef KVS_DEVICE_BUDGET_H
-#define KVS_DEVICE_BUDGET_H
+#ifndef KVS_CUDA_DEVICE_BUDGET_H
+#define KVS_CUDA_DEVICE_BUDGET_H
 
 #include <stdint.h>
 
@@ -50,4 +50,4 @@ kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t res
 }
 #endif
 
-#endif /* KVS_DEVICE_BUDGET_H */
+#endif /* KVS_CUDA_DEVICE_BUDGET_H */

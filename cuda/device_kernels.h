@@ -7,8 +7,8 @@
  *
  * max_blocks caps the grid (a few waves of the device's multiprocessors);
  * the kernels loop over whatever a capped grid does not cover. */
-#ifndef KVS_DEVICE_KERNELS_H
-#define KVS_DEVICE_KERNELS_H
+#ifndef KVS_CUDA_DEVICE_KERNELS_H
+#define KVS_CUDA_DEVICE_KERNELS_H
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -57,4 +57,4 @@ cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_blo
 }
 #endif
 
-#endif /* KVS_DEVICE_KERNELS_H */
+#endif /* KVS_CUDA_DEVICE_KERNELS_H */

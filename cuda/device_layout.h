@@ -26,8 +26,8 @@
  *                + 1 rows
  * Regions of one kind have one size, so a region's offset is
  * first + rank * stride: found in O(1) for any layer. */
-#ifndef KVS_DEVICE_LAYOUT_H
-#define KVS_DEVICE_LAYOUT_H
+#ifndef KVS_CUDA_DEVICE_LAYOUT_H
+#define KVS_CUDA_DEVICE_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -187,4 +187,4 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
 }
 #endif
 
-#endif /* KVS_DEVICE_LAYOUT_H */
+#endif /* KVS_CUDA_DEVICE_LAYOUT_H */

@@ -25,8 +25,8 @@
  * stream must wait for the apply (an event), and device entries must stay
  * unchanged until the apply has run (for entries in a communicator's
  * buffer, see kvs_comm_nccl_reads_done in shard/comm_nccl.h). */
-#ifndef KVS_DEVICE_TABLES_H
-#define KVS_DEVICE_TABLES_H
+#ifndef KVS_CUDA_DEVICE_TABLES_H
+#define KVS_CUDA_DEVICE_TABLES_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -147,4 +147,4 @@ kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *e
 }
 #endif
 
-#endif /* KVS_DEVICE_TABLES_H */
+#endif /* KVS_CUDA_DEVICE_TABLES_H */

@@ -186,19 +186,6 @@ static kvs_status broadcast_on_device(nccl_ctx *ctx, kvs_comm_buffer *buffer, si
   return wait_stream(ctx, "broadcast", w, err);
 }
 
-static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t bytes, int root,
-                                 int timeout_ms, kvs_error *err) {
-  nccl_ctx *ctx = vctx;
-  ctx->timeout_ms = timeout_ms;
-  kvs_wait w = kvs_wait_begin(timeout_ms);
-  kvs_cuda_device_scope scope;
-  kvs_status status = enter(ctx, &scope, err);
-  if (status != KVS_OK) return status;
-  status = broadcast_on_device(ctx, buffer, bytes, root, &w, err);
-  kvs_cuda_device_leave(&scope);
-  return status;
-}
-
 static kvs_status allreduce_on_device(nccl_ctx *ctx, kvs_comm_buffer *buffer, size_t count,
                                       kvs_comm_op op, kvs_wait *w, kvs_error *err) {
   size_t bytes = count * sizeof(uint64_t);
@@ -219,17 +206,41 @@ static kvs_status allreduce_on_device(nccl_ctx *ctx, kvs_comm_buffer *buffer, si
   return wait_stream(ctx, "allreduce", w, err);
 }
 
-static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
-                                 int timeout_ms, kvs_error *err) {
+/* One collective as the vtable asks for it: a broadcast of `n` bytes from
+ * root, or an allreduce of `n` words. */
+typedef struct nccl_call {
+  bool reduce;
+  kvs_comm_buffer *buffer;
+  size_t n;
+  int root;
+  kvs_comm_op op;
+} nccl_call;
+
+/* Every collective runs with the communicator's device current and one
+ * deadline over its queueing and its wait. */
+static kvs_status run_call(void *vctx, const nccl_call *call, int timeout_ms, kvs_error *err) {
   nccl_ctx *ctx = vctx;
   ctx->timeout_ms = timeout_ms;
   kvs_wait w = kvs_wait_begin(timeout_ms);
   kvs_cuda_device_scope scope;
   kvs_status status = enter(ctx, &scope, err);
   if (status != KVS_OK) return status;
-  status = allreduce_on_device(ctx, buffer, count, op, &w, err);
+  status = call->reduce ? allreduce_on_device(ctx, call->buffer, call->n, call->op, &w, err)
+                        : broadcast_on_device(ctx, call->buffer, call->n, call->root, &w, err);
   kvs_cuda_device_leave(&scope);
   return status;
+}
+
+static kvs_status nccl_broadcast(void *vctx, kvs_comm_buffer *buffer, size_t bytes, int root,
+                                 int timeout_ms, kvs_error *err) {
+  const nccl_call call = {.reduce = false, .buffer = buffer, .n = bytes, .root = root};
+  return run_call(vctx, &call, timeout_ms, err);
+}
+
+static kvs_status nccl_allreduce(void *vctx, kvs_comm_buffer *buffer, size_t count, kvs_comm_op op,
+                                 int timeout_ms, kvs_error *err) {
+  const nccl_call call = {.reduce = true, .buffer = buffer, .n = count, .op = op};
+  return run_call(vctx, &call, timeout_ms, err);
 }
 
 /* NCCL has no barrier: a one-word allreduce is one. */
