@@ -89,6 +89,38 @@ kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs
   return KVS_OK;
 }
 
+kvs_status kvs_parse_u64_in(const char *flag, const char *text, uint64_t lo, uint64_t hi,
+                            const char *want, uint64_t *out, kvs_error *err) {
+  uint64_t value;
+  if (kvs_parse_u64(flag, text, &value, NULL) != KVS_OK || value < lo || value > hi) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs %s, got '%s'", flag, want,
+                         text == NULL ? "" : text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
+kvs_status kvs_parse_double_in(const char *flag, const char *text, double lo, double hi,
+                               const char *want, double *out, kvs_error *err) {
+  double value;
+  if (kvs_parse_double(flag, text, &value, NULL) != KVS_OK || !(value >= lo && value <= hi)) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s needs %s, got '%s'", flag, want,
+                         text == NULL ? "" : text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
+kvs_status kvs_flag_once(kvs_flags_seen *seen, const char *flag, kvs_error *err) {
+  for (size_t k = 0; k < seen->n; k++) {
+    if (strcmp(seen->flags[k], flag) == 0) {
+      return kvs_error_set(err, KVS_ERR_PARSE, "%s is given twice; give it once", flag);
+    }
+  }
+  if (seen->n < KVS_FLAGS_SEEN_MAX) seen->flags[seen->n++] = flag;
+  return KVS_OK;
+}
+
 /* Splits a comma list and parses each item with `one`. */
 static kvs_status parse_list(
     const char *flag, const char *text, size_t cap, size_t *n_out, kvs_error *err,

@@ -31,6 +31,28 @@ kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, k
 /* A finite decimal number. */
 kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err);
 
+/* kvs_parse_u64 and kvs_parse_double held to [lo, hi], for tools that word
+ * the refusal by what the flag takes: anything else is KVS_ERR_PARSE
+ * "<flag> needs <want>, got '<text>'" (want e.g. "a rank count in [1, 65535]";
+ * text NULL reads as ''). *out is written only on success. */
+kvs_status kvs_parse_u64_in(const char *flag, const char *text, uint64_t lo, uint64_t hi,
+                            const char *want, uint64_t *out, kvs_error *err);
+kvs_status kvs_parse_double_in(const char *flag, const char *text, double lo, double hi,
+                               const char *want, double *out, kvs_error *err);
+
+/* The one rule for every tool: a flag given twice is refused, never the
+ * last one silently taken. Start from an all-zero kvs_flags_seen and pass
+ * each flag as it comes; kvs_flag_once refuses one seen before as
+ * KVS_ERR_PARSE "<flag> is given twice; give it once". Flags past
+ * KVS_FLAGS_SEEN_MAX distinct ones are not recorded (no tool has that
+ * many). */
+#define KVS_FLAGS_SEEN_MAX 64
+typedef struct kvs_flags_seen {
+  const char *flags[KVS_FLAGS_SEEN_MAX];
+  size_t n;
+} kvs_flags_seen;
+kvs_status kvs_flag_once(kvs_flags_seen *seen, const char *flag, kvs_error *err);
+
 /* A comma-separated list of byte counts or integers into out[0..cap). */
 kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
                                 size_t *n_out, kvs_error *err);

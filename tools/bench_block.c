@@ -5,10 +5,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/block_codec.h"
-#include "core/block_layout.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
+#include "core/blocks/block_codec.h"
+#include "core/blocks/block_layout.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
 
 /* DeepSeek-V4's KV for one block: one latent "head" 512 wide per layer. */
 #define DSV4_LAYERS 61
@@ -36,29 +36,20 @@ static double median(double *v, int n) {
 /* Keeps the compiler from dropping a loop whose results are unused. */
 static volatile uint64_t sink;
 
-void kvs_bench_block(json_t *results, int quick) {
-  const char *failure = NULL;
-  kvs_error err;
-  kvs_error_clear(&err);
-  const uint64_t elems = (uint64_t)DSV4_TOKENS * DSV4_KV_HEADS * DSV4_HEAD_DIM;
-  const size_t es = kvs_dtype_size(KVS_DTYPE_BF16);
-  uint16_t *data = malloc((size_t)(2 * DSV4_LAYERS * elems) * es);
-  kvs_block_layer layers[DSV4_LAYERS];
-  kvs_block_layer views[DSV4_LAYERS];
-  kvs_block_t block = NULL;
-  uint8_t *buf = NULL;
-  size_t size = 0;
-  if (data == NULL) {
-    json_object_set_new(results, "block_error", json_string("out of memory"));
-    return;
-  }
+/* Every layer's K and V: finite bf16 values from a fixed xorshift stream,
+ * so every run encodes the same bytes. */
+static void fill_kv(uint16_t *data, uint64_t n) {
   uint64_t x = 0x2545f4914f6cdd1dull;
-  for (uint64_t i = 0; i < 2 * DSV4_LAYERS * elems; i++) {
+  for (uint64_t i = 0; i < n; i++) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
     data[i] = (uint16_t)(0x3c00u + (x & 0x3ffu)); /* finite bf16 values */
   }
+}
+
+/* Layer l's K and V as the codec takes them: views into data, K then V. */
+static void point_layers(kvs_block_layer *layers, uint16_t *data, uint64_t elems) {
   for (int l = 0; l < DSV4_LAYERS; l++) {
     layers[l] = (kvs_block_layer){
         .n_kv_heads = DSV4_KV_HEADS,
@@ -72,78 +63,119 @@ void kvs_bench_block(json_t *results, int quick) {
         .v_elems = elems,
     };
   }
+}
+
+/* The block signed from the layers, and the signature a reader of such a
+ * block expects. */
+static bool make_block(const kvs_block_layer *layers, kvs_block_t *block,
+                       kvs_block_signature *reader, kvs_error *err) {
   static const uint8_t weights[8] = {0xd5, 0x4, 0xf1, 0xa5, 0x4, 0x00, 0x61, 0x28};
   kvs_block_layout layout;
-  kvs_block_signature reader;
-  kvs_block_hash key = {0x0123456789abcdefull, 0xfedcba9876543210ull};
-  if (kvs_block_layout_init(DSV4_TOKENS, DSV4_TOKENS, &layout, &err) != KVS_OK ||
-      kvs_block_stamp("deepseek-ai/DeepSeek-V4", weights, sizeof weights, layout, layers,
-                      DSV4_LAYERS, &block, NULL, &err) != KVS_OK ||
-      kvs_block_signature_expected("deepseek-ai/DeepSeek-V4", weights, sizeof weights, layout,
-                                   DSV4_LAYERS, DSV4_KV_HEADS, DSV4_HEAD_DIM, KVS_DTYPE_BF16,
-                                   DSV4_TOKENS, &reader, &err) != KVS_OK) {
-    failure = err.message;
-    goto done;
-  }
-  free(data);
-  data = NULL;
-  size = kvs_block_encoded_size_of(&key, block);
-  /* 64-byte alignment, like any buffer a real store would reuse. */
-  buf = aligned_alloc(64, (size + 63) / 64 * 64);
-  if (size == 0 || buf == NULL) {
-    failure = "cannot size or allocate the encode buffer";
-    goto done;
-  }
+  return kvs_block_layout_init(DSV4_TOKENS, DSV4_TOKENS, &layout, err) == KVS_OK &&
+         kvs_block_stamp("deepseek-ai/DeepSeek-V4", weights, sizeof weights, layout, layers,
+                         DSV4_LAYERS, block, NULL, err) == KVS_OK &&
+         kvs_block_signature_expected("deepseek-ai/DeepSeek-V4", weights, sizeof weights, layout,
+                                      DSV4_LAYERS, DSV4_KV_HEADS, DSV4_HEAD_DIM, KVS_DTYPE_BF16,
+                                      DSV4_TOKENS, reader, err) == KVS_OK;
+}
 
-  const double batch_seconds = quick ? 0.02 : 0.25;
-  double encode_gbps[BATCHES], decode_gbps[BATCHES];
-  const int batches = quick ? 3 : BATCHES;
-
-  /* Warm up (page faults, caches), then time batches of encodes. */
-  if (kvs_block_encode(&key, block, buf, size, NULL, &err) != KVS_OK) {
-    failure = err.message;
-    goto done;
-  }
+/* One warm-up encode (page faults, caches), then `batches` timed batches
+ * of encodes, each at least batch_seconds long: GB/s of each in gbps. */
+static bool time_encode(const kvs_block_hash *key, kvs_block_t block, uint8_t *buf, size_t size,
+                        int batches, double batch_seconds, double *gbps, kvs_error *err) {
+  if (kvs_block_encode(key, block, buf, size, NULL, err) != KVS_OK) return false;
   for (int b = 0; b < batches; b++) {
     int n = 0;
     double start = now_seconds(), elapsed = 0;
     do {
-      if (kvs_block_encode(&key, block, buf, size, NULL, &err) != KVS_OK) {
-        failure = err.message;
-        goto done;
-      }
+      if (kvs_block_encode(key, block, buf, size, NULL, err) != KVS_OK) return false;
       n++;
       elapsed = now_seconds() - start;
     } while (elapsed < batch_seconds);
     sink += buf[size - 1];
-    encode_gbps[b] = (double)size * n / elapsed / 1e9;
+    gbps[b] = (double)size * n / elapsed / 1e9;
   }
+  return true;
+}
 
+/* Timed batches of zero-copy decodes, each verified in full against the
+ * reader's signature: GB/s of each in gbps. */
+static bool time_decode(const uint8_t *buf, size_t size, const kvs_block_signature *reader,
+                        int batches, double batch_seconds, double *gbps, kvs_error *err) {
+  kvs_block_layer views[DSV4_LAYERS];
   for (int b = 0; b < batches; b++) {
     int n = 0;
     double start = now_seconds(), elapsed = 0;
     do {
       kvs_block_view view;
       kvs_block_signature actual;
-      if (kvs_block_decode_view(buf, size, &view, views, DSV4_LAYERS, &err) != KVS_OK ||
-          kvs_block_verify_parts(&view.signature, views, view.n_layers, &reader, &actual, NULL,
-                                 &err) != KVS_OK) {
-        failure = err.message;
-        goto done;
+      if (kvs_block_decode_view(buf, size, &view, views, DSV4_LAYERS, err) != KVS_OK ||
+          kvs_block_verify_parts(&view.signature, views, view.n_layers, reader, &actual, NULL,
+                                 err) != KVS_OK) {
+        return false;
       }
       sink += actual.tokens;
       n++;
       elapsed = now_seconds() - start;
     } while (elapsed < batch_seconds);
-    decode_gbps[b] = (double)size * n / elapsed / 1e9;
+    gbps[b] = (double)size * n / elapsed / 1e9;
   }
-  json_object_set_new(results, "block_encoded_bytes", json_integer((json_int_t)size));
-  json_object_set_new(results, "block_encode_gbps", json_real(median(encode_gbps, batches)));
-  json_object_set_new(results, "block_decode_verify_gbps", json_real(median(decode_gbps, batches)));
+  return true;
+}
 
-done:
-  if (failure != NULL) json_object_set_new(results, "block_error", json_string(failure));
+/* Both directions timed on one encode buffer; the medians go into results.
+ * Returns NULL, or what failed (err's message when the codec refused). */
+static const char *time_codec(json_t *results, const kvs_block_hash *key, kvs_block_t block,
+                              const kvs_block_signature *reader, int quick, kvs_error *err) {
+  size_t size = kvs_block_encoded_size_of(key, block);
+  /* 64-byte alignment, like any buffer a real store would reuse. */
+  uint8_t *buf = aligned_alloc(64, (size + 63) / 64 * 64);
+  if (size == 0 || buf == NULL) {
+    free(buf);
+    return "cannot size or allocate the encode buffer";
+  }
+  const double batch_seconds = quick ? 0.02 : 0.25;
+  const int batches = quick ? 3 : BATCHES;
+  double encode_gbps[BATCHES], decode_gbps[BATCHES];
+  const char *failure = NULL;
+  if (!time_encode(key, block, buf, size, batches, batch_seconds, encode_gbps, err) ||
+      !time_decode(buf, size, reader, batches, batch_seconds, decode_gbps, err)) {
+    failure = err->message;
+  } else {
+    json_object_set_new(results, "block_encoded_bytes", json_integer((json_int_t)size));
+    json_object_set_new(results, "block_encode_gbps", json_real(median(encode_gbps, batches)));
+    json_object_set_new(results, "block_decode_verify_gbps",
+                        json_real(median(decode_gbps, batches)));
+  }
   free(buf);
+  return failure;
+}
+
+void kvs_bench_block(json_t *results, int quick) {
+  const uint64_t elems = (uint64_t)DSV4_TOKENS * DSV4_KV_HEADS * DSV4_HEAD_DIM;
+  const size_t es = kvs_dtype_size(KVS_DTYPE_BF16);
+  uint16_t *data = malloc((size_t)(2 * DSV4_LAYERS * elems) * es);
+  if (data == NULL) {
+    json_object_set_new(results, "block_error", json_string("out of memory"));
+    return;
+  }
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_block_layer layers[DSV4_LAYERS];
+  kvs_block_t block = NULL;
+  kvs_block_signature reader;
+  kvs_block_hash key = {0x0123456789abcdefull, 0xfedcba9876543210ull};
+  fill_kv(data, 2 * DSV4_LAYERS * elems);
+  point_layers(layers, data, elems);
+  const char *failure = NULL;
+  if (!make_block(layers, &block, &reader, &err)) {
+    failure = err.message;
+  } else {
+    free(data); /* the signed block holds its own copy */
+    data = NULL;
+    failure = time_codec(results, &key, block, &reader, quick, &err);
+  }
+  if (failure != NULL) json_object_set_new(results, "block_error", json_string(failure));
   free(data);
   kvs_block_destroy(block);
 }

@@ -16,25 +16,22 @@
  * reading it. write replaces only a regular file: a directory, symbolic
  * link, FIFO or device node at FILE is exit 1 and left as it was. Output
  * that cannot be written (a full disk, a closed stdout) is exit 1. */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "core/block_codec.h"
-#include "core/block_hash.h"
-#include "core/block_layout.h"
-#include "core/block_signature.h"
-#include "core/block_signed.h"
-#include "core/block_store.h"
-#include "core/file_kind.h"
+#include "core/blocks/atomic_file.h"
+#include "core/blocks/bf16.h"
+#include "core/blocks/block_codec.h"
+#include "core/blocks/block_hash.h"
+#include "core/blocks/block_layout.h"
+#include "core/blocks/block_signature.h"
+#include "core/blocks/block_signed.h"
+#include "core/blocks/block_store.h"
+#include "core/mix.h"
 #include "core/status.h"
 #include "tools/args.h"
 
@@ -205,105 +202,17 @@ static int layout_of(const flags *f, kvs_block_layout *layout) {
 
 /* ---- write ---- */
 
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-static uint16_t bf16_of(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
-  bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even */
-  return (uint16_t)(bits >> 16);
-}
-
 /* Fills n elements with values in [-1, 1) drawn from the stream. */
 static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
   for (uint64_t i = 0; i < n; i++) {
-    float f = (float)((int64_t)(splitmix64(state) >> 40) - (1 << 23)) / (float)(1 << 23);
+    float f = (float)((int64_t)(kvs_splitmix64(state) >> 40) - (1 << 23)) / (float)(1 << 23);
     if (dtype == KVS_DTYPE_F32) {
       memcpy((uint8_t *)dst + 4 * i, &f, 4);
     } else {
-      uint16_t h = bf16_of(f);
+      uint16_t h = kvs_bf16_from_float(f);
       memcpy((uint8_t *)dst + 2 * i, &h, 2);
     }
   }
-}
-
-/* Writes FILE by a temporary file in the same directory, fsync, rename
- * and an fsync of the directory: a crash leaves the old file or the new
- * one. Only a regular file (or nothing) is replaced: renaming over a
- * device node or a symbolic link would replace the node or the link
- * itself. The check precedes the rename; a path swapped in between is
- * the one case left, as with any rename-based writer. */
-static int write_file_atomically(const char *path, const uint8_t *bytes, size_t n) {
-  struct stat st;
-  if (lstat(path, &st) == 0) {
-    const char *what = kvs_file_kind(st.st_mode); /* NULL: a regular file */
-    if (what != NULL) {
-      fprintf(stderr, "kvblock: %s: refusing to write: it is %s, not a regular file\n", path, what);
-      return EXIT_REFUSED;
-    }
-  } else if (errno != ENOENT) {
-    fprintf(stderr, "kvblock: %s: cannot write: %s\n", path, strerror(errno));
-    return EXIT_REFUSED;
-  }
-  size_t plen = strlen(path) + 32;
-  char *tmp = malloc(plen);
-  char *dir = strdup(path);
-  if (tmp == NULL || dir == NULL) {
-    free(tmp);
-    free(dir);
-    fprintf(stderr, "kvblock: %s: out of memory\n", path);
-    return EXIT_REFUSED;
-  }
-  snprintf(tmp, plen, "%s.tmp-%ld", path, (long)getpid());
-  /* O_EXCL | O_NOFOLLOW: never through a link or into a file planted
-   * under the temporary name. */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  bool created = fd >= 0;
-  bool ok = created;
-  for (size_t done = 0; ok && done < n;) {
-    ssize_t w = write(fd, bytes + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      ok = false;
-      break;
-    }
-    done += (size_t)w;
-  }
-  if (ok && fsync(fd) != 0) ok = false;
-  int e = errno;
-  if (created && close(fd) != 0 && ok) {
-    ok = false;
-    e = errno;
-  }
-  if (ok && rename(tmp, path) != 0) {
-    ok = false;
-    e = errno;
-  }
-  if (ok) {
-    /* The rename is durable once the directory is. */
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-      ok = false;
-      e = errno;
-    }
-    if (dfd >= 0) close(dfd);
-    if (!ok) {
-      fprintf(stderr, "kvblock: %s: written, but the directory could not be synced: %s\n", path,
-              strerror(e));
-    }
-  } else {
-    if (created) unlink(tmp);
-    fprintf(stderr, "kvblock: %s: cannot write: %s\n", path, strerror(e));
-  }
-  free(tmp);
-  free(dir);
-  return ok ? 0 : EXIT_REFUSED;
 }
 
 static int cmd_write(const char *path, const flags *f) {
@@ -369,9 +278,14 @@ static int cmd_write(const char *path, const flags *f) {
     fprintf(stderr, "kvblock: %s: %s: %s\n", path, kvs_status_string(st), err.message);
     return EXIT_REFUSED;
   }
-  rc = write_file_atomically(path, bytes, size);
+  /* Atomic and durable, as the store writes (core/blocks/atomic_file.h);
+   * only a regular file, or nothing, is replaced. */
+  st = kvs_write_file_atomic(path, bytes, size, &err);
   free(bytes);
-  if (rc != 0) return rc;
+  if (st != KVS_OK) { /* the message names the file */
+    fprintf(stderr, "kvblock: %s\n", err.message);
+    return EXIT_REFUSED;
+  }
   char window[32];
   printf("wrote %s: %zu bytes (model %s, %" PRIu64 " layers x %" PRIu64 " kv heads x %" PRIu64
          ", block %" PRIu64 ", window %s, %s)\n",

@@ -178,15 +178,15 @@ static bool holds_uniform(fit_ctx *c, uint64_t budget) {
   return holds(c, NULL);
 }
 
-/* Budgets at fraction f: floor(memory x f) - reserve on every GPU; false
- * when some GPU has nothing left. */
+/* Budgets at fraction f by the one rule, f not held to 1: floor(memory x
+ * f) - reserve on every GPU (the weights are priced per layer by the plan);
+ * false when some GPU has nothing left. */
 static bool set_fraction(fit_ctx *c, double f) {
   for (size_t g = 0; g < c->n_gpus; g++) {
-    double share = floor((double)c->memory[g].memory_bytes * f);
-    if (!(share > (double)c->memory[g].reserve_bytes) || share >= 18446744073709551616.0) {
+    if (!kvs_memory_budget_bytes(c->memory[g].memory_bytes, f, 0, c->memory[g].reserve_bytes,
+                                 &c->budgets[g])) {
       return false;
     }
-    c->budgets[g] = (uint64_t)share - c->memory[g].reserve_bytes;
   }
   return true;
 }

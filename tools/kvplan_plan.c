@@ -505,200 +505,278 @@ static int sglang_pools(const plan_args *a, const kvs_plan_model *m, kvs_node_pl
   return 0;
 }
 
-static int run(plan_args *a, kvs_plan_model *m) {
+/* One plan being made: what run's steps hand each other. */
+typedef struct plan_run {
+  plan_args *a;
+  kvs_plan_model *m;
+  FILE *notes; /* stdout, or stderr under --json */
+  kvs_cluster_t topo;
+  const kvs_gpu_info *gpus;
+  size_t n, n_nodes; /* GPUs, machines */
+  size_t tp, pp;
+  uint64_t *budgets;        /* per GPU: the KV budget */
+  kvs_memory_budget *terms; /* per GPU: the rule's terms behind it */
+  char budget_what[192];    /* the budgets, for people */
+  char note[1024];          /* a stand-in topology or nominal memory, said once */
+  plan_weights weights;
+  kvs_node_plan_t plan;
+  /* --engine sglang: the stage with the fewest tokens, and every stage. */
+  kvs_sglang_pools sglang;
+  uint64_t sglang_available;
+  json_t *sglang_stages;
+} plan_run;
+
+/* The model and sizing flags, resolved; a probe solve refuses a geometry
+ * no budget could hold before any topology is loaded. */
+static int resolve_model(plan_args *a, kvs_plan_model *m) {
   kvs_error err;
   kvs_pool_sizes probe;
   if (kvs_plan_options_resolve(&a->options, m, &err) != KVS_OK ||
-      kvs_pool_sizes_compute(2, &m->geometry, m->swa_ratio, a->options.page, 2, &probe,
-                             &err) != KVS_OK) {
+      kvs_pool_sizes_compute(2, &m->geometry, m->swa_ratio, a->options.page, 2, &probe, &err) !=
+          KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
   }
-  FILE *notes = a->json ? stderr : stdout;
+  return 0;
+}
+
+/* First, so nobody reads a KV budget as if the weights were loaded. */
+static void say_weights_uncounted(const plan_run *p) {
+  const plan_args *a = p->a;
   bool explicit_budget = a->have_budget || a->n_budgets > 0;
-  if (!explicit_budget && !(a->have_weights || a->n_weights > 0 || a->have_weights_total) &&
-      !(m->have_config && m->config.is_folder)) {
-    /* First, so nobody reads a KV budget as if the weights were loaded. */
-    fprintf(notes,
-            "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
-            "take the whole memory share; give --weights BYTES per GPU as the engine measured "
-            "them, or --model FOLDER to count them from its safetensors\n",
-            m->name);
-  }
-  char note[1024] = "", budget_what[192];
-  kvs_cluster_t topo = NULL;
-  int rc = load_topology(a, &topo, note, sizeof note);
-  if (rc != 0) return rc;
-  size_t n = kvs_cluster_gpu_count(topo);
-  const kvs_gpu_info *gpus = kvs_cluster_gpus(topo);
-  size_t n_nodes = kvs_cluster_node_count(topo);
-  uint64_t *budgets = calloc(n, sizeof *budgets);
-  kvs_memory_budget *terms = calloc(n, sizeof *terms);
-  kvs_node_plan_t plan = NULL;
-  plan_weights weights = {"none", NULL, NULL};
-  json_t *sglang_stages = NULL;
-  if (budgets == NULL || terms == NULL) {
-    fprintf(stderr, "kvplan plan: out of memory\n");
-    rc = 1;
-    goto done;
-  }
-  size_t tp, pp;
-  pick_layout(a, topo, &tp, &pp);
-  if ((rc = load_weights(a, m, tp == 0 ? 1 : tp, &weights)) != 0) goto done;
-  const char *weights_term = strcmp(weights.source, "measured") == 0 ? " - weights" : "";
-  if ((rc = pick_budgets(a, topo, weights_term, weights.layer != NULL, terms, budgets, budget_what, sizeof budget_what,
-                         note, sizeof note)) != 0) {
-    goto done;
-  }
-  if (note[0] != '\0') fprintf(notes, "%s\n", note);
+  bool weights_given = a->have_weights || a->n_weights > 0 || a->have_weights_total;
+  if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
+  fprintf(p->notes,
+          "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
+          "take the whole memory share; give --weights BYTES per GPU as the engine measured "
+          "them, or --model FOLDER to count them from its safetensors\n",
+          p->m->name);
+}
+
+/* The notes on the budgets just picked: a stand-in, the window cache's
+ * pages, the weights counted from a folder. */
+static void say_budget_notes(const plan_run *p) {
+  const plan_args *a = p->a;
+  if (p->note[0] != '\0') fprintf(p->notes, "%s\n", p->note);
   if (a->options.have_window_cache) {
     /* The share of the smallest GPU budget (before per-layer weights). */
     uint64_t smallest = UINT64_MAX;
-    for (size_t g = 0; g < n; g++) smallest = budgets[g] < smallest ? budgets[g] : smallest;
-    uint64_t extra = kvs_plan_model_window_cache(m, &a->options, smallest);
-    fprintf(notes,
+    for (size_t g = 0; g < p->n; g++) {
+      if (p->budgets[g] < smallest) smallest = p->budgets[g];
+    }
+    uint64_t extra = kvs_plan_model_window_cache(p->m, &a->options, smallest);
+    fprintf(p->notes,
             "kvplan: --window-cache %g: the window floor plus %llu pages (that share of the "
             "smallest GPU budget), swa ratio 0\n",
             a->options.window_cache, (unsigned long long)extra);
   }
-  if (weights.folder != NULL && strcmp(weights.source, "folder") == 0) {
+  if (p->weights.folder != NULL && strcmp(p->weights.source, "folder") == 0) {
     char buf[32];
-    fprintf(notes,
+    fprintf(p->notes,
             "kvplan: weights from %s: %s in %zu files (%llu tensors), estimated per GPU as %s\n",
-            m->config.folder, kvs_format_bytes(weights.folder->total_bytes, buf, sizeof buf),
-            weights.folder->n_files, (unsigned long long)weights.folder->n_tensors,
+            p->m->config.folder, kvs_format_bytes(p->weights.folder->total_bytes, buf, sizeof buf),
+            p->weights.folder->n_files, (unsigned long long)p->weights.folder->n_tensors,
             kvs_plan_weights_estimate);
   }
+}
 
+/* Steps 2 and 3 on the loaded topology: the layout, the weights it
+ * implies, and each GPU's budget. */
+static int budget_gpus(plan_run *p) {
+  const plan_args *a = p->a;
+  p->n = kvs_cluster_gpu_count(p->topo);
+  p->gpus = kvs_cluster_gpus(p->topo);
+  p->n_nodes = kvs_cluster_node_count(p->topo);
+  p->budgets = calloc(p->n, sizeof *p->budgets);
+  p->terms = calloc(p->n, sizeof *p->terms);
+  if (p->budgets == NULL || p->terms == NULL) {
+    fprintf(stderr, "kvplan plan: out of memory\n");
+    return 1;
+  }
+  pick_layout(a, p->topo, &p->tp, &p->pp);
+  int rc = load_weights(a, p->m, p->tp == 0 ? 1 : p->tp, &p->weights);
+  if (rc != 0) return rc;
+  const char *weights_term = strcmp(p->weights.source, "measured") == 0 ? " - weights" : "";
+  rc = pick_budgets(a, p->topo, weights_term, p->weights.layer != NULL, p->terms, p->budgets,
+                    p->budget_what, sizeof p->budget_what, p->note, sizeof p->note);
+  if (rc != 0) return rc;
+  say_budget_notes(p);
+  return 0;
+}
+
+/* Step 4: the plan on those budgets, and SGLang's pools beside it. */
+static int make_plan(plan_run *p) {
+  const plan_args *a = p->a;
+  kvs_plan_model *m = p->m;
   kvs_plan_request request = {.geometry = &m->geometry,
                               .widths = &m->widths,
                               .swa_ratio = m->swa_ratio,
                               .page = a->options.page,
                               .floor_win_pages = m->floor_pages,
                               .n_scratch = a->options.scratch,
-                              .tp = tp,
-                              .pp = pp,
-                              .layer_weight_bytes = weights.layer,
+                              .tp = p->tp,
+                              .pp = p->pp,
+                              .layer_weight_bytes = p->weights.layer,
                               .allow_cross_node_tp = a->allow_cross_node_tp};
   kvs_plan_shortfall shortfall;
-  kvs_status status = kvs_node_plan_make(&request, gpus, n, budgets, &plan, &shortfall, &err);
-  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
-    rc = report_shortfall(a, &err, &shortfall, gpus);
-    goto done;
-  }
+  kvs_error err;
+  kvs_status status =
+      kvs_node_plan_make(&request, p->gpus, p->n, p->budgets, &p->plan, &shortfall, &err);
+  if (status == KVS_ERR_BUDGET_TOO_SMALL) return report_shortfall(a, &err, &shortfall, p->gpus);
   if (status != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
-    rc = 1;
-    goto done;
+    return 1;
   }
-  const kvs_split *split = kvs_node_plan_split(plan);
-  kvs_sglang_pools sglang;
-  uint64_t sglang_available = 0;
-  if (a->options.engine_sglang &&
-      (rc = sglang_pools(a, m, plan, budgets, weights.layer, &sglang, &sglang_available,
-                         &sglang_stages)) != 0) {
-    goto done;
-  }
+  if (!a->options.engine_sglang) return 0;
+  return sglang_pools(a, m, p->plan, p->budgets, p->weights.layer, &p->sglang, &p->sglang_available,
+                      &p->sglang_stages);
+}
+
+/* --svg: the memory map, titled with the layout and what it buys. */
+static int write_svg(const plan_run *p) {
+  const kvs_split *split = kvs_node_plan_split(p->plan);
   char title[512], subtitle[512];
-  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", m->name, tp, pp,
-           kvs_node_plan_replicas(plan) > 1 ? " (replicated)" : "", n, kvs_cluster_label(topo));
+  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", p->m->name, p->tp, p->pp,
+           kvs_node_plan_replicas(p->plan) > 1 ? " (replicated)" : "", p->n,
+           kvs_cluster_label(p->topo));
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
            "budget %s · limited by rank %zu",
            (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
            (unsigned long long)split->full_token, (unsigned long long)split->n_win_pages,
-           budget_what, kvs_node_plan_limiting_rank(plan));
-  if (a->svg != NULL) {
-    const char *svg_labels[KVS_MAX_NODES];
-    for (size_t k = 0; k < n_nodes; k++) {
-      svg_labels[k] = kvs_cluster_node_label(topo, k);
-    }
-    kvs_plan_svg svg = {.title = title,
-                        .subtitle = subtitle,
-                        .plan = plan,
-                        .gpus = gpus,
-                        .n_gpus = n,
-                        .node_labels = svg_labels,
-                        .n_nodes = n_nodes};
-    if (kvs_plan_svg_write(a->svg, &svg, &err) != KVS_OK) {
-      fprintf(stderr, "kvplan plan: %s\n", err.message);
-      rc = 2;
-      goto done;
+           p->budget_what, kvs_node_plan_limiting_rank(p->plan));
+  const char *svg_labels[KVS_MAX_NODES];
+  for (size_t k = 0; k < p->n_nodes; k++) svg_labels[k] = kvs_cluster_node_label(p->topo, k);
+  kvs_plan_svg svg = {.title = title,
+                      .subtitle = subtitle,
+                      .plan = p->plan,
+                      .gpus = p->gpus,
+                      .n_gpus = p->n,
+                      .node_labels = svg_labels,
+                      .n_nodes = p->n_nodes};
+  kvs_error err;
+  if (kvs_plan_svg_write(p->a->svg, &svg, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 2;
+  }
+  return 0;
+}
+
+/* The JSON `weights` object: the counted folder (or --weights-total). */
+static json_t *weights_json(const plan_run *p) {
+  const kvs_model_weights *f = p->weights.folder;
+  bool folder = strcmp(p->weights.source, "folder") == 0;
+  json_t *w = json_object();
+  json_object_set_new(w, "folder", folder ? json_string(p->m->config.folder) : json_null());
+  json_object_set_new(w, "total_bytes", kvs_json_u64(f->total_bytes));
+  json_object_set_new(w, "embed_bytes", kvs_json_u64(f->embed_bytes));
+  json_object_set_new(w, "head_bytes", kvs_json_u64(f->head_bytes));
+  json_object_set_new(w, "mtp_bytes", kvs_json_u64(f->mtp_bytes));
+  json_object_set_new(w, "files", kvs_json_u64(f->n_files));
+  json_object_set_new(w, "tensors", kvs_json_u64(f->n_tensors));
+  json_object_set_new(
+      w, "estimate",
+      json_string(folder ? kvs_plan_weights_estimate : kvs_plan_weights_spread_estimate));
+  return w;
+}
+
+/* --json: the plan object (plan_json.h), with weights and SGLang's pools. */
+static void print_plan_json(plan_run *p) {
+  const plan_args *a = p->a;
+  const char *labels[KVS_MAX_NODES];
+  for (size_t k = 0; k < p->n_nodes; k++) labels[k] = kvs_cluster_node_label(p->topo, k);
+  const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype), a->options.mtp,
+                                         p->weights.source, labels, p->n_nodes};
+  json_t *root = kvs_plan_json(p->plan, p->gpus, p->terms, &context);
+  if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
+  if (p->sglang_stages != NULL) {
+    kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
+    json_t *sg = kvs_sglang_report_json(&p->sglang, &so, p->sglang_available);
+    json_object_set_new(sg, "stages", p->sglang_stages);
+    p->sglang_stages = NULL; /* sg owns them now */
+    json_object_set_new(root, "sglang", sg);
+  }
+  print_json(root);
+}
+
+/* The "weights" line of the text plan. */
+static const char *weights_line(const char *source) {
+  if (strcmp(source, "none") == 0) return "not counted";
+  if (strcmp(source, "measured") == 0) {
+    return "as measured (--weights / --weights-per-gpu), per GPU";
+  }
+  if (strcmp(source, "total") == 0) {
+    return "--weights-total spread evenly over the layers, per rank by its layers (estimate)";
+  }
+  return "from the model folder, per rank by its layers (estimate)";
+}
+
+/* The plan for people: the model, the machine, the terms, the table. */
+static void print_plan_text(const plan_run *p) {
+  const plan_args *a = p->a;
+  kvs_plan_model_print(stdout, p->m, &a->options);
+  size_t packages = 0, numas = 0;
+  for (size_t k = 0; k < p->n_nodes; k++) {
+    packages += kvs_topology_package_count(kvs_cluster_node(p->topo, k));
+    numas += kvs_topology_numa_count(kvs_cluster_node(p->topo, k));
+  }
+  printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
+         kvs_cluster_label(p->topo), p->n,
+         p->gpus[0].model[0] != '\0' ? p->gpus[0].model : "model unknown", packages, numas);
+  size_t replicas = kvs_node_plan_replicas(p->plan);
+  printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s%s\n", p->tp, p->pp,
+         p->tp * p->pp, replicas, replicas > 1 ? "s" : "",
+         kvs_node_plan_cross_node_tp(p->plan)
+             ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
+             : "");
+  printf("budget      %s\n", p->budget_what);
+  printf("weights     %s\n", weights_line(p->weights.source));
+  printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
+         (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
+         (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
+  print_table(p->plan, p->gpus, p->terms, p->n_nodes);
+  if (p->sglang_stages != NULL) {
+    kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
+    kvs_sglang_report_print(stdout, &p->sglang, &so, p->sglang_available,
+                            kvs_node_plan_split(p->plan)->full_token, a->options.kv_dtype);
+  }
+  if (a->svg != NULL) printf("svg         %s\n", a->svg);
+}
+
+static void release(plan_run *p) {
+  json_decref(p->sglang_stages);
+  kvs_node_plan_destroy(p->plan);
+  free(p->weights.folder);
+  free(p->weights.layer);
+  free(p->budgets);
+  free(p->terms);
+  kvs_cluster_destroy(p->topo);
+}
+
+/* The plan, in the node's own steps: the model, the topology, budgets,
+ * the plan; then the picture and the plan as JSON or a table. */
+static int run(plan_args *a, kvs_plan_model *m) {
+  int rc = resolve_model(a, m);
+  if (rc != 0) return rc;
+  plan_run p;
+  memset(&p, 0, sizeof p);
+  p.a = a;
+  p.m = m;
+  p.notes = a->json ? stderr : stdout;
+  p.weights.source = "none";
+  say_weights_uncounted(&p);
+  rc = load_topology(a, &p.topo, p.note, sizeof p.note);
+  if (rc == 0) rc = budget_gpus(&p);
+  if (rc == 0) rc = make_plan(&p);
+  if (rc == 0 && a->svg != NULL) rc = write_svg(&p);
+  if (rc == 0) {
+    if (a->json) {
+      print_plan_json(&p);
+    } else {
+      print_plan_text(&p);
     }
   }
-  if (a->json) {
-    const char *labels[KVS_MAX_NODES];
-    for (size_t k = 0; k < n_nodes; k++) labels[k] = kvs_cluster_node_label(topo, k);
-    const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype),
-                                           a->options.mtp, weights.source, labels, n_nodes};
-    json_t *root = kvs_plan_json(plan, gpus, terms, &context);
-    if (weights.folder != NULL) {
-      json_t *w = json_object();
-      json_object_set_new(w, "folder", strcmp(weights.source, "folder") == 0
-                                           ? json_string(m->config.folder)
-                                           : json_null());
-      json_object_set_new(w, "total_bytes", kvs_json_u64(weights.folder->total_bytes));
-      json_object_set_new(w, "embed_bytes", kvs_json_u64(weights.folder->embed_bytes));
-      json_object_set_new(w, "head_bytes", kvs_json_u64(weights.folder->head_bytes));
-      json_object_set_new(w, "mtp_bytes", kvs_json_u64(weights.folder->mtp_bytes));
-      json_object_set_new(w, "files", kvs_json_u64(weights.folder->n_files));
-      json_object_set_new(w, "tensors", kvs_json_u64(weights.folder->n_tensors));
-      json_object_set_new(w, "estimate", json_string(strcmp(weights.source, "folder") == 0
-                                                         ? kvs_plan_weights_estimate
-                                                         : kvs_plan_weights_spread_estimate));
-      json_object_set_new(root, "weights", w);
-    }
-    if (sglang_stages != NULL) {
-      kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
-      json_t *sg = kvs_sglang_report_json(&sglang, &so, sglang_available);
-      json_object_set_new(sg, "stages", sglang_stages);
-      sglang_stages = NULL;
-      json_object_set_new(root, "sglang", sg);
-    }
-    print_json(root);
-  } else {
-    kvs_plan_model_print(stdout, m, &a->options);
-    size_t packages = 0, numas = 0;
-    for (size_t k = 0; k < n_nodes; k++) {
-      packages += kvs_topology_package_count(kvs_cluster_node(topo, k));
-      numas += kvs_topology_numa_count(kvs_cluster_node(topo, k));
-    }
-    printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n", kvs_cluster_label(topo),
-           n, gpus[0].model[0] != '\0' ? gpus[0].model : "model unknown", packages, numas);
-    printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s%s\n", tp, pp,
-           tp * pp, kvs_node_plan_replicas(plan), kvs_node_plan_replicas(plan) > 1 ? "s" : "",
-           kvs_node_plan_cross_node_tp(plan)
-               ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
-               : "");
-    printf("budget      %s\n", budget_what);
-    printf("weights     %s\n", strcmp(weights.source, "none") == 0
-                                    ? "not counted"
-                                : strcmp(weights.source, "measured") == 0
-                                    ? "as measured (--weights / --weights-per-gpu), per GPU"
-                                : strcmp(weights.source, "total") == 0
-                                    ? "--weights-total spread evenly over the layers, per rank "
-                                      "by its layers (estimate)"
-                                    : "from the model folder, per rank by its layers (estimate)");
-    printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
-           (unsigned long long)m->floor_pages, m->swa_ratio,
-           (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
-    print_table(plan, gpus, terms, n_nodes);
-    if (sglang_stages != NULL) {
-      kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
-      kvs_sglang_report_print(stdout, &sglang, &so, sglang_available, split->full_token,
-                              a->options.kv_dtype);
-    }
-    if (a->svg != NULL) printf("svg         %s\n", a->svg);
-  }
-  rc = 0;
-done:
-  json_decref(sglang_stages);
-  kvs_node_plan_destroy(plan);
-  free(weights.folder);
-  free(weights.layer);
-  free(budgets);
-  free(terms);
-  kvs_cluster_destroy(topo);
+  release(&p);
   return rc;
 }
 

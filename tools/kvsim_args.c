@@ -77,36 +77,50 @@ static void print_usage(FILE *out, bool local) {
 
 static const char *tool_name(bool local) { return local ? "kvsim_local" : "kvsim"; }
 
-static int bad_arg(bool local, bool speaker, const char *flag, const char *value,
-                   const char *want) {
-  if (speaker) {
-    fprintf(stderr, "%s: %s needs %s, got '%s'\n", tool_name(local), flag, want,
-            value ? value : "");
-    print_usage(stderr, local);
+/* One parse of argv: the arguments being filled and how to speak. */
+typedef struct parser {
+  kvsim_args *a;
+  bool local;   /* kvsim_local: --ranks and loopback; no --stall-rank */
+  bool speaker; /* this process prints the errors (one rank of many) */
+  const char *tool;
+  bool have_steps, have_seed;
+} parser;
+
+/* A flag handler's answer for a flag of another group. */
+enum { NOT_MINE = 1 };
+
+/* A value the flag does not take: what it takes and what it got, then the
+ * usage. Printed here rather than from the shared parsers' kvs_error,
+ * whose message is capped, so any value is echoed whole. */
+static int bad_arg(const parser *p, const char *flag, const char *value, const char *want) {
+  if (p->speaker) {
+    fprintf(stderr, "%s: %s needs %s, got '%s'\n", p->tool, flag, want, value ? value : "");
+    print_usage(stderr, p->local);
   }
   return KVSIM_EXIT_USAGE;
 }
 
 /* A value the shared parsers refused, with their message (which names the
  * flag, the value and, for sizes, the limit). */
-static int parse_error(const char *tool, bool speaker, const kvs_error *err, const char *value) {
-  if (speaker) {
-    fprintf(stderr, "%s: %s\n", tool, value != NULL ? err->message : "a flag needs a value");
+static int parse_error(const parser *p, const kvs_error *err, const char *value) {
+  if (p->speaker) {
+    fprintf(stderr, "%s: %s\n", p->tool, value != NULL ? err->message : "a flag needs a value");
   }
   return KVSIM_EXIT_USAGE;
 }
 
-static bool parse_u64(const char *s, uint64_t *out) {
-  return s != NULL && kvs_parse_u64("", s, out, NULL) == KVS_OK;
+/* A count in [lo, hi] into *out: 0, or the usage error saying `want`. */
+static int count_arg(const parser *p, const char *flag, const char *value, uint64_t lo, uint64_t hi,
+                     const char *want, uint64_t *out) {
+  if (kvs_parse_u64_in(flag, value, lo, hi, want, out, NULL) == KVS_OK) return 0;
+  return bad_arg(p, flag, value, want);
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-  double v;
-  if (s == NULL || kvs_parse_double("", s, &v, NULL) != KVS_OK || !(v >= lo && v <= hi)) {
-    return false;
-  }
-  *out = v;
-  return true;
+/* A number in [lo, hi] into *out: 0, or the usage error saying `want`. */
+static int number_arg(const parser *p, const char *flag, const char *value, double lo, double hi,
+                      const char *want, double *out) {
+  if (kvs_parse_double_in(flag, value, lo, hi, want, out, NULL) == KVS_OK) return 0;
+  return bad_arg(p, flag, value, want);
 }
 
 static bool parse_rank_step(const char *s, int *rank, uint64_t *step) {
@@ -119,7 +133,8 @@ static bool parse_rank_step(const char *s, int *rank, uint64_t *step) {
   memcpy(head, s, len);
   head[len] = '\0';
   uint64_t r;
-  if (!parse_u64(head, &r) || r > KVS_SHARD_MAX_RANKS || !parse_u64(colon + 1, step)) {
+  if (kvs_parse_u64_in("", head, 0, KVS_SHARD_MAX_RANKS, "", &r, NULL) != KVS_OK ||
+      kvs_parse_u64("", colon + 1, step, NULL) != KVS_OK) {
     return false;
   }
   *rank = (int)r;
@@ -131,7 +146,9 @@ void kvsim_args_free(kvsim_args *a) {
   a->budget_per_gpu = NULL;
 }
 
-int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) {
+/* Every flag's default (the README's); false when the budget list cannot
+ * be allocated. */
+static bool set_defaults(kvsim_args *a, bool local) {
   memset(a, 0, sizeof *a);
   a->pp = 1;
   a->backend = local ? "loopback" : "mpi";
@@ -152,177 +169,260 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   a->state_rings = KVS_STATE_RINGS_PER_REQUEST;
   a->local_rank = KVS_NODE_FROM_LAUNCHER;
   a->node_index = KVS_NODE_FROM_LAUNCHER;
-  a->bare_broadcasts = UINT64_MAX;
+  a->bare_broadcasts = UINT64_MAX; /* min(steps, 2000), once --steps is known */
   a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
-  if (a->budget_per_gpu == NULL) {
-    fprintf(stderr, "kvsim: out of memory\n");
-    return KVSIM_EXIT_FAILED;
+  return a->budget_per_gpu != NULL;
+}
+
+/* The flags without a value. */
+static int switch_flag(parser *p, const char *flag) {
+  if (strcmp(flag, "--json") == 0) {
+    p->a->json = true;
+  } else if (strcmp(flag, "--no-verify") == 0) {
+    p->a->verify = false;
+  } else if (strcmp(flag, "--radix") == 0) {
+    p->a->radix = true;
+  } else {
+    return NOT_MINE;
   }
-  const char *tool = tool_name(local);
-  bool have_steps = false, have_seed = false;
-  /* One rule for every tool: a flag given twice is refused, never the last
-   * one silently taken. */
-  enum { MAX_SEEN = 64 };
-  const char *seen[MAX_SEEN];
-  int n_seen = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *flag = argv[i];
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    uint64_t u;
-    for (int k = 0; k < n_seen; k++) {
-      if (strcmp(seen[k], flag) == 0) {
-        if (speaker) {
-          fprintf(stderr, "%s: %s is given twice; give it once\n", tool, flag);
-        }
-        return KVSIM_EXIT_USAGE;
-      }
+  return 0;
+}
+
+static int backend_flag(parser *p, const char *flag, const char *value) {
+  /* kvsim_local's ranks are threads of one process: loopback where kvsim has MPI. */
+  const char *own = p->local ? "loopback" : "mpi";
+  bool ok = value != NULL &&
+            (strcmp(value, own) == 0 || strcmp(value, "nccl") == 0 || strcmp(value, "self") == 0);
+  if (!ok) {
+    return bad_arg(p, flag, value,
+                   p->local ? "one of loopback, nccl, self" : "one of mpi, nccl, self");
+  }
+  p->a->backend = value;
+  return 0;
+}
+
+/* The run: its ranks and backend, its length and seed, its load, its checks. */
+static int run_flag(parser *p, const char *flag, const char *value) {
+  kvsim_args *a = p->a;
+  uint64_t u;
+  int rc;
+  if (strcmp(flag, "--tp") == 0 || strcmp(flag, "--pp") == 0) {
+    rc = count_arg(p, flag, value, 1, KVS_SHARD_MAX_RANKS, "a rank count in [1, 65535]", &u);
+    if (rc == 0) *(flag[2] == 't' ? &a->tp : &a->pp) = (int)u;
+    return rc;
+  }
+  if (p->local && strcmp(flag, "--ranks") == 0) {
+    rc = count_arg(p, flag, value, 1, 256, "a rank count in [1, 256]", &u);
+    if (rc == 0) a->ranks = (int)u;
+    return rc;
+  }
+  if (strcmp(flag, "--backend") == 0) return backend_flag(p, flag, value);
+  if (strcmp(flag, "--steps") == 0) {
+    rc = count_arg(p, flag, value, 1, UINT64_C(1) << 40, "a step count in [1, 2^40]", &a->steps);
+    if (rc == 0) p->have_steps = true;
+    return rc;
+  }
+  if (strcmp(flag, "--seed") == 0) {
+    rc = count_arg(p, flag, value, 0, UINT64_MAX, "an unsigned integer", &a->seed);
+    if (rc == 0) p->have_seed = true;
+    return rc;
+  }
+  if (strcmp(flag, "--requests") == 0) {
+    return count_arg(p, flag, value, 1, 65536, "a request count in [1, 65536]", &a->requests);
+  }
+  if (strcmp(flag, "--check-every") == 0) {
+    return count_arg(p, flag, value, 1, UINT64_MAX, "a positive step count", &a->check_every);
+  }
+  if (strcmp(flag, "--timeout-ms") == 0) {
+    rc = count_arg(p, flag, value, 1, INT32_MAX, "a positive number of milliseconds", &u);
+    if (rc == 0) a->timeout_ms = (int)u;
+    return rc;
+  }
+  if (strcmp(flag, "--bare-broadcasts") == 0) {
+    return count_arg(p, flag, value, 0, 1000000, "a count in [0, 1000000]", &a->bare_broadcasts);
+  }
+  if (strcmp(flag, "--state-rings") == 0) {
+    if (value == NULL || kvs_state_rings_parse(value, &a->state_rings, NULL) != KVS_OK) {
+      return bad_arg(p, flag, value, "one of per-request, hca-per-request, per-page");
     }
-    if (n_seen < MAX_SEEN) seen[n_seen++] = flag;
-#define BAD(want) return bad_arg(local, speaker, flag, value, want)
-    if (strcmp(flag, "--json") == 0) {
-      a->json = true;
-      continue;
+    return 0;
+  }
+  return NOT_MINE;
+}
+
+/* The failure drills, each RANK:STEP. */
+static int drill_flag(parser *p, const char *flag, const char *value) {
+  kvsim_args *a = p->a;
+  bool *on;
+  int *rank;
+  uint64_t *step;
+  if (strcmp(flag, "--inject-divergence") == 0) {
+    on = &a->inject;
+    rank = &a->inject_rank;
+    step = &a->inject_step;
+  } else if (strcmp(flag, "--inject-slot-divergence") == 0) {
+    on = &a->inject_slot;
+    rank = &a->inject_slot_rank;
+    step = &a->inject_slot_step;
+  } else if (strcmp(flag, "--kill-rank") == 0) {
+    on = &a->kill;
+    rank = &a->kill_rank;
+    step = &a->kill_step;
+  } else if (!p->local && strcmp(flag, "--stall-rank") == 0) {
+    on = &a->stall;
+    rank = &a->stall_rank;
+    step = &a->stall_step;
+  } else {
+    return NOT_MINE;
+  }
+  if (!parse_rank_step(value, rank, step)) return bad_arg(p, flag, value, "RANK:STEP");
+  *on = true;
+  return 0;
+}
+
+/* The node: its machine, where this rank runs, its tables' device. */
+static int node_flag(parser *p, const char *flag, const char *value) {
+  kvsim_args *a = p->a;
+  uint64_t u;
+  int rc;
+  if (strcmp(flag, "--nodes") == 0) {
+    rc = count_arg(p, flag, value, 1, KVS_MAX_NODES, "a node count in [1, 64]", &u);
+    if (rc == 0) a->nodes = (size_t)u;
+    return rc;
+  }
+  if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
+    rc = count_arg(p, flag, value, 0, 65535, "a non-negative integer up to 65535", &u);
+    if (rc == 0) *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
+    return rc;
+  }
+  if (strcmp(flag, "--host") == 0 || strcmp(flag, "--topology") == 0) {
+    bool host = flag[2] == 'h';
+    if (value == NULL || value[0] == '\0') {
+      return bad_arg(p, flag, value, host ? "a host name" : "a file, live or bundled");
     }
-    if (strcmp(flag, "--no-verify") == 0) {
-      a->verify = false;
-      continue;
-    }
-    if (strcmp(flag, "--radix") == 0) {
-      a->radix = true;
-      continue;
-    }
-    if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-      if (speaker) print_usage(stdout, local);
-      return -1;
-    }
-    i++; /* every other flag takes a value */
-    if (strcmp(flag, "--tp") == 0 || strcmp(flag, "--pp") == 0) {
-      if (!parse_u64(value, &u) || u == 0 || u > KVS_SHARD_MAX_RANKS)
-        BAD("a rank count in [1, 65535]");
-      *(flag[2] == 't' ? &a->tp : &a->pp) = (int)u;
-    } else if (local && strcmp(flag, "--ranks") == 0) {
-      if (!parse_u64(value, &u) || u == 0 || u > 256) BAD("a rank count in [1, 256]");
-      a->ranks = (int)u;
-    } else if (strcmp(flag, "--backend") == 0) {
-      bool ok =
-          value != NULL && (local ? (strcmp(value, "loopback") == 0 || strcmp(value, "nccl") == 0 ||
-                                     strcmp(value, "self") == 0)
-                                  : (strcmp(value, "mpi") == 0 || strcmp(value, "nccl") == 0 ||
-                                     strcmp(value, "self") == 0));
-      if (!ok) BAD(local ? "one of loopback, nccl, self" : "one of mpi, nccl, self");
-      a->backend = value;
-    } else if (strcmp(flag, "--steps") == 0) {
-      if (!parse_u64(value, &a->steps) || a->steps == 0 || a->steps > (1ull << 40)) {
-        BAD("a step count in [1, 2^40]");
-      }
-      have_steps = true;
-    } else if (strcmp(flag, "--seed") == 0) {
-      if (!parse_u64(value, &a->seed)) BAD("an unsigned integer");
-      have_seed = true;
-    } else if (strcmp(flag, "--requests") == 0) {
-      if (!parse_u64(value, &a->requests) || a->requests == 0 || a->requests > 65536) {
-        BAD("a request count in [1, 65536]");
-      }
-    } else if (strcmp(flag, "--inject-divergence") == 0) {
-      if (!parse_rank_step(value, &a->inject_rank, &a->inject_step)) BAD("RANK:STEP");
-      a->inject = true;
-    } else if (strcmp(flag, "--inject-slot-divergence") == 0) {
-      if (!parse_rank_step(value, &a->inject_slot_rank, &a->inject_slot_step)) BAD("RANK:STEP");
-      a->inject_slot = true;
-    } else if (strcmp(flag, "--state-rings") == 0) {
-      if (value == NULL || kvs_state_rings_parse(value, &a->state_rings, NULL) != KVS_OK) {
-        BAD("one of per-request, hca-per-request, per-page");
-      }
-    } else if (strcmp(flag, "--kill-rank") == 0) {
-      if (!parse_rank_step(value, &a->kill_rank, &a->kill_step)) BAD("RANK:STEP");
-      a->kill = true;
-    } else if (!local && strcmp(flag, "--stall-rank") == 0) {
-      if (!parse_rank_step(value, &a->stall_rank, &a->stall_step)) BAD("RANK:STEP");
-      a->stall = true;
-    } else if (strcmp(flag, "--check-every") == 0) {
-      if (!parse_u64(value, &a->check_every) || a->check_every == 0) BAD("a positive step count");
-    } else if (strcmp(flag, "--timeout-ms") == 0) {
-      if (!parse_u64(value, &u) || u == 0 || u > INT32_MAX)
-        BAD("a positive number of milliseconds");
-      a->timeout_ms = (int)u;
-    } else if (strcmp(flag, "--nodes") == 0) {
-      if (!parse_u64(value, &u) || u == 0 || u > KVS_MAX_NODES) BAD("a node count in [1, 64]");
-      a->nodes = (size_t)u;
-    } else if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
-      if (!parse_u64(value, &u) || u > 65535) BAD("a non-negative integer up to 65535");
-      *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
-    } else if (strcmp(flag, "--host") == 0) {
-      if (value == NULL || value[0] == '\0') BAD("a host name");
-      a->host = value;
-    } else if (strcmp(flag, "--topology") == 0) {
-      if (value == NULL || value[0] == '\0') BAD("a file, live or bundled");
-      a->topology = value;
-    } else if (strcmp(flag, "--budget") == 0) {
-      kvs_error err;
-      if (value == NULL || kvs_parse_budget("--budget", value, &a->budget, &err) != KVS_OK) {
-        return parse_error(tool, speaker, &err, value);
-      }
-    } else if (strcmp(flag, "--budget-per-gpu") == 0) {
-      kvs_error err;
-      if (value == NULL ||
-          kvs_parse_budget_list("--budget-per-gpu", value, a->budget_per_gpu, KVSIM_MAX_GPUS,
-                                &a->n_budget_per_gpu, &err) != KVS_OK) {
-        return parse_error(tool, speaker, &err, value);
-      }
-    } else if (strcmp(flag, "--budget-mib") == 0) {
-      /* 1048576 MiB is KVSIM_MAX_BUDGET: the 1 TiB bound below, here. */
-      if (!parse_double(value, 1e-9, (double)(KVSIM_MAX_BUDGET >> 20), &a->budget_mib))
-        BAD("a size in MiB in (0, 1048576]");
-      a->have_budget_mib = true;
-    } else if (strcmp(flag, "--budget-skew") == 0) {
-      if (!parse_double(value, 0.0, 24.999999, &a->budget_skew)) BAD("a percentage in [0, 25)");
-      a->have_budget_mib = true;
-    } else if (strcmp(flag, "--memory-ratio") == 0) {
-      if (!parse_double(value, 1e-9, 1.0, &a->memory_ratio)) BAD("a ratio in (0, 1]");
-      a->have_ratio = true;
-    } else if (strcmp(flag, "--reserve") == 0) {
-      kvs_error err;
-      if (value == NULL || kvs_parse_bytes("--reserve", value, &a->reserve, &err) != KVS_OK) {
-        return parse_error(tool, speaker, &err, value);
-      }
-      a->have_reserve = true;
-    } else if (strcmp(flag, "--device") == 0) {
-      if (value != NULL && strcmp(value, "cpu") == 0) {
-        a->device = KVS_NODE_DEVICE_CPU;
-      } else if (value != NULL && strcmp(value, "cuda") == 0) {
-        a->device = KVS_NODE_DEVICE_CUDA;
-      } else {
-        BAD("cpu or cuda");
-      }
-    } else if (strcmp(flag, "--cuda-device") == 0) {
-      if (!parse_u64(value, &u) || u > 1023) BAD("a CUDA device ordinal in [0, 1023]");
-      a->cuda_device = (int)u;
-    } else if (strcmp(flag, "--swa-ratio") == 0) {
-      if (!parse_double(value, 0.0, 1.0, &a->swa_ratio)) BAD("a ratio in [0, 1]");
-    } else if (strcmp(flag, "--arrival-rate") == 0) {
-      if (!parse_double(value, 0.0, 1024.0, &a->arrival_rate)) BAD("a rate in [0, 1024]");
-    } else if (strcmp(flag, "--progress-s") == 0) {
-      if (!parse_double(value, 0.0, 86400.0, &a->progress_s)) BAD("seconds in [0, 86400]");
-    } else if (strcmp(flag, "--model") == 0) {
-      if (value == NULL) BAD("a model name or config.json path");
-      a->model = value;
-    } else if (strcmp(flag, "--bare-broadcasts") == 0) {
-      if (!parse_u64(value, &a->bare_broadcasts) || a->bare_broadcasts > 1000000) {
-        BAD("a count in [0, 1000000]");
-      }
+    *(host ? &a->host : &a->topology) = value;
+    return 0;
+  }
+  if (strcmp(flag, "--device") == 0) {
+    if (value != NULL && strcmp(value, "cpu") == 0) {
+      a->device = KVS_NODE_DEVICE_CPU;
+    } else if (value != NULL && strcmp(value, "cuda") == 0) {
+      a->device = KVS_NODE_DEVICE_CUDA;
     } else {
-      if (speaker) {
-        fprintf(stderr, "%s: unknown flag '%s'\n", tool, flag);
-        print_usage(stderr, local);
-      }
-      return KVSIM_EXIT_USAGE;
+      return bad_arg(p, flag, value, "cpu or cuda");
     }
-#undef BAD
+    return 0;
   }
-  if (a->tp == 0) return bad_arg(local, speaker, "--tp", "", "a rank count in [1, 65535]");
-  if (!have_steps) return bad_arg(local, speaker, "--steps", "", "a step count in [1, 2^40]");
-  if (!have_seed) return bad_arg(local, speaker, "--seed", "", "an unsigned integer");
-  if (local && a->ranks == 0) a->ranks = a->tp * a->pp;
+  if (strcmp(flag, "--cuda-device") == 0) {
+    rc = count_arg(p, flag, value, 0, 1023, "a CUDA device ordinal in [0, 1023]", &u);
+    if (rc == 0) a->cuda_device = (int)u;
+    return rc;
+  }
+  return NOT_MINE;
+}
+
+/* The budgets: bytes as given, the skewed MiB default, or measured memory
+ * through --memory-ratio and --reserve. */
+static int budget_flag(parser *p, const char *flag, const char *value) {
+  kvsim_args *a = p->a;
+  kvs_error err;
+  if (strcmp(flag, "--budget") == 0) {
+    if (value == NULL || kvs_parse_budget(flag, value, &a->budget, &err) != KVS_OK) {
+      return parse_error(p, &err, value);
+    }
+    return 0;
+  }
+  if (strcmp(flag, "--budget-per-gpu") == 0) {
+    if (value == NULL || kvs_parse_budget_list(flag, value, a->budget_per_gpu, KVSIM_MAX_GPUS,
+                                               &a->n_budget_per_gpu, &err) != KVS_OK) {
+      return parse_error(p, &err, value);
+    }
+    return 0;
+  }
+  if (strcmp(flag, "--reserve") == 0) {
+    if (value == NULL || kvs_parse_bytes(flag, value, &a->reserve, &err) != KVS_OK) {
+      return parse_error(p, &err, value);
+    }
+    a->have_reserve = true;
+    return 0;
+  }
+  int rc = NOT_MINE;
+  if (strcmp(flag, "--budget-mib") == 0) {
+    /* 1048576 MiB is KVSIM_MAX_BUDGET: check_budget_cap's 1 TiB bound, here. */
+    rc = number_arg(p, flag, value, 1e-9, (double)(KVSIM_MAX_BUDGET >> 20),
+                    "a size in MiB in (0, 1048576]", &a->budget_mib);
+    if (rc == 0) a->have_budget_mib = true;
+  } else if (strcmp(flag, "--budget-skew") == 0) {
+    rc = number_arg(p, flag, value, 0.0, 24.999999, "a percentage in [0, 25)", &a->budget_skew);
+    if (rc == 0) a->have_budget_mib = true;
+  } else if (strcmp(flag, "--memory-ratio") == 0) {
+    rc = number_arg(p, flag, value, 1e-9, 1.0, "a ratio in (0, 1]", &a->memory_ratio);
+    if (rc == 0) a->have_ratio = true;
+  }
+  return rc;
+}
+
+/* The workload and its reporting. */
+static int workload_flag(parser *p, const char *flag, const char *value) {
+  kvsim_args *a = p->a;
+  if (strcmp(flag, "--swa-ratio") == 0) {
+    return number_arg(p, flag, value, 0.0, 1.0, "a ratio in [0, 1]", &a->swa_ratio);
+  }
+  if (strcmp(flag, "--arrival-rate") == 0) {
+    return number_arg(p, flag, value, 0.0, 1024.0, "a rate in [0, 1024]", &a->arrival_rate);
+  }
+  if (strcmp(flag, "--progress-s") == 0) {
+    return number_arg(p, flag, value, 0.0, 86400.0, "seconds in [0, 86400]", &a->progress_s);
+  }
+  if (strcmp(flag, "--model") == 0) {
+    if (value == NULL) return bad_arg(p, flag, value, "a model name or config.json path");
+    a->model = value;
+    return 0;
+  }
+  return NOT_MINE;
+}
+
+/* The flag at argv[*i], stepping *i over its value when it takes one: 0
+ * taken, -1 after --help, else the exit status after the message. */
+static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *seen) {
+  static int (*const groups[])(parser *, const char *, const char *) = {
+      run_flag, drill_flag, node_flag, budget_flag, workload_flag};
+  const char *flag = argv[*i];
+  const char *value = *i + 1 < argc ? argv[*i + 1] : NULL;
+  kvs_error err;
+  if (kvs_flag_once(seen, flag, &err) != KVS_OK) {
+    if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, err.message);
+    return KVSIM_EXIT_USAGE;
+  }
+  int rc = switch_flag(p, flag);
+  if (rc != NOT_MINE) return rc;
+  if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+    if (p->speaker) print_usage(stdout, p->local);
+    return -1;
+  }
+  (*i)++; /* every other flag takes a value */
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+    rc = groups[g](p, flag, value);
+    if (rc != NOT_MINE) return rc;
+  }
+  if (p->speaker) {
+    fprintf(stderr, "%s: unknown flag '%s'\n", p->tool, flag);
+    print_usage(stderr, p->local);
+  }
+  return KVSIM_EXIT_USAGE;
+}
+
+/* --tp, --steps and --seed have no default. */
+static int check_required(const parser *p) {
+  if (p->a->tp == 0) return bad_arg(p, "--tp", "", "a rank count in [1, 65535]");
+  if (!p->have_steps) return bad_arg(p, "--steps", "", "a step count in [1, 2^40]");
+  if (!p->have_seed) return bad_arg(p, "--seed", "", "an unsigned integer");
+  return 0;
+}
+
+/* Flags that are each fine alone but contradict each other. */
+static int check_conflicts(const parser *p) {
+  const kvsim_args *a = p->a;
   int explicit_kinds = (a->budget != 0) + (a->n_budget_per_gpu > 0) + a->have_budget_mib;
   const char *conflict = NULL;
   if (explicit_kinds > 1) {
@@ -337,29 +437,46 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   } else if (a->inject_slot && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
-  } else if (false) {
-    conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   }
-  if (conflict != NULL) {
-    if (speaker) fprintf(stderr, "%s: %s\n", tool, conflict);
-    return KVSIM_EXIT_USAGE;
-  }
-  /* kvsim keeps every rank's pool mirror and host tables in this machine's
-   * memory: a budget past 1 TiB per GPU would ask for gigabytes of host
-   * memory per rank, which no GPU's budget needs. */
+  if (conflict == NULL) return 0;
+  if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);
+  return KVSIM_EXIT_USAGE;
+}
+
+/* kvsim keeps every rank's pool mirror and host tables in this machine's
+ * memory: a budget past 1 TiB per GPU would ask for gigabytes of host
+ * memory per rank, which no GPU's budget needs. */
+static int check_budget_cap(const parser *p) {
+  const kvsim_args *a = p->a;
   uint64_t biggest = a->budget;
   for (size_t g = 0; g < a->n_budget_per_gpu; g++) {
     if (a->budget_per_gpu[g] > biggest) biggest = a->budget_per_gpu[g];
   }
-  if (biggest > KVSIM_MAX_BUDGET) {
-    if (speaker) {
-      fprintf(stderr,
-              "%s: a budget above 1 TiB per GPU is refused (kvsim holds every rank's "
-              "tables in host memory)\n",
-              tool);
-    }
-    return KVSIM_EXIT_USAGE;
+  if (biggest <= KVSIM_MAX_BUDGET) return 0;
+  if (p->speaker) {
+    fprintf(stderr,
+            "%s: a budget above 1 TiB per GPU is refused (kvsim holds every rank's "
+            "tables in host memory)\n",
+            p->tool);
   }
+  return KVSIM_EXIT_USAGE;
+}
+
+int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) {
+  if (!set_defaults(a, local)) {
+    fprintf(stderr, "kvsim: out of memory\n");
+    return KVSIM_EXIT_FAILED;
+  }
+  parser p = {a, local, speaker, tool_name(local), false, false};
+  kvs_flags_seen seen = {.n = 0};
+  for (int i = 1; i < argc; i++) {
+    int rc = one_flag(&p, argc, argv, &i, &seen);
+    if (rc != 0) return rc;
+  }
+  int rc = check_required(&p);
+  if (rc != 0) return rc;
+  if (local && a->ranks == 0) a->ranks = a->tp * a->pp; /* kvsim_local: one thread a rank */
+  if ((rc = check_conflicts(&p)) != 0 || (rc = check_budget_cap(&p)) != 0) return rc;
   if (a->bare_broadcasts == UINT64_MAX) a->bare_broadcasts = a->steps < 2000 ? a->steps : 2000;
   return 0;
 }

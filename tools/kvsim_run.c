@@ -150,13 +150,17 @@ static void describe_rank(const run *r) {
                                                : kvs_node_binding(r->node)->reason);
 }
 
-static int setup(run *r) {
+/* ---- setup: the node every rank builds, then the workload on it ---- */
+
+/* The arguments against the group the launcher made. Every rank sees the
+ * same arguments and fails alike, so only the speaker says why. */
+static int check_group(run *r) {
   const kvsim_args *a = r->a;
   kvs_error err;
   kvs_error_clear(&err);
   if (kvs_geometry_resolve(a->model, &r->geometry, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
-    return KVSIM_EXIT_USAGE; /* every rank sees the same arguments and fails alike */
+    return KVSIM_EXIT_USAGE;
   }
   if ((int64_t)a->tp * a->pp != r->world) {
     if (r->speaker) {
@@ -172,6 +176,11 @@ static int setup(run *r) {
       fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
     return KVSIM_EXIT_USAGE;
   }
+  return 0;
+}
+
+/* The seeded scheduler every rank runs alike. */
+static kvs_workload_options workload_options(const kvsim_args *a) {
   kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
   wo.seed = a->seed;
   wo.max_running = a->requests;
@@ -179,39 +188,51 @@ static int setup(run *r) {
   wo.arrival_rate = a->arrival_rate;
   wo.prompt_max = 1536; /* long prompts: the full-history pool, not the
                          * request cap, is what refuses admission */
-  r->wo = wo;
+  return wo;
+}
 
-  kvs_node_options o = KVS_NODE_OPTIONS_INIT;
-  o.geometry = &r->geometry;
+/* The node's options from the flags; the cluster and budgets come later. */
+static void node_options(run *r, kvs_node_options *o) {
+  const kvsim_args *a = r->a;
+  kvs_node_options init = KVS_NODE_OPTIONS_INIT;
+  *o = init;
+  o->geometry = &r->geometry;
   /* bf16 rows; the rings where --state-rings puts them, one request slot
    * per running request and the dummy (as kvplan sizes them). */
   r->widths = kvs_row_widths_default(&r->geometry);
   r->widths.state_rings = a->state_rings;
   r->widths.n_req_slots = a->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : a->requests + 1;
-  o.widths = &r->widths;
-  o.swa_ratio = a->swa_ratio;
-  o.max_seq_len = kvs_workload_max_seq_len(&wo);
-  o.max_running = a->requests;
-  o.radix = a->radix;
-  o.tp = a->tp;
-  o.pp = a->pp;
-  o.topology = a->topology;
-  o.cuda_device = a->cuda_device;
-  o.device = a->device;
-  o.check_every = a->check_every;
-  o.check_integrity = true;
-  o.nodes = a->nodes;
+  o->widths = &r->widths;
+  o->swa_ratio = a->swa_ratio;
+  o->max_seq_len = kvs_workload_max_seq_len(&r->wo);
+  o->max_running = a->requests;
+  o->radix = a->radix;
+  o->tp = a->tp;
+  o->pp = a->pp;
+  o->topology = a->topology;
+  o->cuda_device = a->cuda_device;
+  o->device = a->device;
+  o->check_every = a->check_every;
+  o->check_integrity = true;
+  o->nodes = a->nodes;
   /* A cluster simulated here runs every node's ranks on this one machine
    * (nodes, a list, or hosts named by --host): the launcher's local ranks
    * are this machine's, not the plan's nodes'. */
-  o.host = a->host;
-  bool simulated = a->nodes > 1 || a->host != NULL ||
-                   (a->topology != NULL && strchr(a->topology, ',') != NULL);
-  o.local_rank = simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
-                                                                      : a->local_rank;
-  o.node_index = simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED
-                                                                      : a->node_index;
-  /* The cluster, once: its GPU count sizes the skewed budgets. */
+  o->host = a->host;
+  bool simulated =
+      a->nodes > 1 || a->host != NULL || (a->topology != NULL && strchr(a->topology, ',') != NULL);
+  o->local_rank =
+      simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->local_rank;
+  o->node_index =
+      simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->node_index;
+}
+
+/* The cluster, once (a collective): its GPU count sizes the skewed
+ * budgets, and the node borrows it. */
+static int gather_cluster(run *r) {
+  const kvsim_args *a = r->a;
+  kvs_error err;
+  kvs_error_clear(&err);
   char note[768] = "";
   kvs_status gathered = kvs_cluster_gather(r->comm, a->topology, a->nodes, a->host, &r->cluster,
                                            note, sizeof note, &err);
@@ -221,10 +242,17 @@ static int setup(run *r) {
     return gathered == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE : KVSIM_EXIT_FAILED;
   }
   if (r->speaker && note[0] != '\0') fprintf(stderr, "kvsim: %s\n", note);
-  o.cluster = r->cluster;
-  int rc = budget_request(r, &o.budget);
+  return 0;
+}
+
+/* The node itself (a collective): plan, agreement, pool and tables. */
+static int create_node(run *r, kvs_node_options *o) {
+  kvs_error err;
+  kvs_error_clear(&err);
+  o->cluster = r->cluster;
+  int rc = budget_request(r, &o->budget);
   if (rc != 0) return rc;
-  kvs_status status = kvs_node_create(r->comm, &o, &r->node, &err);
+  kvs_status status = kvs_node_create(r->comm, o, &r->node, &err);
   if (status != KVS_OK) {
     fprintf(stderr, "kvsim: rank %d: node setup: %s: %s\n", r->rank, kvs_status_string(status),
             err.message);
@@ -234,25 +262,44 @@ static int setup(run *r) {
            : status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE
                                                 : KVSIM_EXIT_FAILED;
   }
+  return 0;
+}
+
+/* The speaker's line about the whole run, once the node is up. */
+static void announce(const run *r) {
+  const kvsim_args *a = r->a;
+  kvs_shard_t shard = kvs_node_shard(r->node);
+  const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
+  fprintf(stderr,
+          "kvsim: %d ranks (tp %d x pp %d, backend %s, %s tables, topology %s): %" PRIu64
+          " full pages, %" PRIu64
+          " window pages, step capacity %zu entries (%zu-byte "
+          "message), check every %" PRIu64 " steps\n",
+          r->world, a->tp, a->pp, kvs_comm_backend(r->comm),
+          kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
+          kvs_cluster_label(kvs_node_cluster(r->node)), split->num_pages, split->n_win_pages,
+          kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
+          a->check_every);
+}
+
+/* Everything before the first step, in the node's order: the arguments
+ * against the group, the cluster, the node, then the workload on its
+ * shard. */
+static int setup_node(run *r) {
+  int rc = check_group(r);
+  if (rc != 0) return rc;
+  r->wo = workload_options(r->a);
+  kvs_node_options o;
+  node_options(r, &o);
+  if ((rc = gather_cluster(r)) != 0 || (rc = create_node(r, &o)) != 0) return rc;
   describe_rank(r);
-  if (kvs_workload_create(kvs_node_shard(r->node), &wo, &r->workload, &err) != KVS_OK) {
+  kvs_error err;
+  kvs_error_clear(&err);
+  if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
     return KVSIM_EXIT_USAGE;
   }
-  if (r->speaker) {
-    kvs_shard_t shard = kvs_node_shard(r->node);
-    const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
-    fprintf(stderr,
-            "kvsim: %d ranks (tp %d x pp %d, backend %s, %s tables, topology %s): %" PRIu64
-            " full pages, %" PRIu64
-            " window pages, step capacity %zu entries (%zu-byte "
-            "message), check every %" PRIu64 " steps\n",
-            r->world, a->tp, a->pp, kvs_comm_backend(r->comm),
-            kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
-            kvs_cluster_label(kvs_node_cluster(r->node)), split->num_pages, split->n_win_pages,
-            kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
-            a->check_every);
-  }
+  if (r->speaker) announce(r);
   return 0;
 }
 
@@ -445,13 +492,17 @@ static json_t *time_json(const double *us) {
   return o;
 }
 
-static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool agree,
-                         bool ring_agree, const double *us, double elapsed_s) {
-  const kvsim_args *a = r->a;
+/* The node's step, of the times: broadcast + mirror + apply + ring contexts. */
+static double node_step_us(const double *us) {
+  return us[T_BROADCAST] + us[T_MIRROR] + us[T_APPLY] + us[T_RING];
+}
+
+/* The run for people: on stdout, or on stderr when stdout holds the JSON. */
+static void print_summary(run *r, const kvs_shard_stats *s, const double *us, double elapsed_s) {
   double per = r->steps > 0 ? (double)r->steps : 1.0;
   kvs_workload_counters c;
   kvs_workload_counters_get(r->workload, &c);
-  FILE *human = a->json ? stderr : stdout;
+  FILE *human = r->a->json ? stderr : stdout;
   fprintf(human,
           "kvsim: %" PRIu64 " steps in %.3f s (%.1f us/step): %" PRIu64 " arrivals, %" PRIu64
           " admitted, %" PRIu64 " completed, %" PRIu64 " refusals (pool full), %" PRIu64
@@ -463,7 +514,7 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
           " entries; payload %.1f B/step, wire %.1f B/step (fixed capacity); %" PRIu64 " checks\n",
           s->binds, s->frees, s->max_entries, (double)s->payload_bytes / per,
           (double)s->wire_bytes / per, s->checks);
-  double step_us = us[T_BROADCAST] + us[T_MIRROR] + us[T_APPLY] + us[T_RING];
+  double step_us = node_step_us(us);
   fprintf(human,
           "kvsim: per step, mean over ranks: broadcast %.1f us, mirror %.1f us, table apply %.1f "
           "us, ring contexts %.1f us (the node's step: %.1f us), digest %.1f us, scheduling "
@@ -478,7 +529,30 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
             r->report.leader_window_page, r->report.rank, r->report.rank_window_page);
   }
   fflush(human);
+}
 
+/* The plan the node made, as kvplan plan --json prints it (tests diff the
+ * two). The node plans bf16 rows without draft layers, on memory that
+ * already excludes the engine's weights. */
+static json_t *plan_json(const run *r) {
+  kvs_cluster_t cluster = kvs_node_cluster(r->node);
+  const char *labels[KVS_MAX_NODES];
+  for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
+    labels[k] = kvs_cluster_node_label(cluster, k);
+  }
+  const kvs_plan_json_context context = {"bf16", 0, "none", labels,
+                                         kvs_cluster_node_count(cluster)};
+  return kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
+                       kvs_node_gpu_budgets(r->node), &context);
+}
+
+/* The one JSON object, the last line of stdout (keys as the README lists
+ * them). */
+static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool agree,
+                        bool ring_agree, const double *us, double elapsed_s) {
+  const kvsim_args *a = r->a;
+  double per = r->steps > 0 ? (double)r->steps : 1.0;
+  double step_us = node_step_us(us);
   char hex[17];
   snprintf(hex, sizeof hex, "%016" PRIx64, digest);
   json_t *o = json_object();
@@ -504,18 +578,7 @@ static void print_report(run *r, const kvs_shard_stats *s, uint64_t digest, bool
   json_object_set_new(o, "bare_broadcast_us", json_real(us[T_BARE]));
   json_object_set_new(o, "step_over_bare_broadcast",
                       json_real(us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0));
-  kvs_cluster_t cluster = kvs_node_cluster(r->node);
-  /* The node plans bf16 rows without draft layers, on memory that already
-   * excludes the engine's weights. */
-  const char *labels[KVS_MAX_NODES];
-  for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
-    labels[k] = kvs_cluster_node_label(cluster, k);
-  }
-  const kvs_plan_json_context context = {"bf16", 0, "none", labels,
-                                         kvs_cluster_node_count(cluster)};
-  json_object_set_new(o, "plan",
-                      kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
-                                    kvs_node_gpu_budgets(r->node), &context));
+  json_object_set_new(o, "plan", plan_json(r));
   char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
   json_decref(o);
   if (text != NULL) printf("%s\n", text);
@@ -555,7 +618,10 @@ static int finish(run *r) {
   uint64_t digest = kvs_window_pool_digest(kvs_node_pool(r->node));
   fprintf(stderr, "kvsim: rank %d: %s after %" PRIu64 " steps, digest %016" PRIx64 "\n", r->rank,
           agree ? "integrity ok" : "DIVERGED", r->steps, digest);
-  if (r->speaker) print_report(r, &r->stats, digest, agree, ring_agree, us, elapsed);
+  if (r->speaker) {
+    print_summary(r, &r->stats, us, elapsed);
+    report_json(r, &r->stats, digest, agree, ring_agree, us, elapsed);
+  }
   return agree ? KVSIM_EXIT_AGREE : KVSIM_EXIT_DIVERGED;
 }
 
@@ -565,6 +631,49 @@ kvs_status kvsim_nccl_create(const kvsim_args *a, kvs_comm_t bootstrap, kvs_comm
   o.timeout_ms = a->timeout_ms;
   if (a->cuda_device >= 0) o.device = a->cuda_device;
   return kvs_comm_nccl_create(&o, bootstrap, out, err);
+}
+
+/* The drills that act after a step: a binding or a request slot moved on
+ * the named rank. */
+static void inject_due(run *r, uint64_t s) {
+  const kvsim_args *a = r->a;
+  if (a->inject && r->rank == a->inject_rank && s == a->inject_step) inject(r, s, false);
+  if (a->inject_slot && r->rank == a->inject_slot_rank && s == a->inject_slot_step) {
+    inject(r, s, true);
+  }
+}
+
+/* The steps, until --steps, a divergence or a failure. Each: the drills
+ * due, the step, the injections due, the periodic check, a progress line. */
+static int run_steps(run *r) {
+  r->start_ns = kvs_now_ns();
+  uint64_t last_progress = r->start_ns;
+  int code = 0;
+  for (uint64_t s = 0; s < r->a->steps && !r->diverged && code == 0; s++) {
+    if (!r->threads) drills(r, s);
+    if (killed_now(r, s)) {
+      /* The rank's memory goes (as a dead process's does: destroying a
+       * node communicates nothing), its communicator stays, silent. */
+      return KVSIM_RANK_KILLED;
+    }
+    code = one_step(r, s);
+    if (code != 0) break;
+    inject_due(r, s);
+    if (kvs_shard_check_due(kvs_node_shard(r->node), s)) code = check(r, s, "periodic");
+    progress(r, &last_progress);
+  }
+  return code;
+}
+
+/* A process rank says who it was and where when the launcher ends it; rank
+ * threads share the process and its handlers, so they install none. */
+static void catch_sigterm(int rank) {
+  signal_rank = rank;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
@@ -577,37 +686,10 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
   r.world = kvs_comm_size(comm);
   r.speaker = r.rank == 0;
   r.ring_ok = true;
-  if (!threads) {
-    signal_rank = r.rank;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-  }
-  int code = setup(&r);
-  if (code == 0) {
-    r.start_ns = kvs_now_ns();
-    uint64_t last_progress = r.start_ns;
-    for (uint64_t s = 0; s < a->steps && !r.diverged && code == 0; s++) {
-      if (!threads) drills(&r, s);
-      if (killed_now(&r, s)) {
-        /* The rank's memory goes (as a dead process's does: destroying a
-         * node communicates nothing), its communicator stays, silent. */
-        code = KVSIM_RANK_KILLED;
-        break;
-      }
-      code = one_step(&r, s);
-      if (code != 0) break;
-      if (a->inject && r.rank == a->inject_rank && s == a->inject_step) inject(&r, s, false);
-      if (a->inject_slot && r.rank == a->inject_slot_rank && s == a->inject_slot_step) {
-        inject(&r, s, true);
-      }
-      if (kvs_shard_check_due(kvs_node_shard(r.node), s)) code = check(&r, s, "periodic");
-      progress(&r, &last_progress);
-    }
-    if (code == 0) code = finish(&r);
-  }
+  if (!threads) catch_sigterm(r.rank);
+  int code = setup_node(&r);
+  if (code == 0) code = run_steps(&r);
+  if (code == 0) code = finish(&r);
   kvs_workload_destroy(r.workload);
   kvs_node_destroy(r.node);
   kvs_cluster_destroy(r.cluster);

@@ -182,67 +182,99 @@ static void draw_legend(FILE *f, double x, double y) {
   text_at(f, x + 20, row + 24, "start", "small", "cannot hold one more page");
 }
 
-kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err) {
+/* The picture being drawn: what the writer's steps share. */
+typedef struct drawing {
+  const kvs_plan_svg *svg;
+  const kvs_rank_plan **by_gpu; /* the rank on each GPU of the list, or NULL */
+  group *groups;                /* the NUMA boxes, in order of their first GPU */
+  size_t n_groups;
+  size_t *members;     /* every box's GPU list, back to back */
+  uint64_t max_budget; /* the scale: the tallest bar's budget */
+  size_t limiting;     /* the rank outlined in red */
+  double width, height, legend_x;
+} drawing;
+
+static void drawing_free(drawing *d) {
+  free(d->by_gpu);
+  free(d->groups);
+  free(d->members);
+}
+
+/* Which rank sits on each GPU, and the largest budget, which sets the
+ * scale of every bar. */
+static kvs_status drawing_init(drawing *d, const kvs_plan_svg *svg, const char *path,
+                               kvs_error *err) {
   size_t n = svg->n_gpus;
-  size_t n_ranks = kvs_node_plan_rank_count(svg->plan);
-  size_t limiting = kvs_node_plan_limiting_rank(svg->plan);
-  const kvs_rank_plan **by_gpu = calloc(n > 0 ? n : 1, sizeof *by_gpu);
-  group *groups = calloc(n > 0 ? n : 1, sizeof *groups);
-  size_t *members = calloc(n > 0 ? n : 1, sizeof *members);
-  if (by_gpu == NULL || groups == NULL || members == NULL) {
-    free(by_gpu);
-    free(groups);
-    free(members);
+  memset(d, 0, sizeof *d);
+  d->svg = svg;
+  d->limiting = kvs_node_plan_limiting_rank(svg->plan);
+  d->by_gpu = calloc(n > 0 ? n : 1, sizeof *d->by_gpu);
+  d->groups = calloc(n > 0 ? n : 1, sizeof *d->groups);
+  d->members = calloc(n > 0 ? n : 1, sizeof *d->members);
+  if (d->by_gpu == NULL || d->groups == NULL || d->members == NULL) {
+    drawing_free(d);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory drawing %s", path);
   }
-  uint64_t max_budget = 0;
-  for (size_t r = 0; r < n_ranks; r++) {
+  for (size_t r = 0; r < kvs_node_plan_rank_count(svg->plan); r++) {
     const kvs_rank_plan *rp = kvs_node_plan_rank(svg->plan, r);
-    if (rp->gpu < n) by_gpu[rp->gpu] = rp;
-    if (rp->budget_bytes > max_budget) max_budget = rp->budget_bytes;
+    if (rp->gpu < n) d->by_gpu[rp->gpu] = rp;
+    if (rp->budget_bytes > d->max_budget) d->max_budget = rp->budget_bytes;
   }
-  /* Boxes: one per (NUMA node, package), in order of their first GPU. */
-  size_t n_groups = 0, n_members = 0;
+  return KVS_OK;
+}
+
+static bool in_group(const group *gr, const kvs_gpu_info *gpu) {
+  return gr->node == gpu->node && gr->numa == gpu->numa_node && gr->package == gpu->package;
+}
+
+/* Boxes: one per (node, NUMA node, package) holding a rank, in order of
+ * their first GPU, each listing its GPUs in ascending order. */
+static void group_gpus(drawing *d) {
+  const kvs_gpu_info *gpus = d->svg->gpus;
+  size_t n = d->svg->n_gpus, n_members = 0;
   for (size_t i = 0; i < n; i++) {
-    if (by_gpu[i] == NULL) continue;
+    if (d->by_gpu[i] == NULL) continue;
     size_t g = 0;
-    while (g < n_groups && !(groups[g].node == svg->gpus[i].node &&
-                             groups[g].numa == svg->gpus[i].numa_node &&
-                             groups[g].package == svg->gpus[i].package)) {
-      g++;
+    while (g < d->n_groups && !in_group(&d->groups[g], &gpus[i])) g++;
+    if (g == d->n_groups) {
+      d->groups[g].node = gpus[i].node;
+      d->groups[g].numa = gpus[i].numa_node;
+      d->groups[g].package = gpus[i].package;
+      d->groups[g].first_gpu = i;
+      d->n_groups++;
     }
-    if (g == n_groups) {
-      groups[g].node = svg->gpus[i].node;
-      groups[g].numa = svg->gpus[i].numa_node;
-      groups[g].package = svg->gpus[i].package;
-      groups[g].first_gpu = i;
-      n_groups++;
-    }
-    groups[g].n++;
+    d->groups[g].n++;
   }
-  for (size_t g = 0; g < n_groups; g++) {
-    groups[g].gpus = members + n_members;
+  for (size_t g = 0; g < d->n_groups; g++) {
+    d->groups[g].gpus = d->members + n_members;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-      if (by_gpu[i] != NULL && svg->gpus[i].node == groups[g].node &&
-          svg->gpus[i].numa_node == groups[g].numa && svg->gpus[i].package == groups[g].package) {
-        groups[g].gpus[k++] = i;
-      }
+      if (d->by_gpu[i] != NULL && in_group(&d->groups[g], &gpus[i])) d->groups[g].gpus[k++] = i;
     }
     n_members += k;
   }
+}
 
-  double width = MARGIN, box_top = MARGIN + HEADER;
-  for (size_t g = 0; g < n_groups; g++) width += (double)groups[g].n * SLOT + 2 * BOX_PAD + BOX_GAP;
-  double legend_x = width + 4;
-  width += LEGEND;
-  double height = box_top + CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 24 + MARGIN;
+/* The picture's size: the boxes side by side, the legend at the right,
+ * tall enough for the bars or the legend, whichever is taller. */
+static void measure(drawing *d) {
+  double box_top = MARGIN + HEADER;
+  d->width = MARGIN;
+  for (size_t g = 0; g < d->n_groups; g++) {
+    d->width += (double)d->groups[g].n * SLOT + 2 * BOX_PAD + BOX_GAP;
+  }
+  d->legend_x = d->width + 4;
+  d->width += LEGEND;
+  d->height = box_top + CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 24 + MARGIN;
   double legend_h = box_top + 14 + 30.0 * N_TIERS + 90;
-  if (height < legend_h) height = legend_h;
+  if (d->height < legend_h) d->height = legend_h;
+}
 
-  /* O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of
-   * waiting forever; one with a reader, like a pipe or a terminal, is
-   * written as usual once the flag is cleared. */
+/* The file, or NULL with errno saying why. O_NONBLOCK: a FIFO nobody
+ * reads fails at once (ENXIO) instead of waiting forever; one with a
+ * reader, like a pipe or a terminal, is written as usual once the flag is
+ * cleared. */
+static FILE *open_svg(const char *path) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
   FILE *f = NULL;
   if (fd >= 0) {
@@ -252,14 +284,11 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
       close(fd);
     }
   }
-  if (f == NULL) {
-    kvs_status s =
-        kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path, strerror(errno));
-    free(by_gpu);
-    free(groups);
-    free(members);
-    return s;
-  }
+  return f;
+}
+
+/* The XML prologue, the hatch pattern and styles, the title lines. */
+static void write_prologue(FILE *f, const drawing *d) {
   fprintf(f,
           "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -274,66 +303,101 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
           ".box{font-size:11px;fill:#1f3b57}.limit{font-size:10px;font-weight:bold;"
           "fill:#d62728}</style>\n"
           "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-          width, height, width, height);
-  text_at(f, MARGIN, MARGIN + 18, "start", "title", svg->title);
-  text_at(f, MARGIN, MARGIN + 40, "start", "sub", svg->subtitle);
+          d->width, d->height, d->width, d->height);
+  text_at(f, MARGIN, MARGIN + 18, "start", "title", d->svg->title);
+  text_at(f, MARGIN, MARGIN + 40, "start", "sub", d->svg->subtitle);
+}
 
-  double x = MARGIN;
-  bool machines = svg->node_labels != NULL && svg->n_nodes > 1;
-  double node_x = x;
-  for (size_t g = 0; g < n_groups; g++) {
-    const group *gr = &groups[g];
+/* A NUMA box's two caption lines: the node and package, then its CPUs. */
+static void draw_caption(FILE *f, const drawing *d, const group *gr, double x, double box_top,
+                         double box_w) {
+  char line[KVS_CPUSET_STRING_MAX + 64];
+  char numa[24] = "?", package[24] = "?";
+  if (gr->numa >= 0) snprintf(numa, sizeof numa, "%d", gr->numa);
+  if (gr->package >= 0) snprintf(package, sizeof package, "%d", gr->package);
+  snprintf(line, sizeof line, "NUMA node %s · package %s", numa, package);
+  text_at(f, x + BOX_PAD, box_top + 15, "start", "box", line);
+  const char *cpus = d->svg->gpus[gr->gpus[0]].cpuset;
+  /* A long CPU list is cut to the box; the JSON keeps it whole. */
+  size_t room = (size_t)(box_w / 6.2) > 8 ? (size_t)(box_w / 6.2) - 6 : 2;
+  if (strlen(cpus) > room) {
+    snprintf(line, sizeof line, "CPUs %.*s...", (int)room, cpus);
+  } else {
+    snprintf(line, sizeof line, "CPUs %s", cpus[0] != '\0' ? cpus : "unknown");
+  }
+  text_at(f, x + BOX_PAD, box_top + 29, "start", "box", line);
+}
+
+/* One NUMA box at x: its outline, caption and a bar per GPU. */
+static void draw_group(FILE *f, const drawing *d, const group *gr, double x, double box_top,
+                       double box_w, double box_h) {
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
+          "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
+          x, box_top, box_w, box_h);
+  draw_caption(f, d, gr, x, box_top, box_w);
+  for (size_t k = 0; k < gr->n; k++) {
+    const kvs_rank_plan *rp = d->by_gpu[gr->gpus[k]];
+    double cx = x + BOX_PAD + SLOT * ((double)k + 0.5);
+    draw_bar(f, d->svg, rp, cx, box_top + CAPTION, d->max_budget, rp->rank == d->limiting);
+  }
+}
+
+/* A machine's box around its NUMA boxes, from node_x to end_x, its label
+ * underneath. */
+static void draw_machine(FILE *f, const drawing *d, size_t node, double node_x, double end_x,
+                         double box_top, double box_h) {
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"10\" "
+          "fill=\"none\" stroke=\"#5b7fa6\" stroke-dasharray=\"6 3\"/>\n",
+          node_x - 5, box_top - 5, end_x - node_x + 10, box_h + 26);
+  char label[160];
+  snprintf(label, sizeof label, "node %zu: %.120s", node,
+           node < d->svg->n_nodes ? d->svg->node_labels[node] : "?");
+  text_at(f, node_x, box_top + box_h + 16, "start", "box", label);
+}
+
+/* The boxes left to right; over a cluster, each machine's boxed too. */
+static void draw_groups(FILE *f, const drawing *d, double box_top) {
+  const double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
+  bool machines = d->svg->node_labels != NULL && d->svg->n_nodes > 1;
+  double x = MARGIN, node_x = x;
+  for (size_t g = 0; g < d->n_groups; g++) {
+    const group *gr = &d->groups[g];
     double box_w = (double)gr->n * SLOT + 2 * BOX_PAD;
-    double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
-    if (machines && (g == 0 || groups[g - 1].node != gr->node)) node_x = x;
-    fprintf(f,
-            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"8\" "
-            "fill=\"#f5f9fd\" stroke=\"#9bb7d4\"/>\n",
-            x, box_top, box_w, box_h);
-    char line[KVS_CPUSET_STRING_MAX + 64];
-    char numa[24] = "?", package[24] = "?";
-    if (gr->numa >= 0) snprintf(numa, sizeof numa, "%d", gr->numa);
-    if (gr->package >= 0) snprintf(package, sizeof package, "%d", gr->package);
-    snprintf(line, sizeof line, "NUMA node %s · package %s", numa, package);
-    text_at(f, x + BOX_PAD, box_top + 15, "start", "box", line);
-    const char *cpus = svg->gpus[gr->gpus[0]].cpuset;
-    /* A long CPU list is cut to the box; the JSON keeps it whole. */
-    size_t room = (size_t)(box_w / 6.2) > 8 ? (size_t)(box_w / 6.2) - 6 : 2;
-    if (strlen(cpus) > room) {
-      snprintf(line, sizeof line, "CPUs %.*s...", (int)room, cpus);
-    } else {
-      snprintf(line, sizeof line, "CPUs %s", cpus[0] != '\0' ? cpus : "unknown");
-    }
-    text_at(f, x + BOX_PAD, box_top + 29, "start", "box", line);
-    for (size_t k = 0; k < gr->n; k++) {
-      const kvs_rank_plan *rp = by_gpu[gr->gpus[k]];
-      double cx = x + BOX_PAD + SLOT * ((double)k + 0.5);
-      draw_bar(f, svg, rp, cx, box_top + CAPTION, max_budget, rp->rank == limiting);
-    }
+    if (machines && (g == 0 || d->groups[g - 1].node != gr->node)) node_x = x;
+    draw_group(f, d, gr, x, box_top, box_w, box_h);
     x += box_w + BOX_GAP;
-    /* The machine's box around its NUMA boxes, its label underneath. */
-    if (machines && (g + 1 == n_groups || groups[g + 1].node != gr->node)) {
-      fprintf(f,
-              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"10\" "
-              "fill=\"none\" stroke=\"#5b7fa6\" stroke-dasharray=\"6 3\"/>\n",
-              node_x - 5, box_top - 5, x - BOX_GAP - node_x + 10, box_h + 26);
-      char label[160];
-      snprintf(label, sizeof label, "node %zu: %.120s", gr->node,
-               gr->node < svg->n_nodes ? svg->node_labels[gr->node] : "?");
-      text_at(f, node_x, box_top + box_h + 16, "start", "box", label);
+    if (machines && (g + 1 == d->n_groups || d->groups[g + 1].node != gr->node)) {
+      draw_machine(f, d, gr->node, node_x, x - BOX_GAP, box_top, box_h);
     }
   }
-  draw_legend(f, legend_x, box_top + 12);
+}
+
+kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err) {
+  drawing d;
+  kvs_status status = drawing_init(&d, svg, path, err);
+  if (status != KVS_OK) return status;
+  group_gpus(&d);
+  measure(&d);
+  FILE *f = open_svg(path);
+  if (f == NULL) {
+    status = kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path, strerror(errno));
+    drawing_free(&d);
+    return status;
+  }
+  double box_top = MARGIN + HEADER;
+  write_prologue(f, &d);
+  draw_groups(f, &d, box_top);
+  draw_legend(f, d.legend_x, box_top + 12);
   char b1[32], note[128];
   snprintf(note, sizeof note, "bars to scale: the tallest is a %s budget",
-           kvs_format_bytes(max_budget, b1, sizeof b1));
-  text_at(f, MARGIN, height - MARGIN + 8, "start", "small", note);
+           kvs_format_bytes(d.max_budget, b1, sizeof b1));
+  text_at(f, MARGIN, d.height - MARGIN + 8, "start", "small", note);
   fputs("</svg>\n", f);
   bool failed = ferror(f) != 0;
   failed |= fclose(f) != 0;
-  free(by_gpu);
-  free(groups);
-  free(members);
+  drawing_free(&d);
   if (failed) return kvs_error_set(err, KVS_ERR_IO, "writing SVG '%s' failed", path);
   return KVS_OK;
 }
