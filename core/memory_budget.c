@@ -18,8 +18,11 @@ const char *kvs_budget_source_name(kvs_budget_source source) {
 /* floor(memory x ratio). memory x ratio <= memory < 2^64 for a ratio up to
  * 1, so the floor converts back safely except where rounding reaches 2^64
  * itself (or a larger ratio passes it): that saturates. */
+/* floor(memory x ratio), saturating; 0 for a ratio that is negative or
+ * not a number (a negative double converted to uint64_t is undefined). */
 static uint64_t usable_bytes(uint64_t memory_bytes, double memory_ratio) {
   double share = floor((double)memory_bytes * memory_ratio);
+  if (!(share >= 0.0)) return 0;
   return share >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)share;
 }
 

@@ -55,8 +55,9 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
 /* The rule's arithmetic alone, for a search over the ratio (kvplan fit
  * looks for the smallest share of memory a plan needs, trying shares above
  * 1 to say how far out of reach it is): floor(memory x ratio) - weights -
- * reserve into *budget_bytes, for any finite ratio >= 0. False, writing
- * nothing, where kvs_memory_budget_rule would find the budget empty. */
+ * reserve into *budget_bytes, for any ratio >= 0 (the share saturates at
+ * 2^64 - 1 bytes). False, writing nothing, where kvs_memory_budget_rule
+ * would find the budget empty, and for a negative or NaN ratio. */
 bool kvs_memory_budget_bytes(uint64_t memory_bytes, double memory_ratio, uint64_t weights_bytes,
                              uint64_t reserve_bytes, uint64_t *budget_bytes);
 

@@ -176,3 +176,34 @@ TEST(MemoryBudget, the_sources_have_names) {
   EXPECT_STREQ(kvs_budget_source_name(KVS_BUDGET_NOMINAL), "nominal");
   EXPECT_STREQ(kvs_budget_source_name(KVS_BUDGET_EXPLICIT), "explicit");
 }
+
+// The rule's arithmetic alone, as fit searches shares of memory: the same
+// bytes as the rule inside (0, 1], shares above 1 allowed, and false (with
+// nothing written) exactly where the rule finds the budget empty.
+TEST(MemoryBudget, the_bare_arithmetic_agrees_with_the_rule_and_takes_shares_above_one) {
+  const uint64_t memory = 141000000000ull;
+  for (double ratio : {0.05, 0.5, 0.9, 1.0}) {
+    for (uint64_t weights : {uint64_t(0), 20 * GiB}) {
+      kvs_memory_budget rule;
+      uint64_t bytes = 7;
+      bool fits = kvs_memory_budget_bytes(memory, ratio, weights, 512 * MiB, &bytes);
+      kvs_status status =
+          kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, memory, ratio, weights, 512 * MiB, &rule, nullptr);
+      ASSERT_EQ(fits, status == KVS_OK) << ratio << " " << weights;
+      if (fits) {
+        EXPECT_EQ(bytes, rule.budget_bytes) << ratio << " " << weights;
+      } else {
+        EXPECT_EQ(bytes, 7u) << "a refusal writes nothing";
+      }
+    }
+  }
+  uint64_t bytes = 0;
+  ASSERT_TRUE(kvs_memory_budget_bytes(80 * GiB, 2.5, 10 * GiB, GiB, &bytes));
+  EXPECT_EQ(bytes, 200 * GiB - 11 * GiB);
+  // Exactly used up, and one byte short of it.
+  EXPECT_FALSE(kvs_memory_budget_bytes(10 * GiB, 1.0, 9 * GiB, GiB, &bytes));
+  ASSERT_TRUE(kvs_memory_budget_bytes(10 * GiB, 1.0, 9 * GiB, GiB - 1, &bytes));
+  EXPECT_EQ(bytes, 1u);
+  EXPECT_FALSE(kvs_memory_budget_bytes(10 * GiB, -0.5, 0, 0, &bytes));
+  EXPECT_FALSE(kvs_memory_budget_bytes(10 * GiB, std::nan(""), 0, 0, &bytes));
+}
