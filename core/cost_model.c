@@ -178,7 +178,7 @@ static kvs_status terms_all(const kvs_geometry *geometry, kvs_cost_terms *terms,
   return kvs_cost_terms_make(geometry, 0, kvs_geometry_layer_count(geometry), NULL, terms, err);
 }
 
-double kvs_round_half_even(double value) {
+double kvs_cost_round_half_even(double value) {
   if (!isfinite(value)) return value;
   double below = floor(value);
   double frac = value - below; /* exact for doubles */
@@ -189,13 +189,13 @@ double kvs_round_half_even(double value) {
 
 /* round_half_even(ratio * count) as a count; false when it exceeds 64 bits. */
 static bool scale_count(double ratio, uint64_t count, uint64_t *out) {
-  double scaled = kvs_round_half_even(ratio * (double)count);
+  double scaled = kvs_cost_round_half_even(ratio * (double)count);
   if (scaled >= 18446744073709551616.0) return false;
   *out = scaled <= 0.0 ? 0 : (uint64_t)scaled;
   return true;
 }
 
-kvs_status kvs_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err) {
+kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err) {
   kvs_status status = check_swa_ratio(swa_ratio, err);
   if (status != KVS_OK) return status;
   if (!scale_count(swa_ratio, count, out)) {
@@ -205,7 +205,7 @@ kvs_status kvs_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_
   return KVS_OK;
 }
 
-kvs_status kvs_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
+kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
                                      kvs_error *err) {
   bool overflow = false;
   uint64_t pages = kvs_mul(2, kvs_add(max_running, 1, &overflow), &overflow);
@@ -219,12 +219,12 @@ kvs_status kvs_reserved_window_pages(uint64_t max_running, bool radix, uint64_t 
   return KVS_OK;
 }
 
-kvs_status kvs_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
+kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
                                   uint64_t page, uint64_t *out, kvs_error *err) {
   kvs_status status = check_page(page, err);
   if (status != KVS_OK) return status;
   uint64_t reserved;
-  if ((status = kvs_reserved_window_pages(max_running, radix, &reserved, err))) return status;
+  if ((status = kvs_cost_reserved_window_pages(max_running, radix, &reserved, err))) return status;
   uint64_t reach = kvs_div_ceil(max_seq_len, page);
   if (reach > 8) reach = 8; /* chunked prefill bounds the rest */
   bool overflow = false;
@@ -236,7 +236,7 @@ kvs_status kvs_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bo
   return KVS_OK;
 }
 
-kvs_status kvs_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
+kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
                               uint64_t *out, kvs_error *err) {
   kvs_cost_terms t;
   kvs_status status;
@@ -270,7 +270,7 @@ kvs_status kvs_cache_per_page(const kvs_geometry *geometry, double swa_ratio, ui
   return KVS_OK;
 }
 
-kvs_status kvs_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                              kvs_error *err) {
   kvs_cost_terms t;
   kvs_status status;
@@ -286,7 +286,7 @@ kvs_status kvs_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64
   return KVS_OK;
 }
 
-kvs_status kvs_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                  kvs_error *err) {
   kvs_cost_terms t;
   kvs_status status;
@@ -467,7 +467,7 @@ kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cos
   return KVS_OK;
 }
 
-kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                 uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
   kvs_status status = kvs_pool_sizes_check_terms(sizes, terms, err);
   if (status != KVS_OK) return status;
@@ -480,13 +480,13 @@ kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_term
   return KVS_OK;
 }
 
-kvs_status kvs_pool_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
+kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
                           uint64_t n_scratch, uint64_t *out, kvs_error *err) {
   kvs_cost_terms t;
   kvs_status status = terms_all(geometry, &t, err);
   if (status != KVS_OK) return status;
   kvs_pool_breakdown b;
-  if ((status = kvs_pool_bytes_terms(sizes, &t, n_scratch, &b, err))) return status;
+  if ((status = kvs_pool_sizes_bytes_terms(sizes, &t, n_scratch, &b, err))) return status;
   *out = b.total;
   return KVS_OK;
 }
@@ -554,7 +554,7 @@ static double estimate_pages(const solve_ctx *c, uint64_t lo, uint64_t lo_bytes,
   return pinned_until + (spare - pinned_cost) / (full_per_page + share * win_per_page);
 }
 
-kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
+kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
                                      double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                      uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err) {
@@ -633,7 +633,7 @@ kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_te
   return kvs_pool_sizes_compute_terms(lo, terms, swa_ratio, page, win, out, err);
 }
 
-kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
+kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
                                double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                uint64_t n_scratch, kvs_pool_sizes *out,
                                kvs_budget_shortfall *shortfall, kvs_error *err) {
@@ -645,16 +645,16 @@ kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geo
       (status = kvs_pool_sizes_compute(2, geometry, swa_ratio, page, 2, &probe, err))) {
     return status;
   }
-  return kvs_solve_num_pages_terms(available_bytes, &t, swa_ratio, floor_win_pages, page, n_scratch,
-                                   out, shortfall, err);
+  return kvs_cost_solve_num_pages_terms(available_bytes, &t, swa_ratio, floor_win_pages, page,
+                                        n_scratch, out, shortfall, err);
 }
 
-kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,
+kvs_status kvs_cost_auto_model(const kvs_geometry *geometry, double swa_ratio,
                                uint64_t floor_win_pages, uint64_t page, uint64_t n_scratch,
                                kvs_auto_cost *out, kvs_error *err) {
   kvs_status status;
   uint64_t cache_per_page;
-  if ((status = kvs_cache_per_page(geometry, swa_ratio, page, &cache_per_page, err))) {
+  if ((status = kvs_cost_cache_per_page(geometry, swa_ratio, page, &cache_per_page, err))) {
     return status;
   }
   bool of = false;
@@ -669,7 +669,7 @@ kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,
   kvs_pool_sizes sizes;
   uint64_t base;
   if ((status = kvs_pool_sizes_compute(n0, geometry, swa_ratio, page, win0, &sizes, err)) ||
-      (status = kvs_pool_bytes(&sizes, geometry, n_scratch, &base, err))) {
+      (status = kvs_pool_sizes_bytes(&sizes, geometry, n_scratch, &base, err))) {
     return status;
   }
   uint64_t slack_pages = kvs_div_ceil(KVS_AUTO_KV_SLACK_BYTES, per_page > 0 ? per_page : 1);

@@ -12,7 +12,11 @@
  * The page solve searches the exact pool bytes rather than dividing the
  * budget by a per-page cost: at small budgets the window pins at its floor
  * while the anchor shrinks, so a division over-sizes every tier at once
- * and the failure would surface at the first allocation. */
+ * and the failure would surface at the first allocation.
+ *
+ * Names: a function of one type is named for it (kvs_pool_sizes_*,
+ * kvs_row_widths_*, kvs_cost_terms_*, kvs_state_rings_*, kvs_kv_dtype_*);
+ * every other function of the model is kvs_cost_*. */
 #ifndef KVS_CORE_COST_MODEL_H
 #define KVS_CORE_COST_MODEL_H
 
@@ -131,36 +135,36 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
 
 /* Python's round(): halves go to the even neighbour (0.5 -> 0, 1.5 -> 2).
  * The sizing uses it; the unit costs round up instead. */
-double kvs_round_half_even(double value);
+double kvs_cost_round_half_even(double value);
 
 /* round_half_even(swa_ratio * count): swa_ratio must be finite and >= 0. */
-kvs_status kvs_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err);
+kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err);
 
 /* Window pages reserved for the concurrent working set. Ported from the
  * reference code, not its docstring: 2*(max_running+1) decode transients,
  * plus 3*max_running in radix mode, plus the dummy page. */
-kvs_status kvs_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
+kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
                                      kvs_error *err);
 
 /* The working-set floor in window pages: one prefill chunk's reach
  * (ceil(max_seq_len / page), capped at 8 pages) plus the reserve. */
-kvs_status kvs_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
+kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
                                   uint64_t page, uint64_t *out, kvs_error *err);
 
 /* Bytes per P-token page over all tiers and layers, window and rings
  * scaled by swa_ratio. For the affine planner only; never for the final
  * size. */
-kvs_status kvs_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
+kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
                               uint64_t *out, kvs_error *err);
 
 /* Full-anchored bytes per full-history token (compressed, indexer, the
  * mapping), rounded up: independent of swa_ratio. */
-kvs_status kvs_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                              kvs_error *err);
 
 /* Window-anchored bytes per window token (window KV on every layer and
  * both rings), rounded up. */
-kvs_status kvs_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
+kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                  kvs_error *err);
 
 /* Pool dimensions for an anchor. Per-layer sizes are derived on demand by
@@ -225,10 +229,10 @@ typedef struct kvs_pool_breakdown {
 
 /* Exact pool bytes. The sizes must have been built for this geometry's
  * layer count (the error names both counts). */
-kvs_status kvs_pool_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
+kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
                           uint64_t n_scratch, uint64_t *out, kvs_error *err);
 
-kvs_status kvs_pool_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
+kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                 uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
 
 /* Whether sizes were built for these terms: the same layer count and the
@@ -242,7 +246,7 @@ kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cos
  * planner that prices footprints plans what a device allocates, byte for
  * byte; with neither control nor padding it is the exact bytes. */
 typedef struct kvs_device_footprint {
-  uint64_t exact_bytes;   /* kvs_pool_bytes_terms' total */
+  uint64_t exact_bytes;   /* kvs_pool_sizes_bytes_terms' total */
   uint64_t control_bytes; /* the carve's control area (fault records, staging) */
   uint64_t padding_bytes; /* every alignment gap */
   uint64_t total_bytes;   /* exact + control + padding */
@@ -260,12 +264,12 @@ typedef struct kvs_budget_shortfall {
  * window at max(floor_win_pages, ceil(swa_ratio * num_pages)). A budget
  * below the minimal pool is KVS_ERR_BUDGET_TOO_SMALL with *shortfall
  * filled (when non-NULL) and *out untouched. */
-kvs_status kvs_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
+kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
                                double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                uint64_t n_scratch, kvs_pool_sizes *out,
                                kvs_budget_shortfall *shortfall, kvs_error *err);
 
-kvs_status kvs_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
+kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
                                      double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                      uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err);
@@ -279,7 +283,7 @@ typedef struct kvs_auto_cost {
   uint64_t min_reserve_tokens; /* (minimal pages + slack pages) * P */
 } kvs_auto_cost;
 
-kvs_status kvs_auto_cost_model(const kvs_geometry *geometry, double swa_ratio,
+kvs_status kvs_cost_auto_model(const kvs_geometry *geometry, double swa_ratio,
                                uint64_t floor_win_pages, uint64_t page, uint64_t n_scratch,
                                kvs_auto_cost *out, kvs_error *err);
 

@@ -127,7 +127,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                          (unsigned long long)sizes->full_token);
   }
   uint64_t reserved;
-  kvs_status status = kvs_reserved_window_pages(options->max_running, options->radix,
+  kvs_status status = kvs_cost_reserved_window_pages(options->max_running, options->radix,
                                                 &reserved, err);
   if (status != KVS_OK) return status;
 

@@ -249,7 +249,7 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
   kvs_pool_breakdown exact;
   if ((status = adopt_options(&options, &adopted, err)) ||
       (status = kvs_cost_terms_make(geometry, first, end, widths, &terms, err)) ||
-      (status = kvs_pool_bytes_terms(sizes, &terms, options->n_scratch, &exact, err)) ||
+      (status = kvs_pool_sizes_bytes_terms(sizes, &terms, options->n_scratch, &exact, err)) ||
       (status = check_sizes(&terms, sizes, err))) {
     return status;
   }
@@ -432,7 +432,7 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
   kvs_pool_sizes upper;
   uint64_t hi;
   uint64_t after_control = budget_bytes - candidate.tiers_offset;
-  if (kvs_solve_num_pages_terms(after_control, &terms, swa_ratio, floor_win_pages, page,
+  if (kvs_cost_solve_num_pages_terms(after_control, &terms, swa_ratio, floor_win_pages, page,
                                 options->n_scratch, &upper, NULL, NULL) == KVS_OK) {
     hi = kvs_pool_sizes_num_pages(&upper) + 1;
   } else {

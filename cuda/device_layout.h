@@ -6,7 +6,7 @@
  * carries its n_scratch rows after its data rows, each ring one scratch
  * row, and the full -> window table its trailing -1 sentinel row. With
  * alignment 1 the tiers are contiguous and their bytes equal
- * kvs_pool_bytes_terms exactly; with alignment A every region starts on a
+ * kvs_pool_sizes_bytes_terms exactly; with alignment A every region starts on a
  * multiple of A and the gaps are counted in padding_bytes, so the plan
  * prices what is really allocated.
  *
@@ -135,7 +135,7 @@ typedef struct kvs_device_layout {
  * sizes (built for that range: sizes->n_layers == end - first). widths
  * NULL means core's defaults (bf16 rows, fp32 rings); options NULL means
  * the INIT values. Cross-checks every tier's bytes against
- * kvs_pool_bytes_terms. *out is written only on success. */
+ * kvs_pool_sizes_bytes_terms. *out is written only on success. */
 kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, size_t end,
                                    const kvs_row_widths *widths, const kvs_pool_sizes *sizes,
                                    const kvs_device_layout_options *options, kvs_device_layout *out,
@@ -171,7 +171,7 @@ kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry);
 
 /* The largest pool of layers [first, end) whose padded layout, control
  * area included, fits budget_bytes: the same window rule as
- * kvs_solve_num_pages (max(floor, ceil(swa_ratio * pages)) pages, capped
+ * kvs_cost_solve_num_pages (max(floor, ceil(swa_ratio * pages)) pages, capped
  * at the history). With alignment 1 this is core's solve of the budget
  * less the control area; with more it is never more, and never short of
  * a pool that fits. A budget below the minimal padded pool is

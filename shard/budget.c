@@ -27,13 +27,13 @@ static kvs_status solve_own(const kvs_geometry *geometry, const kvs_shard_layout
   kvs_status status;
   if ((status = kvs_cost_terms_make(geometry, layout->layer_first, layout->layer_end, o->widths,
                                     &b->terms, err)) ||
-      (status = kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
+      (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
                                        &b->floor_win_pages, err))) {
     return status;
   }
   kvs_pool_sizes own;
   kvs_budget_shortfall shortfall;
-  status = kvs_solve_num_pages_terms(budget_bytes, &b->terms, o->swa_ratio, b->floor_win_pages,
+  status = kvs_cost_solve_num_pages_terms(budget_bytes, &b->terms, o->swa_ratio, b->floor_win_pages,
                                      o->page, o->n_scratch, &own, &shortfall, err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL) {
     return kvs_error_set(err, status,
@@ -56,7 +56,7 @@ static kvs_status solve_own(const kvs_geometry *geometry, const kvs_shard_layout
 static kvs_status agreed_sizes(const kvs_shard_budget *b, const kvs_budget_options *o,
                                uint64_t pages, kvs_pool_sizes *out, kvs_error *err) {
   uint64_t slots;
-  kvs_status status = kvs_scale_count(o->swa_ratio, pages * o->page, &slots, err);
+  kvs_status status = kvs_cost_scale_count(o->swa_ratio, pages * o->page, &slots, err);
   if (status != KVS_OK) return status;
   uint64_t win = (slots + o->page - 1) / o->page;
   if (win < b->floor_win_pages) win = b->floor_win_pages;
@@ -128,7 +128,7 @@ kvs_status kvs_shard_agree_budget(kvs_comm_t comm, const kvs_geometry *geometry,
   }
   kvs_pool_breakdown bytes;
   if ((status = agreed_sizes(&b, options, agreed, &b.sizes, err)) ||
-      (status = kvs_pool_bytes_terms(&b.sizes, &b.terms, options->n_scratch, &bytes, err))) {
+      (status = kvs_pool_sizes_bytes_terms(&b.sizes, &b.terms, options->n_scratch, &bytes, err))) {
     return status;
   }
   b.agreed_pages = agreed;

@@ -1,7 +1,7 @@
 /* Budget agreement: one page count for the whole group.
  *
  * Each rank solves its own device's pool byte-exactly for its own layers
- * (core/ cost model: kvs_solve_num_pages_terms), then one allreduce agrees
+ * (core/ cost model: kvs_cost_solve_num_pages_terms), then one allreduce agrees
  * on the MINIMUM page count, and every rank re-sizes its pool at that
  * count. Sizing from the maximum would pass at start-up and fail at the
  * first allocation on the smallest rank (an OOM far from its cause); the

@@ -428,7 +428,7 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
     }
     uint64_t floor = o->floor_win_pages;
     if (local == KVS_OK && floor == 0) {
-      local = kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
+      local = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
                                      &local_err);
     }
     kvs_plan_request r = {.geometry = &node->geometry,

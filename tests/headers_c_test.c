@@ -17,7 +17,7 @@ static int core_pool(void) {
     return 1;
   }
   kvs_pool_sizes sizes;
-  if (kvs_solve_num_pages(8ull << 30, &geometry, 0.125, 21, KVS_DEFAULT_WINDOW_PAGE, 1, &sizes,
+  if (kvs_cost_solve_num_pages(8ull << 30, &geometry, 0.125, 21, KVS_DEFAULT_WINDOW_PAGE, 1, &sizes,
                           NULL, &err) != KVS_OK) {
     fprintf(stderr, "solve: %s\n", err.message);
     return 1;

@@ -98,7 +98,7 @@ int kvs_bench_core(json_t *results, int quick) {
   kvs_pool_sizes solved;
   start = now_ns();
   for (long i = 0; i < n_solve; i++) {
-    if (kvs_solve_num_pages((100ull << 30) + (uint64_t)i, &g, 0.125, 141, P, 64, &solved, NULL,
+    if (kvs_cost_solve_num_pages((100ull << 30) + (uint64_t)i, &g, 0.125, 141, P, 64, &solved, NULL,
                             &err)) {
       fprintf(stderr, "kvbench: solve %ld: %s\n", i, err.message);
       return 1;

@@ -344,8 +344,8 @@ static int evaluate(fit_args *a, kvs_plan_model *m, kvs_cluster_t cluster,
       row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
       uint64_t per_request = (a->context + o->page - 1) / o->page;
       row->pages = per_request * row->requests;
-      if (kvs_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
-                                 &err) != KVS_OK ||
+      if (kvs_cost_window_floor_pages(a->context, row->requests, o->radix, o->page,
+                                      &row->floor_pages, &err) != KVS_OK ||
           (weights != NULL &&
            kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
         fprintf(stderr, "kvplan fit: %s\n", err.message);

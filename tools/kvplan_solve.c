@@ -157,7 +157,7 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
                                           &err);
   if (status == KVS_OK) {
     kvs_plan_model_window_cache(m, o, budget);
-    status = kvs_solve_num_pages_terms(budget, &terms, m->swa_ratio, m->floor_pages, o->page,
+    status = kvs_cost_solve_num_pages_terms(budget, &terms, m->swa_ratio, m->floor_pages, o->page,
                                        o->scratch, &sizes, &shortfall, &err);
   }
   kvs_sglang_pools pools;
@@ -186,7 +186,8 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
     return 1;
   }
   kvs_pool_breakdown breakdown;
-  if (status == KVS_OK) status = kvs_pool_bytes_terms(&sizes, &terms, o->scratch, &breakdown, &err);
+  if (status == KVS_OK)
+    status = kvs_pool_sizes_bytes_terms(&sizes, &terms, o->scratch, &breakdown, &err);
   if (status != KVS_OK) {
     fprintf(stderr, "kvplan solve: %s\n", err.message);
     json_decref(sglang);
@@ -241,8 +242,8 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   int rc = 0;
   for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
     kvs_pool_sizes sizes;
-    if (kvs_solve_num_pages_terms(budget, &terms, ratios[i], m->floor_pages, o->page, o->scratch,
-                                  &sizes, NULL, &err) != KVS_OK) {
+    if (kvs_cost_solve_num_pages_terms(budget, &terms, ratios[i], m->floor_pages, o->page,
+                                       o->scratch, &sizes, NULL, &err) != KVS_OK) {
       fprintf(stderr, "kvplan solve: swa ratio %g: %s\n", ratios[i], err.message);
       rc = 1;
       break;

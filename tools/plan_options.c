@@ -269,7 +269,7 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
     out->floor_pages = o->floor_pages;
     return KVS_OK;
   }
-  return kvs_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
+  return kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
                                 &out->floor_pages, err);
 }
 

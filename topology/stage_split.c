@@ -53,7 +53,7 @@ static bool range_total(const split_ctx *c, size_t first, size_t end, uint64_t n
   kvs_device_footprint f;
   if (kvs_pool_sizes_compute_terms(num_pages, &t, c->req->swa_ratio, c->req->page, win, &sizes,
                                    NULL) != KVS_OK ||
-      kvs_pool_bytes_terms(&sizes, &t, c->req->n_scratch, &b, NULL) != KVS_OK ||
+      kvs_pool_sizes_bytes_terms(&sizes, &t, c->req->n_scratch, &b, NULL) != KVS_OK ||
       footprint_of(c->req, &t, &sizes, &b, &f, NULL) != KVS_OK) {
     return false;
   }
@@ -195,7 +195,7 @@ kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pag
     return status;
   }
   /* The ratio's share (already capped at num_pages), raised to the floor,
-   * capped again: the window kvs_solve_num_pages gives this anchor. */
+   * capped again: the window kvs_cost_solve_num_pages gives this anchor. */
   uint64_t win = sizes.n_win_pages;
   if (win < req->floor_win_pages) win = req->floor_win_pages;
   *out = win < num_pages ? win : num_pages;
@@ -216,7 +216,7 @@ kvs_status kvs_split_range_bytes(const kvs_split_request *req, size_t first, siz
       (status = kvs_cost_terms_make(req->geometry, first, end, req->widths, &t, err)) ||
       (status =
            kvs_pool_sizes_compute_terms(num_pages, &t, req->swa_ratio, req->page, win, &s, err)) ||
-      (status = kvs_pool_bytes_terms(&s, &t, req->n_scratch, &b, err)) ||
+      (status = kvs_pool_sizes_bytes_terms(&s, &t, req->n_scratch, &b, err)) ||
       (status = footprint_of(req, &t, &s, &b, &f, err))) {
     return status;
   }
@@ -238,7 +238,7 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
     budget -= weights;
     kvs_cost_terms t = range_terms(c, first, end);
     kvs_pool_sizes alone;
-    if (kvs_solve_num_pages_terms(budget, &t, req->swa_ratio, req->floor_win_pages, req->page,
+    if (kvs_cost_solve_num_pages_terms(budget, &t, req->swa_ratio, req->floor_win_pages, req->page,
                                   req->n_scratch, &alone, NULL, NULL) != KVS_OK) {
       return 0;
     }
@@ -489,7 +489,8 @@ kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
              kvs_cost_terms_make(req->geometry, first[s], end[s], req->widths, &st->terms, err)) ||
         (status = kvs_pool_sizes_compute_terms(num_pages, &st->terms, req->swa_ratio, req->page,
                                                win, &st->sizes, err)) ||
-        (status = kvs_pool_bytes_terms(&st->sizes, &st->terms, req->n_scratch, &st->bytes, err)) ||
+        (status =
+             kvs_pool_sizes_bytes_terms(&st->sizes, &st->terms, req->n_scratch, &st->bytes, err)) ||
         (status = footprint_of(req, &st->terms, &st->sizes, &st->bytes, &st->device, err))) {
       goto done;
     }

@@ -79,7 +79,7 @@ typedef struct kvs_stage_plan {
   uint64_t weight_bytes; /* of it, the range's layer weights */
   kvs_cost_terms terms;
   kvs_pool_sizes sizes;        /* at the common page count, for this range */
-  kvs_pool_breakdown bytes;    /* exact, kvs_pool_bytes_terms */
+  kvs_pool_breakdown bytes;    /* exact, kvs_pool_sizes_bytes_terms */
   kvs_device_footprint device; /* what a device of the stage allocates */
   /* The most pages this stage could hold alone with this range; the
    * stages whose max_pages equals the common count are the limit. */

@@ -17,32 +17,32 @@ namespace {
 uint64_t cache_per_page(const kvs_geometry &g, double swa) {
   uint64_t out = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_cache_per_page(&g, swa, P, &out, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_cost_cache_per_page(&g, swa, P, &out, &err), KVS_OK) << err.message;
   return out;
 }
 
 uint64_t pool_bytes(const kvs_pool_sizes &s, const kvs_geometry &g, uint64_t n_scratch) {
   uint64_t out = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_pool_bytes(&s, &g, n_scratch, &out, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_pool_sizes_bytes(&s, &g, n_scratch, &out, &err), KVS_OK) << err.message;
   return out;
 }
 
 uint64_t reserved(uint64_t max_running, bool radix) {
   uint64_t out = 0;
-  EXPECT_EQ(kvs_reserved_window_pages(max_running, radix, &out, nullptr), KVS_OK);
+  EXPECT_EQ(kvs_cost_reserved_window_pages(max_running, radix, &out, nullptr), KVS_OK);
   return out;
 }
 
 uint64_t floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix) {
   uint64_t out = 0;
-  EXPECT_EQ(kvs_window_floor_pages(max_seq_len, max_running, radix, P, &out, nullptr), KVS_OK);
+  EXPECT_EQ(kvs_cost_window_floor_pages(max_seq_len, max_running, radix, P, &out, nullptr), KVS_OK);
   return out;
 }
 
 uint64_t scaled(double ratio, uint64_t count) {
   uint64_t out = 0;
-  EXPECT_EQ(kvs_scale_count(ratio, count, &out, nullptr), KVS_OK);
+  EXPECT_EQ(kvs_cost_scale_count(ratio, count, &out, nullptr), KVS_OK);
   return out;
 }
 
@@ -52,7 +52,7 @@ kvs_pool_sizes solve(uint64_t available, const kvs_geometry &g, double swa, uint
                      uint64_t n_scratch) {
   kvs_pool_sizes s{};
   kvs_error err;
-  EXPECT_EQ(kvs_solve_num_pages(available, &g, swa, floor, P, n_scratch, &s, nullptr, &err),
+  EXPECT_EQ(kvs_cost_solve_num_pages(available, &g, swa, floor, P, n_scratch, &s, nullptr, &err),
             KVS_OK)
       << err.message;
   return s;
@@ -90,7 +90,7 @@ TEST(CostModel, the_window_floor_caps_the_prefill_reach_at_eight_pages) {
   // A short context pays only its own reach.
   EXPECT_EQ(floor_pages(256, 2, true), 2 + reserved(2, true));
   uint64_t out = 0;
-  EXPECT_EQ(kvs_window_floor_pages(256, 2, true, 0, &out, nullptr), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cost_window_floor_pages(256, 2, true, 0, &out, nullptr), KVS_ERR_INVALID_ARGUMENT);
 }
 
 TEST(CostModel, the_per_page_cost_sums_every_tier_over_the_layers) {
@@ -110,22 +110,22 @@ TEST(CostModel, the_ratio_scaling_rounds_halves_to_even) {
   // round(0.1875 x 8) == round(1.5) == 2, up to the even neighbour.
   EXPECT_EQ(cache_per_page(g, 0.1875),
             4u * 24 * 16 + 2 * (512 + 256 + 2 * 64 + 2 * 128) + (16 + 24 * 64));
-  EXPECT_EQ(kvs_round_half_even(0.5), 0.0);
-  EXPECT_EQ(kvs_round_half_even(1.5), 2.0);
-  EXPECT_EQ(kvs_round_half_even(2.5), 2.0);
-  EXPECT_EQ(kvs_round_half_even(2.5000001), 3.0);
-  EXPECT_EQ(kvs_round_half_even(-0.5), -0.0);
-  EXPECT_EQ(kvs_round_half_even(-1.5), -2.0);
+  EXPECT_EQ(kvs_cost_round_half_even(0.5), 0.0);
+  EXPECT_EQ(kvs_cost_round_half_even(1.5), 2.0);
+  EXPECT_EQ(kvs_cost_round_half_even(2.5), 2.0);
+  EXPECT_EQ(kvs_cost_round_half_even(2.5000001), 3.0);
+  EXPECT_EQ(kvs_cost_round_half_even(-0.5), -0.0);
+  EXPECT_EQ(kvs_cost_round_half_even(-1.5), -2.0);
 }
 
 TEST(CostModel, the_unit_costs_round_bytes_per_token_up) {
   uint64_t out = 0;
   // full tier: 1024 mapping + 2 x 768 + 16 = 2576 per page -> 20.125
-  ASSERT_EQ(kvs_kv_unit_bytes(&(const kvs_geometry &)args(), P, &out, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_kv_unit_bytes(&(const kvs_geometry &)args(), P, &out, nullptr), KVS_OK);
   EXPECT_EQ(out, 21u);
   // window tier: 8192 + 2 x 1536 + 8192 = 19456 per page -> exact
   kvs_geometry g = args();
-  ASSERT_EQ(kvs_window_unit_bytes(&g, P, &out, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_window_unit_bytes(&g, P, &out, nullptr), KVS_OK);
   EXPECT_EQ(out, 152u);
 }
 
@@ -176,7 +176,7 @@ TEST(CostModel, the_pool_bytes_are_the_sum_of_every_allocated_row) {
   kvs_cost_terms t;
   ASSERT_EQ(kvs_cost_terms_make(&g, 0, 4, nullptr, &t, nullptr), KVS_OK);
   kvs_pool_breakdown b;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t, 1, &b, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &t, 1, &b, nullptr), KVS_OK);
   EXPECT_EQ(b.total, expected_bytes(64, 21, 1));
   EXPECT_EQ(b.window + b.compressed + b.indexer + b.state + b.index_state + b.mapping +
                 b.scratch,
@@ -192,7 +192,7 @@ TEST(CostModel, the_pool_bytes_refuse_sizes_built_for_another_stack) {
   kvs_geometry other = make_geometry(8, 4, 3, {0, 4, 128});
   uint64_t out = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_pool_bytes(&s, &other, 1, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_pool_sizes_bytes(&s, &other, 1, &out, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("4-layer stack, not a 3-layer one"), std::string::npos)
       << err.message;
 }
@@ -249,7 +249,8 @@ TEST(CostModel, the_solved_pool_is_the_largest_that_fits) {
   EXPECT_LE(pool_bytes(solved, g, 1), available);
 
   uint64_t next = kvs_pool_sizes_num_pages(&solved) + 1;
-  kvs_pool_sizes one_more = sizes(next, g, 0.1, std::max<uint64_t>(21, div_ceil(scaled(0.1, next * P), P)));
+  kvs_pool_sizes one_more =
+      sizes(next, g, 0.1, std::max<uint64_t>(21, div_ceil(scaled(0.1, next * P), P)));
   EXPECT_GT(pool_bytes(one_more, g, 1), available);
 }
 
@@ -259,7 +260,7 @@ TEST(CostModel, a_budget_below_the_minimal_pool_is_refused_at_config_time) {
   out.page = 12345;
   kvs_budget_shortfall shortfall{};
   kvs_error err;
-  EXPECT_EQ(kvs_solve_num_pages(100000, &g, 0.1, 21, P, 1, &out, &shortfall, &err),
+  EXPECT_EQ(kvs_cost_solve_num_pages(100000, &g, 0.1, 21, P, 1, &out, &shortfall, &err),
             KVS_ERR_BUDGET_TOO_SMALL);
   EXPECT_EQ(shortfall.min_pages, 21u);
   EXPECT_EQ(shortfall.floor_win_pages, 21u);
@@ -275,7 +276,7 @@ TEST(CostModel, the_auto_cost_model_is_affine_through_the_minimal_pool) {
   kvs_geometry g = args();
   uint64_t floor = 21;
   kvs_auto_cost cost;
-  ASSERT_EQ(kvs_auto_cost_model(&g, 0.1, floor, P, 1, &cost, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_cost_auto_model(&g, 0.1, floor, P, 1, &cost, nullptr), KVS_OK);
   EXPECT_EQ(cost.cache_per_page, cache_per_page(g, 0.1) + P * KVS_INT64_BYTES);
 
   // The intercept reproduces the minimal pool's exact bytes, as an equality.
@@ -293,7 +294,8 @@ TEST(CostModel, the_auto_cost_model_is_affine_through_the_minimal_pool) {
 // plain bracket-and-bisect lands, for any budget, ratio and floor.
 TEST(CostModel, the_fast_solve_equals_a_plain_exact_search) {
   std::mt19937_64 rng(20261130);
-  kvs_geometry geometries[] = {args(), make_geometry(512, 128, 43, {}), make_geometry(512, 128, 61, {})};
+  kvs_geometry geometries[] = {args(), make_geometry(512, 128, 43, {}),
+                               make_geometry(512, 128, 61, {})};
   ASSERT_EQ(kvs_geometry_builtin("dsv4-flash", &geometries[1], nullptr), KVS_OK);
   ASSERT_EQ(kvs_geometry_builtin("dsv4-pro", &geometries[2], nullptr), KVS_OK);
   const double ratios[] = {0.0, 0.0625, 0.1, 0.125, 0.1875, 0.5, 1.0, 4.0};
@@ -309,12 +311,12 @@ TEST(CostModel, the_fast_solve_equals_a_plain_exact_search) {
       uint64_t win = std::max(floor, div_ceil(scaled(swa, n * P), P));
       kvs_pool_sizes s;
       if (kvs_pool_sizes_compute(n, &g, swa, P, win, &s, nullptr) != KVS_OK) return false;
-      return kvs_pool_bytes(&s, &g, scratch, out, nullptr) == KVS_OK;
+      return kvs_pool_sizes_bytes(&s, &g, scratch, out, nullptr) == KVS_OK;
     };
     uint64_t lo = std::max<uint64_t>(floor, 2), bytes = 0;
     kvs_pool_sizes solved{};
     kvs_status status =
-        kvs_solve_num_pages(available, &g, swa, floor, P, scratch, &solved, nullptr, nullptr);
+        kvs_cost_solve_num_pages(available, &g, swa, floor, P, scratch, &solved, nullptr, nullptr);
     ASSERT_TRUE(bytes_at(lo, &bytes));
     if (bytes > available) {
       EXPECT_EQ(status, KVS_ERR_BUDGET_TOO_SMALL);
@@ -342,10 +344,10 @@ TEST(CostModel, sizes_that_overflow_64_bits_are_refused_not_wrapped) {
             KVS_ERR_OVERFLOW);
   s = sizes(uint64_t(1) << 55, g, 0.1, 21);  // 2^62 tokens x ~20 B
   uint64_t out = 0;
-  EXPECT_EQ(kvs_pool_bytes(&s, &g, 1, &out, &err), KVS_ERR_OVERFLOW);
+  EXPECT_EQ(kvs_pool_sizes_bytes(&s, &g, 1, &out, &err), KVS_ERR_OVERFLOW);
   // A budget of every byte there is still solves, to a pool that fits.
   kvs_pool_sizes solved = solve(UINT64_MAX, g, 0.1, 21, 1);
-  ASSERT_EQ(kvs_pool_bytes(&solved, &g, 1, &out, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_pool_sizes_bytes(&solved, &g, 1, &out, &err), KVS_OK) << err.message;
   EXPECT_GT(kvs_pool_sizes_num_pages(&solved), uint64_t(1) << 40);
 }
 
@@ -353,11 +355,11 @@ TEST(CostModel, a_bad_swa_ratio_or_page_is_refused) {
   kvs_geometry g = args();
   uint64_t out = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_cache_per_page(&g, -0.1, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cost_cache_per_page(&g, -0.1, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("swa_ratio"), std::string::npos);
-  EXPECT_EQ(kvs_cache_per_page(&g, NAN, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(kvs_cache_per_page(&g, INFINITY, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(kvs_kv_unit_bytes(&g, 0, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cost_cache_per_page(&g, NAN, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cost_cache_per_page(&g, INFINITY, P, &out, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cost_kv_unit_bytes(&g, 0, &out, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("page"), std::string::npos);
 }
 
@@ -374,11 +376,11 @@ TEST(CostModel, a_layer_range_prices_only_its_own_tiers) {
   kvs_pool_sizes s;
   ASSERT_EQ(kvs_pool_sizes_compute_terms(1000, &front, 0.125, P, 200, &s, nullptr), KVS_OK);
   kvs_pool_breakdown bf, bb, ba;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &front, 4, &bf, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &front, 4, &bf, nullptr), KVS_OK);
   s.n_layers = back.n_layers;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &back, 4, &bb, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &back, 4, &bb, nullptr), KVS_OK);
   s.n_layers = all.n_layers;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &all, 4, &ba, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &all, 4, &ba, nullptr), KVS_OK);
   // Each stage holds its own layers' tiers plus its own mapping copy.
   EXPECT_EQ(bf.total + bb.total, ba.total + ba.mapping + KVS_INT64_BYTES);
   kvs_error err;
@@ -583,8 +585,8 @@ TEST(KvDtype, an_fp8_pool_is_priced_to_the_byte_from_its_rows) {
   EXPECT_EQ(rows.idx_scratch_rows, 21u * n_scratch);
 
   kvs_pool_breakdown b8, b16;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t8, n_scratch, &b8, &err), KVS_OK) << err.message;
-  ASSERT_EQ(kvs_pool_bytes_terms(&s, &t16, n_scratch, &b16, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &t8, n_scratch, &b8, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &t16, n_scratch, &b16, &err), KVS_OK) << err.message;
 
   EXPECT_EQ(b8.window, s.n_win_slots * 584u * 43u);
   EXPECT_EQ(b8.window, rows.window_rows * 584u);
@@ -624,18 +626,20 @@ TEST(KvDtype, fp8_rows_fit_more_pages_in_the_same_budget_and_the_solve_stays_exa
   const double swa = 0.1;
   kvs_pool_sizes s8, s16;
   kvs_error err;
-  ASSERT_EQ(kvs_solve_num_pages_terms(budget, &t8, swa, floor, P, n_scratch, &s8, nullptr, &err),
-            KVS_OK)
+  ASSERT_EQ(
+      kvs_cost_solve_num_pages_terms(budget, &t8, swa, floor, P, n_scratch, &s8, nullptr, &err),
+      KVS_OK)
       << err.message;
-  ASSERT_EQ(kvs_solve_num_pages_terms(budget, &t16, swa, floor, P, n_scratch, &s16, nullptr, &err),
-            KVS_OK)
+  ASSERT_EQ(
+      kvs_cost_solve_num_pages_terms(budget, &t16, swa, floor, P, n_scratch, &s16, nullptr, &err),
+      KVS_OK)
       << err.message;
   EXPECT_GT(kvs_pool_sizes_num_pages(&s8), kvs_pool_sizes_num_pages(&s16));
   for (const kvs_cost_terms *t : {&t8, &t16}) {
     const kvs_pool_sizes &s = t == &t8 ? s8 : s16;
     SCOPED_TRACE(t == &t8 ? "fp8" : "bf16");
     kvs_pool_breakdown b;
-    ASSERT_EQ(kvs_pool_bytes_terms(&s, t, n_scratch, &b, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, t, n_scratch, &b, &err), KVS_OK) << err.message;
     EXPECT_LE(b.total, budget);
     // One page more, with the window the solve would give it, does not fit.
     uint64_t next = kvs_pool_sizes_num_pages(&s) + 1;
@@ -644,7 +648,7 @@ TEST(KvDtype, fp8_rows_fit_more_pages_in_the_same_budget_and_the_solve_stays_exa
     kvs_pool_sizes bigger;
     ASSERT_EQ(kvs_pool_sizes_compute_terms(next, t, swa, P, win, &bigger, &err), KVS_OK)
         << err.message;
-    ASSERT_EQ(kvs_pool_bytes_terms(&bigger, t, n_scratch, &b, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_pool_sizes_bytes_terms(&bigger, t, n_scratch, &b, &err), KVS_OK) << err.message;
     EXPECT_GT(b.total, budget);
   }
 }

@@ -79,7 +79,7 @@ kvs_pool_sizes sizes_for(const kvs_cost_terms &t, uint64_t num_pages, uint64_t p
 kvs_pool_breakdown bytes_of(const kvs_pool_sizes &s, const kvs_cost_terms &t, uint64_t n_scratch) {
   kvs_pool_breakdown b{};
   kvs_error err;
-  EXPECT_EQ(kvs_pool_bytes_terms(&s, &t, n_scratch, &b, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_pool_sizes_bytes_terms(&s, &t, n_scratch, &b, &err), KVS_OK) << err.message;
   return b;
 }
 
@@ -457,7 +457,7 @@ TEST(StateRings, each_placement_prices_its_rings_and_nothing_else_changes) {
   }
 }
 
-// The seed's geometry path (default widths, kvs_pool_bytes) prices a pool
+// The seed's geometry path (default widths, kvs_pool_sizes_bytes) prices a pool
 // the same as the per-page terms do.
 TEST(StateRings, the_geometry_path_prices_the_per_page_placement) {
   kvs_geometry g = builtin("dsv4-flash");
@@ -471,7 +471,7 @@ TEST(StateRings, the_geometry_path_prices_the_per_page_placement) {
   EXPECT_EQ(sg.n_req_slots, 0u);
   EXPECT_EQ(sg.n_win_pages, st.n_win_pages);
   uint64_t total = 0;
-  ASSERT_EQ(kvs_pool_bytes(&sg, &g, 2, &total, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_pool_sizes_bytes(&sg, &g, 2, &total, &err), KVS_OK) << err.message;
   EXPECT_EQ(total, bytes_of(st, t, 2).total);
 }
 
@@ -494,7 +494,7 @@ TEST(StateRings, the_solve_fits_more_pages_the_fewer_rings_are_per_page) {
         SCOPED_TRACE(kvs_state_rings_name(kAllRings[m]));
         kvs_pool_sizes s{};
         kvs_error err;
-        ASSERT_EQ(kvs_solve_num_pages_terms(budget, &t[m], kSwa, floor, kPage, n_scratch, &s,
+        ASSERT_EQ(kvs_cost_solve_num_pages_terms(budget, &t[m], kSwa, floor, kPage, n_scratch, &s,
                                             nullptr, &err),
                   KVS_OK)
             << err.message;
@@ -539,7 +539,7 @@ TEST(StateRings, pool_bytes_refuse_sizes_placed_differently_from_the_terms) {
     kvs_pool_breakdown b{};
     b.total = 12345;
     kvs_error err;
-    EXPECT_EQ(kvs_pool_bytes_terms(&s, c.terms, 1, &b, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(kvs_pool_sizes_bytes_terms(&s, c.terms, 1, &b, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(contains(err.message, c.names)) << err.message;
     EXPECT_EQ(b.total, 12345u) << "a refusal writes nothing";
   }
@@ -547,9 +547,9 @@ TEST(StateRings, pool_bytes_refuse_sizes_placed_differently_from_the_terms) {
   kvs_pool_sizes sp = sizes_for(per_page, 2000, kPage, kSwa);
   kvs_pool_breakdown b{};
   kvs_error err;
-  EXPECT_EQ(kvs_pool_bytes_terms(&sp, &per_request, 1, &b, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_pool_sizes_bytes_terms(&sp, &per_request, 1, &b, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(err.message, "per-page with 0 request slots")) << err.message;
-  EXPECT_EQ(kvs_pool_bytes_terms(&s, &per_request, 1, &b, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_pool_sizes_bytes_terms(&s, &per_request, 1, &b, &err), KVS_OK) << err.message;
 }
 
 // ---- request slots: bind and free ----

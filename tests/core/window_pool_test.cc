@@ -223,7 +223,7 @@ TEST(WindowPool, the_prefill_chunk_cap_halves_what_is_left_after_the_reserve) {
   kvs_geometry g = args();
   Pool big = make_pool(sizes(128, g, 0.5, 41), 2, true);
   uint64_t reserved = 0;
-  ASSERT_EQ(kvs_reserved_window_pages(2, true, &reserved, nullptr), KVS_OK);  // 13
+  ASSERT_EQ(kvs_cost_reserved_window_pages(2, true, &reserved, nullptr), KVS_OK);  // 13
   EXPECT_EQ(kvs_window_pool_prefill_chunk_budget(big.get()), (40 - reserved) / 2 * P);
   EXPECT_EQ(kvs_window_pool_prefill_chunk_budget(big.get()), 13 * P);
   // A pool that cannot cover its own reserve still admits one page.

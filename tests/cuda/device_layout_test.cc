@@ -51,7 +51,7 @@ kvs_pool_breakdown core_bytes(const kvs_geometry &g, const kvs_pool_sizes &s, ui
   kvs_pool_breakdown b{};
   kvs_error err;
   EXPECT_EQ(kvs_cost_terms_make(&g, first, end, widths, &terms, &err), KVS_OK) << err.message;
-  EXPECT_EQ(kvs_pool_bytes_terms(&s, &terms, n_scratch, &b, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_pool_sizes_bytes_terms(&s, &terms, n_scratch, &b, &err), KVS_OK) << err.message;
   return b;
 }
 
@@ -311,7 +311,7 @@ TEST(DevicePlan, with_alignment_1_the_solve_is_cores_solve_of_what_the_control_a
         KVS_OK)
         << err.message;
     kvs_pool_sizes s{};
-    ASSERT_EQ(kvs_solve_num_pages(budget - control, &flash, 0.25, 40, P, 1, &s, nullptr, &err),
+    ASSERT_EQ(kvs_cost_solve_num_pages(budget - control, &flash, 0.25, 40, P, 1, &s, nullptr, &err),
               KVS_OK)
         << err.message;
     EXPECT_EQ(l.sizes.full_token, s.full_token);
@@ -361,9 +361,9 @@ TEST(DevicePlan, the_padded_solve_fits_and_one_more_page_does_not) {
     EXPECT_GT(bigger.total_bytes, c.budget);
     // Never more pages than core's unpadded solve of the same budget.
     kvs_pool_sizes unpadded{};
-    ASSERT_EQ(
-        kvs_solve_num_pages_terms(c.budget, &terms, 0.3, 20, P, 1, &unpadded, nullptr, nullptr),
-        KVS_OK);
+    ASSERT_EQ(kvs_cost_solve_num_pages_terms(c.budget, &terms, 0.3, 20, P, 1, &unpadded, nullptr,
+                                             nullptr),
+              KVS_OK);
     EXPECT_LE(l.sizes.full_token, unpadded.full_token);
   }
 }
@@ -489,7 +489,8 @@ TEST(DeviceLayout, a_footprint_of_sizes_for_another_layer_count_is_refused) {
   kvs_error err;
   EXPECT_EQ(kvs_device_layout_footprint(&terms, &sizes, nullptr, &f, &err),
             KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_TRUE(contains(err.message, "these sizes were built for a 43-layer stack, not a 10-layer one"))
+  EXPECT_TRUE(
+      contains(err.message, "these sizes were built for a 43-layer stack, not a 10-layer one"))
       << err.message;
   EXPECT_EQ(f.total_bytes, 7u) << "a refused footprint leaves the output alone";
 }
@@ -522,11 +523,12 @@ TEST(DeviceLayout, per_request_rings_carve_state_slots_rows_and_keep_the_exact_b
         ASSERT_EQ(s.state_rings, rings);
         ASSERT_EQ(s.n_req_slots, w.n_req_slots);
         kvs_pool_breakdown b{};
-        ASSERT_EQ(kvs_pool_bytes_terms(&s, &terms, 1, &b, &err), KVS_OK) << err.message;
+        ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &terms, 1, &b, &err), KVS_OK) << err.message;
         expect_exact(g, s, 1, &w);
         for (uint64_t alignment : {1u, 256u}) {
           kvs_device_layout l = build(g, s, options(alignment), &w);
-          EXPECT_EQ(std::memcmp(&l.exact, &b, sizeof b), 0) << "exact == kvs_pool_bytes_terms";
+          EXPECT_EQ(std::memcmp(&l.exact, &b, sizeof b), 0)
+              << "exact == kvs_pool_sizes_bytes_terms";
           EXPECT_EQ(l.total_bytes, b.total + l.control_bytes + l.padding_bytes);
           kvs_device_footprint f;
           ASSERT_EQ(kvs_device_layout_footprint(&terms, &s, &l.options, &f, &err), KVS_OK)

@@ -31,20 +31,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = 0;
   if (kvs_geometry_compressors(&g, kinds, KVS_MAX_LAYERS, &n, &err) != KVS_OK) __builtin_trap();
   uint64_t out;
-  kvs_cache_per_page(&g, 0.125, 128, &out, &err);
-  kvs_kv_unit_bytes(&g, 128, &out, &err);
-  kvs_window_unit_bytes(&g, 128, &out, &err);
+  kvs_cost_cache_per_page(&g, 0.125, 128, &out, &err);
+  kvs_cost_kv_unit_bytes(&g, 128, &out, &err);
+  kvs_cost_window_unit_bytes(&g, 128, &out, &err);
   const uint64_t budgets[] = {1, 1ull << 20, 80ull << 30, UINT64_MAX};
   for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
     kvs_pool_sizes sizes;
-    if (kvs_solve_num_pages(budgets[i], &g, 0.125, 21, 128, 4, &sizes, NULL, &err) == KVS_OK) {
+    if (kvs_cost_solve_num_pages(budgets[i], &g, 0.125, 21, 128, 4, &sizes, NULL, &err) == KVS_OK) {
       uint64_t bytes;
-      if (kvs_pool_bytes(&sizes, &g, 4, &bytes, &err) != KVS_OK || bytes > budgets[i]) {
+      if (kvs_pool_sizes_bytes(&sizes, &g, 4, &bytes, &err) != KVS_OK || bytes > budgets[i]) {
         __builtin_trap(); /* a solved pool always prices and always fits */
       }
     }
   }
   kvs_auto_cost cost;
-  kvs_auto_cost_model(&g, 0.125, 21, 128, 4, &cost, &err);
+  kvs_cost_auto_model(&g, 0.125, 21, 128, 4, &cost, &err);
   return 0;
 }

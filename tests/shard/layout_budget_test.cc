@@ -82,9 +82,9 @@ TEST(Budget, one_rank_agrees_with_itself_and_matches_the_core_solve) {
   kvs_shard_budget b;
   ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, 900 * MiB, &o, &b, &err), KVS_OK) << err.message;
   uint64_t floor;
-  ASSERT_EQ(kvs_window_floor_pages(2048, 16, false, 128, &floor, &err), KVS_OK);
+  ASSERT_EQ(kvs_cost_window_floor_pages(2048, 16, false, 128, &floor, &err), KVS_OK);
   kvs_pool_sizes solved;
-  ASSERT_EQ(kvs_solve_num_pages(900 * MiB, &g, 0.04, floor, 128, 1, &solved, nullptr, &err),
+  ASSERT_EQ(kvs_cost_solve_num_pages(900 * MiB, &g, 0.04, floor, 128, 1, &solved, nullptr, &err),
             KVS_OK);
   EXPECT_EQ(b.agreed_pages, kvs_pool_sizes_num_pages(&solved));
   EXPECT_EQ(b.sizes.full_token, solved.full_token);

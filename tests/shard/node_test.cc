@@ -74,8 +74,8 @@ kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
   kvs_error err;
   EXPECT_EQ(kvs_node_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
   uint64_t floor = 0;
-  EXPECT_EQ(kvs_window_floor_pages(s.options.max_seq_len, s.options.max_running, s.options.radix,
-                                   s.options.page, &floor, &err),
+  EXPECT_EQ(kvs_cost_window_floor_pages(s.options.max_seq_len, s.options.max_running,
+                                        s.options.radix, s.options.page, &floor, &err),
             KVS_OK);
   kvs_plan_request req{&s.geometry, nullptr, s.options.swa_ratio,  s.options.page,
                        floor,       1,       (size_t)s.options.tp, (size_t)s.options.pp,

@@ -58,7 +58,7 @@ void expect_bytes_are_core_exact(const Fixture &f, kvs_node_plan_t plan) {
                                            &sizes, nullptr),
               KVS_OK);
     kvs_pool_breakdown b;
-    ASSERT_EQ(kvs_pool_bytes_terms(&sizes, &t, 1, &b, nullptr), KVS_OK);
+    ASSERT_EQ(kvs_pool_sizes_bytes_terms(&sizes, &t, 1, &b, nullptr), KVS_OK);
     EXPECT_EQ(rp->bytes.window, b.window);
     EXPECT_EQ(rp->bytes.compressed, b.compressed);
     EXPECT_EQ(rp->bytes.indexer, b.indexer);
@@ -70,8 +70,9 @@ void expect_bytes_are_core_exact(const Fixture &f, kvs_node_plan_t plan) {
     EXPECT_LE(rp->bytes.total, rp->budget_bytes);
     EXPECT_EQ(rp->headroom_bytes, rp->budget_bytes - rp->bytes.total);
     kvs_pool_sizes solved;
-    ASSERT_EQ(kvs_solve_num_pages_terms(b.total, &t, 0.125, 331, P, 1, &solved, nullptr, nullptr),
-              KVS_OK);
+    ASSERT_EQ(
+        kvs_cost_solve_num_pages_terms(b.total, &t, 0.125, 331, P, 1, &solved, nullptr, nullptr),
+        KVS_OK);
     EXPECT_EQ(kvs_pool_sizes_num_pages(&solved), split->num_pages);
     EXPECT_EQ(solved.n_win_pages, split->n_win_pages);
   }
@@ -98,7 +99,7 @@ TEST(NodePlan, hgx_tp8_every_rank_holds_every_layer) {
   Plan plan = make_plan(f, gpus_of(t.get()), std::vector<uint64_t>(8, 80 * GiB));
   ASSERT_TRUE(plan);
   kvs_pool_sizes s;
-  ASSERT_EQ(kvs_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
+  ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
   EXPECT_EQ(kvs_node_plan_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
   for (size_t r = 0; r < 8; r++) {
@@ -125,7 +126,7 @@ TEST(NodePlan, hgx_tp4_pp2_splits_by_socket) {
   EXPECT_EQ(gpus[r4->gpu].package, 1);
   // Two stages hold about twice the pages of one device with every layer.
   kvs_pool_sizes s;
-  ASSERT_EQ(kvs_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
+  ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
   EXPECT_GT(kvs_node_plan_split(plan.get())->num_pages, 19 * kvs_pool_sizes_num_pages(&s) / 10);
 }
@@ -164,7 +165,8 @@ TEST(NodePlan, heterogeneous_budgets_move_layers_to_the_roomy_stage) {
   EXPECT_GT(r0->end - r0->first, r5->end - r5->first);
   EXPECT_EQ(r5->budget_bytes, 80 * GiB);
   const kvs_split *split = kvs_node_plan_split(plan.get());
-  const kvs_rank_plan *lim = kvs_node_plan_rank(plan.get(), kvs_node_plan_limiting_rank(plan.get()));
+  const kvs_rank_plan *lim =
+      kvs_node_plan_rank(plan.get(), kvs_node_plan_limiting_rank(plan.get()));
   EXPECT_EQ(split->stages[lim->pp_stage].max_pages, split->num_pages);
 }
 
@@ -178,7 +180,7 @@ TEST(NodePlan, tp8_limit_is_the_smallest_gpu) {
   ASSERT_TRUE(plan);
   EXPECT_EQ(kvs_node_plan_limiting_rank(plan.get()), 5u);
   kvs_pool_sizes s;
-  ASSERT_EQ(kvs_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
+  ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
   EXPECT_EQ(kvs_node_plan_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
 }
@@ -196,7 +198,8 @@ TEST(NodePlan, replicas_share_the_split_and_the_tightest_budget) {
   EXPECT_EQ(kvs_node_plan_replicas(plan.get()), 2u);
   expect_bytes_are_core_exact(f, plan.get());
   for (size_t r = 0; r < 4; r++) {
-    EXPECT_EQ(kvs_node_plan_rank(plan.get(), r)->first, kvs_node_plan_rank(plan.get(), r + 4)->first);
+    EXPECT_EQ(kvs_node_plan_rank(plan.get(), r)->first,
+              kvs_node_plan_rank(plan.get(), r + 4)->first);
   }
   EXPECT_EQ(kvs_node_plan_limiting_rank(plan.get()), 6u);
 }

@@ -58,8 +58,8 @@ uint64_t alone(const kvs_split_request &r, size_t first, size_t end, uint64_t bu
   kvs_cost_terms t;
   EXPECT_EQ(kvs_cost_terms_make(r.geometry, first, end, nullptr, &t, nullptr), KVS_OK);
   kvs_pool_sizes s;
-  if (kvs_solve_num_pages_terms(budget, &t, r.swa_ratio, r.floor_win_pages, r.page, r.n_scratch, &s,
-                                nullptr, nullptr) != KVS_OK) {
+  if (kvs_cost_solve_num_pages_terms(budget, &t, r.swa_ratio, r.floor_win_pages, r.page,
+                                     r.n_scratch, &s, nullptr, nullptr) != KVS_OK) {
     return 0;
   }
   return kvs_pool_sizes_num_pages(&s);
@@ -140,7 +140,7 @@ void expect_consistent(const kvs_split_request &r, const kvs_split &split) {
                                            &sizes, nullptr),
               KVS_OK);
     kvs_pool_breakdown b;
-    ASSERT_EQ(kvs_pool_bytes_terms(&sizes, &t, r.n_scratch, &b, nullptr), KVS_OK);
+    ASSERT_EQ(kvs_pool_sizes_bytes_terms(&sizes, &t, r.n_scratch, &b, nullptr), KVS_OK);
     EXPECT_EQ(st.bytes.total, b.total);
     EXPECT_EQ(st.bytes.window, b.window);
     EXPECT_EQ(st.bytes.compressed, b.compressed);
@@ -317,11 +317,11 @@ TEST(StageSplit, one_stage_is_the_single_device_solve) {
     kvs_split split;
     ASSERT_EQ(kvs_split_solve(&r, &split, nullptr, nullptr), KVS_OK);
     kvs_pool_sizes s;
-    ASSERT_EQ(kvs_solve_num_pages(budget, &g, 0.125, 331, P, 1, &s, nullptr, nullptr), KVS_OK);
+    ASSERT_EQ(kvs_cost_solve_num_pages(budget, &g, 0.125, 331, P, 1, &s, nullptr, nullptr), KVS_OK);
     EXPECT_EQ(split.num_pages, kvs_pool_sizes_num_pages(&s));
     EXPECT_EQ(split.n_win_pages, s.n_win_pages);
     uint64_t bytes = 0;
-    ASSERT_EQ(kvs_pool_bytes(&s, &g, 1, &bytes, nullptr), KVS_OK);
+    ASSERT_EQ(kvs_pool_sizes_bytes(&s, &g, 1, &bytes, nullptr), KVS_OK);
     EXPECT_EQ(split.stages[0].bytes.total, bytes);
   }
   // The published plan: 126.9e9 bytes (141 GB x 0.9) hold 40776 pages.
