@@ -43,9 +43,8 @@ kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, i
   } else if (size < 1 || rank < 0 || rank >= size) {
     status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %d is outside a group of %d ranks",
                            rank, size);
-  } else if (timeout_ms <= 0) {
-    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
+  } else {
+    status = kvs_comm_check_timeout(timeout_ms, err);
   }
   struct kvs_comm *comm = NULL;
   if (status == KVS_OK && (comm = calloc(1, sizeof *comm)) == NULL) {
@@ -83,11 +82,15 @@ const char *kvs_comm_failure(const struct kvs_comm *comm) { return comm->failure
 
 void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out) { *out = comm->stats; }
 
+kvs_status kvs_comm_check_timeout(int timeout_ms, kvs_error *err) {
+  if (timeout_ms > 0) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                       "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
+}
+
 kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err) {
-  if (timeout_ms <= 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "timeout_ms is %d; every wait needs a deadline (> 0)", timeout_ms);
-  }
+  kvs_status status = kvs_comm_check_timeout(timeout_ms, err);
+  if (status != KVS_OK) return status;
   comm->timeout_ms = timeout_ms;
   return KVS_OK;
 }

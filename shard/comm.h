@@ -87,6 +87,9 @@ int kvs_comm_rank(const struct kvs_comm *comm);
 int kvs_comm_size(const struct kvs_comm *comm);
 const char *kvs_comm_backend(const struct kvs_comm *comm);
 int kvs_comm_timeout_ms(const struct kvs_comm *comm);
+/* KVS_OK for a deadline a wait can have (> 0 ms); the one refusal every
+ * backend and kvs_comm_create give. */
+kvs_status kvs_comm_check_timeout(int timeout_ms, kvs_error *err);
 /* The deadline of every later wait; must be > 0. */
 kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
 /* The backend's ctx as given to kvs_comm_create; for the backend's own

@@ -197,11 +197,8 @@ kvs_status kvs_comm_mpi_create(const kvs_comm_mpi_options *options, kvs_comm_t *
                                        "KVS_COMM_MPI_OPTIONS_INIT", &adopted, err);
   if (adopt != KVS_OK) return adopt;
   options = &adopted;
-  if (options->timeout_ms <= 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "timeout_ms is %d; every wait needs a deadline (> 0)",
-                         options->timeout_ms);
-  }
+  kvs_status timeout = kvs_comm_check_timeout(options->timeout_ms, err);
+  if (timeout != KVS_OK) return timeout;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -544,11 +544,8 @@ kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t
                                        "KVS_COMM_NCCL_OPTIONS_INIT", &adopted, err);
   if (adopt != KVS_OK) return adopt;
   options = &adopted;
-  if (options->timeout_ms <= 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "timeout_ms is %d; every wait needs a deadline (> 0)",
-                         options->timeout_ms);
-  }
+  kvs_status timeout = kvs_comm_check_timeout(options->timeout_ms, err);
+  if (timeout != KVS_OK) return timeout;
   if (options->comm == NULL && bootstrap == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "creating an nccl communicator needs a bootstrap communicator to "
