@@ -394,104 +394,98 @@ static size_t words_needed(size_t n_gpus) {
   return gather > message ? gather : message;
 }
 
-static kvs_status build(kvs_node_t node, kvs_error *err) {
+/* Local: the options checked, the geometry and row widths taken, and the
+ * plan request every later step prices with. */
+static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
   const kvs_node_options *o = &node->options;
-  kvs_status local = KVS_OK, status;
-  kvs_error local_err;
-  kvs_error_clear(&local_err);
-
-  /* The scratch must exist before the first collective; its size needs
-   * the GPU count, which every rank learns from its topology. A rank whose
-   * topology fails still joins with a minimal buffer. */
-  kvs_table_kind kind = KVS_TABLE_HOST;
-  int ordinal = -1;
-  kvs_memory_budget own;
-  memset(&own, 0, sizeof own);
-  if ((local = node->options_status) != KVS_OK) {
-    local_err = node->options_err;
-  } else {
-    local = check_options(o, node->size, &local_err);
+  if (node->options_status != KVS_OK) {
+    if (err != NULL) *err = node->options_err;
+    return node->options_status;
   }
-  if (local == KVS_OK) {
-    node->geometry = *o->geometry;
-    local = kvs_geometry_validate(&node->geometry, &local_err);
+  kvs_status status = check_options(o, node->size, err);
+  if (status != KVS_OK) return status;
+  node->geometry = *o->geometry;
+  if ((status = kvs_geometry_validate(&node->geometry, err)) != KVS_OK) return status;
+  node->widths = o->widths != NULL ? *o->widths : kvs_row_widths_default(&node->geometry);
+  if (node->widths.state_rings != KVS_STATE_RINGS_PER_PAGE &&
+      node->widths.n_req_slots < o->max_running + 1) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu request slots for %llu running requests: per-request rings "
+                         "need one per running request and the dummy",
+                         (unsigned long long)node->widths.n_req_slots,
+                         (unsigned long long)o->max_running);
   }
-  if (local == KVS_OK) {
-    node->widths = o->widths != NULL ? *o->widths : kvs_row_widths_default(&node->geometry);
-    if (node->widths.state_rings != KVS_STATE_RINGS_PER_PAGE &&
-        node->widths.n_req_slots < o->max_running + 1) {
-      local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
-                            "%llu request slots for %llu running requests: per-request rings "
-                            "need one per running request and the dummy",
-                            (unsigned long long)node->widths.n_req_slots,
-                            (unsigned long long)o->max_running);
-    }
-    uint64_t floor = o->floor_win_pages;
-    if (local == KVS_OK && floor == 0) {
-      local = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page, &floor,
-                                     &local_err);
-    }
-    kvs_plan_request r = {.geometry = &node->geometry,
-                          .widths = &node->widths,
-                          .swa_ratio = o->swa_ratio,
-                          .page = o->page,
-                          .floor_win_pages = floor,
-                          .n_scratch = o->n_scratch,
-                          .tp = (size_t)o->tp,
-                          .pp = (size_t)o->pp,
-                          .allow_cross_node_tp = o->allow_cross_node_tp};
-    node->request = r;
-    node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
-  }
-  /* The scratch for the first agreements; it grows below once the GPU
-   * count is known. */
-  node->words_count = words_needed(1);
-  if ((status = kvs_comm_buffer_alloc(node->comm, node->words_count * sizeof(uint64_t),
-                                      &node->words, err))) {
+  uint64_t floor = o->floor_win_pages;
+  if (floor == 0 && (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running,
+                                                          o->radix, o->page, &floor, err))) {
     return status;
   }
-  if ((status = agree(node, "the options", local, &local_err, err))) return status;
-  /* Step 1's cluster: the engine's, or one collective gather (every rank
-   * learns every node's GPUs, or every rank fails alike). */
+  kvs_plan_request r = {.geometry = &node->geometry,
+                        .widths = &node->widths,
+                        .swa_ratio = o->swa_ratio,
+                        .page = o->page,
+                        .floor_win_pages = floor,
+                        .n_scratch = o->n_scratch,
+                        .tp = (size_t)o->tp,
+                        .pp = (size_t)o->pp,
+                        .allow_cross_node_tp = o->allow_cross_node_tp};
+  node->request = r;
+  node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
+  return KVS_OK;
+}
+
+/* The collective scratch, large enough for n GPUs' budget terms. */
+static kvs_status grow_words(kvs_node_t node, size_t n_gpus, kvs_error *err) {
+  size_t need = words_needed(n_gpus > 0 ? n_gpus : 1);
+  if (need <= node->words_count) return KVS_OK;
+  kvs_comm_buffer_free(node->comm, &node->words);
+  node->words_count = 0;
+  kvs_status status = kvs_comm_buffer_alloc(node->comm, need * sizeof(uint64_t), &node->words, err);
+  if (status == KVS_OK) node->words_count = need;
+  return status;
+}
+
+/* Collective, step 1's cluster: the engine's, or one gather (every rank
+ * learns every node's GPUs, or every rank fails alike). */
+static kvs_status open_cluster(kvs_node_t node, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
   if (o->cluster != NULL) {
     node->cluster = o->cluster;
   } else {
-    status = kvs_cluster_gather(node->comm, o->topology, o->nodes, o->host, &node->cluster,
-                                node->note, sizeof node->note, err);
+    kvs_status status = kvs_cluster_gather(node->comm, o->topology, o->nodes, o->host,
+                                           &node->cluster, node->note, sizeof node->note, err);
     if (status != KVS_OK) return status;
     node->owns_cluster = true;
   }
   node->n_gpus = kvs_cluster_gpu_count(node->cluster);
-  local = local_setup(node, &kind, &ordinal, &own, &local_err);
-  /* One buffer for every later collective of create. The GPU count is part
-   * of the fingerprint, so ranks that disagree on it fail before the
-   * budget gather. */
-  if (words_needed(node->n_gpus) > node->words_count) {
-    kvs_comm_buffer_free(node->comm, &node->words);
-    node->words_count = words_needed(node->n_gpus);
-    if ((status = kvs_comm_buffer_alloc(node->comm, node->words_count * sizeof(uint64_t),
-                                        &node->words, err))) {
-      return status;
-    }
-  }
-  uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
-  if ((status = agree(node, "topology, GPU and budget", local, &local_err, err))) return status;
-  int differs = -1;
-  if ((status = compare_fingerprints(node, fp, &differs, err))) return status;
-  if (differs >= 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "rank %d was given other options than the leader (geometry, layout, row "
-                         "widths, sizing, budgets or its topology's GPUs differ): every rank "
-                         "must build one pool shape",
-                         differs);
-  }
+  return KVS_OK;
+}
 
-  /* Step 3's gather, then step 4: the plan, identical on every rank. */
+/* Collective: every rank's fingerprint is the leader's, or every rank fails
+ * naming the first that differs. */
+static kvs_status check_same_shape(kvs_node_t node, uint64_t fp, kvs_error *err) {
+  int differs = -1;
+  kvs_status status = compare_fingerprints(node, fp, &differs, err);
+  if (status != KVS_OK || differs < 0) return status;
+  return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                       "rank %d was given other options than the leader (geometry, layout, row "
+                       "widths, sizing, budgets or its topology's GPUs differ): every rank "
+                       "must build one pool shape",
+                       differs);
+}
+
+/* Collective, steps 3 and 4: the rank layout agreed, every GPU's budget
+ * gathered, then the plan, identical on every rank (the same inputs: a
+ * plan that fails fails every rank alike). */
+static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  kvs_error local_err;
+  kvs_error_clear(&local_err);
   node->budgets = calloc(node->n_gpus, sizeof *node->budgets);
   bool *used = calloc(node->n_gpus, sizeof *used);
   uint64_t *plain = calloc(node->n_gpus, sizeof *plain);
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
-  local =
+  kvs_status local =
       node->budgets != NULL && used != NULL && plain != NULL && slots != NULL
           ? kvs_rank_layout_cluster(kvs_cluster_gpus(node->cluster), node->n_gpus, (size_t)o->tp,
                                     (size_t)o->pp, o->allow_cross_node_tp, slots, NULL,
@@ -499,56 +493,62 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
           : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", node->n_gpus);
   for (int r = 0; local == KVS_OK && r < node->size; r++) used[slots[r].gpu] = true;
   free(slots);
-  status = agree(node, "the rank layout", local, &local_err, err);
-  if (status == KVS_OK) status = gather_budgets(node, &own, used, err);
+  kvs_status status = agree(node, "the rank layout", local, &local_err, err);
+  if (status == KVS_OK) status = gather_budgets(node, own, used, err);
   free(used);
-  if (status != KVS_OK) {
-    free(plain);
-    return status;
+  if (status == KVS_OK) {
+    for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
+    kvs_plan_shortfall shortfall;
+    status = kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus,
+                                plain, &node->plan, &shortfall, err);
   }
-  for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
-  kvs_plan_shortfall shortfall;
-  status = kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus,
-                              plain, &node->plan, &shortfall, err);
   free(plain);
-  if (status != KVS_OK) return status; /* the same inputs: every rank fails alike */
+  return status;
+}
 
-  /* Step 4's agreement, one allreduce: the most pages each rank's own
-   * layers fit in its own budget, MIN over ranks (with the rank that has
-   * it), must hold the plan's page count. The plan may hold fewer: it is
-   * limited by every GPU of the topology, replicas no rank here runs on
-   * included, as kvplan plans them. */
+/* Collective, step 4's agreement in one allreduce: the most pages each
+ * rank's own layers fit in its own budget, MIN over ranks (with the rank
+ * that has it), must hold the plan's page count. The plan may hold fewer:
+ * it is limited by every GPU of the topology, replicas no rank here runs
+ * on included, as kvplan plans them. */
+static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, kvs_error *err) {
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   uint64_t own_pages = 0;
-  local = kvs_node_max_pages(&node->request, rp->first, rp->end, own.budget_bytes, &own_pages,
-                             &local_err);
-  if (local != KVS_OK || own_pages > KVS_RANK_WORD_VALUE_MAX)
-    own_pages = local != KVS_OK ? 0 : KVS_RANK_WORD_VALUE_MAX;
+  if (kvs_node_max_pages(&node->request, rp->first, rp->end, own->budget_bytes, &own_pages,
+                         NULL) != KVS_OK) {
+    own_pages = 0;
+  } else if (own_pages > KVS_RANK_WORD_VALUE_MAX) {
+    own_pages = KVS_RANK_WORD_VALUE_MAX;
+  }
   /* Pages and the rank in one word, so the one MIN names the tightest rank. */
   uint64_t *w = words(node);
   w[0] = kvs_rank_word(own_pages, node->rank);
-  if ((status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err))) {
-    return status;
-  }
+  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 1, KVS_COMM_MIN, err);
+  if (status != KVS_OK) return status;
   uint64_t agreed = kvs_rank_word_value(w[0]);
   int tightest = kvs_rank_word_rank(w[0]);
   const kvs_split *split = kvs_node_plan_split(node->plan);
-  if (agreed < split->num_pages) {
-    const kvs_rank_plan *tp = kvs_node_plan_rank(node->plan, (size_t)tightest);
-    return kvs_error_set(err, KVS_ERR_INTEGRITY,
-                         "rank %d (GPU %zu, layers %zu-%zu) fits %llu pages in its budget, the "
-                         "plan holds %llu: the plan and the devices disagree",
-                         tightest, tp->gpu, tp->first, tp->end - 1, (unsigned long long)agreed,
-                         (unsigned long long)split->num_pages);
-  }
+  if (agreed >= split->num_pages) return KVS_OK;
+  const kvs_rank_plan *tp = kvs_node_plan_rank(node->plan, (size_t)tightest);
+  return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                       "rank %d (GPU %zu, layers %zu-%zu) fits %llu pages in its budget, the "
+                       "plan holds %llu: the plan and the devices disagree",
+                       tightest, tp->gpu, tp->first, tp->end - 1, (unsigned long long)agreed,
+                       (unsigned long long)split->num_pages);
+}
 
-  /* Step 5: the tables, carved as planned. */
+/* Local, step 5: this rank's layout carved as planned, its tables, and the
+ * host copies of a step's ring contexts. */
+static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal,
+                                kvs_error *err) {
+  const kvs_node_options *o = &node->options;
   node->layout = malloc(sizeof *node->layout);
-  local = node->layout != NULL ? kvs_node_rank_layout(&node->request, node->plan,
-                                                      (size_t)node->rank, node->layout, &local_err)
-                               : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory");
+  if (node->layout == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory");
+  kvs_status status =
+      kvs_node_rank_layout(&node->request, node->plan, (size_t)node->rank, node->layout, err);
+  if (status != KVS_OK) return status;
   kvs_table_limits limits = {node->max_batch, (o->max_seq_len + o->page - 1) / o->page};
-  if (local == KVS_OK && kind == KVS_TABLE_CUDA) {
+  if (kind == KVS_TABLE_CUDA) {
     /* On NCCL the tables run on the communicator's stream: the apply reads
      * the broadcast's device buffer in stream order. */
     cudaStream_t stream = NULL;
@@ -559,10 +559,11 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
     } else {
       stream = NULL;
     }
-    local = kvs_table_create_cuda(ordinal, node->layout, &limits, stream, &node->table, &local_err);
-  } else if (local == KVS_OK) {
-    local = kvs_table_create_host(node->layout, &limits, &node->table, &local_err);
+    status = kvs_table_create_cuda(ordinal, node->layout, &limits, stream, &node->table, err);
+  } else {
+    status = kvs_table_create_host(node->layout, &limits, &node->table, err);
   }
+  if (status != KVS_OK) return status;
   size_t ring_rows = node->max_batch * (size_t)o->page;
   node->h_own = malloc(node->max_batch * sizeof *node->h_own);
   node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);
@@ -570,14 +571,18 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   node->h_csa = malloc(node->max_batch * sizeof *node->h_csa);
   node->h_hca = malloc(node->max_batch * sizeof *node->h_hca);
   node->h_slots = malloc(node->max_batch * sizeof *node->h_slots);
-  if (local == KVS_OK && (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL ||
-                          node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL)) {
-    local = kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
-                          node->max_batch);
+  if (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL ||
+      node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
+                         node->max_batch);
   }
-  if ((status = agree(node, "the tables", local, &local_err, err))) return status;
+  return KVS_OK;
+}
 
-  /* Step 6: the shard, whose hook feeds the tables. */
+/* Collective, step 6: this rank's stage's shard, whose hooks feed and check
+ * the tables. */
+static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
+  const kvs_node_options *o = &node->options;
   kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
   so.max_running = o->max_running;
   so.radix = o->radix;
@@ -588,8 +593,39 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   so.on_apply_ctx = node;
   so.on_check = check_tables;
   so.on_check_ctx = node;
-  const kvs_stage_plan *stage = &split->stages[rp->pp_stage];
+  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
+  const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->comm, &stage->sizes, &so, &node->shard, err);
+}
+
+/* Steps 1-6 (node.h). Local work is agreed on before each collective that
+ * depends on it, so a rank that fails locally still joins every collective
+ * and every rank returns the same error. */
+static kvs_status build(kvs_node_t node, kvs_error *err) {
+  kvs_error local_err;
+  kvs_error_clear(&local_err);
+  kvs_status local = prepare_request(node, &local_err), status;
+  if ((status = grow_words(node, 1, err))) return status;
+  if ((status = agree(node, "the options", local, &local_err, err))) return status;
+  if ((status = open_cluster(node, err))) return status;
+
+  kvs_table_kind kind = KVS_TABLE_HOST;
+  int ordinal = -1;
+  kvs_memory_budget own;
+  memset(&own, 0, sizeof own);
+  local = local_setup(node, &kind, &ordinal, &own, &local_err);
+  /* The GPU count is part of the fingerprint, so ranks that disagree on it
+   * fail before the budget gather sizes its words by it. */
+  if ((status = grow_words(node, node->n_gpus, err))) return status;
+  uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
+  if ((status = agree(node, "topology, GPU and budget", local, &local_err, err))) return status;
+  if ((status = check_same_shape(node, fp, err))) return status;
+  if ((status = plan_cluster(node, &own, err))) return status;
+  if ((status = agree_on_pages(node, &own, err))) return status;
+
+  local = create_tables(node, kind, ordinal, &local_err);
+  if ((status = agree(node, "the tables", local, &local_err, err))) return status;
+  return create_shard(node, err);
 }
 
 kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs_node_t *out,
