@@ -553,24 +553,22 @@ static void seen_text(const kvs_shard_report *r, char *out, size_t cap) {
   }
 }
 
-kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err) {
-  kvs_status status = check_live(shard, err);
-  if (status != KVS_OK) return status;
-  kvs_comm_stats before, after;
-  kvs_comm_stats_get(shard->comm, &before);
-  shard->stats.checks++;
-
-  kvs_error integrity;
-  kvs_error_clear(&integrity);
-  bool integrity_ok =
-      !shard->check_integrity || kvs_window_pool_check_integrity(shard->pool, &integrity) == KVS_OK;
-  /* Which check failed rides in the integrity word's low bit: 0 the pool,
-   * 1 the hook (the state the pool does not hold, e.g. device tables). */
-  uint64_t integrity_kind = 0;
-  if (integrity_ok && shard->on_check != NULL) {
-    integrity_ok = shard->on_check(shard->on_check_ctx, &integrity) == KVS_OK;
-    integrity_kind = 1;
+/* This rank's own integrity: the pool's check, then the hook's (the state
+ * the pool does not hold, e.g. device tables). *kind says which failed: 0
+ * the pool, 1 the hook. */
+static bool own_integrity(kvs_shard_t shard, kvs_error *why, uint64_t *kind) {
+  *kind = 0;
+  if (shard->check_integrity && kvs_window_pool_check_integrity(shard->pool, why) != KVS_OK) {
+    return false;
   }
+  if (shard->on_check == NULL) return true;
+  *kind = 1;
+  return shard->on_check(shard->on_check_ctx, why) == KVS_OK;
+}
+
+/* The check's words: every value with its complement, so one MIN gives
+ * both the least and (complemented) the greatest over the ranks. */
+static void put_check_words(kvs_shard_t shard, bool integrity_ok, uint64_t integrity_kind) {
   uint64_t digest = kvs_window_pool_digest(shard->pool);
   uint64_t *w = shard->words.host;
   w[C_DIGEST] = digest;
@@ -583,8 +581,10 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   w[C_NOT_STEP] = ~shard->next_step;
   w[C_SEEN] = shard->seen_step == NONE ? NONE : kvs_rank_word(shard->seen_step, shard->rank);
   w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank << 1 | integrity_kind;
-  if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
+}
 
+/* An agreeing report from the reduced words, nothing located yet. */
+static kvs_shard_report agreeing_report(const struct kvs_shard *shard, const uint64_t *w) {
   kvs_shard_report r;
   memset(&r, 0, sizeof r);
   r.kind = KVS_SHARD_AGREE;
@@ -600,87 +600,129 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   r.request_slot = NONE;
   r.leader_request = -1;
   r.rank_request = -1;
+  return r;
+}
+
+/* Collective: the digests differ, so bisection finds the first unit (a full
+ * page, or a request slot after the pages) that differs and one comparison
+ * with the leader names a rank and both values. */
+static kvs_status locate_bindings(kvs_shard_t shard, kvs_shard_report *r, const char *seen,
+                                  kvs_error *err) {
+  r->kind = KVS_SHARD_DIVERGED_BINDINGS;
+  uint64_t unit, leader_value, first_value;
+  kvs_status status = bisect(shard, &unit, err);
+  if (status != KVS_OK) return status;
+  /* What this rank holds at the unit, +2 so "none" (-1) and the dummy
+   * slot (-2) stay unsigned for the collectives: a full page's window
+   * page, or a request slot's request (the slots follow the pages). */
+  bool is_slot = unit >= shard->n_full_pages;
+  int64_t mine = is_slot ? kvs_window_pool_slot_request(shard->pool, unit - shard->n_full_pages)
+                         : window_page_of(shard, unit);
+  if ((status = compare_with_leader(shard, (uint64_t)(mine + 2), &leader_value, &r->rank,
+                                    &first_value, &r->ranks_differing, err))) {
+    return status;
+  }
+  int64_t leader = (int64_t)leader_value - 2;
+  int64_t theirs = r->rank >= 0 ? (int64_t)first_value - 2 : -1;
+  if (is_slot) {
+    r->request_slot = unit - shard->n_full_pages;
+    r->leader_request = leader;
+    r->rank_request = theirs;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "request slots diverged (checked after step %lld): request slot "
+                         "%llu holds request %lld on the leader (rank %d) and request %lld "
+                         "on rank %d (-1: free); %d rank(s) differ on it; %s",
+                         (long long)r->step, (unsigned long long)r->request_slot,
+                         (long long)leader, KVS_SHARD_LEADER, (long long)theirs, r->rank,
+                         r->ranks_differing, seen);
+  }
+  r->full_page = unit;
+  r->leader_window_page = leader;
+  r->rank_window_page = theirs;
+  return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                       "window bindings diverged (checked after step %lld): full page %llu "
+                       "is window page %lld on the leader (rank %d) and window page %lld on "
+                       "rank %d; %d rank(s) differ on it; %s",
+                       (long long)r->step, (unsigned long long)unit, (long long)leader,
+                       KVS_SHARD_LEADER, (long long)theirs, r->rank, r->ranks_differing, seen);
+}
+
+/* Collective: the application digests differ while the bindings agree. */
+static kvs_status locate_aux(kvs_shard_t shard, kvs_shard_report *r, const char *seen,
+                             kvs_error *err) {
+  r->kind = KVS_SHARD_DIVERGED_AUX;
+  uint64_t leader_value, first_value;
+  kvs_status status =
+      compare_with_leader(shard, shard->aux_digest ^ shard->aux_step, &leader_value, &r->rank,
+                          &first_value, &r->ranks_differing, err);
+  if (status != KVS_OK) return status;
+  return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                       "application digests diverged (checked after step %lld) while the "
+                       "window bindings agree (digest %016llx): rank %d differs from the "
+                       "leader, %d rank(s) in all; %s",
+                       (long long)r->step, (unsigned long long)r->digest_min, r->rank,
+                       r->ranks_differing, seen);
+}
+
+/* What the reduced words say, most telling first: steps, bindings (located
+ * by bisection), application digests, a rank's integrity, and a
+ * divergence seen in a step that has healed since. */
+static kvs_status judge(kvs_shard_t shard, kvs_shard_report *r, bool integrity_ok,
+                        const kvs_error *integrity, kvs_error *err) {
+  const uint64_t *w = shard->words.host;
   uint64_t step_min = w[C_STEP], step_max = ~w[C_NOT_STEP];
   bool aux_differs = w[C_AUX] != ~w[C_NOT_AUX] || w[C_AUX_STEP] != ~w[C_NOT_AUX_STEP];
   uint64_t integrity_rank = w[C_INTEGRITY];
   char seen[96];
-  seen_text(&r, seen, sizeof seen);
-
+  seen_text(r, seen, sizeof seen);
   if (step_min != step_max) {
-    r.kind = KVS_SHARD_DIVERGED_STEPS;
-    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "ranks are at different steps: %lld to %lld applied; every rank must "
-                           "step and check in the same order",
-                           (long long)step_min - 1, (long long)step_max - 1);
-  } else if (r.digest_min != r.digest_max) {
-    r.kind = KVS_SHARD_DIVERGED_BINDINGS;
-    uint64_t unit, leader_value, first_value;
-    if ((status = bisect(shard, &unit, err))) return status;
-    /* What this rank holds at the unit, +2 so "none" (-1) and the dummy
-     * slot (-2) stay unsigned for the collectives: a full page's window
-     * page, or a request slot's request (the slots follow the pages). */
-    bool is_slot = unit >= shard->n_full_pages;
-    int64_t mine = is_slot ? kvs_window_pool_slot_request(shard->pool, unit - shard->n_full_pages)
-                           : window_page_of(shard, unit);
-    if ((status = compare_with_leader(shard, (uint64_t)(mine + 2), &leader_value, &r.rank,
-                                      &first_value, &r.ranks_differing, err))) {
-      return status;
-    }
-    int64_t leader = (int64_t)leader_value - 2;
-    int64_t theirs = r.rank >= 0 ? (int64_t)first_value - 2 : -1;
-    if (is_slot) {
-      r.request_slot = unit - shard->n_full_pages;
-      r.leader_request = leader;
-      r.rank_request = theirs;
-      status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                             "request slots diverged (checked after step %lld): request slot "
-                             "%llu holds request %lld on the leader (rank %d) and request %lld "
-                             "on rank %d (-1: free); %d rank(s) differ on it; %s",
-                             (long long)r.step, (unsigned long long)r.request_slot,
-                             (long long)leader, KVS_SHARD_LEADER, (long long)theirs, r.rank,
-                             r.ranks_differing, seen);
-    } else {
-      r.full_page = unit;
-      r.leader_window_page = leader;
-      r.rank_window_page = theirs;
-      status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                             "window bindings diverged (checked after step %lld): full page %llu "
-                             "is window page %lld on the leader (rank %d) and window page %lld on "
-                             "rank %d; %d rank(s) differ on it; %s",
-                             (long long)r.step, (unsigned long long)unit, (long long)leader,
-                             KVS_SHARD_LEADER, (long long)theirs, r.rank, r.ranks_differing,
-                             seen);
-    }
-  } else if (aux_differs) {
-    r.kind = KVS_SHARD_DIVERGED_AUX;
-    uint64_t leader_value, first_value;
-    if ((status = compare_with_leader(shard, shard->aux_digest ^ shard->aux_step, &leader_value,
-                                      &r.rank, &first_value, &r.ranks_differing, err))) {
-      return status;
-    }
-    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "application digests diverged (checked after step %lld) while the "
-                           "window bindings agree (digest %016llx): rank %d differs from the "
-                           "leader, %d rank(s) in all; %s",
-                           (long long)r.step, (unsigned long long)r.digest_min, r.rank,
-                           r.ranks_differing, seen);
-  } else if (integrity_rank != NONE) {
-    r.kind = KVS_SHARD_DIVERGED_INTEGRITY;
-    r.rank = (int)(integrity_rank >> 1);
-    status = kvs_error_set(
-        err, KVS_ERR_DIVERGENCE, "rank %d's %s (checked after step %lld)%s%s", r.rank,
+    r->kind = KVS_SHARD_DIVERGED_STEPS;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "ranks are at different steps: %lld to %lld applied; every rank must "
+                         "step and check in the same order",
+                         (long long)step_min - 1, (long long)step_max - 1);
+  }
+  if (r->digest_min != r->digest_max) return locate_bindings(shard, r, seen, err);
+  if (aux_differs) return locate_aux(shard, r, seen, err);
+  if (integrity_rank != NONE) {
+    r->kind = KVS_SHARD_DIVERGED_INTEGRITY;
+    r->rank = (int)(integrity_rank >> 1);
+    return kvs_error_set(
+        err, KVS_ERR_DIVERGENCE, "rank %d's %s (checked after step %lld)%s%s", r->rank,
         integrity_rank & 1 ? "check hook failed (state beside its pool)"
                            : "window pool fails its integrity check",
-        (long long)r.step, integrity_ok ? "" : ": ", integrity_ok ? "" : integrity.message);
-  } else if (r.first_seen_rank >= 0) {
-    r.kind = KVS_SHARD_DIVERGED_BINDINGS;
-    r.rank = r.first_seen_rank;
-    status = kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "rank %d's window bindings differed from the leader's at step %llu "
-                           "and agree again now (checked after step %lld): a transient "
-                           "divergence, its pages already freed",
-                           r.rank, (unsigned long long)r.first_seen_step, (long long)r.step);
+        (long long)r->step, integrity_ok ? "" : ": ", integrity_ok ? "" : integrity->message);
   }
+  if (r->first_seen_rank >= 0) {
+    r->kind = KVS_SHARD_DIVERGED_BINDINGS;
+    r->rank = r->first_seen_rank;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's window bindings differed from the leader's at step %llu "
+                         "and agree again now (checked after step %lld): a transient "
+                         "divergence, its pages already freed",
+                         r->rank, (unsigned long long)r->first_seen_step, (long long)r->step);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err) {
+  kvs_status status = check_live(shard, err);
+  if (status != KVS_OK) return status;
+  kvs_comm_stats before, after;
+  kvs_comm_stats_get(shard->comm, &before);
+  shard->stats.checks++;
+
+  kvs_error integrity;
+  kvs_error_clear(&integrity);
+  uint64_t integrity_kind = 0;
+  bool integrity_ok = own_integrity(shard, &integrity, &integrity_kind);
+  put_check_words(shard, integrity_ok, integrity_kind);
+  if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
+  kvs_shard_report r = agreeing_report(shard, shard->words.host);
+  status = judge(shard, &r, integrity_ok, &integrity, err);
+  /* A collective that failed inside the location stops here, as before:
+   * the group is poisoned and the report is not. */
+  if (status != KVS_OK && status != KVS_ERR_DIVERGENCE) return status;
   kvs_comm_stats_get(shard->comm, &after);
   r.collectives = after.collectives - before.collectives;
   shard->stats.check_collectives += r.collectives;
