@@ -93,7 +93,14 @@ static uint64_t list_digest(const kvs_gpu_info *gpus, size_t n) {
 enum { MODE_DESCRIBED = 1, MODE_DISCOVERED = 2 };
 
 /* One rank's words in the first round. */
-enum { A_MODE, A_COUNT, A_DIGEST, A_HOST, A_WORDS = A_HOST + KVS_HOST_NAME_MAX / 8 };
+enum {
+  A_MODE,
+  A_COUNT,
+  A_DIGEST,
+  A_BOOT, /* this machine's boot id, folded */
+  A_HOST,
+  A_WORDS = A_HOST + KVS_HOST_NAME_MAX / 8
+};
 /* A node's label in the second round, before its GPUs. */
 enum { LABEL_WORDS = KVS_NODE_LABEL_MAX / 8 };
 /* Far above any machine; keeps the second round's size arithmetic exact. */
@@ -106,6 +113,21 @@ kvs_status kvs_host_name(char *buf, size_t cap, kvs_error *err) {
   }
   buf[cap - 1] = '\0';
   return KVS_OK;
+}
+
+/* The kernel's boot id, folded to a word: two containers that both call
+ * themselves "localhost" on two machines differ in it (NCCL keys its hosts
+ * the same way), while names given to simulate machines on one machine
+ * still tell them apart. 0 where it cannot be read: the name alone. */
+static uint64_t boot_id(void) {
+  char text[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f == NULL) return 0;
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  uint64_t id = XXH64(text, n, 0);
+  return id != 0 ? id : 1;
 }
 
 static kvs_status check_host(const char *host, kvs_error *err) {
@@ -131,6 +153,7 @@ static kvs_status check_host(const char *host, kvs_error *err) {
 typedef struct own {
   bool discover;
   char host[KVS_HOST_NAME_MAX];
+  uint64_t boot;            /* boot_id() */
   kvs_cluster_t described;  /* described mode */
   kvs_topology_t topology;  /* discovery: this machine's */
   const kvs_gpu_info *gpus; /* the list the ranks compare */
@@ -149,6 +172,7 @@ static kvs_status open_own(own *me, const char *topology, size_t nodes, const ch
   } else if ((status = check_host(me->host, err)) != KVS_OK) {
     return status;
   }
+  me->boot = boot_id();
   if (!me->discover) {
     status = kvs_cluster_open(topology, nodes, &me->described, note, note_cap, err);
     if (status != KVS_OK) return status;
@@ -229,7 +253,7 @@ static kvs_status group_ranks(const uint64_t *a, int size, size_t *node_of, int 
     for (; k < *n_nodes; k++) {
       rep = a + (size_t)first[k] * A_WORDS;
       get_text(rep_host, rep + A_HOST, sizeof rep_host);
-      if (strcmp(rep_host, host) == 0) break;
+      if (strcmp(rep_host, host) == 0 && rep[A_BOOT] == w[A_BOOT]) break;
     }
     if (k < *n_nodes && k + 1 != *n_nodes) {
       char last[KVS_HOST_NAME_MAX];
@@ -357,6 +381,7 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   mine[A_MODE] = me.discover ? MODE_DISCOVERED : MODE_DESCRIBED;
   mine[A_COUNT] = me.n_gpus;
   mine[A_DIGEST] = list_digest(me.gpus, me.n_gpus);
+  mine[A_BOOT] = me.boot;
   put_text(mine + A_HOST, me.host, KVS_HOST_NAME_MAX);
   if ((status = kvs_comm_allreduce_u64(comm, &buffer, a_words, KVS_COMM_SUM, err)) != KVS_OK) {
     goto done;
