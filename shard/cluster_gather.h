@@ -6,10 +6,10 @@
  * hwloc, or whatever single source it is given), names its host, and one
  * exchange gives every rank every node's GPU list. Ranks that share a host
  * name and kernel boot id (so that same-named containers on two machines
- * stay two nodes) are one node;
- * nodes are numbered in the order of their lowest rank,
- * so a launcher that places ranks in blocks (mpirun --map-by ppr:G:node,
- * srun --distribution=block) numbers them as the plan walks them. A
+ * stay two nodes) are one node; nodes are numbered in the order of their
+ * lowest rank, so a launcher that places ranks in blocks (mpirun --map-by
+ * ppr:G:node, srun --distribution=block) numbers them as the plan walks
+ * them. A
  * heterogeneous cluster then plans from what each machine really has.
  *
  * The same call serves a cluster that is described instead (a topology
