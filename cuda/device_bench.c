@@ -543,6 +543,159 @@ static int parse(int argc, char **argv, options *o) {
   return 1;
 }
 
+/* ---- the device ---- */
+
+typedef struct device_info {
+  char name[256];
+  int major, minor, sms, bus_bits, mem_khz, l2;
+  double peak_gbs; /* from the memory clock and bus width; 0 when the clock is unknown */
+} device_info;
+
+/* Makes o->device current and reads what the report quotes of it. */
+static void open_device(const options *o, device_info *d) {
+  CHECK_CUDA(cudaSetDevice(o->device), "cudaSetDevice");
+  d->name[0] = '\0';
+  d->major = d->minor = d->sms = d->bus_bits = d->mem_khz = d->l2 = 0;
+  struct cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, o->device), "cudaGetDeviceProperties");
+  snprintf(d->name, sizeof d->name, "%s", prop.name);
+  CHECK_CUDA(cudaDeviceGetAttribute(&d->major, cudaDevAttrComputeCapabilityMajor, o->device),
+             "attr");
+  CHECK_CUDA(cudaDeviceGetAttribute(&d->minor, cudaDevAttrComputeCapabilityMinor, o->device),
+             "attr");
+  CHECK_CUDA(cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, o->device), "attr");
+  CHECK_CUDA(cudaDeviceGetAttribute(&d->bus_bits, cudaDevAttrGlobalMemoryBusWidth, o->device),
+             "attr");
+  CHECK_CUDA(cudaDeviceGetAttribute(&d->l2, cudaDevAttrL2CacheSize, o->device), "attr");
+  /* Not every driver reports the memory clock: the peak is then 0, not a
+   * failure. */
+  if (cudaDeviceGetAttribute(&d->mem_khz, cudaDevAttrMemoryClockRate, o->device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    d->mem_khz = 0;
+  }
+  /* Double data rate: two transfers per memory clock. */
+  d->peak_gbs = 2.0 * d->mem_khz * 1e3 * (d->bus_bits / 8.0) / 1e9;
+}
+
+/* ---- the whole run ---- */
+
+typedef struct results {
+  double copy_gbs; /* this program's device-to-device copy */
+  int iterations;
+  ring_result rings[2];       /* 256 and 4096 requests */
+  journal_result journals[3]; /* 1, 64 and 4096 pages */
+  flat_result flat;
+  int faulted, verified;
+} results;
+
+/* Every kernel's cases, then the device's fault flags over all of them. */
+static void run_all(bench *b, cudaStream_t stream, results *r) {
+  const size_t batches[2] = {256, 4096};
+  for (int i = 0; i < 2; i++) r->rings[i] = run_ring_ctx(b, batches[i], stream, r->iterations);
+  const size_t pages[3] = {1, 64, 4096};
+  for (int i = 0; i < 3; i++) r->journals[i] = run_journal(b, pages[i], stream, r->iterations);
+  /* A quarter of the iterations, 20 at least: each flat step is 2^20 items. */
+  r->flat = run_flat(b, stream, r->iterations / 4 > 20 ? r->iterations / 4 : 20);
+  r->faulted = check_faults(b, stream, "the benchmark");
+  r->verified = !r->faulted && r->flat.verified;
+  for (int i = 0; i < 2; i++) r->verified = r->verified && r->rings[i].verified;
+  for (int i = 0; i < 3; i++) r->verified = r->verified && r->journals[i].verified;
+}
+
+/* ---- output ---- */
+
+/* The 4096-request cold ring context's bandwidth as a share of --ref-gbs. */
+static double large_fraction(const options *o, const results *r) {
+  return o->ref_gbs > 0 ? gbs(r->rings[1].bytes, r->rings[1].cold) / o->ref_gbs : 0;
+}
+
+static void json_rings(FILE *f, const options *o, const results *r) {
+  fprintf(f, "  \"ring_ctx\": [\n");
+  for (int i = 0; i < 2; i++) {
+    const ring_result *x = &r->rings[i];
+    fprintf(f, "    {\"requests\": %zu, \"page\": %u, \"bytes_per_step\": %.0f, ", x->n_req, PAGE,
+            x->bytes);
+    json_timing(f, "hot", x->hot, x->bytes, o->ref_gbs, r->copy_gbs, ", ");
+    json_timing(f, "cold", x->cold, x->bytes, o->ref_gbs, r->copy_gbs, ", ");
+    fprintf(f, "\"verified\": %s}%s\n", x->verified ? "true" : "false", i < 1 ? "," : "");
+  }
+  fprintf(f, "  ],\n");
+}
+
+static void json_journals(FILE *f, const options *o, const results *r) {
+  fprintf(f, "  \"apply_journal\": [\n");
+  for (int i = 0; i < 3; i++) {
+    const journal_result *x = &r->journals[i];
+    fprintf(f, "    {\"pages\": %zu, \"bytes_per_step\": %.0f, ", x->pages, x->bytes);
+    json_timing(f, "device_entries", x->device, x->bytes, o->ref_gbs, r->copy_gbs, ", ");
+    json_timing(f, "host_entries", x->host, x->bytes, o->ref_gbs, r->copy_gbs, ", ");
+    fprintf(f, "\"verified\": %s}%s\n", x->verified ? "true" : "false", i < 2 ? "," : "");
+  }
+  fprintf(f, "  ],\n");
+}
+
+static void json_flat(FILE *f, const options *o, const results *r) {
+  double translate_bytes = FLAT_ITEMS * 24.0, state_bytes = FLAT_ITEMS * 24.0;
+  fprintf(f, "  \"translate\": {\"items\": %u, \"bytes_per_step\": %.0f, ", FLAT_ITEMS,
+          translate_bytes);
+  json_timing(f, "timing", r->flat.translate, translate_bytes, o->ref_gbs, r->copy_gbs, "},\n");
+  fprintf(f, "  \"state_locs\": {\"items\": %u, \"bytes_per_step\": %.0f, ", FLAT_ITEMS,
+          state_bytes);
+  json_timing(f, "timing", r->flat.state, state_bytes, o->ref_gbs, r->copy_gbs, "},\n");
+}
+
+/* The issue's aims: launch-bound (a few us) at small batches, over 60% of
+ * the device's bandwidth at large ones. Reported, not enforced. */
+static void json_aims(FILE *f, const options *o, const results *r) {
+  double small_us = r->rings[0].hot.per_step_us;
+  double large = large_fraction(o, r);
+  fprintf(f,
+          "  \"aims\": {\"ring_ctx_256_per_step_us\": %.3f, \"small_launch_bound\": %s, "
+          "\"ring_ctx_4096_cold_fraction_of_ref\": %.3f, \"large_over_60_percent\": %s},\n",
+          small_us, small_us < 10.0 ? "true" : "false", large, large > 0.6 ? "true" : "false");
+}
+
+/* The JSON report, to --json PATH or stdout. Returns 0, or 1 after a
+ * message when PATH cannot be opened. */
+static int write_report(const options *o, const device_info *d, const results *r) {
+  FILE *f = o->json_path != NULL ? fopen(o->json_path, "w") : stdout;
+  if (f == NULL) {
+    fprintf(stderr, "kvs_device_bench: cannot write %s\n", o->json_path);
+    return 1;
+  }
+  fprintf(f, "{\n  \"skipped\": false,\n");
+  fprintf(f,
+          "  \"device\": {\"name\": \"%s\", \"sm\": \"%d.%d\", \"multiprocessors\": %d, "
+          "\"l2_bytes\": %d, \"peak_gbs\": %.0f, \"copy_gbs\": %.0f},\n",
+          d->name, d->major, d->minor, d->sms, d->l2, d->peak_gbs, r->copy_gbs);
+  fprintf(f, "  \"ref_gbs\": %.0f,\n  \"iterations\": %d,\n", o->ref_gbs, r->iterations);
+  json_rings(f, o, r);
+  json_journals(f, o, r);
+  json_flat(f, o, r);
+  json_aims(f, o, r);
+  fprintf(f, "  \"faults\": %s,\n  \"verified\": %s\n}\n", r->faulted ? "true" : "false",
+          r->verified ? "true" : "false");
+  if (f != stdout) fclose(f);
+  return 0;
+}
+
+/* Two lines on stderr for a reader without the JSON. */
+static void print_summary(const options *o, const results *r) {
+  const ring_result *small = &r->rings[0], *large = &r->rings[1];
+  const journal_result *j = r->journals;
+  fprintf(stderr,
+          "kvs_device_bench: ring_ctx 256: %.2f us/step (kernel %.2f us); 4096 cold: %.2f us/step "
+          "(kernel %.2f us), %.0f GB/s = %.0f%% of %.0f\n",
+          small->hot.per_step_us, small->hot.kernel_us, large->cold.per_step_us,
+          large->cold.kernel_us, gbs(large->bytes, large->cold), 100 * large_fraction(o, r),
+          o->ref_gbs);
+  fprintf(stderr,
+          "kvs_device_bench: apply_journal 1/64/4096 pages: %.2f / %.2f / %.2f us/step from "
+          "device entries, %.2f / %.2f / %.2f from host entries\n",
+          j[0].device.per_step_us, j[1].device.per_step_us, j[2].device.per_step_us,
+          j[0].host.per_step_us, j[1].host.per_step_us, j[2].host.per_step_us);
+}
+
 int main(int argc, char **argv) {
   options o;
   if (!parse(argc, argv, &o)) return 1;
@@ -553,110 +706,25 @@ int main(int argc, char **argv) {
     write_skip(&o, err.message);
     return 77;
   }
-  CHECK_CUDA(cudaSetDevice(o.device), "cudaSetDevice");
-  char name[256] = "";
-  int major = 0, minor = 0, sms = 0, bus_bits = 0, mem_khz = 0, l2 = 0;
-  struct cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
-  snprintf(name, sizeof name, "%s", prop.name);
-  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, o.device), "attr");
-  CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, o.device), "attr");
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, o.device), "attr");
-  CHECK_CUDA(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, o.device), "attr");
-  CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, o.device), "attr");
-  if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, o.device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    mem_khz = 0;
-  }
-  /* Double data rate: two transfers per memory clock. */
-  double peak_gbs = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 1e9;
-
+  device_info d;
+  open_device(&o, &d);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  double copy_gbs = measure_copy_gbs(stream);
-  int iterations = o.quick ? 100 : 1000;
-  fprintf(stderr, "kvs_device_bench: %s (sm_%d%d, %d SMs), copy %.0f GB/s, peak %.0f GB/s\n", name,
-          major, minor, sms, copy_gbs, peak_gbs);
+  results r;
+  r.copy_gbs = measure_copy_gbs(stream);
+  r.iterations = o.quick ? 100 : 1000;
+  fprintf(stderr, "kvs_device_bench: %s (sm_%d%d, %d SMs), copy %.0f GB/s, peak %.0f GB/s\n",
+          d.name, d.major, d.minor, d.sms, r.copy_gbs, d.peak_gbs);
 
   bench b;
   bench_setup(&b, o.device);
-  ring_result rings[2];
-  const size_t batches[2] = {256, 4096};
-  for (int i = 0; i < 2; i++) rings[i] = run_ring_ctx(&b, batches[i], stream, iterations);
-  journal_result journals[3];
-  const size_t pages[3] = {1, 64, 4096};
-  for (int i = 0; i < 3; i++) journals[i] = run_journal(&b, pages[i], stream, iterations);
-  flat_result flat = run_flat(&b, stream, iterations / 4 > 20 ? iterations / 4 : 20);
-  int faulted = check_faults(&b, stream, "the benchmark");
-
-  int verified = !faulted && flat.verified;
-  for (int i = 0; i < 2; i++) verified = verified && rings[i].verified;
-  for (int i = 0; i < 3; i++) verified = verified && journals[i].verified;
-
-  FILE *f = o.json_path != NULL ? fopen(o.json_path, "w") : stdout;
-  if (f == NULL) {
-    fprintf(stderr, "kvs_device_bench: cannot write %s\n", o.json_path);
-    return 1;
-  }
-  fprintf(f, "{\n  \"skipped\": false,\n");
-  fprintf(f,
-          "  \"device\": {\"name\": \"%s\", \"sm\": \"%d.%d\", \"multiprocessors\": %d, "
-          "\"l2_bytes\": %d, \"peak_gbs\": %.0f, \"copy_gbs\": %.0f},\n",
-          name, major, minor, sms, l2, peak_gbs, copy_gbs);
-  fprintf(f, "  \"ref_gbs\": %.0f,\n  \"iterations\": %d,\n", o.ref_gbs, iterations);
-  fprintf(f, "  \"ring_ctx\": [\n");
-  for (int i = 0; i < 2; i++) {
-    fprintf(f, "    {\"requests\": %zu, \"page\": %u, \"bytes_per_step\": %.0f, ", rings[i].n_req,
-            PAGE, rings[i].bytes);
-    json_timing(f, "hot", rings[i].hot, rings[i].bytes, o.ref_gbs, copy_gbs, ", ");
-    json_timing(f, "cold", rings[i].cold, rings[i].bytes, o.ref_gbs, copy_gbs, ", ");
-    fprintf(f, "\"verified\": %s}%s\n", rings[i].verified ? "true" : "false", i < 1 ? "," : "");
-  }
-  fprintf(f, "  ],\n  \"apply_journal\": [\n");
-  for (int i = 0; i < 3; i++) {
-    fprintf(f, "    {\"pages\": %zu, \"bytes_per_step\": %.0f, ", journals[i].pages,
-            journals[i].bytes);
-    json_timing(f, "device_entries", journals[i].device, journals[i].bytes, o.ref_gbs, copy_gbs,
-                ", ");
-    json_timing(f, "host_entries", journals[i].host, journals[i].bytes, o.ref_gbs, copy_gbs, ", ");
-    fprintf(f, "\"verified\": %s}%s\n", journals[i].verified ? "true" : "false", i < 2 ? "," : "");
-  }
-  double flat_translate_bytes = FLAT_ITEMS * 24.0, flat_state_bytes = FLAT_ITEMS * 24.0;
-  fprintf(f, "  ],\n  \"translate\": {\"items\": %u, \"bytes_per_step\": %.0f, ", FLAT_ITEMS,
-          flat_translate_bytes);
-  json_timing(f, "timing", flat.translate, flat_translate_bytes, o.ref_gbs, copy_gbs, "},\n");
-  fprintf(f, "  \"state_locs\": {\"items\": %u, \"bytes_per_step\": %.0f, ", FLAT_ITEMS,
-          flat_state_bytes);
-  json_timing(f, "timing", flat.state, flat_state_bytes, o.ref_gbs, copy_gbs, "},\n");
-  /* The issue's aims: launch-bound (a few us) at small batches, over 60% of
-   * the device's bandwidth at large ones. Reported, not enforced. */
-  double small_us = rings[0].hot.per_step_us;
-  double large_fraction = o.ref_gbs > 0 ? gbs(rings[1].bytes, rings[1].cold) / o.ref_gbs : 0;
-  fprintf(f,
-          "  \"aims\": {\"ring_ctx_256_per_step_us\": %.3f, \"small_launch_bound\": %s, "
-          "\"ring_ctx_4096_cold_fraction_of_ref\": %.3f, \"large_over_60_percent\": %s},\n",
-          small_us, small_us < 10.0 ? "true" : "false", large_fraction,
-          large_fraction > 0.6 ? "true" : "false");
-  fprintf(f, "  \"faults\": %s,\n  \"verified\": %s\n}\n", faulted ? "true" : "false",
-          verified ? "true" : "false");
-  if (f != stdout) fclose(f);
-
-  fprintf(stderr,
-          "kvs_device_bench: ring_ctx 256: %.2f us/step (kernel %.2f us); 4096 cold: %.2f us/step "
-          "(kernel %.2f us), %.0f GB/s = %.0f%% of %.0f\n",
-          rings[0].hot.per_step_us, rings[0].hot.kernel_us, rings[1].cold.per_step_us,
-          rings[1].cold.kernel_us, gbs(rings[1].bytes, rings[1].cold), 100 * large_fraction,
-          o.ref_gbs);
-  fprintf(stderr,
-          "kvs_device_bench: apply_journal 1/64/4096 pages: %.2f / %.2f / %.2f us/step from "
-          "device entries, %.2f / %.2f / %.2f from host entries\n",
-          journals[0].device.per_step_us, journals[1].device.per_step_us,
-          journals[2].device.per_step_us, journals[0].host.per_step_us,
-          journals[1].host.per_step_us, journals[2].host.per_step_us);
+  run_all(&b, stream, &r);
+  if (write_report(&o, &d, &r) != 0) return 1;
+  print_summary(&o, &r);
   kvs_device_tables_destroy(b.tables);
   free(b.map);
   cudaStreamDestroy(stream);
-  if (!verified) {
+  if (!r.verified) {
     fprintf(stderr, "kvs_device_bench: a kernel disagreed with its reference or faulted\n");
     return 1;
   }

@@ -88,6 +88,119 @@ static int parse_count(const char *flag, const char *text, uint64_t *out) {
   return 0;
 }
 
+/* Long enough for every flag name; a longer one is unknown. */
+#define FLAG_NAME_MAX 32
+
+/* Splits "--name" or "--name=value" at the '=': the name into name[],
+ * *eq at the '=' or NULL. Returns 0, or EXIT_USAGE after a message. */
+static int flag_name(const char *arg, char name[FLAG_NAME_MAX], const char **eq) {
+  if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'", arg);
+  *eq = strchr(arg, '=');
+  size_t nlen = *eq != NULL ? (size_t)(*eq - arg) : strlen(arg);
+  if (nlen >= FLAG_NAME_MAX) return usage_error("unknown flag '%s'", arg);
+  memcpy(name, arg, nlen);
+  name[nlen] = '\0';
+  return 0;
+}
+
+/* Refuses a flag no command knows, and one this command does not take:
+ * the reader flags are write's and verify's, --seed is write's (verify
+ * accepts and ignores it). Returns 0, or EXIT_USAGE after a message. */
+static int check_accepted(const char *name, bool allow_reader, bool allow_seed) {
+  bool reader_flag = strcmp(name, "--model") == 0 || strcmp(name, "--weights") == 0 ||
+                     strcmp(name, "--layers") == 0 || strcmp(name, "--kv-heads") == 0 ||
+                     strcmp(name, "--head-dim") == 0 || strcmp(name, "--block-size") == 0 ||
+                     strcmp(name, "--window") == 0 || strcmp(name, "--dtype") == 0;
+  bool seed_flag = strcmp(name, "--seed") == 0;
+  if (!reader_flag && !seed_flag) return usage_error("unknown flag '%s'", name);
+  if ((reader_flag && !allow_reader) || (seed_flag && !allow_seed)) {
+    return usage_error("flag '%s' is not accepted here", name);
+  }
+  return 0;
+}
+
+/* The counts (parse_count): where name's value and its seen mark live in f;
+ * false for any other flag. */
+static bool count_field(flags *f, const char *name, uint64_t **value, bool **have) {
+  if (strcmp(name, "--layers") == 0) {
+    *value = &f->layers;
+    *have = &f->have_layers;
+  } else if (strcmp(name, "--kv-heads") == 0) {
+    *value = &f->kv_heads;
+    *have = &f->have_kv_heads;
+  } else if (strcmp(name, "--head-dim") == 0) {
+    *value = &f->head_dim;
+    *have = &f->have_head_dim;
+  } else if (strcmp(name, "--block-size") == 0) {
+    *value = &f->block_size;
+    *have = &f->have_block_size;
+  } else if (strcmp(name, "--window") == 0) {
+    *value = &f->window;
+    *have = &f->have_window;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/* Stores one accepted flag's value in f. A bad value is reported before a
+ * repeat, so "--layers 3 --layers 0" names the bad count. Returns 0, or
+ * EXIT_USAGE after a message. */
+static int set_flag(flags *f, const char *name, const char *value) {
+  int rc = 0;
+  bool dup;
+  uint64_t *count;
+  bool *have;
+  if (count_field(f, name, &count, &have)) {
+    dup = *have;
+    *have = true;
+    rc = parse_count(name, value, count);
+  } else if (strcmp(name, "--model") == 0) {
+    dup = f->model != NULL;
+    f->model = value;
+    if (!kvs_block_model_valid(value, strlen(value)) || value[0] == '\0') {
+      return usage_error("--model must be 1 to 255 printable bytes, not '%s'", value);
+    }
+  } else if (strcmp(name, "--weights") == 0) {
+    dup = f->have_weights;
+    f->have_weights = true;
+    if (!kvs_hex_decode(value, f->weights, sizeof f->weights, &f->weights_len)) {
+      return usage_error("--weights must be an even number of hex digits, at most 128: '%s'",
+                         value);
+    }
+  } else if (strcmp(name, "--dtype") == 0) {
+    dup = f->have_dtype;
+    f->have_dtype = true;
+    if (!kvs_dtype_parse(value, &f->dtype)) {
+      return usage_error("--dtype must be f32 or bf16, not '%s'", value);
+    }
+  } else { /* --seed */
+    dup = f->have_seed;
+    f->have_seed = true;
+    kvs_error err;
+    if (kvs_parse_u64(name, value, &f->seed, &err) != KVS_OK) {
+      return usage_error("%s", err.message);
+    }
+  }
+  if (rc != 0) return rc;
+  if (dup) return usage_error("flag '%s' given twice", name);
+  return 0;
+}
+
+/* The reader flags a block cannot be described without, and the format's
+ * layer limit. Returns 0, or EXIT_USAGE after a message. */
+static int check_reader(const flags *f) {
+  if (f->model == NULL) return usage_error("%s is required", "--model");
+  if (!f->have_layers) return usage_error("%s is required", "--layers");
+  if (!f->have_kv_heads) return usage_error("%s is required", "--kv-heads");
+  if (!f->have_head_dim) return usage_error("%s is required", "--head-dim");
+  if (!f->have_block_size) return usage_error("%s is required", "--block-size");
+  if (f->layers > KVS_BLOCK_MAX_LAYERS) {
+    return usage_error("--layers exceeds the format's maximum of %s", "65536");
+  }
+  return 0;
+}
+
 /* Parses the flags after FILE. allow_reader: the reader flags (write,
  * verify); allow_seed: --seed; allow_json: --json (inspect). */
 static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed, bool allow_json,
@@ -96,28 +209,17 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
   f->dtype = KVS_DTYPE_F32;
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
-    if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'", arg);
-    char name[32];
-    const char *value = NULL;
-    const char *eq = strchr(arg, '=');
-    size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-    if (nlen >= sizeof name) return usage_error("unknown flag '%s'", arg);
-    memcpy(name, arg, nlen);
-    name[nlen] = '\0';
-    if (strcmp(name, "--json") == 0) {
+    char name[FLAG_NAME_MAX];
+    const char *eq;
+    int rc = flag_name(arg, name, &eq);
+    if (rc != 0) return rc;
+    if (strcmp(name, "--json") == 0) { /* the one flag without a value */
       if (!allow_json || eq != NULL) return usage_error("flag '%s' is not accepted here", arg);
       f->json = true;
       continue;
     }
-    bool reader_flag = strcmp(name, "--model") == 0 || strcmp(name, "--weights") == 0 ||
-                       strcmp(name, "--layers") == 0 || strcmp(name, "--kv-heads") == 0 ||
-                       strcmp(name, "--head-dim") == 0 || strcmp(name, "--block-size") == 0 ||
-                       strcmp(name, "--window") == 0 || strcmp(name, "--dtype") == 0;
-    bool seed_flag = strcmp(name, "--seed") == 0;
-    if (!reader_flag && !seed_flag) return usage_error("unknown flag '%s'", name);
-    if ((reader_flag && !allow_reader) || (seed_flag && !allow_seed)) {
-      return usage_error("flag '%s' is not accepted here", name);
-    }
+    if ((rc = check_accepted(name, allow_reader, allow_seed)) != 0) return rc;
+    const char *value;
     if (eq != NULL) {
       value = eq + 1;
     } else if (i + 1 < argc) {
@@ -125,69 +227,9 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
     } else {
       return usage_error("flag '%s' needs a value", name);
     }
-    int rc = 0;
-    bool dup = false;
-    if (strcmp(name, "--model") == 0) {
-      dup = f->model != NULL;
-      f->model = value;
-      if (!kvs_block_model_valid(value, strlen(value)) || value[0] == '\0') {
-        return usage_error("--model must be 1 to 255 printable bytes, not '%s'", value);
-      }
-    } else if (strcmp(name, "--weights") == 0) {
-      dup = f->have_weights;
-      f->have_weights = true;
-      if (!kvs_hex_decode(value, f->weights, sizeof f->weights, &f->weights_len)) {
-        return usage_error("--weights must be an even number of hex digits, at most 128: '%s'",
-                           value);
-      }
-    } else if (strcmp(name, "--layers") == 0) {
-      dup = f->have_layers;
-      f->have_layers = true;
-      rc = parse_count(name, value, &f->layers);
-    } else if (strcmp(name, "--kv-heads") == 0) {
-      dup = f->have_kv_heads;
-      f->have_kv_heads = true;
-      rc = parse_count(name, value, &f->kv_heads);
-    } else if (strcmp(name, "--head-dim") == 0) {
-      dup = f->have_head_dim;
-      f->have_head_dim = true;
-      rc = parse_count(name, value, &f->head_dim);
-    } else if (strcmp(name, "--block-size") == 0) {
-      dup = f->have_block_size;
-      f->have_block_size = true;
-      rc = parse_count(name, value, &f->block_size);
-    } else if (strcmp(name, "--window") == 0) {
-      dup = f->have_window;
-      f->have_window = true;
-      rc = parse_count(name, value, &f->window);
-    } else if (strcmp(name, "--dtype") == 0) {
-      dup = f->have_dtype;
-      f->have_dtype = true;
-      if (!kvs_dtype_parse(value, &f->dtype)) {
-        return usage_error("--dtype must be f32 or bf16, not '%s'", value);
-      }
-    } else {
-      dup = f->have_seed;
-      f->have_seed = true;
-      kvs_error err;
-      if (kvs_parse_u64(name, value, &f->seed, &err) != KVS_OK) {
-        return usage_error("%s", err.message);
-      }
-    }
-    if (rc != 0) return rc;
-    if (dup) return usage_error("flag '%s' given twice", name);
+    if ((rc = set_flag(f, name, value)) != 0) return rc;
   }
-  if (allow_reader) {
-    if (f->model == NULL) return usage_error("%s is required", "--model");
-    if (!f->have_layers) return usage_error("%s is required", "--layers");
-    if (!f->have_kv_heads) return usage_error("%s is required", "--kv-heads");
-    if (!f->have_head_dim) return usage_error("%s is required", "--head-dim");
-    if (!f->have_block_size) return usage_error("%s is required", "--block-size");
-    if (f->layers > KVS_BLOCK_MAX_LAYERS) {
-      return usage_error("--layers exceeds the format's maximum of %s", "65536");
-    }
-  }
-  return 0;
+  return allow_reader ? check_reader(f) : 0;
 }
 
 /* The layout from the flags. A window that is not a multiple of the
@@ -215,29 +257,30 @@ static void fill(void *dst, uint64_t n, kvs_dtype dtype, uint64_t *state) {
   }
 }
 
-static int cmd_write(const char *path, const flags *f) {
-  kvs_block_layout layout;
-  int rc = layout_of(f, &layout);
-  if (rc != 0) return rc;
+/* The elements of one layer's K (and of its V) and the payload's bytes in
+ * all. A payload past what verify and the store read back is a usage
+ * error, checked before anything is allocated. Returns 0 or EXIT_USAGE. */
+static int payload_size(const flags *f, uint64_t *elems, uint64_t *total) {
   size_t es = kvs_dtype_size(f->dtype);
-  uint64_t elems = 0, total = 0;
-  if (__builtin_mul_overflow(f->block_size, f->kv_heads, &elems) ||
-      __builtin_mul_overflow(elems, f->head_dim, &elems) ||
-      __builtin_mul_overflow(elems, f->layers * 2 * es, &total) || total > MAX_FILE_BYTES) {
+  *elems = 0;
+  *total = 0;
+  if (__builtin_mul_overflow(f->block_size, f->kv_heads, elems) ||
+      __builtin_mul_overflow(*elems, f->head_dim, elems) ||
+      __builtin_mul_overflow(*elems, f->layers * 2 * es, total) || *total > MAX_FILE_BYTES) {
     fprintf(stderr,
             "kvblock: a payload of %" PRIu64 " layers x %" PRIu64 " x %" PRIu64 " x %" PRIu64
             " is larger than this tool writes (%" PRIu64 " bytes)\n%s",
             f->layers, f->block_size, f->kv_heads, f->head_dim, MAX_FILE_BYTES, usage_text);
     return EXIT_USAGE;
   }
-  kvs_block_layer *layers = calloc((size_t)f->layers, sizeof *layers);
-  uint8_t *data = malloc(total > 0 ? (size_t)total : 1);
-  if (layers == NULL || data == NULL) {
-    free(layers);
-    free(data);
-    fprintf(stderr, "kvblock: %s: out of memory for a %" PRIu64 "-byte payload\n", path, total);
-    return EXIT_REFUSED;
-  }
+  return 0;
+}
+
+/* Each layer's K then V in data, drawn in that order from one stream
+ * seeded by --seed (so a seed always gives the same bytes), and layers[]
+ * describing them. */
+static void synthesize(const flags *f, uint64_t elems, uint8_t *data, kvs_block_layer *layers) {
+  size_t es = kvs_dtype_size(f->dtype);
   uint64_t state = f->seed;
   for (uint64_t l = 0; l < f->layers; l++) {
     uint8_t *k = data + (size_t)(2 * l * elems * es);
@@ -256,31 +299,71 @@ static int cmd_write(const char *path, const flags *f) {
         .v_elems = elems,
     };
   }
+}
+
+/* The payload signed with its measured signature and encoded: *bytes
+ * (malloc'd, *size long) on KVS_OK, NULL otherwise. */
+static kvs_status encode_signed(const flags *f, kvs_block_layout layout,
+                                const kvs_block_layer *layers, uint8_t **bytes, size_t *size,
+                                kvs_error *err) {
   kvs_block_signature sig;
   kvs_signature_error why;
-  kvs_error err;
+  *bytes = NULL;
+  *size = 0;
   kvs_status st = kvs_block_signature_measure(f->model, f->weights, f->weights_len, layout, layers,
-                                              (size_t)f->layers, &sig, &why, &err);
-  size_t size = 0;
-  uint8_t *bytes = NULL;
-  if (st == KVS_OK) st = kvs_block_encoded_size(NULL, &sig, layers, (size_t)f->layers, &size, &err);
+                                              (size_t)f->layers, &sig, &why, err);
+  if (st == KVS_OK) st = kvs_block_encoded_size(NULL, &sig, layers, (size_t)f->layers, size, err);
   if (st == KVS_OK) {
-    bytes = malloc(size);
-    if (bytes == NULL) st = kvs_error_set(&err, KVS_ERR_NO_MEMORY, "out of memory");
+    *bytes = malloc(*size);
+    if (*bytes == NULL) st = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of memory");
   }
   if (st == KVS_OK) {
-    st = kvs_block_encode_parts(NULL, &sig, layers, (size_t)f->layers, bytes, size, NULL, &err);
+    st = kvs_block_encode_parts(NULL, &sig, layers, (size_t)f->layers, *bytes, *size, NULL, err);
   }
+  if (st != KVS_OK) {
+    free(*bytes);
+    *bytes = NULL;
+  }
+  return st;
+}
+
+/* The synthetic block's encoded bytes (malloc'd). Returns 0, or
+ * EXIT_REFUSED after a message. */
+static int build_block(const char *path, const flags *f, kvs_block_layout layout, uint64_t elems,
+                       uint64_t total, uint8_t **bytes, size_t *size) {
+  kvs_block_layer *layers = calloc((size_t)f->layers, sizeof *layers);
+  uint8_t *data = malloc(total > 0 ? (size_t)total : 1);
+  if (layers == NULL || data == NULL) {
+    free(layers);
+    free(data);
+    fprintf(stderr, "kvblock: %s: out of memory for a %" PRIu64 "-byte payload\n", path, total);
+    return EXIT_REFUSED;
+  }
+  synthesize(f, elems, data, layers);
+  kvs_error err;
+  kvs_status st = encode_signed(f, layout, layers, bytes, size, &err);
   free(layers);
   free(data);
   if (st != KVS_OK) {
-    free(bytes);
     fprintf(stderr, "kvblock: %s: %s: %s\n", path, kvs_status_string(st), err.message);
     return EXIT_REFUSED;
   }
+  return 0;
+}
+
+static int cmd_write(const char *path, const flags *f) {
+  kvs_block_layout layout;
+  uint64_t elems = 0, total = 0;
+  uint8_t *bytes = NULL;
+  size_t size = 0;
+  int rc = layout_of(f, &layout);
+  if (rc == 0) rc = payload_size(f, &elems, &total);
+  if (rc == 0) rc = build_block(path, f, layout, elems, total, &bytes, &size);
+  if (rc != 0) return rc;
   /* Atomic and durable, as the store writes (core/blocks/atomic_file.h);
    * only a regular file, or nothing, is replaced. */
-  st = kvs_write_file_atomic(path, bytes, size, &err);
+  kvs_error err;
+  kvs_status st = kvs_write_file_atomic(path, bytes, size, &err);
   free(bytes);
   if (st != KVS_OK) { /* the message names the file */
     fprintf(stderr, "kvblock: %s\n", err.message);

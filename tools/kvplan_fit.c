@@ -375,7 +375,19 @@ static int evaluate(fit_args *a, kvs_plan_model *m, kvs_cluster_t cluster,
   return rc;
 }
 
-static int run(fit_args *a, kvs_plan_model *m) {
+/* The margin and the report judge a layout against this fraction. */
+static double user_fraction(const fit_args *a) {
+  return a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO;
+}
+
+/* Weights come from a model folder's safetensors unless --weights-total
+ * gives them; a built-in model or a bare config.json carries none. */
+static bool from_folder(const kvs_plan_model *m) { return m->have_config && m->config.is_folder; }
+
+/* The flags fit refuses, then the model they describe. fit derives the
+ * window floor and the budget itself, so the plan flags that would set
+ * either are refused rather than silently overridden. Returns 0 or 2. */
+static int resolve_model(fit_args *a, kvs_plan_model *m) {
   kvs_error err;
   kvs_plan_options *o = &a->options;
   if (o->have_floor_inputs || o->have_floor_pages) {
@@ -394,124 +406,184 @@ static int run(fit_args *a, kvs_plan_model *m) {
     fprintf(stderr, "kvplan fit: %s\n", err.message);
     return 2;
   }
+  return 0;
+}
+
+/* Opens the cluster --topology and --nodes name. Where the topology fell
+ * back to the bundled server, the note saying why goes to notes. Returns
+ * 0, 2 for a bad name, or 1 for a topology that does not load. */
+static int open_cluster(const fit_args *a, FILE *notes, kvs_cluster_t *topo) {
+  char why[768];
+  kvs_error err;
+  if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, topo, why, sizeof why,
+                       &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
+  }
+  if (why[0] != '\0') fprintf(notes, "kvplan: %s\n", why);
+  return 0;
+}
+
+/* What one run holds: the named cluster, the rows found and the scratch
+ * every evaluation shares; fit_run_free releases it all. */
+typedef struct fit_run {
+  kvs_cluster_t topo;
+  kvs_memory_budget *memory;  /* the named cluster's terms (the report quotes them) */
+  kvs_memory_budget *grown;   /* a grown cluster's, 4 nodes at most */
+  uint64_t *budgets;          /* scratch for the largest cluster */
+  uint64_t *layer;            /* weight bytes per planned layer */
+  kvs_model_weights *weights; /* NULL: weights not counted */
+  fit_row *rows;
+  size_t n_rows;
+} fit_run;
+
+/* Returns 0, or 1 after a message. */
+static int fit_run_alloc(fit_run *r, const kvs_plan_model *m, bool counted) {
+  size_t n = kvs_cluster_gpu_count(r->topo);
+  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
+  /* Room for a grown cluster's memory terms (4 nodes at most) beside the
+   * named one's. */
+  size_t most = 4 * n;
+  r->memory = calloc(n, sizeof *r->memory);
+  r->grown = calloc(most, sizeof *r->grown);
+  r->budgets = calloc(most, sizeof *r->budgets);
+  r->layer = calloc(n_planned, sizeof *r->layer);
+  r->weights = counted ? malloc(sizeof *r->weights) : NULL;
+  r->rows = calloc(FIT_MAX_LAYOUTS, sizeof *r->rows);
+  if (r->memory == NULL || r->grown == NULL || r->budgets == NULL || r->layer == NULL ||
+      r->rows == NULL || (counted && r->weights == NULL)) {
+    fprintf(stderr, "kvplan fit: out of memory\n");
+    return 1;
+  }
+  return 0;
+}
+
+static void fit_run_free(fit_run *r) {
+  free(r->memory);
+  free(r->grown);
+  free(r->budgets);
+  free(r->layer);
+  free(r->weights);
+  free(r->rows);
+  kvs_cluster_destroy(r->topo);
+}
+
+/* The whole model's weights, when they are counted. Returns 0, or 2 after
+ * a message. */
+static int count_weights(const fit_args *a, const kvs_plan_model *m, fit_run *r) {
+  kvs_error err;
+  if (r->weights != NULL && kvs_plan_weights_of(&m->config, a->have_weights_total, a->weights_total,
+                                                r->weights, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return 2;
+  }
+  return 0;
+}
+
+/* Every layout of the named cluster, then, where none of one machine
+ * serves the demand (one machine named: not a list, no --nodes), every
+ * layout of 2 and of 4 such machines. Returns 0, or the exit status after
+ * a message. */
+static int evaluate_all(fit_args *a, kvs_plan_model *m, fit_run *r) {
+  int rc =
+      evaluate(a, m, r->topo, r->weights, r->layer, r->rows, &r->n_rows, r->memory, r->budgets);
+  if (rc != 0) return rc;
+  bool fits_one = false;
+  for (size_t i = 0; i < r->n_rows; i++) fits_one |= r->rows[i].fits;
+  bool grow = !fits_one && !a->have_nodes && kvs_cluster_node_count(r->topo) == 1;
+  for (size_t nodes = 2; grow && nodes <= 4; nodes *= 2) {
+    kvs_cluster_t more = NULL;
+    kvs_error err;
+    if (kvs_cluster_open(a->topology, nodes, &more, NULL, 0, &err) != KVS_OK) {
+      fprintf(stderr, "kvplan fit: %s\n", err.message);
+      kvs_cluster_destroy(more);
+      return 1;
+    }
+    rc = evaluate(a, m, more, r->weights, r->layer, r->rows, &r->n_rows, r->grown, r->budgets);
+    kvs_cluster_destroy(more);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+/* --json: the demand, the memory terms and every layout, one object. */
+static void print_json(const fit_args *a, const kvs_plan_model *m, const fit_run *r, bool any) {
+  const kvs_plan_options *o = &a->options;
+  const char *source = a->have_weights_total ? "total" : from_folder(m) ? "folder" : "none";
+  json_t *root = json_object();
+  json_object_set_new(root, "model", json_string(m->name));
+  json_object_set_new(root, "context", kvs_json_u64(a->context));
+  json_object_set_new(root, "concurrency", kvs_json_u64(a->concurrency));
+  json_object_set_new(root, "kv_dtype", json_string(kvs_kv_dtype_name(o->kv_dtype)));
+  json_object_set_new(root, "mtp_layers", kvs_json_u64(o->mtp));
+  json_object_set_new(root, "gpus", kvs_json_u64(kvs_cluster_gpu_count(r->topo)));
+  json_object_set_new(root, "memory_bytes", kvs_json_u64(r->memory[0].memory_bytes));
+  json_object_set_new(root, "budget_source",
+                      json_string(kvs_budget_source_name(r->memory[0].source)));
+  json_object_set_new(root, "mem_fraction", json_real(user_fraction(a)));
+  json_object_set_new(root, "reserve_bytes", kvs_json_u64(r->memory[0].reserve_bytes));
+  json_object_set_new(root, "weights_source", json_string(source));
+  json_object_set_new(root, "fits", json_boolean(any));
+  json_t *layouts = json_array();
+  for (size_t i = 0; i < r->n_rows; i++) json_array_append_new(layouts, row_json(&r->rows[i]));
+  json_object_set_new(root, "layouts", layouts);
+  char *text = json_dumps(root, JSON_COMPACT);
+  if (text != NULL) printf("%s\n", text);
+  free(text);
+  json_decref(root);
+}
+
+/* The text report: the model, the node and the demand, then one row per
+ * layout. */
+static void print_table(const fit_args *a, const kvs_plan_model *m, const fit_run *r, bool any) {
+  char mem[32], reserve[32];
+  kvs_plan_model_print(stdout, m, &a->options);
+  printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(r->topo),
+         kvs_cluster_gpu_count(r->topo),
+         kvs_format_bytes(r->memory[0].memory_bytes, mem, sizeof mem),
+         kvs_budget_source_name(r->memory[0].source));
+  printf("demand      %llu concurrent requests of %llu tokens, shared by each layout's replicas\n",
+         (unsigned long long)a->concurrency, (unsigned long long)a->context);
+  printf(
+      "memory      a layout fits when it needs at most mem-fraction %.4f, with a %s reserve and "
+      "%s\n\n",
+      user_fraction(a), kvs_format_bytes(r->memory[0].reserve_bytes, reserve, sizeof reserve),
+      a->have_weights_total ? "--weights-total spread over the layers, per rank (estimate)"
+      : from_folder(m)      ? "the folder's weights per rank (estimate)"
+                            : "no weights counted");
+  printf("%5s %4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "nodes", "tp", "pp", "replicas",
+         "requests", "pages", "min KV/GPU", "weights", "mem-fraction", "fits", "margin per GPU");
+  for (size_t i = 0; i < r->n_rows; i++) print_row(&r->rows[i]);
+  if (!any) printf("\nno layout of this node serves the demand\n");
+}
+
+static int run(fit_args *a, kvs_plan_model *m) {
+  int rc = resolve_model(a, m);
+  if (rc != 0) return rc;
+  /* With --json, stdout holds the object alone. */
   FILE *notes = a->json ? stderr : stdout;
-  bool folder = m->have_config && m->config.is_folder;
-  bool counted = folder || a->have_weights_total;
-  const char *source = a->have_weights_total ? "total" : folder ? "folder" : "none";
+  bool counted = from_folder(m) || a->have_weights_total;
   if (!counted) {
     fprintf(notes,
             "kvplan: weights are not counted (%s carries no weight size): give --model FOLDER "
             "to count them from its safetensors, or --weights-total BYTES\n",
             m->name);
   }
-  char why[768];
-  kvs_cluster_t topo = NULL;
-  if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, &topo, why, sizeof why,
-                       &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
-    return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
-  }
-  if (why[0] != '\0') fprintf(notes, "kvplan: %s\n", why);
-  int rc = 1;
-  size_t n = kvs_cluster_gpu_count(topo);
-  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
-  /* The named cluster's memory terms (the report quotes them), and room
-   * for a grown one's (4 nodes at most) beside them. */
-  size_t most = 4 * n;
-  kvs_memory_budget *memory = calloc(n, sizeof *memory);
-  kvs_memory_budget *grown = calloc(most, sizeof *grown);
-  uint64_t *budgets = calloc(most, sizeof *budgets);
-  uint64_t *layer = calloc(n_planned, sizeof *layer);
-  kvs_model_weights *weights = counted ? malloc(sizeof *weights) : NULL;
-  fit_row *rows = calloc(FIT_MAX_LAYOUTS, sizeof *rows);
-  kvs_cluster_t more = NULL;
-  if (memory == NULL || grown == NULL || budgets == NULL || layer == NULL || rows == NULL ||
-      (counted && weights == NULL)) {
-    fprintf(stderr, "kvplan fit: out of memory\n");
-    goto done;
-  }
-  if (counted && kvs_plan_weights_of(&m->config, a->have_weights_total, a->weights_total,
-                                     weights, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
-    rc = 2;
-    goto done;
-  }
-  size_t n_rows = 0;
-  if ((rc = evaluate(a, m, topo, weights, layer, rows, &n_rows, memory, budgets)) != 0) goto done;
-  bool fits_one = false;
-  for (size_t i = 0; i < n_rows; i++) fits_one |= rows[i].fits;
-  /* Where one machine cannot serve it, what 2 and 4 such machines would
-   * (one machine named: not a list, no --nodes). */
-  bool grow = !fits_one && !a->have_nodes && kvs_cluster_node_count(topo) == 1;
-  for (size_t nodes = 2; grow && nodes <= 4; nodes *= 2) {
-    if (kvs_cluster_open(a->topology, nodes, &more, NULL, 0, &err) != KVS_OK) {
-      fprintf(stderr, "kvplan fit: %s\n", err.message);
-      rc = 1;
-      goto done;
+  fit_run r;
+  memset(&r, 0, sizeof r);
+  if ((rc = open_cluster(a, notes, &r.topo)) != 0) return rc;
+  if ((rc = fit_run_alloc(&r, m, counted)) == 0 && (rc = count_weights(a, m, &r)) == 0 &&
+      (rc = evaluate_all(a, m, &r)) == 0) {
+    qsort(r.rows, r.n_rows, sizeof *r.rows, compare_rows);
+    bool any = r.n_rows > 0 && r.rows[0].fits;
+    if (a->json) {
+      print_json(a, m, &r, any);
+    } else {
+      print_table(a, m, &r, any);
     }
-    rc = evaluate(a, m, more, weights, layer, rows, &n_rows, grown, budgets);
-    kvs_cluster_destroy(more);
-    more = NULL;
-    if (rc != 0) goto done;
+    rc = any ? 0 : 1;
   }
-  qsort(rows, n_rows, sizeof *rows, compare_rows);
-  bool any = n_rows > 0 && rows[0].fits;
-  double user = a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO;
-  if (a->json) {
-    json_t *root = json_object();
-    json_object_set_new(root, "model", json_string(m->name));
-    json_object_set_new(root, "context", kvs_json_u64(a->context));
-    json_object_set_new(root, "concurrency", kvs_json_u64(a->concurrency));
-    json_object_set_new(root, "kv_dtype", json_string(kvs_kv_dtype_name(o->kv_dtype)));
-    json_object_set_new(root, "mtp_layers", kvs_json_u64(o->mtp));
-    json_object_set_new(root, "gpus", kvs_json_u64(n));
-    json_object_set_new(root, "memory_bytes", kvs_json_u64(memory[0].memory_bytes));
-    json_object_set_new(root, "budget_source",
-                        json_string(kvs_budget_source_name(memory[0].source)));
-    json_object_set_new(root, "mem_fraction", json_real(user));
-    json_object_set_new(root, "reserve_bytes", kvs_json_u64(memory[0].reserve_bytes));
-    json_object_set_new(root, "weights_source", json_string(source));
-    json_object_set_new(root, "fits", json_boolean(any));
-    json_t *layouts = json_array();
-    for (size_t i = 0; i < n_rows; i++) json_array_append_new(layouts, row_json(&rows[i]));
-    json_object_set_new(root, "layouts", layouts);
-    char *text = json_dumps(root, JSON_COMPACT);
-    if (text != NULL) printf("%s\n", text);
-    free(text);
-    json_decref(root);
-  } else {
-    char mem[32], reserve[32];
-    kvs_plan_model_print(stdout, m, o);
-    printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(topo), n,
-           kvs_format_bytes(memory[0].memory_bytes, mem, sizeof mem),
-           kvs_budget_source_name(memory[0].source));
-    printf(
-        "demand      %llu concurrent requests of %llu tokens, shared by each layout's "
-        "replicas\n",
-        (unsigned long long)a->concurrency, (unsigned long long)a->context);
-    printf(
-        "memory      a layout fits when it needs at most mem-fraction %.4f, with a %s "
-        "reserve and %s\n\n",
-        user, kvs_format_bytes(memory[0].reserve_bytes, reserve, sizeof reserve),
-        a->have_weights_total ? "--weights-total spread over the layers, per rank (estimate)"
-        : folder              ? "the folder's weights per rank (estimate)"
-                              : "no weights counted");
-    printf("%5s %4s %4s %8s %9s %10s %14s %12s %12s  %-4s %s\n", "nodes", "tp", "pp", "replicas",
-           "requests",
-           "pages", "min KV/GPU", "weights", "mem-fraction", "fits", "margin per GPU");
-    for (size_t i = 0; i < n_rows; i++) print_row(&rows[i]);
-    if (!any) printf("\nno layout of this node serves the demand\n");
-  }
-  rc = any ? 0 : 1;
-done:
-  free(memory);
-  free(grown);
-  free(budgets);
-  free(layer);
-  free(weights);
-  free(rows);
-  kvs_cluster_destroy(more);
-  kvs_cluster_destroy(topo);
+  fit_run_free(&r);
   return rc;
 }
 

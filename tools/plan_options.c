@@ -99,7 +99,9 @@ static kvs_status parse_positive(const char *flag, const char *value, uint64_t *
   return KVS_OK;
 }
 
-kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
+/* The flags that name the geometry: a model, or all four explicit parts
+ * (kvs_plan_options_resolve checks they are given together). */
+static kvs_status apply_geometry(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
   switch (id) {
     case OPT_MODEL:
       o->model = value;
@@ -116,21 +118,51 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
     case OPT_RATIOS:
       o->have_ratios = true;
       return kvs_parse_u32_list("--ratios", value, o->ratios, KVS_MAX_LAYERS, &o->n_ratios, err);
-    case OPT_SWA_RATIO: {
+    default:
+      return KVS_ERR_NOT_FOUND;
+  }
+}
+
+/* The flags that shape the window tier and its pages: a share of the
+ * history (--swa-ratio) or of the budget (--window-cache), the page and the
+ * scratch rows. A share outside its range is refused with the flag and
+ * the value given. */
+static kvs_status apply_window(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
+  kvs_status status;
+  switch (id) {
+    case OPT_SWA_RATIO:
       o->have_swa_ratio = true;
-      kvs_status status = kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
+      status = kvs_parse_double("--swa-ratio", value, &o->swa_ratio, err);
       if (status == KVS_OK && !(o->swa_ratio >= 0.0 && o->swa_ratio <= 1.0)) {
         return kvs_error_set(err, KVS_ERR_PARSE,
                              "--swa-ratio is the window's share of the history, in [0, 1]; got %s",
                              value);
       }
       return status;
-    }
+    case OPT_WINDOW_CACHE:
+      o->have_window_cache = true;
+      status = kvs_parse_double("--window-cache", value, &o->window_cache, err);
+      if (status == KVS_OK && !(o->window_cache >= 0.0 && o->window_cache < 1.0)) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--window-cache is a share of the KV budget, in [0, 1); got %s",
+                             value);
+      }
+      return status;
     case OPT_PAGE:
       o->have_page = true;
       return kvs_parse_u64("--page", value, &o->page, err);
     case OPT_SCRATCH:
       return kvs_parse_u64("--scratch", value, &o->scratch, err);
+    default:
+      return KVS_ERR_NOT_FOUND;
+  }
+}
+
+/* The window floor: given directly (--floor-pages) or derived from the
+ * requests' shape (the rest, which mark have_floor_inputs so that
+ * kvs_plan_options_resolve can refuse the two together). */
+static kvs_status apply_floor(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
+  switch (id) {
     case OPT_FLOOR_PAGES:
       o->have_floor_pages = true;
       return parse_positive("--floor-pages", value, &o->floor_pages, err);
@@ -142,7 +174,7 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       o->have_max_running = true;
       return parse_positive("--max-running", value, &o->max_running, err);
     case OPT_RADIX:
-    case OPT_NO_RADIX:
+    case OPT_NO_RADIX: /* one choice in two spellings, made once */
       if (o->have_radix) {
         return kvs_error_set(err, KVS_ERR_PARSE, "give --radix or --no-radix, once");
       }
@@ -150,31 +182,29 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       o->have_floor_inputs = true;
       o->radix = id == OPT_RADIX;
       return KVS_OK;
-    case OPT_KV_DTYPE: {
-      kvs_status status = kvs_kv_dtype_parse(value, &o->kv_dtype, err);
+    default:
+      return KVS_ERR_NOT_FOUND;
+  }
+}
+
+/* How the deployment stores and serves: the KV row type, draft layers, the
+ * state rings' placement and the engine to compare with. */
+static kvs_status apply_deployment(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
+  kvs_status status;
+  switch (id) {
+    case OPT_KV_DTYPE:
+      status = kvs_kv_dtype_parse(value, &o->kv_dtype, err);
       if (status != KVS_OK) {
         return kvs_error_set(err, status, "--kv-dtype must be bf16 or fp8, got '%s'", value);
       }
       return KVS_OK;
-    }
-    case OPT_MTP: {
-      kvs_status status = kvs_parse_u64("--mtp", value, &o->mtp, err);
+    case OPT_MTP:
+      status = kvs_parse_u64("--mtp", value, &o->mtp, err);
       if (status == KVS_OK && o->mtp > KVS_MAX_MTP_LAYERS) {
         return kvs_error_set(err, KVS_ERR_PARSE, "--mtp is at most %d draft layers, got %s",
                              KVS_MAX_MTP_LAYERS, value);
       }
       return status;
-    }
-    case OPT_WINDOW_CACHE: {
-      o->have_window_cache = true;
-      kvs_status status = kvs_parse_double("--window-cache", value, &o->window_cache, err);
-      if (status == KVS_OK && !(o->window_cache >= 0.0 && o->window_cache < 1.0)) {
-        return kvs_error_set(err, KVS_ERR_PARSE,
-                             "--window-cache is a share of the KV budget, in [0, 1); got %s",
-                             value);
-      }
-      return status;
-    }
     case OPT_STATE_RINGS:
       return kvs_state_rings_parse(value, &o->state_rings, err) == KVS_OK
                  ? KVS_OK
@@ -190,6 +220,35 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
       }
       o->engine_sglang = true;
       return KVS_OK;
+    default:
+      return KVS_ERR_NOT_FOUND;
+  }
+}
+
+kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value, kvs_error *err) {
+  switch (id) {
+    case OPT_MODEL:
+    case OPT_HEAD_DIM:
+    case OPT_INDEX_HEAD_DIM:
+    case OPT_LAYERS:
+    case OPT_RATIOS:
+      return apply_geometry(o, id, value, err);
+    case OPT_SWA_RATIO:
+    case OPT_WINDOW_CACHE:
+    case OPT_PAGE:
+    case OPT_SCRATCH:
+      return apply_window(o, id, value, err);
+    case OPT_FLOOR_PAGES:
+    case OPT_MAX_SEQ_LEN:
+    case OPT_MAX_RUNNING:
+    case OPT_RADIX:
+    case OPT_NO_RADIX:
+      return apply_floor(o, id, value, err);
+    case OPT_KV_DTYPE:
+    case OPT_MTP:
+    case OPT_STATE_RINGS:
+    case OPT_ENGINE:
+      return apply_deployment(o, id, value, err);
     default:
       return KVS_ERR_NOT_FOUND;
   }
