@@ -137,6 +137,12 @@ static kvs_status check_host(const char *host, kvs_error *err) {
                          "host name '%.32s%s' must be 1 to %d characters", host,
                          n > 32 ? "..." : "", KVS_HOST_NAME_MAX - 1);
   }
+  if (host[0] == '-') {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "host name '%.64s' starts with '-', which no host name does (RFC 1123): "
+                         "a flag given where the name belongs?",
+                         host);
+  }
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)host[i];
     if (c <= ' ' || c >= 0x7f) {

@@ -39,7 +39,8 @@ kvs_status kvs_host_name(char *buf, size_t cap, kvs_error *err);
  * n_nodes; nodes 0 with a single topology (not a list) discovers the
  * nodes: each rank opens topology (NULL: live, the bundled server where no
  * GPU is visible) and names its host by host (NULL: kvs_host_name; 1 to
- * KVS_HOST_NAME_MAX - 1 printable characters without spaces). Refused,
+ * KVS_HOST_NAME_MAX - 1 printable characters without spaces, not starting
+ * with '-'). Refused,
  * on every rank alike, naming the rank and host at fault: ranks of one
  * host that see different GPUs (a per-rank CUDA_VISIBLE_DEVICES); a host
  * whose ranks are not one block in rank order; a host with more ranks

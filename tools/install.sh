@@ -10,9 +10,12 @@
 #
 # Layout: PREFIX/lib/libkvshard.so, PREFIX/include/kvshard/{kvshard.h,
 # core/, core/blocks/, cuda/, shard/, topology/}, PREFIX/lib/pkgconfig/
-# kvshard.pc. Exit 0 installed, 1 the build or a copy failed (nothing is
-# left half-installed: files are staged and moved into place last), 2 bad
-# usage.
+# kvshard.pc. Exit 0 installed; 2 bad usage; 1 a failure: the build, a
+# library that is not kvshard's shared object, a PREFIX that is not a
+# directory or cannot be created, a copy, or the closing report (a full
+# disk). Everything is checked before PREFIX is touched, and the files are
+# staged in PREFIX and renamed into place last: a refused install writes
+# nothing, and one that fails while copying leaves at most PREFIX itself.
 set -uo pipefail
 
 usage() {
@@ -55,7 +58,12 @@ if [ -z "$lib" ]; then
   lib=$(cd "$root" && bazel info bazel-bin 2>/dev/null)/libkvshard.so
 fi
 [ -f "$lib" ] || fail "the library $lib is not a regular file"
+# An ELF shared object that carries kvshard's API, not any file by that name.
+[ "$(head -c 4 "$lib" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] &&
+  grep -q -a kvs_version "$lib" || fail "the library $lib is not a kvshard shared object"
 [ -f "$root/kvshard.h" ] || fail "no kvshard.h under $root: run from a kvshard tree"
+version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/core/version.h")
+[ -n "$version" ] || fail "no KVS_VERSION_STRING in $root/core/version.h"
 
 # Where the headers kvshard.h reaches beyond its own come from: CUDA's
 # runtime and NCCL, and Open MPI's mpi.h.
@@ -65,15 +73,16 @@ mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
 [ -n "$mpi_inc" ] || mpi_inc=/usr/lib/x86_64-linux-gnu/openmpi/include
 [ -f "$mpi_inc/mpi.h" ] || fail "no mpi.h in $mpi_inc"
 
-stage=$(mktemp -d "${TMPDIR:-/tmp}/kvshard-install.XXXXXX") || fail "cannot create a staging folder"
+# Staged inside PREFIX, so that putting each piece in place is a rename on
+# one file system.
+mkdir -p "$prefix" || fail "cannot create $prefix"
+stage=$(mktemp -d "$prefix/.kvshard-install.XXXXXX") || fail "cannot create a staging folder in $prefix"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/lib/pkgconfig" "$stage/include/kvshard" || fail "staging failed"
 cp "$lib" "$stage/lib/libkvshard.so" && chmod 0755 "$stage/lib/libkvshard.so" ||
   fail "copying $lib failed"
 (cd "$root" && cp --parents kvshard.h core/*.h core/blocks/*.h cuda/*.h shard/*.h topology/*.h \
   "$stage/include/kvshard/") || fail "copying the headers failed"
-version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/core/version.h")
-[ -n "$version" ] || fail "no KVS_VERSION_STRING in $root/core/version.h"
 cat >"$stage/lib/pkgconfig/kvshard.pc" <<PC || fail "writing kvshard.pc failed"
 prefix=$prefix
 libdir=\${prefix}/lib
@@ -86,12 +95,11 @@ Cflags: -I\${includedir} -I$cuda_inc -I$mpi_inc
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lkvshard
 PC
 
-mkdir -p "$prefix/lib/pkgconfig" "$prefix/include" || fail "cannot create $prefix"
-rm -rf "$prefix/include/kvshard.new" &&
-  mv "$stage/include/kvshard" "$prefix/include/kvshard.new" &&
+mkdir -p "$prefix/lib/pkgconfig" "$prefix/include" &&
   rm -rf "$prefix/include/kvshard" &&
-  mv "$prefix/include/kvshard.new" "$prefix/include/kvshard" &&
+  mv "$stage/include/kvshard" "$prefix/include/kvshard" &&
   mv -f "$stage/lib/libkvshard.so" "$prefix/lib/libkvshard.so" &&
   mv -f "$stage/lib/pkgconfig/kvshard.pc" "$prefix/lib/pkgconfig/kvshard.pc" ||
   fail "moving the files into $prefix failed"
-echo "install: kvshard $version in $prefix (lib/libkvshard.so, include/kvshard/, lib/pkgconfig/kvshard.pc)"
+echo "install: kvshard $version in $prefix (lib/libkvshard.so, include/kvshard/, lib/pkgconfig/kvshard.pc)" ||
+  exit 1

@@ -54,9 +54,14 @@ expect 2 "usage: tools/install.sh" --lib "" "$T/a"
 expect 1 "is not a regular file" --lib "$T/missing.so" "$T/a"
 expect 1 "is not a regular file" --lib "$T/fifo" "$T/a"
 expect 1 "is not a regular file" --lib "$T" "$T/a"
+expect 1 "is not a kvshard shared object" --lib "$T/file" "$T/a"
+expect 1 "is not a kvshard shared object" --lib "$ENGINE" "$T/a"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/file"
+expect 1 "exists and is not a directory" --lib "$LIB" "$T/fifo"
+expect 2 "unknown flag -5" --lib "$LIB" -5
 expect 1 "exists and is not a directory" --lib "$LIB" /dev/full
 [ ! -e "$T/a" ] || fail "a refused install left $T/a behind"
+ls -A "$T/prefix" | grep -q "kvshard-install" && fail "the staging folder was left in the prefix"
 "$INSTALL" --lib "$LIB" "$T/prefix2" >/dev/full 2>/dev/null
 [ $? -eq 1 ] || fail "install with its report to a full disk did not exit 1"
 echo "PASS: installed, built with pkg-config alone, ran: $(cat "$T/engine.out")"

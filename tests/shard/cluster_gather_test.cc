@@ -219,7 +219,7 @@ TEST(ClusterGather, a_rank_that_cannot_open_its_topology_fails_every_rank_naming
 
 TEST(ClusterGather, bad_host_names_are_refused_naming_the_rank) {
   std::string long_name(KVS_HOST_NAME_MAX, 'h');
-  const char *bad[] = {"", "two words", "tab\there", long_name.c_str()};
+  const char *bad[] = {"", "two words", "tab\there", "--json", long_name.c_str()};
   for (const char *host : bad) {
     auto out = gather({{"a", "bundled"}, {host, "bundled"}});
     expect_all_fail(out, KVS_ERR_INVALID_ARGUMENT, "rank 1 could not join the cluster: host name");
