@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "core/mix.h"
 #include "shard/node_setup.h"
 
 /* ---- one GPU as reduction words ----
@@ -74,17 +75,13 @@ static void unpack_gpu(const uint64_t *w, kvs_gpu_info *g) {
 /* What a machine's ranks must agree on: every GPU's identity and
  * locality, in order (not the memory each rank measured). */
 static uint64_t list_digest(const kvs_gpu_info *gpus, size_t n) {
-  XXH64_state_t *state = XXH64_createState();
-  if (state == NULL) return 0;
-  XXH64_reset(state, 0x6b7673636c757374ull);
+  uint64_t digest = kvs_mix64(0x6b7673636c757374ull, n);
   uint64_t w[G_WORDS];
   for (size_t i = 0; i < n; i++) {
     pack_gpu(&gpus[i], w);
     w[G_FREE] = w[G_TOTAL] = 0;
-    XXH64_update(state, w, sizeof w);
+    digest = kvs_mix64(digest, XXH64(w, sizeof w, 0));
   }
-  uint64_t digest = XXH64_digest(state);
-  XXH64_freeState(state);
   return digest;
 }
 
@@ -199,13 +196,13 @@ static kvs_status open_own(own *me, const char *topology, size_t nodes, const ch
 
 /* The plan fills a machine's GPUs before the next machine's: so every
  * machine but the last must run one rank per GPU, and none more ranks
- * than it has GPUs. */
-static kvs_status check_rank_counts(const uint64_t *a, int size, const size_t *node_of,
-                                    const int *first, size_t n_nodes, kvs_error *err) {
+ * than it has GPUs. The machines are blocks of ranks (group_ranks checked
+ * it), so machine k runs the ranks from first[k] to the next one's first. */
+static kvs_status check_rank_counts(const uint64_t *a, int size, const int *first, size_t n_nodes,
+                                    kvs_error *err) {
   if (a[A_MODE] != MODE_DISCOVERED) return KVS_OK;
   for (size_t k = 0; k < n_nodes; k++) {
-    size_t ranks = 0;
-    for (int r = first[k]; r < size && node_of[r] == k; r++) ranks++;
+    size_t ranks = (size_t)((k + 1 < n_nodes ? first[k + 1] : size) - first[k]);
     uint64_t gpus = a[(size_t)first[k] * A_WORDS + A_COUNT];
     if (ranks > gpus || (ranks < gpus && k + 1 < n_nodes)) {
       char host[KVS_HOST_NAME_MAX];
@@ -224,13 +221,21 @@ static kvs_status check_rank_counts(const uint64_t *a, int size, const size_t *n
   return KVS_OK;
 }
 
-/* The nodes the first round's words describe: node_of[r] for every rank,
- * each node's lowest rank in first[]. Refuses ranks that differ on the
- * mode, a described cluster that differs from the leader's, a machine
- * whose ranks see different GPUs, and too many machines. The same words
- * on every rank: every rank decides alike. */
-static kvs_status group_ranks(const uint64_t *a, int size, size_t *node_of, int *first,
-                              size_t *n_nodes, kvs_error *err) {
+/* The node that rank runs on: the last whose block starts at or before it. */
+static size_t node_of(const int *first, size_t n_nodes, int rank) {
+  size_t k = 0;
+  while (k + 1 < n_nodes && first[k + 1] <= rank) k++;
+  return k;
+}
+
+/* The machines the first round's words describe, each by its lowest rank
+ * in first[] (none for a described cluster). Refuses ranks that differ on
+ * the mode, a described cluster that differs from the leader's, a machine
+ * whose ranks are not one block or see different GPUs, too many machines,
+ * and rank counts the plan cannot follow. The same words on every rank:
+ * every rank decides alike. */
+static kvs_status group_ranks(const uint64_t *a, int size, int *first, size_t *n_nodes,
+                              kvs_error *err) {
   *n_nodes = 0;
   for (int r = 0; r < size; r++) {
     const uint64_t *w = a + (size_t)r * A_WORDS;
@@ -244,7 +249,6 @@ static kvs_status group_ranks(const uint64_t *a, int size, size_t *node_of, int 
                            a[A_MODE] == MODE_DISCOVERED ? "discovers" : "describes");
     }
     if (w[A_MODE] == MODE_DESCRIBED) {
-      node_of[r] = 0;
       if (w[A_COUNT] != a[A_COUNT] || w[A_DIGEST] != a[A_DIGEST]) {
         return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                              "rank %d opened another cluster than rank 0 (%llu GPUs against "
@@ -287,9 +291,8 @@ static kvs_status group_ranks(const uint64_t *a, int size, size_t *node_of, int 
                            (unsigned long long)rep[A_COUNT],
                            w[A_COUNT] == rep[A_COUNT] ? " with other identities or locality" : "");
     }
-    node_of[r] = k;
   }
-  return check_rank_counts(a, size, node_of, first, *n_nodes, err);
+  return check_rank_counts(a, size, first, *n_nodes, err);
 }
 
 /* The second round: every node's label and GPUs, written by its lowest
@@ -368,10 +371,7 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   if (bytes < KVS_COMM_AGREE_BYTES) bytes = KVS_COMM_AGREE_BYTES;
   kvs_comm_buffer buffer;
   memset(&buffer, 0, sizeof buffer);
-  size_t *node_of = calloc((size_t)size, sizeof *node_of);
-  kvs_status status = node_of != NULL
-                          ? kvs_comm_buffer_alloc(comm, bytes, &buffer, err)
-                          : kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %d ranks", size);
+  kvs_status status = kvs_comm_buffer_alloc(comm, bytes, &buffer, err);
   if (status != KVS_OK) goto done;
   int failed = -1;
   if ((status = kvs_comm_agree(comm, &buffer, local, &local_err, &failed, err)) != KVS_OK) {
@@ -394,16 +394,16 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   }
   int first[KVS_MAX_NODES];
   size_t n_nodes = 0;
-  if ((status = group_ranks(a, size, node_of, first, &n_nodes, err)) != KVS_OK) goto done;
+  if ((status = group_ranks(a, size, first, &n_nodes, err)) != KVS_OK) goto done;
   if (!me.discover) {
     *out = me.described;
     me.described = NULL;
     goto done;
   }
-  status = gather_lists(comm, &me, a, first, n_nodes, node_of[kvs_comm_rank(comm)], out, err);
+  status = gather_lists(comm, &me, a, first, n_nodes, node_of(first, n_nodes, kvs_comm_rank(comm)),
+                        out, err);
 done:
   kvs_comm_buffer_free(comm, &buffer);
-  free(node_of);
   kvs_cluster_destroy(me.described);
   kvs_topology_destroy(me.topology);
   return status;
