@@ -65,7 +65,6 @@ static void finish(struct kvs_cluster *c) {
       c->gpus[at].index = at;
     }
   }
-  c->own_node = SIZE_MAX;
   if (c->n_nodes == 1) {
     snprintf(c->label, sizeof c->label, "%s", c->node_labels[0]);
     return;
@@ -140,6 +139,7 @@ kvs_status kvs_cluster_open(const char *spec, size_t n_nodes, kvs_cluster_t *out
     for (size_t k = 0; k < c->node_gpus[i]; k++) c->gpus[at++] = g[k];
   }
   finish(c);
+  c->own_node = SIZE_MAX; /* described: any machine may plan it */
   free(buf);
   *out = c;
   return KVS_OK;

@@ -259,18 +259,19 @@ static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error
 
 /* Steps 1-3 on this rank: the topology, this rank's GPU, the binding and
  * its own budget. */
-static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordinal,
+static kvs_status local_setup(kvs_node_t node, bool *used, kvs_table_kind *kind, int *ordinal,
                               kvs_memory_budget *own, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   const kvs_gpu_info *gpus = kvs_cluster_gpus(node->cluster);
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
   if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
   kvs_status status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
-                                   o->allow_cross_node_tp, slots, NULL, err);
+                                              o->allow_cross_node_tp, slots, NULL, err);
   size_t local = 0;
   if (status == KVS_OK) {
     node->gpu = gpus[slots[node->rank].gpu];
     for (int r = 0; r < node->rank; r++) local += gpus[slots[r].gpu].node == node->gpu.node;
+    for (int r = 0; r < node->size; r++) used[slots[r].gpu] = true;
   }
   free(slots);
   if (status != KVS_OK) return status;
@@ -312,7 +313,7 @@ static kvs_status local_setup(kvs_node_t node, kvs_table_kind *kind, int *ordina
  * GPUs, priced from the topology as kvplan prices them). */
 enum { B_BUDGET, B_MEMORY, B_RESERVE, B_SOURCE, B_WORDS };
 
-static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, bool *used,
+static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, const bool *used,
                                  kvs_error *err) {
   uint64_t *w = words(node);
   size_t n = node->n_gpus;
@@ -474,36 +475,18 @@ static kvs_status check_same_shape(kvs_node_t node, uint64_t fp, kvs_error *err)
                        differs);
 }
 
-/* Collective, steps 3 and 4: the rank layout agreed, every GPU's budget
- * gathered, then the plan, identical on every rank (the same inputs: a
- * plan that fails fails every rank alike). */
-static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, kvs_error *err) {
-  const kvs_node_options *o = &node->options;
-  kvs_error local_err;
-  kvs_error_clear(&local_err);
-  node->budgets = calloc(node->n_gpus, sizeof *node->budgets);
-  bool *used = calloc(node->n_gpus, sizeof *used);
-  uint64_t *plain = calloc(node->n_gpus, sizeof *plain);
-  kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
-  kvs_status local =
-      node->budgets != NULL && used != NULL && plain != NULL && slots != NULL
-          ? kvs_rank_layout_cluster(kvs_cluster_gpus(node->cluster), node->n_gpus, (size_t)o->tp,
-                                    (size_t)o->pp, o->allow_cross_node_tp, slots, NULL,
-                                    &local_err)
-          : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", node->n_gpus);
-  for (int r = 0; local == KVS_OK && r < node->size; r++) used[slots[r].gpu] = true;
-  free(slots);
-  kvs_status status = agree(node, "the rank layout", local, &local_err, err);
-  if (status == KVS_OK) status = gather_budgets(node, own, used, err);
-  free(used);
-  if (status == KVS_OK) {
-    for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
-    kvs_plan_shortfall shortfall;
-    status = kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus,
-                                plain, &node->plan, &shortfall, err);
-  }
-  free(plain);
-  return status;
+/* Collective, steps 3 and 4: every GPU's budget gathered (used: the GPUs
+ * a rank of this group runs on), then the plan, identical on every rank
+ * (the same inputs: a plan that fails fails every rank alike). plain is
+ * n_gpus words of scratch. */
+static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, const bool *used,
+                               uint64_t *plain, kvs_error *err) {
+  kvs_status status = gather_budgets(node, own, used, err);
+  if (status != KVS_OK) return status;
+  for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
+  kvs_plan_shortfall shortfall;
+  return kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus, plain,
+                            &node->plan, &shortfall, err);
 }
 
 /* Collective, step 4's agreement in one allreduce: the most pages each
@@ -613,15 +596,27 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   int ordinal = -1;
   kvs_memory_budget own;
   memset(&own, 0, sizeof own);
-  local = local_setup(node, &kind, &ordinal, &own, &local_err);
+  /* The per-GPU arrays are allocated here, so that a failure is agreed on
+   * with the rest of the local setup before any collective needs them. */
+  size_t n = node->n_gpus > 0 ? node->n_gpus : 1;
+  node->budgets = calloc(n, sizeof *node->budgets);
+  bool *used = calloc(n, sizeof *used);
+  uint64_t *plain = calloc(n, sizeof *plain);
+  local = node->budgets != NULL && used != NULL && plain != NULL
+              ? local_setup(node, used, &kind, &ordinal, &own, &local_err)
+              : kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs' budgets",
+                              node->n_gpus);
   /* The GPU count is part of the fingerprint, so ranks that disagree on it
    * fail before the budget gather sizes its words by it. */
-  if ((status = grow_words(node, node->n_gpus, err))) return status;
   uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
-  if ((status = agree(node, "topology, GPU and budget", local, &local_err, err))) return status;
-  if ((status = check_same_shape(node, fp, err))) return status;
-  if ((status = plan_cluster(node, &own, err))) return status;
-  if ((status = agree_on_pages(node, &own, err))) return status;
+  if ((status = grow_words(node, node->n_gpus, err)) == KVS_OK &&
+      (status = agree(node, "topology, GPU and budget", local, &local_err, err)) == KVS_OK &&
+      (status = check_same_shape(node, fp, err)) == KVS_OK) {
+    status = plan_cluster(node, &own, used, plain, err);
+  }
+  free(used);
+  free(plain);
+  if (status != KVS_OK || (status = agree_on_pages(node, &own, err))) return status;
 
   local = create_tables(node, kind, ordinal, &local_err);
   if ((status = agree(node, "the tables", local, &local_err, err))) return status;
