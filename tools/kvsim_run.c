@@ -229,6 +229,18 @@ static void node_options(run *r, kvs_node_options *o) {
 
 /* The cluster, once (a collective): its GPU count sizes the skewed
  * budgets, and the node borrows it. */
+/* A collective step of the setup failed on every rank alike: each says so
+ * and exits. Options the ranks disagree on, or a layout or placement the
+ * group is not, are bad usage; what the machine lacks is unavailable; a
+ * budget, device or file that cannot serve is a failure. */
+static int setup_failed(const run *r, const char *what, kvs_status status, const kvs_error *err) {
+  fprintf(stderr, "kvsim: rank %d: %s: %s: %s\n", r->rank, what, kvs_status_string(status),
+          err->message);
+  return status == KVS_ERR_UNSUPPORTED        ? KVSIM_EXIT_UNAVAILABLE
+         : status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE
+                                              : KVSIM_EXIT_FAILED;
+}
+
 static int gather_cluster(run *r) {
   const kvsim_args *a = r->a;
   kvs_error err;
@@ -236,11 +248,7 @@ static int gather_cluster(run *r) {
   char note[768] = "";
   kvs_status gathered = kvs_cluster_gather(r->comm, a->topology, a->nodes, a->host, &r->cluster,
                                            note, sizeof note, &err);
-  if (gathered != KVS_OK) {
-    fprintf(stderr, "kvsim: rank %d: cluster: %s: %s\n", r->rank, kvs_status_string(gathered),
-            err.message);
-    return gathered == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE : KVSIM_EXIT_FAILED;
-  }
+  if (gathered != KVS_OK) return setup_failed(r, "cluster", gathered, &err);
   if (r->speaker && note[0] != '\0') fprintf(stderr, "kvsim: %s\n", note);
   return 0;
 }
@@ -253,16 +261,7 @@ static int create_node(run *r, kvs_node_options *o) {
   int rc = budget_request(r, &o->budget);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create(r->comm, o, &r->node, &err);
-  if (status != KVS_OK) {
-    fprintf(stderr, "kvsim: rank %d: node setup: %s: %s\n", r->rank, kvs_status_string(status),
-            err.message);
-    /* Options the ranks disagree on, or a layout the group is not, are
-     * bad usage; a budget or device that cannot serve is a failure. */
-    return status == KVS_ERR_UNSUPPORTED        ? KVSIM_EXIT_UNAVAILABLE
-           : status == KVS_ERR_INVALID_ARGUMENT ? KVSIM_EXIT_USAGE
-                                                : KVSIM_EXIT_FAILED;
-  }
-  return 0;
+  return status != KVS_OK ? setup_failed(r, "node setup", status, &err) : 0;
 }
 
 /* The speaker's line about the whole run, once the node is up. */
