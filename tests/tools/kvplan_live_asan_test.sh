@@ -25,7 +25,8 @@ if grep -qa __asan_init "$kvplan"; then
 else
   echo "kvplan is a plain build: live planning checked without leak checks"
 fi
-export LSAN_OPTIONS="suppressions=$supp:fast_unwind_on_malloc=0:print_suppressions=1"
+# Appended to what the suite set (.bazelrc), never replacing it.
+export LSAN_OPTIONS="suppressions=$supp:fast_unwind_on_malloc=0:print_suppressions=1${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 
 # The suppressions name third-party functions only: none is defined by
 # kvshard's code in kvplan.

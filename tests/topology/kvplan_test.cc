@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -47,13 +48,20 @@ std::string slurp(const std::string &path) {
 // live: the run discovers the live machine. Under AddressSanitizer such a
 // child exits through hwloc unloading its plugins, after which a
 // libpciaccess allocation shows as a leak in an unnamed module (see
-// hwloc_pin.cc); leak checking is off for those children only.
+// hwloc_pin.cc); those children run with lsan.supp's third-party frames
+// suppressed (which needs the slow unwinder), leak checks still on, and
+// the suite's own options (.bazelrc) kept after them.
 RunResult kvplan(const std::string &args, bool live = false) {
   RunResult run;
   std::string err_path = testing::TempDir() + "/kvplan.stderr";
   std::string env;
 #if defined(__SANITIZE_ADDRESS__)
-  if (live) env = "LSAN_OPTIONS=detect_leaks=0 ";
+  if (live) {
+    const char *inherited = getenv("LSAN_OPTIONS");
+    env = "LSAN_OPTIONS='suppressions=tests/tools/lsan.supp:fast_unwind_on_malloc=0";
+    if (inherited != nullptr && *inherited != '\0') env += std::string(":") + inherited;
+    env += "' ";
+  }
 #else
   (void)live;
 #endif
