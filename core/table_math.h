@@ -1,6 +1,6 @@
 /* The per-item arithmetic of the device-table kernels, shared verbatim by
  * the CPU references (core/device_ref.c, compiled as C11) and the CUDA
- * kernels (cuda/device_kernels.cu, compiled by nvcc), so both read one
+ * kernels (backends/cuda/device_kernels.cu, compiled by nvcc), so both read one
  * formula. Private to those two: callers use core/device_ref.h or the
  * cuda/ API.
  *

@@ -9,7 +9,7 @@
 #include <xxhash.h>
 
 #include "core/mix.h"
-#include "shard/node_setup.h"
+#include "plan/node_setup.h"
 
 /* ---- one GPU as reduction words ----
  * Sum-allreduce is the gather: each slot is written by exactly one rank

@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
-#include "shard/cluster.h"
+#include "plan/cluster.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus

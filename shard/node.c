@@ -8,16 +8,15 @@
 #include "core/clock.h"
 #include "core/mix.h"
 #include "core/options.h"
-#include "cuda/cuda_device.h"
-#include "cuda/cuda_status.h"
-#include "cuda/device_budget.h"
-#include "cuda/device_tables.h"
+#include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_status.h"
+#include "backends/cuda/device_budget.h"
+#include "backends/cuda/device_tables.h"
 #include "shard/cluster_gather.h"
-#include "shard/comm_nccl.h"
-#include "shard/layout.h"
+#include "backends/nccl/comm_nccl.h"
 #include "shard/rank_word.h"
-#include "shard/table_cuda.h"
-#include "topology/layout.h"
+#include "backends/cuda/table_cuda.h"
+#include "plan/rank_layout.h"
 
 #define NONE UINT64_MAX
 

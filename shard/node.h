@@ -1,7 +1,7 @@
 /* The node: the per-rank KV manager an engine links.
  *
  * One collective call per rank builds everything, in order, each step one
- * function that kvplan also uses (shard/node_setup.h), so what the node
+ * function that kvplan also uses (plan/node_setup.h), so what the node
  * carves is the plan kvplan prints, byte for byte:
  *
  *   1. the topology (live, an hwloc XML export, or the bundled server) of
@@ -19,7 +19,7 @@
  *      over all ranks in one allreduce; a rank that cannot hold the
  *      minimal pool makes every rank fail with the same error naming that
  *      rank, its GPU and its layers;
- *   5. the tables: cuda/device_tables on a GPU, or the host twin running
+ *   5. the tables: backends/cuda/device_tables on a GPU, or the host twin running
  *      core/device_ref's references (shard/table.h);
  *   6. the shard runtime, whose on_apply hook applies each step's journal
  *      to the tables (from the broadcast's device buffer on NCCL).
@@ -46,18 +46,18 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
-#include "core/memory_budget.h"
+#include "plan/memory_budget.h"
 #include "core/serving_defaults.h"
 #include "core/status.h"
 #include "core/window_pool.h"
-#include "cuda/device_layout.h"
-#include "shard/cluster.h"
+#include "plan/device_layout.h"
+#include "plan/cluster.h"
 #include "shard/comm.h"
-#include "shard/node_setup.h"
+#include "plan/node_setup.h"
 #include "shard/shard.h"
 #include "shard/table.h"
 #include "topology/binding.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 #include "topology/topology.h"
 
 #ifdef __cplusplus
@@ -70,7 +70,7 @@ typedef struct kvs_node *kvs_node_t;
 typedef enum kvs_node_device {
   KVS_NODE_DEVICE_AUTO = 0, /* cuda where a GPU is visible, else cpu */
   KVS_NODE_DEVICE_CPU = 1,  /* the host twin */
-  KVS_NODE_DEVICE_CUDA = 2  /* cuda/device_tables */
+  KVS_NODE_DEVICE_CUDA = 2  /* backends/cuda/device_tables */
 } kvs_node_device;
 
 /* "auto", "cpu", "cuda". */
@@ -100,7 +100,7 @@ typedef struct kvs_node_options {
   int cuda_device;
   /* Step 2: bind the thread and host buffers to the GPU's NUMA node. */
   bool bind_numa;
-  /* Step 3 (shard/node_setup.h). */
+  /* Step 3 (plan/node_setup.h). */
   kvs_budget_request budget;
   /* Step 5. */
   kvs_node_device device;
@@ -109,7 +109,7 @@ typedef struct kvs_node_options {
   size_t step_capacity; /* 0: follows the pool's prefill chunk budget */
   uint64_t check_every;
   bool check_integrity;
-  /* Step 1 over a cluster (shard/cluster.h): topology may be a list of
+  /* Step 1 over a cluster (plan/cluster.h): topology may be a list of
    * node exports, or nodes > 1 copies of one; every rank passes the same,
    * so every rank plans the same cluster. Rank r runs on plan rank r's
    * GPU, on that GPU's node. 0 with a single topology: the nodes the

@@ -7,7 +7,6 @@
 #include "core/options.h"
 #include "core/clock.h"
 #include "core/mix.h"
-#include "shard/layout.h"
 #include "shard/rank_word.h"
 #include "shard/step_message.h"
 

@@ -48,6 +48,11 @@ extern "C" {
 
 typedef struct kvs_shard *kvs_shard_t;
 
+/* The rank that allocates and broadcasts bindings. */
+#define KVS_SHARD_LEADER 0
+/* Ranks are packed into 16 bits in reductions (shard/rank_word.h). */
+#define KVS_SHARD_MAX_RANKS 65535
+
 /* One step's bindings as every rank applies them. */
 typedef struct kvs_shard_apply_batch {
   uint64_t step;

@@ -1,5 +1,5 @@
 /* One rank's full -> window table where reads of ring locations happen:
- * on the GPU (cuda/device_tables and its kernels) or, where there is no
+ * on the GPU (backends/cuda/device_tables and its kernels) or, where there is no
  * GPU, a host twin whose "kernels" are core/device_ref's CPU references,
  * which the device kernels equal bit for bit. The node drives either
  * through these calls, so the whole pipeline runs and is tested on CPU.
@@ -23,7 +23,7 @@
 #include "core/device_ref.h"
 #include "core/journal.h"
 #include "core/status.h"
-#include "cuda/device_layout.h"
+#include "plan/device_layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +33,7 @@ typedef struct kvs_table *kvs_table_t;
 
 typedef enum kvs_table_kind {
   KVS_TABLE_HOST = 0, /* the CPU references over host memory */
-  KVS_TABLE_CUDA = 1  /* cuda/device_tables on a GPU */
+  KVS_TABLE_CUDA = 1  /* backends/cuda/device_tables on a GPU */
 } kvs_table_kind;
 
 /* "cpu", "cuda". */

@@ -69,14 +69,11 @@ static int initialisers(void) {
   kvs_topology_options topo = KVS_TOPOLOGY_OPTIONS_INIT;
   kvs_device_layout_options layout = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
   kvs_shard_options shard = KVS_SHARD_OPTIONS_INIT;
-  kvs_budget_options budget = KVS_BUDGET_OPTIONS_INIT;
-  kvs_workload_options workload = KVS_WORKLOAD_OPTIONS_INIT;
   kvs_comm_mpi_options mpi = KVS_COMM_MPI_OPTIONS_INIT;
   kvs_comm_nccl_options nccl = KVS_COMM_NCCL_OPTIONS_INIT;
   kvs_node_options node = KVS_NODE_OPTIONS_INIT;
   return pool.size == sizeof pool && store.size == sizeof store && topo.size == sizeof topo &&
                  layout.size == sizeof layout && shard.size == sizeof shard &&
-                 budget.size == sizeof budget && workload.size == sizeof workload &&
                  mpi.size == sizeof mpi && nccl.size == sizeof nccl && node.size == sizeof node &&
                  layout.alignment == KVS_DEVICE_DEFAULT_ALIGNMENT && store.verify_on_open
              ? 0

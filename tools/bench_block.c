@@ -5,10 +5,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/blocks/block_codec.h"
-#include "core/blocks/block_layout.h"
-#include "core/blocks/block_signature.h"
-#include "core/blocks/block_signed.h"
+#include "blocks/block_codec.h"
+#include "blocks/block_layout.h"
+#include "blocks/block_signature.h"
+#include "blocks/block_signed.h"
 
 /* DeepSeek-V4's KV for one block: one latent "head" 512 wide per layer. */
 #define DSV4_LAYERS 61

@@ -77,7 +77,7 @@ package_of() {
     kvs_device_bench) echo cuda ;;
     nccl_test) echo tests/shard ;;
     kvsim_local) echo tools ;;
-    *) echo tests/cuda ;;
+    *) echo tests/backends/cuda ;;
   esac
 }
 
@@ -117,7 +117,7 @@ stage() {
   log "building with bazel"
   bazel build //tests/cuda:device_kernels_test //tests/cuda:device_ref_test \
     //tests/cuda:device_layout_test //tests/cuda:cuda_status_test \
-    //tests/cuda:kernel_emulation_test //tests/shard:nccl_test //cuda:kvs_device_bench \
+    //tests/cuda:kernel_emulation_test //tests/shard:nccl_test //tools:kvs_device_bench \
     //tools:kvsim_local >&2 ||
     return 1
   local bin_dir
@@ -152,7 +152,7 @@ stage() {
     awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
   {
     echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- cuda core tests/cuda 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- cuda core tests/backends/cuda 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
     echo "targets: sm_80 sm_90 (SASS), compute_90 (PTX), -lineinfo"
     echo "nccl: $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' /usr/local/cuda/include/nccl.h | paste -sd.) headers; libnccl.so.2 not staged"

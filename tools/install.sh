@@ -9,7 +9,7 @@
 #          cc engine.c $(pkg-config --cflags --libs kvshard)
 #
 # Layout: PREFIX/lib/libkvshard.so, PREFIX/include/kvshard/{kvshard.h,
-# core/, core/blocks/, cuda/, shard/, topology/}, PREFIX/lib/pkgconfig/
+# core/, blocks/, cuda/, shard/, topology/}, PREFIX/lib/pkgconfig/
 # kvshard.pc. Exit 0 installed; 2 bad usage; 1 a failure: the build, a
 # library that is not kvshard's shared object, a PREFIX that is not a
 # directory or cannot be created, a copy, or the closing report (a full
@@ -81,7 +81,7 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/lib/pkgconfig" "$stage/include/kvshard" || fail "staging failed"
 cp "$lib" "$stage/lib/libkvshard.so" && chmod 0755 "$stage/lib/libkvshard.so" ||
   fail "copying $lib failed"
-(cd "$root" && cp --parents kvshard.h core/*.h core/blocks/*.h cuda/*.h shard/*.h topology/*.h \
+(cd "$root" && cp --parents kvshard.h core/*.h blocks/*.h plan/*.h backends/*/*.h shard/*.h topology/*.h \
   "$stage/include/kvshard/") || fail "copying the headers failed"
 cat >"$stage/lib/pkgconfig/kvshard.pc" <<PC || fail "writing kvshard.pc failed"
 prefix=$prefix

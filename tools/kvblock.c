@@ -23,14 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/blocks/atomic_file.h"
-#include "core/blocks/bf16.h"
-#include "core/blocks/block_codec.h"
-#include "core/blocks/block_hash.h"
-#include "core/blocks/block_layout.h"
-#include "core/blocks/block_signature.h"
-#include "core/blocks/block_signed.h"
-#include "core/blocks/block_store.h"
+#include "blocks/atomic_file.h"
+#include "blocks/bf16.h"
+#include "blocks/block_codec.h"
+#include "blocks/block_hash.h"
+#include "blocks/block_layout.h"
+#include "blocks/block_signature.h"
+#include "blocks/block_signed.h"
+#include "blocks/block_store.h"
 #include "core/mix.h"
 #include "core/status.h"
 #include "tools/args.h"
@@ -360,7 +360,7 @@ static int cmd_write(const char *path, const flags *f) {
   if (rc == 0) rc = payload_size(f, &elems, &total);
   if (rc == 0) rc = build_block(path, f, layout, elems, total, &bytes, &size);
   if (rc != 0) return rc;
-  /* Atomic and durable, as the store writes (core/blocks/atomic_file.h);
+  /* Atomic and durable, as the store writes (blocks/atomic_file.h);
    * only a regular file, or nothing, is replaced. */
   kvs_error err;
   kvs_status st = kvs_write_file_atomic(path, bytes, size, &err);

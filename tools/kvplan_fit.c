@@ -24,14 +24,14 @@
 #include <string.h>
 
 #include "core/model_weights.h"
-#include "shard/cluster.h"
-#include "shard/node_setup.h"
+#include "plan/cluster.h"
+#include "plan/node_setup.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/plan_weights.h"
-#include "topology/layout.h"
+#include "plan/rank_layout.h"
 #include "topology/topology.h"
 
 /* f is searched up to this many times the memory, so a shortfall can be

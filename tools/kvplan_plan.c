@@ -1,7 +1,7 @@
 /* kvplan plan: the per-rank KV plan of a serving node, the README's main
  * job and what `kvplan` runs with no arguments.
  *
- * The plan is made through the node's own setup steps (shard/node_setup.h):
+ * The plan is made through the node's own setup steps (plan/node_setup.h):
  * the topology (live, --topology FILE, or the bundled server), each GPU's
  * budget by the one rule (CUDA's free memory, or a nominal 141 GB where
  * nothing is measured, x --mem-fraction - weights - --reserve; or --budget /
@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "core/cost_model.h"
-#include "shard/cluster.h"
-#include "shard/node_setup.h"
+#include "plan/cluster.h"
+#include "plan/node_setup.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
@@ -27,7 +27,7 @@
 #include "tools/plan_svg.h"
 #include "tools/plan_weights.h"
 #include "tools/sglang_report.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard/comm_mpi.h"
+#include "backends/mpi/comm_mpi.h"
 #include "shard/comm_self.h"
 #include "tools/args.h"
 #include "tools/kvsim_args.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard/layout.h"
+#include "shard/shard.h"
 #include "tools/args.h"
 
 static const char usage_mpi[] =

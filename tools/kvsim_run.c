@@ -12,10 +12,10 @@
 #include "core/geometry.h"
 #include "core/mix.h"
 #include "shard/cluster_gather.h"
-#include "shard/comm_nccl.h"
+#include "backends/nccl/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
-#include "shard/workload.h"
+#include "tools/workload.h"
 #include "tools/plan_json.h"
 
 /* ---- termination by the launcher ----

@@ -7,9 +7,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "core/memory_budget.h"
+#include "plan/memory_budget.h"
 #include "topology/gpu.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 
 #ifdef __cplusplus
 extern "C" {

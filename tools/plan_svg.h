@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "topology/gpu.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 
 #ifdef __cplusplus
 extern "C" {

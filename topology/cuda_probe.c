@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/cuda_device.h"
+#include "backends/cuda/cuda_device.h"
 
 kvs_status kvs_cuda_probe(kvs_cuda_device *out, size_t cap, size_t *n_out, kvs_error *err) {
   if (out == NULL || n_out == NULL) {

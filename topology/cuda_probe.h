@@ -1,5 +1,5 @@
 /* The visible CUDA devices as topology/ needs them: the list from the
- * cuda/ leaf (cuda/cuda_device.h, the one place that asks the CUDA
+ * cuda/ leaf (backends/cuda/cuda_device.h, the one place that asks the CUDA
  * runtime), each PCI bus id parsed. topology/ itself calls no CUDA, so
  * the rest stays testable without it. */
 #ifndef KVS_TOPOLOGY_CUDA_PROBE_H

@@ -56,7 +56,7 @@ kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char
 
 /* The 8-GPU server compiled into the library (two sockets, four H200
  * GPUs each, four NVSwitch chips): the planner's stand-in when the
- * machine has no GPU. Its text is tests/data/hgx-h200-2socket-8gpu.xml. */
+ * machine has no GPU. Its text is topology/data/hgx-h200-2socket-8gpu.xml. */
 kvs_topology_source kvs_topology_source_bundled(void);
 
 /* The bundled topology's XML text and a one-line description of it. */

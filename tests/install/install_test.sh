@@ -15,7 +15,7 @@ fail() {
 
 "$INSTALL" --lib "$LIB" "$T/prefix" >"$T/out" 2>&1 || fail "install exited $?: $(cat "$T/out")"
 for f in lib/libkvshard.so lib/pkgconfig/kvshard.pc include/kvshard/kvshard.h \
-  include/kvshard/core/blocks/block_store.h include/kvshard/shard/node.h; do
+  include/kvshard/blocks/block_store.h include/kvshard/shard/node.h; do
   [ -f "$T/prefix/$f" ] || fail "$f was not installed"
 done
 export PKG_CONFIG_PATH=$T/prefix/lib/pkgconfig

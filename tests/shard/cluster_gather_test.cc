@@ -14,8 +14,8 @@
 
 #include "core/geometry.h"
 #include "shard/node.h"
-#include "shard/node_setup.h"
-#include "shard/workload.h"
+#include "plan/node_setup.h"
+#include "tools/workload.h"
 #include "tests/shard/ranks.h"
 
 using kvs_test::run_ranks;

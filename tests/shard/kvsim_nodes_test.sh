@@ -28,11 +28,11 @@ for ((r = 0; r < 16; r++)); do
 done
 
 # Two different machines as a topology list: the plan is kvplan's for it.
-LIST=bundled,tests/data/hgx-h200-2socket-8gpu.xml
+LIST=bundled,topology/data/hgx-h200-2socket-8gpu.xml
 run_mpi 300 -np 16 "$KVSIM" --tp 4 --pp 4 --topology "$LIST" --steps "$STEPS" --seed 4 --json \
   --check-every 16 --timeout-ms 30000 --budget-mib 600 --device cpu
 [ $rc -eq 0 ] || fail "kvsim over a topology list exited $rc"
-json_check '.digests_agree == true and (.plan.nodes | map(.label)) == ["bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)", "tests/data/hgx-h200-2socket-8gpu.xml"]'
+json_check '.digests_agree == true and (.plan.nodes | map(.label)) == ["bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)", "topology/data/hgx-h200-2socket-8gpu.xml"]'
 json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "0:1", "1:2", "1:3"]'
 
 # Two machines that discover themselves: ranks 0-7 name host gpu-a and read

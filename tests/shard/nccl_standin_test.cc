@@ -1,4 +1,4 @@
-// The NCCL backend (shard/comm_nccl.c, the product's C source) on the CPU
+// The NCCL backend (backends/nccl/comm_nccl.c, the product's C source) on the CPU
 // stand-in for CUDA and NCCL (tests/standin): ranks are threads over an
 // in-process loopback bootstrap, NCCL collectives run on the stand-in's
 // lazily run, adversarially interleaved streams, and the shard steps over
@@ -21,10 +21,10 @@
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "core/window_pool.h"
-#include "cuda/device_layout.h"
-#include "cuda/device_tables.h"
+#include "plan/device_layout.h"
+#include "backends/cuda/device_tables.h"
 #include "shard/comm.h"
-#include "shard/comm_nccl.h"
+#include "backends/nccl/comm_nccl.h"
 #include "shard/shard.h"
 #include "tests/shard/ranks.h"
 #include "tests/standin/harness.h"

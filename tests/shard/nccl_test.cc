@@ -14,12 +14,12 @@
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "core/window_pool.h"
-#include "cuda/device_layout.h"
-#include "cuda/device_tables.h"
+#include "plan/device_layout.h"
+#include "backends/cuda/device_tables.h"
 #include "shard/comm.h"
-#include "shard/comm_nccl.h"
+#include "backends/nccl/comm_nccl.h"
 #include "shard/comm_self.h"
-#include "cuda/cuda_status.h"
+#include "backends/cuda/cuda_status.h"
 #include "shard/shard.h"
 
 namespace {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/geometry.h"
-#include "shard/comm_nccl.h"
+#include "backends/nccl/comm_nccl.h"
 #include "shard/node.h"
-#include "shard/workload.h"
+#include "tools/workload.h"
 #include "tests/shard/ranks.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"

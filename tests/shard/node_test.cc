@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "core/geometry.h"
-#include "cuda/cuda_status.h"
-#include "shard/node_setup.h"
-#include "shard/workload.h"
+#include "backends/cuda/cuda_status.h"
+#include "plan/node_setup.h"
+#include "tools/workload.h"
 #include "tests/shard/ranks.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 #include "topology/source.h"
 
 using kvs_test::run_ranks;

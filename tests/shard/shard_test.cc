@@ -16,11 +16,9 @@
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "core/window_pool.h"
-#include "shard/budget.h"
 #include "shard/comm_self.h"
-#include "shard/layout.h"
 #include "shard/step_message.h"
-#include "shard/workload.h"
+#include "tools/workload.h"
 #include "tests/shard/ranks.h"
 
 using kvs_test::run_ranks;
@@ -176,18 +174,20 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
   std::vector<kvs_shard_stats> stats(N);
   run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_layout l;
-    ASSERT_EQ(kvs_shard_layout_make(N, rank, 2, 2, kvs_geometry_layer_count(&g), &l, &err), KVS_OK);
     kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
     wo.seed = 42;
     wo.arrival_rate = 0.3;
-    kvs_budget_options bo = KVS_BUDGET_OPTIONS_INIT;
-    bo.swa_ratio = 0.04;
-    bo.max_seq_len = kvs_workload_max_seq_len(&wo);
-    bo.max_running = wo.max_running;
-    bo.radix = false;
-    kvs_shard_budget b;
-    ASSERT_EQ(kvs_shard_agree_budget(comm, &g, &l, 600ull << 20, &bo, &b, &err), KVS_OK)
+    // One pool for every rank: the largest that 2 GiB holds at the
+    // workload's working-set floor.
+    uint64_t floor = 0;
+    ASSERT_EQ(kvs_cost_window_floor_pages(kvs_workload_max_seq_len(&wo), wo.max_running, false, P,
+                                          &floor, &err),
+              KVS_OK)
+        << err.message;
+    kvs_pool_sizes sizes;
+    ASSERT_EQ(kvs_cost_solve_num_pages(2ull << 30, &g, 0.04, floor, P, KVS_DEFAULT_N_SCRATCH,
+                                       &sizes, nullptr, &err),
+              KVS_OK)
         << err.message;
     Recorder rec;
     kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
@@ -197,7 +197,7 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
     so.on_apply = record;
     so.on_apply_ctx = &rec;
     kvs_shard_t shard = nullptr;
-    ASSERT_EQ(kvs_shard_create(comm, &b.sizes, &so, &shard, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_shard_create(comm, &sizes, &so, &shard, &err), KVS_OK) << err.message;
     kvs_workload_t w = nullptr;
     ASSERT_EQ(kvs_workload_create(shard, &wo, &w, &err), KVS_OK) << err.message;
     for (uint64_t s = 0; s < STEPS; s++) {

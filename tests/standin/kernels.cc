@@ -1,7 +1,7 @@
-// The kernels' launchers (cuda/device_kernels.h) on the simulated machine:
-// each kernel of a launch sequence (cuda/device_kernels.cuh) becomes one
+// The kernels' launchers (backends/cuda/device_kernels.h) on the simulated machine:
+// each kernel of a launch sequence (backends/cuda/device_kernels.cuh) becomes one
 // operation of the stream, which runs the real kernel source through the
-// CPU emulation (tests/cuda/kernel_emulation.h) with a seeded order of
+// CPU emulation (tests/backends/cuda/kernel_emulation.h) with a seeded order of
 // threads and blocks. Before it runs, every array it touches must be live
 // memory of the stream's device; otherwise it is a violation and the
 // kernel does not run (on a GPU: an illegal address, or another device's
@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_kernels.h"
+#include "backends/cuda/device_kernels.h"
 #include "tests/standin/engine.h"
 // After the CUDA headers, whose host definitions it replaces, and before
 // the kernels, which need its built-ins.
 // clang-format off
-#include "tests/cuda/kernel_emulation.h"
-#include "cuda/device_kernels.cuh"
+#include "tests/backends/cuda/kernel_emulation.h"
+#include "backends/cuda/device_kernels.cuh"
 // clang-format on
 
 using kvs_standin::Engine;

@@ -18,8 +18,8 @@
 //   and lands later on the legacy stream; cudaMemcpyAsync from pinned
 //   memory reads it when the copy runs; to pageable memory it returns once
 //   done. cudaMemset and device-to-device copies are asynchronous.
-// - The kernels' launchers (cuda/device_kernels.h) run the real kernel
-//   source through the CPU emulation (tests/cuda/kernel_emulation.h).
+// - The kernels' launchers (backends/cuda/device_kernels.h) run the real kernel
+//   source through the CPU emulation (tests/backends/cuda/kernel_emulation.h).
 // - Each thread has a current device, none until it chooses one; a call
 //   that needs a context without one creates device 0's, as the runtime
 //   does, and cudaSetDevice creates the device's primary context (CUDA 12

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/device_kernels.h"
+#include "backends/cuda/device_kernels.h"
 
 namespace {
 

@@ -17,7 +17,7 @@ ln -s "$T/nowhere" "$T/link.kvb"
 printf 'not xml at all\n' >"$T/text.txt"
 echo '{"num_hidden_layers": 61, "head_dim": 512, "index_head_dim": 128, "compress_ratios": [0, 4]}' \
   >"$T/m61.json"
-hgx=tests/data/hgx-h200-2socket-8gpu.xml
+hgx=topology/data/hgx-h200-2socket-8gpu.xml
 sed 's/pci_busid="0000:43:00.0"/pci_busid="0000:1b:00.0"/' "$hgx" >"$T/dup.xml"
 sed 's/pci_busid="0000:43:00.0"/pci_busid="zz:43:00.0"/' "$hgx" >"$T/dropped.xml"
 sed 's/\[10de:2335\]/[10de:9999]/g' "$hgx" >"$T/unknown.xml"

@@ -178,9 +178,9 @@ check "2 nodes: each node's GPUs" "8 8" "$(echo "$c" | jq -r '[.nodes[].gpus] | 
 check "2 nodes: stage 0 on node 0, stage 1 on node 1" '["0:0","1:1"]' \
   "$(echo "$c" | jq -c '[.ranks[] | "\(.node):\(.pp_stage)"] | unique')"
 check "2 nodes: no TP group crosses" false "$(echo "$c" | jq .cross_node_tp)"
-c=$("$kvplan" plan --topology "bundled,tests/data/hgx-h200-2socket-8gpu.xml" --tp 4 --pp 4 --json \
+c=$("$kvplan" plan --topology "bundled,topology/data/hgx-h200-2socket-8gpu.xml" --tp 4 --pp 4 --json \
   2>/dev/null)
-check "a topology list: node labels in order" "tests/data/hgx-h200-2socket-8gpu.xml" \
+check "a topology list: node labels in order" "topology/data/hgx-h200-2socket-8gpu.xml" \
   "$(echo "$c" | jq -r '.nodes[1].label')"
 check "a topology list: consecutive stages on one node first" '["0:0","0:1","1:2","1:3"]' \
   "$(echo "$c" | jq -c '[.ranks[] | "\(.node):\(.pp_stage)"] | unique')"

@@ -9,16 +9,20 @@
 #include <string>
 #include <vector>
 
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 
 namespace kvs_test {
 
-// Test data travels in the runfiles; tests run from the workspace root.
-inline std::string data_path(const std::string &name) { return "tests/data/" + name; }
+// Test data travels in the runfiles; tests run from the workspace root. A
+// bare name is in tests/data; a path is the repository's (the bundled
+// server's export lives with the topology code).
+inline std::string data_path(const std::string &name) {
+  return name.find('/') == std::string::npos ? "tests/data/" + name : name;
+}
 
-constexpr const char *kHgx = "hgx-h200-2socket-8gpu.xml";
+constexpr const char *kHgx = "topology/data/hgx-h200-2socket-8gpu.xml";
 constexpr const char *kEpyc = "epyc-nps2-numa-per-pair-8gpu.xml";
 constexpr const char *kDgx2 = "nvidiaDGX2.xml";
 constexpr const char *kTwoSocket3Gpu = "24em64t-2n6c2t-pci.xml";

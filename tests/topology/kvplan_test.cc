@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "core/geometry.h"
-#include "cuda/device_layout.h"
-#include "shard/node_setup.h"
+#include "plan/device_layout.h"
+#include "plan/node_setup.h"
 #include "tests/topology/helpers.h"
-#include "topology/node_plan.h"
+#include "plan/node_plan.h"
 
 using namespace kvs_test;
 
@@ -389,7 +389,7 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "kvplan plan: tp 1 x pp 44 = 44 ranks, more "
        "ranks than the 8 GPUs\n"},
       {hgx + " --budget-per-gpu 80GiB,80GiB", 2,
-       "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'tests/data/"
+       "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'topology/data/"
        "hgx-h200-2socket-8gpu.xml' has 8 GPUs\n"},
       {hgx + " --budget 80GiB --budget-per-gpu 1,2", 2,
        "kvplan plan: give --budget or --budget-per-gpu, not both\n"},

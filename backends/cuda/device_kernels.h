@@ -1,0 +1,60 @@
+/* Launchers of the device-table kernels (private to cuda/; callers use
+ * backends/cuda/device_tables.h). Each launches its kernels on `stream` (one; two
+ * for the journal apply) and returns the first launch error; arguments
+ * were checked by the caller.
+ * Pointers are device pointers. Each kernel computes what its CPU
+ * reference in core/device_ref.h computes, bit for bit, faults included.
+ *
+ * max_blocks caps the grid (a few waves of the device's multiprocessors);
+ * the kernels loop over whatever a capped grid does not cover. */
+#ifndef KVS_CUDA_DEVICE_KERNELS_H
+#define KVS_CUDA_DEVICE_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "core/device_ref.h"
+#include "core/journal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Entries are read from `entries` (n of them, n < 2^62); the last fitting
+ * entry per full page wins; entries that do not fit are skipped and
+ * faulted; request-slot entries (KVS_JOURNAL_SLOT_TAG) are skipped without
+ * a fault. O(n): every entry is read twice (device_kernels.cuh). */
+cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
+                                     const kvs_journal_entry *entries, uint64_t n,
+                                     kvs_batch_fault *fault, uint32_t max_blocks,
+                                     cudaStream_t stream);
+
+cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,
+                                 uint64_t n, int64_t *out, kvs_batch_fault *fault,
+                                 uint32_t max_blocks, cudaStream_t stream);
+
+/* out_csa or out_hca may be NULL (not both). */
+cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uint64_t n,
+                                  int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                  uint32_t max_blocks, cudaStream_t stream);
+
+/* The batch's ring locations (kvs_ref_batch_state_locs): own, slots and
+ * positions are read where the requested outputs need them (own for a
+ * ring kind per window page, slots for one per request); out_csa or
+ * out_hca may be NULL (not both). */
+cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int64_t *own,
+                                        const int64_t *slots, const int64_t *positions, uint64_t n,
+                                        int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
+                                        uint32_t max_blocks, cudaStream_t stream);
+
+/* tables.pages is a device pointer. */
+cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,
+                                const int64_t *positions, uint64_t n_req, int64_t *own,
+                                int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                                uint32_t max_blocks, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_CUDA_DEVICE_KERNELS_H */

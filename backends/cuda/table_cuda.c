@@ -1,0 +1,305 @@
+/* A table on a GPU: backends/cuda/device_tables plus the step's batch buffers.
+ *
+ * Ordering, all on one stream: the journal apply, the batch upload, the
+ * ring-context kernel, the state-location kernel (which reads the ring
+ * context's own slots) and any readback run in submission order. Host
+ * staging is pinned (an async copy from it may still be reading when the
+ * call returns), so before the host rewrites it the table waits on the
+ * event recorded after the last copy that read it. */
+#include "backends/cuda/table_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_device.h"
+#include "backends/cuda/cuda_status.h"
+#include "backends/cuda/device_tables.h"
+
+typedef struct cuda_table {
+  int device;
+  kvs_device_tables_t tables;
+  kvs_table_dims dims;
+  cudaStream_t stream;
+  bool own_stream;
+  size_t journal_capacity; /* entries one host apply may stage */
+  kvs_state_placement placement;
+  bool csa_derivable, hca_derivable; /* kinds the placement can derive (table.h) */
+  /* Device batch buffers. */
+  int32_t *d_blocks;
+  int64_t *d_positions;
+  int64_t *d_slots; /* request slots, with per-request rings */
+  int64_t *d_own, *d_prev, *d_ring;
+  int64_t *d_csa, *d_hca; /* the rows' ring locations */
+  /* Pinned host staging for the batch. */
+  int32_t *h_blocks;
+  int64_t *h_positions;
+  int64_t *h_slots;
+  cudaEvent_t staged; /* after the last upload that read the staging */
+  bool staged_pending;
+} cuda_table;
+
+/* The table's device current for a call; kvs_cuda_device_leave puts the
+ * thread's context back after it as it was (none for a thread that never
+ * chose a device: no primary context on device 0 is created for it). */
+static kvs_status enter(const cuda_table *t, kvs_cuda_device_scope *scope, kvs_error *err) {
+  return kvs_cuda_device_enter(t->device, scope, err);
+}
+
+static kvs_status cuda_apply(void *impl, const kvs_journal_entry *entries,
+                             const void *device_entries, size_t n, kvs_error *err) {
+  cuda_table *t = impl;
+  if (device_entries != NULL) {
+    return kvs_device_tables_apply_journal_device(t->tables, device_entries, n, t->stream, err);
+  }
+  /* Larger than the staging area: applied in parts, in order, which is the
+   * same sequential replay. */
+  for (size_t done = 0; done < n;) {
+    size_t part = n - done < t->journal_capacity ? n - done : t->journal_capacity;
+    kvs_status status =
+        kvs_device_tables_apply_journal(t->tables, entries + done, part, t->stream, err);
+    if (status != KVS_OK) return status;
+    done += part;
+  }
+  return KVS_OK;
+}
+
+static kvs_status cuda_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
+                                kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_ring_result r = {t->d_own,     t->d_prev, t->d_ring, batch->n_req,
+                       t->dims.page, true,      t->d_csa,  t->d_hca};
+  bool per_request = t->placement.rings != KVS_STATE_RINGS_PER_PAGE;
+  if (batch->n_req > 0 && per_request && batch->slots == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows without request slots, for %s state rings",
+                         batch->n_req, kvs_state_rings_name(t->placement.rings));
+  }
+  if (batch->n_req == 0) {
+    *out = r;
+    return KVS_OK;
+  }
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  size_t n = batch->n_req;
+  size_t blocks = n * (size_t)batch->stride;
+  if (t->staged_pending) {
+    KVS_CUDA_GOTO(cudaEventSynchronize(t->staged),
+                  "cudaEventSynchronize before rewriting the batch staging", err, status, done);
+    t->staged_pending = false;
+  }
+  memcpy(t->h_blocks, batch->block_table, blocks * sizeof *t->h_blocks);
+  memcpy(t->h_positions, batch->positions, n * sizeof *t->h_positions);
+  if (per_request) memcpy(t->h_slots, batch->slots, n * sizeof *t->h_slots);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_blocks, t->h_blocks, blocks * sizeof *t->h_blocks,
+                                cudaMemcpyHostToDevice, t->stream),
+                "cudaMemcpyAsync of the block tables", err, status, done);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_positions, t->h_positions, n * sizeof *t->h_positions,
+                                cudaMemcpyHostToDevice, t->stream),
+                "cudaMemcpyAsync of the positions", err, status, done);
+  if (per_request) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(t->d_slots, t->h_slots, n * sizeof *t->h_slots,
+                                  cudaMemcpyHostToDevice, t->stream),
+                  "cudaMemcpyAsync of the request slots", err, status, done);
+  }
+  KVS_CUDA_GOTO(cudaEventRecord(t->staged, t->stream), "cudaEventRecord after the batch upload",
+                err, status, done);
+  t->staged_pending = true;
+  kvs_block_tables bt = {t->d_blocks, batch->stride, t->dims.page};
+  status = kvs_device_tables_ring_ctx(t->tables, &bt, t->d_positions, n, t->d_own, t->d_prev,
+                                      t->d_ring, t->stream, err);
+  if (status != KVS_OK) goto done;
+  if (t->csa_derivable || t->hca_derivable) {
+    status = kvs_device_tables_batch_state_locs(
+        t->tables, t->d_own, per_request ? t->d_slots : NULL, t->d_positions, n,
+        t->csa_derivable ? t->d_csa : NULL, t->hca_derivable ? t->d_hca : NULL, t->stream, err);
+    if (status != KVS_OK) goto done;
+  }
+  /* A kind the placement cannot derive reads -1 (all-ones bytes). */
+  if (!t->csa_derivable) {
+    KVS_CUDA_GOTO(cudaMemsetAsync(t->d_csa, 0xff, n * sizeof *t->d_csa, t->stream),
+                  "cudaMemsetAsync of the ratio-4 ring locations", err, status, done);
+  }
+  if (!t->hca_derivable) {
+    KVS_CUDA_GOTO(cudaMemsetAsync(t->d_hca, 0xff, n * sizeof *t->d_hca, t->stream),
+                  "cudaMemsetAsync of the ratio-128 ring locations", err, status, done);
+  }
+  *out = r;
+done:
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+static kvs_status cuda_result_to_host(void *impl, const kvs_ring_result *result, int64_t *own,
+                                      int64_t *prev, int64_t *ring, int64_t *csa_loc,
+                                      int64_t *hca_loc, kvs_error *err) {
+  cuda_table *t = impl;
+  size_t n = result->n_req;
+  if (n == 0) return KVS_OK;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  enum cudaMemcpyKind kind = result->on_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+  KVS_CUDA_GOTO(cudaMemcpyAsync(own, result->own, n * sizeof *own, kind, t->stream),
+                "cudaMemcpyAsync of the own slots", err, status, done);
+  KVS_CUDA_GOTO(cudaMemcpyAsync(prev, result->prev, n * sizeof *prev, kind, t->stream),
+                "cudaMemcpyAsync of the previous slots", err, status, done);
+  KVS_CUDA_GOTO(
+      cudaMemcpyAsync(ring, result->ring, n * result->page * sizeof *ring, kind, t->stream),
+      "cudaMemcpyAsync of the ring slots", err, status, done);
+  if (csa_loc != NULL) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(csa_loc, result->csa_loc, n * sizeof *csa_loc, kind, t->stream),
+                  "cudaMemcpyAsync of the ratio-4 ring locations", err, status, done);
+  }
+  if (hca_loc != NULL) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(hca_loc, result->hca_loc, n * sizeof *hca_loc, kind, t->stream),
+                  "cudaMemcpyAsync of the ratio-128 ring locations", err, status, done);
+  }
+  /* The destination may be pageable: only a finished stream has filled it. */
+  KVS_CUDA_GOTO(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize for the ring context", err,
+                status, done);
+done:
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+static kvs_status cuda_download(void *impl, int64_t *mapping, size_t rows, kvs_error *err) {
+  cuda_table *t = impl;
+  return kvs_device_tables_download_mapping(t->tables, mapping, rows, err);
+}
+
+static kvs_status cuda_faults(void *impl, kvs_device_faults *out, kvs_error *err) {
+  cuda_table *t = impl;
+  return kvs_device_tables_faults(t->tables, t->stream, out, err);
+}
+
+static kvs_status cuda_sync(void *impl, kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  status = kvs_cuda_status(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize", err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+static void cuda_destroy(void *impl) {
+  cuda_table *t = impl;
+  if (t == NULL) return;
+  kvs_cuda_device_scope scope;
+  if (enter(t, &scope, NULL) == KVS_OK) {
+    if (t->stream != NULL) (void)cudaStreamSynchronize(t->stream);
+    if (t->staged != NULL) (void)cudaEventDestroy(t->staged);
+    (void)cudaFree(t->d_blocks);
+    (void)cudaFree(t->d_positions);
+    (void)cudaFree(t->d_own);
+    (void)cudaFree(t->d_prev);
+    (void)cudaFree(t->d_ring);
+    (void)cudaFree(t->d_slots);
+    (void)cudaFree(t->d_csa);
+    (void)cudaFree(t->d_hca);
+    (void)cudaFreeHost(t->h_blocks);
+    (void)cudaFreeHost(t->h_positions);
+    (void)cudaFreeHost(t->h_slots);
+    if (t->own_stream && t->stream != NULL) (void)cudaStreamDestroy(t->stream);
+    kvs_cuda_device_leave(&scope);
+  }
+  kvs_device_tables_destroy(t->tables);
+  free(t);
+}
+
+static const kvs_table_ops cuda_ops = {
+    .kind = KVS_TABLE_CUDA,
+    .apply = cuda_apply,
+    .ring_ctx = cuda_ring_ctx,
+    .result_to_host = cuda_result_to_host,
+    .download = cuda_download,
+    .faults = cuda_faults,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+};
+
+kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
+                                 const kvs_table_limits *limits, cudaStream_t stream,
+                                 kvs_table_t *out, kvs_error *err) {
+  if (layout == NULL || limits == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
+  }
+  if (device < 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "CUDA device %d: name a device", device);
+  }
+  kvs_table_dims dims = kvs_device_layout_dims(layout);
+  kvs_state_placement placement = kvs_state_placement_of(&layout->sizes);
+  kvs_status status;
+  if ((status = kvs_table_dims_check(&dims, err)) ||
+      (status = kvs_state_placement_check(&placement, err))) {
+    return status;
+  }
+  size_t req = limits->max_requests > 0 ? limits->max_requests : 1;
+  uint64_t blocks = limits->max_blocks > 0 ? limits->max_blocks : 1;
+  uint64_t block_rows = 0, ring_rows = 0;
+  if (__builtin_mul_overflow((uint64_t)req, blocks, &block_rows) ||
+      __builtin_mul_overflow((uint64_t)req, dims.page, &ring_rows) ||
+      block_rows > SIZE_MAX / sizeof(int64_t) || ring_rows > SIZE_MAX / sizeof(int64_t)) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "batch buffers for %zu requests of %llu blocks",
+                         req, (unsigned long long)blocks);
+  }
+  cuda_table *t = calloc(1, sizeof *t);
+  if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device table");
+  t->device = device;
+  t->dims = dims;
+  t->placement = placement;
+  t->csa_derivable =
+      kvs_state_rings_csa_per_request(placement.rings) || placement.page % KVS_RING_SLOTS_CSA == 0;
+  t->hca_derivable =
+      kvs_state_rings_hca_per_request(placement.rings) || placement.page % KVS_RING_SLOTS_HCA == 0;
+  t->journal_capacity =
+      layout->options.journal_capacity > 0 ? (size_t)layout->options.journal_capacity : 1;
+  if ((status = kvs_device_tables_create(device, layout, &t->tables, err)) != KVS_OK) {
+    free(t);
+    return status;
+  }
+  kvs_cuda_device_scope scope;
+  if ((status = enter(t, &scope, err)) != KVS_OK) {
+    cuda_destroy(t);
+    return status;
+  }
+  char what[128];
+  if (stream != NULL) {
+    t->stream = stream;
+  } else {
+    KVS_CUDA_GOTO(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags for the table", err, status, fail);
+    t->own_stream = true;
+  }
+  KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->staged, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags for the batch staging", err, status, fail);
+  snprintf(what, sizeof what, "cudaMalloc of the batch buffers (%zu requests) on device %d", req,
+           device);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_blocks, (size_t)block_rows * sizeof(int32_t)), what, err,
+                status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_positions, req * sizeof(int64_t)), what, err, status,
+                fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_own, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_prev, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_ring, (size_t)ring_rows * sizeof(int64_t)), what, err,
+                status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_slots, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_csa, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_hca, req * sizeof(int64_t)), what, err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_blocks, (size_t)block_rows * sizeof(int32_t)),
+                "cudaMallocHost of the block-table staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_positions, req * sizeof(int64_t)),
+                "cudaMallocHost of the position staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_slots, req * sizeof(int64_t)),
+                "cudaMallocHost of the request-slot staging", err, status, fail);
+  kvs_cuda_device_leave(&scope);
+  uint64_t bytes = layout->total_bytes +
+                   (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
+  return kvs_table_wrap(&cuda_ops, t, dims, limits, device, bytes, out, err);
+fail:
+  kvs_cuda_device_leave(&scope);
+  cuda_destroy(t);
+  return status;
+}

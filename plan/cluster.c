@@ -1,0 +1,221 @@
+#include "plan/cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/node_setup.h"
+
+#define LABEL_MAX 512
+#define SPEC_MAX 4096
+
+struct kvs_cluster {
+  size_t n_nodes;
+  kvs_topology_t nodes[KVS_MAX_NODES]; /* NULL: known by its GPUs only */
+  size_t node_gpus[KVS_MAX_NODES];
+  char node_labels[KVS_MAX_NODES][KVS_NODE_LABEL_MAX];
+  size_t own_node; /* SIZE_MAX: not known */
+  size_t n_gpus;
+  kvs_gpu_info *gpus;
+  char label[LABEL_MAX];
+};
+
+void kvs_cluster_destroy(kvs_cluster_t c) {
+  if (c == NULL) return;
+  for (size_t i = 0; i < c->n_nodes; i++) kvs_topology_destroy(c->nodes[i]);
+  free(c->gpus);
+  free(c);
+}
+
+/* Splits spec at commas into parts[0..*n) (pointers into buf). */
+static kvs_status split_list(const char *spec, char *buf, char **parts, size_t *n,
+                             kvs_error *err) {
+  if (strlen(spec) >= SPEC_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology list %.64s... is too long",
+                         spec);
+  }
+  strcpy(buf, spec);
+  *n = 0;
+  for (char *p = buf;;) {
+    char *comma = strchr(p, ',');
+    if (comma != NULL) *comma = '\0';
+    if (*n == KVS_MAX_NODES) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "topology list names more than %d nodes", KVS_MAX_NODES);
+    }
+    if (p[0] == '\0') {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "topology list entry %zu is empty: give one topology per node, "
+                           "separated by commas",
+                           *n);
+    }
+    parts[(*n)++] = p;
+    if (comma == NULL) return KVS_OK;
+    p = comma + 1;
+  }
+}
+
+/* Numbers the GPUs in cluster order, marks their nodes, and writes the
+ * cluster's label from the nodes'. */
+static void finish(struct kvs_cluster *c) {
+  size_t at = 0;
+  for (size_t i = 0; i < c->n_nodes; i++) {
+    for (size_t k = 0; k < c->node_gpus[i]; k++, at++) {
+      c->gpus[at].node = i;
+      c->gpus[at].index = at;
+    }
+  }
+  if (c->n_nodes == 1) {
+    snprintf(c->label, sizeof c->label, "%s", c->node_labels[0]);
+    return;
+  }
+  int n = snprintf(c->label, sizeof c->label, "%zu nodes: %s", c->n_nodes, c->node_labels[0]);
+  for (size_t i = 1; i < c->n_nodes && n > 0 && (size_t)n < sizeof c->label; i++) {
+    n += snprintf(c->label + n, sizeof c->label - (size_t)n, ", %s", c->node_labels[i]);
+  }
+}
+
+kvs_status kvs_cluster_open(const char *spec, size_t n_nodes, kvs_cluster_t *out, char *note,
+                            size_t note_cap, kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (note != NULL && note_cap > 0) note[0] = '\0';
+  if (n_nodes > KVS_MAX_NODES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu nodes: at most %d are planned",
+                         n_nodes, KVS_MAX_NODES);
+  }
+  char *buf = malloc(SPEC_MAX);
+  char *parts[KVS_MAX_NODES];
+  struct kvs_cluster *c = calloc(1, sizeof *c);
+  kvs_status status = KVS_OK;
+  size_t n_parts = 1;
+  if (buf == NULL || c == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a cluster");
+    goto fail;
+  }
+  if (spec != NULL && strchr(spec, ',') != NULL) {
+    if ((status = split_list(spec, buf, parts, &n_parts, err)) != KVS_OK) goto fail;
+    for (size_t i = 0; i < n_parts; i++) {
+      if (strcmp(parts[i], "live") == 0 || strcmp(parts[i], "auto") == 0) {
+        status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                               "topology list entry %zu is '%s': a planner sees only its own "
+                               "machine live; give each node's hwloc export",
+                               i, parts[i]);
+        goto fail;
+      }
+    }
+    if (n_nodes > 1 && n_nodes != n_parts) {
+      status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                             "%zu nodes, but the topology list names %zu", n_nodes, n_parts);
+      goto fail;
+    }
+  } else {
+    parts[0] = (char *)spec;
+  }
+  c->n_nodes = n_parts > 1 ? n_parts : (n_nodes > 0 ? n_nodes : 1);
+  for (size_t i = 0; i < c->n_nodes; i++) {
+    const char *part = parts[n_parts > 1 ? i : 0];
+    char why[768] = "";
+    if ((status = kvs_node_topology_open(part, &c->nodes[i], i == 0 ? why : NULL,
+                                         i == 0 ? sizeof why : 0, err)) != KVS_OK) {
+      if (c->n_nodes > 1 && err != NULL) {
+        kvs_error inner = *err;
+        kvs_error_set(err, status, "node %zu: %s", i, inner.message);
+      }
+      goto fail;
+    }
+    if (i == 0 && note != NULL && note_cap > 0) snprintf(note, note_cap, "%s", why);
+    c->n_gpus += kvs_topology_gpu_count(c->nodes[i]);
+  }
+  c->gpus = calloc(c->n_gpus > 0 ? c->n_gpus : 1, sizeof *c->gpus);
+  if (c->gpus == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", c->n_gpus);
+    goto fail;
+  }
+  size_t at = 0;
+  for (size_t i = 0; i < c->n_nodes; i++) {
+    c->node_gpus[i] = kvs_topology_gpu_count(c->nodes[i]);
+    snprintf(c->node_labels[i], KVS_NODE_LABEL_MAX, "%s", kvs_topology_label(c->nodes[i]));
+    const kvs_gpu_info *g = kvs_topology_gpus(c->nodes[i]);
+    for (size_t k = 0; k < c->node_gpus[i]; k++) c->gpus[at++] = g[k];
+  }
+  finish(c);
+  c->own_node = SIZE_MAX; /* described: any machine may plan it */
+  free(buf);
+  *out = c;
+  return KVS_OK;
+fail:
+  free(buf);
+  kvs_cluster_destroy(c);
+  return status;
+}
+
+kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
+                                  const kvs_gpu_info *gpus, const char *const *labels,
+                                  size_t own_node, kvs_topology_t own_topology,
+                                  kvs_cluster_t *out, kvs_error *err) {
+  if (out == NULL || gpu_counts == NULL || labels == NULL || own_topology == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "counts, labels, own topology and output are required");
+  }
+  if (n_nodes == 0 || n_nodes > KVS_MAX_NODES || own_node >= n_nodes) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%zu nodes with this process on node %zu: 1..%d nodes, and the own "
+                         "node among them",
+                         n_nodes, own_node, KVS_MAX_NODES);
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < n_nodes; i++) {
+    if (gpu_counts[i] > SIZE_MAX / sizeof(kvs_gpu_info) - total) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node %zu: %zu GPUs is too many", i,
+                           gpu_counts[i]);
+    }
+    total += gpu_counts[i];
+  }
+  if (total > 0 && gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu GPUs but no list", total);
+  }
+  if (gpu_counts[own_node] != kvs_topology_gpu_count(own_topology)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "node %zu lists %zu GPUs, but this process's topology '%s' has %zu",
+                         own_node, gpu_counts[own_node], kvs_topology_label(own_topology),
+                         kvs_topology_gpu_count(own_topology));
+  }
+  struct kvs_cluster *c = calloc(1, sizeof *c);
+  if (c != NULL) c->gpus = calloc(total > 0 ? total : 1, sizeof *c->gpus);
+  if (c == NULL || c->gpus == NULL) {
+    kvs_cluster_destroy(c);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a cluster of %zu GPUs", total);
+  }
+  c->n_nodes = n_nodes;
+  c->n_gpus = total;
+  if (total > 0) memcpy(c->gpus, gpus, total * sizeof *c->gpus);
+  for (size_t i = 0; i < n_nodes; i++) {
+    c->node_gpus[i] = gpu_counts[i];
+    snprintf(c->node_labels[i], KVS_NODE_LABEL_MAX, "%s", labels[i] != NULL ? labels[i] : "");
+  }
+  finish(c);
+  c->own_node = own_node;
+  c->nodes[own_node] = own_topology;
+  *out = c;
+  return KVS_OK;
+}
+
+size_t kvs_cluster_node_count(const struct kvs_cluster *c) { return c->n_nodes; }
+kvs_topology_t kvs_cluster_node(const struct kvs_cluster *c, size_t node) {
+  return node < c->n_nodes ? c->nodes[node] : NULL;
+}
+const char *kvs_cluster_node_label(const struct kvs_cluster *c, size_t node) {
+  return node < c->n_nodes ? c->node_labels[node] : "";
+}
+size_t kvs_cluster_node_gpu_count(const struct kvs_cluster *c, size_t node) {
+  return node < c->n_nodes ? c->node_gpus[node] : 0;
+}
+size_t kvs_cluster_own_node(const struct kvs_cluster *c) { return c->own_node; }
+size_t kvs_cluster_gpu_count(const struct kvs_cluster *c) { return c->n_gpus; }
+const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *c) { return c->gpus; }
+const char *kvs_cluster_label(const struct kvs_cluster *c) { return c->label; }
+size_t kvs_cluster_local_index(const struct kvs_cluster *c, size_t gpu) {
+  size_t before = 0;
+  for (size_t i = 0; i < c->n_nodes && i < c->gpus[gpu].node; i++) before += c->node_gpus[i];
+  return gpu - before;
+}

@@ -1,0 +1,161 @@
+#include "plan/node_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct kvs_node_plan {
+  size_t tp, pp, replicas;
+  size_t n_ranks;
+  size_t limiting_rank;
+  bool cross_node_tp;
+  kvs_split split;
+  kvs_rank_plan *ranks;
+};
+
+/* The rank of a stage with the smallest budget (ties: lowest rank). */
+static size_t tightest_rank(const kvs_rank_slot *slots, const uint64_t *budgets, size_t n,
+                            size_t stage) {
+  size_t best = n;
+  for (size_t r = 0; r < n; r++) {
+    if (slots[r].pp_stage != stage) continue;
+    if (best == n || budgets[slots[r].gpu] < budgets[slots[best].gpu]) best = r;
+  }
+  return best;
+}
+
+kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info *gpus,
+                                size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
+                                kvs_plan_shortfall *shortfall, kvs_error *err) {
+  if (req == NULL || gpus == NULL || budgets == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "plan request, GPUs, budgets and out are required");
+  }
+  kvs_status status;
+  kvs_rank_slot *slots = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *slots);
+  struct kvs_node_plan *plan = calloc(1, sizeof *plan);
+  uint64_t stage_budgets[KVS_MAX_STAGES];
+  if (slots == NULL || plan == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
+    goto fail;
+  }
+  bool crossed = false;
+  if ((status = kvs_rank_layout_cluster(gpus, n_gpus, req->tp, req->pp, req->allow_cross_node_tp,
+                                        slots, &crossed, err)) != KVS_OK) {
+    goto fail;
+  }
+  plan->cross_node_tp = crossed;
+  if (req->pp > KVS_MAX_STAGES) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pp %zu exceeds the %d stages planned",
+                           req->pp, KVS_MAX_STAGES);
+    goto fail;
+  }
+  /* A stage is as roomy as its tightest device, across replicas too:
+   * every replica runs the same split so its ranks are interchangeable. */
+  for (size_t s = 0; s < req->pp; s++) {
+    stage_budgets[s] = budgets[slots[tightest_rank(slots, budgets, n_gpus, s)].gpu];
+  }
+  kvs_split_request split_req = {.geometry = req->geometry,
+                                 .widths = req->widths,
+                                 .swa_ratio = req->swa_ratio,
+                                 .page = req->page,
+                                 .floor_win_pages = req->floor_win_pages,
+                                 .n_scratch = req->n_scratch,
+                                 .n_stages = req->pp,
+                                 .stage_budgets = stage_budgets,
+                                 .footprint = req->footprint,
+                                 .footprint_ctx = req->footprint_ctx,
+                                 .layer_weight_bytes = req->layer_weight_bytes};
+  kvs_split_shortfall split_short;
+  status = kvs_split_solve(&split_req, &plan->split, &split_short, err);
+  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
+    size_t r = tightest_rank(slots, budgets, n_gpus, split_short.stage);
+    const kvs_gpu_info *gpu = &gpus[slots[r].gpu];
+    kvs_plan_shortfall s = {r,
+                            slots[r].gpu,
+                            split_short.stage,
+                            split_short.first,
+                            split_short.end,
+                            split_short.needed_bytes,
+                            split_short.available_bytes,
+                            split_short.min_pages};
+    if (shortfall != NULL) *shortfall = s;
+    status = kvs_error_set(
+        err, KVS_ERR_BUDGET_TOO_SMALL,
+        "GPU %zu (%s, rank %zu, stage %zu, layers %zu-%zu) has a budget of %llu bytes but "
+        "needs %llu bytes for the minimal pool of %llu pages (window floor %llu pages)",
+        gpu->index, gpu->pci_busid, r, split_short.stage, split_short.first, split_short.end - 1,
+        (unsigned long long)split_short.available_bytes,
+        (unsigned long long)split_short.needed_bytes, (unsigned long long)split_short.min_pages,
+        (unsigned long long)split_short.floor_win_pages);
+    goto fail;
+  }
+  if (status != KVS_OK) goto fail;
+
+  plan->ranks = calloc(n_gpus, sizeof *plan->ranks);
+  if (plan->ranks == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
+    goto fail;
+  }
+  plan->tp = req->tp;
+  plan->pp = req->pp;
+  plan->replicas = n_gpus / (req->tp * req->pp);
+  plan->n_ranks = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_stage_plan *stage = &plan->split.stages[slots[r].pp_stage];
+    kvs_rank_plan *rp = &plan->ranks[r];
+    rp->rank = r;
+    rp->replica = slots[r].replica;
+    rp->tp_rank = slots[r].tp_rank;
+    rp->pp_stage = slots[r].pp_stage;
+    rp->gpu = slots[r].gpu;
+    rp->first = stage->first;
+    rp->end = stage->end;
+    rp->weight_bytes = stage->weight_bytes;
+    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
+    rp->bytes = stage->bytes;
+    rp->device = stage->device;
+    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
+  }
+  /* The limit: among the stages that cannot take one more page with their
+   * layers (max_pages equals the common count; at least one does), the
+   * device with the smallest budget (the one a raise would help), then
+   * the least headroom, then the lowest rank. */
+  size_t limiting = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_rank_plan *rp = &plan->ranks[r];
+    if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
+    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
+    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
+        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
+      limiting = r;
+    }
+  }
+  plan->limiting_rank = limiting < n_gpus ? limiting : 0;
+  free(slots);
+  *out = plan;
+  return KVS_OK;
+fail:
+  free(slots);
+  kvs_node_plan_destroy(plan);
+  return status;
+}
+
+void kvs_node_plan_destroy(kvs_node_plan_t plan) {
+  if (plan == NULL) return;
+  free(plan->ranks);
+  free(plan);
+}
+
+const kvs_split *kvs_node_plan_split(kvs_node_plan_t plan) { return &plan->split; }
+
+size_t kvs_node_plan_rank_count(kvs_node_plan_t plan) { return plan->n_ranks; }
+
+const kvs_rank_plan *kvs_node_plan_rank(kvs_node_plan_t plan, size_t i) {
+  return i < plan->n_ranks ? &plan->ranks[i] : NULL;
+}
+
+size_t kvs_node_plan_tp(kvs_node_plan_t plan) { return plan->tp; }
+size_t kvs_node_plan_pp(kvs_node_plan_t plan) { return plan->pp; }
+size_t kvs_node_plan_replicas(kvs_node_plan_t plan) { return plan->replicas; }
+size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) { return plan->limiting_rank; }
+bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) { return plan->cross_node_tp; }

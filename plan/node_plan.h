@@ -1,0 +1,110 @@
+/* The plan of a serving node: every rank's GPU, layers, budget and the
+ * exact bytes of each KV tier it holds, under one common page count.
+ *
+ * Tensor parallelism does not shard the KV cache here: DSV4 has a single
+ * latent KV head, so the tp ranks of a stage each hold the stage's full
+ * tiers (as serving engines replicate MLA's latent cache). Each rank also
+ * holds its own window pool sizing and full -> window mapping. Pipeline
+ * stages hold contiguous layer groups chosen by kvs_split_solve against,
+ * per stage, the smallest budget among its ranks (of every replica). */
+#ifndef KVS_TOPOLOGY_NODE_PLAN_H
+#define KVS_TOPOLOGY_NODE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/cost_model.h"
+#include "core/geometry.h"
+#include "core/status.h"
+#include "topology/gpu.h"
+#include "plan/rank_layout.h"
+#include "plan/stage_split.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_plan_request {
+  const kvs_geometry *geometry;
+  const kvs_row_widths *widths; /* NULL: kvs_row_widths_default */
+  double swa_ratio;
+  uint64_t page;
+  uint64_t floor_win_pages;
+  uint64_t n_scratch;
+  size_t tp, pp; /* tp * pp must divide the GPU count */
+  /* Optional: what a device allocates beyond the exact bytes (see
+   * kvs_split_request); NULL plans the exact bytes alone. */
+  kvs_footprint_fn footprint;
+  void *footprint_ctx;
+  /* Optional: per layer, the weight bytes each device holding it spends
+   * (kvs_split_request). The budgets then cover weights and pool. */
+  const uint64_t *layer_weight_bytes;
+  /* Over a cluster: let a tensor-parallel group span nodes (refused
+   * otherwise, naming the group; see kvs_rank_layout_cluster). */
+  bool allow_cross_node_tp;
+} kvs_plan_request;
+
+typedef struct kvs_rank_plan {
+  size_t rank, replica, tp_rank, pp_stage;
+  size_t gpu;        /* position in the GPU list the plan was made for */
+  size_t first, end; /* layers [first, end) */
+  /* The KV budget: the device's budget less its layers' weights
+   * (weight_bytes, 0 without per-layer weights). */
+  uint64_t budget_bytes;
+  uint64_t weight_bytes;
+  kvs_pool_breakdown bytes;    /* exact */
+  kvs_device_footprint device; /* what the device allocates; device.total_bytes <= budget_bytes */
+  uint64_t headroom_bytes;     /* budget_bytes - device.total_bytes */
+} kvs_rank_plan;
+
+typedef struct kvs_node_plan *kvs_node_plan_t;
+
+/* Why no plan fits: the device that cannot hold its layers' minimal pool
+ * under the best split (the one needing the smallest uniform raise). */
+typedef struct kvs_plan_shortfall {
+  size_t rank;
+  size_t gpu;
+  size_t pp_stage;
+  size_t first, end;
+  uint64_t needed_bytes;
+  uint64_t available_bytes;
+  uint64_t min_pages;
+} kvs_plan_shortfall;
+
+/* Lays the ranks out over gpus[0..n_gpus) (kvs_rank_layout), splits the
+ * layers (kvs_split_solve) under budgets[0..n_gpus) (bytes per GPU, by
+ * list position) and prices every rank. Layout errors are
+ * KVS_ERR_INVALID_ARGUMENT; a budget that cannot hold the minimal pool is
+ * KVS_ERR_BUDGET_TOO_SMALL naming the GPU (bus id), rank and layers, with
+ * *shortfall filled when non-NULL. *out is written only on success. */
+kvs_status kvs_node_plan_create(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                                size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
+                                kvs_plan_shortfall *shortfall, kvs_error *err);
+
+/* Frees the plan; NULL is accepted. */
+void kvs_node_plan_destroy(kvs_node_plan_t plan);
+
+/* The split: the common page count, the window and every stage. */
+const kvs_split *kvs_node_plan_split(kvs_node_plan_t plan);
+
+size_t kvs_node_plan_rank_count(kvs_node_plan_t plan);
+
+/* Rank i's plan, NULL past the end. */
+const kvs_rank_plan *kvs_node_plan_rank(kvs_node_plan_t plan, size_t i);
+
+size_t kvs_node_plan_tp(kvs_node_plan_t plan);
+size_t kvs_node_plan_pp(kvs_node_plan_t plan);
+size_t kvs_node_plan_replicas(kvs_node_plan_t plan);
+
+/* The rank that limits the common page count: among the stages that
+ * cannot hold one more page with their layers, the device with the
+ * smallest budget (ties: least headroom, then lowest rank). */
+size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan);
+/* Whether some tensor-parallel group spans cluster nodes. */
+bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_TOPOLOGY_NODE_PLAN_H */

@@ -1,0 +1,222 @@
+#include "plan/node_setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "topology/source.h"
+
+/* ---- step 1 ---- */
+
+static kvs_status open_source(const kvs_topology_source *source, kvs_topology_t *out,
+                              kvs_error *err) {
+  kvs_topology_t topo = NULL;
+  kvs_status status = kvs_topology_create(source, NULL, &topo, err);
+  if (status != KVS_OK) return status;
+  if (kvs_topology_gpu_count(topo) == 0) {
+    kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                  "topology '%s' has no NVIDIA GPU (vendor 0x10de, class display/3D)",
+                  kvs_topology_label(topo));
+    kvs_topology_destroy(topo);
+    return KVS_ERR_NOT_FOUND;
+  }
+  *out = topo;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
+                                  size_t note_cap, kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (note != NULL && note_cap > 0) note[0] = '\0';
+  kvs_topology_source source;
+  if (spec == NULL || strcmp(spec, "auto") == 0) {
+    source = kvs_topology_source_live();
+    kvs_topology_t live = NULL;
+    kvs_error live_err;
+    kvs_error_clear(&live_err);
+    if (kvs_topology_create(&source, NULL, &live, &live_err) == KVS_OK &&
+        kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
+      *out = live;
+      return KVS_OK;
+    }
+    if (note != NULL && note_cap > 0) {
+      snprintf(note, note_cap,
+               "no GPU visible to CUDA (%s); planning the %s with a nominal 141 GB per GPU",
+               live != NULL ? kvs_topology_cuda_note(live) : live_err.message,
+               kvs_bundled_topology_description);
+    }
+    kvs_topology_destroy(live);
+    source = kvs_topology_source_bundled();
+  } else if (strcmp(spec, "live") == 0) {
+    source = kvs_topology_source_live();
+  } else if (strcmp(spec, "bundled") == 0) {
+    source = kvs_topology_source_bundled();
+  } else {
+    source = kvs_topology_source_xml_file(spec);
+  }
+  return open_source(&source, out, err);
+}
+
+/* ---- step 3 ---- */
+
+static kvs_status check_request(const kvs_budget_request *r, kvs_error *err) {
+  if (r->budget_bytes != 0 && r->budget_per_gpu != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "give one budget for every GPU or one per GPU, not both");
+  }
+  if (r->weights_bytes != 0 && r->weights_per_gpu != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "give one weight size for every GPU or one per GPU, not both");
+  }
+  if ((r->weights_bytes != 0 || r->weights_per_gpu != NULL) &&
+      (r->budget_bytes != 0 || r->budget_per_gpu != NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "weights are taken off measured or nominal memory; an explicit budget "
+                         "is the KV bytes themselves");
+  }
+  if (!(r->memory_ratio > 0.0 && r->memory_ratio <= 1.0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "memory ratio must be in (0, 1], got %g",
+                         r->memory_ratio);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, size_t index, kvs_memory_budget *out,
+                               kvs_error *err) {
+  if (request == NULL || gpus == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, GPUs and output are required");
+  }
+  if (index >= n_gpus) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu of %zu", index, n_gpus);
+  }
+  kvs_status status = check_request(request, err);
+  if (status != KVS_OK) return status;
+  const kvs_gpu_info *gpu = &gpus[index];
+  uint64_t weights = request->weights_per_gpu != NULL && index < request->n_weights_per_gpu
+                         ? request->weights_per_gpu[index]
+                         : request->weights_bytes;
+  if (request->budget_per_gpu != NULL) {
+    if (request->n_budget_per_gpu != n_gpus) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "%zu per-GPU budgets for %zu GPUs: give one for every GPU, in index "
+                           "order",
+                           request->n_budget_per_gpu, n_gpus);
+    }
+    status = kvs_memory_budget_explicit(request->budget_per_gpu[index], out, err);
+  } else if (request->budget_bytes != 0) {
+    status = kvs_memory_budget_explicit(request->budget_bytes, out, err);
+  } else if (request->weights_per_gpu != NULL && request->n_weights_per_gpu != n_gpus) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%zu per-GPU weights for %zu GPUs: give one for every GPU, in index "
+                         "order",
+                         request->n_weights_per_gpu, n_gpus);
+  } else if (gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
+    status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, gpu->free_bytes, request->memory_ratio,
+                                    weights, request->reserve_bytes, out, err);
+  } else {
+    uint64_t known = kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
+    if (known == 0) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "GPU %zu (%s, %s, PCI %04x:%04x) has no measured memory and is not a "
+                           "model whose memory kvshard knows: give its budget (--budget or "
+                           "--budget-per-gpu)",
+                           gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
+                           gpu->vendor_id, gpu->device_id);
+    }
+    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio, weights,
+                                    request->reserve_bytes, out, err);
+  }
+  if (status != KVS_OK && err != NULL) {
+    kvs_error inner = *err;
+    kvs_error_set(err, status, "GPU %zu (%s): %s", gpu->index, gpu->pci_busid, inner.message);
+  }
+  return status;
+}
+
+kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                            size_t n_gpus, kvs_memory_budget *out, kvs_error *err) {
+  if (request == NULL || gpus == NULL || out == NULL || n_gpus == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request, a non-empty GPU list and output are required");
+  }
+  kvs_memory_budget *b = calloc(n_gpus, sizeof *b);
+  if (b == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", n_gpus);
+  kvs_status status = KVS_OK;
+  for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {
+    status = kvs_node_gpu_budget(request, gpus, n_gpus, i, &b[i], err);
+  }
+  if (status == KVS_OK) memcpy(out, b, n_gpus * sizeof *b);
+  free(b);
+  return status;
+}
+
+/* ---- step 4 ---- */
+
+kvs_device_layout_options kvs_node_layout_options(const kvs_plan_request *request) {
+  kvs_device_layout_options o = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+  o.n_scratch = request->n_scratch;
+  return o;
+}
+
+/* The split prices every candidate with this: the carve of the tables. */
+static kvs_status device_footprint(void *ctx, const kvs_cost_terms *terms,
+                                   const kvs_pool_sizes *sizes, const kvs_pool_breakdown *exact,
+                                   kvs_device_footprint *out, kvs_error *err) {
+  (void)exact;
+  return kvs_device_layout_footprint(terms, sizes, ctx, out, err);
+}
+
+kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                              size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
+                              kvs_plan_shortfall *shortfall, kvs_error *err) {
+  if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
+  kvs_plan_request r = *request;
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  r.footprint = device_footprint;
+  r.footprint_ctx = &options;
+  return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
+}
+
+kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
+                              uint64_t budget, uint64_t *out, kvs_error *err) {
+  if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  kvs_split_request r = {.geometry = request->geometry,
+                         .widths = request->widths,
+                         .swa_ratio = request->swa_ratio,
+                         .page = request->page,
+                         .floor_win_pages = request->floor_win_pages,
+                         .n_scratch = request->n_scratch,
+                         .n_stages = 1,
+                         .footprint = device_footprint,
+                         .footprint_ctx = &options,
+                         .layer_weight_bytes = request->layer_weight_bytes};
+  return kvs_split_range_max_pages(&r, first, end, budget, out, err);
+}
+
+kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
+                                kvs_device_layout *out, kvs_error *err) {
+  if (request == NULL || plan == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, plan and output are required");
+  }
+  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  if (rp == NULL) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "rank %zu of a %zu-rank plan", rank,
+                         kvs_node_plan_rank_count(plan));
+  }
+  const kvs_stage_plan *stage = &kvs_node_plan_split(plan)->stages[rp->pp_stage];
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  kvs_device_layout *l = malloc(sizeof *l);
+  if (l == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device layout");
+  kvs_status status = kvs_device_layout_build(request->geometry, rp->first, rp->end,
+                                              request->widths, &stage->sizes, &options, l, err);
+  if (status == KVS_OK && l->total_bytes != rp->device.total_bytes) {
+    status = kvs_error_set(
+        err, KVS_ERR_INTEGRITY, "rank %zu's layout carves %llu bytes, its plan priced %llu", rank,
+        (unsigned long long)l->total_bytes, (unsigned long long)rp->device.total_bytes);
+  }
+  if (status == KVS_OK) *out = *l;
+  free(l);
+  return status;
+}

@@ -1,0 +1,108 @@
+/* The node's setup steps, one function each, in the order kvs_node_create
+ * runs them. kvplan plans through the same functions (steps 1, 3 and 4),
+ * so the plan it prints is what the node carves on every GPU, byte for
+ * byte, the device tables' control area and alignment padding included.
+ *
+ *   1. the topology: live, an hwloc XML export, or the bundled server;
+ *   2. (kvs_node_create) the rank's thread and host buffers bound to its
+ *      GPU's NUMA node;
+ *   3. each GPU's budget by core's one rule (kvs_memory_budget_rule):
+ *      measured free bytes, or the nominal capacity where nothing can be
+ *      measured, x memory ratio - reserve; or the caller's bytes;
+ *   4. the plan: rank layout, the exact stage split and the common page
+ *      count, every stage priced as the device layout carves it.
+ *
+ * Nothing here needs a GPU, MPI or NCCL. */
+#ifndef KVS_SHARD_NODE_SETUP_H
+#define KVS_SHARD_NODE_SETUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan/memory_budget.h"
+#include "core/serving_defaults.h"
+#include "core/status.h"
+#include "plan/device_layout.h"
+#include "plan/node_plan.h"
+#include "topology/topology.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- step 1: the topology ---- */
+
+/* Loads the topology `spec` names: NULL or "auto" (the running machine
+ * when CUDA sees a GPU, else the bundled 8-GPU server), "live" (the
+ * running machine), "bundled", or the path of an hwloc XML export. When
+ * "auto" falls back to the bundled server, note (note_cap bytes, may be
+ * NULL) says so and why; otherwise note is "". A topology that does not
+ * load is KVS_ERR_IO / KVS_ERR_PARSE naming it; one without an NVIDIA GPU
+ * is KVS_ERR_NOT_FOUND. *out is written only on success. */
+kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
+                                  size_t note_cap, kvs_error *err);
+
+/* ---- step 3: budgets ---- */
+
+/* Where budgets come from; start from KVS_BUDGET_REQUEST_INIT. At most one
+ * of budget_bytes and budget_per_gpu is given. */
+typedef struct kvs_budget_request {
+  uint64_t budget_bytes;          /* every GPU's bytes, as given; 0: not given */
+  const uint64_t *budget_per_gpu; /* bytes per GPU in index order; NULL: not given */
+  size_t n_budget_per_gpu;        /* must equal the GPU count */
+  double memory_ratio;            /* (0, 1], applied to measured or nominal memory */
+  uint64_t reserve_bytes;         /* taken off measured or nominal memory */
+  /* Weights not yet loaded, taken off measured or nominal memory: every
+   * GPU's bytes, or one per GPU in index order (at most one of the two). */
+  uint64_t weights_bytes;
+  const uint64_t *weights_per_gpu;
+  size_t n_weights_per_gpu;
+} kvs_budget_request;
+
+#define KVS_BUDGET_REQUEST_INIT \
+  { 0, NULL, 0, KVS_DEFAULT_MEMORY_RATIO, KVS_DEFAULT_RESERVE_BYTES, 0, NULL, 0 }
+
+/* The budget of GPU gpus[index] (n_gpus in the list): the caller's bytes,
+ * else its measured free memory (gpu->free_bytes, when CUDA measured it),
+ * else its model's known memory (kvs_gpu_known_memory_bytes), through the
+ * one rule. A GPU with none of these is KVS_ERR_INVALID_ARGUMENT naming it
+ * and its PCI ids: nothing is invented. */
+kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, size_t index, kvs_memory_budget *out, kvs_error *err);
+
+/* Every GPU's budget, out[0..n_gpus). Refuses a per-GPU list of the wrong
+ * length, both kinds of explicit bytes at once, and a ratio outside
+ * (0, 1]. out is written only on success. */
+kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                            size_t n_gpus, kvs_memory_budget *out, kvs_error *err);
+
+/* ---- step 4: the plan ---- */
+
+/* The device layout options every rank carves with: the default alignment
+ * and journal staging, the request's scratch rows. */
+kvs_device_layout_options kvs_node_layout_options(const kvs_plan_request *request);
+
+/* kvs_node_plan_create with every stage priced by the device layout's
+ * footprint (request->footprint is ignored): each rank's device.total_bytes
+ * is what kvs_device_tables_create allocates for it. */
+kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                              size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
+                              kvs_plan_shortfall *shortfall, kvs_error *err);
+
+/* The most pages a device holding layers [first, end) fits under budget,
+ * priced as kvs_node_plan_make prices (0: not even the minimal pool). The
+ * node's ranks agree on the MIN of theirs. */
+kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
+                              uint64_t budget, uint64_t *out, kvs_error *err);
+
+/* Rank `rank`'s device layout under a plan made by kvs_node_plan_make with
+ * the same request; its total_bytes is checked against the plan's
+ * (KVS_ERR_INTEGRITY if they ever differ). */
+kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
+                                kvs_device_layout *out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_NODE_SETUP_H */

@@ -1,0 +1,147 @@
+#include "plan/rank_layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Position of the first GPU (lowest list position) sharing key(i): its
+ * node and package (and NUMA node). */
+static size_t first_with(const kvs_gpu_info *gpus, size_t n, size_t i, bool by_numa) {
+  for (size_t j = 0; j < n; j++) {
+    bool same = gpus[j].node == gpus[i].node && gpus[j].package == gpus[i].package &&
+                (!by_numa || gpus[j].numa_node == gpus[i].numa_node);
+    if (same) return j;
+  }
+  return i;
+}
+
+typedef struct order_key {
+  size_t node;          /* the cluster node */
+  size_t package_first; /* the package's lowest GPU position */
+  size_t numa_first;    /* the NUMA node's lowest GPU position */
+  size_t position;
+} order_key;
+
+static int compare_keys(const void *a, const void *b) {
+  const order_key *x = a, *y = b;
+  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  if (x->package_first != y->package_first) return x->package_first < y->package_first ? -1 : 1;
+  if (x->numa_first != y->numa_first) return x->numa_first < y->numa_first ? -1 : 1;
+  if (x->position != y->position) return x->position < y->position ? -1 : 1;
+  return 0;
+}
+
+/* Appends the full groups of tp cut from run[0..len) to groups, and the
+ * remainder (in order) to rest. */
+static void cut_groups(const size_t *run, size_t len, size_t tp, size_t *groups,
+                       size_t *n_grouped, size_t *rest, size_t *n_rest) {
+  size_t full = len / tp * tp;
+  memcpy(groups + *n_grouped, run, full * sizeof *run);
+  *n_grouped += full;
+  memcpy(rest + *n_rest, run + full, (len - full) * sizeof *run);
+  *n_rest += len - full;
+}
+
+kvs_status kvs_rank_layout(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
+                           kvs_rank_slot *out, kvs_error *err) {
+  return kvs_rank_layout_cluster(gpus, n_gpus, tp, pp, false, out, NULL, err);
+}
+
+kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
+                                   bool allow_cross_node_tp, kvs_rank_slot *out, bool *crossed,
+                                   kvs_error *err) {
+  if (gpus == NULL || out == NULL || n_gpus == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "no GPUs to lay ranks out on");
+  }
+  if (tp == 0 || pp == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "tp %zu x pp %zu: both must be at least 1", tp, pp);
+  }
+  if (tp > n_gpus || pp > n_gpus || tp * pp > n_gpus) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "tp %zu x pp %zu = %zu ranks, more ranks than the %zu GPUs", tp, pp,
+                         tp * pp, n_gpus);
+  }
+  if (n_gpus % (tp * pp) != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "tp %zu x pp %zu = %zu ranks does not divide the %zu GPUs into whole "
+                         "replicas",
+                         tp, pp, tp * pp, n_gpus);
+  }
+  order_key *keys = calloc(n_gpus, sizeof *keys);
+  size_t *groups = calloc(n_gpus, sizeof *groups);
+  size_t *package_rest = calloc(n_gpus, sizeof *package_rest);
+  size_t *node_rest = calloc(n_gpus, sizeof *node_rest);
+  size_t *run = calloc(n_gpus, sizeof *run);
+  size_t *host_rest = calloc(n_gpus, sizeof *host_rest);
+  kvs_status status = KVS_OK;
+  if (!keys || !groups || !package_rest || !node_rest || !run || !host_rest) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the rank layout");
+    goto done;
+  }
+  for (size_t i = 0; i < n_gpus; i++) {
+    keys[i].node = gpus[i].node;
+    keys[i].package_first = first_with(gpus, n_gpus, i, false);
+    keys[i].numa_first = first_with(gpus, n_gpus, i, true);
+    keys[i].position = i;
+  }
+  qsort(keys, n_gpus, sizeof *keys, compare_keys);
+
+  /* Walk cluster nodes, packages within them and NUMA nodes within those,
+   * in locality order: whole groups from a NUMA node first, a package's
+   * leftovers next, a machine's leftovers then, and only the machines'
+   * leftovers across the network. */
+  size_t n_grouped = 0, n_host_rest = 0;
+  size_t i = 0;
+  while (i < n_gpus) {
+    size_t host = keys[i].node;
+    size_t n_package_rest = 0;
+    while (i < n_gpus && keys[i].node == host) {
+      size_t pkg = keys[i].package_first;
+      size_t n_node_rest = 0;
+      while (i < n_gpus && keys[i].node == host && keys[i].package_first == pkg) {
+        size_t numa = keys[i].numa_first, len = 0;
+        while (i < n_gpus && keys[i].node == host && keys[i].package_first == pkg &&
+               keys[i].numa_first == numa) {
+          run[len++] = keys[i++].position;
+        }
+        cut_groups(run, len, tp, groups, &n_grouped, node_rest, &n_node_rest);
+      }
+      cut_groups(node_rest, n_node_rest, tp, groups, &n_grouped, package_rest, &n_package_rest);
+    }
+    cut_groups(package_rest, n_package_rest, tp, groups, &n_grouped, host_rest, &n_host_rest);
+  }
+  /* Groups across nodes: n_host_rest is a multiple of tp since every other
+   * group was whole and tp divides the GPU count. */
+  if (n_host_rest > 0 && !allow_cross_node_tp) {
+    size_t first_rank = n_grouped;
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "tp %zu: the tensor-parallel group of ranks %zu-%zu spans nodes %zu "
+                           "and %zu (a node holds too few GPUs for it); it would all-reduce "
+                           "across the network every layer: pick a tp that fits in a node, or "
+                           "allow it (--allow-cross-node-tp)",
+                           tp, first_rank, first_rank + tp - 1, gpus[host_rest[0]].node,
+                           gpus[host_rest[tp - 1]].node);
+    goto done;
+  }
+  memcpy(groups + n_grouped, host_rest, n_host_rest * sizeof *groups);
+  if (crossed != NULL) *crossed = n_host_rest > 0;
+
+  for (size_t g = 0; g < n_gpus / tp; g++) {
+    for (size_t t = 0; t < tp; t++) {
+      size_t rank = g * tp + t;
+      out[rank].rank = rank;
+      out[rank].replica = g / pp;
+      out[rank].pp_stage = g % pp;
+      out[rank].tp_rank = t;
+      out[rank].gpu = groups[rank];
+    }
+  }
+done:
+  free(keys);
+  free(groups);
+  free(package_rest);
+  free(node_rest);
+  free(run);
+  free(host_rest);
+  return status;
+}
