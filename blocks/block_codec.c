@@ -271,10 +271,18 @@ static kvs_status corrupt(kvs_error *err, const char *fmt, ...) {
 
 static bool pad_is_zero(const uint8_t *p, size_t n) { return n == 0 || memcmp(p, zeros, n) == 0; }
 
-/* Parses src. Nothing is written to *view or layers unless the whole
- * input is valid; layers are filled only when layer_cap suffices. */
-static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kvs_block_view *view,
-                        kvs_block_layer *layers, size_t layer_cap, kvs_error *err) {
+/* The bytes being parsed: `at` only moves forward, and every step checks
+ * that `end - at` covers what it reads first, so no read leaves [0, end). */
+typedef struct cursor {
+  const uint8_t *src;
+  size_t at;
+  size_t end; /* where the body ends: the checksum starts here */
+} cursor;
+
+/* Step 1, the envelope: the magic, the lengths (the body must fill the
+ * input exactly), the checksum when asked, and the flags. */
+static kvs_status check_envelope(const uint8_t *src, size_t len, bool verify_checksum,
+                                 uint64_t *body_len, uint64_t *stored, kvs_error *err) {
   if (len >= 8 && memcmp(src, KVS_BLOCK_MAGIC, 8) != 0) {
     return corrupt(err,
                    "not a kvshard block: magic bytes are %02x%02x%02x%02x%02x%02x%02x%02x, "
@@ -285,182 +293,191 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kv
     return corrupt(err, "truncated block: %zu bytes, less than the %u-byte envelope", len,
                    KVS_BLOCK_MIN_ENCODED);
   }
-  uint64_t body_len = rd64(src + 16);
+  *body_len = rd64(src + 16);
   size_t present = len - KVS_BLOCK_MIN_ENCODED;
-  if (body_len > present) {
+  if (*body_len > present) {
     return corrupt(err,
                    "truncated block: body_len says %" PRIu64
                    " bytes but %zu are present "
                    "(%zu bytes in all)",
-                   body_len, present, len);
+                   *body_len, present, len);
   }
-  if (body_len < present) {
+  if (*body_len < present) {
     return corrupt(err, "block has %zu bytes past its declared end (body_len %" PRIu64 ")",
-                   present - (size_t)body_len, body_len);
+                   present - (size_t)*body_len, *body_len);
   }
-  uint64_t stored = rd64(src + len - KVS_BLOCK_CHECKSUM_BYTES);
+  *stored = rd64(src + len - KVS_BLOCK_CHECKSUM_BYTES);
   if (verify_checksum) {
     uint64_t computed = XXH3_64bits(src, len - KVS_BLOCK_CHECKSUM_BYTES);
-    if (computed != stored) {
+    if (computed != *stored) {
       return corrupt(
           err, "checksum mismatch: stored %016" PRIx64 ", computed %016" PRIx64 " over %zu bytes",
-          stored, computed, len - KVS_BLOCK_CHECKSUM_BYTES);
+          *stored, computed, len - KVS_BLOCK_CHECKSUM_BYTES);
     }
   }
-  uint32_t version = rd32(src + 8);
   uint32_t flags = rd32(src + 12);
   if ((flags & ~(KVS_BLOCK_FLAG_MARKED | KVS_BLOCK_FLAG_KEYED)) != 0) {
     return corrupt(err, "unknown flag bits 0x%08x in the block envelope",
                    (unsigned)(flags & ~(KVS_BLOCK_FLAG_MARKED | KVS_BLOCK_FLAG_KEYED)));
   }
+  return KVS_OK;
+}
 
-  kvs_block_view v;
-  memset(&v, 0, sizeof v);
-  v.format_version = version;
-  v.marked = (flags & KVS_BLOCK_FLAG_MARKED) != 0;
-  v.checksum = stored;
-  v.encoded_bytes = len;
-  if (!kvs_block_format_readable(version)) {
-    /* Intact but unreadable: verification refuses it (unmarked first,
-     * then the version), so it is reported as stale, not corrupt. */
-    v.readable = false;
-    v.signature.format_version = version;
-    if (view != NULL) *view = v;
-    return KVS_OK;
+/* Step 2, the key (when the envelope's flag says one is recorded). */
+static kvs_status parse_key(cursor *c, kvs_block_view *v, kvs_error *err) {
+  if (c->end - c->at < KEY_BYTES) {
+    return corrupt(err, "truncated key at offset %zu: %zu bytes left", c->at, c->end - c->at);
   }
-  v.readable = true;
+  v->keyed = true;
+  v->key.high = rd64(c->src + c->at);
+  v->key.low = rd64(c->src + c->at + 8);
+  c->at += KEY_BYTES;
+  return KVS_OK;
+}
 
-  /* Version 2 body. `at` only moves forward and every step first checks
-   * that `end - at` covers it, so no read leaves [0, end). */
-  const size_t end = len - KVS_BLOCK_CHECKSUM_BYTES;
-  size_t at = KVS_BLOCK_ENVELOPE_BYTES;
-  if (body_len % 8 != 0) {
-    return corrupt(err, "body_len %" PRIu64 " is not a multiple of 8", body_len);
+/* Step 3a, the signature's fixed part: its lengths and dtype bounded
+ * before anything is sized from them. */
+static kvs_status parse_signature_fixed(cursor *c, uint32_t version, kvs_block_view *v,
+                                        uint32_t *model_len, uint32_t *weights_len,
+                                        kvs_error *err) {
+  if (c->end - c->at < SIG_FIXED_BYTES) {
+    return corrupt(err, "truncated signature at offset %zu: %zu bytes left", c->at,
+                   c->end - c->at);
   }
-  if ((flags & KVS_BLOCK_FLAG_KEYED) != 0) {
-    if (end - at < KEY_BYTES) {
-      return corrupt(err, "truncated key at offset %zu: %zu bytes left", at, end - at);
-    }
-    v.keyed = true;
-    v.key.high = rd64(src + at);
-    v.key.low = rd64(src + at + 8);
-    at += KEY_BYTES;
+  const uint8_t *s = c->src + c->at;
+  uint32_t dtype = rd32(s + 20);
+  *model_len = rd32(s);
+  *weights_len = rd32(s + 4);
+  if (*model_len > KVS_BLOCK_MODEL_MAX) {
+    return corrupt(err, "signature model_len %u at offset %zu exceeds the %d-byte maximum",
+                   (unsigned)*model_len, c->at, KVS_BLOCK_MODEL_MAX);
   }
-  if (v.marked) {
-    if (end - at < SIG_FIXED_BYTES) {
-      return corrupt(err, "truncated signature at offset %zu: %zu bytes left", at, end - at);
-    }
-    const uint8_t *s = src + at;
-    uint32_t model_len = rd32(s), weights_len = rd32(s + 4), dtype = rd32(s + 20);
-    if (model_len > KVS_BLOCK_MODEL_MAX) {
-      return corrupt(err, "signature model_len %u at offset %zu exceeds the %d-byte maximum",
-                     (unsigned)model_len, at, KVS_BLOCK_MODEL_MAX);
-    }
-    if (weights_len > KVS_BLOCK_WEIGHTS_MAX) {
-      return corrupt(err, "signature weights_len %u at offset %zu exceeds the %d-byte maximum",
-                     (unsigned)weights_len, at + 4, KVS_BLOCK_WEIGHTS_MAX);
-    }
-    if (kvs_dtype_size((kvs_dtype)dtype) == 0) {
-      return corrupt(err, "signature dtype code %u at offset %zu is unknown", (unsigned)dtype,
-                     at + 20);
-    }
-    v.signature.format_version = version;
-    v.signature.n_layers = rd32(s + 8);
-    v.signature.n_kv_heads = rd32(s + 12);
-    v.signature.head_dim = rd32(s + 16);
-    v.signature.dtype = (kvs_dtype)dtype;
-    v.signature.tokens = rd64(s + 24);
-    v.signature.layout.block_size = rd32(s + 32);
-    v.signature.layout.sliding_window = rd32(s + 36);
-    at += SIG_FIXED_BYTES;
-    size_t text = (size_t)model_len + weights_len;
-    size_t padded = text + (size_t)pad8(text);
-    if (end - at < padded) {
-      return corrupt(err,
-                     "truncated signature: model and fingerprint need %zu bytes at offset %zu, "
-                     "%zu left",
-                     padded, at, end - at);
-    }
-    if (!kvs_block_model_valid((const char *)src + at, model_len)) {
-      return corrupt(err, "signature model at offset %zu holds control bytes", at);
-    }
-    memcpy(v.signature.model, src + at, model_len);
-    memcpy(v.signature.weights, src + at + model_len, weights_len);
-    v.signature.weights_len = weights_len;
-    if (!pad_is_zero(src + at + text, padded - text)) {
-      return corrupt(err, "nonzero padding after the signature at offset %zu", at + text);
-    }
-    at += padded;
+  if (*weights_len > KVS_BLOCK_WEIGHTS_MAX) {
+    return corrupt(err, "signature weights_len %u at offset %zu exceeds the %d-byte maximum",
+                   (unsigned)*weights_len, c->at + 4, KVS_BLOCK_WEIGHTS_MAX);
   }
+  if (kvs_dtype_size((kvs_dtype)dtype) == 0) {
+    return corrupt(err, "signature dtype code %u at offset %zu is unknown", (unsigned)dtype,
+                   c->at + 20);
+  }
+  v->signature.format_version = version;
+  v->signature.n_layers = rd32(s + 8);
+  v->signature.n_kv_heads = rd32(s + 12);
+  v->signature.head_dim = rd32(s + 16);
+  v->signature.dtype = (kvs_dtype)dtype;
+  v->signature.tokens = rd64(s + 24);
+  v->signature.layout.block_size = rd32(s + 32);
+  v->signature.layout.sliding_window = rd32(s + 36);
+  c->at += SIG_FIXED_BYTES;
+  return KVS_OK;
+}
 
-  if (end - at < PAYLOAD_HEAD_BYTES) {
-    return corrupt(err, "truncated payload header at offset %zu: %zu bytes left", at, end - at);
+/* Step 3, the signature (when marked): the fixed part, then the model
+ * and fingerprint bytes and their zero padding. */
+static kvs_status parse_signature(cursor *c, uint32_t version, kvs_block_view *v, kvs_error *err) {
+  uint32_t model_len = 0, weights_len = 0;
+  kvs_status st = parse_signature_fixed(c, version, v, &model_len, &weights_len, err);
+  if (st != KVS_OK) return st;
+  size_t text = (size_t)model_len + weights_len;
+  size_t padded = text + (size_t)pad8(text);
+  if (c->end - c->at < padded) {
+    return corrupt(err,
+                   "truncated signature: model and fingerprint need %zu bytes at offset %zu, "
+                   "%zu left",
+                   padded, c->at, c->end - c->at);
   }
-  uint32_t n_layers = rd32(src + at);
-  if (rd32(src + at + 4) != 0) {
-    return corrupt(err, "reserved payload word at offset %zu is not zero", at + 4);
+  const uint8_t *at = c->src + c->at;
+  if (!kvs_block_model_valid((const char *)at, model_len)) {
+    return corrupt(err, "signature model at offset %zu holds control bytes", c->at);
   }
-  if (n_layers > KVS_BLOCK_MAX_LAYERS) {
+  memcpy(v->signature.model, at, model_len);
+  memcpy(v->signature.weights, at + model_len, weights_len);
+  v->signature.weights_len = weights_len;
+  if (!pad_is_zero(at + text, padded - text)) {
+    return corrupt(err, "nonzero padding after the signature at offset %zu", c->at + text);
+  }
+  c->at += padded;
+  return KVS_OK;
+}
+
+/* Step 4, the payload header and the layer table: the layer count bounded
+ * and the table present. *table is where the table starts; the cursor
+ * moves past it. */
+static kvs_status parse_layer_table(cursor *c, uint32_t *n_layers, size_t *table, kvs_error *err) {
+  if (c->end - c->at < PAYLOAD_HEAD_BYTES) {
+    return corrupt(err, "truncated payload header at offset %zu: %zu bytes left", c->at,
+                   c->end - c->at);
+  }
+  *n_layers = rd32(c->src + c->at);
+  if (rd32(c->src + c->at + 4) != 0) {
+    return corrupt(err, "reserved payload word at offset %zu is not zero", c->at + 4);
+  }
+  if (*n_layers > KVS_BLOCK_MAX_LAYERS) {
     return corrupt(err, "payload n_layers %u at offset %zu exceeds the %u-layer maximum",
-                   (unsigned)n_layers, at, KVS_BLOCK_MAX_LAYERS);
+                   (unsigned)*n_layers, c->at, KVS_BLOCK_MAX_LAYERS);
   }
-  at += PAYLOAD_HEAD_BYTES;
-  const size_t table = at;
-  if ((end - at) / LAYER_ENTRY_BYTES < n_layers) {
+  c->at += PAYLOAD_HEAD_BYTES;
+  *table = c->at;
+  if ((c->end - c->at) / LAYER_ENTRY_BYTES < *n_layers) {
     return corrupt(err, "truncated layer table: %u layers need %zu bytes at offset %zu, %zu left",
-                   (unsigned)n_layers, (size_t)n_layers * LAYER_ENTRY_BYTES, at, end - at);
+                   (unsigned)*n_layers, (size_t)*n_layers * LAYER_ENTRY_BYTES, c->at,
+                   c->end - c->at);
   }
-  at += (size_t)n_layers * LAYER_ENTRY_BYTES;
+  c->at += (size_t)*n_layers * LAYER_ENTRY_BYTES;
+  return KVS_OK;
+}
 
-  /* First pass: every section must fit in what is left. */
+/* One K or V section of `elems` elements of es bytes at the cursor: it
+ * and its padding fit in what is left, and the padding is zero. */
+static kvs_status check_section(cursor *c, uint32_t layer, const char *name, uint64_t elems,
+                                size_t es, kvs_error *err) {
+  size_t left = c->end - c->at;
+  if (elems > left / es) {
+    return corrupt(err,
+                   "layer %u %s section of %" PRIu64
+                   " elements overruns the block at "
+                   "offset %zu (%zu bytes left)",
+                   (unsigned)layer, name, elems, c->at, left);
+  }
+  size_t bytes = (size_t)elems * es;
+  size_t padded = bytes + (size_t)pad8(bytes);
+  if (padded > left) {
+    return corrupt(err, "layer %u %s section padding overruns the block at offset %zu",
+                   (unsigned)layer, name, c->at + bytes);
+  }
+  if (!pad_is_zero(c->src + c->at + bytes, padded - bytes)) {
+    return corrupt(err, "nonzero padding after layer %u %s section at offset %zu", (unsigned)layer,
+                   name, c->at + bytes);
+  }
+  c->at += padded;
+  return KVS_OK;
+}
+
+/* Step 5, every layer's sections: each fits in what is left, and together
+ * they end exactly where the checksum begins. */
+static kvs_status check_sections(cursor *c, size_t table, uint32_t n_layers, kvs_error *err) {
   for (uint32_t i = 0; i < n_layers; i++) {
-    const uint8_t *e = src + table + (size_t)i * LAYER_ENTRY_BYTES;
+    const uint8_t *e = c->src + table + (size_t)i * LAYER_ENTRY_BYTES;
     uint32_t dtype = rd32(e + 12);
     size_t es = kvs_dtype_size((kvs_dtype)dtype);
     if (es == 0) {
       return corrupt(err, "layer %u dtype code %u is unknown", (unsigned)i, (unsigned)dtype);
     }
-    const char *names[2] = {"K", "V"};
-    for (int s = 0; s < 2; s++) {
-      uint64_t elems = rd64(e + 24 + 8 * s);
-      size_t left = end - at;
-      if (elems > left / es) {
-        return corrupt(err,
-                       "layer %u %s section of %" PRIu64
-                       " elements overruns the block at "
-                       "offset %zu (%zu bytes left)",
-                       (unsigned)i, names[s], elems, at, left);
-      }
-      size_t bytes = (size_t)elems * es;
-      size_t padded = bytes + (size_t)pad8(bytes);
-      if (padded > left) {
-        return corrupt(err, "layer %u %s section padding overruns the block at offset %zu",
-                       (unsigned)i, names[s], at + bytes);
-      }
-      if (!pad_is_zero(src + at + bytes, padded - bytes)) {
-        return corrupt(err, "nonzero padding after layer %u %s section at offset %zu", (unsigned)i,
-                       names[s], at + bytes);
-      }
-      at += padded;
-    }
+    kvs_status st = check_section(c, i, "K", rd64(e + 24), es, err);
+    if (st == KVS_OK) st = check_section(c, i, "V", rd64(e + 32), es, err);
+    if (st != KVS_OK) return st;
   }
-  if (at != end) {
-    return corrupt(err, "%zu bytes after the last layer are not accounted for", end - at);
+  if (c->at != c->end) {
+    return corrupt(err, "%zu bytes after the last layer are not accounted for", c->end - c->at);
   }
+  return KVS_OK;
+}
 
-  v.n_layers = n_layers;
-  if (layers == NULL && layer_cap == 0) {
-    if (view != NULL) *view = v;
-    return KVS_OK;
-  }
-  if (layers == NULL || layer_cap < n_layers) {
-    if (view != NULL) *view = v;
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "block has %u layers; the layer array holds %zu", (unsigned)n_layers,
-                         layers == NULL ? (size_t)0 : layer_cap);
-  }
-  /* Second pass: the views. */
-  at = table + (size_t)n_layers * LAYER_ENTRY_BYTES;
+/* Step 6, the views: each layer's table entry, k and v pointing into src
+ * (the sections were checked by step 5). */
+static void fill_layers(const uint8_t *src, size_t table, uint32_t n_layers,
+                        kvs_block_layer *layers) {
+  size_t at = table + (size_t)n_layers * LAYER_ENTRY_BYTES;
   for (uint32_t i = 0; i < n_layers; i++) {
     const uint8_t *e = src + table + (size_t)i * LAYER_ENTRY_BYTES;
     kvs_block_layer *l = &layers[i];
@@ -478,6 +495,64 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kv
     l->v = src + at;
     at += vb + (size_t)pad8(vb);
   }
+}
+
+/* Steps 2 to 5 over a readable (version 2) body; *table and *n_layers
+ * locate the layer table for step 6. */
+static kvs_status parse_body(const uint8_t *src, size_t len, uint64_t body_len, uint32_t flags,
+                             kvs_block_view *v, size_t *table, uint32_t *n_layers,
+                             kvs_error *err) {
+  cursor c = {src, KVS_BLOCK_ENVELOPE_BYTES, len - KVS_BLOCK_CHECKSUM_BYTES};
+  if (body_len % 8 != 0) {
+    return corrupt(err, "body_len %" PRIu64 " is not a multiple of 8", body_len);
+  }
+  kvs_status st = KVS_OK;
+  if ((flags & KVS_BLOCK_FLAG_KEYED) != 0) st = parse_key(&c, v, err);
+  if (st == KVS_OK && v->marked) st = parse_signature(&c, v->format_version, v, err);
+  if (st == KVS_OK) st = parse_layer_table(&c, n_layers, table, err);
+  if (st == KVS_OK) st = check_sections(&c, *table, *n_layers, err);
+  return st;
+}
+
+/* Parses src. Nothing is written to *view or layers unless the whole
+ * input is valid; layers are filled only when layer_cap suffices. */
+static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kvs_block_view *view,
+                        kvs_block_layer *layers, size_t layer_cap, kvs_error *err) {
+  uint64_t body_len = 0, stored = 0;
+  kvs_status st = check_envelope(src, len, verify_checksum, &body_len, &stored, err);
+  if (st != KVS_OK) return st;
+  uint32_t flags = rd32(src + 12);
+  kvs_block_view v;
+  memset(&v, 0, sizeof v);
+  v.format_version = rd32(src + 8);
+  v.marked = (flags & KVS_BLOCK_FLAG_MARKED) != 0;
+  v.checksum = stored;
+  v.encoded_bytes = len;
+  if (!kvs_block_format_readable(v.format_version)) {
+    /* Intact but unreadable: verification refuses it (unmarked first,
+     * then the version), so it is reported as stale, not corrupt. */
+    v.signature.format_version = v.format_version;
+    if (view != NULL) *view = v;
+    return KVS_OK;
+  }
+  v.readable = true;
+  size_t table = 0;
+  uint32_t n_layers = 0;
+  if ((st = parse_body(src, len, body_len, flags, &v, &table, &n_layers, err)) != KVS_OK) {
+    return st;
+  }
+  v.n_layers = n_layers;
+  if (layers == NULL && layer_cap == 0) {
+    if (view != NULL) *view = v;
+    return KVS_OK;
+  }
+  if (layers == NULL || layer_cap < n_layers) {
+    if (view != NULL) *view = v;
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "block has %u layers; the layer array holds %zu", (unsigned)n_layers,
+                         layers == NULL ? (size_t)0 : layer_cap);
+  }
+  fill_layers(src, table, n_layers, layers);
   if (view != NULL) *view = v;
   return KVS_OK;
 }

@@ -29,6 +29,14 @@ static inline uint64_t kvs_splitmix64_finalise(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+/* The digest term of one binding (key -> value): order-independent digests
+ * sum these, so equal sets of bindings give equal sums whatever order they
+ * were made in. The window pool's page and request-slot terms both use it
+ * (with different seeds for slots, so slot s and full page s never cancel). */
+static inline uint64_t kvs_binding_pair_term(uint64_t key, uint64_t value) {
+  return kvs_splitmix64_finalise(kvs_splitmix64_finalise(key + 0x9e3779b97f4a7c15ull) ^ value);
+}
+
 /* The next word of a splitmix64 stream: seeded generators for workloads
  * and test data (reproducible from the seed on every machine). */
 static inline uint64_t kvs_splitmix64(uint64_t *state) {

@@ -1,3 +1,7 @@
+/* The window pool: which window page backs each full page, the free list,
+ * the journal and the digest. It owns the request slots
+ * (window_pool_slots.c, a leaf that calls nothing here): it checks journal
+ * room, asks the leaf to change a slot, and journals what it asked. */
 #include "core/window_pool.h"
 
 #include "core/options.h"
@@ -9,17 +13,50 @@
 
 #include "core/mix.h"
 
+struct kvs_window_pool {
+  uint64_t page;        /* P */
+  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
+  uint64_t n_win_slots;
+  uint64_t n_full_pages;
+  uint64_t n_win_pages; /* dummy included */
+  uint64_t dummy_full_base;
+  uint64_t dummy_window_base;
+  uint64_t chunk_budget;
+  uint64_t digest;      /* sum of the page binding terms, dummy included */
+  uint64_t bound_pages; /* bound full pages, dummy excluded */
+
+  int64_t *map; /* full loc -> window slot, full_token + 1 rows */
+  kvs_free_list_t free_list;
+  kvs_journal_t journal;
+
+  /* Scratch for validating a call before it changes anything. Stamps are
+   * compared against `epoch`, so nothing needs clearing between calls. */
+  uint32_t epoch;
+  uint32_t *full_stamp;   /* per full page */
+  uint32_t *full_count;   /* locations seen per full page (free path) */
+  int64_t *full_overlay;  /* a full page's window page during apply */
+  uint64_t *touched;      /* full pages a call touches */
+  uint64_t *window_bases; /* window bases a call moves */
+  uint32_t *win_stamp;    /* per window page */
+  uint8_t *win_overlay;   /* a window page's free flag during apply */
+
+  /* Request slots of per-request compress-state rings; their terms of
+   * the digest are kept there (slots.digest). */
+  kvs_pool_slots slots;
+};
+
 /* ---- digest ---- */
 
 uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
-  return kvs_splitmix64_finalise(kvs_splitmix64_finalise(full_page + 0x9e3779b97f4a7c15ull) ^
-                                 window_page);
+  return kvs_binding_pair_term(full_page, window_page);
 }
 
-uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) { return pool->digest; }
+uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
+  return pool->digest + pool->slots.digest;
+}
 
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
-  return pool->n_full_pages + pool->n_req_slots;
+  return pool->n_full_pages + pool->slots.n;
 }
 
 uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
@@ -35,7 +72,7 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
   /* Request slots follow the full pages in the digest's index space. */
   if (end > pool->n_full_pages) {
     uint64_t slot_first = first > pool->n_full_pages ? first - pool->n_full_pages : 0;
-    digest += kvs_pool_slots_digest_range(pool, slot_first, end - pool->n_full_pages);
+    digest += kvs_pool_slots_digest_range(&pool->slots, slot_first, end - pool->n_full_pages);
   }
   return digest;
 }
@@ -58,7 +95,7 @@ void kvs_window_pool_destroy(kvs_window_pool_t pool) {
   free(pool->window_bases);
   free(pool->win_stamp);
   free(pool->win_overlay);
-  kvs_pool_slots_free(pool);
+  kvs_pool_slots_free(&pool->slots);
   free(pool);
 }
 
@@ -161,7 +198,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   }
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
-      (status = kvs_pool_slots_init(pool, sizes->state_rings, sizes->n_req_slots, err))) {
+      (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -169,8 +206,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
 
   /* The dummy page: bound for good, outside the free list. */
   write_page(pool, pool->dummy_full_base, (int64_t)pool->dummy_window_base);
-  /* Added to the dummy request slot's term (kvs_pool_slots_init). */
-  pool->digest += kvs_binding_digest_term(pool->dummy_full_base / page,
+  pool->digest = kvs_binding_digest_term(pool->dummy_full_base / page,
                                           pool->dummy_window_base / page);
 
   uint64_t usable = pool->n_win_pages - 1;
@@ -223,17 +259,15 @@ static uint32_t next_epoch(struct kvs_window_pool *pool) {
   if (++pool->epoch == 0) { /* wrapped: clear the stamps once */
     memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
     memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
-    if (pool->n_req_slots > 0) {
-      memset(pool->slot_stamp, 0, (size_t)pool->n_req_slots * sizeof *pool->slot_stamp);
-    }
+    kvs_pool_slots_clear_stamps(&pool->slots);
     pool->epoch = 1;
   }
   return pool->epoch;
 }
 
 /* Room for `entries` journal entries, when journaling is on. */
-kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
-                                 kvs_error *err) {
+static kvs_status journal_room(const struct kvs_window_pool *pool, uint64_t entries,
+                               kvs_error *err) {
   size_t capacity = kvs_journal_capacity(pool->journal);
   if (capacity > 0 && entries > kvs_journal_room(pool->journal)) {
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
@@ -245,7 +279,8 @@ kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t en
   return KVS_OK;
 }
 
-void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
+/* Appends one entry when journaling is on; journal_room said it fits. */
+static void journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
   if (kvs_journal_capacity(pool->journal) > 0) {
     kvs_journal_push(pool->journal, full_page, window_page);
   }
@@ -386,7 +421,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                            (long long)base, (long long)pool->map[base]);
     }
   }
-  kvs_status status = kvs_pool_journal_room(pool, n_pages, err);
+  kvs_status status = journal_room(pool, n_pages, err);
   if (status != KVS_OK) return status;
   uint64_t *wbases = pool->window_bases;
   if ((status = kvs_free_list_alloc(pool->free_list, n_pages, wbases, shortfall, err))) {
@@ -400,7 +435,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
   /* Journaled top of the stack first, so a follower replaying it always
    * takes its own top unit: O(1) per page and the same LIFO order. */
   for (size_t i = n_pages; i-- > 0;) {
-    kvs_pool_journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
+    journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
   }
   pool->bound_pages += n_pages;
   return KVS_OK;
@@ -437,7 +472,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     pool->win_stamp[wp] = epoch;
     pool->window_bases[n_bound++] = (uint64_t)wp * page;
   }
-  if ((status = kvs_pool_journal_room(pool, n_bound, err))) return status;
+  if ((status = journal_room(pool, n_bound, err))) return status;
   if ((status = kvs_free_list_free(pool->free_list, pool->window_bases, n_bound, err))) {
     return status; /* unreachable after the checks above; nothing changed */
   }
@@ -447,7 +482,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     if (wp < 0) continue;
     write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
     pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
-    kvs_pool_journal(pool, fp, KVS_JOURNAL_FREED);
+    journal(pool, fp, KVS_JOURNAL_FREED);
   }
   pool->bound_pages -= n_bound;
   return KVS_OK;
@@ -593,7 +628,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
     if (fp & KVS_JOURNAL_SLOT_TAG) {
-      kvs_status status = kvs_pool_slots_validate(pool, i, &entries[i], epoch, err);
+      kvs_status status = kvs_pool_slots_validate(&pool->slots, i, &entries[i], epoch, err);
       if (status != KVS_OK) return status;
       continue;
     }
@@ -664,7 +699,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
     if (fp & KVS_JOURNAL_SLOT_TAG) {
-      kvs_pool_slots_commit(pool, &entries[i]);
+      kvs_pool_slots_commit(&pool->slots, &entries[i]);
     } else if (wp >= 0) {
       kvs_free_list_take(pool->free_list, (uint64_t)wp * page, NULL);
       write_page(pool, fp * page, wp * (int64_t)page);
@@ -775,17 +810,75 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
                            (unsigned long long)pool->bound_pages, (unsigned long long)bound);
     goto done;
   }
-  if ((status = kvs_pool_slots_check(pool, err)) != KVS_OK) goto done;
+  if ((status = kvs_pool_slots_check(&pool->slots, err)) != KVS_OK) goto done;
   uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
-  if (recomputed != pool->digest) {
+  uint64_t running = kvs_window_pool_digest(pool);
+  if (recomputed != running) {
     status = kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "binding digest %016llx differs from its recomputation %016llx: "
                            "the mapping changed outside the pool's own calls",
-                           (unsigned long long)pool->digest, (unsigned long long)recomputed);
+                           (unsigned long long)running, (unsigned long long)recomputed);
   }
 done:
   free(seen);
   return status;
+}
+
+/* ---- request slots (window_pool_slots.c holds them; the pool journals) ---- */
+
+kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
+  return pool->slots.state_rings;
+}
+
+uint64_t kvs_window_pool_request_slots(const struct kvs_window_pool *pool) {
+  return pool->slots.n;
+}
+
+uint64_t kvs_window_pool_bound_slots(const struct kvs_window_pool *pool) {
+  return pool->slots.bound;
+}
+
+int64_t kvs_window_pool_slot_of(const struct kvs_window_pool *pool, uint64_t request) {
+  return kvs_pool_slots_of(&pool->slots, request);
+}
+
+int64_t kvs_window_pool_slot_request(const struct kvs_window_pool *pool, uint64_t slot) {
+  return kvs_pool_slots_request(&pool->slots, slot);
+}
+
+kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, uint64_t *slot,
+                                     kvs_error *err) {
+  if (pool == NULL || slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool and slot output are required");
+  }
+  uint64_t picked;
+  kvs_status status = kvs_pool_slots_pick(&pool->slots, request, &picked, err);
+  if (status == KVS_OK) status = journal_room(pool, 1, err);
+  if (status != KVS_OK) return status;
+  kvs_pool_slots_set(&pool->slots, picked, (int64_t)request);
+  journal(pool, KVS_JOURNAL_SLOT_TAG | picked, (int64_t)request);
+  *slot = picked;
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_slot_free(kvs_window_pool_t pool, uint64_t request, kvs_error *err) {
+  if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool is NULL");
+  int64_t slot = kvs_pool_slots_of(&pool->slots, request);
+  if (slot < 0) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND, "request %llu holds no request slot",
+                         (unsigned long long)request);
+  }
+  kvs_status status = journal_room(pool, 1, err);
+  if (status != KVS_OK) return status;
+  kvs_pool_slots_set(&pool->slots, (uint64_t)slot, KVS_SLOT_FREE);
+  journal(pool, KVS_JOURNAL_SLOT_TAG | (uint64_t)slot, KVS_JOURNAL_FREED);
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, int64_t request,
+                                         kvs_error *err) {
+  if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool is NULL");
+  return kvs_pool_slots_bind_raw(&pool->slots, slot, request, err);
 }
 
 /* ---- ring arithmetic ---- */
