@@ -35,11 +35,20 @@ kvs_status kvs_table_dims_check(const kvs_table_dims *dims, kvs_error *err) {
   return KVS_OK;
 }
 
-bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry) {
+/* kvs_journal_entry_fits for dims already checked: the batch loops call
+ * it per entry without re-checking them. */
+static bool entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry) {
   /* Not a table entry; the host pool validates it. */
   if (kvs_tm_entry_is_slot(entry->full_page)) return true;
   return kvs_tm_entry_fits(dims->full_token / dims->page, dims->n_win_slots / dims->page,
                            entry->full_page, entry->window_page) != 0;
+}
+
+bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry) {
+  /* No entry fits dims that describe no table (a zero page would divide
+   * by zero). */
+  if (entry == NULL || kvs_table_dims_check(dims, NULL) != KVS_OK) return false;
+  return entry_fits(dims, entry);
 }
 
 kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal_entry *entries,
@@ -52,7 +61,7 @@ kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal
   uint64_t n_full_pages = dims->full_token / dims->page;
   uint64_t n_win_pages = dims->n_win_slots / dims->page;
   for (size_t i = 0; i < n; i++) {
-    if (kvs_journal_entry_fits(dims, &entries[i])) continue;
+    if (entry_fits(dims, &entries[i])) continue;
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
     if (fp + 1 >= n_full_pages) {
@@ -84,7 +93,7 @@ kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
   uint64_t page = dims->page;
   for (size_t i = 0; i < n; i++) {
     if (kvs_tm_entry_is_slot(entries[i].full_page)) continue; /* the host pool's */
-    if (!kvs_journal_entry_fits(dims, &entries[i])) {
+    if (!entry_fits(dims, &entries[i])) {
       note_fault(&local, i);
       continue;
     }

@@ -66,7 +66,8 @@ typedef struct kvs_batch_fault {
  * not a table entry; the host pool validates it. A table holds only the
  * full -> window mapping, so every table path (this check,
  * kvs_table_check_journal, kvs_ref_apply_journal, the device apply) skips
- * slot entries without writing or faulting. */
+ * slot entries without writing or faulting. False for a NULL entry and for
+ * dims (NULL, or zero page) that kvs_table_dims_check refuses. */
 bool kvs_journal_entry_fits(const kvs_table_dims *dims, const kvs_journal_entry *entry);
 
 /* Refuses the batch at the first entry that does not fit, naming it

@@ -31,10 +31,11 @@ KVS_HD int kvs_tm_entry_is_slot(uint64_t full_page) {
 
 /* An entry fits a table when it names an allocatable full page (not the
  * dummy, the last one) and an allocatable window page (not the dummy
- * either) or -1 (freed). */
+ * either) or -1 (freed). Compared without adding to full_page, which
+ * would wrap at 2^64 - 1 and pass the largest page as page 0. */
 KVS_HD int kvs_tm_entry_fits(uint64_t n_full_pages, uint64_t n_win_pages, uint64_t full_page,
                              int64_t window_page) {
-  int full_ok = full_page + 1 < n_full_pages;
+  int full_ok = n_full_pages > 0 && full_page < n_full_pages - 1;
   int window_ok =
       window_page == -1 || (window_page >= 0 && (uint64_t)window_page + 1 < n_win_pages);
   return full_ok && window_ok;
@@ -95,7 +96,9 @@ KVS_HD int64_t kvs_tm_state_loc(int64_t slot, kvs_tm_div page, kvs_tm_div ring) 
 
 /* slot * ring + pos % ring: the ring location of position pos in the ring
  * of request slot `slot` (kvs_request_state_loc). The caller has checked
- * that slot and pos are >= 0. */
+ * that slot and pos are >= 0 and slot is below its placement's request
+ * slots (at most 2^56, kvs_state_placement_check), so with a ring of at
+ * most 128 the location fits int64. */
 KVS_HD int64_t kvs_tm_request_state_loc(int64_t slot, int64_t pos, kvs_tm_div ring) {
   return (int64_t)((uint64_t)slot * ring.d + kvs_tm_rem((uint64_t)pos, ring));
 }
@@ -130,12 +133,15 @@ KVS_HD int64_t kvs_tm_batch_ring_loc(int per_request, int64_t own, int64_t slot,
  * P-slot ring: pos - ((pos - j) mod P), or -1 before the sequence reaches
  * j. Equals kvs_window_ring_position. */
 KVS_HD int64_t kvs_tm_ring_position(int64_t pos, uint64_t j, kvs_tm_div page) {
-  if ((int64_t)j > pos) return -1;
+  /* Compared unsigned: a j past INT64_MAX would read as negative. */
+  if (j > (uint64_t)pos) return -1;
   return pos - (int64_t)kvs_tm_rem((uint64_t)pos - j, page);
 }
 
 /* The full loc of position p (>= 0) in a block-table row; -1 where the
- * row assigns no block. Returns 0 when the block lies past the row. */
+ * row assigns no block. Returns 0 when the block lies past the row. An
+ * int32 block index times a block size below 2^32, plus an offset below
+ * it, stays below 2^63 (kvs_block_tables_check bounds the block size). */
 KVS_HD int kvs_tm_block_loc(const int32_t *row, uint64_t stride, kvs_tm_div block_size, int64_t p,
                             int64_t *loc) {
   uint64_t block = kvs_tm_quot((uint64_t)p, block_size);

@@ -215,14 +215,17 @@ kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, 
 uint64_t kvs_slot_digest_term(uint64_t slot, uint64_t request);
 
 /* The ring location of a per-request ring: slot * ring + pos % ring, or
- * -1 for slot -1 or a negative position (an idle row). ring must be > 0. */
+ * -1 for slot -1 or a negative position (an idle row). ring must be > 0;
+ * out NULL is KVS_ERR_INVALID_ARGUMENT. A location past INT64_MAX is
+ * KVS_ERR_OVERFLOW naming slot, ring and position, *out untouched. */
 kvs_status kvs_request_state_loc(int64_t slot, int64_t pos, uint64_t ring, int64_t *out,
                                  kvs_error *err);
 
 /* The compress-state ring location of a window slot, derived from the live
  * binding: (slot / P) * ring_size + slot % ring_size, or -1 for -1.
  * ring_size must divide P, which is what makes pages' ring blocks
- * disjoint. */
+ * disjoint; it also keeps the location at or below the slot, so every
+ * int64 slot has one (no overflow). */
 kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page, int64_t *out,
                          kvs_error *err);
 

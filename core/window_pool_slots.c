@@ -329,13 +329,27 @@ uint64_t kvs_pool_slots_digest_range(const kvs_pool_slots *slots, uint64_t first
 
 kvs_status kvs_request_state_loc(int64_t slot, int64_t pos, uint64_t ring, int64_t *out,
                                  kvs_error *err) {
-  if (ring == 0 || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "ring size 0 or output NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (ring == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "ring size 0: a request's ring holds at least one slot");
   }
   if (slot < 0 || pos < 0) {
     *out = -1;
     return KVS_OK;
   }
-  *out = slot * (int64_t)ring + (int64_t)((uint64_t)pos % ring);
+  /* In unsigned arithmetic, where nothing wraps unnoticed: slot x ring +
+   * pos % ring must stay at or below INT64_MAX, or the location would be
+   * a signed overflow (a wrong ring, or a negative "idle" location). */
+  uint64_t within = (uint64_t)pos % ring;
+  if ((uint64_t)slot > ((uint64_t)INT64_MAX - within) / ring) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                         "request slot %lld x ring %llu + position %lld %% ring does not fit in "
+                         "int64: no ring location is that large",
+                         (long long)slot, (unsigned long long)ring, (long long)pos);
+  }
+  *out = (int64_t)((uint64_t)slot * ring + within);
   return KVS_OK;
 }
