@@ -166,6 +166,114 @@ static kvs_status read_exact(int fd, const char *path, unsigned char *buf, size_
   return KVS_OK;
 }
 
+/* One tensor's [begin, end) in the data, for the tiling check. */
+typedef struct span {
+  uint64_t begin, end;
+  const char *name; /* the header's key: valid while the parsed header is */
+} span;
+
+/* By begin, then end, then name: a deterministic order, so the tensor a
+ * refusal names does not depend on the header's key order. */
+static int compare_spans(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* The data must be tiled exactly, as the format's loaders require: in
+ * offset order each tensor begins where the one before ends (the first at
+ * 0), and the last ends with the file. A gap is bytes no tensor owns, an
+ * overlap bytes two tensors claim (three tensors at one offset, say), and
+ * both mean the header does not describe the file. Empty tensors ([k, k])
+ * may share an offset. Sorts spans. */
+static kvs_status check_tiling(const char *path, span *spans, size_t n, uint64_t data_bytes,
+                               kvs_error *err) {
+  if (n > 1) qsort(spans, n, sizeof *spans, compare_spans);
+  uint64_t covered = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (spans[i].begin > covered && i == 0) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "safetensors file %s: data bytes [0, %llu) belong to no tensor: the "
+                           "first tensor, %s, begins at %llu, not 0",
+                           path, (unsigned long long)spans[i].begin, spans[i].name,
+                           (unsigned long long)spans[i].begin);
+    }
+    if (spans[i].begin > covered) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "safetensors file %s: data bytes [%llu, %llu) belong to no tensor: "
+                           "tensor %s ends at %llu and the next, %s, begins at %llu",
+                           path, (unsigned long long)covered, (unsigned long long)spans[i].begin,
+                           spans[i - 1].name, (unsigned long long)covered, spans[i].name,
+                           (unsigned long long)spans[i].begin);
+    }
+    if (spans[i].begin < covered) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "safetensors file %s: tensor %s at data_offsets [%llu, %llu] overlaps "
+                           "tensor %s at [%llu, %llu]: every data byte belongs to one tensor",
+                           path, spans[i].name, (unsigned long long)spans[i].begin,
+                           (unsigned long long)spans[i].end, spans[i - 1].name,
+                           (unsigned long long)spans[i - 1].begin,
+                           (unsigned long long)spans[i - 1].end);
+    }
+    covered = spans[i].end;
+  }
+  if (covered != data_bytes) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "safetensors file %s: its %zu tensors cover %llu of the %llu data bytes: "
+                         "bytes [%llu, %llu) belong to no tensor",
+                         path, n, (unsigned long long)covered, (unsigned long long)data_bytes,
+                         (unsigned long long)covered, (unsigned long long)data_bytes);
+  }
+  return KVS_OK;
+}
+
+/* __metadata__ must be an object of strings. */
+static kvs_status check_metadata(const char *path, json_t *entry, kvs_error *err) {
+  if (!json_is_object(entry)) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "safetensors file %s: field __metadata__ must be an object of "
+                         "strings",
+                         path);
+  }
+  const char *key;
+  json_t *value;
+  json_object_foreach(entry, key, value) {
+    if (!json_is_string(value)) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "safetensors file %s: field __metadata__.%s must be a string", path,
+                           key);
+    }
+  }
+  return KVS_OK;
+}
+
+/* Checks every entry of the parsed header, each tensor's span into
+ * spans[0 .. *n) (room for every key), then that the spans tile the data. */
+static kvs_status check_entries(const char *path, json_t *root, uint64_t data_bytes, span *spans,
+                                size_t *n, kvs_error *err) {
+  const char *name;
+  json_t *entry;
+  *n = 0;
+  json_object_foreach(root, name, entry) {
+    kvs_status status;
+    if (strcmp(name, "__metadata__") == 0) {
+      status = check_metadata(path, entry, err);
+    } else {
+      uint64_t bytes;
+      status = check_tensor(path, name, entry, data_bytes, &bytes, err);
+      if (status == KVS_OK) {
+        json_t *offsets = json_object_get(entry, "data_offsets");
+        spans[*n].begin = (uint64_t)json_integer_value(json_array_get(offsets, 0));
+        spans[*n].end = (uint64_t)json_integer_value(json_array_get(offsets, 1));
+        spans[(*n)++].name = name;
+      }
+    }
+    if (status != KVS_OK) return status;
+  }
+  return check_tiling(path, spans, *n, data_bytes, err);
+}
+
 /* Checks the parsed header and, when it all checks out, walks it. */
 static kvs_status walk_header(const char *path, json_t *root, uint64_t data_bytes, kvs_tensor_fn fn,
                               void *ctx, uint64_t *n_out, kvs_error *err) {
@@ -173,41 +281,26 @@ static kvs_status walk_header(const char *path, json_t *root, uint64_t data_byte
     return kvs_error_set(err, KVS_ERR_PARSE, "safetensors file %s: header is not a JSON object",
                          path);
   }
+  size_t keys = json_object_size(root);
+  span *spans = malloc((keys > 0 ? keys : 1) * sizeof *spans);
+  if (spans == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY,
+                         "no memory to check the %zu tensors of safetensors file %s", keys, path);
+  }
+  size_t n = 0;
+  /* First pass: every entry, and the tiling, before the caller sees any. */
+  kvs_status status = check_entries(path, root, data_bytes, spans, &n, err);
+  free(spans);
+  if (status != KVS_OK) return status;
+  /* Second pass, in header order (jansson keeps insertion order). */
   const char *name;
   json_t *entry;
-  uint64_t n = 0;
-  /* First pass: every entry is checked before the caller sees any. */
-  json_object_foreach(root, name, entry) {
-    if (strcmp(name, "__metadata__") == 0) {
-      if (!json_is_object(entry)) {
-        return kvs_error_set(err, KVS_ERR_PARSE,
-                             "safetensors file %s: field __metadata__ must be an object of "
-                             "strings",
-                             path);
-      }
-      const char *key;
-      json_t *value;
-      json_object_foreach(entry, key, value) {
-        if (!json_is_string(value)) {
-          return kvs_error_set(err, KVS_ERR_PARSE,
-                               "safetensors file %s: field __metadata__.%s must be a string", path,
-                               key);
-        }
-      }
-      continue;
-    }
-    uint64_t bytes;
-    kvs_status status = check_tensor(path, name, entry, data_bytes, &bytes, err);
-    if (status != KVS_OK) return status;
-    n++;
-  }
-  /* Second pass, in header order (jansson keeps insertion order). */
   if (fn != NULL) {
     json_object_foreach(root, name, entry) {
       if (strcmp(name, "__metadata__") == 0) continue;
       uint64_t bytes = 0;
       (void)check_tensor(path, name, entry, data_bytes, &bytes, NULL);
-      kvs_status status = fn(ctx, name, bytes, err);
+      status = fn(ctx, name, bytes, err);
       if (status != KVS_OK) return status;
     }
   }

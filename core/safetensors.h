@@ -16,10 +16,14 @@
  * F4 (4 bits) and F6_E2M3, F6_E3M2 (6 bits), sized exactly: elements x bits
  * must be whole bytes. Offsets and dimensions are u64 in the format but
  * held as int64 by the JSON parser: a value past INT64_MAX is refused as
- * not valid JSON (no real file can hold such an offset). Overlaps and gaps
- * between tensors are not checked: each tensor's bytes are its span.
- * Refusals: KVS_ERR_IO (open, read, not a regular file), KVS_ERR_PARSE
- * (content), KVS_ERR_NO_MEMORY. */
+ * not valid JSON (no real file can hold such an offset). The tensors must
+ * tile the data exactly, as the format's loaders require: in offset order
+ * each begins where the one before ends (the first at 0) and the last ends
+ * with the file, so a header that covers part of the data (or none of it),
+ * leaves a gap, or puts two tensors on the same bytes (three at one
+ * data_offsets, say) is refused naming the tensors and the bytes; empty
+ * tensors may share an offset. Refusals: KVS_ERR_IO (open, read, not a
+ * regular file), KVS_ERR_PARSE (content), KVS_ERR_NO_MEMORY. */
 #ifndef KVS_CORE_SAFETENSORS_H
 #define KVS_CORE_SAFETENSORS_H
 

@@ -292,3 +292,99 @@ TEST(Safetensors, a_callback_error_stops_the_walk_and_is_returned_as_it_is) {
   EXPECT_EQ(walk.seen[0].first, "a");
   EXPECT_EQ(n, 77u);
 }
+
+// The tensors must tile the data exactly, as the format's loaders require
+// (the safetensors library sorts them by offsets, wants each to begin where
+// the one before ends, and the last to end with the file).
+
+TEST(Safetensors, a_header_that_covers_4_of_1000000_data_bytes_is_refused) {
+  std::string dir = scratch_dir();
+  std::string header = "{" + tensor("w", "F32", "1", 0, 4) + "}";
+  std::string m = refusal(make_file(dir, "short.safetensors", header, 1000000), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("its 1 tensors cover 4 of the 1000000 data bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("bytes [4, 1000000) belong to no tensor"), std::string::npos) << m;
+}
+
+TEST(Safetensors, a_header_with_no_tensor_over_data_is_refused) {
+  std::string dir = scratch_dir();
+  std::string m = refusal(make_file(dir, "none.safetensors", "{}", 64), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("its 0 tensors cover 0 of the 64 data bytes"), std::string::npos) << m;
+  m = refusal(make_file(dir, "meta.safetensors", "{\"__metadata__\":{\"format\":\"pt\"}}", 8),
+              KVS_ERR_PARSE);
+  EXPECT_NE(m.find("cover 0 of the 8 data bytes"), std::string::npos) << m;
+  // No tensor and no data is a valid (empty) file.
+  uint64_t n = 77;
+  kvs_error err;
+  EXPECT_EQ(kvs_safetensors_read_header(make_file(dir, "empty.safetensors", "{}", 0).c_str(),
+                                        nullptr, nullptr, &n, &err),
+            KVS_OK)
+      << err.message;
+  EXPECT_EQ(n, 0u);
+}
+
+TEST(Safetensors, three_tensors_at_the_same_offsets_are_refused_naming_two_of_them) {
+  std::string dir = scratch_dir();
+  std::string header = "{" + tensor("a", "F32", "4", 0, 16) + "," + tensor("b", "F32", "4", 0, 16) +
+                       "," + tensor("c", "F32", "4", 0, 16) + "}";
+  std::string m = refusal(make_file(dir, "same.safetensors", header, 16), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("tensor b at data_offsets [0, 16] overlaps tensor a at [0, 16]"),
+            std::string::npos)
+      << m;
+  // Whatever the key order, the same pair is named.
+  header = "{" + tensor("c", "F32", "4", 0, 16) + "," + tensor("b", "F32", "4", 0, 16) + "," +
+           tensor("a", "F32", "4", 0, 16) + "}";
+  m = refusal(make_file(dir, "same2.safetensors", header, 16), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("tensor b at data_offsets [0, 16] overlaps tensor a at [0, 16]"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Safetensors, overlapping_and_gapped_tensors_are_refused_naming_the_bytes) {
+  std::string dir = scratch_dir();
+  std::string header =
+      "{" + tensor("a", "U8", "8", 0, 8) + "," + tensor("b", "U8", "8", 4, 12) + "}";
+  std::string m = refusal(make_file(dir, "overlap.safetensors", header, 12), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("tensor b at data_offsets [4, 12] overlaps tensor a at [0, 8]"),
+            std::string::npos)
+      << m;
+  header = "{" + tensor("a", "U8", "4", 0, 4) + "," + tensor("b", "U8", "4", 8, 12) + "}";
+  m = refusal(make_file(dir, "gap.safetensors", header, 12), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("data bytes [4, 8) belong to no tensor: tensor a ends at 4 and the next, b, "
+                   "begins at 8"),
+            std::string::npos)
+      << m;
+  header = "{" + tensor("a", "U8", "4", 4, 8) + "}";
+  m = refusal(make_file(dir, "late.safetensors", header, 8), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("data bytes [0, 4) belong to no tensor: the first tensor, a, begins at 4"),
+            std::string::npos)
+      << m;
+  // An empty tensor inside another's bytes overlaps it, as the format's
+  // loaders say; empty tensors between two others, or at the end, do not.
+  header = "{" + tensor("a", "U8", "8", 0, 8) + "," + tensor("e", "U8", "0", 4, 4) + "}";
+  m = refusal(make_file(dir, "inside.safetensors", header, 8), KVS_ERR_PARSE);
+  EXPECT_NE(m.find("tensor e at data_offsets [4, 4] overlaps tensor a at [0, 8]"),
+            std::string::npos)
+      << m;
+  header = "{" + tensor("a", "U8", "4", 0, 4) + "," + tensor("e", "U8", "0", 4, 4) + "," +
+           tensor("f", "U8", "0", 4, 4) + "," + tensor("b", "U8", "4", 4, 8) + "," +
+           tensor("z", "U8", "0", 8, 8) + "}";
+  kvs_error err;
+  EXPECT_EQ(kvs_safetensors_read_header(make_file(dir, "empties.safetensors", header, 8).c_str(),
+                                        nullptr, nullptr, nullptr, &err),
+            KVS_OK)
+      << err.message;
+}
+
+TEST(Safetensors, tensors_listed_out_of_offset_order_still_tile) {
+  std::string dir = scratch_dir();
+  std::string header = "{" + tensor("late", "U8", "6", 10, 16) + "," +
+                       tensor("early", "U8", "10", 0, 10) + "}";
+  Walk walk;
+  kvs_error err;
+  ASSERT_EQ(kvs_safetensors_read_header(make_file(dir, "order.safetensors", header, 16).c_str(),
+                                        collect, &walk, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  std::vector<std::pair<std::string, uint64_t>> want = {{"late", 6}, {"early", 10}};
+  EXPECT_EQ(walk.seen, want);  // handed over in header order
+}
