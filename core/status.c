@@ -28,8 +28,23 @@ const char *kvs_status_string(kvs_status status) {
     case KVS_ERR_DIVERGENCE: return "ranks diverged";
     case KVS_ERR_UNSUPPORTED: return "unsupported";
     case KVS_ERR_EPOCH: return "out-of-order step";
+    case KVS_ERR_LIBRARY: return "library not loadable";
   }
   return "unknown status";
+}
+
+const char *kvs_status_name(kvs_status status) {
+  static const char *const names[] = {
+      "KVS_OK",           "KVS_ERR_INVALID_ARGUMENT", "KVS_ERR_UNKNOWN_RATIO",
+      "KVS_ERR_BUDGET_TOO_SMALL", "KVS_ERR_EXHAUSTED", "KVS_ERR_PARTIAL_PAGE",
+      "KVS_ERR_OUT_OF_RANGE", "KVS_ERR_INTEGRITY", "KVS_ERR_JOURNAL_FULL",
+      "KVS_ERR_NO_MEMORY", "KVS_ERR_IO", "KVS_ERR_PARSE",
+      "KVS_ERR_OVERFLOW", "KVS_ERR_CONFLICT", "KVS_ERR_SIGNATURE",
+      "KVS_ERR_CORRUPT", "KVS_ERR_NOT_FOUND", "KVS_ERR_CUDA",
+      "KVS_ERR_COMM", "KVS_ERR_TIMEOUT", "KVS_ERR_DIVERGENCE",
+      "KVS_ERR_UNSUPPORTED", "KVS_ERR_EPOCH", "KVS_ERR_LIBRARY"};
+  unsigned i = (unsigned)status;
+  return i < sizeof names / sizeof names[0] ? names[i] : "KVS_ERR_UNKNOWN";
 }
 
 kvs_status kvs_error_set(kvs_error *err, kvs_status status, const char *fmt, ...) {

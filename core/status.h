@@ -58,7 +58,10 @@ typedef enum kvs_status {
   /* The feature is not available in this build or on this machine. */
   KVS_ERR_UNSUPPORTED = 21,
   /* A step applied out of order or twice. */
-  KVS_ERR_EPOCH = 22
+  KVS_ERR_EPOCH = 22,
+  /* A shared library the call needs (a kvshard backend, libcudart,
+   * libnccl, libmpi) is not installed or cannot be loaded. */
+  KVS_ERR_LIBRARY = 23
 } kvs_status;
 
 #define KVS_ERROR_MESSAGE_MAX 512
@@ -71,6 +74,11 @@ typedef struct kvs_error {
 
 /* A short, static name for a status ("out of range"); never NULL. */
 const char *kvs_status_string(kvs_status status);
+
+/* The status's enumerator as written in this header
+ * ("KVS_ERR_OUT_OF_RANGE"), for bindings; "KVS_ERR_UNKNOWN" for a value
+ * that is none. */
+const char *kvs_status_name(kvs_status status);
 
 /* Fills err (when non-NULL) with status and a printf-formatted message and
  * returns status, so a failing path reads `return kvs_error_set(...)`. */

@@ -110,6 +110,10 @@ typedef struct kvs_device_faults {
   kvs_batch_fault ring_ctx;
 } kvs_device_faults;
 
+/* KVS_OK when no record holds a fault, else KVS_ERR_OUT_OF_RANGE naming the
+ * first kernel that faulted, how many items and the lowest index. */
+kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *err);
+
 /* A plain value (about 8 KiB: per-layer tables for KVS_MAX_LAYERS). */
 typedef struct kvs_device_layout {
   kvs_device_layout_options options;

@@ -78,6 +78,25 @@ const char *kvs_comm_backend(const struct kvs_comm *comm) {
 int kvs_comm_timeout_ms(const struct kvs_comm *comm) { return comm->timeout_ms; }
 void *kvs_comm_backend_context(const struct kvs_comm *comm) { return comm->ctx; }
 kvs_status kvs_comm_health(const struct kvs_comm *comm) { return comm->health; }
+
+kvs_status kvs_comm_device_stream(const struct kvs_comm *comm, void **stream, int *device,
+                                  kvs_error *err) {
+  if (comm == NULL || stream == NULL || device == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm, stream and device are required");
+  }
+  if (comm->vtable->device_stream == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "the '%s' communicator moves host buffers: it has no device stream",
+                         kvs_comm_backend(comm));
+  }
+  return comm->vtable->device_stream(comm->ctx, stream, device, err);
+}
+
+kvs_status kvs_comm_reads_done(kvs_comm_t comm, void *stream, kvs_error *err) {
+  if (comm == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm is NULL");
+  if (comm->vtable->reads_done == NULL) return KVS_OK;
+  return comm->vtable->reads_done(comm->ctx, stream, err);
+}
 const char *kvs_comm_failure(const struct kvs_comm *comm) { return comm->failure; }
 
 void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out) { *out = comm->stats; }

@@ -70,6 +70,14 @@ typedef struct kvs_comm_vtable {
   void (*abort)(void *ctx, int code);
   /* Optional: releases ctx. */
   void (*destroy)(void *ctx);
+  /* Optional, device backends: the CUDA stream (a cudaStream_t) the
+   * collectives run on and its device, so consumers of a collective's
+   * device buffer can order themselves after it. */
+  kvs_status (*device_stream)(void *ctx, void **stream, int *device, kvs_error *err);
+  /* Optional, device backends: the work queued on `stream` so far reads
+   * the communicator's buffers; every later collective waits for it (on
+   * the device) before it writes one. */
+  kvs_status (*reads_done)(void *ctx, void *stream, kvs_error *err);
 } kvs_comm_vtable;
 
 typedef struct kvs_comm *kvs_comm_t;
@@ -92,9 +100,21 @@ int kvs_comm_timeout_ms(const struct kvs_comm *comm);
 kvs_status kvs_comm_check_timeout(int timeout_ms, kvs_error *err);
 /* The deadline of every later wait; must be > 0. */
 kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
-/* The backend's ctx as given to kvs_comm_create; for the backend's own
- * accessors (kvs_comm_nccl_stream), which check kvs_comm_backend first. */
+/* The backend's ctx as given to kvs_comm_create. */
 void *kvs_comm_backend_context(const struct kvs_comm *comm);
+
+/* A device backend's stream (a cudaStream_t) and CUDA device; a host
+ * backend has none (KVS_ERR_UNSUPPORTED naming the backend). */
+kvs_status kvs_comm_device_stream(const struct kvs_comm *comm, void **stream, int *device,
+                                  kvs_error *err);
+
+/* The ordering contract for consumers of a collective's device buffer on
+ * a stream of their own: the work queued on `stream` (of the
+ * communicator's device) so far reads the communicator's buffers, and
+ * every later collective waits for it before it writes one. Without it
+ * the next collective may overwrite data a kernel still reads: CUDA
+ * orders nothing across streams. A host backend needs no call (KVS_OK). */
+kvs_status kvs_comm_reads_done(kvs_comm_t comm, void *stream, kvs_error *err);
 /* KVS_OK, or the status of the failure that poisoned the communicator. */
 kvs_status kvs_comm_health(const struct kvs_comm *comm);
 /* The first failure's message ("" while healthy). */

@@ -8,15 +8,11 @@
 #include "core/clock.h"
 #include "core/mix.h"
 #include "core/options.h"
-#include "backends/cuda/cuda_device.h"
-#include "backends/cuda/cuda_status.h"
-#include "backends/cuda/device_budget.h"
-#include "backends/cuda/device_tables.h"
-#include "shard/cluster_gather.h"
-#include "backends/nccl/comm_nccl.h"
-#include "shard/rank_word.h"
-#include "backends/cuda/table_cuda.h"
+#include "plan/device_budget.h"
 #include "plan/rank_layout.h"
+#include "shard/cluster_gather.h"
+#include "shard/rank_word.h"
+#include "topology/cuda_probe.h"
 
 #define NONE UINT64_MAX
 
@@ -179,14 +175,16 @@ static kvs_status pick_device(const struct kvs_node *node, kvs_table_kind *kind,
   int count = 0;
   kvs_error why;
   kvs_error_clear(&why);
-  bool visible = kvs_cuda_device_count(&count, &why) == KVS_OK;
+  bool visible = kvs_cuda_probe_device_count(&count, &why) == KVS_OK;
   *ordinal = -1;
   if (o->device == KVS_NODE_DEVICE_CPU || (o->device == KVS_NODE_DEVICE_AUTO && !visible)) {
     *kind = KVS_TABLE_HOST;
     return KVS_OK;
   }
   if (!visible) {
-    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "device cuda asked for, but %s", why.message);
+    /* No device (KVS_ERR_UNSUPPORTED), or no CUDA backend or runtime
+     * installed (KVS_ERR_LIBRARY): the reason says which. */
+    return kvs_error_set(err, why.status, "device cuda asked for, but %s", why.message);
   }
   int device = o->cuda_device >= 0 ? o->cuda_device : node->gpu.cuda_device;
   /* A topology not read from CUDA (XML, bundled) lists GPUs in PCI bus id
@@ -531,11 +529,11 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   if (status != KVS_OK) return status;
   kvs_table_limits limits = {node->max_batch, (o->max_seq_len + o->page - 1) / o->page};
   if (kind == KVS_TABLE_CUDA) {
-    /* On NCCL the tables run on the communicator's stream: the apply reads
-     * the broadcast's device buffer in stream order. */
-    cudaStream_t stream = NULL;
+    /* On a device communicator the tables run on its stream: the apply
+     * reads the broadcast's device buffer in stream order. */
+    void *stream = NULL;
     int comm_device = -1;
-    if (kvs_comm_nccl_stream(node->comm, &stream, &comm_device, NULL) == KVS_OK &&
+    if (kvs_comm_device_stream(node->comm, &stream, &comm_device, NULL) == KVS_OK &&
         comm_device == ordinal) {
       node->table_reads_device_entries = true;
     } else {

@@ -122,3 +122,28 @@ kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err) {
   if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
   return table->ops->sync(table->impl, err);
 }
+
+/* Defined when the program links the CUDA backend itself (tests over the
+ * CPU stand-in); otherwise the registry loads it. */
+extern const void *kvs_backend_cuda_tables_v1(void) __attribute__((weak));
+
+kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
+                                 const kvs_table_limits *limits, void *stream, kvs_table_t *out,
+                                 kvs_error *err) {
+  if (layout == NULL || limits == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
+  }
+  const void *entry = NULL;
+  kvs_status status =
+      kvs_backend_table(KVS_BACKEND_CUDA, KVS_CUDA_TABLES_ENTRY, kvs_backend_cuda_tables_v1,
+                        sizeof(kvs_cuda_tables_table), &entry, err);
+  if (status != KVS_OK) return status;
+  const kvs_cuda_tables_table *backend = entry;
+  const kvs_table_ops *ops = NULL;
+  void *impl = NULL;
+  uint64_t bytes = 0;
+  status = backend->open(device, layout, limits, stream, &ops, &impl, &bytes, err);
+  if (status != KVS_OK) return status;
+  return kvs_table_wrap(ops, impl, kvs_device_layout_dims(layout), limits, device, bytes, out,
+                        err);
+}

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/device_ref.h"
 #include "core/journal.h"
 #include "core/status.h"
@@ -154,6 +155,28 @@ typedef struct kvs_table_ops {
 kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims dims,
                           const kvs_table_limits *limits, int device, uint64_t bytes,
                           kvs_table_t *out, kvs_error *err);
+
+/* ---- the device table, from the CUDA backend ---- */
+
+/* The CUDA backend's tables entry point ("kvs_backend_cuda_tables_v1"),
+ * implemented by backends/cuda/table_cuda.c. */
+typedef struct kvs_cuda_tables_table {
+  kvs_backend_header header;
+  kvs_status (*open)(int device, const kvs_device_layout *layout, const kvs_table_limits *limits,
+                     void *stream, const kvs_table_ops **ops, void **impl, uint64_t *bytes,
+                     kvs_error *err);
+} kvs_cuda_tables_table;
+
+#define KVS_CUDA_TABLES_ENTRY "kvs_backend_cuda_tables_v1"
+
+/* A table on CUDA device `device` through the CUDA backend (linked into
+ * the program, else loaded: core/backend.h), every call on `stream` (a
+ * cudaStream_t of that device; NULL: a non-blocking stream of the
+ * table's own). A missing backend is KVS_ERR_LIBRARY naming the file and
+ * where it was looked for. */
+kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
+                                 const kvs_table_limits *limits, void *stream, kvs_table_t *out,
+                                 kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -11,12 +11,11 @@
  * line of stdout. Exit status: 0 when every check agreed, 2 bad arguments,
  * 3 divergence detected, 4 a communication or runtime failure, 5 the
  * backend or device is unavailable here. */
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/mpi/comm_mpi.h"
+#include "shard/comm_mpi.h"
 #include "shard/comm_self.h"
 #include "tools/args.h"
 #include "tools/kvsim_args.h"
@@ -34,7 +33,7 @@ typedef struct comms {
   kvs_comm_t comm;
   kvs_comm_t bootstrap; /* the mpi comm under nccl */
   bool mpi;
-  int rank;
+  int rank, size;
 } comms;
 
 static int open_comm(const kvsim_args *a, comms *c, kvs_error *err) {
@@ -48,16 +47,16 @@ static int open_comm(const kvsim_args *a, comms *c, kvs_error *err) {
     }
     return kvs_comm_self_create(&c->comm, err) == KVS_OK ? 0 : KVSIM_EXIT_FAILED;
   }
-  int provided;
-  MPI_Init_thread(NULL, NULL, MPI_THREAD_SINGLE, &provided);
+  if (kvs_mpi_init(&c->rank, &c->size, err) != KVS_OK) return KVSIM_EXIT_FAILED;
   c->mpi = true;
-  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-  kvs_comm_mpi_options mo = KVS_COMM_MPI_OPTIONS_INIT;
-  mo.timeout_ms = a->timeout_ms;
   if (strcmp(b, "mpi") == 0) {
-    return kvs_comm_mpi_create(&mo, &c->comm, err) == KVS_OK ? 0 : KVSIM_EXIT_FAILED;
+    return kvs_comm_mpi_create(NULL, 0, a->timeout_ms, &c->comm, err) == KVS_OK
+               ? 0
+               : KVSIM_EXIT_FAILED;
   }
-  if (kvs_comm_mpi_create(&mo, &c->bootstrap, err) != KVS_OK) return KVSIM_EXIT_FAILED;
+  if (kvs_comm_mpi_create(NULL, 0, a->timeout_ms, &c->bootstrap, err) != KVS_OK) {
+    return KVSIM_EXIT_FAILED;
+  }
   kvs_status status = kvsim_nccl_create(a, c->bootstrap, &c->comm, err);
   if (status == KVS_OK) return 0;
   return status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
@@ -82,7 +81,7 @@ int main(int argc, char **argv) {
   }
   kvs_comm_destroy(c.comm);
   kvs_comm_destroy(c.bootstrap);
-  if (c.mpi) MPI_Finalize();
+  if (c.mpi) (void)kvs_mpi_finalize(NULL);
   kvsim_args_free(&a);
   /* Rank 0's report lost to a full disk is a failed run (exit 4). */
   return kvs_finish_stdout("kvsim", code, KVSIM_EXIT_FAILED);

@@ -12,7 +12,7 @@
 #include "core/geometry.h"
 #include "core/mix.h"
 #include "shard/cluster_gather.h"
-#include "backends/nccl/comm_nccl.h"
+#include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
 #include "tools/workload.h"
@@ -626,10 +626,11 @@ static int finish(run *r) {
 
 kvs_status kvsim_nccl_create(const kvsim_args *a, kvs_comm_t bootstrap, kvs_comm_t *out,
                              kvs_error *err) {
-  kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
-  o.timeout_ms = a->timeout_ms;
-  if (a->cuda_device >= 0) o.device = a->cuda_device;
-  return kvs_comm_nccl_create(&o, bootstrap, out, err);
+  /* Initialisation gets the collectives' deadline too, at least 30 s:
+   * NCCL's first connection setup is slower than a step's wait. */
+  int init_ms = a->timeout_ms > 30000 ? a->timeout_ms : 30000;
+  return kvs_comm_nccl_bootstrap(bootstrap, a->cuda_device >= 0 ? a->cuda_device : -1, init_ms,
+                                 a->timeout_ms, out, err);
 }
 
 /* The drills that act after a step: a binding or a request slot moved on

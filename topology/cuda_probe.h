@@ -1,13 +1,15 @@
-/* The visible CUDA devices as topology/ needs them: the list from the
- * cuda/ leaf (backends/cuda/cuda_device.h, the one place that asks the CUDA
- * runtime), each PCI bus id parsed. topology/ itself calls no CUDA, so
- * the rest stays testable without it. */
+/* The visible CUDA devices as topology/ needs them, asked of the CUDA
+ * backend (libkvshard-cuda.so.1, through core/backend.h): topology/ itself
+ * calls no CUDA and links no CUDA library, so a machine without CUDA
+ * installed plans from hwloc alone, and the reason is kept for the note. */
 #ifndef KVS_TOPOLOGY_CUDA_PROBE_H
 #define KVS_TOPOLOGY_CUDA_PROBE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/status.h"
 #include "topology/gpu.h"
 
@@ -15,20 +17,64 @@
 extern "C" {
 #endif
 
+/* cudaDeviceGetPCIBusId's "0000:1b:00.0" form, with room for the longest
+ * domain the runtime prints, and a device name. */
+#define KVS_CUDA_PCI_BUS_ID_MAX 32
+#define KVS_CUDA_DEVICE_NAME_MAX 256
+
+/* One device as the backend describes it without a context. */
+typedef struct kvs_cuda_device_facts {
+  char pci_bus_id[KVS_CUDA_PCI_BUS_ID_MAX];
+  char name[KVS_CUDA_DEVICE_NAME_MAX];
+  uint64_t total_bytes; /* as the driver reports it */
+} kvs_cuda_device_facts;
+
+/* The CUDA backend's probe entry point ("kvs_backend_cuda_probe_v1"). */
+typedef struct kvs_cuda_probe_table {
+  kvs_backend_header header;
+  /* How many devices this process sees; no driver or no device is
+   * KVS_ERR_UNSUPPORTED saying why. Creates no context. */
+  kvs_status (*device_count)(int *count, kvs_error *err);
+  /* Bus id, name and total memory of a device. Creates no context. */
+  kvs_status (*device_facts)(int ordinal, kvs_cuda_device_facts *out, kvs_error *err);
+  /* Free and total memory of one device: creates this process's context
+   * on that device only; the calling thread's own context is put back. */
+  kvs_status (*mem_info)(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes,
+                         kvs_error *err);
+} kvs_cuda_probe_table;
+
+#define KVS_CUDA_PROBE_ENTRY "kvs_backend_cuda_probe_v1"
+
+/* The probe table: the backend linked into the program, else loaded. A
+ * missing backend or CUDA runtime is KVS_ERR_LIBRARY naming the file and
+ * where it was looked for. */
+kvs_status kvs_cuda_probe_table_get(const kvs_cuda_probe_table **out, kvs_error *err);
+
 typedef struct kvs_cuda_device {
   int ordinal;         /* CUDA device ordinal in this process */
   kvs_pci_address pci; /* from cudaDeviceGetPCIBusId */
   char name[KVS_GPU_MODEL_MAX];
-  uint64_t free_bytes; /* cudaMemGetInfo */
+  uint64_t free_bytes; /* cudaMemGetInfo when measured, else 0 */
   uint64_t total_bytes;
 } kvs_cuda_device;
 
-/* Lists the visible CUDA devices into out[0..cap) in ordinal order
- * (kvs_cuda_devices_list). No driver or no device is KVS_ERR_UNSUPPORTED,
- * a runtime error KVS_ERR_CUDA, each with the CUDA error in the message
- * (the caller falls back to hwloc either way); more devices than cap is
- * KVS_ERR_INVALID_ARGUMENT. *n_out and out are written only on success. */
-kvs_status kvs_cuda_probe(kvs_cuda_device *out, size_t cap, size_t *n_out, kvs_error *err);
+/* Lists the visible CUDA devices into out[0..cap) in ordinal order, with
+ * their free memory when measure_free (a context on every device). No
+ * backend is KVS_ERR_LIBRARY, no driver or no device KVS_ERR_UNSUPPORTED,
+ * a runtime error
+ * KVS_ERR_CUDA, each with the reason in the message (the caller falls back
+ * to hwloc either way); more devices than cap is KVS_ERR_INVALID_ARGUMENT.
+ * *n_out and out are written only on success. */
+kvs_status kvs_cuda_probe(kvs_cuda_device *out, size_t cap, bool measure_free, size_t *n_out,
+                          kvs_error *err);
+
+/* Free and total memory of one device (a context on that device only). */
+kvs_status kvs_cuda_probe_mem_info(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes,
+                                   kvs_error *err);
+
+/* How many devices the backend sees (KVS_ERR_UNSUPPORTED saying why when
+ * none; KVS_ERR_LIBRARY when the backend cannot be loaded). */
+kvs_status kvs_cuda_probe_device_count(int *count, kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -356,7 +356,8 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
       status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory");
       goto fail;
     }
-    if (kvs_cuda_probe(devices, MAX_CUDA_DEVICES, &n_cuda, &cuda_err) == KVS_OK) {
+    if (kvs_cuda_probe(devices, MAX_CUDA_DEVICES, opts.measure_free, &n_cuda, &cuda_err) ==
+        KVS_OK) {
       t->cuda_used = true;
     } else {
       copy_string(t->cuda_note, sizeof t->cuda_note, cuda_err.message);

@@ -28,11 +28,16 @@ typedef struct kvs_topology *kvs_topology_t;
 /* Load options: a versioned config, initialise with the macro. */
 typedef struct kvs_topology_options {
   size_t size; /* sizeof(kvs_topology_options) */
-  /* Ask CUDA for the visible devices when the source is this machine. */
+  /* Ask CUDA for the visible devices when the source is this machine
+   * (bus ids, names and total memory: no CUDA context is created). */
   bool use_cuda;
+  /* Also measure every visible GPU's free memory, which creates this
+   * process's context on each: a planner's choice (kvplan), never a
+   * serving rank's, which measures its own GPU only. */
+  bool measure_free;
 } kvs_topology_options;
 
-#define KVS_TOPOLOGY_OPTIONS_INIT {sizeof(kvs_topology_options), true}
+#define KVS_TOPOLOGY_OPTIONS_INIT {sizeof(kvs_topology_options), true, true}
 
 /* Loads the topology from source (options NULL: the defaults) and finds
  * its GPUs. A topology without GPUs loads (gpu count 0). A source that

@@ -456,28 +456,3 @@ kvs_status kvs_device_tables_clear_faults(kvs_device_tables_t tables, cudaStream
   kvs_cuda_device_leave(&scope);
   return status;
 }
-
-kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *err) {
-  if (faults == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "faults are NULL");
-  const struct {
-    const char *kernel;
-    const char *item;
-    const kvs_batch_fault *record;
-  } records[] = {
-      {"apply_journal", "journal entries naming a page outside the table", &faults->apply_journal},
-      {"translate", "locs past the sentinel row", &faults->translate},
-      {"state_locs", "window slots past the window pool or request slots past the request slots",
-       &faults->state_locs},
-      {"ring_ctx", "requests whose window reaches past their block table or the table",
-       &faults->ring_ctx},
-  };
-  for (size_t i = 0; i < sizeof records / sizeof records[0]; i++) {
-    const kvs_batch_fault *f = records[i].record;
-    if (f->count == 0) continue;
-    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                         "%s faulted on %llu %s; the first at batch index %llu (those read -1)",
-                         records[i].kernel, (unsigned long long)f->count, records[i].item,
-                         (unsigned long long)f->first_index);
-  }
-  return KVS_OK;
-}

@@ -139,10 +139,6 @@ kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cuda
 /* Resets every fault record, queued on `stream`. */
 kvs_status kvs_device_tables_clear_faults(kvs_device_tables_t tables, cudaStream_t stream,
                                           kvs_error *err);
-/* KVS_OK when no record holds a fault, else KVS_ERR_OUT_OF_RANGE naming the
- * first kernel that faulted, how many items and the lowest index. */
-kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *err);
-
 #ifdef __cplusplus
 }
 #endif

@@ -220,11 +220,13 @@ static const kvs_table_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
-                                 const kvs_table_limits *limits, cudaStream_t stream,
-                                 kvs_table_t *out, kvs_error *err) {
-  if (layout == NULL || limits == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
+kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
+                               const kvs_table_limits *limits, void *stream,
+                               const kvs_table_ops **ops, void **impl, uint64_t *bytes,
+                               kvs_error *err) {
+  if (layout == NULL || limits == NULL || ops == NULL || impl == NULL || bytes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "layout, limits and the three outputs are required");
   }
   if (device < 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "CUDA device %d: name a device", device);
@@ -267,7 +269,7 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   }
   char what[128];
   if (stream != NULL) {
-    t->stream = stream;
+    t->stream = (cudaStream_t)stream;
   } else {
     KVS_CUDA_GOTO(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking),
                   "cudaStreamCreateWithFlags for the table", err, status, fail);
@@ -295,9 +297,11 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_slots, req * sizeof(int64_t)),
                 "cudaMallocHost of the request-slot staging", err, status, fail);
   kvs_cuda_device_leave(&scope);
-  uint64_t bytes = layout->total_bytes +
-                   (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
-  return kvs_table_wrap(&cuda_ops, t, dims, limits, device, bytes, out, err);
+  *bytes = layout->total_bytes +
+           (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
+  *ops = &cuda_ops;
+  *impl = t;
+  return KVS_OK;
 fail:
   kvs_cuda_device_leave(&scope);
   cuda_destroy(t);

@@ -1,9 +1,9 @@
-/* The device implementation of shard/table.h: backends/cuda/device_tables on one
- * GPU, with device buffers and pinned staging for the largest batch. */
-#ifndef KVS_SHARD_TABLE_CUDA_H
-#define KVS_SHARD_TABLE_CUDA_H
-
-#include <cuda_runtime_api.h>
+/* The device implementation of shard/table.h: backends/cuda/device_tables
+ * on one GPU, with device buffers and pinned staging for the largest
+ * batch. The CUDA backend hands it to the core through its tables entry
+ * point (shard/table.h: kvs_cuda_tables_table); the core wraps it. */
+#ifndef KVS_BACKENDS_CUDA_TABLE_CUDA_H
+#define KVS_BACKENDS_CUDA_TABLE_CUDA_H
 
 #include "shard/table.h"
 
@@ -12,17 +12,20 @@ extern "C" {
 #endif
 
 /* Carves layout on CUDA device `device` (kvs_device_tables_create) and
- * allocates the batch buffers. Every call runs on `stream`: pass the NCCL
- * communicator's stream, so the journal apply reads the broadcast's
- * device buffer after the broadcast wrote it and before the next one
- * overwrites it (stream order does both); NULL creates a non-blocking
- * stream the table owns. The stream must belong to `device`. */
-kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
-                                 const kvs_table_limits *limits, cudaStream_t stream,
-                                 kvs_table_t *out, kvs_error *err);
+ * allocates the batch buffers. Every call runs on `stream` (a
+ * cudaStream_t of `device`): pass the NCCL communicator's stream, so the
+ * journal apply reads the broadcast's device buffer after the broadcast
+ * wrote it and before the next one overwrites it (stream order does both);
+ * NULL creates a non-blocking stream the table owns. On success *ops and
+ * *impl are the table for kvs_table_wrap and *bytes what it allocated on
+ * the device; nothing stays allocated on failure. */
+kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
+                               const kvs_table_limits *limits, void *stream,
+                               const kvs_table_ops **ops, void **impl, uint64_t *bytes,
+                               kvs_error *err);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* KVS_SHARD_TABLE_CUDA_H */
+#endif /* KVS_BACKENDS_CUDA_TABLE_CUDA_H */

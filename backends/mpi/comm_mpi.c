@@ -1,11 +1,15 @@
-#include "backends/mpi/comm_mpi.h"
-
+/* The MPI backend (libkvshard-mpi.so.1): a kvs communicator on a
+ * duplicate of an MPI communicator (shard/comm_mpi.h says how it
+ * behaves), and MPI's start and end for programs that do not run MPI
+ * themselves. */
+#include <mpi.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "core/options.h"
+#include "shard/comm_mpi.h"
 #include "shard/wait.h"
 
 typedef struct mpi_ctx {
@@ -188,53 +192,106 @@ static const kvs_comm_vtable mpi_vtable = {
     .destroy = mpi_destroy,
 };
 
-kvs_status kvs_comm_mpi_create(const kvs_comm_mpi_options *options, kvs_comm_t *out,
-                               kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
-  static const kvs_comm_mpi_options defaults = KVS_COMM_MPI_OPTIONS_INIT;
-  kvs_comm_mpi_options adopted;
-  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
-                                       "KVS_COMM_MPI_OPTIONS_INIT", &adopted, err);
-  if (adopt != KVS_OK) return adopt;
-  options = &adopted;
-  kvs_status timeout = kvs_comm_check_timeout(options->timeout_ms, err);
-  if (timeout != KVS_OK) return timeout;
+/* Duplicates parent (a collective: nonblocking, so a peer that never
+ * arrives is a timeout here too) with errors returned, not fatal. */
+static kvs_status duplicate(mpi_ctx *ctx, MPI_Comm parent, int timeout_ms, kvs_error *err) {
+  int code = MPI_Comm_rank(parent, &ctx->rank);
+  if (code == MPI_SUCCESS) code = MPI_Comm_size(parent, &ctx->size);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (code == MPI_SUCCESS) code = MPI_Comm_idup(parent, &ctx->comm, &request);
+  if (code == MPI_SUCCESS) {
+    kvs_status status = wait_request(ctx, &request, "communicator duplication", timeout_ms, err);
+    /* A pending duplicate cannot be freed safely: it is left with ctx. */
+    if (status != KVS_OK) return status;
+    code = MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN);
+  }
+  if (code == MPI_SUCCESS) return KVS_OK;
+  char text[MPI_MAX_ERROR_STRING];
+  mpi_message(code, text, sizeof text);
+  return kvs_error_set(err, KVS_ERR_COMM, "mpi backend setup failed: %s", text);
+}
+
+static kvs_status mpi_open(const void *handle, size_t handle_bytes, int timeout_ms,
+                           const kvs_comm_vtable **vtable, void **out, int *rank, int *size,
+                           kvs_error *err) {
+  if (vtable == NULL || out == NULL || rank == NULL || size == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "mpi open needs its outputs");
+  }
+  if (handle != NULL && handle_bytes != sizeof(MPI_Comm)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "an MPI_Comm handle of %zu bytes; this MPI's is %zu (is it the same MPI "
+                         "library the program runs?)",
+                         handle_bytes, sizeof(MPI_Comm));
+  }
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                         "MPI is %s; call MPI_Init before creating the mpi backend",
+                         "MPI is %s; initialise it (kvs_mpi_init or MPI_Init) before creating an "
+                         "mpi communicator",
                          finalized ? "already finalized" : "not initialized");
   }
-  MPI_Comm parent = options->comm == MPI_COMM_NULL ? MPI_COMM_WORLD : options->comm;
+  MPI_Comm parent = MPI_COMM_WORLD;
+  if (handle != NULL) memcpy(&parent, handle, sizeof parent);
+  if (parent == MPI_COMM_NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "the MPI communicator is MPI_COMM_NULL");
+  }
   mpi_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the mpi backend");
   ctx->comm = MPI_COMM_NULL;
-  int code = MPI_Comm_rank(parent, &ctx->rank);
-  if (code == MPI_SUCCESS) code = MPI_Comm_size(parent, &ctx->size);
-  /* The duplicate is itself a collective over the parent: nonblocking, so
-   * a peer that never arrives is a timeout here too. */
-  MPI_Request request = MPI_REQUEST_NULL;
-  if (code == MPI_SUCCESS) code = MPI_Comm_idup(parent, &ctx->comm, &request);
-  if (code != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    mpi_message(code, text, sizeof text);
-    mpi_destroy(ctx);
-    return kvs_error_set(err, KVS_ERR_COMM, "mpi backend setup failed: %s", text);
-  }
-  kvs_status status =
-      wait_request(ctx, &request, "communicator duplication", options->timeout_ms, err);
+  kvs_status status = duplicate(ctx, parent, timeout_ms, err);
   if (status != KVS_OK) {
-    /* The pending duplicate cannot be freed safely; leak it with ctx. */
+    if (status != KVS_ERR_TIMEOUT) mpi_destroy(ctx);
     return status;
   }
-  code = MPI_Comm_set_errhandler(ctx->comm, MPI_ERRORS_RETURN);
-  if (code != MPI_SUCCESS) {
-    char text[MPI_MAX_ERROR_STRING];
-    mpi_message(code, text, sizeof text);
-    mpi_destroy(ctx);
-    return kvs_error_set(err, KVS_ERR_COMM, "mpi backend setup failed: %s", text);
+  *vtable = &mpi_vtable;
+  *out = ctx;
+  *rank = ctx->rank;
+  *size = ctx->size;
+  return KVS_OK;
+}
+
+/* Whether this backend started MPI (and so ends it). */
+static bool g_started;
+
+static kvs_status mpi_init(int *world_rank, int *world_size, kvs_error *err) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "MPI is already finalized");
+  if (!initialized) {
+    int provided = 0;
+    int code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SINGLE, &provided);
+    if (code != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING];
+      mpi_message(code, text, sizeof text);
+      return kvs_error_set(err, KVS_ERR_COMM, "MPI_Init_thread failed: %s", text);
+    }
+    g_started = true;
   }
-  return kvs_comm_create(&mpi_vtable, ctx, ctx->rank, ctx->size, options->timeout_ms, out, err);
+  MPI_Comm_rank(MPI_COMM_WORLD, world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, world_size);
+  return KVS_OK;
+}
+
+static kvs_status mpi_finalize(kvs_error *err) {
+  (void)err;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_started && !finalized) MPI_Finalize();
+  g_started = false;
+  return KVS_OK;
+}
+
+__attribute__((visibility("default"))) const void *kvs_backend_mpi_v1(void);
+
+const void *kvs_backend_mpi_v1(void) {
+  static const kvs_mpi_table table = {
+      .header = KVS_BACKEND_HEADER("mpi", kvs_mpi_table),
+      .init = mpi_init,
+      .finalize = mpi_finalize,
+      .open = mpi_open,
+  };
+  return &table;
 }

@@ -1,14 +1,29 @@
-#include "backends/nccl/comm_nccl.h"
-
+/* The NCCL backend (libkvshard-nccl.so.1): a kvs communicator on an NCCL
+ * communicator of its own, with device buffers and a stream of its own.
+ *
+ * The communicator is created from a unique id or split from an engine's
+ * (ncclCommSplit), always nonblocking (ncclConfig_t.blocking = 0), and its
+ * initialisation is polled against its own deadline. Every collective runs
+ * with the communicator's device current, from whichever thread makes it,
+ * and then puts the thread's context back as it was (none, for a thread
+ * that never chose a device: no context is created on GPU 0 behind the
+ * caller's back). It stages host -> device on the stream, runs on the
+ * device, stages back, and then polls its own stream and
+ * ncclCommGetAsyncError until it is done, NCCL reports an error, or the
+ * deadline passes. On any failure (NCCL's, a CUDA call's, the deadline)
+ * the communicator is aborted, so peers in a collective with this rank get
+ * an error instead of waiting out their deadline. */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/options.h"
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
+#include "shard/comm_nccl.h"
 #include "shard/wait.h"
 
 typedef struct nccl_ctx {
@@ -18,8 +33,7 @@ typedef struct nccl_ctx {
    * communicator's stream waits for it before the next collective writes
    * a buffer. */
   cudaEvent_t reads_done;
-  bool own_comm;
-  bool own_stream;
+  bool own_comm; /* false until the communicator exists */
   bool aborted;
   int device;
   int rank;
@@ -37,23 +51,14 @@ static void append(kvs_error *err, const char *text) {
   }
 }
 
-/* After a failed collective: in create mode the communicator is aborted,
- * so nothing queued on it runs and peers in a collective with this rank
- * get an error instead of waiting out their deadline. An adopted
- * communicator is the engine's: it is never aborted here (the engine
- * would go on with a freed comm); the message says what the engine must
- * do. */
+/* After a failed collective: the communicator is aborted, so nothing
+ * queued on it runs and peers in a collective with this rank get an error
+ * instead of waiting out their deadline. */
 static void stop(nccl_ctx *ctx, kvs_error *err) {
-  if (ctx->comm == NULL || ctx->aborted) return;
-  if (ctx->own_comm) {
-    ctx->aborted = true;
-    ncclCommAbort(ctx->comm);
-    append(err, "; the communicator was aborted");
-  } else {
-    append(err,
-           "; the engine's communicator was left as it is (a collective may still be queued "
-           "on its stream): abort it before reusing it or destroying this kvs_comm");
-  }
+  if (ctx->comm == NULL || ctx->aborted || !ctx->own_comm) return;
+  ctx->aborted = true;
+  ncclCommAbort(ctx->comm);
+  append(err, "; the communicator was aborted");
 }
 
 /* A CUDA failure in a collective, named for this rank and device
@@ -249,8 +254,8 @@ static kvs_status nccl_barrier(void *vctx, int timeout_ms, kvs_error *err) {
   return nccl_allreduce(ctx, &ctx->barrier_word, 1, KVS_COMM_SUM, timeout_ms, err);
 }
 
-/* kvs_comm_abort: aborts a communicator this backend created; an adopted
- * one is the engine's to abort. */
+/* kvs_comm_abort: aborts the communicator (its own, also when split from
+ * an engine's: the engine's parent is untouched). */
 static void nccl_abort(void *vctx, int code) {
   (void)code;
   nccl_ctx *ctx = vctx;
@@ -289,9 +294,37 @@ static void nccl_destroy(void *vctx) {
   close_comm(ctx);
   nccl_buffer_free(ctx, &ctx->barrier_word);
   if (ctx->reads_done != NULL) (void)cudaEventDestroy(ctx->reads_done);
-  if (ctx->own_stream && ctx->stream != NULL) (void)cudaStreamDestroy(ctx->stream);
+  if (ctx->stream != NULL) (void)cudaStreamDestroy(ctx->stream);
   if (entered) kvs_cuda_device_leave(&scope);
   free(ctx);
+}
+
+
+static kvs_status nccl_device_stream(void *vctx, void **stream, int *device, kvs_error *err) {
+  (void)err;
+  nccl_ctx *ctx = vctx;
+  *stream = ctx->stream;
+  *device = ctx->device;
+  return KVS_OK;
+}
+
+static kvs_status nccl_reads_done(void *vctx, void *stream, kvs_error *err) {
+  nccl_ctx *ctx = vctx;
+  if ((cudaStream_t)stream == ctx->stream) return KVS_OK; /* already in order */
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  char what[128];
+  snprintf(what, sizeof what, "cudaEventRecord of rank %d's reads on the consumer's stream",
+           ctx->rank);
+  status = kvs_cuda_status(cudaEventRecord(ctx->reads_done, (cudaStream_t)stream), what, err);
+  if (status == KVS_OK) {
+    snprintf(what, sizeof what, "cudaStreamWaitEvent of rank %d's collectives on the reads",
+             ctx->rank);
+    status = kvs_cuda_status(cudaStreamWaitEvent(ctx->stream, ctx->reads_done, 0), what, err);
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
 }
 
 static const kvs_comm_vtable nccl_vtable = {
@@ -303,229 +336,58 @@ static const kvs_comm_vtable nccl_vtable = {
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
+    .device_stream = nccl_device_stream,
+    .reads_done = nccl_reads_done,
 };
 
-static const nccl_ctx *context_of(const struct kvs_comm *comm, kvs_error *err) {
-  if (comm == NULL || strcmp(kvs_comm_backend(comm), "nccl") != 0) {
-    kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                  "communicator is a '%s' backend, not nccl; it has no CUDA stream",
-                  comm != NULL ? kvs_comm_backend(comm) : "NULL");
-    return NULL;
-  }
-  return kvs_comm_backend_context(comm);
-}
+/* ---- creation ---- */
 
-kvs_status kvs_comm_nccl_stream(const struct kvs_comm *comm, cudaStream_t *stream, int *device,
-                                kvs_error *err) {
-  const nccl_ctx *ctx = context_of(comm, err);
-  if (ctx == NULL) return KVS_ERR_INVALID_ARGUMENT;
-  if (stream != NULL) *stream = ctx->stream;
-  if (device != NULL) *device = ctx->device;
-  return KVS_OK;
-}
-
-kvs_status kvs_comm_nccl_reads_done(kvs_comm_t comm, cudaStream_t stream, kvs_error *err) {
-  const nccl_ctx *ctx = context_of(comm, err);
-  if (ctx == NULL) return KVS_ERR_INVALID_ARGUMENT;
-  if (stream == ctx->stream) return KVS_OK; /* already in order */
-  kvs_cuda_device_scope scope;
-  kvs_status status = enter(ctx, &scope, err);
-  if (status != KVS_OK) return status;
-  char what[128];
-  snprintf(what, sizeof what, "cudaEventRecord of rank %d's reads on the consumer's stream",
-           ctx->rank);
-  status = kvs_cuda_status(cudaEventRecord(ctx->reads_done, stream), what, err);
-  if (status == KVS_OK) {
-    snprintf(what, sizeof what, "cudaStreamWaitEvent of rank %d's collectives on the reads",
-             ctx->rank);
-    status = kvs_cuda_status(cudaStreamWaitEvent(ctx->stream, ctx->reads_done, 0), what, err);
-  }
-  kvs_cuda_device_leave(&scope);
-  return status;
-}
-
-/* One collective round on the bootstrap so every rank leaves creation with
- * the same verdict: the lowest failing rank, or -1 when all succeeded. */
-static kvs_status agree_on_failure(kvs_comm_t bootstrap, kvs_comm_buffer *word, bool failed,
-                                   int *lowest_failed, kvs_error *err) {
-  ((uint64_t *)word->host)[0] = failed ? (uint64_t)kvs_comm_rank(bootstrap) : UINT64_MAX;
-  kvs_status status = kvs_comm_allreduce_u64(bootstrap, word, 1, KVS_COMM_MIN, err);
-  if (status != KVS_OK) return status;
-  uint64_t v = ((uint64_t *)word->host)[0];
-  *lowest_failed = v == UINT64_MAX ? -1 : (int)v;
-  return KVS_OK;
-}
-
-/* This host's identity: a hash of its name (never 0). Two containers on one
- * machine with different host names count as two nodes; each then takes
- * device 0 upwards of what it sees, which is right when each is given its
- * own GPUs (CUDA_VISIBLE_DEVICES, a device plugin), as they usually are. */
-static uint64_t host_key(void) {
-  char name[256] = "";
-  if (gethostname(name, sizeof name) != 0) name[0] = '\0';
-  name[sizeof name - 1] = '\0';
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  return h != 0 ? h : 1;
-}
-
-/* The node-local rank: how many lower ranks share this rank's host. Every
- * rank puts its host key in its own word of one SUM allreduce, so each
- * sees every rank's host; ranks need not be laid out by node (mpirun
- * --map-by node deals them round-robin). */
-static kvs_status local_rank_of(kvs_comm_t bootstrap, int *local_rank, kvs_error *err) {
-  int size = kvs_comm_size(bootstrap), rank = kvs_comm_rank(bootstrap);
-  kvs_comm_buffer keys = {NULL, NULL, 0, NULL};
-  kvs_status status = kvs_comm_buffer_alloc(bootstrap, (size_t)size * sizeof(uint64_t), &keys, err);
-  if (status != KVS_OK) return status;
-  uint64_t *k = keys.host;
-  for (int r = 0; r < size; r++) k[r] = 0;
-  k[rank] = host_key();
-  status = kvs_comm_allreduce_u64(bootstrap, &keys, (size_t)size, KVS_COMM_SUM, err);
-  if (status == KVS_OK) {
-    int below = 0;
-    for (int r = 0; r < rank; r++) below += k[r] == k[rank];
-    *local_rank = below;
-  }
-  kvs_comm_buffer_free(bootstrap, &keys);
-  return status;
-}
-
-/* Create mode, first half: every rank picks its device (the option, or
- * the node-local rank modulo the visible devices) and the ranks agree
- * that all have one before anyone enters NCCL. */
-static kvs_status choose_device(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
-                                kvs_comm_t bootstrap, kvs_comm_buffer *boot, kvs_error *err) {
-  int local_rank = 0;
-  kvs_status status = local_rank_of(bootstrap, &local_rank, err);
-  if (status != KVS_OK) return status;
-  kvs_error local;
-  kvs_error_clear(&local);
-  kvs_error why;
-  int count = 0;
-  kvs_status local_status = KVS_OK;
-  if (kvs_cuda_device_count(&count, &why) != KVS_OK) {
-    local_status =
-        kvs_error_set(&local, KVS_ERR_UNSUPPORTED, "rank %d: %s", ctx->rank, why.message);
-  } else if (options->device >= count) {
-    local_status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
-                                 "rank %d: device %d asked for, but CUDA sees %d device%s",
-                                 ctx->rank, options->device, count, count == 1 ? "" : "s");
-  } else {
-    ctx->device = options->device >= 0 ? options->device : local_rank % count;
-    /* Creates the device's context now, and proves it usable. */
-    kvs_cuda_device_scope scope;
-    local_status = kvs_cuda_device_enter(ctx->device, &scope, &local);
-    if (local_status == KVS_OK) kvs_cuda_device_leave(&scope);
-  }
-  int lowest = -1;
-  if ((status = agree_on_failure(bootstrap, boot, local_status != KVS_OK, &lowest, err))) {
-    return status;
-  }
-  if (lowest < 0) return KVS_OK;
-  if (local_status != KVS_OK) return kvs_error_set(err, local_status, "%s", local.message);
-  return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                       "rank %d has no usable CUDA device, so no nccl communicator can be "
-                       "built over the %d ranks",
-                       lowest, ctx->size);
-}
-
-/* Create mode, second half, with the device current: rank 0 mints the
- * unique id, which travels over the bootstrap with a verdict word (a
- * failure on rank 0 stops everyone); then a nonblocking init polled
- * against the deadline, and one more agreement. */
-static kvs_status init_comm(nccl_ctx *ctx, kvs_comm_t bootstrap, kvs_comm_buffer *boot,
-                            kvs_error *err) {
-  uint64_t *verdict = boot->host;
-  ncclUniqueId *id = (ncclUniqueId *)((char *)boot->host + sizeof(uint64_t));
-  if (ctx->rank == 0) {
-    ncclResult_t rc = ncclGetUniqueId(id);
-    *verdict = (uint64_t)rc;
-  }
-  kvs_status status = kvs_comm_broadcast(bootstrap, boot, boot->bytes, 0, err);
-  if (status != KVS_OK) return status;
-  if (*verdict != (uint64_t)ncclSuccess) {
-    return kvs_error_set(err, KVS_ERR_COMM, "ncclGetUniqueId failed on rank 0: %s",
-                         ncclGetErrorString((ncclResult_t)*verdict));
-  }
+/* With the device current: the communicator from the id, or split from
+ * the parent, polled against the initialisation's own deadline. */
+static kvs_status init_comm(nccl_ctx *ctx, const kvs_nccl_open_args *args, kvs_error *err) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  kvs_wait w = kvs_wait_begin(ctx->timeout_ms);
-  kvs_error local;
-  kvs_error_clear(&local);
-  kvs_status local_status;
-  ncclResult_t rc = ncclCommInitRankConfig(&ctx->comm, ctx->size, *id, ctx->rank, &config);
-  if (rc != ncclSuccess && rc != ncclInProgress) {
-    ctx->comm = NULL;
-    local_status = kvs_error_set(&local, KVS_ERR_COMM, "ncclCommInitRankConfig on rank %d: %s",
-                                 ctx->rank, ncclGetErrorString(rc));
+  ncclResult_t rc;
+  const char *what;
+  if (args->parent != NULL) {
+    what = "ncclCommSplit";
+    ncclComm_t parent = (ncclComm_t)args->parent;
+    int parent_rank = 0;
+    rc = ncclCommUserRank(parent, &parent_rank);
+    if (rc == ncclSuccess) rc = ncclCommSplit(parent, 0, parent_rank, &ctx->comm, &config);
   } else {
-    ctx->own_comm = true;
-    local_status = settle(ctx, rc, "communicator initialisation", &w, &local);
+    what = "ncclCommInitRankConfig";
+    ncclUniqueId id;
+    memcpy(&id, args->unique_id, sizeof id);
+    rc = ncclCommInitRankConfig(&ctx->comm, args->nranks, id, args->rank, &config);
   }
-  int lowest = -1;
-  if ((status = agree_on_failure(bootstrap, boot, local_status != KVS_OK, &lowest, err))) {
-    return status;
+  if ((rc != ncclSuccess && rc != ncclInProgress) || ctx->comm == NULL) {
+    ctx->comm = NULL;
+    return kvs_error_set(err, KVS_ERR_COMM, "%s on rank %d (device %d): %s", what, args->rank,
+                         ctx->device, ncclGetErrorString(rc));
   }
-  if (lowest < 0) return KVS_OK;
-  stop(ctx, NULL);
-  return local_status != KVS_OK
-             ? kvs_error_set(err, local_status, "%s", local.message)
-             : kvs_error_set(err, KVS_ERR_COMM,
-                             "nccl communicator initialisation failed on rank %d", lowest);
-}
-
-static kvs_status create_comm(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
-                              kvs_comm_t bootstrap, kvs_error *err) {
-  kvs_comm_buffer boot = {NULL, NULL, 0, NULL};
-  kvs_status status =
-      kvs_comm_buffer_alloc(bootstrap, sizeof(uint64_t) + sizeof(ncclUniqueId), &boot, err);
+  ctx->own_comm = true;
+  kvs_wait w = kvs_wait_begin(args->init_timeout_ms);
+  ctx->timeout_ms = args->init_timeout_ms;
+  kvs_status status = settle(ctx, rc, "communicator initialisation", &w, err);
+  ctx->timeout_ms = args->timeout_ms;
   if (status != KVS_OK) return status;
-  ctx->rank = kvs_comm_rank(bootstrap);
-  ctx->size = kvs_comm_size(bootstrap);
-  status = choose_device(ctx, options, bootstrap, &boot, err);
-  if (status == KVS_OK) {
-    kvs_cuda_device_scope scope;
-    status = kvs_cuda_device_enter(ctx->device, &scope, err);
-    if (status == KVS_OK) {
-      status = init_comm(ctx, bootstrap, &boot, err);
-      kvs_cuda_device_leave(&scope);
-    }
+  if ((rc = ncclCommCount(ctx->comm, &ctx->size)) != ncclSuccess ||
+      (rc = ncclCommUserRank(ctx->comm, &ctx->rank)) != ncclSuccess) {
+    return nccl_failed(ctx, rc, "ncclCommCount/UserRank after initialisation", err);
   }
-  kvs_comm_buffer_free(bootstrap, &boot);
-  return status;
-}
-
-/* Adopt mode: the engine's communicator tells rank, size and device. */
-static kvs_status adopt_comm(nccl_ctx *ctx, ncclComm_t comm, kvs_error *err) {
-  ctx->comm = comm;
-  int device = -1;
-  ncclResult_t rc = ncclCommCount(comm, &ctx->size);
-  if (rc == ncclSuccess) rc = ncclCommUserRank(comm, &ctx->rank);
-  if (rc == ncclSuccess) rc = ncclCommCuDevice(comm, &device);
-  if (rc != ncclSuccess) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "the adopted ncclComm_t cannot be queried: %s", ncclGetErrorString(rc));
-  }
-  ctx->device = device;
   return KVS_OK;
 }
 
-/* With the device current: the stream (unless adopted), the consumers'
- * event and the barrier word. */
-static kvs_status finish_setup(nccl_ctx *ctx, const kvs_comm_nccl_options *options,
-                               kvs_error *err) {
-  if (options->stream != NULL) {
-    ctx->stream = options->stream;
-  } else {
-    cudaError_t rc = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
-    if (rc != cudaSuccess) {
-      ctx->stream = NULL;
-      return cuda_failed(ctx, rc, "stream creation", err);
-    }
-    ctx->own_stream = true;
+/* With the device current: the stream, the consumers' event and the
+ * barrier word. */
+static kvs_status finish_setup(nccl_ctx *ctx, kvs_error *err) {
+  cudaError_t rc = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+  if (rc != cudaSuccess) {
+    ctx->stream = NULL;
+    return cuda_failed(ctx, rc, "stream creation", err);
   }
-  cudaError_t rc = cudaEventCreateWithFlags(&ctx->reads_done, cudaEventDisableTiming);
+  rc = cudaEventCreateWithFlags(&ctx->reads_done, cudaEventDisableTiming);
   if (rc != cudaSuccess) {
     ctx->reads_done = NULL;
     return cuda_failed(ctx, rc, "event creation", err);
@@ -535,39 +397,69 @@ static kvs_status finish_setup(nccl_ctx *ctx, const kvs_comm_nccl_options *optio
   return status;
 }
 
-kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t bootstrap,
-                                kvs_comm_t *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
-  static const kvs_comm_nccl_options defaults = KVS_COMM_NCCL_OPTIONS_INIT;
-  kvs_comm_nccl_options adopted;
-  kvs_status adopt = kvs_options_adopt(options, &defaults, sizeof defaults,
-                                       "KVS_COMM_NCCL_OPTIONS_INIT", &adopted, err);
-  if (adopt != KVS_OK) return adopt;
-  options = &adopted;
-  kvs_status timeout = kvs_comm_check_timeout(options->timeout_ms, err);
-  if (timeout != KVS_OK) return timeout;
-  if (options->comm == NULL && bootstrap == NULL) {
+static kvs_status nccl_open(const kvs_nccl_open_args *args, const kvs_comm_vtable **vtable,
+                            void **out, int *rank, int *nranks, kvs_error *err) {
+  if (args == NULL || vtable == NULL || out == NULL || rank == NULL || nranks == NULL ||
+      (args->parent == NULL && args->unique_id == NULL)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "creating an nccl communicator needs a bootstrap communicator to "
-                         "exchange the unique id (or pass an existing ncclComm_t to adopt)");
+                         "nccl open needs its arguments (a unique id or a parent) and outputs");
   }
   nccl_ctx *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the nccl backend");
-  ctx->timeout_ms = options->timeout_ms;
-  ctx->device = -1;
-  kvs_status status = options->comm != NULL ? adopt_comm(ctx, options->comm, err)
-                                            : create_comm(ctx, options, bootstrap, err);
-  if (status == KVS_OK) {
-    kvs_cuda_device_scope scope;
-    status = enter(ctx, &scope, err);
-    if (status == KVS_OK) {
-      status = finish_setup(ctx, options, err);
-      kvs_cuda_device_leave(&scope);
-    }
-  }
+  ctx->device = args->device;
+  ctx->rank = args->rank;
+  ctx->size = args->nranks;
+  ctx->timeout_ms = args->timeout_ms;
+  /* Entering creates the device's context now, and proves it usable. */
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
   if (status != KVS_OK) {
+    free(ctx);
+    return status;
+  }
+  status = init_comm(ctx, args, err);
+  if (status == KVS_OK) status = finish_setup(ctx, err);
+  kvs_cuda_device_leave(&scope);
+  if (status != KVS_OK) {
+    stop(ctx, NULL);
     nccl_destroy(ctx);
     return status;
   }
-  return kvs_comm_create(&nccl_vtable, ctx, ctx->rank, ctx->size, options->timeout_ms, out, err);
+  *vtable = &nccl_vtable;
+  *out = ctx;
+  *rank = ctx->rank;
+  *nranks = ctx->size;
+  return KVS_OK;
+}
+
+static kvs_status nccl_unique_id(unsigned char *out, size_t bytes, kvs_error *err) {
+  ncclUniqueId id;
+  if (out == NULL || bytes < sizeof id) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "a unique id needs %zu bytes, got %zu",
+                         sizeof id, bytes);
+  }
+  ncclResult_t rc = ncclGetUniqueId(&id);
+  if (rc != ncclSuccess) {
+    return kvs_error_set(err, KVS_ERR_COMM, "ncclGetUniqueId: %s", ncclGetErrorString(rc));
+  }
+  memcpy(out, &id, sizeof id);
+  return KVS_OK;
+}
+
+static int nccl_version(void) {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+}
+
+__attribute__((visibility("default"))) const void *kvs_backend_nccl_v1(void);
+
+const void *kvs_backend_nccl_v1(void) {
+  static const kvs_nccl_table table = {
+      .header = KVS_BACKEND_HEADER("nccl", kvs_nccl_table),
+      .unique_id = nccl_unique_id,
+      .device_count = kvs_cuda_device_count,
+      .open = nccl_open,
+      .version = nccl_version,
+  };
+  return &table;
 }

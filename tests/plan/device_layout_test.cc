@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/device_budget.h"
+#include "plan/device_budget.h"
 #include "tests/backends/cuda/fixtures.h"
 
 using namespace kvs_cuda_test;

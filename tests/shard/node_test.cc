@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/geometry.h"
-#include "backends/cuda/cuda_status.h"
+#include "topology/cuda_probe.h"
 #include "plan/node_setup.h"
 #include "tools/workload.h"
 #include "tests/shard/ranks.h"
@@ -251,7 +251,7 @@ TEST(Node, cuda_tables_without_a_gpu_are_refused_saying_why) {
   NodeSetup s(1, 1, std::vector<uint64_t>(8, 900 * MiB));
   s.options.device = KVS_NODE_DEVICE_CUDA;
   int count = 0;
-  if (kvs_cuda_device_count(&count, nullptr) == KVS_OK) GTEST_SKIP() << "a GPU is visible";
+  if (kvs_cuda_probe_device_count(&count, nullptr) == KVS_OK) GTEST_SKIP() << "a GPU is visible";
   run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
     kvs_node_t node = nullptr;
     kvs_error err;

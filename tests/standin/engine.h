@@ -90,6 +90,7 @@ struct ncclComm {
   bool stalled = false;              // injected: its collectives never arrive
   int polls = 0;                     // ncclInProgress answers left
   uint64_t next_seq = 0;
+  uint64_t splits = 0;  // ncclCommSplit calls made on it
   int outstanding = 0;  // collectives enqueued, not complete
   std::string last_error;
 };

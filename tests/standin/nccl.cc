@@ -279,16 +279,12 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                    ncclConfig_t *config) {
-  Engine &e = engine();
-  Lock lock(e.mutex);
-  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
-  if (config != nullptr && config->magic != 0xcafebeef) return ncclInvalidArgument;
-  if (e.config.devices <= 0) return ncclUnhandledCudaError;
-  // NCCL takes the calling thread's current device (creating its context).
-  int device = e.need_context();
-  std::string key(id.internal, sizeof id.internal);
+namespace {
+
+// One rank joining the clique `key` of nranks on `device`: what
+// ncclCommInitRankConfig and ncclCommSplit share. The lock is held.
+ncclResult_t join(Engine &e, Lock &lock, const std::string &key, int nranks, int rank, int device,
+                  const ncclConfig_t *config, ncclComm_t *comm, const char *call) {
   Clique *clique = nullptr;
   for (auto &c : e.cliques) {
     if (c->key == key) clique = c.get();
@@ -302,7 +298,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   }
   if (clique->nranks != nranks) return ncclInvalidArgument;
   if (clique->ranks[static_cast<size_t>(rank)] != nullptr) {
-    e.violation("ncclCommInitRankConfig: rank " + std::to_string(rank) + " joined twice");
+    e.violation(std::string(call) + ": rank " + std::to_string(rank) + " joined twice");
     return ncclInvalidUsage;
   }
   e.comms.emplace_back(new ncclComm);
@@ -322,13 +318,57 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
   if (!c->blocking) return ncclInProgress;
   e.wait_until(
       lock, [&] { return clique->joined == clique->nranks; },
-      "ncclCommInitRankConfig waiting for every rank");
+      (std::string(call) + " waiting for every rank").c_str());
   c->state = CommState::kReady;
   if (clique->init_result != ncclSuccess) {
     c->async = clique->init_result;
     c->last_error = clique->init_error;
   }
   return clique->init_result;
+}
+
+}  // namespace
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  if (config != nullptr && config->magic != 0xcafebeef) return ncclInvalidArgument;
+  if (e.config.devices <= 0) return ncclUnhandledCudaError;
+  // NCCL takes the calling thread's current device (creating its context).
+  int device = e.need_context();
+  std::string key(id.internal, sizeof id.internal);
+  return join(e, lock, key, nranks, rank, device, config, comm, "ncclCommInitRankConfig");
+}
+
+// A split joins every rank of the parent that makes its n-th split with the
+// same color into one new clique, on the parent's device. The stand-in
+// supports what kvshard does: one color for every rank, the parent's rank
+// as the key (the new rank).
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *config) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  ncclComm *parent = valid(e, comm, "ncclCommSplit");
+  if (parent == nullptr || newcomm == nullptr) return ncclInvalidArgument;
+  if (config != nullptr && config->magic != 0xcafebeef) return ncclInvalidArgument;
+  if (parent->state != CommState::kReady) {
+    e.violation("ncclCommSplit of a communicator whose initialisation has not finished");
+    return ncclInvalidUsage;
+  }
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  if (key != parent->rank) {
+    e.violation("ncclCommSplit: the stand-in splits with the parent's rank as the key");
+    return ncclInvalidUsage;
+  }
+  std::string clique = parent->clique->key + "/split" + std::to_string(parent->splits++) +
+                       "/color" + std::to_string(color);
+  return join(e, lock, clique, parent->clique->nranks, key, parent->device, config, newcomm,
+              "ncclCommSplit");
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "backends/cuda/device_budget.h"
+#include "plan/device_budget.h"
 #include "backends/cuda/device_tables.h"
 #include "tests/backends/cuda/fixtures.h"
 

@@ -18,7 +18,7 @@
 
 #include "core/device_ref.h"
 #include "backends/cuda/cuda_status.h"
-#include "backends/cuda/device_budget.h"
+#include "plan/device_budget.h"
 #include "plan/device_layout.h"
 #include "backends/cuda/device_tables.h"
 #include "tests/backends/cuda/fixtures.h"

@@ -8,8 +8,8 @@
  * (module loads, local memory of the first large launch, the allocation's
  * own rounding to 2 MiB pages), so a pool sized to the last byte of the
  * ratio still allocates. */
-#ifndef KVS_CUDA_DEVICE_BUDGET_H
-#define KVS_CUDA_DEVICE_BUDGET_H
+#ifndef KVS_PLAN_DEVICE_BUDGET_H
+#define KVS_PLAN_DEVICE_BUDGET_H
 
 #include <stdint.h>
 
@@ -41,8 +41,9 @@ kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, 
                                      uint64_t reserve_bytes, kvs_device_budget *out,
                                      kvs_error *err);
 
-/* Measures `device` (cudaMemGetInfo with it current; the caller's current
- * device is restored) and computes its budget. */
+/* Measures `device` through the CUDA backend (cudaMemGetInfo with it
+ * current: this process's context on that device only; the calling
+ * thread's context is put back) and computes its budget. */
 kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t reserve_bytes,
                                    kvs_device_budget *out, kvs_error *err);
 
@@ -50,4 +51,4 @@ kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t res
 }
 #endif
 
-#endif /* KVS_CUDA_DEVICE_BUDGET_H */
+#endif /* KVS_PLAN_DEVICE_BUDGET_H */

@@ -1,0 +1,44 @@
+#include "shard/comm_mpi.h"
+
+/* Defined when the program links the MPI backend itself; otherwise the
+ * registry loads it. */
+extern const void *kvs_backend_mpi_v1(void) __attribute__((weak));
+
+kvs_status kvs_comm_mpi_table(const kvs_mpi_table **out, kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  const void *table = NULL;
+  kvs_status status = kvs_backend_table(KVS_BACKEND_MPI, KVS_MPI_ENTRY, kvs_backend_mpi_v1,
+                                        sizeof(kvs_mpi_table), &table, err);
+  if (status == KVS_OK) *out = table;
+  return status;
+}
+
+kvs_status kvs_mpi_init(int *world_rank, int *world_size, kvs_error *err) {
+  if (world_rank == NULL || world_size == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "world_rank and world_size are required");
+  }
+  const kvs_mpi_table *t = NULL;
+  kvs_status status = kvs_comm_mpi_table(&t, err);
+  return status != KVS_OK ? status : t->init(world_rank, world_size, err);
+}
+
+kvs_status kvs_mpi_finalize(kvs_error *err) {
+  const kvs_mpi_table *t = NULL;
+  kvs_status status = kvs_comm_mpi_table(&t, err);
+  return status != KVS_OK ? status : t->finalize(err);
+}
+
+kvs_status kvs_comm_mpi_create(const void *handle, size_t handle_bytes, int timeout_ms,
+                               kvs_comm_t *out, kvs_error *err) {
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
+  kvs_status status = kvs_comm_check_timeout(timeout_ms, err);
+  if (status != KVS_OK) return status;
+  const kvs_mpi_table *t = NULL;
+  if ((status = kvs_comm_mpi_table(&t, err)) != KVS_OK) return status;
+  const kvs_comm_vtable *vtable = NULL;
+  void *ctx = NULL;
+  int rank = 0, size = 0;
+  status = t->open(handle, handle_bytes, timeout_ms, &vtable, &ctx, &rank, &size, err);
+  if (status != KVS_OK) return status;
+  return kvs_comm_create(vtable, ctx, rank, size, timeout_ms, out, err);
+}

@@ -1,0 +1,110 @@
+/* Communicators on NCCL, through the NCCL backend (libkvshard-nccl.so.1,
+ * loaded by core/backend.h): nothing here names an NCCL or CUDA type, so
+ * the core builds and loads without either.
+ *
+ * Three ways in, all collective over the ranks they join:
+ *   - from a unique id: one rank mints it (kvs_comm_nccl_unique_id), the
+ *     engine shares it over its own group (torch.distributed, MPI), every
+ *     rank creates its communicator on its device (SGLang's and vLLM's
+ *     own bootstrap);
+ *   - split from an engine's ncclComm_t (ncclCommSplit): kvshard's
+ *     traffic gets a communicator and a stream of its own, never
+ *     interleaved with the engine's collectives on the engine's stream;
+ *   - bootstrapped over another kvs communicator (MPI, loopback): the
+ *     ranks agree that each has a device, rank 0's id travels over it,
+ *     and after the last setup step they agree again, so one rank's
+ *     failure fails every rank at once instead of leaving them waiting.
+ *
+ * The backend's communicator is nonblocking (its initialisation is polled
+ * against init_timeout_ms), runs its collectives on a stream of its own on
+ * `device`, stages through pinned host memory, and polls its own stream
+ * and ncclCommGetAsyncError against timeout_ms; on any failure it aborts
+ * the NCCL communicator (peers then fail instead of waiting) and poisons
+ * the kvs communicator. */
+#ifndef KVS_SHARD_COMM_NCCL_H
+#define KVS_SHARD_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include "core/backend.h"
+#include "core/status.h"
+#include "shard/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* sizeof(ncclUniqueId). */
+#define KVS_NCCL_UNIQUE_ID_BYTES 128
+
+typedef struct kvs_comm_nccl_options {
+  size_t size;    /* sizeof(kvs_comm_nccl_options) */
+  int rank;       /* this rank, in [0, nranks) */
+  int nranks;     /* the group's size */
+  int device;     /* the CUDA device this rank runs on */
+  /* From kvs_comm_nccl_unique_id on one rank, the same on every rank. */
+  unsigned char unique_id[KVS_NCCL_UNIQUE_ID_BYTES];
+  /* An engine's ncclComm_t to split from instead (rank and nranks are
+   * then the engine's; unique_id is not used); the engine's stays the
+   * engine's. */
+  void *parent;
+  int init_timeout_ms; /* deadline of the initialisation */
+  int timeout_ms;      /* deadline of every collective wait */
+} kvs_comm_nccl_options;
+
+/* The defaults: rank 0 of 1, device 0, no id, no parent, 120 s to
+ * initialise, KVS_COMM_DEFAULT_TIMEOUT_MS per collective. */
+void kvs_comm_nccl_options_init(kvs_comm_nccl_options *options);
+
+/* A fresh unique id (ncclGetUniqueId), for one rank to share. */
+kvs_status kvs_comm_nccl_unique_id(unsigned char out[KVS_NCCL_UNIQUE_ID_BYTES], kvs_error *err);
+
+/* Collective over the ranks of the id (or of the parent). A missing NCCL
+ * backend, libnccl.so.2 or libcudart is KVS_ERR_LIBRARY naming the
+ * library and where it was looked for; a machine without the device is
+ * KVS_ERR_UNSUPPORTED saying why. */
+kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t *out,
+                                kvs_error *err);
+
+/* Collective over bootstrap: every rank of it joins one NCCL communicator
+ * on `device` (-1: its rank among the ranks of its host, modulo the
+ * devices it sees). Fails on every rank alike, naming the lowest failing
+ * rank. bootstrap is used only during the call. */
+kvs_status kvs_comm_nccl_bootstrap(kvs_comm_t bootstrap, int device, int init_timeout_ms,
+                                   int timeout_ms, kvs_comm_t *out, kvs_error *err);
+
+/* How many CUDA devices the NCCL backend sees (KVS_ERR_UNSUPPORTED saying
+ * why when none; KVS_ERR_LIBRARY when the backend cannot be loaded). */
+kvs_status kvs_comm_nccl_device_count(int *count, kvs_error *err);
+
+/* ---- for the backend ---- */
+
+typedef struct kvs_nccl_open_args {
+  int rank, nranks, device;
+  const unsigned char *unique_id; /* KVS_NCCL_UNIQUE_ID_BYTES, or NULL with parent */
+  void *parent;                   /* an ncclComm_t to split from, or NULL */
+  int init_timeout_ms, timeout_ms;
+} kvs_nccl_open_args;
+
+/* The NCCL backend's entry point ("kvs_backend_nccl_v1"). */
+typedef struct kvs_nccl_table {
+  kvs_backend_header header;
+  kvs_status (*unique_id)(unsigned char *out, size_t bytes, kvs_error *err);
+  kvs_status (*device_count)(int *count, kvs_error *err);
+  /* A communicator's vtable and context for kvs_comm_create, and the rank
+   * and size it holds; nothing stays allocated on failure. */
+  kvs_status (*open)(const kvs_nccl_open_args *args, const kvs_comm_vtable **vtable, void **ctx,
+                     int *rank, int *nranks, kvs_error *err);
+  int (*version)(void); /* ncclGetVersion's */
+} kvs_nccl_table;
+
+#define KVS_NCCL_ENTRY "kvs_backend_nccl_v1"
+
+/* The NCCL backend's table: linked into the program, else loaded. */
+kvs_status kvs_comm_nccl_table(const kvs_nccl_table **out, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVS_SHARD_COMM_NCCL_H */
