@@ -30,6 +30,11 @@ kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *n
   if (note != NULL && note_cap > 0) note[0] = '\0';
   kvs_topology_source source;
   if (spec == NULL || strcmp(spec, "auto") == 0) {
+    /* A machine hwloc's environment replaces is refused, never planned as
+     * the bundled stand-in: on a real box that would budget the stand-in's
+     * nominal memory, above what its own GPUs hold. */
+    kvs_status replaced = kvs_topology_live_environment_check(err);
+    if (replaced != KVS_OK) return replaced;
     source = kvs_topology_source_live();
     kvs_topology_t live = NULL;
     kvs_error live_err;

@@ -38,7 +38,11 @@ extern "C" {
  * "auto" falls back to the bundled server, note (note_cap bytes, may be
  * NULL) says so and why; otherwise note is "". A topology that does not
  * load is KVS_ERR_IO / KVS_ERR_PARSE naming it; one without an NVIDIA GPU
- * is KVS_ERR_NOT_FOUND. *out is written only on success. */
+ * is KVS_ERR_NOT_FOUND. "live" and "auto" with one of hwloc's variables
+ * that replace the running machine set (HWLOC_XMLFILE, ...; see
+ * kvs_topology_source_live) are KVS_ERR_UNSUPPORTED naming it: "auto"
+ * does not fall back to the bundled server then. *out is written only on
+ * success. */
 kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err);
 

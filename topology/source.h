@@ -44,10 +44,30 @@ typedef struct kvs_topology_source {
   size_t buffer_len;  /* strlen(buffer) */
 } kvs_topology_source;
 
-/* The running machine, discovered by hwloc. */
+/* The running machine, discovered by hwloc. Live means this machine or a
+ * refusal: hwloc's environment can replace what it discovers (HWLOC_XMLFILE
+ * loads an export, HWLOC_SYNTHETIC a synthetic machine, HWLOC_FSROOT reads
+ * another Linux root, HWLOC_CPUID_PATH x86 CPUID dumps, HWLOC_COMPONENTS
+ * picks the discovery components, HWLOC_THISSYSTEM=0 says the result is not
+ * this machine), and a plan of that machine would price another machine's
+ * GPUs and memory as this one's. Preparing the live source with any of them
+ * set (even empty; HWLOC_THISSYSTEM only when hwloc reads it as 0) is
+ * KVS_ERR_UNSUPPORTED naming the variable and its value, and so is a live
+ * load hwloc still calls not this system. */
 kvs_topology_source kvs_topology_source_live(void);
 
-/* An hwloc 2.x XML export (hwloc 2.9 cannot read version="3.0" files). */
+/* The check the live source makes: KVS_OK when no variable of hwloc's
+ * environment replaces the running machine, else the refusal above. The
+ * "auto" planner asks it before falling back to the bundled server, so a
+ * replaced machine is refused rather than planned as the stand-in. */
+kvs_status kvs_topology_live_environment_check(kvs_error *err);
+
+/* An hwloc 2.x XML export (hwloc 2.9 cannot read version="3.0" files).
+ * An NVIDIA GPU's PCI object without a pci_busid attribute is refused
+ * (KVS_ERR_PARSE naming the GPU by its place in the file, line, gp_index
+ * and pci_type): hwloc would load it at bus id 0000:00:00.0, an address
+ * no GPU has, and the plan would name a device that does not exist. XML
+ * buffers are checked alike. */
 kvs_topology_source kvs_topology_source_xml_file(const char *path);
 
 /* XML text in memory; label names it in messages. */
