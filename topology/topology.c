@@ -294,13 +294,43 @@ static kvs_status check_nothing_dropped(const struct kvs_topology *t,
       t->label, described, loaded, described - loaded);
 }
 
+/* A source that says it is this machine must have given hwloc this
+ * machine: when hwloc calls what it loaded another one (something in its
+ * environment or configuration replaced the discovery that the live
+ * source's own check did not name), the topology would plan another
+ * machine's GPUs with CUDA unasked, so it is refused. */
+static kvs_status check_this_system(const struct kvs_topology *t, const kvs_topology_source *source,
+                                    kvs_error *err) {
+  if (!source->iface->is_this_system(source) || hwloc_topology_is_thissystem(t->hwloc)) {
+    return KVS_OK;
+  }
+  const char *backend = hwloc_obj_get_info_by_name(hwloc_get_root_obj(t->hwloc), "Backend");
+  return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                       "topology '%s' is meant to be this machine, but hwloc calls what it loaded "
+                       "(backend %s) another one: its discovery was replaced (hwloc's environment "
+                       "or configuration), so it is refused rather than planned as this machine",
+                       t->label, backend != NULL ? backend : "unknown");
+}
+
 kvs_status kvs_topology_create(const kvs_topology_source *source,
                                const kvs_topology_options *options, kvs_topology_t *out,
                                kvs_error *err) {
-  if (source == NULL || source->iface == NULL || source->iface->prepare == NULL ||
-      source->iface->is_this_system == NULL || out == NULL) {
+  if (source == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: source is NULL", __func__);
+  }
+  if (source->iface == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: source->iface is NULL", __func__);
+  }
+  if (source->iface->prepare == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: source->iface->prepare is NULL",
+                         __func__);
+  }
+  if (source->iface->is_this_system == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "topology source (and its prepare/is_this_system) and out are required");
+                         "%s: source->iface->is_this_system is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   static const kvs_topology_options defaults = KVS_TOPOLOGY_OPTIONS_INIT;
   kvs_topology_options opts;
@@ -317,7 +347,8 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
   status = load(t, source, err);
   pthread_mutex_unlock(&hwloc_lock);
   if (status != KVS_OK) goto fail;
-  t->this_system = source->iface->is_this_system(source) && hwloc_topology_is_thissystem(t->hwloc);
+  if ((status = check_this_system(t, source, err)) != KVS_OK) goto fail;
+  t->this_system = source->iface->is_this_system(source);
   if ((status = find_pci_gpus(t->hwloc, &pcis, &n_pci, err)) != KVS_OK) goto fail;
   if (!source->iface->is_this_system(source) &&
       (status = check_nothing_dropped(t, source, n_pci, err)) != KVS_OK) {
@@ -383,36 +414,38 @@ void kvs_topology_destroy(kvs_topology_t t) {
   free(t);
 }
 
-size_t kvs_topology_gpu_count(kvs_topology_t t) { return t->n_gpus; }
+/* ---- accessors: a NULL topology reads 0, false, "" or NULL ---- */
+
+size_t kvs_topology_gpu_count(kvs_topology_t t) { return t != NULL ? t->n_gpus : 0; }
 
 const kvs_gpu_info *kvs_topology_gpu(kvs_topology_t t, size_t index) {
-  return index < t->n_gpus ? &t->gpus[index] : NULL;
+  return t != NULL && index < t->n_gpus ? &t->gpus[index] : NULL;
 }
 
-const kvs_gpu_info *kvs_topology_gpus(kvs_topology_t t) { return t->gpus; }
+const kvs_gpu_info *kvs_topology_gpus(kvs_topology_t t) { return t != NULL ? t->gpus : NULL; }
 
-bool kvs_topology_is_this_system(kvs_topology_t t) { return t->this_system; }
+bool kvs_topology_is_this_system(kvs_topology_t t) { return t != NULL && t->this_system; }
 
-const char *kvs_topology_label(kvs_topology_t t) { return t->label; }
+const char *kvs_topology_label(kvs_topology_t t) { return t != NULL ? t->label : ""; }
 
-bool kvs_topology_cuda_used(kvs_topology_t t) { return t->cuda_used; }
+bool kvs_topology_cuda_used(kvs_topology_t t) { return t != NULL && t->cuda_used; }
 
-const char *kvs_topology_cuda_note(kvs_topology_t t) { return t->cuda_note; }
+const char *kvs_topology_cuda_note(kvs_topology_t t) { return t != NULL ? t->cuda_note : ""; }
 
 size_t kvs_topology_numa_count(kvs_topology_t t) {
-  int n = hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_NUMANODE);
+  int n = t != NULL ? hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_NUMANODE) : 0;
   return n > 0 ? (size_t)n : 0;
 }
 
 size_t kvs_topology_package_count(kvs_topology_t t) {
-  int n = hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_PACKAGE);
+  int n = t != NULL ? hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_PACKAGE) : 0;
   return n > 0 ? (size_t)n : 0;
 }
 
 struct hwloc_topology *kvs_topology_hwloc(kvs_topology_t t) {
-  return t->hwloc;
+  return t != NULL ? t->hwloc : NULL;
 }
 
 struct hwloc_obj *kvs_topology_gpu_locality(kvs_topology_t t, size_t index) {
-  return index < t->n_gpus ? t->locality[index] : NULL;
+  return t != NULL && index < t->n_gpus ? t->locality[index] : NULL;
 }

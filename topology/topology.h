@@ -8,7 +8,12 @@
  * CUDA_VISIBLE_DEVICES is honoured), each device matched to its hwloc
  * PCI object by bus id as hwloc/cudart.h does, with its free memory.
  * Each GPU's locality comes from its first non-I/O ancestor: that
- * object's cpuset, its NUMA node when it has exactly one, its package. */
+ * object's cpuset, its NUMA node when it has exactly one, its package.
+ *
+ * NULL: kvs_topology_create refuses a NULL source (or a source without
+ * its iface, prepare or is_this_system) and a NULL out with
+ * KVS_ERR_INVALID_ARGUMENT naming it; the accessors read 0, false, ""
+ * (label, cuda note) or NULL for a NULL topology. */
 #ifndef KVS_TOPOLOGY_TOPOLOGY_H
 #define KVS_TOPOLOGY_TOPOLOGY_H
 
@@ -43,7 +48,11 @@ typedef struct kvs_topology_options {
  * its GPUs. A topology without GPUs loads (gpu count 0). A source that
  * cannot be read or parsed is KVS_ERR_IO / KVS_ERR_PARSE naming it.
  * CUDA being absent is not an error: the hwloc GPU list is kept and
- * kvs_topology_cuda_note says why. *out is written only on success. */
+ * kvs_topology_cuda_note says why. A source that says it is this machine
+ * but loads what hwloc calls another one (hwloc_topology_is_thissystem 0:
+ * its discovery was replaced) is KVS_ERR_UNSUPPORTED naming hwloc's
+ * backend; the live source's own refusals are kvs_topology_source_live's.
+ * *out is written only on success. */
 kvs_status kvs_topology_create(const kvs_topology_source *source,
                                const kvs_topology_options *options, kvs_topology_t *out,
                                kvs_error *err);

@@ -5,6 +5,7 @@
 // then does not fall back to the bundled server. And an export whose GPU
 // has no pci_busid is refused naming the GPU, not planned at 0000:00:00.0.
 #include <gtest/gtest.h>
+#include <hwloc.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -133,6 +134,32 @@ TEST(ReplacedMachine, thissystem_1_is_harmless_and_an_empty_variable_still_count
   kvs_error err;
   EXPECT_EQ(kvs_topology_live_environment_check(&err), KVS_ERR_UNSUPPORTED);
   EXPECT_TRUE(contains(err.message, "HWLOC_FSROOT is set ('')")) << err.message;
+}
+
+// A source that says it is this machine but gives hwloc an export: what a
+// replaced discovery the environment check does not name looks like. The
+// loaded topology is refused, not planned as this machine with CUDA unasked.
+kvs_status prepare_export(const kvs_topology_source *self, hwloc_topology *topology,
+                          kvs_error *err) {
+  if (hwloc_topology_set_xml(topology, self->path) != 0) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "cannot point hwloc at %s", self->path);
+  }
+  return KVS_OK;
+}
+
+bool claims_this_system(const kvs_topology_source *) { return true; }
+
+TEST(ReplacedMachine, a_source_claiming_this_machine_that_hwloc_calls_another_is_refused) {
+  static const kvs_topology_source_i iface = {"lying", prepare_export, claims_this_system};
+  std::string path = hgx_path();
+  kvs_topology_source source = {&iface, "lying", path.c_str(), nullptr, 0};
+  kvs_topology_t t = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_topology_create(&source, nullptr, &t, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_TRUE(contains(err.message, "topology 'lying' is meant to be this machine, but hwloc "
+                                    "calls what it loaded"))
+      << err.message;
 }
 
 // ---- a GPU without a bus id ----
