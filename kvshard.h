@@ -1,75 +1,400 @@
-/* kvshard: the whole public API in one header.
+/* kvshard: the paged KV cache of hybrid-attention LLMs (DeepSeek-V4 style:
+ * sliding window, compressed, indexer and fp32 compress-state ring tiers),
+ * planned, allocated and kept identical across the ranks of a serving
+ * group. This is the whole API an engine calls, in one header:
  *
- * An engine outside Bazel includes this and links libkvshard.so:
  *   cc engine.c $(pkg-config --cflags --libs kvshard)
- * (tools/install.sh PREFIX installs the library, the headers and
- * kvshard.pc). The headers below are the reference; ARCHITECTURE.md says
- * what each folder owns. Private helpers (the window pool's internals,
- * checked arithmetic, the clock and file-kind helpers (which need POSIX
- * feature macros), the kernels' shared math and launchers, the
- * backends' waits) are not part of the API and are left out. */
+ *
+ * It names no CUDA, NCCL or MPI type and needs none of them installed:
+ * those live in backends the library loads when asked for (a device
+ * "cuda" node, an "nccl" or "mpi" communicator), each a shared object of
+ * its own (libkvshard-cuda.so.1, libkvshard-nccl.so.1,
+ * libkvshard-mpi.so.1) found beside libkvshard.so.1, in
+ * KVSHARD_BACKEND_PATH, or on the loader's path. kvshard_cuda.h,
+ * kvshard_nccl.h and kvshard_mpi.h add typed helpers for engines that
+ * hold those libraries' handles.
+ *
+ * Conventions. Every fallible call returns a kvs_status and, given a
+ * non-NULL kvs_error, a message naming the field, layer, page or rank at
+ * fault with the expected and found values; a call that fails changes
+ * nothing. Handles are opaque, made by *_create and released by *_destroy
+ * (which accept NULL). Options structs start with their own size: fill
+ * them with *_options_init, then set fields; a struct from an older build
+ * (shorter) takes this build's defaults for the rest, one from a newer
+ * build (longer) is refused.
+ *
+ * The node is the per-rank object: "node" in this header always means it,
+ * never a machine (a machine is a host). */
 #ifndef KVS_KVSHARD_H
 #define KVS_KVSHARD_H
 
-/* core/ */
-#include "core/cost_model.h"
-#include "core/device_ref.h"
-#include "core/free_list.h"
-#include "core/geometry.h"
-#include "core/journal.h"
-#include "plan/memory_budget.h"
-#include "core/mix.h"
-#include "core/model_config.h"
-#include "core/model_weights.h"
-#include "core/options.h"
-#include "core/regular_file.h"
-#include "core/safetensors.h"
-#include "core/serving_defaults.h"
-#include "core/sglang_pools.h"
-#include "core/status.h"
-#include "core/version.h"
-#include "core/window_pool.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-/* blocks/ */
-#include "blocks/atomic_file.h"
-#include "blocks/bf16.h"
-#include "blocks/block_codec.h"
-#include "blocks/block_hash.h"
-#include "blocks/block_layout.h"
-#include "blocks/block_signature.h"
-#include "blocks/block_signed.h"
-#include "blocks/block_store.h"
+#define KVS_VERSION_MAJOR 0
+#define KVS_VERSION_MINOR 6
+#define KVS_VERSION_PATCH 0
+#define KVS_VERSION_STRING "0.6.0"
+/* The ABI this header describes: the shared object's SONAME number
+ * (libkvshard.so.1). */
+#define KVS_ABI_VERSION 1
 
-/* topology/ */
-#include "topology/binding.h"
-#include "topology/cuda_probe.h"
-#include "topology/gpu.h"
-#include "plan/rank_layout.h"
-#include "plan/node_plan.h"
-#include "topology/source.h"
-#include "plan/stage_split.h"
-#include "topology/topology.h"
+#if defined(__GNUC__) && !defined(KVS_NO_VISIBILITY)
+#define KVS_API __attribute__((visibility("default")))
+#else
+#define KVS_API
+#endif
 
-/* cuda/ */
-#include "backends/cuda/cuda_device.h"
-#include "backends/cuda/cuda_status.h"
-#include "backends/cuda/device_budget.h"
-#include "plan/device_layout.h"
-#include "backends/cuda/device_tables.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-/* shard/ */
-#include "plan/cluster.h"
-#include "shard/cluster_gather.h"
-#include "shard/comm.h"
-#include "shard/comm_loopback.h"
-#include "backends/mpi/comm_mpi.h"
-#include "backends/nccl/comm_nccl.h"
-#include "shard/comm_self.h"
-#include "shard/node.h"
-#include "plan/node_setup.h"
-#include "shard/shard.h"
-#include "shard/step_message.h"
-#include "shard/table.h"
-#include "backends/cuda/table_cuda.h"
+/* ---- status and errors ---- */
+
+typedef enum kvs_status {
+  KVS_OK = 0,
+  KVS_ERR_INVALID_ARGUMENT = 1, /* a parameter outside its domain (NULL, zero page, ...) */
+  KVS_ERR_UNKNOWN_RATIO = 2,    /* a compress ratio that is none of 0, 4, 128 */
+  KVS_ERR_BUDGET_TOO_SMALL = 3, /* the budget cannot hold the minimal pool */
+  KVS_ERR_EXHAUSTED = 4,        /* no free pages (or request slots); nothing was taken */
+  KVS_ERR_PARTIAL_PAGE = 5,     /* a page-atomic call given part of a page */
+  KVS_ERR_OUT_OF_RANGE = 6,     /* an unaligned base, or a location outside the pool */
+  KVS_ERR_INTEGRITY = 7,        /* the pool's conservation or binding invariants broke */
+  KVS_ERR_JOURNAL_FULL = 8,     /* the step has no room for this operation's entries */
+  KVS_ERR_NO_MEMORY = 9,        /* an allocation failed */
+  KVS_ERR_IO = 10,              /* a file could not be read or written */
+  KVS_ERR_PARSE = 11,           /* malformed text (JSON, flags) */
+  KVS_ERR_OVERFLOW = 12,        /* a size does not fit in 64 bits */
+  KVS_ERR_CONFLICT = 13,        /* a binding that conflicts with the pool (bound twice) */
+  KVS_ERR_SIGNATURE = 14,       /* a stored block refused by its signature */
+  KVS_ERR_CORRUPT = 15,         /* encoded bytes truncated, foreign or failing a checksum */
+  KVS_ERR_NOT_FOUND = 16,       /* nothing under that name or key */
+  KVS_ERR_CUDA = 17,            /* the CUDA runtime reported an error */
+  KVS_ERR_COMM = 18,            /* a communication backend failed, or a peer did */
+  KVS_ERR_TIMEOUT = 19,         /* a wait ran past its deadline */
+  KVS_ERR_DIVERGENCE = 20,      /* ranks disagree on state that must be identical */
+  KVS_ERR_UNSUPPORTED = 21,     /* not available on this machine (no GPU, say) */
+  KVS_ERR_EPOCH = 22,           /* a step applied out of order or twice */
+  KVS_ERR_LIBRARY = 23          /* a shared library the call needs cannot be loaded */
+} kvs_status;
+
+#define KVS_ERROR_MESSAGE_MAX 512
+
+typedef struct kvs_error {
+  kvs_status status;
+  char message[KVS_ERROR_MESSAGE_MAX];
+} kvs_error;
+
+/* KVS_VERSION_STRING as the library was built: compare with the header's. */
+KVS_API const char *kvs_version(void);
+/* A short description ("out of range"); never NULL. */
+KVS_API const char *kvs_status_string(kvs_status status);
+/* The enumerator's name ("KVS_ERR_OUT_OF_RANGE"); "KVS_ERR_UNKNOWN" for
+ * none. */
+KVS_API const char *kvs_status_name(kvs_status status);
+/* Resets err to KVS_OK and an empty message; NULL is accepted. */
+KVS_API void kvs_error_clear(kvs_error *err);
+
+/* ---- the model ---- */
+
+/* Largest compress_ratios array a geometry holds (DSV4-Pro ships 62). */
+#define KVS_MAX_LAYERS 1024
+
+/* The few numbers the KV tiers are priced from: a plain value. Ratio 0 is
+ * a window-only layer, 4 a compressed layer with an indexer (CSA), 128 a
+ * heavily compressed one (HCA). Only the first n_layers ratios are read
+ * (a checkpoint ships one more for its MTP layer). */
+typedef struct kvs_geometry {
+  uint64_t head_dim;       /* the MLA latent width; V aliases K */
+  uint64_t index_head_dim; /* the indexer key width */
+  size_t n_layers;
+  size_t n_ratios; /* entries present in compress_ratios */
+  uint32_t compress_ratios[KVS_MAX_LAYERS];
+} kvs_geometry;
+
+/* "dsv4-flash" (the default model), "dsv4-pro"; another name is
+ * KVS_ERR_NOT_FOUND listing the known ones. */
+KVS_API kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *err);
+/* A built-in name, a model folder, or its config.json. */
+KVS_API kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out,
+                                        kvs_error *err);
+/* Layers the model uses: min(n_layers, n_ratios); 0 for NULL. */
+KVS_API size_t kvs_geometry_layer_count(const kvs_geometry *geometry);
+
+/* How KV rows are stored. */
+typedef enum kvs_kv_dtype {
+  KVS_KV_BF16 = 0, /* every row bf16: head_dim x 2, index_head_dim x 2 bytes */
+  KVS_KV_FP8 = 1   /* fp8 rows with a bf16 rope part and scales (584 B on DSV4) */
+} kvs_kv_dtype;
+
+/* Where the fp32 compress-state rings live. */
+typedef enum kvs_state_rings {
+  KVS_STATE_RINGS_PER_PAGE = 0,       /* one ring per window page */
+  KVS_STATE_RINGS_PER_REQUEST = 1,    /* one ring per running request (the default) */
+  KVS_STATE_RINGS_HCA_PER_REQUEST = 2 /* ratio-128 rings per request, ratio-4 per page */
+} kvs_state_rings;
+
+/* ---- communicators ---- */
+
+/* A group of ranks the node talks over. Every wait has a deadline: a peer
+ * that died or stalled becomes KVS_ERR_TIMEOUT naming the collective, and
+ * a failed collective poisons the communicator. */
+typedef struct kvs_comm *kvs_comm_t;
+
+#define KVS_COMM_DEFAULT_TIMEOUT_MS 30000
+
+/* One rank: every collective is the identity. */
+KVS_API kvs_status kvs_comm_self_create(kvs_comm_t *out, kvs_error *err);
+
+/* Ranks as threads of one process (tests, one-process engines): a group
+ * of `size` ranks, then one communicator per rank, each used by one
+ * thread. The group lives until its last communicator is destroyed. */
+typedef struct kvs_comm_loopback_group *kvs_comm_loopback_group_t;
+KVS_API kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *out,
+                                                  kvs_error *err);
+KVS_API void kvs_comm_loopback_group_destroy(kvs_comm_loopback_group_t group);
+KVS_API kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank,
+                                            int timeout_ms, kvs_comm_t *out, kvs_error *err);
+
+/* MPI (the mpi backend): starts MPI unless the program did (and then ends
+ * it in kvs_mpi_finalize), and a communicator over an MPI communicator's
+ * handle (kvshard_mpi.h takes an MPI_Comm; mpi4py's MPI._handleof gives
+ * the same value), NULL for MPI_COMM_WORLD. */
+KVS_API kvs_status kvs_mpi_init(int *world_rank, int *world_size, kvs_error *err);
+KVS_API kvs_status kvs_mpi_finalize(kvs_error *err);
+KVS_API kvs_status kvs_comm_mpi_create(const void *handle, size_t handle_bytes, int timeout_ms,
+                                       kvs_comm_t *out, kvs_error *err);
+
+/* NCCL (the nccl backend): a communicator of kvshard's own, on its own
+ * stream, never interleaved with the engine's collectives. */
+#define KVS_NCCL_UNIQUE_ID_BYTES 128
+
+typedef struct kvs_comm_nccl_options {
+  size_t size;    /* sizeof(kvs_comm_nccl_options) */
+  int rank;       /* this rank, in [0, nranks) */
+  int nranks;     /* the group's size */
+  int device;     /* the CUDA device this rank runs on */
+  /* From kvs_comm_nccl_unique_id on one rank, shared by the engine over
+   * its own group (torch.distributed, MPI): the same on every rank. */
+  unsigned char unique_id[KVS_NCCL_UNIQUE_ID_BYTES];
+  /* Or an engine's ncclComm_t to split from (ncclCommSplit): rank and
+   * nranks are then the engine's. The engine's stays untouched. */
+  void *parent;
+  int init_timeout_ms; /* the initialisation's deadline (default 120 s) */
+  int timeout_ms;      /* every collective's (default 30 s) */
+} kvs_comm_nccl_options;
+
+KVS_API void kvs_comm_nccl_options_init(kvs_comm_nccl_options *options);
+/* A fresh id (ncclGetUniqueId) for one rank to share. */
+KVS_API kvs_status kvs_comm_nccl_unique_id(unsigned char out[KVS_NCCL_UNIQUE_ID_BYTES],
+                                           kvs_error *err);
+/* Collective over the ranks of the id (or the parent). */
+KVS_API kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t *out,
+                                        kvs_error *err);
+
+KVS_API void kvs_comm_destroy(kvs_comm_t comm);
+/* 0 and -1 for NULL. */
+KVS_API int kvs_comm_rank(const struct kvs_comm *comm);
+KVS_API int kvs_comm_size(const struct kvs_comm *comm);
+/* "self", "loopback", "mpi", "nccl"; "" for NULL. */
+KVS_API const char *kvs_comm_backend(const struct kvs_comm *comm);
+/* The deadline of every later wait; > 0. */
+KVS_API kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
+
+/* ---- the node: one rank's KV manager ---- */
+
+typedef struct kvs_node *kvs_node_t;
+
+/* Where a node's tables live. */
+typedef enum kvs_node_device {
+  KVS_NODE_DEVICE_AUTO = 0, /* cuda where the CUDA backend sees a GPU, else cpu */
+  KVS_NODE_DEVICE_CPU = 1,  /* a host twin running the kernels' CPU references */
+  KVS_NODE_DEVICE_CUDA = 2  /* device tables through the CUDA backend */
+} kvs_node_device;
+
+/* local_rank / node_index: read the launcher's environment, or check
+ * nothing (a cluster simulated on one machine). */
+#define KVS_NODE_FROM_LAUNCHER (-2)
+#define KVS_NODE_UNCHECKED (-1)
+
+typedef struct kvs_node_options {
+  size_t size; /* sizeof(kvs_node_options); kvs_node_options_init sets it */
+  /* The model and the pool's shape: the same on every rank. */
+  const kvs_geometry *geometry; /* required */
+  kvs_kv_dtype kv_dtype;        /* KVS_KV_BF16 */
+  uint64_t qk_rope_head_dim;    /* fp8 rows keep this many dims in bf16 (64: DSV4's) */
+  kvs_state_rings state_rings;  /* KVS_STATE_RINGS_PER_REQUEST: max_running + 1 slots */
+  double swa_ratio;             /* the window's share of the history (0.125) */
+  uint64_t page;                /* tokens per page (128) */
+  uint64_t max_seq_len;         /* the longest request (1048576) */
+  uint64_t max_running;         /* requests at once (64) */
+  bool radix;                   /* prefix-cache headroom in the window floor */
+  uint64_t floor_win_pages;     /* 0: derived from the four above */
+  uint64_t n_scratch;           /* scratch rows per compressed pool (1) */
+  /* The layout: tp * pp must equal the communicator's size. */
+  int tp, pp;
+  /* NULL or "auto", "live", "bundled", an hwloc XML export, or a
+   * comma-separated list of them (one per host). */
+  const char *topology;
+  /* The hosts the topology describes (0: the hosts the ranks run on,
+   * found from their host names), and whether a tensor-parallel group may
+   * span hosts. */
+  size_t nodes;
+  bool allow_cross_node_tp;
+  /* -1: the plan's GPU; >= 0: the CUDA device the engine chose for this
+   * rank (its tables go there). */
+  int cuda_device;
+  kvs_node_device device;
+  /* The calling thread and host buffers bound to the GPU's NUMA node. */
+  bool bind_numa;
+  /* The budget: budget_bytes for every GPU, or budget_per_gpu (one per
+   * GPU in the topology's order); neither: the GPU's free memory (measured
+   * on a live GPU, else its known total) x memory_ratio - reserve_bytes -
+   * the weights not loaded yet. */
+  uint64_t budget_bytes;
+  const uint64_t *budget_per_gpu;
+  size_t n_budget_per_gpu;
+  double memory_ratio;    /* 0.90 */
+  uint64_t reserve_bytes; /* 512 MiB */
+  uint64_t weights_bytes; /* per GPU, or weights_per_gpu (one per GPU) */
+  const uint64_t *weights_per_gpu;
+  size_t n_weights_per_gpu;
+  /* The step. */
+  size_t max_batch;       /* rows a step's batch may have (0: max_running) */
+  size_t step_capacity;   /* journal entries per step (0: from the pool's chunk budget) */
+  uint64_t check_every;   /* steps between digest checks (64; 0: on demand only) */
+  bool check_integrity;   /* each check also checks the pool's invariants */
+  bool digest_steps;      /* each step hashes its ring contexts into the digest */
+  /* Where the launcher put this rank, checked against the plan
+   * (KVS_NODE_FROM_LAUNCHER, KVS_NODE_UNCHECKED or the value), and this
+   * rank's host name (NULL: gethostname). */
+  int local_rank;
+  int node_index;
+  const char *host;
+  /* The engine's CUDA stream (a cudaStream_t; NULL: none). The node's
+   * device work of a step waits (on the device) for the engine's work
+   * queued before the step that read the same result buffers, and the
+   * engine's later work on this stream waits for the step's results. */
+  void *stream;
+} kvs_node_options;
+
+/* The defaults above, with size set. */
+KVS_API void kvs_node_options_init(kvs_node_options *options);
+
+/* Collective: plans every rank from the topology and the budgets (the
+ * plan kvplan prints for the same options, byte for byte), carves this
+ * rank's tables, and builds the step runtime. Every rank fails alike,
+ * naming the lowest failing rank and what failed there; nothing stays
+ * allocated then. comm is borrowed and must outlive the node. */
+KVS_API kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options,
+                                   kvs_node_t *out, kvs_error *err);
+KVS_API void kvs_node_destroy(kvs_node_t node);
+
+/* What create decided (0, -1 or false for NULL). */
+KVS_API int kvs_node_rank(const struct kvs_node *node);
+KVS_API int kvs_node_size(const struct kvs_node *node);
+KVS_API bool kvs_node_is_leader(const struct kvs_node *node);
+KVS_API uint64_t kvs_node_page(const struct kvs_node *node);
+/* Full-history pages, identical on every rank, and the window's. */
+KVS_API uint64_t kvs_node_num_pages(const struct kvs_node *node);
+KVS_API uint64_t kvs_node_window_pages(const struct kvs_node *node);
+KVS_API uint64_t kvs_node_max_running(const struct kvs_node *node);
+/* KVS_NODE_DEVICE_CPU or _CUDA, and the CUDA device (-1 on the host). */
+KVS_API kvs_node_device kvs_node_device_of(const struct kvs_node *node);
+KVS_API int kvs_node_cuda_device(const struct kvs_node *node);
+/* Leader-only mutations, between steps; a follower's call is refused
+ * (KVS_ERR_INVALID_ARGUMENT naming the rank) and changes nothing. Each
+ * is journaled and reaches every rank with the next step.
+ *   admit:  a running request's ring slot (-1 with per-page rings), or
+ *           KVS_ERR_EXHAUSTED when max_running requests run;
+ *   bind:   window pages for whole full pages of the request's
+ *           full-pool token locations (contiguous, ascending, whole
+ *           pages), KVS_ERR_EXHAUSTED when the window is full;
+ *   free:   those pages' window bindings back (idempotent);
+ *   finish: the request's slot back. */
+KVS_API kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *slot,
+                                  kvs_error *err);
+KVS_API kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs,
+                                 size_t n, kvs_error *err);
+KVS_API kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err);
+KVS_API kvs_status kvs_node_finish(kvs_node_t node, uint64_t request, kvs_error *err);
+
+/* A step's batch: the rows whose ring contexts the step computes. Row r
+ * decodes position positions[r] (negative: an idle, graph-padding row) of
+ * request requests[r]; its block row holds full-page numbers (-1:
+ * unassigned): the request's pages from its first (`stride` of them), or,
+ * with window_rows, exactly two: the page of block pos/P - 1 (-1 when pos <
+ * P) and the page of block pos/P, the only two a window of P tokens reads. */
+typedef struct kvs_node_batch {
+  size_t size; /* sizeof(kvs_node_batch) */
+  size_t n;
+  const uint64_t *requests;
+  const int64_t *positions;
+  const int32_t *block_table;
+  uint64_t stride; /* with window_rows, 2 */
+  bool window_rows;
+} kvs_node_batch;
+
+/* What a step did and where its ring contexts are: n own and prev window
+ * slots, n x page ring slots, the n ratio-4 and ratio-128 ring locations;
+ * in device memory on a cuda node (valid until the step after next: the
+ * results are double-buffered), else host memory (valid until the next
+ * step). */
+typedef struct kvs_node_step_result {
+  size_t size; /* sizeof(kvs_node_step_result), set by the caller */
+  uint64_t step;
+  size_t entries; /* bindings and frees the step carried */
+  size_t binds;
+  size_t frees;
+  size_t n;
+  uint64_t page;
+  bool on_device;
+  const int64_t *own;
+  const int64_t *prev;
+  const int64_t *ring;
+  const int64_t *csa_loc;
+  const int64_t *hca_loc;
+  /* A cudaEvent_t recorded after the step's device work (NULL on the
+   * host): an engine's other streams wait for it. */
+  void *event;
+  uint64_t digest; /* of the ring contexts, with digest_steps; else 0 */
+} kvs_node_step_result;
+
+/* Collective, every rank, in order: the leader's bindings since the last
+ * step reach every rank and its tables, then the batch's ring contexts
+ * (batch NULL or n 0: none). KVS_ERR_DIVERGENCE means this rank found
+ * itself out of step with the leader: the step still counted, and the
+ * next check names the page. Other failures stop the node. out may be
+ * NULL. */
+KVS_API kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch,
+                                 kvs_node_step_result *out, kvs_error *err);
+
+/* Local, any rank: out[i] = the window slot of full-pool location
+ * locs[i], -1 where unbound. */
+KVS_API kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t *locs, size_t n,
+                                      int64_t *out, kvs_error *err);
+
+/* What a check found; identical on every rank. */
+typedef struct kvs_node_report {
+  size_t size;         /* sizeof(kvs_node_report), set by the caller */
+  int kind;            /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps */
+  uint64_t step;       /* the last step applied */
+  uint64_t digest;     /* the bindings' digest (the leader's) */
+  uint64_t full_page;  /* the first differing full page; UINT64_MAX: none */
+  int rank;            /* the first rank that differs; -1: none */
+  int64_t leader_window_page;
+  int64_t rank_window_page;
+  uint64_t request_slot; /* a differing request slot; UINT64_MAX: none */
+} kvs_node_report;
+
+/* Collective: every rank's bindings, ring contexts and tables compared in
+ * one allreduce; a difference is located by bisection and named.
+ * KVS_ERR_DIVERGENCE on every rank then. report may be NULL. */
+KVS_API kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* KVS_KVSHARD_H */

@@ -33,6 +33,10 @@ def _kvs_shared_library_impl(ctx):
     args.add("-o", out)
     args.add("-Wl,-soname," + ctx.attr.name)
     args.add("-Wl,--no-undefined")
+    inputs = list(objects)
+    if ctx.file.version_script:
+        args.add("-Wl,--version-script=" + ctx.file.version_script.path)
+        inputs.append(ctx.file.version_script)
     args.add_all(objects)
     args.add_all(flags)
     # The kernels object is C++ (nvcc), and the C parts use libm.
@@ -42,7 +46,7 @@ def _kvs_shared_library_impl(ctx):
     ctx.actions.run(
         executable = toolchain.compiler_executable,
         arguments = [args],
-        inputs = depset(objects, transitive = [toolchain.all_files]),
+        inputs = depset(inputs, transitive = [toolchain.all_files]),
         outputs = [out],
         use_default_shell_env = True,
         mnemonic = "KvsSharedLibrary",
@@ -55,6 +59,7 @@ kvs_shared_library = rule(
     fragments = ["cpp"],
     attrs = {
         "deps": attr.label_list(providers = [CcInfo]),
+        "version_script": attr.label(allow_single_file = True),
         "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
     },
 )

@@ -22,29 +22,15 @@ extern "C" {
 #define KVS_CSA_RATIO 4u
 #define KVS_HCA_RATIO 128u
 
-/* Largest compress_ratios array a geometry holds (DSV4-Pro ships 62). */
-#define KVS_MAX_LAYERS 1024
-
 typedef enum kvs_compressor {
   KVS_COMPRESSOR_NONE = 0, /* ratio 0: window tier only */
   KVS_COMPRESSOR_CSA = 4,  /* ratio 4 */
   KVS_COMPRESSOR_HCA = 128 /* ratio 128 */
 } kvs_compressor;
 
-/* A plain value: copy it freely. compress_ratios may hold more entries
- * than the model has layers (a checkpoint ships 44 for 43: the last is
- * the MTP layer); only the first n_layers are ever read. */
-typedef struct kvs_geometry {
-  uint64_t head_dim;       /* MLA latent width; V aliases K */
-  uint64_t index_head_dim; /* Lightning Indexer key width */
-  size_t n_layers;
-  size_t n_ratios; /* entries present in compress_ratios */
-  uint32_t compress_ratios[KVS_MAX_LAYERS];
-} kvs_geometry;
-
-/* Layers the model uses: min(n_layers, n_ratios). Truncates, never pads:
- * a schedule shorter than the stack describes fewer layers. */
-size_t kvs_geometry_layer_count(const kvs_geometry *geometry);
+/* kvs_geometry and KVS_MAX_LAYERS are kvshard.h's (a plain value: copy
+ * it freely), as are kvs_geometry_builtin, kvs_geometry_resolve and
+ * kvs_geometry_layer_count. */
 
 /* Reads one ratio into its mechanism. Returns false (and leaves *out
  * alone) for any ratio other than 0, 4, 128: there is no nearest one. */
@@ -102,14 +88,8 @@ kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *o
 /* Reads and parses a config.json file. */
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err);
 
-/* Built-in geometries by name: "dsv4-flash" (the default), "dsv4-pro".
- * Unknown names are KVS_ERR_NOT_FOUND listing the known ones. */
-kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *err);
 /* The i-th built-in name, or NULL past the end. */
 const char *kvs_geometry_builtin_name(size_t index);
-
-/* A name from kvs_geometry_builtin_name, else a config.json path. */
-kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -21,5 +21,8 @@
 #define KVS_DEFAULT_N_SCRATCH 1u
 #define KVS_DEFAULT_MEMORY_RATIO 0.90
 #define KVS_DEFAULT_RESERVE_BYTES (512ull << 20)
+/* DSV4's qk_rope_head_dim: the bf16 part of an fp8 KV row when no model
+ * config says otherwise. */
+#define KVS_DEFAULT_QK_ROPE_HEAD_DIM 64u
 
 #endif /* KVS_CORE_SERVING_DEFAULTS_H */

@@ -49,11 +49,14 @@ const char *kvs_status_name(kvs_status status) {
 
 kvs_status kvs_error_set(kvs_error *err, kvs_status status, const char *fmt, ...) {
   if (err != NULL) {
-    va_list args;
-    va_start(args, fmt);
     err->status = status;
-    vsnprintf(err->message, sizeof err->message, fmt, args);
-    va_end(args);
+    err->message[0] = '\0'; /* a NULL format leaves no message */
+    if (fmt != NULL) {
+      va_list args;
+      va_start(args, fmt);
+      vsnprintf(err->message, sizeof err->message, fmt, args);
+      va_end(args);
+    }
   }
   return status;
 }

@@ -70,14 +70,19 @@ void kvs_comm_destroy(kvs_comm_t comm) {
   free(comm);
 }
 
-int kvs_comm_rank(const struct kvs_comm *comm) { return comm->rank; }
-int kvs_comm_size(const struct kvs_comm *comm) { return comm->size; }
+int kvs_comm_rank(const struct kvs_comm *comm) { return comm != NULL ? comm->rank : -1; }
+int kvs_comm_size(const struct kvs_comm *comm) { return comm != NULL ? comm->size : 0; }
 const char *kvs_comm_backend(const struct kvs_comm *comm) {
+  if (comm == NULL) return "";
   return comm->vtable->name != NULL ? comm->vtable->name : "?";
 }
-int kvs_comm_timeout_ms(const struct kvs_comm *comm) { return comm->timeout_ms; }
-void *kvs_comm_backend_context(const struct kvs_comm *comm) { return comm->ctx; }
-kvs_status kvs_comm_health(const struct kvs_comm *comm) { return comm->health; }
+int kvs_comm_timeout_ms(const struct kvs_comm *comm) { return comm != NULL ? comm->timeout_ms : 0; }
+void *kvs_comm_backend_context(const struct kvs_comm *comm) {
+  return comm != NULL ? comm->ctx : NULL;
+}
+kvs_status kvs_comm_health(const struct kvs_comm *comm) {
+  return comm != NULL ? comm->health : KVS_ERR_INVALID_ARGUMENT;
+}
 
 kvs_status kvs_comm_device_stream(const struct kvs_comm *comm, void **stream, int *device,
                                   kvs_error *err) {
@@ -108,6 +113,7 @@ kvs_status kvs_comm_check_timeout(int timeout_ms, kvs_error *err) {
 }
 
 kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err) {
+  if (comm == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm is NULL");
   kvs_status status = kvs_comm_check_timeout(timeout_ms, err);
   if (status != KVS_OK) return status;
   comm->timeout_ms = timeout_ms;

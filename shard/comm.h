@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "kvshard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,26 +81,19 @@ typedef struct kvs_comm_vtable {
   kvs_status (*reads_done)(void *ctx, void *stream, kvs_error *err);
 } kvs_comm_vtable;
 
-typedef struct kvs_comm *kvs_comm_t;
-
-#define KVS_COMM_DEFAULT_TIMEOUT_MS 30000
+/* kvs_comm_t, KVS_COMM_DEFAULT_TIMEOUT_MS and kvs_comm_destroy, _rank,
+ * _size, _backend and _set_timeout_ms are kvshard.h's. */
 
 /* Wraps a backend. The communicator owns ctx from here on (destroy calls
  * vtable->destroy), also when this call fails. rank in [0, size), size >=
  * 1, timeout_ms > 0; the vtable's required slots must be set. */
 kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, int size,
                            int timeout_ms, kvs_comm_t *out, kvs_error *err);
-void kvs_comm_destroy(kvs_comm_t comm);
 
-int kvs_comm_rank(const struct kvs_comm *comm);
-int kvs_comm_size(const struct kvs_comm *comm);
-const char *kvs_comm_backend(const struct kvs_comm *comm);
 int kvs_comm_timeout_ms(const struct kvs_comm *comm);
 /* KVS_OK for a deadline a wait can have (> 0 ms); the one refusal every
  * backend and kvs_comm_create give. */
 kvs_status kvs_comm_check_timeout(int timeout_ms, kvs_error *err);
-/* The deadline of every later wait; must be > 0. */
-kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
 /* The backend's ctx as given to kvs_comm_create. */
 void *kvs_comm_backend_context(const struct kvs_comm *comm);
 

@@ -20,16 +20,10 @@
 extern "C" {
 #endif
 
-typedef struct kvs_comm_loopback_group *kvs_comm_loopback_group_t;
-
-kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *out, kvs_error *err);
-/* Drops the creator's reference; the group lives until its last member
- * communicator is destroyed too. NULL is accepted. */
-void kvs_comm_loopback_group_destroy(kvs_comm_loopback_group_t group);
-
-/* The communicator of one rank; each rank is used by one thread. */
-kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank, int timeout_ms,
-                                    kvs_comm_t *out, kvs_error *err);
+/* kvs_comm_loopback_group_create, kvs_comm_loopback_group_destroy (which
+ * drops the creator's reference: the group lives until its last member
+ * communicator is destroyed too) and kvs_comm_loopback_create (one rank's
+ * communicator, used by one thread) are kvshard.h's. */
 
 #ifdef __cplusplus
 }

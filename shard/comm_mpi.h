@@ -24,20 +24,11 @@
 extern "C" {
 #endif
 
-/* Starts MPI (MPI_Init_thread, MPI_THREAD_SINGLE) unless the program
- * already did, and says where this process stands in MPI_COMM_WORLD. A
- * missing backend or libmpi is KVS_ERR_LIBRARY naming it. */
-kvs_status kvs_mpi_init(int *world_rank, int *world_size, kvs_error *err);
-
-/* Ends MPI if kvs_mpi_init started it; nothing otherwise. */
-kvs_status kvs_mpi_finalize(kvs_error *err);
-
-/* Collective over the MPI communicator whose handle (an MPI_Comm value,
- * handle_bytes long; mpi4py's MPI._handleof gives it) is at `handle`;
- * NULL means MPI_COMM_WORLD. MPI must be initialised (kvs_mpi_init, or
- * the program's own MPI_Init). */
-kvs_status kvs_comm_mpi_create(const void *handle, size_t handle_bytes, int timeout_ms,
-                               kvs_comm_t *out, kvs_error *err);
+/* kvs_mpi_init (MPI_Init_thread with MPI_THREAD_SINGLE unless the program
+ * already started MPI), kvs_mpi_finalize (ends MPI only if kvs_mpi_init
+ * started it) and kvs_comm_mpi_create (over an MPI_Comm handle; NULL:
+ * MPI_COMM_WORLD) are kvshard.h's. A missing backend or libmpi is
+ * KVS_ERR_LIBRARY naming it. */
 
 /* ---- for the backend ---- */
 

@@ -34,37 +34,13 @@
 extern "C" {
 #endif
 
-/* sizeof(ncclUniqueId). */
-#define KVS_NCCL_UNIQUE_ID_BYTES 128
-
-typedef struct kvs_comm_nccl_options {
-  size_t size;    /* sizeof(kvs_comm_nccl_options) */
-  int rank;       /* this rank, in [0, nranks) */
-  int nranks;     /* the group's size */
-  int device;     /* the CUDA device this rank runs on */
-  /* From kvs_comm_nccl_unique_id on one rank, the same on every rank. */
-  unsigned char unique_id[KVS_NCCL_UNIQUE_ID_BYTES];
-  /* An engine's ncclComm_t to split from instead (rank and nranks are
-   * then the engine's; unique_id is not used); the engine's stays the
-   * engine's. */
-  void *parent;
-  int init_timeout_ms; /* deadline of the initialisation */
-  int timeout_ms;      /* deadline of every collective wait */
-} kvs_comm_nccl_options;
-
-/* The defaults: rank 0 of 1, device 0, no id, no parent, 120 s to
- * initialise, KVS_COMM_DEFAULT_TIMEOUT_MS per collective. */
-void kvs_comm_nccl_options_init(kvs_comm_nccl_options *options);
-
-/* A fresh unique id (ncclGetUniqueId), for one rank to share. */
-kvs_status kvs_comm_nccl_unique_id(unsigned char out[KVS_NCCL_UNIQUE_ID_BYTES], kvs_error *err);
-
-/* Collective over the ranks of the id (or of the parent). A missing NCCL
- * backend, libnccl.so.2 or libcudart is KVS_ERR_LIBRARY naming the
- * library and where it was looked for; a machine without the device is
+/* kvs_comm_nccl_options (with KVS_NCCL_UNIQUE_ID_BYTES, sizeof
+ * ncclUniqueId), kvs_comm_nccl_options_init, kvs_comm_nccl_unique_id and
+ * kvs_comm_nccl_create are kvshard.h's. kvs_comm_nccl_create is
+ * collective over the ranks of the id (or the parent); a missing NCCL
+ * backend, libnccl.so.2 or libcudart is KVS_ERR_LIBRARY naming the library
+ * and where it was looked for; a machine without the device is
  * KVS_ERR_UNSUPPORTED saying why. */
-kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t *out,
-                                kvs_error *err);
 
 /* Collective over bootstrap: every rank of it joins one NCCL communicator
  * on `device` (-1: its rank among the ranks of its host, modulo the

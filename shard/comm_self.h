@@ -10,8 +10,8 @@
 extern "C" {
 #endif
 
-/* A communicator of size 1, rank 0, on host buffers. */
-kvs_status kvs_comm_self_create(kvs_comm_t *out, kvs_error *err);
+/* kvs_comm_self_create (kvshard.h): a communicator of size 1, rank 0, on
+ * host buffers. */
 
 #ifdef __cplusplus
 }

@@ -12,43 +12,11 @@
 #include "plan/rank_layout.h"
 #include "shard/cluster_gather.h"
 #include "shard/rank_word.h"
+#include "shard/node_internal.h"
 #include "topology/cuda_probe.h"
 
 #define NONE UINT64_MAX
 
-struct kvs_node {
-  kvs_comm_t comm;
-  int rank, size;
-  kvs_node_options options;
-  kvs_status options_status; /* adopting the caller's options */
-  kvs_error options_err;
-  kvs_geometry geometry;
-  kvs_row_widths widths;
-  kvs_plan_request request;
-  kvs_cluster_t cluster;    /* every node's GPUs; its own node's topology */
-  bool owns_cluster;        /* false: the engine's (options.cluster) */
-  kvs_topology_t topology;  /* this rank's node's (owned by the cluster) */
-  char note[768];
-  size_t n_gpus;
-  kvs_memory_budget *budgets;
-  kvs_node_plan_t plan;
-  kvs_gpu_info gpu;
-  kvs_binding_report binding;
-  kvs_device_layout *layout;
-  kvs_table_t table;
-  bool table_reads_device_entries; /* the tables apply from the broadcast's device buffer */
-  kvs_shard_t shard;
-  kvs_comm_buffer words; /* collective scratch */
-  size_t words_count;
-  /* Host copies of the last step's ring contexts, for digests. */
-  size_t max_batch;
-  int64_t *h_own, *h_prev, *h_ring;
-  int64_t *h_csa, *h_hca; /* the batch's ratio-4 and ratio-128 ring locations */
-  int64_t *h_slots;       /* the batch's request slots, resolved after the apply */
-  size_t host_rows;   /* rows valid in the host copies; 0 when stale */
-  int64_t *check_map; /* the tables' mapping, downloaded by checks */
-  kvs_node_stats stats;
-};
 
 const char *kvs_node_device_name(kvs_node_device device) {
   switch (device) {
@@ -109,7 +77,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
     h = kvs_mix64(kvs_mix64(h, gpu->pci.device), gpu->pci.function);
     h = kvs_mix64(h, gpu->node);
   }
-  const kvs_budget_request *b = &o->budget;
+  const kvs_budget_request *b = &node->budget;
   h = kvs_mix64(kvs_mix64(h, b->budget_bytes), b->budget_per_gpu != NULL);
   for (size_t i = 0; b->budget_per_gpu != NULL && i < b->n_budget_per_gpu; i++) {
     h = kvs_mix64(h, b->budget_per_gpu[i]);
@@ -159,6 +127,11 @@ static kvs_status check_options(const kvs_node_options *o, int size, kvs_error *
                          "options.device %d is none of auto, cpu, "
                          "cuda",
                          (int)o->device);
+  }
+  if ((unsigned)o->kv_dtype > KVS_KV_FP8 || (unsigned)o->state_rings > KVS_STATE_RINGS_HCA_PER_REQUEST) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.kv_dtype %d or options.state_rings %d is none of its kind",
+                         (int)o->kv_dtype, (int)o->state_rings);
   }
   if (o->max_running == 0 || o->max_seq_len == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -288,21 +261,22 @@ static kvs_status local_setup(kvs_node_t node, bool *used, kvs_table_kind *kind,
   /* The budget: the engine's bytes, else this rank's device measured now
    * (its free memory at create, after whatever the engine already took),
    * else what the topology knows, through the one rule. */
-  bool explicit_bytes = o->budget.budget_bytes != 0 || o->budget.budget_per_gpu != NULL;
+  const kvs_budget_request *b = &node->budget;
+  bool explicit_bytes = b->budget_bytes != 0 || b->budget_per_gpu != NULL;
   if (explicit_bytes) {
-    return kvs_node_gpu_budget(&o->budget, gpus, node->n_gpus, node->gpu.index, own, err);
+    return kvs_node_gpu_budget(b, gpus, node->n_gpus, node->gpu.index, own, err);
   }
   if (*kind == KVS_TABLE_CUDA) {
     kvs_device_budget measured;
-    if ((status = kvs_device_budget_query(*ordinal, o->budget.memory_ratio, o->budget.reserve_bytes,
-                                          &measured, err))) {
+    if ((status = kvs_device_budget_query(*ordinal, b->memory_ratio, b->reserve_bytes, &measured,
+                                          err))) {
       return status;
     }
     node->gpu.cuda_device = *ordinal;
     node->gpu.free_bytes = measured.free_bytes;
     node->gpu.total_bytes = measured.total_bytes;
   }
-  return kvs_node_gpu_budget(&o->budget, &node->gpu, 1, 0, own, err);
+  return kvs_node_gpu_budget(b, &node->gpu, 1, 0, own, err);
 }
 
 /* Step 3's gather: every GPU's budget terms on every rank. A rank writes
@@ -322,8 +296,8 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
     for (size_t g = 0; g < n && local == KVS_OK; g++) {
       if (used[g]) continue;
       kvs_memory_budget b;
-      local = kvs_node_gpu_budget(&node->options.budget, kvs_cluster_gpus(node->cluster), n, g,
-                                  &b, &local_err);
+      local = kvs_node_gpu_budget(&node->budget, kvs_cluster_gpus(node->cluster), n, g, &b,
+                                  &local_err);
       w[g * B_WORDS + B_BUDGET] = b.budget_bytes;
       w[g * B_WORDS + B_MEMORY] = b.memory_bytes;
       w[g * B_WORDS + B_RESERVE] = b.reserve_bytes;
@@ -344,7 +318,7 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
     b->memory_bytes = w[i * B_WORDS + B_MEMORY];
     b->reserve_bytes = w[i * B_WORDS + B_RESERVE];
     b->source = (kvs_budget_source)w[i * B_WORDS + B_SOURCE];
-    b->memory_ratio = b->source == KVS_BUDGET_EXPLICIT ? 1.0 : node->options.budget.memory_ratio;
+    b->memory_ratio = b->source == KVS_BUDGET_EXPLICIT ? 1.0 : node->budget.memory_ratio;
   }
   return agree(node, "the budget gather", local, &local_err, err);
 }
@@ -361,7 +335,6 @@ static kvs_status apply_to_tables(void *ctx, const kvs_shard_apply_batch *batch,
   return status;
 }
 
-static kvs_status check_tables(void *ctx, kvs_error *err);
 
 /* ---- create / destroy ---- */
 
@@ -380,6 +353,8 @@ void kvs_node_destroy(kvs_node_t node) {
   free(node->h_csa);
   free(node->h_hca);
   free(node->h_slots);
+  free(node->w_blocks);
+  free(node->w_positions);
   free(node->check_map);
   free(node);
 }
@@ -404,15 +379,14 @@ static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
   if (status != KVS_OK) return status;
   node->geometry = *o->geometry;
   if ((status = kvs_geometry_validate(&node->geometry, err)) != KVS_OK) return status;
-  node->widths = o->widths != NULL ? *o->widths : kvs_row_widths_default(&node->geometry);
-  if (node->widths.state_rings != KVS_STATE_RINGS_PER_PAGE &&
-      node->widths.n_req_slots < o->max_running + 1) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%llu request slots for %llu running requests: per-request rings "
-                         "need one per running request and the dummy",
-                         (unsigned long long)node->widths.n_req_slots,
-                         (unsigned long long)o->max_running);
+  /* Row widths from the dtype, the rings where the options put them, one
+   * request slot per running request and the dummy (as kvplan sizes them). */
+  if ((status = kvs_row_widths_for(&node->geometry, o->kv_dtype, o->qk_rope_head_dim,
+                                   &node->widths, err)) != KVS_OK) {
+    return status;
   }
+  node->widths.state_rings = o->state_rings;
+  node->widths.n_req_slots = o->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : o->max_running + 1;
   uint64_t floor = o->floor_win_pages;
   if (floor == 0 && (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running,
                                                           o->radix, o->page, &floor, err))) {
@@ -447,8 +421,8 @@ static kvs_status grow_words(kvs_node_t node, size_t n_gpus, kvs_error *err) {
  * learns every node's GPUs, or every rank fails alike). */
 static kvs_status open_cluster(kvs_node_t node, kvs_error *err) {
   const kvs_node_options *o = &node->options;
-  if (o->cluster != NULL) {
-    node->cluster = o->cluster;
+  if (node->cluster != NULL) {
+    node->owns_cluster = false; /* lent by kvs_node_create_in_cluster */
   } else {
     kvs_status status = kvs_cluster_gather(node->comm, o->topology, o->nodes, o->host,
                                            &node->cluster, node->note, sizeof node->note, err);
@@ -551,8 +525,11 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   node->h_csa = malloc(node->max_batch * sizeof *node->h_csa);
   node->h_hca = malloc(node->max_batch * sizeof *node->h_hca);
   node->h_slots = malloc(node->max_batch * sizeof *node->h_slots);
+  node->w_blocks = malloc(2 * node->max_batch * sizeof *node->w_blocks);
+  node->w_positions = malloc(node->max_batch * sizeof *node->w_positions);
   if (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL ||
-      node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL) {
+      node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL ||
+      node->w_blocks == NULL || node->w_positions == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
                          node->max_batch);
   }
@@ -571,7 +548,7 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.check_integrity = o->check_integrity;
   so.on_apply = apply_to_tables;
   so.on_apply_ctx = node;
-  so.on_check = check_tables;
+  so.on_check = kvs_node_check_tables;
   so.on_check_ctx = node;
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
@@ -620,8 +597,42 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   return create_shard(node, err);
 }
 
-kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs_node_t *out,
-                           kvs_error *err) {
+void kvs_node_options_init(kvs_node_options *o) {
+  if (o == NULL) return;
+  memset(o, 0, sizeof *o);
+  o->size = sizeof *o;
+  o->kv_dtype = KVS_KV_BF16;
+  o->qk_rope_head_dim = KVS_DEFAULT_QK_ROPE_HEAD_DIM;
+  o->state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  o->swa_ratio = KVS_DEFAULT_SWA_RATIO;
+  o->page = KVS_DEFAULT_WINDOW_PAGE;
+  o->max_seq_len = KVS_DEFAULT_MAX_SEQ_LEN;
+  o->max_running = KVS_DEFAULT_MAX_RUNNING;
+  o->radix = KVS_DEFAULT_RADIX;
+  o->n_scratch = KVS_DEFAULT_N_SCRATCH;
+  o->tp = 1;
+  o->pp = 1;
+  o->cuda_device = -1;
+  o->device = KVS_NODE_DEVICE_AUTO;
+  o->bind_numa = true;
+  o->memory_ratio = KVS_DEFAULT_MEMORY_RATIO;
+  o->reserve_bytes = KVS_DEFAULT_RESERVE_BYTES;
+  o->check_every = 64;
+  o->check_integrity = true;
+  o->local_rank = KVS_NODE_FROM_LAUNCHER;
+  o->node_index = KVS_NODE_FROM_LAUNCHER;
+}
+
+/* The options' budget terms as plan/node_setup.h takes them. */
+static kvs_budget_request budget_of(const kvs_node_options *o) {
+  kvs_budget_request b = {o->budget_bytes,    o->budget_per_gpu, o->n_budget_per_gpu,
+                          o->memory_ratio,    o->reserve_bytes,  o->weights_bytes,
+                          o->weights_per_gpu, o->n_weights_per_gpu};
+  return b;
+}
+
+kvs_status kvs_node_create_in_cluster(kvs_comm_t comm, const kvs_node_options *options,
+                                      kvs_cluster_t cluster, kvs_node_t *out, kvs_error *err) {
   if (comm == NULL || options == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "comm, options and output are required");
   }
@@ -630,13 +641,16 @@ kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs
   node->comm = comm;
   node->rank = kvs_comm_rank(comm);
   node->size = kvs_comm_size(comm);
+  node->cluster = cluster;
   /* An older caller's shorter options take this build's defaults for the
    * rest; a refusal here is agreed on like any other option error. */
-  static const kvs_node_options defaults = KVS_NODE_OPTIONS_INIT;
+  kvs_node_options defaults;
+  kvs_node_options_init(&defaults);
   kvs_error_clear(&node->options_err);
   node->options_status = kvs_options_adopt(options, &defaults, sizeof defaults,
-                                           "KVS_NODE_OPTIONS_INIT", &node->options,
+                                           "kvs_node_options_init", &node->options,
                                            &node->options_err);
+  node->budget = budget_of(&node->options);
   kvs_status status = build(node, err);
   if (status != KVS_OK) {
     kvs_node_destroy(node);
@@ -646,10 +660,13 @@ kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs
   return KVS_OK;
 }
 
+kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs_node_t *out,
+                           kvs_error *err) {
+  return kvs_node_create_in_cluster(comm, options, NULL, out, err);
+}
+
 /* ---- accessors ---- */
 
-int kvs_node_rank(const struct kvs_node *node) { return node->rank; }
-int kvs_node_size(const struct kvs_node *node) { return node->size; }
 kvs_topology_t kvs_node_topology(const struct kvs_node *node) { return node->topology; }
 const kvs_gpu_info *kvs_node_gpus(const struct kvs_node *node) {
   return kvs_cluster_gpus(node->cluster);
@@ -673,133 +690,3 @@ kvs_shard_t kvs_node_shard(const struct kvs_node *node) { return node->shard; }
 kvs_window_pool_t kvs_node_pool(const struct kvs_node *node) { return kvs_shard_pool(node->shard); }
 void kvs_node_stats_get(const struct kvs_node *node, kvs_node_stats *out) { *out = node->stats; }
 
-/* ---- the step ---- */
-
-/* The ring contexts' digest: rows in batch order, identical on every rank
- * that derived identical slots. */
-static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
-  uint64_t h = kvs_mix64(0x6b7673726e677331ull, n);
-  h = kvs_mix64(h, XXH3_64bits(node->h_own, n * sizeof *node->h_own));
-  h = kvs_mix64(h, XXH3_64bits(node->h_prev, n * sizeof *node->h_prev));
-  h = kvs_mix64(h, XXH3_64bits(node->h_csa, n * sizeof *node->h_csa));
-  h = kvs_mix64(h, XXH3_64bits(node->h_hca, n * sizeof *node->h_hca));
-  return kvs_mix64(h, XXH3_64bits(node->h_ring, n * node->options.page * sizeof *node->h_ring));
-}
-
-kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *batch, bool digest,
-                         kvs_node_step_result *out, kvs_error *err) {
-  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  uint64_t start = kvs_now_ns();
-  kvs_node_step_result r;
-  memset(&r, 0, sizeof r);
-  node->host_rows = 0;
-  kvs_shard_stats before, after;
-  kvs_shard_stats_get(node->shard, &before);
-  kvs_status stepped = kvs_shard_step(node->shard, step, &r.info, err);
-  kvs_shard_stats_get(node->shard, &after);
-  node->stats.broadcast_ns += after.broadcast_ns - before.broadcast_ns;
-  node->stats.mirror_ns += after.mirror_ns - before.mirror_ns;
-  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
-
-  kvs_error local;
-  kvs_error_clear(&local);
-  kvs_ring_batch empty = {.block_table = NULL, .stride = 0, .positions = NULL, .n_req = 0};
-  kvs_ring_batch resolved = batch != NULL ? *batch : empty;
-  kvs_status status = KVS_OK;
-  if (resolved.requests != NULL) {
-    /* Each rank's slots from its own mirror, now that the step applied:
-     * a rank whose slot differs derives other ring locations, which the
-     * digest then shows. */
-    kvs_window_pool_t pool = kvs_shard_pool(node->shard);
-    if (resolved.n_req > node->max_batch) {
-      status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
-                             "a batch of %zu rows, over the node's %zu", resolved.n_req,
-                             node->max_batch);
-    }
-    for (size_t i = 0; status == KVS_OK && i < resolved.n_req; i++) {
-      node->h_slots[i] = kvs_window_pool_slot_of(pool, resolved.requests[i]);
-    }
-    resolved.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
-  }
-  uint64_t ring_start = kvs_now_ns();
-  if (status == KVS_OK) status = kvs_table_ring_ctx(node->table, &resolved, &r.ring, &local);
-  node->stats.ring_ns += kvs_now_ns() - ring_start;
-  if (status == KVS_OK && digest) {
-    uint64_t digest_start = kvs_now_ns();
-    status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
-                                      node->h_csa, node->h_hca, &local);
-    if (status == KVS_OK) {
-      node->host_rows = r.ring.n_req;
-      r.digest = ring_digest(node, r.ring.n_req);
-      kvs_shard_set_aux_digest(node->shard, step, r.digest);
-    }
-    node->stats.digest_ns += kvs_now_ns() - digest_start;
-  }
-  node->stats.steps++;
-  node->stats.step_ns += kvs_now_ns() - start;
-  if (status != KVS_OK) {
-    return kvs_error_set(err, status, "rank %d, step %llu, ring contexts: %s", node->rank,
-                         (unsigned long long)step, local.message);
-  }
-  if (out != NULL) *out = r;
-  return stepped;
-}
-
-kvs_status kvs_node_host_state(const struct kvs_node *node, const int64_t **csa,
-                               const int64_t **hca, size_t *n_req, kvs_error *err) {
-  if (node == NULL || csa == NULL || hca == NULL || n_req == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
-  }
-  *csa = node->h_csa;
-  *hca = node->h_hca;
-  *n_req = node->host_rows;
-  return KVS_OK;
-}
-
-kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
-                              const int64_t **prev, const int64_t **ring, size_t *n_req,
-                              kvs_error *err) {
-  if (node == NULL || own == NULL || prev == NULL || ring == NULL || n_req == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
-  }
-  *own = node->h_own;
-  *prev = node->h_prev;
-  *ring = node->h_ring;
-  *n_req = node->host_rows;
-  return KVS_OK;
-}
-
-/* ---- checks ---- */
-
-/* The shard's check hook: this rank's tables against its mirror pool, and
- * their fault records. Folded into the check's one allreduce. */
-static kvs_status check_tables(void *ctx, kvs_error *err) {
-  kvs_node_t node = ctx;
-  kvs_window_pool_t pool = kvs_shard_pool(node->shard);
-  uint64_t rows = kvs_window_pool_full_tokens(pool) + 1;
-  if (node->check_map == NULL) node->check_map = malloc((size_t)rows * sizeof *node->check_map);
-  if (node->check_map == NULL) {
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to compare the tables");
-  }
-  kvs_status status = kvs_table_download(node->table, node->check_map, (size_t)rows, err);
-  if (status != KVS_OK) return status;
-  const int64_t *mine = kvs_window_pool_mapping(pool);
-  uint64_t page = kvs_window_pool_page_size(pool);
-  for (uint64_t i = 0; i < rows; i++) {
-    if (mine[i] != node->check_map[i]) {
-      return kvs_error_set(err, KVS_ERR_DIVERGENCE,
-                           "rank %d's tables differ from its pool at full page %llu (row %llu "
-                           "holds %lld, the pool %lld)",
-                           node->rank, (unsigned long long)(i / page), (unsigned long long)i,
-                           (long long)node->check_map[i], (long long)mine[i]);
-    }
-  }
-  kvs_device_faults faults;
-  if ((status = kvs_table_faults(node->table, &faults, err)) != KVS_OK) return status;
-  return kvs_device_faults_check(&faults, err);
-}
-
-kvs_status kvs_node_check(kvs_node_t node, kvs_shard_report *report, kvs_error *err) {
-  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  return kvs_shard_check(node->shard, report, err);
-}

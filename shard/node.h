@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvshard.h"
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "plan/memory_budget.h"
@@ -64,102 +65,21 @@
 extern "C" {
 #endif
 
-typedef struct kvs_node *kvs_node_t;
-
-/* Where the tables live. */
-typedef enum kvs_node_device {
-  KVS_NODE_DEVICE_AUTO = 0, /* cuda where a GPU is visible, else cpu */
-  KVS_NODE_DEVICE_CPU = 1,  /* the host twin */
-  KVS_NODE_DEVICE_CUDA = 2  /* backends/cuda/device_tables */
-} kvs_node_device;
+/* The public face (kvs_node_t, kvs_node_device, kvs_node_options and
+ * kvs_node_options_init, create and destroy, admit, bind, free, finish,
+ * step, translate, check, the tables' views, rank, size, page, ...) is
+ * kvshard.h's. What follows is for the library's own tools and tests,
+ * which link it statically: the plan and the parts the node built. */
 
 /* "auto", "cpu", "cuda". */
 const char *kvs_node_device_name(kvs_node_device device);
 
-/* A versioned config: start from KVS_NODE_OPTIONS_INIT. */
-typedef struct kvs_node_options {
-  size_t size; /* sizeof(kvs_node_options) */
-  /* The model and the pool's shape; the same on every rank. */
-  const kvs_geometry *geometry; /* required */
-  /* NULL: bf16 rows, fp32 rings per window page. With rings per request,
-   * n_req_slots must be at least max_running + 1 (the dummy slot). */
-  const kvs_row_widths *widths;
-  double swa_ratio;
-  uint64_t page;
-  uint64_t max_seq_len;
-  uint64_t max_running;
-  bool radix;
-  uint64_t floor_win_pages; /* 0: derived from max_seq_len, max_running, radix, page */
-  uint64_t n_scratch;
-  /* The layout: tp * pp must equal the communicator's size. */
-  int tp, pp;
-  /* Step 1: NULL or "auto", "live", "bundled", or an hwloc XML path. */
-  const char *topology;
-  /* -1: the plan's GPU (its CUDA ordinal on a live topology); >= 0: the
-   * CUDA device the engine selected for this rank. */
-  int cuda_device;
-  /* Step 2: bind the thread and host buffers to the GPU's NUMA node. */
-  bool bind_numa;
-  /* Step 3 (plan/node_setup.h). */
-  kvs_budget_request budget;
-  /* Step 5. */
-  kvs_node_device device;
-  size_t max_batch; /* ring-context rows per step; 0: max_running */
-  /* Step 6 (shard/shard.h). */
-  size_t step_capacity; /* 0: follows the pool's prefill chunk budget */
-  uint64_t check_every;
-  bool check_integrity;
-  /* Step 1 over a cluster (plan/cluster.h): topology may be a list of
-   * node exports, or nodes > 1 copies of one; every rank passes the same,
-   * so every rank plans the same cluster. Rank r runs on plan rank r's
-   * GPU, on that GPU's node. 0 with a single topology: the nodes the
-   * ranks are on, discovered by host name (one node on one machine). */
-  size_t nodes;
-  bool allow_cross_node_tp;
-  /* Where the launcher placed this rank, checked against the plan (a rank
-   * launched out of node order would drive another rank's GPU): its local
-   * rank on its machine and its node index. KVS_NODE_FROM_LAUNCHER reads
-   * the local rank from the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK,
-   * SLURM_LOCALID, MPI_LOCALRANKID; unchecked when none is set) and does not
-   * check the node index; KVS_NODE_UNCHECKED checks nothing (a cluster
-   * simulated on one machine); >= 0 is what another launcher says. */
-  int local_rank;
-  int node_index;
-  /* Step 1 on a launched cluster (shard/cluster_gather.h): with nodes 0
-   * and a single topology, the ranks discover their nodes, each reading
-   * its own machine and naming its host (NULL: gethostname), and every
-   * rank checks that it runs on the node the plan puts it on. */
-  const char *host;
-  /* The engine's cluster (from kvs_cluster_gather, or kvs_cluster_open
-   * on every rank alike), borrowed; it must outlive the node. NULL: the
-   * node gathers it from topology, nodes and host. */
-  kvs_cluster_t cluster;
-} kvs_node_options;
+/* Like kvs_node_create, planning over a cluster the caller gathered once
+ * (kvs_cluster_gather on every rank alike) and lends: it must outlive the
+ * node. */
+kvs_status kvs_node_create_in_cluster(kvs_comm_t comm, const kvs_node_options *options,
+                                      kvs_cluster_t cluster, kvs_node_t *out, kvs_error *err);
 
-#define KVS_NODE_FROM_LAUNCHER (-2)
-#define KVS_NODE_UNCHECKED (-1)
-
-#define KVS_NODE_OPTIONS_INIT                                                             \
-  {                                                                                       \
-    sizeof(kvs_node_options), NULL, NULL, KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE, \
-        KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0,           \
-        KVS_DEFAULT_N_SCRATCH, 1, 1, NULL, -1, true, KVS_BUDGET_REQUEST_INIT,             \
-        KVS_NODE_DEVICE_AUTO, 0, 0, 64, true, 0, false, KVS_NODE_FROM_LAUNCHER,            \
-        KVS_NODE_FROM_LAUNCHER, NULL, NULL                                                \
-  }
-
-/* Collective: steps 1-6 (see the top of this file). On any rank's failure
- * every rank returns an error naming the lowest failing rank and what
- * failed there, and nothing stays allocated. comm is borrowed and must
- * outlive the node. */
-kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *options, kvs_node_t *out,
-                           kvs_error *err);
-void kvs_node_destroy(kvs_node_t node);
-
-/* ---- what create decided ---- */
-
-int kvs_node_rank(const struct kvs_node *node);
-int kvs_node_size(const struct kvs_node *node);
 kvs_topology_t kvs_node_topology(const struct kvs_node *node);
 /* Every GPU the plan covers, over every node, in plan order (the list
  * kvs_node_plan's ranks index), and how many. */
@@ -187,24 +107,31 @@ kvs_window_pool_t kvs_node_pool(const struct kvs_node *node);
 
 /* ---- the step ---- */
 
-/* What a step did and where its ring contexts are. */
-typedef struct kvs_node_step_result {
+/* What a step did and where its ring contexts are, in the tables' own
+ * form. */
+typedef struct kvs_node_step_info {
   kvs_shard_step_info info;
   kvs_ring_result ring; /* on the device for a cuda table */
   uint64_t digest;      /* of the ring contexts, when asked for; else 0 */
-} kvs_node_step_result;
+} kvs_node_step_info;
 
-/* Collective: step `step` (kvs_shard_next_step): the broadcast, the apply
- * on every rank (mirror pool and tables), then the ring contexts of batch
- * (may be NULL or empty) on the tables. With digest true the contexts are
- * also copied to host memory, hashed, and the hash becomes the step's
- * application digest (compared with the leader's in the next step's header
- * and at checks), so ranks that derive different ring locations are
- * caught. Returns the shard step's status: KVS_ERR_DIVERGENCE (this rank
- * is out of step with the leader; carry on to the next check) still
- * computes the contexts. */
-kvs_status kvs_node_step(kvs_node_t node, uint64_t step, const kvs_ring_batch *batch, bool digest,
-                         kvs_node_step_result *out, kvs_error *err);
+/* Collective: the next step (the node keeps the count) with rows in the
+ * tables' own form (kvs_ring_batch: full block-table rows, and the rows'
+ * requests, whose slots every rank resolves from its own mirror after the
+ * step's apply): the broadcast, the apply on every rank (mirror pool and
+ * tables), then the ring contexts of rows (may be NULL or empty). With
+ * digest the contexts are also copied to host memory, hashed, and the hash
+ * becomes the step's application digest (compared with the leader's in
+ * the next step's header and at checks), so ranks that derive different
+ * ring locations are caught. Returns the shard step's status:
+ * KVS_ERR_DIVERGENCE (this rank is out of step with the leader; carry on
+ * to the next check) still computes the contexts. kvs_node_step is this
+ * over an engine's batch. */
+kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *rows, bool digest,
+                              kvs_node_step_info *out, kvs_error *err);
+
+/* The step the node runs next. */
+uint64_t kvs_node_next_step(const struct kvs_node *node);
 
 /* The last step's ring contexts in host memory (valid after a digest step
  * until the next step): n_req own and prev, n_req * P ring slots. */
@@ -224,8 +151,9 @@ kvs_status kvs_node_host_state(const struct kvs_node *node, const int64_t **csa,
  * records (the shard's check hook): a table that missed or misapplied a
  * journal is an integrity divergence naming its rank, and on that rank
  * the first differing full page. Periodic checks through the shard cover
- * the tables the same way. */
-kvs_status kvs_node_check(kvs_node_t node, kvs_shard_report *report, kvs_error *err);
+ * the tables the same way. kvs_node_check is this with the public
+ * report. */
+kvs_status kvs_node_check_report(kvs_node_t node, kvs_shard_report *report, kvs_error *err);
 
 typedef struct kvs_node_stats {
   uint64_t steps;

@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Installs kvshard for engines built outside Bazel: libkvshard.so, every
-# public header (kvshard.h includes them all) and a pkg-config file.
+# Installs kvshard for engines built outside Bazel: the core library, its
+# backends, the public headers and a pkg-config file.
 #
-#   tools/install.sh PREFIX            builds //:libkvshard.so, then installs
-#   tools/install.sh --lib FILE PREFIX installs an already built library
+#   tools/install.sh PREFIX                  builds everything, then installs
+#   tools/install.sh --lib FILE [--backend FILE]... PREFIX
+#                                            installs already built files
 #
 # Then:  PKG_CONFIG_PATH=PREFIX/lib/pkgconfig \
 #          cc engine.c $(pkg-config --cflags --libs kvshard)
 #
-# Layout: PREFIX/lib/libkvshard.so, PREFIX/include/kvshard/{kvshard.h,
-# core/, blocks/, cuda/, shard/, topology/}, PREFIX/lib/pkgconfig/
-# kvshard.pc. Exit 0 installed; 2 bad usage; 1 a failure: the build, a
-# library that is not kvshard's shared object, a PREFIX that is not a
-# directory or cannot be created, a copy, or the closing report (a full
-# disk). Everything is checked before PREFIX is touched, and the files are
-# staged in PREFIX and renamed into place last: a refused install writes
-# nothing, and one that fails while copying leaves at most PREFIX itself.
+# Layout: PREFIX/lib/libkvshard.so.1 (SONAME libkvshard.so.1) and the
+# libkvshard.so link to it; the backends PREFIX/lib/libkvshard-cuda.so.1,
+# libkvshard-nccl.so.1 and libkvshard-mpi.so.1, which the library loads
+# from its own folder when asked for a GPU, NCCL or MPI; PREFIX/include/
+# kvshard.h (the whole API) and kvshard_cuda.h, kvshard_nccl.h and
+# kvshard_mpi.h (typed helpers for engines holding those handles); and
+# PREFIX/lib/pkgconfig/kvshard.pc, which names no CUDA, NCCL or MPI folder.
+#
+# Exit 0 installed; 2 bad usage; 1 a failure: the build, a file that is not
+# the kvshard shared object it should be, a PREFIX that is not a directory
+# or cannot be created, a copy, or the closing report (a full disk).
+# Everything is checked before PREFIX is touched, and the files are staged
+# in PREFIX and renamed into place last: a refused install writes nothing,
+# and one that fails while copying leaves at most PREFIX itself.
 set -uo pipefail
 
 usage() {
-  echo "usage: tools/install.sh [--lib LIBKVSHARD.SO] PREFIX" >&2
+  echo "usage: tools/install.sh [--lib LIBKVSHARD.SO.1 [--backend LIBKVSHARD-X.SO.1]...] PREFIX" >&2
   exit 2
 }
 fail() {
@@ -28,6 +35,7 @@ fail() {
 }
 
 lib="" prefix=""
+backends=()
 while [ $# -gt 0 ]; do
   case $1 in
     --lib)
@@ -36,7 +44,12 @@ while [ $# -gt 0 ]; do
       lib=$2
       shift 2
       ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --backend)
+      [ $# -ge 2 ] && [ -n "$2" ] || usage
+      backends+=("$2")
+      shift 2
+      ;;
+    -h | --help) sed -n '/^# Installs/,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "install: unknown flag $1" >&2; usage ;;
     *)
       [ -z "$prefix" ] || { echo "install: one PREFIX, not '$prefix' and '$1'" >&2; exit 2; }
@@ -46,6 +59,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$prefix" ] || usage
+[ ${#backends[@]} -eq 0 ] || [ -n "$lib" ] || {
+  echo "install: --backend goes with --lib (without them, install.sh builds both)" >&2
+  exit 2
+}
 case $prefix in
   /*) ;;
   *) prefix=$PWD/$prefix ;;
@@ -54,52 +71,75 @@ esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "$lib" ]; then
-  (cd "$root" && bazel build //:libkvshard.so) || fail "bazel build //:libkvshard.so failed"
-  lib=$(cd "$root" && bazel info bazel-bin 2>/dev/null)/libkvshard.so
+  (cd "$root" && bazel build //:libkvshard.so.1 //backends:shared_objects) ||
+    fail "bazel build //:libkvshard.so.1 //backends:shared_objects failed"
+  bin=$(cd "$root" && bazel info bazel-bin 2>/dev/null)
+  lib=$bin/libkvshard.so.1
+  backends=("$bin/backends/cuda/libkvshard-cuda.so.1" "$bin/backends/nccl/libkvshard-nccl.so.1"
+    "$bin/backends/mpi/libkvshard-mpi.so.1")
 fi
-[ -f "$lib" ] || fail "the library $lib is not a regular file"
-# An ELF shared object that carries kvshard's API, not any file by that name.
-[ "$(head -c 4 "$lib" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] &&
-  grep -q -a kvs_version "$lib" || fail "the library $lib is not a kvshard shared object"
-[ -f "$root/kvshard.h" ] || fail "no kvshard.h under $root: run from a kvshard tree"
-version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/core/version.h")
-[ -n "$version" ] || fail "no KVS_VERSION_STRING in $root/core/version.h"
 
-# Where the headers kvshard.h reaches beyond its own come from: CUDA's
-# runtime and NCCL, and Open MPI's mpi.h.
-cuda_inc=/usr/local/cuda/include
-[ -f "$cuda_inc/cuda_runtime_api.h" ] || fail "no CUDA headers in $cuda_inc (the library has CUDA in it)"
-mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
-[ -n "$mpi_inc" ] || mpi_inc=/usr/lib/x86_64-linux-gnu/openmpi/include
-[ -f "$mpi_inc/mpi.h" ] || fail "no mpi.h in $mpi_inc"
+# An ELF shared object whose SONAME is `want`, not any file by that name.
+check_object() {
+  local file=$1 want=$2
+  [ -f "$file" ] || fail "$file is not a regular file"
+  [ "$(head -c 4 "$file" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] &&
+    [ "$(readelf -d "$file" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')" = "$want" ] ||
+    fail "$file is not $want (a kvshard shared object with that SONAME)"
+}
+check_object "$lib" libkvshard.so.1
+names=()
+for b in "${backends[@]}"; do
+  name=$(basename "$b")
+  case $name in
+    libkvshard-cuda.so.1 | libkvshard-nccl.so.1 | libkvshard-mpi.so.1) ;;
+    *) fail "$b is not a kvshard backend (libkvshard-cuda.so.1, -nccl.so.1 or -mpi.so.1)" ;;
+  esac
+  case " ${names[*]} " in
+    *" $name "*) echo "install: --backend $name is given twice" >&2; exit 2 ;;
+  esac
+  names+=("$name")
+  check_object "$b" "$name"
+done
+for h in kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h; do
+  [ -f "$root/$h" ] || fail "no $h under $root: run from a kvshard tree"
+done
+version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/kvshard.h")
+[ -n "$version" ] || fail "no KVS_VERSION_STRING in $root/kvshard.h"
 
 # Staged inside PREFIX, so that putting each piece in place is a rename on
 # one file system.
 mkdir -p "$prefix" || fail "cannot create $prefix"
 stage=$(mktemp -d "$prefix/.kvshard-install.XXXXXX") || fail "cannot create a staging folder in $prefix"
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/lib/pkgconfig" "$stage/include/kvshard" || fail "staging failed"
-cp "$lib" "$stage/lib/libkvshard.so" && chmod 0755 "$stage/lib/libkvshard.so" ||
-  fail "copying $lib failed"
-(cd "$root" && cp --parents kvshard.h core/*.h blocks/*.h plan/*.h backends/*/*.h shard/*.h topology/*.h \
-  "$stage/include/kvshard/") || fail "copying the headers failed"
+mkdir -p "$stage/lib/pkgconfig" "$stage/include" || fail "staging failed"
+for f in "$lib" "${backends[@]}"; do
+  cp "$f" "$stage/lib/$(basename "$f")" && chmod 0755 "$stage/lib/$(basename "$f")" ||
+    fail "copying $f failed"
+done
+ln -s libkvshard.so.1 "$stage/lib/libkvshard.so" || fail "linking libkvshard.so failed"
+(cd "$root" && cp kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h "$stage/include/") ||
+  fail "copying the headers failed"
 cat >"$stage/lib/pkgconfig/kvshard.pc" <<PC || fail "writing kvshard.pc failed"
 prefix=$prefix
 libdir=\${prefix}/lib
-includedir=\${prefix}/include/kvshard
+includedir=\${prefix}/include
 
 Name: kvshard
 Description: Plans, allocates and keeps consistent the paged KV cache of hybrid-attention LLMs
 Version: $version
-Cflags: -I\${includedir} -I$cuda_inc -I$mpi_inc
+Cflags: -I\${includedir}
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lkvshard
 PC
 
-mkdir -p "$prefix/lib/pkgconfig" "$prefix/include" &&
-  rm -rf "$prefix/include/kvshard" &&
-  mv "$stage/include/kvshard" "$prefix/include/kvshard" &&
-  mv -f "$stage/lib/libkvshard.so" "$prefix/lib/libkvshard.so" &&
-  mv -f "$stage/lib/pkgconfig/kvshard.pc" "$prefix/lib/pkgconfig/kvshard.pc" ||
-  fail "moving the files into $prefix failed"
-echo "install: kvshard $version in $prefix (lib/libkvshard.so, include/kvshard/, lib/pkgconfig/kvshard.pc)" ||
-  exit 1
+mkdir -p "$prefix/lib/pkgconfig" "$prefix/include" || fail "creating $prefix/lib failed"
+for f in "$stage"/lib/libkvshard*; do
+  mv -f "$f" "$prefix/lib/" || fail "moving $(basename "$f") into $prefix/lib failed"
+done
+for f in "$stage"/include/*.h; do
+  mv -f "$f" "$prefix/include/" || fail "moving $(basename "$f") into $prefix/include failed"
+done
+mv -f "$stage/lib/pkgconfig/kvshard.pc" "$prefix/lib/pkgconfig/kvshard.pc" ||
+  fail "moving kvshard.pc into $prefix failed"
+echo "install: kvshard $version in $prefix (lib/libkvshard.so.1 and ${#backends[@]} backends," \
+  "include/kvshard.h, lib/pkgconfig/kvshard.pc)" || exit 1

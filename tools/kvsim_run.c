@@ -65,7 +65,6 @@ typedef struct run {
   int rank, world;
   bool speaker;
   kvs_geometry geometry;
-  kvs_row_widths widths;
   kvs_workload_options wo;
   uint64_t *budgets; /* per GPU, when kvsim derives them */
   kvs_cluster_t cluster; /* gathered once, lent to the node */
@@ -99,10 +98,8 @@ static int fail(run *r, const char *what, const kvs_error *err, bool peers_know)
 
 /* The node's budget flags: the caller's bytes, a MiB figure skewed per GPU
  * (the default), or measured memory through the one rule. */
-static int budget_request(run *r, kvs_budget_request *b) {
+static int budget_request(run *r, kvs_node_options *b) {
   const kvsim_args *a = r->a;
-  kvs_budget_request init = KVS_BUDGET_REQUEST_INIT;
-  *b = init;
   b->memory_ratio = a->memory_ratio;
   b->reserve_bytes = a->reserve;
   if (a->budget != 0) {
@@ -194,15 +191,12 @@ static kvs_workload_options workload_options(const kvsim_args *a) {
 /* The node's options from the flags; the cluster and budgets come later. */
 static void node_options(run *r, kvs_node_options *o) {
   const kvsim_args *a = r->a;
-  kvs_node_options init = KVS_NODE_OPTIONS_INIT;
-  *o = init;
+  kvs_node_options_init(o);
   o->geometry = &r->geometry;
-  /* bf16 rows; the rings where --state-rings puts them, one request slot
-   * per running request and the dummy (as kvplan sizes them). */
-  r->widths = kvs_row_widths_default(&r->geometry);
-  r->widths.state_rings = a->state_rings;
-  r->widths.n_req_slots = a->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : a->requests + 1;
-  o->widths = &r->widths;
+  /* bf16 rows; the rings where --state-rings puts them (the node sizes one
+   * request slot per running request and the dummy, as kvplan does). */
+  o->kv_dtype = KVS_KV_BF16;
+  o->state_rings = a->state_rings;
   o->swa_ratio = a->swa_ratio;
   o->max_seq_len = kvs_workload_max_seq_len(&r->wo);
   o->max_running = a->requests;
@@ -257,10 +251,9 @@ static int gather_cluster(run *r) {
 static int create_node(run *r, kvs_node_options *o) {
   kvs_error err;
   kvs_error_clear(&err);
-  o->cluster = r->cluster;
-  int rc = budget_request(r, &o->budget);
+  int rc = budget_request(r, o);
   if (rc != 0) return rc;
-  kvs_status status = kvs_node_create(r->comm, o, &r->node, &err);
+  kvs_status status = kvs_node_create_in_cluster(r->comm, o, r->cluster, &r->node, &err);
   return status != KVS_OK ? setup_failed(r, "node setup", status, &err) : 0;
 }
 
@@ -391,8 +384,8 @@ static int one_step(run *r, uint64_t s) {
   if (status != KVS_OK) return fail(r, "step failed", &err, true);
   kvs_ring_batch batch;
   kvs_workload_batch(r->workload, &batch);
-  kvs_node_step_result result;
-  status = kvs_node_step(r->node, s, &batch, true, &result, &err);
+  kvs_node_step_info result;
+  status = kvs_node_step_rows(r->node, &batch, true, &result, &err);
   if (status == KVS_ERR_DIVERGENCE) {
     if (!r->step_logged) {
       fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, err.message);
@@ -410,7 +403,7 @@ static int one_step(run *r, uint64_t s) {
 
 static int check(run *r, uint64_t s, const char *when) {
   kvs_error err;
-  kvs_status status = kvs_node_check(r->node, &r->report, &err);
+  kvs_status status = kvs_node_check_report(r->node, &r->report, &err);
   if (status == KVS_ERR_DIVERGENCE) {
     r->diverged = true;
     if (r->speaker) {

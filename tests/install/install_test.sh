@@ -1,39 +1,81 @@
-#!/bin/bash
-# The installed library, as an engine outside Bazel uses it: tools/install.sh
-# puts libkvshard.so, the headers and kvshard.pc under a prefix; a C program
-# then builds with `cc engine.c $(pkg-config --cflags --libs kvshard)` only,
-# and runs (a node on the bundled server, one step). Then install.sh's bad
-# inputs, each with its documented exit code.
-# Usage: install_test.sh INSTALL_SH LIBKVSHARD_SO ENGINE_C
-set -u
+#!/usr/bin/env bash
+# The library as an engine outside Bazel uses it: installed by
+# tools/install.sh, found by pkg-config alone, linked by a plain cc.
+#   - the installed libkvshard.so.1 has that SONAME and the libkvshard.so
+#     link, exports at most 150 symbols, all kvs_, and needs no libcudart,
+#     libnccl or libmpi; the backends sit beside it;
+#   - kvshard.h compiles as strict C11 (-std=c11 -pedantic -Wall -Werror)
+#     with `pkg-config --cflags kvshard` alone, which names no CUDA, NCCL
+#     or MPI folder;
+#   - examples/engine.c (the request-centric API alone: admit, bind, step,
+#     translate, check, free, finish, a follower's bind refused) builds
+#     with pkg-config alone and runs against the installed library with no
+#     CUDA, NCCL or MPI on its include or library path;
+#   - bad usage exits 2, a failure 1, and neither installs anything.
+# Usage: install_test.sh INSTALL LIBKVSHARD.SO.1 ENGINE.C BACKEND...
+set -uo pipefail
 INSTALL=$1 LIB=$2 ENGINE=$3
+shift 3
+BACKENDS=("$@")
 T=$TEST_TMPDIR
 fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+backend_flags=()
+for b in "${BACKENDS[@]}"; do backend_flags+=(--backend "$b"); done
 
-"$INSTALL" --lib "$LIB" "$T/prefix" >"$T/out" 2>&1 || fail "install exited $?: $(cat "$T/out")"
-for f in lib/libkvshard.so lib/pkgconfig/kvshard.pc include/kvshard/kvshard.h \
-  include/kvshard/blocks/block_store.h include/kvshard/shard/node.h; do
-  [ -f "$T/prefix/$f" ] || fail "$f was not installed"
+"$INSTALL" --lib "$LIB" "${backend_flags[@]}" "$T/prefix" >"$T/out" 2>&1 ||
+  fail "install exited $?: $(cat "$T/out")"
+P=$T/prefix
+for f in lib/libkvshard.so.1 lib/libkvshard-cuda.so.1 lib/libkvshard-nccl.so.1 \
+  lib/libkvshard-mpi.so.1 lib/pkgconfig/kvshard.pc include/kvshard.h include/kvshard_cuda.h \
+  include/kvshard_nccl.h include/kvshard_mpi.h; do
+  [ -f "$P/$f" ] || fail "$f was not installed"
 done
-export PKG_CONFIG_PATH=$T/prefix/lib/pkgconfig
-flags=$(pkg-config --cflags --libs kvshard) || fail "pkg-config does not know kvshard"
+[ "$(readlink "$P/lib/libkvshard.so")" = libkvshard.so.1 ] ||
+  fail "lib/libkvshard.so is not a link to libkvshard.so.1"
+soname=$(readelf -d "$P/lib/libkvshard.so.1" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libkvshard.so.1 ] || fail "SONAME is '$soname', not libkvshard.so.1"
+
+# The ABI: at most 150 exports, every one kvs_.
+nm -D --defined-only "$P/lib/libkvshard.so.1" | awk '{print $3}' | sort >"$T/exports"
+n=$(wc -l <"$T/exports")
+[ "$n" -le 150 ] || fail "$n exported symbols, more than 150"
+grep -v '^kvs_' "$T/exports" >"$T/foreign" && fail "exports that are not kvs_: $(head "$T/foreign")"
+# Its needs: no CUDA, NCCL or MPI library.
+needs=$(readelf -d "$P/lib/libkvshard.so.1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+grep -qE 'libcudart|libnccl|libmpi|libcuda\.' <<<"$needs" && fail "the core needs: $needs"
+
+export PKG_CONFIG_PATH=$P/lib/pkgconfig
+cflags=$(pkg-config --cflags kvshard) || fail "pkg-config does not know kvshard"
+libs=$(pkg-config --libs kvshard)
+grep -qiE 'cuda|nccl|mpi' <<<"$cflags $libs" && fail "pkg-config names CUDA, NCCL or MPI: $cflags $libs"
 [ "$(pkg-config --modversion kvshard)" = "$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' \
-  "$T/prefix/include/kvshard/core/version.h")" ] || fail "kvshard.pc's version is not the headers'"
+  "$P/include/kvshard.h")" ] || fail "kvshard.pc's version is not the header's"
+printf '#include <kvshard.h>\nint main(void) { return kvs_version() == 0; }\n' >"$T/header.c"
+# shellcheck disable=SC2086
+cc -std=c11 -pedantic -Wall -Werror -fsyntax-only $cflags "$T/header.c" 2>"$T/cc.err" ||
+  fail "kvshard.h does not compile as strict C11: $(head -20 "$T/cc.err")"
+
 # A library built with the sanitizers needs their runtime in the program.
 sanitize=()
 nm -D "$LIB" | grep -q " U __asan_" && sanitize=(-fsanitize=address,undefined)
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Wextra -Werror -pedantic "${sanitize[@]}" "$ENGINE" $flags -o "$T/engine" \
-  2>"$T/cc.err" || fail "the engine does not build: $(head -20 "$T/cc.err")"
-(cd "$T" && ./engine) >"$T/engine.out" 2>&1 || fail "the engine exited $?: $(cat "$T/engine.out")"
-grep -q "^engine: kvshard [0-9.]*, [0-9]* pages of 128 tokens on GPU 0000:1b:00.0, 2 bindings stepped" \
-  "$T/engine.out" || fail "the engine said: $(cat "$T/engine.out")"
-# The library the engine ran is the installed one, found through its rpath.
-ldd "$T/engine" | grep -q "libkvshard.so => $T/prefix/lib/libkvshard.so" ||
+cc -std=c11 -Wall -Wextra -Werror -pedantic "${sanitize[@]}" "$ENGINE" $cflags $libs \
+  -o "$T/engine" 2>"$T/cc.err" || fail "the engine does not build: $(head -20 "$T/cc.err")"
+# Nothing of CUDA, NCCL or MPI on the engine's library path.
+(cd "$T" && env -u LD_LIBRARY_PATH -u KVSHARD_BACKEND_PATH ./engine) >"$T/engine.out" 2>&1 ||
+  fail "the engine exited $?: $(cat "$T/engine.out")"
+for r in 0 1; do
+  grep -qE "^engine: rank $r: [0-9]+ pages of 128 tokens, token 128 in window slot [0-9]+ then -1, digest [0-9a-f]{16}$" \
+    "$T/engine.out" || fail "the engine said: $(cat "$T/engine.out")"
+done
+[ "$(grep -o 'digest [0-9a-f]*' "$T/engine.out" | sort -u | wc -l)" -eq 1 ] ||
+  fail "the ranks' digests differ: $(cat "$T/engine.out")"
+ldd "$T/engine" | grep -q "libkvshard.so.1 => $P/lib/libkvshard.so.1" ||
   fail "the engine does not load the installed library: $(ldd "$T/engine" | grep kvshard)"
+ldd "$T/engine" | grep -qE 'libcudart|libnccl|libmpi' && fail "the engine loads $(ldd "$T/engine")"
 
 # Bad usage: exit 2; a failure: exit 1; nothing installed either way.
 expect() {
@@ -46,22 +88,30 @@ expect() {
 }
 touch "$T/file"
 mkfifo "$T/fifo"
+CUDA=${BACKENDS[0]}
 expect 2 "usage: tools/install.sh" --lib "$LIB"
 expect 2 "one PREFIX, not" --lib "$LIB" "$T/a" "$T/b"
 expect 2 "--lib is given twice" --lib "$LIB" --lib "$LIB" "$T/a"
 expect 2 "unknown flag --prefix" --prefix "$T/a"
 expect 2 "usage: tools/install.sh" --lib "" "$T/a"
+expect 2 "--backend goes with --lib" --backend "$CUDA" "$T/a"
+expect 2 "is given twice" --lib "$LIB" --backend "$CUDA" --backend "$CUDA" "$T/a"
 expect 1 "is not a regular file" --lib "$T/missing.so" "$T/a"
 expect 1 "is not a regular file" --lib "$T/fifo" "$T/a"
 expect 1 "is not a regular file" --lib "$T" "$T/a"
-expect 1 "is not a kvshard shared object" --lib "$T/file" "$T/a"
-expect 1 "is not a kvshard shared object" --lib "$ENGINE" "$T/a"
+expect 1 "is not libkvshard.so.1" --lib "$T/file" "$T/a"
+expect 1 "is not libkvshard.so.1" --lib "$ENGINE" "$T/a"
+expect 1 "is not libkvshard.so.1" --lib "$CUDA" "$T/a"
+expect 1 "is not a kvshard backend" --lib "$LIB" --backend "$LIB" "$T/a"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/file"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/fifo"
 expect 2 "unknown flag -5" --lib "$LIB" -5
 expect 1 "exists and is not a directory" --lib "$LIB" /dev/full
 [ ! -e "$T/a" ] || fail "a refused install left $T/a behind"
-ls -A "$T/prefix" | grep -q "kvshard-install" && fail "the staging folder was left in the prefix"
+ls -A "$P" | grep -q "kvshard-install" && fail "the staging folder was left in the prefix"
 "$INSTALL" --lib "$LIB" "$T/prefix2" >/dev/full 2>/dev/null
 [ $? -eq 1 ] || fail "install with its report to a full disk did not exit 1"
-echo "PASS: installed, built with pkg-config alone, ran: $(cat "$T/engine.out")"
+"$INSTALL" --help >"$T/help" || fail "install --help exited $?"
+tail -n 1 "$T/help" | grep -q '\.$' || fail "install --help ends mid-sentence: $(tail -n 1 "$T/help")"
+echo "PASS: installed ($n exports, needs $needs), built with pkg-config alone, ran:"
+cat "$T/engine.out"

@@ -267,7 +267,8 @@ std::vector<NodeRun> run_nodes(int tp, int pp, const std::vector<RankInput> &in)
   EXPECT_EQ(kvs_geometry_builtin("dsv4-flash", &geometry, nullptr), KVS_OK);
   run_ranks(static_cast<int>(in.size()), 20000, [&](int r, kvs_comm_t comm) {
     kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
-    kvs_node_options o = KVS_NODE_OPTIONS_INIT;
+    kvs_node_options o;
+    kvs_node_options_init(&o);
     o.geometry = &geometry;
     o.swa_ratio = 0.04;
     o.max_seq_len = kvs_workload_max_seq_len(&wo);
@@ -277,7 +278,7 @@ std::vector<NodeRun> run_nodes(int tp, int pp, const std::vector<RankInput> &in)
     o.topology = in[r].topology;
     o.host = in[r].host;
     o.device = KVS_NODE_DEVICE_CPU;
-    o.budget.budget_bytes = 2ull << 30;
+    o.budget_bytes = 2ull << 30;
     o.local_rank = KVS_NODE_UNCHECKED;
     kvs_node_t node = nullptr;
     kvs_error err;

@@ -38,11 +38,17 @@ kvs_geometry flash() {
 
 // A node over the bundled 8-GPU server with small explicit budgets, the
 // host twin, and the sizing kvsim uses.
+kvs_node_options default_options() {
+  kvs_node_options o;
+  kvs_node_options_init(&o);
+  return o;
+}
+
 struct NodeSetup {
   kvs_geometry geometry = flash();
   std::vector<uint64_t> budgets;
   kvs_workload_options workload = KVS_WORKLOAD_OPTIONS_INIT;
-  kvs_node_options options = KVS_NODE_OPTIONS_INIT;
+  kvs_node_options options = default_options();
 
   NodeSetup(int tp, int pp, std::vector<uint64_t> per_gpu) : budgets(std::move(per_gpu)) {
     workload.seed = 7;
@@ -57,8 +63,8 @@ struct NodeSetup {
     options.topology = "bundled";
     options.device = KVS_NODE_DEVICE_CPU;
     options.check_every = 16;
-    options.budget.budget_per_gpu = budgets.data();
-    options.budget.n_budget_per_gpu = budgets.size();
+    options.budget_per_gpu = budgets.data();
+    options.n_budget_per_gpu = budgets.size();
   }
 };
 
@@ -77,7 +83,12 @@ kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
   EXPECT_EQ(kvs_cost_window_floor_pages(s.options.max_seq_len, s.options.max_running,
                                         s.options.radix, s.options.page, &floor, &err),
             KVS_OK);
-  kvs_plan_request req{&s.geometry, nullptr, s.options.swa_ratio,  s.options.page,
+  // kvplan's widths: bf16 rows, rings per request, one slot per running
+  // request and the dummy (the node's default too).
+  kvs_row_widths widths = kvs_row_widths_default(&s.geometry);
+  widths.state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  widths.n_req_slots = s.options.max_running + 1;
+  kvs_plan_request req{&s.geometry, &widths, s.options.swa_ratio,  s.options.page,
                        floor,       1,       (size_t)s.options.tp, (size_t)s.options.pp,
                        nullptr,     nullptr};
   kvs_node_plan_t plan = nullptr;
@@ -100,8 +111,8 @@ uint64_t run_workload(kvs_node_t node, const kvs_workload_options &wo, uint64_t 
     EXPECT_EQ(kvs_workload_schedule(w, s, &err), KVS_OK) << err.message;
     kvs_ring_batch batch;
     kvs_workload_batch(w, &batch);
-    kvs_node_step_result r;
-    EXPECT_EQ(kvs_node_step(node, s, &batch, true, &r, &err), KVS_OK)
+    kvs_node_step_info r;
+    EXPECT_EQ(kvs_node_step_rows(node, &batch, true, &r, &err), KVS_OK)
         << "rank " << kvs_node_rank(node) << " step " << s << ": " << err.message;
     const int64_t *own, *prev, *ring;
     size_t n = 0;
@@ -111,7 +122,7 @@ uint64_t run_workload(kvs_node_t node, const kvs_workload_options &wo, uint64_t 
         << "rank " << kvs_node_rank(node) << " step " << s << ": " << err.message;
     kvs_workload_advance(w);
     if (kvs_shard_check_due(kvs_node_shard(node), s)) {
-      EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_OK) << err.message;
+      EXPECT_EQ(kvs_node_check_report(node, nullptr, &err), KVS_OK) << err.message;
     }
   }
   kvs_workload_counters c;
@@ -157,7 +168,7 @@ TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
     EXPECT_EQ(kvs_node_gpu_budgets(node)[3].budget_bytes, s.budgets[3]);
     digests[rank] = run_workload(node, s.workload, 300);
     kvs_shard_report report;
-    EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_node_check_report(node, &report, &err), KVS_OK) << err.message;
     kvs_node_stats st;
     kvs_node_stats_get(node, &st);
     EXPECT_EQ(st.steps, 300u);
@@ -278,13 +289,13 @@ TEST(Node, a_table_that_falls_behind_its_pool_is_named_by_the_check) {
       for (uint64_t i = 0; i < P; i++) locs[i] = (int64_t)(3 * P + i);
       ASSERT_EQ(kvs_window_pool_alloc(pool, locs.data(), locs.size(), nullptr, &err), KVS_OK);
     }
-    ASSERT_EQ(kvs_node_step(node, 0, nullptr, true, nullptr, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_node_step_rows(node, nullptr, true, nullptr, &err), KVS_OK) << err.message;
     if (rank == 1) {
       // Undo the step's bind on this rank's tables only.
       kvs_journal_entry undo = {3, KVS_JOURNAL_FREED};
       ASSERT_EQ(kvs_table_apply(kvs_node_table(node), &undo, nullptr, 1, &err), KVS_OK);
     }
-    EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_ERR_DIVERGENCE);
+    EXPECT_EQ(kvs_node_check_report(node, nullptr, &err), KVS_ERR_DIVERGENCE);
     std::lock_guard<std::mutex> lock(m);
     messages.push_back(err.message);
     kvs_node_destroy(node);

@@ -1,0 +1,51 @@
+/* The node's state, shared by its parts: node.c (create, the plan and
+ * what it carves), node_step.c (the step and the checks) and
+ * node_requests.c (the engine's request calls). Private to shard/. */
+#ifndef KVS_SHARD_NODE_INTERNAL_H
+#define KVS_SHARD_NODE_INTERNAL_H
+
+#include "shard/node.h"
+
+struct kvs_node {
+  kvs_comm_t comm;
+  int rank, size;
+  kvs_node_options options;
+  kvs_budget_request budget; /* the options' budget terms, as node_setup takes them */
+  kvs_status options_status; /* adopting the caller's options */
+  kvs_error options_err;
+  kvs_geometry geometry;
+  kvs_row_widths widths;
+  kvs_plan_request request;
+  kvs_cluster_t cluster;    /* every node's GPUs; its own node's topology */
+  bool owns_cluster;        /* false: lent by kvs_node_create_in_cluster */
+  kvs_topology_t topology;  /* this rank's node's (owned by the cluster) */
+  char note[768];
+  size_t n_gpus;
+  kvs_memory_budget *budgets;
+  kvs_node_plan_t plan;
+  kvs_gpu_info gpu;
+  kvs_binding_report binding;
+  kvs_device_layout *layout;
+  kvs_table_t table;
+  bool table_reads_device_entries; /* the tables apply from the broadcast's device buffer */
+  kvs_shard_t shard;
+  kvs_comm_buffer words; /* collective scratch */
+  size_t words_count;
+  /* Host copies of the last step's ring contexts, for digests. */
+  size_t max_batch;
+  int64_t *h_own, *h_prev, *h_ring;
+  int64_t *h_csa, *h_hca; /* the batch's ratio-4 and ratio-128 ring locations */
+  int64_t *h_slots;       /* the batch's request slots, resolved after the apply */
+  /* An engine's window rows, rebased for the tables (kvs_node_step). */
+  int32_t *w_blocks;
+  int64_t *w_positions;
+  size_t host_rows;   /* rows valid in the host copies; 0 when stale */
+  int64_t *check_map; /* the tables' mapping, downloaded by checks */
+  kvs_node_stats stats;
+};
+
+/* The shard's check hook (node_step.c): this rank's tables against its
+ * mirror pool, and their fault records. */
+kvs_status kvs_node_check_tables(void *ctx, kvs_error *err);
+
+#endif /* KVS_SHARD_NODE_INTERNAL_H */

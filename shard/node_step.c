@@ -1,0 +1,250 @@
+/* The node's step and checks: the broadcast, the apply on every rank, the
+ * ring contexts of the step's rows, and the checks that compare every
+ * rank's bindings, ring contexts and tables. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/clock.h"
+#include "core/mix.h"
+#include "shard/node_internal.h"
+
+
+/* The ring contexts' digest: rows in batch order, identical on every rank
+ * that derived identical slots. */
+static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
+  uint64_t h = kvs_mix64(0x6b7673726e677331ull, n);
+  h = kvs_mix64(h, XXH3_64bits(node->h_own, n * sizeof *node->h_own));
+  h = kvs_mix64(h, XXH3_64bits(node->h_prev, n * sizeof *node->h_prev));
+  h = kvs_mix64(h, XXH3_64bits(node->h_csa, n * sizeof *node->h_csa));
+  h = kvs_mix64(h, XXH3_64bits(node->h_hca, n * sizeof *node->h_hca));
+  return kvs_mix64(h, XXH3_64bits(node->h_ring, n * node->options.page * sizeof *node->h_ring));
+}
+
+uint64_t kvs_node_next_step(const struct kvs_node *node) {
+  return node != NULL ? kvs_shard_next_step(node->shard) : 0;
+}
+
+kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool digest,
+                              kvs_node_step_info *out, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  uint64_t start = kvs_now_ns();
+  uint64_t step = kvs_shard_next_step(node->shard);
+  kvs_node_step_info r;
+  memset(&r, 0, sizeof r);
+  node->host_rows = 0;
+  kvs_shard_stats before, after;
+  kvs_shard_stats_get(node->shard, &before);
+  kvs_status stepped = kvs_shard_step(node->shard, step, &r.info, err);
+  kvs_shard_stats_get(node->shard, &after);
+  node->stats.broadcast_ns += after.broadcast_ns - before.broadcast_ns;
+  node->stats.mirror_ns += after.mirror_ns - before.mirror_ns;
+  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
+
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_ring_batch empty = {.block_table = NULL, .stride = 0, .positions = NULL, .n_req = 0};
+  kvs_ring_batch resolved = batch != NULL ? *batch : empty;
+  kvs_status status = KVS_OK;
+  if (resolved.requests != NULL) {
+    /* Each rank's slots from its own mirror, now that the step applied:
+     * a rank whose slot differs derives other ring locations, which the
+     * digest then shows. */
+    kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+    if (resolved.n_req > node->max_batch) {
+      status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
+                             "a batch of %zu rows, over the node's %zu", resolved.n_req,
+                             node->max_batch);
+    }
+    for (size_t i = 0; status == KVS_OK && i < resolved.n_req; i++) {
+      node->h_slots[i] = kvs_window_pool_slot_of(pool, resolved.requests[i]);
+    }
+    resolved.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
+  }
+  uint64_t ring_start = kvs_now_ns();
+  if (status == KVS_OK) status = kvs_table_ring_ctx(node->table, &resolved, &r.ring, &local);
+  node->stats.ring_ns += kvs_now_ns() - ring_start;
+  if (status == KVS_OK && digest) {
+    uint64_t digest_start = kvs_now_ns();
+    status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
+                                      node->h_csa, node->h_hca, &local);
+    if (status == KVS_OK) {
+      node->host_rows = r.ring.n_req;
+      r.digest = ring_digest(node, r.ring.n_req);
+      kvs_shard_set_aux_digest(node->shard, step, r.digest);
+    }
+    node->stats.digest_ns += kvs_now_ns() - digest_start;
+  }
+  node->stats.steps++;
+  node->stats.step_ns += kvs_now_ns() - start;
+  if (status != KVS_OK) {
+    return kvs_error_set(err, status, "rank %d, step %llu, ring contexts: %s", node->rank,
+                         (unsigned long long)step, local.message);
+  }
+  if (out != NULL) *out = r;
+  return stepped;
+}
+
+kvs_status kvs_node_host_state(const struct kvs_node *node, const int64_t **csa,
+                               const int64_t **hca, size_t *n_req, kvs_error *err) {
+  if (node == NULL || csa == NULL || hca == NULL || n_req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
+  }
+  *csa = node->h_csa;
+  *hca = node->h_hca;
+  *n_req = node->host_rows;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
+                              const int64_t **prev, const int64_t **ring, size_t *n_req,
+                              kvs_error *err) {
+  if (node == NULL || own == NULL || prev == NULL || ring == NULL || n_req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node and outputs are required");
+  }
+  *own = node->h_own;
+  *prev = node->h_prev;
+  *ring = node->h_ring;
+  *n_req = node->host_rows;
+  return KVS_OK;
+}
+
+/* ---- checks ---- */
+
+/* The shard's check hook: this rank's tables against its mirror pool, and
+ * their fault records. Folded into the check's one allreduce. */
+kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
+  kvs_node_t node = ctx;
+  kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+  uint64_t rows = kvs_window_pool_full_tokens(pool) + 1;
+  if (node->check_map == NULL) node->check_map = malloc((size_t)rows * sizeof *node->check_map);
+  if (node->check_map == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to compare the tables");
+  }
+  kvs_status status = kvs_table_download(node->table, node->check_map, (size_t)rows, err);
+  if (status != KVS_OK) return status;
+  const int64_t *mine = kvs_window_pool_mapping(pool);
+  uint64_t page = kvs_window_pool_page_size(pool);
+  for (uint64_t i = 0; i < rows; i++) {
+    if (mine[i] != node->check_map[i]) {
+      return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                           "rank %d's tables differ from its pool at full page %llu (row %llu "
+                           "holds %lld, the pool %lld)",
+                           node->rank, (unsigned long long)(i / page), (unsigned long long)i,
+                           (long long)node->check_map[i], (long long)mine[i]);
+    }
+  }
+  kvs_device_faults faults;
+  if ((status = kvs_table_faults(node->table, &faults, err)) != KVS_OK) return status;
+  return kvs_device_faults_check(&faults, err);
+}
+
+kvs_status kvs_node_check_report(kvs_node_t node, kvs_shard_report *report, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  return kvs_shard_check(node->shard, report, err);
+}
+
+/* ---- the engine's form ---- */
+
+/* An engine's batch as the tables' rows: full rows pass through; window
+ * rows ([page of block b - 1, page of block b] around each position,
+ * b = pos / P) are rebased so that the position falls in the row's second
+ * block (pos - (b - 1) x P), which keeps every ring position's offset in
+ * its page (they depend on pos mod P only) and the slot of pos - 1; a
+ * position in block 0 keeps its own block first, so position 0 stays its
+ * own predecessor. Refused whole before anything is queued. */
+static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_batch *rows,
+                          kvs_error *err) {
+  if (b->n > node->max_batch) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows, over the node's max_batch %zu", b->n,
+                         node->max_batch);
+  }
+  if (b->n > 0 && (b->requests == NULL || b->positions == NULL || b->block_table == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows needs its requests, positions and block table",
+                         b->n);
+  }
+  if (b->window_rows && b->stride != 2) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "window rows hold 2 pages each (the stride), got a stride of %llu",
+                         (unsigned long long)b->stride);
+  }
+  if (b->n > 0 && b->stride == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "a block table with a stride of 0");
+  }
+  kvs_ring_batch r = {b->block_table, b->stride, b->positions, b->n, NULL, b->requests};
+  if (b->window_rows) {
+    const int64_t page = (int64_t)node->options.page;
+    for (size_t i = 0; i < b->n; i++) {
+      int64_t pos = b->positions[i];
+      int64_t block = pos >= 0 ? pos / page : 0;
+      const int32_t *row = b->block_table + 2 * i;
+      node->w_blocks[2 * i] = block == 0 ? row[1] : row[0];
+      node->w_blocks[2 * i + 1] = block == 0 ? -1 : row[1];
+      node->w_positions[i] = block == 0 ? pos : pos - (block - 1) * page;
+    }
+    r.block_table = node->w_blocks;
+    r.positions = node->w_positions;
+  }
+  *rows = r;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_step_result *out,
+                         kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  if (out != NULL && out->size != sizeof *out) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "result.size is %zu, this build's kvs_node_step_result is %zu: set it "
+                         "to sizeof(kvs_node_step_result)",
+                         out->size, sizeof *out);
+  }
+  if (batch != NULL && batch->size != sizeof *batch) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "batch.size is %zu, this build's kvs_node_batch is %zu: set it to "
+                         "sizeof(kvs_node_batch)",
+                         batch->size, sizeof *batch);
+  }
+  kvs_ring_batch rows = {NULL, 0, NULL, 0, NULL, NULL};
+  kvs_status status = batch != NULL ? rows_of(node, batch, &rows, err) : KVS_OK;
+  if (status != KVS_OK) return status;
+  kvs_node_step_info info;
+  kvs_status stepped = kvs_node_step_rows(node, &rows, node->options.digest_steps, &info, err);
+  if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
+  if (out != NULL) {
+    kvs_node_step_result r = {sizeof r,          info.info.step,    info.info.entries,
+                              info.info.binds,   info.info.frees,   info.ring.n_req,
+                              info.ring.page,    info.ring.on_device, info.ring.own,
+                              info.ring.prev,    info.ring.ring,    info.ring.csa_loc,
+                              info.ring.hca_loc, NULL,              info.digest};
+    *out = r;
+  }
+  return stepped;
+}
+
+kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  if (report != NULL && report->size != sizeof *report) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "report.size is %zu, this build's kvs_node_report is %zu: set it to "
+                         "sizeof(kvs_node_report)",
+                         report->size, sizeof *report);
+  }
+  kvs_shard_report r;
+  kvs_status status = kvs_node_check_report(node, &r, err);
+  if (report != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
+    kvs_node_report out = {sizeof out,
+                           (int)r.kind,
+                           r.step,
+                           r.digest_min,
+                           r.full_page,
+                           r.rank,
+                           r.leader_window_page,
+                           r.rank_window_page,
+                           r.request_slot};
+    *report = out;
+  }
+  return status;
+}
