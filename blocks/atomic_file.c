@@ -63,8 +63,11 @@ static int publish(int dirfd, const char *temp, const char *name) {
 
 kvs_status kvs_atomic_file_stage(int dirfd, const char *temp, const void *data, size_t n,
                                  kvs_error *err) {
-  if (temp == NULL || (data == NULL && n > 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "temporary name and data must not be NULL");
+  if (temp == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: temp is NULL", __func__);
+  }
+  if (data == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: data is NULL", __func__);
   }
   const char *step = NULL;
   int e = stage(dirfd, temp, data, n, &step);
@@ -73,8 +76,11 @@ kvs_status kvs_atomic_file_stage(int dirfd, const char *temp, const void *data, 
 }
 
 kvs_status kvs_atomic_file_publish(int dirfd, const char *temp, const char *name, kvs_error *err) {
-  if (temp == NULL || name == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "names must not be NULL");
+  if (temp == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: temp is NULL", __func__);
+  }
+  if (name == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name is NULL", __func__);
   }
   int e = publish(dirfd, temp, name);
   if (e != 0) {
@@ -87,8 +93,11 @@ kvs_status kvs_atomic_file_publish(int dirfd, const char *temp, const char *name
 static atomic_uint_fast64_t temp_serial;
 
 kvs_status kvs_write_file_atomic(const char *path, const void *data, size_t n, kvs_error *err) {
-  if (path == NULL || (data == NULL && n > 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "path and data must not be NULL");
+  if (path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
+  }
+  if (data == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: data is NULL", __func__);
   }
   struct stat st;
   if (lstat(path, &st) == 0) {

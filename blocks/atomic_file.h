@@ -11,7 +11,9 @@
  *
  * kvs_write_file_atomic takes every step for one path (kvblock's output).
  * The block store (block_store.h) takes the same steps one by one: it
- * stages, renames under its index lock, and syncs its directory after. */
+ * stages, renames under its index lock, and syncs its directory after.
+ * A NULL name, path or data (data only when n > 0) is
+ * KVS_ERR_INVALID_ARGUMENT naming it, nothing written. */
 #ifndef KVS_CORE_BLOCKS_ATOMIC_FILE_H
 #define KVS_CORE_BLOCKS_ATOMIC_FILE_H
 

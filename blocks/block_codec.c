@@ -63,11 +63,12 @@ static bool add_padded(uint64_t *total, uint64_t bytes) {
 }
 
 /* Checks what the encoder is given and computes the body length. */
-static kvs_status size_parts(const kvs_block_hash *key, const kvs_block_signature *recorded,
-                             const kvs_block_layer *layers, size_t n_layers, uint64_t *body_out,
-                             kvs_error *err) {
+static kvs_status size_parts(const char *function, const kvs_block_hash *key,
+                             const kvs_block_signature *recorded, const kvs_block_layer *layers,
+                             size_t n_layers, uint64_t *body_out, kvs_error *err) {
   if (n_layers > 0 && layers == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers given as NULL", n_layers);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: layers is NULL but n_layers is %zu",
+                         function, n_layers);
   }
   if (n_layers > KVS_BLOCK_MAX_LAYERS) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers exceed the %u-layer maximum",
@@ -127,9 +128,11 @@ static kvs_status size_parts(const kvs_block_hash *key, const kvs_block_signatur
 kvs_status kvs_block_encoded_size(const kvs_block_hash *key, const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers, size_t *size,
                                   kvs_error *err) {
-  if (size == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "size output is NULL");
+  if (size == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: size is NULL", __func__);
+  }
   uint64_t body;
-  kvs_status st = size_parts(key, recorded, layers, n_layers, &body, err);
+  kvs_status st = size_parts(__func__, key, recorded, layers, n_layers, &body, err);
   if (st != KVS_OK) return st;
   *size = (size_t)(body + KVS_BLOCK_MIN_ENCODED);
   return KVS_OK;
@@ -159,13 +162,15 @@ kvs_status kvs_block_encode_parts(const kvs_block_hash *key, const kvs_block_sig
                                   const kvs_block_layer *layers, size_t n_layers, void *dst,
                                   size_t cap, size_t *written, kvs_error *err) {
   uint64_t body;
-  kvs_status st = size_parts(key, recorded, layers, n_layers, &body, err);
+  kvs_status st = size_parts(__func__, key, recorded, layers, n_layers, &body, err);
   if (st != KVS_OK) return st;
   size_t total = (size_t)(body + KVS_BLOCK_MIN_ENCODED);
-  if (dst == NULL || cap < total) {
+  if (dst == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: dst is NULL", __func__);
+  }
+  if (cap < total) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "encoded block needs %zu bytes; the buffer holds %zu", total,
-                         dst == NULL ? (size_t)0 : cap);
+                         "encoded block needs %zu bytes; the buffer holds %zu", total, cap);
   }
   uint8_t *out = dst;
   size_t at = 0;
@@ -233,7 +238,9 @@ kvs_status kvs_block_encode_parts(const kvs_block_hash *key, const kvs_block_sig
 
 kvs_status kvs_block_encode(const kvs_block_hash *key, const struct kvs_block *block, void *dst,
                             size_t cap, size_t *written, kvs_error *err) {
-  if (block == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block is NULL");
+  if (block == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: block is NULL", __func__);
+  }
   size_t n_layers;
   const kvs_block_layer *layers = kvs_block_layers(block, &n_layers);
   return kvs_block_encode_parts(key, kvs_block_signature_of(block), layers, n_layers, dst, cap,
@@ -241,6 +248,7 @@ kvs_status kvs_block_encode(const kvs_block_hash *key, const struct kvs_block *b
 }
 
 size_t kvs_block_encoded_size_of(const kvs_block_hash *key, const struct kvs_block *block) {
+  if (block == NULL) return 0;
   size_t n_layers, size = 0;
   const kvs_block_layer *layers = kvs_block_layers(block, &n_layers);
   if (kvs_block_encoded_size(key, kvs_block_signature_of(block), layers, n_layers, &size, NULL) !=
@@ -560,7 +568,7 @@ static kvs_status parse(const uint8_t *src, size_t len, bool verify_checksum, kv
 kvs_status kvs_block_decode_view(const void *src, size_t len, kvs_block_view *view,
                                  kvs_block_layer *layers, size_t layer_cap, kvs_error *err) {
   if (src == NULL && len > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "input is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: src is NULL", __func__);
   }
   static const uint8_t empty[1];
   return parse(src != NULL ? src : empty, len, true, view, layers, layer_cap, err);
@@ -568,8 +576,12 @@ kvs_status kvs_block_decode_view(const void *src, size_t len, kvs_block_view *vi
 
 kvs_status kvs_block_decode_adopt(void *buf, size_t len, kvs_block_view *view,
                                   kvs_unverified_block_t *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
-  if (buf == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "input is NULL");
+  if (buf == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: buf is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_block_view v;
   kvs_status st = parse(buf, len, true, &v, NULL, 0, err);
   if (st != KVS_OK) return st;
@@ -597,7 +609,7 @@ kvs_status kvs_block_decode_adopt(void *buf, size_t len, kvs_block_view *view,
 kvs_status kvs_block_decode(const void *src, size_t len, kvs_block_view *view,
                             kvs_unverified_block_t *out, kvs_error *err) {
   if (src == NULL && len > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "input is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: src is NULL", __func__);
   }
   /* The copy is exactly as large as the input the caller already holds;
    * nothing is sized from a length field before it is validated. */

@@ -38,7 +38,13 @@
  * canonical: re-encoding a decoded block gives back the same bytes.
  *
  * This codec assumes a little-endian host (checked at compile time):
- * payload elements are copied, and viewed, as they lie. */
+ * payload elements are copied, and viewed, as they lie.
+ *
+ * NULL: a NULL destination, size output, block, output handle or adopted
+ * buffer, or NULL input or layers that have a length, is
+ * KVS_ERR_INVALID_ARGUMENT naming it (a NULL key or signature means
+ * none, as below; NULL input of length 0 is an empty, truncated block).
+ * kvs_block_encoded_size_of reads 0 for a NULL block. */
 #ifndef KVS_CORE_BLOCKS_BLOCK_CODEC_H
 #define KVS_CORE_BLOCKS_BLOCK_CODEC_H
 

@@ -27,7 +27,9 @@ static void put_u64_be(uint8_t *p, uint64_t v) {
 kvs_status kvs_block_hash_chain(const kvs_block_hash *parent, const uint32_t *token_ids,
                                 size_t n_tokens, uint32_t block_size, kvs_block_hash *out,
                                 kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output hash is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (block_size == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block size is 0; nothing to hash");
   }
@@ -43,7 +45,7 @@ kvs_status kvs_block_hash_chain(const kvs_block_hash *parent, const uint32_t *to
                          n_tokens, (unsigned)block_size);
   }
   if (token_ids == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "token ids are NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: token_ids is NULL", __func__);
   }
 
   XXH3_state_t state;
@@ -98,8 +100,11 @@ kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens, u
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "%zu blocks do not fit in an output of %zu hashes", n_blocks, out_cap);
   }
-  if (n_blocks > 0 && (token_ids == NULL || out == NULL)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "token ids or output is NULL");
+  if (token_ids == NULL && n_blocks > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: token_ids is NULL", __func__);
+  }
+  if (out == NULL && n_blocks > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   for (size_t b = 0; b < n_blocks; b++) {
     /* Cannot fail: every block is whole and every pointer checked. */
@@ -113,11 +118,18 @@ kvs_status kvs_block_hash_sequence(const uint32_t *token_ids, size_t n_tokens, u
 }
 
 bool kvs_block_hash_equal(const kvs_block_hash *a, const kvs_block_hash *b) {
+  /* A missing hash names no block: it equals nothing, not even another. */
+  if (a == NULL || b == NULL) return false;
   return a->high == b->high && a->low == b->low;
 }
 
 char *kvs_block_hash_hex(const kvs_block_hash *hash, char *out) {
   static const char digits[] = "0123456789abcdef";
+  if (out == NULL) return NULL;
+  if (hash == NULL) {
+    out[0] = '\0';
+    return out;
+  }
   for (int i = 0; i < 16; i++) {
     out[i] = digits[(hash->high >> (60 - 4 * i)) & 0xf];
     out[16 + i] = digits[(hash->low >> (60 - 4 * i)) & 0xf];
@@ -134,6 +146,7 @@ static int hex_value(char c) {
 }
 
 bool kvs_hex_decode(const char *text, uint8_t *out, size_t cap, size_t *len) {
+  if (text == NULL || (out == NULL && cap > 0) || len == NULL) return false;
   size_t n = strlen(text);
   if (n % 2 != 0 || n / 2 > cap) return false;
   for (size_t i = 0; i < n; i++) {
@@ -147,8 +160,11 @@ bool kvs_hex_decode(const char *text, uint8_t *out, size_t cap, size_t *len) {
 }
 
 kvs_status kvs_block_hash_parse(const char *hex, kvs_block_hash *out, kvs_error *err) {
-  if (hex == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hex text or output is NULL");
+  if (hex == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: hex is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   uint64_t half[2] = {0, 0};
   for (int i = 0; i < KVS_BLOCK_HASH_HEX_LEN; i++) {

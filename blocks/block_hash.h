@@ -7,7 +7,15 @@
  *
  * Only whole blocks are named. A partial tail block would get a hash
  * that a later, longer sequence could not reproduce for the same
- * position, so it is refused rather than silently truncated. */
+ * position, so it is refused rather than silently truncated.
+ *
+ * NULL: the kvs_status calls refuse a NULL output, text or token array
+ * (when it holds tokens) with KVS_ERR_INVALID_ARGUMENT naming it (a NULL
+ * parent is the first block's, as below). kvs_block_hash_equal is false
+ * when either hash is NULL (a missing hash names no block);
+ * kvs_block_hash_hex writes "" for a NULL hash and returns NULL for a
+ * NULL out; kvs_hex_decode is false for a NULL text, out (with cap > 0)
+ * or len. */
 #ifndef KVS_CORE_BLOCKS_BLOCK_HASH_H
 #define KVS_CORE_BLOCKS_BLOCK_HASH_H
 

@@ -13,6 +13,7 @@ kvs_block_layout_problem kvs_block_layout_check(kvs_block_layout layout) {
 
 size_t kvs_block_layout_describe_problem(kvs_block_layout layout, char *buf, size_t cap) {
   int n = 0;
+  if (buf == NULL) cap = 0; /* snprintf then only measures */
   switch (kvs_block_layout_check(layout)) {
     case KVS_BLOCK_LAYOUT_OK:
       n = snprintf(buf, cap, "block size %u with sliding window %u is usable",
@@ -35,7 +36,9 @@ size_t kvs_block_layout_describe_problem(kvs_block_layout layout, char *buf, siz
 
 kvs_status kvs_block_layout_init(uint32_t block_size, uint32_t sliding_window,
                                  kvs_block_layout *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output layout is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_block_layout layout = {block_size, sliding_window};
   if (kvs_block_layout_check(layout) != KVS_BLOCK_LAYOUT_OK) {
     char why[256];
@@ -47,6 +50,7 @@ kvs_status kvs_block_layout_init(uint32_t block_size, uint32_t sliding_window,
 }
 
 const char *kvs_block_window_describe(uint32_t sliding_window, char *buf, size_t cap) {
+  if (buf == NULL) return "";
   if (cap == 0) return buf;
   if (sliding_window == KVS_BLOCK_NO_WINDOW) {
     snprintf(buf, cap, "%s", KVS_BLOCK_NO_WINDOW_TEXT);

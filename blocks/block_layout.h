@@ -8,7 +8,11 @@
  * live ones.
  *
  * Every block signature (block_signature.h) records its layout, since
- * files on disk persist across configuration changes. */
+ * files on disk persist across configuration changes.
+ *
+ * NULL: kvs_block_layout_init refuses a NULL out (KVS_ERR_INVALID_ARGUMENT);
+ * kvs_block_layout_describe_problem with a NULL buf only measures, and
+ * kvs_block_window_describe returns "" for a NULL buf. */
 #ifndef KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
 #define KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
 

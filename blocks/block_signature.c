@@ -59,8 +59,9 @@ bool kvs_block_model_valid(const char *model, size_t len) {
 
 const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf, size_t cap) {
   static const char digits[] = "0123456789abcdef";
+  if (buf == NULL) return "";
   if (cap == 0) return buf;
-  if (len == 0) {
+  if (len == 0 || weights == NULL) {
     snprintf(buf, cap, "none");
     return buf;
   }
@@ -103,6 +104,11 @@ const char *kvs_signature_error_kind_name(kvs_signature_error_kind kind) {
 
 size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, size_t cap) {
   int n = 0;
+  if (buf == NULL) cap = 0; /* snprintf then only measures */
+  if (why == NULL) {
+    if (cap > 0) buf[0] = '\0';
+    return 0;
+  }
   switch (why->kind) {
     case KVS_SIG_NONE:
       n = snprintf(buf, cap, "KV block signature verified");
@@ -320,9 +326,11 @@ static bool measure(const char *model, const uint8_t *weights, size_t weights_le
   return true;
 }
 
-static kvs_status check_identity(const char *model, const uint8_t *weights, size_t weights_len,
-                                 kvs_error *err) {
-  if (model == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model is NULL");
+static kvs_status check_identity(const char *function, const char *model, const uint8_t *weights,
+                                 size_t weights_len, kvs_error *err) {
+  if (model == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: model is NULL", function);
+  }
   size_t len = strlen(model);
   if (!kvs_block_model_valid(model, len)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -336,14 +344,16 @@ static kvs_status check_identity(const char *model, const uint8_t *weights, size
   }
   if (weights_len > 0 && weights == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "weights fingerprint is NULL but %zu bytes long", weights_len);
+                         "%s: weights is NULL but weights_len is %zu", function,
+                         weights_len);
   }
   return KVS_OK;
 }
 
 kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers, kvs_error *err) {
   if (n_layers > 0 && layers == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers given as NULL", n_layers);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: layers is NULL but n_layers is %zu",
+                         __func__, n_layers);
   }
   if (n_layers > UINT32_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu layers do not fit the format",
@@ -363,11 +373,13 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
                                        const kvs_block_layer *layers, size_t n_layers,
                                        kvs_block_signature *out, kvs_signature_error *why,
                                        kvs_error *err) {
-  kvs_status st = check_identity(model, weights, weights_len, err);
+  kvs_status st = check_identity(__func__, model, weights, weights_len, err);
   if (st != KVS_OK) return st;
   st = kvs_block_layers_check(layers, n_layers, err);
   if (st != KVS_OK) return st;
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_signature_error local;
   kvs_block_signature sig;
   if (!measure(model, weights, weights_len, layout, layers, n_layers, &sig, &local)) {
@@ -382,9 +394,11 @@ kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weight
                                         uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                                         kvs_dtype dtype, uint64_t tokens, kvs_block_signature *out,
                                         kvs_error *err) {
-  kvs_status st = check_identity(model, weights, weights_len, err);
+  kvs_status st = check_identity(__func__, model, weights, weights_len, err);
   if (st != KVS_OK) return st;
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (kvs_block_layout_check(layout) != KVS_BLOCK_LAYOUT_OK) {
     char why[256];
     kvs_block_layout_describe_problem(layout, why, sizeof why);

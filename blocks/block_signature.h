@@ -29,7 +29,14 @@
  * What the payload cannot prove (model, weights fingerprint, sliding
  * window) is carried from the stamp and settled against the reader in
  * step 5; the block size is provable (every stored block holds exactly
- * block_size positions) and is settled in step 3. */
+ * block_size positions) and is settled in step 3.
+ *
+ * NULL: the kvs_status calls refuse a NULL model, output, or layer array
+ * or fingerprint that has a length, with KVS_ERR_INVALID_ARGUMENT naming
+ * it (recorded, expected, actual and why may be NULL where said). The
+ * formatters take a NULL buf as "measure only" (kvs_signature_error_format)
+ * or return "" (kvs_block_weights_describe, which renders a NULL
+ * fingerprint as "none"); a NULL why formats as "". */
 #ifndef KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
 #define KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
 

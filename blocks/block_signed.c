@@ -104,7 +104,9 @@ static void free_body(struct kvs_block_body *body) {
 kvs_status kvs_block_stamp(const char *model, const uint8_t *weights, size_t weights_len,
                            kvs_block_layout layout, const kvs_block_layer *layers, size_t n_layers,
                            kvs_block_t *out, kvs_signature_error *why, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_block_signature sig;
   kvs_status st = kvs_block_signature_measure(model, weights, weights_len, layout, layers, n_layers,
                                               &sig, why, err);
@@ -126,25 +128,31 @@ void kvs_block_destroy(kvs_block_t block) {
   free(block);
 }
 
+/* The accessors read NULL, a zero layout or 0 (and no layers) for NULL. */
 const kvs_block_signature *kvs_block_signature_of(const struct kvs_block *block) {
-  return &block->body.signature;
+  return block != NULL ? &block->body.signature : NULL;
 }
 
 kvs_block_layout kvs_block_layout_of(const struct kvs_block *block) {
-  return block->body.signature.layout;
+  kvs_block_layout none = {0, KVS_BLOCK_NO_WINDOW};
+  return block != NULL ? block->body.signature.layout : none;
 }
 
-uint64_t kvs_block_tokens(const struct kvs_block *block) { return block->body.signature.tokens; }
+uint64_t kvs_block_tokens(const struct kvs_block *block) {
+  return block != NULL ? block->body.signature.tokens : 0;
+}
 
 const kvs_block_layer *kvs_block_layers(const struct kvs_block *block, size_t *n_layers) {
-  if (n_layers != NULL) *n_layers = block->body.n_layers;
-  return block->body.layers;
+  if (n_layers != NULL) *n_layers = block != NULL ? block->body.n_layers : 0;
+  return block != NULL ? block->body.layers : NULL;
 }
 
 kvs_status kvs_unverified_block_create(const kvs_block_signature *recorded,
                                        const kvs_block_layer *layers, size_t n_layers,
                                        kvs_unverified_block_t *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   struct kvs_unverified_block *block = malloc(sizeof *block);
   if (block == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a block");
   kvs_status st = copy_body(recorded, layers, n_layers, &block->body, err);
@@ -159,7 +167,12 @@ kvs_status kvs_unverified_block_create(const kvs_block_signature *recorded,
 kvs_status kvs_unverified_block_adopt(void *storage, const kvs_block_signature *recorded,
                                       const kvs_block_layer *layers, size_t n_layers,
                                       kvs_unverified_block_t *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
+  if (storage == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: storage is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status st = check_parts(recorded, layers, n_layers, true, err);
   if (st != KVS_OK) return st;
   struct kvs_unverified_block *block = malloc(sizeof *block);
@@ -188,21 +201,29 @@ void kvs_unverified_block_destroy(kvs_unverified_block_t block) {
 
 const kvs_block_signature *kvs_unverified_block_signature(
     const struct kvs_unverified_block *block) {
-  return block->body.marked ? &block->body.signature : NULL;
+  return block != NULL && block->body.marked ? &block->body.signature : NULL;
 }
 
 const kvs_block_layer *kvs_unverified_block_layers(const struct kvs_unverified_block *block,
                                                    size_t *n_layers) {
-  if (n_layers != NULL) *n_layers = block->body.n_layers;
-  return block->body.layers;
+  if (n_layers != NULL) *n_layers = block != NULL ? block->body.n_layers : 0;
+  return block != NULL ? block->body.layers : NULL;
 }
 
 kvs_status kvs_unverified_block_verify(kvs_unverified_block_t *block,
                                        const kvs_block_signature *expected, kvs_block_t *out,
                                        kvs_signature_error *why, kvs_error *err) {
-  if (block == NULL || *block == NULL || expected == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "block, expected signature and output must not be NULL");
+  if (block == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: block is NULL", __func__);
+  }
+  if (*block == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: *block is NULL", __func__);
+  }
+  if (expected == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: expected is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   struct kvs_block_body *body = &(*block)->body;
   kvs_block_signature actual;

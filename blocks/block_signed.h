@@ -10,7 +10,12 @@
  * has to be expressible so verification can reject it.
  *
  * Both own their payload; the kvs_block_layer views they hand out stay
- * valid until the block is destroyed. */
+ * valid until the block is destroyed.
+ *
+ * NULL: the kvs_status calls refuse a NULL output, block, expected
+ * signature or adopted storage with KVS_ERR_INVALID_ARGUMENT naming it;
+ * the accessors read NULL, a zero layout or 0 (no layers) for a NULL
+ * block; the destroy functions accept NULL. */
 #ifndef KVS_CORE_BLOCKS_BLOCK_SIGNED_H
 #define KVS_CORE_BLOCKS_BLOCK_SIGNED_H
 

@@ -51,6 +51,11 @@ struct kvs_block_store {
 };
 
 char *kvs_block_store_file_name(const kvs_block_hash *key, char *buf) {
+  if (buf == NULL) return NULL;
+  if (key == NULL) {
+    buf[0] = '\0';
+    return buf;
+  }
   kvs_block_hash_hex(key, buf);
   memcpy(buf + KVS_BLOCK_HASH_HEX_LEN, BLOCK_SUFFIX, sizeof BLOCK_SUFFIX);
   return buf;
@@ -244,8 +249,14 @@ static kvs_status read_block_file(int dirfd, const char *name, uint8_t **buf_out
 
 kvs_status kvs_block_store_read_file(const char *path, uint8_t **bytes, size_t *len,
                                      kvs_error *err) {
-  if (path == NULL || bytes == NULL || len == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "path and outputs must not be NULL");
+  if (path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
+  }
+  if (bytes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", __func__);
+  }
+  if (len == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: len is NULL", __func__);
   }
   return read_block_file(AT_FDCWD, path, bytes, len, err);
 }
@@ -420,8 +431,11 @@ static void free_index(struct kvs_block_store *s) {
 kvs_status kvs_block_store_create(const char *dir, const kvs_block_store_options *options,
                                   kvs_block_store_t *out, kvs_block_store_scan *scan_out,
                                   kvs_error *err) {
-  if (dir == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "directory and output must not be NULL");
+  if (dir == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: dir is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   static const kvs_block_store_options defaults = KVS_BLOCK_STORE_OPTIONS_INIT;
   kvs_block_store_options opts;
@@ -505,8 +519,14 @@ void kvs_block_store_destroy(kvs_block_store_t s) {
 
 kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
                                const struct kvs_block *block, kvs_error *err) {
-  if (s == NULL || key == NULL || block == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store, key and block must not be NULL");
+  if (s == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", __func__);
+  }
+  if (key == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", __func__);
+  }
+  if (block == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: block is NULL", __func__);
   }
   if (s->options.read_only) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store is open read-only");
@@ -582,9 +602,17 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
 kvs_status kvs_block_store_get(kvs_block_store_t s, const kvs_block_hash *key,
                                const kvs_block_signature *expected, kvs_block_t *out,
                                kvs_signature_error *why, kvs_error *err) {
-  if (s == NULL || key == NULL || expected == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "store, key, expected signature and output must not be NULL");
+  if (s == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", __func__);
+  }
+  if (key == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", __func__);
+  }
+  if (expected == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: expected is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   char name[KVS_BLOCK_STORE_NAME_MAX];
   kvs_block_store_file_name(key, name);
@@ -623,8 +651,11 @@ kvs_status kvs_block_store_get(kvs_block_store_t s, const kvs_block_hash *key,
 }
 
 kvs_status kvs_block_store_remove(kvs_block_store_t s, const kvs_block_hash *key, kvs_error *err) {
-  if (s == NULL || key == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store and key must not be NULL");
+  if (s == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", __func__);
+  }
+  if (key == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", __func__);
   }
   if (s->options.read_only) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store is open read-only");
@@ -649,6 +680,7 @@ kvs_status kvs_block_store_remove(kvs_block_store_t s, const kvs_block_hash *key
 }
 
 bool kvs_block_store_contains(kvs_block_store_t s, const kvs_block_hash *key) {
+  if (s == NULL || key == NULL) return false;
   char name[KVS_BLOCK_STORE_NAME_MAX];
   kvs_block_store_file_name(key, name);
   struct stat sb;
@@ -656,6 +688,7 @@ bool kvs_block_store_contains(kvs_block_store_t s, const kvs_block_hash *key) {
 }
 
 uint64_t kvs_block_store_count(kvs_block_store_t s) {
+  if (s == NULL) return 0;
   pthread_mutex_lock(&s->mu);
   uint64_t n = s->count;
   pthread_mutex_unlock(&s->mu);
@@ -663,10 +696,13 @@ uint64_t kvs_block_store_count(kvs_block_store_t s) {
 }
 
 uint64_t kvs_block_store_bytes(kvs_block_store_t s) {
+  if (s == NULL) return 0;
   pthread_mutex_lock(&s->mu);
   uint64_t n = s->bytes;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
 
-uint64_t kvs_block_store_capacity(kvs_block_store_t s) { return s->options.capacity_bytes; }
+uint64_t kvs_block_store_capacity(kvs_block_store_t s) {
+  return s != NULL ? s->options.capacity_bytes : 0;
+}

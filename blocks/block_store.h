@@ -24,7 +24,13 @@
  * recently used blocks after each put. One process at a time may open a
  * directory for writing (an advisory lock on ".lock"); any number may
  * open it read-only. All calls on a handle are thread-safe: readers may
- * get while another thread puts, and always see whole blocks. */
+ * get while another thread puts, and always see whole blocks.
+ *
+ * NULL: the kvs_status calls refuse a NULL store, directory, path, key,
+ * block, expected signature or output with KVS_ERR_INVALID_ARGUMENT
+ * naming it; kvs_block_store_contains is false and the counts read 0 for
+ * a NULL store; kvs_block_store_file_name writes "" for a NULL key and
+ * returns NULL for a NULL buf; destroy accepts NULL. */
 #ifndef KVS_CORE_BLOCKS_BLOCK_STORE_H
 #define KVS_CORE_BLOCKS_BLOCK_STORE_H
 

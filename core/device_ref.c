@@ -11,7 +11,9 @@ static void note_fault(kvs_batch_fault *fault, uint64_t index) {
 }
 
 kvs_status kvs_table_dims_check(const kvs_table_dims *dims, kvs_error *err) {
-  if (dims == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table dims are NULL");
+  if (dims == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: dims is NULL", __func__);
+  }
   uint64_t page = dims->page;
   if (page == 0 || page > (uint64_t)INT32_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -56,7 +58,8 @@ kvs_status kvs_table_check_journal(const kvs_table_dims *dims, const kvs_journal
   kvs_status status = kvs_table_dims_check(dims, err);
   if (status != KVS_OK) return status;
   if (n > 0 && entries == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu journal entries at NULL", n);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: entries is NULL but n is %zu",
+                         __func__, n);
   }
   uint64_t n_full_pages = dims->full_token / dims->page;
   uint64_t n_win_pages = dims->n_win_slots / dims->page;
@@ -86,8 +89,11 @@ kvs_status kvs_ref_apply_journal(int64_t *map, const kvs_table_dims *dims,
                                  kvs_error *err) {
   kvs_status status = kvs_table_dims_check(dims, err);
   if (status != KVS_OK) return status;
-  if (map == NULL || (n > 0 && entries == NULL)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or journal entries are NULL");
+  if (map == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: map is NULL", __func__);
+  }
+  if (entries == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: entries is NULL", __func__);
   }
   kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
   uint64_t page = dims->page;
@@ -110,8 +116,14 @@ kvs_status kvs_ref_translate(const int64_t *map, const kvs_table_dims *dims, con
                              size_t n, int64_t *out, kvs_batch_fault *fault, kvs_error *err) {
   kvs_status status = kvs_table_dims_check(dims, err);
   if (status != KVS_OK) return status;
-  if (map == NULL || (n > 0 && (locs == NULL || out == NULL))) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, locs or output is NULL");
+  if (map == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: map is NULL", __func__);
+  }
+  if (locs == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: locs is NULL", __func__);
+  }
+  if (out == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_batch_fault local = KVS_BATCH_FAULT_INIT;
   for (size_t i = 0; i < n; i++) {
@@ -146,8 +158,8 @@ kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, 
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "state locs need an output: out_csa, out_hca or both");
   }
-  if (n > 0 && slots == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu window slots at NULL", n);
+  if (slots == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: slots is NULL", __func__);
   }
   if ((out_csa != NULL && (status = check_ring(KVS_RING_SLOTS_CSA, dims->page, err))) ||
       (out_hca != NULL && (status = check_ring(KVS_RING_SLOTS_HCA, dims->page, err)))) {
@@ -174,7 +186,8 @@ kvs_status kvs_ref_state_locs(const kvs_table_dims *dims, const int64_t *slots, 
 }
 
 kvs_state_placement kvs_state_placement_of(const kvs_pool_sizes *sizes) {
-  kvs_state_placement p;
+  kvs_state_placement p = {KVS_STATE_RINGS_PER_PAGE, 0, 0, 0};
+  if (sizes == NULL) return p; /* page 0: kvs_state_placement_check refuses it */
   p.rings = sizes->state_rings;
   p.page = sizes->page;
   p.n_win_slots = sizes->n_win_slots;
@@ -187,7 +200,7 @@ kvs_state_placement kvs_state_placement_of(const kvs_pool_sizes *sizes) {
 
 kvs_status kvs_state_placement_check(const kvs_state_placement *placement, kvs_error *err) {
   if (placement == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "state placement is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: placement is NULL", __func__);
   }
   const kvs_state_placement *p = placement;
   if (p->rings != KVS_STATE_RINGS_PER_PAGE && p->rings != KVS_STATE_RINGS_PER_REQUEST &&
@@ -270,7 +283,9 @@ kvs_status kvs_ref_batch_state_locs(const kvs_state_placement *placement, const 
 }
 
 kvs_status kvs_block_tables_check(const kvs_block_tables *tables, size_t n_req, kvs_error *err) {
-  if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block tables are NULL");
+  if (tables == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: tables is NULL", __func__);
+  }
   if (tables->stride == 0 || tables->block_size == 0 || tables->block_size > UINT32_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "block tables need stride >= 1 and block_size in 1..2^32-1, got "
@@ -279,8 +294,8 @@ kvs_status kvs_block_tables_check(const kvs_block_tables *tables, size_t n_req, 
                          (unsigned long long)tables->block_size);
   }
   if (n_req > 0 && tables->pages == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block tables of %zu requests at NULL",
-                         n_req);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: tables->pages is NULL but n_req is %zu", __func__, n_req);
   }
   if (n_req > 0 && tables->stride > (uint64_t)SIZE_MAX / sizeof(int32_t) / n_req) {
     return kvs_error_set(err, KVS_ERR_OVERFLOW,
@@ -305,19 +320,29 @@ static int64_t slot_at(const int64_t *map, uint64_t full_token, const int32_t *r
 }
 
 /* The arguments both ring-context functions take, checked alike. */
-static kvs_status check_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                                 const kvs_block_tables *tables, const int64_t *positions,
-                                 size_t n_req, const int64_t *own, const int64_t *prev,
-                                 const int64_t *ring, kvs_error *err) {
+static kvs_status check_ring_ctx(const char *function, const int64_t *map,
+                                 const kvs_table_dims *dims, const kvs_block_tables *tables,
+                                 const int64_t *positions, size_t n_req, const int64_t *own,
+                                 const int64_t *prev, const int64_t *ring, kvs_error *err) {
   kvs_status status;
   if ((status = kvs_table_dims_check(dims, err)) ||
       (status = kvs_block_tables_check(tables, n_req, err))) {
     return status;
   }
-  if (map == NULL ||
-      (n_req > 0 && (positions == NULL || own == NULL || prev == NULL || ring == NULL))) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "table, positions or an output of the ring context is NULL");
+  if (map == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: map is NULL", function);
+  }
+  if (positions == NULL && n_req > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: positions is NULL", function);
+  }
+  if (own == NULL && n_req > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: own is NULL", function);
+  }
+  if (prev == NULL && n_req > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: prev is NULL", function);
+  }
+  if (ring == NULL && n_req > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: ring is NULL", function);
   }
   if (n_req > 0 && dims->page > (uint64_t)SIZE_MAX / sizeof(int64_t) / n_req) {
     return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu ring contexts of %llu slots do not fit", n_req,
@@ -350,7 +375,8 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                             const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
                             int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                             kvs_error *err) {
-  kvs_status status = check_ring_ctx(map, dims, tables, positions, n_req, own, prev, ring, err);
+  kvs_status status =
+      check_ring_ctx(__func__, map, dims, tables, positions, n_req, own, prev, ring, err);
   if (status != KVS_OK) return status;
   const uint64_t page = dims->page;
   const kvs_tm_div page_div = kvs_tm_div_make(page);
@@ -411,7 +437,8 @@ kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                              const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
                              int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                              kvs_error *err) {
-  kvs_status status = check_ring_ctx(map, dims, tables, positions, n_req, own, prev, ring, err);
+  kvs_status status =
+      check_ring_ctx(__func__, map, dims, tables, positions, n_req, own, prev, ring, err);
   if (status != KVS_OK) return status;
   if (tables->block_size != dims->page) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

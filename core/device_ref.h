@@ -14,7 +14,8 @@
  * back a launch, so a location outside the table reads as -1 and is counted
  * in a kvs_batch_fault (how many, and the lowest index at fault). Bad
  * arguments (dimensions, NULL arrays) are refused before anything is
- * written, as everywhere else. */
+ * written, as everywhere else: KVS_ERR_INVALID_ARGUMENT naming the
+ * argument (an array only when the batch has items). */
 #ifndef KVS_CORE_DEVICE_REF_H
 #define KVS_CORE_DEVICE_REF_H
 
@@ -120,7 +121,8 @@ typedef struct kvs_state_placement {
   uint64_t n_req_slots;  /* request slots (dummy included); 0 with per-page rings */
 } kvs_state_placement;
 
-/* The placement of a pool of these sizes. */
+/* The placement of a pool of these sizes; for NULL, a zero placement
+ * (page 0), which kvs_state_placement_check refuses. */
 kvs_state_placement kvs_state_placement_of(const kvs_pool_sizes *sizes);
 
 /* What the batch state locations need of a placement: a known rings

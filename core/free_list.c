@@ -18,7 +18,9 @@ struct kvs_free_list {
 
 kvs_status kvs_free_list_create(uint64_t capacity, uint64_t page_unit, kvs_free_list_t *out,
                                 kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output handle is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (page_unit == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "page_unit is 0; a unit spans a slot");
   }
@@ -61,6 +63,7 @@ void kvs_free_list_destroy(kvs_free_list_t list) {
 }
 
 void kvs_free_list_reset(kvs_free_list_t list) {
+  if (list == NULL) return;
   for (uint64_t unit = 0; unit < list->n_units; unit++) {
     list->stack[unit] = unit * list->page_unit;
     list->position[unit] = unit;
@@ -70,6 +73,12 @@ void kvs_free_list_reset(kvs_free_list_t list) {
 
 kvs_status kvs_free_list_alloc(kvs_free_list_t list, size_t n_units, uint64_t *bases_out,
                                kvs_free_list_shortfall *shortfall, kvs_error *err) {
+  if (list == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: list is NULL", __func__);
+  }
+  if (bases_out == NULL && n_units > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: bases_out is NULL", __func__);
+  }
   if (n_units > list->top) {
     if (shortfall != NULL) {
       shortfall->needed_units = n_units;
@@ -99,7 +108,8 @@ static bool is_unit_base(const struct kvs_free_list *list, uint64_t base) {
 }
 
 bool kvs_free_list_is_free(const struct kvs_free_list *list, uint64_t base) {
-  return is_unit_base(list, base) && list->position[base / list->page_unit] != UINT64_MAX;
+  return list != NULL && is_unit_base(list, base) &&
+         list->position[base / list->page_unit] != UINT64_MAX;
 }
 
 static uint32_t next_epoch(struct kvs_free_list *list) {
@@ -112,6 +122,12 @@ static uint32_t next_epoch(struct kvs_free_list *list) {
 
 kvs_status kvs_free_list_free(kvs_free_list_t list, const uint64_t *bases, size_t n,
                               kvs_error *err) {
+  if (list == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: list is NULL", __func__);
+  }
+  if (bases == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: bases is NULL", __func__);
+  }
   uint32_t epoch = next_epoch(list);
   for (size_t i = 0; i < n; i++) {
     uint64_t base = bases[i];
@@ -140,6 +156,9 @@ kvs_status kvs_free_list_free(kvs_free_list_t list, const uint64_t *bases, size_
 }
 
 kvs_status kvs_free_list_take(kvs_free_list_t list, uint64_t base, kvs_error *err) {
+  if (list == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: list is NULL", __func__);
+  }
   if (!kvs_free_list_is_free(list, base)) {
     return kvs_error_set(err, KVS_ERR_CONFLICT, "unit base %llu is not on the free list",
                          (unsigned long long)base);
@@ -157,10 +176,19 @@ kvs_status kvs_free_list_take(kvs_free_list_t list, uint64_t base, kvs_error *er
   return KVS_OK;
 }
 
+/* The accessors read 0 (NULL) for a NULL list. */
 uint64_t kvs_free_list_available(const struct kvs_free_list *list) {
-  return list->top * list->page_unit;
+  return list != NULL ? list->top * list->page_unit : 0;
 }
-uint64_t kvs_free_list_free_units(const struct kvs_free_list *list) { return list->top; }
-uint64_t kvs_free_list_capacity(const struct kvs_free_list *list) { return list->capacity; }
-uint64_t kvs_free_list_page_unit(const struct kvs_free_list *list) { return list->page_unit; }
-const uint64_t *kvs_free_list_bases(const struct kvs_free_list *list) { return list->stack; }
+uint64_t kvs_free_list_free_units(const struct kvs_free_list *list) {
+  return list != NULL ? list->top : 0;
+}
+uint64_t kvs_free_list_capacity(const struct kvs_free_list *list) {
+  return list != NULL ? list->capacity : 0;
+}
+uint64_t kvs_free_list_page_unit(const struct kvs_free_list *list) {
+  return list != NULL ? list->page_unit : 0;
+}
+const uint64_t *kvs_free_list_bases(const struct kvs_free_list *list) {
+  return list != NULL ? list->stack : NULL;
+}

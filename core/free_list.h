@@ -8,7 +8,12 @@
  * slots makes that unrepresentable.
  *
  * LIFO (pop from the tail) so a page just freed is the next handed out,
- * keeping live window pages clustered. Every call is all-or-nothing. */
+ * keeping live window pages clustered. Every call is all-or-nothing.
+ *
+ * NULL: the kvs_status calls refuse a NULL list, output or base array
+ * (when it holds bases) with KVS_ERR_INVALID_ARGUMENT naming it; the
+ * accessors read 0 (kvs_free_list_bases NULL, kvs_free_list_is_free
+ * false) for a NULL list; destroy and reset accept NULL. */
 #ifndef KVS_CORE_FREE_LIST_H
 #define KVS_CORE_FREE_LIST_H
 

@@ -3,16 +3,20 @@
 #include <string.h>
 
 size_t kvs_geometry_layer_count(const kvs_geometry *geometry) {
+  if (geometry == NULL) return 0;
   return geometry->n_layers < geometry->n_ratios ? geometry->n_layers : geometry->n_ratios;
 }
 
 bool kvs_compressor_from_ratio(uint32_t ratio, kvs_compressor *out) {
+  kvs_compressor found;
   switch (ratio) {
-    case 0: *out = KVS_COMPRESSOR_NONE; return true;
-    case KVS_CSA_RATIO: *out = KVS_COMPRESSOR_CSA; return true;
-    case KVS_HCA_RATIO: *out = KVS_COMPRESSOR_HCA; return true;
+    case 0: found = KVS_COMPRESSOR_NONE; break;
+    case KVS_CSA_RATIO: found = KVS_COMPRESSOR_CSA; break;
+    case KVS_HCA_RATIO: found = KVS_COMPRESSOR_HCA; break;
     default: return false;
   }
+  if (out != NULL) *out = found;
+  return true;
 }
 
 uint32_t kvs_compressor_ratio(kvs_compressor compressor) { return (uint32_t)compressor; }
@@ -53,15 +57,20 @@ static kvs_status unknown_ratio(kvs_error *err, size_t layer, uint32_t ratio) {
 
 kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out,
                                     size_t cap, size_t *n_out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
   size_t n = kvs_geometry_layer_count(geometry);
   if (cap < n) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "compressor output holds %zu entries, the stack has %zu layers", cap, n);
   }
+  if (out == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   /* Check every layer first so a refusal writes nothing. */
   for (size_t layer = 0; layer < n; layer++) {
-    kvs_compressor unused;
-    if (!kvs_compressor_from_ratio(geometry->compress_ratios[layer], &unused)) {
+    if (!kvs_compressor_from_ratio(geometry->compress_ratios[layer], NULL)) {
       return unknown_ratio(err, layer, geometry->compress_ratios[layer]);
     }
   }
@@ -75,7 +84,15 @@ kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor
 kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geometry,
                                                      const char *layers_name,
                                                      const char *ratios_name, kvs_error *err) {
-  if (geometry == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (layers_name == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: layers_name is NULL", __func__);
+  }
+  if (ratios_name == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: ratios_name is NULL", __func__);
+  }
   if (geometry->n_ratios >= geometry->n_layers) return KVS_OK;
   return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                        "%s is %zu but %s lists %zu: every layer needs a ratio (the %zu layers "
@@ -86,7 +103,7 @@ kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geomet
 
 kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err) {
   if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
   if (geometry->head_dim == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "head_dim is 0; a KV row has width");
@@ -116,6 +133,9 @@ kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err) {
 }
 
 kvs_status kvs_ring_size_for_ratio(uint32_t ratio, uint64_t *out, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   switch (ratio) {
     case KVS_CSA_RATIO: *out = 8; return KVS_OK;
     case KVS_HCA_RATIO: *out = 128; return KVS_OK;
@@ -129,13 +149,17 @@ kvs_status kvs_ring_size_for_ratio(uint32_t ratio, uint64_t *out, kvs_error *err
 kvs_status kvs_geometry_init(kvs_geometry *out, uint64_t head_dim, uint64_t index_head_dim,
                              size_t n_layers, const uint32_t *ratios, size_t n_ratios,
                              kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (n_ratios > KVS_MAX_LAYERS) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "compress_ratios has %zu entries, more than the %d supported", n_ratios,
                          KVS_MAX_LAYERS);
   }
   if (n_ratios > 0 && ratios == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "compress_ratios is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: ratios is NULL but n_ratios is %zu",
+                         __func__, n_ratios);
   }
   memset(out, 0, sizeof *out);
   out->head_dim = head_dim;

@@ -47,8 +47,11 @@ static kvs_status read_uint(json_t *root, const char *field, uint64_t max, uint6
 
 kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
                                    kvs_error *err) {
-  if (text == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "config text or output is NULL");
+  if (text == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -167,6 +170,12 @@ static kvs_status name_the_file(kvs_status status, const char *path, kvs_error *
 }
 
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
+  if (path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   char *text = NULL;
   size_t len = 0;
   kvs_status status = read_config_text(path, &text, &len, err);
@@ -180,8 +189,11 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
 
 kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_config *out,
                                        kvs_error *err) {
-  if (text == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "config text or output is NULL");
+  if (text == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_model_config *m = calloc(1, sizeof *m);
   if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
@@ -220,8 +232,11 @@ kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_c
 
 kvs_status kvs_model_config_planned_geometry(const kvs_model_config *model, uint64_t n_mtp,
                                              kvs_geometry *out, kvs_error *err) {
-  if (model == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model and output are required");
+  if (model == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: model is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   const kvs_geometry *g = &model->geometry;
   if (n_mtp == 0) {
@@ -267,13 +282,19 @@ const char *kvs_geometry_builtin_name(size_t index) {
 }
 
 kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *err) {
-  for (size_t i = 0; name != NULL && i < N_BUILTINS; i++) {
+  if (name == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name, builtins[i].name) == 0) {
       return kvs_geometry_parse_json(builtins[i].json, strlen(builtins[i].json), out, err);
     }
   }
   return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no built-in model named '%s' (known: %s, %s)",
-                       name == NULL ? "(null)" : name, builtins[0].name, builtins[1].name);
+                       name, builtins[0].name, builtins[1].name);
 }
 
 /* A model folder's config path into buf: false (err filled) when the
@@ -332,7 +353,10 @@ static kvs_status name_the_builtins(kvs_status status, const char *name, kvs_err
 
 kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err) {
   if (name_or_path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name_or_path is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {
@@ -349,8 +373,11 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
 
 kvs_status kvs_model_config_resolve(const char *name_or_path, kvs_model_config *out,
                                     kvs_error *err) {
-  if (name_or_path == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model name and output are required");
+  if (name_or_path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name_or_path is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {

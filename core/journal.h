@@ -39,20 +39,27 @@ typedef struct kvs_journal_entry {
  * not performed. */
 typedef struct kvs_journal *kvs_journal_t;
 
+/* A journal of `capacity` entries (0: one that holds none). out NULL is
+ * KVS_ERR_INVALID_ARGUMENT. */
 kvs_status kvs_journal_create(size_t capacity, kvs_journal_t *out, kvs_error *err);
+/* NULL is accepted. */
 void kvs_journal_destroy(kvs_journal_t journal);
 
+/* The accessors read 0 for a NULL journal. */
 size_t kvs_journal_capacity(const struct kvs_journal *journal);
 size_t kvs_journal_pending(const struct kvs_journal *journal); /* entries not drained */
 size_t kvs_journal_room(const struct kvs_journal *journal);
 /* Entries ever appended: a step's journal covers [seq - pending, seq). */
 uint64_t kvs_journal_sequence(const struct kvs_journal *journal);
 
-/* Appends one entry; the caller has checked room (internal contract). */
-void kvs_journal_push(kvs_journal_t journal, uint64_t full_page, int64_t window_page);
+/* Appends one entry. A full journal (a 0-entry one always is) is
+ * KVS_ERR_JOURNAL_FULL naming the counts and the entry, nothing appended;
+ * a NULL journal KVS_ERR_INVALID_ARGUMENT. */
+kvs_status kvs_journal_push(kvs_journal_t journal, uint64_t full_page, int64_t window_page,
+                            kvs_error *err);
 
-/* Moves up to cap of the oldest entries into out, in order; *n_out says
- * how many. */
+/* Moves up to cap of the oldest entries into out, in order; *n_out (may be
+ * NULL) says how many. A NULL journal or out moves none. */
 void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap,
                        size_t *n_out);
 

@@ -8,7 +8,8 @@
  * num_hidden_layers, head_dim, qk_rope_head_dim, index_head_dim,
  * sliding_window, compress_ratios and num_nextn_predict_layers; a missing
  * or mistyped field is refused naming the file and the field.
- * max_position_embeddings is read when present. */
+ * max_position_embeddings is read when present. A NULL text, name, model
+ * or output is KVS_ERR_INVALID_ARGUMENT naming it. */
 #ifndef KVS_CORE_MODEL_CONFIG_H
 #define KVS_CORE_MODEL_CONFIG_H
 

@@ -364,8 +364,11 @@ static kvs_status folder_shards(const char *folder, char ***names, size_t *n, kv
 
 kvs_status kvs_model_weights_load(const char *folder, size_t n_layers, kvs_model_weights *out,
                                   kvs_error *err) {
-  if (folder == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model folder or output is NULL");
+  if (folder == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: folder is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   if (n_layers == 0 || n_layers > KVS_MAX_LAYERS) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

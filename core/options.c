@@ -4,8 +4,19 @@
 
 kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size,
                              const char *init, void *out, kvs_error *err) {
-  if (defaults == NULL || out == NULL || size < sizeof(size_t)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "defaults and output are required");
+  if (defaults == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: defaults is NULL", __func__);
+  }
+  if (init == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: init is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (size < sizeof(size_t)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: size %zu cannot hold an options struct's size field (%zu bytes)",
+                         __func__, size, sizeof(size_t));
   }
   size_t given_size = size;
   if (given != NULL) memcpy(&given_size, given, sizeof given_size);

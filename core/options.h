@@ -24,7 +24,8 @@ extern "C" {
  * first, then the caller's first given->size bytes over them, and out's
  * size field set to `size`. given NULL: the defaults. init names the
  * struct's initialiser macro for the message. On failure out is
- * untouched. */
+ * untouched. defaults, init or out NULL, or a size below the size field's,
+ * is KVS_ERR_INVALID_ARGUMENT naming it. */
 kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size,
                              const char *init, void *out, kvs_error *err);
 

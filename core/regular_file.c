@@ -10,6 +10,18 @@
 
 kvs_status kvs_open_regular(const char *path, const char *what, uint64_t max_bytes, int *fd_out,
                             uint64_t *size, int *open_errno, kvs_error *err) {
+  if (path == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
+  }
+  if (what == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: what is NULL", __func__);
+  }
+  if (fd_out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: fd_out is NULL", __func__);
+  }
+  if (size == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: size is NULL", __func__);
+  }
   if (open_errno != NULL) *open_errno = 0;
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {

@@ -17,7 +17,8 @@ extern "C" {
  * file larger than max_bytes (UINT64_MAX: no limit) is KVS_ERR_PARSE
  * before a byte is read. An open that fails is KVS_ERR_IO naming what and
  * path, with *open_errno (may be NULL) set to its errno. On success *fd is
- * the open descriptor (blocking again for reads) and *size its size. */
+ * the open descriptor (blocking again for reads) and *size its size. path,
+ * what, fd or size NULL is KVS_ERR_INVALID_ARGUMENT naming it. */
 kvs_status kvs_open_regular(const char *path, const char *what, uint64_t max_bytes, int *fd,
                             uint64_t *size, int *open_errno, kvs_error *err);
 

@@ -311,7 +311,7 @@ static kvs_status walk_header(const char *path, json_t *root, uint64_t data_byte
 kvs_status kvs_safetensors_read_header(const char *path, kvs_tensor_fn fn, void *ctx,
                                        uint64_t *n_tensors, kvs_error *err) {
   if (path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "safetensors path is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
   }
   int fd;
   uint64_t file_bytes;

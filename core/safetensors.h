@@ -48,7 +48,7 @@ typedef kvs_status (*kvs_tensor_fn)(void *ctx, const char *name, uint64_t bytes,
  * check it). *n_tensors (may be NULL) is written, with the count, only on
  * success. Symbolic links are followed. Only a
  * regular file is opened (a FIFO or a directory is refused by its kind,
- * without waiting on it). */
+ * without waiting on it). path NULL is KVS_ERR_INVALID_ARGUMENT. */
 kvs_status kvs_safetensors_read_header(const char *path, kvs_tensor_fn fn, void *ctx,
                                        uint64_t *n_tensors, kvs_error *err);
 

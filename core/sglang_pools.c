@@ -259,8 +259,14 @@ static uint64_t estimate_max_running(uint64_t token_capacity, uint64_t context_l
 kvs_status kvs_sglang_pools_compute(const kvs_sglang_model *model,
                                     const kvs_sglang_options *options, uint64_t available_bytes,
                                     kvs_sglang_pools *out, kvs_error *err) {
-  if (model == NULL || options == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "model, options or out is NULL");
+  if (model == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: model is NULL", __func__);
+  }
+  if (options == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: options is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status = check_model(model, err);
   if (status != KVS_OK) return status;
@@ -363,8 +369,11 @@ kvs_status kvs_sglang_pools_compute(const kvs_sglang_model *model,
 kvs_status kvs_sglang_model_make(const kvs_geometry *geometry, size_t first, size_t end,
                                  uint64_t qk_rope_head_dim, uint64_t sliding_window,
                                  uint64_t context_len, kvs_sglang_model *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
   if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "out is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status = kvs_geometry_validate(geometry, err);
   if (status != KVS_OK) return status;
@@ -404,8 +413,11 @@ kvs_status kvs_sglang_model_make(const kvs_geometry *geometry, size_t first, siz
 
 kvs_status kvs_sglang_pp_range(size_t n_layers, size_t pp, size_t stage, size_t *first, size_t *end,
                                kvs_error *err) {
-  if (first == NULL || end == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "first or end is NULL");
+  if (first == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: first is NULL", __func__);
+  }
+  if (end == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: end is NULL", __func__);
   }
   if (pp == 0 || pp > n_layers) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

@@ -105,7 +105,8 @@ typedef struct kvs_sglang_pools {
 /* The model of layers [first, end) of a geometry, with the widths and the
  * window the geometry does not carry. qk_rope_head_dim must be below
  * head_dim, every width and the window non-zero, the range inside the used
- * layers. *out is written only on success. */
+ * layers. *out is written only on success. A NULL pointer argument is
+ * KVS_ERR_INVALID_ARGUMENT naming it, here and in the two below. */
 kvs_status kvs_sglang_model_make(const kvs_geometry *geometry, size_t first, size_t end,
                                  uint64_t qk_rope_head_dim, uint64_t sliding_window,
                                  uint64_t context_len, kvs_sglang_model *out, kvs_error *err);

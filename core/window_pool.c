@@ -52,15 +52,16 @@ uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
 }
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
-  return pool->digest + pool->slots.digest;
+  return pool != NULL ? pool->digest + pool->slots.digest : 0;
 }
 
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
-  return pool->n_full_pages + pool->slots.n;
+  return pool != NULL ? pool->n_full_pages + pool->slots.n : 0;
 }
 
 uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
                                       uint64_t end) {
+  if (pool == NULL) return 0;
   uint64_t units = kvs_window_pool_digest_units(pool);
   if (end > units) end = units;
   uint64_t digest = 0;
@@ -78,6 +79,7 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
 }
 
 uint64_t kvs_window_pool_digest_recompute(const struct kvs_window_pool *pool) {
+  if (pool == NULL) return 0;
   return kvs_window_pool_digest_range(pool, 0, kvs_window_pool_digest_units(pool));
 }
 
@@ -134,8 +136,11 @@ static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                   const kvs_window_pool_options *options,
                                   kvs_window_pool_t *out, kvs_error *err) {
-  if (sizes == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "sizes or output handle is NULL");
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   static const kvs_window_pool_options defaults = KVS_WINDOW_POOL_OPTIONS_INIT;
   kvs_window_pool_options adopted;
@@ -216,41 +221,45 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   return KVS_OK;
 }
 
-/* ---- accessors ---- */
+/* ---- accessors (a NULL pool reads 0, or NULL) ---- */
 
-uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool) { return pool->page; }
+uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool) {
+  return pool != NULL ? pool->page : 0;
+}
 uint64_t kvs_window_pool_full_tokens(const struct kvs_window_pool *pool) {
-  return pool->full_token;
+  return pool != NULL ? pool->full_token : 0;
 }
 uint64_t kvs_window_pool_window_slots(const struct kvs_window_pool *pool) {
-  return pool->n_win_slots;
+  return pool != NULL ? pool->n_win_slots : 0;
 }
 uint64_t kvs_window_pool_swa_num_tokens(const struct kvs_window_pool *pool) {
-  return pool->n_win_slots - pool->page + 1;
+  return pool != NULL ? pool->n_win_slots - pool->page + 1 : 0;
 }
 uint64_t kvs_window_pool_swa_available(const struct kvs_window_pool *pool) {
-  return kvs_free_list_available(pool->free_list);
+  return pool != NULL ? kvs_free_list_available(pool->free_list) : 0;
 }
 uint64_t kvs_window_pool_bound_pages(const struct kvs_window_pool *pool) {
-  return pool->bound_pages;
+  return pool != NULL ? pool->bound_pages : 0;
 }
 uint64_t kvs_window_pool_prefill_chunk_budget(const struct kvs_window_pool *pool) {
-  return pool->chunk_budget;
+  return pool != NULL ? pool->chunk_budget : 0;
 }
-const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool) { return pool->map; }
+const int64_t *kvs_window_pool_mapping(const struct kvs_window_pool *pool) {
+  return pool != NULL ? pool->map : NULL;
+}
 
 size_t kvs_window_pool_journal_pending(const struct kvs_window_pool *pool) {
-  return kvs_journal_pending(pool->journal);
+  return pool != NULL ? kvs_journal_pending(pool->journal) : 0;
 }
 size_t kvs_window_pool_journal_capacity(const struct kvs_window_pool *pool) {
-  return kvs_journal_capacity(pool->journal);
+  return pool != NULL ? kvs_journal_capacity(pool->journal) : 0;
 }
 uint64_t kvs_window_pool_journal_sequence(const struct kvs_window_pool *pool) {
-  return kvs_journal_sequence(pool->journal);
+  return pool != NULL ? kvs_journal_sequence(pool->journal) : 0;
 }
 void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *out, size_t cap,
                                    size_t *n_out) {
-  kvs_journal_drain(pool->journal, out, cap, n_out);
+  kvs_journal_drain(pool != NULL ? pool->journal : NULL, out, cap, n_out);
 }
 
 /* ---- validation helpers ---- */
@@ -282,7 +291,8 @@ static kvs_status journal_room(const struct kvs_window_pool *pool, uint64_t entr
 /* Appends one entry when journaling is on; journal_room said it fits. */
 static void journal(struct kvs_window_pool *pool, uint64_t full_page, int64_t window_page) {
   if (kvs_journal_capacity(pool->journal) > 0) {
-    kvs_journal_push(pool->journal, full_page, window_page);
+    /* journal_room said it fits: the push cannot be refused. */
+    (void)kvs_journal_push(pool->journal, full_page, window_page, NULL);
   }
 }
 
@@ -373,6 +383,13 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what,
 
 kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                  kvs_free_list_shortfall *shortfall, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (full_locs == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
+                         __func__, n);
+  }
   if (n == 0) return KVS_OK;
   uint64_t page = pool->page;
   if (n % page != 0) {
@@ -443,6 +460,13 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
 
 kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                 kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (full_locs == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
+                         __func__, n);
+  }
   size_t n_pages;
   kvs_status status = collect_pages(pool, "free", full_locs, n, &n_pages, err);
   if (status != KVS_OK || n_pages == 0) return status;
@@ -492,6 +516,12 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
 
 kvs_status kvs_window_pool_translate(const struct kvs_window_pool *pool, int64_t full_loc,
                                      int64_t *out, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (full_loc < 0) {
     *out = KVS_NO_WINDOW_SLOT;
     return KVS_OK;
@@ -527,6 +557,21 @@ kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64
                                       const int64_t *full_locs, size_t n,
                                       int64_t *window_slot, int64_t *prev_window_slot,
                                       int64_t *ring_out, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (full_locs == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL", __func__);
+  }
+  if (window_slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: window_slot is NULL", __func__);
+  }
+  if (prev_window_slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: prev_window_slot is NULL", __func__);
+  }
+  if (ring_out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: ring_out is NULL", __func__);
+  }
   if (pos >= n) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                          "position %llu is past the %zu full locations given",
@@ -572,6 +617,9 @@ kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64
 
 kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_base,
                                     uint64_t window_page_base, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
   uint64_t page = pool->page;
   if (full_page_base % page != 0 || window_page_base % page != 0) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
@@ -602,6 +650,13 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
 
 kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs,
                                       size_t n, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (full_locs == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
+                         __func__, n);
+  }
   size_t n_pages;
   kvs_status status = collect_pages(pool, "unbind", full_locs, n, &n_pages, err);
   if (status != KVS_OK) return status;
@@ -620,6 +675,13 @@ kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *ful
 
 kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries,
                                  size_t n, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (entries == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: entries is NULL but n is %zu",
+                         __func__, n);
+  }
   uint64_t page = pool->page;
   uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
   uint32_t epoch = next_epoch(pool);
@@ -721,6 +783,9 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
 
 kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
                                            kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
   uint64_t page = pool->page;
   if (pool->map[pool->dummy_full_base] != (int64_t)pool->dummy_window_base) {
     return kvs_error_set(err, KVS_ERR_INTEGRITY,
@@ -827,29 +892,32 @@ done:
 /* ---- request slots (window_pool_slots.c holds them; the pool journals) ---- */
 
 kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
-  return pool->slots.state_rings;
+  return pool != NULL ? pool->slots.state_rings : KVS_STATE_RINGS_PER_PAGE;
 }
 
 uint64_t kvs_window_pool_request_slots(const struct kvs_window_pool *pool) {
-  return pool->slots.n;
+  return pool != NULL ? pool->slots.n : 0;
 }
 
 uint64_t kvs_window_pool_bound_slots(const struct kvs_window_pool *pool) {
-  return pool->slots.bound;
+  return pool != NULL ? pool->slots.bound : 0;
 }
 
 int64_t kvs_window_pool_slot_of(const struct kvs_window_pool *pool, uint64_t request) {
-  return kvs_pool_slots_of(&pool->slots, request);
+  return pool != NULL ? kvs_pool_slots_of(&pool->slots, request) : -1;
 }
 
 int64_t kvs_window_pool_slot_request(const struct kvs_window_pool *pool, uint64_t slot) {
-  return kvs_pool_slots_request(&pool->slots, slot);
+  return pool != NULL ? kvs_pool_slots_request(&pool->slots, slot) : KVS_SLOT_FREE;
 }
 
 kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, uint64_t *slot,
                                      kvs_error *err) {
-  if (pool == NULL || slot == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool and slot output are required");
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
+  if (slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: slot is NULL", __func__);
   }
   uint64_t picked;
   kvs_status status = kvs_pool_slots_pick(&pool->slots, request, &picked, err);
@@ -862,7 +930,9 @@ kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, u
 }
 
 kvs_status kvs_window_pool_slot_free(kvs_window_pool_t pool, uint64_t request, kvs_error *err) {
-  if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool is NULL");
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
   int64_t slot = kvs_pool_slots_of(&pool->slots, request);
   if (slot < 0) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND, "request %llu holds no request slot",
@@ -877,7 +947,9 @@ kvs_status kvs_window_pool_slot_free(kvs_window_pool_t pool, uint64_t request, k
 
 kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, int64_t request,
                                          kvs_error *err) {
-  if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pool is NULL");
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
+  }
   return kvs_pool_slots_bind_raw(&pool->slots, slot, request, err);
 }
 
@@ -885,6 +957,9 @@ kvs_status kvs_window_pool_slot_bind_raw(kvs_window_pool_t pool, uint64_t slot, 
 
 kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64_t *out,
                                     kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (win == 0 || win > INT64_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a ring holds at least one slot (and fewer than 2^63), got %llu",
@@ -903,6 +978,9 @@ kvs_status kvs_window_ring_position(int64_t pos, uint64_t j, uint64_t win, int64
 
 kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page, int64_t *out,
                          kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (ring_size == 0 || page == 0 || page % ring_size != 0 || page > INT64_MAX) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "ring_size %llu must divide P=%llu, or two pages share a ring block",

@@ -16,7 +16,14 @@
  * Beyond the reference design, every allocator bind and free is appended
  * to a bounded binding journal and folded into an order-independent 64-bit
  * digest in O(1), so ranks can prove identical bindings without shipping
- * the table. Every call is all-or-nothing and nothing aborts. */
+ * the table. Every call is all-or-nothing and nothing aborts.
+ *
+ * NULL: every kvs_status call refuses a NULL pool, location array (when
+ * it holds locations) or output with KVS_ERR_INVALID_ARGUMENT naming the
+ * function and the argument, changing nothing; the accessors read 0 for a
+ * NULL pool (kvs_window_pool_mapping NULL, kvs_window_pool_slot_of -1,
+ * kvs_window_pool_slot_request KVS_SLOT_FREE, kvs_window_pool_state_rings
+ * per page), and kvs_window_pool_journal_drain moves nothing. */
 #ifndef KVS_CORE_WINDOW_POOL_H
 #define KVS_CORE_WINDOW_POOL_H
 
@@ -55,6 +62,7 @@ typedef struct kvs_window_pool_options {
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                   const kvs_window_pool_options *options, kvs_window_pool_t *out,
                                   kvs_error *err);
+/* NULL is accepted. */
 void kvs_window_pool_destroy(kvs_window_pool_t pool);
 
 uint64_t kvs_window_pool_page_size(const struct kvs_window_pool *pool);

@@ -192,7 +192,8 @@ kvs_status kvs_pool_slots_bind_raw(kvs_pool_slots *slots, uint64_t slot, int64_t
   }
   if (request < KVS_SLOT_FREE || request == KVS_SLOT_DUMMY) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "a slot holds a request (>= 0) or -1 (free), not %lld", (long long)request);
+                         "a slot holds a request (>= 0) or -1 (free), not %lld",
+                         (long long)request);
   }
   kvs_pool_slots_set(slots, slot, request);
   return KVS_OK;

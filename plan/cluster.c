@@ -77,7 +77,9 @@ static void finish(struct kvs_cluster *c) {
 
 kvs_status kvs_cluster_open(const char *spec, size_t n_nodes, kvs_cluster_t *out, char *note,
                             size_t note_cap, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (note != NULL && note_cap > 0) note[0] = '\0';
   if (n_nodes > KVS_MAX_NODES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu nodes: at most %d are planned",
@@ -153,9 +155,17 @@ kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
                                   const kvs_gpu_info *gpus, const char *const *labels,
                                   size_t own_node, kvs_topology_t own_topology,
                                   kvs_cluster_t *out, kvs_error *err) {
-  if (out == NULL || gpu_counts == NULL || labels == NULL || own_topology == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "counts, labels, own topology and output are required");
+  if (gpu_counts == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpu_counts is NULL", __func__);
+  }
+  if (labels == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: labels is NULL", __func__);
+  }
+  if (own_topology == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: own_topology is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   if (n_nodes == 0 || n_nodes > KVS_MAX_NODES || own_node >= n_nodes) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -172,7 +182,8 @@ kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
     total += gpu_counts[i];
   }
   if (total > 0 && gpus == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu GPUs but no list", total);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: gpus is NULL but gpu_counts list %zu GPUs", __func__, total);
   }
   if (gpu_counts[own_node] != kvs_topology_gpu_count(own_topology)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -200,21 +211,29 @@ kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
   return KVS_OK;
 }
 
-size_t kvs_cluster_node_count(const struct kvs_cluster *c) { return c->n_nodes; }
+/* The accessors read 0, "" or NULL for a NULL cluster (own node and a
+ * GPU's local index: SIZE_MAX, "none"). */
+size_t kvs_cluster_node_count(const struct kvs_cluster *c) { return c != NULL ? c->n_nodes : 0; }
 kvs_topology_t kvs_cluster_node(const struct kvs_cluster *c, size_t node) {
-  return node < c->n_nodes ? c->nodes[node] : NULL;
+  return c != NULL && node < c->n_nodes ? c->nodes[node] : NULL;
 }
 const char *kvs_cluster_node_label(const struct kvs_cluster *c, size_t node) {
-  return node < c->n_nodes ? c->node_labels[node] : "";
+  return c != NULL && node < c->n_nodes ? c->node_labels[node] : "";
 }
 size_t kvs_cluster_node_gpu_count(const struct kvs_cluster *c, size_t node) {
-  return node < c->n_nodes ? c->node_gpus[node] : 0;
+  return c != NULL && node < c->n_nodes ? c->node_gpus[node] : 0;
 }
-size_t kvs_cluster_own_node(const struct kvs_cluster *c) { return c->own_node; }
-size_t kvs_cluster_gpu_count(const struct kvs_cluster *c) { return c->n_gpus; }
-const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *c) { return c->gpus; }
-const char *kvs_cluster_label(const struct kvs_cluster *c) { return c->label; }
+size_t kvs_cluster_own_node(const struct kvs_cluster *c) {
+  return c != NULL ? c->own_node : SIZE_MAX;
+}
+size_t kvs_cluster_gpu_count(const struct kvs_cluster *c) { return c != NULL ? c->n_gpus : 0; }
+const kvs_gpu_info *kvs_cluster_gpus(const struct kvs_cluster *c) {
+  return c != NULL ? c->gpus : NULL;
+}
+const char *kvs_cluster_label(const struct kvs_cluster *c) { return c != NULL ? c->label : ""; }
 size_t kvs_cluster_local_index(const struct kvs_cluster *c, size_t gpu) {
+  /* A GPU past the list has no place in any node. */
+  if (c == NULL || gpu >= c->n_gpus) return SIZE_MAX;
   size_t before = 0;
   for (size_t i = 0; i < c->n_nodes && i < c->gpus[gpu].node; i++) before += c->node_gpus[i];
   return gpu - before;

@@ -3,7 +3,13 @@
  * `index` its position in the list). Each node keeps its own GPUs, NUMA
  * nodes and packages; the rank layout keeps tensor-parallel groups inside
  * a node and fills nodes in order with pipeline stages
- * (kvs_rank_layout_cluster). One node is the single-machine case. */
+ * (kvs_rank_layout_cluster). One node is the single-machine case.
+ *
+ * NULL: the kvs_status calls refuse a NULL output, count list, label list,
+ * own topology or GPU list (when it holds GPUs) with
+ * KVS_ERR_INVALID_ARGUMENT naming it. The accessors read 0, "" or NULL
+ * for a NULL cluster; kvs_cluster_own_node and kvs_cluster_local_index read
+ * SIZE_MAX for a NULL cluster (and the latter for a GPU past the list). */
 #ifndef KVS_SHARD_CLUSTER_H
 #define KVS_SHARD_CLUSTER_H
 

@@ -6,7 +6,9 @@
 kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, double memory_ratio,
                                      uint64_t reserve_bytes, kvs_device_budget *out,
                                      kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_memory_budget rule;
   kvs_status status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, free_bytes, memory_ratio, 0,
                                              reserve_bytes, &rule, err);
@@ -18,6 +20,9 @@ kvs_status kvs_device_budget_compute(uint64_t free_bytes, uint64_t total_bytes, 
 
 kvs_status kvs_device_budget_query(int device, double memory_ratio, uint64_t reserve_bytes,
                                    kvs_device_budget *out, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   uint64_t free_bytes = 0, total_bytes = 0;
   /* The thread's context is put back as it was: a rank measuring its own
    * device must not leave a context on device 0 behind. */

@@ -7,7 +7,8 @@
  * a fixed amount on top, for what the CUDA runtime itself takes lazily
  * (module loads, local memory of the first large launch, the allocation's
  * own rounding to 2 MiB pages), so a pool sized to the last byte of the
- * ratio still allocates. */
+ * ratio still allocates. A NULL output is KVS_ERR_INVALID_ARGUMENT, before
+ * anything is measured. */
 #ifndef KVS_PLAN_DEVICE_BUDGET_H
 #define KVS_PLAN_DEVICE_BUDGET_H
 

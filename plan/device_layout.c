@@ -35,6 +35,8 @@ const char *kvs_device_tier_name(kvs_device_tier tier) {
 }
 
 kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry) {
+  kvs_row_widths none = {0, 0, 0, 0, 0, KVS_STATE_RINGS_PER_PAGE, 0};
+  if (geometry == NULL) return none; /* zero widths: every pricing refuses them */
   kvs_row_widths w = kvs_row_widths_default(geometry);
   w.kv = KVS_FP8_KV_ROW_BYTES;
   w.index = KVS_FP8_INDEX_ROW_BYTES;
@@ -42,7 +44,8 @@ kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry) {
 }
 
 kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout) {
-  kvs_table_dims dims;
+  kvs_table_dims dims = {0, 0, 0};
+  if (layout == NULL) return dims; /* page 0: kvs_table_dims_check refuses it */
   dims.page = layout->sizes.page;
   dims.full_token = layout->sizes.full_token;
   dims.n_win_slots = layout->sizes.n_win_slots;
@@ -217,8 +220,14 @@ kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_po
                                        const kvs_device_layout_options *options,
                                        kvs_device_footprint *out, kvs_error *err) {
   kvs_device_layout_options adopted;
-  if (terms == NULL || sizes == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "terms, sizes or output is NULL");
+  if (terms == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
+  }
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status;
   if ((status = adopt_options(&options, &adopted, err)) ||
@@ -241,8 +250,14 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
                                    const kvs_device_layout_options *options, kvs_device_layout *out,
                                    kvs_error *err) {
   kvs_device_layout_options adopted;
-  if (geometry == NULL || sizes == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry, sizes or output is NULL");
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status;
   kvs_cost_terms terms;
@@ -298,8 +313,11 @@ kvs_status kvs_device_layout_build(const kvs_geometry *geometry, size_t first, s
 
 kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_tier tier,
                                     size_t layer, kvs_device_region *out, kvs_error *err) {
-  if (layout == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout or output is NULL");
+  if (layout == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: layout is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   int span = -1;
   uint64_t rank = 0;
@@ -398,8 +416,11 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
                                  const kvs_device_layout_options *options, kvs_device_layout *out,
                                  kvs_budget_shortfall *shortfall, kvs_error *err) {
   kvs_device_layout_options adopted;
-  if (geometry == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry or output is NULL");
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status;
   kvs_cost_terms terms;
@@ -454,7 +475,9 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
 }
 
 kvs_status kvs_device_faults_check(const kvs_device_faults *faults, kvs_error *err) {
-  if (faults == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "faults are NULL");
+  if (faults == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: faults is NULL", __func__);
+  }
   const struct {
     const char *kernel;
     const char *item;

@@ -25,7 +25,11 @@
  *   index state  ratio-4 layers: the fp32 indexer ring, idx_state_slots
  *                + 1 rows
  * Regions of one kind have one size, so a region's offset is
- * first + rank * stride: found in O(1) for any layer. */
+ * first + rank * stride: found in O(1) for any layer.
+ *
+ * NULL: the kvs_status calls refuse a NULL geometry, terms, sizes, layout,
+ * fault records or output with KVS_ERR_INVALID_ARGUMENT naming it (NULL
+ * widths and options mean the defaults, as below). */
 #ifndef KVS_CUDA_DEVICE_LAYOUT_H
 #define KVS_CUDA_DEVICE_LAYOUT_H
 
@@ -162,13 +166,14 @@ kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_po
 kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_tier tier,
                                     size_t layer, kvs_device_region *out, kvs_error *err);
 
-/* The table dims the kernels see (page, full_token, n_win_slots). */
+/* The table dims the kernels see (page, full_token, n_win_slots); zero
+ * dims (which kvs_table_dims_check refuses) for a NULL layout. */
 kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout);
 
 /* fp8 rows as one public engine stores DSV4 (its published row layout): KV rows
  * of 448 B fp8 no-rope + 128 B bf16 rope + 8 B scales and padding = 584 B,
  * indexer rows of 128 B fp8 + 4 B scale = 132 B; rings stay fp32 (core's
- * defaults for this geometry). */
+ * defaults for this geometry). Zero widths for a NULL geometry. */
 #define KVS_FP8_KV_ROW_BYTES 584u
 #define KVS_FP8_INDEX_ROW_BYTES 132u
 kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry);

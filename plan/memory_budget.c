@@ -28,6 +28,7 @@ static uint64_t usable_bytes(uint64_t memory_bytes, double memory_ratio) {
 
 bool kvs_memory_budget_bytes(uint64_t memory_bytes, double memory_ratio, uint64_t weights_bytes,
                              uint64_t reserve_bytes, uint64_t *budget_bytes) {
+  if (budget_bytes == NULL) return false;
   uint64_t usable = usable_bytes(memory_bytes, memory_ratio);
   if (!(weights_bytes < usable && usable - weights_bytes > reserve_bytes)) return false;
   *budget_bytes = usable - weights_bytes - reserve_bytes;
@@ -37,7 +38,9 @@ bool kvs_memory_budget_bytes(uint64_t memory_bytes, double memory_ratio, uint64_
 kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_bytes,
                                   double memory_ratio, uint64_t weights_bytes,
                                   uint64_t reserve_bytes, kvs_memory_budget *out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (source != KVS_BUDGET_MEASURED && source != KVS_BUDGET_NOMINAL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "the budget rule applies to measured or nominal memory, not %s bytes",
@@ -80,7 +83,9 @@ kvs_status kvs_memory_budget_rule(kvs_budget_source source, uint64_t memory_byte
 
 kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *out,
                                       kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (budget_bytes == 0) {
     return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL, "an explicit budget of 0 bytes");
   }

@@ -13,7 +13,8 @@
  * that measured its own memory passes its bytes instead, and then nothing
  * is taken off them.
  *
- * A budget records how it was made, so a plan can state each term. */
+ * A budget records how it was made, so a plan can state each term. A NULL
+ * output is KVS_ERR_INVALID_ARGUMENT (kvs_memory_budget_bytes: false). */
 #ifndef KVS_CORE_MEMORY_BUDGET_H
 #define KVS_CORE_MEMORY_BUDGET_H
 

@@ -26,9 +26,17 @@ static size_t tightest_rank(const kvs_rank_slot *slots, const uint64_t *budgets,
 kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info *gpus,
                                 size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
                                 kvs_plan_shortfall *shortfall, kvs_error *err) {
-  if (req == NULL || gpus == NULL || budgets == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "plan request, GPUs, budgets and out are required");
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  }
+  if (budgets == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: budgets is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_status status;
   kvs_rank_slot *slots = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *slots);
@@ -146,16 +154,24 @@ void kvs_node_plan_destroy(kvs_node_plan_t plan) {
   free(plan);
 }
 
-const kvs_split *kvs_node_plan_split(kvs_node_plan_t plan) { return &plan->split; }
-
-size_t kvs_node_plan_rank_count(kvs_node_plan_t plan) { return plan->n_ranks; }
-
-const kvs_rank_plan *kvs_node_plan_rank(kvs_node_plan_t plan, size_t i) {
-  return i < plan->n_ranks ? &plan->ranks[i] : NULL;
+/* The accessors read NULL or 0 for a NULL plan (the limiting rank:
+ * SIZE_MAX, no rank). */
+const kvs_split *kvs_node_plan_split(kvs_node_plan_t plan) {
+  return plan != NULL ? &plan->split : NULL;
 }
 
-size_t kvs_node_plan_tp(kvs_node_plan_t plan) { return plan->tp; }
-size_t kvs_node_plan_pp(kvs_node_plan_t plan) { return plan->pp; }
-size_t kvs_node_plan_replicas(kvs_node_plan_t plan) { return plan->replicas; }
-size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) { return plan->limiting_rank; }
-bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) { return plan->cross_node_tp; }
+size_t kvs_node_plan_rank_count(kvs_node_plan_t plan) { return plan != NULL ? plan->n_ranks : 0; }
+
+const kvs_rank_plan *kvs_node_plan_rank(kvs_node_plan_t plan, size_t i) {
+  return plan != NULL && i < plan->n_ranks ? &plan->ranks[i] : NULL;
+}
+
+size_t kvs_node_plan_tp(kvs_node_plan_t plan) { return plan != NULL ? plan->tp : 0; }
+size_t kvs_node_plan_pp(kvs_node_plan_t plan) { return plan != NULL ? plan->pp : 0; }
+size_t kvs_node_plan_replicas(kvs_node_plan_t plan) { return plan != NULL ? plan->replicas : 0; }
+size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) {
+  return plan != NULL ? plan->limiting_rank : SIZE_MAX;
+}
+bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) {
+  return plan != NULL && plan->cross_node_tp;
+}

@@ -6,7 +6,11 @@
  * tiers (as serving engines replicate MLA's latent cache). Each rank also
  * holds its own window pool sizing and full -> window mapping. Pipeline
  * stages hold contiguous layer groups chosen by kvs_split_solve against,
- * per stage, the smallest budget among its ranks (of every replica). */
+ * per stage, the smallest budget among its ranks (of every replica).
+ *
+ * NULL: kvs_node_plan_create refuses a NULL request, GPU list, budgets or
+ * output with KVS_ERR_INVALID_ARGUMENT naming it; the accessors read NULL,
+ * 0 or false for a NULL plan (kvs_node_plan_limiting_rank SIZE_MAX). */
 #ifndef KVS_TOPOLOGY_NODE_PLAN_H
 #define KVS_TOPOLOGY_NODE_PLAN_H
 

@@ -49,8 +49,15 @@ kvs_status kvs_rank_layout(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, s
 kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
                                    bool allow_cross_node_tp, kvs_rank_slot *out, bool *crossed,
                                    kvs_error *err) {
-  if (gpus == NULL || out == NULL || n_gpus == 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "no GPUs to lay ranks out on");
+  if (gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (n_gpus == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: n_gpus is 0: no GPUs to lay ranks out on", __func__);
   }
   if (tp == 0 || pp == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

@@ -13,7 +13,8 @@
  * order, so consecutive pipeline stages sit on the same NUMA node or
  * package before the pipeline crosses a socket. On a balanced machine
  * (four GPUs per socket) tp 4 x pp 2 puts one stage per socket and pp 8
- * crosses the socket once. */
+ * crosses the socket once. A NULL GPU list or output, or no GPU, is
+ * KVS_ERR_INVALID_ARGUMENT naming it. */
 #ifndef KVS_TOPOLOGY_LAYOUT_H
 #define KVS_TOPOLOGY_LAYOUT_H
 

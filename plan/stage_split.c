@@ -182,8 +182,14 @@ static void ctx_free(split_ctx *c) {
 
 kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pages, uint64_t *out,
                                   kvs_error *err) {
-  if (req == NULL || req->geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "split request or its geometry is NULL");
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (req->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   kvs_cost_terms t;
   kvs_pool_sizes sizes;
@@ -206,6 +212,9 @@ kvs_status kvs_split_range_bytes(const kvs_split_request *req, size_t first, siz
                                  uint64_t num_pages, kvs_pool_sizes *sizes,
                                  kvs_pool_breakdown *bytes, kvs_device_footprint *device,
                                  kvs_error *err) {
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_pool_sizes s;
   kvs_pool_breakdown b;
@@ -250,8 +259,14 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
 
 kvs_status kvs_split_range_weights(const kvs_split_request *req, size_t first, size_t end,
                                    uint64_t *out, kvs_error *err) {
-  if (req == NULL || req->geometry == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, geometry and output needed");
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (req->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   size_t L = kvs_geometry_layer_count(req->geometry);
   if (first >= end || end > L) {
@@ -272,8 +287,14 @@ kvs_status kvs_split_range_weights(const kvs_split_request *req, size_t first, s
 
 kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first, size_t end,
                                      uint64_t budget, uint64_t *out, kvs_error *err) {
-  if (req == NULL || req->geometry == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, geometry and output needed");
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (req->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   uint64_t weights = 0;
   kvs_status wstatus = kvs_split_range_weights(req, first, end, &weights, err);
@@ -305,10 +326,17 @@ kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first,
   return KVS_OK;
 }
 
-static kvs_status check_request(const kvs_split_request *req, kvs_error *err) {
-  if (req == NULL || req->geometry == NULL || req->stage_budgets == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "split request, its geometry or its stage budgets is NULL");
+static kvs_status check_request(const char *function, const kvs_split_request *req,
+                                kvs_error *err) {
+  if (req == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", function);
+  }
+  if (req->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", function);
+  }
+  if (req->stage_budgets == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->stage_budgets is NULL",
+                         function);
   }
   kvs_status status = kvs_geometry_validate(req->geometry, err);
   if (status != KVS_OK) return status;
@@ -420,8 +448,11 @@ static kvs_status report_shortfall(split_ctx *c, uint64_t min_pages, uint64_t wi
 
 kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
                            kvs_split_shortfall *shortfall, kvs_error *err) {
-  kvs_status status = check_request(req, err);
+  kvs_status status = check_request(__func__, req, err);
   if (status != KVS_OK) return status;
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   split_ctx c;
   if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
 

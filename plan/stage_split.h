@@ -22,7 +22,11 @@
  * the split whose smallest headroom is largest (the tie-break); among
  * those, each stage's layer count is the closest to its share of the
  * budgets. Cost: O(pp * L * log L) byte evaluations per probe, and
- * log2(B / 8P) probes on N plus log2(B) on h, B the smallest budget. */
+ * log2(B / 8P) probes on N plus log2(B) on h, B the smallest budget.
+ *
+ * NULL: every call refuses a NULL request, request->geometry (and, to
+ * solve, request->stage_budgets) or output with KVS_ERR_INVALID_ARGUMENT
+ * naming it; the optional outputs may be NULL where said. */
 #ifndef KVS_TOPOLOGY_STAGE_SPLIT_H
 #define KVS_TOPOLOGY_STAGE_SPLIT_H
 

@@ -50,8 +50,11 @@ static void bind_sets(kvs_topology_t topology, hwloc_const_cpuset_t cpuset,
 
 kvs_status kvs_topology_bind_thread(kvs_topology_t topology, size_t gpu_index,
                                     kvs_binding_report *report, kvs_error *err) {
-  if (topology == NULL || report == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology and report are required");
+  if (topology == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: topology is NULL", __func__);
+  }
+  if (report == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
   if (gpu_index >= kvs_topology_gpu_count(topology)) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs",
@@ -69,8 +72,11 @@ kvs_status kvs_topology_bind_thread(kvs_topology_t topology, size_t gpu_index,
 
 kvs_status kvs_topology_bind_thread_numa(kvs_topology_t topology, unsigned numa_os_index,
                                          kvs_binding_report *report, kvs_error *err) {
-  if (topology == NULL || report == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology and report are required");
+  if (topology == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: topology is NULL", __func__);
+  }
+  if (report == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
   hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(kvs_topology_hwloc(topology),
                                                         numa_os_index);
@@ -85,8 +91,14 @@ kvs_status kvs_topology_bind_thread_numa(kvs_topology_t topology, unsigned numa_
 
 kvs_status kvs_topology_alloc_near(kvs_topology_t topology, size_t gpu_index, size_t bytes,
                                    void **out, kvs_binding_report *report, kvs_error *err) {
-  if (topology == NULL || out == NULL || report == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology, out and report are required");
+  if (topology == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: topology is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (report == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
   if (gpu_index >= kvs_topology_gpu_count(topology)) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs",

@@ -6,7 +6,8 @@
  * this machine, a container may forbid it, an OS may not support it. In
  * every such case the call still succeeds (KVS_OK) and the report says
  * what was bound and why the rest was not; only bad arguments and a
- * failed allocation are errors. */
+ * failed allocation are errors. A NULL topology, report or output is
+ * KVS_ERR_INVALID_ARGUMENT naming it. */
 #ifndef KVS_TOPOLOGY_BINDING_H
 #define KVS_TOPOLOGY_BINDING_H
 

@@ -28,21 +28,32 @@ static bool hex_field(const char **at, size_t max_digits, uint32_t *out) {
 }
 
 kvs_status kvs_pci_address_parse(const char *text, kvs_pci_address *out, kvs_error *err) {
+  if (text == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_pci_address a;
   const char *p = text;
-  if (text == NULL || !hex_field(&p, 8, &a.domain) || *p++ != ':' || !hex_field(&p, 2, &a.bus) ||
+  if (!hex_field(&p, 8, &a.domain) || *p++ != ':' || !hex_field(&p, 2, &a.bus) ||
       *p++ != ':' || !hex_field(&p, 2, &a.device) || *p++ != '.' ||
       !hex_field(&p, 1, &a.function) || *p != '\0' || a.device > 0x1f || a.function > 7) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "PCI bus id '%s' is not of the form 0000:07:00.0 "
                          "(domain:bus:device.function, hex)",
-                         text == NULL ? "" : text);
+                         text);
   }
   *out = a;
   return KVS_OK;
 }
 
 void kvs_pci_address_format(const kvs_pci_address *a, char buf[KVS_PCI_BUSID_LEN]) {
+  if (buf == NULL) return;
+  if (a == NULL) {
+    buf[0] = '\0';
+    return;
+  }
   /* The domain is 16 bits on every machine hwloc and CUDA describe. */
   snprintf(buf, KVS_PCI_BUSID_LEN, "%04x:%02x:%02x.%01x", (unsigned)(a->domain & 0xffffu),
            (unsigned)(a->bus & 0xffu), (unsigned)(a->device & 0x1fu),
@@ -50,6 +61,8 @@ void kvs_pci_address_format(const kvs_pci_address *a, char buf[KVS_PCI_BUSID_LEN
 }
 
 int kvs_pci_address_compare(const kvs_pci_address *a, const kvs_pci_address *b) {
+  /* NULL orders before every address, as an empty string would. */
+  if (a == NULL || b == NULL) return (a != NULL) - (b != NULL);
   const uint32_t left[4] = {a->domain, a->bus, a->device, a->function};
   const uint32_t right[4] = {b->domain, b->bus, b->device, b->function};
   for (size_t i = 0; i < 4; i++) {

@@ -54,14 +54,16 @@ typedef struct kvs_gpu_info {
 } kvs_gpu_info;
 
 /* Parses "dddd:bb:dd.f" (hex fields; a domain of up to 8 digits, as
- * nvidia-smi prints, is accepted). */
+ * nvidia-smi prints, is accepted). text or out NULL is
+ * KVS_ERR_INVALID_ARGUMENT naming it. */
 kvs_status kvs_pci_address_parse(const char *text, kvs_pci_address *out, kvs_error *err);
 
-/* Writes the canonical "0000:07:00.0" form into buf[KVS_PCI_BUSID_LEN]. */
+/* Writes the canonical "0000:07:00.0" form into buf[KVS_PCI_BUSID_LEN];
+ * "" for a NULL address, nothing for a NULL buf. */
 void kvs_pci_address_format(const kvs_pci_address *address, char buf[KVS_PCI_BUSID_LEN]);
 
 /* Orders addresses as the PCI bus does (domain, bus, device, function):
- * negative, zero or positive like strcmp. */
+ * negative, zero or positive like strcmp; NULL orders first. */
 int kvs_pci_address_compare(const kvs_pci_address *a, const kvs_pci_address *b);
 
 /* Whether a PCI function is a GPU the planner places KV on: an NVIDIA
