@@ -23,8 +23,8 @@ static const struct replacing_variable {
   const char *name;
   const char *instead;
 } kReplacing[] = {
-    {"HWLOC_XMLFILE", "load that XML export"},
-    {"HWLOC_SYNTHETIC", "build that synthetic topology"},
+    {"HWLOC_XMLFILE", "load that XML export instead of discovering this machine"},
+    {"HWLOC_SYNTHETIC", "build that synthetic topology instead of discovering this machine"},
     {"HWLOC_FSROOT", "read the Linux topology under that root instead of this machine's /"},
     {"HWLOC_CPUID_PATH", "read x86 CPUID dumps from that folder instead of this machine's CPUs"},
     {"HWLOC_COMPONENTS", "run the discovery components it lists instead of its own choice"},
@@ -35,9 +35,9 @@ kvs_status kvs_topology_live_environment_check(kvs_error *err) {
     const char *value = getenv(kReplacing[i].name);
     if (value == NULL) continue;
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                         "the live topology is refused: %s is set ('%.200s'), so hwloc would %s "
-                         "and plan that as this machine; unset %s to plan this machine, or load "
-                         "an export as a topology file",
+                         "the live topology is refused: %s is set ('%.200s'): hwloc would %s, "
+                         "and a plan of that would budget another machine's GPUs as this one's; "
+                         "unset %s to plan this machine, or load an export as a topology file",
                          kReplacing[i].name, value, kReplacing[i].instead, kReplacing[i].name);
   }
   /* hwloc reads the value with atoi: anything but a non-zero number says
@@ -45,8 +45,8 @@ kvs_status kvs_topology_live_environment_check(kvs_error *err) {
   const char *thissystem = getenv("HWLOC_THISSYSTEM");
   if (thissystem != NULL && atoi(thissystem) == 0) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                         "the live topology is refused: HWLOC_THISSYSTEM is set ('%.200s'), so "
-                         "hwloc would call this machine another one (no CUDA, no binding); "
+                         "the live topology is refused: HWLOC_THISSYSTEM is set ('%.200s'): "
+                         "hwloc would call this machine another one (CUDA unasked, no binding); "
                          "unset it to plan this machine",
                          thissystem);
   }

@@ -22,6 +22,21 @@ sed 's/pci_busid="0000:43:00.0"/pci_busid="0000:1b:00.0"/' "$hgx" >"$T/dup.xml"
 sed 's/pci_busid="0000:43:00.0"/pci_busid="zz:43:00.0"/' "$hgx" >"$T/dropped.xml"
 sed 's/\[10de:2335\]/[10de:9999]/g' "$hgx" >"$T/unknown.xml"
 sed 's/<topology version="2.0">/<topology version="3.0">/' "$hgx" >"$T/v3.xml"
+sed 's/ pci_busid="0000:1b:00.0"//' "$hgx" >"$T/nobusid.xml"
+# shard FILE HEADER DATA_BYTES: a safetensors file of that JSON header and
+# that many zero bytes of data (sparse).
+shard() {
+  local n=${#2} le='' i
+  for i in 0 1 2 3 4 5 6 7; do le+=$(printf '\\x%02x' $(((n >> (8 * i)) & 255))); done
+  { printf '%b' "$le"; printf '%s' "$2"; } >"$1" && truncate -s $((8 + n + $3)) "$1"
+}
+mkdir -p "$T/gapshard" "$T/sameshard"
+cp tests/data/model-tiny/config.json "$T/gapshard/"
+cp tests/data/model-tiny/config.json "$T/sameshard/"
+shard "$T/gapshard/model.safetensors" \
+  '{"model.norm.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}' 1000000
+shard "$T/sameshard/model.safetensors" \
+  '{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"c":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}' 16
 "${TOOL[kvblock]}" write "$T/good.kvb" --model m --layers 1 --kv-heads 1 --head-dim 8 \
   --block-size 16 >/dev/null || { echo "FAIL: cannot write a good block"; exit 1; }
 # A sparse 3 GiB file that starts with the block magic.
@@ -36,6 +51,12 @@ while IFS= read -r line; do
   says=${rest#* | }
   command=${command//\$T/$T}
   read -r -a words <<<"$command"
+  # Leading NAME=value words are the tool's environment.
+  envs=()
+  while [[ ${words[0]} =~ ^[A-Z_][A-Z0-9_]*= ]]; do
+    envs+=("${words[0]}")
+    words=("${words[@]:1}")
+  done
   tool=${words[0]}
   args=("${words[@]:1}")
   out=/dev/stdout
@@ -43,7 +64,7 @@ while IFS= read -r line; do
     unset 'args[${#args[@]}-1]'
     out=/dev/full
   fi
-  got=$(timeout 60 "${TOOL[$tool]}" "${args[@]}" 2>&1 >"$out")
+  got=$(timeout 60 env "${envs[@]}" "${TOOL[$tool]}" "${args[@]}" 2>&1 >"$out")
   rc=$?
   ran=$((ran + 1))
   if [[ $rc != "$want" ]] || [[ $got != *"$says"* ]]; then
