@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/checked.h"
+#include "core/options.h"
 
 #define RING_CSA 8u   /* ring slots per window page on ratio-4 layers */
 #define RING_HCA 128u /* ... on ratio-128 layers */
@@ -647,6 +648,67 @@ kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry
   }
   return kvs_cost_solve_num_pages_terms(available_bytes, &t, swa_ratio, floor_win_pages, page,
                                         n_scratch, out, shortfall, err);
+}
+
+/* The caller's options as this build's struct: an older caller's shorter
+ * struct takes the defaults for what it lacks. */
+static kvs_status adopt_solve_options(const kvs_solve_options *given, kvs_solve_options *out,
+                                      kvs_error *err) {
+  static const kvs_solve_options defaults = KVS_SOLVE_OPTIONS_INIT;
+  return kvs_options_adopt(given, &defaults, sizeof defaults, "KVS_SOLVE_OPTIONS_INIT", out, err);
+}
+
+/* kvs_cost_solve_terms on adopted options. */
+static kvs_status solve_terms(const kvs_geometry *geometry, const kvs_solve_options *o,
+                              kvs_cost_terms *out, kvs_error *err) {
+  if (geometry == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry and output are required");
+  }
+  /* Zero running requests would size no request slot and no floor: a
+   * pool for nobody, refused rather than planned. */
+  if (o->max_running == 0 || o->max_running == UINT64_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "max_running must be in [1, 2^64 - 2] (one request slot each and the "
+                         "dummy), got %llu",
+                         (unsigned long long)o->max_running);
+  }
+  kvs_row_widths w;
+  kvs_status status = kvs_row_widths_for(geometry, o->kv_dtype, o->qk_rope_head_dim, &w, err);
+  if (status != KVS_OK) return status;
+  w.state_rings = o->state_rings;
+  w.n_req_slots = o->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : o->max_running + 1;
+  return kvs_cost_terms_make(geometry, 0, kvs_geometry_layer_count(geometry), &w, out, err);
+}
+
+kvs_status kvs_cost_solve_terms(const kvs_geometry *geometry, const kvs_solve_options *options,
+                                kvs_cost_terms *out, kvs_error *err) {
+  kvs_solve_options o;
+  kvs_status status = adopt_solve_options(options, &o, err);
+  if (status != KVS_OK) return status;
+  return solve_terms(geometry, &o, out, err);
+}
+
+kvs_status kvs_cost_solve(uint64_t available_bytes, const kvs_geometry *geometry,
+                          const kvs_solve_options *options, kvs_pool_sizes *out,
+                          kvs_budget_shortfall *shortfall, kvs_error *err) {
+  kvs_solve_options o;
+  kvs_cost_terms t;
+  kvs_pool_sizes probe;
+  kvs_status status;
+  if ((status = adopt_solve_options(options, &o, err)) ||
+      (status = solve_terms(geometry, &o, &t, err)) ||
+      /* Sizing once through the geometry names any layer whose ratio does
+       * not divide the page. */
+      (status = kvs_pool_sizes_compute(2, geometry, o.swa_ratio, o.page, 2, &probe, err))) {
+    return status;
+  }
+  uint64_t floor = o.floor_win_pages;
+  if (floor == 0 && (status = kvs_cost_window_floor_pages(o.max_seq_len, o.max_running, o.radix,
+                                                          o.page, &floor, err))) {
+    return status;
+  }
+  return kvs_cost_solve_num_pages_terms(available_bytes, &t, o.swa_ratio, floor, o.page,
+                                        o.n_scratch, out, shortfall, err);
 }
 
 kvs_status kvs_cost_auto_model(const kvs_geometry *geometry, double swa_ratio,

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "core/geometry.h"
+#include "core/serving_defaults.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -56,11 +57,9 @@ extern "C" {
  *   state_loc = slot * ring + pos % ring,
  * never stored. Rings then cost (max_running + 1) x ring slots, the +1
  * being the dummy slot graph-padded rows write to, whatever the history. */
-typedef enum kvs_state_rings {
-  KVS_STATE_RINGS_PER_PAGE = 0,       /* the seed's layout, byte for byte */
-  KVS_STATE_RINGS_PER_REQUEST = 1,    /* every ring per request slot */
-  KVS_STATE_RINGS_HCA_PER_REQUEST = 2 /* ratio-128 rings per request, ratio-4 per page */
-} kvs_state_rings;
+/* kvs_state_rings is kvshard.h's: KVS_STATE_RINGS_PER_PAGE (the seed's
+ * layout, byte for byte), _PER_REQUEST (every ring per request slot),
+ * _HCA_PER_REQUEST (ratio-128 rings per request, ratio-4 per page). */
 
 /* "per-page", "per-request", "hca-per-request". */
 const char *kvs_state_rings_name(kvs_state_rings rings);
@@ -73,7 +72,10 @@ bool kvs_state_rings_hca_per_request(kvs_state_rings rings);
 
 /* Bytes of one row in each tier, and where the rings live. The defaults
  * price every KV tier in bf16, the rings in fp32, per window page (the
- * zero value); an engine storing fp8 rows sets its own widths. */
+ * zero value: per-request rings need a request count these widths do not
+ * carry); an engine storing fp8 rows sets its own widths. The serving
+ * default, rings per request, is placed by kvs_cost_solve from its
+ * max_running. */
 typedef struct kvs_row_widths {
   uint64_t kv;        /* window and compressed KV row */
   uint64_t index;     /* indexer key row */
@@ -91,11 +93,9 @@ typedef struct kvs_row_widths {
  * 2*head_dim*4 on HCA, 2*2*index_head_dim*4 for the indexer. */
 kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry);
 
-/* How KV rows are stored. */
-typedef enum kvs_kv_dtype {
-  KVS_KV_BF16 = 0, /* every row in bf16: head_dim x 2, index_head_dim x 2 */
-  KVS_KV_FP8 = 1   /* the fp8 serving layout (below) */
-} kvs_kv_dtype;
+/* How KV rows are stored: kvs_kv_dtype is kvshard.h's (KVS_KV_BF16, every
+ * row in bf16: head_dim x 2, index_head_dim x 2; KVS_KV_FP8, the fp8
+ * serving layout below). */
 
 /* "bf16", "fp8". */
 const char *kvs_kv_dtype_name(kvs_kv_dtype dtype);
@@ -263,7 +263,15 @@ typedef struct kvs_budget_shortfall {
 /* The largest pool whose exact bytes fit: the greatest num_pages with the
  * window at max(floor_win_pages, ceil(swa_ratio * num_pages)). A budget
  * below the minimal pool is KVS_ERR_BUDGET_TOO_SMALL with *shortfall
- * filled (when non-NULL) and *out untouched. */
+ * filled (when non-NULL) and *out untouched.
+ *
+ * This is the seed's primitive, and it prices the seed's layout: the
+ * geometry form takes the default row widths (kvs_row_widths_default),
+ * whose rings live per window page, because it is not told how many
+ * requests run and so cannot size per-request rings. kvplan solve's
+ * answer, rings per request and every serving default, is kvs_cost_solve
+ * below (DSV4-Flash at 80 GiB: 27,600 pages here, 53,653 there). The
+ * _terms form prices whatever placement its terms' widths carry. */
 kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
                                double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                uint64_t n_scratch, kvs_pool_sizes *out,
@@ -273,6 +281,47 @@ kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_co
                                      double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                      uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err);
+
+/* What kvs_cost_solve sizes for: the inputs of `kvplan solve`, with its
+ * defaults (core/serving_defaults.h). A versioned struct (core/options.h):
+ * start from KVS_SOLVE_OPTIONS_INIT. */
+typedef struct kvs_solve_options {
+  size_t size;                 /* sizeof(kvs_solve_options), set by the INIT */
+  double swa_ratio;            /* window share of the history (0.125) */
+  uint64_t page;               /* window page P (128) */
+  uint64_t n_scratch;          /* scratch rows per compressed/indexer pool (1) */
+  uint64_t max_seq_len;        /* longest request, for the window floor (1 Mi) */
+  uint64_t max_running;        /* concurrent requests (64): the floor and the request slots */
+  bool radix;                  /* radix prefix sharing, for the floor (on) */
+  uint64_t floor_win_pages;    /* 0: derived from max_seq_len, max_running, radix, page */
+  kvs_kv_dtype kv_dtype;       /* row layout (bf16) */
+  uint64_t qk_rope_head_dim;   /* the rope part of an fp8 row; unused for bf16 */
+  kvs_state_rings state_rings; /* per request (max_running + 1 slots), as kvplan */
+} kvs_solve_options;
+
+#define KVS_SOLVE_OPTIONS_INIT                                                               \
+  {                                                                                          \
+    sizeof(kvs_solve_options), KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE,               \
+        KVS_DEFAULT_N_SCRATCH, KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING,             \
+        KVS_DEFAULT_RADIX, 0, KVS_KV_BF16, 0, KVS_STATE_RINGS_PER_REQUEST                    \
+  }
+
+/* The planning entry point for one device: the largest pool `kvplan
+ * solve` sizes for the same budget, geometry and options, byte for byte
+ * (kvplan solve calls it). The row widths come from kv_dtype, the rings
+ * are placed by state_rings with max_running + 1 request slots, the
+ * window floor is floor_win_pages or derived, then the exact solve above.
+ * options NULL: the defaults. *out and *shortfall as for
+ * kvs_cost_solve_num_pages; on any failure *out is untouched. */
+kvs_status kvs_cost_solve(uint64_t available_bytes, const kvs_geometry *geometry,
+                          const kvs_solve_options *options, kvs_pool_sizes *out,
+                          kvs_budget_shortfall *shortfall, kvs_error *err);
+
+/* The cost terms kvs_cost_solve prices the whole stack with for these
+ * options (widths for the dtype, rings placed), e.g. to split the solved
+ * pool's bytes by tier with kvs_pool_sizes_bytes_terms. */
+kvs_status kvs_cost_solve_terms(const kvs_geometry *geometry, const kvs_solve_options *options,
+                                kvs_cost_terms *out, kvs_error *err);
 
 /* The affine (per page, fixed, reserve) price the auto planner splits
  * memory with. Conservative at shipped ratios; the pool itself is always

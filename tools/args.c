@@ -1,10 +1,14 @@
 #include "tools/args.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
   if (text == NULL || *text < '0' || *text > '9') {
@@ -77,11 +81,34 @@ kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, k
   return KVS_OK;
 }
 
+/* Whether text is a plain decimal number: an optional '-', digits with at
+ * most one '.', then an optional exponent. strtod also takes leading
+ * spaces, '+', hex ("0x1p-1"), "inf" and "nan", none of which a byte count
+ * accepts: a number flag must not either. */
+static bool plain_decimal(const char *text) {
+  const char *p = text;
+  if (*p == '-') p++;
+  size_t digits = 0;
+  for (; *p >= '0' && *p <= '9'; p++) digits++;
+  if (*p == '.') {
+    for (p++; *p >= '0' && *p <= '9'; p++) digits++;
+  }
+  if (digits == 0) return false;
+  if (*p == 'e' || *p == 'E') {
+    p++;
+    if (*p == '-' || *p == '+') p++;
+    if (!(*p >= '0' && *p <= '9')) return false;
+    while (*p >= '0' && *p <= '9') p++;
+  }
+  return *p == '\0';
+}
+
 kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err) {
   errno = 0;
   char *end = NULL;
-  double value = text == NULL ? 0.0 : strtod(text, &end);
-  if (text == NULL || *text == '\0' || errno != 0 || *end != '\0' || !isfinite(value)) {
+  bool plain = text != NULL && plain_decimal(text);
+  double value = plain ? strtod(text, &end) : 0.0;
+  if (!plain || errno != 0 || *end != '\0' || !isfinite(value)) {
     return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a number, got '%s'", flag,
                          text == NULL ? "" : text);
   }
@@ -190,6 +217,71 @@ kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out,
   return parse_list(flag, text, cap, n_out, err, one_u32, out);
 }
 
+/* A flag's name without its dashes and its "=value": start, length. */
+static const char *bare_name(const char *flag, size_t *len) {
+  while (*flag == '-') flag++;
+  *len = strcspn(flag, "=");
+  return flag;
+}
+
+/* Edits from a[0..la) to b[0..lb): Levenshtein with adjacent swaps
+ * (optimal string alignment). Names longer than the table are far. */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+  enum { MAX_NAME = 48 };
+  if (la >= MAX_NAME || lb >= MAX_NAME) return SIZE_MAX;
+  size_t d[MAX_NAME + 1][MAX_NAME + 1];
+  for (size_t i = 0; i <= la; i++) d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    for (size_t j = 1; j <= lb; j++) {
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best) {
+        best = d[i - 2][j - 2] + 1;
+      }
+      d[i][j] = best;
+    }
+  }
+  return d[la][lb];
+}
+
+const char *kvs_nearest_flag(const char *given, const char *const *names, size_t n) {
+  size_t lg;
+  const char *g = bare_name(given != NULL ? given : "", &lg);
+  const char *best = NULL, *prefix_of = NULL;
+  size_t best_distance = SIZE_MAX, n_prefix = 0;
+  for (size_t i = 0; lg > 0 && i < n; i++) {
+    size_t ln;
+    const char *name = bare_name(names[i], &ln);
+    size_t limit = ln / 3 > 1 ? ln / 3 : 1;
+    size_t distance = edit_distance(g, lg, name, ln);
+    if (distance <= limit && distance < best_distance) {
+      best = names[i];
+      best_distance = distance;
+    }
+    if (lg < ln && strncmp(g, name, lg) == 0 && n_prefix++ == 0) prefix_of = names[i];
+  }
+  /* The start of exactly one name is that name cut short ("--weights-t"),
+   * whatever else is a few edits away. */
+  if (n_prefix == 1) return prefix_of;
+  return best != NULL ? best : prefix_of;
+}
+
+void kvs_report_unknown_flag(const char *tool, const char *given, const char *const *names,
+                             size_t n, const char *help) {
+  const char *near = kvs_nearest_flag(given, names, n);
+  if (near == NULL) {
+    fprintf(stderr, "%s: unknown flag '%s' (%s lists every flag)\n", tool, given, help);
+    return;
+  }
+  size_t len;
+  const char *name = bare_name(near, &len);
+  fprintf(stderr, "%s: unknown flag '%s'; did you mean --%.*s? (%s lists every flag)\n", tool,
+          given, (int)len, name, help);
+}
+
 const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {
   static const char *names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double value = (double)bytes;
@@ -220,4 +312,10 @@ int kvs_finish_stdout(const char *tool, int rc, int failed_rc) {
     return rc != 0 ? rc : failed_rc;
   }
   return rc;
+}
+
+int kvs_require_stdout(const char *tool, int failed_rc) {
+  if (fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF) return 0;
+  fprintf(stderr, "%s: standard output is closed: there is nowhere to write the results\n", tool);
+  return failed_rc;
 }

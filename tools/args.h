@@ -28,7 +28,9 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
  * refused as bad usage, never taken to mean "not given"). */
 kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
-/* A finite decimal number. */
+/* A finite number written plainly: an optional '-', decimal digits with
+ * at most one '.', an optional exponent ("0.9", "-1", "1e-3"); no spaces,
+ * '+', hex, inf or nan. */
 kvs_status kvs_parse_double(const char *flag, const char *text, double *out, kvs_error *err);
 
 /* kvs_parse_u64 and kvs_parse_double held to [lo, hi], for tools that word
@@ -68,6 +70,28 @@ kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out,
  * stderr, naming the tool, and returns failed_rc when rc was 0 (a failure
  * already reported keeps its own status). Returns rc otherwise. */
 int kvs_finish_stdout(const char *tool, int rc, int failed_rc);
+
+/* The flag of names[0..n) a mistyped one most likely meant: leading dashes
+ * and any "=value" are ignored on both sides; the name fewest
+ * single-character edits away (insert, delete, replace, or swap two
+ * neighbours), if within a third of its length (at least 1), else one that
+ * `given` is the start of (an abbreviation, which no tool accepts). NULL
+ * when none is near. */
+const char *kvs_nearest_flag(const char *given, const char *const *names, size_t n);
+
+/* Says on stderr, as one line: "<tool>: unknown flag '<given>'; did you
+ * mean --<nearest>? (<help> lists every flag)", without the question when
+ * nothing is near. help is the command that prints the flags, e.g.
+ * "kvplan plan --help". */
+void kvs_report_unknown_flag(const char *tool, const char *given, const char *const *names,
+                             size_t n, const char *help);
+
+/* A tool's first call: whether its standard output is open. A closed one
+ * (`tool >&-`) loses every line, and the next file the tool opens would
+ * take its descriptor and receive them. Returns 0 when open, else says so
+ * on stderr and returns failed_rc (the tool's "output cannot be written"
+ * status). */
+int kvs_require_stdout(const char *tool, int failed_rc);
 
 /* Renders a byte count for people: "80.00 GiB". buf holds at least 32. */
 const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len);

@@ -314,7 +314,7 @@ run() {
     local runs=(
       "nccl_1_rank|--ranks 1 --tp 1 --backend nccl --topology live --budget 8GiB --requests 64"
       "loopback_4_ranks_1_gpu|--ranks 4 --tp 4 --backend loopback --topology bundled --cuda-device 0 --budget 4GiB --requests 64"
-      "nccl_1_rank_256_requests|--ranks 1 --tp 1 --backend nccl --topology live --budget 16GiB --requests 256 --arrival-rate 4 --no-verify --check-every 100000"
+      "nccl_1_rank_256_requests|--ranks 1 --tp 1 --backend nccl --topology live --budget 16GiB --max-running 256 --requests 256 --arrival-rate 4 --no-verify --check-every 100000"
     )
     local run name args result ok
     for run in "${runs[@]}"; do

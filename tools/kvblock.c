@@ -69,10 +69,24 @@ typedef struct flags {
   bool json;
 } flags;
 
+/* Bad usage: one line, the last one printed, pointing at --help rather
+ * than burying the error above the usage text. */
 static int usage_error(const char *fmt, const char *what) {
   fprintf(stderr, "kvblock: ");
   fprintf(stderr, fmt, what);
-  fprintf(stderr, "\n%s", usage_text);
+  fprintf(stderr, " (kvblock --help lists every flag)\n");
+  return EXIT_USAGE;
+}
+
+/* Every flag any command takes, for suggestions. */
+static const char *const flag_names[] = {"--model",      "--weights", "--layers", "--kv-heads",
+                                         "--head-dim",   "--block-size", "--window", "--dtype",
+                                         "--seed",       "--json"};
+#define N_FLAG_NAMES (sizeof flag_names / sizeof flag_names[0])
+
+/* A flag no command knows: one line naming the nearest one. */
+static int unknown_flag(const char *arg) {
+  kvs_report_unknown_flag("kvblock", arg, flag_names, N_FLAG_NAMES, "kvblock --help");
   return EXIT_USAGE;
 }
 
@@ -81,8 +95,8 @@ static int parse_count(const char *flag, const char *text, uint64_t *out) {
   kvs_error err;
   if (kvs_parse_u64(flag, text, out, &err) != KVS_OK) return usage_error("%s", err.message);
   if (*out == 0 || *out > UINT32_MAX) {
-    fprintf(stderr, "kvblock: %s must be between 1 and %u, not %s\n%s", flag, (unsigned)UINT32_MAX,
-            text, usage_text);
+    fprintf(stderr, "kvblock: %s must be between 1 and %u, not %s\n", flag, (unsigned)UINT32_MAX,
+            text);
     return EXIT_USAGE;
   }
   return 0;
@@ -97,7 +111,7 @@ static int flag_name(const char *arg, char name[FLAG_NAME_MAX], const char **eq)
   if (strncmp(arg, "--", 2) != 0) return usage_error("unexpected argument '%s'", arg);
   *eq = strchr(arg, '=');
   size_t nlen = *eq != NULL ? (size_t)(*eq - arg) : strlen(arg);
-  if (nlen >= FLAG_NAME_MAX) return usage_error("unknown flag '%s'", arg);
+  if (nlen >= FLAG_NAME_MAX) return unknown_flag(arg);
   memcpy(name, arg, nlen);
   name[nlen] = '\0';
   return 0;
@@ -112,7 +126,7 @@ static int check_accepted(const char *name, bool allow_reader, bool allow_seed) 
                      strcmp(name, "--head-dim") == 0 || strcmp(name, "--block-size") == 0 ||
                      strcmp(name, "--window") == 0 || strcmp(name, "--dtype") == 0;
   bool seed_flag = strcmp(name, "--seed") == 0;
-  if (!reader_flag && !seed_flag) return usage_error("unknown flag '%s'", name);
+  if (!reader_flag && !seed_flag) return unknown_flag(name);
   if ((reader_flag && !allow_reader) || (seed_flag && !allow_seed)) {
     return usage_error("flag '%s' is not accepted here", name);
   }
@@ -215,6 +229,7 @@ static int parse_flags(int argc, char **argv, bool allow_reader, bool allow_seed
     if (rc != 0) return rc;
     if (strcmp(name, "--json") == 0) { /* the one flag without a value */
       if (!allow_json || eq != NULL) return usage_error("flag '%s' is not accepted here", arg);
+      if (f->json) return usage_error("flag '%s' given twice", name);
       f->json = true;
       continue;
     }
@@ -269,8 +284,8 @@ static int payload_size(const flags *f, uint64_t *elems, uint64_t *total) {
       __builtin_mul_overflow(*elems, f->layers * 2 * es, total) || *total > MAX_FILE_BYTES) {
     fprintf(stderr,
             "kvblock: a payload of %" PRIu64 " layers x %" PRIu64 " x %" PRIu64 " x %" PRIu64
-            " is larger than this tool writes (%" PRIu64 " bytes)\n%s",
-            f->layers, f->block_size, f->kv_heads, f->head_dim, MAX_FILE_BYTES, usage_text);
+            " is larger than this tool writes (%" PRIu64 " bytes)\n",
+            f->layers, f->block_size, f->kv_heads, f->head_dim, MAX_FILE_BYTES);
     return EXIT_USAGE;
   }
   return 0;
@@ -537,7 +552,10 @@ static int run(int argc, char **argv) {
     return 0;
   }
   if (argc < 3) {
-    fputs(usage_text, stderr);
+    fprintf(stderr,
+            "kvblock: %s: kvblock write|verify|inspect FILE [flags] (kvblock --help lists every "
+            "flag)\n",
+            argc < 2 ? "a command and a FILE are needed" : "a FILE is needed");
     return EXIT_USAGE;
   }
   const char *cmd = argv[1], *path = argv[2];
@@ -556,9 +574,14 @@ static int run(int argc, char **argv) {
     rc = parse_flags(argc - 3, argv + 3, false, false, true, &f);
     return rc != 0 ? rc : cmd_inspect(path, &f);
   }
-  return usage_error("unknown command '%s'", cmd);
+  static const char *const commands[] = {"write", "verify", "inspect"};
+  const char *near = kvs_nearest_flag(cmd, commands, 3);
+  fprintf(stderr, "kvblock: unknown command '%s'%s%s%s (kvblock --help lists them)\n", cmd,
+          near != NULL ? "; did you mean " : "", near != NULL ? near : "", near != NULL ? "?" : "");
+  return EXIT_USAGE;
 }
 
 int main(int argc, char **argv) {
-  return kvs_finish_stdout("kvblock", run(argc, argv), EXIT_REFUSED);
+  int rc = kvs_require_stdout("kvblock", EXIT_REFUSED);
+  return rc != 0 ? rc : kvs_finish_stdout("kvblock", run(argc, argv), EXIT_REFUSED);
 }

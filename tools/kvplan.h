@@ -9,6 +9,10 @@
 extern "C" {
 #endif
 
+/* The largest tensor-parallel group or pipeline kvplan plans (--tp and
+ * --pp, the default layout, fit's layouts), and the longest per-GPU list. */
+#define KVS_KVPLAN_MAX_GPUS 1024
+
 int kvs_kvplan_solve(int argc, char **argv);
 int kvs_kvplan_plan(int argc, char **argv);
 int kvs_kvplan_fit(int argc, char **argv);

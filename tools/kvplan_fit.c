@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/model_weights.h"
 #include "plan/cluster.h"
 #include "plan/node_setup.h"
@@ -48,6 +49,7 @@ enum {
   OPT_WEIGHTS_TOTAL,
   OPT_NODES,
   OPT_JSON,
+  OPT_PROGRESS_S,
 };
 
 static void usage(FILE *out) {
@@ -67,6 +69,8 @@ static void usage(FILE *out) {
           "                          not counted)\n"
           "%s"
           "  --json                  one JSON object on stdout\n"
+          "  --progress-s T          seconds between progress lines on stderr while layouts\n"
+          "                          are tried, [0, 86400] (default 2; 0: none), as kvsim's\n"
           "exit status: 0 some layout fits, 1 none does, 2 bad usage\n",
           kvs_plan_options_help);
 }
@@ -77,6 +81,7 @@ typedef struct fit_args {
   bool have_nodes;
   uint64_t context, concurrency, reserve, weights_total, nodes;
   double fraction;
+  double progress_s; /* --progress-s; 0: no progress lines */
   const char *topology;
 } fit_args;
 
@@ -124,6 +129,9 @@ static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err)
     case OPT_WEIGHTS_TOTAL:
       a->have_weights_total = true;
       return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
+    case OPT_PROGRESS_S:
+      return kvs_parse_double_in("--progress-s", value, 0.0, 86400.0, "seconds in [0, 86400]",
+                                 &a->progress_s, err);
     default:
       a->json = true; /* OPT_JSON */
       return KVS_OK;
@@ -303,6 +311,72 @@ static void print_row(const fit_row *r) {
          r->fits ? "yes" : "no", margin);
 }
 
+/* One tp x pp of a cluster. */
+typedef struct fit_layout {
+  size_t tp, pp;
+} fit_layout;
+
+/* The layouts fit tries on a cluster of n GPUs, fewest ranks per replica
+ * first: the ranks divide the GPUs, a stage holds at least one layer, a
+ * tensor-parallel group fits in a node and in kvplan's bound. At most cap of them into out;
+ * returns how many there are. */
+static size_t list_layouts(const kvs_gpu_info *gpus, size_t n, size_t n_planned,
+                           kvs_rank_slot *slots, fit_layout *out, size_t cap) {
+  size_t count = 0;
+  for (size_t ranks = 1; ranks <= n; ranks++) {
+    if (n % ranks != 0) continue;
+    for (size_t pp = 1; pp <= ranks; pp++) {
+      if (ranks % pp != 0 || pp > n_planned || pp > KVS_MAX_STAGES) continue;
+      if (ranks / pp > KVS_KVPLAN_MAX_GPUS) continue; /* as kvplan plan's --tp */
+      if (kvs_rank_layout_cluster(gpus, n, ranks / pp, pp, false, slots, NULL, NULL) != KVS_OK) {
+        continue;
+      }
+      if (count < cap) out[count] = (fit_layout){ranks / pp, pp};
+      count++;
+    }
+  }
+  return count;
+}
+
+/* Says on stderr, every --progress-s seconds, how far the search over a
+ * large cluster has come (as kvsim does): each layout is two bisections
+ * over whole-cluster plans, minutes on thousands of GPUs. */
+typedef struct fit_progress {
+  uint64_t start_ns, last_ns;
+  double every_s; /* 0: silent */
+} fit_progress;
+
+static void say_progress(fit_progress *p, size_t done, size_t total, size_t n,
+                         const fit_layout *at) {
+  uint64_t now = kvs_now_ns();
+  if (p->every_s <= 0 || (double)(now - p->last_ns) < p->every_s * 1e9) return;
+  fprintf(stderr, "kvplan fit: %zu of %zu layouts of %zu GPUs tried (now tp %zu x pp %zu), %.0f s\n",
+          done, total, n, at->tp, at->pp, (double)(now - p->start_ns) * 1e-9);
+  p->last_ns = now;
+}
+
+/* The demand's sizing of one layout: requests per replica, the pages and
+ * the window floor they need, the weights per layer at its tp. Returns 0,
+ * or 2 after a message. */
+static int size_row(const fit_args *a, kvs_plan_model *m, const kvs_model_weights *weights,
+                    uint64_t *layer, size_t nodes, size_t n, const fit_layout *l, fit_row *row) {
+  kvs_error err;
+  const kvs_plan_options *o = &a->options;
+  *row = (fit_row){.nodes = nodes, .tp = l->tp, .pp = l->pp, .replicas = n / (l->tp * l->pp)};
+  row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
+  uint64_t per_request = (a->context + o->page - 1) / o->page;
+  row->pages = per_request * row->requests;
+  if (kvs_cost_window_floor_pages(a->context, row->requests, o->radix, o->page, &row->floor_pages,
+                                  &err) != KVS_OK ||
+      (weights != NULL && kvs_plan_layer_weights(weights, kvs_geometry_layer_count(&m->geometry),
+                                                 row->tp, layer, &err) != KVS_OK)) {
+    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    return 2;
+  }
+  kvs_plan_model_place_rings(m, o->state_rings, row->requests);
+  return 0;
+}
+
 /* Every layout of one cluster: its rows appended to rows[*n_rows..].
  * memory[] is filled with the cluster's GPUs' memory terms. Returns 0, or
  * the exit status after a message. */
@@ -310,10 +384,8 @@ static int evaluate(fit_args *a, kvs_plan_model *m, kvs_cluster_t cluster,
                     const kvs_model_weights *weights, uint64_t *layer, fit_row *rows,
                     size_t *n_rows, kvs_memory_budget *memory, uint64_t *budgets) {
   kvs_error err;
-  kvs_plan_options *o = &a->options;
   size_t n = kvs_cluster_gpu_count(cluster);
   const kvs_gpu_info *gpus = kvs_cluster_gpus(cluster);
-  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
   kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
   if (a->have_reserve) br.reserve_bytes = a->reserve;
   br.memory_ratio = 1.0; /* the memory itself; f is what is searched */
@@ -322,56 +394,46 @@ static int evaluate(fit_args *a, kvs_plan_model *m, kvs_cluster_t cluster,
     return 1;
   }
   kvs_rank_slot *slots = calloc(n, sizeof *slots);
-  if (slots == NULL) {
+  fit_layout *layouts = calloc(FIT_MAX_LAYOUTS, sizeof *layouts);
+  if (slots == NULL || layouts == NULL) {
+    free(slots);
+    free(layouts);
     fprintf(stderr, "kvplan fit: out of memory\n");
     return 1;
   }
+  size_t room = FIT_MAX_LAYOUTS - *n_rows;
+  size_t total = list_layouts(gpus, n, kvs_geometry_layer_count(&m->geometry), slots, layouts, room);
+  if (total > room) {
+    fprintf(stderr, "kvplan fit: %zu layouts of %zu GPUs; trying the %zu with the fewest ranks\n",
+            total, n, room);
+    total = room;
+  }
   int rc = 0;
-  for (size_t ranks = 1; ranks <= n && rc == 0; ranks++) {
-    if (n % ranks != 0) continue;
-    for (size_t pp = 1; pp <= ranks && rc == 0; pp++) {
-      if (ranks % pp != 0 || pp > n_planned || pp > KVS_MAX_STAGES) continue;
-      if (*n_rows == FIT_MAX_LAYOUTS) break;
-      /* A tensor-parallel group must fit in a node. */
-      if (kvs_rank_layout_cluster(gpus, n, ranks / pp, pp, false, slots, NULL, NULL) != KVS_OK) {
-        continue;
-      }
-      fit_row *row = &rows[*n_rows];
-      row->nodes = kvs_cluster_node_count(cluster);
-      row->tp = ranks / pp;
-      row->pp = pp;
-      row->replicas = n / ranks;
-      row->requests = (a->concurrency + row->replicas - 1) / row->replicas;
-      uint64_t per_request = (a->context + o->page - 1) / o->page;
-      row->pages = per_request * row->requests;
-      if (kvs_cost_window_floor_pages(a->context, row->requests, o->radix, o->page,
-                                      &row->floor_pages, &err) != KVS_OK ||
-          (weights != NULL &&
-           kvs_plan_layer_weights(weights, n_planned, row->tp, layer, &err) != KVS_OK)) {
-        fprintf(stderr, "kvplan fit: %s\n", err.message);
-        rc = 2;
-        break;
-      }
-      kvs_plan_model_place_rings(m, o->state_rings, row->requests);
-      fit_ctx c = {.request = {.geometry = &m->geometry,
-                               .widths = &m->widths,
-                               .swa_ratio = m->swa_ratio,
-                               .page = o->page,
-                               .floor_win_pages = row->floor_pages,
-                               .n_scratch = o->scratch,
-                               .tp = row->tp,
-                               .pp = row->pp,
-                               .layer_weight_bytes = weights != NULL ? layer : NULL},
-                   .gpus = gpus,
-                   .n_gpus = n,
-                   .memory = memory,
-                   .budgets = budgets,
-                   .pages = row->pages};
-      solve_layout(&c, a, row);
-      (*n_rows)++;
-    }
+  fit_progress progress = {kvs_now_ns(), kvs_now_ns(), a->progress_s};
+  for (size_t i = 0; i < total && rc == 0; i++) {
+    fit_row *row = &rows[*n_rows];
+    rc = size_row(a, m, weights, layer, kvs_cluster_node_count(cluster), n, &layouts[i], row);
+    if (rc != 0) break;
+    fit_ctx c = {.request = {.geometry = &m->geometry,
+                             .widths = &m->widths,
+                             .swa_ratio = m->swa_ratio,
+                             .page = a->options.page,
+                             .floor_win_pages = row->floor_pages,
+                             .n_scratch = a->options.scratch,
+                             .tp = row->tp,
+                             .pp = row->pp,
+                             .layer_weight_bytes = weights != NULL ? layer : NULL},
+                 .gpus = gpus,
+                 .n_gpus = n,
+                 .memory = memory,
+                 .budgets = budgets,
+                 .pages = row->pages};
+    solve_layout(&c, a, row);
+    (*n_rows)++;
+    say_progress(&progress, i + 1, total, n, &layouts[i]);
   }
   free(slots);
+  free(layouts);
   return rc;
 }
 
@@ -597,16 +659,19 @@ int kvs_kvplan_fit(int argc, char **argv) {
       {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
       {"nodes", required_argument, NULL, OPT_NODES},
       {"json", no_argument, NULL, OPT_JSON},
+      {"progress-s", required_argument, NULL, OPT_PROGRESS_S},
   };
   fit_args a;
   memset(&a, 0, sizeof a);
+  a.progress_s = 2.0;
   kvs_plan_options_init(&a.options);
   int rc = kvs_plan_options_parse("kvplan fit", argc, argv, own, sizeof own / sizeof own[0],
                                   fit_flag, &a, &a.options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
   if (!a.have_context || !a.have_concurrency) {
-    fprintf(stderr, "kvplan fit: --context and --concurrency are required\n");
-    usage(stderr);
+    fprintf(stderr,
+            "kvplan fit: --context and --concurrency are required (kvplan fit --help lists "
+            "every flag)\n");
     return 2;
   }
   kvs_plan_model *model = malloc(sizeof *model);

@@ -27,8 +27,11 @@ static int run(int argc, char **argv) {
     return 0;
   }
   if (argc >= 2 && argv[1][0] != '-') {
-    fprintf(stderr, "kvplan: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
+    static const char *const subcommands[] = {"plan", "solve", "fit"};
+    const char *near = kvs_nearest_flag(argv[1], subcommands, 3);
+    fprintf(stderr, "kvplan: unknown subcommand '%s'%s%s%s (kvplan --help lists them)\n", argv[1],
+            near != NULL ? "; did you mean " : "", near != NULL ? near : "",
+            near != NULL ? "?" : "");
     return 2;
   }
   /* No subcommand: flags belong to `plan`. */
@@ -38,4 +41,10 @@ static int run(int argc, char **argv) {
 
 /* A plan written to a full disk is not a plan: exit 1 (the plan cannot be
  * made here) with the reason. */
-int main(int argc, char **argv) { return kvs_finish_stdout("kvplan", run(argc, argv), 1); }
+int main(int argc, char **argv) {
+  /* Line by line, so the notes on stdout and an error on stderr reach a
+   * shared pipe in the order they were said, the error last. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int rc = kvs_require_stdout("kvplan", 1);
+  return rc != 0 ? rc : kvs_finish_stdout("kvplan", run(argc, argv), 1);
+}

@@ -31,7 +31,7 @@
 #include "topology/source.h"
 #include "topology/topology.h"
 
-#define MAX_GPUS 1024
+#define MAX_GPUS KVS_KVPLAN_MAX_GPUS
 
 enum {
   OPT_TOPOLOGY = 1,
@@ -380,9 +380,21 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
   return 0;
 }
 
+/* A GPU whose budget cannot hold its stage's minimal pool: exit 1, the
+ * JSON error object first (with --json) and the message last. A minimal
+ * pool past the 4 EiB any byte flag may give (the library saturates what
+ * overflows) is no shortfall but options no device could hold: exit 2. */
 static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_plan_shortfall *s,
                             const kvs_gpu_info *gpus) {
-  fprintf(stderr, "kvplan plan: %s\n", err->message);
+  if (s->needed_bytes > KVS_MAX_BYTE_COUNT) {
+    fprintf(stderr,
+            "kvplan plan: the minimal pool of rank %zu (stage %zu, layers %zu-%zu, %llu pages) "
+            "needs more than the %llu bytes (4 EiB) any budget may give: lower --page, "
+            "--max-running, --max-seq-len or the geometry\n",
+            s->rank, s->pp_stage, s->first, s->end - 1, (unsigned long long)s->min_pages,
+            (unsigned long long)KVS_MAX_BYTE_COUNT);
+    return 2;
+  }
   if (a->json) {
     json_t *o = json_object();
     json_object_set_new(o, "error", json_string("budget_too_small"));
@@ -396,6 +408,8 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
     json_object_set_new(o, "min_pages", kvs_json_u64(s->min_pages));
     print_json(o);
   }
+  fflush(stdout);
+  fprintf(stderr, "kvplan plan: %s\n", err->message);
   return 1;
 }
 
@@ -455,6 +469,54 @@ static void pick_layout(const plan_args *a, kvs_cluster_t cluster, size_t *tp, s
   } else if (!a->have_tp) {
     *tp = *pp <= n && n % *pp == 0 ? n / *pp : 1;
   }
+}
+
+/* "1, 2, 4 or 8": the counts k in [1, n] with n % (k * times) == 0. */
+static void list_dividing(size_t n, size_t times, char *buf, size_t len) {
+  size_t used = 0, count = 0, last = 0;
+  buf[0] = '\0';
+  for (size_t k = 1; k <= n && times > 0 && k * times <= n; k++) {
+    if (n % (k * times) != 0) continue;
+    if (count > 0 && used < len) {
+      used += (size_t)snprintf(buf + used, len - used, "%s%zu", count > 1 ? ", " : "", last);
+    }
+    last = k;
+    count++;
+  }
+  if (used < len) {
+    snprintf(buf + used, len - used, "%s%zu", count > 1 ? " or " : "", count > 0 ? last : 0);
+  }
+}
+
+/* tp x pp as picked, before any planning: the default is held to the
+ * bounds --tp and --pp have, and a layout whose ranks do not divide the
+ * GPUs is refused naming the values that do (exit 1: the plan cannot be
+ * made on these GPUs), rather than by the library's bare refusal. */
+static int check_layout(const plan_args *a, size_t n, size_t tp, size_t pp) {
+  if (tp > MAX_GPUS || pp > MAX_GPUS) {
+    fprintf(stderr,
+            "kvplan plan: the default layout here is tp %zu x pp %zu, past the %d a tensor-"
+            "parallel group or a pipeline may have (--tp and --pp refuse the same); give --tp "
+            "and --pp\n",
+            tp, pp, MAX_GPUS);
+    return 1;
+  }
+  if (tp * pp > 0 && tp * pp <= n && n % (tp * pp) == 0) return 0;
+  char values[512];
+  /* The flag at fault: --tp beside a --pp that divides the GPUs (the tp
+   * values that go with it), else whichever was given alone. */
+  bool pp_divides = a->have_pp && a->pp <= n && n % a->pp == 0;
+  const char *flag = a->have_pp && !(pp_divides && a->have_tp) ? "--pp" : "--tp";
+  size_t times = pp_divides && a->have_tp ? (size_t)a->pp : 1;
+  list_dividing(n, times, values, sizeof values);
+  fprintf(stderr, "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n",
+          tp, pp, tp * pp, tp * pp > n ? "more ranks than" : "which does not divide", n, flag,
+          values,
+          times > 1                      ? " with this --pp"
+          : a->have_tp && a->have_pp     ? ""
+          : flag[2] == 't'               ? " (--pp then takes the rest)"
+                                         : " (--tp then takes the rest)");
+  return 1;
 }
 
 /* SGLang's pools on the same bytes: its own pipeline split, each stage on
@@ -594,7 +656,9 @@ static int budget_gpus(plan_run *p) {
     return 1;
   }
   pick_layout(a, p->topo, &p->tp, &p->pp);
-  int rc = load_weights(a, p->m, p->tp == 0 ? 1 : p->tp, &p->weights);
+  int rc = check_layout(a, p->n, p->tp, p->pp);
+  if (rc != 0) return rc;
+  rc = load_weights(a, p->m, p->tp == 0 ? 1 : p->tp, &p->weights);
   if (rc != 0) return rc;
   const char *weights_term = strcmp(p->weights.source, "measured") == 0 ? " - weights" : "";
   rc = pick_budgets(a, p->topo, weights_term, p->weights.layer != NULL, p->terms, p->budgets,
@@ -656,8 +720,9 @@ static int write_svg(const plan_run *p) {
                       .n_nodes = p->n_nodes};
   kvs_error err;
   if (kvs_plan_svg_write(p->a->svg, &svg, &err) != KVS_OK) {
+    /* Output that cannot be written: exit 1, as the README says. */
     fprintf(stderr, "kvplan plan: %s\n", err.message);
-    return 2;
+    return 1;
   }
   return 0;
 }

@@ -143,6 +143,40 @@ static json_t *sglang_json(const kvs_plan_options *o, const kvs_plan_model *m, u
   return kvs_sglang_report_json(pools, &so, budget);
 }
 
+/* A budget below the minimal pool: exit 1, the JSON error object first
+ * (with --json) and the message last. A minimal pool past the 4 EiB any
+ * byte flag may give is no budget shortfall but options no device could
+ * hold (a page of 2^40 tokens): bad usage, exit 2, no object. Takes sglang. */
+static int report_shortfall(const kvs_budget_shortfall *shortfall, const kvs_error *err,
+                            json_t *sglang, bool json) {
+  if (shortfall->needed_bytes > KVS_MAX_BYTE_COUNT) {
+    json_decref(sglang);
+    fprintf(stderr,
+            "kvplan solve: the minimal pool (%llu pages, the window floor %llu) needs %llu "
+            "bytes, past the %llu bytes (4 EiB) any budget may give: lower --page, "
+            "--max-running, --max-seq-len or the geometry\n",
+            (unsigned long long)shortfall->min_pages,
+            (unsigned long long)shortfall->floor_win_pages,
+            (unsigned long long)shortfall->needed_bytes, (unsigned long long)KVS_MAX_BYTE_COUNT);
+    return 2;
+  }
+  if (json) {
+    json_t *object = json_object();
+    json_object_set_new(object, "error", json_string("budget_too_small"));
+    json_object_set_new(object, "available_bytes", kvs_json_u64(shortfall->available_bytes));
+    json_object_set_new(object, "needed_bytes", kvs_json_u64(shortfall->needed_bytes));
+    json_object_set_new(object, "min_pages", kvs_json_u64(shortfall->min_pages));
+    json_object_set_new(object, "floor_win_pages", kvs_json_u64(shortfall->floor_win_pages));
+    if (sglang != NULL) json_object_set_new(object, "sglang", sglang);
+    print_json(object);
+  } else {
+    json_decref(sglang);
+  }
+  fflush(stdout);
+  fprintf(stderr, "kvplan solve: %s\n", err->message);
+  return 1;
+}
+
 static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, bool json) {
   kvs_error err;
   if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
@@ -153,12 +187,13 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   kvs_cost_terms terms;
   kvs_pool_sizes sizes;
   kvs_budget_shortfall shortfall;
-  kvs_status status = kvs_cost_terms_make(g, 0, kvs_geometry_layer_count(g), &m->widths, &terms,
-                                          &err);
+  /* The library's one planning entry point, so an engine calling it gets
+   * this answer byte for byte. */
+  kvs_plan_model_window_cache(m, o, budget);
+  kvs_solve_options so = kvs_plan_options_solve(o, m);
+  kvs_status status = kvs_cost_solve_terms(g, &so, &terms, &err);
   if (status == KVS_OK) {
-    kvs_plan_model_window_cache(m, o, budget);
-    status = kvs_cost_solve_num_pages_terms(budget, &terms, m->swa_ratio, m->floor_pages, o->page,
-                                       o->scratch, &sizes, &shortfall, &err);
+    status = kvs_cost_solve(budget, g, &so, &sizes, &shortfall, &err);
   }
   kvs_sglang_pools pools;
   bool sglang_ok = true;
@@ -169,22 +204,7 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
     err = keep;
     if (!sglang_ok) return 2;
   }
-  if (status == KVS_ERR_BUDGET_TOO_SMALL) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
-    if (json) {
-      json_t *object = json_object();
-      json_object_set_new(object, "error", json_string("budget_too_small"));
-      json_object_set_new(object, "available_bytes", kvs_json_u64(shortfall.available_bytes));
-      json_object_set_new(object, "needed_bytes", kvs_json_u64(shortfall.needed_bytes));
-      json_object_set_new(object, "min_pages", kvs_json_u64(shortfall.min_pages));
-      json_object_set_new(object, "floor_win_pages", kvs_json_u64(shortfall.floor_win_pages));
-      if (sglang != NULL) json_object_set_new(object, "sglang", sglang);
-      print_json(object);
-    } else {
-      json_decref(sglang);
-    }
-    return 1;
-  }
+  if (status == KVS_ERR_BUDGET_TOO_SMALL) return report_shortfall(&shortfall, &err, sglang, json);
   kvs_pool_breakdown breakdown;
   if (status == KVS_OK)
     status = kvs_pool_sizes_bytes_terms(&sizes, &terms, o->scratch, &breakdown, &err);
@@ -224,9 +244,9 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
     fprintf(stderr, "kvplan solve: %s\n", err.message);
     return 2;
   }
+  kvs_solve_options so = kvs_plan_options_solve(o, m);
   kvs_cost_terms terms;
-  if (kvs_cost_terms_make(&m->geometry, 0, kvs_geometry_layer_count(&m->geometry), &m->widths,
-                          &terms, &err) != KVS_OK) {
+  if (kvs_cost_solve_terms(&m->geometry, &so, &terms, &err) != KVS_OK) {
     fprintf(stderr, "kvplan solve: %s\n", err.message);
     return 2;
   }
@@ -242,8 +262,8 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   int rc = 0;
   for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
     kvs_pool_sizes sizes;
-    if (kvs_cost_solve_num_pages_terms(budget, &terms, ratios[i], m->floor_pages, o->page,
-                                       o->scratch, &sizes, NULL, &err) != KVS_OK) {
+    so.swa_ratio = ratios[i];
+    if (kvs_cost_solve(budget, &m->geometry, &so, &sizes, NULL, &err) != KVS_OK) {
       fprintf(stderr, "kvplan solve: swa ratio %g: %s\n", ratios[i], err.message);
       rc = 1;
       break;
@@ -286,8 +306,7 @@ int kvs_kvplan_solve(int argc, char **argv) {
                                   solve_flag, &a, &options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
   if (!a.have_budget) {
-    fprintf(stderr, "kvplan solve: --budget is required\n");
-    usage(stderr);
+    fprintf(stderr, "kvplan solve: --budget is required (kvplan solve --help lists every flag)\n");
     return 2;
   }
   kvs_plan_model *model = malloc(sizeof *model);

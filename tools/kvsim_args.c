@@ -8,19 +8,27 @@
 #include "tools/args.h"
 
 static const char usage_mpi[] =
-    "usage: mpirun -np N kvsim --tp N [--pp M] [--backend mpi|nccl|self] --steps S --seed X\n"
+    "usage: mpirun -np N kvsim [--tp N] [--pp M] [--backend mpi|nccl|self] --steps S --seed X\n"
     "                          [--requests R] [--json] [--inject-divergence RANK:STEP]\n";
 static const char usage_local[] =
     "usage: kvsim_local --ranks N --tp N [--pp M] [--backend loopback|nccl|self] --steps S\n"
     "                   --seed X [--requests R] [--json] [--inject-divergence RANK:STEP]\n";
+/* The flags kvplan also has mean what they mean there, with kvplan's
+ * defaults, so that the same flags plan the same pool. */
 static const char usage_flags[] =
-    "  --tp N, --pp M          rank layout; N * M must equal the number of ranks\n"
+    "  --tp N, --pp M          rank layout; N * M must equal the number of ranks; one\n"
+    "                          alone takes the rest of them (as kvplan's take the rest\n"
+    "                          of the GPUs); neither: the largest group every node holds\n"
+    "                          whole that divides the ranks, the rest as stages\n"
     "  --backend B             mpi (default; host buffers), nccl (GPUs), self (one rank);\n"
     "                          kvsim_local: loopback (default; ranks as threads), nccl, self\n"
     "  --ranks N               kvsim_local: ranks (threads) to run\n"
     "  --steps S               scheduler steps to run, 1..2^40\n"
     "  --seed X                workload seed (the same on every rank)\n"
-    "  --requests R            concurrent requests (max running), 1..65536, default 16\n"
+    "  --max-running N         concurrent requests the pool is sized for (request slots,\n"
+    "                          window floor), 1..65536, default 64 (as kvplan's)\n"
+    "  --requests R            concurrent requests the workload runs, 1..--max-running,\n"
+    "                          default 16 (or --max-running when that is less)\n"
     "  --json                  stdout holds only the JSON object\n"
     "  --inject-divergence R:S flip one binding on rank R after step S (S < --steps); the\n"
     "                          next check must name the page\n"
@@ -51,9 +59,9 @@ static const char usage_flags[] =
     "                          simulated on one machine)\n"
     "  --budget BYTES          KV budget of every GPU (80GiB, 900MiB, ...)\n"
     "  --budget-per-gpu B0,..  one budget per GPU of the topology, in index order\n"
-    "  --budget-mib B          every GPU g gets B x (1 - skew x (g %% 4) / 100) MiB\n"
+    "  --budget-mib B          every GPU g gets B x (1 - skew x (g % 4) / 100) MiB\n"
     "                          (any budget flag: at most 1 TiB per GPU)\n"
-    "                          (the default: 860, skew 1, when no budget flag is given)\n"
+    "                          (the default: 4096, skew 1, when no budget flag is given)\n"
     "  --budget-skew P         that skew in percent, [0, 25) (default 1)\n"
     "  --memory-ratio F        budgets from measured (or nominal) memory x F - reserve\n"
     "  --reserve BYTES         with --memory-ratio: the reserve (default 512MiB)\n"
@@ -61,11 +69,12 @@ static const char usage_flags[] =
     "                          visible, else cpu: the host twin of the device tables)\n"
     "  --cuda-device N         the CUDA device of every rank's tables (default: the plan's)\n"
     "  --no-verify             skip comparing each step's ring contexts with the pool's\n"
-    "  --radix                 size the pool for radix prefix sharing (default off: the\n"
-    "                          workload shares no prefixes)\n"
-    "  --swa-ratio F           window share of the history, [0, 1] (default 0.04)\n"
+    "  --radix | --no-radix    size the window floor for radix prefix sharing or not\n"
+    "                          (default on, as kvplan's; the workload shares no prefixes)\n"
+    "  --swa-ratio F           window share of the history, [0, 1] (default 0.125)\n"
     "  --arrival-rate F        expected arrivals per step, [0, 1024] (default 0.25)\n"
-    "  --model M               dsv4-flash (default), dsv4-pro, or a config.json path\n"
+    "  --model M               dsv4-flash (default), dsv4-pro, a model folder or a\n"
+    "                          config.json, read as kvplan reads it\n"
     "  --bare-broadcasts N     timed bare broadcasts of the step message at the end\n"
     "                          (default min(steps, 2000))\n"
     "  --progress-s T          seconds between progress lines on stderr (default 2)\n";
@@ -83,7 +92,7 @@ typedef struct parser {
   bool local;   /* kvsim_local: --ranks and loopback; no --stall-rank */
   bool speaker; /* this process prints the errors (one rank of many) */
   const char *tool;
-  bool have_steps, have_seed;
+  bool have_steps, have_seed, have_requests, have_radix;
 } parser;
 
 /* A flag handler's answer for a flag of another group. */
@@ -95,7 +104,6 @@ enum { NOT_MINE = 1 };
 static int bad_arg(const parser *p, const char *flag, const char *value, const char *want) {
   if (p->speaker) {
     fprintf(stderr, "%s: %s needs %s, got '%s'\n", p->tool, flag, want, value ? value : "");
-    print_usage(stderr, p->local);
   }
   return KVSIM_EXIT_USAGE;
 }
@@ -150,14 +158,16 @@ void kvsim_args_free(kvsim_args *a) {
  * be allocated. */
 static bool set_defaults(kvsim_args *a, bool local) {
   memset(a, 0, sizeof *a);
-  a->pp = 1;
   a->backend = local ? "loopback" : "mpi";
-  a->requests = 16;
+  /* kvplan's defaults (core/serving_defaults.h) for the flags both take. */
+  a->max_running = KVS_DEFAULT_MAX_RUNNING;
+  a->radix = KVS_DEFAULT_RADIX;
+  a->swa_ratio = KVS_DEFAULT_SWA_RATIO;
+  a->requests = KVSIM_DEFAULT_REQUESTS; /* at most --max-running, once it is known */
   a->check_every = 16;
   a->timeout_ms = 10000;
-  a->budget_mib = 860;
+  a->budget_mib = KVSIM_DEFAULT_BUDGET_MIB;
   a->budget_skew = 1.0;
-  a->swa_ratio = 0.04;
   a->arrival_rate = 0.25;
   a->progress_s = 2.0;
   a->model = "dsv4-flash";
@@ -180,8 +190,14 @@ static int switch_flag(parser *p, const char *flag) {
     p->a->json = true;
   } else if (strcmp(flag, "--no-verify") == 0) {
     p->a->verify = false;
-  } else if (strcmp(flag, "--radix") == 0) {
-    p->a->radix = true;
+  } else if (strcmp(flag, "--radix") == 0 || strcmp(flag, "--no-radix") == 0) {
+    /* One choice in two spellings, made once (kvplan's rule). */
+    if (p->have_radix) {
+      if (p->speaker) fprintf(stderr, "%s: give --radix or --no-radix, once\n", p->tool);
+      return KVSIM_EXIT_USAGE;
+    }
+    p->have_radix = true;
+    p->a->radix = flag[2] == 'r';
   } else {
     return NOT_MINE;
   }
@@ -212,7 +228,7 @@ static int run_flag(parser *p, const char *flag, const char *value) {
     return rc;
   }
   if (p->local && strcmp(flag, "--ranks") == 0) {
-    rc = count_arg(p, flag, value, 1, 256, "a rank count in [1, 256]", &u);
+    rc = count_arg(p, flag, value, 1, KVSIM_LOCAL_MAX_RANKS, "a rank count in [1, 256]", &u);
     if (rc == 0) a->ranks = (int)u;
     return rc;
   }
@@ -228,7 +244,12 @@ static int run_flag(parser *p, const char *flag, const char *value) {
     return rc;
   }
   if (strcmp(flag, "--requests") == 0) {
-    return count_arg(p, flag, value, 1, 65536, "a request count in [1, 65536]", &a->requests);
+    rc = count_arg(p, flag, value, 1, 65536, "a request count in [1, 65536]", &a->requests);
+    if (rc == 0) p->have_requests = true;
+    return rc;
+  }
+  if (strcmp(flag, "--max-running") == 0) {
+    return count_arg(p, flag, value, 1, 65536, "a request count in [1, 65536]", &a->max_running);
   }
   if (strcmp(flag, "--check-every") == 0) {
     return count_arg(p, flag, value, 1, UINT64_MAX, "a positive step count", &a->check_every);
@@ -382,6 +403,49 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
   return NOT_MINE;
 }
 
+/* Every flag, with the front ends that take it, for suggestions. */
+enum { KVSIM_ONLY = 1, LOCAL_ONLY = 2, BOTH = 3 };
+static const struct {
+  const char *name;
+  int where;
+} flag_table[] = {
+    {"--tp", BOTH},          {"--pp", BOTH},
+    {"--backend", BOTH},     {"--ranks", LOCAL_ONLY},
+    {"--steps", BOTH},       {"--seed", BOTH},
+    {"--requests", BOTH},    {"--max-running", BOTH},
+    {"--json", BOTH},        {"--inject-divergence", BOTH},
+    {"--inject-slot-divergence", BOTH}, {"--state-rings", BOTH},
+    {"--check-every", BOTH}, {"--kill-rank", BOTH},
+    {"--stall-rank", KVSIM_ONLY}, {"--timeout-ms", BOTH},
+    {"--topology", BOTH},    {"--nodes", BOTH},
+    {"--host", BOTH},        {"--local-rank", BOTH},
+    {"--node", BOTH},        {"--budget", BOTH},
+    {"--budget-per-gpu", BOTH}, {"--budget-mib", BOTH},
+    {"--budget-skew", BOTH}, {"--memory-ratio", BOTH},
+    {"--reserve", BOTH},     {"--device", BOTH},
+    {"--cuda-device", BOTH}, {"--no-verify", BOTH},
+    {"--radix", BOTH},       {"--no-radix", BOTH},
+    {"--swa-ratio", BOTH},   {"--arrival-rate", BOTH},
+    {"--model", BOTH},       {"--bare-broadcasts", BOTH},
+    {"--progress-s", BOTH},  {"--help", BOTH},
+};
+#define N_FLAGS (sizeof flag_table / sizeof flag_table[0])
+
+/* A flag this front end does not take: one line naming the nearest one it
+ * does. */
+static int unknown_flag(const parser *p, const char *flag) {
+  if (!p->speaker) return KVSIM_EXIT_USAGE;
+  const char *names[N_FLAGS];
+  size_t n = 0;
+  for (size_t k = 0; k < N_FLAGS; k++) {
+    if (flag_table[k].where & (p->local ? LOCAL_ONLY : KVSIM_ONLY)) names[n++] = flag_table[k].name;
+  }
+  char help[32];
+  snprintf(help, sizeof help, "%s --help", p->tool);
+  kvs_report_unknown_flag(p->tool, flag, names, n, help);
+  return KVSIM_EXIT_USAGE;
+}
+
 /* The flag at argv[*i], stepping *i over its value when it takes one: 0
  * taken, -1 after --help, else the exit status after the message. */
 static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *seen) {
@@ -405,19 +469,37 @@ static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *se
     rc = groups[g](p, flag, value);
     if (rc != NOT_MINE) return rc;
   }
-  if (p->speaker) {
-    fprintf(stderr, "%s: unknown flag '%s'\n", p->tool, flag);
-    print_usage(stderr, p->local);
-  }
-  return KVSIM_EXIT_USAGE;
+  return unknown_flag(p, flag);
 }
 
-/* --tp, --steps and --seed have no default. */
+/* --steps and --seed have no default; kvsim_local must be told how many
+ * ranks to start. */
 static int check_required(const parser *p) {
-  if (p->a->tp == 0) return bad_arg(p, "--tp", "", "a rank count in [1, 65535]");
+  if (p->local && p->a->ranks == 0 && p->a->tp == 0) {
+    return bad_arg(p, "--ranks", "", "a rank count (or --tp, and --pp, to count them)");
+  }
   if (!p->have_steps) return bad_arg(p, "--steps", "", "a step count in [1, 2^40]");
   if (!p->have_seed) return bad_arg(p, "--seed", "", "an unsigned integer");
   return 0;
+}
+
+/* The workload runs at most the requests the pool is sized for: --requests
+ * above --max-running is refused; without --requests, the default is held
+ * to --max-running. */
+static int check_requests(const parser *p) {
+  kvsim_args *a = p->a;
+  if (!p->have_requests) {
+    if (a->requests > a->max_running) a->requests = a->max_running;
+    return 0;
+  }
+  if (a->requests <= a->max_running) return 0;
+  if (p->speaker) {
+    fprintf(stderr,
+            "%s: --requests %llu is above --max-running %llu: the pool has a request slot for "
+            "--max-running requests; raise --max-running or lower --requests\n",
+            p->tool, (unsigned long long)a->requests, (unsigned long long)a->max_running);
+  }
+  return KVSIM_EXIT_USAGE;
 }
 
 /* Flags that are each fine alone but contradict each other. */
@@ -438,7 +520,7 @@ static int check_conflicts(const parser *p) {
   } else if (a->inject_slot && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
   }
-  if (conflict == NULL) return 0;
+  if (conflict == NULL) return check_requests(p);
   if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);
   return KVSIM_EXIT_USAGE;
 }
@@ -467,7 +549,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     fprintf(stderr, "kvsim: out of memory\n");
     return KVSIM_EXIT_FAILED;
   }
-  parser p = {a, local, speaker, tool_name(local), false, false};
+  parser p = {a, local, speaker, tool_name(local), false, false, false, false};
   kvs_flags_seen seen = {.n = 0};
   for (int i = 1; i < argc; i++) {
     int rc = one_flag(&p, argc, argv, &i, &seen);
@@ -475,7 +557,18 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   }
   int rc = check_required(&p);
   if (rc != 0) return rc;
-  if (local && a->ranks == 0) a->ranks = a->tp * a->pp; /* kvsim_local: one thread a rank */
+  /* kvsim_local: one thread a rank, as many as the layout has. */
+  if (local && a->ranks == 0) {
+    int64_t ranks = (int64_t)a->tp * (a->pp > 0 ? a->pp : 1);
+    if (ranks > KVSIM_LOCAL_MAX_RANKS) {
+      if (speaker) {
+        fprintf(stderr, "kvsim_local: --tp %d x --pp %d = %lld ranks, above the %d threads it runs\n",
+                a->tp, a->pp > 0 ? a->pp : 1, (long long)ranks, KVSIM_LOCAL_MAX_RANKS);
+      }
+      return KVSIM_EXIT_USAGE;
+    }
+    a->ranks = (int)ranks;
+  }
   if ((rc = check_conflicts(&p)) != 0 || (rc = check_budget_cap(&p)) != 0) return rc;
   if (a->bare_broadcasts == UINT64_MAX) a->bare_broadcasts = a->steps < 2000 ? a->steps : 2000;
   return 0;

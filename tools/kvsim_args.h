@@ -26,19 +26,32 @@ enum {
   KVSIM_RANK_KILLED = 137
 };
 
+/* The budget per GPU without a budget flag (--budget-mib): one that holds
+ * the minimal pool at the serving defaults (64 running requests, radix on:
+ * 2.75 GiB on DSV4-Flash's 43 layers) with room for the workload. */
+#define KVSIM_DEFAULT_BUDGET_MIB 4096
+
+/* The workload's concurrent requests without --requests (at most
+ * --max-running). */
+#define KVSIM_DEFAULT_REQUESTS 16
+
 /* The largest budget per GPU kvsim simulates: 1 TiB. */
 #define KVSIM_MAX_BUDGET (UINT64_C(1) << 40)
+
+/* kvsim_local's ranks (threads) at most. */
+#define KVSIM_LOCAL_MAX_RANKS 256
 
 /* Per-GPU budgets in a list at most this long. */
 #define KVSIM_MAX_GPUS 1024
 
 typedef struct kvsim_args {
-  int tp, pp;
+  int tp, pp; /* 0: not given; the ranks the other leaves (kvsim_run) */
   const char *backend; /* mpi, nccl, self, loopback */
   int ranks;           /* loopback: threads; else 0 */
   uint64_t steps;
   uint64_t seed;
-  uint64_t requests;
+  uint64_t requests;    /* the workload's concurrent requests, at most max_running */
+  uint64_t max_running; /* --max-running: what the pool is sized for, as kvplan's */
   bool json;
   bool inject;
   int inject_rank;
@@ -59,7 +72,7 @@ typedef struct kvsim_args {
   double arrival_rate;
   double progress_s;
   const char *model;
-  bool radix;
+  bool radix; /* --radix | --no-radix: the floor's radix reserve, as kvplan's */
   bool verify; /* every step's table ring contexts against the pool's */
   /* The node: topology, budgets, device. */
   const char *topology; /* NULL: auto; a comma-separated list: one node each */

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/geometry.h"
+#include "core/model_config.h"
 #include "core/mix.h"
 #include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
@@ -64,6 +65,7 @@ typedef struct run {
   bool threads;
   int rank, world;
   bool speaker;
+  int tp, pp; /* the layout: the flags', or the rest of the ranks */
   kvs_geometry geometry;
   kvs_workload_options wo;
   uint64_t *budgets; /* per GPU, when kvsim derives them */
@@ -74,6 +76,7 @@ typedef struct run {
   bool diverged;      /* a check found a divergence */
   bool step_logged;   /* this rank logged a divergence seen in a step */
   bool ring_ok;       /* every step's table contexts equal the pool's */
+  bool drill_failed;  /* a drill this rank was to run could not run */
   uint64_t ring_hash; /* every step's ring-context digest, folded */
   uint64_t schedule_ns;
   kvs_shard_report report;
@@ -149,38 +152,94 @@ static void describe_rank(const run *r) {
 
 /* ---- setup: the node every rank builds, then the workload on it ---- */
 
+/* The model as kvplan reads --model (a built-in name, a model folder or a
+ * config.json, every field kvplan needs), its main layers planned. */
+static int resolve_model(run *r) {
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_model_config *config = malloc(sizeof *config);
+  kvs_status status = config == NULL ? kvs_error_set(&err, KVS_ERR_NO_MEMORY, "out of memory")
+                                     : kvs_model_config_resolve(r->a->model, config, &err);
+  if (status == KVS_OK) status = kvs_model_config_planned_geometry(config, 0, &r->geometry, &err);
+  free(config);
+  if (status == KVS_OK) return 0;
+  if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+  return status == KVS_ERR_NO_MEMORY ? KVSIM_EXIT_FAILED : KVSIM_EXIT_USAGE;
+}
+
+static size_t gcd(size_t a, size_t b) { return b == 0 ? a : gcd(b, a % b); }
+
+/* "1, 2 or 4": the divisors of n. */
+static void list_divisors(size_t n, char *buf, size_t len) {
+  size_t used = 0, count = 0, last = 0;
+  buf[0] = '\0';
+  for (size_t k = 1; k <= n; k++) {
+    if (n % k != 0) continue;
+    if (count > 0 && used < len) {
+      used += (size_t)snprintf(buf + used, len - used, "%s%zu", count > 1 ? ", " : "", last);
+    }
+    last = k;
+    count++;
+  }
+  if (used < len) snprintf(buf + used, len - used, "%s%zu", count > 1 ? " or " : "", last);
+}
+
+/* tp x pp, as kvplan picks it with a rank where kvplan has a GPU: the
+ * flags; one alone takes the rest of the ranks; neither, the largest
+ * group every node holds whole that divides the ranks, the rest as
+ * stages. A layout that is not the group is refused naming the values
+ * that would be. Every rank computes the same from the same cluster. */
+static int resolve_layout(run *r) {
+  const kvsim_args *a = r->a;
+  size_t world = (size_t)r->world, tp = (size_t)a->tp, pp = (size_t)a->pp;
+  if (tp == 0 && pp == 0) {
+    size_t per_node = 0;
+    for (size_t k = 0; k < kvs_cluster_node_count(r->cluster); k++) {
+      per_node = gcd(per_node, kvs_cluster_node_gpu_count(r->cluster, k));
+    }
+    tp = gcd(per_node, world);
+    pp = world / tp;
+  } else if (pp == 0) {
+    pp = world % tp == 0 ? world / tp : 1;
+  } else if (tp == 0) {
+    tp = world % pp == 0 ? world / pp : 1;
+  }
+  r->tp = (int)tp;
+  r->pp = (int)pp;
+  if (tp * pp == world) return 0;
+  if (r->speaker) {
+    char values[256];
+    list_divisors(world, values, sizeof values);
+    fprintf(stderr, "kvsim: tp %zu x pp %zu = %zu ranks, but the group has %zu; %s can be %s\n", tp,
+            pp, tp * pp, world, a->tp != 0 ? "--tp" : "--pp", values);
+  }
+  return KVSIM_EXIT_USAGE;
+}
+
 /* The arguments against the group the launcher made. Every rank sees the
  * same arguments and fails alike, so only the speaker says why. */
 static int check_group(run *r) {
   const kvsim_args *a = r->a;
-  kvs_error err;
-  kvs_error_clear(&err);
-  if (kvs_geometry_resolve(a->model, &r->geometry, &err) != KVS_OK) {
-    if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
-    return KVSIM_EXIT_USAGE;
-  }
-  if ((int64_t)a->tp * a->pp != r->world) {
-    if (r->speaker) {
-      fprintf(stderr, "kvsim: tp %d x pp %d = %lld ranks, but the group has %d\n", a->tp, a->pp,
-              (long long)a->tp * a->pp, r->world);
-    }
-    return KVSIM_EXIT_USAGE;
-  }
+  const char *refusal = NULL;
   if ((a->inject && a->inject_rank >= r->world) || (a->kill && a->kill_rank >= r->world) ||
       (a->stall && a->stall_rank >= r->world) ||
       (a->inject_slot && a->inject_slot_rank >= r->world)) {
-    if (r->speaker)
-      fprintf(stderr, "kvsim: a RANK:STEP names a rank outside the %d ranks\n", r->world);
-    return KVSIM_EXIT_USAGE;
+    refusal = "a RANK:STEP names a rank outside the";
+  } else if ((a->inject || a->inject_slot) && r->world == 1) {
+    /* One rank has no peer to differ from: the check would agree and the
+     * drill would pass without having tested anything. */
+    refusal = "a divergence drill needs a second rank to diverge from: there is one of the";
   }
-  return 0;
+  if (refusal == NULL) return resolve_model(r);
+  if (r->speaker) fprintf(stderr, "kvsim: %s %d ranks\n", refusal, r->world);
+  return KVSIM_EXIT_USAGE;
 }
 
 /* The seeded scheduler every rank runs alike. */
 static kvs_workload_options workload_options(const kvsim_args *a) {
   kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
   wo.seed = a->seed;
-  wo.max_running = a->requests;
+  wo.max_running = a->requests; /* at most --max-running (kvsim_args) */
   wo.max_waiting = 4 * a->requests;
   wo.arrival_rate = a->arrival_rate;
   wo.prompt_max = 1536; /* long prompts: the full-history pool, not the
@@ -193,16 +252,18 @@ static void node_options(run *r, kvs_node_options *o) {
   const kvsim_args *a = r->a;
   kvs_node_options_init(o);
   o->geometry = &r->geometry;
-  /* bf16 rows; the rings where --state-rings puts them (the node sizes one
-   * request slot per running request and the dummy, as kvplan does). */
+  /* bf16 rows; the rings where --state-rings puts them: the node sizes
+   * one request slot per --max-running request and the dummy, as kvplan
+   * does, so that the same flags plan the same pool. The workload runs
+   * --requests of them. */
   o->kv_dtype = KVS_KV_BF16;
   o->state_rings = a->state_rings;
   o->swa_ratio = a->swa_ratio;
+  /* The workload's longest request: its floor is kvplan's default one,
+   * the prefill reach capped at 8 pages either way. */
   o->max_seq_len = kvs_workload_max_seq_len(&r->wo);
-  o->max_running = a->requests;
+  o->max_running = a->max_running;
   o->radix = a->radix;
-  o->tp = a->tp;
-  o->pp = a->pp;
   o->topology = a->topology;
   o->cuda_device = a->cuda_device;
   o->device = a->device;
@@ -267,11 +328,83 @@ static void announce(const run *r) {
           " full pages, %" PRIu64
           " window pages, step capacity %zu entries (%zu-byte "
           "message), check every %" PRIu64 " steps\n",
-          r->world, a->tp, a->pp, kvs_comm_backend(r->comm),
+          r->world, r->tp, r->pp, kvs_comm_backend(r->comm),
           kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
           kvs_cluster_label(kvs_node_cluster(r->node)), split->num_pages, split->n_win_pages,
           kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
           a->check_every);
+}
+
+static kvs_status reduce(run *r, uint64_t *values, size_t n, kvs_comm_op op, kvs_error *err);
+
+/* The flags that shape the steps rather than the pool, in the order a
+ * disagreement is reported. */
+enum { W_SEED, W_STEPS, W_ARRIVAL, W_REQUESTS, W_BARE, W_COUNT };
+static const char *const workload_flags[W_COUNT] = {"--seed", "--steps", "--arrival-rate",
+                                                    "--requests", "--bare-broadcasts"};
+
+static void workload_words(const kvsim_args *a, uint64_t *w) {
+  w[W_SEED] = a->seed;
+  w[W_STEPS] = a->steps;
+  memcpy(&w[W_ARRIVAL], &a->arrival_rate, sizeof w[W_ARRIVAL]);
+  w[W_REQUESTS] = a->requests;
+  w[W_BARE] = a->bare_broadcasts;
+}
+
+static const char *word_text(size_t flag, uint64_t word, char *buf, size_t len) {
+  double rate;
+  memcpy(&rate, &word, sizeof rate);
+  if (flag == W_ARRIVAL) {
+    snprintf(buf, len, "%g", rate);
+  } else {
+    snprintf(buf, len, "%" PRIu64, word);
+  }
+  return buf;
+}
+
+/* Collective, on the path where some rank differs: the leader's value of
+ * the flag, the first rank that differs from it and that rank's value. */
+static kvs_status name_the_difference(run *r, size_t flag, const uint64_t *mine, uint64_t *leader,
+                                      uint64_t *rank, uint64_t *theirs, kvs_error *err) {
+  *leader = r->rank == 0 ? mine[flag] : 0;
+  kvs_status status = reduce(r, leader, 1, KVS_COMM_SUM, err);
+  *rank = mine[flag] != *leader ? (uint64_t)r->rank : UINT64_MAX;
+  if (status == KVS_OK) status = reduce(r, rank, 1, KVS_COMM_MIN, err);
+  *theirs = (uint64_t)r->rank == *rank ? mine[flag] : 0;
+  if (status == KVS_OK) status = reduce(r, theirs, 1, KVS_COMM_SUM, err);
+  return status;
+}
+
+/* Collective: every rank runs the leader's workload, or every rank fails
+ * at setup (exit 2) naming the flag and the first rank that differs. The
+ * node fingerprints the options that shape the pool; these shape the
+ * steps, and ranks launched (MPMD) with different ones would otherwise be
+ * reported as a divergence or as corrupt data far from the cause. One
+ * allreduce when they agree, three more to name the difference. */
+static int agree_on_workload(run *r) {
+  uint64_t mine[W_COUNT], v[2 * W_COUNT];
+  workload_words(r->a, mine);
+  for (size_t i = 0; i < W_COUNT; i++) v[i] = mine[i], v[W_COUNT + i] = ~mine[i];
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_status status = reduce(r, v, 2 * W_COUNT, KVS_COMM_MIN, &err);
+  if (status != KVS_OK) return setup_failed(r, "workload agreement", status, &err);
+  size_t flag = 0;
+  while (flag < W_COUNT && v[flag] == ~v[W_COUNT + flag]) flag++; /* min == max */
+  if (flag == W_COUNT) return 0;
+  uint64_t leader, rank, theirs;
+  status = name_the_difference(r, flag, mine, &leader, &rank, &theirs, &err);
+  if (status != KVS_OK) return setup_failed(r, "workload agreement", status, &err);
+  if (r->speaker) {
+    char a[32], b[32];
+    fprintf(stderr,
+            "kvsim: rank %" PRIu64 " was given %s %s, the leader %s %s: every rank runs the "
+            "leader's workload, so --seed, --steps, --arrival-rate, --requests and "
+            "--bare-broadcasts must be the same on every rank\n",
+            rank, workload_flags[flag], word_text(flag, theirs, a, sizeof a), workload_flags[flag],
+            word_text(flag, leader, b, sizeof b));
+  }
+  return KVSIM_EXIT_USAGE;
 }
 
 /* Everything before the first step, in the node's order: the arguments
@@ -279,11 +412,15 @@ static void announce(const run *r) {
  * shard. */
 static int setup_node(run *r) {
   int rc = check_group(r);
+  if (rc == 0) rc = agree_on_workload(r);
   if (rc != 0) return rc;
   r->wo = workload_options(r->a);
   kvs_node_options o;
   node_options(r, &o);
-  if ((rc = gather_cluster(r)) != 0 || (rc = create_node(r, &o)) != 0) return rc;
+  if ((rc = gather_cluster(r)) != 0 || (rc = resolve_layout(r)) != 0) return rc;
+  o.tp = r->tp;
+  o.pp = r->pp;
+  if ((rc = create_node(r, &o)) != 0) return rc;
   describe_rank(r);
   kvs_error err;
   kvs_error_clear(&err);
@@ -340,8 +477,11 @@ static void inject(run *r, uint64_t s, bool slot) {
                   : kvs_shard_inject_flip(shard, what, &from, &to, &err);
   }
   if (status != KVS_OK) {
+    /* Nothing moved, so the run goes on and its checks would agree: the
+     * closing verdict turns that into an error rather than a pass. */
     fprintf(stderr, "kvsim: rank %d could not inject a%s divergence at step %" PRIu64 ": %s\n",
             r->rank, slot ? " slot" : "", s, err.message);
+    r->drill_failed = true;
     return;
   }
   fprintf(stderr,
@@ -564,6 +704,7 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
   json_object_set_new(o, "device",
                       json_string(kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node)))));
   json_object_set_new(o, "requests", kvs_json_u64(a->requests));
+  json_object_set_new(o, "max_running", kvs_json_u64(a->max_running));
   json_object_set_new(o, "state_rings", json_string(kvs_state_rings_name(a->state_rings)));
   json_object_set_new(o, "time_us", time_json(us));
   json_object_set_new(o, "step_us", json_real(step_us));
@@ -576,6 +717,18 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
   if (text != NULL) printf("%s\n", text);
   free(text);
   fflush(stdout);
+}
+
+/* A divergence drill that could not run (nothing bound on its rank at its
+ * step) tested nothing: every rank exits 2 without a report, the speaker's
+ * line last, rather than a run that "agreed". */
+static int drill_not_run(const run *r) {
+  if (r->speaker) {
+    fprintf(stderr,
+            "kvsim: the divergence drill did not run (its rank said why above): a drill that "
+            "cannot run is an error; name a step by which the workload has bound what it moves\n");
+  }
+  return KVSIM_EXIT_USAGE;
 }
 
 static int finish(run *r) {
@@ -594,12 +747,14 @@ static int finish(run *r) {
   kvs_node_stats ns;
   kvs_node_stats_get(r->node, &ns);
   /* The verdicts and the time split, over every rank. */
-  uint64_t v[4] = {r->ring_hash, ~r->ring_hash, r->ring_ok ? 1 : 0, r->diverged ? 0 : 1};
+  uint64_t v[5] = {r->ring_hash, ~r->ring_hash, r->ring_ok ? 1 : 0, r->diverged ? 0 : 1,
+                   r->drill_failed ? 0 : 1};
   uint64_t t[T_COUNT] = {ns.broadcast_ns, ns.mirror_ns,   ns.apply_ns,      ns.ring_ns,
                          ns.digest_ns,    r->schedule_ns, (uint64_t)bare_ns};
-  if (reduce(r, v, 4, KVS_COMM_MIN, &err) != KVS_OK || reduce(r, t, T_COUNT, KVS_COMM_SUM, &err)) {
+  if (reduce(r, v, 5, KVS_COMM_MIN, &err) != KVS_OK || reduce(r, t, T_COUNT, KVS_COMM_SUM, &err)) {
     return fail(r, "final check failed", &err, false);
   }
+  if (v[4] == 0) return drill_not_run(r);
   bool ring_agree = v[0] == ~v[1] && v[2] == 1;
   bool agree = v[3] == 1 && ring_agree;
   double us[T_COUNT];

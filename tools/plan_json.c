@@ -1,6 +1,12 @@
 #include "tools/plan_json.h"
 
-json_t *kvs_json_u64(uint64_t value) { return json_integer((json_int_t)value); }
+#include <stdint.h>
+
+json_t *kvs_json_u64(uint64_t value) {
+  /* Past INT64_MAX a json_int_t would wrap negative: a size shown as a
+   * negative number is a lie, a real only loses digits. */
+  return value > (uint64_t)INT64_MAX ? json_real((double)value) : json_integer((json_int_t)value);
+}
 
 json_t *kvs_gpu_json(const kvs_gpu_info *gpu) {
   json_t *o = json_object();

@@ -37,7 +37,9 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
 /* {"index", "pci_busid", "numa_node" (null when unknown), "cpuset"}. */
 json_t *kvs_gpu_json(const kvs_gpu_info *gpu);
 
-/* A byte count or other unsigned quantity as a JSON integer. */
+/* A byte count or other unsigned quantity as a JSON integer; past
+ * INT64_MAX (which the tools refuse before printing) a JSON real, never a
+ * wrapped negative integer. */
 json_t *kvs_json_u64(uint64_t value);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 #include "tools/plan_options.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/args.h"
@@ -60,7 +61,7 @@ const char kvs_plan_options_help[] =
     "  --swa-ratio F           window share of the history (default 0.125)\n"
     "  --window-cache F        instead: the window floor plus F of the KV budget as\n"
     "                          window pages (the radix window cache), F in [0, 1)\n"
-    "  --page N                window page P in tokens (default 128)\n"
+    "  --page N                window page P in tokens, 1 to 1048576 (default 128)\n"
     "  --scratch N             scratch rows per compressed/indexer pool (default 1)\n"
     "  --floor-pages N         window working-set floor in pages, or derive it from:\n"
     "  --max-seq-len N         longest request (default 1048576)\n"
@@ -150,7 +151,11 @@ static kvs_status apply_window(kvs_plan_options *o, int id, const char *value, k
       return status;
     case OPT_PAGE:
       o->have_page = true;
-      return kvs_parse_u64("--page", value, &o->page, err);
+      /* A page is also the sliding window and the radix key: one past the
+       * longest default sequence holds no request better, and a page of
+       * 2^40 tokens prices a pool past any byte count. */
+      return kvs_parse_u64_in("--page", value, 1, KVS_MAX_PAGE_TOKENS,
+                              "a page of 1 to 1048576 tokens", &o->page, err);
     case OPT_SCRATCH:
       return kvs_parse_u64("--scratch", value, &o->scratch, err);
     default:
@@ -254,6 +259,21 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *o, int id, const char *value
   }
 }
 
+kvs_solve_options kvs_plan_options_solve(const kvs_plan_options *o, const kvs_plan_model *m) {
+  kvs_solve_options so = KVS_SOLVE_OPTIONS_INIT;
+  so.swa_ratio = m->swa_ratio;
+  so.page = o->page;
+  so.n_scratch = o->scratch;
+  so.max_seq_len = o->max_seq_len;
+  so.max_running = o->max_running;
+  so.radix = o->radix;
+  so.floor_win_pages = m->floor_pages;
+  so.kv_dtype = o->kv_dtype;
+  so.qk_rope_head_dim = m->config.qk_rope_head_dim;
+  so.state_rings = o->state_rings;
+  return so;
+}
+
 kvs_sglang_options kvs_plan_options_sglang(const kvs_plan_options *o) {
   kvs_sglang_options s = KVS_SGLANG_OPTIONS_INIT;
   if (o->have_swa_ratio) s.swa_ratio = o->swa_ratio;
@@ -289,6 +309,14 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
                            "%s needs a model config; an explicit geometry does not give it: use "
                            "--model",
                            needs);
+    }
+    /* A config lists a ratio past its last layer for draft layers; flags
+     * cannot ask for draft layers (above), so an extra ratio would be
+     * dropped without a word. */
+    if (o->n_ratios > o->layers) {
+      return kvs_error_set(err, KVS_ERR_PARSE,
+                           "--ratios lists %zu but --layers is %llu: give one ratio per layer",
+                           o->n_ratios, (unsigned long long)o->layers);
     }
     kvs_geometry *g = &out->config.geometry;
     if ((status = kvs_geometry_init(g, o->head_dim, o->index_head_dim, o->layers, o->ratios,
@@ -332,15 +360,14 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
                                 &out->floor_pages, err);
 }
 
-int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
-                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
-                           kvs_plan_options *options, void (*usage)(FILE *out)) {
-  enum { MAX_FLAGS = 64 };
-  struct option longs[MAX_FLAGS];
-  if (n_own + kvs_plan_long_options_count + 2 > MAX_FLAGS) {
-    fprintf(stderr, "%s: too many flags for the parser's table\n", tool);
-    return 2;
-  }
+enum { MAX_FLAGS = 64 };
+
+/* The parser's table: the subcommand's own flags, the shared ones, --help
+ * and the terminator; names[] the same names, for suggestions. Returns the
+ * number of flags, or 0 when they do not fit. */
+static size_t build_table(const struct option *own, size_t n_own, struct option *longs,
+                          const char **names) {
+  if (n_own + kvs_plan_long_options_count + 2 > MAX_FLAGS) return 0;
   size_t n = 0;
   memcpy(longs, own, n_own * sizeof longs[0]);
   n += n_own;
@@ -348,49 +375,135 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
   n += kvs_plan_long_options_count;
   longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
   longs[n] = (struct option){0, 0, 0, 0};
+  for (size_t i = 0; i < n; i++) names[i] = longs[i].name;
+  return n;
+}
 
-  kvs_error err;
-  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
-  opterr = 0;
-  int id, index = -1;
-  bool seen[MAX_FLAGS] = {false};
-  while ((id = getopt_long(argc, argv, ":", longs, &index)) != -1) {
-    kvs_status status;
-    /* One rule for every tool: a flag given twice is refused, never the
-     * last one silently taken. */
-    if (index >= 0 && (size_t)index < n && id != '?' && id != ':') {
-      if (seen[index]) {
-        fprintf(stderr, "%s: --%s is given twice; give it once\n", tool, longs[index].name);
-        return 2;
-      }
-      seen[index] = true;
+/* The argv word that named the flag getopt_long just returned: the one
+ * before its value when the value was a word of its own. */
+static const char *flag_word(char **argv) {
+  return optarg != NULL && optind >= 2 && optarg == argv[optind - 1] ? argv[optind - 2]
+                                                                     : argv[optind - 1];
+}
+
+/* getopt_long takes any unambiguous start of a name ("--weights-t" for
+ * --weights-total); no kvshard tool guesses a flag, so only the whole
+ * name counts. */
+static bool whole_name(const char *word, const char *name) {
+  size_t len = strcspn(word + 2, "=");
+  return strncmp(word, "--", 2) == 0 && strlen(name) == len && strncmp(word + 2, name, len) == 0;
+}
+
+/* An argument left over after the flags. GNU getopt stops at the first
+ * word that is not a flag ("+" in the option string), so a subcommand
+ * written after flags ("kvplan --topology bundled fit ...") is caught
+ * here rather than as an unknown flag of the wrong subcommand. */
+static void report_stray(const char *tool, const char *word) {
+  static const char *const subcommands[] = {"plan", "solve", "fit"};
+  for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
+    if (strcmp(word, subcommands[i]) == 0) {
+      fprintf(stderr,
+              "%s: '%s' is a subcommand, and the subcommand comes first: kvplan %s [flags]\n",
+              tool, word, word);
+      return;
     }
-    index = -1;
-    if (id == OPT_HELP) {
-      usage(stdout);
-      return -1;
-    } else if (id == ':') {
-      fprintf(stderr, "%s: %s needs a value\n", tool, argv[optind - 1]);
-      return 2;
-    } else if (id == '?') {
-      fprintf(stderr, "%s: unknown flag '%s'\n", tool, argv[optind - 1]);
-      usage(stderr);
-      return 2;
-    } else if (id >= OPT_MODEL) {
-      status = kvs_plan_options_apply(options, id, optarg, &err);
-    } else {
-      status = own_flag(ctx, id, optarg, &err);
-    }
-    if (status != KVS_OK) {
-      fprintf(stderr, "%s: %s\n", tool, err.message);
+  }
+  fprintf(stderr, "%s: unexpected argument '%s' (%s --help lists every flag)\n", tool, word, tool);
+}
+
+/* One run of the parser: the table and what the flags go into. */
+typedef struct parse_run {
+  const char *tool;
+  struct option longs[MAX_FLAGS];
+  const char *names[MAX_FLAGS];
+  size_t n;
+  bool seen[MAX_FLAGS];
+  kvs_own_flag_fn own_flag;
+  void *ctx;
+  kvs_plan_options *options;
+  void (*usage)(FILE *out);
+} parse_run;
+
+/* A flag the table does not hold, or holds only by a longer name: one
+ * line, with the nearest flag. */
+static int unknown_flag(const parse_run *p, int id, const char *word) {
+  char help[64], dash[3] = {'-', (char)optopt, '\0'};
+  snprintf(help, sizeof help, "%s --help", p->tool);
+  bool long_word = strncmp(word, "--", 2) == 0;
+  for (size_t i = 0; long_word && strchr(word, '=') != NULL && i < p->n; i++) {
+    if (p->longs[i].has_arg == no_argument && whole_name(word, p->longs[i].name)) {
+      fprintf(stderr, "%s: --%s takes no value, got '%s'\n", p->tool, p->longs[i].name, word);
       return 2;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "%s: unexpected argument '%s'\n", tool, argv[optind]);
+  /* An unknown single-letter flag ("-x") is optopt; optind may still be
+   * on its word. */
+  kvs_report_unknown_flag(p->tool, id == '?' && !long_word && optopt != 0 ? dash : word, p->names,
+                          p->n, help);
+  return 2;
+}
+
+/* One flag getopt_long returned: refusals, --help, then its value applied.
+ * Returns 0 to go on, -1 after --help, 2 after a message. */
+static int one_flag(parse_run *p, int id, int index, char **argv) {
+  const char *word = flag_word(argv);
+  if (id == 'h') id = OPT_HELP, index = (int)p->n - 1; /* -h: --help's short form */
+  if (id == '?' || (id != OPT_HELP && index >= 0 && !whole_name(word, p->longs[index].name))) {
+    return unknown_flag(p, id, word);
+  }
+  if (id == ':') {
+    fprintf(stderr, "%s: %s needs a value\n", p->tool, word);
+    return 2;
+  }
+  /* One rule for every tool: a flag given twice is refused, never the
+   * last one silently taken. */
+  if (p->seen[index]) {
+    fprintf(stderr, "%s: --%s is given twice; give it once\n", p->tool, p->longs[index].name);
+    return 2;
+  }
+  p->seen[index] = true;
+  if (id == OPT_HELP) {
+    p->usage(stdout);
+    return -1;
+  }
+  kvs_error err;
+  kvs_status status = id >= OPT_MODEL ? kvs_plan_options_apply(p->options, id, optarg, &err)
+                                      : p->own_flag(p->ctx, id, optarg, &err);
+  if (status != KVS_OK) {
+    fprintf(stderr, "%s: %s\n", p->tool, err.message);
     return 2;
   }
   return 0;
+}
+
+int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
+                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
+                           kvs_plan_options *options, void (*usage)(FILE *out)) {
+  parse_run *p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    fprintf(stderr, "%s: out of memory\n", tool);
+    return 1;
+  }
+  *p = (parse_run){.tool = tool, .own_flag = own_flag, .ctx = ctx, .options = options,
+                   .usage = usage};
+  p->n = build_table(own, n_own, p->longs, p->names);
+  int rc = p->n == 0 ? (fprintf(stderr, "%s: too many flags for the parser's table\n", tool), 2)
+                     : 0;
+  optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
+  opterr = 0;
+  int id, index = -1;
+  /* "+": stop at the first word that is not a flag; ":": a missing value
+   * is reported as such; "h": -h is --help. */
+  while (rc == 0 && (id = getopt_long(argc, argv, "+:h", p->longs, &index)) != -1) {
+    rc = one_flag(p, id, index >= 0 && (size_t)index < p->n ? index : -1, argv);
+    index = -1;
+  }
+  if (rc == 0 && optind < argc) {
+    report_stray(tool, argv[optind]);
+    rc = 2;
+  }
+  free(p);
+  return rc;
 }
 
 void kvs_plan_model_print(FILE *out, const kvs_plan_model *m, const kvs_plan_options *o) {

@@ -20,6 +20,8 @@ extern "C" {
 #endif
 
 #define KVS_DEFAULT_MODEL "dsv4-flash"
+/* --page at most: 2^20 tokens, the default longest sequence. */
+#define KVS_MAX_PAGE_TOKENS (UINT64_C(1) << 20)
 /* --mtp at most: speculative decoding drafts a few tokens, not a stack. */
 #define KVS_MAX_MTP_LAYERS 16
 
@@ -117,6 +119,13 @@ void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings,
  * MTP layers, widths and the row layout. */
 void kvs_plan_model_print(FILE *out, const kvs_plan_model *model,
                           const kvs_plan_options *options);
+
+/* kvs_cost_solve's options for the resolved model: the window ratio and
+ * the floor as resolved (--swa-ratio or --window-cache, --floor-pages or
+ * derived), the page, scratch rows, request shape, row layout and ring
+ * placement as given. */
+kvs_solve_options kvs_plan_options_solve(const kvs_plan_options *options,
+                                         const kvs_plan_model *model);
 
 /* SGLang's server flags from the options: --swa-ratio (else SGLang's 0.1),
  * --page (else its 256), --mtp > 0 as speculative decoding, --max-running

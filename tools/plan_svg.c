@@ -2,11 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "blocks/atomic_file.h"
 #include "tools/args.h"
 
 /* Geometry of the picture, in SVG user units (pixels). */
@@ -270,23 +273,6 @@ static void measure(drawing *d) {
   if (d->height < legend_h) d->height = legend_h;
 }
 
-/* The file, or NULL with errno saying why. O_NONBLOCK: a FIFO nobody
- * reads fails at once (ENXIO) instead of waiting forever; one with a
- * reader, like a pipe or a terminal, is written as usual once the flag is
- * cleared. */
-static FILE *open_svg(const char *path) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
-  FILE *f = NULL;
-  if (fd >= 0) {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
-        (f = fdopen(fd, "w")) == NULL) {
-      close(fd);
-    }
-  }
-  return f;
-}
-
 /* The XML prologue, the hatch pattern and styles, the title lines. */
 static void write_prologue(FILE *f, const drawing *d) {
   fprintf(f,
@@ -374,17 +360,60 @@ static void draw_groups(FILE *f, const drawing *d, double box_top) {
   }
 }
 
+/* Streams text to a path that is not a regular file (a pipe, a terminal,
+ * /dev/stdout): nothing there to truncate. O_NONBLOCK: a FIFO nobody reads
+ * fails at once (ENXIO) instead of waiting forever; one with a reader is
+ * written as usual once the flag is cleared. */
+static kvs_status stream_to(const char *path, const char *text, size_t len, kvs_error *err) {
+  int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+  FILE *f = NULL;
+  if (flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) f = fdopen(fd, "w");
+  if (f == NULL) {
+    int why = errno;
+    if (fd >= 0) close(fd);
+    return kvs_error_set(err, KVS_ERR_IO, "cannot write SVG: %s: %s", path,
+                         why == ENXIO ? "a FIFO nobody reads" : strerror(why));
+  }
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok &= fflush(f) == 0;
+  int why = errno;
+  ok &= fclose(f) == 0;
+  if (!ok) return kvs_error_set(err, KVS_ERR_IO, "cannot write SVG: %s: %s", path, strerror(why));
+  return KVS_OK;
+}
+
+/* Writes the drawn text to path. A regular file (or none yet) is replaced
+ * atomically: a temporary file beside it, fsynced and renamed over it
+ * (blocks/atomic_file.h), so a write that fails (a full disk) leaves the
+ * previous map as it was instead of truncated in place; through a link to
+ * one, the file it names. A directory is refused; anything else (a pipe,
+ * a terminal, a device) is streamed to. */
+static kvs_status write_text(const char *path, const char *text, size_t len, kvs_error *err) {
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return stream_to(path, text, len, err);
+  }
+  char *target = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? realpath(path, NULL) : NULL;
+  kvs_error why;
+  kvs_status status = kvs_write_file_atomic(target != NULL ? target : path, text, len, &why);
+  free(target);
+  if (status != KVS_OK) return kvs_error_set(err, KVS_ERR_IO, "cannot write SVG: %s", why.message);
+  return KVS_OK;
+}
+
 kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err) {
   drawing d;
   kvs_status status = drawing_init(&d, svg, path, err);
   if (status != KVS_OK) return status;
   group_gpus(&d);
   measure(&d);
-  FILE *f = open_svg(path);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
   if (f == NULL) {
-    status = kvs_error_set(err, KVS_ERR_IO, "cannot write SVG '%s': %s", path, strerror(errno));
     drawing_free(&d);
-    return status;
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to draw SVG '%s'", path);
   }
   double box_top = MARGIN + HEADER;
   write_prologue(f, &d);
@@ -395,9 +424,11 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
            kvs_format_bytes(d.max_budget, b1, sizeof b1));
   text_at(f, MARGIN, d.height - MARGIN + 8, "start", "small", note);
   fputs("</svg>\n", f);
-  bool failed = ferror(f) != 0;
-  failed |= fclose(f) != 0;
+  bool drawn = ferror(f) == 0;
+  drawn &= fclose(f) == 0;
   drawing_free(&d);
-  if (failed) return kvs_error_set(err, KVS_ERR_IO, "writing SVG '%s' failed", path);
-  return KVS_OK;
+  status = drawn ? write_text(path, text, len, err)
+                 : kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to draw SVG '%s'", path);
+  free(text);
+  return status;
 }

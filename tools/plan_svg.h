@@ -30,8 +30,11 @@ typedef struct kvs_plan_svg {
   size_t n_nodes;
 } kvs_plan_svg;
 
-/* Writes the picture to path. A file that cannot be written is
- * KVS_ERR_IO naming it. */
+/* Writes the picture to path. A regular file (or a new one) is replaced
+ * atomically, a temporary file renamed over it, so a failed write leaves
+ * what was there; a pipe, terminal or device is written to. A path that
+ * cannot be written (a full disk, a directory, a FIFO nobody reads) is
+ * KVS_ERR_IO, "cannot write SVG: PATH: reason". */
 kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_error *err);
 
 #ifdef __cplusplus

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <random>
 #include <string>
 
@@ -651,4 +652,104 @@ TEST(KvDtype, fp8_rows_fit_more_pages_in_the_same_budget_and_the_solve_stays_exa
     ASSERT_EQ(kvs_pool_sizes_bytes_terms(&bigger, t, n_scratch, &b, &err), KVS_OK) << err.message;
     EXPECT_GT(b.total, budget);
   }
+}
+
+// ---- kvs_cost_solve: the planning entry point, which is `kvplan solve` ----
+
+namespace {
+
+kvs_pool_sizes entry_solve(uint64_t budget, const kvs_geometry &g,
+                           const kvs_solve_options *options) {
+  kvs_pool_sizes s{};
+  kvs_error err;
+  EXPECT_EQ(kvs_cost_solve(budget, &g, options, &s, nullptr, &err), KVS_OK) << err.message;
+  return s;
+}
+
+uint64_t entry_pages(uint64_t budget, const kvs_geometry &g, const kvs_solve_options *options) {
+  kvs_pool_sizes s = entry_solve(budget, g, options);
+  return kvs_pool_sizes_num_pages(&s);
+}
+
+}  // namespace
+
+// `kvplan solve --budget 80GiB` plans 53,653 pages of DSV4-Flash (the
+// figure tests/tools/kvplan_solve_test.sh pins for the tool); the entry
+// point with its defaults, or NULL options, is the same answer.
+TEST(CostSolve, the_defaults_are_kvplan_solves_rings_per_request) {
+  kvs_geometry g = flash();
+  const uint64_t budget = 80ull << 30;
+  kvs_solve_options o = KVS_SOLVE_OPTIONS_INIT;
+  kvs_pool_sizes s = entry_solve(budget, g, &o);
+  EXPECT_EQ(kvs_pool_sizes_num_pages(&s), 53653u);
+  EXPECT_EQ(s.state_rings, KVS_STATE_RINGS_PER_REQUEST);
+  EXPECT_EQ(s.n_req_slots, KVS_DEFAULT_MAX_RUNNING + 1);
+  kvs_pool_sizes null_options = entry_solve(budget, g, nullptr);
+  EXPECT_EQ(null_options.full_token, s.full_token);
+  EXPECT_EQ(null_options.n_win_pages, s.n_win_pages);
+}
+
+// The seed's primitive keeps the seed's rings: asking the entry point for
+// per-page rings gives the primitive's answer, 27,600 pages.
+TEST(CostSolve, per_page_rings_are_the_seeds_primitive) {
+  kvs_geometry g = flash();
+  const uint64_t budget = 80ull << 30;
+  kvs_solve_options o = KVS_SOLVE_OPTIONS_INIT;
+  o.state_rings = KVS_STATE_RINGS_PER_PAGE;
+  kvs_pool_sizes s = entry_solve(budget, g, &o);
+  EXPECT_EQ(kvs_pool_sizes_num_pages(&s), 27600u);
+  kvs_pool_sizes seed = solve(budget, g, KVS_DEFAULT_SWA_RATIO,
+                              floor_pages(KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, true),
+                              KVS_DEFAULT_N_SCRATCH);
+  EXPECT_EQ(seed.full_token, s.full_token);
+  EXPECT_EQ(seed.n_win_pages, s.n_win_pages);
+}
+
+// Each option moves the answer the way the tool's flag does; a floor given
+// replaces the derived one.
+TEST(CostSolve, the_options_are_kvplans_flags) {
+  kvs_geometry g = flash();
+  const uint64_t budget = 40ull << 30;
+  kvs_solve_options o = KVS_SOLVE_OPTIONS_INIT;
+  const uint64_t base = entry_pages(budget, g, &o);
+  o.kv_dtype = KVS_KV_FP8;
+  o.qk_rope_head_dim = 64;
+  EXPECT_GT(entry_pages(budget, g, &o), base);
+  o = KVS_SOLVE_OPTIONS_INIT;
+  o.max_running = 256;  // more request slots and a larger floor
+  kvs_pool_sizes more = entry_solve(budget, g, &o);
+  EXPECT_LT(kvs_pool_sizes_num_pages(&more), base);
+  EXPECT_EQ(more.n_req_slots, 257u);
+  o = KVS_SOLVE_OPTIONS_INIT;
+  o.floor_win_pages = floor_pages(KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, true);
+  EXPECT_EQ(entry_pages(budget, g, &o), base);
+}
+
+// Versioned as every options struct: an older caller's shorter struct gets
+// the defaults for what it lacks, a longer one is refused, and a pool for
+// no running request is refused; *out is untouched on every refusal.
+TEST(CostSolve, options_are_versioned_and_checked) {
+  kvs_geometry g = flash();
+  const uint64_t budget = 80ull << 30;
+  kvs_solve_options o = KVS_SOLVE_OPTIONS_INIT;
+  o.state_rings = KVS_STATE_RINGS_PER_PAGE;  // past the older caller's size
+  o.size = offsetof(kvs_solve_options, state_rings);
+  EXPECT_EQ(entry_pages(budget, g, &o), 53653u);
+
+  kvs_pool_sizes out{};
+  out.page = 77;
+  kvs_error err;
+  o = KVS_SOLVE_OPTIONS_INIT;
+  o.size = sizeof o + 8;
+  EXPECT_NE(kvs_cost_solve(budget, &g, &o, &out, nullptr, &err), KVS_OK);
+  EXPECT_EQ(out.page, 77u);
+  o = KVS_SOLVE_OPTIONS_INIT;
+  o.max_running = 0;
+  EXPECT_EQ(kvs_cost_solve(budget, &g, &o, &out, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("max_running"), std::string::npos) << err.message;
+  EXPECT_EQ(out.page, 77u);
+  kvs_budget_shortfall shortfall{};
+  EXPECT_EQ(kvs_cost_solve(1000, &g, nullptr, &out, &shortfall, &err), KVS_ERR_BUDGET_TOO_SMALL);
+  EXPECT_EQ(shortfall.available_bytes, 1000u);
+  EXPECT_EQ(out.page, 77u);
 }

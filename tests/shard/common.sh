@@ -76,14 +76,21 @@ json_get() {
   tail -n 1 "$OUT" | jq -r "$1"
 }
 
+# The sizing the kvsim tests' small budgets (hundreds of MiB per GPU) were
+# chosen for: 16 running requests, a window of 4 % of the history, no radix
+# reserve. The serving defaults (64 running, 1/8, radix) need 2.75 GiB for
+# DSV4-Flash's minimal pool. kvsim and kvplan take these flags alike.
+SMALL_SIZING=(--max-running 16 --swa-ratio 0.04 --no-radix)
+
 # The plan in the last JSON line of stdout (kvsim's `plan`) must be, key for
-# key, what kvplan plans for the same machine, layout and budgets at the
-# kvsim workload's sizing (swa 0.04, 2048 tokens, no radix):
-#   same_plan_as_kvplan KVPLAN TOOL kvplan-flags...
+# key, what kvplan plans given the same flags: the ones kvsim was given
+# that kvplan also takes (they mean the same and default the same), with
+# nothing added.
+#   same_plan_as_kvplan KVPLAN TOOL flags...
 same_plan_as_kvplan() {
   local kvplan=$1 tool=$2
   shift 2
-  "$kvplan" "$@" --swa-ratio 0.04 --max-seq-len 2048 --no-radix --json \
+  "$kvplan" "$@" --json \
     >"$TEST_TMPDIR/kvplan.json" 2>"$TEST_TMPDIR/kvplan.err" ||
     fail "kvplan exited $?: $(cat "$TEST_TMPDIR/kvplan.err")"
   diff <(tail -n 1 "$OUT" | jq -S .plan) <(jq -S . "$TEST_TMPDIR/kvplan.json") \

@@ -27,7 +27,8 @@ expect 4 "for the minimal pool" -- \
 # (they used to run and agree on digests of different pools).
 M4=$TEST_TMPDIR/m4.json
 echo '{"num_hidden_layers": 4, "head_dim": 512, "index_head_dim": 128,
-  "compress_ratios": [0, 4, 128, 4], "qk_rope_head_dim": 64, "sliding_window": 128}' >"$M4"
+  "compress_ratios": [0, 4, 128, 4], "qk_rope_head_dim": 64, "sliding_window": 128,
+  "num_nextn_predict_layers": 0}' >"$M4"
 expect 2 "rank 1 was given other options than the leader" -- \
   "${MPIRUN[@]}" -np 1 "$KVSIM" --tp 2 --steps 50 --seed 1 --device cpu : \
   -np 1 "$KVSIM" --tp 1 --pp 2 --steps 50 --seed 1 --device cpu

@@ -13,7 +13,7 @@ RANK=${INJECT%%:*} STEP=${INJECT##*:}
 # the flipped one (a reuse would make a lower page differ first).
 timeout 300 "${MPIRUN[@]}" -np "$NP" "$KVSIM" --tp "$TP" --pp "$PP" --steps 4000 --seed 5 \
   --json --check-every "$CHECK_EVERY" --inject-divergence "$INJECT" --budget-mib 1000 \
-  >"$OUT" 2>"$ERR"
+  "${SMALL_SIZING[@]}" >"$OUT" 2>"$ERR"
 rc=$?
 [ $rc -eq 3 ] || fail "kvsim exited $rc, expected 3 (divergence)"
 

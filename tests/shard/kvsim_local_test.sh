@@ -9,15 +9,16 @@ source "$(dirname "$0")/common.sh"
 KVSIM=$1 KVPLAN=$2
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 BUDGETS=900MiB,890MiB,880MiB,870MiB,900MiB,890MiB,880MiB,870MiB
+SIZING=(--max-running 32 --swa-ratio 0.04 --no-radix)
 timeout 300 "$KVSIM" --ranks 4 --tp 2 --pp 2 --steps 2000 --seed 9 --json --topology bundled \
-  --budget-per-gpu "$BUDGETS" --device cpu --requests 32 >"$OUT" 2>"$ERR"
+  --budget-per-gpu "$BUDGETS" --device cpu --requests 32 "${SIZING[@]}" >"$OUT" 2>"$ERR"
 rc=$?
 [ $rc -eq 0 ] || fail "kvsim_local exited $rc"
 json_check '.ranks == 4 and .steps == 2000 and .backend == "loopback" and .device == "cpu"'
 json_check '.digests_agree == true and .ring_ctx_digest_agree == true and .requests == 32'
 json_check '.bare_broadcast_us > 0 and .step_over_bare_broadcast > 0'
 same_plan_as_kvplan "$KVPLAN" kvsim_local --topology bundled --tp 2 --pp 2 \
-  --budget-per-gpu "$BUDGETS" --max-running 32
+  --budget-per-gpu "$BUDGETS" "${SIZING[@]}"
 for ((r = 0; r < 4; r++)); do
   grep -q "^kvsim: rank $r: integrity ok after 2000 steps" "$ERR" || fail "rank $r"
 done

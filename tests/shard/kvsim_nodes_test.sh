@@ -13,7 +13,7 @@ OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 STEPS=${KVS_SHARD_STEPS:-300}
 ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps "$STEPS" --seed 3 --json
       --check-every 16 --timeout-ms 30000 --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')"
-      --device cpu)
+      --device cpu "${SMALL_SIZING[@]}")
 run_mpi 300 -np 16 "$KVSIM" "${ARGS[@]}"
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 json_check '.ranks == 16 and .digests_agree == true and .ring_ctx_digest_agree == true'
@@ -22,7 +22,7 @@ json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "1:1"]
 json_check '[.plan.ranks[] | select(.tp_rank == 0) | .node] == [0, 1]'
 json_check ".collectives_per_step - (1 + (($STEPS / 16) | floor) / $STEPS) | fabs < 0.0001"
 same_plan_as_kvplan "$KVPLAN" kvsim --topology bundled --nodes 2 --tp 8 --pp 2 \
-  --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')" --max-running 16
+  --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')" "${SMALL_SIZING[@]}"
 for ((r = 0; r < 16; r++)); do
   grep -q "^kvsim: rank $r (.*node $((r / 8)), " "$ERR" || fail "rank $r is not on node $((r / 8))"
 done
@@ -30,7 +30,7 @@ done
 # Two different machines as a topology list: the plan is kvplan's for it.
 LIST=bundled,topology/data/hgx-h200-2socket-8gpu.xml
 run_mpi 300 -np 16 "$KVSIM" --tp 4 --pp 4 --topology "$LIST" --steps "$STEPS" --seed 4 --json \
-  --check-every 16 --timeout-ms 30000 --budget-mib 600 --device cpu
+  --check-every 16 --timeout-ms 30000 --budget-mib 600 --device cpu "${SMALL_SIZING[@]}"
 [ $rc -eq 0 ] || fail "kvsim over a topology list exited $rc"
 json_check '.digests_agree == true and (.plan.nodes | map(.label)) == ["bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)", "topology/data/hgx-h200-2socket-8gpu.xml"]'
 json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "0:1", "1:2", "1:3"]'
@@ -55,15 +55,15 @@ chmod +x "$AS_HOST"
 blocks() { printf "$1 %.0s" {1..8}; printf "$2 %.0s" {1..8}; }
 PER_GPU=$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')
 GATHER_ARGS=(--tp 4 --pp 4 --steps "$STEPS" --seed 5 --json --check-every 16 --timeout-ms 30000
-             --budget-per-gpu "$PER_GPU" --device cpu)
+             --budget-per-gpu "$PER_GPU" --device cpu "${SMALL_SIZING[@]}")
 run_mpi 300 -np 16 "$AS_HOST" "$(blocks gpu-a gpu-b)" "$(blocks bundled "$EPYC")" "$KVSIM" \
   "${GATHER_ARGS[@]}"
 [ $rc -eq 0 ] || fail "kvsim over two discovered machines exited $rc"
 json_check '.digests_agree == true and .ring_ctx_digest_agree == true'
 json_check '(.plan.nodes | map(.label)) == ["gpu-a (bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch))", "gpu-b ('"$EPYC"')"]'
 json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "0:1", "1:2", "1:3"]'
-"$KVPLAN" --topology "bundled,$EPYC" --tp 4 --pp 4 --budget-per-gpu "$PER_GPU" --max-running 16 \
-  --swa-ratio 0.04 --max-seq-len 2048 --no-radix --json >"$TEST_TMPDIR/kvplan.json" ||
+"$KVPLAN" --topology "bundled,$EPYC" --tp 4 --pp 4 --budget-per-gpu "$PER_GPU" \
+  "${SMALL_SIZING[@]}" --json >"$TEST_TMPDIR/kvplan.json" ||
   fail "kvplan over the list exited $?"
 diff <(tail -n 1 "$OUT" | jq -S '.plan | del(.nodes[].label)') \
   <(jq -S 'del(.nodes[].label)' "$TEST_TMPDIR/kvplan.json") >"$TEST_TMPDIR/plan.diff" ||
@@ -96,7 +96,7 @@ grep -Eq "^kvsim: divergence detected at step 1[01][0-9]: .*on rank 12" "$ERR" |
 # Rank 12 (node 1) killed mid-run: every other rank exits non-zero within
 # the bound, never hangs.
 KILL_ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps 100000000 --seed 3 --json
-           --timeout-ms 5000 --budget-mib 600 --device cpu --kill-rank 12:100)
+           --timeout-ms 5000 --budget-mib 600 --device cpu --kill-rank 12:100 "${SMALL_SIZING[@]}")
 start=$(date +%s.%N)
 timeout 120 "${MPIRUN[@]}" -np 16 "$KVSIM" "${KILL_ARGS[@]}" >"$OUT" 2>"$ERR"
 rc=$?

@@ -15,7 +15,7 @@ CHECK_EVERY=16
 BUDGETS=600MiB,590MiB,580MiB,570MiB,600MiB,590MiB,580MiB,570MiB
 ARGS=(--tp "$TP" --pp "$PP" --backend "$BACKEND" --steps "$STEPS" --seed 11 --json
       --check-every "$CHECK_EVERY" --timeout-ms 20000 --topology "$TOPOLOGY"
-      --budget-per-gpu "$BUDGETS" --device cpu)
+      --budget-per-gpu "$BUDGETS" --device cpu "${SMALL_SIZING[@]}")
 if [ "$BACKEND" = self ]; then
   timeout 300 "$KVSIM" "${ARGS[@]}" >"$OUT" 2>"$ERR"
   rc=$?
@@ -25,7 +25,7 @@ fi
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 
 # The contract: one JSON object, last line, exactly these keys.
-json_check 'keys == (["backend","bare_broadcast_us","binds","bytes_per_step","collectives_per_step","device","digest","digests_agree","frees","plan","ranks","requests","ring_ctx_digest_agree","state_rings","step_over_bare_broadcast","step_us","steps","steps_per_s","time_us"])'
+json_check 'keys == (["backend","bare_broadcast_us","binds","bytes_per_step","collectives_per_step","device","digest","digests_agree","frees","max_running","plan","ranks","requests","ring_ctx_digest_agree","state_rings","step_over_bare_broadcast","step_us","steps","steps_per_s","time_us"])'
 json_check ".ranks == $NP and .steps == $STEPS and .digests_agree == true"
 json_check '.ring_ctx_digest_agree == true and .device == "cpu"'
 json_check '.binds > 100 and .frees > 100 and .steps_per_s > 0'
@@ -37,10 +37,9 @@ json_check "(.collectives_per_step - (1 + ((${STEPS} / ${CHECK_EVERY}) | floor) 
 # Payload: a 48-byte header plus 16 bytes per bound or freed page.
 json_check "(.bytes_per_step - (48 + 16 * (.binds + .frees) / .steps)) | fabs < 0.01"
 
-# The plan kvsim ran is kvplan's for the same inputs: the workload's
-# longest request (2048 tokens), 16 running, no radix, swa 0.04.
+# The plan kvsim ran is kvplan's for the same flags.
 same_plan_as_kvplan "$KVPLAN" kvsim --topology "$TOPOLOGY" --tp "$TP" --pp "$PP" \
-  --budget-per-gpu "$BUDGETS" --max-running 16
+  --budget-per-gpu "$BUDGETS" "${SMALL_SIZING[@]}"
 json_check ".plan.ranks | length == 8"
 
 # Every rank reports integrity and the leader's digest.

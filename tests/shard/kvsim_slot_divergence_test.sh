@@ -11,7 +11,7 @@ OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 RANK=${INJECT%%:*} STEP=${INJECT##*:}
 timeout 300 "${MPIRUN[@]}" -np "$NP" "$KVSIM" --tp "$TP" --pp "$PP" --steps 4000 --seed 5 \
   --json --check-every "$CHECK_EVERY" --inject-slot-divergence "$INJECT" --budget-mib 1000 \
-  >"$OUT" 2>"$ERR"
+  "${SMALL_SIZING[@]}" >"$OUT" 2>"$ERR"
 rc=$?
 [ $rc -eq 3 ] || fail "kvsim exited $rc, expected 3 (divergence)"
 

@@ -16,8 +16,8 @@ OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 # enough for OPS at 4 per step and check the count after.
 STEPS=$(((OPS + 3) / 4))
 run_mpi $((600 + STEPS / 100)) -np 8 "$KVSIM" --tp 8 --steps "$STEPS" --seed 1234 \
-  --requests 64 --arrival-rate 2 --budget-mib 8000 --check-every "$CHECK_EVERY" \
-  --timeout-ms 60000 --progress-s 30 --json
+  --requests 64 --arrival-rate 2 --budget-mib 8000 --swa-ratio 0.04 --no-radix \
+  --check-every "$CHECK_EVERY" --timeout-ms 60000 --progress-s 30 --json
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 json_check '.digests_agree == true and .ranks == 8'
 ops=$(json_get '.binds + .frees')

@@ -10,11 +10,11 @@ KVSIM=$1 KVPLAN=$2
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 BUDGETS=1200MiB,1200MiB,1200MiB,1200MiB,1200MiB,700MiB,1200MiB,1200MiB
 run_mpi 300 -np 8 "$KVSIM" --tp 4 --pp 2 --steps 1500 --seed 4 --json \
-  --topology bundled --budget-per-gpu "$BUDGETS" --device cpu
+  --topology bundled --budget-per-gpu "$BUDGETS" --device cpu "${SMALL_SIZING[@]}"
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
 json_check '.digests_agree == true and .ring_ctx_digest_agree == true'
 same_plan_as_kvplan "$KVPLAN" kvsim --topology bundled --tp 4 --pp 2 \
-  --budget-per-gpu "$BUDGETS" --max-running 16
+  --budget-per-gpu "$BUDGETS" "${SMALL_SIZING[@]}"
 stage0=$(json_get '.plan.ranks[0].layers | "\(.[0])-\(.[1])"')
 stage1=$(json_get '.plan.ranks[4].layers | "\(.[0])-\(.[1])"')
 [ "$stage0" != "0-21" ] || fail "the split is the even one (0-21, 22-42)"

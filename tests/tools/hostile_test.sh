@@ -1,14 +1,40 @@
 #!/usr/bin/env bash
 # The hostile inputs of hostile_cases.txt, replayed on every run: each must
-# exit with its documented status and say what is wrong, never hang, crash,
-# or plan something that overcommits. The last line counts what ran.
-# Usage: hostile_test.sh CASES KVPLAN KVSIM KVSIM_LOCAL KVBLOCK
+# exit with its documented status and say what is wrong on the last line it
+# prints (stdout and stderr together: an error is never buried above other
+# output), never hang, crash, or plan something that overcommits. The last
+# line counts what ran.
+# Usage: hostile_test.sh CASES KVPLAN KVSIM KVSIM_LOCAL KVBLOCK KVBENCH
 set -uo pipefail
 CASES=$1
 # Under --config=asan: leak checks stay on, with only lsan.supp's third-party
 # frames suppressed (a run on the live topology loads hwloc's PCI plugin).
 export LSAN_OPTIONS="suppressions=$(pwd)/tests/tools/lsan.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-declare -A TOOL=([kvplan]=$2 [kvsim]=$3 [kvsim_local]=$4 [kvblock]=$5)
+declare -A TOOL=([kvplan]=$2 [kvsim]=$3 [kvsim_local]=$4 [kvblock]=$5 [kvbench]=$6)
+# kvsim_mpmd A : B runs two kvsim ranks under mpirun, rank 0 with flags A
+# and rank 1 with flags B (MPMD). Open MPI keeps its session files in the
+# test's scratch space, as tests/shard/common.sh sets up.
+export TMPDIR=${TEST_TMPDIR:-${TMPDIR:-/tmp}}
+export OMPI_MCA_btl_vader_backing_directory=$TMPDIR OMPI_MCA_btl_vader_single_copy_mechanism=none
+kvsim_mpmd() {
+  local -a first=() second=()
+  local seen_colon=0 word
+  for word in "$@"; do
+    if [[ $word == : ]]; then seen_colon=1; elif ((seen_colon)); then second+=("$word"); else first+=("$word"); fi
+  done
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -x LSAN_OPTIONS \
+    -np 1 "${TOOL[kvsim]}" "${first[@]}" : -np 1 "${TOOL[kvsim]}" "${second[@]}"
+}
+# run_tool TOOL ARGS...: the tool under a time limit, with the case's
+# NAME=value words (envs) in its environment, reading nothing (the cases
+# file is the loop's stdin, and mpirun forwards stdin to its ranks).
+run_tool() {
+  if [[ $1 == kvsim_mpmd ]]; then
+    kvsim_mpmd "${@:2}" </dev/null
+  else
+    timeout 60 env "${envs[@]}" "${TOOL[$1]}" "${@:2}" </dev/null
+  fi
+}
 T=${TEST_TMPDIR:-$(mktemp -d)}/hostile
 rm -rf "$T" && mkdir -p "$T/dir" "$T/fifomodel" "$T/fifoshard"
 mkfifo "$T/fifo" "$T/fifomodel/config.json" "$T/fifoshard/model.safetensors"
@@ -41,6 +67,23 @@ shard "$T/sameshard/model.safetensors" \
   --block-size 16 >/dev/null || { echo "FAIL: cannot write a good block"; exit 1; }
 # A sparse 3 GiB file that starts with the block magic.
 head -c 8 "$T/good.kvb" >"$T/big.kvb" && truncate -s 3G "$T/big.kvb"
+# The HGX export with 1100 GPUs (one machine past kvplan's 1024-GPU group):
+# its first GPU copied at new PCI bus ids (domains 1.., 32 devices a bus).
+awk -v extra=1092 '
+  /<object type="PCIDev" gp_index="189" pci_busid="0000:1b:00.0"/ { grab = 1 }
+  grab { block = block $0 "\n" }
+  !grab { print }
+  grab && /<\/object>/ {
+    printf "%s", block
+    for (i = 0; i < extra; i++) {
+      copy = block
+      sub(/gp_index="189"/, "gp_index=\"" (900000 + i) "\"", copy)
+      sub(/pci_busid="0000:1b:00.0"/, sprintf("pci_busid=\"%04x:%02x:%02x.0\"", 1 + int(i / 4096),
+          128 + int(i / 32) % 128, i % 32), copy)
+      printf "%s", copy
+    }
+    grab = 0
+  }' "$hgx" >"$T/gpus1100.xml"
 
 ran=0 failed=0
 while IFS= read -r line; do
@@ -50,6 +93,7 @@ while IFS= read -r line; do
   command=${rest%% | *}
   says=${rest#* | }
   command=${command//\$T/$T}
+  says=${says//\$T/$T}
   read -r -a words <<<"$command"
   # Leading NAME=value words are the tool's environment.
   envs=()
@@ -60,14 +104,24 @@ while IFS= read -r line; do
   tool=${words[0]}
   args=("${words[@]:1}")
   out=/dev/stdout
-  if [[ ${args[-1]} == ">/dev/full" ]]; then
+  tail_word=""
+  ((${#args[@]} > 0)) && tail_word=${args[-1]}
+  if [[ $tail_word == ">/dev/full" ]]; then
     unset 'args[${#args[@]}-1]'
     out=/dev/full
   fi
-  got=$(timeout 60 env "${envs[@]}" "${TOOL[$tool]}" "${args[@]}" 2>&1 >"$out")
+  if [[ $tail_word == ">&-" ]]; then # standard output closed
+    unset 'args[${#args[@]}-1]'
+    got=$(run_tool "$tool" "${args[@]}" 2>&1 >&-)
+  else
+    got=$(run_tool "$tool" "${args[@]}" 2>&1 >"$out")
+  fi
   rc=$?
   ran=$((ran + 1))
-  if [[ $rc != "$want" ]] || [[ $got != *"$says"* ]]; then
+  # The text on the last line; mpirun adds its own lines after the ranks'.
+  last=$(printf '%s\n' "$got" | tail -n 1)
+  [[ $tool == kvsim_mpmd ]] && last=$got
+  if [[ $rc != "$want" ]] || [[ $last != *"$says"* ]]; then
     failed=$((failed + 1))
     echo "FAIL: $command: exit $rc (want $want), said: ${got:0:300} (want: $says)"
   fi

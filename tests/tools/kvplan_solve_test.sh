@@ -47,6 +47,13 @@ check "needed bytes" $((19456 * 21 + 2576 * 21 + 64 + 456)) "$(echo "$out" | tai
 
 "$kvplan" solve --budget 80GiB >/dev/null 2>&1
 check "the built-in default solves" 0 $?
+# The library's planning entry point, kvs_cost_solve, is this command:
+# tests/core/cost_model_test.cc pins the same two figures for it (rings per
+# request by default; the seed's per-page rings only when asked for).
+check "DSV4-Flash at 80 GiB: 53653 pages" 53653 \
+  "$("$kvplan" solve --budget 80GiB --json | tail -n 1 | field num_pages)"
+check "with the seed's per-page rings: 27600 pages" 27600 \
+  "$("$kvplan" solve --budget 80GiB --state-rings per-page --json | tail -n 1 | field num_pages)"
 "$kvplan" solve --budget 12XiB >/dev/null 2>&1
 check "a bad byte count is bad usage" 2 $?
 "$kvplan" solve --budget 1GiB --model /nonexistent.json >/dev/null 2>&1
@@ -62,9 +69,10 @@ check "an unknown ratio is bad usage" 2 $?
 msg=$("$kvplan" solve --budget 1GiB --head-dim 8 --index-head-dim 4 --layers 2 --ratios 0,7 2>&1)
 check "and the message names the layer" yes "$(echo "$msg" | grep -q 'layer 1 has compress ratio 7' && echo yes)"
 
-# Fewer ratios than layers would drop the layers without one: refused,
-# naming both counts (more ratios than layers are allowed, as checkpoints
-# ship one extra).
+# Fewer ratios than layers would drop the layers without one, more would
+# drop the extra ratios: either is refused, naming both counts (a config
+# file may list one extra, for its draft layers; the flags cannot ask for
+# draft layers).
 msg=$("$kvplan" solve --budget 80GiB --head-dim 512 --index-head-dim 128 --layers 61 \
   --ratios 0,4 2>&1)
 check "fewer ratios than layers is bad usage" 2 $?
@@ -73,9 +81,11 @@ check "and names both counts" yes \
 "$kvplan" solve --budget 80GiB --head-dim 512 --index-head-dim 128 --layers 100000 --ratios 4 \
   >/dev/null 2>&1
 check "a huge layer count with one ratio is bad usage" 2 $?
-"$kvplan" solve --head-dim 8 --index-head-dim 4 --layers 3 --ratios 0,4,128,4 --floor-pages 21 \
-  --swa-ratio 0.1 --budget 900000 >/dev/null 2>&1
-check "one ratio more than layers still solves" 0 $?
+msg=$("$kvplan" solve --head-dim 8 --index-head-dim 4 --layers 3 --ratios 0,4,128,4 \
+  --floor-pages 21 --swa-ratio 0.1 --budget 900000 2>&1)
+check "one ratio more than layers is bad usage" 2 $?
+check "and names both counts" yes \
+  "$(echo "$msg" | grep -q -- '--ratios lists 4 but --layers is 3' && echo yes)"
 config=$(mktemp)
 echo '{"num_hidden_layers": 61, "head_dim": 512, "index_head_dim": 128, "compress_ratios": [0, 4]}' \
   >"$config"
@@ -101,4 +111,25 @@ check "with no negative or saturated number" no \
 check "solve to a full disk exits 1" 1 $?
 "$kvplan" --topology bundled --budget 80GiB --json >/dev/full 2>/dev/null
 check "plan to a full disk exits 1" 1 $?
+# A memory map whose write fails (here: past a file-size limit, as a full
+# disk would) exits 1 and leaves the previous map whole: it is written to
+# a temporary file and renamed over the old one, never truncated in place.
+svg=$(mktemp -d)/map.svg
+"$kvplan" --topology bundled --budget 80GiB --svg "$svg" >/dev/null 2>&1
+check "an SVG is written" 0 $?
+cp "$svg" "$svg.before"
+(trap '' XFSZ; ulimit -f 4; "$kvplan" --topology bundled --budget 40GiB --svg "$svg" >/dev/null 2>&1)
+check "an SVG that cannot be written exits 1" 1 $?
+check "and the previous map is whole" same "$(cmp -s "$svg" "$svg.before" && echo same)"
+check "and no temporary file is left" 2 "$(ls "$(dirname "$svg")" | wc -l)"
+# Numbers are written plainly: no leading space, '+', hex, inf or nan,
+# as byte counts refuse them.
+for bad in " 0.1" "0.1 " "+0.1" "0x1p-3" "inf" "nan" "1e" ".e1"; do
+  "$kvplan" solve --budget 80GiB --swa-ratio "$bad" >/dev/null 2>&1
+  check "--swa-ratio '$bad' is bad usage" 2 $?
+done
+for good in "0.1" ".5" "5e-2" "1E-1" "0"; do
+  "$kvplan" solve --budget 80GiB --swa-ratio "$good" >/dev/null 2>&1
+  check "--swa-ratio '$good' solves" 0 $?
+done
 [ "$failures" -eq 0 ]

@@ -365,13 +365,18 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
   };
   const std::string hgx = topo(kHgx);
   const std::vector<Case> cases = {
-      {hgx + " --tp 16", 1, "kvplan plan: tp 16 x pp 1 = 16 ranks, more ranks than the 8 GPUs\n"},
+      {hgx + " --tp 16", 1,
+       "kvplan plan: tp 16 x pp 1 = 16 ranks, more ranks than the 8 GPUs; --tp can be 1, 2, 4 "
+       "or 8 (--pp then takes the rest)\n"},
       {hgx + " --tp 4 --pp 4", 1,
-       "kvplan plan: tp 4 x pp 4 = 16 ranks, more ranks than the 8 GPUs\n"},
+       "kvplan plan: tp 4 x pp 4 = 16 ranks, more ranks than the 8 GPUs; --tp can be 1 or 2 "
+       "with this --pp\n"},
       {hgx + " --tp 3", 1,
-       "kvplan plan: tp 3 x pp 1 = 3 ranks does not divide the 8 GPUs into whole replicas\n"},
+       "kvplan plan: tp 3 x pp 1 = 3 ranks, which does not divide the 8 GPUs; --tp can be 1, 2, "
+       "4 or 8 (--pp then takes the rest)\n"},
       {hgx + " --tp 3 --pp 2", 1,
-       "kvplan plan: tp 3 x pp 2 = 6 ranks does not divide the 8 GPUs into whole replicas\n"},
+       "kvplan plan: tp 3 x pp 2 = 6 ranks, which does not divide the 8 GPUs; --tp can be 1, 2 "
+       "or 4 with this --pp\n"},
       {"--topology tests/data/missing.xml", 1,
        "kvplan plan: topology file 'tests/data/missing.xml' cannot be read: No such file or "
        "directory\n"},
@@ -386,8 +391,8 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "kvplan plan: GPU 0 (0000:1b:00.0, rank 0, stage 0, layers 0-42) "
        "has a budget of 1073741824 bytes but needs "},
       {hgx + " --pp 44 --tp 1 --budget 80GiB", 1,
-       "kvplan plan: tp 1 x pp 44 = 44 ranks, more "
-       "ranks than the 8 GPUs\n"},
+       "kvplan plan: tp 1 x pp 44 = 44 ranks, more ranks than the 8 GPUs; --pp can be 1, 2, 4 "
+       "or 8\n"},
       {hgx + " --budget-per-gpu 80GiB,80GiB", 2,
        "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'topology/data/"
        "hgx-h200-2socket-8gpu.xml' has 8 GPUs\n"},
@@ -414,13 +419,25 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
       {hgx + " --swa-ratio 1.5", 2,
        "kvplan plan: --swa-ratio is the window's share of the history, in [0, 1]; got 1.5\n"},
       {hgx + " --tp x", 2, "kvplan plan: --tp needs a non-negative integer, got 'x'\n"},
-      {hgx + " --budget 80 GiB", 2, "kvplan plan: unexpected argument 'GiB'\n"},
-      {hgx + " --bogus", 2, "kvplan plan: unknown flag '--bogus'\n"},
+      {hgx + " --budget 80 GiB", 2,
+       "kvplan plan: unexpected argument 'GiB' (kvplan plan --help lists every flag)\n"},
+      {hgx + " --bogus", 2,
+       "kvplan plan: unknown flag '--bogus' (kvplan plan --help lists every flag)\n"},
+      {hgx + " --budgte 80GiB", 2,
+       "kvplan plan: unknown flag '--budgte'; did you mean --budget? (kvplan plan --help lists "
+       "every flag)\n"},
+      {hgx + " --weights-t 1GB", 2,
+       "kvplan plan: unknown flag '--weights-t'; did you mean --weights-total? (kvplan plan "
+       "--help lists every flag)\n"},
+      {hgx + " fit --context 1 --concurrency 1", 2,
+       "kvplan plan: 'fit' is a subcommand, and the subcommand comes first: kvplan fit "
+       "[flags]\n"},
       {hgx + " --svg", 2, "kvplan plan: --svg needs a value\n"},
       {hgx + " --model nope", 2, "kvplan plan: "},
       {hgx + " --page 100", 2, "kvplan plan: P=100 must be divisible by ratio 128 of layer 3"},
-      {hgx + " --budget 80GiB --svg /nonexistent/dir/x.svg", 2,
-       "kvplan plan: cannot write SVG '/nonexistent/dir/x.svg': No such file or directory\n"},
+      {hgx + " --budget 80GiB --svg /nonexistent/dir/x.svg", 1,
+       "kvplan plan: cannot write SVG: /nonexistent/dir/x.svg: cannot write: No such file or "
+       "directory\n"},
   };
   for (const Case &c : cases) {
     RunResult run = kvplan(c.args);
