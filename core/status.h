@@ -18,7 +18,9 @@ extern "C" {
 #endif
 
 /* Fills err (when non-NULL) with status and a printf-formatted message and
- * returns status, so a failing path reads `return kvs_error_set(...)`. */
+ * returns status, so a failing path reads `return kvs_error_set(...)`. A
+ * NULL fmt leaves an empty message. A NULL pointer argument is refused as
+ * KVS_ERR_INVALID_ARGUMENT with "<function>: <argument> is NULL". */
 kvs_status kvs_error_set(kvs_error *err, kvs_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
