@@ -283,50 +283,59 @@ kvs_sglang_options kvs_plan_options_sglang(const kvs_plan_options *o) {
   return s;
 }
 
+/* --head-dim, --index-head-dim, --layers and --ratios, all four, as the
+ * geometry (out->config.geometry and out->geometry). */
+static kvs_status resolve_explicit(const kvs_plan_options *o, int explicit_parts,
+                                   kvs_plan_model *out, kvs_error *err) {
+  if (o->model != NULL) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "--model and --head-dim/--index-head-dim/--layers/--ratios describe "
+                         "the geometry twice; give one or the other");
+  }
+  if (explicit_parts != 4) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "an explicit geometry needs all of --head-dim, --index-head-dim, "
+                         "--layers and --ratios");
+  }
+  const char *needs = o->kv_dtype == KVS_KV_FP8 ? "--kv-dtype fp8 (qk_rope_head_dim)"
+                      : o->mtp > 0             ? "--mtp (the MTP layers' ratio)"
+                      : o->engine_sglang       ? "--engine sglang (qk_rope_head_dim, "
+                                                 "sliding_window)"
+                                               : NULL;
+  if (needs != NULL) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s needs a model config; an explicit geometry does not give it: use "
+                         "--model",
+                         needs);
+  }
+  /* A config lists a ratio past its last layer for draft layers; flags
+   * cannot ask for draft layers (above), so an extra ratio would be
+   * dropped without a word. */
+  if (o->n_ratios > o->layers) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "--ratios lists %zu but --layers is %llu: give one ratio per layer",
+                         o->n_ratios, (unsigned long long)o->layers);
+  }
+  kvs_geometry *g = &out->config.geometry;
+  kvs_status status;
+  if ((status = kvs_geometry_init(g, o->head_dim, o->index_head_dim, o->layers, o->ratios,
+                                  o->n_ratios, err)) ||
+      (status = kvs_geometry_check_every_layer_has_a_ratio(g, "--layers", "--ratios", err)) ||
+      (status = kvs_geometry_validate(g, err))) {
+    return status;
+  }
+  out->geometry = *g;
+  out->name = "(explicit geometry)";
+  return KVS_OK;
+}
+
 kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *out,
                                     kvs_error *err) {
   int explicit_parts = o->have_head_dim + o->have_index_head_dim + o->have_layers + o->have_ratios;
   kvs_status status;
   memset(out, 0, sizeof *out);
   if (explicit_parts > 0) {
-    if (o->model != NULL) {
-      return kvs_error_set(err, KVS_ERR_PARSE,
-                           "--model and --head-dim/--index-head-dim/--layers/--ratios describe "
-                           "the geometry twice; give one or the other");
-    }
-    if (explicit_parts != 4) {
-      return kvs_error_set(err, KVS_ERR_PARSE,
-                           "an explicit geometry needs all of --head-dim, --index-head-dim, "
-                           "--layers and --ratios");
-    }
-    const char *needs = o->kv_dtype == KVS_KV_FP8 ? "--kv-dtype fp8 (qk_rope_head_dim)"
-                        : o->mtp > 0             ? "--mtp (the MTP layers' ratio)"
-                        : o->engine_sglang       ? "--engine sglang (qk_rope_head_dim, "
-                                                   "sliding_window)"
-                                                 : NULL;
-    if (needs != NULL) {
-      return kvs_error_set(err, KVS_ERR_PARSE,
-                           "%s needs a model config; an explicit geometry does not give it: use "
-                           "--model",
-                           needs);
-    }
-    /* A config lists a ratio past its last layer for draft layers; flags
-     * cannot ask for draft layers (above), so an extra ratio would be
-     * dropped without a word. */
-    if (o->n_ratios > o->layers) {
-      return kvs_error_set(err, KVS_ERR_PARSE,
-                           "--ratios lists %zu but --layers is %llu: give one ratio per layer",
-                           o->n_ratios, (unsigned long long)o->layers);
-    }
-    kvs_geometry *g = &out->config.geometry;
-    if ((status = kvs_geometry_init(g, o->head_dim, o->index_head_dim, o->layers, o->ratios,
-                                    o->n_ratios, err)) ||
-        (status = kvs_geometry_check_every_layer_has_a_ratio(g, "--layers", "--ratios", err)) ||
-        (status = kvs_geometry_validate(g, err))) {
-      return status;
-    }
-    out->geometry = *g;
-    out->name = "(explicit geometry)";
+    if ((status = resolve_explicit(o, explicit_parts, out, err)) != KVS_OK) return status;
   } else {
     const char *model = o->model != NULL ? o->model : KVS_DEFAULT_MODEL;
     if ((status = kvs_model_config_resolve(model, &out->config, err)) ||
