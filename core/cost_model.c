@@ -29,6 +29,7 @@ static kvs_status check_swa_ratio(double swa_ratio, kvs_error *err) {
 
 kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
   kvs_row_widths w = {0}; /* rings per window page, no request slots */
+  if (geometry == NULL) return w; /* zero widths: every pricing refuses them */
   w.kv = geometry->head_dim * KVS_BF16_BYTES;
   w.index = geometry->index_head_dim * KVS_BF16_BYTES;
   w.csa_state = 2 * 2 * geometry->head_dim * KVS_FP32_BYTES;
@@ -47,9 +48,15 @@ const char *kvs_state_rings_name(kvs_state_rings rings) {
 }
 
 kvs_status kvs_state_rings_parse(const char *text, kvs_state_rings *out, kvs_error *err) {
+  if (text == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   static const kvs_state_rings all[] = {KVS_STATE_RINGS_PER_PAGE, KVS_STATE_RINGS_PER_REQUEST,
                                         KVS_STATE_RINGS_HCA_PER_REQUEST};
-  for (size_t i = 0; text != NULL && i < sizeof all / sizeof all[0]; i++) {
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     if (strcmp(text, kvs_state_rings_name(all[i])) == 0) {
       *out = all[i];
       return KVS_OK;
@@ -57,7 +64,7 @@ kvs_status kvs_state_rings_parse(const char *text, kvs_state_rings *out, kvs_err
   }
   return kvs_error_set(err, KVS_ERR_PARSE,
                        "state rings '%s' are none of per-page, per-request, hca-per-request",
-                       text == NULL ? "(null)" : text);
+                       text);
 }
 
 bool kvs_state_rings_csa_per_request(kvs_state_rings rings) {
@@ -83,13 +90,18 @@ const char *kvs_kv_dtype_name(kvs_kv_dtype dtype) {
 }
 
 kvs_status kvs_kv_dtype_parse(const char *text, kvs_kv_dtype *out, kvs_error *err) {
-  if (text != NULL && strcmp(text, "bf16") == 0) {
+  if (text == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (strcmp(text, "bf16") == 0) {
     *out = KVS_KV_BF16;
-  } else if (text != NULL && strcmp(text, "fp8") == 0) {
+  } else if (strcmp(text, "fp8") == 0) {
     *out = KVS_KV_FP8;
   } else {
-    return kvs_error_set(err, KVS_ERR_PARSE, "KV dtype '%s' is neither bf16 nor fp8",
-                         text == NULL ? "(null)" : text);
+    return kvs_error_set(err, KVS_ERR_PARSE, "KV dtype '%s' is neither bf16 nor fp8", text);
   }
   return KVS_OK;
 }
@@ -98,7 +110,9 @@ kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
                               uint64_t qk_rope_head_dim, kvs_row_widths *out, kvs_error *err) {
   kvs_status status = kvs_geometry_validate(geometry, err);
   if (status != KVS_OK) return status;
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_row_widths w = kvs_row_widths_default(geometry);
   if (dtype == KVS_KV_BF16) {
     *out = w;
@@ -132,6 +146,12 @@ kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
 
 kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,
                                const kvs_row_widths *widths, kvs_cost_terms *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status = kvs_geometry_validate(geometry, err);
   if (status != KVS_OK) return status;
   size_t n = kvs_geometry_layer_count(geometry);
@@ -172,9 +192,10 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
   return KVS_OK;
 }
 
-static kvs_status terms_all(const kvs_geometry *geometry, kvs_cost_terms *terms, kvs_error *err) {
+static kvs_status terms_all(const char *function, const kvs_geometry *geometry,
+                            kvs_cost_terms *terms, kvs_error *err) {
   if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry is NULL");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", function);
   }
   return kvs_cost_terms_make(geometry, 0, kvs_geometry_layer_count(geometry), NULL, terms, err);
 }
@@ -197,6 +218,9 @@ static bool scale_count(double ratio, uint64_t count, uint64_t *out) {
 }
 
 kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status = check_swa_ratio(swa_ratio, err);
   if (status != KVS_OK) return status;
   if (!scale_count(swa_ratio, count, out)) {
@@ -208,6 +232,9 @@ kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out,
 
 kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
                                      kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   bool overflow = false;
   uint64_t pages = kvs_mul(2, kvs_add(max_running, 1, &overflow), &overflow);
   if (radix) pages = kvs_add(pages, kvs_mul(3, max_running, &overflow), &overflow);
@@ -222,6 +249,9 @@ kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint
 
 kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
                                   uint64_t page, uint64_t *out, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status = check_page(page, err);
   if (status != KVS_OK) return status;
   uint64_t reserved;
@@ -239,10 +269,16 @@ kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_runnin
 
 kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
                               uint64_t *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_status status;
   if ((status = check_page(page, err)) || (status = check_swa_ratio(swa_ratio, err)) ||
-      (status = terms_all(geometry, &t, err))) {
+      (status = terms_all(__func__, geometry, &t, err))) {
     return status;
   }
   const kvs_row_widths *w = &t.widths;
@@ -273,9 +309,17 @@ kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_rati
 
 kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                              kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(geometry, &t, err))) return status;
+  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
+    return status;
+  }
   bool overflow = false;
   uint64_t per_page = kvs_mul(page, KVS_INT64_BYTES, &overflow);
   uint64_t csa = kvs_mul(page / KVS_CSA_RATIO, t.widths.kv + t.widths.index, &overflow);
@@ -289,9 +333,17 @@ kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, u
 
 kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                  kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(geometry, &t, err))) return status;
+  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
+    return status;
+  }
   bool overflow = false;
   uint64_t per_page = kvs_mul(kvs_mul(t.n_layers, page, &overflow), t.widths.kv, &overflow);
   uint64_t csa = kvs_state_rings_csa_per_request(t.widths.state_rings)
@@ -308,6 +360,8 @@ kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t pag
 }
 
 uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes) {
+  /* No sizes, or a page of 0 (which would divide by zero): no pages. */
+  if (sizes == NULL || sizes->page == 0) return 0;
   return sizes->full_token / sizes->page;
 }
 
@@ -327,6 +381,12 @@ static bool window_pages(uint64_t num_pages, uint64_t full_token, double swa_rat
 kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms *terms,
                                         double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                         kvs_pool_sizes *out, kvs_error *err) {
+  if (terms == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status;
   if ((status = check_page(page, err)) || (status = check_swa_ratio(swa_ratio, err))) {
     return status;
@@ -361,9 +421,17 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
 kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geometry,
                                   double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                   kvs_pool_sizes *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(geometry, &t, err))) return status;
+  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
+    return status;
+  }
   /* Name the first layer whose ratio does not divide P. */
   for (size_t layer = 0; layer < t.n_layers; layer++) {
     uint32_t ratio = geometry->compress_ratios[layer];
@@ -379,6 +447,18 @@ kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geomet
 
 kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
                                 size_t layer, bool *present, kvs_layer_sizes *out, kvs_error *err) {
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (present == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: present is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   size_t n = kvs_geometry_layer_count(geometry);
   if (layer >= n) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "layer %zu is outside the %zu-layer stack",
@@ -450,6 +530,12 @@ static bool breakdown_at(const kvs_cost_terms *t, uint64_t full_token, uint64_t 
 
 kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                       kvs_error *err) {
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (terms == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
+  }
   if (sizes->n_layers != terms->n_layers) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "these sizes were built for a %llu-layer stack, not a %llu-layer one",
@@ -470,6 +556,15 @@ kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cos
 
 kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                 uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (terms == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status = kvs_pool_sizes_check_terms(sizes, terms, err);
   if (status != KVS_OK) return status;
   kvs_pool_breakdown b;
@@ -483,8 +578,17 @@ kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cos
 
 kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
                           uint64_t n_scratch, uint64_t *out, kvs_error *err) {
+  if (sizes == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
+  }
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
-  kvs_status status = terms_all(geometry, &t, err);
+  kvs_status status = terms_all(__func__, geometry, &t, err);
   if (status != KVS_OK) return status;
   kvs_pool_breakdown b;
   if ((status = kvs_pool_sizes_bytes_terms(sizes, &t, n_scratch, &b, err))) return status;
@@ -559,6 +663,12 @@ kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_co
                                      double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                      uint64_t n_scratch, kvs_pool_sizes *out,
                                      kvs_budget_shortfall *shortfall, kvs_error *err) {
+  if (terms == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status;
   kvs_pool_sizes minimal;
   uint64_t lo = floor_win_pages > 2 ? floor_win_pages : 2;
@@ -638,11 +748,17 @@ kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry
                                double swa_ratio, uint64_t floor_win_pages, uint64_t page,
                                uint64_t n_scratch, kvs_pool_sizes *out,
                                kvs_budget_shortfall *shortfall, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_cost_terms t;
   kvs_pool_sizes probe;
   kvs_status status;
   /* Sizing once through the geometry names any layer whose ratio is bad. */
-  if ((status = terms_all(geometry, &t, err)) ||
+  if ((status = terms_all(__func__, geometry, &t, err)) ||
       (status = kvs_pool_sizes_compute(2, geometry, swa_ratio, page, 2, &probe, err))) {
     return status;
   }
@@ -659,10 +775,13 @@ static kvs_status adopt_solve_options(const kvs_solve_options *given, kvs_solve_
 }
 
 /* kvs_cost_solve_terms on adopted options. */
-static kvs_status solve_terms(const kvs_geometry *geometry, const kvs_solve_options *o,
-                              kvs_cost_terms *out, kvs_error *err) {
-  if (geometry == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "geometry and output are required");
+static kvs_status solve_terms(const char *function, const kvs_geometry *geometry,
+                              const kvs_solve_options *o, kvs_cost_terms *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", function);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", function);
   }
   /* Zero running requests would size no request slot and no floor: a
    * pool for nobody, refused rather than planned. */
@@ -685,18 +804,21 @@ kvs_status kvs_cost_solve_terms(const kvs_geometry *geometry, const kvs_solve_op
   kvs_solve_options o;
   kvs_status status = adopt_solve_options(options, &o, err);
   if (status != KVS_OK) return status;
-  return solve_terms(geometry, &o, out, err);
+  return solve_terms(__func__, geometry, &o, out, err);
 }
 
 kvs_status kvs_cost_solve(uint64_t available_bytes, const kvs_geometry *geometry,
                           const kvs_solve_options *options, kvs_pool_sizes *out,
                           kvs_budget_shortfall *shortfall, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_solve_options o;
   kvs_cost_terms t;
   kvs_pool_sizes probe;
   kvs_status status;
   if ((status = adopt_solve_options(options, &o, err)) ||
-      (status = solve_terms(geometry, &o, &t, err)) ||
+      (status = solve_terms(__func__, geometry, &o, &t, err)) ||
       /* Sizing once through the geometry names any layer whose ratio does
        * not divide the page. */
       (status = kvs_pool_sizes_compute(2, geometry, o.swa_ratio, o.page, 2, &probe, err))) {
@@ -714,6 +836,12 @@ kvs_status kvs_cost_solve(uint64_t available_bytes, const kvs_geometry *geometry
 kvs_status kvs_cost_auto_model(const kvs_geometry *geometry, double swa_ratio,
                                uint64_t floor_win_pages, uint64_t page, uint64_t n_scratch,
                                kvs_auto_cost *out, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   kvs_status status;
   uint64_t cache_per_page;
   if ((status = kvs_cost_cache_per_page(geometry, swa_ratio, page, &cache_per_page, err))) {

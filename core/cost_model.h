@@ -16,7 +16,13 @@
  *
  * Names: a function of one type is named for it (kvs_pool_sizes_*,
  * kvs_row_widths_*, kvs_cost_terms_*, kvs_state_rings_*, kvs_kv_dtype_*);
- * every other function of the model is kvs_cost_*. */
+ * every other function of the model is kvs_cost_*.
+ *
+ * NULL: every kvs_status call refuses a NULL geometry, terms, sizes, text
+ * or output with KVS_ERR_INVALID_ARGUMENT naming it, before any work
+ * (widths, options and shortfall may be NULL where said);
+ * kvs_row_widths_default(NULL) is all-zero widths (which every pricing
+ * refuses) and kvs_pool_sizes_num_pages reads 0 for NULL sizes or page 0. */
 #ifndef KVS_CORE_COST_MODEL_H
 #define KVS_CORE_COST_MODEL_H
 

@@ -478,8 +478,9 @@ TEST(KvDtype, bf16_and_fp8_parse_and_nothing_else_does) {
     EXPECT_NE(std::string(err.message).find("bf16"), std::string::npos) << err.message;
     EXPECT_NE(std::string(err.message).find("fp8"), std::string::npos) << err.message;
   }
+  // No text is a NULL argument, refused as every NULL is.
   kvs_kv_dtype out = KVS_KV_BF16;
-  EXPECT_EQ(kvs_kv_dtype_parse(nullptr, &out, &err), KVS_ERR_PARSE);
+  EXPECT_EQ(kvs_kv_dtype_parse(nullptr, &out, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(out, KVS_KV_BF16);
 }
 

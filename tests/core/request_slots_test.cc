@@ -267,9 +267,10 @@ TEST(StateRings, parse_refuses_anything_else_and_writes_nothing) {
   }
   kvs_state_rings out = KVS_STATE_RINGS_PER_REQUEST;
   kvs_error err;
-  EXPECT_EQ(kvs_state_rings_parse(nullptr, &out, &err), KVS_ERR_PARSE);
+  // No text is a NULL argument, refused as every NULL is.
+  EXPECT_EQ(kvs_state_rings_parse(nullptr, &out, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(out, KVS_STATE_RINGS_PER_REQUEST);
-  EXPECT_TRUE(contains(err.message, "(null)")) << err.message;
+  EXPECT_TRUE(contains(err.message, "text is NULL")) << err.message;
   EXPECT_EQ(kvs_state_rings_parse("per-page", &out, nullptr), KVS_OK) << "err may be NULL";
   EXPECT_EQ(out, KVS_STATE_RINGS_PER_PAGE);
 }
