@@ -1,25 +1,37 @@
-// The NCCL backend with the real CUDA runtime and NCCL. It builds and links
-// everywhere; what needs a GPU skips on a machine without one, naming why
-// (tools/device-check.sh runs it at one rank on a GPU). Without a device,
-// creation must still fail cleanly on every rank, saying why. The stand-in
-// test (nccl_standin_test) covers many ranks and the failure paths on CPU.
+// The NCCL backend with the real CUDA runtime and NCCL, linked into the
+// program (//backends/cuda, //backends/nccl: the core's registry finds
+// their entry points without a dlopen). It builds and links everywhere;
+// what needs a GPU skips on a machine without one, naming why
+// (tools/device-check.sh runs it at one rank on a GPU), and
+// nccl_test_on_standin runs the same source on the CPU stand-in's one GPU.
+// Everywhere: the options are checked before anything is loaded or joined,
+// and a host communicator has no device stream. Without a device,
+// bootstrapping fails cleanly saying why. On a GPU: one rank bootstrapped
+// over self moves device buffers and drives a shard; a communicator split
+// from an engine's leaves the engine's communicator working and the
+// caller's context as it was, and runs on a stream of its own; a thread
+// that never chose a device is left without one, and a consumer on its own
+// stream is ordered by kvs_comm_reads_done. The stand-in test
+// (nccl_standin_test) covers many ranks and the failure paths on CPU.
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/cuda_status.h"
+#include "backends/cuda/device_tables.h"
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "core/window_pool.h"
 #include "plan/device_layout.h"
-#include "backends/cuda/device_tables.h"
 #include "shard/comm.h"
-#include "backends/nccl/comm_nccl.h"
+#include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
-#include "backends/cuda/cuda_status.h"
 #include "shard/shard.h"
 
 namespace {
@@ -32,41 +44,66 @@ std::string why_no_device() {
 
 }  // namespace
 
-TEST(CommNccl, creation_needs_a_bootstrap_or_a_communicator_to_adopt) {
+TEST(CommNccl, the_options_are_checked_before_anything_is_loaded_or_joined) {
+  kvs_comm_nccl_options o;
+  kvs_comm_nccl_options_init(&o);
+  EXPECT_EQ(o.size, sizeof o);
+  EXPECT_EQ(o.rank, 0);
+  EXPECT_EQ(o.nranks, 1);
+  EXPECT_EQ(o.device, 0);
+  EXPECT_EQ(o.parent, nullptr);
+  EXPECT_EQ(o.init_timeout_ms, 120000);
+  EXPECT_EQ(o.timeout_ms, KVS_COMM_DEFAULT_TIMEOUT_MS);
   kvs_comm_t comm = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_comm_nccl_create(nullptr, nullptr, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message,
-               "creating an nccl communicator needs a bootstrap communicator to exchange the "
-               "unique id (or pass an existing ncclComm_t to adopt)");
-  kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
-  o.timeout_ms = 0;
-  EXPECT_EQ(kvs_comm_nccl_create(&o, nullptr, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_comm_nccl_create(nullptr, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "options and output are required");
+  kvs_comm_nccl_options x = o;
+  x.timeout_ms = 0;
+  EXPECT_EQ(kvs_comm_nccl_create(&x, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message, "timeout_ms is 0; every wait needs a deadline (> 0)");
+  x = o;
+  x.init_timeout_ms = 0;
+  EXPECT_EQ(kvs_comm_nccl_create(&x, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message,
+               "init_timeout_ms must be > 0 (a deadline for the initialisation), got 0");
+  x = o;
+  x.rank = 3;
+  x.nranks = 2;
+  EXPECT_EQ(kvs_comm_nccl_create(&x, &comm, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "rank 3 is outside a group of 2 ranks");
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(kvs_comm_nccl_bootstrap(nullptr, -1, 1000, 1000, &comm, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "bootstrap and output are required");
 }
 
-TEST(CommNccl, without_a_device_creation_fails_saying_why) {
+TEST(CommNccl, without_a_device_bootstrapping_fails_saying_why) {
   std::string why = why_no_device();
   if (why.empty()) GTEST_SKIP() << "a CUDA device is visible; the no-device path is not reachable";
   kvs_comm_t boot = nullptr, comm = nullptr;
   kvs_error err;
+  int count = 7;
+  EXPECT_EQ(kvs_comm_nccl_device_count(&count, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_EQ(std::string(err.message), why);
+  EXPECT_EQ(count, 7);
   ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
-  EXPECT_EQ(kvs_comm_nccl_create(nullptr, boot, &comm, &err), KVS_ERR_UNSUPPORTED);
-  EXPECT_EQ(std::string(err.message), "rank 0: " + why);
-  EXPECT_EQ(std::string(err.message).rfind("rank 0: no CUDA device visible: cudaGetDeviceCount", 0),
-            0u)
-      << err.message;
+  EXPECT_EQ(kvs_comm_nccl_bootstrap(boot, -1, 20000, 20000, &comm, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_EQ(std::string(err.message), "nccl communicator device choice failed on rank 0: " + why);
+  EXPECT_NE(why.rfind("no CUDA device visible: cudaGetDeviceCount", 0), std::string::npos) << why;
   EXPECT_EQ(comm, nullptr);
   kvs_comm_destroy(boot);
 }
 
-TEST(CommNccl, a_host_communicator_has_no_stream) {
+TEST(CommNccl, a_host_communicator_has_no_device_stream) {
   kvs_comm_t boot = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
-  cudaStream_t stream;
-  EXPECT_EQ(kvs_comm_nccl_stream(boot, &stream, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message, "communicator is a 'self' backend, not nccl; it has no CUDA stream");
+  void *stream = nullptr;
+  int device = -1;
+  EXPECT_EQ(kvs_comm_device_stream(boot, &stream, &device, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_STREQ(err.message, "the 'self' communicator moves host buffers: it has no device stream");
+  EXPECT_EQ(kvs_comm_reads_done(boot, nullptr, &err), KVS_OK) << "a host backend needs no call";
   kvs_comm_destroy(boot);
 }
 
@@ -78,13 +115,11 @@ TEST(CommNccl, one_rank_moves_device_buffers_and_drives_a_shard) {
   kvs_comm_t boot = nullptr, comm = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
-  kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
-  o.timeout_ms = 20000;
-  ASSERT_EQ(kvs_comm_nccl_create(&o, boot, &comm, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, -1, 120000, 20000, &comm, &err), KVS_OK) << err.message;
   EXPECT_STREQ(kvs_comm_backend(comm), "nccl");
-  cudaStream_t stream = nullptr;
+  void *stream = nullptr;
   int device = -1;
-  ASSERT_EQ(kvs_comm_nccl_stream(comm, &stream, &device, &err), KVS_OK);
+  ASSERT_EQ(kvs_comm_device_stream(comm, &stream, &device, &err), KVS_OK) << err.message;
   EXPECT_NE(stream, nullptr);
   EXPECT_GE(device, 0);
   kvs_comm_buffer b;
@@ -161,9 +196,10 @@ CUcontext current_context() {
 
 }  // namespace
 
-// An engine's own communicator (one rank): adopted, used, given back alive
-// and on the caller's device.
-TEST(CommNccl, adopt_mode_leaves_the_engines_communicator_and_device_alone) {
+// An engine's own communicator (one rank): kvshard splits its own from it,
+// on a stream of its own, leaves the caller's context as it was, and the
+// engine's communicator works after kvshard's is gone.
+TEST(CommNccl, split_mode_leaves_the_engines_communicator_and_device_alone) {
   std::string why = why_no_device();
   if (!why.empty()) GTEST_SKIP() << why;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -171,35 +207,59 @@ TEST(CommNccl, adopt_mode_leaves_the_engines_communicator_and_device_alone) {
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t engine = nullptr;
   ASSERT_EQ(ncclCommInitRank(&engine, 1, id, 0), ncclSuccess);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
-  o.comm = engine;
-  o.stream = stream;
+  cudaStream_t engine_stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&engine_stream, cudaStreamNonBlocking), cudaSuccess);
+  CUcontext before = current_context();
+  kvs_comm_nccl_options o;
+  kvs_comm_nccl_options_init(&o);
+  o.parent = engine;
+  o.device = 0;
   o.timeout_ms = 20000;
   kvs_comm_t comm = nullptr;
   kvs_error err;
-  ASSERT_EQ(kvs_comm_nccl_create(&o, nullptr, &comm, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_comm_nccl_create(&o, &comm, &err), KVS_OK) << err.message;
+  EXPECT_EQ(current_context(), before) << "creating changed the caller's context";
+  EXPECT_EQ(kvs_comm_rank(comm), 0);
+  EXPECT_EQ(kvs_comm_size(comm), 1);
+  void *stream = nullptr;
+  int device = -1;
+  ASSERT_EQ(kvs_comm_device_stream(comm, &stream, &device, &err), KVS_OK) << err.message;
+  EXPECT_NE(stream, nullptr);
+  EXPECT_NE(static_cast<cudaStream_t>(stream), engine_stream) << "kvshard uses the engine's stream";
+  EXPECT_EQ(device, 0);
   kvs_comm_buffer b;
   ASSERT_EQ(kvs_comm_buffer_alloc(comm, 8, &b, &err), KVS_OK) << err.message;
   static_cast<uint64_t *>(b.host)[0] = 7;
   EXPECT_EQ(kvs_comm_allreduce_u64(comm, &b, 1, KVS_COMM_MAX, &err), KVS_OK) << err.message;
   EXPECT_EQ(static_cast<uint64_t *>(b.host)[0], 7u);
+  EXPECT_EQ(current_context(), before) << "a collective changed the caller's context";
   kvs_comm_buffer_free(comm, &b);
   kvs_comm_destroy(comm);
+  // The engine's communicator is alive and runs its own collectives.
   int count = 0;
   EXPECT_EQ(ncclCommCount(engine, &count), ncclSuccess) << "the engine's comm is still alive";
   EXPECT_EQ(count, 1);
-  int device = -1;
-  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
-  EXPECT_EQ(device, 0);
+  uint64_t *word = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void **>(&word), sizeof *word), cudaSuccess);
+  uint64_t value = 5;
+  ASSERT_EQ(cudaMemcpyAsync(word, &value, sizeof value, cudaMemcpyHostToDevice, engine_stream),
+            cudaSuccess);
+  EXPECT_EQ(ncclAllReduce(word, word, 1, ncclUint64, ncclSum, engine, engine_stream), ncclSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(engine_stream), cudaSuccess);
+  value = 0;
+  ASSERT_EQ(cudaMemcpy(&value, word, sizeof value, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(value, 5u);
+  int current = -1;
+  EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);
+  EXPECT_EQ(cudaFree(word), cudaSuccess);
   EXPECT_EQ(ncclCommDestroy(engine), ncclSuccess);
-  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(engine_stream), cudaSuccess);
 }
 
 // A thread that never chose a device uses the backend and is left without
 // a context; a consumer on its own stream applies the broadcast's device
-// entries to device tables, ordered by kvs_comm_nccl_reads_done, and the
+// entries to device tables, ordered by kvs_comm_reads_done, and the
 // tables follow the host mirror.
 TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
   std::string why = why_no_device();
@@ -209,13 +269,13 @@ TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
     kvs_comm_t boot = nullptr, comm = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
-    kvs_comm_nccl_options o = KVS_COMM_NCCL_OPTIONS_INIT;
-    o.timeout_ms = 20000;
-    ASSERT_EQ(kvs_comm_nccl_create(&o, boot, &comm, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, -1, 120000, 20000, &comm, &err), KVS_OK)
+        << err.message;
     EXPECT_EQ(current_context(), nullptr) << "creation left the thread on a device";
     int device = -1;
-    cudaStream_t comm_stream;
-    ASSERT_EQ(kvs_comm_nccl_stream(comm, &comm_stream, &device, &err), KVS_OK);
+    void *comm_stream = nullptr;
+    ASSERT_EQ(kvs_comm_device_stream(comm, &comm_stream, &device, &err), KVS_OK) << err.message;
+    EXPECT_NE(comm_stream, nullptr);
 
     const uint32_t ratios[] = {0, 4, 128, 4};
     kvs_geometry g;
@@ -241,7 +301,7 @@ TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
       kvs_status s = kvs_device_tables_apply_journal_device(
           k->tables, static_cast<const kvs_journal_entry *>(batch->device_entries), batch->n,
           k->stream, e);
-      return s == KVS_OK ? kvs_comm_nccl_reads_done(k->comm, k->stream, e) : s;
+      return s == KVS_OK ? kvs_comm_reads_done(k->comm, k->stream, e) : s;
     };
     kvs_shard_t shard = nullptr;
     ASSERT_EQ(kvs_shard_create(comm, &sizes, &so, &shard, &err), KVS_OK) << err.message;

@@ -1,6 +1,8 @@
 // The node with device tables on the CPU stand-in for CUDA and NCCL
-// (tests/standin): ranks as threads, their streams interleaved in a seeded
-// adversarial order. Over NCCL each rank's tables apply every step's
+// (tests/standin), the CUDA and NCCL backends linked into the test (their
+// entry points found without a dlopen): ranks as threads, their streams
+// interleaved in a seeded adversarial order. Over NCCL (bootstrapped over
+// loopback, kvs_comm_nccl_bootstrap) each rank's tables apply every step's
 // journal from the broadcast's device buffer on the communicator's stream
 // and compute the ring contexts on the device; over loopback (the
 // device-check variant: every rank's tables on one GPU) they apply from
@@ -15,7 +17,7 @@
 #include <vector>
 
 #include "core/geometry.h"
-#include "backends/nccl/comm_nccl.h"
+#include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
 #include "tests/shard/ranks.h"
@@ -62,7 +64,8 @@ void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps,
   wo.prompt_max = 600;
   wo.gen_max = 200;
   std::vector<uint64_t> budgets(8, 12 * MiB);
-  kvs_node_options o = KVS_NODE_OPTIONS_INIT;
+  kvs_node_options o;
+  kvs_node_options_init(&o);
   o.geometry = &g;
   o.swa_ratio = 0.04;
   o.max_seq_len = kvs_workload_max_seq_len(&wo);
@@ -74,8 +77,8 @@ void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps,
   o.device = KVS_NODE_DEVICE_CUDA;
   o.cuda_device = device;
   o.check_every = 8;
-  o.budget.budget_per_gpu = budgets.data();
-  o.budget.n_budget_per_gpu = budgets.size();
+  o.budget_per_gpu = budgets.data();
+  o.n_budget_per_gpu = budgets.size();
   kvs_node_t node = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
@@ -88,8 +91,9 @@ void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps,
     ASSERT_EQ(kvs_workload_schedule(w, s, &err), KVS_OK) << err.message;
     kvs_ring_batch batch;
     kvs_workload_batch(w, &batch);
-    kvs_node_step_result r;
-    ASSERT_EQ(kvs_node_step(node, s, &batch, true, &r, &err), KVS_OK)
+    kvs_node_step_info r;
+    ASSERT_EQ(kvs_node_next_step(node), s);
+    ASSERT_EQ(kvs_node_step_rows(node, &batch, true, &r, &err), KVS_OK)
         << "step " << s << ": " << err.message;
     EXPECT_TRUE(r.ring.on_device);
     const int64_t *own, *prev, *ring_slots;
@@ -132,12 +136,10 @@ TEST(NodeStandin, nccl_steps_feed_the_device_tables_over_seeded_schedules) {
         reset(n, seed);
         std::vector<uint64_t> digests(n), rings(n);
         kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t boot) {
-          kvs_comm_nccl_options no = KVS_COMM_NCCL_OPTIONS_INIT;
-          no.device = r;
-          no.timeout_ms = 20000;
           kvs_comm_t comm = nullptr;
           kvs_error err;
-          ASSERT_EQ(kvs_comm_nccl_create(&no, boot, &comm, &err), KVS_OK) << err.message;
+          ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, r, 20000, 20000, &comm, &err), KVS_OK)
+              << err.message;
           run_node(comm, n, r, seed, 24, &digests[r], &rings[r]);
           kvs_comm_destroy(comm);
         });

@@ -1,13 +1,18 @@
-// The cuda/ leaf (backends/cuda/cuda_device.h, backends/cuda/cuda_status.h) and topology's
-// probe over it, on the CPU stand-in for the CUDA runtime: the device list,
-// what a machine without devices answers, the device scope (a thread that
-// had no device is left with none; one that had one gets it back) and an
-// upload that has landed when it returns.
+// The CUDA backend's device leaf (backends/cuda/cuda_device.h,
+// backends/cuda/cuda_status.h) and topology's probe over the backend's probe
+// table (topology/cuda_probe.h; the backend linked into the test, so no
+// dlopen), on the CPU stand-in for the CUDA runtime: a device's facts come
+// without a context, the probe measures free memory (a context per device)
+// only when asked, what a machine without devices and a failing runtime
+// call answer, the device scope (a thread that had no device is left with
+// none; one that had one gets it back) and an upload that has landed when
+// it returns.
 #include "backends/cuda/cuda_device.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,56 +32,114 @@ void reset(int devices, uint64_t seed = 1) {
 
 }  // namespace
 
-TEST(CudaDevice, the_list_names_every_device_and_leaves_the_thread_as_it_was) {
+TEST(CudaDevice, a_devices_facts_come_without_a_context) {
   reset(3);
   std::thread([] {
-    kvs_cuda_device_info devices[4];
+    kvs_error err;
+    for (int i = 0; i < 3; i++) {
+      kvs_cuda_device_facts facts;
+      ASSERT_EQ(kvs_cuda_device_describe(i, &facts, &err), KVS_OK) << err.message;
+      EXPECT_EQ(std::string(facts.name), "kvs stand-in GPU " + std::to_string(i));
+      EXPECT_EQ(facts.total_bytes, kvs_standin::Config{}.device_bytes);
+      char bus[KVS_CUDA_PCI_BUS_ID_MAX];
+      std::snprintf(bus, sizeof bus, "0000:%02x:00.0", 0x18 + 0x10 * i);
+      EXPECT_STREQ(facts.pci_bus_id, bus);
+    }
+    EXPECT_EQ(kvs_standin::thread_device(), -1) << "describing chose a device for the thread";
+    // A device that is not there: the call and the device named, the
+    // output untouched.
+    kvs_cuda_device_facts untouched;
+    std::memset(&untouched, 0x5a, sizeof untouched);
+    kvs_cuda_device_facts facts = untouched;
+    EXPECT_EQ(kvs_cuda_device_describe(3, &facts, &err), KVS_ERR_CUDA);
+    EXPECT_STREQ(err.message,
+                 "cudaDeviceGetPCIBusId of device 3: cudaErrorInvalidDevice (invalid device "
+                 "ordinal)");
+    EXPECT_EQ(std::memcmp(&facts, &untouched, sizeof facts), 0) << "written on failure";
+    EXPECT_EQ(kvs_cuda_device_describe(0, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+  }).join();
+  for (int d = 0; d < 3; d++) EXPECT_EQ(kvs_standin::contexts_created(d), 0) << "device " << d;
+  for (const std::string &v : kvs_standin::violations()) ADD_FAILURE() << v;
+}
+
+TEST(CudaDevice, the_probe_measures_free_memory_only_when_asked) {
+  reset(3);
+  std::thread([] {
+    kvs_cuda_device probed[4];
     size_t n = 0;
     kvs_error err;
-    ASSERT_EQ(kvs_cuda_devices_list(devices, 4, &n, &err), KVS_OK) << err.message;
+    int count = 0;
+    ASSERT_EQ(kvs_cuda_probe_device_count(&count, &err), KVS_OK) << err.message;
+    EXPECT_EQ(count, 3);
+    // Unmeasured: the devices, their bus ids parsed, no context anywhere.
+    ASSERT_EQ(kvs_cuda_probe(probed, 4, false, &n, &err), KVS_OK) << err.message;
     ASSERT_EQ(n, 3u);
     for (size_t i = 0; i < n; i++) {
-      EXPECT_EQ(devices[i].ordinal, int(i));
-      EXPECT_EQ(std::string(devices[i].name), "kvs stand-in GPU " + std::to_string(i));
-      EXPECT_GT(devices[i].total_bytes, devices[i].free_bytes) << "its context takes a share";
+      EXPECT_EQ(probed[i].ordinal, int(i));
+      EXPECT_EQ(probed[i].pci.bus, 0x18u + 0x10u * unsigned(i));
+      EXPECT_EQ(std::string(probed[i].name), "kvs stand-in GPU " + std::to_string(i));
+      EXPECT_EQ(probed[i].total_bytes, kvs_standin::Config{}.device_bytes);
+      EXPECT_EQ(probed[i].free_bytes, 0u) << "not measured";
+      EXPECT_EQ(kvs_standin::contexts_created(int(i)), 0) << "device " << i;
     }
-    EXPECT_STREQ(devices[1].pci_bus_id, "0000:28:00.0");
-    EXPECT_EQ(kvs_standin::thread_device(), -1) << "the list chose a device for the thread";
-    EXPECT_EQ(kvs_cuda_devices_list(devices, 2, &n, &err), KVS_ERR_INVALID_ARGUMENT);
-    EXPECT_STREQ(err.message, "CUDA sees 3 devices, more than the 2 the caller made room for");
-    // topology's view: the same devices, bus ids parsed.
-    kvs_cuda_device probed[4];
-    ASSERT_EQ(kvs_cuda_probe(probed, 4, &n, &err), KVS_OK) << err.message;
+    // Measured: each device's context takes a share of it; the thread is
+    // left without a device.
+    ASSERT_EQ(kvs_cuda_probe(probed, 4, true, &n, &err), KVS_OK) << err.message;
     ASSERT_EQ(n, 3u);
-    EXPECT_EQ(probed[2].pci.bus, 0x38u);
-    EXPECT_EQ(probed[2].ordinal, 2);
+    for (size_t i = 0; i < n; i++) {
+      EXPECT_EQ(probed[i].free_bytes,
+                kvs_standin::Config{}.device_bytes - kvs_standin::Config{}.context_bytes)
+          << "device " << i;
+      EXPECT_EQ(kvs_standin::contexts_created(int(i)), 1) << "device " << i;
+    }
+    EXPECT_EQ(kvs_standin::thread_device(), -1) << "the probe chose a device for the thread";
+    uint64_t free_bytes = 0, total_bytes = 0;
+    ASSERT_EQ(kvs_cuda_probe_mem_info(2, &free_bytes, &total_bytes, &err), KVS_OK) << err.message;
+    EXPECT_EQ(total_bytes, kvs_standin::Config{}.device_bytes);
+    EXPECT_EQ(free_bytes, total_bytes - kvs_standin::Config{}.context_bytes);
+    EXPECT_EQ(kvs_standin::thread_device(), -1);
+    // Too little room: refused, nothing written.
+    n = 7;
+    EXPECT_EQ(kvs_cuda_probe(probed, 2, false, &n, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_STREQ(err.message, "CUDA sees 3 devices, more than the 2 the caller made room for");
+    EXPECT_EQ(n, 7u);
   }).join();
   for (const std::string &v : kvs_standin::violations()) ADD_FAILURE() << v;
 }
 
-TEST(CudaDevice, without_devices_the_list_and_the_probe_say_why) {
+TEST(CudaDevice, without_devices_the_count_and_the_probe_say_why) {
   reset(0);
-  kvs_cuda_device_info devices[1];
-  size_t n = 7;
+  const char *why =
+      "no CUDA device visible: cudaGetDeviceCount returned cudaErrorNoDevice (no CUDA-capable "
+      "device is detected)";
+  int count = 7;
   kvs_error err;
-  EXPECT_EQ(kvs_cuda_devices_list(devices, 1, &n, &err), KVS_ERR_UNSUPPORTED);
-  EXPECT_STREQ(err.message,
-               "no CUDA device visible: cudaGetDeviceCount returned cudaErrorNoDevice (no "
-               "CUDA-capable device is detected)");
-  EXPECT_EQ(n, 7u) << "written only on success";
+  EXPECT_EQ(kvs_cuda_device_count(&count, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_STREQ(err.message, why);
+  EXPECT_EQ(kvs_cuda_probe_device_count(&count, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_STREQ(err.message, why);
+  EXPECT_EQ(count, 7) << "written only on success";
   kvs_cuda_device probed[1];
-  EXPECT_EQ(kvs_cuda_probe(probed, 1, &n, &err), KVS_ERR_UNSUPPORTED);
+  size_t n = 7;
+  EXPECT_EQ(kvs_cuda_probe(probed, 1, true, &n, &err), KVS_ERR_UNSUPPORTED);
+  EXPECT_STREQ(err.message, why);
+  EXPECT_EQ(n, 7u) << "written only on success";
 }
 
 TEST(CudaDevice, a_runtime_error_on_a_device_is_a_cuda_error_naming_the_call) {
   reset(2);
   kvs_standin::inject_cuda_error("cudaMemGetInfo", 1, 1, cudaErrorLaunchFailure);
-  kvs_cuda_device_info devices[2];
+  kvs_cuda_device probed[2];
   size_t n = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_cuda_devices_list(devices, 2, &n, &err), KVS_ERR_CUDA);
+  // Unmeasured, the probe never asks for free memory: the fault stays armed.
+  ASSERT_EQ(kvs_cuda_probe(probed, 2, false, &n, &err), KVS_OK) << err.message;
+  n = 5;
+  EXPECT_EQ(kvs_cuda_probe(probed, 2, true, &n, &err), KVS_ERR_CUDA);
   EXPECT_STREQ(err.message,
                "cudaMemGetInfo on device 1: cudaErrorLaunchFailure (unspecified launch failure)");
+  EXPECT_EQ(n, 5u) << "written only on success";
+  EXPECT_EQ(kvs_standin::thread_device(), -1);
 }
 
 TEST(CudaDevice, the_scope_puts_back_none_or_the_previous_device) {

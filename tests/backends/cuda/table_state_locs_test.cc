@@ -1,5 +1,6 @@
 // The tables a node drives (shard/table.h), host twin and device table (the
-// latter on the CPU stand-in for CUDA): a ring context now carries the
+// latter through the CUDA backend's tables entry point, linked into the
+// test, on the CPU stand-in for CUDA): a ring context now carries the
 // rows' ratio-4 and ratio-128 ring locations, which must equal the CPU
 // references (kvs_ref_ring_ctx, then kvs_ref_batch_state_locs under the
 // layout's placement) in every placement, faults included; a leader's
@@ -16,7 +17,6 @@
 #include "core/table_math.h"
 #include "plan/device_layout.h"
 #include "shard/table.h"
-#include "backends/cuda/table_cuda.h"
 #include "tests/backends/cuda/fixtures.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"
