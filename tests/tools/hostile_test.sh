@@ -9,7 +9,9 @@ set -uo pipefail
 CASES=$1
 # Under --config=asan: leak checks stay on, with only lsan.supp's third-party
 # frames suppressed (a run on the live topology loads hwloc's PCI plugin).
-export LSAN_OPTIONS="suppressions=$(pwd)/tests/tools/lsan.supp:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# The suppression counts LeakSanitizer prints at exit would follow the
+# tool's last line, which each case's text must be on: not printed.
+export LSAN_OPTIONS="suppressions=$(pwd)/tests/tools/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 declare -A TOOL=([kvplan]=$2 [kvsim]=$3 [kvsim_local]=$4 [kvblock]=$5 [kvbench]=$6)
 # kvsim_mpmd A : B runs two kvsim ranks under mpirun, rank 0 with flags A
 # and rank 1 with flags B (MPMD). Open MPI keeps its session files in the

@@ -9,6 +9,9 @@
 #   kvsim_flags_test.sh KVSIM KVSIM_LOCAL KVPLAN
 set -u
 source tests/shard/common.sh
+# Under ASan, LeakSanitizer's suppression counts would print after the
+# tools' last line, which the error-last checks below read.
+export LSAN_OPTIONS="$LSAN_OPTIONS:print_suppressions=0"
 KVSIM=$1 KVSIM_LOCAL=$2 KVPLAN=$3
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
 # kvsim's own flags: the run, not the plan.
