@@ -277,6 +277,13 @@ typedef struct kvs_node_options {
    * queued before the step that read the same result buffers, and the
    * engine's later work on this stream waits for the step's results. */
   void *stream;
+  /* The steps' communicator: NULL, the one create was given; "nccl", an
+   * NCCL communicator of the node's own on its plan's GPU (its tables'
+   * device), set up over the given one, which then serves create only. */
+  const char *step_backend;
+  /* Capture each step parity's device work once as a CUDA graph and
+   * replay it (true); false launches the same work each step. */
+  bool cuda_graphs;
 } kvs_node_options;
 
 /* The defaults above, with size set. */

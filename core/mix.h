@@ -8,6 +8,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The binding digest's two functions also run in the CUDA kernels that
+ * digest a device table (backends/cuda/device_kernels.cuh). */
+#if defined(__CUDACC__)
+#define KVS_MIX_HD static inline __host__ __device__
+#else
+#define KVS_MIX_HD static inline
+#endif
+
 static inline uint64_t kvs_mix64(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   h ^= h >> 31;
@@ -23,7 +31,7 @@ static inline uint64_t kvs_mix64_double(uint64_t h, double v) {
 }
 
 /* splitmix64's finaliser: a bijection of 64-bit words with full avalanche. */
-static inline uint64_t kvs_splitmix64_finalise(uint64_t z) {
+KVS_MIX_HD uint64_t kvs_splitmix64_finalise(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -33,7 +41,7 @@ static inline uint64_t kvs_splitmix64_finalise(uint64_t z) {
  * sum these, so equal sets of bindings give equal sums whatever order they
  * were made in. The window pool's page and request-slot terms both use it
  * (with different seeds for slots, so slot s and full page s never cancel). */
-static inline uint64_t kvs_binding_pair_term(uint64_t key, uint64_t value) {
+KVS_MIX_HD uint64_t kvs_binding_pair_term(uint64_t key, uint64_t value) {
   return kvs_splitmix64_finalise(kvs_splitmix64_finalise(key + 0x9e3779b97f4a7c15ull) ^ value);
 }
 

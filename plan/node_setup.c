@@ -8,10 +8,11 @@
 
 /* ---- step 1 ---- */
 
-static kvs_status open_source(const kvs_topology_source *source, kvs_topology_t *out,
+static kvs_status open_source(const kvs_topology_source *source,
+                              const kvs_topology_options *options, kvs_topology_t *out,
                               kvs_error *err) {
   kvs_topology_t topo = NULL;
-  kvs_status status = kvs_topology_create(source, NULL, &topo, err);
+  kvs_status status = kvs_topology_create(source, options, &topo, err);
   if (status != KVS_OK) return status;
   if (kvs_topology_gpu_count(topo) == 0) {
     kvs_error_set(err, KVS_ERR_NOT_FOUND,
@@ -26,7 +27,16 @@ static kvs_status open_source(const kvs_topology_source *source, kvs_topology_t 
 
 kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
+  return kvs_topology_open_spec(spec, true, out, note, note_cap, err);
+}
+
+kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topology_t *out,
+                                  char *note, size_t note_cap, kvs_error *err) {
+  kvs_topology_options options = KVS_TOPOLOGY_OPTIONS_INIT;
+  options.measure_free = measure_free;
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
   if (note != NULL && note_cap > 0) note[0] = '\0';
   kvs_topology_source source;
   if (spec == NULL || strcmp(spec, "auto") == 0) {
@@ -39,7 +49,7 @@ kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *n
     kvs_topology_t live = NULL;
     kvs_error live_err;
     kvs_error_clear(&live_err);
-    if (kvs_topology_create(&source, NULL, &live, &live_err) == KVS_OK &&
+    if (kvs_topology_create(&source, &options, &live, &live_err) == KVS_OK &&
         kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
       *out = live;
       return KVS_OK;
@@ -59,7 +69,7 @@ kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *n
   } else {
     source = kvs_topology_source_xml_file(spec);
   }
-  return open_source(&source, out, err);
+  return open_source(&source, &options, out, err);
 }
 
 /* ---- step 3 ---- */
@@ -89,8 +99,14 @@ static kvs_status check_request(const kvs_budget_request *r, kvs_error *err) {
 kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                                size_t n_gpus, size_t index, kvs_memory_budget *out,
                                kvs_error *err) {
-  if (request == NULL || gpus == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, GPUs and output are required");
+  if (request == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   if (index >= n_gpus) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu of %zu", index, n_gpus);
@@ -141,9 +157,18 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
 
 kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                             size_t n_gpus, kvs_memory_budget *out, kvs_error *err) {
-  if (request == NULL || gpus == NULL || out == NULL || n_gpus == 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "request, a non-empty GPU list and output are required");
+  if (request == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  if (n_gpus == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: n_gpus is 0: no GPU to budget",
+                         __func__);
   }
   kvs_memory_budget *b = calloc(n_gpus, sizeof *b);
   if (b == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", n_gpus);
@@ -160,7 +185,7 @@ kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_inf
 
 kvs_device_layout_options kvs_node_layout_options(const kvs_plan_request *request) {
   kvs_device_layout_options o = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
-  o.n_scratch = request->n_scratch;
+  if (request != NULL) o.n_scratch = request->n_scratch;
   return o;
 }
 
@@ -175,7 +200,9 @@ static kvs_status device_footprint(void *ctx, const kvs_cost_terms *terms,
 kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
                               size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
                               kvs_plan_shortfall *shortfall, kvs_error *err) {
-  if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
+  if (request == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
   kvs_plan_request r = *request;
   kvs_device_layout_options options = kvs_node_layout_options(request);
   r.footprint = device_footprint;
@@ -185,7 +212,9 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
 
 kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
                               uint64_t budget, uint64_t *out, kvs_error *err) {
-  if (request == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request is NULL");
+  if (request == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
   kvs_device_layout_options options = kvs_node_layout_options(request);
   kvs_split_request r = {.geometry = request->geometry,
                          .widths = request->widths,
@@ -202,8 +231,14 @@ kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, siz
 
 kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
                                 kvs_device_layout *out, kvs_error *err) {
-  if (request == NULL || plan == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request, plan and output are required");
+  if (request == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  }
+  if (plan == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: plan is NULL", __func__);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
   if (rp == NULL) {

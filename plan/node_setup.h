@@ -12,10 +12,16 @@
  *   4. the plan: rank layout, the exact stage split and the common page
  *      count, every stage priced as the device layout carves it.
  *
- * Nothing here needs a GPU, MPI or NCCL. */
+ * Nothing here needs a GPU, MPI or NCCL.
+ *
+ * NULL: every kvs_status call refuses a NULL request, GPU list, plan or
+ * output (and kvs_node_budgets an empty GPU list) with
+ * KVS_ERR_INVALID_ARGUMENT naming it; spec NULL means "auto" and note may
+ * be NULL. kvs_node_layout_options(NULL) gives the INIT options. */
 #ifndef KVS_SHARD_NODE_SETUP_H
 #define KVS_SHARD_NODE_SETUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +51,13 @@ extern "C" {
  * success. */
 kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err);
+
+/* The same, measuring free memory on every visible GPU only when
+ * measure_free (which creates this process's context on each): a planner
+ * measures them all (kvs_node_topology_open), a serving rank none (it
+ * measures its own GPU when it budgets). */
+kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topology_t *out,
+                                  char *note, size_t note_cap, kvs_error *err);
 
 /* ---- step 3: budgets ---- */
 

@@ -183,7 +183,9 @@ static kvs_status open_own(own *me, const char *topology, size_t nodes, const ch
     me->n_gpus = kvs_cluster_gpu_count(me->described);
     return KVS_OK;
   }
-  status = kvs_node_topology_open(topology, &me->topology, note, note_cap, err);
+  /* A serving rank reads its machine without a context on every GPU: it
+   * measures its own GPU when it budgets (shard/node.c). */
+  status = kvs_topology_open_spec(topology, false, &me->topology, note, note_cap, err);
   if (status != KVS_OK) return status;
   me->gpus = kvs_topology_gpus(me->topology);
   me->n_gpus = kvs_topology_gpu_count(me->topology);

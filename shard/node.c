@@ -11,6 +11,7 @@
 #include "plan/device_budget.h"
 #include "plan/rank_layout.h"
 #include "shard/cluster_gather.h"
+#include "shard/comm_nccl.h"
 #include "shard/rank_word.h"
 #include "shard/node_internal.h"
 #include "topology/cuda_probe.h"
@@ -323,25 +324,13 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
   return agree(node, "the budget gather", local, &local_err, err);
 }
 
-/* ---- the hook: each step's journal onto the tables ---- */
-
-static kvs_status apply_to_tables(void *ctx, const kvs_shard_apply_batch *batch, kvs_error *err) {
-  kvs_node_t node = ctx;
-  uint64_t start = kvs_now_ns();
-  kvs_status status = kvs_table_apply(
-      node->table, batch->entries, node->table_reads_device_entries ? batch->device_entries : NULL,
-      batch->n, err);
-  node->stats.apply_ns += kvs_now_ns() - start;
-  return status;
-}
-
-
 /* ---- create / destroy ---- */
 
 void kvs_node_destroy(kvs_node_t node) {
   if (node == NULL) return;
   kvs_shard_destroy(node->shard);
   kvs_table_destroy(node->table);
+  if (node->owns_step_comm) kvs_comm_destroy(node->step_comm);
   kvs_comm_buffer_free(node->comm, &node->words);
   kvs_node_plan_destroy(node->plan);
   if (node->owns_cluster) kvs_cluster_destroy(node->cluster);
@@ -503,17 +492,26 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   if (status != KVS_OK) return status;
   kvs_table_limits limits = {node->max_batch, (o->max_seq_len + o->page - 1) / o->page};
   if (kind == KVS_TABLE_CUDA) {
-    /* On a device communicator the tables run on its stream: the apply
-     * reads the broadcast's device buffer in stream order. */
-    void *stream = NULL;
+    /* On a device communicator the tables read the broadcast's device
+     * buffer after it lands (an event on the communicator's stream); the
+     * communicator must run on the tables' GPU, the plan's. */
+    kvs_cuda_table_options to = {sizeof to, NULL, o->stream, kvs_shard_step_capacity(node->shard),
+                                 o->cuda_graphs};
     int comm_device = -1;
-    if (kvs_comm_device_stream(node->comm, &stream, &comm_device, NULL) == KVS_OK &&
-        comm_device == ordinal) {
+    if (kvs_comm_device_stream(node->step_comm, &to.comm_stream, &comm_device, NULL) == KVS_OK) {
+      if (comm_device != ordinal) {
+        return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                             "rank %d's %s communicator runs on CUDA device %d, but its tables go "
+                             "on device %d (GPU %zu %s): create the communicator on the plan's "
+                             "GPU, or let the node make its own (step_backend \"nccl\")",
+                             node->rank, kvs_comm_backend(node->step_comm), comm_device, ordinal,
+                             node->gpu.index, node->gpu.pci_busid);
+      }
       node->table_reads_device_entries = true;
     } else {
-      stream = NULL;
+      to.comm_stream = NULL;
     }
-    status = kvs_table_create_cuda(ordinal, node->layout, &limits, stream, &node->table, err);
+    status = kvs_table_create_cuda_step(ordinal, node->layout, &limits, &to, &node->table, err);
   } else {
     status = kvs_table_create_host(node->layout, &limits, &node->table, err);
   }
@@ -546,13 +544,46 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.step_capacity = o->step_capacity;
   so.check_every = o->check_every;
   so.check_integrity = o->check_integrity;
-  so.on_apply = apply_to_tables;
-  so.on_apply_ctx = node;
   so.on_check = kvs_node_check_tables;
   so.on_check_ctx = node;
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
-  return kvs_shard_create(node->comm, &stage->sizes, &so, &node->shard, err);
+  return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);
+}
+
+/* Collective: the steps' communicator. The given one, or, with
+ * step_backend "nccl", one of the node's own on its tables' GPU, set up
+ * over the given one (every rank agrees after the last setup step). */
+static kvs_status open_step_comm(kvs_node_t node, kvs_table_kind kind, int ordinal,
+                                 kvs_error *err) {
+  const char *backend = node->options.step_backend;
+  node->step_comm = node->comm;
+  if (backend == NULL) return KVS_OK;
+  kvs_error local_err;
+  kvs_error_clear(&local_err);
+  kvs_status local = KVS_OK;
+  if (strcmp(backend, "nccl") != 0) {
+    local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
+                          "options.step_backend '%s' is not \"nccl\" (or NULL: the given "
+                          "communicator)",
+                          backend);
+  } else if (kind != KVS_TABLE_CUDA) {
+    local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
+                          "step_backend \"nccl\" runs on the tables' GPU, but rank %d's tables "
+                          "are on the host (device cpu, or no GPU)",
+                          node->rank);
+  }
+  kvs_status status = agree(node, "the steps' communicator", local, &local_err, err);
+  if (status != KVS_OK) return status;
+  int timeout = kvs_comm_timeout_ms(node->comm);
+  status = kvs_comm_nccl_bootstrap(node->comm, ordinal, timeout > 30000 ? timeout : 30000,
+                                   timeout, &node->step_comm, err);
+  if (status != KVS_OK) {
+    node->step_comm = node->comm;
+    return status;
+  }
+  node->owns_step_comm = true;
+  return KVS_OK;
 }
 
 /* Steps 1-6 (node.h). Local work is agreed on before each collective that
@@ -592,9 +623,12 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   free(plain);
   if (status != KVS_OK || (status = agree_on_pages(node, &own, err))) return status;
 
+  if ((status = open_step_comm(node, kind, ordinal, err)) ||
+      (status = create_shard(node, err))) {
+    return status;
+  }
   local = create_tables(node, kind, ordinal, &local_err);
-  if ((status = agree(node, "the tables", local, &local_err, err))) return status;
-  return create_shard(node, err);
+  return agree(node, "the tables", local, &local_err, err);
 }
 
 void kvs_node_options_init(kvs_node_options *o) {
@@ -621,6 +655,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->check_integrity = true;
   o->local_rank = KVS_NODE_FROM_LAUNCHER;
   o->node_index = KVS_NODE_FROM_LAUNCHER;
+  o->cuda_graphs = true;
 }
 
 /* The options' budget terms as plan/node_setup.h takes them. */

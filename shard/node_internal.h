@@ -7,7 +7,9 @@
 #include "shard/node.h"
 
 struct kvs_node {
-  kvs_comm_t comm;
+  kvs_comm_t comm;      /* the engine's: create's collectives */
+  kvs_comm_t step_comm; /* the steps' and checks' (comm, or the node's own NCCL one) */
+  bool owns_step_comm;
   int rank, size;
   kvs_node_options options;
   kvs_budget_request budget; /* the options' budget terms, as node_setup takes them */
@@ -27,7 +29,7 @@ struct kvs_node {
   kvs_binding_report binding;
   kvs_device_layout *layout;
   kvs_table_t table;
-  bool table_reads_device_entries; /* the tables apply from the broadcast's device buffer */
+  bool table_reads_device_entries; /* the tables read the broadcast's device buffer */
   kvs_shard_t shard;
   kvs_comm_buffer words; /* collective scratch */
   size_t words_count;

@@ -26,9 +26,26 @@ uint64_t kvs_node_next_step(const struct kvs_node *node) {
   return node != NULL ? kvs_shard_next_step(node->shard) : 0;
 }
 
-kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool digest,
-                              kvs_node_step_info *out, kvs_error *err) {
-  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+/* Row i of the tables' window rows from a position and the pages of its
+ * block b and of block b - 1 (-1 when b is 0): rebased so the position
+ * falls in the row's second block (pos - (b - 1) x P), which keeps every
+ * ring position's offset in its page (they depend on pos mod P only) and
+ * the slot of pos - 1; a position in block 0 keeps its block first, so
+ * position 0 stays its own predecessor. An idle row (pos < 0) stays
+ * idle. */
+static void window_row(kvs_node_t node, size_t i, int64_t pos, int32_t before, int32_t own) {
+  const int64_t page = (int64_t)node->options.page;
+  int64_t block = pos >= 0 ? pos / page : 0;
+  node->w_blocks[2 * i] = block == 0 ? own : before;
+  node->w_blocks[2 * i + 1] = block == 0 ? -1 : own;
+  node->w_positions[i] = block == 0 ? pos : pos - (block - 1) * page;
+}
+
+/* The step with window rows (rows_of, window_rows_of): the broadcast and
+ * the mirror's apply (the shard), then the tables' step (the journal and
+ * the rows' ring contexts), in that order, each layer once. */
+static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, bool digest,
+                              kvs_node_step_info *out, void **event, kvs_error *err) {
   uint64_t start = kvs_now_ns();
   uint64_t step = kvs_shard_next_step(node->shard);
   kvs_node_step_info r;
@@ -44,27 +61,26 @@ kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool
 
   kvs_error local;
   kvs_error_clear(&local);
-  kvs_ring_batch empty = {.block_table = NULL, .stride = 0, .positions = NULL, .n_req = 0};
-  kvs_ring_batch resolved = batch != NULL ? *batch : empty;
-  kvs_status status = KVS_OK;
-  if (resolved.requests != NULL) {
+  kvs_ring_batch rows = *window;
+  if (rows.requests != NULL) {
     /* Each rank's slots from its own mirror, now that the step applied:
      * a rank whose slot differs derives other ring locations, which the
      * digest then shows. */
     kvs_window_pool_t pool = kvs_shard_pool(node->shard);
-    if (resolved.n_req > node->max_batch) {
-      status = kvs_error_set(&local, KVS_ERR_INVALID_ARGUMENT,
-                             "a batch of %zu rows, over the node's %zu", resolved.n_req,
-                             node->max_batch);
+    for (size_t i = 0; i < rows.n_req; i++) {
+      node->h_slots[i] = kvs_window_pool_slot_of(pool, rows.requests[i]);
     }
-    for (size_t i = 0; status == KVS_OK && i < resolved.n_req; i++) {
-      node->h_slots[i] = kvs_window_pool_slot_of(pool, resolved.requests[i]);
-    }
-    resolved.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
+    rows.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
   }
-  uint64_t ring_start = kvs_now_ns();
-  if (status == KVS_OK) status = kvs_table_ring_ctx(node->table, &resolved, &r.ring, &local);
-  node->stats.ring_ns += kvs_now_ns() - ring_start;
+  kvs_table_step_args args = {step,
+                              r.info.entries_at,
+                              r.info.entries,
+                              node->table_reads_device_entries ? r.info.device_message : NULL,
+                              &rows};
+  kvs_table_step_timing timing = {0, 0};
+  kvs_status status = kvs_table_step(node->table, &args, &r.ring, event, &timing, &local);
+  node->stats.apply_ns += timing.apply_ns;
+  node->stats.ring_ns += timing.ring_ns;
   if (status == KVS_OK && digest) {
     uint64_t digest_start = kvs_now_ns();
     status = kvs_table_result_to_host(node->table, &r.ring, node->h_own, node->h_prev, node->h_ring,
@@ -79,10 +95,60 @@ kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool
   node->stats.steps++;
   node->stats.step_ns += kvs_now_ns() - start;
   if (status != KVS_OK) {
-    return kvs_error_set(err, status, "rank %d, step %llu, ring contexts: %s", node->rank,
+    return kvs_error_set(err, status, "rank %d, step %llu, tables: %s", node->rank,
                          (unsigned long long)step, local.message);
   }
   if (out != NULL) *out = r;
+  return stepped;
+}
+
+/* A block the row does not have: past every table, so its reads fault and
+ * read -1, as a block past the row does in the reference. */
+#define PAST_THE_ROW INT32_MAX
+
+/* Full block-table rows as window rows: each position's block b and the
+ * one before, taken from its row, then rebased (window_row). */
+static kvs_status window_rows_of(kvs_node_t node, const kvs_ring_batch *in, kvs_ring_batch *out,
+                                 kvs_error *err) {
+  if (in->n_req > node->max_batch) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "a batch of %zu rows, over the node's %zu",
+                         in->n_req, node->max_batch);
+  }
+  if (in->n_req > 0 && (in->stride == 0 || in->block_table == NULL || in->positions == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a batch of %zu rows needs a block table at least 1 block wide and "
+                         "positions",
+                         in->n_req);
+  }
+  const int64_t page = (int64_t)node->options.page;
+  for (size_t i = 0; i < in->n_req; i++) {
+    int64_t pos = in->positions[i];
+    const int32_t *row = in->block_table + i * in->stride;
+    int64_t b = pos >= 0 ? pos / page : 0;
+    int32_t before = b >= 1 ? ((uint64_t)(b - 1) < in->stride ? row[b - 1] : PAST_THE_ROW) : -1;
+    int32_t own = (uint64_t)b < in->stride ? row[b] : PAST_THE_ROW;
+    if (pos < 0) before = own = -1;
+    window_row(node, i, pos, before, own);
+  }
+  kvs_ring_batch r = {node->w_blocks, 2, node->w_positions, in->n_req, NULL, in->requests};
+  *out = r;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool digest,
+                              kvs_node_step_info *out, kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  kvs_ring_batch none = {NULL, 0, NULL, 0, NULL, NULL}, rows = none;
+  kvs_error bad;
+  kvs_error_clear(&bad);
+  /* A bad batch still steps (every rank is in the broadcast), then fails. */
+  kvs_status refused = batch != NULL ? window_rows_of(node, batch, &rows, &bad) : KVS_OK;
+  void *event = NULL;
+  kvs_status stepped = step_window(node, refused == KVS_OK ? &rows : &none, digest, out, &event,
+                                   err);
+  if (refused != KVS_OK && (stepped == KVS_OK || stepped == KVS_ERR_DIVERGENCE)) {
+    return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
+  }
   return stepped;
 }
 
@@ -174,20 +240,14 @@ static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_bat
   if (b->n > 0 && b->stride == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "a block table with a stride of 0");
   }
-  kvs_ring_batch r = {b->block_table, b->stride, b->positions, b->n, NULL, b->requests};
-  if (b->window_rows) {
-    const int64_t page = (int64_t)node->options.page;
-    for (size_t i = 0; i < b->n; i++) {
-      int64_t pos = b->positions[i];
-      int64_t block = pos >= 0 ? pos / page : 0;
-      const int32_t *row = b->block_table + 2 * i;
-      node->w_blocks[2 * i] = block == 0 ? row[1] : row[0];
-      node->w_blocks[2 * i + 1] = block == 0 ? -1 : row[1];
-      node->w_positions[i] = block == 0 ? pos : pos - (block - 1) * page;
-    }
-    r.block_table = node->w_blocks;
-    r.positions = node->w_positions;
+  if (!b->window_rows) {
+    kvs_ring_batch full = {b->block_table, b->stride, b->positions, b->n, NULL, b->requests};
+    return window_rows_of(node, &full, rows, err);
   }
+  for (size_t i = 0; i < b->n; i++) {
+    window_row(node, i, b->positions[i], b->block_table[2 * i], b->block_table[2 * i + 1]);
+  }
+  kvs_ring_batch r = {node->w_blocks, 2, node->w_positions, b->n, NULL, b->requests};
   *rows = r;
   return KVS_OK;
 }
@@ -207,18 +267,25 @@ kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_
                          "sizeof(kvs_node_batch)",
                          batch->size, sizeof *batch);
   }
-  kvs_ring_batch rows = {NULL, 0, NULL, 0, NULL, NULL};
-  kvs_status status = batch != NULL ? rows_of(node, batch, &rows, err) : KVS_OK;
-  if (status != KVS_OK) return status;
+  kvs_ring_batch none = {NULL, 0, NULL, 0, NULL, NULL}, rows = none;
+  kvs_error bad;
+  kvs_error_clear(&bad);
+  /* A bad batch still steps (every rank is in the broadcast), then fails. */
+  kvs_status refused = batch != NULL ? rows_of(node, batch, &rows, &bad) : KVS_OK;
   kvs_node_step_info info;
-  kvs_status stepped = kvs_node_step_rows(node, &rows, node->options.digest_steps, &info, err);
+  void *event = NULL;
+  kvs_status stepped = step_window(node, refused == KVS_OK ? &rows : &none,
+                                   node->options.digest_steps, &info, &event, err);
   if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
+  if (refused != KVS_OK) {
+    return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
+  }
   if (out != NULL) {
     kvs_node_step_result r = {sizeof r,          info.info.step,    info.info.entries,
                               info.info.binds,   info.info.frees,   info.ring.n_req,
                               info.ring.page,    info.ring.on_device, info.ring.own,
                               info.ring.prev,    info.ring.ring,    info.ring.csa_loc,
-                              info.ring.hca_loc, NULL,              info.digest};
+                              info.ring.hca_loc, event,             info.digest};
     *out = r;
   }
   return stepped;

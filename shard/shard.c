@@ -41,7 +41,10 @@ struct kvs_shard {
   uint64_t n_full_pages;
   size_t capacity;
   size_t message_bytes;
-  kvs_comm_buffer message; /* header + capacity entries */
+  /* header + capacity entries, two of them: step k travels in
+   * message[k % 2], so a device that still reads step k's message while
+   * step k + 1 is broadcast reads it whole (shard.h). */
+  kvs_comm_buffer message[2];
   kvs_comm_buffer words;   /* C_WORDS words for checks */
   uint64_t next_step;
   uint64_t check_every;
@@ -89,7 +92,8 @@ const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
 
 void kvs_shard_destroy(kvs_shard_t shard) {
   if (shard == NULL) return;
-  kvs_comm_buffer_free(shard->comm, &shard->message);
+  kvs_comm_buffer_free(shard->comm, &shard->message[0]);
+  kvs_comm_buffer_free(shard->comm, &shard->message[1]);
   kvs_comm_buffer_free(shard->comm, &shard->words);
   kvs_window_pool_destroy(shard->pool);
   free(shard);
@@ -172,7 +176,10 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   kvs_error_clear(&local);
   kvs_status local_status = kvs_window_pool_create(sizes, &pool_options, &shard->pool, &local);
   if (local_status == KVS_OK) {
-    local_status = kvs_comm_buffer_alloc(comm, shard->message_bytes, &shard->message, &local);
+    local_status = kvs_comm_buffer_alloc(comm, shard->message_bytes, &shard->message[0], &local);
+  }
+  if (local_status == KVS_OK) {
+    local_status = kvs_comm_buffer_alloc(comm, shard->message_bytes, &shard->message[1], &local);
   }
   if ((status = kvs_comm_buffer_alloc(comm, C_WORDS * sizeof(uint64_t), &shard->words, err))) {
     kvs_shard_destroy(shard);
@@ -394,12 +401,17 @@ static kvs_step_header leader_header(const struct kvs_shard *shard, uint64_t ste
   return h;
 }
 
-static kvs_status broadcast_message(kvs_shard_t shard, kvs_error *err) {
+/* The buffer step `step` travels in. */
+static kvs_comm_buffer *message_of(kvs_shard_t shard, uint64_t step) {
+  return &shard->message[step & 1];
+}
+
+static kvs_status broadcast_message(kvs_shard_t shard, uint64_t step, kvs_error *err) {
   kvs_comm_stats before, after;
   kvs_comm_stats_get(shard->comm, &before);
   uint64_t start = kvs_now_ns();
-  kvs_status status =
-      kvs_comm_broadcast(shard->comm, &shard->message, shard->message_bytes, KVS_SHARD_LEADER, err);
+  kvs_status status = kvs_comm_broadcast(shard->comm, message_of(shard, step),
+                                         shard->message_bytes, KVS_SHARD_LEADER, err);
   shard->stats.broadcast_ns += kvs_now_ns() - start;
   kvs_comm_stats_get(shard->comm, &after);
   shard->stats.step_collectives += after.collectives - before.collectives;
@@ -413,13 +425,14 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
   if ((status = check_epoch(shard, step, err))) return status;
   if (info != NULL) memset(info, 0, sizeof *info), info->step = step;
 
+  kvs_comm_buffer *message = message_of(shard, step);
   if (!shard->leader) {
-    if ((status = broadcast_message(shard, err))) return status;
+    if ((status = broadcast_message(shard, step, err))) return status;
     uint64_t start = kvs_now_ns(), hook_before = shard->stats.hook_ns;
-    status = apply_message(shard, shard->message.host, shard->message_bytes,
-                           shard->message.device == NULL
+    status = apply_message(shard, message->host, shard->message_bytes,
+                           message->device == NULL
                                ? NULL
-                               : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
+                               : (const char *)message->device + KVS_STEP_HEADER_BYTES,
                            info, err);
     /* The hook runs inside the apply; its time is counted on its own. */
     shard->stats.mirror_ns += kvs_now_ns() - start - (shard->stats.hook_ns - hook_before);
@@ -428,6 +441,10 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
      * can no longer stay in lockstep. */
     if (status == KVS_ERR_CORRUPT || status == KVS_ERR_EPOCH) {
       return poison(shard, status, err != NULL ? err->message : "step message refused");
+    }
+    if (info != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
+      info->entries_at = kvs_step_message_entries(message->host);
+      info->device_message = message->device;
     }
     return status;
   }
@@ -443,18 +460,22 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL, "%s", text);
   }
   kvs_step_header h = leader_header(shard, step);
-  kvs_journal_entry *entries = kvs_step_message_entries(shard->message.host);
+  kvs_journal_entry *entries = kvs_step_message_entries(message->host);
   size_t n = 0;
   kvs_window_pool_journal_drain(shard->pool, entries, shard->capacity, &n);
   h.count = (uint32_t)n;
-  kvs_step_message_put_header(shard->message.host, &h);
-  if ((status = broadcast_message(shard, err))) return status;
+  kvs_step_message_put_header(message->host, &h);
+  if ((status = broadcast_message(shard, step, err))) return status;
   shard->next_step++;
   count_entries(shard, entries, n, info);
+  if (info != NULL) {
+    info->entries_at = entries;
+    info->device_message = message->device;
+  }
   return run_hook(shard, step, entries,
-                  shard->message.device == NULL
+                  message->device == NULL
                       ? NULL
-                      : (const char *)shard->message.device + KVS_STEP_HEADER_BYTES,
+                      : (const char *)message->device + KVS_STEP_HEADER_BYTES,
                   n, err);
 }
 
@@ -469,11 +490,12 @@ kvs_status kvs_shard_abort_step(kvs_shard_t shard, uint64_t step, kvs_status rea
   kvs_step_header h = leader_header(shard, step);
   h.flags = KVS_STEP_FLAG_ABORT;
   h.status = (uint32_t)reason;
-  kvs_step_message_put_header(shard->message.host, &h);
+  kvs_comm_buffer *buffer = message_of(shard, step);
+  kvs_step_message_put_header(buffer->host, &h);
   size_t room = shard->message_bytes - KVS_STEP_HEADER_BYTES;
-  char *area = (char *)shard->message.host + KVS_STEP_HEADER_BYTES;
+  char *area = (char *)buffer->host + KVS_STEP_HEADER_BYTES;
   snprintf(area, room, "%s", text != NULL ? text : "");
-  if ((status = broadcast_message(shard, err))) return status;
+  if ((status = broadcast_message(shard, step, err))) return status;
   char message[KVS_ERROR_MESSAGE_MAX];
   snprintf(message, sizeof message, "the leader aborted at step %llu (%s): %s",
            (unsigned long long)step, kvs_status_string(reason), text != NULL ? text : "");

@@ -135,6 +135,12 @@ typedef struct kvs_shard_step_info {
   size_t entries; /* bound + freed pages in the step */
   size_t binds;
   size_t frees;
+  /* The step's journal as this rank received and applied it (host
+   * memory), and the whole step message in device memory on a device
+   * communicator (else NULL), for the tables: valid until the step after
+   * next (steps alternate between two message buffers). */
+  const kvs_journal_entry *entries_at;
+  const void *device_message;
 } kvs_shard_step_info;
 
 /* Collective: step `step` (must be kvs_shard_next_step; otherwise

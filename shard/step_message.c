@@ -1,5 +1,6 @@
 #include "shard/step_message.h"
 
+#include <stddef.h>
 #include <string.h>
 
 _Static_assert(sizeof(kvs_step_header) == KVS_STEP_HEADER_BYTES,
@@ -19,6 +20,14 @@ void kvs_step_message_put_header(void *buf, const kvs_step_header *header) {
 
 kvs_journal_entry *kvs_step_message_entries(void *buf) {
   return (kvs_journal_entry *)((char *)buf + KVS_STEP_HEADER_BYTES);
+}
+
+const uint32_t *kvs_step_message_count_field(const void *buf) {
+  return (const uint32_t *)((const char *)buf + offsetof(kvs_step_header, count));
+}
+
+const kvs_journal_entry *kvs_step_message_entries_of(const void *buf) {
+  return (const kvs_journal_entry *)((const char *)buf + KVS_STEP_HEADER_BYTES);
 }
 
 kvs_status kvs_step_message_read(const void *buf, size_t bytes, size_t capacity,

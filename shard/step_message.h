@@ -56,6 +56,12 @@ void kvs_step_message_put_header(void *buf, const kvs_step_header *header);
 /* Where the entries start in a message buffer. */
 kvs_journal_entry *kvs_step_message_entries(void *buf);
 
+/* The message's own offsets, for readers of a device copy (the tables'
+ * apply kernel reads the count there, with no host round trip): where the
+ * count field and the entries are in a message at `buf`. */
+const uint32_t *kvs_step_message_count_field(const void *buf);
+const kvs_journal_entry *kvs_step_message_entries_of(const void *buf);
+
 /* Reads and checks a received message: magic, version, and a count that
  * fits both the capacity and the bytes received (KVS_ERR_CORRUPT naming
  * the field otherwise). *entries points into buf. */

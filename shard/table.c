@@ -127,9 +127,10 @@ kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err) {
  * CPU stand-in); otherwise the registry loads it. */
 extern const void *kvs_backend_cuda_tables_v1(void) __attribute__((weak));
 
-kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
-                                 const kvs_table_limits *limits, void *stream, kvs_table_t *out,
-                                 kvs_error *err) {
+static kvs_status open_cuda(int device, const kvs_device_layout *layout,
+                            const kvs_table_limits *limits, void *stream,
+                            const kvs_cuda_table_options *options, kvs_table_t *out,
+                            kvs_error *err) {
   if (layout == NULL || limits == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
   }
@@ -142,8 +143,63 @@ kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
   const kvs_table_ops *ops = NULL;
   void *impl = NULL;
   uint64_t bytes = 0;
-  status = backend->open(device, layout, limits, stream, &ops, &impl, &bytes, err);
+  status = backend->open(device, layout, limits, stream, options, &ops, &impl, &bytes, err);
   if (status != KVS_OK) return status;
   return kvs_table_wrap(ops, impl, kvs_device_layout_dims(layout), limits, device, bytes, out,
                         err);
+}
+
+kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
+                                 const kvs_table_limits *limits, void *stream, kvs_table_t *out,
+                                 kvs_error *err) {
+  return open_cuda(device, layout, limits, stream, NULL, out, err);
+}
+
+kvs_status kvs_table_create_cuda_step(int device, const kvs_device_layout *layout,
+                                      const kvs_table_limits *limits,
+                                      const kvs_cuda_table_options *options, kvs_table_t *out,
+                                      kvs_error *err) {
+  if (options == NULL || options->size != sizeof *options) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the device table's step options are missing or of another build");
+  }
+  return open_cuda(device, layout, limits, NULL, options, out, err);
+}
+
+kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args,
+                          kvs_ring_result *out, void **event, kvs_table_step_timing *timing,
+                          kvs_error *err) {
+  if (table == NULL || args == NULL || out == NULL || event == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, args, out and event are required");
+  }
+  const kvs_ring_batch *rows = args->rows;
+  if (rows != NULL && rows->n_req > 0) {
+    if (rows->n_req > table->limits.max_requests) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "a step of %zu rows, over the table's %zu", rows->n_req,
+                           table->limits.max_requests);
+    }
+    if (rows->stride != 2 || rows->block_table == NULL || rows->positions == NULL) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "a step's rows are window rows: 2 pages each, and positions");
+    }
+  }
+  if (table->ops->step == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table has no step",
+                         kvs_table_kind_name(table->ops->kind));
+  }
+  *event = NULL;
+  kvs_table_step_timing unused;
+  return table->ops->step(table->impl, args, out, event, timing != NULL ? timing : &unused, err);
+}
+
+kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err) {
+  if (table == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or output is NULL");
+  }
+  if (table->ops->digest == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table has no digest",
+                         kvs_table_kind_name(table->ops->kind));
+  }
+  return table->ops->digest(table->impl, out, err);
 }

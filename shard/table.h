@@ -133,6 +133,48 @@ kvs_status kvs_table_faults(kvs_table_t table, kvs_device_faults *out, kvs_error
 /* Waits for every call queued so far. */
 kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err);
 
+/* ---- the node's step ---- */
+
+/* One step's work on the tables: the step's journal, then the ring
+ * contexts of its rows. The entries were validated once, when the step
+ * message was read and the mirror pool applied them, and are not checked
+ * again here (the device kernels still skip and fault an entry that does
+ * not fit, defensively). rows hold window rows (stride 2: the pages of
+ * blocks pos/P - 1 and pos/P, rebased so each position falls in the
+ * second; kvs_node_step makes them) and resolved request slots. */
+typedef struct kvs_table_step_args {
+  uint64_t step;
+  const kvs_journal_entry *entries; /* host copy */
+  size_t n;
+  /* The step message in device memory, when the communicator moved it
+   * there (NCCL), else NULL; the device table then reads its count and
+   * entries there, in stream order after the broadcast. */
+  const void *device_message;
+  const kvs_ring_batch *rows; /* may be NULL or empty */
+} kvs_table_step_args;
+
+/* On a device table the whole step is queued without a host round trip
+ * (the kernels read the counts from device memory), on the table's own
+ * stream, after the broadcast on the communicator's and after the
+ * engine's reads of the results two steps back; results alternate
+ * between two buffers (step parity), so out stays valid until the step
+ * after next, and out->event (a cudaEvent_t) is recorded after the work.
+ * With graphs the work of each parity is captured once and replayed. */
+typedef struct kvs_table_step_timing {
+  uint64_t apply_ns; /* the journal's apply (queueing it, on a device) */
+  uint64_t ring_ns;  /* the ring contexts (likewise) */
+} kvs_table_step_timing;
+
+kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args,
+                          kvs_ring_result *out, void **event, kvs_table_step_timing *timing,
+                          kvs_error *err);
+
+/* The table's binding digest: the sum of kvs_binding_digest_term over its
+ * bound full pages (the dummy included), which equals the mirror pool's
+ * page digest when the table follows it. On a device it is computed there
+ * and 8 bytes come back (a check waits for it). */
+kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err);
+
 /* ---- for table implementations ---- */
 
 typedef struct kvs_table_ops {
@@ -148,6 +190,9 @@ typedef struct kvs_table_ops {
   kvs_status (*faults)(void *impl, kvs_device_faults *out, kvs_error *err);
   kvs_status (*sync)(void *impl, kvs_error *err);
   void (*destroy)(void *impl);
+  kvs_status (*step)(void *impl, const kvs_table_step_args *args, kvs_ring_result *out,
+                     void **event, kvs_table_step_timing *timing, kvs_error *err);
+  kvs_status (*digest)(void *impl, uint64_t *out, kvs_error *err);
 } kvs_table_ops;
 
 /* Wraps an implementation: the table owns impl from here (destroy is
@@ -158,13 +203,22 @@ kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims d
 
 /* ---- the device table, from the CUDA backend ---- */
 
+/* How a device table orders its step against its neighbours. */
+typedef struct kvs_cuda_table_options {
+  size_t size;             /* sizeof(kvs_cuda_table_options) */
+  void *comm_stream;       /* the communicator's cudaStream_t (device comms), or NULL */
+  void *engine_stream;     /* the engine's cudaStream_t, or NULL */
+  size_t step_capacity;    /* journal entries a step message holds */
+  bool graphs;             /* capture each parity's step once and replay it */
+} kvs_cuda_table_options;
+
 /* The CUDA backend's tables entry point ("kvs_backend_cuda_tables_v1"),
  * implemented by backends/cuda/table_cuda.c. */
 typedef struct kvs_cuda_tables_table {
   kvs_backend_header header;
   kvs_status (*open)(int device, const kvs_device_layout *layout, const kvs_table_limits *limits,
-                     void *stream, const kvs_table_ops **ops, void **impl, uint64_t *bytes,
-                     kvs_error *err);
+                     void *stream, const kvs_cuda_table_options *options,
+                     const kvs_table_ops **ops, void **impl, uint64_t *bytes, kvs_error *err);
 } kvs_cuda_tables_table;
 
 #define KVS_CUDA_TABLES_ENTRY "kvs_backend_cuda_tables_v1"
@@ -177,6 +231,14 @@ typedef struct kvs_cuda_tables_table {
 kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
                                  const kvs_table_limits *limits, void *stream, kvs_table_t *out,
                                  kvs_error *err);
+
+/* The same for the node's step (kvs_table_step): the table runs on a
+ * stream of its own, ordered against the communicator's and the
+ * engine's streams as options says. */
+kvs_status kvs_table_create_cuda_step(int device, const kvs_device_layout *layout,
+                                      const kvs_table_limits *limits,
+                                      const kvs_cuda_table_options *options, kvs_table_t *out,
+                                      kvs_error *err);
 
 #ifdef __cplusplus
 }

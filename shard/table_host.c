@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+#include "core/window_pool.h"
 #include "shard/table.h"
 
 typedef struct host_table {
@@ -80,6 +82,35 @@ static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
   return KVS_OK;
 }
 
+/* The node's step on the host: the journal, then the rows' contexts. */
+static kvs_status host_step(void *impl, const kvs_table_step_args *args, kvs_ring_result *out,
+                            void **event, kvs_table_step_timing *timing, kvs_error *err) {
+  (void)event; /* nothing to wait for: every call finished before it returned */
+  uint64_t start = kvs_now_ns();
+  kvs_status status = host_apply(impl, args->entries, NULL, args->n, err);
+  uint64_t applied = kvs_now_ns();
+  timing->apply_ns = applied - start;
+  if (status != KVS_OK) return status;
+  kvs_ring_batch none = {NULL, 0, NULL, 0, NULL, NULL};
+  status = host_ring_ctx(impl, args->rows != NULL ? args->rows : &none, out, err);
+  timing->ring_ns = kvs_now_ns() - applied;
+  return status;
+}
+
+/* The sum of the bound full pages' binding terms (the pool's page digest,
+ * core/window_pool.h), from the table's own rows. */
+static kvs_status host_digest(void *impl, uint64_t *out, kvs_error *err) {
+  (void)err;
+  const host_table *t = impl;
+  uint64_t page = t->dims.page, digest = 0;
+  for (uint64_t p = 0; p < t->dims.full_token / page; p++) {
+    int64_t slot = t->map[p * page];
+    if (slot >= 0) digest += kvs_binding_digest_term(p, (uint64_t)slot / page);
+  }
+  *out = digest;
+  return KVS_OK;
+}
+
 static kvs_status host_result_to_host(void *impl, const kvs_ring_result *result, int64_t *own,
                                       int64_t *prev, int64_t *ring, int64_t *csa_loc,
                                       int64_t *hca_loc, kvs_error *err) {
@@ -139,6 +170,8 @@ static const kvs_table_ops host_ops = {
     .faults = host_faults,
     .sync = host_sync,
     .destroy = host_destroy,
+    .step = host_step,
+    .digest = host_digest,
 };
 
 kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_table_limits *limits,

@@ -10,17 +10,33 @@ using namespace kvs_kernels;
 
 namespace {
 
-// launch(grid, threads, kernel, args...) on one stream; keeps the first
-// launch error.
+// Keeps a parameter pack out of template argument deduction.
+template <typename T>
+struct Same {
+  using type = T;
+};
+
+// launch(grid, threads, kernel, args...) on one stream through
+// cudaLaunchKernel, whose return is this launch's own error (a <<<>>>
+// launch can only be checked with cudaGetLastError, which also reports,
+// and clears, an error the engine's own calls left); keeps the first.
 struct StreamLaunch {
   cudaStream_t stream;
   cudaError_t error = cudaSuccess;
 
   template <typename... Params, typename... Args>
   bool operator()(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
-    kernel<<<grid, threads, 0, stream>>>(args...);
-    error = cudaGetLastError();
+    // The parameters as the kernel declares them, one pointer to each.
+    launch_as(grid, threads, kernel, static_cast<Params>(args)...);
     return error == cudaSuccess;
+  }
+
+  template <typename... Params>
+  void launch_as(unsigned grid, unsigned threads, void (*kernel)(Params...),
+                 typename Same<Params>::type... params) {
+    void *pointers[] = {static_cast<void *>(&params)..., nullptr};
+    error = cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(grid), dim3(threads),
+                             pointers, 0, stream);
   }
 };
 
@@ -28,10 +44,18 @@ struct StreamLaunch {
 
 extern "C" cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                                 const kvs_journal_entry *entries, uint64_t n,
-                                                kvs_batch_fault *fault, uint32_t max_blocks,
-                                                cudaStream_t stream) {
+                                                const uint32_t *count, kvs_batch_fault *fault,
+                                                uint32_t max_blocks, cudaStream_t stream) {
   StreamLaunch launch{stream};
-  launch_apply_journal(launch, map, dims, entries, n, fault, max_blocks);
+  launch_apply_journal(launch, map, dims, entries, n, count, fault, max_blocks);
+  return launch.error;
+}
+
+extern "C" cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
+                                               unsigned long long *out, uint32_t max_blocks,
+                                               cudaStream_t stream) {
+  StreamLaunch launch{stream};
+  launch_table_digest(launch, map, dims, out, max_blocks);
   return launch.error;
 }
 
@@ -56,21 +80,22 @@ extern "C" cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t 
 extern "C" cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement,
                                                    const int64_t *own, const int64_t *slots,
                                                    const int64_t *positions, uint64_t n,
-                                                   int64_t *out_csa, int64_t *out_hca,
-                                                   kvs_batch_fault *fault, uint32_t max_blocks,
-                                                   cudaStream_t stream) {
+                                                   const uint64_t *count, int64_t *out_csa,
+                                                   int64_t *out_hca, kvs_batch_fault *fault,
+                                                   uint32_t max_blocks, cudaStream_t stream) {
   StreamLaunch launch{stream};
-  launch_batch_state_locs(launch, placement, own, slots, positions, n, out_csa, out_hca, fault,
-                          max_blocks);
+  launch_batch_state_locs(launch, placement, own, slots, positions, n, count, out_csa, out_hca,
+                          fault, max_blocks);
   return launch.error;
 }
 
 extern "C" cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims,
                                            kvs_block_tables tables, const int64_t *positions,
-                                           uint64_t n_req, int64_t *own, int64_t *prev,
-                                           int64_t *ring, kvs_batch_fault *fault,
+                                           uint64_t n_req, const uint64_t *count, int64_t *own,
+                                           int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                                            uint32_t max_blocks, cudaStream_t stream) {
   StreamLaunch launch{stream};
-  launch_ring_ctx(launch, map, dims, tables, positions, n_req, own, prev, ring, fault, max_blocks);
+  launch_ring_ctx(launch, map, dims, tables, positions, n_req, count, own, prev, ring, fault,
+                  max_blocks);
   return launch.error;
 }

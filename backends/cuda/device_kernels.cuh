@@ -19,6 +19,7 @@
 
 #include "core/device_ref.h"
 #include "core/journal.h"
+#include "core/mix.h"
 #include "core/table_math.h"
 
 // Counts journal entries loaded from global memory, for the CPU emulation
@@ -38,6 +39,21 @@ __device__ inline void note_fault(kvs_batch_fault *fault, uint64_t index) {
   atomicAdd(reinterpret_cast<unsigned long long *>(&fault->count), 1ull);
   atomicMin(reinterpret_cast<unsigned long long *>(&fault->first_index),
             static_cast<unsigned long long>(index));
+}
+
+// How many items a launch covers: `n` (the grid's capacity), or, with a
+// count in device memory (a step message's header, a step batch's first
+// word), that count capped at n. A count past the capacity is itself a
+// fault of item n (a message the host would have refused). Kernels that
+// take their count from device memory run over a grid sized for capacity
+// with no host round trip, so one launch can be captured in a CUDA graph
+// and replayed every step.
+template <typename Count>
+__device__ inline uint64_t item_count(const Count *count, uint64_t n, kvs_batch_fault *fault) {
+  if (count == nullptr) return n;
+  const uint64_t c = static_cast<uint64_t>(*count);
+  if (c > n && fault != nullptr && blockIdx.x == 0 && threadIdx.x == 0) note_fault(fault, n);
+  return c < n ? c : n;
 }
 
 // ---- apply a binding journal ----
@@ -70,7 +86,8 @@ constexpr int64_t kApplyMark = int64_t(1) << 62;
 __global__ void __launch_bounds__(kApplyThreads)
     apply_mark_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
                       uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
-                      uint64_t n, kvs_batch_fault *fault) {
+                      uint64_t capacity, const uint32_t *count, kvs_batch_fault *fault) {
+  const uint64_t n = item_count(count, capacity, fault);
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += step) {
@@ -90,7 +107,8 @@ __global__ void __launch_bounds__(kApplyThreads)
 __global__ void __launch_bounds__(kApplyThreads)
     apply_write_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
                        uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
-                       uint64_t n) {
+                       uint64_t capacity, const uint32_t *count) {
+  const uint64_t n = item_count(count, capacity, static_cast<kvs_batch_fault *>(nullptr));
   const unsigned lane = threadIdx.x % kWarp;
   const uint64_t warps_per_block = blockDim.x / kWarp;
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * warps_per_block;
@@ -177,9 +195,10 @@ __global__ void __launch_bounds__(kFlatThreads)
     batch_state_locs_kernel(kvs_tm_div page, int csa_req, int hca_req, uint64_t n_win_slots,
                             uint64_t n_req_slots, const int64_t *__restrict__ own,
                             const int64_t *__restrict__ slots,
-                            const int64_t *__restrict__ positions, uint64_t n,
-                            int64_t *__restrict__ out_csa, int64_t *__restrict__ out_hca,
-                            kvs_batch_fault *fault) {
+                            const int64_t *__restrict__ positions, uint64_t capacity,
+                            const uint64_t *count, int64_t *__restrict__ out_csa,
+                            int64_t *__restrict__ out_hca, kvs_batch_fault *fault) {
+  const uint64_t n = item_count(count, capacity, static_cast<kvs_batch_fault *>(nullptr));
   const kvs_tm_div csa = kvs_tm_div_make(KVS_RING_SLOTS_CSA);
   const kvs_tm_div hca = kvs_tm_div_make(KVS_RING_SLOTS_HCA);
   const bool need_own = (out_csa != nullptr && !csa_req) || (out_hca != nullptr && !hca_req);
@@ -223,9 +242,11 @@ constexpr unsigned kRingUnroll = 4;  // 4 x 32 lanes cover P = 128 in one round
 __global__ void __launch_bounds__(kRingThreads)
     ring_ctx_kernel(const int64_t *__restrict__ map, uint64_t full_token, uint64_t page,
                     kvs_tm_div page_div, const int32_t *__restrict__ pages, uint64_t stride,
-                    kvs_tm_div block_div, const int64_t *__restrict__ positions, uint64_t n_req,
-                    int64_t *__restrict__ own, int64_t *__restrict__ prev,
-                    int64_t *__restrict__ ring, kvs_batch_fault *fault) {
+                    kvs_tm_div block_div, const int64_t *__restrict__ positions,
+                    uint64_t capacity, const uint64_t *count, int64_t *__restrict__ own,
+                    int64_t *__restrict__ prev, int64_t *__restrict__ ring,
+                    kvs_batch_fault *fault) {
+  const uint64_t n_req = item_count(count, capacity, fault);
   const unsigned lane = threadIdx.x % kWarp;
   const uint64_t warps_per_block = blockDim.x / kWarp;
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * warps_per_block;
@@ -284,6 +305,37 @@ __global__ void __launch_bounds__(kRingThreads)
   }
 }
 
+// ---- the table's binding digest ----
+//
+// The sum over full pages of kvs_binding_pair_term(page, window page) for
+// every bound page (the dummy included), the pool's own page digest
+// (core/window_pool.c) computed from the table itself: a check brings 8
+// bytes back instead of the mapping. One thread per page reads the page's
+// first row; a block sums in shared memory and adds its sum to *out
+// (which the caller zeroes first: the sum wraps modulo 2^64, as the pool's
+// does, so the order of the additions does not matter).
+constexpr unsigned kDigestThreads = 256;
+
+__global__ void __launch_bounds__(kDigestThreads)
+    table_digest_kernel(const int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
+                        unsigned long long *out) {
+  __shared__ unsigned long long partial[kDigestThreads];
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  unsigned long long sum = 0;
+  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       p < n_full_pages; p += step) {
+    const int64_t slot = map[p * page];
+    if (slot >= 0) sum += kvs_binding_pair_term(p, static_cast<uint64_t>(slot) / page);
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
 // Launch shapes, shared by the launchers and the CPU emulation test so both
 // run the kernels over the same grids.
 inline unsigned capped_grid(uint64_t items, unsigned per_block, uint32_t max_blocks) {
@@ -315,16 +367,26 @@ inline unsigned ring_grid(uint64_t n_req, uint32_t max_blocks) {
 // the launch was accepted: nvcc's <<<>>> in device_kernels.cu, the CPU
 // emulation in the tests and the stand-in, so all run the same kernels over
 // the same grids.
+// count NULL: n entries; else *count entries (device memory), at most n
+// (the grids are sized for n either way).
 template <typename Launch>
 bool launch_apply_journal(Launch &&launch, int64_t *map, kvs_table_dims dims,
-                          const kvs_journal_entry *entries, uint64_t n, kvs_batch_fault *fault,
-                          uint32_t max_blocks) {
+                          const kvs_journal_entry *entries, uint64_t n, const uint32_t *count,
+                          kvs_batch_fault *fault, uint32_t max_blocks) {
   if (n == 0) return true;
   const uint64_t full_pages = dims.full_token / dims.page, win_pages = dims.n_win_slots / dims.page;
   return launch(apply_mark_grid(n, max_blocks), kApplyThreads, apply_mark_kernel, map, dims.page,
-                full_pages, win_pages, entries, n, fault) &&
+                full_pages, win_pages, entries, n, count, fault) &&
          launch(apply_write_grid(n, max_blocks), kApplyThreads, apply_write_kernel, map, dims.page,
-                full_pages, win_pages, entries, n);
+                full_pages, win_pages, entries, n, count);
+}
+
+template <typename Launch>
+bool launch_table_digest(Launch &&launch, const int64_t *map, kvs_table_dims dims,
+                         unsigned long long *out, uint32_t max_blocks) {
+  const uint64_t full_pages = dims.full_token / dims.page;
+  return launch(capped_grid(full_pages > 0 ? full_pages : 1, kDigestThreads, max_blocks),
+                kDigestThreads, table_digest_kernel, map, dims.page, full_pages, out);
 }
 
 template <typename Launch>
@@ -359,25 +421,26 @@ inline bool batch_state_reads_slots(kvs_state_placement placement, bool csa_out,
 template <typename Launch>
 bool launch_batch_state_locs(Launch &&launch, kvs_state_placement placement, const int64_t *own,
                              const int64_t *slots, const int64_t *positions, uint64_t n,
-                             int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
-                             uint32_t max_blocks) {
+                             const uint64_t *count, int64_t *out_csa, int64_t *out_hca,
+                             kvs_batch_fault *fault, uint32_t max_blocks) {
   if (n == 0) return true;
   const int rings = static_cast<int>(placement.rings);
   return launch(flat_grid(n, max_blocks), kFlatThreads, batch_state_locs_kernel,
                 kvs_tm_div_make(placement.page), kvs_tm_csa_per_request(rings),
                 kvs_tm_hca_per_request(rings), placement.n_win_slots, placement.n_req_slots, own,
-                slots, positions, n, out_csa, out_hca, fault);
+                slots, positions, n, count, out_csa, out_hca, fault);
 }
 
 template <typename Launch>
 bool launch_ring_ctx(Launch &&launch, const int64_t *map, kvs_table_dims dims,
                      kvs_block_tables tables, const int64_t *positions, uint64_t n_req,
-                     int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
-                     uint32_t max_blocks) {
+                     const uint64_t *count, int64_t *own, int64_t *prev, int64_t *ring,
+                     kvs_batch_fault *fault, uint32_t max_blocks) {
   if (n_req == 0) return true;
   return launch(ring_grid(n_req, max_blocks), kRingThreads, ring_ctx_kernel, map, dims.full_token,
                 dims.page, kvs_tm_div_make(dims.page), tables.pages, tables.stride,
-                kvs_tm_div_make(tables.block_size), positions, n_req, own, prev, ring, fault);
+                kvs_tm_div_make(tables.block_size), positions, n_req, count, own, prev, ring,
+                fault);
 }
 
 }  // namespace kvs_kernels

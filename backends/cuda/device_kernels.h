@@ -1,12 +1,19 @@
-/* Launchers of the device-table kernels (private to cuda/; callers use
- * backends/cuda/device_tables.h). Each launches its kernels on `stream` (one; two
- * for the journal apply) and returns the first launch error; arguments
- * were checked by the caller.
+/* Launchers of the device-table kernels (private to backends/cuda; callers
+ * use backends/cuda/device_tables.h). Each launches its kernels on `stream`
+ * (one; two for the journal apply) and returns the first launch error;
+ * arguments were checked by the caller.
  * Pointers are device pointers. Each kernel computes what its CPU
  * reference in core/device_ref.h computes, bit for bit, faults included.
  *
  * max_blocks caps the grid (a few waves of the device's multiprocessors);
- * the kernels loop over whatever a capped grid does not cover. */
+ * the kernels loop over whatever a capped grid does not cover.
+ *
+ * `count`, where a launcher takes one, is NULL (n items) or a device
+ * word holding the item count (at most n: the grid is sized for n), so a
+ * step's launches need no host round trip and can be captured in a CUDA
+ * graph (the apply reads the step message's own count field). Launch
+ * errors are cudaLaunchKernel's own return: no launcher reads the
+ * thread's last error, which may be the engine's. */
 #ifndef KVS_CUDA_DEVICE_KERNELS_H
 #define KVS_CUDA_DEVICE_KERNELS_H
 
@@ -26,8 +33,8 @@ extern "C" {
  * a fault. O(n): every entry is read twice (device_kernels.cuh). */
 cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                      const kvs_journal_entry *entries, uint64_t n,
-                                     kvs_batch_fault *fault, uint32_t max_blocks,
-                                     cudaStream_t stream);
+                                     const uint32_t *count, kvs_batch_fault *fault,
+                                     uint32_t max_blocks, cudaStream_t stream);
 
 cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,
                                  uint64_t n, int64_t *out, kvs_batch_fault *fault,
@@ -44,14 +51,21 @@ cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uin
  * out_hca may be NULL (not both). */
 cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int64_t *own,
                                         const int64_t *slots, const int64_t *positions, uint64_t n,
-                                        int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
-                                        uint32_t max_blocks, cudaStream_t stream);
+                                        const uint64_t *count, int64_t *out_csa, int64_t *out_hca,
+                                        kvs_batch_fault *fault, uint32_t max_blocks,
+                                        cudaStream_t stream);
 
 /* tables.pages is a device pointer. */
 cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,
-                                const int64_t *positions, uint64_t n_req, int64_t *own,
-                                int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                                const int64_t *positions, uint64_t n_req, const uint64_t *count,
+                                int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                                 uint32_t max_blocks, cudaStream_t stream);
+
+/* *out += the table's binding digest (the pool's page digest, from the
+ * table): the caller zeroes *out first, on the same stream. */
+cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
+                                    unsigned long long *out, uint32_t max_blocks,
+                                    cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -272,7 +272,7 @@ kvs_status kvs_device_tables_apply_journal(kvs_device_tables_t tables,
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync of the journal entries", err, status, done);
   status =
-      launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n,
+      launched(kvs_launch_apply_journal(tables->map, tables->dims, tables->staging, n, NULL,
                                         &tables->faults->apply_journal, tables->max_blocks, stream),
                "apply_journal", n, err);
   if (status != KVS_OK) goto done;
@@ -286,23 +286,49 @@ done:
 kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
                                                   const kvs_journal_entry *d_entries, size_t n,
                                                   cudaStream_t stream, kvs_error *err) {
+  return kvs_device_tables_apply_counted(tables, d_entries, n, NULL, stream, err);
+}
+
+kvs_status kvs_device_tables_apply_counted(kvs_device_tables_t tables,
+                                           const kvs_journal_entry *d_entries, size_t capacity,
+                                           const uint32_t *d_count, cudaStream_t stream,
+                                           kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
-  if (n == 0) return KVS_OK;
+  if (capacity == 0) return KVS_OK;
   if (d_entries == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu journal entries at NULL", n);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu journal entries at NULL", capacity);
   }
-  if ((uint64_t)n > KVS_APPLY_MAX_ENTRIES) {
+  if ((uint64_t)capacity > KVS_APPLY_MAX_ENTRIES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%zu journal entries exceed one apply's %llu", n,
+                         "%zu journal entries exceed one apply's %llu", capacity,
                          (unsigned long long)KVS_APPLY_MAX_ENTRIES);
   }
   kvs_cuda_device_scope scope;
   kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
-  status =
-      launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, n,
-                                        &tables->faults->apply_journal, tables->max_blocks, stream),
-               "apply_journal", n, err);
+  status = launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, capacity,
+                                             d_count, &tables->faults->apply_journal,
+                                             tables->max_blocks, stream),
+                    "apply_journal", capacity, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+kvs_status kvs_device_tables_digest(kvs_device_tables_t tables, unsigned long long *d_out,
+                                    cudaStream_t stream, kvs_error *err) {
+  if (tables == NULL || d_out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables or the digest word is NULL");
+  }
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
+  if (status != KVS_OK) return status;
+  status = kvs_cuda_status(cudaMemsetAsync(d_out, 0, sizeof *d_out, stream),
+                           "cudaMemsetAsync of the digest word", err);
+  if (status == KVS_OK) {
+    status = launched(kvs_launch_table_digest(tables->map, tables->dims, d_out,
+                                              tables->max_blocks, stream),
+                      "table_digest", (size_t)(tables->dims.full_token / tables->dims.page), err);
+  }
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -360,6 +386,17 @@ kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const 
                                               const int64_t *d_slots, const int64_t *d_positions,
                                               size_t n, int64_t *d_out_csa, int64_t *d_out_hca,
                                               cudaStream_t stream, kvs_error *err) {
+  return kvs_device_tables_batch_state_locs_counted(tables, d_own, d_slots, d_positions, n, NULL,
+                                                    d_out_csa, d_out_hca, stream, err);
+}
+
+kvs_status kvs_device_tables_batch_state_locs_counted(kvs_device_tables_t tables,
+                                                      const int64_t *d_own,
+                                                      const int64_t *d_slots,
+                                                      const int64_t *d_positions, size_t n,
+                                                      const uint64_t *d_count,
+                                                      int64_t *d_out_csa, int64_t *d_out_hca,
+                                                      cudaStream_t stream, kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
   kvs_state_placement placement = kvs_state_placement_of(&tables->layout.sizes);
   kvs_status status = kvs_state_placement_check(&placement, err);
@@ -394,7 +431,8 @@ kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const 
   kvs_cuda_device_scope scope;
   if ((status = enter(tables, &scope, err))) return status;
   status = launched(
-      kvs_launch_batch_state_locs(placement, d_own, d_slots, d_positions, n, d_out_csa, d_out_hca,
+      kvs_launch_batch_state_locs(placement, d_own, d_slots, d_positions, n, d_count, d_out_csa,
+                                  d_out_hca,
                                   &tables->faults->state_locs, tables->max_blocks, stream),
       "batch_state_locs", n, err);
   kvs_cuda_device_leave(&scope);
@@ -406,6 +444,16 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
                                       const int64_t *d_positions, size_t n_req, int64_t *d_own,
                                       int64_t *d_prev, int64_t *d_ring, cudaStream_t stream,
                                       kvs_error *err) {
+  return kvs_device_tables_ring_ctx_counted(tables, block_tables, d_positions, n_req, NULL, d_own,
+                                            d_prev, d_ring, stream, err);
+}
+
+kvs_status kvs_device_tables_ring_ctx_counted(kvs_device_tables_t tables,
+                                              const kvs_block_tables *block_tables,
+                                              const int64_t *d_positions, size_t n_req,
+                                              const uint64_t *d_count, int64_t *d_own,
+                                              int64_t *d_prev, int64_t *d_ring,
+                                              cudaStream_t stream, kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
   kvs_status status = kvs_block_tables_check(block_tables, n_req, err);
   if (status != KVS_OK) return status;
@@ -417,7 +465,8 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
   kvs_cuda_device_scope scope;
   if ((status = enter(tables, &scope, err))) return status;
   status = launched(
-      kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_own,
+      kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_count,
+                          d_own,
                           d_prev, d_ring, &tables->faults->ring_ctx, tables->max_blocks, stream),
       "ring_ctx", n_req, err);
   kvs_cuda_device_leave(&scope);

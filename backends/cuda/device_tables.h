@@ -99,6 +99,21 @@ kvs_status kvs_device_tables_apply_journal_device(kvs_device_tables_t tables,
                                                   const kvs_journal_entry *d_entries, size_t n,
                                                   cudaStream_t stream, kvs_error *err);
 
+/* The same with the entry count read from device memory (*d_count, a
+ * step message's count field), at most `capacity`: the launches are sized
+ * for capacity and need no host round trip, so they can be captured in a
+ * CUDA graph. A count past the capacity faults (apply_journal record) and
+ * applies capacity entries. */
+kvs_status kvs_device_tables_apply_counted(kvs_device_tables_t tables,
+                                           const kvs_journal_entry *d_entries, size_t capacity,
+                                           const uint32_t *d_count, cudaStream_t stream,
+                                           kvs_error *err);
+
+/* *d_out = the table's binding digest (kvs_table_digest), on `stream`:
+ * zeroed, then summed by a kernel. */
+kvs_status kvs_device_tables_digest(kvs_device_tables_t tables, unsigned long long *d_out,
+                                    cudaStream_t stream, kvs_error *err);
+
 /* d_out[i] = the window slot of d_locs[i] (kvs_ref_translate). */
 kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs, size_t n,
                                        int64_t *d_out, cudaStream_t stream, kvs_error *err);
@@ -125,6 +140,15 @@ kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const 
                                               size_t n, int64_t *d_out_csa, int64_t *d_out_hca,
                                               cudaStream_t stream, kvs_error *err);
 
+/* kvs_device_tables_batch_state_locs over *d_count rows (device memory,
+ * at most n; NULL: n), the launch sized for n. */
+kvs_status kvs_device_tables_batch_state_locs_counted(kvs_device_tables_t tables,
+                                                      const int64_t *d_own,
+                                                      const int64_t *d_slots,
+                                                      const int64_t *d_positions, size_t n,
+                                                      const uint64_t *d_count,
+                                                      int64_t *d_out_csa, int64_t *d_out_hca,
+                                                      cudaStream_t stream, kvs_error *err);
 /* The ring context of n_req requests (kvs_ref_ring_ctx): block_tables->pages
  * and every array are device pointers; d_ring holds n_req * P slots. */
 kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
@@ -133,6 +157,14 @@ kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
                                       int64_t *d_prev, int64_t *d_ring, cudaStream_t stream,
                                       kvs_error *err);
 
+/* kvs_device_tables_ring_ctx over *d_count requests (device memory, at
+ * most n_req; NULL: n_req), the launch sized for n_req. */
+kvs_status kvs_device_tables_ring_ctx_counted(kvs_device_tables_t tables,
+                                              const kvs_block_tables *block_tables,
+                                              const int64_t *d_positions, size_t n_req,
+                                              const uint64_t *d_count, int64_t *d_own,
+                                              int64_t *d_prev, int64_t *d_ring,
+                                              cudaStream_t stream, kvs_error *err);
 /* Reads the fault records once `stream`'s work so far is done (it waits). */
 kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cudaStream_t stream,
                                     kvs_device_faults *out, kvs_error *err);

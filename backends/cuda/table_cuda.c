@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
 #include "backends/cuda/device_tables.h"
+#include "backends/cuda/table_cuda_step.h"
 
 typedef struct cuda_table {
   int device;
@@ -37,6 +38,7 @@ typedef struct cuda_table {
   int64_t *h_slots;
   cudaEvent_t staged; /* after the last upload that read the staging */
   bool staged_pending;
+  cuda_step *step; /* the node's step (tables opened with step options) */
 } cuda_table;
 
 /* The table's device current for a call; kvs_cuda_device_leave puts the
@@ -190,6 +192,7 @@ static void cuda_destroy(void *impl) {
   kvs_cuda_device_scope scope;
   if (enter(t, &scope, NULL) == KVS_OK) {
     if (t->stream != NULL) (void)cudaStreamSynchronize(t->stream);
+    kvs_cuda_step_destroy(t->step);
     if (t->staged != NULL) (void)cudaEventDestroy(t->staged);
     (void)cudaFree(t->d_blocks);
     (void)cudaFree(t->d_positions);
@@ -209,6 +212,25 @@ static void cuda_destroy(void *impl) {
   free(t);
 }
 
+static kvs_status cuda_step_op(void *impl, const kvs_table_step_args *args, kvs_ring_result *out,
+                               void **event, kvs_table_step_timing *timing, kvs_error *err) {
+  cuda_table *t = impl;
+  if (t->step == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "this device table was opened without step options");
+  }
+  return kvs_cuda_step_run(t->step, args, out, event, timing, err);
+}
+
+static kvs_status cuda_digest(void *impl, uint64_t *out, kvs_error *err) {
+  cuda_table *t = impl;
+  if (t->step == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "this device table was opened without step options");
+  }
+  return kvs_cuda_step_digest(t->step, out, err);
+}
+
 static const kvs_table_ops cuda_ops = {
     .kind = KVS_TABLE_CUDA,
     .apply = cuda_apply,
@@ -218,12 +240,23 @@ static const kvs_table_ops cuda_ops = {
     .faults = cuda_faults,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
+    .step = cuda_step_op,
+    .digest = cuda_digest,
 };
+
+/* With the device current: the node's step, over the table's own
+ * stream. */
+static kvs_status open_step(cuda_table *t, const kvs_cuda_table_options *options, size_t rows,
+                            uint64_t *bytes, kvs_error *err) {
+  cuda_step_setup setup = {t->tables, t->device,        t->stream,        *options, rows,
+                           t->dims,   t->placement,     t->csa_derivable, t->hca_derivable};
+  return kvs_cuda_step_create(&setup, &t->step, bytes, err);
+}
 
 kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
                                const kvs_table_limits *limits, void *stream,
-                               const kvs_table_ops **ops, void **impl, uint64_t *bytes,
-                               kvs_error *err) {
+                               const kvs_cuda_table_options *options, const kvs_table_ops **ops,
+                               void **impl, uint64_t *bytes, kvs_error *err) {
   if (layout == NULL || limits == NULL || ops == NULL || impl == NULL || bytes == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "layout, limits and the three outputs are required");
@@ -268,7 +301,7 @@ kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
     return status;
   }
   char what[128];
-  if (stream != NULL) {
+  if (stream != NULL && options == NULL) {
     t->stream = (cudaStream_t)stream;
   } else {
     KVS_CUDA_GOTO(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking),
@@ -296,8 +329,12 @@ kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
                 "cudaMallocHost of the position staging", err, status, fail);
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_slots, req * sizeof(int64_t)),
                 "cudaMallocHost of the request-slot staging", err, status, fail);
+  uint64_t step_bytes = 0;
+  if (options != NULL && (status = open_step(t, options, req, &step_bytes, err)) != KVS_OK) {
+    goto fail;
+  }
   kvs_cuda_device_leave(&scope);
-  *bytes = layout->total_bytes +
+  *bytes = layout->total_bytes + step_bytes +
            (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
   *ops = &cuda_ops;
   *impl = t;

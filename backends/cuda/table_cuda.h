@@ -16,13 +16,16 @@ extern "C" {
  * cudaStream_t of `device`): pass the NCCL communicator's stream, so the
  * journal apply reads the broadcast's device buffer after the broadcast
  * wrote it and before the next one overwrites it (stream order does both);
- * NULL creates a non-blocking stream the table owns. On success *ops and
+ * NULL creates a non-blocking stream the table owns. With step options
+ * (the node's step, table_cuda_step.h) the table runs on a stream of its
+ * own whatever `stream` says, and allocates both parities' step buffers.
+ * On success *ops and
  * *impl are the table for kvs_table_wrap and *bytes what it allocated on
  * the device; nothing stays allocated on failure. */
 kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
                                const kvs_table_limits *limits, void *stream,
-                               const kvs_table_ops **ops, void **impl, uint64_t *bytes,
-                               kvs_error *err);
+                               const kvs_cuda_table_options *options, const kvs_table_ops **ops,
+                               void **impl, uint64_t *bytes, kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -150,6 +150,7 @@ cudaError_t cudaDeviceSynchronize(void) {
   Lock lock(e.mutex);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   int device = e.need_context();
+  if (cudaError_t c = e.host_sync_device(device, "cudaDeviceSynchronize")) return fail(c);
   if (cudaError_t f = e.injected("cudaDeviceSynchronize")) return fail(f);
   e.wait_until(
       lock, [&] { return e.idle(device); }, "cudaDeviceSynchronize");
@@ -440,6 +441,11 @@ cudaError_t copy(Engine &e, Lock &lock, void *dst, const void *src, size_t bytes
   if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
   Memory dst_m = classify(e, dst), src_m = classify(e, src);
   if (!check_kind(e, kind, dst_m, src_m, call)) return fail(cudaErrorInvalidValue);
+  // Pageable memory makes the host wait (staging, or the copy itself), and
+  // so does a synchronous copy: neither may happen in a capture.
+  if (dst_m == Memory::kPageable || src_m == Memory::kPageable || !async) {
+    if (cudaError_t c = e.host_sync(s, call)) return fail(c);
+  }
   bool to_device = dst_m == Memory::kDevice, from_device = src_m == Memory::kDevice;
   std::shared_ptr<std::vector<unsigned char>> staged;
   if (!from_device && src_m == Memory::kPageable) {
@@ -541,6 +547,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Lock lock(e.mutex);
   CUstream_st *s = e.resolve(stream, "cudaStreamSynchronize");
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t c = e.host_sync(s, "cudaStreamSynchronize")) return fail(c);
   if (cudaError_t f = e.injected("cudaStreamSynchronize")) return fail(f);
   e.wait_until(
       lock, [&] { return s->queue.empty(); }, "cudaStreamSynchronize");
@@ -552,6 +559,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   Lock lock(e.mutex);
   CUstream_st *s = e.resolve(stream, "cudaStreamQuery");
   if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (cudaError_t c = e.host_sync(s, "cudaStreamQuery")) return fail(c);
   if (cudaError_t f = e.injected("cudaStreamQuery")) return fail(f);
   e.background();
   if (!s->queue.empty() && e.chance(50)) e.step();
@@ -571,6 +579,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return fail(cudaErrorInvalidResourceHandle);
   }
   if (cudaError_t f = e.injected("cudaStreamWaitEvent")) return fail(f);
+  if (s->capture != nullptr) {
+    // An event recorded outside this capture: CUDA refuses the wait (it
+    // would make the graph depend on work that is not in it).
+    e.invalidate_capture(s, "cudaStreamWaitEvent on an event from outside the capture");
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
   Op op;
   op.what = "cudaStreamWaitEvent";
   // The wait is on the event's record as of now; a later record of the
@@ -618,9 +632,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return fail(cudaErrorInvalidResourceHandle);
   }
   if (cudaError_t f = e.injected("cudaEventRecord")) return fail(f);
+  if (s->capture != nullptr) {
+    e.violation("cudaEventRecord on a capturing stream: the stand-in does not capture events");
+    e.invalidate_capture(s, "cudaEventRecord");
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   Op op;
   op.what = "cudaEventRecord";
   event->recorded = op.done;
+  event->recorded_on = s;
   e.enqueue(s, std::move(op));
   return cudaSuccess;
 }
@@ -629,6 +649,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   Engine &e = engine();
   Lock lock(e.mutex);
   if (event == nullptr || event->destroyed) return fail(cudaErrorInvalidResourceHandle);
+  if (event->recorded_on != nullptr) {
+    if (cudaError_t c = e.host_sync(event->recorded_on, "cudaEventSynchronize")) return fail(c);
+  }
   kvs_standin::DonePtr recorded = event->recorded;
   e.wait_until(
       lock, [&] { return done(recorded); }, "cudaEventSynchronize");
@@ -639,6 +662,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   Engine &e = engine();
   Lock lock(e.mutex);
   if (event == nullptr || event->destroyed) return fail(cudaErrorInvalidResourceHandle);
+  if (event->recorded_on != nullptr) {
+    if (cudaError_t c = e.host_sync(event->recorded_on, "cudaEventQuery")) return fail(c);
+  }
   e.background();
   if (!done(event->recorded) && e.chance(50)) e.step();
   return done(event->recorded) ? cudaSuccess : cudaErrorNotReady;

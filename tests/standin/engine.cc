@@ -190,6 +190,19 @@ CUstream_st *Engine::resolve(cudaStream_t stream, const char *call) {
 }
 
 void Engine::enqueue(CUstream_st *s, Op op) {
+  // A capturing stream records the operation in its graph instead: it runs
+  // when the graph is launched (cudaGraphLaunch), with no dependency
+  // beyond the launch's stream order.
+  if (s->capture != nullptr) {
+    if (op.comm != nullptr) {
+      violation("an NCCL collective on a capturing stream: the stand-in does not capture NCCL");
+      invalidate_capture(s, "an NCCL collective");
+      return;
+    }
+    op.after.clear();
+    s->capture->ops.push_back(std::move(op));
+    return;
+  }
   // The legacy stream waits for the blocking streams of its device, and
   // they for it.
   if (s->legacy) {
@@ -325,6 +338,8 @@ void Engine::reset_locked(const Config &c) {
   streams.clear();
   legacy.clear();
   events.clear();
+  graphs.clear();
+  graph_execs.clear();
   contexts.clear();
   violations.clear();
   cuda_faults.clear();
@@ -412,6 +427,39 @@ bool drain() {
   if (e.idle(-1)) return true;
   e.violation("drain: queued work can never run (a collective a peer never joined?)");
   return false;
+}
+
+}  // namespace kvs_standin
+
+namespace kvs_standin {
+
+void Engine::invalidate_capture(CUstream_st *s, const std::string &why) {
+  if (s->capture == nullptr || s->capture_invalidated) return;
+  s->capture_invalidated = true;
+  s->capture_why = why;
+}
+
+cudaError_t Engine::host_sync(CUstream_st *s, const char *call) {
+  if (s->capture != nullptr) {
+    invalidate_capture(s, std::string(call) + " on the capturing stream");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  s->host_syncs++;
+  return cudaSuccess;
+}
+
+cudaError_t Engine::host_sync_device(int device, const char *call) {
+  cudaError_t rc = cudaSuccess;
+  for (auto &s : streams) {
+    if (s->device != device || s->destroyed) continue;
+    if (s->capture != nullptr) {
+      invalidate_capture(s.get(), std::string(call) + " while it captured");
+      rc = cudaErrorStreamCaptureUnsupported;
+    } else {
+      s->host_syncs++;
+    }
+  }
+  return rc;
 }
 
 }  // namespace kvs_standin

@@ -59,11 +59,31 @@ struct Op {
 
 }  // namespace kvs_standin
 
+// A graph under capture or captured: the operations a stream's calls made
+// while it captured, in order, to be run again by every launch.
+struct CUgraph_st {
+  std::vector<kvs_standin::Op> ops;
+  bool destroyed = false;
+};
+
+struct CUgraphExec_st {
+  std::vector<kvs_standin::Op> ops;
+  int device = 0;
+  bool destroyed = false;
+};
+
 struct CUstream_st {
   int device = 0;
   bool blocking = true;  // orders itself with the legacy stream
   bool legacy = false;
   bool destroyed = false;
+  // While capturing (cudaStreamBeginCapture): the graph being built; its
+  // calls queue nothing. A host synchronisation, a pageable copy or an
+  // event wait across the capture's edge invalidates it, as CUDA's does.
+  CUgraph_st *capture = nullptr;
+  bool capture_invalidated = false;
+  std::string capture_why;            // what invalidated it
+  uint64_t host_syncs = 0;            // host calls that waited on (or polled) its work
   int64_t stuck_since_ms = -1;        // first unanswered poll (for KVS_STANDIN_TRACE)
   std::deque<kvs_standin::Op> queue;  // front: the next to run
   kvs_standin::DonePtr tail;          // the last enqueued
@@ -73,6 +93,7 @@ struct CUevent_st {
   int device = 0;
   bool destroyed = false;
   kvs_standin::DonePtr recorded;  // the last record's marker; null: never recorded
+  CUstream_st *recorded_on = nullptr;  // the stream of the last record
 };
 
 struct CUctx_st {
@@ -140,6 +161,8 @@ class Engine {
   std::vector<std::unique_ptr<CUstream_st>> streams;
   std::vector<CUstream_st *> legacy;  // per device
   std::vector<std::unique_ptr<CUevent_st>> events;
+  std::vector<std::unique_ptr<CUgraph_st>> graphs;
+  std::vector<std::unique_ptr<CUgraphExec_st>> graph_execs;
   std::vector<std::unique_ptr<CUctx_st>> contexts;  // per device, primary
   std::vector<bool> context_live;
   std::vector<int> contexts_created;
@@ -187,6 +210,14 @@ class Engine {
   CUstream_st *resolve(cudaStream_t stream, const char *call);
   CUstream_st *new_stream(int device, bool blocking, bool legacy);
   void enqueue(CUstream_st *stream, Op op);
+  // A host call that waits on, or polls, the work of `stream` (every
+  // stream of its device for a device-wide wait): counted per stream, and
+  // an error that invalidates the capture when the stream is capturing.
+  // Returns cudaSuccess when the call may go on.
+  cudaError_t host_sync(CUstream_st *stream, const char *call);
+  cudaError_t host_sync_device(int device, const char *call);
+  // Ends a stream's capture as invalid, naming why.
+  void invalidate_capture(CUstream_st *stream, const std::string &why);
   bool runnable(const CUstream_st *stream) const;
   bool step();                  // runs one runnable head, chosen at random; false: none
   void background();            // maybe runs some queued work, as a GPU would meanwhile

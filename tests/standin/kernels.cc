@@ -85,17 +85,33 @@ const size_t kRow = sizeof(int64_t);
 
 }  // namespace
 
+// A launch that reads its count from device memory touches that word too.
+void add_count(std::vector<Range> &ranges, const void *count, size_t bytes) {
+  if (count != nullptr) ranges.push_back({count, bytes, "the count"});
+}
+
 cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                      const kvs_journal_entry *entries, uint64_t n,
-                                     kvs_batch_fault *fault, uint32_t max_blocks,
-                                     cudaStream_t stream) {
+                                     const uint32_t *count, kvs_batch_fault *fault,
+                                     uint32_t max_blocks, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return launch(stream, "apply_journal",
+  std::vector<Range> ranges = {{map, (dims.full_token + 1) * kRow, "the table"},
+                               {entries, n * sizeof *entries, "the journal entries"},
+                               {fault, sizeof *fault, "the fault record"}};
+  add_count(ranges, count, sizeof *count);
+  return launch(stream, "apply_journal", ranges, [&](QueuedLaunch q) {
+    kvs_kernels::launch_apply_journal(q, map, dims, entries, n, count, fault, max_blocks);
+  });
+}
+
+cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
+                                    unsigned long long *out, uint32_t max_blocks,
+                                    cudaStream_t stream) {
+  return launch(stream, "table_digest",
                 {{map, (dims.full_token + 1) * kRow, "the table"},
-                 {entries, n * sizeof *entries, "the journal entries"},
-                 {fault, sizeof *fault, "the fault record"}},
+                 {out, sizeof *out, "the digest word"}},
                 [&](QueuedLaunch q) {
-                  kvs_kernels::launch_apply_journal(q, map, dims, entries, n, fault, max_blocks);
+                  kvs_kernels::launch_table_digest(q, map, dims, out, max_blocks);
                 });
 }
 
@@ -127,28 +143,30 @@ cudaError_t kvs_launch_state_locs(kvs_table_dims dims, const int64_t *slots, uin
 }
 
 cudaError_t kvs_launch_ring_ctx(const int64_t *map, kvs_table_dims dims, kvs_block_tables tables,
-                                const int64_t *positions, uint64_t n_req, int64_t *own,
-                                int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                                const int64_t *positions, uint64_t n_req, const uint64_t *count,
+                                int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                                 uint32_t max_blocks, cudaStream_t stream) {
   if (n_req == 0) return cudaSuccess;
-  return launch(stream, "ring_ctx",
-                {{map, (dims.full_token + 1) * kRow, "the table"},
-                 {tables.pages, n_req * tables.stride * sizeof(int32_t), "the block tables"},
-                 {positions, n_req * kRow, "the positions"},
-                 {own, n_req * kRow, "the own slots"},
-                 {prev, n_req * kRow, "the previous slots"},
-                 {ring, n_req * dims.page * kRow, "the ring rows"},
-                 {fault, sizeof *fault, "the fault record"}},
-                [&](QueuedLaunch q) {
-                  kvs_kernels::launch_ring_ctx(q, map, dims, tables, positions, n_req, own, prev,
-                                               ring, fault, max_blocks);
-                });
+  std::vector<Range> ranges = {
+      {map, (dims.full_token + 1) * kRow, "the table"},
+      {tables.pages, n_req * tables.stride * sizeof(int32_t), "the block tables"},
+      {positions, n_req * kRow, "the positions"},
+      {own, n_req * kRow, "the own slots"},
+      {prev, n_req * kRow, "the previous slots"},
+      {ring, n_req * dims.page * kRow, "the ring rows"},
+      {fault, sizeof *fault, "the fault record"}};
+  add_count(ranges, count, sizeof *count);
+  return launch(stream, "ring_ctx", ranges, [&](QueuedLaunch q) {
+    kvs_kernels::launch_ring_ctx(q, map, dims, tables, positions, n_req, count, own, prev, ring,
+                                 fault, max_blocks);
+  });
 }
 
 cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int64_t *own,
                                         const int64_t *slots, const int64_t *positions, uint64_t n,
-                                        int64_t *out_csa, int64_t *out_hca, kvs_batch_fault *fault,
-                                        uint32_t max_blocks, cudaStream_t stream) {
+                                        const uint64_t *count, int64_t *out_csa, int64_t *out_hca,
+                                        kvs_batch_fault *fault, uint32_t max_blocks,
+                                        cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool csa = out_csa != nullptr, hca = out_hca != nullptr;
   std::vector<Range> ranges = {{positions, n * kRow, "the positions"},
@@ -161,8 +179,9 @@ cudaError_t kvs_launch_batch_state_locs(kvs_state_placement placement, const int
   }
   if (csa) ranges.push_back({out_csa, n * kRow, "the ratio-4 output"});
   if (hca) ranges.push_back({out_hca, n * kRow, "the ratio-128 output"});
+  add_count(ranges, count, sizeof *count);
   return launch(stream, "batch_state_locs", ranges, [&](QueuedLaunch q) {
-    kvs_kernels::launch_batch_state_locs(q, placement, own, slots, positions, n, out_csa, out_hca,
-                                         fault, max_blocks);
+    kvs_kernels::launch_batch_state_locs(q, placement, own, slots, positions, n, count, out_csa,
+                                         out_hca, fault, max_blocks);
   });
 }

@@ -30,7 +30,18 @@
 //   reached the head of its stream, two ranks of one host on one device
 //   fail initialisation (ncclInvalidUsage, as NCCL's duplicate GPU check),
 //   an abort makes the peers' pending and later collectives fail with
-//   ncclRemoteError, and async errors can be injected.
+//   ncclRemoteError, and async errors can be injected. ncclCommSplit joins
+//   the parent's ranks into a new communicator (one color, the parent's
+//   rank as the key).
+// - Stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture) records
+//   a stream's operations into a graph instead of queueing them, and
+//   cudaGraphLaunch queues them again, in order, on any stream of the
+//   device. As in CUDA, a host synchronisation of the capturing stream (a
+//   stream or device synchronise, a query), a copy to or from pageable
+//   memory, an event record or a wait on an event from outside the capture
+//   is refused (cudaErrorStreamCaptureUnsupported) and invalidates the
+//   capture (cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated).
+//   host_syncs counts, per stream, the host waits a graph may not hold.
 //
 // Where the real hardware differs in a way that matters, the comment at
 // the spot says so. One holds throughout: an operation (a copy, a kernel,
@@ -100,12 +111,21 @@ CommState comm_state(ncclComm_t comm);
 void set_thread_hostname(const std::string &name);
 
 struct Stats {
-  uint64_t ops = 0;          // stream operations run
-  uint64_t kernels = 0;      // kernel launches run
-  uint64_t collectives = 0;  // collectives completed (all ranks)
-  uint64_t reorders = 0;     // picks among two or more streams that could run
+  uint64_t ops = 0;            // stream operations run
+  uint64_t kernels = 0;        // kernel launches run
+  uint64_t collectives = 0;    // collectives completed (all ranks)
+  uint64_t reorders = 0;       // picks among two or more streams that could run
+  uint64_t graph_launches = 0; // cudaGraphLaunch calls accepted
+  uint64_t captures = 0;       // captures ended into a valid graph
 };
 Stats stats();
+
+// Host calls that waited on, or polled, `stream`'s work: its
+// synchronisations and queries, syncs and queries of events last recorded
+// on it, device-wide synchronisations of its device, and copies to or from
+// pageable memory on it (which wait for the host). What a step's device
+// work may not do to be captured in a graph.
+uint64_t host_syncs(cudaStream_t stream);
 
 // Every stream with queued work: its device, its head operation and what
 // that waits for; and each communicator's collectives still gathering.

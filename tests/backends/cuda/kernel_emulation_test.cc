@@ -38,7 +38,8 @@ struct EmulatedLaunch {
 void emulate_apply(std::vector<int64_t> &map, const kvs_table_dims &dims,
                    const std::vector<kvs_journal_entry> &journal, kvs_batch_fault *fault,
                    uint32_t max_blocks = 64) {
-  launch_apply_journal(EmulatedLaunch{}, map.data(), dims, journal.data(), journal.size(), fault,
+  launch_apply_journal(EmulatedLaunch{}, map.data(), dims, journal.data(), journal.size(), nullptr,
+                       fault,
                        max_blocks);
 }
 
@@ -194,7 +195,7 @@ void expect_ring_ctx(uint64_t page, uint64_t block_size, uint64_t stride, size_t
   std::vector<int64_t> e_own(n_req, kPoison), e_prev(n_req, kPoison), e_ring(n_req * page, kPoison);
   kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
   kvs_emu::set_schedule_seed(seed);
-  launch_ring_ctx(EmulatedLaunch{}, map.data(), dims, tables, b.positions.data(), n_req,
+  launch_ring_ctx(EmulatedLaunch{}, map.data(), dims, tables, b.positions.data(), n_req, nullptr,
                   e_own.data(), e_prev.data(), e_ring.data(), &fault, max_blocks);
   kvs_emu::set_schedule_seed(0);
   EXPECT_EQ(e_own, own);
@@ -279,7 +280,7 @@ TEST(KernelEmulation, the_batch_state_locs_kernel_matches_the_reference_in_every
           std::vector<int64_t> csa(n, kPoison), hca(n, kPoison);
           kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
           kvs_emu::set_schedule_seed(seed++);
-          launch_batch_state_locs(EmulatedLaunch{}, p, r.own.data(), slots, r.positions.data(), n,
+          launch_batch_state_locs(EmulatedLaunch{}, p, r.own.data(), slots, r.positions.data(), n, nullptr,
                                   csa_out ? csa.data() : nullptr, hca_out ? hca.data() : nullptr,
                                   &fault, max_blocks);
           EXPECT_EQ(csa, ref_csa);
