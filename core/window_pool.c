@@ -55,6 +55,10 @@ uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
   return pool != NULL ? pool->digest + pool->slots.digest : 0;
 }
 
+uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
+  return pool != NULL ? pool->digest : 0;
+}
+
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
   return pool != NULL ? pool->n_full_pages + pool->slots.n : 0;
 }

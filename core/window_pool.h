@@ -143,6 +143,10 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, k
  * (full page, window page), the dummy included. Equal mappings give equal
  * digests whatever order they were built in. */
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool);
+/* Its full pages' share alone (no request slots): what a table that
+ * follows the pool digests from its own rows (kvs_table_digest). 0 for
+ * NULL. */
+uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool);
 /* The same, recomputed from the mapping in O(pages). */
 uint64_t kvs_window_pool_digest_recompute(const struct kvs_window_pool *pool);
 /* The digest of full pages [first, end) only, from the mapping: ranks

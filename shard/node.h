@@ -113,6 +113,7 @@ typedef struct kvs_node_step_info {
   kvs_shard_step_info info;
   kvs_ring_result ring; /* on the device for a cuda table */
   uint64_t digest;      /* of the ring contexts, when asked for; else 0 */
+  void *event;          /* a cudaEvent_t after the step's device work; NULL on the host */
 } kvs_node_step_info;
 
 /* Collective: the next step (the node keeps the count) with rows in the

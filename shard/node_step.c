@@ -78,7 +78,8 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
                               node->table_reads_device_entries ? r.info.device_message : NULL,
                               &rows};
   kvs_table_step_timing timing = {0, 0};
-  kvs_status status = kvs_table_step(node->table, &args, &r.ring, event, &timing, &local);
+  kvs_status status = kvs_table_step(node->table, &args, &r.ring, &r.event, &timing, &local);
+  if (event != NULL) *event = r.event;
   node->stats.apply_ns += timing.apply_ns;
   node->stats.ring_ns += timing.ring_ns;
   if (status == KVS_OK && digest) {
@@ -180,8 +181,9 @@ kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,
 
 /* The shard's check hook: this rank's tables against its mirror pool, and
  * their fault records. Folded into the check's one allreduce. */
-kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
-  kvs_node_t node = ctx;
+/* The first full page where the tables' mapping differs from the pool's
+ * (downloaded: a check that already found the digests differ). */
+static kvs_status locate_table_difference(kvs_node_t node, kvs_error *err) {
   kvs_window_pool_t pool = kvs_shard_pool(node->shard);
   uint64_t rows = kvs_window_pool_full_tokens(pool) + 1;
   if (node->check_map == NULL) node->check_map = malloc((size_t)rows * sizeof *node->check_map);
@@ -200,6 +202,26 @@ kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
                            node->rank, (unsigned long long)(i / page), (unsigned long long)i,
                            (long long)node->check_map[i], (long long)mine[i]);
     }
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
+  kvs_node_t node = ctx;
+  kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+  /* The tables' digest first (8 bytes back from a device); the mapping
+   * comes back only to name the page when the digests differ. */
+  uint64_t table_digest = 0;
+  kvs_status status = kvs_table_digest(node->table, &table_digest, err);
+  if (status != KVS_OK) return status;
+  if (table_digest != kvs_window_pool_page_digest(pool)) {
+    status = locate_table_difference(node, err);
+    if (status != KVS_OK) return status;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "rank %d's tables digest to %016llx, its pool's pages to %016llx, yet "
+                         "their mappings read equal",
+                         node->rank, (unsigned long long)table_digest,
+                         (unsigned long long)kvs_window_pool_page_digest(pool));
   }
   kvs_device_faults faults;
   if ((status = kvs_table_faults(node->table, &faults, err)) != KVS_OK) return status;

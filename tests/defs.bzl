@@ -23,7 +23,7 @@ def kvs_cc_test(name, srcs = None, size = "small", copts = [], deps = [], linkst
         size = size,
         srcs = srcs if srcs != None else [name + ".cc"],
         copts = KVS_TEST_COPTS + copts,
-        deps = deps + ([] if gtest in deps else [gtest]),
+        deps = deps + ([] if gtest in deps or "//third_party:gtest" in deps else [gtest]),
         linkstatic = linkstatic,
         **kwargs
     )

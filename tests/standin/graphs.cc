@@ -27,6 +27,12 @@ uint64_t host_syncs(cudaStream_t stream) {
   return s != nullptr ? s->host_syncs : 0;
 }
 
+cudaStream_t stream_of_event(cudaEvent_t event) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  return event != nullptr ? event->recorded_on : nullptr;
+}
+
 }  // namespace kvs_standin
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {

@@ -126,6 +126,9 @@ Stats stats();
 // pageable memory on it (which wait for the host). What a step's device
 // work may not do to be captured in a graph.
 uint64_t host_syncs(cudaStream_t stream);
+// The stream an event was last recorded on (nullptr: never recorded), so a
+// test can find a library's stream from an event it hands out.
+cudaStream_t stream_of_event(cudaEvent_t event);
 
 // Every stream with queued work: its device, its head operation and what
 // that waits for; and each communicator's collectives still gathering.
