@@ -432,6 +432,7 @@ TEST(NullArguments, window_pool_refuses_a_null_pool_and_reads_zero) {
   EXPECT_EQ(kvs_window_pool_prefill_chunk_budget(nullptr), 0u);
   EXPECT_EQ(kvs_window_pool_mapping(nullptr), nullptr);
   EXPECT_EQ(kvs_window_pool_digest(nullptr), 0u);
+  EXPECT_EQ(kvs_window_pool_page_digest(nullptr), 0u);
   EXPECT_EQ(kvs_window_pool_digest_recompute(nullptr), 0u);
   EXPECT_EQ(kvs_window_pool_digest_range(nullptr, 0, 8), 0u);
   EXPECT_EQ(kvs_window_pool_digest_units(nullptr), 0u);

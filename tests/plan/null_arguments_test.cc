@@ -1,0 +1,267 @@
+// Every function plan/ declares, called with NULL (and zero where zero is
+// meaningless): a kvs_status call refuses with KVS_ERR_INVALID_ARGUMENT and
+// a message naming the argument, changing nothing; an accessor reads 0,
+// NULL, "" or SIZE_MAX as its header says; a destroy accepts NULL. Nothing
+// crashes. //tests/core:null_arguments_coverage_test fails naming any
+// function of a plan/ header that appears nowhere here (kNoPointer lists
+// those with no pointer argument).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/device_budget.h"
+#include "plan/device_layout.h"
+#include "plan/memory_budget.h"
+#include "plan/node_plan.h"
+#include "plan/node_setup.h"
+#include "plan/rank_layout.h"
+#include "plan/stage_split.h"
+#include "tests/topology/helpers.h"
+
+namespace {
+
+const char *const kNoPointer[] = {"kvs_device_tier_name", "kvs_budget_source_name"};
+
+#define EXPECT_NULL_REFUSED(arg, call)                                             \
+  do {                                                                             \
+    kvs_error err;                                                                 \
+    err.status = KVS_OK;                                                           \
+    err.message[0] = '\0';                                                         \
+    const kvs_status got_ = (call);                                                \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
+    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                      \
+    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"),       \
+              std::string::npos)                                                   \
+        << #call << " said: " << err.message;                                      \
+  } while (0)
+
+#define EXPECT_REFUSED(text, call)                                                 \
+  do {                                                                             \
+    kvs_error err;                                                                 \
+    err.status = KVS_OK;                                                           \
+    err.message[0] = '\0';                                                         \
+    const kvs_status got_ = (call);                                                \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
+    EXPECT_NE(std::string(err.message).find(text), std::string::npos)             \
+        << #call << " said: " << err.message;                                      \
+  } while (0)
+
+kvs_geometry flash() {
+  kvs_geometry g;
+  EXPECT_EQ(kvs_geometry_builtin("dsv4-flash", &g, nullptr), KVS_OK);
+  return g;
+}
+
+TEST(NullArguments, the_no_pointer_list_names_real_functions) {
+  EXPECT_STREQ(kvs_device_tier_name(KVS_DEVICE_TIER_WINDOW), "window");
+  EXPECT_STREQ(kvs_budget_source_name(KVS_BUDGET_NOMINAL), "nominal");
+  EXPECT_EQ(sizeof kNoPointer / sizeof kNoPointer[0], 2u);
+}
+
+TEST(NullArguments, memory_budget_and_device_budget) {
+  kvs_memory_budget b;
+  EXPECT_NULL_REFUSED("out", kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, 1ull << 30, 0.9, 0, 0,
+                                                    nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_memory_budget_explicit(1ull << 30, nullptr, &err));
+  EXPECT_FALSE(kvs_memory_budget_bytes(1ull << 30, 0.9, 0, 0, nullptr));
+  (void)b;
+  EXPECT_NULL_REFUSED("out", kvs_device_budget_compute(1ull << 30, 1ull << 31, 0.9, 0, nullptr,
+                                                       &err));
+  // Refused before anything is measured (no CUDA is asked).
+  EXPECT_NULL_REFUSED("out", kvs_device_budget_query(0, 0.9, 0, nullptr, &err));
+}
+
+TEST(NullArguments, rank_layout) {
+  std::vector<kvs_gpu_info> gpus = {kvs_test::fake_gpu(0, 0, 0), kvs_test::fake_gpu(1, 0, 0)};
+  kvs_rank_slot slots[2];
+  bool crossed = false;
+  EXPECT_NULL_REFUSED("gpus", kvs_rank_layout(nullptr, 2, 2, 1, slots, &err));
+  EXPECT_NULL_REFUSED("out", kvs_rank_layout(gpus.data(), 2, 2, 1, nullptr, &err));
+  EXPECT_REFUSED("n_gpus is 0", kvs_rank_layout(gpus.data(), 0, 1, 1, slots, &err));
+  EXPECT_NULL_REFUSED("gpus",
+                      kvs_rank_layout_cluster(nullptr, 2, 2, 1, false, slots, &crossed, &err));
+  EXPECT_NULL_REFUSED("out", kvs_rank_layout_cluster(gpus.data(), 2, 2, 1, false, nullptr,
+                                                     &crossed, &err));
+}
+
+TEST(NullArguments, stage_split) {
+  const kvs_geometry g = flash();
+  const std::vector<uint64_t> budgets = {80ull << 30};
+  kvs_split_request r{};
+  r.geometry = &g;
+  r.swa_ratio = 0.125;
+  r.page = 128;
+  r.floor_win_pages = 8;
+  r.n_scratch = 1;
+  r.n_stages = 1;
+  r.stage_budgets = budgets.data();
+  kvs_split_request no_geometry = r;
+  no_geometry.geometry = nullptr;
+  kvs_split_request no_budgets = r;
+  no_budgets.stage_budgets = nullptr;
+  kvs_split *split = new kvs_split;
+  uint64_t u = 0;
+  EXPECT_NULL_REFUSED("request", kvs_split_solve(nullptr, split, nullptr, &err));
+  EXPECT_NULL_REFUSED("request->geometry", kvs_split_solve(&no_geometry, split, nullptr, &err));
+  EXPECT_NULL_REFUSED("request->stage_budgets", kvs_split_solve(&no_budgets, split, nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_split_solve(&r, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_split_window_pages(nullptr, 8, &u, &err));
+  EXPECT_NULL_REFUSED("request->geometry", kvs_split_window_pages(&no_geometry, 8, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_split_window_pages(&r, 8, nullptr, &err));
+  EXPECT_NULL_REFUSED("request",
+                      kvs_split_range_bytes(nullptr, 0, 1, 8, nullptr, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("request->geometry", kvs_split_range_bytes(&no_geometry, 0, 1, 8, nullptr,
+                                                                 nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_split_range_weights(nullptr, 0, 1, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_split_range_weights(&r, 0, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_split_range_max_pages(nullptr, 0, 1, 1ull << 30, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_split_range_max_pages(&r, 0, 1, 1ull << 30, nullptr, &err));
+  delete split;
+}
+
+TEST(NullArguments, device_layout) {
+  const kvs_geometry g = flash();
+  kvs_pool_sizes sizes;
+  ASSERT_EQ(kvs_pool_sizes_compute(8, &g, 0.125, 128, KVS_WINDOW_FROM_RATIO, &sizes, nullptr),
+            KVS_OK);
+  kvs_cost_terms terms;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, kvs_geometry_layer_count(&g), nullptr, &terms, nullptr),
+            KVS_OK);
+  kvs_device_layout *layout = new kvs_device_layout;
+  const size_t L = kvs_geometry_layer_count(&g);
+  EXPECT_NULL_REFUSED("geometry", kvs_device_layout_build(nullptr, 0, L, nullptr, &sizes, nullptr,
+                                                          layout, &err));
+  EXPECT_NULL_REFUSED("sizes", kvs_device_layout_build(&g, 0, L, nullptr, nullptr, nullptr, layout,
+                                                       &err));
+  EXPECT_NULL_REFUSED("out", kvs_device_layout_build(&g, 0, L, nullptr, &sizes, nullptr, nullptr,
+                                                     &err));
+  kvs_device_footprint f;
+  EXPECT_NULL_REFUSED("terms", kvs_device_layout_footprint(nullptr, &sizes, nullptr, &f, &err));
+  EXPECT_NULL_REFUSED("sizes", kvs_device_layout_footprint(&terms, nullptr, nullptr, &f, &err));
+  EXPECT_NULL_REFUSED("out", kvs_device_layout_footprint(&terms, &sizes, nullptr, nullptr, &err));
+  ASSERT_EQ(kvs_device_layout_build(&g, 0, L, nullptr, &sizes, nullptr, layout, nullptr), KVS_OK);
+  kvs_device_region region;
+  EXPECT_NULL_REFUSED("layout", kvs_device_layout_region(nullptr, KVS_DEVICE_TIER_WINDOW, 0,
+                                                         &region, &err));
+  EXPECT_NULL_REFUSED("out", kvs_device_layout_region(layout, KVS_DEVICE_TIER_WINDOW, 0, nullptr,
+                                                      &err));
+  const kvs_table_dims dims = kvs_device_layout_dims(nullptr);
+  EXPECT_EQ(dims.page, 0u);
+  const kvs_row_widths widths = kvs_row_widths_fp8(nullptr);
+  EXPECT_EQ(widths.kv, 0u);
+  EXPECT_NULL_REFUSED("geometry", kvs_device_plan_solve(1ull << 36, nullptr, 0, L, nullptr, 0.125,
+                                                        8, 128, nullptr, layout, nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_device_plan_solve(1ull << 36, &g, 0, L, nullptr, 0.125, 8, 128,
+                                                   nullptr, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("faults", kvs_device_faults_check(nullptr, &err));
+  delete layout;
+}
+
+TEST(NullArguments, node_setup_and_node_plan) {
+  kvs_topology_t t = nullptr;
+  EXPECT_NULL_REFUSED("out", kvs_node_topology_open("bundled", nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("out", kvs_topology_open_spec("bundled", false, nullptr, nullptr, 0, &err));
+  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
+  kvs_test::Topology topology(t);
+  const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
+  const kvs_budget_request budget = KVS_BUDGET_REQUEST_INIT;
+  kvs_memory_budget b[8];
+  EXPECT_NULL_REFUSED("request", kvs_node_gpu_budget(nullptr, gpus.data(), 8, 0, b, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_gpu_budget(&budget, nullptr, 8, 0, b, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_gpu_budget(&budget, gpus.data(), 8, 0, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_node_budgets(nullptr, gpus.data(), 8, b, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_budgets(&budget, nullptr, 8, b, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_budgets(&budget, gpus.data(), 8, nullptr, &err));
+  EXPECT_REFUSED("n_gpus is 0", kvs_node_budgets(&budget, gpus.data(), 0, b, &err));
+  const kvs_device_layout_options defaults = kvs_node_layout_options(nullptr);
+  EXPECT_EQ(defaults.alignment, KVS_DEVICE_DEFAULT_ALIGNMENT);
+
+  const kvs_geometry g = flash();
+  kvs_plan_request r{};
+  r.geometry = &g;
+  r.swa_ratio = 0.125;
+  r.page = 128;
+  r.floor_win_pages = 8;
+  r.n_scratch = 1;
+  r.tp = 8;
+  r.pp = 1;
+  std::vector<uint64_t> budgets(8, 80ull << 30);
+  kvs_node_plan_t plan = nullptr;
+  EXPECT_NULL_REFUSED("request",
+                      kvs_node_plan_create(nullptr, gpus.data(), 8, budgets.data(), &plan, nullptr,
+                                           &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_plan_create(&r, nullptr, 8, budgets.data(), &plan, nullptr,
+                                                   &err));
+  EXPECT_NULL_REFUSED("budgets",
+                      kvs_node_plan_create(&r, gpus.data(), 8, nullptr, &plan, nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_plan_create(&r, gpus.data(), 8, budgets.data(), nullptr,
+                                                  nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_node_plan_make(nullptr, gpus.data(), 8, budgets.data(), &plan,
+                                                    nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), nullptr,
+                                                nullptr, &err));
+  EXPECT_EQ(plan, nullptr);
+  uint64_t pages = 0;
+  EXPECT_NULL_REFUSED("request", kvs_node_max_pages(nullptr, 0, 1, 80ull << 30, &pages, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_max_pages(&r, 0, 1, 80ull << 30, nullptr, &err));
+  ASSERT_EQ(kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), &plan, nullptr, nullptr),
+            KVS_OK);
+  kvs_test::Plan owned(plan);
+  kvs_device_layout *layout = new kvs_device_layout;
+  EXPECT_NULL_REFUSED("request", kvs_node_rank_layout(nullptr, plan, 0, layout, &err));
+  EXPECT_NULL_REFUSED("plan", kvs_node_rank_layout(&r, nullptr, 0, layout, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_rank_layout(&r, plan, 0, nullptr, &err));
+  delete layout;
+
+  kvs_node_plan_destroy(nullptr);
+  EXPECT_EQ(kvs_node_plan_split(nullptr), nullptr);
+  EXPECT_EQ(kvs_node_plan_rank_count(nullptr), 0u);
+  EXPECT_EQ(kvs_node_plan_rank(nullptr, 0), nullptr);
+  EXPECT_EQ(kvs_node_plan_tp(nullptr), 0u);
+  EXPECT_EQ(kvs_node_plan_pp(nullptr), 0u);
+  EXPECT_EQ(kvs_node_plan_replicas(nullptr), 0u);
+  EXPECT_EQ(kvs_node_plan_limiting_rank(nullptr), SIZE_MAX);
+  EXPECT_FALSE(kvs_node_plan_cross_node_tp(nullptr));
+}
+
+TEST(NullArguments, cluster) {
+  kvs_cluster_t c = nullptr;
+  EXPECT_NULL_REFUSED("out", kvs_cluster_open("bundled", 1, nullptr, nullptr, 0, &err));
+  kvs_cluster_destroy(nullptr);
+  kvs_topology_t t = nullptr;
+  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
+  kvs_test::Topology topology(t);
+  const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
+  const size_t counts[1] = {8};
+  const char *const labels[1] = {"node"};
+  EXPECT_NULL_REFUSED("gpu_counts",
+                      kvs_cluster_from_lists(1, nullptr, gpus.data(), labels, 0, t, &c, &err));
+  EXPECT_NULL_REFUSED("gpus",
+                      kvs_cluster_from_lists(1, counts, nullptr, labels, 0, t, &c, &err));
+  EXPECT_NULL_REFUSED("labels",
+                      kvs_cluster_from_lists(1, counts, gpus.data(), nullptr, 0, t, &c, &err));
+  EXPECT_NULL_REFUSED("own_topology", kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0,
+                                                             nullptr, &c, &err));
+  EXPECT_NULL_REFUSED("out", kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, t, nullptr,
+                                                    &err));
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(kvs_cluster_node_count(nullptr), 0u);
+  EXPECT_EQ(kvs_cluster_node(nullptr, 0), nullptr);
+  EXPECT_STREQ(kvs_cluster_node_label(nullptr, 0), "");
+  EXPECT_EQ(kvs_cluster_node_gpu_count(nullptr, 0), 0u);
+  EXPECT_EQ(kvs_cluster_own_node(nullptr), SIZE_MAX);
+  EXPECT_EQ(kvs_cluster_gpu_count(nullptr), 0u);
+  EXPECT_EQ(kvs_cluster_gpus(nullptr), nullptr);
+  EXPECT_EQ(kvs_cluster_local_index(nullptr, 0), SIZE_MAX);
+  EXPECT_STREQ(kvs_cluster_label(nullptr), "");
+  // A GPU past the list has no local index (it read past the array).
+  ASSERT_EQ(kvs_cluster_open("bundled", 1, &c, nullptr, 0, nullptr), KVS_OK);
+  EXPECT_EQ(kvs_cluster_local_index(c, 7), 7u);
+  EXPECT_EQ(kvs_cluster_local_index(c, 8), SIZE_MAX);
+  kvs_cluster_destroy(c);
+}
+
+}  // namespace
