@@ -722,6 +722,7 @@ const kvs_binding_report *kvs_node_binding(const struct kvs_node *node) { return
 const kvs_device_layout *kvs_node_layout(const struct kvs_node *node) { return node->layout; }
 kvs_table_t kvs_node_table(const struct kvs_node *node) { return node->table; }
 kvs_shard_t kvs_node_shard(const struct kvs_node *node) { return node->shard; }
+kvs_comm_t kvs_node_step_comm(const struct kvs_node *node) { return node->step_comm; }
 kvs_window_pool_t kvs_node_pool(const struct kvs_node *node) { return kvs_shard_pool(node->shard); }
 void kvs_node_stats_get(const struct kvs_node *node, kvs_node_stats *out) { *out = node->stats; }
 

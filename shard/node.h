@@ -134,6 +134,10 @@ kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *rows, bool 
 /* The step the node runs next. */
 uint64_t kvs_node_next_step(const struct kvs_node *node);
 
+/* The communicator the steps and checks run on: the one create was given,
+ * or the node's own NCCL one (step_backend "nccl"). */
+kvs_comm_t kvs_node_step_comm(const struct kvs_node *node);
+
 /* The last step's ring contexts in host memory (valid after a digest step
  * until the next step): n_req own and prev, n_req * P ring slots. */
 kvs_status kvs_node_host_ring(const struct kvs_node *node, const int64_t **own,

@@ -31,7 +31,6 @@ static bool first_rank_by_env(void) {
 
 typedef struct comms {
   kvs_comm_t comm;
-  kvs_comm_t bootstrap; /* the mpi comm under nccl */
   bool mpi;
   int rank, size;
 } comms;
@@ -47,19 +46,13 @@ static int open_comm(const kvsim_args *a, comms *c, kvs_error *err) {
     }
     return kvs_comm_self_create(&c->comm, err) == KVS_OK ? 0 : KVSIM_EXIT_FAILED;
   }
+  /* nccl: the launcher's MPI communicator; the node makes its NCCL one.
+   * Its libraries are asked for first. */
+  if (strcmp(b, "nccl") == 0 && kvsim_nccl_ready(err) != KVS_OK) return KVSIM_EXIT_FAILED;
   if (kvs_mpi_init(&c->rank, &c->size, err) != KVS_OK) return KVSIM_EXIT_FAILED;
   c->mpi = true;
-  if (strcmp(b, "mpi") == 0) {
-    return kvs_comm_mpi_create(NULL, 0, a->timeout_ms, &c->comm, err) == KVS_OK
-               ? 0
-               : KVSIM_EXIT_FAILED;
-  }
-  if (kvs_comm_mpi_create(NULL, 0, a->timeout_ms, &c->bootstrap, err) != KVS_OK) {
-    return KVSIM_EXIT_FAILED;
-  }
-  kvs_status status = kvsim_nccl_create(a, c->bootstrap, &c->comm, err);
-  if (status == KVS_OK) return 0;
-  return status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
+  return kvs_comm_mpi_create(NULL, 0, a->timeout_ms, &c->comm, err) == KVS_OK ? 0
+                                                                              : KVSIM_EXIT_FAILED;
 }
 
 int main(int argc, char **argv) {
@@ -80,7 +73,6 @@ int main(int argc, char **argv) {
     code = kvsim_simulate(c.comm, &a, false);
   }
   kvs_comm_destroy(c.comm);
-  kvs_comm_destroy(c.bootstrap);
   if (c.mpi) (void)kvs_mpi_finalize(NULL);
   kvsim_args_free(&a);
   /* Rank 0's report lost to a full disk is a failed run (exit 4). */

@@ -40,17 +40,17 @@ static void *run_rank(void *arg) {
   kvs_status status = strcmp(a->backend, "self") == 0
                           ? kvs_comm_self_create(&loop, &err)
                           : kvs_comm_loopback_create(t->group, t->rank, a->timeout_ms, &loop, &err);
-  if (status == KVS_OK && strcmp(a->backend, "nccl") == 0) {
-    status = kvsim_nccl_create(a, loop, &comm, &err);
-  } else {
-    comm = loop;
-    loop = NULL;
-  }
+  /* nccl: the node makes its NCCL communicator over the loopback one. */
+  if (status == KVS_OK && strcmp(a->backend, "nccl") == 0) status = kvsim_nccl_ready(&err);
+  comm = loop;
+  loop = NULL;
   if (status != KVS_OK) {
     if (t->rank == 0) {
       fprintf(stderr, "kvsim_local: %s backend unavailable: %s\n", a->backend, err.message);
     }
     t->code = status == KVS_ERR_UNSUPPORTED ? KVSIM_EXIT_UNAVAILABLE : KVSIM_EXIT_FAILED;
+    kvs_comm_destroy(comm);
+    comm = NULL;
   } else {
     t->code = kvsim_simulate(comm, a, true);
   }

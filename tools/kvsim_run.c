@@ -267,6 +267,13 @@ static void node_options(run *r, kvs_node_options *o) {
   o->topology = a->topology;
   o->cuda_device = a->cuda_device;
   o->device = a->device;
+  /* NCCL steps: the node's own communicator on its plan's GPU, set up over
+   * the launcher's (MPI, or loopback in kvsim_local); the tables on that
+   * GPU. */
+  if (strcmp(a->backend, "nccl") == 0) {
+    o->step_backend = "nccl";
+    if (o->device == KVS_NODE_DEVICE_AUTO) o->device = KVS_NODE_DEVICE_CUDA;
+  }
   o->check_every = a->check_every;
   o->check_integrity = true;
   o->nodes = a->nodes;
@@ -328,7 +335,7 @@ static void announce(const run *r) {
           " full pages, %" PRIu64
           " window pages, step capacity %zu entries (%zu-byte "
           "message), check every %" PRIu64 " steps\n",
-          r->world, r->tp, r->pp, kvs_comm_backend(r->comm),
+          r->world, r->tp, r->pp, kvs_comm_backend(kvs_node_step_comm(r->node)),
           kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
           kvs_cluster_label(kvs_node_cluster(r->node)), split->num_pages, split->n_win_pages,
           kvs_shard_step_capacity(shard), kvs_step_message_bytes(kvs_shard_step_capacity(shard)),
@@ -586,15 +593,16 @@ static kvs_status bare_broadcast(run *r, double *mean_ns, kvs_error *err) {
   if (n == 0) return KVS_OK;
   size_t bytes = kvs_step_message_bytes(kvs_shard_step_capacity(kvs_node_shard(r->node)));
   kvs_comm_buffer buf = {NULL, NULL, 0, NULL};
-  kvs_status status = kvs_comm_buffer_alloc(r->comm, bytes, &buf, err);
+  kvs_comm_t comm = kvs_node_step_comm(r->node);
+  kvs_status status = kvs_comm_buffer_alloc(comm, bytes, &buf, err);
   if (status != KVS_OK) return status;
   memset(buf.host, 0x5a, bytes);
   uint64_t start = kvs_now_ns();
   for (uint64_t i = 0; i < n && status == KVS_OK; i++) {
-    status = kvs_comm_broadcast(r->comm, &buf, bytes, 0, err);
+    status = kvs_comm_broadcast(comm, &buf, bytes, 0, err);
   }
   *mean_ns = (double)(kvs_now_ns() - start) / (double)n;
-  kvs_comm_buffer_free(r->comm, &buf);
+  kvs_comm_buffer_free(comm, &buf);
   return status;
 }
 
@@ -700,7 +708,7 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
   json_object_set_new(o, "ring_ctx_digest_agree", json_boolean(ring_agree));
   json_object_set_new(o, "steps_per_s",
                       json_real(elapsed_s > 0 ? (double)r->steps / elapsed_s : 0));
-  json_object_set_new(o, "backend", json_string(kvs_comm_backend(r->comm)));
+  json_object_set_new(o, "backend", json_string(kvs_comm_backend(kvs_node_step_comm(r->node))));
   json_object_set_new(o, "device",
                       json_string(kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node)))));
   json_object_set_new(o, "requests", kvs_json_u64(a->requests));
@@ -772,13 +780,9 @@ static int finish(run *r) {
   return agree ? KVSIM_EXIT_AGREE : KVSIM_EXIT_DIVERGED;
 }
 
-kvs_status kvsim_nccl_create(const kvsim_args *a, kvs_comm_t bootstrap, kvs_comm_t *out,
-                             kvs_error *err) {
-  /* Initialisation gets the collectives' deadline too, at least 30 s:
-   * NCCL's first connection setup is slower than a step's wait. */
-  int init_ms = a->timeout_ms > 30000 ? a->timeout_ms : 30000;
-  return kvs_comm_nccl_bootstrap(bootstrap, a->cuda_device >= 0 ? a->cuda_device : -1, init_ms,
-                                 a->timeout_ms, out, err);
+kvs_status kvsim_nccl_ready(kvs_error *err) {
+  const kvs_nccl_table *table = NULL;
+  return kvs_comm_nccl_table(&table, err);
 }
 
 /* The drills that act after a step: a binding or a request slot moved on

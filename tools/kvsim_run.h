@@ -22,10 +22,12 @@ extern "C" {
  * signal handlers, no self-inflicted kills). */
 int kvsim_simulate(kvs_comm_t comm, const kvsim_args *args, bool threads);
 
-/* The NCCL communicator the flags ask for (--timeout-ms, --cuda-device),
- * set up over `bootstrap`; both front ends make theirs here. */
-kvs_status kvsim_nccl_create(const kvsim_args *args, kvs_comm_t bootstrap, kvs_comm_t *out,
-                             kvs_error *err);
+/* Whether the NCCL backend and its libraries load (KVS_ERR_LIBRARY naming
+ * what is missing and where it was looked for): asked first, so a machine
+ * without libnccl says so whatever else it lacks. With --backend nccl the
+ * node makes its own NCCL communicator on its plan's GPU over the
+ * launcher's (kvs_node_options.step_backend). */
+kvs_status kvsim_nccl_ready(kvs_error *err);
 
 #ifdef __cplusplus
 }

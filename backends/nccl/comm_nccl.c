@@ -352,9 +352,11 @@ static kvs_status init_comm(nccl_ctx *ctx, const kvs_nccl_open_args *args, kvs_e
   if (args->parent != NULL) {
     what = "ncclCommSplit";
     ncclComm_t parent = (ncclComm_t)args->parent;
-    int parent_rank = 0;
-    rc = ncclCommUserRank(parent, &parent_rank);
-    if (rc == ncclSuccess) rc = ncclCommSplit(parent, 0, parent_rank, &ctx->comm, &config);
+    /* The split's rank and size are the parent's: known before it starts,
+     * so a failure or a timeout names them. */
+    rc = ncclCommUserRank(parent, &ctx->rank);
+    if (rc == ncclSuccess) rc = ncclCommCount(parent, &ctx->size);
+    if (rc == ncclSuccess) rc = ncclCommSplit(parent, 0, ctx->rank, &ctx->comm, &config);
   } else {
     what = "ncclCommInitRankConfig";
     ncclUniqueId id;
@@ -363,7 +365,7 @@ static kvs_status init_comm(nccl_ctx *ctx, const kvs_nccl_open_args *args, kvs_e
   }
   if ((rc != ncclSuccess && rc != ncclInProgress) || ctx->comm == NULL) {
     ctx->comm = NULL;
-    return kvs_error_set(err, KVS_ERR_COMM, "%s on rank %d (device %d): %s", what, args->rank,
+    return kvs_error_set(err, KVS_ERR_COMM, "%s on rank %d (device %d): %s", what, ctx->rank,
                          ctx->device, ncclGetErrorString(rc));
   }
   ctx->own_comm = true;
@@ -410,9 +412,22 @@ static kvs_status nccl_open(const kvs_nccl_open_args *args, const kvs_comm_vtabl
   ctx->rank = args->rank;
   ctx->size = args->nranks;
   ctx->timeout_ms = args->timeout_ms;
+  /* A device this process does not have is the machine's lack, said as
+   * such, before anything touches it. */
+  int count = 0;
+  kvs_status status = kvs_cuda_device_count(&count, err);
+  if (status == KVS_OK && args->device >= count) {
+    status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                           "rank %d: CUDA device %d asked for, but CUDA sees %d device%s",
+                           args->rank, args->device, count, count == 1 ? "" : "s");
+  }
+  if (status != KVS_OK) {
+    free(ctx);
+    return status;
+  }
   /* Entering creates the device's context now, and proves it usable. */
   kvs_cuda_device_scope scope;
-  kvs_status status = enter(ctx, &scope, err);
+  status = enter(ctx, &scope, err);
   if (status != KVS_OK) {
     free(ctx);
     return status;

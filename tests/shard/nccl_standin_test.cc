@@ -880,10 +880,11 @@ TEST(NcclStandin, the_initialisation_and_the_collectives_have_separate_deadlines
         long ms = ms_since(start);
         EXPECT_GE(ms, short_ms) << "rank " << r << " gave up early";
         EXPECT_LT(ms, long_ms / 6) << "rank " << r << " waited for the collectives' deadline";
-        EXPECT_TRUE(contains(x.message, "nccl communicator initialisation on rank ") &&
-                    contains(x.message, " was still in progress after " +
+        EXPECT_TRUE(contains(x.message, "nccl communicator initialisation on rank " +
+                                            std::to_string(r) + " of " + std::to_string(n) +
+                                            " was still in progress after " +
                                             std::to_string(short_ms) + " ms: "))
-            << x.message;
+            << x.message << " (the split's rank and size are the parent's from the start)";
         EXPECT_EQ(comm, nullptr);
       }
       gave_up.arrive_and_wait();
@@ -1060,8 +1061,12 @@ TEST(NcclStandin, without_the_device_every_rank_fails_saying_why) {
     std::memcpy(o.unique_id, id, sizeof id);
     o.device = devices;
     kvs_comm_t comm = nullptr;
-    EXPECT_NE(kvs_comm_nccl_create(&o, &comm, &err), KVS_OK);
-    EXPECT_TRUE(contains(err.message, "cudaSetDevice(" + std::to_string(devices) + ")"))
+    // The machine's lack, said as such (KVS_ERR_UNSUPPORTED), before the
+    // device is touched.
+    EXPECT_EQ(kvs_comm_nccl_create(&o, &comm, &err), KVS_ERR_UNSUPPORTED);
+    EXPECT_TRUE(devices == 0 ? contains(err.message, "no CUDA device visible")
+                             : contains(err.message, "CUDA device 2 asked for, but CUDA sees 2 "
+                                                     "devices"))
         << err.message;
     EXPECT_EQ(comm, nullptr);
     EXPECT_EQ(kvs_standin::latest_comm(0), nullptr) << "a rank went on into NCCL";
