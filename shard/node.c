@@ -534,8 +534,9 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   return KVS_OK;
 }
 
-/* Collective, step 6: this rank's stage's shard, whose hooks feed and check
- * the tables. */
+/* Collective, step 6: this rank's stage's shard. Its steps hand the node
+ * each journal (the node then steps the tables); its checks carry the
+ * tables' verdict (kvs_node_check_report). */
 static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
@@ -544,8 +545,6 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.step_capacity = o->step_capacity;
   so.check_every = o->check_every;
   so.check_integrity = o->check_integrity;
-  so.on_check = kvs_node_check_tables;
-  so.on_check_ctx = node;
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);

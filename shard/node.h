@@ -21,8 +21,10 @@
  *      rank, its GPU and its layers;
  *   5. the tables: backends/cuda/device_tables on a GPU, or the host twin running
  *      core/device_ref's references (shard/table.h);
- *   6. the shard runtime, whose on_apply hook applies each step's journal
- *      to the tables (from the broadcast's device buffer on NCCL).
+ *   6. the shard runtime: each node step is the shard's step (the
+ *      journal received), then one table step over it (from the
+ *      broadcast's device buffer on NCCL), and each check carries the
+ *      tables' verdict against the pool into the shard's allreduce.
  *
  * Every rank must pass the same options; a fingerprint of everything that
  * shapes the pool (the geometry, the layout, the row widths, the sizing

@@ -46,8 +46,4 @@ struct kvs_node {
   kvs_node_stats stats;
 };
 
-/* The shard's check hook (node_step.c): this rank's tables against its
- * mirror pool, and their fault records. */
-kvs_status kvs_node_check_tables(void *ctx, kvs_error *err);
-
 #endif /* KVS_SHARD_NODE_INTERNAL_H */

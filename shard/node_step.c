@@ -206,8 +206,9 @@ static kvs_status locate_table_difference(kvs_node_t node, kvs_error *err) {
   return KVS_OK;
 }
 
-kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
-  kvs_node_t node = ctx;
+/* This rank's tables against its mirror pool, and their fault records:
+ * the local verdict each check carries into its allreduce. */
+static kvs_status check_tables(kvs_node_t node, kvs_error *err) {
   kvs_window_pool_t pool = kvs_shard_pool(node->shard);
   /* The tables' digest first (8 bytes back from a device); the mapping
    * comes back only to name the page when the digests differ. */
@@ -230,7 +231,13 @@ kvs_status kvs_node_check_tables(void *ctx, kvs_error *err) {
 
 kvs_status kvs_node_check_report(kvs_node_t node, kvs_shard_report *report, kvs_error *err) {
   if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  return kvs_shard_check(node->shard, report, err);
+  kvs_error local;
+  kvs_error_clear(&local);
+  /* A stopped shard answers the check with its own status; its tables are
+   * not asked. */
+  kvs_status verdict =
+      kvs_shard_health(node->shard) == KVS_OK ? check_tables(node, &local) : KVS_OK;
+  return kvs_shard_check_with(node->shard, verdict, &local, report, err);
 }
 
 /* ---- the engine's form ---- */

@@ -49,10 +49,6 @@ struct kvs_shard {
   uint64_t next_step;
   uint64_t check_every;
   bool check_integrity;
-  kvs_shard_apply_fn on_apply;
-  void *on_apply_ctx;
-  kvs_shard_check_fn on_check;
-  void *on_check_ctx;
 
   uint64_t aux_step; /* NONE until set */
   uint64_t aux_digest;
@@ -159,10 +155,6 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   shard->message_bytes = kvs_step_message_bytes(capacity);
   shard->check_every = options->check_every;
   shard->check_integrity = options->check_integrity;
-  shard->on_apply = options->on_apply;
-  shard->on_apply_ctx = options->on_apply_ctx;
-  shard->on_check = options->on_check;
-  shard->on_check_ctx = options->on_check_ctx;
   shard->aux_step = NONE;
   shard->seen_step = NONE;
   shard->stale_since = NONE;
@@ -288,26 +280,10 @@ static void count_entries(kvs_shard_t shard, const kvs_journal_entry *entries, s
   }
 }
 
-static kvs_status run_hook(kvs_shard_t shard, uint64_t step, const kvs_journal_entry *entries,
-                           const void *device_entries, size_t n, kvs_error *err) {
-  if (shard->on_apply == NULL) return KVS_OK;
-  kvs_shard_apply_batch batch = {step, entries, device_entries, n, shard->rank, shard->leader};
-  kvs_error local;
-  kvs_error_clear(&local);
-  uint64_t start = kvs_now_ns();
-  kvs_status status = shard->on_apply(shard->on_apply_ctx, &batch, &local);
-  shard->stats.hook_ns += kvs_now_ns() - start;
-  if (status == KVS_OK) return KVS_OK;
-  kvs_error_set(err, status, "on_apply hook failed on rank %d at step %llu: %s", shard->rank,
-                (unsigned long long)step, local.message);
-  return poison(shard, status, err != NULL ? err->message : local.message);
-}
-
 /* ---- follower: apply one message ---- */
 
 static kvs_status apply_message(kvs_shard_t shard, const void *message, size_t bytes,
-                                const void *device_entries, kvs_shard_step_info *info,
-                                kvs_error *err) {
+                                kvs_shard_step_info *info, kvs_error *err) {
   kvs_step_header h;
   const kvs_journal_entry *entries;
   kvs_status status = kvs_step_message_read(message, bytes, shard->capacity, &h, &entries, err);
@@ -350,7 +326,6 @@ static kvs_status apply_message(kvs_shard_t shard, const void *message, size_t b
   }
   shard->next_step++;
   count_entries(shard, entries, h.count, info);
-  if ((status = run_hook(shard, h.step, entries, device_entries, h.count, err))) return status;
 
   uint64_t digest = kvs_window_pool_digest(shard->pool);
   if (digest != h.digest) {
@@ -384,7 +359,7 @@ kvs_status kvs_shard_apply_message(kvs_shard_t shard, const void *message, size_
   }
   kvs_status status = check_live(shard, err);
   if (status != KVS_OK) return status;
-  return apply_message(shard, message, bytes, NULL, info, err);
+  return apply_message(shard, message, bytes, info, err);
 }
 
 /* ---- the step ---- */
@@ -428,14 +403,9 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
   kvs_comm_buffer *message = message_of(shard, step);
   if (!shard->leader) {
     if ((status = broadcast_message(shard, step, err))) return status;
-    uint64_t start = kvs_now_ns(), hook_before = shard->stats.hook_ns;
-    status = apply_message(shard, message->host, shard->message_bytes,
-                           message->device == NULL
-                               ? NULL
-                               : (const char *)message->device + KVS_STEP_HEADER_BYTES,
-                           info, err);
-    /* The hook runs inside the apply; its time is counted on its own. */
-    shard->stats.mirror_ns += kvs_now_ns() - start - (shard->stats.hook_ns - hook_before);
+    uint64_t start = kvs_now_ns();
+    status = apply_message(shard, message->host, shard->message_bytes, info, err);
+    shard->stats.mirror_ns += kvs_now_ns() - start;
     /* A malformed message, or the leader on another step, out of the
      * group's own collective: the protocol itself is broken, and this rank
      * can no longer stay in lockstep. */
@@ -472,11 +442,7 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
     info->entries_at = entries;
     info->device_message = message->device;
   }
-  return run_hook(shard, step, entries,
-                  message->device == NULL
-                      ? NULL
-                      : (const char *)message->device + KVS_STEP_HEADER_BYTES,
-                  n, err);
+  return KVS_OK;
 }
 
 kvs_status kvs_shard_abort_step(kvs_shard_t shard, uint64_t step, kvs_status reason,
@@ -574,17 +540,20 @@ static void seen_text(const kvs_shard_report *r, char *out, size_t cap) {
   }
 }
 
-/* This rank's own integrity: the pool's check, then the hook's (the state
- * the pool does not hold, e.g. device tables). *kind says which failed: 0
- * the pool, 1 the hook. */
-static bool own_integrity(kvs_shard_t shard, kvs_error *why, uint64_t *kind) {
+/* This rank's own integrity: the pool's check, then the caller's verdict
+ * on the state the pool does not hold (e.g. device tables). *kind says
+ * which failed: 0 the pool, 1 the caller's. */
+static bool own_integrity(kvs_shard_t shard, kvs_status local, const kvs_error *local_err,
+                          kvs_error *why, uint64_t *kind) {
   *kind = 0;
   if (shard->check_integrity && kvs_window_pool_check_integrity(shard->pool, why) != KVS_OK) {
     return false;
   }
-  if (shard->on_check == NULL) return true;
+  if (local == KVS_OK) return true;
   *kind = 1;
-  return shard->on_check(shard->on_check_ctx, why) == KVS_OK;
+  kvs_error_set(why, local, "%s",
+                local_err != NULL ? local_err->message : kvs_status_string(local));
+  return false;
 }
 
 /* The check's words: every value with its complement, so one MIN gives
@@ -710,7 +679,7 @@ static kvs_status judge(kvs_shard_t shard, kvs_shard_report *r, bool integrity_o
     r->rank = (int)(integrity_rank >> 1);
     return kvs_error_set(
         err, KVS_ERR_DIVERGENCE, "rank %d's %s (checked after step %lld)%s%s", r->rank,
-        integrity_rank & 1 ? "check hook failed (state beside its pool)"
+        integrity_rank & 1 ? "check of the state beside its pool failed"
                            : "window pool fails its integrity check",
         (long long)r->step, integrity_ok ? "" : ": ", integrity_ok ? "" : integrity->message);
   }
@@ -727,6 +696,11 @@ static kvs_status judge(kvs_shard_t shard, kvs_shard_report *r, bool integrity_o
 }
 
 kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err) {
+  return kvs_shard_check_with(shard, KVS_OK, NULL, report, err);
+}
+
+kvs_status kvs_shard_check_with(kvs_shard_t shard, kvs_status local, const kvs_error *local_err,
+                                kvs_shard_report *report, kvs_error *err) {
   kvs_status status = check_live(shard, err);
   if (status != KVS_OK) return status;
   kvs_comm_stats before, after;
@@ -736,7 +710,7 @@ kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_erro
   kvs_error integrity;
   kvs_error_clear(&integrity);
   uint64_t integrity_kind = 0;
-  bool integrity_ok = own_integrity(shard, &integrity, &integrity_kind);
+  bool integrity_ok = own_integrity(shard, local, local_err, &integrity, &integrity_kind);
   put_check_words(shard, integrity_ok, integrity_kind);
   if ((status = reduce(shard, C_WORDS, KVS_COMM_MIN, err))) return status;
   kvs_shard_report r = agreeing_report(shard, shard->words.host);

@@ -8,8 +8,10 @@
  *   allocator runs. Its binding journal is shipped once per scheduler step
  *   in ONE fixed-capacity broadcast (shard/step_message.h); followers
  *   replay it onto their mirror pools (kvs_window_pool_apply, all or
- *   nothing) and every rank, the leader included, hands the entries to an
- *   optional on_apply hook (the device binding table on GPUs).
+ *   nothing). Every rank, the leader included, learns where the step's
+ *   entries lie (kvs_shard_step_info) and hands them on itself: the shard
+ *   calls nothing back, so what follows a step (the node's table step)
+ *   runs in the caller's order, on the caller's stream.
  * - Steps are epochs: every rank runs step k only after k-1; a message for
  *   another step is refused (KVS_ERR_EPOCH) and changes nothing.
  * - After applying, a follower compares its digest with the leader's (it
@@ -53,28 +55,6 @@ typedef struct kvs_shard *kvs_shard_t;
 /* Ranks are packed into 16 bits in reductions (shard/rank_word.h). */
 #define KVS_SHARD_MAX_RANKS 65535
 
-/* One step's bindings as every rank applies them. */
-typedef struct kvs_shard_apply_batch {
-  uint64_t step;
-  const kvs_journal_entry *entries; /* host memory */
-  const void *device_entries;       /* the same entries in device memory (nccl), else NULL */
-  size_t n;
-  int rank;
-  bool leader;
-} kvs_shard_apply_batch;
-
-/* Called on every rank after its mirror took the step (on the leader after
- * the broadcast). A failure poisons the shard: the device table's state is
- * then unknown, and the host mirror has already moved on. */
-typedef kvs_status (*kvs_shard_apply_fn)(void *ctx, const kvs_shard_apply_batch *batch,
-                                         kvs_error *err);
-
-/* Called by every check on every rank: a local verdict on state the pool
- * does not hold itself (the device tables against the pool). A failure is
- * folded into the check's one allreduce as an integrity failure of this
- * rank, with the hook's message on this rank. */
-typedef kvs_status (*kvs_shard_check_fn)(void *ctx, kvs_error *err);
-
 typedef struct kvs_shard_options {
   size_t size;                 /* sizeof(kvs_shard_options) */
   uint64_t max_running;        /* concurrent requests: the pool's reserve, the capacity */
@@ -82,16 +62,11 @@ typedef struct kvs_shard_options {
   size_t step_capacity;        /* journal entries per step; 0: kvs_shard_step_capacity_for */
   uint64_t check_every;        /* steps between digest checks; 0: on demand only */
   bool check_integrity;        /* each check also runs the pool's integrity check */
-  kvs_shard_apply_fn on_apply; /* optional */
-  void *on_apply_ctx;
-  kvs_shard_check_fn on_check; /* optional */
-  void *on_check_ctx;
 } kvs_shard_options;
 
 #define KVS_SHARD_OPTIONS_INIT                                                                \
   {                                                                                           \
-    sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, NULL, \
-        NULL, NULL, NULL                                                                      \
+    sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true \
   }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
@@ -124,8 +99,7 @@ size_t kvs_shard_step_capacity(const struct kvs_shard *shard);
 /* The step this rank runs next (steps start at 0). */
 uint64_t kvs_shard_next_step(const struct kvs_shard *shard);
 /* KVS_OK, or the status that stopped this shard: KVS_ERR_COMM after a
- * leader's abort (sent or received) or a failed collective, the hook's
- * status after a failed on_apply. */
+ * leader's abort (sent or received) or a failed collective. */
 kvs_status kvs_shard_health(const struct kvs_shard *shard);
 /* Whether `step` is one after which a periodic check is due. */
 bool kvs_shard_check_due(const struct kvs_shard *shard, uint64_t step);
@@ -215,6 +189,15 @@ typedef struct kvs_shard_report {
  * O(log pages) collectives. report may be NULL. */
 kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err);
 
+/* Collective: kvs_shard_check with this rank's verdict on state the pool
+ * does not hold itself (the node's device tables against the pool):
+ * `local` is KVS_OK or the failure, `local_err` (may be NULL) its message.
+ * A failure rides in the check's one allreduce as an integrity failure of
+ * this rank ("check of the state beside its pool failed"), reported on
+ * every rank, with the message on this one. */
+kvs_status kvs_shard_check_with(kvs_shard_t shard, kvs_status local, const kvs_error *local_err,
+                                kvs_shard_report *report, kvs_error *err);
+
 /* Fault injection, local: moves full page `full_page`'s binding on this
  * rank only to another window page (a free one when there is one, through
  * the pool's own replay so its free list stays consistent; otherwise by a
@@ -244,7 +227,6 @@ typedef struct kvs_shard_stats {
   /* Where steps spent their time (monotonic clock, summed over steps). */
   uint64_t broadcast_ns; /* the step's collective */
   uint64_t mirror_ns;    /* followers' replay onto their mirror pool, digest checks */
-  uint64_t hook_ns;      /* the on_apply hook */
 } kvs_shard_stats;
 
 void kvs_shard_stats_get(const struct kvs_shard *shard, kvs_shard_stats *out);

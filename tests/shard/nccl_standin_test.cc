@@ -7,7 +7,7 @@
 // from one unique id (kvs_comm_nccl_create), or split from an engine's own
 // ncclComm_t (kvs_comm_nccl_create with a parent). NCCL collectives run on
 // the stand-in's lazily run, adversarially interleaved streams, and the
-// shard steps over them feed the device tables through on_apply with the
+// shard steps over them feed the device tables after each step with the
 // device copy of the entries. Over seeded schedules with 2, 4 and 8 ranks:
 //   - the defects of issue 17 in the backend, one test each;
 //   - split mode: the engine's communicator is never aborted, finalized or
@@ -46,6 +46,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
 #include "shard/shard.h"
+#include "shard/step_message.h"
 #include "tests/shard/ranks.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"
@@ -263,9 +264,9 @@ class Driver {
   std::vector<uint64_t> bound_;
 };
 
-// on_apply: the step's entries into this rank's device tables on a stream
-// of its own (not the communicator's), from the device copy of the
-// entries or from the host copy.
+// After each step: the step's entries into this rank's device tables on a
+// stream of its own (not the communicator's), from the device copy of the
+// entries or from the host copy, as the step's info names them.
 struct Consumer {
   kvs_comm_t comm = nullptr;
   kvs_device_tables_t tables = nullptr;
@@ -273,24 +274,25 @@ struct Consumer {
   bool from_device = true;
 };
 
-kvs_status feed_tables(void *ctx, const kvs_shard_apply_batch *batch, kvs_error *err) {
-  auto *c = static_cast<Consumer *>(ctx);
+kvs_status feed_tables(Consumer *c, const kvs_shard_step_info &info, kvs_error *err) {
   if (c->from_device) {
-    if (batch->device_entries == nullptr) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "no device entries over nccl");
+    if (info.device_message == nullptr) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "no device message over nccl");
     }
     kvs_status status = kvs_device_tables_apply_journal_device(
-        c->tables, static_cast<const kvs_journal_entry *>(batch->device_entries), batch->n,
-        c->stream, err);
+        c->tables,
+        reinterpret_cast<const kvs_journal_entry *>(
+            static_cast<const char *>(info.device_message) + KVS_STEP_HEADER_BYTES),
+        info.entries, c->stream, err);
     // The next collective must not overwrite the entries before the apply
     // on our stream has read them.
     if (status == KVS_OK) status = kvs_comm_reads_done(c->comm, c->stream, err);
     return status;
   }
-  return kvs_device_tables_apply_journal(c->tables, batch->entries, batch->n, c->stream, err);
+  return kvs_device_tables_apply_journal(c->tables, info.entries_at, info.entries, c->stream, err);
 }
 
-// A shard over `comm` stepping `steps` times, its on_apply feeding device
+// A shard over `comm` stepping `steps` times, each step feeding device
 // tables; at the end the tables must equal the rank's host mirror.
 void shard_steps(kvs_comm_t comm, int rank, uint64_t seed, int steps, bool from_device) {
   kvs_error err;
@@ -311,15 +313,15 @@ void shard_steps(kvs_comm_t comm, int rank, uint64_t seed, int steps, bool from_
   o.max_running = 2;
   o.step_capacity = 32;
   o.check_every = 4;
-  o.on_apply = feed_tables;
-  o.on_apply_ctx = &consumer;
   kvs_shard_t shard = nullptr;
   ASSERT_EQ(kvs_shard_create(comm, &sizes, &o, &shard, &err), KVS_OK) << err.message;
   Driver driver(kvs_shard_pool(shard), seed);
   for (int step = 0; step < steps; step++) {
     if (rank == 0) driver.step_work();
-    ASSERT_EQ(kvs_shard_step(shard, uint64_t(step), nullptr, &err), KVS_OK)
+    kvs_shard_step_info info;
+    ASSERT_EQ(kvs_shard_step(shard, uint64_t(step), &info, &err), KVS_OK)
         << "step " << step << ": " << err.message;
+    ASSERT_EQ(feed_tables(&consumer, info, &err), KVS_OK) << "step " << step << ": " << err.message;
   }
   std::vector<int64_t> table(kvs_window_pool_full_tokens(kvs_shard_pool(shard)) + 1);
   ASSERT_EQ(kvs_device_tables_download_mapping(consumer.tables, table.data(), table.size(), &err),
@@ -718,7 +720,7 @@ TEST(NcclStandin, ranks_on_two_nodes_pick_distinct_local_devices) {
 }
 
 // Issue 17, defect 2 (device side): the device copy of the entries handed
-// to on_apply was overwritten by the next step's broadcast while a kernel
+// a step hands on was overwritten by the next step's broadcast while a kernel
 // on another stream could still read it.
 TEST(NcclStandin, step_buffers_are_not_reused_while_a_consumer_reads_them) {
   kvs_standin_harness::over_schedules(60, ranks_of, [](uint64_t seed) {

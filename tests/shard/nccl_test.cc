@@ -33,6 +33,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/comm_self.h"
 #include "shard/shard.h"
+#include "shard/step_message.h"
 
 namespace {
 
@@ -137,40 +138,32 @@ TEST(CommNccl, one_rank_moves_device_buffers_and_drives_a_shard) {
   EXPECT_EQ(kvs_comm_barrier(comm, &err), KVS_OK) << err.message;
   kvs_comm_buffer_free(comm, &b);
 
-  // A shard over the device backend: the hook gets the step's entries in
+  // A shard over the device backend: the step's info names its entries in
   // device memory too, identical to the host copy.
   const uint32_t ratios[] = {0, 4, 128, 4};
   kvs_geometry g;
   ASSERT_EQ(kvs_geometry_init(&g, 8, 4, 4, ratios, 4, &err), KVS_OK);
   kvs_pool_sizes sizes;
   ASSERT_EQ(kvs_pool_sizes_compute(64, &g, 0.5, 128, 12, &sizes, &err), KVS_OK);
-  struct Seen {
-    size_t n = 0;
-    bool device_matches = false;
-  } seen;
   kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
   so.max_running = 2;
-  so.on_apply_ctx = &seen;
-  so.on_apply = [](void *ctx, const kvs_shard_apply_batch *batch, kvs_error *) -> kvs_status {
-    auto *s = static_cast<Seen *>(ctx);
-    s->n = batch->n;
-    std::vector<kvs_journal_entry> copy(batch->n);
-    s->device_matches =
-        batch->device_entries != nullptr &&
-        cudaMemcpy(copy.data(), batch->device_entries, batch->n * sizeof(kvs_journal_entry),
-                   cudaMemcpyDeviceToHost) == cudaSuccess &&
-        std::memcmp(copy.data(), batch->entries, batch->n * sizeof(kvs_journal_entry)) == 0;
-    return KVS_OK;
-  };
   kvs_shard_t shard = nullptr;
   ASSERT_EQ(kvs_shard_create(comm, &sizes, &so, &shard, &err), KVS_OK) << err.message;
   std::vector<int64_t> locs(2 * 128);
   for (size_t i = 0; i < locs.size(); i++) locs[i] = int64_t(3 * 128 + i);
   ASSERT_EQ(kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(), nullptr, &err),
             KVS_OK);
-  ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK) << err.message;
-  EXPECT_EQ(seen.n, 2u);
-  EXPECT_TRUE(seen.device_matches);
+  kvs_shard_step_info info;
+  ASSERT_EQ(kvs_shard_step(shard, 0, &info, &err), KVS_OK) << err.message;
+  EXPECT_EQ(info.entries, 2u);
+  ASSERT_NE(info.device_message, nullptr);
+  std::vector<kvs_journal_entry> copy(info.entries);
+  ASSERT_EQ(cudaMemcpy(copy.data(),
+                       static_cast<const char *>(info.device_message) + KVS_STEP_HEADER_BYTES,
+                       info.entries * sizeof(kvs_journal_entry), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::memcmp(copy.data(), info.entries_at, info.entries * sizeof(kvs_journal_entry)),
+            0);
   kvs_shard_destroy(shard);
   kvs_comm_destroy(comm);
   kvs_comm_destroy(boot);
@@ -289,20 +282,23 @@ TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
       kvs_device_tables_t tables = nullptr;
       cudaStream_t stream = nullptr;
     } c{comm};
+    // After each step, as the node's table step does: the entries from
+    // the broadcast's device buffer onto the tables, on the consumer's
+    // stream, which the next broadcast then waits for.
+    auto feed = [&c](const kvs_shard_step_info &info, kvs_error *e) -> kvs_status {
+      kvs_status s = kvs_device_tables_apply_journal_device(
+          c.tables,
+          reinterpret_cast<const kvs_journal_entry *>(
+              static_cast<const char *>(info.device_message) + KVS_STEP_HEADER_BYTES),
+          info.entries, c.stream, e);
+      return s == KVS_OK ? kvs_comm_reads_done(c.comm, c.stream, e) : s;
+    };
     ASSERT_EQ(kvs_device_tables_create(device, &layout, &c.tables, &err), KVS_OK) << err.message;
     ASSERT_EQ(cudaSetDevice(device), cudaSuccess);  // the test's own stream, on that device
     ASSERT_EQ(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), cudaSuccess);
     kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
     so.max_running = 2;
     so.step_capacity = 32;
-    so.on_apply_ctx = &c;
-    so.on_apply = [](void *ctx, const kvs_shard_apply_batch *batch, kvs_error *e) -> kvs_status {
-      auto *k = static_cast<Consumer *>(ctx);
-      kvs_status s = kvs_device_tables_apply_journal_device(
-          k->tables, static_cast<const kvs_journal_entry *>(batch->device_entries), batch->n,
-          k->stream, e);
-      return s == KVS_OK ? kvs_comm_reads_done(k->comm, k->stream, e) : s;
-    };
     kvs_shard_t shard = nullptr;
     ASSERT_EQ(kvs_shard_create(comm, &sizes, &so, &shard, &err), KVS_OK) << err.message;
     kvs_window_pool_t pool = kvs_shard_pool(shard);
@@ -312,7 +308,9 @@ TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
       if (kvs_window_pool_alloc(pool, locs.data(), locs.size(), nullptr, nullptr) != KVS_OK) {
         ASSERT_EQ(kvs_window_pool_free(pool, locs.data(), locs.size(), &err), KVS_OK);
       }
-      ASSERT_EQ(kvs_shard_step(shard, step, nullptr, &err), KVS_OK) << err.message;
+      kvs_shard_step_info info;
+      ASSERT_EQ(kvs_shard_step(shard, step, &info, &err), KVS_OK) << err.message;
+      ASSERT_EQ(feed(info, &err), KVS_OK) << err.message;
     }
     std::vector<int64_t> table(kvs_window_pool_full_tokens(pool) + 1);
     ASSERT_EQ(kvs_device_tables_download_mapping(c.tables, table.data(), table.size(), &err),

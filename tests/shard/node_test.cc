@@ -302,7 +302,7 @@ TEST(Node, a_table_that_falls_behind_its_pool_is_named_by_the_check) {
   });
   ASSERT_EQ(messages.size(), 2u);
   for (const std::string &msg : messages) {
-    EXPECT_TRUE(contains(msg, "rank 1's check hook failed (state beside its pool)")) << msg;
+    EXPECT_TRUE(contains(msg, "rank 1's check of the state beside its pool failed")) << msg;
   }
   bool detailed = false;
   for (const std::string &msg : messages) {

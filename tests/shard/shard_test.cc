@@ -1,5 +1,5 @@
 // The shard runtime over the self backend and over an in-process loopback
-// group: steps, epochs, capacity, on_apply, digests, bisection, aborts,
+// group: steps, epochs, capacity, step infos, digests, bisection, aborts,
 // dead peers.
 #include "shard/shard.h"
 
@@ -44,30 +44,23 @@ std::vector<int64_t> page_locs(uint64_t first_page, uint64_t n_pages) {
   return locs;
 }
 
+// What a step's info says it carried, step by step: the entries a caller
+// (the node's table step) hands on after kvs_shard_step.
 struct Recorder {
   std::vector<kvs_journal_entry> seen;
   std::vector<uint64_t> steps;
-  bool fail = false;
+  void take(const kvs_shard_step_info &info) {
+    steps.push_back(info.step);
+    seen.insert(seen.end(), info.entries_at, info.entries_at + info.entries);
+  }
 };
 
-kvs_status record(void *ctx, const kvs_shard_apply_batch *batch, kvs_error *err) {
-  auto *r = static_cast<Recorder *>(ctx);
-  if (r->fail) return kvs_error_set(err, KVS_ERR_CUDA, "device table upload failed");
-  r->steps.push_back(batch->step);
-  r->seen.insert(r->seen.end(), batch->entries, batch->entries + batch->n);
-  return KVS_OK;
-}
-
 kvs_shard_t make_shard(kvs_comm_t comm, const kvs_pool_sizes &s, size_t capacity = 0,
-                       Recorder *rec = nullptr, uint64_t check_every = 16) {
+                       uint64_t check_every = 16) {
   kvs_shard_options o = KVS_SHARD_OPTIONS_INIT;
   o.max_running = 2;
   o.step_capacity = capacity;
   o.check_every = check_every;
-  if (rec != nullptr) {
-    o.on_apply = record;
-    o.on_apply_ctx = rec;
-  }
   kvs_shard_t shard = nullptr;
   kvs_error err;
   EXPECT_EQ(kvs_shard_create(comm, &s, &o, &shard, &err), KVS_OK) << err.message;
@@ -85,7 +78,7 @@ TEST(ShardSelf, a_step_ships_the_journal_once_and_counts_16_bytes_per_page) {
   kvs_error err;
   ASSERT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
   Recorder rec;
-  kvs_shard_t shard = make_shard(comm, small_sizes(), 0, &rec);
+  kvs_shard_t shard = make_shard(comm, small_sizes(), 0);
   ASSERT_NE(shard, nullptr);
   EXPECT_TRUE(kvs_shard_is_leader(shard));
   kvs_window_pool_t pool = kvs_shard_pool(shard);
@@ -93,14 +86,18 @@ TEST(ShardSelf, a_step_ships_the_journal_once_and_counts_16_bytes_per_page) {
   ASSERT_EQ(kvs_window_pool_alloc(pool, locs.data(), locs.size(), nullptr, &err), KVS_OK);
   kvs_shard_step_info info;
   ASSERT_EQ(kvs_shard_step(shard, 0, &info, &err), KVS_OK) << err.message;
+  rec.take(info);
   EXPECT_EQ(info.entries, 2u);
   EXPECT_EQ(info.binds, 2u);
   EXPECT_EQ(kvs_window_pool_journal_pending(pool), 0u) << "the step drained the journal";
   ASSERT_EQ(kvs_window_pool_free(pool, locs.data(), P, &err), KVS_OK);
   ASSERT_EQ(kvs_shard_step(shard, 1, &info, &err), KVS_OK);
+  rec.take(info);
   EXPECT_EQ(info.frees, 1u);
   ASSERT_EQ(kvs_shard_step(shard, 2, &info, &err), KVS_OK);  // an empty step still counts
+  rec.take(info);
   EXPECT_EQ(info.entries, 0u);
+  EXPECT_EQ(info.device_message, nullptr) << "a host communicator has no device copy";
   kvs_shard_stats st;
   kvs_shard_stats_get(shard, &st);
   EXPECT_EQ(st.steps, 3u);
@@ -109,7 +106,7 @@ TEST(ShardSelf, a_step_ships_the_journal_once_and_counts_16_bytes_per_page) {
   EXPECT_EQ(st.payload_bytes, 3 * 48u + 3 * 16u);
   EXPECT_EQ(st.step_collectives, 3u) << "one collective per step";
   EXPECT_EQ(st.wire_bytes, 3 * kvs_step_message_bytes(kvs_shard_step_capacity(shard)));
-  // The hook saw every entry, on the leader too, in order.
+  // The infos named every entry, on the leader too, in order.
   ASSERT_EQ(rec.seen.size(), 3u);
   EXPECT_EQ(rec.seen[2].full_page, 3u);
   EXPECT_EQ(rec.seen[2].window_page, KVS_JOURNAL_FREED);
@@ -189,13 +186,10 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
                                        &sizes, nullptr, &err),
               KVS_OK)
         << err.message;
-    Recorder rec;
     kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
     so.max_running = wo.max_running;
     so.radix = false;
     so.check_every = 32;
-    so.on_apply = record;
-    so.on_apply_ctx = &rec;
     kvs_shard_t shard = nullptr;
     ASSERT_EQ(kvs_shard_create(comm, &sizes, &so, &shard, &err), KVS_OK) << err.message;
     kvs_workload_t w = nullptr;
@@ -218,7 +212,7 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
     digests[rank] = kvs_window_pool_digest(kvs_shard_pool(shard));
     contexts[rank] = c.context_digest;
     kvs_shard_stats_get(shard, &stats[rank]);
-    EXPECT_EQ(rec.steps.size(), STEPS);
+    EXPECT_EQ(stats[rank].steps, STEPS);
     kvs_workload_destroy(w);
     kvs_shard_destroy(shard);
   });
@@ -243,7 +237,7 @@ TEST(ShardLoopback, a_flipped_binding_is_seen_by_its_rank_and_located_by_bisecti
   std::atomic<int64_t> flipped_from{-2}, flipped_to{-2};
   run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
+    kvs_shard_t shard = make_shard(comm, s, 0, 0);
     ASSERT_NE(shard, nullptr);
     kvs_window_pool_t pool = kvs_shard_pool(shard);
     // Step 0: the leader binds full pages 10..14; everyone mirrors them.
@@ -311,7 +305,7 @@ TEST(ShardLoopback, bisection_names_the_lowest_of_several_differing_pages) {
   std::vector<kvs_shard_report> reports(N);
   run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
+    kvs_shard_t shard = make_shard(comm, s, 0, 0);
     if (rank == 0) {
       auto locs = page_locs(20, 8);
       ASSERT_EQ(
@@ -395,7 +389,7 @@ TEST(ShardLoopback, a_journal_the_mirror_refuses_makes_the_rank_stale_not_corrup
   std::vector<kvs_shard_report> reports(2);
   run_ranks(2, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
+    kvs_shard_t shard = make_shard(comm, s, 0, 0);
     kvs_window_pool_t pool = kvs_shard_pool(shard);
     if (rank == 1) {
       // The follower's mirror already holds full page 4 (as if a step had
@@ -436,7 +430,7 @@ TEST(ShardLoopback, application_digests_are_compared_every_step_and_at_checks) {
   std::vector<std::string> step_messages(3);
   run_ranks(3, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
+    kvs_shard_t shard = make_shard(comm, s, 0, 0);
     ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK);
     kvs_shard_set_aux_digest(shard, 0, rank == 2 ? 0xbad : 0x600d);
     kvs_status st = kvs_shard_step(shard, 1, nullptr, &err);
@@ -460,7 +454,7 @@ TEST(ShardLoopback, a_pool_that_fails_its_integrity_check_is_named) {
   std::vector<std::string> messages(2);
   run_ranks(2, 10000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    kvs_shard_t shard = make_shard(comm, s, 0, nullptr, 0);
+    kvs_shard_t shard = make_shard(comm, s, 0, 0);
     kvs_window_pool_t pool = kvs_shard_pool(shard);
     if (rank == 0) {
       auto locs = page_locs(7, 1);
@@ -528,24 +522,69 @@ TEST(ShardLoopback, a_rank_that_stops_answering_turns_into_a_bounded_timeout) {
   EXPECT_EQ(failed.load(), 2);
 }
 
-TEST(ShardLoopback, a_failing_on_apply_hook_poisons_only_its_rank) {
+TEST(ShardLoopback, followers_learn_where_the_leaders_entries_lie) {
   const kvs_pool_sizes s = small_sizes();
-  run_ranks(2, 2000, [&](int rank, kvs_comm_t comm) {
+  std::vector<Recorder> recs(3);
+  run_ranks(3, 5000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
-    Recorder rec;
-    rec.fail = rank == 1;
-    kvs_shard_t shard = make_shard(comm, s, 0, &rec);
-    kvs_status st = kvs_shard_step(shard, 0, nullptr, &err);
-    if (rank == 1) {
-      EXPECT_EQ(st, KVS_ERR_CUDA);
-      EXPECT_STREQ(err.message,
-                   "on_apply hook failed on rank 1 at step 0: device table upload failed");
-      EXPECT_EQ(kvs_shard_health(shard), KVS_ERR_CUDA);
-    } else {
-      EXPECT_EQ(st, KVS_OK);
+    kvs_shard_t shard = make_shard(comm, s);
+    kvs_shard_step_info info;
+    for (uint64_t step = 0; step < 4; step++) {
+      if (rank == 0 && step < 2) {
+        auto locs = page_locs(2 + step, 1);
+        ASSERT_EQ(kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(),
+                                        nullptr, &err),
+                  KVS_OK)
+            << err.message;
+      }
+      if (rank == 0 && step == 2) {
+        auto locs = page_locs(2, 1);
+        ASSERT_EQ(kvs_window_pool_free(kvs_shard_pool(shard), locs.data(), P, &err), KVS_OK);
+      }
+      ASSERT_EQ(kvs_shard_step(shard, step, &info, &err), KVS_OK) << err.message;
+      ASSERT_NE(info.entries_at, nullptr);
+      recs[rank].take(info);
     }
     kvs_shard_destroy(shard);
   });
+  ASSERT_EQ(recs[0].seen.size(), 3u);
+  EXPECT_EQ(recs[0].seen[2].window_page, KVS_JOURNAL_FREED);
+  for (int r = 1; r < 3; r++) {
+    EXPECT_EQ(recs[r].steps, recs[0].steps) << "rank " << r;
+    ASSERT_EQ(recs[r].seen.size(), recs[0].seen.size()) << "rank " << r;
+    for (size_t i = 0; i < recs[0].seen.size(); i++) {
+      EXPECT_EQ(recs[r].seen[i].full_page, recs[0].seen[i].full_page) << "rank " << r;
+      EXPECT_EQ(recs[r].seen[i].window_page, recs[0].seen[i].window_page) << "rank " << r;
+    }
+  }
+}
+
+TEST(ShardLoopback, a_ranks_failing_local_verdict_is_reported_on_every_rank) {
+  const kvs_pool_sizes s = small_sizes();
+  std::vector<kvs_shard_report> reports(2);
+  std::vector<std::string> messages(2);
+  run_ranks(2, 5000, [&](int rank, kvs_comm_t comm) {
+    kvs_error err, local;
+    kvs_shard_t shard = make_shard(comm, s);
+    ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK) << err.message;
+    kvs_error_set(&local, KVS_ERR_CUDA, "device table row 7 reads 3, the pool 4");
+    kvs_status verdict = rank == 1 ? KVS_ERR_CUDA : KVS_OK;
+    EXPECT_EQ(kvs_shard_check_with(shard, verdict, &local, &reports[rank], &err),
+              KVS_ERR_DIVERGENCE);
+    messages[rank] = err.message;
+    // The check reports; it does not stop the shard: the next step runs.
+    EXPECT_EQ(kvs_shard_health(shard), KVS_OK);
+    EXPECT_EQ(kvs_shard_step(shard, 1, nullptr, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_shard_check(shard, nullptr, &err), KVS_OK) << err.message;
+    kvs_shard_destroy(shard);
+  });
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(reports[r].kind, KVS_SHARD_DIVERGED_INTEGRITY) << "rank " << r;
+    EXPECT_EQ(reports[r].rank, 1) << "rank " << r;
+    EXPECT_TRUE(contains(messages[r], "rank 1's check of the state beside its pool failed"))
+        << messages[r];
+  }
+  EXPECT_TRUE(contains(messages[1], "device table row 7 reads 3, the pool 4")) << messages[1];
 }
 
 TEST(ShardLoopback, ranks_that_built_different_pools_all_fail_create) {
