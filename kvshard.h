@@ -382,6 +382,51 @@ KVS_API kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch,
 KVS_API kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t *locs, size_t n,
                                       int64_t *out, kvs_error *err);
 
+/* ---- the node's memory, viewed in place ----
+ *
+ * What an engine's kernels read: the full -> window mapping and each tier
+ * of the carve, typed and shaped as the kernels see them, with strides in
+ * elements (DLPack's convention). Tiers with regions per layer are 3-D,
+ * [layers of that kind, rows + scratch rows, row elements]: bf16 KV and
+ * indexer rows as bf16, fp8 rows as uint8 bytes, rings as fp32. The
+ * layer axis strides over each region's aligned span. On a cuda node the
+ * views are device memory of kvs_node_cuda_device; on the host twin the
+ * carve's address range is reserved on the first view (pages cost
+ * memory once written). Views live as long as the node. */
+typedef enum kvs_view_dtype {
+  KVS_VIEW_INT64 = 0,
+  KVS_VIEW_INT32 = 1,
+  KVS_VIEW_UINT8 = 2,
+  KVS_VIEW_BF16 = 3,
+  KVS_VIEW_FP32 = 4
+} kvs_view_dtype;
+
+#define KVS_VIEW_MAX_DIMS 3
+
+typedef struct kvs_node_view {
+  size_t size;      /* sizeof(kvs_node_view), set by the caller */
+  const char *name; /* "mapping", "window", "compressed_4", "compressed_128",
+                       "indexer", "state_4", "state_128", "index_state" */
+  void *data;
+  kvs_view_dtype dtype;
+  int ndim;
+  int64_t shape[KVS_VIEW_MAX_DIMS];
+  int64_t strides[KVS_VIEW_MAX_DIMS]; /* elements */
+  bool on_device;
+  int device;        /* the CUDA device; -1 on the host */
+  uint64_t offset;   /* bytes from the carve's start (the mapping's own, on the host) */
+  uint64_t bytes;    /* from data to the end of the last row */
+} kvs_node_view;
+
+/* The views this node has (tiers without layers are left out), 0 for
+ * NULL; then view `index` of them, in carve order. An index past the
+ * count is KVS_ERR_OUT_OF_RANGE naming both. */
+KVS_API size_t kvs_node_view_count(const struct kvs_node *node);
+KVS_API kvs_status kvs_node_view_at(kvs_node_t node, size_t index, kvs_node_view *out,
+                                    kvs_error *err);
+/* Bytes of one element of a view's dtype (0 for an unknown one). */
+KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
+
 /* What a check found; identical on every rank. */
 typedef struct kvs_node_report {
   size_t size;         /* sizeof(kvs_node_report), set by the caller */

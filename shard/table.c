@@ -99,6 +99,24 @@ kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *re
   return table->ops->result_to_host(table->impl, result, own, prev, ring, csa_loc, hca_loc, err);
 }
 
+kvs_status kvs_table_memory(kvs_table_t table, void **base, int64_t **mapping, kvs_error *err) {
+  if (table == NULL || base == NULL || mapping == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_memory: %s is NULL",
+                         table == NULL ? "table" : base == NULL ? "base" : "mapping");
+  }
+  if (table->ops->memory == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table shows no memory",
+                         kvs_table_kind_name(table->ops->kind));
+  }
+  void *b = NULL;
+  int64_t *m = NULL;
+  kvs_status status = table->ops->memory(table->impl, &b, &m, err);
+  if (status != KVS_OK) return status;
+  *base = b;
+  *mapping = m;
+  return KVS_OK;
+}
+
 kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err) {
   if (table == NULL || mapping == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table or host mapping is NULL");

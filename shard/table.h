@@ -124,6 +124,16 @@ kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *re
                                     int64_t *prev, int64_t *ring, int64_t *csa_loc,
                                     int64_t *hca_loc, kvs_error *err);
 
+/* Where the table's memory lives, for views an engine reads in place
+ * (kvs_node_view): *mapping is the live full -> window table (full_token
+ * + 1 int64 rows), *base the start of the layout's carve, so that a tier
+ * span lies at base + span.offset. On a device both are device pointers
+ * into the one cudaMalloc. The host twin keeps its mapping on its own and
+ * reserves the carve's address range on the first call (mmap without
+ * reserving swap: pages cost memory only once written), so its views
+ * have the device's shapes and strides. */
+kvs_status kvs_table_memory(kvs_table_t table, void **base, int64_t **mapping, kvs_error *err);
+
 /* Copies the table (rows == full_token + 1) to host memory; waits. */
 kvs_status kvs_table_download(kvs_table_t table, int64_t *mapping, size_t rows, kvs_error *err);
 
@@ -193,6 +203,7 @@ typedef struct kvs_table_ops {
   kvs_status (*step)(void *impl, const kvs_table_step_args *args, kvs_ring_result *out,
                      void **event, kvs_table_step_timing *timing, kvs_error *err);
   kvs_status (*digest)(void *impl, uint64_t *out, kvs_error *err);
+  kvs_status (*memory)(void *impl, void **base, int64_t **mapping, kvs_error *err);
 } kvs_table_ops;
 
 /* Wraps an implementation: the table owns impl from here (destroy is

@@ -2,8 +2,12 @@
  * CPU references (core/device_ref) as its kernels; the ring context by
  * runs (kvs_host_ring_ctx, equal to the reference bit for bit), the ring
  * locations by kvs_ref_batch_state_locs. */
+/* MAP_ANONYMOUS and MAP_NORESERVE are not POSIX. */
+#define _DEFAULT_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/clock.h"
 #include "core/window_pool.h"
@@ -19,6 +23,8 @@ typedef struct host_table {
   int64_t *hca;  /* max_requests: ratio-128 ring locations */
   kvs_state_placement placement;
   kvs_device_faults faults;
+  uint64_t carve_bytes; /* the layout's total: the address range views see */
+  void *carve;          /* reserved on the first kvs_table_memory; NULL until then */
 } host_table;
 
 static const kvs_device_faults kNoFaults = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
@@ -149,9 +155,33 @@ static kvs_status host_sync(void *impl, kvs_error *err) {
   return KVS_OK; /* every call already finished */
 }
 
+/* The carve's range is reserved, not committed: a plan of tens of GiB per
+ * rank costs only the pages an engine writes through its views. */
+static kvs_status host_memory(void *impl, void **base, int64_t **mapping, kvs_error *err) {
+  host_table *t = impl;
+  if (t->carve == NULL) {
+    if (t->carve_bytes > SIZE_MAX) {
+      return kvs_error_set(err, KVS_ERR_OVERFLOW, "a host carve of %llu bytes",
+                           (unsigned long long)t->carve_bytes);
+    }
+    void *p = mmap(NULL, (size_t)t->carve_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      return kvs_error_set(err, KVS_ERR_NO_MEMORY,
+                           "no address range of %llu bytes for the host tables' carve: %s",
+                           (unsigned long long)t->carve_bytes, strerror(errno));
+    }
+    t->carve = p;
+  }
+  *base = t->carve;
+  *mapping = t->map;
+  return KVS_OK;
+}
+
 static void host_destroy(void *impl) {
   host_table *t = impl;
   if (t == NULL) return;
+  if (t->carve != NULL) munmap(t->carve, (size_t)t->carve_bytes);
   free(t->map);
   free(t->own);
   free(t->prev);
@@ -172,6 +202,7 @@ static const kvs_table_ops host_ops = {
     .destroy = host_destroy,
     .step = host_step,
     .digest = host_digest,
+    .memory = host_memory,
 };
 
 kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_table_limits *limits,
@@ -198,6 +229,7 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   size_t req = limits->max_requests > 0 ? limits->max_requests : 1;
   t->dims = dims;
   t->placement = placement;
+  t->carve_bytes = layout->total_bytes > 0 ? layout->total_bytes : 1;
   t->faults = kNoFaults;
   t->map = malloc((size_t)rows * sizeof *t->map);
   t->own = malloc(req * sizeof *t->own);

@@ -107,6 +107,10 @@ static void nulls_of_nodes(void) {
   EXPECT(kvs_node_max_running, kvs_node_max_running(NULL) == 0);
   EXPECT(kvs_node_device_of, kvs_node_device_of(NULL) == KVS_NODE_DEVICE_AUTO);
   EXPECT(kvs_node_cuda_device, kvs_node_cuda_device(NULL) == -1);
+  EXPECT(kvs_node_view_count, kvs_node_view_count(NULL) == 0);
+  kvs_node_view view = {.size = sizeof view};
+  REFUSES(kvs_node_view_at, kvs_node_view_at(NULL, 0, &view, &e_));
+  EXPECT(kvs_view_dtype_bytes, kvs_view_dtype_bytes((kvs_view_dtype)99) == 0);
 }
 
 /* One rank on the host twin: the calls an engine makes, in order. A step
@@ -150,6 +154,11 @@ static int one_node(void) {
            kvs_node_finish(node, 3, &err) == KVS_OK &&
            kvs_node_step(node, NULL, &r, &err) == KVS_OK && r.frees == 3 &&
            kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
+  /* The mapping seen in place: the pages just freed read -1 there. */
+  kvs_node_view view = {.size = sizeof view};
+  ok = ok && kvs_node_view_count(node) >= 2 && kvs_node_view_at(node, 0, &view, &err) == KVS_OK &&
+       strcmp(view.name, "mapping") == 0 && view.dtype == KVS_VIEW_INT64 && !view.on_device &&
+       ((const int64_t *)view.data)[0] == -1;
   if (!ok) {
     fprintf(stderr, "the node's calls: slot %lld, binds %zu, frees %zu, check %d: %s\n",
             (long long)slot, r.binds, r.frees, report.kind, err.message);

@@ -310,3 +310,90 @@ TEST(Node, a_table_that_falls_behind_its_pool_is_named_by_the_check) {
   }
   EXPECT_TRUE(detailed) << "rank 1 itself names the page";
 }
+
+// The node's memory in place: one view per span with regions, shaped and
+// typed as the layout carves it, the mapping live (it reads what the
+// step bound), and tier memory an engine writes stays written.
+TEST(Node, views_show_the_carve_as_the_kernels_see_it) {
+  for (kvs_kv_dtype dtype : {KVS_KV_BF16, KVS_KV_FP8}) {
+    NodeSetup s(1, 1, std::vector<uint64_t>(8, 2000 * MiB));
+    s.options.kv_dtype = dtype;
+    run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+      kvs_node_t node = nullptr;
+      kvs_error err;
+      ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+      const kvs_device_layout *layout = kvs_node_layout(node);
+      std::vector<std::string> names;
+      size_t n = kvs_node_view_count(node);
+      for (size_t i = 0; i < n; i++) {
+        kvs_node_view v = {};
+        v.size = sizeof v;
+        ASSERT_EQ(kvs_node_view_at(node, i, &v, &err), KVS_OK) << err.message;
+        names.push_back(v.name);
+        EXPECT_FALSE(v.on_device);
+        EXPECT_EQ(v.device, -1);
+        const kvs_device_span *span = nullptr;
+        for (const kvs_device_span &sp : layout->spans) {
+          if (sp.offset == v.offset && sp.count > 0) span = &sp;
+        }
+        ASSERT_NE(span, nullptr) << v.name;
+        uint64_t e = kvs_view_dtype_bytes(v.dtype);
+        if (span->tier == KVS_DEVICE_TIER_MAPPING) {
+          EXPECT_EQ(v.dtype, KVS_VIEW_INT64);
+          EXPECT_EQ(v.ndim, 1);
+          EXPECT_EQ(uint64_t(v.shape[0]), layout->sizes.full_token + 1);
+          continue;
+        }
+        EXPECT_EQ(v.ndim, 3) << v.name;
+        EXPECT_EQ(uint64_t(v.shape[0]), span->count) << v.name;
+        EXPECT_EQ(uint64_t(v.shape[1]), span->rows + span->scratch_rows) << v.name;
+        EXPECT_EQ(uint64_t(v.shape[2]) * e, span->row_bytes) << v.name;
+        EXPECT_EQ(uint64_t(v.strides[0]) * e, span->stride) << v.name;
+        if (span->tier == KVS_DEVICE_TIER_STATE || span->tier == KVS_DEVICE_TIER_INDEX_STATE) {
+          EXPECT_EQ(v.dtype, KVS_VIEW_FP32) << v.name;
+        } else if (dtype == KVS_KV_FP8) {
+          EXPECT_EQ(v.dtype, KVS_VIEW_UINT8) << v.name;
+          EXPECT_EQ(uint64_t(v.shape[2]),
+                    span->tier == KVS_DEVICE_TIER_INDEXER ? 132u : 584u) << v.name;
+        } else {
+          EXPECT_EQ(v.dtype, KVS_VIEW_BF16) << v.name;
+        }
+        // The last byte of the last row is the node's to hand out.
+        EXPECT_LE(v.offset + v.bytes, layout->tiers_end) << v.name;
+        unsigned char *last = static_cast<unsigned char *>(v.data) + v.bytes - 1;
+        *last = 0x5a;
+        EXPECT_EQ(*last, 0x5a);
+      }
+      EXPECT_EQ(names, (std::vector<std::string>{"mapping", "window", "compressed_4",
+                                                 "compressed_128", "indexer", "state_4",
+                                                 "state_128", "index_state"}));
+      // The mapping is the live table: a step's binding shows there.
+      kvs_node_view map = {};
+      map.size = sizeof map;
+      ASSERT_EQ(kvs_node_view_at(node, 0, &map, &err), KVS_OK);
+      uint64_t P = kvs_node_page(node);
+      std::vector<int64_t> locs(P);
+      for (uint64_t i = 0; i < P; i++) locs[i] = int64_t(5 * P + i);
+      int64_t slot = -1;
+      ASSERT_EQ(kvs_node_admit(node, 1, &slot, &err), KVS_OK) << err.message;
+      ASSERT_EQ(kvs_node_bind(node, 1, locs.data(), P, &err), KVS_OK) << err.message;
+      EXPECT_EQ(static_cast<const int64_t *>(map.data)[5 * P], -1) << "not before the step";
+      ASSERT_EQ(kvs_node_step(node, nullptr, nullptr, &err), KVS_OK) << err.message;
+      std::vector<int64_t> window(P);
+      ASSERT_EQ(kvs_node_translate(node, locs.data(), P, window.data(), &err), KVS_OK);
+      for (uint64_t i = 0; i < P; i++) {
+        ASSERT_GE(window[i], 0);
+        ASSERT_EQ(static_cast<const int64_t *>(map.data)[5 * P + i], window[i]) << i;
+      }
+      // Past the views, and a view of another size, are refused.
+      kvs_node_view v = {};
+      v.size = sizeof v;
+      EXPECT_EQ(kvs_node_view_at(node, n, &v, &err), KVS_ERR_OUT_OF_RANGE);
+      EXPECT_TRUE(contains(err.message, "view 8 of a node with 8 views")) << err.message;
+      v.size = sizeof v - 8;
+      EXPECT_EQ(kvs_node_view_at(node, 0, &v, &err), KVS_ERR_INVALID_ARGUMENT);
+      EXPECT_TRUE(contains(err.message, "view.size")) << err.message;
+      kvs_node_destroy(node);
+    });
+  }
+}
