@@ -298,6 +298,22 @@ KVS_API kvs_status kvs_node_create(kvs_comm_t comm, const kvs_node_options *opti
                                    kvs_node_t *out, kvs_error *err);
 KVS_API void kvs_node_destroy(kvs_node_t node);
 
+/* Collective, as kvs_node_create: a node from flags, kvplan's names and
+ * values, one string each ("--page=128", "--budget=9GiB", "--radix"),
+ * read by kvplan's own parsers, so a value kvplan refuses is refused with
+ * the same words and the same flags size the same pool; then the node's
+ * own (--device=cpu|cuda|auto, --stream=ADDRESS, --check-every=N, ...).
+ * kvs_node_flags_help lists them all. A flag given twice, an unknown one
+ * (named, with the nearest known) and kvplan's report-only flags are
+ * KVS_ERR_PARSE before anything collective; every rank must pass the same
+ * flags (a rank refused alone leaves the others waiting until the
+ * communicator's deadline). On a live GPU the budget is measured now: the
+ * engine's weights already loaded are not counted again (--weights gives
+ * weights still to come). */
+KVS_API kvs_status kvs_node_create_flags(kvs_comm_t comm, const char *const *flags, size_t n,
+                                         kvs_node_t *out, kvs_error *err);
+KVS_API const char *kvs_node_flags_help(void);
+
 /* What create decided (0, -1 or false for NULL). */
 KVS_API int kvs_node_rank(const struct kvs_node *node);
 KVS_API int kvs_node_size(const struct kvs_node *node);

@@ -88,6 +88,8 @@ static void nulls_of_nodes(void) {
   kvs_node_options_init(&o);
   kvs_node_t node = NULL;
   REFUSES(kvs_node_create, kvs_node_create(NULL, &o, &node, &e_));
+  REFUSES(kvs_node_create_flags, kvs_node_create_flags(NULL, NULL, 0, &node, &e_));
+  EXPECT(kvs_node_flags_help, strstr(kvs_node_flags_help(), "--page") != NULL);
   kvs_node_destroy(NULL);
   CALLED(kvs_node_destroy);
   int64_t slot = 0, loc = 0;
