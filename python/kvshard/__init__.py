@@ -1,0 +1,37 @@
+"""kvshard for Python engines: plans as objects and the node over the C
+library (libkvshard.so.1, through ctypes: no compiler at install time).
+
+    import kvshard
+    print(kvshard.plan(topology="bundled").num_pages)
+    with kvshard.Node(budget="2GiB", device="cpu", topology="bundled") as node:
+        ...
+
+Every refusal raises kvshard.Error (.status is the kvs_status name); an
+option of the wrong type or an unknown name raises TypeError naming it.
+"""
+
+from ._lib import Error
+from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, self_comm
+from .node import Node, View
+from .plan import Fit, Plan, fit, plan
+
+__all__ = [
+    "Comm", "Error", "Fit", "Node", "Plan", "View", "fit", "library_version",
+    "loopback_comms", "mpi_comm", "nccl_comm", "nccl_unique_id", "node_options", "plan",
+    "self_comm",
+]
+
+__version__ = "0.6.0"
+
+
+def library_version():
+    """The loaded library's version (kvs_version)."""
+    from ._lib import lib
+    return lib().kvs_version().decode()
+
+
+def node_options():
+    """The library's help for Node's options (kvplan's flags, then the
+    node's own; Python takes them with underscores for dashes)."""
+    from ._lib import lib
+    return lib().kvs_node_flags_help().decode()

@@ -1,0 +1,215 @@
+"""Loading libkvshard.so.1 and declaring the C calls the package makes.
+
+The library is looked for beside this package, then where KVSHARD_LIBRARY
+says (the file, or its folder), then on the loader's path; the error names
+every place tried. Calls go through ctypes.CDLL, which releases the GIL for
+the length of each call: a rank waiting in a collective never stops the
+interpreter's other threads.
+"""
+
+import ctypes
+import os
+import pathlib
+import threading
+
+SONAME = "libkvshard.so.1"
+ERROR_MESSAGE_MAX = 512  # KVS_ERROR_MESSAGE_MAX
+NCCL_UNIQUE_ID_BYTES = 128  # KVS_NCCL_UNIQUE_ID_BYTES
+
+
+class Error(Exception):
+    """A refusal or failure of kvshard: `.status` is the kvs_status name
+    (e.g. "KVS_ERR_PARSE"), the text is the library's message."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self):
+        return (Error, (self.status, str(self)))
+
+
+class CError(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("message", ctypes.c_char * ERROR_MESSAGE_MAX)]
+
+
+class NodeView(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * 3),
+        ("strides", ctypes.c_int64 * 3),
+        ("on_device", ctypes.c_bool),
+        ("device", ctypes.c_int),
+        ("offset", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
+class NodeBatch(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("n", ctypes.c_size_t),
+        ("requests", ctypes.c_void_p),
+        ("positions", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("stride", ctypes.c_uint64),
+        ("window_rows", ctypes.c_bool),
+    ]
+
+
+class StepResult(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("step", ctypes.c_uint64),
+        ("entries", ctypes.c_size_t),
+        ("binds", ctypes.c_size_t),
+        ("frees", ctypes.c_size_t),
+        ("n", ctypes.c_size_t),
+        ("page", ctypes.c_uint64),
+        ("on_device", ctypes.c_bool),
+        ("own", ctypes.c_void_p),
+        ("prev", ctypes.c_void_p),
+        ("ring", ctypes.c_void_p),
+        ("csa_loc", ctypes.c_void_p),
+        ("hca_loc", ctypes.c_void_p),
+        ("event", ctypes.c_void_p),
+        ("digest", ctypes.c_uint64),
+    ]
+
+
+class NodeReport(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("kind", ctypes.c_int),
+        ("step", ctypes.c_uint64),
+        ("digest", ctypes.c_uint64),
+        ("full_page", ctypes.c_uint64),
+        ("rank", ctypes.c_int),
+        ("leader_window_page", ctypes.c_int64),
+        ("rank_window_page", ctypes.c_int64),
+        ("request_slot", ctypes.c_uint64),
+    ]
+
+
+class NcclOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("rank", ctypes.c_int),
+        ("nranks", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("unique_id", ctypes.c_ubyte * NCCL_UNIQUE_ID_BYTES),
+        ("parent", ctypes.c_void_p),
+        ("init_timeout_ms", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int),
+    ]
+
+
+_P = ctypes.c_void_p
+_ERR = ctypes.POINTER(CError)
+_STATUS = ctypes.c_int
+# name: (restype, argtypes). Every kvs_status call ends with a kvs_error *.
+_PROTOTYPES = {
+    "kvs_version": (ctypes.c_char_p, []),
+    "kvs_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kvs_comm_self_create": (_STATUS, [ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_loopback_group_create": (_STATUS, [ctypes.c_int, ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_loopback_group_destroy": (None, [_P]),
+    "kvs_comm_loopback_create": (_STATUS, [_P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_mpi_create": (_STATUS, [_P, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_nccl_options_init": (None, [ctypes.POINTER(NcclOptions)]),
+    "kvs_comm_nccl_unique_id": (_STATUS, [ctypes.c_ubyte * NCCL_UNIQUE_ID_BYTES, _ERR]),
+    "kvs_comm_nccl_create": (_STATUS, [ctypes.POINTER(NcclOptions), ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_destroy": (None, [_P]),
+    "kvs_comm_rank": (ctypes.c_int, [_P]),
+    "kvs_comm_size": (ctypes.c_int, [_P]),
+    "kvs_comm_backend": (ctypes.c_char_p, [_P]),
+    "kvs_comm_set_timeout_ms": (_STATUS, [_P, ctypes.c_int, _ERR]),
+    "kvs_node_create_flags": (
+        _STATUS, [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.POINTER(_P), _ERR]),
+    "kvs_node_flags_help": (ctypes.c_char_p, []),
+    "kvs_node_destroy": (None, [_P]),
+    "kvs_node_rank": (ctypes.c_int, [_P]),
+    "kvs_node_size": (ctypes.c_int, [_P]),
+    "kvs_node_is_leader": (ctypes.c_bool, [_P]),
+    "kvs_node_page": (ctypes.c_uint64, [_P]),
+    "kvs_node_num_pages": (ctypes.c_uint64, [_P]),
+    "kvs_node_window_pages": (ctypes.c_uint64, [_P]),
+    "kvs_node_max_running": (ctypes.c_uint64, [_P]),
+    "kvs_node_device_of": (ctypes.c_int, [_P]),
+    "kvs_node_cuda_device": (ctypes.c_int, [_P]),
+    "kvs_node_admit": (_STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),
+    "kvs_node_bind": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, _ERR]),
+    "kvs_node_free": (_STATUS, [_P, _P, ctypes.c_size_t, _ERR]),
+    "kvs_node_finish": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
+    "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
+    "kvs_node_translate": (_STATUS, [_P, _P, ctypes.c_size_t, _P, _ERR]),
+    "kvs_node_check": (_STATUS, [_P, ctypes.POINTER(NodeReport), _ERR]),
+    "kvs_node_view_count": (ctypes.c_size_t, [_P]),
+    "kvs_node_view_at": (_STATUS, [_P, ctypes.c_size_t, ctypes.POINTER(NodeView), _ERR]),
+}
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _candidates():
+    here = pathlib.Path(__file__).resolve().parent
+    yield str(here / SONAME), "beside the package"
+    env = os.environ.get("KVSHARD_LIBRARY")
+    if env:
+        path = pathlib.Path(env)
+        yield str(path / SONAME if path.is_dir() else path), "KVSHARD_LIBRARY"
+    yield SONAME, "the loader's path"
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def lib():
+    """The loaded library; kvshard.Error(KVS_ERR_LIBRARY) naming every
+    place tried when none loads."""
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path, where in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                tried.append(f"{path} ({where}): no such file")
+                continue
+            try:
+                loaded = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f"{path} ({where}): {e}")
+                continue
+            try:
+                _declare(loaded)
+            except AttributeError as e:
+                tried.append(f"{path} ({where}): not this package's library ({e})")
+                continue
+            _lib = loaded
+            return _lib
+        raise Error("KVS_ERR_LIBRARY", "kvshard: no " + SONAME + " loads; tried " + "; ".join(tried))
+
+
+def check(status, err):
+    """Raises kvshard.Error for a failed call."""
+    if status != 0:
+        name = lib().kvs_status_name(status).decode()
+        raise Error(name, err.message.decode(errors="replace"))
+
+
+def call(name, *args):
+    """Calls kvs_<name>(*args, &err) and raises on failure."""
+    err = CError()
+    status = getattr(lib(), name)(*args, ctypes.byref(err))
+    check(status, err)
+    return status

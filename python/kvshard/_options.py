@@ -1,0 +1,113 @@
+"""Keyword options as kvplan's flags.
+
+Names are kvplan's with underscores for dashes; values are checked for
+their kind here (a wrong type raises TypeError naming the option), then
+handed to the library as "--name=value" strings, where kvplan's own parsers
+read them: a value kvplan refuses is refused with kvplan's words.
+"""
+
+import difflib
+import numbers
+
+# kind of each option: int, float, bytes (an int, or a string such as
+# "9GiB"), bytes_list, int_list, str, switch (True/False), flag (True only),
+# stream (an int address or an object with .cuda_stream).
+_MODEL = {
+    "model": "str", "head_dim": "int", "index_head_dim": "int", "layers": "int",
+    "ratios": "int_list", "swa_ratio": "float", "page": "int", "scratch": "int",
+    "floor_pages": "int", "max_seq_len": "int", "max_running": "int", "radix": "switch",
+    "kv_dtype": "str", "mtp": "int", "state_rings": "str",
+}
+_MACHINE = {
+    "topology": "str", "tp": "int", "pp": "int", "nodes": "int", "allow_cross_node_tp": "flag",
+    "budget": "bytes", "budget_per_gpu": "bytes_list", "memory_ratio": "float",
+    "mem_fraction": "float", "reserve": "bytes", "weights": "bytes",
+    "weights_per_gpu": "bytes_list",
+}
+NODE_OPTIONS = dict(_MODEL, **_MACHINE, **{
+    "device": "str", "cuda_device": "int", "stream": "stream", "step_backend": "str",
+    "cuda_graphs": "switch", "check_every": "int", "check_integrity": "switch",
+    "digest_steps": "flag", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
+    "local_rank": "int", "node_index": "int", "host": "str",
+})
+# Options the package itself takes, not the library's flags.
+NODE_PYTHON_OPTIONS = {"timeout_ms": "int"}
+
+
+def _is_int(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _text(kind, name, v, where):
+    if kind == "int":
+        if not _is_int(v):
+            raise TypeError(f"{where}: option '{name}' takes an int, got {type(v).__name__}")
+        return str(int(v))
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{where}: option '{name}' takes a number, got {type(v).__name__}")
+        return repr(float(v))
+    if kind == "bytes":
+        if _is_int(v):
+            return str(int(v))
+        if isinstance(v, str):
+            return v
+        raise TypeError(
+            f"{where}: option '{name}' takes bytes as an int or a string such as '9GiB', "
+            f"got {type(v).__name__}")
+    if kind in ("bytes_list", "int_list"):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            raise TypeError(f"{where}: option '{name}' takes a list, got {type(v).__name__}")
+        items = list(v)
+        return ",".join(_text("bytes" if kind == "bytes_list" else "int", name, x, where)
+                        for x in items)
+    if kind == "str":
+        if not isinstance(v, str):
+            raise TypeError(f"{where}: option '{name}' takes a string, got {type(v).__name__}")
+        return v
+    if kind == "stream":
+        address = getattr(v, "cuda_stream", v)
+        if not _is_int(address):
+            raise TypeError(
+                f"{where}: option '{name}' takes a cudaStream_t address (an int) or a stream "
+                f"with .cuda_stream, got {type(v).__name__}")
+        return str(int(address))
+    raise AssertionError(kind)
+
+
+def to_flags(options, table, where, extra=None):
+    """kwargs -> ["--name=value", ...] in the given order. Unknown names
+    raise TypeError with the nearest known one."""
+    flags = []
+    known = dict(table, **(extra or {}))
+    for name, v in options.items():
+        if name in (extra or {}):
+            continue
+        kind = table.get(name)
+        if kind is None:
+            near = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise TypeError(f"{where} got an unknown option '{name}'{hint}")
+        dashed = name.replace("_", "-")
+        if v is None:
+            raise TypeError(f"{where}: option '{name}' is None; leave it out for the default")
+        if kind in ("switch", "flag"):
+            if not isinstance(v, bool):
+                raise TypeError(f"{where}: option '{name}' takes True or False, "
+                                f"got {type(v).__name__}")
+            if v:
+                flags.append(f"--{dashed}")
+            elif kind == "switch":
+                flags.append(f"--no-{dashed}")
+            continue
+        flags.append(f"--{dashed}={_text(kind, name, v, where)}")
+    return flags
+
+
+def library_names(help_text):
+    """The flag names a library help text lists, as option names."""
+    import re
+    names = set()
+    for m in re.finditer(r"--(no-)?([a-z][a-z0-9-]*)", help_text):
+        names.add(m.group(2).replace("-", "_"))
+    return names
