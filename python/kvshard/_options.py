@@ -108,6 +108,10 @@ def library_names(help_text):
     """The flag names a library help text lists, as option names."""
     import re
     names = set()
-    for m in re.finditer(r"--(no-)?([a-z][a-z0-9-]*)", help_text):
-        names.add(m.group(2).replace("-", "_"))
+    for line in help_text.splitlines():
+        if not line.startswith("  --"):
+            continue  # prose, not a flag's line
+        head = re.split(r"\s{2,}", line.strip())[0]
+        for m in re.finditer(r"--(no-)?([a-z][a-z0-9-]*)", head):
+            names.add(m.group(2).replace("-", "_"))
     return names
