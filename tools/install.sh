@@ -15,7 +15,11 @@
 # from its own folder when asked for a GPU, NCCL or MPI; PREFIX/include/
 # kvshard.h (the whole API) and kvshard_cuda.h, kvshard_nccl.h and
 # kvshard_mpi.h (typed helpers for engines holding those handles); and
-# PREFIX/lib/pkgconfig/kvshard.pc, which names no CUDA, NCCL or MPI folder.
+# PREFIX/lib/pkgconfig/kvshard.pc, which names no CUDA, NCCL or MPI folder;
+# the Python package in PREFIX/lib/python/kvshard, with a libkvshard.so.1
+# link beside it to the installed library, and its example in
+# PREFIX/share/kvshard/examples. The last line says which PYTHONPATH finds
+# the package.
 #
 # Exit 0 installed; 2 bad usage; 1 a failure: the build, a file that is not
 # the kvshard shared object it should be, a PREFIX that is not a directory
@@ -101,7 +105,8 @@ for b in "${backends[@]}"; do
   names+=("$name")
   check_object "$b" "$name"
 done
-for h in kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h; do
+for h in kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h python/kvshard/__init__.py \
+  python/examples/serve_loop.py; do
   [ -f "$root/$h" ] || fail "no $h under $root: run from a kvshard tree"
 done
 version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/kvshard.h")
@@ -112,7 +117,8 @@ version=$(sed -n 's/^#define KVS_VERSION_STRING "\(.*\)"/\1/p' "$root/kvshard.h"
 mkdir -p "$prefix" || fail "cannot create $prefix"
 stage=$(mktemp -d "$prefix/.kvshard-install.XXXXXX") || fail "cannot create a staging folder in $prefix"
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/lib/pkgconfig" "$stage/include" || fail "staging failed"
+mkdir -p "$stage/lib/pkgconfig" "$stage/include" "$stage/python/kvshard" "$stage/examples" ||
+  fail "staging failed"
 for f in "$lib" "${backends[@]}"; do
   cp "$f" "$stage/lib/$(basename "$f")" && chmod 0755 "$stage/lib/$(basename "$f")" ||
     fail "copying $f failed"
@@ -120,6 +126,12 @@ done
 ln -s libkvshard.so.1 "$stage/lib/libkvshard.so" || fail "linking libkvshard.so failed"
 (cd "$root" && cp kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h "$stage/include/") ||
   fail "copying the headers failed"
+# The package finds the library beside itself: a link to the installed one
+# (the library then finds its backends in its own, real, folder).
+(cd "$root/python" && cp kvshard/*.py "$stage/python/kvshard/" &&
+  cp examples/*.py "$stage/examples/") || fail "copying the Python package failed"
+ln -s ../../libkvshard.so.1 "$stage/python/kvshard/libkvshard.so.1" ||
+  fail "linking the package's libkvshard.so.1 failed"
 cat >"$stage/lib/pkgconfig/kvshard.pc" <<PC || fail "writing kvshard.pc failed"
 prefix=$prefix
 libdir=\${prefix}/lib
@@ -141,5 +153,12 @@ for f in "$stage"/include/*.h; do
 done
 mv -f "$stage/lib/pkgconfig/kvshard.pc" "$prefix/lib/pkgconfig/kvshard.pc" ||
   fail "moving kvshard.pc into $prefix failed"
+mkdir -p "$prefix/lib/python" "$prefix/share/kvshard" || fail "creating $prefix/lib/python failed"
+rm -rf "$prefix/lib/python/kvshard" "$prefix/share/kvshard/examples" &&
+  mv "$stage/python/kvshard" "$prefix/lib/python/kvshard" &&
+  mv "$stage/examples" "$prefix/share/kvshard/examples" ||
+  fail "moving the Python package into $prefix failed"
 echo "install: kvshard $version in $prefix (lib/libkvshard.so.1 and ${#backends[@]} backends," \
-  "include/kvshard.h, lib/pkgconfig/kvshard.pc)" || exit 1
+  "include/kvshard.h, lib/pkgconfig/kvshard.pc, lib/python/kvshard)" &&
+  echo "install: for Python: export PYTHONPATH=$prefix/lib/python\${PYTHONPATH:+:\$PYTHONPATH}" ||
+  exit 1

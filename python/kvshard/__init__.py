@@ -12,7 +12,6 @@ option of the wrong type or an unknown name raises TypeError naming it.
 
 from ._lib import Error
 from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, self_comm
-from .node import Node, View
 from .plan import Fit, Plan, fit, plan
 
 __all__ = [
@@ -22,6 +21,21 @@ __all__ = [
 ]
 
 __version__ = "0.6.0"
+
+
+def __getattr__(name):
+    # The node needs numpy; planning does not, so an interpreter without
+    # numpy still plans.
+    if name in ("Node", "View"):
+        try:
+            from . import node
+        except ImportError as e:
+            import sys
+            raise ImportError(f"kvshard.{name} needs numpy, which {sys.executable} cannot "
+                              f"import ({e}); Debian's /usr/bin/python3 has it with "
+                              "python3-numpy") from e
+        return getattr(node, name)
+    raise AttributeError(f"module 'kvshard' has no attribute '{name}'")
 
 
 def library_version():

@@ -29,6 +29,8 @@ class Error(Exception):
         return (Error, (self.status, str(self)))
 
 
+Error.__module__ = "kvshard"
+
 class CError(ctypes.Structure):
     _fields_ = [("status", ctypes.c_int), ("message", ctypes.c_char * ERROR_MESSAGE_MAX)]
 

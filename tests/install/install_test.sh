@@ -77,6 +77,46 @@ ldd "$T/engine" | grep -q "libkvshard.so.1 => $P/lib/libkvshard.so.1" ||
   fail "the engine does not load the installed library: $(ldd "$T/engine" | grep kvshard)"
 ldd "$T/engine" | grep -qE 'libcudart|libnccl|libmpi' && fail "the engine loads $(ldd "$T/engine")"
 
+# The Python package: installed beside the library, found with the
+# PYTHONPATH the install's last line prints, by Debian's interpreter.
+grep -q "^install: for Python: export PYTHONPATH=$P/lib/python" "$T/out" ||
+  fail "install did not print the PYTHONPATH line: $(cat "$T/out")"
+[ "$(readlink -f "$P/lib/python/kvshard/libkvshard.so.1")" = "$(readlink -f "$P/lib/libkvshard.so.1")" ] ||
+  fail "lib/python/kvshard/libkvshard.so.1 is not the installed library"
+[ -f "$P/share/kvshard/examples/serve_loop.py" ] || fail "the Python example was not installed"
+PY=/usr/bin/python3
+python_env=(env -u KVSHARD_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$P/lib/python"
+  PYTHONDONTWRITEBYTECODE=1)
+[ -n "${sanitize[*]}" ] && python_env+=(LD_PRELOAD="$(ldd "$LIB" | awk '/libasan|libubsan/ {print $3}' | paste -sd:)"
+  ASAN_OPTIONS=detect_leaks=0)
+if "$PY" -c "import numpy" 2>/dev/null; then
+  "${python_env[@]}" "$PY" -c "
+import kvshard
+with kvshard.Node(topology='bundled', device='cpu', budget='4GiB', tp=1, pp=1) as n:
+    print('python node', n.num_pages, n.page)
+" >"$T/py.out" 2>&1 || fail "the installed package did not run: $(cat "$T/py.out")"
+  grep -qE "^python node [0-9]+ 128$" "$T/py.out" || fail "the package said: $(cat "$T/py.out")"
+  # pip, offline, into a venv that sees Debian's packages.
+  if "$PY" -m venv --help >/dev/null 2>&1; then
+    cp -r "$(dirname "$INSTALL")/../python" "$T/python-src"
+    "$PY" -m venv --system-site-packages "$T/venv" >"$T/venv.out" 2>&1 ||
+      fail "python3 -m venv failed: $(cat "$T/venv.out")"
+    "$T/venv/bin/pip" install --no-index --no-cache-dir --no-build-isolation "$T/python-src" >"$T/pip.out" 2>&1 ||
+      fail "pip install --no-build-isolation ./python failed: $(tail -20 "$T/pip.out")"
+    (cd "$T" && "${python_env[@]}" PYTHONPATH= KVSHARD_LIBRARY="$P/lib" "$T/venv/bin/python" -c "
+import kvshard, os
+assert os.path.dirname(kvshard.__file__).startswith('$T/venv'), kvshard.__file__
+print('pip package', kvshard.library_version())
+") >"$T/pip-run.out" 2>&1 || fail "the pip-installed package did not run: $(cat "$T/pip-run.out")"
+    grep -q "^pip package $(pkg-config --modversion kvshard)$" "$T/pip-run.out" ||
+      fail "the pip-installed package said: $(cat "$T/pip-run.out")"
+  else
+    echo "note: no python3 venv module; the pip install is not tried" >&2
+  fi
+else
+  echo "note: $PY has no numpy; the Python package is not run (tools/setup.sh installs it)" >&2
+fi
+
 # Bad usage: exit 2; a failure: exit 1; nothing installed either way.
 expect() {
   local want=$1 says=$2
