@@ -168,6 +168,40 @@ def _candidates():
     yield SONAME, "the loader's path"
 
 
+def pip_cuda_folders():
+    """The lib folders of pip's CUDA runtime and NCCL wheels (nvidia-cuda-
+    runtime-cu13, nvidia-nccl-cu13, as torch's wheels bring them) that hold
+    the libraries the backends load, in site-packages order."""
+    import site
+    import sys
+    roots = list(getattr(site, "getsitepackages", lambda: [])())
+    roots += [site.getusersitepackages()] if hasattr(site, "getusersitepackages") else []
+    roots += [p for p in sys.path if p.endswith("-packages")]
+    found = []
+    for root in roots:
+        for sub, soname in (("cuda_runtime", "libcudart.so.13"), ("nccl", "libnccl.so.2")):
+            folder = os.path.join(root, "nvidia", sub, "lib")
+            if os.path.exists(os.path.join(folder, soname)) and folder not in found:
+                found.append(folder)
+    return found
+
+
+def _point_at_pip_cuda():
+    # The library reads KVSHARD_CUDA_PATH when it first loads a CUDA or
+    # NCCL backend; unset, it asks the loader, then CUDA_HOME and
+    # /usr/local/cuda, none of which knows site-packages. When the
+    # variable is unset and pip's wheels hold both libraries, they are
+    # named, followed by the places the library would look anyway.
+    if os.environ.get("KVSHARD_CUDA_PATH"):
+        return
+    folders = pip_cuda_folders()
+    if len(folders) < 2:
+        return
+    tail = [os.path.join(os.environ["CUDA_HOME"], "lib64")] if os.environ.get("CUDA_HOME") else []
+    tail += ["/usr/local/cuda/lib64"] + os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    os.environ["KVSHARD_CUDA_PATH"] = ":".join(folders + [t for t in tail if t])
+
+
 def _declare(lib):
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
@@ -182,6 +216,7 @@ def lib():
     with _lock:
         if _lib is not None:
             return _lib
+        _point_at_pip_cuda()
         tried = []
         for path, where in _candidates():
             if os.sep in path and not os.path.exists(path):

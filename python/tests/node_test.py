@@ -278,5 +278,33 @@ class Loading(unittest.TestCase):
         self.assertIn("the loader's path", out.stdout)
 
 
+class PipCuda(unittest.TestCase):
+    def test_pip_wheels_cuda_folders_are_named_for_the_backends(self):
+        import tempfile
+        from kvshard import _lib
+        with tempfile.TemporaryDirectory() as root:
+            for sub, soname in (("cuda_runtime", "libcudart.so.13"), ("nccl", "libnccl.so.2")):
+                os.makedirs(os.path.join(root, "nvidia", sub, "lib"))
+                open(os.path.join(root, "nvidia", sub, "lib", soname), "w").close()
+            code = ("import sys, os; sys.path.insert(0, %r)\n"
+                    "from kvshard import _lib\n"
+                    "_lib._point_at_pip_cuda(); print(os.environ.get('KVSHARD_CUDA_PATH'))\n"
+                    % (root + "/x-packages"))
+            link = root + "/x-packages"
+            os.symlink(root, link)
+            env = {k: v for k, v in os.environ.items() if k != "KVSHARD_CUDA_PATH"}
+            env["CUDA_HOME"] = "/opt/cuda"
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                 text=True, timeout=60)
+            folders = out.stdout.strip().split(":")
+            self.assertEqual(folders[:4], [link + "/nvidia/cuda_runtime/lib",
+                                           link + "/nvidia/nccl/lib", "/opt/cuda/lib64",
+                                           "/usr/local/cuda/lib64"], out.stderr)
+            env["KVSHARD_CUDA_PATH"] = "/mine"
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(out.stdout.strip(), "/mine", "the user's choice stands")
+
+
 if __name__ == "__main__":
     unittest.main()
