@@ -213,7 +213,7 @@ typedef enum kvs_node_device {
   KVS_NODE_DEVICE_CUDA = 2  /* device tables through the CUDA backend */
 } kvs_node_device;
 
-/* local_rank / node_index: read the launcher's environment, or check
+/* local_rank / host_index: read the launcher's environment, or check
  * nothing (a cluster simulated on one machine). */
 #define KVS_NODE_FROM_LAUNCHER (-2)
 #define KVS_NODE_UNCHECKED (-1)
@@ -240,8 +240,8 @@ typedef struct kvs_node_options {
   /* The hosts the topology describes (0: the hosts the ranks run on,
    * found from their host names), and whether a tensor-parallel group may
    * span hosts. */
-  size_t nodes;
-  bool allow_cross_node_tp;
+  size_t hosts;
+  bool allow_cross_host_tp;
   /* -1: the plan's GPU; >= 0: the CUDA device the engine chose for this
    * rank (its tables go there). */
   int cuda_device;
@@ -270,7 +270,7 @@ typedef struct kvs_node_options {
    * (KVS_NODE_FROM_LAUNCHER, KVS_NODE_UNCHECKED or the value), and this
    * rank's host name (NULL: gethostname). */
   int local_rank;
-  int node_index;
+  int host_index;
   const char *host;
   /* The engine's CUDA stream (a cudaStream_t; NULL: none). The node's
    * device work of a step waits (on the device) for the engine's work

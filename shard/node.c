@@ -71,7 +71,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(kvs_mix64(h, (uint64_t)o->tp), (uint64_t)o->pp), (uint64_t)node->size);
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
-  h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_node_tp);
+  h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
     h = kvs_mix64(kvs_mix64(h, gpu->pci.domain), gpu->pci.bus);
@@ -218,11 +218,11 @@ static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error
                          node->rank, launcher, from, local, node->gpu.node, node->gpu.index,
                          node->gpu.pci_busid);
   }
-  if (o->node_index >= 0 && (size_t)o->node_index != node->gpu.node) {
+  if (o->host_index >= 0 && (size_t)o->host_index != node->gpu.node) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "rank %d runs on node %d (the node options), but the plan puts it on "
                          "node %zu (GPU %zu %s): launch the ranks in node order",
-                         node->rank, o->node_index, node->gpu.node, node->gpu.index,
+                         node->rank, o->host_index, node->gpu.node, node->gpu.index,
                          node->gpu.pci_busid);
   }
   return KVS_OK;
@@ -237,7 +237,7 @@ static kvs_status local_setup(kvs_node_t node, bool *used, kvs_table_kind *kind,
   kvs_rank_slot *slots = calloc(node->n_gpus, sizeof *slots);
   if (slots == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the layout");
   kvs_status status = kvs_rank_layout_cluster(gpus, node->n_gpus, (size_t)o->tp, (size_t)o->pp,
-                                              o->allow_cross_node_tp, slots, NULL, err);
+                                              o->allow_cross_host_tp, slots, NULL, err);
   size_t local = 0;
   if (status == KVS_OK) {
     node->gpu = gpus[slots[node->rank].gpu];
@@ -389,7 +389,7 @@ static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
                         .n_scratch = o->n_scratch,
                         .tp = (size_t)o->tp,
                         .pp = (size_t)o->pp,
-                        .allow_cross_node_tp = o->allow_cross_node_tp};
+                        .allow_cross_node_tp = o->allow_cross_host_tp};
   node->request = r;
   node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
   return KVS_OK;
@@ -413,7 +413,7 @@ static kvs_status open_cluster(kvs_node_t node, kvs_error *err) {
   if (node->cluster != NULL) {
     node->owns_cluster = false; /* lent by kvs_node_create_in_cluster */
   } else {
-    kvs_status status = kvs_cluster_gather(node->comm, o->topology, o->nodes, o->host,
+    kvs_status status = kvs_cluster_gather(node->comm, o->topology, o->hosts, o->host,
                                            &node->cluster, node->note, sizeof node->note, err);
     if (status != KVS_OK) return status;
     node->owns_cluster = true;
@@ -653,7 +653,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->check_every = 64;
   o->check_integrity = true;
   o->local_rank = KVS_NODE_FROM_LAUNCHER;
-  o->node_index = KVS_NODE_FROM_LAUNCHER;
+  o->host_index = KVS_NODE_FROM_LAUNCHER;
   o->cuda_graphs = true;
 }
 

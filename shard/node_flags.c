@@ -42,7 +42,7 @@ enum {
   F_BIND_NUMA,
   F_NO_BIND_NUMA,
   F_LOCAL_RANK,
-  F_NODE_INDEX,
+  F_HOST_INDEX,
   F_HOST
 };
 
@@ -80,7 +80,7 @@ static const node_flag kNodeFlags[] = {
     {"bind-numa", false, F_BIND_NUMA},
     {"no-bind-numa", false, F_NO_BIND_NUMA},
     {"local-rank", true, F_LOCAL_RANK},
-    {"node-index", true, F_NODE_INDEX},
+    {"host-index", true, F_HOST_INDEX},
     {"host", true, F_HOST},
 };
 #define N_NODE_FLAGS (sizeof kNodeFlags / sizeof kNodeFlags[0])
@@ -126,7 +126,7 @@ static const char kNodeFlagsHelp[] =
     "  --max-batch N           rows a step's batch may have (default: max running)\n"
     "  --step-capacity N       journal entries per step (default: from the chunk budget)\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
-    "  --local-rank N --node-index N --host NAME  this rank's place in a cluster\n";
+    "  --local-rank N --host-index N --host NAME  this rank's place among the hosts\n";
 
 static char help_text[16384];
 static pthread_once_t help_once = PTHREAD_ONCE_INIT;
@@ -192,10 +192,10 @@ static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error 
       uint64_t n;
       kvs_status status =
           kvs_parse_u64_in("--nodes", value, 1, 64, "a node count in [1, 64]", &n, err);
-      if (status == KVS_OK) o->nodes = (size_t)n;
+      if (status == KVS_OK) o->hosts = (size_t)n;
       return status;
     }
-    case F_ALLOW_CROSS_NODE_TP: o->allow_cross_node_tp = true; return KVS_OK;
+    case F_ALLOW_CROSS_NODE_TP: o->allow_cross_host_tp = true; return KVS_OK;
     case F_BUDGET:
       p->have_budget = true;
       return kvs_parse_budget("--budget", value, &o->budget_bytes, err);
@@ -278,7 +278,7 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
     case F_BIND_NUMA:
     case F_NO_BIND_NUMA: o->bind_numa = id == F_BIND_NUMA; return KVS_OK;
     case F_LOCAL_RANK: return parse_int("--local-rank", value, 65535, &o->local_rank, err);
-    case F_NODE_INDEX: return parse_int("--node-index", value, 65535, &o->node_index, err);
+    case F_HOST_INDEX: return parse_int("--host-index", value, 65535, &o->host_index, err);
     case F_HOST:
       o->host = p->host;
       return copy_text("--host", value, p->host, sizeof p->host, err);

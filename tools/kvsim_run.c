@@ -276,7 +276,7 @@ static void node_options(run *r, kvs_node_options *o) {
   }
   o->check_every = a->check_every;
   o->check_integrity = true;
-  o->nodes = a->nodes;
+  o->hosts = a->nodes;
   /* A cluster simulated here runs every node's ranks on this one machine
    * (nodes, a list, or hosts named by --host): the launcher's local ranks
    * are this machine's, not the plan's nodes'. */
@@ -285,7 +285,7 @@ static void node_options(run *r, kvs_node_options *o) {
       a->nodes > 1 || a->host != NULL || (a->topology != NULL && strchr(a->topology, ',') != NULL);
   o->local_rank =
       simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->local_rank;
-  o->node_index =
+  o->host_index =
       simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->node_index;
 }
 
