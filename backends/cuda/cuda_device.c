@@ -13,25 +13,132 @@
 
 typedef CUresult (*ctx_get_fn)(CUcontext *);
 typedef CUresult (*ctx_set_fn)(CUcontext);
+typedef CUresult (*device_get_fn)(CUdevice *, int);
+typedef CUresult (*primary_retain_fn)(CUcontext *, CUdevice);
+typedef CUresult (*primary_state_fn)(CUdevice, unsigned int *, int *);
 
+/* The driver's calls, found through the runtime (nothing links libcuda);
+ * all of them or none. */
+static struct {
+  ctx_get_fn ctx_get;
+  ctx_set_fn ctx_set;
+  device_get_fn device_get;
+  primary_retain_fn retain;
+  primary_state_fn state;
+} g_drv;
 static pthread_once_t g_driver_once = PTHREAD_ONCE_INIT;
-static ctx_get_fn g_ctx_get;
-static ctx_set_fn g_ctx_set;
+
+/* Each device's primary context, retained once and never released: the
+ * tables live in it, and a release that dropped the last reference would
+ * destroy them (the runtime keeps its own reference to a context it made
+ * for as long, until cudaDeviceReset). After a reset the context reads
+ * inactive and is retained again. */
+#define SCOPE_DEVICES 256
+static CUcontext g_primary[SCOPE_DEVICES];
+static pthread_mutex_t g_primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *entry_point(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    /* Our own failed query, not the caller's error: do not leave it as the
+     * thread's last error. */
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
 
 static void find_driver(void) {
-  void *get = NULL, *set = NULL;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess ||
-      cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
+  void *get = entry_point("cuCtxGetCurrent"), *set = entry_point("cuCtxSetCurrent");
+  void *dev = entry_point("cuDeviceGet"), *retain = entry_point("cuDevicePrimaryCtxRetain");
+  void *state = entry_point("cuDevicePrimaryCtxGetState");
+  if (get == NULL || set == NULL || dev == NULL || retain == NULL || state == NULL) return;
+  g_drv.ctx_get = (ctx_get_fn)get;
+  g_drv.ctx_set = (ctx_set_fn)set;
+  g_drv.device_get = (device_get_fn)dev;
+  g_drv.retain = (primary_retain_fn)retain;
+  g_drv.state = (primary_state_fn)state;
+}
+
+/* A driver result, named (the driver's own names for the ones these calls
+ * return; the number otherwise). */
+static kvs_status driver_status(CUresult rc, const char *call, int device, kvs_error *err) {
+  if (rc == CUDA_SUCCESS) return KVS_OK;
+  const char *name = rc == CUDA_ERROR_INVALID_DEVICE    ? "CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)"
+                     : rc == CUDA_ERROR_INVALID_VALUE   ? "CUDA_ERROR_INVALID_VALUE"
+                     : rc == CUDA_ERROR_OUT_OF_MEMORY   ? "CUDA_ERROR_OUT_OF_MEMORY"
+                     : rc == CUDA_ERROR_NOT_INITIALIZED ? "CUDA_ERROR_NOT_INITIALIZED"
+                     : rc == CUDA_ERROR_DEINITIALIZED   ? "CUDA_ERROR_DEINITIALIZED"
+                     : rc == CUDA_ERROR_INVALID_CONTEXT ? "CUDA_ERROR_INVALID_CONTEXT"
+                     : rc == CUDA_ERROR_DEVICE_UNAVAILABLE
+                         ? "CUDA_ERROR_DEVICE_UNAVAILABLE (busy or unavailable)"
+                         : NULL;
+  if (name != NULL) return kvs_error_set(err, KVS_ERR_CUDA, "%s(%d): %s", call, device, name);
+  return kvs_error_set(err, KVS_ERR_CUDA, "%s(%d): CUresult %d", call, device, (int)rc);
+}
+
+/* The device's primary context, retained the first time and again after a
+ * reset made it inactive. */
+static kvs_status primary_context(int device, CUcontext *out, kvs_error *err) {
+  CUdevice dev = 0;
+  kvs_status status = driver_status(g_drv.device_get(&dev, device), "cuDeviceGet", device, err);
+  if (status != KVS_OK) return status;
+  /* Kept by the driver's device handle, not the ordinal. */
+  if (dev < 0 || dev >= SCOPE_DEVICES) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "device %d: the device scope keeps contexts for %d devices", device,
+                         SCOPE_DEVICES);
+  }
+  unsigned int flags = 0;
+  int active = 0;
+  pthread_mutex_lock(&g_primary_lock);
+  CUcontext ctx = g_primary[dev];
+  if (ctx == NULL || g_drv.state(dev, &flags, &active) != CUDA_SUCCESS || !active) {
+    status = driver_status(g_drv.retain(&ctx, dev), "cuDevicePrimaryCtxRetain", device, err);
+    if (status == KVS_OK) g_primary[dev] = ctx;
+  }
+  pthread_mutex_unlock(&g_primary_lock);
+  if (status == KVS_OK) *out = ctx;
+  return status;
+}
+
+/* Puts back the runtime's choice of device for a thread that had no
+ * context: a call inside the scope may have made one with cudaSetDevice
+ * (NCCL's blocking paths do, on the caller's thread). cudaSetDevice would
+ * create the earlier choice's context if it had none, so the choice is put
+ * back only when that context is already live; otherwise the thread keeps
+ * no context and the runtime's choice of the scope's device (see the
+ * header). */
+static void restore_choice(int previous) {
+  int now = -1;
+  if (cudaGetDevice(&now) != cudaSuccess || now == previous) return;
+  CUdevice dev = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  if (g_drv.device_get(&dev, previous) != CUDA_SUCCESS ||
+      g_drv.state(dev, &flags, &active) != CUDA_SUCCESS || !active) {
     return;
   }
-  g_ctx_get = (ctx_get_fn)get;
-  g_ctx_set = (ctx_set_fn)set;
+  if (cudaSetDevice(previous) == cudaSuccess) (void)g_drv.ctx_set(NULL);
+}
+
+/* Where the driver cannot be asked: the runtime's own calls. */
+static kvs_status enter_by_runtime(int device, kvs_cuda_device_scope *s, kvs_error *err) {
+  kvs_status status = kvs_cuda_status(cudaGetDevice(&s->previous), "cudaGetDevice", err);
+  if (status != KVS_OK) return status;
+  if (s->previous != device) {
+    char what[48];
+    snprintf(what, sizeof what, "cudaSetDevice(%d)", device);
+    status = kvs_cuda_status(cudaSetDevice(device), what, err);
+    if (status != KVS_OK) {
+      (void)cudaSetDevice(s->previous); /* a failed switch may still have moved the thread */
+      return status;
+    }
+    s->switched = 1;
+  }
+  return KVS_OK;
 }
 
 kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_error *err) {
@@ -39,20 +146,25 @@ kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_e
   (void)pthread_once(&g_driver_once, find_driver);
   kvs_cuda_device_scope s = {NULL, 0, 0, 0};
   CUcontext current = NULL;
-  s.use_driver = g_ctx_get != NULL && g_ctx_set != NULL && g_ctx_get(&current) == CUDA_SUCCESS;
-  s.saved = current;
-  /* With no context the thread has no device: reading one would say 0. */
-  int has_device = !s.use_driver || current != NULL;
-  if (has_device) {
-    kvs_status status = kvs_cuda_status(cudaGetDevice(&s.previous), "cudaGetDevice", err);
-    if (status != KVS_OK) return status;
+  if (g_drv.ctx_get == NULL || g_drv.ctx_get(&current) != CUDA_SUCCESS) {
+    kvs_status status = enter_by_runtime(device, &s, err);
+    if (status == KVS_OK) *scope = s;
+    return status;
   }
-  if (!has_device || s.previous != device) {
-    char what[48];
-    snprintf(what, sizeof what, "cudaSetDevice(%d)", device);
-    kvs_status status = kvs_cuda_status(cudaSetDevice(device), what, err);
-    if (status != KVS_OK) {
-      kvs_cuda_device_leave(&s); /* a failed switch may still have moved the thread */
+  CUcontext target = NULL;
+  kvs_status status = primary_context(device, &target, err);
+  if (status != KVS_OK) return status;
+  s.use_driver = 1;
+  s.saved = current;
+  /* The runtime's choice, read with no context current: it creates none. */
+  if (current == NULL &&
+      (status = kvs_cuda_status(cudaGetDevice(&s.previous), "cudaGetDevice", err)) != KVS_OK) {
+    return status;
+  }
+  if (current != target) {
+    if ((status = driver_status(g_drv.ctx_set(target), "cuCtxSetCurrent on device", device, err)) !=
+        KVS_OK) {
+      (void)g_drv.ctx_set(current);
       return status;
     }
     s.switched = 1;
@@ -64,9 +176,8 @@ kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_e
 void kvs_cuda_device_leave(const kvs_cuda_device_scope *scope) {
   if (scope == NULL) return;
   if (scope->use_driver) {
-    CUcontext now = NULL;
-    if (g_ctx_get(&now) == CUDA_SUCCESS && now == (CUcontext)scope->saved) return;
-    (void)g_ctx_set((CUcontext)scope->saved);
+    if (scope->switched) (void)g_drv.ctx_set((CUcontext)scope->saved);
+    if (scope->saved == NULL) restore_choice(scope->previous);
   } else if (scope->switched) {
     (void)cudaSetDevice(scope->previous);
   }

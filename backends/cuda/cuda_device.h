@@ -26,30 +26,46 @@ extern "C" {
 kvs_status kvs_cuda_device_describe(int ordinal, kvs_cuda_device_facts *out, kvs_error *err);
 
 /* A device made current for the length of a call, and the calling
- * thread's context put back after it: the one it had, or none. Restoring
- * "the caller's device" with cudaSetDevice is wrong on a thread that never
- * chose one: cudaGetDevice reads 0 there, and since CUDA 12 cudaSetDevice(0)
- * creates device 0's primary context (about 0.5 GB) -- in every rank of a
- * node, on the GPU that rank 0 then finds short of its budget. So the
- * scope saves and restores the thread's driver context itself
- * (cuCtxGetCurrent / cuCtxSetCurrent, found through the runtime, so
- * nothing links libcuda). Where the driver cannot be asked, it falls back
- * to cudaGetDevice / cudaSetDevice. (The runtime may remember the device a
- * scope set and bind that one again at the thread's next call that needs
- * a context, rather than device 0: either way no context is created that
- * the thread did not already have.) */
+ * thread as it was after it: the context it had, or none, and the
+ * runtime's choice of device (what cudaGetDevice reads and the thread's
+ * next runtime call binds) unchanged.
+ *
+ * The runtime keeps that choice apart from the current context: after
+ * cudaSetDevice(d), popping the context (cuCtxSetCurrent(NULL)) leaves a
+ * thread with no context whose next call binds d, not the device 0 it had
+ * before. And putting the choice back with cudaSetDevice is wrong on a
+ * thread that never chose: since CUDA 12 cudaSetDevice(0) creates device
+ * 0's primary context (about 0.5 GB) -- in every rank of a node, on the
+ * GPU that rank 0 then finds short of its budget. So the scope never calls
+ * cudaSetDevice: it makes the device's primary context current through the
+ * driver (cuDevicePrimaryCtxRetain, cuCtxSetCurrent, found through the
+ * runtime, so nothing links libcuda), which the runtime then uses, and puts
+ * the thread's context (or none) back with cuCtxSetCurrent. The scope
+ * retains each device's primary context once for the life of the process
+ * and never releases it: kvshard's tables live in it, as the runtime's own
+ * reference would keep it. A call inside the scope that chooses a device
+ * itself (NCCL's blocking paths call cudaSetDevice on the caller's thread;
+ * kvshard's communicators are nonblocking, whose work NCCL does on its own
+ * threads) is undone on a thread that had no context when the earlier
+ * choice's context is live; when it is not, the thread is left with no
+ * context and the runtime's choice of this device, whose context is live:
+ * no call creates a context the thread did not already have. Where the
+ * driver cannot be asked, it falls back to cudaGetDevice / cudaSetDevice. */
 typedef struct kvs_cuda_device_scope {
   void *saved;    /* the thread's CUcontext on entry; NULL: it had none */
-  int previous;   /* cudaGetDevice on entry (the fallback) */
-  int switched;   /* whether enter changed the current device */
+  int previous;   /* the runtime's choice on entry (cudaGetDevice) when it had none; the
+                     fallback's device */
+  int switched;   /* whether enter changed the current context */
   int use_driver; /* whether saved is the driver's answer */
 } kvs_cuda_device_scope;
 
-/* Makes `device` current (nothing changes when it already is). On failure
- * (KVS_ERR_CUDA naming cudaSetDevice and the device) the thread is as it
- * was and leave need not be called. */
+/* Makes `device`'s primary context current (nothing changes when it
+ * already is). On failure (KVS_ERR_CUDA naming the call and the device,
+ * e.g. "cuDeviceGet(9): CUDA_ERROR_INVALID_DEVICE (invalid device
+ * ordinal)") the thread is as it was and leave need not be called. */
 kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_error *err);
-/* Puts the thread's context back as enter found it. */
+/* Puts the thread's context, and on a thread that had none the runtime's
+ * choice, back as enter found them. */
 void kvs_cuda_device_leave(const kvs_cuda_device_scope *scope);
 
 /* cudaMemGetInfo on `device`, inside a device scope (the thread's context

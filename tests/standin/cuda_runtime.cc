@@ -104,10 +104,65 @@ CUresult ctx_get_current(CUcontext *ctx) {
   return CUDA_SUCCESS;
 }
 
+// The context only: the runtime's choice (cudaSetDevice's) stays.
 CUresult ctx_set_current(CUcontext ctx) {
   Engine &e = engine();
   Lock lock(e.mutex);
   e.set_current(ctx == nullptr ? -1 : ctx->device);
+  return CUDA_SUCCESS;
+}
+
+// A driver device handle names one GPU of the machine: the stand-in's
+// physical device for the runtime's ordinal on the thread's host (on one
+// real host the two are the same number). The calls below take it.
+CUresult device_get(CUdevice *dev, int ordinal) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(e, ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = e.physical(ordinal);
+  return CUDA_SUCCESS;
+}
+
+bool valid_handle(const Engine &e, CUdevice dev) {
+  return dev >= 0 && static_cast<size_t>(dev) < e.context_live.size();
+}
+
+// Creates the primary context when it is not live, counts the reference,
+// and makes nothing current: as the driver's call does.
+CUresult primary_ctx_retain(CUcontext *ctx, CUdevice dev) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_handle(e, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  size_t d = static_cast<size_t>(dev);
+  e.create_context(static_cast<int>(d));
+  e.primary_retains[d]++;
+  *ctx = e.contexts[d].get();
+  return CUDA_SUCCESS;
+}
+
+// The driver resets a primary context when its last reference goes; the
+// stand-in does not model that (the runtime holds its own reference to a
+// context it made) and refuses a release without a retain, as the driver
+// does (CUDA_ERROR_INVALID_CONTEXT).
+CUresult primary_ctx_release(CUdevice dev) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (!valid_handle(e, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  size_t d = static_cast<size_t>(dev);
+  if (e.primary_retains[d] == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  e.primary_retains[d]--;
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_ctx_get_state(CUdevice dev, unsigned int *flags, int *active) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_handle(e, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *flags = 0;
+  *active = e.context_live[static_cast<size_t>(dev)] ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -124,24 +179,26 @@ cudaError_t cudaGetDeviceCount(int *count) {
   return cudaSuccess;
 }
 
-// Since CUDA 12 cudaSetDevice creates the device's primary context at once.
+// Since CUDA 12 cudaSetDevice creates the device's primary context at once;
+// the runtime also records the choice for the thread.
 cudaError_t cudaSetDevice(int device) {
   Engine &e = engine();
   Lock lock(e.mutex);
   if (cudaError_t f = e.injected("cudaSetDevice")) return fail(f);
   if (!valid_device(e, device)) return fail(cudaErrorInvalidDevice);
-  e.set_current(e.physical(device));
+  e.choose(e.physical(device));
   return cudaSuccess;
 }
 
-// A thread that never chose a device reads 0 (and gets no context).
+// The current context's device; with none, the thread's last choice, and 0
+// on a thread that never chose (no context is created either way).
 cudaError_t cudaGetDevice(int *device) {
   Engine &e = engine();
   Lock lock(e.mutex);
   if (device == nullptr) return fail(cudaErrorInvalidValue);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   int d = e.current_device();
-  *device = d < 0 ? 0 : e.ordinal(d);
+  *device = e.ordinal(d >= 0 ? d : e.current_choice());
   return cudaSuccess;
 }
 
@@ -241,7 +298,7 @@ cudaError_t cudaDriverGetVersion(int *version) {
   return cudaSuccess;
 }
 
-// Only the context calls kvshard uses; any other symbol is not found.
+// Only the driver calls kvshard uses; any other symbol is not found.
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *status) {
@@ -253,6 +310,14 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
     *fn = reinterpret_cast<void *>(&ctx_get_current);
   } else if (std::strcmp(symbol, "cuCtxSetCurrent") == 0) {
     *fn = reinterpret_cast<void *>(&ctx_set_current);
+  } else if (std::strcmp(symbol, "cuDeviceGet") == 0) {
+    *fn = reinterpret_cast<void *>(&device_get);
+  } else if (std::strcmp(symbol, "cuDevicePrimaryCtxRetain") == 0) {
+    *fn = reinterpret_cast<void *>(&primary_ctx_retain);
+  } else if (std::strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0) {
+    *fn = reinterpret_cast<void *>(&primary_ctx_release);
+  } else if (std::strcmp(symbol, "cuDevicePrimaryCtxGetState") == 0) {
+    *fn = reinterpret_cast<void *>(&primary_ctx_get_state);
   }
   if (status != nullptr) {
     *status = *fn != nullptr ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;

@@ -16,6 +16,12 @@ namespace {
 struct ThreadState {
   uint64_t generation = ~0ull;
   int device = -1;  // -1: no current context
+  // The runtime's own record of the device the thread chose with
+  // cudaSetDevice (-1: never; reads as its host's device 0). It is not the
+  // current context: popping the context (cuCtxSetCurrent(NULL)) leaves
+  // it, and the thread's next call that needs a context binds this
+  // device's primary context again, as the CUDA 12 runtime does.
+  int choice = -1;
   cudaError_t last_error = cudaSuccess;
   std::string hostname;
 };
@@ -26,6 +32,7 @@ ThreadState &thread_state() {
   if (t_state.generation != engine().generation) {
     t_state.generation = engine().generation;
     t_state.device = -1;
+    t_state.choice = -1;
     t_state.last_error = cudaSuccess;
     t_state.hostname.clear();
   }
@@ -106,9 +113,19 @@ int Engine::physical(int ordinal_on_host) {
   return static_cast<int>(index) * config.devices + ordinal_on_host;
 }
 
+int Engine::current_choice() {
+  ThreadState &t = thread_state();
+  return t.choice >= 0 ? t.choice : physical(0);
+}
+
+void Engine::choose(int device) {
+  set_current(device);
+  thread_state().choice = device;
+}
+
 int Engine::need_context() {
   ThreadState &t = thread_state();
-  if (t.device < 0) set_current(physical(0));
+  if (t.device < 0) set_current(current_choice());
   return t.device;
 }
 
@@ -340,7 +357,6 @@ void Engine::reset_locked(const Config &c) {
   events.clear();
   graphs.clear();
   graph_execs.clear();
-  contexts.clear();
   violations.clear();
   cuda_faults.clear();
   cliques.clear();
@@ -353,10 +369,13 @@ void Engine::reset_locked(const Config &c) {
   size_t n = static_cast<size_t>(c.devices > 0 ? c.devices : 0) * kMaxHosts;
   context_live.assign(n, false);
   contexts_created.assign(n, 0);
-  for (size_t d = 0; d < n; d++) {
-    contexts.emplace_back(new CUctx_st{static_cast<int>(d)});
-    legacy.push_back(new_stream(static_cast<int>(d), true, true));
-  }
+  primary_retains.assign(n, 0);
+  // A primary context's handle is the driver's for the life of the
+  // process: a reset makes every context inactive (as cudaDeviceReset
+  // does) but keeps the handles, so a library's cached handle stays a
+  // valid pointer across the tests of one binary.
+  while (contexts.size() < n) contexts.emplace_back(new CUctx_st{static_cast<int>(contexts.size())});
+  for (size_t d = 0; d < n; d++) legacy.push_back(new_stream(static_cast<int>(d), true, true));
   changed.notify_all();
 }
 
@@ -384,6 +403,21 @@ int thread_device() {
   std::lock_guard<std::mutex> lock(e.mutex);
   int d = e.current_device();
   return d < 0 ? -1 : e.ordinal(d);
+}
+
+int thread_runtime_device() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  if (e.config.devices <= 0) return -1;
+  int d = e.current_device();
+  return e.ordinal(d >= 0 ? d : e.current_choice());
+}
+
+int primary_retains(int device) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  if (device < 0 || static_cast<size_t>(device) >= e.primary_retains.size()) return 0;
+  return e.primary_retains[static_cast<size_t>(device)];
 }
 
 int device_of(const void *pointer) {

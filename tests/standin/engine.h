@@ -166,6 +166,7 @@ class Engine {
   std::vector<std::unique_ptr<CUctx_st>> contexts;  // per device, primary
   std::vector<bool> context_live;
   std::vector<int> contexts_created;
+  std::vector<int> primary_retains;  // per device: cuDevicePrimaryCtxRetain minus releases
   std::map<uintptr_t, Alloc> allocs;
   std::vector<std::string> violations;
   std::vector<CudaFault> cuda_faults;
@@ -193,7 +194,14 @@ class Engine {
   int need_context();
   void create_context(int device);
   int current_device();  // physical; -1: none
+  // Makes device's context current (-1: none) without touching the
+  // runtime's choice: what cuCtxSetCurrent does.
   void set_current(int device);
+  // What cudaSetDevice does: the context current and the choice recorded.
+  void choose(int device);
+  // The device (physical) the runtime binds at the thread's next call that
+  // needs a context when none is current: its last cudaSetDevice, else 0.
+  int current_choice();
   std::vector<std::string> hosts;
 
   // A failure injected for this call, else cudaSuccess.

@@ -24,6 +24,15 @@
 //   that needs a context without one creates device 0's, as the runtime
 //   does, and cudaSetDevice creates the device's primary context (CUDA 12
 //   and later). contexts_created counts them per device.
+// - The runtime's choice is not the current context. cudaSetDevice records
+//   the device for the thread; the driver's cuCtxSetCurrent changes only
+//   the current context, so after cudaSetDevice(2) and cuCtxSetCurrent(NULL)
+//   the thread has no context, cudaGetDevice still reads 2 and its next
+//   call that needs a context binds device 2's, not 0's. The driver's
+//   primary-context calls (cuDeviceGet, cuDevicePrimaryCtxRetain,
+//   cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxGetState, through
+//   cudaGetDriverEntryPointByVersion) create and count a primary context
+//   and change neither the current context nor the choice.
 // - NCCL communicators join ranks that are threads: ncclCommInitRankConfig
 //   (nonblocking) answers ncclInProgress for a seeded number of polls,
 //   collectives are stream operations that complete when every rank's has
@@ -86,6 +95,13 @@ std::vector<std::string> violations();
 int contexts_created(int device);
 // The calling thread's current device, or -1 when it has none.
 int thread_device();
+// The device the runtime runs the thread's next call on: its current
+// context's, else the one it last chose with cudaSetDevice, else 0 (what
+// cudaGetDevice answers).
+int thread_runtime_device();
+// cuDevicePrimaryCtxRetain calls on `device` (physical: host i's ordinal d is
+// i * devices + d, as cuDeviceGet answers) not yet released.
+int primary_retains(int device);
 // The device a live device allocation belongs to; -1 for anything else.
 int device_of(const void *pointer);
 // Whether [pointer, pointer + bytes) lies in a live pinned host allocation.

@@ -4,6 +4,7 @@
 // holds).
 #include "tests/standin/standin.h"
 
+#include <cuda.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -207,6 +208,100 @@ TEST(Standin, contexts_are_created_as_the_runtime_creates_them) {
   EXPECT_EQ(kvs_standin::contexts_created(0), 1);
   EXPECT_EQ(kvs_standin::contexts_created(1), 0);
   EXPECT_EQ(kvs_standin::contexts_created(3), 0);
+}
+
+// The runtime remembers the device a thread chose apart from its current
+// context (CUDA 12): popping the context leaves the choice, and the next
+// call that needs a context binds the chosen device's again.
+TEST(Standin, the_runtimes_choice_outlives_a_popped_context) {
+  kvs_standin::reset(with(4, 1));
+  std::thread([] {
+    void *get = nullptr, *set = nullptr;
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
+                                               nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
+                                               nullptr),
+              cudaSuccess);
+    auto ctx_get = reinterpret_cast<CUresult (*)(CUcontext *)>(get);
+    auto ctx_set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 0) << "a thread that never chose reads 0";
+    ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+    CUcontext two = nullptr;
+    ASSERT_EQ(ctx_get(&two), CUDA_SUCCESS);
+    ASSERT_NE(two, nullptr);
+    ASSERT_EQ(ctx_set(nullptr), CUDA_SUCCESS);
+    EXPECT_EQ(kvs_standin::thread_device(), -1) << "popped: no context";
+    int d = -1;
+    ASSERT_EQ(cudaGetDevice(&d), cudaSuccess);
+    EXPECT_EQ(d, 2) << "the choice outlives the context";
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 2);
+    void *p = nullptr;
+    ASSERT_EQ(cudaMalloc(&p, 8), cudaSuccess);
+    EXPECT_EQ(kvs_standin::device_of(p), 2) << "the next call binds the chosen device";
+    EXPECT_EQ(kvs_standin::thread_device(), 2);
+    // Setting a context through the driver moves the context, not the
+    // choice.
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    ASSERT_EQ(ctx_set(two), CUDA_SUCCESS);
+    ASSERT_EQ(cudaGetDevice(&d), cudaSuccess);
+    EXPECT_EQ(d, 2) << "a current context answers for itself";
+    ASSERT_EQ(ctx_set(nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(cudaGetDevice(&d), cudaSuccess);
+    EXPECT_EQ(d, 1) << "the choice is cudaSetDevice's";
+    ASSERT_EQ(cudaFree(p), cudaSuccess);
+  }).join();
+  EXPECT_EQ(kvs_standin::contexts_created(0), 0) << "no call on device 0";
+  EXPECT_TRUE(kvs_standin::violations().empty());
+}
+
+// The driver's primary-context calls create and count a context and touch
+// neither the thread's context nor its choice; a release needs a retain.
+TEST(Standin, a_primary_context_retained_through_the_driver_changes_no_thread) {
+  kvs_standin::reset(with(4, 1));
+  std::thread([] {
+    void *fn[4] = {nullptr, nullptr, nullptr, nullptr};
+    const char *names[4] = {"cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
+                            "cuDevicePrimaryCtxGetState"};
+    for (int i = 0; i < 4; i++) {
+      ASSERT_EQ(cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, nullptr),
+                cudaSuccess)
+          << names[i];
+    }
+    auto device_get = reinterpret_cast<CUresult (*)(CUdevice *, int)>(fn[0]);
+    auto retain = reinterpret_cast<CUresult (*)(CUcontext *, CUdevice)>(fn[1]);
+    auto release = reinterpret_cast<CUresult (*)(CUdevice)>(fn[2]);
+    auto state = reinterpret_cast<CUresult (*)(CUdevice, unsigned int *, int *)>(fn[3]);
+    CUdevice dev = -1;
+    EXPECT_EQ(device_get(&dev, 9), CUDA_ERROR_INVALID_DEVICE);
+    ASSERT_EQ(device_get(&dev, 3), CUDA_SUCCESS);
+    unsigned int flags = 1;
+    int active = -1;
+    ASSERT_EQ(state(dev, &flags, &active), CUDA_SUCCESS);
+    EXPECT_EQ(active, 0);
+    EXPECT_EQ(release(dev), CUDA_ERROR_INVALID_CONTEXT) << "nothing retained";
+    CUcontext a = nullptr, b = nullptr;
+    ASSERT_EQ(retain(&a, dev), CUDA_SUCCESS);
+    ASSERT_EQ(retain(&b, dev), CUDA_SUCCESS);
+    EXPECT_EQ(a, b) << "one primary context per device";
+    EXPECT_EQ(kvs_standin::contexts_created(3), 1);
+    EXPECT_EQ(kvs_standin::primary_retains(3), 2);
+    ASSERT_EQ(state(dev, &flags, &active), CUDA_SUCCESS);
+    EXPECT_EQ(active, 1);
+    EXPECT_EQ(kvs_standin::thread_device(), -1) << "retaining makes nothing current";
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 0) << "nor chooses a device";
+    EXPECT_EQ(release(dev), CUDA_SUCCESS);
+    EXPECT_EQ(kvs_standin::primary_retains(3), 1);
+    // A reset forgets the context but keeps its handle, as the driver does.
+    kvs_standin::reset(with(4, 1));
+    ASSERT_EQ(state(dev, &flags, &active), CUDA_SUCCESS);
+    EXPECT_EQ(active, 0);
+    CUcontext c = nullptr;
+    ASSERT_EQ(retain(&c, dev), CUDA_SUCCESS);
+    EXPECT_EQ(c, a);
+    EXPECT_EQ(kvs_standin::primary_retains(3), 1);
+  }).join();
+  EXPECT_EQ(kvs_standin::contexts_created(0), 0);
 }
 
 TEST(Standin, no_device_is_cudaErrorNoDevice) {

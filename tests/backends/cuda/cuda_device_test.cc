@@ -9,6 +9,7 @@
 // it returns.
 #include "backends/cuda/cuda_device.h"
 
+#include <cuda.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -161,10 +162,77 @@ TEST(CudaDevice, the_scope_puts_back_none_or_the_previous_device) {
     kvs_cuda_device_leave(&scope);
     EXPECT_EQ(kvs_standin::thread_device(), 1);
     EXPECT_EQ(kvs_cuda_device_enter(9, &scope, &err), KVS_ERR_CUDA);
-    EXPECT_STREQ(err.message, "cudaSetDevice(9): cudaErrorInvalidDevice (invalid device ordinal)");
+    EXPECT_STREQ(err.message, "cuDeviceGet(9): CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)");
     EXPECT_EQ(kvs_standin::thread_device(), 1) << "a failed enter changes nothing";
   }).join();
   EXPECT_EQ(kvs_standin::contexts_created(0), 0);
+}
+
+// A thread with no context before a scope has none after, and the runtime
+// still chooses for it what it chose before: its next call binds the same
+// device as without the scope (device 0 on a thread that never chose), and
+// no context is created on a device the thread did not work on.
+TEST(CudaDevice, a_thread_without_a_context_keeps_the_runtimes_choice) {
+  reset(4);
+  std::thread([] {
+    kvs_cuda_device_scope scope;
+    kvs_error err;
+    ASSERT_EQ(kvs_cuda_device_enter(2, &scope, &err), KVS_OK) << err.message;
+    int d = -1;
+    ASSERT_EQ(cudaGetDevice(&d), cudaSuccess);
+    EXPECT_EQ(d, 2) << "inside the scope the runtime works on the scope's device";
+    void *inside = nullptr;
+    ASSERT_EQ(cudaMalloc(&inside, 8), cudaSuccess);
+    EXPECT_EQ(kvs_standin::device_of(inside), 2);
+    kvs_cuda_device_leave(&scope);
+    EXPECT_EQ(kvs_standin::thread_device(), -1) << "no context after";
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 0) << "the runtime's choice moved to 2";
+    ASSERT_EQ(cudaFree(inside), cudaSuccess);  // binds the choice's context, as the thread would
+    EXPECT_EQ(kvs_standin::thread_device(), 0);
+  }).join();
+  std::thread([] {
+    // A thread that chose device 1 and popped its context.
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    void *set = nullptr;
+    ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
+                                               nullptr),
+              cudaSuccess);
+    ASSERT_EQ(reinterpret_cast<CUresult (*)(CUcontext)>(set)(nullptr), CUDA_SUCCESS);
+    kvs_cuda_device_scope scope;
+    kvs_error err;
+    ASSERT_EQ(kvs_cuda_device_enter(3, &scope, &err), KVS_OK) << err.message;
+    kvs_cuda_device_leave(&scope);
+    EXPECT_EQ(kvs_standin::thread_device(), -1);
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 1);
+    // Work inside the scope that chose a device itself (as NCCL's blocking
+    // paths do with cudaSetDevice): undone, since device 1's context is
+    // live.
+    ASSERT_EQ(kvs_cuda_device_enter(3, &scope, &err), KVS_OK) << err.message;
+    ASSERT_EQ(cudaSetDevice(3), cudaSuccess);
+    kvs_cuda_device_leave(&scope);
+    EXPECT_EQ(kvs_standin::thread_device(), -1);
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 1);
+  }).join();
+  // Every scope on device 3 retained its context once, ever.
+  EXPECT_EQ(kvs_standin::primary_retains(3), 1);
+  EXPECT_EQ(kvs_standin::contexts_created(0), 1) << "the first thread's own call, after the scope";
+  EXPECT_EQ(kvs_standin::contexts_created(3), 1);
+}
+
+// The same through a call that works in the scope: measuring a device's
+// free memory on a thread with no context leaves it with none and its
+// choice alone.
+TEST(CudaDevice, measuring_free_memory_leaves_a_thread_without_a_context_as_it_was) {
+  reset(3);
+  std::thread([] {
+    uint64_t free_b = 0, total_b = 0;
+    kvs_error err;
+    ASSERT_EQ(kvs_cuda_mem_info(2, &free_b, &total_b, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_standin::thread_device(), -1);
+    EXPECT_EQ(kvs_standin::thread_runtime_device(), 0);
+  }).join();
+  EXPECT_EQ(kvs_standin::contexts_created(0), 0);
+  EXPECT_EQ(kvs_standin::contexts_created(2), 1);
 }
 
 // A kernel on a non-blocking stream, queued right after the upload, reads
