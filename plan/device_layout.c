@@ -43,6 +43,21 @@ kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry) {
   return w;
 }
 
+kvs_status kvs_device_layout_check_tables(const kvs_device_layout *layout, kvs_error *err) {
+  if (layout == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: layout is NULL", __func__);
+  }
+  uint64_t a = layout->options.alignment;
+  if (a < KVS_DEVICE_MIN_TABLE_ALIGNMENT) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.alignment %llu: tables are carved with every region on at least "
+                         "%u bytes (what cudaMalloc gives its base and TMA and coalesced loads "
+                         "want); alignment below that prices arithmetic only",
+                         (unsigned long long)a, KVS_DEVICE_MIN_TABLE_ALIGNMENT);
+  }
+  return KVS_OK;
+}
+
 kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout) {
   kvs_table_dims dims = {0, 0, 0};
   if (layout == NULL) return dims; /* page 0: kvs_table_dims_check refuses it */
@@ -97,6 +112,41 @@ static void set_span(kvs_device_span *s, kvs_device_tier tier, uint32_t ratio, u
   s->scratch_rows = scratch_rows;
   s->row_bytes = row_bytes;
   s->bytes = mul(add(rows, scratch_rows, of), row_bytes, of);
+  s->page_rows = 0;
+  s->page_bytes = 0;
+  s->extent = s->bytes;
+}
+
+uint64_t kvs_device_page_quantum(kvs_device_tier tier, uint64_t row_bytes) {
+  /* Rows of whole 16-byte units are stored as rows: no page structure. */
+  if (row_bytes % KVS_DEVICE_TMA_BYTES == 0) return 0;
+  switch (tier) {
+    case KVS_DEVICE_TIER_WINDOW:
+    case KVS_DEVICE_TIER_COMPRESSED:
+      /* The fp8 row: its payload (what FlashMLA's TMA loads, at that
+       * stride) and the scales a page keeps after all its payloads. */
+      return row_bytes - row_bytes % KVS_DEVICE_TMA_BYTES;
+    case KVS_DEVICE_TIER_INDEXER:
+      /* The fp8 indexer row: DeepGEMM's page of keys then scales, whose
+       * stride a TMA tensor map steps. */
+      return KVS_DEVICE_TMA_BYTES;
+    default:
+      return 0;
+  }
+}
+
+/* Groups a KV span's rows into pages of page_rows (the region's rows, its
+ * scratch rows included, in whole pages), each page_bytes apart: its rows'
+ * bytes rounded up to the tier's quantum. */
+static void page_span(kvs_device_span *s, uint64_t page_rows, bool *of) {
+  uint64_t quantum = kvs_device_page_quantum(s->tier, s->row_bytes);
+  if (page_rows == 0 || quantum == 0) return;
+  uint64_t rows = add(s->rows, s->scratch_rows, of);
+  uint64_t pages = rows / page_rows + (rows % page_rows != 0);
+  uint64_t raw = mul(page_rows, s->row_bytes, of);
+  s->page_rows = page_rows;
+  s->page_bytes = mul(raw / quantum + (raw % quantum != 0), quantum, of);
+  s->extent = mul(pages, s->page_bytes, of);
 }
 
 /* What the carve decides: the spans in allocation order, the control area
@@ -137,6 +187,16 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
            mul(hca_units, KVS_RING_SLOTS_HCA, of), 1, w->hca_state, of);
   set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms->n_csa,
            mul(csa_units, KVS_RING_SLOTS_CSA, of), 1, w->idx_state, of);
+  /* Real tables (any alignment but the arithmetic 1) carve the KV tiers in
+   * the pages an engine's kernels read: a window page holds P rows, a
+   * compressed page P / ratio, an indexer page P / 4. */
+  if (options->alignment > 1) {
+    uint64_t page = sizes->page;
+    page_span(&s[SPAN_WINDOW], page, of);
+    page_span(&s[SPAN_CMP_CSA], page / KVS_CSA_RATIO, of);
+    page_span(&s[SPAN_CMP_HCA], page / KVS_HCA_RATIO, of);
+    page_span(&s[SPAN_INDEXER], page / KVS_CSA_RATIO, of);
+  }
 
   /* Control first: its fault records need 8-byte atomics, which an offset
    * after ragged tiers at alignment 1 would not give. It is a multiple of
@@ -155,10 +215,10 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
   memset(sum, 0, sizeof *sum);
   for (int i = 0; i < KVS_DEVICE_SPAN_COUNT; i++) {
     kvs_device_span *span = &s[i];
-    span->stride = align_up(span->bytes, a, of);
+    span->stride = align_up(span->extent, a, of);
     span->offset = align_up(cursor, a, of);
     if (span->count > 0) {
-      cursor = add(add(span->offset, mul(span->count - 1, span->stride, of), of), span->bytes, of);
+      cursor = add(add(span->offset, mul(span->count - 1, span->stride, of), of), span->extent, of);
     }
     uint64_t data = mul(mul(span->count, span->rows, of), span->row_bytes, of);
     uint64_t scratch = mul(mul(span->count, span->scratch_rows, of), span->row_bytes, of);
@@ -369,6 +429,9 @@ kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_
   r.rows = s->rows;
   r.scratch_rows = s->scratch_rows;
   r.row_bytes = s->row_bytes;
+  r.page_rows = s->page_rows;
+  r.page_bytes = s->page_bytes;
+  r.extent = s->extent;
   *out = r;
   return KVS_OK;
 }

@@ -5,10 +5,40 @@
  * core/'s exact pricing row for row: each compressed and indexer pool
  * carries its n_scratch rows after its data rows, each ring one scratch
  * row, and the full -> window table its trailing -1 sentinel row. With
- * alignment 1 the tiers are contiguous and their bytes equal
- * kvs_pool_sizes_bytes_terms exactly; with alignment A every region starts on a
- * multiple of A and the gaps are counted in padding_bytes, so the plan
- * prices what is really allocated.
+ * alignment 1 (arithmetic only: the pricing tests compare it with core;
+ * tables refuse it, kvs_device_layout_check_tables) the tiers are
+ * contiguous rows and their bytes equal kvs_pool_sizes_bytes_terms
+ * exactly; with alignment A every region starts on a multiple of A, the KV
+ * tiers are carved in the pages an engine's kernels read (below), and the
+ * gaps are counted in padding_bytes, so the plan prices what is really
+ * allocated.
+ *
+ * KV pages. An engine reads the window, compressed and indexer tiers page
+ * by page through TMA (cuTensorMapEncodeTiled: a 16-byte aligned base,
+ * strides multiples of 16 bytes), so each region is whole pages of
+ * page_rows rows (P for the window, P / ratio compressed, P / 4 indexer),
+ * page_bytes apart: the page's rows rounded up to the tier's quantum
+ * (kvs_device_page_quantum), its scratch rows in a page of their own. Rows
+ * of whole 16-byte units (bf16) are plain rows and carved as such. fp8 rows
+ * are not: a page keeps its rows' payloads, then their scales, so every
+ * row needs its whole page. The 132-byte indexer row (DeepGEMM's paged
+ * indexer: 128 fp8 bytes per key, then 4-byte scales) fills pages of whole
+ * 16-byte units at every P kvshard allows. The fp8 KV row of DSV4 (584 B)
+ * is not stored as one: FlashMLA's MODEL1 fp8 sparse layout
+ * (deepseek-ai/FlashMLA csrc/sm90/decode/sparse_fp8, csrc/sm100/decode/
+ * head64, tests/quant.py) keeps a page as its tokens' 576-byte payloads
+ * (448 fp8 no-rope + 64 bf16 rope, each 16-byte aligned) at a 576-byte
+ * stride, then their 8-byte scales (7 e8m0 + 1 pad), and its TMA tensor
+ * map walks the whole cache in 576-byte rows, asserting that the page
+ * stride is a multiple of 576 ("k_cache.stride(0) must be a multiple of
+ * 576. Padding might be necessary") and the base 16-byte aligned. SGLang
+ * allocates DSV4's fp8 pools that way (mem_cache/deepseek_v4_memory_pool.py:
+ * bytes_per_page_padded = ceil(page x 584 / 576) x 576). So the quantum of
+ * a KV row that is not whole 16-byte units is its payload, 576 B: a
+ * 128-row window page is 74,880 B (128 x 584 = 74,752 plus 128), a 32-row
+ * ratio-4 page 19,008 B (+320), a 1-row ratio-128 page 1,152 B (+568).
+ * The rows are not padded one by one: a page is one contiguous block, as
+ * the kernel asserts (stride_kv_row == 584).
  *
  * The allocation, in order:
  *   control      fault records of the four kernels, then the staging area
@@ -62,8 +92,9 @@ typedef enum kvs_device_tier {
 const char *kvs_device_tier_name(kvs_device_tier tier);
 
 /* The regions of one kind: `count` regions of `rows + scratch_rows` rows
- * of `row_bytes` each (`bytes`), the first at `offset`, each next one
- * `stride` (bytes rounded up to the alignment) further. */
+ * of `row_bytes` each (`bytes`), spanning `extent` (their pages, for a KV
+ * tier of a table's carve), the first at `offset`, each next one `stride`
+ * (the extent rounded up to the alignment) further. */
 typedef struct kvs_device_span {
   kvs_device_tier tier;
   uint32_t ratio; /* 4 or 128 for per-ratio spans, else 0 */
@@ -71,9 +102,12 @@ typedef struct kvs_device_span {
   uint64_t rows;
   uint64_t scratch_rows;
   uint64_t row_bytes;
-  uint64_t bytes;
+  uint64_t bytes;  /* (rows + scratch_rows) x row_bytes */
   uint64_t stride;
   uint64_t offset;
+  uint64_t page_rows;  /* rows per KV page; 0: not carved in pages */
+  uint64_t page_bytes; /* one page, rounded up to the tier's quantum; 0: not paged */
+  uint64_t extent;     /* what a region spans: whole pages, or bytes when not paged */
 } kvs_device_span;
 
 #define KVS_DEVICE_SPAN_COUNT 8
@@ -86,6 +120,9 @@ typedef struct kvs_device_region {
   uint64_t rows;         /* data rows */
   uint64_t scratch_rows; /* scratch rows after them (the sentinel, for the mapping) */
   uint64_t row_bytes;
+  uint64_t page_rows;  /* rows per page (0: not carved in pages) */
+  uint64_t page_bytes; /* page k starts at offset + k x page_bytes */
+  uint64_t extent;     /* bytes the region spans, its page padding included */
 } kvs_device_region;
 
 /* A versioned config: start from KVS_DEVICE_LAYOUT_OPTIONS_INIT. */
@@ -100,6 +137,11 @@ typedef struct kvs_device_layout_options {
  * TMA accesses want for every region; the serving default's scratch rows;
  * as many journal entries as the window pool's default journal. */
 #define KVS_DEVICE_DEFAULT_ALIGNMENT 256u
+/* The least alignment real tables (device or host twin) are carved with:
+ * below it a layout prices arithmetic only. */
+#define KVS_DEVICE_MIN_TABLE_ALIGNMENT 256u
+/* TMA's unit: a tensor map's base and strides are multiples of 16 bytes. */
+#define KVS_DEVICE_TMA_BYTES 16u
 #define KVS_DEVICE_LAYOUT_OPTIONS_INIT                                                  \
   {                                                                                     \
     sizeof(kvs_device_layout_options), KVS_DEVICE_DEFAULT_ALIGNMENT, KVS_DEFAULT_N_SCRATCH, \
@@ -135,7 +177,7 @@ typedef struct kvs_device_layout {
   uint64_t control_bytes;
   uint64_t tiers_offset;  /* the mapping: control rounded up to the alignment */
   uint64_t tiers_end;     /* end of the last tier region */
-  uint64_t padding_bytes; /* every alignment gap: total - exact.total - control */
+  uint64_t padding_bytes; /* alignment gaps and page padding: total - exact.total - control */
   uint64_t total_bytes;   /* what one cudaMalloc takes */
 } kvs_device_layout;
 
@@ -166,6 +208,24 @@ kvs_status kvs_device_layout_footprint(const kvs_cost_terms *terms, const kvs_po
 kvs_status kvs_device_layout_region(const kvs_device_layout *layout, kvs_device_tier tier,
                                     size_t layer, kvs_device_region *out, kvs_error *err);
 
+/* KVS_OK when tables may be carved from this layout: its alignment is at
+ * least KVS_DEVICE_MIN_TABLE_ALIGNMENT. Below it (alignment 1 is core's
+ * exact arithmetic, contiguous rows with no page padding) the regions
+ * would not start where TMA and coalesced loads need them: refused
+ * KVS_ERR_INVALID_ARGUMENT naming options.alignment and its value. Called
+ * where device tables are created (kvs_device_tables_create) and where
+ * the host twin is (kvs_table_create_host). */
+kvs_status kvs_device_layout_check_tables(const kvs_device_layout *layout, kvs_error *err);
+
+/* The quantum a page of this tier is rounded up to in a table's carve,
+ * for rows stored split (a page's payloads, then their scales: the fp8
+ * rows, which are not whole 16-byte units): the payload for the window and
+ * compressed tiers (576 for DSV4's 584-byte row: FlashMLA's TMA row
+ * stride), 16 (KVS_DEVICE_TMA_BYTES) for the indexer (DeepGEMM's paged
+ * indexer). 0 for rows of whole 16-byte units (bf16: stored as plain rows,
+ * not carved in pages) and for the mapping and the rings. */
+uint64_t kvs_device_page_quantum(kvs_device_tier tier, uint64_t row_bytes);
+
 /* The table dims the kernels see (page, full_token, n_win_slots); zero
  * dims (which kvs_table_dims_check refuses) for a NULL layout. */
 kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout);
@@ -173,7 +233,9 @@ kvs_table_dims kvs_device_layout_dims(const kvs_device_layout *layout);
 /* fp8 rows as one public engine stores DSV4 (its published row layout): KV rows
  * of 448 B fp8 no-rope + 128 B bf16 rope + 8 B scales and padding = 584 B,
  * indexer rows of 128 B fp8 + 4 B scale = 132 B; rings stay fp32 (core's
- * defaults for this geometry). Zero widths for a NULL geometry. */
+ * defaults for this geometry). A table carves the KV rows in pages whose
+ * stride is a multiple of the 576-byte payload (see "KV pages" above).
+ * Zero widths for a NULL geometry. */
 #define KVS_FP8_KV_ROW_BYTES 584u
 #define KVS_FP8_INDEX_ROW_BYTES 132u
 kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry);

@@ -49,6 +49,8 @@ static kvs_status check_layout(const kvs_device_layout *l, kvs_error *err) {
   kvs_table_dims dims = kvs_device_layout_dims(l);
   kvs_status status = kvs_table_dims_check(&dims, err);
   if (status != KVS_OK) return status;
+  /* An arithmetic carve (alignment below 256) is not a table's. */
+  if ((status = kvs_device_layout_check_tables(l, err)) != KVS_OK) return status;
   if (dims.n_win_slots > KVS_APPLY_MAX_ENTRIES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "%llu window slots: the journal apply needs every slot below 2^62",

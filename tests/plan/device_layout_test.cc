@@ -156,6 +156,44 @@ TEST(DeviceLayout, fp8_rows_carve_584_byte_kv_and_132_byte_index_rows) {
   EXPECT_EQ(r.scratch_rows, 1u);
   // 584 B rows are not a multiple of 256: every window region is padded.
   EXPECT_GT(l.padding_bytes, 0u);
+  // A table carves fp8 KV rows in FlashMLA's pages: a page's stride is a
+  // multiple of the 576-byte payload (128 x 584 = 74,752 -> 130 x 576).
+  ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_WINDOW, 0, &r, nullptr), KVS_OK);
+  EXPECT_EQ(r.page_rows, P);
+  EXPECT_EQ(r.page_bytes, 74880u);
+  EXPECT_EQ(r.extent, 1024u * 74880);
+  EXPECT_EQ(r.bytes, 1024u * P * 584) << "bytes stay the rows' own";
+  ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_COMPRESSED, 2, &r, nullptr), KVS_OK);
+  EXPECT_EQ(r.page_rows, P / 4);
+  EXPECT_EQ(r.page_bytes, 19008u) << "32 x 584 = 18,688 -> 33 x 576";
+  EXPECT_EQ(r.extent, (8192u + 1) * 19008) << "the scratch row takes a page of its own";
+  ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_COMPRESSED, 3, &r, nullptr), KVS_OK);
+  EXPECT_EQ(r.page_rows, P / 128);
+  EXPECT_EQ(r.page_bytes, 1152u) << "one 584-byte row -> 2 x 576";
+  EXPECT_EQ(r.extent, (8192u + 1) * 1152);
+  ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_INDEXER, 2, &r, nullptr), KVS_OK);
+  EXPECT_EQ(r.page_bytes, 32u * 132) << "32 x 132 = 4,224 B: whole 16-byte units, no padding";
+  EXPECT_EQ(r.page_rows, P / 4);
+  EXPECT_EQ(r.extent, (8192u + 1) * 32 * 132) << "its scratch row too has a page of its own";
+  ASSERT_EQ(kvs_device_layout_region(&l, KVS_DEVICE_TIER_STATE, 2, &r, nullptr), KVS_OK);
+  EXPECT_EQ(r.page_rows, 0u) << "rings are not carved in pages";
+  EXPECT_EQ(r.extent, r.bytes);
+  // The quanta themselves.
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_WINDOW, 584), 576u);
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_COMPRESSED, 584), 576u);
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_INDEXER, 132), 16u);
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_WINDOW, 1024), 0u) << "bf16: plain rows";
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_INDEXER, 256), 0u);
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_STATE, 4100), 0u);
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_MAPPING, 8), 0u);
+  // bf16 rows are plain rows: nothing is added.
+  kvs_device_layout wide16 = build(flash, s, options(256));
+  for (kvs_device_tier tier : {KVS_DEVICE_TIER_WINDOW, KVS_DEVICE_TIER_COMPRESSED,
+                               KVS_DEVICE_TIER_INDEXER}) {
+    ASSERT_EQ(kvs_device_layout_region(&wide16, tier, 2, &r, nullptr), KVS_OK);
+    EXPECT_EQ(r.page_rows, 0u) << kvs_device_tier_name(tier);
+    EXPECT_EQ(r.extent, r.bytes) << kvs_device_tier_name(tier);
+  }
   // A DSV4-Flash page costs less in fp8 than in bf16.
   kvs_device_layout wide = build(flash, s, options(256));
   EXPECT_LT(l.exact.total, wide.exact.total);
@@ -177,21 +215,63 @@ TEST(DeviceLayout, every_region_starts_on_the_alignment_and_the_gaps_are_the_pad
       std::vector<kvs_device_region> all = regions(l);
       EXPECT_EQ(all.size(), 1u + 43 + 41 + 21 + 41 + 21);
       uint64_t cursor = l.tiers_offset, gaps = l.tiers_offset - l.control_bytes, sum = 0;
+      uint64_t page_padding = 0;
       for (const kvs_device_region &r : all) {
         EXPECT_EQ(r.offset % alignment, 0u);
         EXPECT_GE(r.offset, cursor) << "regions never overlap";
         EXPECT_LT(r.offset - cursor, alignment) << "and leave no more than the alignment";
         gaps += r.offset - cursor;
-        cursor = r.offset + r.bytes;
+        EXPECT_GE(r.extent, r.bytes);
+        if (r.page_rows > 0) {
+          // Whole pages, each the page's rows rounded up to the quantum.
+          uint64_t q = kvs_device_page_quantum(r.tier, r.row_bytes);
+          uint64_t pages = (r.rows + r.scratch_rows + r.page_rows - 1) / r.page_rows;
+          EXPECT_EQ(r.page_bytes % q, 0u);
+          EXPECT_GE(r.page_bytes, r.page_rows * r.row_bytes);
+          EXPECT_LT(r.page_bytes - r.page_rows * r.row_bytes, q);
+          EXPECT_EQ(r.extent, pages * r.page_bytes);
+        } else {
+          EXPECT_EQ(r.extent, r.bytes);
+        }
+        page_padding += r.extent - r.bytes;
+        cursor = r.offset + r.extent;
         sum += r.bytes;
       }
       EXPECT_EQ(cursor, l.total_bytes);
       EXPECT_EQ(sum, b.total);
-      EXPECT_EQ(l.padding_bytes, gaps);
+      EXPECT_EQ(l.padding_bytes, gaps + page_padding);
       EXPECT_EQ(l.total_bytes, l.control_bytes + b.total + l.padding_bytes);
-      EXPECT_LT(l.padding_bytes, (all.size() + 1) * alignment);
+      EXPECT_LT(gaps, (all.size() + 1) * alignment);
+      if (widths == nullptr) {
+        EXPECT_EQ(page_padding, 0u) << "bf16 pages are whole 16-byte units";
+      } else {
+        EXPECT_GT(page_padding, 0u) << "fp8 KV pages round up to 576 B";
+      }
     }
   }
+}
+
+// Tables are carved at 256 bytes or more; below that a layout prices
+// arithmetic only, and creating tables from it is refused naming the
+// field and its value.
+TEST(DeviceLayout, tables_refuse_an_alignment_below_256) {
+  kvs_geometry g = small_geometry();
+  kvs_pool_sizes s = sizes_for(g, 8, 5);
+  kvs_error err;
+  for (uint64_t alignment : {1u, 2u, 16u, 128u}) {
+    kvs_device_layout l = build(g, s, options(alignment));
+    EXPECT_EQ(kvs_device_layout_check_tables(&l, &err), KVS_ERR_INVALID_ARGUMENT) << alignment;
+    EXPECT_TRUE(contains(err.message, "options.alignment " + std::to_string(alignment) + ":"))
+        << err.message;
+    EXPECT_TRUE(contains(err.message, "at least 256 bytes")) << err.message;
+  }
+  for (uint64_t alignment : {256u, 4096u, 2u << 20}) {
+    kvs_device_layout l = build(g, s, options(alignment));
+    EXPECT_EQ(kvs_device_layout_check_tables(&l, &err), KVS_OK) << err.message;
+  }
+  kvs_device_layout defaults = build(g, s, KVS_DEVICE_LAYOUT_OPTIONS_INIT);
+  EXPECT_EQ(kvs_device_layout_check_tables(&defaults, &err), KVS_OK) << "the default carves tables";
+  EXPECT_EQ(kvs_device_layout_check_tables(nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
 }
 
 TEST(DeviceLayout, the_control_area_holds_the_fault_records_and_the_journal_staging) {

@@ -157,6 +157,8 @@ TEST(NullArguments, device_layout) {
   EXPECT_NULL_REFUSED("out", kvs_device_plan_solve(1ull << 36, &g, 0, L, nullptr, 0.125, 8, 128,
                                                    nullptr, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED("faults", kvs_device_faults_check(nullptr, &err));
+  EXPECT_NULL_REFUSED("layout", kvs_device_layout_check_tables(nullptr, &err));
+  EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_WINDOW, 0), 0u) << "no row: no page";
   delete layout;
 }
 

@@ -323,9 +323,34 @@ TEST(StreamOrder, a_thread_without_a_device_is_left_without_one) {
       EXPECT_EQ(kvs_standin::thread_device(), -1);
       std::vector<int64_t> map = tables.download();
       EXPECT_EQ(kvs_standin::thread_device(), -1);
+      EXPECT_EQ(kvs_standin::thread_runtime_device(), 0)
+          << "the thread's next call would bind the tables' GPU, not the 0 it had";
     });
     EXPECT_EQ(kvs_standin::contexts_created(0), 0);
     EXPECT_EQ(kvs_standin::contexts_created(1), 1);
     finish_schedule(true);
   });
+}
+
+// An arithmetic carve (alignment below 256) is not a table's: refused
+// naming the field and its value, before the device is touched.
+TEST(StreamOrder, tables_refuse_a_layout_aligned_below_256) {
+  reset(1);
+  on_fresh_thread([] {
+    kvs_geometry g = small_geometry();
+    kvs_pool_sizes s = sizes_for(g, 8, 5);
+    kvs_device_layout_options o = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+    o.alignment = 1;
+    kvs_device_layout layout;
+    kvs_error err;
+    ASSERT_EQ(kvs_device_layout_build(&g, 0, g.n_layers, nullptr, &s, &o, &layout, &err), KVS_OK)
+        << err.message;
+    kvs_device_tables_t t = nullptr;
+    EXPECT_EQ(kvs_device_tables_create(kDevice, &layout, &t, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(err.message).find("options.alignment 1:"), std::string::npos)
+        << err.message;
+    EXPECT_EQ(t, nullptr);
+  });
+  EXPECT_EQ(kvs_standin::contexts_created(kDevice), 0) << "refused before any allocation";
+  finish_schedule(true);
 }
