@@ -23,6 +23,7 @@
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
+#include "plan/node_overhead.h"
 #include "shard/comm_nccl.h"
 #include "shard/wait.h"
 
@@ -347,6 +348,12 @@ static const kvs_comm_vtable nccl_vtable = {
 static kvs_status init_comm(nccl_ctx *ctx, const kvs_nccl_open_args *args, kvs_error *err) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  /* A step message is at most a few hundred KiB: two channels move it in
+   * microseconds over NVLink, and each channel NCCL connects costs its
+   * buffers on this GPU (9.2 MiB of LL, LL128 and Simple per ring
+   * connection, after the budget was measured). The cap is what
+   * plan/node_overhead.h prices. */
+  config.maxCTAs = KVS_NCCL_MAX_CHANNELS;
   ncclResult_t rc;
   const char *what;
   if (args->parent != NULL) {

@@ -14,6 +14,7 @@
 #include "plan/cluster.h"
 #include "plan/device_budget.h"
 #include "plan/device_layout.h"
+#include "plan/node_overhead.h"
 #include "plan/memory_budget.h"
 #include "plan/node_plan.h"
 #include "plan/node_setup.h"
@@ -160,6 +161,21 @@ TEST(NullArguments, device_layout) {
   EXPECT_NULL_REFUSED("layout", kvs_device_layout_check_tables(nullptr, &err));
   EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_WINDOW, 0), 0u) << "no row: no page";
   delete layout;
+}
+
+TEST(NullArguments, node_overhead) {
+  const kvs_nccl_estimate e = KVS_NCCL_ESTIMATE_INIT;
+  uint64_t u = 0;
+  EXPECT_NULL_REFUSED("estimate", kvs_nccl_buffer_estimate(nullptr, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_nccl_buffer_estimate(&e, nullptr, &err));
+  kvs_node_overhead_request r{};
+  kvs_node_overhead o{};
+  EXPECT_NULL_REFUSED("request", kvs_node_overhead_compute(nullptr, &o, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_overhead_compute(&r, nullptr, &err));
+  EXPECT_NULL_REFUSED("overhead", kvs_node_overhead_reserve(0, nullptr, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_overhead_reserve(0, &o, nullptr, &err));
+  ASSERT_EQ(kvs_node_overhead_compute(&r, &o, nullptr), KVS_OK) << "all zero: nothing on a GPU";
+  EXPECT_EQ(o.total_bytes, 0u);
 }
 
 TEST(NullArguments, node_setup_and_node_plan) {

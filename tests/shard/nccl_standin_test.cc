@@ -41,6 +41,7 @@
 #include "core/geometry.h"
 #include "core/window_pool.h"
 #include "plan/device_layout.h"
+#include "plan/node_overhead.h"
 #include "shard/comm.h"
 #include "shard/comm_loopback.h"
 #include "shard/comm_nccl.h"
@@ -511,6 +512,11 @@ TEST(NcclStandin, split_mode_leaves_the_callers_device_alone) {
       ASSERT_EQ(kvs_comm_nccl_create(&o, &comm, &err), KVS_OK) << err.message;
       EXPECT_EQ(kvs_standin::thread_device(), other) << "creating moved the caller's device";
       EXPECT_EQ(device_of_comm(comm), r);
+      EXPECT_EQ(kvs_standin::comm_max_ctas(kvs_standin::latest_comm(r)),
+                static_cast<int>(KVS_NCCL_MAX_CHANNELS))
+          << "the split is capped";
+      EXPECT_EQ(kvs_standin::comm_max_ctas(e.comm), NCCL_CONFIG_UNDEF_INT)
+          << "the engine's communicator is its own";
       EXPECT_EQ(kvs_comm_rank(comm), r) << "the engine's rank";
       EXPECT_EQ(kvs_comm_size(comm), n) << "the engine's size";
       kvs_comm_buffer b;
@@ -976,6 +982,9 @@ TEST(NcclStandin, ranks_join_from_one_unique_id) {
         EXPECT_EQ(kvs_comm_size(comm), n);
         EXPECT_EQ(device_of_comm(comm), r);
         EXPECT_EQ(kvs_standin::thread_device(), -1) << "creation left the thread on a device";
+        // At most the channels plan/node_overhead.h prices NCCL's buffers for.
+        EXPECT_EQ(kvs_standin::comm_max_ctas(kvs_standin::latest_comm(r)),
+                  static_cast<int>(KVS_NCCL_MAX_CHANNELS));
         collectives(comm, r, n, seed);
         kvs_comm_destroy(comm);
       });

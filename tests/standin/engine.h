@@ -106,6 +106,7 @@ struct ncclComm {
   int device = 0;
   std::string host;
   bool blocking = true;
+  int max_ctas = NCCL_CONFIG_UNDEF_INT;  // the config's maxCTAs: the channels NCCL may use
   kvs_standin::CommState state = kvs_standin::CommState::kInitializing;
   ncclResult_t async = ncclSuccess;  // sticky once an error
   bool stalled = false;              // injected: its collectives never arrive

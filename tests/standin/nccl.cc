@@ -260,6 +260,12 @@ CommState comm_state(ncclComm_t comm) {
   return comm->state;
 }
 
+int comm_max_ctas(ncclComm_t comm) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  return comm->max_ctas;
+}
+
 }  // namespace kvs_standin
 
 ncclResult_t ncclGetVersion(int *version) {
@@ -309,6 +315,7 @@ ncclResult_t join(Engine &e, Lock &lock, const std::string &key, int nranks, int
   c->host = host_name();
   c->blocking =
       config == nullptr || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+  c->max_ctas = config == nullptr ? NCCL_CONFIG_UNDEF_INT : config->maxCTAs;
   c->polls = 1 + static_cast<int>(e.random(static_cast<uint64_t>(e.config.max_init_polls)));
   clique->ranks[static_cast<size_t>(rank)] = c;
   clique->joined++;

@@ -121,6 +121,10 @@ ncclComm_t latest_comm(int rank);
 
 enum class CommState { kInitializing, kReady, kFinalizing, kFinalized, kAborted, kDestroyed };
 CommState comm_state(ncclComm_t comm);
+// The maxCTAs its creator's config gave (NCCL_CONFIG_UNDEF_INT: none): the
+// channels, and so the lazily connected buffers, NCCL may use for it. The
+// stand-in records it; it runs every collective the same way.
+int comm_max_ctas(ncclComm_t comm);
 
 // The host name gethostname answers on this thread (empty: the real one),
 // so ranks that are threads can play ranks on different nodes.

@@ -1,0 +1,110 @@
+#include "plan/node_overhead.h"
+
+#include "core/checked.h"
+
+/* The shard's check words (shard/shard.c, C_WORDS) and the NCCL
+ * communicator's barrier word (backends/nccl/comm_nccl.c): fixed buffers
+ * on a device communicator, 88 bytes, counted so the sum is the code's. */
+#define CHECK_WORDS 10u
+#define BARRIER_WORDS 1u
+#define WORD 8u
+
+kvs_status kvs_nccl_buffer_estimate(const kvs_nccl_estimate *e, uint64_t *out, kvs_error *err) {
+  if (e == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: estimate is NULL", __func__);
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  bool of = false;
+  uint64_t connection = kvs_add(kvs_add(e->ll_bytes, e->ll128_bytes, &of), e->simple_bytes, &of);
+  uint64_t peers = (uint64_t)e->ring_peers + e->tree_peers;
+  uint64_t rings = kvs_mul(kvs_mul(e->channels, peers, &of), connection, &of);
+  uint64_t nvls = kvs_mul(kvs_mul(kvs_mul((uint64_t)e->nvls_channels * 2u, e->nvls_heads, &of),
+                                  KVS_NCCL_STEPS, &of),
+                          e->nvls_chunk_bytes, &of);
+  uint64_t total = kvs_add(rings, nvls, &of);
+  if (of) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                         "NCCL's buffers for %u channels of %llu peers and %u NVLS channels of %u "
+                         "heads exceed 2^64 bytes",
+                         e->channels, (unsigned long long)peers, e->nvls_channels, e->nvls_heads);
+  }
+  *out = total;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_node_overhead *out,
+                                     kvs_error *err) {
+  if (r == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  kvs_node_overhead o = {0, 0, 0, 0, 0, 0, 0};
+  bool of = false;
+  if (r->cuda_tables) {
+    const char *zero = r->max_batch == 0 ? "max_batch" : r->max_seq_len == 0 ? "max_seq_len"
+                                                        : r->page == 0      ? "page"
+                                                                            : NULL;
+    if (zero != NULL) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request.%s is 0: device tables size their batch buffers by it", zero);
+    }
+    uint64_t rows = r->max_batch, page = r->page;
+    uint64_t blocks = r->max_seq_len / page + (r->max_seq_len % page != 0);
+    /* table_cuda.c: int32 block rows, six int64 words and a P-slot ring
+     * context per request; and their pinned staging (blocks, positions,
+     * request slots). */
+    uint64_t block_bytes = kvs_mul(kvs_mul(rows, blocks, &of), 4, &of);
+    uint64_t ring_bytes = kvs_mul(kvs_mul(rows, page, &of), WORD, &of);
+    o.table_bytes = kvs_add(kvs_add(block_bytes, kvs_mul(rows, 6 * WORD, &of), &of), ring_bytes, &of);
+    o.pinned_bytes = kvs_add(block_bytes, kvs_mul(rows, 2 * WORD, &of), &of);
+    /* table_cuda_step.c, per parity: the batch block (count word,
+     * positions, slots, two int32 blocks per row), the results (own,
+     * previous, two ring locations, the ring context), and the message's
+     * device copy when the communicator's buffers are on the host; then
+     * the digest word. The batch and the message are staged in pinned
+     * memory too. */
+    uint64_t batch = kvs_add(WORD, kvs_mul(rows, 2 * WORD + 2 * 4, &of), &of);
+    uint64_t results = kvs_mul(kvs_mul(rows, 4 + page, &of), WORD, &of);
+    uint64_t message = r->device_comm ? 0 : r->message_bytes;
+    uint64_t side = kvs_add(kvs_add(batch, results, &of), message, &of);
+    o.step_bytes = kvs_add(kvs_mul(side, 2, &of), WORD, &of);
+    o.pinned_bytes = kvs_add(o.pinned_bytes,
+                             kvs_add(kvs_mul(kvs_add(batch, message, &of), 2, &of), WORD, &of), &of);
+  }
+  if (r->device_comm) {
+    /* Device buffers with pinned twins (comm_nccl.c's buffer_alloc): the
+     * shard's two step messages and check words, the node's agreement
+     * words, the barrier word. */
+    uint64_t words = kvs_add(kvs_add(CHECK_WORDS, BARRIER_WORDS, &of), r->agree_words, &of);
+    o.comm_bytes = kvs_add(kvs_mul(r->message_bytes, 2, &of), kvs_mul(words, WORD, &of), &of);
+    o.pinned_bytes = kvs_add(o.pinned_bytes, o.comm_bytes, &of);
+    static const kvs_nccl_estimate defaults = KVS_NCCL_ESTIMATE_INIT;
+    kvs_status status =
+        kvs_nccl_buffer_estimate(r->nccl != NULL ? r->nccl : &defaults, &o.nccl_bytes, err);
+    if (status != KVS_OK) return status;
+  }
+  o.device_bytes = kvs_add(kvs_add(o.table_bytes, o.step_bytes, &of), o.comm_bytes, &of);
+  o.total_bytes = kvs_add(o.device_bytes, o.nccl_bytes, &of);
+  if (of) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW,
+                         "the node's buffers for %zu rows of %llu tokens (page %llu) exceed 2^64 "
+                         "bytes",
+                         r->max_batch, (unsigned long long)r->max_seq_len,
+                         (unsigned long long)r->page);
+  }
+  *out = o;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_overhead_reserve(uint64_t reserve_bytes, const kvs_node_overhead *overhead,
+                                     uint64_t *out, kvs_error *err) {
+  if (overhead == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: overhead is NULL", __func__);
+  }
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  bool of = false;
+  uint64_t sum = kvs_add(reserve_bytes, overhead->total_bytes, &of);
+  if (of) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "reserve_bytes %llu + overhead %llu exceed 2^64",
+                         (unsigned long long)reserve_bytes,
+                         (unsigned long long)overhead->total_bytes);
+  }
+  *out = sum;
+  return KVS_OK;
+}
