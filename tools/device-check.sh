@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# tools/device-check.sh: the cuda/ device tests and the device benchmark on a
-# GPU machine, in one command, in well under 5 minutes, with a JSON summary.
+# tools/device-check.sh: the CUDA backend's device tests, the NCCL backend at
+# one rank, the device benchmark and kvsim on the node with device tables, on
+# a GPU machine, in one command, under 5 minutes of GPU time by design (a
+# 280 s budget that cuts every step's timeout to what is left), with a JSON
+# summary.
 #
 # Two halves, so the machine with the GPU need not have Bazel:
 #
@@ -9,42 +12,69 @@
 #
 #        tools/device-check.sh stage
 #
-#      builds the test binaries, the NCCL backend's test (tests/shard),
-#      kvsim_local (kvsim with ranks as threads, no MPI) and
-#      kvs_device_bench (kernels compiled for sm_80 and sm_90, plus compute_90
-#      PTX, with -lineinfo) and copies them into out/device-check/bin, with
-#      the shared libraries they need beyond the C and C++ runtimes
-#      (libcudart.so.13, libjansson, libxxhash) in out/device-check/lib and a
-#      MANIFEST. libnccl.so.2 (over 200 MiB) is not staged: the GPU
-#      machine's own is used (a CUDA image carries NCCL; run() finds it).
-#      out/ is git-ignored; when the GPU is on another machine, copy the
-#      repository with out/device-check in it there (about 5 MiB; the
-#      binaries need glibc >= 2.34 and GLIBCXX 3.4.29). When the build
-#      machine has the GPU, run the second half in place.
+#      builds with `bazel build -c opt` (host code -O2, from .bazelrc's
+#      --copt=-O2, and -DNDEBUG; the kernels are nvcc -O3 -lineinfo for
+#      sm_80, sm_90 and sm_100, with compute_100 PTX, whatever the mode) and
+#      copies into out/device-check:
+#        bin/  the CUDA tests (tests/backends/cuda: device_kernels_test,
+#              device_ref_test, cuda_status_test, kernel_emulation_test; and
+#              tests/plan's device_layout_test), the NCCL backend's test
+#              (tests/shard/nccl_test), kvs_device_bench (tools/device_bench.c)
+#              and kvsim_local (kvsim with ranks as threads, no MPI), with the
+#              CUDA and NCCL backends beside them (libkvshard-cuda.so.1,
+#              libkvshard-nccl.so.1), where the backend registry looks for
+#              them: the program's own folder (core/backend.c). The MPI
+#              backend is not staged: nothing here runs MPI.
+#        lib/  every shared library those need beyond the C and C++ runtimes,
+#              as ldd finds them here (libcudart.so.13, libjansson, libxxhash,
+#              libhwloc.so.15 and its own), checked with readelf: every
+#              NEEDED entry of every staged file is staged, a runtime the GPU
+#              machine has, or libnccl.so.2.
+#        MANIFEST  the commit, the build mode, nvcc, the highest GLIBC_ and
+#              GLIBCXX_ symbol versions any staged file (binaries and
+#              libraries) requires and which file, each file's needs, and the
+#              sha256 of every file.
+#      libnccl.so.2 (over 200 MiB) is not staged: the GPU machine's own is
+#      used. out/ is git-ignored; when the GPU is on another machine, copy the
+#      repository with out/device-check in it there (a few MiB). When the
+#      build machine has the GPU, run the second half in place.
 #
 #   2. RUN, on the machine with the GPU, from the repository root (the
 #      working tree with the staged folder in it):
 #
 #        tools/device-check.sh            # same as: tools/device-check.sh run
 #
-#      It sets LD_LIBRARY_PATH to the staged lib/ itself. Results go to
-#      $KVS_DEVICE_CHECK_OUT, else $OUT when set, else
+#      A preflight first finds libnccl.so.2: in $KVS_NCCL_LIB_DIR when set
+#      (and only there), else on the loader's path (LD_LIBRARY_PATH, then
+#      ld.so's cache), else in a pip wheel's nvidia/nccl/lib under the
+#      site-packages of any python3 on the PATH; it says where, or exits 1
+#      with the places it looked (summary.json says so too) before any GPU
+#      time is spent. It also refuses a stage whose files do not resolve
+#      here (ldd: a missing library or a glibc older than the MANIFEST's).
+#      Then the staged lib/ and NCCL's folder go first on LD_LIBRARY_PATH and
+#      are the only places the backends' vendor libraries are taken from
+#      (KVSHARD_CUDA_PATH); KVSHARD_BACKEND_PATH is unset, so the backends
+#      beside the binaries load; NCCL_DEBUG=WARN puts NCCL's warnings in the
+#      logs. Results go to $KVS_DEVICE_CHECK_OUT, else $OUT when set, else
 #      out/device-check-results, four files:
-#        summary.json              what passed, timings, the benchmark, and
-#                                  node_runs: kvsim on the node with device
-#                                  tables (1 NCCL rank; 4 loopback ranks on
-#                                  GPU 0; 1 NCCL rank at 256 requests), each
-#                                  with steps/s and the per-step split
+#        summary.json              what passed, timings, the preflight, the
+#                                  benchmark, and node_runs: kvsim_local on the
+#                                  node with device tables (1 rank whose node
+#                                  makes its own NCCL communicator on its plan's
+#                                  GPU, --backend nccl; 4 loopback ranks on GPU
+#                                  0; the NCCL rank at 256 requests), each with
+#                                  steps/s and the per-step split
 #        bench.json                the benchmark alone
 #        device_kernels_test.log   the device test's output
 #        logs.tar.gz               every step's log (tests, bench, memcheck)
 #      The exit status is 0 only when every step passed and the device tests
 #      ran (a skip on a GPU machine means the GPU was not usable: a failure):
 #      the kernels against the references, and the NCCL backend at one rank
-#      (nccl_test: collectives, a shard over device buffers, adopt mode, a
-#      consumer stream ordered by kvs_comm_nccl_reads_done, a thread left
-#      without a context). A compute-sanitizer that does not support the
-#      device (as under gVisor) counts as not run, not as failed.
+#      (nccl_test: collectives and a shard over device buffers, split mode
+#      leaving the engine's communicator and device alone, a consumer stream
+#      and a thread without a device). A compute-sanitizer that does not
+#      support the device (as under gVisor) counts as not run, not as
+#      failed.
 #
 #   Environment (all optional):
 #     KVS_DEVICE_CHECK_DIR        staged folder (default out/device-check)
@@ -54,32 +84,40 @@
 #     KVS_DEVICE_CHECK_SANITIZER  1 (default) runs compute-sanitizer memcheck
 #                                 on the device test when the tool is there
 #                                 and time is left; 0 skips it
-#     KVS_DEVICE_CHECK_ALLOW_SKIP 1 accepts skipped device tests (a dry run on
-#                                 a machine without a GPU)
+#     KVS_DEVICE_CHECK_ALLOW_SKIP 1 accepts skipped device tests and kvsim's
+#                                 "no device" (exit 5): a dry run on a machine
+#                                 without a GPU
+#     KVS_NCCL_LIB_DIR            the folder of the libnccl.so.2 to use
 #     KVS_BENCH_REF_GBS           the bandwidth the benchmark compares with
 #                                 (default 4300: an H200's measured copy rate)
 #
 #   If nothing is staged and bazel is on the PATH, `run` stages first.
 #
 #   With the GPU on the build machine: `tools/device-check.sh stage &&
-#   tools/device-check.sh`, then read out/device-check-results/summary.json
-#   (about a minute).
+#   tools/device-check.sh`, then read out/device-check-results/summary.json.
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 MODE=${1:-run}
 STAGE=${KVS_DEVICE_CHECK_DIR:-out/device-check}
-BINARIES=(device_kernels_test device_ref_test device_layout_test cuda_status_test
-  kernel_emulation_test nccl_test kvs_device_bench kvsim_local)
-# Where each staged binary is built, under bazel-bin.
-package_of() {
-  case $1 in
-    kvs_device_bench) echo cuda ;;
-    nccl_test) echo tests/shard ;;
-    kvsim_local) echo tools ;;
-    *) echo tests/backends/cuda ;;
-  esac
-}
+# What is staged, as Bazel labels: the programs into bin/ ...
+PROGRAMS=(
+  //tests/backends/cuda:device_kernels_test
+  //tests/backends/cuda:device_ref_test
+  //tests/backends/cuda:cuda_status_test
+  //tests/backends/cuda:kernel_emulation_test
+  //tests/plan:device_layout_test
+  //tests/shard:nccl_test
+  //tools:kvs_device_bench
+  //tools:kvsim_local
+)
+# ... and the backends beside them. Not libkvshard-mpi.so.1: MPI stays out.
+BACKENDS=(
+  //backends/cuda:libkvshard-cuda.so.1
+  //backends/nccl:libkvshard-nccl.so.1
+)
+# The host code is built optimised; .bazelrc adds --copt=-O2 to every mode.
+BUILD_MODE=(-c opt)
 
 log() { printf 'device-check: %s\n' "$*" >&2; }
 
@@ -94,41 +132,83 @@ json_string() {
   printf '"%s"' "$s"
 }
 
-# The folder of this machine's libnccl.so.2, or nothing.
-find_nccl() {
-  local d
-  d=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
-  if [[ -n $d ]]; then
-    dirname "$d"
-    return
-  fi
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu \
-    /usr/local/nvidia/lib64; do
-    [[ -e $d/libnccl.so.2 ]] && { echo "$d"; return; }
-  done
-  if command -v python3 >/dev/null; then
-    d=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-    [[ -n $d && -e $d/libnccl.so.2 ]] && { echo "$d"; return; }
-  fi
+# The file name of a label (//a/b:name -> name) and its path under bazel-bin.
+label_name() { echo "${1##*:}"; }
+label_path() {
+  local l=${1#//}
+  echo "${l%%:*}/${l##*:}"
+}
+
+# Libraries the GPU machine provides itself: the C and C++ runtimes (newer
+# ones serve: glibc and libstdc++ are backward compatible, and the MANIFEST
+# says which versions are needed), the driver, and NCCL (found by run's
+# preflight).
+provided() {
+  case $1 in
+    libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | libstdc++.so.* | \
+      libgcc_s.so.* | ld-linux* | linux-vdso.so.* | libcuda.so.* | libnccl.so.*)
+      return 0
+      ;;
+  esac
+  return 1
+}
+
+# The NEEDED entries of an ELF file, one per line.
+needed_of() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p'; }
+
+# The highest version of each of GLIBC_, GLIBCXX_ and CXXABI_ the file
+# requires (its .gnu.version_r), as "GLIBC_2.34 GLIBCXX_3.4.29 ...".
+versions_of() {
+  readelf -W -V "$1" 2>/dev/null |
+    awk '/Version needs section/ { on = 1; next } /Version (definition|symbols) section/ { on = 0 }
+         on && match($0, /Name: (GLIBC|GLIBCXX|CXXABI)_[0-9.]+/) {
+           v = substr($0, RSTART + 6, RLENGTH - 6); print v }' |
+    sort -t_ -k1,1 -k2,2V -u |
+    awk -F_ '{ best[$1] = $0 } END { for (k in best) print best[k] }' | sort | tr '\n' ' '
+}
+
+# The highest of one family (GLIBC, GLIBCXX, CXXABI) over the staged files,
+# and which need it: "VERSION (FILE)" or "VERSION (N files: FILE, ...)";
+# nothing when no file needs the family.
+highest_of() {
+  local family=$1 f v
+  for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
+    for v in $(versions_of "$f"); do
+      [[ $v == "${family}"_* ]] && echo "$v ${f#"$STAGE"/}"
+    done
+  done | sort -t_ -k2,2V |
+    awk '{ if ($1 != top) { top = $1; n = 0; files = "" } n++; files = files (n > 1 ? ", " : "") $2 }
+         END { if (n == 1) print top " (" files ")"; else if (n > 1) print top " (" n " files: " files ")" }'
+}
+
+# RUNPATH (or RPATH) of an ELF file: LD_LIBRARY_PATH comes before a
+# RUNPATH, after an RPATH.
+runpath_of() {
+  readelf -d "$1" 2>/dev/null | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\].*/\1 \2/p' | tr '\n' ' '
+}
+
+# The targets' machine code, as backends/cuda/BUILD.bazel's NVCC_ARCHS asks.
+nvcc_targets() {
+  local sass ptx
+  sass=$(sed -n 's/.*code=\(sm_[0-9]*\).*/\1/p' backends/cuda/BUILD.bazel | sort -u | tr '\n' ' ')
+  ptx=$(sed -n 's/.*code=\(compute_[0-9]*\).*/\1/p' backends/cuda/BUILD.bazel | sort -u | tr '\n' ' ')
+  echo "${sass}(SASS), ${ptx}(PTX), -lineinfo"
 }
 
 stage() {
   command -v bazel >/dev/null || { log "stage needs bazel on the PATH"; return 1; }
-  log "building with bazel"
-  bazel build //tests/cuda:device_kernels_test //tests/cuda:device_ref_test \
-    //tests/cuda:device_layout_test //tests/cuda:cuda_status_test \
-    //tests/cuda:kernel_emulation_test //tests/shard:nccl_test //tools:kvs_device_bench \
-    //tools:kvsim_local >&2 ||
-    return 1
+  log "building with bazel ${BUILD_MODE[*]}"
+  bazel build "${BUILD_MODE[@]}" "${PROGRAMS[@]}" "${BACKENDS[@]}" >&2 || return 1
   local bin_dir
-  bin_dir=$(bazel info bazel-bin 2>/dev/null) || return 1
+  bin_dir=$(bazel info "${BUILD_MODE[@]}" bazel-bin 2>/dev/null) || return 1
   rm -rf "$STAGE"
   mkdir -p "$STAGE/bin" "$STAGE/lib" || return 1
-  local name src
-  for name in "${BINARIES[@]}"; do
-    src=$bin_dir/$(package_of "$name")/$name
-    cp -L "$src" "$STAGE/bin/$name" || return 1
-    chmod u+wx "$STAGE/bin/$name"
+  local label name
+  for label in "${PROGRAMS[@]}" "${BACKENDS[@]}"; do
+    name=$(label_name "$label")
+    cp -L "$bin_dir/$(label_path "$label")" "$STAGE/bin/$name" || return 1
+    chmod u+w "$STAGE/bin/$name"
+    [[ $name == *.so.* ]] || chmod u+x "$STAGE/bin/$name"
   done
   # bazel-bin is shared with every build of this workspace: refuse binaries
   # that another command built with sanitizers (--config=asan) meanwhile.
@@ -137,30 +217,150 @@ stage() {
       "run 'tools/device-check.sh stage' again once that build is done"
     return 1
   fi
-  # Every shared library the binaries load except the C and C++ runtimes,
-  # which the GPU machine has (newer ones serve: glibc and libstdc++ are
-  # backward compatible).
+  # Every shared library the staged files load, as this machine's loader
+  # resolves them (ldd follows the whole closure), but what the GPU machine
+  # provides.
   local lib path
   while read -r lib path; do
-    case $lib in
-      libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | librt.so.* | libstdc++.so.* | \
-        libgcc_s.so.* | ld-linux*) ;;
-      libnccl.so.*) ;; # the GPU machine's own (see above)
-      *) cp -L "$path" "$STAGE/lib/$lib" || return 1 ;;
-    esac
-  done < <(for name in "${BINARIES[@]}"; do ldd "$STAGE/bin/$name"; done |
+    provided "$lib" || cp -L "$path" "$STAGE/lib/$lib" || return 1
+  done < <(for f in "$STAGE"/bin/*; do ldd "$f"; done |
     awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
-  {
-    echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- cuda core tests/backends/cuda 2>/dev/null || echo ' (with uncommitted changes)')"
-    echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
-    echo "targets: sm_80 sm_90 (SASS), compute_90 (PTX), -lineinfo"
-    echo "nccl: $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' /usr/local/cuda/include/nccl.h | paste -sd.) headers; libnccl.so.2 not staged"
-    echo "glibc needed: $(objdump -T "$STAGE"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V -u | tail -1)"
-    (cd "$STAGE" && sha256sum bin/* lib/*)
-  } >"$STAGE/MANIFEST"
+  check_needs || return 1
+  write_manifest || return 1
   log "staged $(du -sh "$STAGE" | cut -f1) in $STAGE:"
   cat "$STAGE/MANIFEST" >&2
+}
+
+# readelf's word on every staged file: each NEEDED entry is staged (lib/, or
+# a backend in bin/) or provided by the GPU machine, and nothing needs MPI.
+check_needs() {
+  local f n bad=""
+  for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
+    for n in $(needed_of "$f"); do
+      if [[ $n == libmpi* ]]; then
+        bad+=" ${f#"$STAGE"/} needs $n (MPI stays out of the device check);"
+      elif ! provided "$n" && [[ ! -e $STAGE/lib/$n && ! -e $STAGE/bin/$n ]]; then
+        bad+=" ${f#"$STAGE"/} needs $n, which is not staged;"
+      fi
+    done
+  done
+  if [[ -e $STAGE/bin/libkvshard-mpi.so.1 || -e $STAGE/lib/libkvshard-mpi.so.1 ]]; then
+    bad+=" libkvshard-mpi.so.1 is staged;"
+  fi
+  [[ -z $bad ]] && return 0
+  log "the stage is incomplete:$bad"
+  return 1
+}
+
+write_manifest() {
+  local glibc glibcxx cxxabi f
+  glibc=$(highest_of GLIBC)
+  glibcxx=$(highest_of GLIBCXX)
+  cxxabi=$(highest_of CXXABI)
+  {
+    echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- backends core plan shard tests/backends tests/plan tests/shard tools 2>/dev/null || echo ' (with uncommitted changes)')"
+    echo "build: bazel ${BUILD_MODE[*]}: host code -O2 (.bazelrc --copt=-O2) -DNDEBUG; kernels nvcc -O3"
+    echo "glibc needed: ${glibc:-none}; GLIBCXX needed: ${glibcxx:-none}; CXXABI needed: ${cxxabi:-none}"
+    echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1)"
+    echo "targets: $(nvcc_targets)"
+    echo "nccl: $(sed -n 's/^#define NCCL_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' /usr/local/cuda/include/nccl.h 2>/dev/null | paste -sd.) headers; libnccl.so.2 not staged (run's preflight finds the machine's)"
+    echo "backends: bin/libkvshard-cuda.so.1 bin/libkvshard-nccl.so.1 (libkvshard-mpi.so.1 not staged)"
+    echo "needs (NEEDED; highest GLIBC/GLIBCXX/CXXABI versions; RUNPATH):"
+    for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
+      echo "  ${f#"$STAGE"/}: $(needed_of "$f" | tr '\n' ' '); $(versions_of "$f"); $(runpath_of "$f")"
+    done
+    echo "sha256:"
+    (cd "$STAGE" && sha256sum bin/* lib/* | sed 's/^/  /')
+  } >"$STAGE/MANIFEST"
+}
+
+# The folder of the libnccl.so.2 to use, in NCCL_DIR, and where it was found
+# in NCCL_FROM; or 1 with the places looked in NCCL_WHY. KVS_NCCL_LIB_DIR, when
+# set, is the only place: a named folder without it is an error, not a
+# reason to take another NCCL.
+NCCL_DIR="" NCCL_FROM="" NCCL_WHY=""
+find_nccl() {
+  local d tried=()
+  if [[ -n ${KVS_NCCL_LIB_DIR:-} ]]; then
+    if [[ -e $KVS_NCCL_LIB_DIR/libnccl.so.2 ]]; then
+      NCCL_DIR=$(cd "$KVS_NCCL_LIB_DIR" && pwd) NCCL_FROM="KVS_NCCL_LIB_DIR"
+      return 0
+    fi
+    NCCL_WHY="KVS_NCCL_LIB_DIR=$KVS_NCCL_LIB_DIR has no libnccl.so.2 (it names the only place to look)"
+    return 1
+  fi
+  # The loader's path: LD_LIBRARY_PATH's folders, then ld.so's cache.
+  local dirs=()
+  IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+  for d in "${dirs[@]}"; do
+    if [[ -n $d && -e $d/libnccl.so.2 ]]; then
+      NCCL_DIR=$(cd "$d" && pwd) NCCL_FROM="LD_LIBRARY_PATH"
+      return 0
+    fi
+  done
+  tried+=("LD_LIBRARY_PATH (${LD_LIBRARY_PATH:-unset})")
+  d=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF }' |
+    while read -r f; do [[ -e $f ]] && { echo "$f"; break; }; done)
+  if [[ -n $d ]]; then
+    NCCL_DIR=$(dirname "$d") NCCL_FROM="the loader's cache (ldconfig -p)"
+    return 0
+  fi
+  tried+=("the loader's cache (ldconfig -p)")
+  # pip wheels (nvidia-nccl-cu*): nvidia/nccl/lib under the site-packages of
+  # every python3 on the PATH.
+  local py sp seen=""
+  for py in $(compgen -c | grep -E '^python3(\.[0-9]+)?$' | sort -u); do
+    command -v "$py" >/dev/null || continue
+    while read -r sp; do
+      [[ -z $sp || $seen == *"|$sp|"* ]] && continue
+      seen+="|$sp|"
+      if [[ -e $sp/nvidia/nccl/lib/libnccl.so.2 ]]; then
+        NCCL_DIR=$sp/nvidia/nccl/lib NCCL_FROM="$py's site-packages (pip nvidia-nccl)"
+        return 0
+      fi
+    done < <("$py" -c 'import site, sys
+for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
+    print(p)' 2>/dev/null)
+    tried+=("$py's site-packages")
+  done
+  local IFS=';'
+  NCCL_WHY="no libnccl.so.2 in: ${tried[*]}"
+  NCCL_WHY=${NCCL_WHY//;/; }
+  return 1
+}
+
+# Before any GPU time: NCCL found, the stage complete and resolvable here,
+# and the environment every step runs in. On a failure, the reason goes to
+# the log and to summary.json, and run exits 1.
+preflight() {
+  local dir=$1 results=$2 why=""
+  if [[ ! -e $dir/bin/libkvshard-cuda.so.1 || ! -e $dir/bin/libkvshard-nccl.so.1 ]]; then
+    why="$STAGE/bin lacks the CUDA or NCCL backend (libkvshard-cuda.so.1, libkvshard-nccl.so.1): stage again"
+  elif ! find_nccl; then
+    why="$NCCL_WHY: install NCCL (a CUDA image's libnccl2, or pip install nvidia-nccl-cu13) or name its folder in KVS_NCCL_LIB_DIR"
+  fi
+  if [[ -z $why ]]; then
+    log "preflight: libnccl.so.2 from $NCCL_DIR ($NCCL_FROM)"
+    # The staged libraries first, then NCCL's folder; the backends' vendor
+    # libraries from those two places only; the backends beside the
+    # binaries (the registry's program folder), not any named elsewhere.
+    export LD_LIBRARY_PATH="$dir/lib:$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export KVSHARD_CUDA_PATH="$dir/lib:$NCCL_DIR"
+    unset KVSHARD_BACKEND_PATH
+    export NCCL_DEBUG=WARN
+    # Every staged file resolves here: no library missing, no symbol version
+    # this machine's glibc or libstdc++ lacks (ldd names both).
+    local f unresolved=""
+    for f in "$dir"/bin/* "$dir"/lib/*; do
+      unresolved+=$(ldd "$f" 2>&1 | grep -E 'not found' | sed "s|^|${f#"$dir"/}: |" | tr -s ' \t' ' ')
+    done
+    [[ -n $unresolved ]] && why="staged files do not resolve on this machine: $unresolved (the MANIFEST says what they need)"
+  fi
+  [[ -z $why ]] && return 0
+  log "preflight: $why"
+  printf '{"pass": false, "reason": %s}\n' "$(json_string "preflight: $why")" >"$results/summary.json"
+  return 1
 }
 
 run() {
@@ -185,22 +385,13 @@ run() {
   fi
   local dir logs
   dir=$(cd "$STAGE" && pwd)
+  if ! preflight "$dir" "$results"; then
+    return 1
+  fi
   # Step logs are gathered here and packed into one archive at the end, so
   # the results are four files however many steps ran.
   logs=$(mktemp -d) || return 1
   start=$SECONDS # the budget is the checks' own, staging excluded
-  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  # libnccl.so.2 is not staged (over 200 MiB): the machine's own, found where
-  # its CUDA image keeps it (the loader's cache, the CUDA toolkit, the
-  # nvidia-nccl Python wheel).
-  local nccl_dir=""
-  nccl_dir=$(find_nccl)
-  if [[ -n $nccl_dir ]]; then
-    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
-    log "libnccl.so.2 from $nccl_dir"
-  else
-    log "no libnccl.so.2 on this machine: the NCCL test cannot run"
-  fi
   local have_timeout=0
   command -v timeout >/dev/null && have_timeout=1
 
@@ -240,13 +431,11 @@ run() {
     echo "${p:-0} ${x:-0} ${s:-0}"
   }
 
-  local gpu="" driver_ok=1 missing
+  local gpu=""
   if command -v nvidia-smi >/dev/null; then
-    local smi=(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)
+    local smi=(nvidia-smi "--query-gpu=name,driver_version,memory.total" "--format=csv,noheader")
     if ((have_timeout)); then gpu=$(timeout 20 "${smi[@]}" 2>&1); else gpu=$("${smi[@]}" 2>&1); fi
   fi
-  missing=$(for b in "$dir"/bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' | sort -u | tr '\n' ' ')
-  [[ -n $missing ]] && log "unresolved libraries: $missing"
 
   local json_tests="" all_pass=1 name p x s rc
   # The device test first: it is the point of the exercise.
@@ -281,31 +470,28 @@ run() {
   # The NCCL backend at one rank, with the real runtime and NCCL. Every case
   # but the no-device one must run.
   local nccl_json
-  if [[ -n $nccl_dir ]]; then
-    step nccl_test 90 "$dir/bin/nccl_test" --gtest_color=no
-    rc=$STEP_RC
-    read -r p x s < <(counts "$logs/nccl_test.log")
-    local nccl_ok=1 skipped_gpu
-    skipped_gpu=$(grep '^\[  SKIPPED \] CommNccl\.' "$logs/nccl_test.log" | grep -cv 'without_a_device')
-    ((rc != 0 || x != 0 || p == 0)) && nccl_ok=0
-    if ((skipped_gpu > 0)) && [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
-      nccl_ok=0
-      log "nccl_test skipped $skipped_gpu GPU tests: $(grep -m1 'no CUDA device visible' "$logs/nccl_test.log")"
-    fi
-    ((nccl_ok)) || all_pass=0
-    nccl_json="{\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((nccl_ok)) && echo true || echo false)}"
-  else
-    all_pass=0
-    nccl_json="{\"ran\": false, \"ok\": false, \"reason\": \"no libnccl.so.2 on this machine\"}"
+  step nccl_test 90 "$dir/bin/nccl_test" --gtest_color=no
+  rc=$STEP_RC
+  read -r p x s < <(counts "$logs/nccl_test.log")
+  local nccl_ok=1 skipped_gpu
+  skipped_gpu=$(grep '^\[  SKIPPED \] CommNccl\.' "$logs/nccl_test.log" | grep -cv 'without_a_device')
+  ((rc != 0 || x != 0 || p == 0)) && nccl_ok=0
+  if ((skipped_gpu > 0)) && [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
+    nccl_ok=0
+    log "nccl_test skipped $skipped_gpu GPU tests: $(grep -m1 'no CUDA device visible' "$logs/nccl_test.log")"
   fi
+  ((nccl_ok)) || all_pass=0
+  nccl_json="{\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((nccl_ok)) && echo true || echo false)}"
   json_tests+=", \"nccl_test\": $nccl_json"
 
   # ---- kvsim on the node ----
   # kvsim_local (ranks as threads, no MPI) with the node's device tables:
-  # one rank over NCCL on the live machine (the tables apply each step's
-  # journal from the broadcast's device buffer), four ranks over loopback
-  # sharing GPU 0 (journals applied from host entries), and one NCCL rank
-  # at 256 running requests for the step / bare-broadcast ratio. Every step
+  # one rank with --backend nccl on the live machine (its node makes its own
+  # NCCL communicator on its plan's GPU over kvsim_local's loopback one, and
+  # the tables apply each step's journal from the broadcast's device
+  # buffer), four ranks over loopback sharing GPU 0 (journals applied from
+  # host entries), and the NCCL rank at 256 running requests for the step /
+  # bare-broadcast ratio. Every step
   # of the first two compares the device ring contexts with the pool's CPU
   # reference (kvsim's verify); each records steps/s and the per-step split
   # (broadcast, mirror, apply, ring_ctx, digest, schedule) in its JSON.
@@ -330,9 +516,13 @@ run() {
       if ((rc == 0)) && [[ $result == *'"digests_agree":true'* &&
         $result == *'"ring_ctx_digest_agree":true'* && $result == *'"device":"cuda"'* ]]; then
         ok=1
-      elif ((rc == 5)) && [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} == 1 ]]; then
-        ok=1 # a dry run without a GPU: kvsim said the device is unavailable
-        result=$(json_string "not run: $(grep -m1 'unavailable\|no CUDA device' "$logs/kvsim_$name.log")")
+      elif [[ ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} == 1 ]] && ((rc == 4 || rc == 5)) &&
+        grep -qE "no CUDA device visible|has no NVIDIA GPU" "$logs/kvsim_$name.log"; then
+        # A dry run without a GPU: kvsim said there is none, as the device
+        # being unavailable (exit 5) or, with --topology live, as the live
+        # machine having no NVIDIA GPU to plan (exit 4).
+        ok=1
+        result=$(json_string "not run: $(grep -m1 -E 'no CUDA device visible|has no NVIDIA GPU' "$logs/kvsim_$name.log")")
       fi
       ((ok)) || all_pass=0
       json_node+="${json_node:+, }{\"name\": \"$name\", \"exit\": $rc, \"seconds\": $STEP_SECONDS, \"ok\": $( ((ok)) && echo true || echo false), \"result\": ${result:-null}}"
@@ -375,11 +565,12 @@ run() {
     printf '{\n  "pass": %s,\n' "$( ((all_pass)) && echo true || echo false)"
     printf '  "elapsed_s": %d,\n  "budget_s": %d,\n' $((SECONDS - start)) "$budget"
     printf '  "host": %s,\n  "gpu": %s,\n' "$(json_string "$(uname -nmr)")" "$(json_string "$gpu")"
-    printf '  "unresolved_libraries": %s,\n' "$(json_string "$missing")"
+    printf '  "preflight": {"nccl_dir": %s, "nccl_from": %s, "nccl_debug": "WARN"},\n' \
+      "$(json_string "$NCCL_DIR")" "$(json_string "$NCCL_FROM")"
     printf '  "embedded_code": %s,\n' "$(json_string "$cubins")"
     printf '  "staged": %s,\n' "$(json_string "$(head -4 "$dir/MANIFEST" 2>/dev/null)")"
     printf '  "tests": {%s},\n' "$json_tests"
-    printf '  "bench_exit": %s,\n' "${bench_rc:-null}"
+    printf '  "bench_exit": %s,\n  "bench_seconds": %s,\n' "${bench_rc:-null}" "${bench_seconds:-null}"
     printf '  "sanitizer": %s,\n' "$san_json"
     printf '  "node_runs": [%s],\n' "$json_node"
     printf '  "bench": %s\n}\n' "$bench"
@@ -393,7 +584,7 @@ run() {
 case $MODE in
   stage) stage ;;
   run) run ;;
-  -h | --help | help) sed -n '2,60p' "$0" | sed -n '/^#/p' | sed 's/^# \{0,1\}//' ;;
+  -h | --help | help) sed -n '2,/^set -uo pipefail/p' "$0" | sed -n '/^#/p' | sed 's/^# \{0,1\}//' ;;
   *)
     log "unknown mode '$MODE': use 'stage' or 'run'"
     exit 2
