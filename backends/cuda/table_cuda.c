@@ -231,6 +231,15 @@ static kvs_status cuda_digest(void *impl, uint64_t *out, kvs_error *err) {
   return kvs_cuda_step_digest(t->step, out, err);
 }
 
+/* The one cudaMalloc: tiers at their layout offsets, the mapping in it. */
+static kvs_status cuda_memory(void *impl, void **base, int64_t **mapping, kvs_error *err) {
+  (void)err;
+  cuda_table *t = impl;
+  *base = kvs_device_tables_base(t->tables);
+  *mapping = kvs_device_tables_mapping(t->tables);
+  return KVS_OK;
+}
+
 static const kvs_table_ops cuda_ops = {
     .kind = KVS_TABLE_CUDA,
     .apply = cuda_apply,
@@ -242,6 +251,7 @@ static const kvs_table_ops cuda_ops = {
     .destroy = cuda_destroy,
     .step = cuda_step_op,
     .digest = cuda_digest,
+    .memory = cuda_memory,
 };
 
 /* With the device current: the node's step, over the table's own
