@@ -402,10 +402,13 @@ KVS_API kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t
  *
  * What an engine's kernels read: the full -> window mapping and each tier
  * of the carve, typed and shaped as the kernels see them, with strides in
- * elements (DLPack's convention). Tiers with regions per layer are 3-D,
- * [layers of that kind, rows + scratch rows, row elements]: bf16 KV and
- * indexer rows as bf16, fp8 rows as uint8 bytes, rings as fp32. The
- * layer axis strides over each region's aligned span. On a cuda node the
+ * elements (DLPack's convention). Tiers with regions per layer are 3-D:
+ * [layers of that kind, rows + scratch rows, row elements] for bf16 KV and
+ * indexer rows (bf16) and rings (fp32); fp8 KV and indexer tiers, whose
+ * pages keep their rows' payloads and then their scales (FlashMLA's and
+ * DeepGEMM's paged layouts), are [layers, pages, page bytes] of uint8,
+ * the last page holding the scratch rows. The layer axis strides over
+ * each region's aligned span. On a cuda node the
  * views are device memory of kvs_node_cuda_device; on the host twin the
  * carve's address range is reserved on the first view (pages cost
  * memory once written). Views live as long as the node. */

@@ -103,6 +103,20 @@ kvs_status kvs_node_view_at(kvs_node_t node, size_t index, kvs_node_view *out, k
     v.shape[0] = (int64_t)rows;
     v.strides[0] = 1;
     v.bytes = span->bytes;
+  } else if (span->page_rows != 0) {
+    /* Rows split within a page (fp8: the page's payloads, then their
+     * scales, the page rounded up to its quantum): the kernels address
+     * pages, so the view is the pages' bytes. */
+    v.data = (char *)base + span->offset;
+    v.dtype = KVS_VIEW_UINT8;
+    v.ndim = 3;
+    v.shape[0] = (int64_t)span->count;
+    v.shape[1] = (int64_t)(span->extent / span->page_bytes);
+    v.shape[2] = (int64_t)span->page_bytes;
+    v.strides[0] = (int64_t)span->stride;
+    v.strides[1] = (int64_t)span->page_bytes;
+    v.strides[2] = 1;
+    v.bytes = (span->count - 1) * span->stride + span->extent;
   } else {
     v.data = (char *)base + span->offset;
     v.ndim = 3;

@@ -213,7 +213,9 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   kvs_table_dims dims = kvs_device_layout_dims(layout);
   kvs_state_placement placement = kvs_state_placement_of(&layout->sizes);
   kvs_status status;
-  if ((status = kvs_table_dims_check(&dims, err)) ||
+  /* The twin's views have the device's layout: the same refusals. */
+  if ((status = kvs_device_layout_check_tables(layout, err)) ||
+      (status = kvs_table_dims_check(&dims, err)) ||
       (status = kvs_state_placement_check(&placement, err))) {
     return status;
   }

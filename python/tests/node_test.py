@@ -157,8 +157,10 @@ class Views(unittest.TestCase):
                 self.assertEqual(t["indexer"].dtype, index)
                 self.assertEqual(t["state_4"].dtype, "float32")
                 if dtype == "fp8":
-                    self.assertEqual(t["window"].shape[2], 584)
-                    self.assertEqual(t["indexer"].shape[2], 132)
+                    # pages of payloads then scales, each a multiple of 576 B
+                    self.assertEqual(t["window"].shape[2] % 576, 0)
+                    self.assertGreaterEqual(t["window"].shape[2], node.page * 584)
+                    self.assertEqual(t["indexer"].shape[2] % 16, 0)
                     w = np.from_dlpack(t["window"])  # numpy 1.x makes it read-only
                     self.assertEqual(w.shape, t["window"].shape)
                     self.assertEqual(w.dtype, np.uint8)

@@ -346,17 +346,26 @@ TEST(Node, views_show_the_carve_as_the_kernels_see_it) {
         }
         EXPECT_EQ(v.ndim, 3) << v.name;
         EXPECT_EQ(uint64_t(v.shape[0]), span->count) << v.name;
-        EXPECT_EQ(uint64_t(v.shape[1]), span->rows + span->scratch_rows) << v.name;
-        EXPECT_EQ(uint64_t(v.shape[2]) * e, span->row_bytes) << v.name;
         EXPECT_EQ(uint64_t(v.strides[0]) * e, span->stride) << v.name;
-        if (span->tier == KVS_DEVICE_TIER_STATE || span->tier == KVS_DEVICE_TIER_INDEX_STATE) {
-          EXPECT_EQ(v.dtype, KVS_VIEW_FP32) << v.name;
-        } else if (dtype == KVS_KV_FP8) {
+        bool state = span->tier == KVS_DEVICE_TIER_STATE ||
+                     span->tier == KVS_DEVICE_TIER_INDEX_STATE;
+        if (dtype == KVS_KV_FP8 && !state) {
+          // Pages of payloads then scales: the view is the pages' bytes,
+          // each page a whole number of the tier's quantum (576 B for KV).
           EXPECT_EQ(v.dtype, KVS_VIEW_UINT8) << v.name;
-          EXPECT_EQ(uint64_t(v.shape[2]),
-                    span->tier == KVS_DEVICE_TIER_INDEXER ? 132u : 584u) << v.name;
+          uint64_t quantum = span->tier == KVS_DEVICE_TIER_INDEXER ? 16u : 576u;
+          uint64_t row = span->tier == KVS_DEVICE_TIER_INDEXER ? 132u : 584u;
+          EXPECT_EQ(uint64_t(v.shape[2]) % quantum, 0u) << v.name;
+          EXPECT_GE(uint64_t(v.shape[2]), span->page_rows * row) << v.name;
+          EXPECT_EQ(uint64_t(v.shape[1]) * span->page_rows,
+                    (span->rows + span->scratch_rows + span->page_rows - 1) / span->page_rows *
+                        span->page_rows)
+              << v.name;
+          EXPECT_EQ(uint64_t(v.strides[1]), uint64_t(v.shape[2])) << v.name;
         } else {
-          EXPECT_EQ(v.dtype, KVS_VIEW_BF16) << v.name;
+          EXPECT_EQ(uint64_t(v.shape[1]), span->rows + span->scratch_rows) << v.name;
+          EXPECT_EQ(uint64_t(v.shape[2]) * e, span->row_bytes) << v.name;
+          EXPECT_EQ(v.dtype, state ? KVS_VIEW_FP32 : KVS_VIEW_BF16) << v.name;
         }
         // The last byte of the last row is the node's to hand out.
         EXPECT_LE(v.offset + v.bytes, layout->tiers_end) << v.name;
@@ -396,4 +405,29 @@ TEST(Node, views_show_the_carve_as_the_kernels_see_it) {
       kvs_node_destroy(node);
     });
   }
+}
+
+// The host twin stands for the device: a layout the device tables refuse
+// (regions aligned below 256 bytes) is refused by the twin too.
+TEST(HostTable, refuses_what_the_device_tables_refuse) {
+  kvs_geometry g = flash();
+  kvs_pool_sizes sizes;
+  kvs_error err;
+  ASSERT_EQ(kvs_pool_sizes_compute(64, &g, 0.5, 128, 1, &sizes, &err), KVS_OK) << err.message;
+  kvs_device_layout_options lo = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+  lo.alignment = 1;
+  kvs_device_layout layout;
+  ASSERT_EQ(kvs_device_layout_build(&g, 0, g.n_layers, nullptr, &sizes, &lo, &layout, &err),
+            KVS_OK)
+      << err.message;
+  kvs_table_limits limits = {4, 8};
+  kvs_table_t t = nullptr;
+  EXPECT_EQ(kvs_table_create_host(&layout, &limits, &t, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(err.message, "alignment")) << err.message;
+  EXPECT_EQ(t, nullptr);
+  lo.alignment = 256;
+  ASSERT_EQ(kvs_device_layout_build(&g, 0, g.n_layers, nullptr, &sizes, &lo, &layout, &err),
+            KVS_OK);
+  ASSERT_EQ(kvs_table_create_host(&layout, &limits, &t, &err), KVS_OK) << err.message;
+  kvs_table_destroy(t);
 }
