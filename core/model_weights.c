@@ -185,6 +185,25 @@ static placement place(const char *name, size_t n_layers, size_t *layer) {
   return PLACE_HEAD;
 }
 
+/* "<digits>." at text: a whole expert number and its dot. */
+static bool expert_number(const char *text) {
+  const char *p = text;
+  while (*p >= '0' && *p <= '9') p++;
+  return p != text && *p == '.';
+}
+
+bool kvs_model_weights_is_routed_expert(const char *name) {
+  static const char *const kinds[] = {"mlp.experts.", "ffn.experts."};
+  for (size_t k = 0; name != NULL && k < sizeof kinds / sizeof kinds[0]; k++) {
+    size_t len = strlen(kinds[k]);
+    for (const char *hit = strstr(name, kinds[k]); hit != NULL; hit = strstr(hit + 1, kinds[k])) {
+      /* "shared_mlp.experts." is another module's: only a whole component. */
+      if ((hit == name || hit[-1] == '.') && expert_number(hit + len)) return true;
+    }
+  }
+  return false;
+}
+
 typedef struct walk {
   kvs_model_weights *sums;
   json_t *seen;      /* tensor name -> the shard (file name) that holds it */
@@ -218,9 +237,18 @@ static kvs_status count_tensor(void *ctx, const char *name, uint64_t bytes, kvs_
   }
   kvs_model_weights *s = w->sums;
   size_t layer = 0;
+  /* A routed expert outside any layer (no such checkpoint is known) is
+   * counted where it is placed, as shared bytes. */
+  placement where = place(name, s->n_layers, &layer);
+  bool expert = (where == PLACE_LAYER || where == PLACE_MTP) &&
+                kvs_model_weights_is_routed_expert(name);
   kvs_status status = add(&s->total_bytes, bytes, w, name, err);
+  if (status == KVS_OK && expert) status = add(&s->expert_bytes, bytes, w, name, err);
   if (status != KVS_OK) return status;
-  switch (place(name, s->n_layers, &layer)) {
+  s->n_expert_tensors += expert;
+  uint64_t *expert_sum = where == PLACE_LAYER ? &s->layer_expert_bytes[layer] : &s->mtp_expert_bytes;
+  if (expert && (status = add(expert_sum, bytes, w, name, err)) != KVS_OK) return status;
+  switch (where) {
     case PLACE_LAYER:
       status = add(&s->layer_bytes[layer], bytes, w, name, err);
       break;

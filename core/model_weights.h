@@ -16,11 +16,19 @@
  *   - any other tensor whose name contains "embed" is the token embedding,
  *     held by the first pipeline stage;
  *   - every other tensor (final norm, output head) by the last stage.
+ * Each tensor is also classed by kind: a routed expert's (a name with an
+ * "mlp.experts.<e>." component run, the Hugging Face DeepSeek-V2/V3
+ * checkpoints' names, or "ffn.experts.<e>.", DeepSeek-V4's own, such as
+ * "layers.3.ffn.experts.17.w1.weight"), or shared: attention, dense MLP,
+ * the shared experts ("mlp.shared_experts." is not "mlp.experts."), the
+ * router, norms, embeddings, head and the MTP layers' own tensors. Routed
+ * experts divide over expert parallelism; the rest does not.
  * How these bytes divide over tensor-parallel ranks is the caller's
  * estimate to state; this only counts. */
 #ifndef KVS_CORE_MODEL_WEIGHTS_H
 #define KVS_CORE_MODEL_WEIGHTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,7 +48,18 @@ typedef struct kvs_model_weights {
   uint64_t layer_bytes[KVS_MAX_LAYERS]; /* [0, n_layers) */
   size_t n_files;                       /* safetensors files read */
   uint64_t n_tensors;
+  /* Of the bytes above, the routed experts': every layer's (a part of
+   * layer_bytes[i]) and the MTP layers' (a part of mtp_bytes). */
+  uint64_t expert_bytes; /* all of them */
+  uint64_t layer_expert_bytes[KVS_MAX_LAYERS];
+  uint64_t mtp_expert_bytes;
+  uint64_t n_expert_tensors; /* 0: no tensor matched a routed-expert name */
 } kvs_model_weights;
+
+/* Whether a tensor name is a routed expert's (see above): a component run
+ * "mlp.experts.<digits>." or "ffn.experts.<digits>.", "mlp"/"ffn" starting
+ * the name or following a '.'. False for NULL. */
+bool kvs_model_weights_is_routed_expert(const char *name);
 
 /* Counts folder's weights for a model of n_layers (1..KVS_MAX_LAYERS)
  * layers. Refused, naming the file (and the tensor or field): a folder

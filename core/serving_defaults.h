@@ -21,6 +21,13 @@
 #define KVS_DEFAULT_N_SCRATCH 1u
 #define KVS_DEFAULT_MEMORY_RATIO 0.90
 #define KVS_DEFAULT_RESERVE_BYTES (512ull << 20)
+/* What a serving process holds before its weights load on a GPU nothing
+ * measured (its CUDA context, NCCL communicators and their buffers): 2.5
+ * GiB, the gap between an H200's 140.40 GiB driver total and the 137.90
+ * GiB SGLang measured free before loading DeepSeek-V4-Pro at tp 8
+ * (SemiAnalysisAI/InferenceX#2128). The free memory before load, P of
+ * SGLang's rule, defaults to a GPU's memory less this. */
+#define KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES (2560ull << 20)
 /* DSV4's qk_rope_head_dim: the bf16 part of an fp8 KV row when no model
  * config says otherwise. */
 #define KVS_DEFAULT_QK_ROPE_HEAD_DIM 64u

@@ -56,7 +56,8 @@ kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topol
     }
     if (note != NULL && note_cap > 0) {
       snprintf(note, note_cap,
-               "no GPU visible to CUDA (%s); planning the %s with a nominal 141 GB per GPU",
+               "no GPU visible to CUDA (%s); planning the %s with each GPU's memory as its "
+               "driver reports it (an H200: 143,771 MiB, 140.40 GiB)",
                live != NULL ? kvs_topology_cuda_note(live) : live_err.message,
                kvs_bundled_topology_description);
     }
@@ -96,18 +97,49 @@ static kvs_status check_request(const kvs_budget_request *r, kvs_error *err) {
   return KVS_OK;
 }
 
-kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
-                               size_t n_gpus, size_t index, kvs_memory_budget *out,
-                               kvs_error *err) {
-  if (request == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+/* The budget of one GPU from the measured, given (memory_bytes, 0: none)
+ * or known memory: the rule's three sources in order. */
+static kvs_status memory_budget(const kvs_budget_request *request, const kvs_gpu_info *gpu,
+                                uint64_t weights, uint64_t memory_bytes, kvs_memory_budget *out,
+                                kvs_error *err) {
+  if (memory_bytes != 0) {
+    /* The caller's figure for every GPU (kvplan --gpu-memory), above what
+     * was measured or what the table knows: nothing is measured then. */
+    return kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, memory_bytes, request->memory_ratio, weights,
+                                  request->reserve_bytes, out, err);
   }
-  if (gpus == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  if (gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
+    return kvs_memory_budget_rule(KVS_BUDGET_MEASURED, gpu->free_bytes, request->memory_ratio,
+                                  weights, request->reserve_bytes, out, err);
   }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  uint64_t known = kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
+  if (known == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "GPU %zu (%s, %s, PCI %04x:%04x) has no measured memory and is not a "
+                         "model whose memory kvshard knows: give its budget (--budget or "
+                         "--budget-per-gpu) or its memory (--gpu-memory)",
+                         gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
+                         gpu->vendor_id, gpu->device_id);
   }
+  return kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio, weights,
+                                request->reserve_bytes, out, err);
+}
+
+/* The pointers every budget call needs, refused naming the caller. */
+static kvs_status check_pointers(const char *fn, const kvs_budget_request *request,
+                                 const kvs_gpu_info *gpus, const kvs_memory_budget *out,
+                                 kvs_error *err) {
+  const char *missing = request == NULL ? "request" : gpus == NULL ? "gpus" : out == NULL ? "out"
+                                                                                          : NULL;
+  if (missing != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, missing);
+  }
+  return KVS_OK;
+}
+
+static kvs_status gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                             size_t n_gpus, size_t index, uint64_t memory_bytes,
+                             kvs_memory_budget *out, kvs_error *err) {
   if (index >= n_gpus) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu of %zu", index, n_gpus);
   }
@@ -132,52 +164,114 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
                          "%zu per-GPU weights for %zu GPUs: give one for every GPU, in index "
                          "order",
                          request->n_weights_per_gpu, n_gpus);
-  } else if (gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
-    status = kvs_memory_budget_rule(KVS_BUDGET_MEASURED, gpu->free_bytes, request->memory_ratio,
-                                    weights, request->reserve_bytes, out, err);
   } else {
-    uint64_t known = kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
-    if (known == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "GPU %zu (%s, %s, PCI %04x:%04x) has no measured memory and is not a "
-                           "model whose memory kvshard knows: give its budget (--budget or "
-                           "--budget-per-gpu)",
-                           gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
-                           gpu->vendor_id, gpu->device_id);
-    }
-    status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, known, request->memory_ratio, weights,
-                                    request->reserve_bytes, out, err);
+    status = memory_budget(request, gpu, weights, memory_bytes, out, err);
   }
-  if (status != KVS_OK && err != NULL) {
+  /* The unknown-model refusal names the GPU itself. */
+  if (status != KVS_OK && status != KVS_ERR_INVALID_ARGUMENT && err != NULL) {
     kvs_error inner = *err;
     kvs_error_set(err, status, "GPU %zu (%s): %s", gpu->index, gpu->pci_busid, inner.message);
   }
   return status;
 }
 
-kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
-                            size_t n_gpus, kvs_memory_budget *out, kvs_error *err) {
-  if (request == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
-  }
-  if (gpus == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, size_t index, kvs_memory_budget *out,
+                               kvs_error *err) {
+  kvs_status status = check_pointers(__func__, request, gpus, out, err);
+  return status != KVS_OK ? status : gpu_budget(request, gpus, n_gpus, index, 0, out, err);
+}
+
+/* Every GPU's budget into out, all or nothing. */
+static kvs_status all_budgets(const char *fn, const kvs_budget_request *request,
+                              uint64_t memory_bytes, const kvs_gpu_info *gpus, size_t n_gpus,
+                              kvs_memory_budget *out, kvs_error *err) {
+  kvs_status status = check_pointers(fn, request, gpus, out, err);
+  if (status != KVS_OK) return status;
   if (n_gpus == 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: n_gpus is 0: no GPU to budget",
-                         __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: n_gpus is 0: no GPU to budget", fn);
   }
   kvs_memory_budget *b = calloc(n_gpus, sizeof *b);
   if (b == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", n_gpus);
-  kvs_status status = KVS_OK;
   for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {
-    status = kvs_node_gpu_budget(request, gpus, n_gpus, i, &b[i], err);
+    status = gpu_budget(request, gpus, n_gpus, i, memory_bytes, &b[i], err);
   }
   if (status == KVS_OK) memcpy(out, b, n_gpus * sizeof *b);
   free(b);
+  return status;
+}
+
+kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
+                            size_t n_gpus, kvs_memory_budget *out, kvs_error *err) {
+  return all_budgets(__func__, request, 0, gpus, n_gpus, out, err);
+}
+
+kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_t memory_bytes,
+                                      const kvs_gpu_info *gpus, size_t n_gpus,
+                                      kvs_memory_budget *out, kvs_error *err) {
+  return all_budgets(__func__, request, memory_bytes, gpus, n_gpus, out, err);
+}
+
+kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes,
+                                     uint64_t *out, kvs_error *err) {
+  if (gpu == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpu is NULL", __func__);
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  uint64_t total = memory_bytes != 0                                  ? memory_bytes
+                   : gpu->cuda_device >= 0 && gpu->total_bytes > 0 ? gpu->total_bytes
+                       : kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
+  if (total == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "GPU %zu (%s, %s, PCI %04x:%04x) has no measured memory and is not a "
+                         "model whose memory kvshard knows: give its memory (--gpu-memory)",
+                         gpu->index, gpu->pci_busid, gpu->model[0] ? gpu->model : "model unknown",
+                         gpu->vendor_id, gpu->device_id);
+  }
+  *out = total;
+  return KVS_OK;
+}
+
+/* One GPU's free memory before load and its source. */
+static kvs_status free_before_load(const kvs_gpu_info *gpu, uint64_t given, uint64_t memory,
+                                   uint64_t *out, kvs_budget_source *source, kvs_error *err) {
+  if (given != 0) {
+    *out = given, *source = KVS_BUDGET_EXPLICIT;
+    return KVS_OK;
+  }
+  if (memory == 0 && gpu->cuda_device >= 0 && gpu->free_bytes > 0) {
+    *out = gpu->free_bytes, *source = KVS_BUDGET_MEASURED;
+    return KVS_OK;
+  }
+  uint64_t total;
+  kvs_status status = kvs_node_gpu_total_memory(gpu, memory, &total, err);
+  if (status != KVS_OK) return status;
+  if (total <= KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES) {
+    return kvs_error_set(err, KVS_ERR_BUDGET_TOO_SMALL,
+                         "GPU %zu (%s): %llu bytes of memory hold no more than the %llu a serving "
+                         "process takes before its weights load",
+                         gpu->index, gpu->pci_busid, (unsigned long long)total,
+                         (unsigned long long)KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES);
+  }
+  *out = total - KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES, *source = KVS_BUDGET_NOMINAL;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, uint64_t given_bytes,
+                                     uint64_t memory_bytes, uint64_t *out,
+                                     kvs_budget_source *sources, kvs_error *err) {
+  if (gpus == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
+  }
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  uint64_t *values = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *values);
+  if (values == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", n_gpus);
+  kvs_status status = KVS_OK;
+  kvs_budget_source source = KVS_BUDGET_NOMINAL;
+  for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {
+    status = free_before_load(&gpus[i], given_bytes, memory_bytes, &values[i], &source, err);
+    if (status == KVS_OK && sources != NULL) sources[i] = source;
+  }
+  if (status == KVS_OK) memcpy(out, values, n_gpus * sizeof *values);
+  free(values);
   return status;
 }
 

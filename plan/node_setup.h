@@ -93,6 +93,33 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
 kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                             size_t n_gpus, kvs_memory_budget *out, kvs_error *err);
 
+/* kvs_node_budgets with every GPU's memory given (memory_bytes, as kvplan
+ * --gpu-memory gives it): that figure is budgeted as nominal memory in
+ * place of what was measured or what the table of known models says;
+ * memory_bytes 0 is kvs_node_budgets itself. */
+kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_t memory_bytes,
+                                      const kvs_gpu_info *gpus, size_t n_gpus,
+                                      kvs_memory_budget *out, kvs_error *err);
+
+/* A GPU's total memory: memory_bytes when non-zero (kvplan --gpu-memory),
+ * else what CUDA reported (gpu->total_bytes), else the total its model's
+ * driver reports (kvs_gpu_known_memory_bytes); a GPU with none is
+ * KVS_ERR_INVALID_ARGUMENT naming it. NULL gpu or out is refused. */
+kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes,
+                                     uint64_t *out, kvs_error *err);
+
+/* Every GPU's free memory before a model's weights load (SGLang's
+ * pre_model_load_memory) into out[0..n_gpus), and where it came from into
+ * sources[] (may be NULL): given_bytes for every GPU when non-zero
+ * (explicit); else what CUDA measured free (measured); else the GPU's
+ * total memory (kvs_node_gpu_total_memory) less
+ * KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES (nominal). A total at or below that
+ * overhead is KVS_ERR_BUDGET_TOO_SMALL naming the GPU. out is written only
+ * on success. */
+kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, uint64_t given_bytes,
+                                     uint64_t memory_bytes, uint64_t *out,
+                                     kvs_budget_source *sources, kvs_error *err);
+
 /* ---- step 4: the plan ---- */
 
 /* The device layout options every rank carves with: the default alignment

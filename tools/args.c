@@ -26,48 +26,104 @@ kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_
   return KVS_OK;
 }
 
-kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
-  static const struct {
-    const char *suffix;
-    uint64_t scale;
-  } units[] = {
-      {"", 1},
-      {"B", 1},
-      {"KiB", 1ull << 10},
-      {"MiB", 1ull << 20},
-      {"GiB", 1ull << 30},
-      {"TiB", 1ull << 40},
-      {"KB", 1000ull},
-      {"MB", 1000ull * 1000},
-      {"GB", 1000ull * 1000 * 1000},
-      {"TB", 1000ull * 1000 * 1000 * 1000},
-  };
-  if (text == NULL || *text < '0' || *text > '9') {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "%s needs a byte count such as 80GiB or 85899345920, got '%s'", flag,
-                         text == NULL ? "" : text);
+/* A byte count's unit: its suffix and the bytes one of it stands for. */
+typedef struct byte_unit {
+  const char *suffix;
+  uint64_t scale;
+} byte_unit;
+
+static const byte_unit kUnits[] = {
+    {"", 1},
+    {"B", 1},
+    {"KiB", 1ull << 10},
+    {"MiB", 1ull << 20},
+    {"GiB", 1ull << 30},
+    {"TiB", 1ull << 40},
+    {"KB", 1000ull},
+    {"MB", 1000ull * 1000},
+    {"GB", 1000ull * 1000 * 1000},
+    {"TB", 1000ull * 1000 * 1000 * 1000},
+};
+
+static const byte_unit *unit_of(const char *suffix) {
+  for (size_t i = 0; i < sizeof kUnits / sizeof kUnits[0]; i++) {
+    if (strcmp(suffix, kUnits[i].suffix) == 0) return &kUnits[i];
   }
-  errno = 0;
-  char *end = NULL;
-  unsigned long long value = strtoull(text, &end, 10);
-  for (size_t i = 0; errno == 0 && i < sizeof units / sizeof units[0]; i++) {
-    if (strcmp(end, units[i].suffix) == 0) {
-      if (value > KVS_MAX_BYTE_COUNT / units[i].scale ||
-          value * units[i].scale > KVS_MAX_BYTE_COUNT) {
-        return kvs_error_set(err, KVS_ERR_PARSE,
-                             "%s is %s, above the %llu bytes (4 EiB) a byte count may give: no "
-                             "device has that much, and sizes past 2^63 bytes cannot be written "
-                             "as JSON integers",
-                             flag, text, (unsigned long long)KVS_MAX_BYTE_COUNT);
-      }
-      *out = value * units[i].scale;
-      return KVS_OK;
+  return NULL;
+}
+
+/* Decimals a size may carry ("17.35GiB"): more would say nothing a byte
+ * can hold, and 18 keep the arithmetic below within 128 bits. */
+#define MAX_SIZE_DECIMALS 18
+
+/* "<digits>[.<digits>]": the whole part (at most 2^64 - 1), the fraction's
+ * digits as an integer and their count; *rest is what follows. False for
+ * anything else. */
+static bool split_number(const char *text, uint64_t *whole, uint64_t *frac, unsigned *n_frac,
+                         const char **rest) {
+  const char *p = text;
+  unsigned __int128 w = 0;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    w = w * 10 + (unsigned)(*p - '0');
+    if (w > UINT64_MAX) return false;
+  }
+  if (p == text) return false;
+  *whole = (uint64_t)w;
+  *frac = 0;
+  *n_frac = 0;
+  if (*p == '.') {
+    const char *digits = ++p;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (*n_frac == MAX_SIZE_DECIMALS) return false;
+      *frac = *frac * 10 + (uint64_t)(*p - '0');
+      (*n_frac)++;
     }
+    if (p == digits) return false;
   }
-  return kvs_error_set(err, KVS_ERR_PARSE,
-                       "%s needs a byte count such as 80GiB or 85899345920 (suffixes KiB MiB "
-                       "GiB TiB KB MB GB TB), got '%s'",
-                       flag, text);
+  *rest = p;
+  return true;
+}
+
+/* whole.frac x scale to the nearest byte, or UINT64_MAX past 2^64 - 1. */
+static uint64_t scale_size(uint64_t whole, uint64_t frac, unsigned n_frac, uint64_t scale) {
+  unsigned __int128 pow10 = 1;
+  for (unsigned i = 0; i < n_frac; i++) pow10 *= 10;
+  unsigned __int128 bytes = (unsigned __int128)whole * scale;
+  bytes += ((unsigned __int128)frac * scale + pow10 / 2) / pow10;
+  return bytes > UINT64_MAX ? UINT64_MAX : (uint64_t)bytes;
+}
+
+kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
+  uint64_t whole, frac;
+  unsigned n_frac;
+  const char *rest = NULL;
+  if (text == NULL || !split_number(text, &whole, &frac, &n_frac, &rest)) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s needs a byte count such as 80GiB, 17.35GiB or 85899345920, got '%s'",
+                         flag, text == NULL ? "" : text);
+  }
+  const byte_unit *unit = unit_of(rest);
+  if (unit == NULL) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s needs a byte count such as 80GiB or 85899345920 (suffixes KiB MiB "
+                         "GiB TiB KB MB GB TB), got '%s'",
+                         flag, text);
+  }
+  if (n_frac > 0 && unit->scale == 1) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s is %s: a count of bytes is whole; decimals need a unit (17.35GiB)",
+                         flag, text);
+  }
+  uint64_t value = scale_size(whole, frac, n_frac, unit->scale);
+  if (value > KVS_MAX_BYTE_COUNT) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s is %s, above the %llu bytes (4 EiB) a byte count may give: no "
+                         "device has that much, and sizes past 2^63 bytes cannot be written "
+                         "as JSON integers",
+                         flag, text, (unsigned long long)KVS_MAX_BYTE_COUNT);
+  }
+  *out = value;
+  return KVS_OK;
 }
 
 kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
@@ -77,8 +133,38 @@ kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, k
   if (value == 0) {
     return kvs_error_set(err, KVS_ERR_PARSE, "%s must be above 0 bytes, got '%s'", flag, text);
   }
+  /* "--budget 80" meant 80 GiB far more often than 80 bytes: a bare number
+   * below 1 MiB holds no pool, so it is refused with the likely intent.
+   * Bytes that small stay possible when said so ("80B"). */
+  if (value < KVS_MIN_UNITLESS_MEMORY && strspn(text, "0123456789") == strlen(text)) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "%s %s is %s bytes, under 1 MiB: did you mean %sGiB? (write %sB for "
+                         "bytes)",
+                         flag, text, text, text, text);
+  }
   *out = value;
   return KVS_OK;
+}
+
+kvs_status kvs_parse_tokens(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
+  static const struct {
+    const char *suffix;
+    uint64_t scale;
+  } units[] = {{"", 1}, {"K", 1ull << 10}, {"M", 1ull << 20}};
+  uint64_t whole, frac;
+  unsigned n_frac;
+  const char *rest = NULL;
+  bool ok = text != NULL && split_number(text, &whole, &frac, &n_frac, &rest) && n_frac == 0;
+  for (size_t i = 0; ok && i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp(rest, units[i].suffix) != 0) continue;
+    if (whole > UINT64_MAX / units[i].scale) break;
+    *out = whole * units[i].scale;
+    return KVS_OK;
+  }
+  return kvs_error_set(err, KVS_ERR_PARSE,
+                       "%s needs a token count such as 1048576, 1M or 128K (K = 1024, M = "
+                       "1048576), got '%s'",
+                       flag, text == NULL ? "" : text);
 }
 
 /* Whether text is a plain decimal number: an optional '-', digits with at

@@ -19,14 +19,25 @@ kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_
 /* The largest byte count a flag may give: 2^62 bytes (4 EiB). */
 #define KVS_MAX_BYTE_COUNT (UINT64_C(1) << 62)
 
-/* A byte count: an integer with an optional binary suffix (KiB, MiB, GiB,
+/* A byte count: a number with an optional binary suffix (KiB, MiB, GiB,
  * TiB) or decimal one (KB, MB, GB, TB), e.g. "80GiB", "141GB", "1024", at
- * most KVS_MAX_BYTE_COUNT. */
+ * most KVS_MAX_BYTE_COUNT. With a unit the number may carry decimals, as
+ * the tools print sizes ("17.35GiB"), rounded to the nearest byte; without
+ * one (or with "B") it is whole bytes. */
 kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
+/* A bare number below this is refused where memory is meant (a budget, a
+ * GPU's memory): "--budget 80" is far likelier 80 GiB than 80 bytes. */
+#define KVS_MIN_UNITLESS_MEMORY (UINT64_C(1) << 20)
+
 /* A budget: a byte count above zero (a zero budget holds no pool; it is
- * refused as bad usage, never taken to mean "not given"). */
+ * refused as bad usage, never taken to mean "not given"); a bare number
+ * under 1 MiB is refused asking "did you mean <n>GiB?" ("80B" says bytes). */
 kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err);
+
+/* A token count: an integer, or one with K (x 1024) or M (x 1048576):
+ * "1048576", "1M", "128K". Nothing else (no decimals, spaces or signs). */
+kvs_status kvs_parse_tokens(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
 /* A finite number written plainly: an optional '-', decimal digits with
  * at most one '.', an optional exponent ("0.9", "-1", "1e-3"); no spaces,

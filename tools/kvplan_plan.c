@@ -23,11 +23,14 @@
 #include "tools/args.h"
 #include "tools/kvplan.h"
 #include "tools/plan_json.h"
+#include "tools/kvplan_plan_internal.h"
+#include "tools/plan_engine.h"
 #include "tools/plan_options.h"
 #include "tools/plan_svg.h"
 #include "tools/plan_weights.h"
 #include "tools/sglang_report.h"
 #include "plan/node_plan.h"
+#include "plan/parallel.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 
@@ -48,7 +51,14 @@ enum {
   OPT_JSON,
   OPT_SVG,
   OPT_NODES,
-  OPT_ALLOW_CROSS_NODE_TP
+  OPT_ALLOW_CROSS_NODE_TP,
+  OPT_GPU_MEMORY,
+  OPT_DP,
+  OPT_EP,
+  OPT_EXPERT_WEIGHTS,
+  OPT_SHARED_WEIGHTS,
+  OPT_FREE_BEFORE_LOAD,
+  OPT_LAUNCH,
 };
 
 static void usage(FILE *out) {
@@ -64,6 +74,10 @@ static void usage(FILE *out) {
           "  --tp N --pp N           tensor x pipeline parallel layout (default: all GPUs as\n"
           "                          one TP group; one of them alone takes the rest); tp x pp\n"
           "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
+          "  --dp N                  attention data-parallel groups per replica, each tp x pp\n"
+          "                          ranks with its own requests and KV (default 1)\n"
+          "  --ep N                  routed experts sharded over N GPUs, dividing tp x dp\n"
+          "                          (default 1); needs the weights split by kind\n"
           "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"
           "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"
           "  --mem-fraction F        share of each GPU's memory for weights, KV and the\n"
@@ -73,43 +87,31 @@ static void usage(FILE *out) {
           "                          from a model folder, else not counted)\n"
           "  --weights-total BYTES   the whole model's weights, not yet measured: spread\n"
           "                          evenly over its layers, each stage paying its own\n"
+          "  --expert-weights BYTES --shared-weights BYTES\n"
+          "                          the same in two kinds: routed experts (divided over\n"
+          "                          tp x dp GPUs) and the rest (divided over tp)\n"
           "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
+          "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
+          "                          total its driver reports (H200: 143771MiB); decimals\n"
+          "                          take a unit (140.4GiB)\n"
+          "  --free-before-load BYTES  with --engine sglang: every GPU's free memory before\n"
+          "                          the weights load, P of SGLang's rule (default: measured,\n"
+          "                          else the GPU's memory less 2.5 GiB of context)\n"
+          "  --launch                with --engine sglang: the SGLang flags that reproduce\n"
+          "                          the plan (JSON: launch)\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
           "  --svg FILE              write the memory map as SVG\n"
+          "With --engine sglang the budget is SGLang's: free after load - free before load\n"
+          "x (1 - --mem-fraction), --mem-fraction defaulting to SGLang's own for the GPU\n"
           "exit status: 0 planned, 1 the plan cannot be made here, 2 bad usage\n",
           kvs_plan_options_help);
 }
 
-typedef struct plan_args {
-  kvs_plan_options options;
-  const char *topology; /* NULL: the default */
-  bool have_tp, have_pp;
-  uint64_t tp, pp;
-  bool have_budget;
-  uint64_t budget;
-  size_t n_budgets; /* --budget-per-gpu entries */
-  uint64_t *budgets;
-  bool have_ratio;     /* --memory-ratio */
-  bool have_fraction;  /* --mem-fraction: the same number */
-  double memory_ratio;
-  bool have_weights;
-  uint64_t weights;
-  size_t n_weights; /* --weights-per-gpu entries */
-  bool have_weights_total;
-  uint64_t weights_total;
-  uint64_t *weights_list;
-  bool have_reserve;
-  uint64_t reserve;
-  bool json;
-  const char *svg;
-  bool have_nodes;
-  uint64_t nodes;
-  bool allow_cross_node_tp;
-} plan_args;
 
-/* Parses argv into args: 0 to go on, -1 after --help (exit 0), else the
- * exit status. */
+static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error *err);
+
+/* One of plan's own flags into args. */
 static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err) {
   plan_args *a = ctx;
   switch (id) {
@@ -155,10 +157,152 @@ static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err
     case OPT_ALLOW_CROSS_NODE_TP:
       a->allow_cross_node_tp = true;
       return KVS_OK;
+    case OPT_GPU_MEMORY:
+      return kvs_parse_budget("--gpu-memory", value, &a->gpu_memory, err);
+    default:
+      return engine_flag(a, id, value, err);
+  }
+}
+
+/* The flags of data-parallel attention, expert parallelism and the
+ * engine's memory rule. */
+static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error *err) {
+  switch (id) {
+    case OPT_DP:
+      a->have_dp = true;
+      return kvs_parse_u64_in("--dp", value, 1, MAX_GPUS, "a group count in [1, 1024]", &a->dp,
+                              err);
+    case OPT_EP:
+      a->have_ep = true;
+      return kvs_parse_u64_in("--ep", value, 1, MAX_GPUS, "a GPU count in [1, 1024]", &a->ep, err);
+    case OPT_EXPERT_WEIGHTS:
+      a->have_expert_weights = true;
+      return kvs_parse_bytes("--expert-weights", value, &a->expert_weights, err);
+    case OPT_SHARED_WEIGHTS:
+      a->have_shared_weights = true;
+      return kvs_parse_bytes("--shared-weights", value, &a->shared_weights, err);
+    case OPT_FREE_BEFORE_LOAD:
+      return kvs_parse_budget("--free-before-load", value, &a->free_before_load, err);
+    case OPT_LAUNCH:
+      a->launch = true;
+      return KVS_OK;
     default:
       a->svg = value;
       return KVS_OK; /* OPT_SVG */
   }
+}
+
+static bool explicit_budget(const plan_args *a) { return a->have_budget || a->n_budgets > 0; }
+
+/* The weights given by flag, by kind: --expert-weights and
+ * --shared-weights come together. */
+static int check_weight_flags(const plan_args *a) {
+  if (a->have_expert_weights != a->have_shared_weights) {
+    fprintf(stderr, "kvplan plan: --%s needs --%s: the two kinds come together\n",
+            a->have_expert_weights ? "expert-weights" : "shared-weights",
+            a->have_expert_weights ? "shared-weights" : "expert-weights");
+    return 2;
+  }
+  if (a->have_weights + (a->n_weights > 0) + a->have_weights_total + a->have_expert_weights > 1) {
+    fprintf(stderr,
+            "kvplan plan: give one of --weights, --weights-per-gpu and --weights-total (or "
+            "--expert-weights with --shared-weights)\n");
+    return 2;
+  }
+  return 0;
+}
+
+/* Budgets given as bytes exclude every flag that makes them from memory;
+ * the fraction is one flag under two names and a share of the memory. */
+static int check_memory_flags(const plan_args *a) {
+  if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
+    fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
+    return 2;
+  }
+  if (a->have_ratio && a->have_fraction) {
+    fprintf(stderr, "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
+    return 2;
+  }
+  int rc = check_weight_flags(a);
+  if (rc != 0) return rc;
+  const char *flag = a->have_ratio            ? "memory-ratio"
+                     : a->have_fraction       ? "mem-fraction"
+                     : a->have_reserve        ? "reserve"
+                     : a->have_weights        ? "weights"
+                     : a->n_weights > 0       ? "weights-per-gpu"
+                     : a->gpu_memory          ? "gpu-memory"
+                     : a->have_weights_total  ? "weights-total"
+                     : a->have_expert_weights ? "expert-weights"
+                     : a->free_before_load    ? "free-before-load"
+                                              : NULL;
+  if (flag != NULL && explicit_budget(a)) {
+    fprintf(stderr,
+            "kvplan plan: --%s applies to measured memory; --budget and "
+            "--budget-per-gpu give the bytes themselves\n",
+            flag);
+    return 2;
+  }
+  if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
+    fprintf(stderr, "kvplan plan: --%s must be in (0, 1], got %g\n",
+            a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
+    return 2;
+  }
+  return 0;
+}
+
+/* --nodes, --tp and --pp within their bounds (--dp and --ep are held to
+ * theirs as they are parsed). */
+static int check_counts(const plan_args *a) {
+  if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
+    fprintf(stderr, "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
+            (unsigned long long)a->nodes);
+    return 2;
+  }
+  if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
+    fprintf(stderr, "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
+            (unsigned long long)a->tp);
+    return 2;
+  }
+  if (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS)) {
+    fprintf(stderr, "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
+            (unsigned long long)a->pp);
+    return 2;
+  }
+  return 0;
+}
+
+/* The flags that only SGLang's rule reads, and the one it does not. */
+static int check_engine_flags(const plan_args *a) {
+  const char *needs = a->free_before_load != 0 ? "--free-before-load is P of SGLang's memory rule"
+                      : a->launch               ? "--launch prints SGLang's flags"
+                                                : NULL;
+  if (needs != NULL && !a->options.engine_sglang) {
+    fprintf(stderr, "kvplan plan: %s: give --engine sglang\n", needs);
+    return 2;
+  }
+  if (a->launch && explicit_budget(a)) {
+    fprintf(stderr,
+            "kvplan plan: --launch needs SGLang's memory rule to choose --mem-fraction-static; "
+            "--budget gives the KV bytes themselves\n");
+    return 2;
+  }
+  if (a->options.engine_sglang && a->have_reserve) {
+    fprintf(stderr,
+            "kvplan plan: --reserve is kvshard's rule; SGLang reserves nothing at sizing time "
+            "(its activations and CUDA graphs live in free before load x (1 - "
+            "--mem-fraction)): drop --reserve or --engine sglang\n");
+    return 2;
+  }
+  uint64_t dp = a->have_dp ? a->dp : 1;
+  if (a->options.engine_sglang && kvs_engine_max_running_total(&a->options) < dp) {
+    fprintf(stderr,
+            "kvplan plan: --max-running %llu is fewer than the %llu DP groups; SGLang gives each "
+            "group max-running-requests / dp of them\n",
+            (unsigned long long)kvs_engine_max_running_total(&a->options),
+            (unsigned long long)dp);
+    return 2;
+  }
+  return 0;
 }
 
 static int parse(int argc, char **argv, plan_args *a) {
@@ -178,58 +322,20 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"svg", required_argument, NULL, OPT_SVG},
       {"nodes", required_argument, NULL, OPT_NODES},
       {"allow-cross-node-tp", no_argument, NULL, OPT_ALLOW_CROSS_NODE_TP},
+      {"gpu-memory", required_argument, NULL, OPT_GPU_MEMORY},
+      {"dp", required_argument, NULL, OPT_DP},
+      {"ep", required_argument, NULL, OPT_EP},
+      {"expert-weights", required_argument, NULL, OPT_EXPERT_WEIGHTS},
+      {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
+      {"free-before-load", required_argument, NULL, OPT_FREE_BEFORE_LOAD},
+      {"launch", no_argument, NULL, OPT_LAUNCH},
   };
   int rc = kvs_plan_options_parse("kvplan plan", argc, argv, own, sizeof own / sizeof own[0],
                                   plan_flag, a, &a->options, usage);
-  if (rc != 0) return rc;
-  if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
-    fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
-    return 2;
-  }
-  if (a->have_ratio && a->have_fraction) {
-    fprintf(stderr, "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
-    return 2;
-  }
-  if (a->have_weights + (a->n_weights > 0) + a->have_weights_total > 1) {
-    fprintf(stderr,
-            "kvplan plan: give one of --weights, --weights-per-gpu and --weights-total\n");
-    return 2;
-  }
-  bool weights_given = a->have_weights || a->n_weights > 0 || a->have_weights_total;
-  if ((a->have_ratio || a->have_fraction || a->have_reserve || weights_given) &&
-      (a->have_budget || a->n_budgets > 0)) {
-    fprintf(stderr,
-            "kvplan plan: --%s applies to measured memory; --budget and "
-            "--budget-per-gpu give the bytes themselves\n",
-            a->have_ratio      ? "memory-ratio"
-            : a->have_fraction ? "mem-fraction"
-            : a->have_reserve  ? "reserve"
-            : a->have_weights  ? "weights"
-            : a->n_weights > 0 ? "weights-per-gpu"
-                               : "weights-total");
-    return 2;
-  }
-  if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
-    fprintf(stderr, "kvplan plan: --%s must be in (0, 1], got %g\n",
-            a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
-    return 2;
-  }
-  if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
-    fprintf(stderr, "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
-            (unsigned long long)a->nodes);
-    return 2;
-  }
-  if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
-    fprintf(stderr, "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
-            (unsigned long long)a->tp);
-    return 2;
-  }
-  if (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS)) {
-    fprintf(stderr, "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
-            (unsigned long long)a->pp);
-    return 2;
-  }
-  return 0;
+  if (rc == 0) rc = check_memory_flags(a);
+  if (rc == 0) rc = check_counts(a);
+  if (rc == 0) rc = check_engine_flags(a);
+  return rc;
 }
 
 static void print_json(json_t *object) {
@@ -309,6 +415,30 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
   return 0;
 }
 
+/* The budget line and the note for memory nothing measured: the total
+ * the driver of the GPU's model reports, or --gpu-memory. */
+static void describe_nominal(const plan_args *a, kvs_cluster_t topo,
+                             const kvs_memory_budget *terms, const char *weights_term,
+                             bool layer_weights, char *what, size_t what_len, char *note,
+                             size_t note_len) {
+  char memory[32], reserve[32], budget[32];
+  kvs_format_bytes(terms[0].memory_bytes, memory, sizeof memory);
+  kvs_format_bytes(terms[0].reserve_bytes, reserve, sizeof reserve);
+  const char *source = a->gpu_memory != 0 ? "--gpu-memory" : "nominal";
+  snprintf(what, what_len, "%s %s x %.2f%s - %s%s%s per GPU%s", source, memory, a->memory_ratio,
+           weights_term, reserve, a->n_weights > 0 ? "" : " = ",
+           a->n_weights > 0 ? "" : kvs_format_bytes(terms[0].budget_bytes, budget, sizeof budget),
+           layer_weights ? ", less each rank's layer weights" : "");
+  if (note[0] == '\0' && a->gpu_memory == 0) {
+    snprintf(note, note_len,
+             "kvplan: no GPU memory measured (%s); budgets assume each GPU's memory as its "
+             "driver reports it, %s (%llu MiB) per GPU (give --gpu-memory, --budget or "
+             "--budget-per-gpu)",
+             kvs_topology_cuda_note(kvs_cluster_node(topo, 0)), memory,
+             (unsigned long long)(terms[0].memory_bytes >> 20));
+  }
+}
+
 /* Step 3, as the node takes it: budgets[0..n) and the terms behind them;
  * *what describes them for people. */
 static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weights_term,
@@ -342,7 +472,8 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
             a->n_weights, kvs_cluster_label(topo), n);
     return 2;
   }
-  if (kvs_node_budgets(&request, kvs_cluster_gpus(topo), n, terms, &err) != KVS_OK) {
+  if (kvs_node_budgets_on_memory(&request, a->gpu_memory, kvs_cluster_gpus(topo), n, terms,
+                                 &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -363,18 +494,8 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
                weights_term, reserve, layer_weights ? ", less each rank's layer weights" : "");
       break;
     case KVS_BUDGET_NOMINAL:
-      snprintf(what, what_len, "nominal %llu GB x %.2f%s - %s%s%s per GPU%s",
-               (unsigned long long)(terms[0].memory_bytes / 1000000000ull), a->memory_ratio,
-               weights_term, reserve, a->n_weights > 0 ? "" : " = ",
-               a->n_weights > 0 ? "" : kvs_format_bytes(budgets[0], buf, sizeof buf),
-               layer_weights ? ", less each rank's layer weights" : "");
-      if (note[0] == '\0') {
-        snprintf(note, note_len,
-                 "kvplan: no GPU memory measured (%s); budgets assume a nominal %llu GB per GPU "
-                 "(give --budget or --budget-per-gpu)",
-                 kvs_topology_cuda_note(kvs_cluster_node(topo, 0)),
-                 (unsigned long long)(terms[0].memory_bytes / 1000000000ull));
-      }
+      describe_nominal(a, topo, terms, weights_term, layer_weights, what, what_len, note,
+                       note_len);
       break;
   }
   return 0;
@@ -415,21 +536,54 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
 
 /* Where the weights come from, and their per-layer estimate for a folder
  * at the plan's tp (layer_weights: planned layers entries, or NULL). */
-typedef struct plan_weights {
-  const char *source; /* "none", "measured", "folder", "total" */
-  kvs_model_weights *folder;
-  uint64_t *layer;
-} plan_weights;
 
-static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
-                        plan_weights *w) {
-  w->source = "none";
-  if (a->have_weights || a->n_weights > 0) {
-    w->source = "measured";
-    return 0;
+/* Where the weights come from when they are counted per layer: a split or
+ * total on the command line, else a model folder (neither with explicit
+ * budgets, which are the KV bytes themselves). */
+static const char *layer_source(const plan_args *a, const kvs_plan_model *m) {
+  if (a->have_expert_weights) return "split";
+  if (a->have_weights_total) return "total";
+  bool folder = m->have_config && m->config.is_folder && !explicit_budget(a);
+  return folder ? "folder" : NULL;
+}
+
+/* Data-parallel attention and expert parallelism divide the routed
+ * experts apart from the rest, so they need the weights told apart by
+ * kind: a folder whose tensors name their experts, or the two flags. A
+ * total alone, or nothing counted under --ep, is refused naming the flag;
+ * measured per-GPU weights are taken as measured at this layout. */
+static int check_split(const plan_args *a, const kvs_plan_model *m, const kvs_parallel *l,
+                       const plan_weights *w) {
+  const char *flag = l->ep > 1 ? "--ep" : l->dp > 1 ? "--dp" : NULL;
+  if (flag == NULL || strcmp(w->source, "measured") == 0 || explicit_budget(a)) return 0;
+  size_t count = l->ep > 1 ? l->ep : l->dp;
+  if (strcmp(w->source, "total") == 0 || strcmp(w->source, "none") == 0) {
+    fprintf(stderr,
+            "kvplan plan: %s %zu shares the routed experts over tp x dp GPUs and keeps the rest "
+            "per tp group, which needs the weights split by kind: %s; give --expert-weights and "
+            "--shared-weights, or --model FOLDER (or --weights as measured at this layout)\n",
+            flag, count,
+            strcmp(w->source, "total") == 0 ? "--weights-total does not say which is which"
+                                            : "none are counted");
+    return 2;
   }
-  bool folder = m->have_config && m->config.is_folder && !a->have_budget && a->n_budgets == 0;
-  if (!folder && !a->have_weights_total) return 0;
+  if (strcmp(w->source, "folder") == 0 && w->folder->n_expert_tensors == 0) {
+    fprintf(stderr,
+            "kvplan plan: %s %zu: no tensor of model folder %s is a routed expert's (names with "
+            "mlp.experts.<e>. or ffn.experts.<e>.); give --expert-weights and --shared-weights\n",
+            flag, count, m->config.folder);
+    return 2;
+  }
+  return 0;
+}
+
+/* The weights per planned layer at the layout: shared bytes over tp, the
+ * routed experts over tp x dp. */
+static int load_weights(const plan_args *a, const kvs_plan_model *m, const kvs_parallel *l,
+                        plan_weights *w) {
+  w->source = a->have_weights || a->n_weights > 0 ? "measured" : "none";
+  const char *source = layer_source(a, m);
+  if (source == NULL) return check_split(a, m, l, w);
   kvs_error err;
   size_t n_planned = kvs_geometry_layer_count(&m->geometry);
   w->folder = malloc(sizeof *w->folder);
@@ -438,36 +592,48 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, size_t tp,
     fprintf(stderr, "kvplan plan: out of memory\n");
     return 1;
   }
-  if (kvs_plan_weights_of(&m->config, a->have_weights_total, a->weights_total, w->folder, &err) !=
-          KVS_OK ||
-      kvs_plan_layer_weights(w->folder, n_planned, tp, w->layer, &err) != KVS_OK) {
+  const kvs_plan_weights_given given = {a->have_weights_total, a->weights_total,
+                                        a->have_expert_weights, a->expert_weights,
+                                        a->shared_weights};
+  if (kvs_plan_weights_of(&m->config, &given, w->folder, &err) != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 2;
   }
-  w->source = a->have_weights_total ? "total" : "folder";
-  return 0;
+  w->source = source;
+  int rc = check_split(a, m, l, w);
+  if (rc == 0 && kvs_plan_layer_weights(w->folder, n_planned, l->tp, kvs_parallel_moe_gpus(l),
+                                        w->layer, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    rc = 2;
+  }
+  return rc;
 }
 
 static size_t gcd(size_t a, size_t b) { return b == 0 ? a : gcd(b, a % b); }
 
-/* tp x pp: every GPU of a machine in one TP group by default (over a
+/* tp x pp x dp: every GPU of a machine in one TP group by default (over a
  * cluster, the largest group every node holds whole, the nodes as
- * pipeline stages); one of tp/pp alone takes the rest. */
-static void pick_layout(const plan_args *a, kvs_cluster_t cluster, size_t *tp, size_t *pp) {
+ * pipeline stages), --dp groups cut from it; one of tp/pp alone takes the
+ * rest of a group's share. */
+static void pick_layout(const plan_args *a, kvs_cluster_t cluster, kvs_parallel *l) {
   size_t n = kvs_cluster_gpu_count(cluster);
-  *tp = a->have_tp ? (size_t)a->tp : 0;
-  *pp = a->have_pp ? (size_t)a->pp : 0;
+  l->dp = a->have_dp ? (size_t)a->dp : 1;
+  l->ep = a->have_ep ? (size_t)a->ep : 1;
+  l->tp = a->have_tp ? (size_t)a->tp : 0;
+  l->pp = a->have_pp ? (size_t)a->pp : 0;
+  size_t share = l->dp <= n && n % l->dp == 0 ? n / l->dp : n; /* GPUs of the groups' tp x pp */
   if (!a->have_tp && !a->have_pp) {
     size_t per_node = 0;
     for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
       per_node = gcd(per_node, kvs_topology_gpu_count(kvs_cluster_node(cluster, k)));
     }
-    *tp = per_node > 0 ? per_node : n;
-    *pp = n / *tp;
+    l->tp = per_node > 0 ? per_node : n;
+    if (l->tp % l->dp == 0) l->tp /= l->dp;
+    l->pp = share / (l->tp > 0 && share % l->tp == 0 ? l->tp : share);
   } else if (!a->have_pp) {
-    *pp = *tp <= n && n % *tp == 0 ? n / *tp : 1;
+    l->pp = l->tp <= share && share % l->tp == 0 ? share / l->tp : 1;
   } else if (!a->have_tp) {
-    *tp = *pp <= n && n % *pp == 0 ? n / *pp : 1;
+    l->tp = l->pp <= share && share % l->pp == 0 ? share / l->pp : 1;
   }
 }
 
@@ -492,7 +658,7 @@ static void list_dividing(size_t n, size_t times, char *buf, size_t len) {
  * bounds --tp and --pp have, and a layout whose ranks do not divide the
  * GPUs is refused naming the values that do (exit 1: the plan cannot be
  * made on these GPUs), rather than by the library's bare refusal. */
-static int check_layout(const plan_args *a, size_t n, size_t tp, size_t pp) {
+static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
   if (tp > MAX_GPUS || pp > MAX_GPUS) {
     fprintf(stderr,
             "kvplan plan: the default layout here is tp %zu x pp %zu, past the %d a tensor-"
@@ -519,74 +685,20 @@ static int check_layout(const plan_args *a, size_t n, size_t tp, size_t pp) {
   return 1;
 }
 
-/* SGLang's pools on the same bytes: its own pipeline split, each stage on
- * its tightest GPU's budget less the weights of SGLang's layers for the
- * stage; the stage with the fewest tokens speaks for the server (every
- * stage serves the same requests). */
-static int sglang_pools(const plan_args *a, const kvs_plan_model *m, kvs_node_plan_t plan,
-                        const uint64_t *budgets, const uint64_t *layer_weights,
-                        kvs_sglang_pools *out, uint64_t *available, json_t **stages_json) {
+/* The whole layout: tp x pp as before, then --dp and --ep on top of it
+ * (plan/parallel.h names the flag at fault). Exit 1: these GPUs cannot
+ * hold it. */
+static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
+  int rc = check_tp_pp(a, n, l->tp, l->pp);
+  if (rc != 0) return rc;
   kvs_error err;
-  kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
-  size_t pp = kvs_node_plan_pp(plan), n_main = m->config.geometry.n_layers;
-  size_t n_planned = kvs_geometry_layer_count(&m->geometry);
-  json_t *stages = json_array();
-  bool have_best = false;
-  for (size_t s = 0; s < pp; s++) {
-    size_t first, end;
-    if (kvs_sglang_pp_range(n_main, pp, s, &first, &end, &err) != KVS_OK) {
-      fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
-      json_decref(stages);
-      return 2;
-    }
-    uint64_t avail = UINT64_MAX;
-    for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-      const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-      if (rp->pp_stage == s && budgets[rp->gpu] < avail) avail = budgets[rp->gpu];
-    }
-    uint64_t w = 0;
-    size_t weights_end = s + 1 == pp ? n_planned : end;
-    for (size_t i = first; layer_weights != NULL && i < weights_end; i++) w += layer_weights[i];
-    avail = avail > w ? avail - w : 0;
-    kvs_sglang_pools p;
-    if (kvs_sglang_report_compute(m, &so, first, end, avail, &p, &err) != KVS_OK) {
-      fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
-      json_decref(stages);
-      return 2;
-    }
-    json_t *one = kvs_sglang_report_json(&p, &so, avail);
-    json_object_set_new(one, "layers", json_pack("[II]", (json_int_t)first, (json_int_t)(end - 1)));
-    json_array_append_new(stages, one);
-    if (!have_best || p.full < out->full) {
-      *out = p;
-      *available = avail;
-      have_best = true;
-    }
+  if (kvs_parallel_check(l, n, &err) != KVS_OK) {
+    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    return 1;
   }
-  *stages_json = stages;
   return 0;
 }
 
-/* One plan being made: what run's steps hand each other. */
-typedef struct plan_run {
-  plan_args *a;
-  kvs_plan_model *m;
-  FILE *notes; /* stdout, or stderr under --json */
-  kvs_cluster_t topo;
-  const kvs_gpu_info *gpus;
-  size_t n, n_nodes; /* GPUs, machines */
-  size_t tp, pp;
-  uint64_t *budgets;        /* per GPU: the KV budget */
-  kvs_memory_budget *terms; /* per GPU: the rule's terms behind it */
-  char budget_what[192];    /* the budgets, for people */
-  char note[1024];          /* a stand-in topology or nominal memory, said once */
-  plan_weights weights;
-  kvs_node_plan_t plan;
-  /* --engine sglang: the stage with the fewest tokens, and every stage. */
-  kvs_sglang_pools sglang;
-  uint64_t sglang_available;
-  json_t *sglang_stages;
-} plan_run;
 
 /* The model and sizing flags, resolved; a probe solve refuses a geometry
  * no budget could hold before any topology is loaded. */
@@ -655,14 +767,18 @@ static int budget_gpus(plan_run *p) {
     fprintf(stderr, "kvplan plan: out of memory\n");
     return 1;
   }
-  pick_layout(a, p->topo, &p->tp, &p->pp);
-  int rc = check_layout(a, p->n, p->tp, p->pp);
+  pick_layout(a, p->topo, &p->layout);
+  int rc = check_layout(a, p->n, &p->layout);
+  if (rc == 0) rc = load_weights(a, p->m, &p->layout, &p->weights);
   if (rc != 0) return rc;
-  rc = load_weights(a, p->m, p->tp == 0 ? 1 : p->tp, &p->weights);
-  if (rc != 0) return rc;
-  const char *weights_term = strcmp(p->weights.source, "measured") == 0 ? " - weights" : "";
-  rc = pick_budgets(a, p->topo, weights_term, p->weights.layer != NULL, p->terms, p->budgets,
-                    p->budget_what, sizeof p->budget_what, p->note, sizeof p->note);
+  p->engine_rule = a->options.engine_sglang && !explicit_budget(a);
+  if (p->engine_rule) {
+    rc = kvplan_engine_budgets(p);
+  } else {
+    const char *weights_term = strcmp(p->weights.source, "measured") == 0 ? " - weights" : "";
+    rc = pick_budgets(a, p->topo, weights_term, p->weights.layer != NULL, p->terms, p->budgets,
+                      p->budget_what, sizeof p->budget_what, p->note, sizeof p->note);
+  }
   if (rc != 0) return rc;
   say_budget_notes(p);
   return 0;
@@ -678,30 +794,38 @@ static int make_plan(plan_run *p) {
                               .page = a->options.page,
                               .floor_win_pages = m->floor_pages,
                               .n_scratch = a->options.scratch,
-                              .tp = p->tp,
-                              .pp = p->pp,
-                              .layer_weight_bytes = p->weights.layer,
+                              .tp = p->layout.tp,
+                              .pp = p->layout.pp,
+                              /* Under SGLang's rule every GPU gets the same
+                               * rest, the weights already off it. */
+                              .layer_weight_bytes = p->engine_rule ? NULL : p->weights.layer,
                               .allow_cross_node_tp = a->allow_cross_node_tp};
   kvs_plan_shortfall shortfall;
   kvs_error err;
   kvs_status status =
       kvs_node_plan_make(&request, p->gpus, p->n, p->budgets, &p->plan, &shortfall, &err);
+  if (status == KVS_ERR_BUDGET_TOO_SMALL && p->engine_rule &&
+      shortfall.needed_bytes <= KVS_MAX_BYTE_COUNT && a->svg == NULL) {
+    /* SGLang's answer does not depend on kvshard's pool fitting beside it. */
+    snprintf(p->kvshard_short, sizeof p->kvshard_short, "%s", err.message);
+    p->plan = NULL;
+    return kvplan_engine_pools(p);
+  }
   if (status == KVS_ERR_BUDGET_TOO_SMALL) return report_shortfall(a, &err, &shortfall, p->gpus);
   if (status != KVS_OK) {
     fprintf(stderr, "kvplan plan: %s\n", err.message);
     return 1;
   }
-  if (!a->options.engine_sglang) return 0;
-  return sglang_pools(a, m, p->plan, p->budgets, p->weights.layer, &p->sglang, &p->sglang_available,
-                      &p->sglang_stages);
+  return a->options.engine_sglang ? kvplan_engine_pools(p) : 0;
 }
 
 /* --svg: the memory map, titled with the layout and what it buys. */
 static int write_svg(const plan_run *p) {
   const kvs_split *split = kvs_node_plan_split(p->plan);
   char title[512], subtitle[512];
-  snprintf(title, sizeof title, "%s · tp %zu x pp %zu%s · %zu GPUs · %s", p->m->name, p->tp, p->pp,
-           kvs_node_plan_replicas(p->plan) > 1 ? " (replicated)" : "", p->n,
+  snprintf(title, sizeof title, "%s · tp %zu x pp %zu x dp %zu%s · %zu GPUs · %s", p->m->name,
+           p->layout.tp, p->layout.pp, p->layout.dp,
+           kvs_node_plan_replicas(p->plan) > p->layout.dp ? " (replicated)" : "", p->n,
            kvs_cluster_label(p->topo));
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
@@ -716,6 +840,7 @@ static int write_svg(const plan_run *p) {
                       .plan = p->plan,
                       .gpus = p->gpus,
                       .n_gpus = p->n,
+                      .terms = p->terms,
                       .node_labels = svg_labels,
                       .n_nodes = p->n_nodes};
   kvs_error err;
@@ -739,10 +864,33 @@ static json_t *weights_json(const plan_run *p) {
   json_object_set_new(w, "mtp_bytes", kvs_json_u64(f->mtp_bytes));
   json_object_set_new(w, "files", kvs_json_u64(f->n_files));
   json_object_set_new(w, "tensors", kvs_json_u64(f->n_tensors));
-  json_object_set_new(
-      w, "estimate",
-      json_string(folder ? kvs_plan_weights_estimate : kvs_plan_weights_spread_estimate));
+  json_object_set_new(w, "expert_bytes", kvs_json_u64(f->expert_bytes));
+  json_object_set_new(w, "expert_tensors", kvs_json_u64(f->n_expert_tensors));
+  const char *estimate = folder                                 ? kvs_plan_weights_estimate
+                         : strcmp(p->weights.source, "split") == 0 ? kvs_plan_weights_split_estimate
+                                                                   : kvs_plan_weights_spread_estimate;
+  json_object_set_new(w, "estimate", json_string(estimate));
   return w;
+}
+
+/* The plan object when kvshard's own pool did not fit SGLang's rest: the
+ * layout and why, under "kvshard". */
+static json_t *unplanned_json(const plan_run *p, const kvs_plan_json_context *context) {
+  json_t *root = json_object();
+  const kvs_parallel *l = &p->layout;
+  json_object_set_new(root, "tp", kvs_json_u64(l->tp));
+  json_object_set_new(root, "pp", kvs_json_u64(l->pp));
+  json_object_set_new(root, "dp", kvs_json_u64(l->dp));
+  json_object_set_new(root, "ep", kvs_json_u64(l->ep));
+  json_object_set_new(root, "replicas", kvs_json_u64(kvs_parallel_replicas(l, p->n)));
+  json_object_set_new(root, "kv_dtype", json_string(context->kv_dtype));
+  json_object_set_new(root, "mtp_layers", kvs_json_u64(context->mtp_layers));
+  json_object_set_new(root, "weights_source", json_string(context->weights_source));
+  json_t *kvshard = json_object();
+  json_object_set_new(kvshard, "error", json_string("budget_too_small"));
+  json_object_set_new(kvshard, "message", json_string(p->kvshard_short));
+  json_object_set_new(root, "kvshard", kvshard);
+  return root;
 }
 
 /* --json: the plan object (plan_json.h), with weights and SGLang's pools. */
@@ -751,16 +899,12 @@ static void print_plan_json(plan_run *p) {
   const char *labels[KVS_MAX_NODES];
   for (size_t k = 0; k < p->n_nodes; k++) labels[k] = kvs_cluster_node_label(p->topo, k);
   const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype), a->options.mtp,
-                                         p->weights.source, labels, p->n_nodes};
-  json_t *root = kvs_plan_json(p->plan, p->gpus, p->terms, &context);
+                                         p->weights.source, labels, p->n_nodes, p->layout.dp,
+                                         p->layout.ep};
+  json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
+                                 : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
-  if (p->sglang_stages != NULL) {
-    kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
-    json_t *sg = kvs_sglang_report_json(&p->sglang, &so, p->sglang_available);
-    json_object_set_new(sg, "stages", p->sglang_stages);
-    p->sglang_stages = NULL; /* sg owns them now */
-    json_object_set_new(root, "sglang", sg);
-  }
+  if (a->options.engine_sglang) kvplan_engine_json(p, root);
   print_json(root);
 }
 
@@ -772,6 +916,10 @@ static const char *weights_line(const char *source) {
   }
   if (strcmp(source, "total") == 0) {
     return "--weights-total spread evenly over the layers, per rank by its layers (estimate)";
+  }
+  if (strcmp(source, "split") == 0) {
+    return "--expert-weights and --shared-weights spread evenly over the layers, per rank by its "
+           "layers: shared / tp, experts / (tp x dp) (estimate)";
   }
   return "from the model folder, per rank by its layers (estimate)";
 }
@@ -788,9 +936,12 @@ static void print_plan_text(const plan_run *p) {
   printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
          kvs_cluster_label(p->topo), p->n,
          p->gpus[0].model[0] != '\0' ? p->gpus[0].model : "model unknown", packages, numas);
-  size_t replicas = kvs_node_plan_replicas(p->plan);
-  printf("layout      tp %zu x pp %zu = %zu ranks per replica, %zu replica%s%s\n", p->tp, p->pp,
-         p->tp * p->pp, replicas, replicas > 1 ? "s" : "",
+  const kvs_parallel *l = &p->layout;
+  size_t replicas = kvs_parallel_replicas(l, p->n);
+  printf("layout      tp %zu x pp %zu x dp %zu = %zu GPUs per replica (ep %zu), %zu replica%s, "
+         "%zu DP group%s of tp x pp%s\n",
+         l->tp, l->pp, l->dp, l->tp * l->pp * l->dp, l->ep, replicas, replicas > 1 ? "s" : "",
+         kvs_parallel_groups(l, p->n), kvs_parallel_groups(l, p->n) > 1 ? "s" : "",
          kvs_node_plan_cross_node_tp(p->plan)
              ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
              : "");
@@ -799,17 +950,25 @@ static void print_plan_text(const plan_run *p) {
   printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
          (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
          (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
-  print_table(p->plan, p->gpus, p->terms, p->n_nodes);
-  if (p->sglang_stages != NULL) {
-    kvs_sglang_options so = kvs_plan_options_sglang(&a->options);
-    kvs_sglang_report_print(stdout, &p->sglang, &so, p->sglang_available,
-                            kvs_node_plan_split(p->plan)->full_token, a->options.kv_dtype);
+  if (p->plan == NULL) {
+    printf("kvshard     its own pool does not fit SGLang's rest here: %s\n", p->kvshard_short);
+    kvplan_engine_text(p);
+    return;
   }
+  print_table(p->plan, p->gpus, p->terms, p->n_nodes);
+  uint64_t tokens = kvs_node_plan_split(p->plan)->full_token;
+  size_t groups = kvs_parallel_groups(&p->layout, p->n);
+  printf("tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
+         "%llu over the %zu group%s\n",
+         (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
+         groups > 1 ? "s" : "");
+  if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) printf("svg         %s\n", a->svg);
 }
 
 static void release(plan_run *p) {
   json_decref(p->sglang_stages);
+  json_decref(p->launch);
   kvs_node_plan_destroy(p->plan);
   free(p->weights.folder);
   free(p->weights.layer);
@@ -840,6 +999,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
     } else {
       print_plan_text(&p);
     }
+    if (a->options.engine_sglang) rc = kvplan_engine_verdict(&p);
   }
   release(&p);
   return rc;

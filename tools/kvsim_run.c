@@ -680,8 +680,9 @@ static json_t *plan_json(const run *r) {
   for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
     labels[k] = kvs_cluster_node_label(cluster, k);
   }
+  /* The node plans one DP group per communicator: dp and ep 1. */
   const kvs_plan_json_context context = {"bf16", 0, "none", labels,
-                                         kvs_cluster_node_count(cluster)};
+                                         kvs_cluster_node_count(cluster), 1, 1};
   return kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
                        kvs_node_gpu_budgets(r->node), &context);
 }

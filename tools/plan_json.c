@@ -65,6 +65,14 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   json_object_set_new(root, "n_win_pages", kvs_json_u64(split->n_win_pages));
   json_object_set_new(root, "tp", kvs_json_u64(kvs_node_plan_tp(plan)));
   json_object_set_new(root, "pp", kvs_json_u64(kvs_node_plan_pp(plan)));
+  /* The node plan lays out every DP group as one of its replicas. */
+  size_t dp = context->dp > 0 ? context->dp : 1, ep = context->ep > 0 ? context->ep : 1;
+  size_t groups = kvs_node_plan_replicas(plan);
+  json_object_set_new(root, "dp", kvs_json_u64(dp));
+  json_object_set_new(root, "ep", kvs_json_u64(ep));
+  json_object_set_new(root, "replicas", kvs_json_u64(groups / dp));
+  json_object_set_new(root, "tokens_per_group", kvs_json_u64(split->full_token));
+  json_object_set_new(root, "cluster_tokens", kvs_json_u64(split->full_token * groups));
   json_t *nodes = json_array();
   for (size_t k = 0; k < context->n_nodes; k++) {
     size_t count = 0;

@@ -22,9 +22,15 @@ typedef struct kvs_plan_json_context {
   const char *weights_source; /* "none", "measured" (--weights), "folder", "total" */
   const char *const *node_labels; /* one per cluster node, in node order */
   size_t n_nodes;                 /* 1 on one machine */
+  /* Attention data-parallel groups per replica and expert parallelism (0
+   * reads as 1: a caller that predates them plans neither). */
+  size_t dp, ep;
 } kvs_plan_json_context;
 
-/* A new object: num_pages, full_token, n_win_pages, tp, pp, nodes (each
+/* A new object: num_pages, full_token, n_win_pages, tp, pp, dp, ep,
+ * replicas (GPUs / (tp x pp x dp)), tokens_per_group (the tokens of history
+ * one DP group holds: full_token), cluster_tokens (summed over every DP
+ * group of every replica), nodes (each
  * node's label and GPU count), cross_node_tp, kv_dtype,
  * state_rings, request_slots (the dummy included; 0 per page), mtp_layers,
  * weights_source, limiting_rank and ranks (each rank's

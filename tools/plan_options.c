@@ -64,7 +64,7 @@ const char kvs_plan_options_help[] =
     "  --page N                window page P in tokens, 1 to 1048576 (default 128)\n"
     "  --scratch N             scratch rows per compressed/indexer pool (default 1)\n"
     "  --floor-pages N         window working-set floor in pages, or derive it from:\n"
-    "  --max-seq-len N         longest request (default 1048576)\n"
+    "  --max-seq-len N         longest request in tokens: 1048576, 1M, 128K (default 1M)\n"
     "  --max-running N         concurrent requests (default 64)\n"
     "  --radix | --no-radix    radix prefix cache on (default) or off\n"
     "  --kv-dtype bf16|fp8     KV row layout (default bf16; fp8: 584-byte KV rows and\n"
@@ -171,9 +171,16 @@ static kvs_status apply_floor(kvs_plan_options *o, int id, const char *value, kv
     case OPT_FLOOR_PAGES:
       o->have_floor_pages = true;
       return parse_positive("--floor-pages", value, &o->floor_pages, err);
-    case OPT_MAX_SEQ_LEN:
+    case OPT_MAX_SEQ_LEN: {
+      /* A token count: "1M" and "128K" as well as plain digits. */
       o->have_floor_inputs = true;
-      return parse_positive("--max-seq-len", value, &o->max_seq_len, err);
+      o->have_max_seq_len = true;
+      kvs_status status = kvs_parse_tokens("--max-seq-len", value, &o->max_seq_len, err);
+      if (status == KVS_OK && o->max_seq_len == 0) {
+        return kvs_error_set(err, KVS_ERR_PARSE, "--max-seq-len must be at least 1, got 0");
+      }
+      return status;
+    }
     case OPT_MAX_RUNNING:
       o->have_floor_inputs = true;
       o->have_max_running = true;

@@ -49,6 +49,7 @@ typedef struct kvs_plan_options {
   uint64_t floor_pages;
   bool have_floor_inputs; /* any of --max-seq-len/--max-running/--radix given */
   uint64_t max_seq_len;
+  bool have_max_seq_len;
   uint64_t max_running;
   bool have_max_running;
   bool radix;

@@ -16,7 +16,7 @@
 enum {
   MARGIN = 24,
   HEADER = 64,     /* title and subtitle */
-  CAPTION = 36,    /* a NUMA box's two caption lines */
+  CAPTION_LINE = 14, /* a NUMA box's caption: the node line, then its CPUs */
   TOP_LABELS = 46, /* "GPU n", "rank r", "tp t · pp s" above the bars */
   AREA = 320,      /* height of the tallest budget */
   BOTTOM_LABELS = 84,
@@ -27,13 +27,15 @@ enum {
   LEGEND = 230,
 };
 
-typedef struct tier {
+/* One kind of bytes a bar stacks, bottom up. */
+typedef struct segment {
   const char *name;
   const char *what;
-  const char *color;
-} tier;
+  const char *color; /* NULL: the headroom hatch */
+} segment;
 
-static const tier TIERS[] = {
+static const segment SEGMENTS[] = {
+    {"weights", "model weights on this GPU", "#5f6b73"},
     {"window", "sliding-window KV, every layer", "#4e79a7"},
     {"compressed", "compressed KV blocks (CSA, HCA)", "#f28e2b"},
     {"indexer", "indexer keys (CSA)", "#59a14f"},
@@ -42,18 +44,44 @@ static const tier TIERS[] = {
     {"mapping", "full -> window mapping", "#76b7b2"},
     {"scratch", "scratch rows, sentinel", "#9c755f"},
     {"control", "tables' control area, alignment", "#bab0ac"},
+    {"headroom", "KV budget the pool leaves unused", NULL},
+    {"reserve", "kept back for the CUDA runtime", "#d8c27a"},
+    {"free", "outside the memory share: activations, graphs", "#e9eef3"},
 };
-#define N_TIERS (sizeof TIERS / sizeof TIERS[0])
+#define N_SEGMENTS (sizeof SEGMENTS / sizeof SEGMENTS[0])
 
-/* The stacked segments: core's tiers, then what the device carve adds. */
-static uint64_t tier_bytes(const kvs_rank_plan *rp, size_t i) {
+/* The bytes of segment i on rank rp's GPU: its weights (the rule's and its
+ * layers'), the KV tiers, the carve's control and padding, the headroom,
+ * and from the rule's terms the reserve and what its share leaves free. */
+static uint64_t segment_bytes(const kvs_plan_svg *svg, const kvs_rank_plan *rp, size_t i) {
   const kvs_pool_breakdown *b = &rp->bytes;
-  const uint64_t values[N_TIERS] = {
-      b->window,      b->compressed,
-      b->indexer,     b->state,
-      b->index_state, b->mapping,
-      b->scratch,     rp->device.control_bytes + rp->device.padding_bytes};
+  const kvs_memory_budget *t = svg->terms != NULL ? &svg->terms[rp->gpu] : NULL;
+  uint64_t outside = 0;
+  if (t != NULL) {
+    uint64_t used = t->weights_bytes + t->budget_bytes + t->reserve_bytes;
+    outside = t->memory_bytes > used ? t->memory_bytes - used : 0;
+  }
+  const uint64_t values[N_SEGMENTS] = {
+      (t != NULL ? t->weights_bytes : 0) + rp->weight_bytes,
+      b->window,
+      b->compressed,
+      b->indexer,
+      b->state,
+      b->index_state,
+      b->mapping,
+      b->scratch,
+      rp->device.control_bytes + rp->device.padding_bytes,
+      rp->headroom_bytes,
+      t != NULL ? t->reserve_bytes : 0,
+      outside};
   return values[i];
+}
+
+/* A bar's whole height: every segment. */
+static uint64_t bar_bytes(const kvs_plan_svg *svg, const kvs_rank_plan *rp) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < N_SEGMENTS; i++) sum += segment_bytes(svg, rp, i);
+  return sum;
 }
 
 /* Writes text with the five XML specials escaped. */
@@ -97,86 +125,80 @@ typedef struct group {
   size_t *gpus; /* list positions, ascending */
 } group;
 
-static double scaled(uint64_t bytes, uint64_t max_budget) {
-  return max_budget == 0 ? 0.0 : (double)AREA * (double)bytes / (double)max_budget;
+static double scaled(uint64_t bytes, uint64_t max_bytes) {
+  return max_bytes == 0 ? 0.0 : (double)AREA * (double)bytes / (double)max_bytes;
+}
+
+/* One stacked segment with its tooltip. */
+static void draw_segment(FILE *f, const segment *seg, double x, double y, double h,
+                         uint64_t bytes) {
+  char line[160], b1[32];
+  fprintf(f,
+          "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"%s><title>",
+          x, y, BAR, h, seg->color != NULL ? seg->color : "url(#headroom)",
+          seg->color == NULL ? " stroke=\"#888\" stroke-dasharray=\"4 2\"" : "");
+  snprintf(line, sizeof line, "%s: %llu bytes (%s)", seg->name, (unsigned long long)bytes,
+           kvs_format_bytes(bytes, b1, sizeof b1));
+  put_text(f, line);
+  fputs("</title></rect>\n", f);
+}
+
+/* The labels under a bar: bus id, layers, pool, budget, memory. */
+static void draw_bar_labels(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, double cx,
+                            double bottom, bool limiting) {
+  const kvs_gpu_info *gpu = &svg->gpus[rp->gpu];
+  char line[96], b1[32];
+  text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
+  snprintf(line, sizeof line, "layers %zu-%zu", rp->first, rp->end - 1);
+  text_at(f, cx, bottom + 28, "middle", "small", line);
+  snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->device.total_bytes, b1, sizeof b1));
+  text_at(f, cx, bottom + 42, "middle", "small", line);
+  snprintf(line, sizeof line, "KV %s", kvs_format_bytes(rp->budget_bytes, b1, sizeof b1));
+  text_at(f, cx, bottom + 56, "middle", "small", line);
+  snprintf(line, sizeof line, "of %s", kvs_format_bytes(bar_bytes(svg, rp), b1, sizeof b1));
+  text_at(f, cx, bottom + 70, "middle", "small", line);
+  if (limiting) text_at(f, cx, bottom + 84, "middle", "limit", "LIMITING");
 }
 
 static void draw_bar(FILE *f, const kvs_plan_svg *svg, const kvs_rank_plan *rp, double cx,
-                     double top, uint64_t max_budget, bool limiting) {
+                     double top, uint64_t max_bytes, bool limiting) {
   const kvs_gpu_info *gpu = &svg->gpus[rp->gpu];
-  char line[160], b1[32], b2[32];
+  char line[64];
   double bottom = top + TOP_LABELS + AREA;
   double x = cx - BAR / 2.0;
-  double budget_h = scaled(rp->budget_bytes, max_budget);
-
+  double bar_h = scaled(bar_bytes(svg, rp), max_bytes);
   snprintf(line, sizeof line, "GPU %zu", gpu->index);
   text_at(f, cx, top + 12, "middle", "gpu", line);
   snprintf(line, sizeof line, "rank %zu", rp->rank);
   text_at(f, cx, top + 25, "middle", "small", line);
   snprintf(line, sizeof line, "tp %zu · pp %zu", rp->tp_rank, rp->pp_stage);
   text_at(f, cx, top + 38, "middle", "small", line);
-
-  /* The budget outline, headroom hatched, then the tiers from the floor. */
-  fprintf(f, "<g><title>");
-  snprintf(line, sizeof line, "GPU %zu %s: headroom %llu bytes (%s) of a %llu-byte budget",
-           gpu->index, gpu->pci_busid, (unsigned long long)rp->headroom_bytes,
-           kvs_format_bytes(rp->headroom_bytes, b1, sizeof b1),
-           (unsigned long long)rp->budget_bytes);
-  put_text(f, line);
-  fprintf(f,
-          "</title><rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
-          "fill=\"url(#headroom)\" stroke=\"#888\" stroke-dasharray=\"4 2\"/></g>\n",
-          x, bottom - budget_h, BAR, budget_h);
   double y = bottom;
-  for (size_t i = 0; i < N_TIERS; i++) {
-    uint64_t bytes = tier_bytes(rp, i);
-    double h = scaled(bytes, max_budget);
+  for (size_t i = 0; i < N_SEGMENTS; i++) {
+    uint64_t bytes = segment_bytes(svg, rp, i);
     if (bytes == 0) continue;
+    double h = scaled(bytes, max_bytes);
     y -= h;
-    fprintf(f,
-            "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\">"
-            "<title>",
-            x, y, BAR, h, TIERS[i].color);
-    snprintf(line, sizeof line, "%s: %llu bytes (%s)", TIERS[i].name, (unsigned long long)bytes,
-             kvs_format_bytes(bytes, b1, sizeof b1));
-    put_text(f, line);
-    fputs("</title></rect>\n", f);
+    draw_segment(f, &SEGMENTS[i], x, y, h, bytes);
   }
   fprintf(f,
           "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"none\" "
           "stroke=\"%s\" stroke-width=\"%s\"/>\n",
-          x, bottom - budget_h, BAR, budget_h, limiting ? "#d62728" : "#333", limiting ? "3" : "1");
-  double used =
-      rp->budget_bytes ? 100.0 * (double)rp->device.total_bytes / (double)rp->budget_bytes : 0.0;
-  text_at(f, cx, bottom + 14, "middle", "mono", gpu->pci_busid);
-  snprintf(line, sizeof line, "layers %zu-%zu", rp->first, rp->end - 1);
-  text_at(f, cx, bottom + 28, "middle", "small", line);
-  snprintf(line, sizeof line, "pool %s", kvs_format_bytes(rp->device.total_bytes, b1, sizeof b1));
-  text_at(f, cx, bottom + 42, "middle", "small", line);
-  snprintf(line, sizeof line, "budget %s", kvs_format_bytes(rp->budget_bytes, b2, sizeof b2));
-  text_at(f, cx, bottom + 56, "middle", "small", line);
-  snprintf(line, sizeof line, "%.1f%% used", used);
-  text_at(f, cx, bottom + 70, "middle", "small", line);
-  if (limiting) text_at(f, cx, bottom + 84, "middle", "limit", "LIMITING");
+          x, bottom - bar_h, BAR, bar_h, limiting ? "#d62728" : "#333", limiting ? "3" : "1");
+  draw_bar_labels(f, svg, rp, cx, bottom, limiting);
 }
 
 static void draw_legend(FILE *f, double x, double y) {
-  text_at(f, x, y, "start", "gpu", "tiers (bottom up)");
-  for (size_t i = 0; i < N_TIERS; i++) {
+  text_at(f, x, y, "start", "gpu", "a GPU's memory (bottom up)");
+  for (size_t i = 0; i < N_SEGMENTS; i++) {
     double row = y + 14 + 30.0 * (double)i;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, row,
-            TIERS[i].color);
-    text_at(f, x + 20, row + 11, "start", "label", TIERS[i].name);
-    text_at(f, x + 20, row + 24, "start", "small", TIERS[i].what);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"%s/>\n",
+            x, row, SEGMENTS[i].color != NULL ? SEGMENTS[i].color : "url(#headroom)",
+            SEGMENTS[i].color == NULL ? " stroke=\"#888\" stroke-dasharray=\"4 2\"" : "");
+    text_at(f, x + 20, row + 11, "start", "label", SEGMENTS[i].name);
+    text_at(f, x + 20, row + 24, "start", "small", SEGMENTS[i].what);
   }
-  double row = y + 14 + 30.0 * N_TIERS;
-  fprintf(f,
-          "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"url(#headroom)\" "
-          "stroke=\"#888\" stroke-dasharray=\"4 2\"/>\n",
-          x, row);
-  text_at(f, x + 20, row + 11, "start", "label", "headroom");
-  text_at(f, x + 20, row + 24, "start", "small", "budget not used by the pool");
-  row += 34;
+  double row = y + 14 + 30.0 * N_SEGMENTS;
   fprintf(f,
           "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"none\" "
           "stroke=\"#d62728\" stroke-width=\"3\"/>\n",
@@ -192,7 +214,8 @@ typedef struct drawing {
   group *groups;                /* the NUMA boxes, in order of their first GPU */
   size_t n_groups;
   size_t *members;     /* every box's GPU list, back to back */
-  uint64_t max_budget; /* the scale: the tallest bar's budget */
+  uint64_t max_bytes;  /* the scale: the tallest bar's bytes */
+  size_t caption_lines; /* the most any box's caption needs */
   size_t limiting;     /* the rank outlined in red */
   double width, height, legend_x;
 } drawing;
@@ -221,7 +244,7 @@ static kvs_status drawing_init(drawing *d, const kvs_plan_svg *svg, const char *
   for (size_t r = 0; r < kvs_node_plan_rank_count(svg->plan); r++) {
     const kvs_rank_plan *rp = kvs_node_plan_rank(svg->plan, r);
     if (rp->gpu < n) d->by_gpu[rp->gpu] = rp;
-    if (rp->budget_bytes > d->max_budget) d->max_budget = rp->budget_bytes;
+    if (bar_bytes(svg, rp) > d->max_bytes) d->max_bytes = bar_bytes(svg, rp);
   }
   return KVS_OK;
 }
@@ -258,18 +281,47 @@ static void group_gpus(drawing *d) {
   }
 }
 
+/* Characters of UTF-8 text (the titles hold "·"). */
+static size_t chars_of(const char *text) {
+  size_t n = 0;
+  for (const char *p = text; p != NULL && *p != '\0'; p++) n += ((unsigned char)*p & 0xc0) != 0x80;
+  return n;
+}
+
+/* How many characters of box text fit a box's width, and the caption's
+ * height for its lines. */
+static size_t box_room(double box_w) {
+  return (size_t)(box_w / 6.2) > 8 ? (size_t)(box_w / 6.2) - 4 : 4;
+}
+
+static double caption_height(const drawing *d) {
+  return 8.0 + CAPTION_LINE * (1.0 + (double)d->caption_lines);
+}
+
 /* The picture's size: the boxes side by side, the legend at the right,
- * tall enough for the bars or the legend, whichever is taller. */
+ * tall enough for the bars or the legend, and wide enough for the title
+ * lines; every box's caption as tall as the longest CPU list needs. */
 static void measure(drawing *d) {
   double box_top = MARGIN + HEADER;
   d->width = MARGIN;
+  d->caption_lines = 1;
   for (size_t g = 0; g < d->n_groups; g++) {
-    d->width += (double)d->groups[g].n * SLOT + 2 * BOX_PAD + BOX_GAP;
+    double box_w = (double)d->groups[g].n * SLOT + 2 * BOX_PAD;
+    d->width += box_w + BOX_GAP;
+    size_t text = strlen("CPUs ") + strlen(d->svg->gpus[d->groups[g].gpus[0]].cpuset);
+    size_t lines = (text + box_room(box_w) - 1) / box_room(box_w);
+    if (lines > d->caption_lines) d->caption_lines = lines;
   }
   d->legend_x = d->width + 4;
   d->width += LEGEND;
-  d->height = box_top + CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 24 + MARGIN;
-  double legend_h = box_top + 14 + 30.0 * N_TIERS + 90;
+  /* Bold 18 px and 13 px DejaVu Sans average about 11 and 7.5 px a
+   * character: generous, so a title is never cut at the edge. */
+  double title_w = 2 * MARGIN + 11.0 * (double)chars_of(d->svg->title);
+  double subtitle_w = 2 * MARGIN + 7.5 * (double)chars_of(d->svg->subtitle);
+  if (d->width < title_w) d->width = title_w;
+  if (d->width < subtitle_w) d->width = subtitle_w;
+  d->height = box_top + caption_height(d) + TOP_LABELS + AREA + BOTTOM_LABELS + 24 + MARGIN;
+  double legend_h = box_top + 14 + 30.0 * N_SEGMENTS + 60 + MARGIN;
   if (d->height < legend_h) d->height = legend_h;
 }
 
@@ -304,14 +356,14 @@ static void draw_caption(FILE *f, const drawing *d, const group *gr, double x, d
   snprintf(line, sizeof line, "NUMA node %s · package %s", numa, package);
   text_at(f, x + BOX_PAD, box_top + 15, "start", "box", line);
   const char *cpus = d->svg->gpus[gr->gpus[0]].cpuset;
-  /* A long CPU list is cut to the box; the JSON keeps it whole. */
-  size_t room = (size_t)(box_w / 6.2) > 8 ? (size_t)(box_w / 6.2) - 6 : 2;
-  if (strlen(cpus) > room) {
-    snprintf(line, sizeof line, "CPUs %.*s...", (int)room, cpus);
-  } else {
-    snprintf(line, sizeof line, "CPUs %s", cpus[0] != '\0' ? cpus : "unknown");
+  snprintf(line, sizeof line, "CPUs %s", cpus[0] != '\0' ? cpus : "unknown");
+  /* A long CPU list wraps inside the box, never cut. */
+  size_t room = box_room(box_w), len = strlen(line);
+  for (size_t at = 0, row = 0; at < len; at += room, row++) {
+    char part[KVS_CPUSET_STRING_MAX + 64];
+    snprintf(part, sizeof part, "%.*s", (int)room, line + at);
+    text_at(f, x + BOX_PAD, box_top + 29 + CAPTION_LINE * (double)row, "start", "box", part);
   }
-  text_at(f, x + BOX_PAD, box_top + 29, "start", "box", line);
 }
 
 /* One NUMA box at x: its outline, caption and a bar per GPU. */
@@ -325,7 +377,8 @@ static void draw_group(FILE *f, const drawing *d, const group *gr, double x, dou
   for (size_t k = 0; k < gr->n; k++) {
     const kvs_rank_plan *rp = d->by_gpu[gr->gpus[k]];
     double cx = x + BOX_PAD + SLOT * ((double)k + 0.5);
-    draw_bar(f, d->svg, rp, cx, box_top + CAPTION, d->max_budget, rp->rank == d->limiting);
+    draw_bar(f, d->svg, rp, cx, box_top + caption_height(d), d->max_bytes,
+             rp->rank == d->limiting);
   }
 }
 
@@ -345,7 +398,7 @@ static void draw_machine(FILE *f, const drawing *d, size_t node, double node_x, 
 
 /* The boxes left to right; over a cluster, each machine's boxed too. */
 static void draw_groups(FILE *f, const drawing *d, double box_top) {
-  const double box_h = CAPTION + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
+  const double box_h = caption_height(d) + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
   bool machines = d->svg->node_labels != NULL && d->svg->n_nodes > 1;
   double x = MARGIN, node_x = x;
   for (size_t g = 0; g < d->n_groups; g++) {
@@ -420,8 +473,8 @@ kvs_status kvs_plan_svg_write(const char *path, const kvs_plan_svg *svg, kvs_err
   draw_groups(f, &d, box_top);
   draw_legend(f, d.legend_x, box_top + 12);
   char b1[32], note[128];
-  snprintf(note, sizeof note, "bars to scale: the tallest is a %s budget",
-           kvs_format_bytes(d.max_budget, b1, sizeof b1));
+  snprintf(note, sizeof note, "bars to scale: the tallest is %s, a whole GPU's memory",
+           kvs_format_bytes(d.max_bytes, b1, sizeof b1));
   text_at(f, MARGIN, d.height - MARGIN + 8, "start", "small", note);
   fputs("</svg>\n", f);
   bool drawn = ferror(f) == 0;

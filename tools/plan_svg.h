@@ -1,10 +1,13 @@
 /* kvplan plan --svg: the node's memory map as an SVG picture. One bar
- * per GPU, as tall as its budget (all bars on one scale), the KV tiers
- * stacked to scale from the bottom and the headroom hatched above them;
+ * per GPU, as tall as its whole memory (all bars on one scale): from the
+ * bottom the weights, the KV tiers, the budget's headroom (hatched), the
+ * reserve and what the memory share leaves free; with explicit budgets
+ * (no memory known) the bar is the budget alone;
  * GPUs boxed by NUMA node with the node's package and CPUs, and over a
  * cluster those boxes boxed by machine; the limiting device outlined in
- * red. Every segment carries a <title> tooltip with
- * its exact bytes. */
+ * red. Every segment carries a <title> tooltip with its exact bytes.
+ * Nothing is clipped: the picture is as wide as its longest title line,
+ * and a long CPU list wraps inside its box. */
 #ifndef KVS_TOOLS_PLAN_SVG_H
 #define KVS_TOOLS_PLAN_SVG_H
 
@@ -12,6 +15,7 @@
 
 #include "core/status.h"
 #include "topology/gpu.h"
+#include "plan/memory_budget.h"
 #include "plan/node_plan.h"
 
 #ifdef __cplusplus
@@ -24,6 +28,9 @@ typedef struct kvs_plan_svg {
   kvs_node_plan_t plan;
   const kvs_gpu_info *gpus; /* the list the plan was made for */
   size_t n_gpus;
+  /* Per GPU (gpus order): the budget rule's terms, which the whole-GPU
+   * bars are drawn from; NULL draws the budgets alone. */
+  const kvs_memory_budget *terms;
   /* Over a cluster: each node's label, one outer box per node (NULL or 1
    * node: none). */
   const char *const *node_labels;

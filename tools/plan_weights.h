@@ -25,6 +25,16 @@ extern "C" {
 /* One sentence stating each estimate, for reports. */
 extern const char kvs_plan_weights_estimate[];
 extern const char kvs_plan_weights_spread_estimate[];
+extern const char kvs_plan_weights_split_estimate[];
+
+/* The weights given on the command line instead of a folder: a total
+ * (--weights-total) or its two kinds (--expert-weights, --shared-weights). */
+typedef struct kvs_plan_weights_given {
+  bool have_total;
+  uint64_t total_bytes;
+  bool have_split;
+  uint64_t expert_bytes, shared_bytes;
+} kvs_plan_weights_given;
 
 /* A model's total weight bytes with nothing known of their layout (no
  * folder at hand): spread evenly over the n_layers layers, the remainder on
@@ -32,17 +42,25 @@ extern const char kvs_plan_weights_spread_estimate[];
 kvs_status kvs_plan_weights_spread(uint64_t total_bytes, size_t n_layers, kvs_model_weights *out,
                                    kvs_error *err);
 
-/* A model's weights by layer: the given total spread over its layers
- * (have_total), else its folder's safetensors. The one choice plan and fit
- * both make once they know weights are counted. */
-kvs_status kvs_plan_weights_of(const kvs_model_config *model, bool have_total, uint64_t total,
+/* The two kinds given apart: routed experts and shared weights, each
+ * spread evenly over the layers (remainders on the last). */
+kvs_status kvs_plan_weights_split(uint64_t expert_bytes, uint64_t shared_bytes, size_t n_layers,
+                                  kvs_model_weights *out, kvs_error *err);
+
+/* A model's weights by layer: the given split or total spread over its
+ * layers, else its folder's safetensors. The one choice plan and fit both
+ * make once they know weights are counted. */
+kvs_status kvs_plan_weights_of(const kvs_model_config *model, const kvs_plan_weights_given *given,
                                kvs_model_weights *out, kvs_error *err);
 
 /* Per planned layer out[0..n_planned): the bytes one device of a stage
- * holding it spends on its weights at tensor parallelism tp. n_planned is
- * the main layers (weights->n_layers) plus the MTP draft layers. */
+ * holding it spends on its weights, shared bytes divided over tp and the
+ * routed experts over moe_gpus, the GPUs of a stage that share them (tp x
+ * dp; tp for a plan without data-parallel attention, where this is the
+ * estimate kvplan always made). n_planned is the main layers
+ * (weights->n_layers) plus the MTP draft layers. */
 kvs_status kvs_plan_layer_weights(const kvs_model_weights *weights, size_t n_planned, size_t tp,
-                                  uint64_t *out, kvs_error *err);
+                                  size_t moe_gpus, uint64_t *out, kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -62,8 +62,8 @@ void kvs_sglang_report_print(FILE *out, const kvs_sglang_pools *p, const kvs_sgl
           (unsigned long long)p->max_running,
           p->max_running_estimated ? " (SGLang's estimate)" : "");
   fprintf(out,
-          "  page %llu, swa ratio %g%s: full %llu, swa %llu, c4 %llu, c128 %llu, c4_state %llu, "
-          "c128_state %llu\n",
+          "  page %llu, swa ratio %g%s: full %llu tokens, swa %llu tokens, c4 %llu rows, "
+          "c128 %llu rows, c4_state %llu slots, c128_state %llu slots\n",
           (unsigned long long)o->page_size, o->swa_ratio, o->speculative ? ", speculative" : "",
           (unsigned long long)p->full, (unsigned long long)p->swa, (unsigned long long)p->c4,
           (unsigned long long)p->c128, (unsigned long long)p->c4_state,
@@ -76,7 +76,7 @@ void kvs_sglang_report_print(FILE *out, const kvs_sglang_pools *p, const kvs_sgl
             "a page: admission stalls\n",
             (unsigned long long)p->swa);
   }
-  if (p->full > 0) {
+  if (p->full > 0 && kvshard_tokens > 0) {
     fprintf(out, "  kvshard holds %llu tokens of history: %.3fx SGLang's %llu%s\n",
             (unsigned long long)kvshard_tokens, (double)kvshard_tokens / (double)p->full,
             (unsigned long long)p->full,

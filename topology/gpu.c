@@ -75,17 +75,38 @@ bool kvs_pci_is_nvidia_gpu(uint32_t vendor_id, uint32_t class_id) {
   return vendor_id == KVS_PCI_VENDOR_NVIDIA && (class_id >> 8) == 0x03u;
 }
 
-/* NVIDIA data-center parts as the PCI ID Repository names them, with their
- * marketed memory. Only parts whose name fixes the memory size are here. */
+/* NVIDIA data-center parts as the PCI ID Repository names them, with the
+ * total memory their driver reports (nvidia-smi's "Memory-Usage" total,
+ * in MiB), not the decimal label: an "H200 141GB" reports 143,771 MiB
+ * (140.40 GiB), so budgeting 141e9 bytes (131.32 GiB) under-planned it by
+ * 9 GiB. Only parts whose name fixes the memory size are here. Sources of
+ * each total, as printed by nvidia-smi on such a part:
+ *   H200 SXM 141GB   143771 MiB  kvshard issue 24, and "~140.4 GB/GPU" in
+ *                                SemiAnalysisAI/InferenceX#2128 (8 x H200)
+ *   H100 SXM5 80GB    81559 MiB  NVIDIA/nccl#1264 ("H100 80GB HBM3",
+ *                                driver 550.54.15)
+ *   H100 NVL 94GB     95830 MiB  NVIDIA/gpu-admin-tools#4 (driver 535.183.01)
+ *   A100 SXM4 80GB    81920 MiB  dexmal/dexbotic#41 (A800-SXM4-80GB, the
+ *                                same board, driver 535.86.10)
+ *   A100 SXM4 40GB    40536 MiB  nanopool/phoenix-miner#17 (driver 470.82.01)
+ *   V100 SXM3 32GB    32480 MiB  nvidia-smi on V100 32GB HBM2 (the PCIe
+ *                                board's figure, blog.cachecha.com nvidia-smi
+ *                                walk-through, driver 410.48)
+ *   Tesla M2070        5375 MiB  6 GiB less the eighth ECC reserves (no
+ *                                driver printout found: derived, stated)
+ * A driver may report a few hundred MiB less on older releases (an A100
+ * 80GB printed 81252 MiB on 450.191.01); measured memory, where CUDA sees
+ * the GPU, always takes precedence over this table. */
+#define MIB (UINT64_C(1) << 20)
 static const struct known_gpu {
   uint32_t device_id;
   const char *name;
   uint64_t bytes;
 } kKnownGpus[] = {
-    {0x06d2, "Tesla M2070", 6000000000ull},      {0x1db8, "Tesla V100 SXM3 32GB", 32000000000ull},
-    {0x20b0, "A100 SXM4 40GB", 40000000000ull},  {0x20b2, "A100 SXM4 80GB", 80000000000ull},
-    {0x2321, "H100 NVL 94GB", 94000000000ull},   {0x2330, "H100 SXM5 80GB", 80000000000ull},
-    {0x2335, "H200 SXM 141GB", 141000000000ull},
+    {0x06d2, "Tesla M2070", 5375 * MIB},     {0x1db8, "Tesla V100 SXM3 32GB", 32480 * MIB},
+    {0x20b0, "A100 SXM4 40GB", 40536 * MIB}, {0x20b2, "A100 SXM4 80GB", 81920 * MIB},
+    {0x2321, "H100 NVL 94GB", 95830 * MIB},  {0x2330, "H100 SXM5 80GB", 81559 * MIB},
+    {0x2335, "H200 SXM 141GB", 143771 * MIB},
 };
 
 uint64_t kvs_gpu_known_memory_bytes(uint32_t vendor_id, uint32_t device_id, const char **name) {

@@ -73,13 +73,13 @@ int kvs_pci_address_compare(const kvs_pci_address *a, const kvs_pci_address *b);
 bool kvs_pci_is_nvidia_gpu(uint32_t vendor_id, uint32_t class_id);
 
 /* A known GPU model's memory, for planning a machine where nothing can be
- * measured (an XML export, the bundled server). The sizes are the
- * marketed capacities in decimal units (an "80 GB" part is 80e9 bytes),
- * at or below what such a device reports, so a plan made on them never
- * promises memory the device lacks. Models are matched by PCI vendor and
- * device id, as the PCI ID Repository names them (pci-ids.ucw.cz). 0 for
- * a model not in the table: the caller must then be told the budget. *name
- * (may be NULL) gets the model's name, or "". */
+ * measured (an XML export, the bundled server): the total its driver
+ * reports (nvidia-smi's total, e.g. 143,771 MiB for an H200), not the
+ * decimal label ("141 GB" would be 131.3 GiB); gpu.c lists each figure's
+ * source. Models are matched by PCI vendor and device id, as the PCI ID
+ * Repository names them (pci-ids.ucw.cz). 0 for a model not in the table:
+ * the caller must then be told the memory or the budget. *name (may be
+ * NULL) gets the model's name, or "". */
 uint64_t kvs_gpu_known_memory_bytes(uint32_t vendor_id, uint32_t device_id, const char **name);
 
 #ifdef __cplusplus

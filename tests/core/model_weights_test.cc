@@ -198,6 +198,46 @@ TEST(ModelWeights, tensors_are_placed_by_layer_mtp_embedding_and_head) {
   EXPECT_EQ(w.n_files, 1u);
 }
 
+TEST(ModelWeights, routed_experts_are_told_from_shared_weights_by_name) {
+  EXPECT_TRUE(kvs_model_weights_is_routed_expert("model.layers.0.mlp.experts.3.gate_proj.weight"));
+  EXPECT_TRUE(kvs_model_weights_is_routed_expert("layers.1.ffn.experts.17.w1.weight"));
+  EXPECT_TRUE(kvs_model_weights_is_routed_expert("mtp.0.ffn.experts.2.w2.scale"));
+  EXPECT_TRUE(kvs_model_weights_is_routed_expert("mlp.experts.0.w"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert("model.layers.0.mlp.shared_experts.up.weight"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert("layers.1.ffn.shared_experts.w1.weight"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert("model.layers.0.mlp.experts.w13_weight"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert("model.layers.0.mlp.gate.weight"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert("model.layers.0.xmlp.experts.1.w"));
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert(nullptr));
+}
+
+TEST(ModelWeights, routed_expert_bytes_are_counted_per_layer_and_for_mtp) {
+  std::string dir = scratch_dir();
+  write_shard(dir + "/moe.safetensors",
+              {"model.layers.0.mlp.experts.3.gate_proj.weight",
+               "model.layers.0.mlp.shared_experts.up_proj.weight", "layers.1.ffn.experts.17.w1.weight",
+               "layers.1.ffn.shared_experts.w1.weight", "layers.1.attn.wkv.weight",
+               "mtp.0.ffn.experts.2.w2.weight", "mtp.0.attn.wkv.weight", "embed.weight",
+               "head.weight"},
+              {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  kvs_model_weights w;
+  kvs_error err;
+  ASSERT_EQ(kvs_model_weights_load(dir.c_str(), 2, &w, &err), KVS_OK) << err.message;
+  EXPECT_EQ(w.layer_bytes[0], 3u);
+  EXPECT_EQ(w.layer_expert_bytes[0], 1u);
+  EXPECT_EQ(w.layer_bytes[1], 28u);
+  EXPECT_EQ(w.layer_expert_bytes[1], 4u);
+  EXPECT_EQ(w.mtp_bytes, 96u);
+  EXPECT_EQ(w.mtp_expert_bytes, 32u);
+  EXPECT_EQ(w.expert_bytes, 37u);
+  EXPECT_EQ(w.n_expert_tensors, 3u);
+  EXPECT_EQ(w.total_bytes, 511u);
+  // The bundled tiny model has no routed expert.
+  ASSERT_EQ(kvs_model_weights_load(kTiny, 4, &w, &err), KVS_OK) << err.message;
+  EXPECT_EQ(w.n_expert_tensors, 0u);
+  EXPECT_EQ(w.expert_bytes, 0u);
+}
+
 TEST(ModelWeights, an_index_naming_a_missing_shard_is_refused) {
   std::string dir = tiny_copy(true);
   ASSERT_EQ(unlink((dir + "/" + kShard2).c_str()), 0);

@@ -26,6 +26,7 @@
 #include "core/options.h"
 #include "core/regular_file.h"
 #include "core/safetensors.h"
+#include "core/sglang_memory.h"
 #include "core/sglang_pools.h"
 #include "core/status.h"
 #include "core/table_math.h"
@@ -284,6 +285,7 @@ TEST(NullArguments, model_files) {
   delete m;
 
   kvs_model_weights *w = new kvs_model_weights;
+  EXPECT_FALSE(kvs_model_weights_is_routed_expert(nullptr));
   EXPECT_NULL_REFUSED("folder", kvs_model_weights_load(nullptr, 4, w, &err));
   EXPECT_NULL_REFUSED("out", kvs_model_weights_load("tests/data/model-tiny", 4, nullptr, &err));
   delete w;
@@ -332,6 +334,19 @@ TEST(NullArguments, sglang_pools) {
   size_t first = 0, end = 0;
   EXPECT_NULL_REFUSED("first", kvs_sglang_pp_range(8, 2, 0, nullptr, &end, &err));
   EXPECT_NULL_REFUSED("end", kvs_sglang_pp_range(8, 2, 0, &first, nullptr, &err));
+}
+
+// ---- core/sglang_memory.h ----
+
+TEST(NullArguments, sglang_memory) {
+  const kvs_sglang_memory_input input = {1u << 30, 1u << 29, 0.9, false};
+  kvs_sglang_memory memory;
+  EXPECT_NULL_REFUSED("input", kvs_sglang_memory_rule(nullptr, &memory, &err));
+  EXPECT_NULL_REFUSED("out", kvs_sglang_memory_rule(&input, nullptr, &err));
+  const kvs_sglang_launch launch = {143771, 8, 1, 1, false, 0, 0};
+  kvs_sglang_default_fraction fraction;
+  EXPECT_NULL_REFUSED("launch", kvs_sglang_default_mem_fraction(nullptr, &fraction, &err));
+  EXPECT_NULL_REFUSED("out", kvs_sglang_default_mem_fraction(&launch, nullptr, &err));
 }
 
 // ---- core/cost_model.h ----

@@ -18,6 +18,7 @@
 #include "plan/memory_budget.h"
 #include "plan/node_plan.h"
 #include "plan/node_setup.h"
+#include "plan/parallel.h"
 #include "plan/rank_layout.h"
 #include "plan/stage_split.h"
 #include "tests/topology/helpers.h"
@@ -194,6 +195,21 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("gpus", kvs_node_budgets(&budget, nullptr, 8, b, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_budgets(&budget, gpus.data(), 8, nullptr, &err));
   EXPECT_REFUSED("n_gpus is 0", kvs_node_budgets(&budget, gpus.data(), 0, b, &err));
+  EXPECT_NULL_REFUSED("request", kvs_node_budgets_on_memory(nullptr, 1, gpus.data(), 8, b, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_budgets_on_memory(&budget, 1, nullptr, 8, b, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_budgets_on_memory(&budget, 1, gpus.data(), 8, nullptr, &err));
+  EXPECT_REFUSED("n_gpus is 0", kvs_node_budgets_on_memory(&budget, 1, gpus.data(), 0, b, &err));
+  uint64_t memory[8];
+  EXPECT_NULL_REFUSED("gpu", kvs_node_gpu_total_memory(nullptr, 0, memory, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_gpu_total_memory(gpus.data(), 0, nullptr, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_free_before_load(nullptr, 8, 0, 0, memory, nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
+  const kvs_parallel none{8, 1, 1, 1};
+  EXPECT_NULL_REFUSED("p", kvs_parallel_check(nullptr, 8, &err));
+  EXPECT_EQ(kvs_parallel_check(&none, 8, nullptr), KVS_OK);
+  EXPECT_EQ(kvs_parallel_replicas(nullptr, 8), 0u);
+  EXPECT_EQ(kvs_parallel_groups(nullptr, 8), 0u);
+  EXPECT_EQ(kvs_parallel_moe_gpus(nullptr), 0u);
   const kvs_device_layout_options defaults = kvs_node_layout_options(nullptr);
   EXPECT_EQ(defaults.alignment, KVS_DEVICE_DEFAULT_ALIGNMENT);
 

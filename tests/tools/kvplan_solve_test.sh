@@ -9,10 +9,10 @@ small=(--head-dim 8 --index-head-dim 4 --layers 4 --ratios 0,4,128,4 --floor-pag
   --state-rings per-page)
 field() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
 
-out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.5 --budget 500000 --json | tail -n 1)
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.5 --budget 500000B --json | tail -n 1)
 check "500000 B at swa 0.5 buys 35 pages" 35 "$(echo "$out" | field num_pages)"
 
-out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 900000 --json | tail -n 1)
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 900000B --json | tail -n 1)
 check "900000 B at swa 0.1 buys 190 pages" 190 "$(echo "$out" | field num_pages)"
 check "the window pins at its floor" 21 "$(echo "$out" | field n_win_pages)"
 check "full_token is 190 pages" 24320 "$(echo "$out" | field full_token)"
@@ -37,7 +37,7 @@ check "per-request rings: pool bytes" \
 check "per-request rings: state slots of the ratio-128 layer" $((65 * 128)) \
   "$(echo "$out" | sed -n 's/.*"ratio":128,"ring_size":128,[^}]*"state_slots":\([0-9]*\).*/\1/p')"
 
-out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 100000 --json)
+out=$("$kvplan" solve "${small[@]}" --swa-ratio 0.1 --budget 100000B --json)
 status=$?
 check "a budget below the minimal pool exits 1" 1 "$status"
 check "and names the error" budget_too_small \
@@ -82,7 +82,7 @@ check "and names both counts" yes \
   >/dev/null 2>&1
 check "a huge layer count with one ratio is bad usage" 2 $?
 msg=$("$kvplan" solve --head-dim 8 --index-head-dim 4 --layers 3 --ratios 0,4,128,4 \
-  --floor-pages 21 --swa-ratio 0.1 --budget 900000 2>&1)
+  --floor-pages 21 --swa-ratio 0.1 --budget 900000B 2>&1)
 check "one ratio more than layers is bad usage" 2 $?
 check "and names both counts" yes \
   "$(echo "$msg" | grep -q -- '--ratios lists 4 but --layers is 3' && echo yes)"

@@ -152,9 +152,11 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
   EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "nodes",
-                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
-                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp",
+                                   "ep", "replicas", "tokens_per_group", "cluster_tokens",
+                                   "nodes", "cross_node_tp", "kv_dtype", "state_rings",
+                                   "request_slots", "mtp_layers", "weights_source",
+                                   "limiting_rank", "ranks"}));
   json_t *nodes = json_object_get(root.get(), "nodes");
   ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
   EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
@@ -270,8 +272,9 @@ TEST(Kvplan, table_names_every_rank_and_the_limit) {
   std::vector<std::string> lines = run.lines();
   ASSERT_GE(lines.size(), 16u);
   EXPECT_EQ(lines[0].rfind("model       dsv4-flash: 43 layers", 0), 0u) << lines[0];
-  EXPECT_NE(run.out.find("layout      tp 4 x pp 2 = 8 ranks per replica, 1 replica"),
-            std::string::npos);
+  EXPECT_NE(run.out.find("layout      tp 4 x pp 2 x dp 1 = 8 GPUs per replica (ep 1), 1 replica"),
+            std::string::npos)
+      << run.out;
   EXPECT_NE(run.out.find("rank  tp  pp  gpu pci_busid    numa layers      window compressed"
                          "    indexer      state  idx_state    mapping    scratch    ctl+pad"
                          "       pool    weights     budget   headroom"),
@@ -289,19 +292,24 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   RunResult run = kvplan("", true);
   ASSERT_EQ(run.status, 0) << run.err;
   std::vector<std::string> lines = run.lines();
-  ASSERT_FALSE(lines.empty());
-  if (lines[0].rfind("kvplan: no GPU visible to CUDA", 0) != 0) {
-    GTEST_SKIP() << "CUDA sees GPUs here; the live default ran: " << lines[0];
+  ASSERT_GE(lines.size(), 2u);
+  // The weights note comes first (the built-in model carries none), then
+  // the stand-in's.
+  if (lines[1].rfind("kvplan: no GPU visible to CUDA", 0) != 0) {
+    GTEST_SKIP() << "CUDA sees GPUs here; the live default ran: " << lines[1];
   }
-  EXPECT_NE(lines[0].find("bundled 8-GPU server"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("nominal 141 GB per GPU"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("bundled 8-GPU server"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("as its driver reports it (an H200: 143,771 MiB, 140.40 GiB)"),
+            std::string::npos)
+      << lines[1];
   EXPECT_NE(run.out.find("layout      tp 8 x pp 1"), std::string::npos);
-  // The node's one budget rule on the nominal memory: floor(141e9 x 0.9)
-  // less the 512 MiB reserve, i.e. 117.68 GiB.
-  EXPECT_NE(run.out.find("budget      nominal 141 GB x 0.90 - 512.00 MiB = 117.68 GiB per GPU"),
+  // The node's one budget rule on the memory an H200's driver reports,
+  // 143,771 MiB: floor(150754820096 x 0.9) less the 512 MiB reserve, i.e.
+  // 125.86 GiB.
+  EXPECT_NE(run.out.find("budget      nominal 140.40 GiB x 0.90 - 512.00 MiB = 125.86 GiB per GPU"),
             std::string::npos)
       << run.out;
-  const uint64_t budget = 126900000000ull - (512ull << 20);
+  const uint64_t budget = 135679338086ull - (512ull << 20);
   Plan lib = library_plan(kHgx, 8, 1, budget);  // the bundled server's XML
   ASSERT_TRUE(lib);
   const uint64_t pages = kvs_node_plan_split(lib.get())->num_pages;
@@ -316,7 +324,7 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   EXPECT_EQ(u64(root.get(), "num_pages"), pages);
   json_t *rank0 = json_array_get(json_object_get(root.get(), "ranks"), 0);
   EXPECT_STREQ(json_string_value(json_object_get(rank0, "budget_source")), "nominal");
-  EXPECT_EQ(u64(rank0, "memory_bytes"), 141000000000ull);
+  EXPECT_EQ(u64(rank0, "memory_bytes"), 143771ull << 20);
   EXPECT_EQ(u64(rank0, "reserve_bytes"), 512ull << 20);
   EXPECT_EQ(u64(rank0, "budget_bytes"), budget);
 }
@@ -396,7 +404,7 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
       {hgx + " --budget-per-gpu 80GiB,80GiB", 2,
        "kvplan plan: --budget-per-gpu lists 2 budgets but topology 'topology/data/"
        "hgx-h200-2socket-8gpu.xml' has 8 GPUs\n"},
-      {hgx + " --budget 80GiB --budget-per-gpu 1,2", 2,
+      {hgx + " --budget 80GiB --budget-per-gpu 1GiB,2GiB", 2,
        "kvplan plan: give --budget or --budget-per-gpu, not both\n"},
       {hgx + " --budget 80GiB --memory-ratio 0.8", 2,
        "kvplan plan: --memory-ratio applies to measured memory; --budget and --budget-per-gpu "
@@ -405,8 +413,8 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "kvplan plan: --reserve applies to measured memory; --budget and --budget-per-gpu "
        "give the bytes themselves\n"},
       {hgx + " --memory-ratio 0.001", 1,
-       "kvplan plan: GPU 0 (0000:1b:00.0): device budget is empty: 141000000000 nominal bytes x "
-       "memory ratio 0.001 = 141000000, not above the 536870912-byte reserve\n"},
+       "kvplan plan: GPU 0 (0000:1b:00.0): device budget is empty: 150754820096 nominal bytes x "
+       "memory ratio 0.001 = 150754820, not above the 536870912-byte reserve\n"},
       {hgx + " --reserve 1x", 2, "kvplan plan: --reserve "},
       {hgx + " --memory-ratio 1.5", 2, "kvplan plan: --memory-ratio must be in (0, 1], got 1.5\n"},
       {hgx + " --tp 0", 2, "kvplan plan: --tp must be between 1 and 1024, got 0\n"},
@@ -420,7 +428,8 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "kvplan plan: --swa-ratio is the window's share of the history, in [0, 1]; got 1.5\n"},
       {hgx + " --tp x", 2, "kvplan plan: --tp needs a non-negative integer, got 'x'\n"},
       {hgx + " --budget 80 GiB", 2,
-       "kvplan plan: unexpected argument 'GiB' (kvplan plan --help lists every flag)\n"},
+       "kvplan plan: --budget 80 is 80 bytes, under 1 MiB: did you mean 80GiB? (write 80B for "
+       "bytes)\n"},
       {hgx + " --bogus", 2,
        "kvplan plan: unknown flag '--bogus' (kvplan plan --help lists every flag)\n"},
       {hgx + " --budgte 80GiB", 2,
@@ -468,12 +477,13 @@ TEST(Kvplan, help_exits_zero) {
   EXPECT_NE(run.out.find("--topology FILE|live"), std::string::npos);
 }
 
-// Without measured memory, a GPU's budget comes from its model's known
-// capacity (H100 NVL: 94 GB; V100 SXM3: 32 GB), never from another model's;
+// Without measured memory, a GPU's budget comes from the total its model's
+// driver reports (H100 NVL: 95,830 MiB; V100 32GB: 32,480 MiB), never from
+// another model's;
 // a model kvshard does not know is refused until a budget is given.
 TEST(Kvplan, unmeasured_gpus_are_budgeted_by_their_own_model_or_refused) {
   for (const auto &c :
-       {std::make_pair(kEpyc, 94000000000ull), std::make_pair("nvidiaDGX2.xml", 32000000000ull)}) {
+       {std::make_pair(kEpyc, 95830ull << 20), std::make_pair("nvidiaDGX2.xml", 32480ull << 20)}) {
     RunResult run = kvplan(topo(c.first) + " --json");
     ASSERT_EQ(run.status, 0) << run.err;
     Json root = last_line_json(run);
