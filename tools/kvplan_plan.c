@@ -689,6 +689,13 @@ static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
  * (plan/parallel.h names the flag at fault). Exit 1: these GPUs cannot
  * hold it. */
 static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
+  if (l->dp > n || n % l->dp != 0) {
+    char values[512];
+    list_dividing(n, 1, values, sizeof values);
+    fprintf(stderr, "kvplan plan: --dp %zu does not divide the %zu GPUs; --dp can be %s\n", l->dp,
+            n, values);
+    return 1;
+  }
   int rc = check_tp_pp(a, n, l->tp, l->pp);
   if (rc != 0) return rc;
   kvs_error err;

@@ -74,8 +74,9 @@ const char kvs_plan_options_help[] =
     "  --state-rings MODE      where the compress-state rings live: per-request\n"
     "                          (default: one slot per running request + a dummy),\n"
     "                          hca-per-request, or per-page (the seed's layout)\n"
-    "  --engine sglang         also print the pools SGLang would allocate on the same\n"
-    "                          bytes (SGLang's own defaults: swa ratio 0.1, page 256)\n";
+    "  --engine sglang         SGLang's pools beside the plan (its defaults: swa ratio\n"
+    "                          0.1, page 256, 256 running); in plan and fit its own\n"
+    "                          memory rule and --mem-fraction-static too\n";
 
 void kvs_plan_options_init(kvs_plan_options *options) {
   memset(options, 0, sizeof *options);
