@@ -148,8 +148,9 @@ TEST(NodeOverhead, a_zero_size_is_refused_naming_the_field) {
   EXPECT_EQ(out.total_bytes, 99u);
 }
 
-// In the reserve: the bundled H200's nominal 141 GB x 0.9, less the 512 MiB
-// reserve and the DSV4 node's 55,587,160 bytes, and the plan on it.
+// In the reserve: the bundled H200's nominal memory (the 143,771 MiB its
+// driver reports) x 0.9, less the 512 MiB reserve and the DSV4 node's
+// 55,587,160 bytes, and the plan on it.
 TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
   kvs_node_overhead_request r = dsv4_node();
   kvs_node_overhead o{};
@@ -169,8 +170,10 @@ TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
       << err.message;
   ASSERT_EQ(kvs_node_gpu_budget(&priced, gpus.data(), gpus.size(), 0, &b, &err), KVS_OK)
       << err.message;
-  EXPECT_EQ(a.budget_bytes, 126900000000u - 512 * MiB);
-  EXPECT_EQ(b.budget_bytes, 126900000000u - 512 * MiB - 55587160u);
+  const uint64_t share = 143771 * MiB * 9 / 10;  // floor(150754820096 x 0.9)
+  EXPECT_EQ(share, 135679338086u);
+  EXPECT_EQ(a.budget_bytes, share - 512 * MiB);
+  EXPECT_EQ(b.budget_bytes, share - 512 * MiB - 55587160u);
   EXPECT_EQ(b.reserve_bytes, 512 * MiB + 55587160u) << "the plan's reserve says so";
   uint64_t sum = 0;
   kvs_node_overhead big{};
