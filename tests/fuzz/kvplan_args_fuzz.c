@@ -42,6 +42,10 @@ static const struct {
     {"--no-radix", NONE},      {"--radix", NONE},                {"--page", COUNT},
     {"--pp", COUNT},           {"--tp", COUNT},                  {"--reserve", BYTES},
     {"--scratch", COUNT},      {"--swa-ratio", FRACTION},
+    /* Data-parallel attention, expert parallelism and the weights by kind
+     * (plan only; solve refuses them as unknown). */
+    {"--dp", COUNT},           {"--ep", COUNT},                  {"--gpu-memory", BYTES},
+    {"--expert-weights", BYTES}, {"--shared-weights", BYTES},
 };
 
 /* Per kind, 8 values a real invocation would give, then 4 it must refuse. */
