@@ -60,7 +60,10 @@ cc -std=c11 -pedantic -Wall -Werror -fsyntax-only $cflags "$T/header.c" 2>"$T/cc
 
 # A library built with the sanitizers needs their runtime in the program.
 sanitize=()
-nm -D "$LIB" | grep -q " U __asan_" && sanitize=(-fsanitize=address,undefined)
+# (Each producer's output is captured before grep -q reads it: grep stops
+# at its first match, and under pipefail the producer's SIGPIPE would fail
+# the pipeline, or hide a match, at random.)
+grep -q " U __asan_" <<<"$(nm -D "$LIB")" && sanitize=(-fsanitize=address,undefined)
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Wextra -Werror -pedantic "${sanitize[@]}" "$ENGINE" $cflags $libs \
   -o "$T/engine" 2>"$T/cc.err" || fail "the engine does not build: $(head -20 "$T/cc.err")"
@@ -73,9 +76,10 @@ for r in 0 1; do
 done
 [ "$(grep -o 'digest [0-9a-f]*' "$T/engine.out" | sort -u | wc -l)" -eq 1 ] ||
   fail "the ranks' digests differ: $(cat "$T/engine.out")"
-ldd "$T/engine" | grep -q "libkvshard.so.1 => $P/lib/libkvshard.so.1" ||
-  fail "the engine does not load the installed library: $(ldd "$T/engine" | grep kvshard)"
-ldd "$T/engine" | grep -qE 'libcudart|libnccl|libmpi' && fail "the engine loads $(ldd "$T/engine")"
+engine_ldd=$(ldd "$T/engine")
+grep -qF "libkvshard.so.1 => $P/lib/libkvshard.so.1 " <<<"$engine_ldd" ||
+  fail "the engine does not load the installed library: $(grep kvshard <<<"$engine_ldd")"
+grep -qE 'libcudart|libnccl|libmpi' <<<"$engine_ldd" && fail "the engine loads $engine_ldd"
 
 # The Python package: installed beside the library, found with the
 # PYTHONPATH the install's last line prints, by Debian's interpreter.
@@ -148,7 +152,7 @@ expect 1 "exists and is not a directory" --lib "$LIB" "$T/fifo"
 expect 2 "unknown flag -5" --lib "$LIB" -5
 expect 1 "exists and is not a directory" --lib "$LIB" /dev/full
 [ ! -e "$T/a" ] || fail "a refused install left $T/a behind"
-ls -A "$P" | grep -q "kvshard-install" && fail "the staging folder was left in the prefix"
+grep -q "kvshard-install" <<<"$(ls -A "$P")" && fail "the staging folder was left in the prefix"
 "$INSTALL" --lib "$LIB" "$T/prefix2" >/dev/full 2>/dev/null
 [ $? -eq 1 ] || fail "install with its report to a full disk did not exit 1"
 "$INSTALL" --help >"$T/help" || fail "install --help exited $?"
