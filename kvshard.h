@@ -202,6 +202,26 @@ KVS_API const char *kvs_comm_backend(const struct kvs_comm *comm);
 /* The deadline of every later wait; > 0. */
 KVS_API kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
 
+/* ---- kvplan, in process ----
+ *
+ * kvplan's own code, run in this process: args[0] is the subcommand
+ * ("plan", "fit" or "solve"), the rest its words as the command line
+ * takes them ("--budget", "80GiB" or "--budget=80GiB"; "--json" for the
+ * JSON object). *out gets what kvplan printed on standard output, *notes
+ * (when notes is not NULL) what it printed on standard error; both are
+ * NUL-terminated and freed with kvs_free, also after a refusal (a plan
+ * that cannot be made prints a JSON error object with --json). KVS_OK
+ * when kvplan exited 0, or fit exited 1 with its answer (no layout fits,
+ * as its JSON says). A refusal is KVS_ERR_PARSE for bad usage (exit 2),
+ * else the failure the run last met (KVS_ERR_BUDGET_TOO_SMALL,
+ * KVS_ERR_IO, ...; KVS_ERR_UNSUPPORTED when none was named), with
+ * kvplan's last line of standard error as the message, word for word.
+ * Runs are one at a time (kvplan's parser is process-wide). */
+KVS_API kvs_status kvs_plan_run(const char *const *args, size_t n, char **out, char **notes,
+                                kvs_error *err);
+/* Frees what kvs_plan_run returned; NULL is accepted. */
+KVS_API void kvs_free(void *p);
+
 /* ---- the node: one rank's KV manager ---- */
 
 typedef struct kvs_node *kvs_node_t;

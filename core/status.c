@@ -47,7 +47,14 @@ const char *kvs_status_name(kvs_status status) {
   return i < sizeof names / sizeof names[0] ? names[i] : "KVS_ERR_UNKNOWN";
 }
 
+/* The last failure this thread met (kvs_error_last_failure). */
+static _Thread_local kvs_status t_last_failure = KVS_OK;
+
+kvs_status kvs_error_last_failure(void) { return t_last_failure; }
+void kvs_error_last_failure_reset(void) { t_last_failure = KVS_OK; }
+
 kvs_status kvs_error_set(kvs_error *err, kvs_status status, const char *fmt, ...) {
+  if (status != KVS_OK) t_last_failure = status;
   if (err != NULL) {
     err->status = status;
     err->message[0] = '\0'; /* a NULL format leaves no message */

@@ -27,6 +27,13 @@ kvs_status kvs_error_set(kvs_error *err, kvs_status status, const char *fmt, ...
 #endif
     ;
 
+/* The status of the last kvs_error_set with a failure on this thread, and
+ * a reset: how a caller that runs a whole program's logic (kvplan in
+ * process, kvs_plan_run) names the failure that stopped it when only the
+ * program's exit status and words come back. Not for engines. */
+kvs_status kvs_error_last_failure(void);
+void kvs_error_last_failure_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -53,6 +53,37 @@ static void nulls_of_status_and_model(void) {
   EXPECT(kvs_geometry_layer_count, kvs_geometry_layer_count(NULL) == 0);
 }
 
+/* kvplan in process: NULLs and no words refused; one answer and one
+ * refusal in kvplan's words, their texts freed with kvs_free. */
+static void plans_in_process(void) {
+  char *out = NULL, *notes = NULL;
+  const char *words[] = {"solve", "--budget", "80GiB", "--json"};
+  REFUSES(kvs_plan_run, kvs_plan_run(NULL, 4, &out, &notes, &e_));
+  REFUSES(kvs_plan_run, kvs_plan_run(words, 4, NULL, &notes, &e_));
+  REFUSES(kvs_plan_run, kvs_plan_run(words, 0, &out, &notes, &e_));
+  const char *holes[] = {"solve", NULL};
+  REFUSES(kvs_plan_run, kvs_plan_run(holes, 2, &out, &notes, &e_));
+  kvs_free(NULL);
+  CALLED(kvs_free);
+  kvs_error err;
+  kvs_status s = kvs_plan_run(words, 4, &out, NULL, &err);
+  if (s != KVS_OK || out == NULL || strstr(out, "\"num_pages\":") == NULL) {
+    fprintf(stderr, "kvs_plan_run solve: %s: %s\n", kvs_status_name(s), out ? out : err.message);
+    failures++;
+  }
+  kvs_free(out);
+  const char *bad[] = {"solve", "--budget", "80GiB", "--page", "192"};
+  s = kvs_plan_run(bad, 5, &out, &notes, &err);
+  if (s != KVS_ERR_PARSE || strstr(err.message, "P=192") == NULL || notes == NULL ||
+      strstr(notes, err.message) == NULL) {
+    fprintf(stderr, "kvs_plan_run --page 192: %s: %s (notes: %s)\n", kvs_status_name(s),
+            err.message, notes != NULL ? notes : "none");
+    failures++;
+  }
+  kvs_free(out);
+  kvs_free(notes);
+}
+
 static void nulls_of_comms(void) {
   REFUSES(kvs_comm_self_create, kvs_comm_self_create(NULL, &e_));
   REFUSES(kvs_comm_loopback_group_create, kvs_comm_loopback_group_create(2, NULL, &e_));
@@ -172,6 +203,7 @@ static int one_node(void) {
 
 int main(void) {
   nulls_of_status_and_model();
+  plans_in_process();
   nulls_of_comms();
   nulls_of_nodes();
   int node_failed = one_node();

@@ -1,4 +1,5 @@
 #include "tools/args.h"
+#include "tools/tool_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -359,12 +360,12 @@ void kvs_report_unknown_flag(const char *tool, const char *given, const char *co
                              size_t n, const char *help) {
   const char *near = kvs_nearest_flag(given, names, n);
   if (near == NULL) {
-    fprintf(stderr, "%s: unknown flag '%s' (%s lists every flag)\n", tool, given, help);
+    fprintf(kvs_tool_err(), "%s: unknown flag '%s' (%s lists every flag)\n", tool, given, help);
     return;
   }
   size_t len;
   const char *name = bare_name(near, &len);
-  fprintf(stderr, "%s: unknown flag '%s'; did you mean --%.*s? (%s lists every flag)\n", tool,
+  fprintf(kvs_tool_err(), "%s: unknown flag '%s'; did you mean --%.*s? (%s lists every flag)\n", tool,
           given, (int)len, name, help);
 }
 

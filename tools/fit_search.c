@@ -7,6 +7,7 @@
 
 #include "plan/node_setup.h"
 #include "tools/plan_weights.h"
+#include "tools/tool_io.h"
 
 /* ---- kvshard's own plan ---- */
 
@@ -29,7 +30,7 @@ int fit_size_row(fit_cluster *c, fit_row *row) {
                                                     kvs_parallel_moe_gpus(l), c->layer,
                                                     &err) != KVS_OK) ||
       size_requests(c, row, row->requests, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
   return 0;

@@ -1,5 +1,6 @@
 /* kvplan's subcommands; each takes its own argv (argv[0] is the
- * subcommand name) and returns the process exit status:
+ * subcommand name), writes through tools/tool_io.h and returns the
+ * process exit status:
  * 0 success, 1 the plan cannot be made (budget too small; for fit, no
  * layout fits), 2 bad usage. */
 #ifndef KVS_TOOLS_KVPLAN_H
@@ -13,6 +14,8 @@ extern "C" {
  * --pp, the default layout, fit's layouts), and the longest per-GPU list. */
 #define KVS_KVPLAN_MAX_GPUS 1024
 
+/* argv[1] the subcommand (none: plan's flags), as the program takes it. */
+int kvs_kvplan_run(int argc, char **argv);
 int kvs_kvplan_solve(int argc, char **argv);
 int kvs_kvplan_plan(int argc, char **argv);
 int kvs_kvplan_fit(int argc, char **argv);

@@ -34,6 +34,7 @@
 #include "tools/plan_options.h"
 #include "tools/plan_weights.h"
 #include "topology/topology.h"
+#include "tools/tool_io.h"
 
 enum {
   OPT_CONTEXT = 1,
@@ -207,7 +208,7 @@ static int check_flags(const fit_args *a) {
           ? "--reserve is kvshard's rule; SGLang reserves nothing at sizing time: drop it"
           : NULL;
   if (refusal != NULL) {
-    fprintf(stderr, "kvplan fit: %s\n", refusal);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", refusal);
     return 2;
   }
   return 0;
@@ -219,19 +220,19 @@ static int resolve_model(fit_args *a, kvs_plan_model *m) {
   kvs_error err;
   kvs_plan_options *o = &a->options;
   if (o->have_floor_inputs || o->have_floor_pages) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan fit: --context and --concurrency set the window floor; drop "
             "--max-seq-len, --max-running and --floor-pages\n");
     return 2;
   }
   if (o->have_window_cache) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan fit: --window-cache is a share of a budget, and fit finds the budget: "
             "give --swa-ratio\n");
     return 2;
   }
   if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
   return 0;
@@ -249,7 +250,7 @@ int fit_run_alloc(fit_run *r) {
   r->rows = calloc(FIT_MAX_LAYOUTS, sizeof *r->rows);
   if (r->memory == NULL || r->grown == NULL || r->budgets == NULL || r->layer == NULL ||
       r->rows == NULL || (counted && r->weights == NULL)) {
-    fprintf(stderr, "kvplan fit: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan fit: out of memory\n");
     return 1;
   }
   return 0;
@@ -274,7 +275,7 @@ int fit_count_weights(fit_run *r) {
                                         a->have_expert_weights, a->expert_weights,
                                         a->shared_weights};
   if (r->weights != NULL && kvs_plan_weights_of(&r->m->config, &given, r->weights, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
   r->split = a->have_expert_weights || (r->weights != NULL && !a->have_weights_total &&
@@ -294,7 +295,7 @@ int fit_open_cluster(const fit_args *a, size_t nodes, FILE *notes, kvs_cluster_t
   char why[768];
   kvs_error err;
   if (kvs_cluster_open(a->topology, nodes, topo, why, sizeof why, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     kvs_cluster_destroy(*topo);
     *topo = NULL;
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
@@ -313,7 +314,7 @@ static int run(fit_args *a, kvs_plan_model *m) {
   memset(&r, 0, sizeof r);
   r.a = a;
   r.m = m;
-  r.notes = a->json ? stderr : stdout; /* with --json, stdout holds the object alone */
+  r.notes = a->json ? kvs_tool_err() : kvs_tool_out(); /* with --json, stdout holds the object alone */
   if (strcmp(fit_weights_source(a, m), "none") == 0) {
     fprintf(r.notes,
             "kvplan: weights are not counted (%s carries no weight size): give --model FOLDER "
@@ -356,7 +357,7 @@ int kvs_kvplan_fit(int argc, char **argv) {
   if ((rc = check_flags(&a)) != 0) return rc;
   kvs_plan_model *model = malloc(sizeof *model);
   if (model == NULL) {
-    fprintf(stderr, "kvplan fit: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan fit: out of memory\n");
     return 1;
   }
   rc = run(&a, model);

@@ -9,6 +9,7 @@
 #include "plan/rank_layout.h"
 #include "tools/kvplan.h"
 #include "tools/kvplan_fit_internal.h"
+#include "tools/tool_io.h"
 
 /* The layouts of n GPUs, fewest ranks per replica first: tp x pp x dp
  * dividing the GPUs, a stage holding at least one layer, a tensor-parallel
@@ -47,7 +48,7 @@ static void say_progress(fit_progress *p, size_t done, size_t total, size_t n,
                          const kvs_parallel *at) {
   uint64_t now = kvs_now_ns();
   if (p->every_s <= 0 || (double)(now - p->last_ns) < p->every_s * 1e9) return;
-  fprintf(stderr,
+  fprintf(kvs_tool_err(),
           "kvplan fit: %zu of %zu layouts of %zu GPUs tried (now tp %zu x pp %zu x dp %zu), "
           "%.0f s\n",
           done, total, n, at->tp, at->pp, at->dp, (double)(now - p->start_ns) * 1e-9);
@@ -83,7 +84,7 @@ static int cluster_of(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memo
   if (a->have_reserve) br.reserve_bytes = a->reserve;
   br.memory_ratio = 1.0; /* the memory itself; the share is what is searched */
   if (kvs_node_budgets_on_memory(&br, a->gpu_memory, gpus, n, memory, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan fit: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 1;
   }
   *c = (fit_cluster){.m = r->m,
@@ -115,14 +116,14 @@ static int evaluate(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memory
   if (slots == NULL || layouts == NULL) {
     free(slots);
     free(layouts);
-    fprintf(stderr, "kvplan fit: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan fit: out of memory\n");
     return 1;
   }
   size_t room = FIT_MAX_LAYOUTS - r->n_rows;
   size_t total = list_layouts(c.gpus, c.n_gpus, kvs_geometry_layer_count(&r->m->geometry),
                               r->split, slots, layouts, room);
   if (total > room) {
-    fprintf(stderr, "kvplan fit: %zu layouts of %zu GPUs; trying the %zu with the fewest ranks\n",
+    fprintf(kvs_tool_err(), "kvplan fit: %zu layouts of %zu GPUs; trying the %zu with the fewest ranks\n",
             total, c.n_gpus, room);
     total = room;
   }

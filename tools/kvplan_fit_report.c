@@ -11,6 +11,7 @@
 #include "tools/kvplan_fit_internal.h"
 #include "tools/plan_engine.h"
 #include "tools/plan_json.h"
+#include "tools/tool_io.h"
 
 /* A static pointer for qsort's comparator: which answer to sort by. */
 static const fit_args *g_sort_args;
@@ -130,7 +131,7 @@ static void print_json(const fit_run *r, bool any) {
   for (size_t i = 0; i < r->n_rows; i++) json_array_append_new(layouts, row_json(a, &r->rows[i]));
   json_object_set_new(root, "layouts", layouts);
   char *text = json_dumps(root, JSON_COMPACT);
-  if (text != NULL) printf("%s\n", text);
+  if (text != NULL) fprintf(kvs_tool_out(), "%s\n", text);
   free(text);
   json_decref(root);
 }
@@ -155,7 +156,7 @@ static void print_kvshard_cells(const fit_row *r) {
     snprintf(margin, sizeof margin, "out of reach");
   }
   kvs_format_bytes(r->weights_bytes, weights, sizeof weights);
-  printf(" %10llu %14s %12s %12s  %-4s %-18s", (unsigned long long)r->pages, budget, weights,
+  fprintf(kvs_tool_out(), " %10llu %14s %12s %12s  %-4s %-18s", (unsigned long long)r->pages, budget, weights,
          fraction, r->fits ? "yes" : "no", margin);
 }
 
@@ -163,25 +164,25 @@ static void print_kvshard_cells(const fit_row *r) {
 static void print_engine_cells(const fit_args *a, const fit_row *r) {
   char fraction[16];
   if (a->max_concurrency) {
-    printf(" %8.3f %12llu", r->sglang_fraction,
+    fprintf(kvs_tool_out(), " %8.3f %12llu", r->sglang_fraction,
            (unsigned long long)(r->sglang_max_requests * r->groups));
   } else {
     snprintf(fraction, sizeof fraction, r->sglang_found ? "%.3f" : "-", r->sglang_fraction);
-    printf(" %8s %7.3f  %-4s", fraction, r->sglang_default, r->sglang_fits ? "yes" : "no");
+    fprintf(kvs_tool_out(), " %8s %7.3f  %-4s", fraction, r->sglang_default, r->sglang_fits ? "yes" : "no");
   }
-  if (!r->sglang_found) printf("  %s", r->sglang_why);
+  if (!r->sglang_found) fprintf(kvs_tool_out(), "  %s", r->sglang_why);
 }
 
 static void print_row(const fit_args *a, const fit_row *r) {
-  printf("%5zu %4zu %4zu %4zu %4zu %6zu %9llu", r->nodes, r->layout.tp, r->layout.pp,
+  fprintf(kvs_tool_out(), "%5zu %4zu %4zu %4zu %4zu %6zu %9llu", r->nodes, r->layout.tp, r->layout.pp,
          r->layout.dp, r->layout.ep, r->groups, (unsigned long long)r->requests);
   if (a->max_concurrency) {
-    printf(" %12llu", (unsigned long long)(r->max_requests * r->groups));
+    fprintf(kvs_tool_out(), " %12llu", (unsigned long long)(r->max_requests * r->groups));
   } else {
     print_kvshard_cells(r);
   }
   if (engine_of(a)) print_engine_cells(a, r);
-  printf("\n");
+  fprintf(kvs_tool_out(), "\n");
 }
 
 /* The text report: the model, the node and the demand, then one row per
@@ -189,33 +190,33 @@ static void print_row(const fit_args *a, const fit_row *r) {
 static void fit_print_table(const fit_run *r) {
   const fit_args *a = r->a;
   char mem[32], reserve[32];
-  kvs_plan_model_print(stdout, r->m, &a->options);
-  printf("topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(r->topo),
+  kvs_plan_model_print(kvs_tool_out(), r->m, &a->options);
+  fprintf(kvs_tool_out(), "topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(r->topo),
          kvs_cluster_gpu_count(r->topo),
          kvs_format_bytes(r->memory[0].memory_bytes, mem, sizeof mem),
          kvs_budget_source_name(r->memory[0].source));
   if (a->max_concurrency) {
-    printf("demand      how many requests of %llu tokens each layout holds\n",
+    fprintf(kvs_tool_out(), "demand      how many requests of %llu tokens each layout holds\n",
            (unsigned long long)a->context);
   } else {
-    printf("demand      %llu concurrent requests of %llu tokens, shared by every DP group\n",
+    fprintf(kvs_tool_out(), "demand      %llu concurrent requests of %llu tokens, shared by every DP group\n",
            (unsigned long long)a->concurrency, (unsigned long long)a->context);
   }
-  printf("memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
+  fprintf(kvs_tool_out(), "memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
          a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO,
          kvs_format_bytes(r->memory[0].reserve_bytes, reserve, sizeof reserve),
          fit_weights_source(a, r->m),
          engine_of(a) ? "; SGLang's own rule and default fraction beside it" : "");
-  printf("%5s %4s %4s %4s %4s %6s %9s", "nodes", "tp", "pp", "dp", "ep", "groups", "req/group");
+  fprintf(kvs_tool_out(), "%5s %4s %4s %4s %4s %6s %9s", "nodes", "tp", "pp", "dp", "ep", "groups", "req/group");
   if (a->max_concurrency) {
-    printf(" %12s", "max requests");
+    fprintf(kvs_tool_out(), " %12s", "max requests");
   } else {
-    printf(" %10s %14s %12s %12s  %-4s %-18s", "pages", "min KV/GPU", "weights", "mem-fraction",
+    fprintf(kvs_tool_out(), " %10s %14s %12s %12s  %-4s %-18s", "pages", "min KV/GPU", "weights", "mem-fraction",
            "fits", "margin per GPU");
   }
-  if (engine_of(a) && a->max_concurrency) printf(" %8s %12s", "sglang f", "sglang holds");
-  if (engine_of(a) && !a->max_concurrency) printf(" %8s %7s  %-4s", "sglang f", "default", "fits");
-  printf("\n");
+  if (engine_of(a) && a->max_concurrency) fprintf(kvs_tool_out(), " %8s %12s", "sglang f", "sglang holds");
+  if (engine_of(a) && !a->max_concurrency) fprintf(kvs_tool_out(), " %8s %7s  %-4s", "sglang f", "default", "fits");
+  fprintf(kvs_tool_out(), "\n");
   for (size_t i = 0; i < r->n_rows; i++) print_row(a, &r->rows[i]);
 }
 
@@ -227,21 +228,21 @@ static int fit_headline(const fit_run *r, bool any) {
   size_t planned = kvs_cluster_node_count(r->topo);
   const char *nodes = planned > 1 ? "these nodes" : "this node";
   if (any) {
-    if (!a->json) printf("\nserved by %zu node%s\n", planned, planned > 1 ? "s" : "");
+    if (!a->json) fprintf(kvs_tool_out(), "\nserved by %zu node%s\n", planned, planned > 1 ? "s" : "");
     return 0;
   }
-  fflush(stdout);
+  fflush(kvs_tool_out());
   if (a->max_concurrency) {
-    fprintf(stderr, "kvplan fit: no layout of %s holds one request of %llu tokens\n", nodes,
+    fprintf(kvs_tool_err(), "kvplan fit: no layout of %s holds one request of %llu tokens\n", nodes,
             (unsigned long long)a->context);
   } else if (r->nodes_needed > 0) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan fit: no layout of one node serves %llu requests of %llu tokens; %zu nodes "
             "do (give --nodes %zu)\n",
             (unsigned long long)a->concurrency, (unsigned long long)a->context, r->nodes_needed,
             r->nodes_needed);
   } else {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan fit: no layout of %s serves the demand (%llu requests of %llu tokens)%s\n",
             nodes, (unsigned long long)a->concurrency, (unsigned long long)a->context,
             planned == 1 && !a->have_nodes ? "; nor do 2 or 4 such nodes" : "");

@@ -33,6 +33,7 @@
 #include "plan/parallel.h"
 #include "topology/source.h"
 #include "topology/topology.h"
+#include "tools/tool_io.h"
 
 #define MAX_GPUS KVS_KVPLAN_MAX_GPUS
 
@@ -198,13 +199,13 @@ static bool explicit_budget(const plan_args *a) { return a->have_budget || a->n_
  * --shared-weights come together. */
 static int check_weight_flags(const plan_args *a) {
   if (a->have_expert_weights != a->have_shared_weights) {
-    fprintf(stderr, "kvplan plan: --%s needs --%s: the two kinds come together\n",
+    fprintf(kvs_tool_err(), "kvplan plan: --%s needs --%s: the two kinds come together\n",
             a->have_expert_weights ? "expert-weights" : "shared-weights",
             a->have_expert_weights ? "shared-weights" : "expert-weights");
     return 2;
   }
   if (a->have_weights + (a->n_weights > 0) + a->have_weights_total + a->have_expert_weights > 1) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: give one of --weights, --weights-per-gpu and --weights-total (or "
             "--expert-weights with --shared-weights)\n");
     return 2;
@@ -216,11 +217,11 @@ static int check_weight_flags(const plan_args *a) {
  * the fraction is one flag under two names and a share of the memory. */
 static int check_memory_flags(const plan_args *a) {
   if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
-    fprintf(stderr, "kvplan plan: give --budget or --budget-per-gpu, not both\n");
+    fprintf(kvs_tool_err(), "kvplan plan: give --budget or --budget-per-gpu, not both\n");
     return 2;
   }
   if (a->have_ratio && a->have_fraction) {
-    fprintf(stderr, "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
+    fprintf(kvs_tool_err(), "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
     return 2;
   }
   int rc = check_weight_flags(a);
@@ -236,14 +237,14 @@ static int check_memory_flags(const plan_args *a) {
                      : a->free_before_load    ? "free-before-load"
                                               : NULL;
   if (flag != NULL && explicit_budget(a)) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --%s applies to measured memory; --budget and "
             "--budget-per-gpu give the bytes themselves\n",
             flag);
     return 2;
   }
   if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
-    fprintf(stderr, "kvplan plan: --%s must be in (0, 1], got %g\n",
+    fprintf(kvs_tool_err(), "kvplan plan: --%s must be in (0, 1], got %g\n",
             a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
     return 2;
   }
@@ -254,17 +255,17 @@ static int check_memory_flags(const plan_args *a) {
  * theirs as they are parsed). */
 static int check_counts(const plan_args *a) {
   if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
-    fprintf(stderr, "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
+    fprintf(kvs_tool_err(), "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
             (unsigned long long)a->nodes);
     return 2;
   }
   if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
-    fprintf(stderr, "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
+    fprintf(kvs_tool_err(), "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
             (unsigned long long)a->tp);
     return 2;
   }
   if (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS)) {
-    fprintf(stderr, "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
+    fprintf(kvs_tool_err(), "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
             (unsigned long long)a->pp);
     return 2;
   }
@@ -277,17 +278,17 @@ static int check_engine_flags(const plan_args *a) {
                       : a->launch               ? "--launch prints SGLang's flags"
                                                 : NULL;
   if (needs != NULL && !a->options.engine_sglang) {
-    fprintf(stderr, "kvplan plan: %s: give --engine sglang\n", needs);
+    fprintf(kvs_tool_err(), "kvplan plan: %s: give --engine sglang\n", needs);
     return 2;
   }
   if (a->launch && explicit_budget(a)) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --launch needs SGLang's memory rule to choose --mem-fraction-static; "
             "--budget gives the KV bytes themselves\n");
     return 2;
   }
   if (a->options.engine_sglang && a->have_reserve) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --reserve is kvshard's rule; SGLang reserves nothing at sizing time "
             "(its activations and CUDA graphs live in free before load x (1 - "
             "--mem-fraction)): drop --reserve or --engine sglang\n");
@@ -295,7 +296,7 @@ static int check_engine_flags(const plan_args *a) {
   }
   uint64_t dp = a->have_dp ? a->dp : 1;
   if (a->options.engine_sglang && kvs_engine_max_running_total(&a->options) < dp) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --max-running %llu is fewer than the %llu DP groups; SGLang gives each "
             "group max-running-requests / dp of them\n",
             (unsigned long long)kvs_engine_max_running_total(&a->options),
@@ -340,7 +341,7 @@ static int parse(int argc, char **argv, plan_args *a) {
 
 static void print_json(json_t *object) {
   char *text = json_dumps(object, JSON_COMPACT);
-  printf("%s\n", text);
+  fprintf(kvs_tool_out(), "%s\n", text);
   free(text);
   json_decref(object);
 }
@@ -357,18 +358,18 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   static const char *const heads[] = {"window",  "compressed", "indexer", "state",
                                       "idx_state", "mapping",  "scratch", "ctl+pad",
                                       "pool",    "weights",    "budget",  "headroom"};
-  if (n_nodes > 1) printf("%4s ", "node");
-  printf("%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
+  if (n_nodes > 1) fprintf(kvs_tool_out(), "%4s ", "node");
+  fprintf(kvs_tool_out(), "%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
          "layers");
-  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) printf(" %10s", heads[i]);
-  printf("\n");
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) fprintf(kvs_tool_out(), " %10s", heads[i]);
+  fprintf(kvs_tool_out(), "\n");
   for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
     const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
     const kvs_gpu_info *gpu = &gpus[rp->gpu];
     char layers[32], numa[16], buf[32];
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
-    if (n_nodes > 1) printf("%4zu ", gpu->node);
-    printf("%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
+    if (n_nodes > 1) fprintf(kvs_tool_out(), "%4zu ", gpu->node);
+    fprintf(kvs_tool_out(), "%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
            gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
     const uint64_t cells[] = {
         rp->bytes.window,       rp->bytes.compressed,
@@ -378,22 +379,22 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
         rp->device.total_bytes, terms[rp->gpu].weights_bytes + rp->weight_bytes,
         rp->budget_bytes,       rp->headroom_bytes};
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
-      printf(" %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
+      fprintf(kvs_tool_out(), " %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
     }
-    printf("%s\n", r == kvs_node_plan_limiting_rank(plan) ? "  <- limit" : "");
+    fprintf(kvs_tool_out(), "%s\n", r == kvs_node_plan_limiting_rank(plan) ? "  <- limit" : "");
   }
   const kvs_rank_plan *lim = kvs_node_plan_rank(plan, kvs_node_plan_limiting_rank(plan));
   const kvs_gpu_info *gpu = &gpus[lim->gpu];
   char numa[16], buf[32];
-  printf(
+  fprintf(kvs_tool_out(), 
       "\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
       "ranks\n",
       (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
       (unsigned long long)split->full_token);
-  printf("window      %llu pages (%llu slots) on every rank\n",
+  fprintf(kvs_tool_out(), "window      %llu pages (%llu slots) on every rank\n",
          (unsigned long long)split->n_win_pages,
          (unsigned long long)split->stages[0].sizes.n_win_slots);
-  printf(
+  fprintf(kvs_tool_out(), 
       "limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
       "(%llu bytes): one more page does not fit its stage\n",
       lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
@@ -408,7 +409,7 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
   char why[768];
   if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, out, why, sizeof why,
                        &err) != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
   if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
@@ -460,21 +461,21 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
   }
   kvs_error err;
   if (a->n_budgets > 0 && a->n_budgets != n) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
             "GPUs\n",
             a->n_budgets, kvs_cluster_label(topo), n);
     return 2;
   }
   if (a->n_weights > 0 && a->n_weights != n) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: --weights-per-gpu lists %zu sizes but topology '%s' has %zu GPUs\n",
             a->n_weights, kvs_cluster_label(topo), n);
     return 2;
   }
   if (kvs_node_budgets_on_memory(&request, a->gpu_memory, kvs_cluster_gpus(topo), n, terms,
                                  &err) != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
   for (size_t i = 0; i < n; i++) budgets[i] = terms[i].budget_bytes;
@@ -508,7 +509,7 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
 static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_plan_shortfall *s,
                             const kvs_gpu_info *gpus) {
   if (s->needed_bytes > KVS_MAX_BYTE_COUNT) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: the minimal pool of rank %zu (stage %zu, layers %zu-%zu, %llu pages) "
             "needs more than the %llu bytes (4 EiB) any budget may give: lower --page, "
             "--max-running, --max-seq-len or the geometry\n",
@@ -529,8 +530,8 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
     json_object_set_new(o, "min_pages", kvs_json_u64(s->min_pages));
     print_json(o);
   }
-  fflush(stdout);
-  fprintf(stderr, "kvplan plan: %s\n", err->message);
+  fflush(kvs_tool_out());
+  fprintf(kvs_tool_err(), "kvplan plan: %s\n", err->message);
   return 1;
 }
 
@@ -558,7 +559,7 @@ static int check_split(const plan_args *a, const kvs_plan_model *m, const kvs_pa
   if (flag == NULL || strcmp(w->source, "measured") == 0 || explicit_budget(a)) return 0;
   size_t count = l->ep > 1 ? l->ep : l->dp;
   if (strcmp(w->source, "total") == 0 || strcmp(w->source, "none") == 0) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: %s %zu shares the routed experts over tp x dp GPUs and keeps the rest "
             "per tp group, which needs the weights split by kind: %s; give --expert-weights and "
             "--shared-weights, or --model FOLDER (or --weights as measured at this layout)\n",
@@ -568,7 +569,7 @@ static int check_split(const plan_args *a, const kvs_plan_model *m, const kvs_pa
     return 2;
   }
   if (strcmp(w->source, "folder") == 0 && w->folder->n_expert_tensors == 0) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: %s %zu: no tensor of model folder %s is a routed expert's (names with "
             "mlp.experts.<e>. or ffn.experts.<e>.); give --expert-weights and --shared-weights\n",
             flag, count, m->config.folder);
@@ -589,21 +590,21 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, const kvs_p
   w->folder = malloc(sizeof *w->folder);
   w->layer = calloc(n_planned, sizeof *w->layer);
   if (w->folder == NULL || w->layer == NULL) {
-    fprintf(stderr, "kvplan plan: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
     return 1;
   }
   const kvs_plan_weights_given given = {a->have_weights_total, a->weights_total,
                                         a->have_expert_weights, a->expert_weights,
                                         a->shared_weights};
   if (kvs_plan_weights_of(&m->config, &given, w->folder, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 2;
   }
   w->source = source;
   int rc = check_split(a, m, l, w);
   if (rc == 0 && kvs_plan_layer_weights(w->folder, n_planned, l->tp, kvs_parallel_moe_gpus(l),
                                         w->layer, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     rc = 2;
   }
   return rc;
@@ -660,7 +661,7 @@ static void list_dividing(size_t n, size_t times, char *buf, size_t len) {
  * made on these GPUs), rather than by the library's bare refusal. */
 static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
   if (tp > MAX_GPUS || pp > MAX_GPUS) {
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan plan: the default layout here is tp %zu x pp %zu, past the %d a tensor-"
             "parallel group or a pipeline may have (--tp and --pp refuse the same); give --tp "
             "and --pp\n",
@@ -675,7 +676,7 @@ static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
   const char *flag = a->have_pp && !(pp_divides && a->have_tp) ? "--pp" : "--tp";
   size_t times = pp_divides && a->have_tp ? (size_t)a->pp : 1;
   list_dividing(n, times, values, sizeof values);
-  fprintf(stderr, "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n",
+  fprintf(kvs_tool_err(), "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n",
           tp, pp, tp * pp, tp * pp > n ? "more ranks than" : "which does not divide", n, flag,
           values,
           times > 1                      ? " with this --pp"
@@ -692,7 +693,7 @@ static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
   if (l->dp > n || n % l->dp != 0) {
     char values[512];
     list_dividing(n, 1, values, sizeof values);
-    fprintf(stderr, "kvplan plan: --dp %zu does not divide the %zu GPUs; --dp can be %s\n", l->dp,
+    fprintf(kvs_tool_err(), "kvplan plan: --dp %zu does not divide the %zu GPUs; --dp can be %s\n", l->dp,
             n, values);
     return 1;
   }
@@ -700,7 +701,7 @@ static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
   if (rc != 0) return rc;
   kvs_error err;
   if (kvs_parallel_check(l, n, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
   return 0;
@@ -715,7 +716,7 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   if (kvs_plan_options_resolve(&a->options, m, &err) != KVS_OK ||
       kvs_pool_sizes_compute(2, &m->geometry, m->swa_ratio, a->options.page, 2, &probe, &err) !=
           KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 2;
   }
   return 0;
@@ -771,7 +772,7 @@ static int budget_gpus(plan_run *p) {
   p->budgets = calloc(p->n, sizeof *p->budgets);
   p->terms = calloc(p->n, sizeof *p->terms);
   if (p->budgets == NULL || p->terms == NULL) {
-    fprintf(stderr, "kvplan plan: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
     return 1;
   }
   pick_layout(a, p->topo, &p->layout);
@@ -820,7 +821,7 @@ static int make_plan(plan_run *p) {
   }
   if (status == KVS_ERR_BUDGET_TOO_SMALL) return report_shortfall(a, &err, &shortfall, p->gpus);
   if (status != KVS_OK) {
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
   return a->options.engine_sglang ? kvplan_engine_pools(p) : 0;
@@ -853,7 +854,7 @@ static int write_svg(const plan_run *p) {
   kvs_error err;
   if (kvs_plan_svg_write(p->a->svg, &svg, &err) != KVS_OK) {
     /* Output that cannot be written: exit 1, as the README says. */
-    fprintf(stderr, "kvplan plan: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
   return 0;
@@ -934,43 +935,43 @@ static const char *weights_line(const char *source) {
 /* The plan for people: the model, the machine, the terms, the table. */
 static void print_plan_text(const plan_run *p) {
   const plan_args *a = p->a;
-  kvs_plan_model_print(stdout, p->m, &a->options);
+  kvs_plan_model_print(kvs_tool_out(), p->m, &a->options);
   size_t packages = 0, numas = 0;
   for (size_t k = 0; k < p->n_nodes; k++) {
     packages += kvs_topology_package_count(kvs_cluster_node(p->topo, k));
     numas += kvs_topology_numa_count(kvs_cluster_node(p->topo, k));
   }
-  printf("topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
+  fprintf(kvs_tool_out(), "topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
          kvs_cluster_label(p->topo), p->n,
          p->gpus[0].model[0] != '\0' ? p->gpus[0].model : "model unknown", packages, numas);
   const kvs_parallel *l = &p->layout;
   size_t replicas = kvs_parallel_replicas(l, p->n);
-  printf("layout      tp %zu x pp %zu x dp %zu = %zu GPUs per replica (ep %zu), %zu replica%s, "
+  fprintf(kvs_tool_out(), "layout      tp %zu x pp %zu x dp %zu = %zu GPUs per replica (ep %zu), %zu replica%s, "
          "%zu DP group%s of tp x pp%s\n",
          l->tp, l->pp, l->dp, l->tp * l->pp * l->dp, l->ep, replicas, replicas > 1 ? "s" : "",
          kvs_parallel_groups(l, p->n), kvs_parallel_groups(l, p->n) > 1 ? "s" : "",
          kvs_node_plan_cross_node_tp(p->plan)
              ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
              : "");
-  printf("budget      %s\n", p->budget_what);
-  printf("weights     %s\n", weights_line(p->weights.source));
-  printf("sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
+  fprintf(kvs_tool_out(), "budget      %s\n", p->budget_what);
+  fprintf(kvs_tool_out(), "weights     %s\n", weights_line(p->weights.source));
+  fprintf(kvs_tool_out(), "sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
          (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
          (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
   if (p->plan == NULL) {
-    printf("kvshard     its own pool does not fit SGLang's rest here: %s\n", p->kvshard_short);
+    fprintf(kvs_tool_out(), "kvshard     its own pool does not fit SGLang's rest here: %s\n", p->kvshard_short);
     kvplan_engine_text(p);
     return;
   }
   print_table(p->plan, p->gpus, p->terms, p->n_nodes);
   uint64_t tokens = kvs_node_plan_split(p->plan)->full_token;
   size_t groups = kvs_parallel_groups(&p->layout, p->n);
-  printf("tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
+  fprintf(kvs_tool_out(), "tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
          "%llu over the %zu group%s\n",
          (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
          groups > 1 ? "s" : "");
   if (a->options.engine_sglang) kvplan_engine_text(p);
-  if (a->svg != NULL) printf("svg         %s\n", a->svg);
+  if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);
 }
 
 static void release(plan_run *p) {
@@ -993,7 +994,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   memset(&p, 0, sizeof p);
   p.a = a;
   p.m = m;
-  p.notes = a->json ? stderr : stdout;
+  p.notes = a->json ? kvs_tool_err() : kvs_tool_out();
   p.weights.source = "none";
   say_weights_uncounted(&p);
   rc = load_topology(a, &p.topo, p.note, sizeof p.note);
@@ -1021,7 +1022,7 @@ int kvs_kvplan_plan(int argc, char **argv) {
   a.weights_list = calloc(MAX_GPUS, sizeof *a.weights_list);
   kvs_plan_model *model = malloc(sizeof *model);
   if (a.budgets == NULL || a.weights_list == NULL || model == NULL) {
-    fprintf(stderr, "kvplan plan: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
     free(a.budgets);
     free(a.weights_list);
     free(model);

@@ -11,6 +11,7 @@
 #include "tools/plan_json.h"
 #include "tools/sglang_report.h"
 #include "topology/topology.h"
+#include "tools/tool_io.h"
 
 /* The heaviest GPU's measured weights (--weights, --weights-per-gpu). */
 static uint64_t measured_weights(const plan_args *a) {
@@ -32,14 +33,14 @@ static int refuse_no_kv(const plan_run *p) {
     json_object_set_new(o, "engine", json_string("sglang"));
     kvs_engine_memory_json(o, e);
     char *text = json_dumps(o, JSON_COMPACT);
-    printf("%s\n", text);
+    fprintf(kvs_tool_out(), "%s\n", text);
     free(text);
     json_decref(o);
   } else {
-    kvs_engine_memory_print(stdout, e);
+    kvs_engine_memory_print(kvs_tool_out(), e);
   }
-  fflush(stdout);
-  fprintf(stderr,
+  fflush(kvs_tool_out());
+  fprintf(kvs_tool_err(),
           "kvplan plan: SGLang would refuse to start: %s of weights per GPU leave %s, less than "
           "the %s free before load x (1 - %.3f) holds back for activations and CUDA graphs, so "
           "the KV cache gets nothing; raise --mem-fraction above %.3f (minimum viable %.4f)\n",
@@ -88,7 +89,7 @@ int kvplan_engine_budgets(plan_run *p) {
   kvs_error err;
   if (kvs_engine_memory_make(p->m, &p->layout, &gpus, &weights, fraction, &p->engine, &err) !=
       KVS_OK) {
-    fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: --engine sglang: %s\n", err.message);
     return 1;
   }
   p->sglang_max_running = kvs_engine_max_running_total(&a->options);
@@ -117,7 +118,7 @@ int kvplan_engine_pools(plan_run *p) {
   }
   uint64_t *bytes = calloc(p->layout.pp, sizeof *bytes);
   if (bytes == NULL) {
-    fprintf(stderr, "kvplan plan: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
     return 1;
   }
   stage_bytes(p, bytes);
@@ -126,7 +127,7 @@ int kvplan_engine_pools(plan_run *p) {
                                             &p->sglang, &p->sglang_stages, &err);
   free(bytes);
   if (status != KVS_OK) {
-    fprintf(stderr, "kvplan plan: --engine sglang: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan plan: --engine sglang: %s\n", err.message);
     return 2;
   }
   if (a->launch && !p->sglang.least.no_pool) {
@@ -183,25 +184,25 @@ static const char *model_path(const kvs_plan_model *m) {
 
 void kvplan_engine_text(const plan_run *p) {
   uint64_t tokens = p->plan != NULL ? kvs_node_plan_split(p->plan)->full_token : 0;
-  kvs_sglang_report_print(stdout, &p->sglang.least, &p->sglang_options, p->sglang.available,
+  kvs_sglang_report_print(kvs_tool_out(), &p->sglang.least, &p->sglang_options, p->sglang.available,
                           tokens, p->a->options.kv_dtype);
-  printf("  --max-running-requests %llu over %zu DP group%s: %llu per group's worker\n",
+  fprintf(kvs_tool_out(), "  --max-running-requests %llu over %zu DP group%s: %llu per group's worker\n",
          (unsigned long long)p->sglang_max_running, p->layout.dp, p->layout.dp > 1 ? "s" : "",
          (unsigned long long)p->sglang.max_running);
   if (p->engine_rule) {
-    kvs_engine_memory_print(stdout, &p->engine);
-    printf("  at SGLang's default %.3f the pools hold %s\n",
+    kvs_engine_memory_print(kvs_tool_out(), &p->engine);
+    fprintf(kvs_tool_out(), "  at SGLang's default %.3f the pools hold %s\n",
            p->engine.by_default.mem_fraction_static,
            holds_at_default(p) ? "some KV" : "nothing: SGLang would refuse to start");
   }
-  if (p->launch != NULL) kvs_engine_launch_print(stdout, model_path(p->m), p->launch);
+  if (p->launch != NULL) kvs_engine_launch_print(kvs_tool_out(), model_path(p->m), p->launch);
 }
 
 int kvplan_engine_verdict(const plan_run *p) {
   if (!p->sglang.least.no_pool) return 0;
   char rest[32], fixed[32];
-  fflush(stdout);
-  fprintf(stderr,
+  fflush(kvs_tool_out());
+  fprintf(kvs_tool_err(),
           "kvplan plan: SGLang would refuse to start (\"Not enough memory\"): the %s its pools "
           "get hold no full-token page once its ratio-128 state for %llu running requests (%s) "
           "is reserved; raise --mem-fraction or lower --max-running\n",

@@ -11,6 +11,7 @@
 #include "tools/plan_json.h"
 #include "tools/plan_options.h"
 #include "tools/sglang_report.h"
+#include "tools/tool_io.h"
 
 enum { OPT_BUDGET = 1, OPT_JSON, OPT_SWA_SWEEP };
 
@@ -51,7 +52,7 @@ static json_t *layers_json(const kvs_pool_sizes *sizes, const kvs_geometry *g) {
 
 static void print_json(json_t *object) {
   char *text = json_dumps(object, JSON_COMPACT);
-  printf("%s\n", text);
+  fprintf(kvs_tool_out(), "%s\n", text);
   free(text);
   json_decref(object);
 }
@@ -61,16 +62,16 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
   char buf[32], buf2[32];
   const kvs_geometry *g = &m->geometry;
   uint64_t floor_pages = m->floor_pages;
-  kvs_plan_model_print(stdout, m, o);
-  printf("budget      %s (%llu bytes)\n", kvs_format_bytes(budget, buf, sizeof buf),
+  kvs_plan_model_print(kvs_tool_out(), m, o);
+  fprintf(kvs_tool_out(), "budget      %s (%llu bytes)\n", kvs_format_bytes(budget, buf, sizeof buf),
          (unsigned long long)budget);
-  printf("num_pages   %llu pages of %llu = %llu tokens of history\n",
+  fprintf(kvs_tool_out(), "num_pages   %llu pages of %llu = %llu tokens of history\n",
          (unsigned long long)kvs_pool_sizes_num_pages(sizes), (unsigned long long)sizes->page,
          (unsigned long long)sizes->full_token);
-  printf("window      %llu pages (%llu slots), floor %llu pages, swa_ratio %g\n",
+  fprintf(kvs_tool_out(), "window      %llu pages (%llu slots), floor %llu pages, swa_ratio %g\n",
          (unsigned long long)sizes->n_win_pages, (unsigned long long)sizes->n_win_slots,
          (unsigned long long)floor_pages, sizes->swa_ratio);
-  printf("pool        %s (%llu bytes), headroom %s\n\n",
+  fprintf(kvs_tool_out(), "pool        %s (%llu bytes), headroom %s\n\n",
          kvs_format_bytes(b->total, buf, sizeof buf), (unsigned long long)b->total,
          kvs_format_bytes(budget - b->total, buf2, sizeof buf2));
   const struct {
@@ -79,20 +80,20 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
   } tiers[] = {{"window", b->window},  {"compressed", b->compressed},   {"indexer", b->indexer},
                {"state", b->state},    {"index_state", b->index_state}, {"mapping", b->mapping},
                {"scratch", b->scratch}};
-  printf("%-12s %20s %12s %7s\n", "tier", "bytes", "", "share");
+  fprintf(kvs_tool_out(), "%-12s %20s %12s %7s\n", "tier", "bytes", "", "share");
   for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) {
-    printf("%-12s %20llu %12s %6.2f%%\n", tiers[i].name, (unsigned long long)tiers[i].bytes,
+    fprintf(kvs_tool_out(), "%-12s %20llu %12s %6.2f%%\n", tiers[i].name, (unsigned long long)tiers[i].bytes,
            kvs_format_bytes(tiers[i].bytes, buf, sizeof buf),
            b->total ? 100.0 * (double)tiers[i].bytes / (double)b->total : 0.0);
   }
-  printf("\n%-6s %-5s %5s %12s %12s %12s %15s\n", "layer", "kind", "ring", "cmp_blocks",
+  fprintf(kvs_tool_out(), "\n%-6s %-5s %5s %12s %12s %12s %15s\n", "layer", "kind", "ring", "cmp_blocks",
          "idx_blocks", "state_slots", "idx_state_slots");
   for (size_t layer = 0; layer < kvs_geometry_layer_count(g); layer++) {
     bool present = false;
     kvs_layer_sizes s;
     kvs_pool_sizes_layer(sizes, g, layer, &present, &s, NULL);
     if (!present) {
-      printf("%-6zu %-5s %5s %12s %12s %12s %15s\n", layer, "none", "-", "-", "-", "-", "-");
+      fprintf(kvs_tool_out(), "%-6zu %-5s %5s %12s %12s %12s %15s\n", layer, "none", "-", "-", "-", "-", "-");
       continue;
     }
     char idx[24] = "-", idx_state[24] = "-";
@@ -100,7 +101,7 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
       snprintf(idx, sizeof idx, "%llu", (unsigned long long)s.idx_blocks);
       snprintf(idx_state, sizeof idx_state, "%llu", (unsigned long long)s.idx_state_slots);
     }
-    printf("%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer, s.has_indexer ? "CSA" : "HCA",
+    fprintf(kvs_tool_out(), "%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer, s.has_indexer ? "CSA" : "HCA",
            (unsigned long long)s.ring_size, (unsigned long long)s.cmp_blocks, idx,
            (unsigned long long)s.state_slots, idx_state);
   }
@@ -135,7 +136,7 @@ static json_t *sglang_json(const kvs_plan_options *o, const kvs_plan_model *m, u
   kvs_error err;
   if (kvs_sglang_report_compute(m, &so, 0, kvs_geometry_layer_count(&m->config.geometry), budget,
                                 pools, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: --engine sglang: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan solve: --engine sglang: %s\n", err.message);
     *ok = false;
     return NULL;
   }
@@ -151,7 +152,7 @@ static int report_shortfall(const kvs_budget_shortfall *shortfall, const kvs_err
                             json_t *sglang, bool json) {
   if (shortfall->needed_bytes > KVS_MAX_BYTE_COUNT) {
     json_decref(sglang);
-    fprintf(stderr,
+    fprintf(kvs_tool_err(),
             "kvplan solve: the minimal pool (%llu pages, the window floor %llu) needs %llu "
             "bytes, past the %llu bytes (4 EiB) any budget may give: lower --page, "
             "--max-running, --max-seq-len or the geometry\n",
@@ -172,15 +173,15 @@ static int report_shortfall(const kvs_budget_shortfall *shortfall, const kvs_err
   } else {
     json_decref(sglang);
   }
-  fflush(stdout);
-  fprintf(stderr, "kvplan solve: %s\n", err->message);
+  fflush(kvs_tool_out());
+  fprintf(kvs_tool_err(), "kvplan solve: %s\n", err->message);
   return 1;
 }
 
 static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, bool json) {
   kvs_error err;
   if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan solve: %s\n", err.message);
     return 2;
   }
   const kvs_geometry *g = &m->geometry;
@@ -209,7 +210,7 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   if (status == KVS_OK)
     status = kvs_pool_sizes_bytes_terms(&sizes, &terms, o->scratch, &breakdown, &err);
   if (status != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan solve: %s\n", err.message);
     json_decref(sglang);
     return 2;
   }
@@ -227,7 +228,7 @@ static int solve(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
     print_table(m, o, budget, &sizes, &breakdown);
     if (sglang != NULL) {
       kvs_sglang_options so = kvs_plan_options_sglang(o);
-      kvs_sglang_report_print(stdout, &pools, &so, budget, sizes.full_token, o->kv_dtype);
+      kvs_sglang_report_print(kvs_tool_out(), &pools, &so, budget, sizes.full_token, o->kv_dtype);
       json_decref(sglang);
     }
   }
@@ -241,22 +242,22 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   static const double ratios[] = {0.0, 0.01, 0.02, 0.05, 0.1, 0.125, 0.2, 0.3, 0.5};
   kvs_error err;
   if (kvs_plan_options_resolve(o, m, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan solve: %s\n", err.message);
     return 2;
   }
   kvs_solve_options so = kvs_plan_options_solve(o, m);
   kvs_cost_terms terms;
   if (kvs_cost_solve_terms(&m->geometry, &so, &terms, &err) != KVS_OK) {
-    fprintf(stderr, "kvplan solve: %s\n", err.message);
+    fprintf(kvs_tool_err(), "kvplan solve: %s\n", err.message);
     return 2;
   }
   json_t *rows = json_array();
   if (!json) {
-    kvs_plan_model_print(stdout, m, o);
-    printf("budget      %llu bytes, window floor %llu pages of %llu\n\n",
+    kvs_plan_model_print(kvs_tool_out(), m, o);
+    fprintf(kvs_tool_out(), "budget      %llu bytes, window floor %llu pages of %llu\n\n",
            (unsigned long long)budget, (unsigned long long)m->floor_pages,
            (unsigned long long)o->page);
-    printf("%9s %14s %12s %18s %22s\n", "swa_ratio", "history", "window pages",
+    fprintf(kvs_tool_out(), "%9s %14s %12s %18s %22s\n", "swa_ratio", "history", "window pages",
            "cache pages", "cache tokens");
   }
   int rc = 0;
@@ -264,7 +265,7 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
     kvs_pool_sizes sizes;
     so.swa_ratio = ratios[i];
     if (kvs_cost_solve(budget, &m->geometry, &so, &sizes, NULL, &err) != KVS_OK) {
-      fprintf(stderr, "kvplan solve: swa ratio %g: %s\n", ratios[i], err.message);
+      fprintf(kvs_tool_err(), "kvplan solve: swa ratio %g: %s\n", ratios[i], err.message);
       rc = 1;
       break;
     }
@@ -277,7 +278,7 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
       json_object_set_new(row, "cache_pages", kvs_json_u64(cache));
       json_array_append_new(rows, row);
     } else {
-      printf("%9g %14llu %12llu %18llu %22llu\n", ratios[i], (unsigned long long)sizes.full_token,
+      fprintf(kvs_tool_out(), "%9g %14llu %12llu %18llu %22llu\n", ratios[i], (unsigned long long)sizes.full_token,
              (unsigned long long)sizes.n_win_pages, (unsigned long long)cache,
              (unsigned long long)(cache * o->page));
     }
@@ -306,16 +307,16 @@ int kvs_kvplan_solve(int argc, char **argv) {
                                   solve_flag, &a, &options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
   if (!a.have_budget) {
-    fprintf(stderr, "kvplan solve: --budget is required (kvplan solve --help lists every flag)\n");
+    fprintf(kvs_tool_err(), "kvplan solve: --budget is required (kvplan solve --help lists every flag)\n");
     return 2;
   }
   kvs_plan_model *model = malloc(sizeof *model);
   if (model == NULL) {
-    fprintf(stderr, "kvplan solve: out of memory\n");
+    fprintf(kvs_tool_err(), "kvplan solve: out of memory\n");
     return 1;
   }
   rc = a.sweep ? (options.have_swa_ratio || options.have_window_cache
-                     ? (fprintf(stderr,
+                     ? (fprintf(kvs_tool_err(),
                                 "kvplan solve: --swa-sweep tries the ratios itself: drop "
                                 "--swa-ratio and --window-cache\n"),
                         2)

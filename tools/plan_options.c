@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tools/args.h"
+#include "tools/tool_io.h"
 
 enum {
   OPT_MODEL = 1000,
@@ -419,13 +420,13 @@ static void report_stray(const char *tool, const char *word) {
   static const char *const subcommands[] = {"plan", "solve", "fit"};
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
     if (strcmp(word, subcommands[i]) == 0) {
-      fprintf(stderr,
+      fprintf(kvs_tool_err(),
               "%s: '%s' is a subcommand, and the subcommand comes first: kvplan %s [flags]\n",
               tool, word, word);
       return;
     }
   }
-  fprintf(stderr, "%s: unexpected argument '%s' (%s --help lists every flag)\n", tool, word, tool);
+  fprintf(kvs_tool_err(), "%s: unexpected argument '%s' (%s --help lists every flag)\n", tool, word, tool);
 }
 
 /* One run of the parser: the table and what the flags go into. */
@@ -449,7 +450,7 @@ static int unknown_flag(const parse_run *p, int id, const char *word) {
   bool long_word = strncmp(word, "--", 2) == 0;
   for (size_t i = 0; long_word && strchr(word, '=') != NULL && i < p->n; i++) {
     if (p->longs[i].has_arg == no_argument && whole_name(word, p->longs[i].name)) {
-      fprintf(stderr, "%s: --%s takes no value, got '%s'\n", p->tool, p->longs[i].name, word);
+      fprintf(kvs_tool_err(), "%s: --%s takes no value, got '%s'\n", p->tool, p->longs[i].name, word);
       return 2;
     }
   }
@@ -469,25 +470,25 @@ static int one_flag(parse_run *p, int id, int index, char **argv) {
     return unknown_flag(p, id, word);
   }
   if (id == ':') {
-    fprintf(stderr, "%s: %s needs a value\n", p->tool, word);
+    fprintf(kvs_tool_err(), "%s: %s needs a value\n", p->tool, word);
     return 2;
   }
   /* One rule for every tool: a flag given twice is refused, never the
    * last one silently taken. */
   if (p->seen[index]) {
-    fprintf(stderr, "%s: --%s is given twice; give it once\n", p->tool, p->longs[index].name);
+    fprintf(kvs_tool_err(), "%s: --%s is given twice; give it once\n", p->tool, p->longs[index].name);
     return 2;
   }
   p->seen[index] = true;
   if (id == OPT_HELP) {
-    p->usage(stdout);
+    p->usage(kvs_tool_out());
     return -1;
   }
   kvs_error err;
   kvs_status status = id >= OPT_MODEL ? kvs_plan_options_apply(p->options, id, optarg, &err)
                                       : p->own_flag(p->ctx, id, optarg, &err);
   if (status != KVS_OK) {
-    fprintf(stderr, "%s: %s\n", p->tool, err.message);
+    fprintf(kvs_tool_err(), "%s: %s\n", p->tool, err.message);
     return 2;
   }
   return 0;
@@ -498,13 +499,13 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
                            kvs_plan_options *options, void (*usage)(FILE *out)) {
   parse_run *p = calloc(1, sizeof *p);
   if (p == NULL) {
-    fprintf(stderr, "%s: out of memory\n", tool);
+    fprintf(kvs_tool_err(), "%s: out of memory\n", tool);
     return 1;
   }
   *p = (parse_run){.tool = tool, .own_flag = own_flag, .ctx = ctx, .options = options,
                    .usage = usage};
   p->n = build_table(own, n_own, p->longs, p->names);
-  int rc = p->n == 0 ? (fprintf(stderr, "%s: too many flags for the parser's table\n", tool), 2)
+  int rc = p->n == 0 ? (fprintf(kvs_tool_err(), "%s: too many flags for the parser's table\n", tool), 2)
                      : 0;
   optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
   opterr = 0;

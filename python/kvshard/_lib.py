@@ -21,12 +21,13 @@ class Error(Exception):
     """A refusal or failure of kvshard: `.status` is the kvs_status name
     (e.g. "KVS_ERR_PARSE"), the text is the library's message."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, details=None):
         super().__init__(message)
         self.status = status
+        self.details = details  # kvplan's JSON error object, where it printed one
 
     def __reduce__(self):
-        return (Error, (self.status, str(self)))
+        return (Error, (self.status, str(self), self.details))
 
 
 Error.__module__ = "kvshard"
@@ -150,6 +151,9 @@ _PROTOTYPES = {
     "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
     "kvs_node_translate": (_STATUS, [_P, _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_check": (_STATUS, [_P, ctypes.POINTER(NodeReport), _ERR]),
+    "kvs_plan_run": (_STATUS, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                               ctypes.POINTER(_P), ctypes.POINTER(_P), _ERR]),
+    "kvs_free": (None, [_P]),
     "kvs_node_view_count": (ctypes.c_size_t, [_P]),
     "kvs_node_view_at": (_STATUS, [_P, ctypes.c_size_t, ctypes.POINTER(NodeView), _ERR]),
 }

@@ -1,21 +1,23 @@
 """Keyword options as kvplan's flags.
 
 Names are kvplan's with underscores for dashes; values are checked for
-their kind here (a wrong type raises TypeError naming the option), then
-handed to the library as "--name=value" strings, where kvplan's own parsers
-read them: a value kvplan refuses is refused with kvplan's words.
+their Python type here (a wrong type raises TypeError naming the option),
+then handed to the library as "--name=value" strings, where kvplan's own
+parsers read them: a value kvplan refuses (a string that is not a number
+included) raises kvshard.Error with kvplan's words.
 """
 
 import difflib
 import numbers
 
 # kind of each option: int, float, bytes (an int, or a string such as
-# "9GiB"), bytes_list, int_list, str, switch (True/False), flag (True only),
-# stream (an int address or an object with .cuda_stream).
+# "9GiB"), tokens (an int, or a string such as "1M"), bytes_list, int_list,
+# str, switch (True/False), flag (True only), stream (an int address or an
+# object with .cuda_stream).
 _MODEL = {
     "model": "str", "head_dim": "int", "index_head_dim": "int", "layers": "int",
     "ratios": "int_list", "swa_ratio": "float", "page": "int", "scratch": "int",
-    "floor_pages": "int", "max_seq_len": "int", "max_running": "int", "radix": "switch",
+    "floor_pages": "int", "max_seq_len": "tokens", "max_running": "int", "radix": "switch",
     "kv_dtype": "str", "mtp": "int", "state_rings": "str",
 }
 _MACHINE = {
@@ -40,20 +42,27 @@ def _is_int(v):
 
 def _text(kind, name, v, where):
     if kind == "int":
+        if isinstance(v, str):
+            return v  # as on kvplan's command line: its parser reads it, or refuses it
         if not _is_int(v):
-            raise TypeError(f"{where}: option '{name}' takes an int, got {type(v).__name__}")
+            raise TypeError(
+                f"{where}: option '{name}' takes an int (or its text), got {type(v).__name__}")
         return str(int(v))
     if kind == "float":
+        if isinstance(v, str):
+            return v
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f"{where}: option '{name}' takes a number, got {type(v).__name__}")
+            raise TypeError(
+                f"{where}: option '{name}' takes a number (or its text), got {type(v).__name__}")
         return repr(float(v))
-    if kind == "bytes":
+    if kind in ("bytes", "tokens"):
         if _is_int(v):
             return str(int(v))
         if isinstance(v, str):
             return v
+        example = "'9GiB'" if kind == "bytes" else "'1M'"
         raise TypeError(
-            f"{where}: option '{name}' takes bytes as an int or a string such as '9GiB', "
+            f"{where}: option '{name}' takes {kind} as an int or a string such as {example}, "
             f"got {type(v).__name__}")
     if kind in ("bytes_list", "int_list"):
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):

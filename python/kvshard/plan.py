@@ -56,51 +56,88 @@ class Fit(_Record):
 
 
 # Option kinds for plan() and fit(), by name (kvplan's flags with
-# underscores). The test suite holds this table against the library's
-# own flag list (kvs_plan_flags_help), so neither can drift.
-_COMMON = {
+# underscores). The test suite holds these tables against kvplan's own
+# --help, so neither can drift.
+_MODEL = {
     "model": "str", "head_dim": "int", "index_head_dim": "int", "layers": "int",
     "ratios": "int_list", "swa_ratio": "float", "window_cache": "float", "page": "int",
-    "scratch": "int", "floor_pages": "int", "max_seq_len": "int", "max_running": "int",
+    "scratch": "int", "floor_pages": "int", "max_seq_len": "tokens", "max_running": "int",
     "radix": "switch", "kv_dtype": "str", "mtp": "int", "engine": "str", "state_rings": "str",
-    "topology": "str", "nodes": "int", "allow_cross_node_tp": "flag",
-    "memory_ratio": "float", "mem_fraction": "float", "weights": "bytes",
-    "weights_per_gpu": "bytes_list", "weights_total": "bytes", "reserve": "bytes",
 }
-PLAN_OPTIONS = dict(_COMMON, tp="int", pp="int", budget="bytes", budget_per_gpu="bytes_list")
-FIT_OPTIONS = dict(_COMMON, context="int", concurrency="int", budget="bytes",
-                   budget_per_gpu="bytes_list", tp="int", pp="int", gpus="int", memory="bytes")
+_MEMORY = {
+    "topology": "str", "nodes": "int", "mem_fraction": "float", "memory_ratio": "float",
+    "reserve": "bytes", "gpu_memory": "bytes", "free_before_load": "bytes",
+    "weights_total": "bytes", "expert_weights": "bytes", "shared_weights": "bytes",
+}
+PLAN_OPTIONS = dict(_MODEL, **_MEMORY, **{
+    "allow_cross_node_tp": "flag", "tp": "int", "pp": "int", "dp": "int", "ep": "int",
+    "budget": "bytes", "budget_per_gpu": "bytes_list", "weights": "bytes",
+    "weights_per_gpu": "bytes_list", "launch": "flag",
+})
+FIT_OPTIONS = dict(_MODEL, **_MEMORY, **{
+    "context": "tokens", "concurrency": "int", "max_concurrency": "flag",
+    "progress_s": "float",
+})
 # kvplan's flags the objects stand in for: how kvplan prints, not what.
-_PRINTING = {"json", "svg", "help"}
+PRINTING = {"json", "svg", "help"}
+# Names kvplan's help gives in prose rather than as a flag's line.
+ALIASES = {"memory_ratio"}
 
 
-def _run(subcommand, options, table):
-    where = f"kvshard.{subcommand}()"
-    flags = [subcommand] + to_flags(options, table, where) + ["--json"]
-    args = (ctypes.c_char_p * len(flags))(*[f.encode() for f in flags])
+def _run(words):
+    """kvs_plan_run: (standard output, standard error) of kvplan."""
+    args = (ctypes.c_char_p * len(words))(*[w.encode() for w in words])
     out = ctypes.c_void_p()
+    notes = ctypes.c_void_p()
     err = CError()
-    status = lib().kvs_plan_json(args, len(flags), ctypes.byref(out), ctypes.byref(err))
-    check(status, err)
+    status = lib().kvs_plan_run(args, len(words), ctypes.byref(out), ctypes.byref(notes),
+                                ctypes.byref(err))
     try:
-        text = ctypes.string_at(out).decode()
+        text = ctypes.string_at(out).decode() if out.value else ""
+        said = ctypes.string_at(notes).decode() if notes.value else ""
     finally:
         lib().kvs_free(out)
-    return json.loads(text)
+        lib().kvs_free(notes)
+    try:
+        check(status, err)
+    except Error as e:
+        # What kvplan printed with its refusal (a JSON error object with
+        # --json: the bytes available and needed, the rank, ...).
+        try:
+            e.details = json.loads(text) if text.strip() else None
+        except ValueError:
+            e.details = None
+        raise
+    return text, said
+
+
+def _answer(subcommand, options, table):
+    where = f"kvshard.{subcommand}()"
+    if "progress_s" not in options and subcommand == "fit":
+        options = dict(options, progress_s=0)  # no progress lines: nobody reads them
+    flags = to_flags(options, table, where)
+    out, _ = _run([subcommand] + flags + ["--json"])
+    return json.loads(out)
 
 
 def plan(**options):
     """kvplan plan: the per-rank plan of a node (bundled, a topology file,
-    or this machine), as a Plan."""
-    return Plan(_run("plan", options, PLAN_OPTIONS))
+    or this machine), as a Plan equal to `kvplan plan --json`."""
+    return Plan(_answer("plan", options, PLAN_OPTIONS))
 
 
 def fit(**options):
     """kvplan fit: which layouts hold `concurrency` requests of `context`
-    tokens, and with how much memory, as a Fit."""
-    return Fit(_run("fit", options, FIT_OPTIONS))
+    tokens, and with how much memory, as a Fit equal to `kvplan fit
+    --json` (fits is False when no layout does)."""
+    return Fit(_answer("fit", options, FIT_OPTIONS))
+
+
+def kvplan_help(subcommand):
+    """kvplan's usage for a subcommand, as `kvplan <subcommand> --help`."""
+    return _run([subcommand, "--help"])[0]
 
 
 def library_flags(subcommand):
-    """The option names the library's kvplan takes for a subcommand."""
-    return library_names(lib().kvs_plan_flags_help(subcommand.encode()).decode()) - _PRINTING
+    """The option names kvplan's help lists for a subcommand."""
+    return library_names(kvplan_help(subcommand)) - PRINTING

@@ -87,6 +87,13 @@ class OneRank(unittest.TestCase):
         with self.assertRaises(kvshard.Error) as e:
             kvshard.Node(**dict(SMALL, budget="12XB"))
         self.assertIn("--budget", str(e.exception))
+        # A number's text is read by the library's parser, as on the
+        # command line: what it refuses is refused in its words.
+        with self.assertRaises(kvshard.Error) as e:
+            kvshard.Node(**dict(SMALL, page="0x80"))
+        self.assertEqual(e.exception.status, "KVS_ERR_PARSE")
+        self.assertIn("--page", str(e.exception))
+        self.assertIn("0x80", str(e.exception))
         with self.assertRaises(kvshard.Error) as e:
             kvshard.Node(**dict(SMALL, budget="1KiB"))
         self.assertEqual(e.exception.status, "KVS_ERR_BUDGET_TOO_SMALL")
@@ -111,7 +118,7 @@ class OneRank(unittest.TestCase):
             (dict(budget_per_gpu="9GiB"), "option 'budget_per_gpu' takes a list"),
             (dict(radix="yes"), "option 'radix' takes True or False"),
             (dict(kv_dtype=8), "option 'kv_dtype' takes a string"),
-            (dict(swa_ratio="0.1"), "option 'swa_ratio' takes a number"),
+            (dict(swa_ratio=[0.1]), "option 'swa_ratio' takes a number"),
             (dict(page=None), "option 'page' is None"),
             (dict(timeout_ms="1s"), "option 'timeout_ms' takes an int"),
         ]

@@ -143,6 +143,16 @@ TEST(NullArguments, status) {
   EXPECT_EQ(err.status, KVS_ERR_PARSE);
   EXPECT_STREQ(err.message, "");
   kvs_error_clear(nullptr);
+  // The thread's last failure is recorded with or without an error to
+  // write it to, and only a reset clears it.
+  kvs_error_last_failure_reset();
+  EXPECT_EQ(kvs_error_last_failure(), KVS_OK);
+  kvs_error_set(nullptr, KVS_ERR_BUDGET_TOO_SMALL, "x");
+  EXPECT_EQ(kvs_error_last_failure(), KVS_ERR_BUDGET_TOO_SMALL);
+  kvs_error_clear(&err);
+  EXPECT_EQ(kvs_error_last_failure(), KVS_ERR_BUDGET_TOO_SMALL);
+  kvs_error_last_failure_reset();
+  EXPECT_EQ(kvs_error_last_failure(), KVS_OK);
 }
 
 // ---- core/backend.h (the backend registry) ----

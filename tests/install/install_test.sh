@@ -98,8 +98,10 @@ if "$PY" -c "import numpy" 2>/dev/null; then
 import kvshard
 with kvshard.Node(topology='bundled', device='cpu', budget='4GiB', tp=1, pp=1) as n:
     print('python node', n.num_pages, n.page)
+print('python plan', kvshard.plan(topology='bundled', tp=8).num_pages)
 " >"$T/py.out" 2>&1 || fail "the installed package did not run: $(cat "$T/py.out")"
   grep -qE "^python node [0-9]+ 128$" "$T/py.out" || fail "the package said: $(cat "$T/py.out")"
+  grep -qE "^python plan [0-9]+$" "$T/py.out" || fail "the package's plan said: $(cat "$T/py.out")"
   # pip, offline, into a venv that sees Debian's packages.
   if "$PY" -m venv --help >/dev/null 2>&1; then
     cp -r "$(dirname "$INSTALL")/../python" "$T/python-src"
