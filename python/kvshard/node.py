@@ -229,7 +229,7 @@ class Node:
         res = {}
         for name, shape in shapes.items():
             address = getattr(r, name)
-            count = int(np.prod(shape)) if n else 0
+            count = n * page if len(shape) == 2 else n  # (np.prod costs more than the step)
             if not address or count == 0:
                 res[name] = np.zeros(shape, dtype=np.int64)
             elif r.on_device:
@@ -240,8 +240,9 @@ class Node:
                               True, self.cuda_device, 0, count * 8)
                 res[name] = View(self._h, nv, self._order_after_step)
             else:
+                # A copy: the host results are valid until the next step.
                 buf = (ctypes.c_int64 * count).from_address(address)
-                res[name] = np.array(buf, dtype=np.int64).reshape(shape)
+                res[name] = np.frombuffer(buf, dtype=np.int64).reshape(shape).copy()
         return res
 
     def translate(self, locs):

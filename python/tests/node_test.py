@@ -315,5 +315,21 @@ class PipCuda(unittest.TestCase):
             self.assertEqual(out.stdout.strip(), "/mine", "the user's choice stands")
 
 
+class StepCostExample(unittest.TestCase):
+    def test_the_benchmark_runs_and_says_its_figures(self):
+        # A smoke run of python/examples/step_cost.py (a benchmark is a
+        # program, not a timed test: only its shape is checked here).
+        example = os.path.join("python", "examples", "step_cost.py")
+        out = subprocess.run([sys.executable, example, "--batch", "4", "--steps", "20",
+                              "--rounds", "1"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertRegex(out.stdout, r"kvs_node_step via ctypes \(baseline\) +[0-9.]+ us/step")
+        self.assertRegex(out.stdout, r"package / baseline +[0-9.]+x")
+        bad = subprocess.run([sys.executable, example, "--batch", "0"], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("must be at least 1", bad.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
