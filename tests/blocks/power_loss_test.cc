@@ -19,15 +19,19 @@
 //
 // The store is reopened (as a writer: the recovery path) on each state,
 // and the test asserts: every put that returned is there and verifies,
-// unless the workload removed or the store evicted it since; nothing torn
-// is ever returned (every get yields exactly a version that was put, or
-// NOT_FOUND, and no file under a block name is corrupt); the open scan
-// removes every temporary file a crashed put left. Identical states are
-// checked once; the figure reported counts distinct states.
+// unless the workload removed or the store evicted it since; a block whose
+// remove returned stays gone (NOT_FOUND) until it is put again, and no
+// crash brings back a version put before that remove; nothing torn is ever
+// returned (every get yields exactly a version that was put, or NOT_FOUND,
+// and no file under a block name is corrupt); the open scan removes every
+// temporary file a crashed put left. Identical states are checked once;
+// the figure reported counts distinct states.
 //
 // The checker is itself checked: the same exploration over the log with
 // the file fsyncs taken out (as if the store skipped them) must find a
-// torn or lost block, and with the directory fsyncs taken out a lost one.
+// torn or lost block, with the directory fsyncs taken out a lost one, and
+// with only the removes' directory fsyncs taken out a removed block that
+// came back.
 //
 // KVS_POWER_SEED fixes the workload (printed, to replay a failure);
 // KVS_POWER_PUTS sets its length (default 200 puts).
@@ -292,10 +296,18 @@ std::string name_of(uint64_t key) {
   return kvs_block_store_file_name(&h, name);
 }
 
+// A kvs_block_store_remove the workload called: the operations recorded
+// when it was called and when it returned.
+struct Removal {
+  uint64_t key = 0;
+  size_t begin = 0, end = 0;
+};
+
 struct Workload {
   uint64_t capacity = 0;
   std::vector<Version> versions;                    // in call order
   std::map<uint64_t, std::vector<size_t>> by_key;  // key -> indices into versions
+  std::map<uint64_t, std::vector<Removal>> removals;  // key -> its removes, in call order
   std::map<std::string, uint64_t> key_of_name;
   uint64_t puts = 0, overwrites = 0, removes = 0;
 };
@@ -306,6 +318,9 @@ struct Promise {
   std::vector<const Version *> allowed;
   const Version *returned = nullptr;  // the last put that returned
   bool required = false;
+  // A remove that returned after the last put that returned: no version
+  // put before it may come back.
+  const Removal *removed = nullptr;
 };
 
 Promise promise(const Workload &w, const std::vector<Op> &ops, uint64_t key, size_t point) {
@@ -315,6 +330,22 @@ Promise promise(const Workload &w, const std::vector<Op> &ops, uint64_t key, siz
   for (size_t i : it->second) {
     const Version &v = w.versions[i];
     if (v.end <= point) p.returned = &v;
+  }
+  auto rm = w.removals.find(key);
+  if (rm != w.removals.end()) {
+    for (const Removal &r : rm->second) {
+      if (r.end <= point && (p.returned == nullptr || r.begin >= p.returned->end)) p.removed = &r;
+    }
+  }
+  if (p.removed != nullptr) {
+    // Gone, unless put again since the remove returned (not yet returned:
+    // that put may or may not be there).
+    p.returned = nullptr;
+    for (size_t i : it->second) {
+      const Version &v = w.versions[i];
+      if (v.begin >= p.removed->end && v.begin < point) p.allowed.push_back(&v);
+    }
+    return p;
   }
   for (size_t i : it->second) {
     const Version &v = w.versions[i];
@@ -597,7 +628,9 @@ struct Checker {
     for (const auto &entry : w.by_key) {
       uint64_t key = entry.first;
       Promise p = promise(w, ops, key, point);
-      if (p.allowed.empty()) continue;  // never put before this point
+      // Never put before this point (a removed key is checked: it must
+      // stay gone).
+      if (p.allowed.empty() && p.removed == nullptr) continue;
       // A key with no file in the state and nothing promised: the listing
       // above already showed the scan conjured no file.
       if (!p.required && state.count(name_of(key)) == 0) continue;
@@ -616,7 +649,20 @@ struct Checker {
           std::vector<kvs_block_layer> want = views(v->payload);
           if (same_payload(got, n, want.data(), want.size())) known = true;
         }
-        if (!known) wrong.push_back("key " + std::to_string(key) + " returned a version never put");
+        if (!known && p.removed != nullptr) {
+          // Which version came back, to say so.
+          std::string seed = "a version never put";
+          for (size_t i : w.by_key.at(key)) {
+            std::vector<kvs_block_layer> want = views(w.versions[i].payload);
+            if (same_payload(got, n, want.data(), want.size())) {
+              seed = "its put of seed " + std::to_string(w.versions[i].seed);
+            }
+          }
+          wrong.push_back("key " + std::to_string(key) + ": its remove returned after operation " +
+                          std::to_string(p.removed->end) + ", and " + seed + " came back");
+        } else if (!known) {
+          wrong.push_back("key " + std::to_string(key) + " returned a version never put");
+        }
         verified_gets++;
       } else if (gs == KVS_ERR_NOT_FOUND) {
         if (p.required && evicted_now.count(name) == 0) {
@@ -682,7 +728,12 @@ void run_workload(const std::string &dir, uint64_t seed, uint64_t n_puts, Worklo
     if (r < 8 && !present.empty()) {
       uint64_t key = present[rng() % present.size()];
       kvs_block_hash h = key_of(key);
+      Removal removal;
+      removal.key = key;
+      removal.begin = rec.ops.size();
       ASSERT_EQ(kvs_block_store_remove(s, &h, &err), KVS_OK) << err.message;
+      removal.end = rec.ops.size();
+      w->removals[key].push_back(removal);
       w->removes++;
       continue;
     }
@@ -767,6 +818,22 @@ std::vector<Op> without(const std::vector<Op> &ops, OpKind kind, size_t limit) {
   return out;
 }
 
+// The log with the directory fsyncs the removes made taken out (as if
+// kvs_block_store_remove returned without making its unlink durable), up
+// to `limit` operations.
+std::vector<Op> without_remove_dirsyncs(const Workload &w, const std::vector<Op> &ops,
+                                        size_t limit) {
+  std::vector<Op> out(ops.begin(), ops.begin() + std::min(limit, ops.size()));
+  for (const auto &entry : w.removals) {
+    for (const Removal &r : entry.second) {
+      for (size_t i = r.begin; i < r.end && i < out.size(); i++) {
+        if (out[i].kind == OpKind::kDirSync) out[i].kind = OpKind::kNone;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothing_torn) {
@@ -821,6 +888,24 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
   Exploration no_dirsync = explore_and_check(no_dirsync_checker, no_dirsync_ops, seed, 1);
   EXPECT_FALSE(no_dirsync.failures.empty())
       << "with the directory fsyncs taken out, no crash state lost a returned put";
+  // Without the removes' directory fsyncs only, a removed block comes back.
+  // The log up to 400 operations past the first remove holds several.
+  ASSERT_GT(w.removes, 0u) << "the workload removed nothing";
+  size_t first_remove_end = ops.size();
+  for (const auto &entry : w.removals) {
+    first_remove_end = std::min(first_remove_end, entry.second.front().end);
+  }
+  const std::vector<Op> no_remove_dirsync_ops =
+      without_remove_dirsyncs(w, ops, std::max<size_t>(400, first_remove_end + 400));
+  std::string mutant_dir3 = root + "/mutant3";
+  ASSERT_EQ(mkdir(mutant_dir3.c_str(), 0755), 0);
+  Checker no_remove_dirsync_checker{w, no_remove_dirsync_ops, mutant_dir3, {}};
+  Exploration no_remove_dirsync =
+      explore_and_check(no_remove_dirsync_checker, no_remove_dirsync_ops, seed, 1);
+  ASSERT_FALSE(no_remove_dirsync.failures.empty())
+      << "with the removes' directory fsyncs taken out, no removed block came back";
+  EXPECT_NE(no_remove_dirsync.failures[0].find("came back"), std::string::npos)
+      << no_remove_dirsync.failures[0];
   auto one_line = [](std::string text) {
     for (size_t at; (at = text.find(":\n    ")) != std::string::npos;) text.replace(at, 6, ": ");
     for (size_t at; (at = text.find("\n    ")) != std::string::npos;) text.replace(at, 5, "; ");
@@ -834,6 +919,8 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
     std::printf("power loss: without directory fsyncs the checker fails: %s\n",
                 one_line(no_dirsync.failures[0]).c_str());
   }
+  std::printf("power loss: without the removes' directory fsyncs the checker fails: %s\n",
+              one_line(no_remove_dirsync.failures[0]).c_str());
 
   if (getenv("KVS_POWER_PUTS") == nullptr) {
     EXPECT_GE(e.checked, 10000u) << "the default workload explores at least 10,000 crash states";
