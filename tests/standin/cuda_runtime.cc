@@ -174,6 +174,7 @@ cudaError_t cudaGetDeviceCount(int *count) {
   Engine &e = engine();
   Lock lock(e.mutex);
   if (count == nullptr) return fail(cudaErrorInvalidValue);
+  if (cudaError_t f = e.injected("cudaGetDeviceCount")) return fail(f);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   *count = e.config.devices;
   return cudaSuccess;

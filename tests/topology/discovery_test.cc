@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/backends/cuda/gpu_gate.h"
 #include "tests/topology/helpers.h"
 #include "topology/gpu.h"
 
@@ -258,16 +259,19 @@ TEST(Discovery, live_machine_loads) {
   }
 }
 
-// Device check: runs where CUDA sees GPUs, skips elsewhere naming why.
+// Device check: runs where CUDA sees GPUs, skips where CUDA says there is
+// none (naming why), fails where asking CUDA fails (gpu_gate.h); the live
+// topology must then have used CUDA's devices.
 TEST(Discovery, live_cuda_devices_match_their_pci_objects) {
+  KVS_NEED_GPU(kvs_gpu_gate::probe());
   kvs_topology_source source = kvs_topology_source_live();
   kvs_topology_t raw = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_topology_create(&source, nullptr, &raw, &err), KVS_OK) << err.message;
   Topology t(raw);
-  if (!kvs_topology_cuda_used(t.get())) {
-    GTEST_SKIP() << "no GPU visible to CUDA: " << kvs_topology_cuda_note(t.get());
-  }
+  ASSERT_TRUE(kvs_topology_cuda_used(t.get()))
+      << "CUDA sees GPUs, but the live topology did not use them: "
+      << kvs_topology_cuda_note(t.get());
   for (const kvs_gpu_info &g : gpus_of(t.get())) {
     EXPECT_EQ(g.cuda_device, static_cast<int>(g.index));
     EXPECT_GT(g.total_bytes, 0u);

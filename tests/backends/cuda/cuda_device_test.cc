@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_status.h"
+#include "tests/backends/cuda/gpu_gate_runtime.h"
 #include "tests/standin/standin.h"
 #include "topology/cuda_probe.h"
 
@@ -125,6 +126,42 @@ TEST(CudaDevice, without_devices_the_count_and_the_probe_say_why) {
   EXPECT_EQ(kvs_cuda_probe(probed, 1, true, &n, &err), KVS_ERR_UNSUPPORTED);
   EXPECT_STREQ(err.message, why);
   EXPECT_EQ(n, 7u) << "written only on success";
+}
+
+// The device tests' gate (gpu_gate_runtime.h) asks CUDA: no device is a
+// skip naming why; a runtime that fails to count its devices is broken, not
+// absent (the probe reads it as "no device"; the gate does not), so a test
+// that needs a GPU fails on it.
+TEST(GpuGate, no_device_is_none_devices_are_present_and_a_failing_count_is_broken) {
+  reset(0);
+  kvs_gpu_gate::Answer none = kvs_gpu_gate::runtime();
+  EXPECT_EQ(none.gpus, kvs_gpu_gate::Gpus::kNone);
+  EXPECT_EQ(none.why,
+            "no CUDA device visible: cudaGetDeviceCount returned cudaErrorNoDevice (no "
+            "CUDA-capable device is detected)");
+  reset(2);
+  kvs_gpu_gate::Answer two = kvs_gpu_gate::runtime();
+  EXPECT_EQ(two.gpus, kvs_gpu_gate::Gpus::kPresent);
+  EXPECT_EQ(two.count, 2);
+  // The probe's count and the runtime's own both fail to initialise.
+  reset(2);
+  kvs_standin::inject_cuda_error("cudaGetDeviceCount", -1, 1, cudaErrorInitializationError);
+  kvs_standin::inject_cuda_error("cudaGetDeviceCount", -1, 1, cudaErrorInitializationError);
+  kvs_gpu_gate::Answer broken = kvs_gpu_gate::runtime();
+  EXPECT_EQ(broken.gpus, kvs_gpu_gate::Gpus::kBroken);
+  EXPECT_EQ(broken.why,
+            "cudaGetDeviceCount returned cudaErrorInitializationError (initialization error): the "
+            "CUDA runtime is broken here, not absent");
+  // Only the runtime's own count fails: the two answers disagree.
+  reset(2);
+  ASSERT_EQ(kvs_gpu_gate::probe().gpus, kvs_gpu_gate::Gpus::kPresent);
+  kvs_standin::inject_cuda_error("cudaGetDeviceCount", -1, 2, cudaErrorNoDevice);
+  kvs_gpu_gate::Answer split = kvs_gpu_gate::runtime();
+  EXPECT_EQ(split.gpus, kvs_gpu_gate::Gpus::kBroken);
+  EXPECT_NE(split.why.find("the CUDA backend's probe and the runtime disagree: the probe says 2 "
+                           "device(s), cudaGetDeviceCount returned cudaErrorNoDevice"),
+            std::string::npos)
+      << split.why;
 }
 
 TEST(CudaDevice, a_runtime_error_on_a_device_is_a_cuda_error_naming_the_call) {

@@ -1,9 +1,10 @@
 // The device kernels against their CPU references, bit for bit: the same
 // inputs go to core/device_ref.h and to backends/cuda/device_tables.h, and every
-// output row and every fault record must be equal. Every test skips on a
-// machine without a usable CUDA device, naming why (the message of
-// kvs_cuda_device_count, e.g. "no CUDA device visible: cudaGetDeviceCount
-// returned cudaErrorNoDevice (no CUDA-capable device is detected)").
+// output row and every fault record must be equal. Every test skips where
+// CUDA says there is no device, naming why (e.g. "no CUDA device visible:
+// cudaGetDeviceCount returned cudaErrorNoDevice (no CUDA-capable device is
+// detected)"), and fails where asking CUDA fails any other way: a broken
+// runtime on a GPU machine is a failure, not 12 skips (gpu_gate_runtime.h).
 //
 // Outputs are filled with a poison pattern before each launch, so a row
 // the kernel forgot to write shows up as a mismatch.
@@ -22,6 +23,7 @@
 #include "plan/device_layout.h"
 #include "backends/cuda/device_tables.h"
 #include "tests/backends/cuda/fixtures.h"
+#include "tests/backends/cuda/gpu_gate_runtime.h"
 
 using namespace kvs_cuda_test;
 
@@ -31,11 +33,7 @@ constexpr int64_t kPoison = int64_t(0xabababababababab);
 
 class Device : public ::testing::Test {
  protected:
-  void SetUp() override {
-    int count = 0;
-    kvs_error err;
-    if (kvs_cuda_device_count(&count, &err) != KVS_OK) GTEST_SKIP() << err.message;
-  }
+  void SetUp() override { KVS_NEED_GPU(kvs_gpu_gate::runtime()); }
 };
 
 // A device array that frees itself, with host round trips.
