@@ -100,6 +100,14 @@ while IFS= read -r line; do
   rest=${line#* | }
   command=${rest%% | *}
   says=${rest#* | }
+  # The expected text must name the refusal, not merely hold a word that
+  # any error would (a tool's name, "page", "FIFO"): 16 characters at least.
+  if ((${#says} < 16)); then
+    failed=$((failed + 1))
+    ran=$((ran + 1))
+    echo "FAIL: $command: the expected text '$says' is too short to name one refusal"
+    continue
+  fi
   command=${command//\$T/$T}
   says=${says//\$T/$T}
   read -r -a words <<<"$command"
