@@ -43,8 +43,25 @@ run_mpi() {
   done
 }
 
+# Copies the last run's stderr and stdout ($ERR, $OUT) into the test's
+# undeclared outputs, which Bazel keeps after the test (in
+# bazel-testlogs/.../test.outputs/outputs.zip), whole: the log of a failed
+# run is not lost with the test's scratch space.
+keep_logs() {
+  local dir=${TEST_UNDECLARED_OUTPUTS_DIR:-} f
+  [ -n "$dir" ] || return 0
+  mkdir -p "$dir" || return 0
+  for f in ${ERR:-} ${OUT:-}; do
+    [ -f "$f" ] && cp "$f" "$dir/$(basename "$f").txt"
+  done
+  return 0
+}
+
 fail() {
   echo "FAIL: $*" >&2
+  keep_logs
+  [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] &&
+    echo "(the whole stderr and stdout are kept in the test's undeclared outputs)" >&2
   if [ -n "${ERR:-}" ] && [ -f "$ERR" ]; then
     echo "---- stderr (last 40 lines) ----" >&2
     tail -n 40 "$ERR" >&2

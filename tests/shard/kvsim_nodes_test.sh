@@ -10,9 +10,14 @@ set -u
 source "$(dirname "$0")/common.sh"
 KVSIM=$1 KVPLAN=$2
 OUT=$TEST_TMPDIR/out ERR=$TEST_TMPDIR/err
+# Collective deadlines far above what a step of 16 oversubscribed ranks
+# needs on a loaded 2-core machine under ASan (a whole run takes about 16 s
+# there): no healthy rank may time out first and change what is checked.
+# A failed run's stderr and stdout are kept in the undeclared outputs.
+TIMEOUT_MS=120000 KILL_TIMEOUT_MS=50000
 STEPS=${KVS_SHARD_STEPS:-300}
 ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps "$STEPS" --seed 3 --json
-      --check-every 16 --timeout-ms 30000 --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')"
+      --check-every 16 --timeout-ms "$TIMEOUT_MS" --budget-per-gpu "$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')"
       --device cpu "${SMALL_SIZING[@]}")
 run_mpi 300 -np 16 "$KVSIM" "${ARGS[@]}"
 [ $rc -eq 0 ] || fail "kvsim exited $rc"
@@ -30,7 +35,7 @@ done
 # Two different machines as a topology list: the plan is kvplan's for it.
 LIST=bundled,topology/data/hgx-h200-2socket-8gpu.xml
 run_mpi 300 -np 16 "$KVSIM" --tp 4 --pp 4 --topology "$LIST" --steps "$STEPS" --seed 4 --json \
-  --check-every 16 --timeout-ms 30000 --budget-mib 600 --device cpu "${SMALL_SIZING[@]}"
+  --check-every 16 --timeout-ms "$TIMEOUT_MS" --budget-mib 600 --device cpu "${SMALL_SIZING[@]}"
 [ $rc -eq 0 ] || fail "kvsim over a topology list exited $rc"
 json_check '.digests_agree == true and (.plan.nodes | map(.label)) == ["bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)", "topology/data/hgx-h200-2socket-8gpu.xml"]'
 json_check '[.plan.ranks[] | "\(.node):\(.pp_stage)"] | unique == ["0:0", "0:1", "1:2", "1:3"]'
@@ -54,7 +59,7 @@ WRAP
 chmod +x "$AS_HOST"
 blocks() { printf "$1 %.0s" {1..8}; printf "$2 %.0s" {1..8}; }
 PER_GPU=$(printf '600MiB,%.0s' {1..16} | sed 's/,$//')
-GATHER_ARGS=(--tp 4 --pp 4 --steps "$STEPS" --seed 5 --json --check-every 16 --timeout-ms 30000
+GATHER_ARGS=(--tp 4 --pp 4 --steps "$STEPS" --seed 5 --json --check-every 16 --timeout-ms "$TIMEOUT_MS"
              --budget-per-gpu "$PER_GPU" --device cpu "${SMALL_SIZING[@]}")
 run_mpi 300 -np 16 "$AS_HOST" "$(blocks gpu-a gpu-b)" "$(blocks bundled "$EPYC")" "$KVSIM" \
   "${GATHER_ARGS[@]}"
@@ -96,13 +101,14 @@ grep -Eq "^kvsim: divergence detected at step 1[01][0-9]: .*on rank 12" "$ERR" |
 # Rank 12 (node 1) killed mid-run: every other rank exits non-zero within
 # the bound, never hangs.
 KILL_ARGS=(--tp 8 --pp 2 --nodes 2 --topology bundled --steps 100000000 --seed 3 --json
-           --timeout-ms 5000 --budget-mib 600 --device cpu --kill-rank 12:100 "${SMALL_SIZING[@]}")
+           --timeout-ms "$KILL_TIMEOUT_MS" --budget-mib 600 --device cpu --kill-rank 12:100
+           "${SMALL_SIZING[@]}")
 start=$(date +%s.%N)
-timeout 120 "${MPIRUN[@]}" -np 16 "$KVSIM" "${KILL_ARGS[@]}" >"$OUT" 2>"$ERR"
+timeout 240 "${MPIRUN[@]}" -np 16 "$KVSIM" "${KILL_ARGS[@]}" >"$OUT" 2>"$ERR"
 rc=$?
 took=$(echo "$(date +%s.%N) - $start" | bc)
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "with rank 12 killed the job exited $rc"
-[ "$(echo "$took < 60" | bc)" = 1 ] || fail "the survivors took ${took}s (bound 60s)"
+[ "$(echo "$took < 120" | bc)" = 1 ] || fail "the survivors took ${took}s (bound 120s)"
 grep -q "rank 12" "$ERR" || fail "nothing names rank 12: $(tail -n 3 "$ERR")"
 echo "PASS: 16 ranks as 2 nodes agree (described, and discovered by host over two" \
   "different machines); misplaced ranks are refused; a flip on node 1 is located; a kill on" \
