@@ -3,9 +3,13 @@
 # ASan + UBSan `bazel test //...`): tests passed, skipped and failed per
 # build, per target and per case; pool operations checked; power-loss
 # crash states explored and SIGKILLs survived; fuzz inputs run and inputs
-# past parsing per target; divergences located; failure drills; leaks.
+# past parsing per target; divergences detected and where they were
+# located; failure drills and which exit path their survivors took; leaks.
 # Every figure is read from what the runs printed: nothing here is typed in
-# by hand, and a skip is never counted as a pass.
+# by hand, and a skip is never counted as a pass. Bazel's own summary
+# ("Executed 82 out of 82 tests: 82 tests pass") counts a target whose every
+# case skipped as passed; the counts this script prints on stdout, and the
+# table, do not (80 passed, 2 skipped is not "82 of 82 pass"): quote those.
 #
 # Sources: out/test-plain.log and out/test-asan.log (tools/test.sh keeps
 # Bazel's output of each run there, with one summary line per target and
@@ -105,17 +109,27 @@ classify() {
 plain_rows=$(classify "$plain_log" "$plain_dir")
 asan_rows=$(classify "$asan_log" "$asan_dir")
 
-# totals ROWS: "targets passed skipped failed cases passed skipped failed"
+# totals ROWS: "targets passed skipped failed cases passed skipped failed
+# partly-skipped" (partly-skipped: targets that passed with some cases
+# skipped).
 totals() {
   awk -F'\t' '$1 != "" {
       t++; v[$2]++; c += $4; cs += $5; cf += $6
+      if ($2 == "passed" && $5 > 0) partly++
     } END {
-      printf "%d %d %d %d %d %d %d %d\n", t, v["passed"], v["skipped"], v["failed"],
-        c, c - cs - cf, cs, cf
+      printf "%d %d %d %d %d %d %d %d %d\n", t, v["passed"], v["skipped"], v["failed"],
+        c, c - cs - cf, cs, cf, partly
     }' <<<"$1"
 }
-read -r p_t p_pass p_skip p_fail p_c p_cpass p_cskip p_cfail < <(totals "$plain_rows")
-read -r a_t a_pass a_skip a_fail a_c a_cpass a_cskip a_cfail < <(totals "$asan_rows")
+read -r p_t p_pass p_skip p_fail p_c p_cpass p_cskip p_cfail p_partly < <(totals "$plain_rows")
+read -r a_t a_pass a_skip a_fail a_c a_cpass a_cskip a_cfail a_partly < <(totals "$asan_rows")
+
+# targets_cell PASS SKIP FAIL TOTAL PARTLY: the targets row of one build.
+targets_cell() {
+  local s="$1 / $2 / $3 of $4"
+  [ "$5" -gt 0 ] && s="$s ($5 of the $1 passed skipped some of their cases)"
+  echo "$s"
+}
 
 # logs ROWS DIR: the test.log of every target of a run.
 logs() {
@@ -164,13 +178,44 @@ fuzz_cell() {  # fuzz_cell LOGS TARGET: "run / past (percent)" of the fuzzing ph
 
 leaks="not measured (no ASan run found)"
 if [ "$a_t" -gt 0 ]; then
+  # The planted leaks below are reported into files of their own tests'
+  # scratch space, not their logs: a report in a log is a leak.
   leak_logs=$(lines "$asan_logs" 'ERROR: LeakSanitizer' | wc -l)
   if [ "$leak_logs" -eq 0 ]; then
     leaks="0 reported by LeakSanitizer"
   else
     leaks="$leak_logs LeakSanitizer reports"
   fi
+  # That the leak checker was on: a planted leak, run as the suite runs its
+  # processes, was reported.
+  planted=()
+  lines "$asan_logs" '^the leak check finds a planted leak' | grep -q . &&
+    planted+=("one process and 4 MPI ranks (planted_leak_test)")
+  lines "$asan_logs" '^\[       OK \] KvplanASan\.live_children_keep_leak_detection' | grep -q . &&
+    planted+=("kvplan's live children (kvplan_test)")
+  if [ ${#planted[@]} -gt 0 ]; then
+    leaks="$leaks; a planted leak was reported in $(printf '%s, ' "${planted[@]}" | sed 's/, $//')"
+  else
+    leaks="$leaks; no planted leak was reported (the leak checker may have been off)"
+  fi
 fi
+
+# The drills' exit paths (tests/shard/kvsim_failure_test.sh): every drill
+# run, and those whose survivors left through kvshard's own deadline (the
+# plain kill ends through Open MPI's teardown of the job instead).
+drills_run() { count "$1" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank'; }
+drills_own_deadline() { count "$1" "^reliability: drill [a-z-]+: .* left through kvshard's own deadline"; }
+drills_named() { count "$1" "^reliability: drill [a-z-]+: .*every survivor left through kvshard's own deadline naming the collective and rank"; }
+# Divergences: detected with their page or request slot located; the rank
+# is named only when the flip was on a follower (a flip on the leader is
+# reported as the first follower that differs from it).
+divergences_located() { count "$1" '^PASS: (page [0-9]+ flipped|request [0-9]+ moved)'; }
+divergences_rank_named() {
+  count "$1" '^PASS: (page [0-9]+ flipped on rank [1-9][0-9]*|request [0-9]+ moved from slot [0-9]+ to [0-9]+ on rank [1-9][0-9]*) '
+}
+divergences_on_leader() {
+  count "$1" '^PASS: (page [0-9]+ flipped on rank 0|request [0-9]+ moved from slot [0-9]+ to [0-9]+ on rank 0) '
+}
 
 cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   awk -F'\t' -v l="$2" '$1 == l {
@@ -194,7 +239,7 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo
   echo "| figure | plain build | ASan + UBSan build |"
   echo "|---|---|---|"
-  echo "| test targets passed / skipped / failed | $p_pass / $p_skip / $p_fail of $p_t | $a_pass / $a_skip / $a_fail of $a_t |"
+  echo "| test targets passed / skipped / failed | $(targets_cell "$p_pass" "$p_skip" "$p_fail" "$p_t" "$p_partly") | $(targets_cell "$a_pass" "$a_skip" "$a_fail" "$a_t" "$a_partly") |"
   echo "| test cases passed / skipped / failed | $p_cpass / $p_cskip / $p_cfail of $p_c | $a_cpass / $a_cskip / $a_cfail of $a_c |"
   echo "| window-pool binds and frees checked (property tests) | $(figure "$plain_logs" 'reliability: pool_ops ([0-9]+)') | $(figure "$asan_logs" 'reliability: pool_ops ([0-9]+)') |"
   echo "| window-pool operations on 8 MPI ranks (soak) | $(figure "$plain_logs" 'reliability: soak_pool_ops ([0-9]+)') | $(figure "$asan_logs" 'reliability: soak_pool_ops ([0-9]+)') |"
@@ -203,9 +248,12 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "| puts that returned and were intact after the kills | $(figure "$plain_logs" 'kills survived, ([0-9]+) puts returned') | $(figure "$asan_logs" 'kills survived, ([0-9]+) puts returned') |"
   echo "| fuzz inputs run, all targets | $(figure "$plain_logs" '^kvs_fuzz: [a-z_]+: ([0-9]+) inputs run') | $(figure "$asan_logs" '^kvs_fuzz: [a-z_]+: ([0-9]+) inputs run') |"
   echo "| fuzz inputs past parsing, all targets | $(figure "$plain_logs" '^kvs_fuzz: [a-z_]+: [0-9]+ inputs run, ([0-9]+) past parsing') | $(figure "$asan_logs" '^kvs_fuzz: [a-z_]+: [0-9]+ inputs run, ([0-9]+) past parsing') |"
-  echo "| injected divergences detected and located (pages, request slots) | $(count "$plain_logs" '^PASS: (page [0-9]+ flipped|request [0-9]+ moved)') | $(count "$asan_logs" '^PASS: (page [0-9]+ flipped|request [0-9]+ moved)') |"
-  echo "| killed or stalled ranks whose peers exited in bound | $(count "$plain_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') | $(count "$asan_logs" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank') |"
-  echo "| of those, drills where every survivor left through kvshard's own timeout naming the dead rank | $(count "$plain_logs" '^reliability: drill kill-(recovery|threads):') | $(count "$asan_logs" '^reliability: drill kill-(recovery|threads):') |"
+  echo "| injected divergences detected, their page or request slot located | $(divergences_located "$plain_logs") | $(divergences_located "$asan_logs") |"
+  echo "| of those injected on a follower, the flipped rank named | $(divergences_rank_named "$plain_logs") | $(divergences_rank_named "$asan_logs") |"
+  echo "| of those injected on the leader (reported naming the first follower that differs, not the leader) | $(divergences_on_leader "$plain_logs") | $(divergences_on_leader "$asan_logs") |"
+  echo "| rank failure drills run (a rank killed or stalled; the job ended within the bound) | $(drills_run "$plain_logs") | $(drills_run "$asan_logs") |"
+  echo "| of those, drills whose survivors left through kvshard's own deadline (not Open MPI's teardown) | $(drills_own_deadline "$plain_logs") | $(drills_own_deadline "$asan_logs") |"
+  echo "| of those, drills where every survivor left through it naming the collective and the dead rank | $(drills_named "$plain_logs") | $(drills_named "$asan_logs") |"
   echo "| hostile inputs replayed and refused as documented (tests/tools/hostile_cases.txt) | $(figure "$plain_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$plain_logs" 'hostile inputs replayed ([0-9]+)') | $(figure "$asan_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$asan_logs" 'hostile inputs replayed ([0-9]+)') |"
   echo "| leaks | - | $leaks |"
   echo
@@ -247,11 +295,18 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   supp=$(lines "$asan_logs" 'suppressed \(count bytes frame\)' | sed -E 's/^ +//' | sort | uniq -c)
   echo "${supp:-(no suppressed allocation reported)}"
   echo '```'
-  if grep -q 'detect_leaks=0' tests/shard/common.sh 2>/dev/null; then
+  off=$(grep -rlE 'detect_leaks=(0|false)' .bazelrc tests tools 2>/dev/null |
+    grep -v '^tools/reliability-report.sh$' || true)
+  if [ -n "$off" ]; then
     echo
-    echo "Processes that mpirun starts (tests/shard/common.sh) still run with leak"
-    echo "checks off; the same runtime code is leak-checked in-process (kvsim on"
-    echo "the self backend, the runtime over the loopback backend)."
+    echo "These files turn leak checks off for the processes they start:"
+    echo
+    sed 's/^/- `/; s/$/`/' <<<"$off"
+  else
+    echo
+    echo "No test turns leak checks off (no \`detect_leaks=0\` under tests/, tools/"
+    echo "or .bazelrc): MPI ranks and kvplan's live runs are leak-checked with the"
+    echo "suppressions above."
   fi
   echo
   echo "## Every target"
@@ -265,7 +320,7 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "## Detail (plain run)"
   echo
   echo '```'
-  lines "$plain_logs" '^(reliability: |power loss: [0-9]+ crash states|power loss: without|crash test: [0-9]+ kills (survived|asked)|PASS: page [0-9]+ flipped|PASS: (kill|stall|kill-recovery|kill-threads) of rank)' | sort
+  lines "$plain_logs" '^(reliability: |power loss: [0-9]+ crash states|power loss: without|crash test: [0-9]+ kills (survived|asked)|PASS: page [0-9]+ flipped|PASS: request [0-9]+ moved|PASS: (kill|stall|kill-recovery|kill-threads) of rank)' | sort
   echo '```'
   echo
   echo "Longer runs (pass each with \`--test_env\` and a longer \`--test_timeout\`):"
@@ -273,4 +328,12 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "a schedule); \`KVS_POWER_PUTS=2000\` (\`KVS_POWER_SEED\` replays a"
   echo "workload); \`KVS_SOAK_OPS=10000000 KVS_SOAK_CHECK_EVERY=10000\`."
 } >"$out"
+# The counts to quote (commit messages, reports), as the table counts them.
+summary() {  # summary NAME TOTALS...
+  local name=$1 t=$2 pass=$3 skip=$4 fail=$5 c=$6 cpass=$7 cskip=$8 cfail=$9
+  [ "$t" -gt 0 ] || { echo "$name: not run"; return; }
+  echo "$name: $pass passed, $skip skipped, $fail failed of $t targets; $cpass passed, $cskip skipped, $cfail failed of $c cases"
+}
+summary "plain build" "$p_t" "$p_pass" "$p_skip" "$p_fail" "$p_c" "$p_cpass" "$p_cskip" "$p_cfail"
+summary "ASan + UBSan build" "$a_t" "$a_pass" "$a_skip" "$a_fail" "$a_c" "$a_cpass" "$a_cskip" "$a_cfail"
 echo "wrote $out"

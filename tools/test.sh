@@ -6,7 +6,8 @@
 # the last run made; a plain run that fails stops there, with its summary.
 # Each run's output is kept in out/test-plain.log and out/test-asan.log
 # (one summary line per target, with its time), and RELIABILITY.md is
-# regenerated from them and the runs' test logs.
+# regenerated from them and the runs' test logs; its counts (targets and
+# cases passed, skipped, failed) are printed before Bazel's summaries.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -36,8 +37,13 @@ fi
 plain_summary=$summary
 run "ASan + UBSan build" out/test-asan.log --config=asan "$@"
 asan_status=$status
-tools/reliability-report.sh >/dev/null 2>&1 ||
+# The report's counts first: Bazel's summary counts a target whose every
+# case skipped as passed; the report's lines do not (quote those).
+if report=$(tools/reliability-report.sh 2>/dev/null); then
+  grep -E '^(plain build|ASan \+ UBSan build): ' <<<"$report" | sed 's/^/counted: /'
+else
   echo "note: RELIABILITY.md could not be regenerated (tools/reliability-report.sh)"
+fi
 echo "plain build: $plain_summary"
 echo "$summary"
 exit "$asan_status"
