@@ -206,6 +206,8 @@ fi
 drills_run() { count "$1" '^PASS: (kill|stall|kill-recovery|kill-threads) of rank'; }
 drills_own_deadline() { count "$1" "^reliability: drill [a-z-]+: .* left through kvshard's own deadline"; }
 drills_named() { count "$1" "^reliability: drill [a-z-]+: .*every survivor left through kvshard's own deadline naming the collective and rank"; }
+# The planted bugs' targets run (tests/mutants), caught or not.
+mutants_run() { awk -F'\t' '$1 ~ /^\/\/tests\/mutants:/' <<<"$1" | grep -c . || true; }
 # Divergences: detected with their page or request slot located; the rank
 # is named only when the flip was on a follower (a flip on the leader is
 # reported as the first follower that differs from it).
@@ -254,6 +256,7 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "| rank failure drills run (a rank killed or stalled; the job ended within the bound) | $(drills_run "$plain_logs") | $(drills_run "$asan_logs") |"
   echo "| of those, drills whose survivors left through kvshard's own deadline (not Open MPI's teardown) | $(drills_own_deadline "$plain_logs") | $(drills_own_deadline "$asan_logs") |"
   echo "| of those, drills where every survivor left through it naming the collective and the dead rank | $(drills_named "$plain_logs") | $(drills_named "$asan_logs") |"
+  echo "| planted bugs caught by the test named for them (tests/mutants: the mutant build fails, the unmutated test passes) | $(count "$plain_logs" '^reliability: mutant [a-z_]+ caught by') of $(mutants_run "$plain_rows") | $(count "$asan_logs" '^reliability: mutant [a-z_]+ caught by') of $(mutants_run "$asan_rows") |"
   echo "| hostile inputs replayed and refused as documented (tests/tools/hostile_cases.txt) | $(figure "$plain_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$plain_logs" 'hostile inputs replayed ([0-9]+)') | $(figure "$asan_logs" 'hostile inputs replayed [0-9]+, refused as documented ([0-9]+)') of $(figure "$asan_logs" 'hostile inputs replayed ([0-9]+)') |"
   echo "| leaks | - | $leaks |"
   echo

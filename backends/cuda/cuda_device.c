@@ -187,7 +187,11 @@ kvs_status kvs_cuda_upload(void *dst, const void *src, size_t bytes, const char 
                            kvs_error *err) {
   char call[160];
   snprintf(call, sizeof call, "cudaDeviceSynchronize before %s", what != NULL ? what : "a copy");
+#ifdef KVS_MUTANT_UPLOAD_NO_SYNC /* planted bug, test builds only (tests/mutants): no wait */
+  kvs_status status = KVS_OK;
+#else
   kvs_status status = kvs_cuda_status(cudaDeviceSynchronize(), call, err);
+#endif
   if (status != KVS_OK) return status;
   status = kvs_cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what, err);
   if (status != KVS_OK) return status;

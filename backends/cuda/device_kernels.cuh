@@ -87,7 +87,12 @@ __global__ void __launch_bounds__(kApplyThreads)
     apply_mark_kernel(int64_t *__restrict__ map, uint64_t page, uint64_t n_full_pages,
                       uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
                       uint64_t capacity, const uint32_t *count, kvs_batch_fault *fault) {
+#ifdef KVS_MUTANT_APPLY_IGNORES_COUNT /* planted bug, test builds only (tests/mutants) */
+  const uint64_t n = capacity;  // every entry of the buffer, whatever the count says
+  (void)count;
+#else
   const uint64_t n = item_count(count, capacity, fault);
+#endif
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += step) {

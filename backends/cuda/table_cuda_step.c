@@ -263,8 +263,10 @@ static kvs_status order_before(cuda_step *step, step_side *side, kvs_error *err)
   if (comm != NULL) {
     KVS_CUDA_GOTO(cudaEventRecord(side->ready, comm), "cudaEventRecord after the broadcast", err,
                   status, out);
+#ifndef KVS_MUTANT_STEP_NO_BROADCAST_WAIT /* defined: planted bug (tests/mutants), no wait */
     KVS_CUDA_GOTO(cudaStreamWaitEvent(step->s.stream, side->ready, 0),
                   "cudaStreamWaitEvent on the broadcast", err, status, out);
+#endif
   }
   if (side->engine_read_recorded) {
     KVS_CUDA_GOTO(cudaStreamWaitEvent(step->s.stream, side->engine_read, 0),
@@ -337,6 +339,9 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
     }
   }
   if (status == KVS_OK) status = order_after(step, q, err);
+#ifdef KVS_MUTANT_STEP_HOST_SYNC /* planted bug, test builds only (tests/mutants): a host sync */
+  if (status == KVS_OK) status = kvs_cuda_status(cudaStreamSynchronize(step->s.stream), "", err);
+#endif
   kvs_cuda_device_leave(&scope);
   /* One queued unit: its whole time counts as the apply's. */
   timing->apply_ns = kvs_now_ns() - start;

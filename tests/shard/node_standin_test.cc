@@ -10,13 +10,19 @@
 // the pool's own (the CPU reference), the ranks' digests and ring contexts
 // agree, every check (tables against pool) passes, and the stand-in sees
 // no use of freed or foreign memory and no context a thread did not ask
-// for.
+// for. Over a device communicator whose device copy of a broadcast lands
+// late (after the call returned, in stream order on its own stream) the
+// tables still read each step's message only once it has landed.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_device.h"
 #include "core/geometry.h"
+#include "shard/comm.h"
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
@@ -44,9 +50,10 @@ using kvs_standin_harness::reset;
 
 // One rank: a node with CUDA tables on `device`, a workload for `steps`
 // steps with every step's ring contexts checked against the pool; returns
-// the rank's binding digest and folded ring digests.
+// the rank's binding digest and folded ring digests, and (finished) whether
+// every step and check ran.
 void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps, uint64_t *digest,
-              uint64_t *ring) {
+              uint64_t *ring, bool *finished = nullptr) {
   // A small model (4 layers: window-only, CSA, HCA, CSA; narrow rows), so
   // a schedule carves megabytes, not the gigabytes the stand-in would
   // have to zero in host memory; every tier and ring kind is still there.
@@ -114,9 +121,170 @@ void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps,
   EXPECT_GT(c.contexts, steps) << "ring contexts were computed on the device";
   *digest = kvs_window_pool_digest(kvs_node_pool(node));
   *ring = folded;
+  if (finished != nullptr) *finished = true;
   kvs_workload_destroy(w);
   kvs_node_destroy(node);
   EXPECT_EQ(kvs_standin::thread_device(), -1) << "the node left its thread on a device";
+}
+
+// A device communicator whose device copy lands late. Every collective
+// runs on the host over the rank's loopback communicator, so the shard's
+// host view of a step message is complete when the call returns; the
+// bytes reach the buffer's device copy by a copy queued on the
+// communicator's own stream (from a pinned snapshot), after whatever the
+// consumers declared they still read (reads_done). That is NCCL's contract
+// for a device buffer -- it holds the message in stream order, not when
+// the call returns -- without the host wait NCCL's backend happens to make,
+// so a consumer that does not order itself after the communicator's
+// stream reads an older message.
+struct LateComm {
+  kvs_comm_t inner = nullptr;  // the rank's loopback communicator, borrowed
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  std::vector<void *> snapshots;  // pinned, freed at destroy
+};
+
+struct LateBuffer {
+  kvs_comm_buffer inner;
+};
+
+// Runs `body` with the communicator's device current, the thread put back
+// as it was (kvs_cuda_device_enter / leave).
+template <typename Body>
+kvs_status on_device(const LateComm *c, kvs_error *err, Body body) {
+  kvs_cuda_device_scope scope;
+  kvs_status status = kvs_cuda_device_enter(c->device, &scope, err);
+  if (status != KVS_OK) return status;
+  status = body();
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+kvs_status cuda_ok(cudaError_t code, const char *what, kvs_error *err) {
+  if (code == cudaSuccess) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_CUDA, "late comm: %s: %s", what, cudaGetErrorName(code));
+}
+
+// The device copy of a collective's result, queued on the stream.
+kvs_status land_later(LateComm *c, kvs_comm_buffer *b, size_t bytes, kvs_error *err) {
+  return on_device(c, err, [&] {
+    void *snapshot = nullptr;
+    kvs_status st = cuda_ok(cudaMallocHost(&snapshot, bytes), "cudaMallocHost", err);
+    if (st != KVS_OK) return st;
+    std::memcpy(snapshot, b->host, bytes);
+    c->snapshots.push_back(snapshot);
+    return cuda_ok(cudaMemcpyAsync(b->device, snapshot, bytes, cudaMemcpyHostToDevice, c->stream),
+                   "cudaMemcpyAsync", err);
+  });
+}
+
+kvs_status late_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
+  auto *c = static_cast<LateComm *>(ctx);
+  auto *priv = new LateBuffer;
+  kvs_status st = kvs_comm_buffer_alloc(c->inner, bytes, &priv->inner, err);
+  void *device = nullptr;
+  if (st == KVS_OK) {
+    st = on_device(c, err, [&] { return cuda_ok(cudaMalloc(&device, bytes), "cudaMalloc", err); });
+    if (st != KVS_OK) kvs_comm_buffer_free(c->inner, &priv->inner);
+  }
+  if (st != KVS_OK) {
+    delete priv;
+    return st;
+  }
+  out->host = priv->inner.host;
+  out->device = device;
+  out->priv = priv;
+  return KVS_OK;
+}
+
+void late_free(void *ctx, kvs_comm_buffer *b) {
+  auto *c = static_cast<LateComm *>(ctx);
+  auto *priv = static_cast<LateBuffer *>(b->priv);
+  (void)on_device(c, nullptr, [&] {
+    (void)cudaStreamSynchronize(c->stream);
+    (void)cudaFree(b->device);
+    return KVS_OK;
+  });
+  kvs_comm_buffer_free(c->inner, &priv->inner);
+  delete priv;
+}
+
+kvs_status late_broadcast(void *ctx, kvs_comm_buffer *b, size_t bytes, int root, int,
+                          kvs_error *err) {
+  auto *c = static_cast<LateComm *>(ctx);
+  auto *priv = static_cast<LateBuffer *>(b->priv);
+  kvs_status st = kvs_comm_broadcast(c->inner, &priv->inner, bytes, root, err);
+  return st != KVS_OK ? st : land_later(c, b, bytes, err);
+}
+
+kvs_status late_allreduce(void *ctx, kvs_comm_buffer *b, size_t count, kvs_comm_op op, int,
+                          kvs_error *err) {
+  auto *c = static_cast<LateComm *>(ctx);
+  auto *priv = static_cast<LateBuffer *>(b->priv);
+  kvs_status st = kvs_comm_allreduce_u64(c->inner, &priv->inner, count, op, err);
+  return st != KVS_OK ? st : land_later(c, b, count * sizeof(uint64_t), err);
+}
+
+kvs_status late_barrier(void *ctx, int, kvs_error *err) {
+  return kvs_comm_barrier(static_cast<LateComm *>(ctx)->inner, err);
+}
+
+void late_destroy(void *ctx) {
+  auto *c = static_cast<LateComm *>(ctx);
+  (void)on_device(c, nullptr, [&] {
+    (void)cudaStreamSynchronize(c->stream);
+    for (void *p : c->snapshots) (void)cudaFreeHost(p);
+    (void)cudaStreamDestroy(c->stream);
+    return KVS_OK;
+  });
+  delete c;  // the loopback communicator is its owner's (run_ranks)
+}
+
+kvs_status late_device_stream(void *ctx, void **stream, int *device, kvs_error *) {
+  auto *c = static_cast<LateComm *>(ctx);
+  *stream = c->stream;
+  *device = c->device;
+  return KVS_OK;
+}
+
+kvs_status late_reads_done(void *ctx, void *stream, kvs_error *err) {
+  auto *c = static_cast<LateComm *>(ctx);
+  return on_device(c, err, [&] {
+    cudaEvent_t read;
+    kvs_status st =
+        cuda_ok(cudaEventCreateWithFlags(&read, cudaEventDisableTiming), "cudaEventCreate", err);
+    if (st != KVS_OK) return st;
+    st = cuda_ok(cudaEventRecord(read, static_cast<cudaStream_t>(stream)), "cudaEventRecord", err);
+    if (st == KVS_OK) st = cuda_ok(cudaStreamWaitEvent(c->stream, read, 0), "wait", err);
+    (void)cudaEventDestroy(read);
+    return st;
+  });
+}
+
+const kvs_comm_vtable kLateVtable = {
+    "late-device",  late_alloc,  late_free,          late_broadcast,  late_allreduce,
+    late_barrier,   nullptr,     late_destroy,       late_device_stream, late_reads_done,
+};
+
+// A late device communicator on `device` over a rank's loopback
+// communicator (borrowed: destroy the wrapper first).
+kvs_comm_t late_comm(kvs_comm_t loopback, int device) {
+  auto *c = new LateComm;
+  c->inner = loopback;
+  c->device = device;
+  kvs_error err;
+  EXPECT_EQ(on_device(c, &err, [&] {
+              return cuda_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                             "cudaStreamCreate", &err);
+            }),
+            KVS_OK)
+      << err.message;
+  kvs_comm_t comm = nullptr;
+  EXPECT_EQ(kvs_comm_create(&kLateVtable, c, kvs_comm_rank(loopback), kvs_comm_size(loopback),
+                            kvs_comm_timeout_ms(loopback), &comm, &err),
+            KVS_OK)
+      << err.message;
+  return comm;
 }
 
 void expect_agree(const std::vector<uint64_t> &digests, const std::vector<uint64_t> &rings) {
@@ -147,6 +315,32 @@ TEST(NodeStandin, nccl_steps_feed_the_device_tables_over_seeded_schedules) {
         for (int d = 0; d < n; d++) {
           EXPECT_LE(kvs_standin::contexts_created(d), 1) << "device " << d;
         }
+        expect_no_violations();
+      });
+}
+
+// Over a device communicator whose device copy of each broadcast lands
+// after the call returns (LateComm): the tables take the step's message
+// from the device buffer only once it landed, in stream order after the
+// communicator's stream; tables that read it earlier would apply an older
+// step's entries and compute other ring contexts than the pool's.
+TEST(NodeStandin, the_tables_read_a_step_message_only_after_it_lands_on_the_device) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(300 / kScale), ranks_of, [](uint64_t seed) {
+        int n = ranks_of(seed);
+        reset(n, seed);
+        std::vector<uint64_t> digests(n), rings(n);
+        kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t loopback) {
+          kvs_comm_t comm = late_comm(loopback, r);
+          ASSERT_NE(comm, nullptr);
+          bool finished = false;
+          run_node(comm, n, r, seed, 24, &digests[r], &rings[r], &finished);
+          kvs_comm_destroy(comm);
+          // A rank that stopped early wakes its peers now, not at their
+          // deadline.
+          if (!finished) kvs_comm_abort(loopback, 1);
+        });
+        expect_agree(digests, rings);
         expect_no_violations();
       });
 }

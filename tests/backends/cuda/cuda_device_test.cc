@@ -272,6 +272,33 @@ TEST(CudaDevice, measuring_free_memory_leaves_a_thread_without_a_context_as_it_w
   EXPECT_EQ(kvs_standin::contexts_created(2), 1);
 }
 
+// Work queued on a non-blocking stream before the upload (a memset of the
+// same bytes) is done before the copy lands: the bytes are the upload's in
+// every schedule. cudaMemcpy from pageable memory lands later on the legacy
+// stream, which a non-blocking stream does not order with, so without the
+// upload's wait for earlier work the memset could land last.
+TEST(CudaDevice, an_upload_lands_after_earlier_work_on_the_device) {
+  int overwritten = 0;
+  for (uint64_t seed = 1; seed <= 200; seed++) {
+    reset(1, seed);
+    int64_t *d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(d, 0x5a, 64, s), cudaSuccess);
+    std::vector<int64_t> host(8, int64_t(seed));
+    kvs_error err;
+    ASSERT_EQ(kvs_cuda_upload(d, host.data(), 64, "the test's upload", &err), KVS_OK)
+        << err.message;
+    std::vector<int64_t> back(8);
+    ASSERT_EQ(cudaMemcpy(back.data(), d, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (back != host) overwritten++;
+    ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  }
+  EXPECT_EQ(overwritten, 0) << "an earlier memset landed over the upload in " << overwritten
+                            << " of 200 schedules";
+}
+
 // A kernel on a non-blocking stream, queued right after the upload, reads
 // the uploaded bytes in every schedule.
 TEST(CudaDevice, an_upload_has_landed_when_it_returns) {

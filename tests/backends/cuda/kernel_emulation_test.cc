@@ -45,6 +45,46 @@ void emulate_apply(std::vector<int64_t> &map, const kvs_table_dims &dims,
 
 }  // namespace
 
+// The step's apply (captured once, replayed every step) reads how many
+// entries to apply from device memory, the step message's count field, over
+// a grid sized for the message's capacity: only the counted entries apply,
+// whatever the rest of the buffer holds (an earlier step's entries), and a
+// count past the capacity is a fault at the capacity, the whole buffer
+// applied.
+TEST(KernelEmulation, the_counted_journal_kernel_applies_only_the_counted_entries) {
+  kvs_geometry g = small_geometry();
+  Pool fresh = make_pool(sizes_for(g, 64, 33), 0);
+  kvs_table_dims dims = dims_of(fresh.get());
+  std::vector<int64_t> ref = mapping_of(fresh.get());
+  std::vector<int64_t> emulated = ref;
+  std::mt19937_64 rng(7);
+  uint64_t seed = 0;
+  for (size_t capacity : {32u, 300u, 4096u}) {
+    for (size_t count : {size_t(0), size_t(1), capacity / 3, capacity - 1, capacity, capacity + 5}) {
+      SCOPED_TRACE(testing::Message() << count << " counted of a " << capacity
+                                      << "-entry buffer, schedule " << seed);
+      kvs_emu::set_schedule_seed(seed++);
+      // Every entry of the buffer is one that would bind or free a page.
+      std::vector<kvs_journal_entry> buffer = random_journal(rng, dims, capacity, 40, 0);
+      const size_t applied = std::min(count, capacity);
+      kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
+      ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, buffer.data(), applied, &ref_fault, nullptr),
+                KVS_OK);
+      const uint32_t device_count = static_cast<uint32_t>(count);
+      launch_apply_journal(EmulatedLaunch{}, emulated.data(), dims, buffer.data(), capacity,
+                           &device_count, &fault, 64);
+      ASSERT_EQ(emulated, ref) << "the apply did not stop at the count";
+      if (count > capacity) {
+        EXPECT_EQ(fault.count, ref_fault.count + 1);
+        EXPECT_EQ(fault.first_index, std::min<uint64_t>(ref_fault.first_index, capacity));
+      } else {
+        expect_fault(fault, ref_fault);
+      }
+    }
+  }
+  kvs_emu::set_schedule_seed(0);
+}
+
 TEST(KernelEmulation, the_journal_kernel_keeps_the_last_fitting_entry_per_page_across_blocks) {
   kvs_geometry g = small_geometry();
   Pool fresh = make_pool(sizes_for(g, 64, 33), 0);
