@@ -326,7 +326,7 @@ TEST(NodeStandin, nccl_steps_feed_the_device_tables_over_seeded_schedules) {
 // step's entries and compute other ring contexts than the pool's.
 TEST(NodeStandin, the_tables_read_a_step_message_only_after_it_lands_on_the_device) {
   kvs_standin_harness::over_schedules(
-      kvs_standin_harness::schedules(300 / kScale), ranks_of, [](uint64_t seed) {
+      kvs_standin_harness::schedules(100 / kScale), ranks_of, [](uint64_t seed) {
         int n = ranks_of(seed);
         reset(n, seed);
         std::vector<uint64_t> digests(n), rings(n);
