@@ -567,7 +567,7 @@ TEST(NcclStandin, split_mode_runs_on_its_own_stream_not_the_engines) {
       // looked at their engine streams, or, if kvshard's collectives are
       // stuck behind the engine's (they never get there), after a while,
       // which lets them finish so the failure is reported, not hung.
-      bool all_checked = checked.arrive_and_wait_for(10000);
+      bool all_checked = checked.arrive_and_wait_for(60000);
       EXPECT_TRUE(all_checked) << "rank " << r
                                << ": kvshard's collectives waited for the engine's stream";
       if (last) engine_sum_enqueue(e, r);
@@ -640,7 +640,7 @@ TEST(NcclStandin, a_cuda_failure_in_a_collective_aborts_the_communicator) {
   kvs_standin_harness::over_schedules(30, ranks_of, [](uint64_t seed) {
     int n = ranks_of(seed);
     reset(n, seed);
-    const int timeout_ms = 3000;
+    const int timeout_ms = 30000;
     // Even seeds: the root's staging copy fails; odd: rank 1's readback.
     bool staging = seed % 2 == 0;
     int failing = staging ? 0 : 1;
@@ -756,7 +756,7 @@ TEST(NcclStandin, a_setup_step_failing_on_one_rank_fails_every_rank_at_once) {
     bool stream = seed % 2 == 0;
     kvs_standin::inject_cuda_error(stream ? "cudaStreamCreateWithFlags" : "cudaMallocHost",
                                    failing, 1, cudaErrorMemoryAllocation);
-    const int deadline_ms = 30000;  // the bootstrap's, the initialisation's and the collectives'
+    const int deadline_ms = 120000;  // the bootstrap's, the initialisation's and the collectives'
     std::vector<std::string> messages(static_cast<size_t>(n));
     std::vector<kvs_status> statuses(size_t(n), KVS_OK);
     kvs_test::run_ranks(n, deadline_ms, [&](int r, kvs_comm_t boot) {
@@ -800,15 +800,16 @@ TEST(NcclStandin, a_setup_step_failing_on_one_rank_fails_every_rank_at_once) {
 
 // The initialisation has a deadline of its own: with one rank that never
 // calls, the others' initialisation (from a unique id, or split from an
-// engine's communicator) gives up after init_timeout_ms (the collectives'
-// deadline is a minute), saying so; with every rank there, a collective a
-// rank never joins gives up after timeout_ms (the initialisation's
-// deadline is a minute).
+// engine's communicator) gives up after init_timeout_ms (2 s; the
+// collectives' deadline is ten minutes), saying so; with every rank there, a
+// collective a rank never joins gives up after timeout_ms (2 s; the
+// initialisation's deadline is ten minutes). Both short deadlines are ten
+// times what a healthy setup step needs on a loaded 2-core machine.
 TEST(NcclStandin, the_initialisation_and_the_collectives_have_separate_deadlines) {
   kvs_standin_harness::over_schedules(10, ranks_of, [](uint64_t seed) {
     int n = ranks_of(seed);
     reset(n, seed);
-    const int short_ms = 200, long_ms = 60000;
+    const int short_ms = 2000, long_ms = 600000;
     unsigned char id[KVS_NCCL_UNIQUE_ID_BYTES];
     kvs_error err;
     ASSERT_EQ(kvs_comm_nccl_unique_id(id, &err), KVS_OK) << err.message;
@@ -1110,7 +1111,7 @@ TEST(NcclStandin, collectives_and_shard_steps_over_seeded_schedules) {
           expect_no_violations();
           return;
         }
-        int timeout_ms = twist == Twist::kTimeout ? 50 : 20000;
+        int timeout_ms = twist == Twist::kTimeout ? 500 : 20000;
         kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t boot) {
           if (two_nodes) kvs_standin::set_thread_hostname(r % 2 == 0 ? "node-a" : "node-b");
           kvs_comm_t comm = nullptr;

@@ -1,9 +1,11 @@
 // The NCCL backend with the real CUDA runtime and NCCL, linked into the
 // program (//backends/cuda, //backends/nccl: the core's registry finds
 // their entry points without a dlopen). It builds and links everywhere;
-// what needs a GPU skips on a machine without one, naming why
-// (tools/device-check.sh runs it at one rank on a GPU), and
-// nccl_test_on_standin runs the same source on the CPU stand-in's one GPU.
+// what needs a GPU skips only where CUDA says there is none, naming why,
+// and fails where CUDA cannot be asked (gpu_gate_runtime.h;
+// tools/device-check.sh runs it at one rank on a GPU), and
+// nccl_test_on_standin runs the same source on the CPU stand-in's one GPU
+// (and its no-device case on a stand-in machine of no GPU).
 // Everywhere: the options are checked before anything is loaded or joined,
 // and a host communicator has no device stream. Without a device,
 // bootstrapping fails cleanly saying why. On a GPU: one rank bootstrapped
@@ -34,16 +36,10 @@
 #include "shard/comm_self.h"
 #include "shard/shard.h"
 #include "shard/step_message.h"
-
-namespace {
-
-std::string why_no_device() {
-  int count = 0;
-  kvs_error why;
-  return kvs_cuda_device_count(&count, &why) == KVS_OK ? std::string() : std::string(why.message);
-}
-
-}  // namespace
+#include "tests/backends/cuda/gpu_gate_runtime.h"
+#if defined(KVS_TEST_ON_STANDIN)
+#include "tests/standin/standin.h"
+#endif
 
 TEST(CommNccl, the_options_are_checked_before_anything_is_loaded_or_joined) {
   kvs_comm_nccl_options o;
@@ -80,8 +76,18 @@ TEST(CommNccl, the_options_are_checked_before_anything_is_loaded_or_joined) {
 }
 
 TEST(CommNccl, without_a_device_bootstrapping_fails_saying_why) {
-  std::string why = why_no_device();
-  if (why.empty()) GTEST_SKIP() << "a CUDA device is visible; the no-device path is not reachable";
+#if defined(KVS_TEST_ON_STANDIN)
+  // The stand-in plays a machine without a GPU here, its one GPU after.
+  kvs_standin::Config none;
+  none.devices = 0;
+  kvs_standin::reset(none);
+  struct OneGpuAfter {
+    ~OneGpuAfter() { kvs_standin::reset(kvs_standin::Config{}); }
+  } one_gpu_after;
+#endif
+  const kvs_gpu_gate::Answer cuda = kvs_gpu_gate::runtime();
+  KVS_NEED_NO_GPU(cuda);
+  const std::string why = cuda.why;
   kvs_comm_t boot = nullptr, comm = nullptr;
   kvs_error err;
   int count = 7;
@@ -111,8 +117,7 @@ TEST(CommNccl, a_host_communicator_has_no_device_stream) {
 // One rank on one device: collectives through device buffers, and a shard
 // stepping over them (the device buffer is what a table kernel consumes).
 TEST(CommNccl, one_rank_moves_device_buffers_and_drives_a_shard) {
-  std::string why = why_no_device();
-  if (!why.empty()) GTEST_SKIP() << why;
+  KVS_NEED_GPU(kvs_gpu_gate::runtime());
   kvs_comm_t boot = nullptr, comm = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
@@ -193,8 +198,7 @@ CUcontext current_context() {
 // on a stream of its own, leaves the caller's context as it was, and the
 // engine's communicator works after kvshard's is gone.
 TEST(CommNccl, split_mode_leaves_the_engines_communicator_and_device_alone) {
-  std::string why = why_no_device();
-  if (!why.empty()) GTEST_SKIP() << why;
+  KVS_NEED_GPU(kvs_gpu_gate::runtime());
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
@@ -255,8 +259,7 @@ TEST(CommNccl, split_mode_leaves_the_engines_communicator_and_device_alone) {
 // entries to device tables, ordered by kvs_comm_reads_done, and the
 // tables follow the host mirror.
 TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
-  std::string why = why_no_device();
-  if (!why.empty()) GTEST_SKIP() << why;
+  KVS_NEED_GPU(kvs_gpu_gate::runtime());
   std::thread([] {
     ASSERT_EQ(current_context(), nullptr) << "a fresh thread has no context";
     kvs_comm_t boot = nullptr, comm = nullptr;

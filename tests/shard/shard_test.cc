@@ -1,6 +1,9 @@
 // The shard runtime over the self backend and over an in-process loopback
 // group: steps, epochs, capacity, step infos, digests, bisection, aborts,
 // dead peers.
+// Deadlines are ten times what the ranks need on a loaded 2-core machine
+// (under ASan too), so no healthy rank times out and changes the wording a
+// case checks; the one case that waits out a deadline waits 4 s.
 #include "shard/shard.h"
 
 #include <gtest/gtest.h>
@@ -169,7 +172,7 @@ TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
   ASSERT_EQ(kvs_geometry_builtin("dsv4-flash", &g, &gerr), KVS_OK);
   std::vector<uint64_t> digests(N), contexts(N);
   std::vector<kvs_shard_stats> stats(N);
-  run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(N, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
     wo.seed = 42;
@@ -235,7 +238,7 @@ TEST(ShardLoopback, a_flipped_binding_is_seen_by_its_rank_and_located_by_bisecti
   std::vector<kvs_shard_report> reports(N);
   std::vector<std::string> messages(N);
   std::atomic<int64_t> flipped_from{-2}, flipped_to{-2};
-  run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(N, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s, 0, 0);
     ASSERT_NE(shard, nullptr);
@@ -303,7 +306,7 @@ TEST(ShardLoopback, bisection_names_the_lowest_of_several_differing_pages) {
   constexpr int N = 3;
   const kvs_pool_sizes s = small_sizes();
   std::vector<kvs_shard_report> reports(N);
-  run_ranks(N, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(N, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s, 0, 0);
     if (rank == 0) {
@@ -329,7 +332,7 @@ TEST(ShardLoopback, bisection_names_the_lowest_of_several_differing_pages) {
 
 TEST(ShardLoopback, followers_refuse_a_replayed_or_skipped_step_and_stay_unchanged) {
   const kvs_pool_sizes s = small_sizes();
-  run_ranks(2, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(2, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s);
     ASSERT_NE(shard, nullptr);
@@ -387,7 +390,7 @@ TEST(ShardLoopback, followers_refuse_a_replayed_or_skipped_step_and_stay_unchang
 TEST(ShardLoopback, a_journal_the_mirror_refuses_makes_the_rank_stale_not_corrupt) {
   const kvs_pool_sizes s = small_sizes();
   std::vector<kvs_shard_report> reports(2);
-  run_ranks(2, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(2, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s, 0, 0);
     kvs_window_pool_t pool = kvs_shard_pool(shard);
@@ -428,7 +431,7 @@ TEST(ShardLoopback, application_digests_are_compared_every_step_and_at_checks) {
   const kvs_pool_sizes s = small_sizes();
   std::vector<kvs_shard_report> reports(3);
   std::vector<std::string> step_messages(3);
-  run_ranks(3, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(3, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s, 0, 0);
     ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK);
@@ -452,7 +455,7 @@ TEST(ShardLoopback, a_pool_that_fails_its_integrity_check_is_named) {
   const kvs_pool_sizes s = small_sizes();
   std::vector<kvs_shard_report> reports(2);
   std::vector<std::string> messages(2);
-  run_ranks(2, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(2, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s, 0, 0);
     kvs_window_pool_t pool = kvs_shard_pool(shard);
@@ -478,7 +481,7 @@ TEST(ShardLoopback, a_pool_that_fails_its_integrity_check_is_named) {
 
 TEST(ShardLoopback, a_leader_abort_stops_every_follower_with_its_reason) {
   const kvs_pool_sizes s = small_sizes();
-  run_ranks(3, 10000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(3, 100000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s);
     ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK);
@@ -500,7 +503,7 @@ TEST(ShardLoopback, a_leader_abort_stops_every_follower_with_its_reason) {
 TEST(ShardLoopback, a_rank_that_stops_answering_turns_into_a_bounded_timeout) {
   const kvs_pool_sizes s = small_sizes();
   std::atomic<int> failed{0};
-  run_ranks(3, 400, [&](int rank, kvs_comm_t comm) {
+  run_ranks(3, 4000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s);
     ASSERT_NE(shard, nullptr);
@@ -511,7 +514,7 @@ TEST(ShardLoopback, a_rank_that_stops_answering_turns_into_a_bounded_timeout) {
     auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_ERR_TIMEOUT);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_LT(secs, 4.0);
+    EXPECT_LT(secs, 40.0);
     EXPECT_TRUE(contains(err.message, "waiting for rank(s) 1: a peer failed or stalled"))
         << err.message;
     EXPECT_EQ(kvs_shard_health(shard), KVS_ERR_TIMEOUT);
@@ -525,7 +528,7 @@ TEST(ShardLoopback, a_rank_that_stops_answering_turns_into_a_bounded_timeout) {
 TEST(ShardLoopback, followers_learn_where_the_leaders_entries_lie) {
   const kvs_pool_sizes s = small_sizes();
   std::vector<Recorder> recs(3);
-  run_ranks(3, 5000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(3, 50000, [&](int rank, kvs_comm_t comm) {
     kvs_error err;
     kvs_shard_t shard = make_shard(comm, s);
     kvs_shard_step_info info;
@@ -563,7 +566,7 @@ TEST(ShardLoopback, a_ranks_failing_local_verdict_is_reported_on_every_rank) {
   const kvs_pool_sizes s = small_sizes();
   std::vector<kvs_shard_report> reports(2);
   std::vector<std::string> messages(2);
-  run_ranks(2, 5000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(2, 50000, [&](int rank, kvs_comm_t comm) {
     kvs_error err, local;
     kvs_shard_t shard = make_shard(comm, s);
     ASSERT_EQ(kvs_shard_step(shard, 0, nullptr, &err), KVS_OK) << err.message;
@@ -588,7 +591,7 @@ TEST(ShardLoopback, a_ranks_failing_local_verdict_is_reported_on_every_rank) {
 }
 
 TEST(ShardLoopback, ranks_that_built_different_pools_all_fail_create) {
-  run_ranks(2, 5000, [&](int rank, kvs_comm_t comm) {
+  run_ranks(2, 50000, [&](int rank, kvs_comm_t comm) {
     kvs_pool_sizes s = small_sizes();
     if (rank == 1) {
       kvs_geometry g;
