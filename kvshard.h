@@ -171,10 +171,10 @@ KVS_API kvs_status kvs_comm_mpi_create(const void *handle, size_t handle_bytes, 
 #define KVS_NCCL_UNIQUE_ID_BYTES 128
 
 typedef struct kvs_comm_nccl_options {
-  size_t size;    /* sizeof(kvs_comm_nccl_options) */
-  int rank;       /* this rank, in [0, nranks) */
-  int nranks;     /* the group's size */
-  int device;     /* the CUDA device this rank runs on */
+  size_t size; /* sizeof(kvs_comm_nccl_options) */
+  int rank;    /* this rank, in [0, nranks) */
+  int nranks;  /* the group's size */
+  int device;  /* the CUDA device this rank runs on */
   /* From kvs_comm_nccl_unique_id on one rank, shared by the engine over
    * its own group (torch.distributed, MPI): the same on every rank. */
   unsigned char unique_id[KVS_NCCL_UNIQUE_ID_BYTES];
@@ -281,11 +281,11 @@ typedef struct kvs_node_options {
   const uint64_t *weights_per_gpu;
   size_t n_weights_per_gpu;
   /* The step. */
-  size_t max_batch;       /* rows a step's batch may have (0: max_running) */
-  size_t step_capacity;   /* journal entries per step (0: from the pool's chunk budget) */
-  uint64_t check_every;   /* steps between digest checks (64; 0: on demand only) */
-  bool check_integrity;   /* each check also checks the pool's invariants */
-  bool digest_steps;      /* each step hashes its ring contexts into the digest */
+  size_t max_batch;     /* rows a step's batch may have (0: max_running) */
+  size_t step_capacity; /* journal entries per step (0: from the pool's chunk budget) */
+  uint64_t check_every; /* steps between digest checks (64; 0: on demand only) */
+  bool check_integrity; /* each check also checks the pool's invariants */
+  bool digest_steps;    /* each step hashes its ring contexts into the digest */
   /* Where the launcher put this rank, checked against the plan
    * (KVS_NODE_FROM_LAUNCHER, KVS_NODE_UNCHECKED or the value), and this
    * rank's host name (NULL: gethostname). */
@@ -356,10 +356,9 @@ KVS_API int kvs_node_cuda_device(const struct kvs_node *node);
  *           pages), KVS_ERR_EXHAUSTED when the window is full;
  *   free:   those pages' window bindings back (idempotent);
  *   finish: the request's slot back. */
-KVS_API kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *slot,
-                                  kvs_error *err);
-KVS_API kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs,
-                                 size_t n, kvs_error *err);
+KVS_API kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *slot, kvs_error *err);
+KVS_API kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs, size_t n,
+                                 kvs_error *err);
 KVS_API kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err);
 KVS_API kvs_status kvs_node_finish(kvs_node_t node, uint64_t request, kvs_error *err);
 
@@ -452,9 +451,9 @@ typedef struct kvs_node_view {
   int64_t shape[KVS_VIEW_MAX_DIMS];
   int64_t strides[KVS_VIEW_MAX_DIMS]; /* elements */
   bool on_device;
-  int device;        /* the CUDA device; -1 on the host */
-  uint64_t offset;   /* bytes from the carve's start (the mapping's own, on the host) */
-  uint64_t bytes;    /* from data to the end of the last row */
+  int device;      /* the CUDA device; -1 on the host */
+  uint64_t offset; /* bytes from the carve's start (the mapping's own, on the host) */
+  uint64_t bytes;  /* from data to the end of the last row */
 } kvs_node_view;
 
 /* The views this node has (tiers without layers are left out), 0 for
@@ -468,12 +467,12 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
 
 /* What a check found; identical on every rank. */
 typedef struct kvs_node_report {
-  size_t size;         /* sizeof(kvs_node_report), set by the caller */
-  int kind;            /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps */
-  uint64_t step;       /* the last step applied */
-  uint64_t digest;     /* the bindings' digest (the leader's) */
-  uint64_t full_page;  /* the first differing full page; UINT64_MAX: none */
-  int rank;            /* the first rank that differs; -1: none */
+  size_t size;        /* sizeof(kvs_node_report), set by the caller */
+  int kind;           /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps */
+  uint64_t step;      /* the last step applied */
+  uint64_t digest;    /* the bindings' digest (the leader's) */
+  uint64_t full_page; /* the first differing full page; UINT64_MAX: none */
+  int rank;           /* the first rank that differs; -1: none */
   int64_t leader_window_page;
   int64_t rank_window_page;
   uint64_t request_slot; /* a differing request slot; UINT64_MAX: none */

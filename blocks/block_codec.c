@@ -349,8 +349,7 @@ static kvs_status parse_signature_fixed(cursor *c, uint32_t version, kvs_block_v
                                         uint32_t *model_len, uint32_t *weights_len,
                                         kvs_error *err) {
   if (c->end - c->at < SIG_FIXED_BYTES) {
-    return corrupt(err, "truncated signature at offset %zu: %zu bytes left", c->at,
-                   c->end - c->at);
+    return corrupt(err, "truncated signature at offset %zu: %zu bytes left", c->at, c->end - c->at);
   }
   const uint8_t *s = c->src + c->at;
   uint32_t dtype = rd32(s + 20);
@@ -508,8 +507,7 @@ static void fill_layers(const uint8_t *src, size_t table, uint32_t n_layers,
 /* Steps 2 to 5 over a readable (version 2) body; *table and *n_layers
  * locate the layer table for step 6. */
 static kvs_status parse_body(const uint8_t *src, size_t len, uint64_t body_len, uint32_t flags,
-                             kvs_block_view *v, size_t *table, uint32_t *n_layers,
-                             kvs_error *err) {
+                             kvs_block_view *v, size_t *table, uint32_t *n_layers, kvs_error *err) {
   cursor c = {src, KVS_BLOCK_ENVELOPE_BYTES, len - KVS_BLOCK_CHECKSUM_BYTES};
   if (body_len % 8 != 0) {
     return corrupt(err, "body_len %" PRIu64 " is not a multiple of 8", body_len);

@@ -344,8 +344,7 @@ static kvs_status check_identity(const char *function, const char *model, const 
   }
   if (weights_len > 0 && weights == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%s: weights is NULL but weights_len is %zu", function,
-                         weights_len);
+                         "%s: weights is NULL but weights_len is %zu", function, weights_len);
   }
   return KVS_OK;
 }

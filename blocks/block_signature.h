@@ -225,8 +225,7 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
 /* Checks a layer array can be measured: non-NULL when non-empty, a count
  * the format holds, and a known dtype on every layer (the error names the
  * layer). */
-kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers,
-                                  kvs_error *err);
+kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers, kvs_error *err);
 
 /* Renders a weights fingerprint for messages: lowercase hex, or
  * "none" when empty. Returns buf. */

@@ -24,7 +24,10 @@ typedef struct backend_spec {
 
 static const backend_spec kSpecs[N_KINDS] = {
     {"cuda", "libkvshard-cuda.so.1", {"libcudart.so.13", NULL}, true, RTLD_NOW | RTLD_GLOBAL},
-    {"nccl", "libkvshard-nccl.so.1", {"libcudart.so.13", "libnccl.so.2"}, true,
+    {"nccl",
+     "libkvshard-nccl.so.1",
+     {"libcudart.so.13", "libnccl.so.2"},
+     true,
      RTLD_NOW | RTLD_GLOBAL},
     {"mpi", "libkvshard-mpi.so.1", {"libmpi.so.40", NULL}, false, RTLD_NOW | RTLD_GLOBAL},
 };
@@ -129,8 +132,7 @@ static bool core_folder(char *out, size_t cap) {
   Dl_info info;
   struct link_map *mine = NULL, *program = NULL;
   char path[PATH_MAX];
-  if (dladdr1(&g_anchor, &info, (void **)&mine, RTLD_DL_LINKMAP) == 0 ||
-      info.dli_fname == NULL) {
+  if (dladdr1(&g_anchor, &info, (void **)&mine, RTLD_DL_LINKMAP) == 0 || info.dli_fname == NULL) {
     return false;
   }
   void *self = dlopen(NULL, RTLD_NOW);
@@ -156,7 +158,8 @@ static void *open_dep(const backend_spec *spec, const char *soname, trail *t) {
   const char *cuda_path = spec->cuda_deps ? getenv("KVSHARD_CUDA_PATH") : NULL;
   if (cuda_path != NULL && cuda_path[0] != '\0') {
     void *h = open_in_list(cuda_path, soname, spec->dep_flags, t);
-    if (h == NULL) trail_add(t, "KVSHARD_CUDA_PATH=%s names the only places to look%s", cuda_path, "");
+    if (h == NULL)
+      trail_add(t, "KVSHARD_CUDA_PATH=%s names the only places to look%s", cuda_path, "");
     return h;
   }
   void *h = open_by_loader(soname, spec->dep_flags, t);
@@ -182,7 +185,8 @@ static void *open_backend(const backend_spec *spec, trail *t) {
     trail_add(t, "KVSHARD_BACKEND_PATH is not set%s%s", "", "");
   }
   char dir[PATH_MAX];
-  if (h == NULL && core_folder(dir, sizeof dir)) h = open_in(dir, spec->file, RTLD_NOW | RTLD_LOCAL, t);
+  if (h == NULL && core_folder(dir, sizeof dir))
+    h = open_in(dir, spec->file, RTLD_NOW | RTLD_LOCAL, t);
   if (h == NULL) h = open_by_loader(spec->file, RTLD_NOW | RTLD_LOCAL, t);
   return h;
 }
@@ -198,8 +202,8 @@ static void load_locked(kvs_backend_kind kind) {
     if (open_dep(spec, spec->deps[i], &t) == NULL) {
       l->status = KVS_ERR_LIBRARY;
       snprintf(l->message, sizeof l->message,
-               "the %s backend needs %s, which could not be loaded: %.*s", spec->name, spec->deps[i],
-               (int)sizeof t.text, t.text);
+               "the %s backend needs %s, which could not be loaded: %.*s", spec->name,
+               spec->deps[i], (int)sizeof t.text, t.text);
       return;
     }
   }
@@ -230,9 +234,9 @@ static kvs_status check_table(kvs_backend_kind kind, const char *entry, const vo
                          "the %s backend's %s is a table of ABI %u for '%s' of %u bytes (version "
                          "%s); this build needs ABI %d for '%s' of at least %zu bytes (version "
                          "%s): install the backend of the same kvshard build",
-                         kSpecs[kind].name, entry, h->abi, h->name != NULL ? h->name : "?",
-                         h->size, h->version != NULL ? h->version : "?", KVS_BACKEND_ABI,
-                         kSpecs[kind].name, min_size, KVS_VERSION_STRING);
+                         kSpecs[kind].name, entry, h->abi, h->name != NULL ? h->name : "?", h->size,
+                         h->version != NULL ? h->version : "?", KVS_BACKEND_ABI, kSpecs[kind].name,
+                         min_size, KVS_VERSION_STRING);
   }
   return KVS_OK;
 }
@@ -251,7 +255,8 @@ kvs_status kvs_backend_table(kvs_backend_kind kind, const char *entry, kvs_backe
     loaded snapshot = g_loaded[kind];
     void *sym = snapshot.handle != NULL ? dlsym(snapshot.handle, entry) : NULL;
     pthread_mutex_unlock(&g_lock);
-    if (snapshot.status != KVS_OK) return kvs_error_set(err, snapshot.status, "%s", snapshot.message);
+    if (snapshot.status != KVS_OK)
+      return kvs_error_set(err, snapshot.status, "%s", snapshot.message);
     if (sym == NULL) {
       return kvs_error_set(err, KVS_ERR_LIBRARY, "the %s backend (%s) has no entry point %s",
                            kSpecs[kind].name, kSpecs[kind].file, entry);

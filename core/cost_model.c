@@ -28,7 +28,7 @@ static kvs_status check_swa_ratio(double swa_ratio, kvs_error *err) {
 }
 
 kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
-  kvs_row_widths w = {0}; /* rings per window page, no request slots */
+  kvs_row_widths w = {0};         /* rings per window page, no request slots */
   if (geometry == NULL) return w; /* zero widths: every pricing refuses them */
   w.kv = geometry->head_dim * KVS_BF16_BYTES;
   w.index = geometry->index_head_dim * KVS_BF16_BYTES;
@@ -40,9 +40,12 @@ kvs_row_widths kvs_row_widths_default(const kvs_geometry *geometry) {
 
 const char *kvs_state_rings_name(kvs_state_rings rings) {
   switch (rings) {
-    case KVS_STATE_RINGS_PER_PAGE: return "per-page";
-    case KVS_STATE_RINGS_PER_REQUEST: return "per-request";
-    case KVS_STATE_RINGS_HCA_PER_REQUEST: return "hca-per-request";
+    case KVS_STATE_RINGS_PER_PAGE:
+      return "per-page";
+    case KVS_STATE_RINGS_PER_REQUEST:
+      return "per-request";
+    case KVS_STATE_RINGS_HCA_PER_REQUEST:
+      return "hca-per-request";
   }
   return "unknown";
 }
@@ -63,8 +66,7 @@ kvs_status kvs_state_rings_parse(const char *text, kvs_state_rings *out, kvs_err
     }
   }
   return kvs_error_set(err, KVS_ERR_PARSE,
-                       "state rings '%s' are none of per-page, per-request, hca-per-request",
-                       text);
+                       "state rings '%s' are none of per-page, per-request, hca-per-request", text);
 }
 
 bool kvs_state_rings_csa_per_request(kvs_state_rings rings) {
@@ -138,8 +140,8 @@ kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
   /* fp8 no-rope part + bf16 rope part + scales. */
   w.kv = (geometry->head_dim - qk_rope_head_dim) + qk_rope_head_dim * KVS_BF16_BYTES +
          KVS_FP8_KV_SCALE_BYTES;
-  w.index = geometry->index_head_dim +
-            geometry->index_head_dim / KVS_FP8_INDEX_BLOCK * KVS_FP32_BYTES;
+  w.index =
+      geometry->index_head_dim + geometry->index_head_dim / KVS_FP8_INDEX_BLOCK * KVS_FP32_BYTES;
   *out = w;
   return KVS_OK;
 }
@@ -231,7 +233,7 @@ kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out,
 }
 
 kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
-                                     kvs_error *err) {
+                                          kvs_error *err) {
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
@@ -248,7 +250,7 @@ kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint
 }
 
 kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
-                                  uint64_t page, uint64_t *out, kvs_error *err) {
+                                       uint64_t page, uint64_t *out, kvs_error *err) {
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
@@ -268,7 +270,7 @@ kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_runnin
 }
 
 kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
-                              uint64_t *out, kvs_error *err) {
+                                   uint64_t *out, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
@@ -308,7 +310,7 @@ kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_rati
 }
 
 kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
-                             kvs_error *err) {
+                                  kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
@@ -332,7 +334,7 @@ kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, u
 }
 
 kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
-                                 kvs_error *err) {
+                                      kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
@@ -555,7 +557,7 @@ kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cos
 }
 
 kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
-                                uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
+                                      uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err) {
   if (sizes == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
   }
@@ -577,7 +579,7 @@ kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cos
 }
 
 kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
-                          uint64_t n_scratch, uint64_t *out, kvs_error *err) {
+                                uint64_t n_scratch, uint64_t *out, kvs_error *err) {
   if (sizes == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
   }
@@ -660,9 +662,9 @@ static double estimate_pages(const solve_ctx *c, uint64_t lo, uint64_t lo_bytes,
 }
 
 kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
-                                     double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                                     uint64_t n_scratch, kvs_pool_sizes *out,
-                                     kvs_budget_shortfall *shortfall, kvs_error *err) {
+                                          double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                          uint64_t n_scratch, kvs_pool_sizes *out,
+                                          kvs_budget_shortfall *shortfall, kvs_error *err) {
   if (terms == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: terms is NULL", __func__);
   }
@@ -745,9 +747,9 @@ kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_co
 }
 
 kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
-                               double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                               uint64_t n_scratch, kvs_pool_sizes *out,
-                               kvs_budget_shortfall *shortfall, kvs_error *err) {
+                                    double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                    uint64_t n_scratch, kvs_pool_sizes *out,
+                                    kvs_budget_shortfall *shortfall, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }

@@ -150,28 +150,28 @@ kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out,
  * reference code, not its docstring: 2*(max_running+1) decode transients,
  * plus 3*max_running in radix mode, plus the dummy page. */
 kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
-                                     kvs_error *err);
+                                          kvs_error *err);
 
 /* The working-set floor in window pages: one prefill chunk's reach
  * (ceil(max_seq_len / page), capped at 8 pages) plus the reserve. */
 kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
-                                  uint64_t page, uint64_t *out, kvs_error *err);
+                                       uint64_t page, uint64_t *out, kvs_error *err);
 
 /* Bytes per P-token page over all tiers and layers, window and rings
  * scaled by swa_ratio. For the affine planner only; never for the final
  * size. */
 kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
-                              uint64_t *out, kvs_error *err);
+                                   uint64_t *out, kvs_error *err);
 
 /* Full-anchored bytes per full-history token (compressed, indexer, the
  * mapping), rounded up: independent of swa_ratio. */
 kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
-                             kvs_error *err);
+                                  kvs_error *err);
 
 /* Window-anchored bytes per window token (window KV on every layer and
  * both rings), rounded up. */
 kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
-                                 kvs_error *err);
+                                      kvs_error *err);
 
 /* Pool dimensions for an anchor. Per-layer sizes are derived on demand by
  * kvs_pool_sizes_layer; they follow from these numbers and the ratio. */
@@ -236,10 +236,10 @@ typedef struct kvs_pool_breakdown {
 /* Exact pool bytes. The sizes must have been built for this geometry's
  * layer count (the error names both counts). */
 kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry *geometry,
-                          uint64_t n_scratch, uint64_t *out, kvs_error *err);
+                                uint64_t n_scratch, uint64_t *out, kvs_error *err);
 
 kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
-                                uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
+                                      uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
 
 /* Whether sizes were built for these terms: the same layer count and the
  * same ring placement and request slots (KVS_ERR_INVALID_ARGUMENT naming
@@ -279,14 +279,14 @@ typedef struct kvs_budget_shortfall {
  * below (DSV4-Flash at 80 GiB: 27,600 pages here, 53,653 there). The
  * _terms form prices whatever placement its terms' widths carry. */
 kvs_status kvs_cost_solve_num_pages(uint64_t available_bytes, const kvs_geometry *geometry,
-                               double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                               uint64_t n_scratch, kvs_pool_sizes *out,
-                               kvs_budget_shortfall *shortfall, kvs_error *err);
+                                    double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                    uint64_t n_scratch, kvs_pool_sizes *out,
+                                    kvs_budget_shortfall *shortfall, kvs_error *err);
 
 kvs_status kvs_cost_solve_num_pages_terms(uint64_t available_bytes, const kvs_cost_terms *terms,
-                                     double swa_ratio, uint64_t floor_win_pages, uint64_t page,
-                                     uint64_t n_scratch, kvs_pool_sizes *out,
-                                     kvs_budget_shortfall *shortfall, kvs_error *err);
+                                          double swa_ratio, uint64_t floor_win_pages, uint64_t page,
+                                          uint64_t n_scratch, kvs_pool_sizes *out,
+                                          kvs_budget_shortfall *shortfall, kvs_error *err);
 
 /* What kvs_cost_solve sizes for: the inputs of `kvplan solve`, with its
  * defaults (core/serving_defaults.h). A versioned struct (core/options.h):
@@ -305,11 +305,11 @@ typedef struct kvs_solve_options {
   kvs_state_rings state_rings; /* per request (max_running + 1 slots), as kvplan */
 } kvs_solve_options;
 
-#define KVS_SOLVE_OPTIONS_INIT                                                               \
-  {                                                                                          \
-    sizeof(kvs_solve_options), KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE,               \
-        KVS_DEFAULT_N_SCRATCH, KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING,             \
-        KVS_DEFAULT_RADIX, 0, KVS_KV_BF16, 0, KVS_STATE_RINGS_PER_REQUEST                    \
+#define KVS_SOLVE_OPTIONS_INIT                                                   \
+  {                                                                              \
+    sizeof(kvs_solve_options), KVS_DEFAULT_SWA_RATIO, KVS_DEFAULT_WINDOW_PAGE,   \
+        KVS_DEFAULT_N_SCRATCH, KVS_DEFAULT_MAX_SEQ_LEN, KVS_DEFAULT_MAX_RUNNING, \
+        KVS_DEFAULT_RADIX, 0, KVS_KV_BF16, 0, KVS_STATE_RINGS_PER_REQUEST        \
   }
 
 /* The planning entry point for one device: the largest pool `kvplan

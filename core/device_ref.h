@@ -193,9 +193,9 @@ kvs_status kvs_ref_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
  * random tables); the host twin of the device tables runs it. Another
  * block size is refused (KVS_ERR_INVALID_ARGUMENT). */
 kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
-                             const kvs_block_tables *tables, const int64_t *positions,
-                             size_t n_req, int64_t *own, int64_t *prev, int64_t *ring,
-                             kvs_batch_fault *fault, kvs_error *err);
+                             const kvs_block_tables *tables, const int64_t *positions, size_t n_req,
+                             int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
+                             kvs_error *err);
 
 #ifdef __cplusplus
 }

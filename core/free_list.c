@@ -6,8 +6,8 @@ struct kvs_free_list {
   uint64_t capacity;  /* slots */
   uint64_t page_unit; /* slots per unit */
   uint64_t n_units;
-  uint64_t top;       /* free units on the stack */
-  uint64_t *stack;    /* free unit bases; stack[top-1] is taken first */
+  uint64_t top;    /* free units on the stack */
+  uint64_t *stack; /* free unit bases; stack[top-1] is taken first */
   /* position of each unit on the stack, or UINT64_MAX when allocated: O(1)
    * double-free detection and O(1) removal of a named unit. */
   uint64_t *position;
@@ -89,8 +89,7 @@ kvs_status kvs_free_list_alloc(kvs_free_list_t list, size_t n_units, uint64_t *b
     return kvs_error_set(err, KVS_ERR_EXHAUSTED,
                          "window free list out of slots: requested %zu units, have %llu "
                          "(capacity %llu, unit %llu)",
-                         n_units, (unsigned long long)list->top,
-                         (unsigned long long)list->capacity,
+                         n_units, (unsigned long long)list->top, (unsigned long long)list->capacity,
                          (unsigned long long)list->page_unit);
   }
   uint64_t first = list->top - n_units;

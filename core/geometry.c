@@ -10,10 +10,17 @@ size_t kvs_geometry_layer_count(const kvs_geometry *geometry) {
 bool kvs_compressor_from_ratio(uint32_t ratio, kvs_compressor *out) {
   kvs_compressor found;
   switch (ratio) {
-    case 0: found = KVS_COMPRESSOR_NONE; break;
-    case KVS_CSA_RATIO: found = KVS_COMPRESSOR_CSA; break;
-    case KVS_HCA_RATIO: found = KVS_COMPRESSOR_HCA; break;
-    default: return false;
+    case 0:
+      found = KVS_COMPRESSOR_NONE;
+      break;
+    case KVS_CSA_RATIO:
+      found = KVS_COMPRESSOR_CSA;
+      break;
+    case KVS_HCA_RATIO:
+      found = KVS_COMPRESSOR_HCA;
+      break;
+    default:
+      return false;
   }
   if (out != NULL) *out = found;
   return true;
@@ -40,9 +47,12 @@ uint64_t kvs_compressor_visible_compressed(kvs_compressor compressor, uint64_t p
 
 const char *kvs_compressor_name(kvs_compressor compressor) {
   switch (compressor) {
-    case KVS_COMPRESSOR_NONE: return "none";
-    case KVS_COMPRESSOR_CSA: return "CSA";
-    case KVS_COMPRESSOR_HCA: return "HCA";
+    case KVS_COMPRESSOR_NONE:
+      return "none";
+    case KVS_COMPRESSOR_CSA:
+      return "CSA";
+    case KVS_COMPRESSOR_HCA:
+      return "HCA";
   }
   return "unknown";
 }
@@ -55,8 +65,8 @@ static kvs_status unknown_ratio(kvs_error *err, size_t layer, uint32_t ratio) {
                        layer, ratio, KVS_CSA_RATIO, KVS_HCA_RATIO);
 }
 
-kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out,
-                                    size_t cap, size_t *n_out, kvs_error *err) {
+kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out, size_t cap,
+                                    size_t *n_out, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
@@ -82,8 +92,8 @@ kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor
 }
 
 kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geometry,
-                                                     const char *layers_name,
-                                                     const char *ratios_name, kvs_error *err) {
+                                                      const char *layers_name,
+                                                      const char *ratios_name, kvs_error *err) {
   if (geometry == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
   }
@@ -137,12 +147,16 @@ kvs_status kvs_ring_size_for_ratio(uint32_t ratio, uint64_t *out, kvs_error *err
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
   switch (ratio) {
-    case KVS_CSA_RATIO: *out = 8; return KVS_OK;
-    case KVS_HCA_RATIO: *out = 128; return KVS_OK;
+    case KVS_CSA_RATIO:
+      *out = 8;
+      return KVS_OK;
+    case KVS_HCA_RATIO:
+      *out = 128;
+      return KVS_OK;
     default:
       return kvs_error_set(err, KVS_ERR_UNKNOWN_RATIO,
-                           "no ring for ratio %u (only %u and %u have compress-state rings)",
-                           ratio, KVS_CSA_RATIO, KVS_HCA_RATIO);
+                           "no ring for ratio %u (only %u and %u have compress-state rings)", ratio,
+                           KVS_CSA_RATIO, KVS_HCA_RATIO);
   }
 }
 

@@ -51,8 +51,8 @@ const char *kvs_compressor_name(kvs_compressor compressor);
  * Refuses the whole schedule at the first unknown ratio, naming the layer
  * and the ratio (KVS_ERR_UNKNOWN_RATIO); with cap too small,
  * KVS_ERR_INVALID_ARGUMENT. *n_out is the layer count on success. */
-kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out,
-                                    size_t cap, size_t *n_out, kvs_error *err);
+kvs_status kvs_geometry_compressors(const kvs_geometry *geometry, kvs_compressor *out, size_t cap,
+                                    size_t *n_out, kvs_error *err);
 
 /* Checks the geometry can be priced: non-zero widths, at least one layer,
  * every used ratio known. */
@@ -64,8 +64,8 @@ kvs_status kvs_geometry_validate(const kvs_geometry *geometry, kvs_error *err);
  * set of flags that means a whole model must not shrink silently, so the
  * loaders refuse it, naming both counts (KVS_ERR_INVALID_ARGUMENT). */
 kvs_status kvs_geometry_check_every_layer_has_a_ratio(const kvs_geometry *geometry,
-                                                     const char *layers_name,
-                                                     const char *ratios_name, kvs_error *err);
+                                                      const char *layers_name,
+                                                      const char *ratios_name, kvs_error *err);
 
 /* Compress-state ring slots per window page: 8 for ratio 4, 128 for ratio
  * 128. Any other ratio (0 included: no compressor, no carry state) is
@@ -83,8 +83,7 @@ kvs_status kvs_geometry_init(kvs_geometry *out, uint64_t head_dim, uint64_t inde
  * or mistyped field is named in the error; fewer compress_ratios than
  * num_hidden_layers is refused (more are allowed: checkpoints ship one
  * extra). The result is validated. */
-kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
-                                   kvs_error *err);
+kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out, kvs_error *err);
 /* Reads and parses a config.json file. */
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err);
 

@@ -37,9 +37,8 @@ static kvs_status read_uint(json_t *root, const char *field, uint64_t max, uint6
   }
   if (!json_is_integer(value) || json_integer_value(value) < 0 ||
       (uint64_t)json_integer_value(value) > max) {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "config field %s must be an integer in [0, %llu]", field,
-                         (unsigned long long)max);
+    return kvs_error_set(err, KVS_ERR_PARSE, "config field %s must be an integer in [0, %llu]",
+                         field, (unsigned long long)max);
   }
   *out = (uint64_t)json_integer_value(value);
   return KVS_OK;
@@ -79,8 +78,8 @@ kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *o
   size_t n_ratios = json_array_size(ratios);
   if (n_ratios > KVS_MAX_LAYERS) {
     status = kvs_error_set(err, KVS_ERR_PARSE,
-                           "config field compress_ratios has %zu entries, more than %d",
-                           n_ratios, KVS_MAX_LAYERS);
+                           "config field compress_ratios has %zu entries, more than %d", n_ratios,
+                           KVS_MAX_LAYERS);
     goto done;
   }
   /* Built in a scratch value so a refusal leaves *out untouched. */
@@ -99,15 +98,14 @@ kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *o
     if (!json_is_integer(entry) || json_integer_value(entry) < 0 ||
         json_integer_value(entry) > (json_int_t)UINT32_MAX) {
       status = kvs_error_set(err, KVS_ERR_PARSE,
-                             "config field compress_ratios[%zu] must be a non-negative integer",
-                             i);
+                             "config field compress_ratios[%zu] must be a non-negative integer", i);
       free(parsed);
       goto done;
     }
     parsed->compress_ratios[i] = (uint32_t)json_integer_value(entry);
   }
   status = kvs_geometry_check_every_layer_has_a_ratio(parsed, "config field num_hidden_layers",
-                                                       "compress_ratios", err);
+                                                      "compress_ratios", err);
   if (status == KVS_OK) status = kvs_geometry_validate(parsed, err);
   if (status == KVS_OK) *out = *parsed;
   free(parsed);
@@ -115,7 +113,6 @@ done:
   json_decref(root);
   return status;
 }
-
 
 /* Reads a config file into a heap buffer (*text, *len; the caller frees);
  * only a regular file (kvs_open_regular). */
@@ -126,8 +123,8 @@ static kvs_status read_config_text(const char *path, char **text_out, size_t *le
   enum { MAX_CONFIG_BYTES = 16 << 20 };
   int fd;
   uint64_t size;
-  kvs_status opened = kvs_open_regular(path, "model config", MAX_CONFIG_BYTES, &fd, &size, NULL,
-                                       err);
+  kvs_status opened =
+      kvs_open_regular(path, "model config", MAX_CONFIG_BYTES, &fd, &size, NULL, err);
   if (opened != KVS_OK) return opened;
   FILE *file = fdopen(fd, "rb");
   if (file == NULL) {
@@ -147,10 +144,10 @@ static kvs_status read_config_text(const char *path, char **text_out, size_t *le
   fclose(file);
   if (read_failed || too_long) {
     free(text);
-    return read_failed ? kvs_error_set(err, KVS_ERR_IO, "cannot read model config %s", path)
-                       : kvs_error_set(err, KVS_ERR_PARSE,
-                                       "model config %s is larger than %d bytes", path,
-                                       MAX_CONFIG_BYTES);
+    return read_failed
+               ? kvs_error_set(err, KVS_ERR_IO, "cannot read model config %s", path)
+               : kvs_error_set(err, KVS_ERR_PARSE, "model config %s is larger than %d bytes", path,
+                               MAX_CONFIG_BYTES);
   }
   *text_out = text;
   *len_out = len;
@@ -207,8 +204,7 @@ kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_c
   if (status == KVS_OK &&
       ((status = read_uint(root, "qk_rope_head_dim", UINT32_MAX, &m->qk_rope_head_dim, err)) ||
        (status = read_uint(root, "sliding_window", UINT32_MAX, &m->sliding_window, err)) ||
-       (status = read_uint(root, "num_nextn_predict_layers", KVS_MAX_LAYERS, &m->n_nextn,
-                           err)))) {
+       (status = read_uint(root, "num_nextn_predict_layers", KVS_MAX_LAYERS, &m->n_nextn, err)))) {
     /* status holds the refusal */
   }
   if (status == KVS_OK && json_object_get(root, "max_position_embeddings") != NULL) {
@@ -293,8 +289,8 @@ kvs_status kvs_geometry_builtin(const char *name, kvs_geometry *out, kvs_error *
       return kvs_geometry_parse_json(builtins[i].json, strlen(builtins[i].json), out, err);
     }
   }
-  return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no built-in model named '%s' (known: %s, %s)",
-                       name, builtins[0].name, builtins[1].name);
+  return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no built-in model named '%s' (known: %s, %s)", name,
+                       builtins[0].name, builtins[1].name);
 }
 
 /* A model folder's config path into buf: false (err filled) when the

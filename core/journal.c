@@ -5,7 +5,7 @@
 struct kvs_journal {
   kvs_journal_entry *ring;
   size_t capacity;
-  size_t head;    /* oldest pending entry */
+  size_t head; /* oldest pending entry */
   size_t pending;
   uint64_t sequence;
 };
@@ -23,8 +23,7 @@ kvs_status kvs_journal_create(size_t capacity, kvs_journal_t *out, kvs_error *er
   }
   if (journal == NULL || (capacity > 0 && journal->ring == NULL)) {
     kvs_journal_destroy(journal);
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-entry journal",
-                         capacity);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-entry journal", capacity);
   }
   journal->capacity = capacity;
   *out = journal;
@@ -73,12 +72,9 @@ kvs_status kvs_journal_push(kvs_journal_t journal, uint64_t full_page, int64_t w
   return KVS_OK;
 }
 
-void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap,
-                       size_t *n_out) {
+void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap, size_t *n_out) {
   /* Nothing to drain from no journal, and nowhere to put it without out. */
-  size_t n = journal == NULL || out == NULL ? 0
-             : journal->pending < cap       ? journal->pending
-                                            : cap;
+  size_t n = journal == NULL || out == NULL ? 0 : journal->pending < cap ? journal->pending : cap;
   for (size_t i = 0; i < n; i++) {
     out[i] = journal->ring[journal->head];
     if (++journal->head == journal->capacity) journal->head = 0;

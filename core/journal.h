@@ -60,8 +60,7 @@ kvs_status kvs_journal_push(kvs_journal_t journal, uint64_t full_page, int64_t w
 
 /* Moves up to cap of the oldest entries into out, in order; *n_out (may be
  * NULL) says how many. A NULL journal or out moves none. */
-void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap,
-                       size_t *n_out);
+void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap, size_t *n_out);
 
 #ifdef __cplusplus
 }

@@ -240,13 +240,14 @@ static kvs_status count_tensor(void *ctx, const char *name, uint64_t bytes, kvs_
   /* A routed expert outside any layer (no such checkpoint is known) is
    * counted where it is placed, as shared bytes. */
   placement where = place(name, s->n_layers, &layer);
-  bool expert = (where == PLACE_LAYER || where == PLACE_MTP) &&
-                kvs_model_weights_is_routed_expert(name);
+  bool expert =
+      (where == PLACE_LAYER || where == PLACE_MTP) && kvs_model_weights_is_routed_expert(name);
   kvs_status status = add(&s->total_bytes, bytes, w, name, err);
   if (status == KVS_OK && expert) status = add(&s->expert_bytes, bytes, w, name, err);
   if (status != KVS_OK) return status;
   s->n_expert_tensors += expert;
-  uint64_t *expert_sum = where == PLACE_LAYER ? &s->layer_expert_bytes[layer] : &s->mtp_expert_bytes;
+  uint64_t *expert_sum =
+      where == PLACE_LAYER ? &s->layer_expert_bytes[layer] : &s->mtp_expert_bytes;
   if (expert && (status = add(expert_sum, bytes, w, name, err)) != KVS_OK) return status;
   switch (where) {
     case PLACE_LAYER:

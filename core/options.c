@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size,
-                             const char *init, void *out, kvs_error *err) {
+kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size, const char *init,
+                             void *out, kvs_error *err) {
   if (defaults == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: defaults is NULL", __func__);
   }

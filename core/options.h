@@ -26,8 +26,8 @@ extern "C" {
  * struct's initialiser macro for the message. On failure out is
  * untouched. defaults, init or out NULL, or a size below the size field's,
  * is KVS_ERR_INVALID_ARGUMENT naming it. */
-kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size,
-                             const char *init, void *out, kvs_error *err);
+kvs_status kvs_options_adopt(const void *given, const void *defaults, size_t size, const char *init,
+                             void *out, kvs_error *err);
 
 #ifdef __cplusplus
 }

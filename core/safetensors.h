@@ -41,8 +41,7 @@ extern "C" {
 /* Called once per tensor (not for "__metadata__"), in header order, and
  * only once the whole header has checked out; a status other than KVS_OK
  * stops the walk and is returned as it is (with err as fn set it). */
-typedef kvs_status (*kvs_tensor_fn)(void *ctx, const char *name, uint64_t bytes,
-                                    kvs_error *err);
+typedef kvs_status (*kvs_tensor_fn)(void *ctx, const char *name, uint64_t bytes, kvs_error *err);
 
 /* Reads path's header and calls fn for each tensor (fn may be NULL to only
  * check it). *n_tensors (may be NULL) is written, with the count, only on

@@ -27,7 +27,8 @@ static double round3(double x) {
 
 kvs_status kvs_sglang_memory_rule(const kvs_sglang_memory_input *in, kvs_sglang_memory *out,
                                   kvs_error *err) {
-  if (in == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: input is NULL", __func__);
+  if (in == NULL)
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: input is NULL", __func__);
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   if (in->free_before_load_bytes == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

@@ -14,8 +14,8 @@
 #include "core/mix.h"
 
 struct kvs_window_pool {
-  uint64_t page;        /* P */
-  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
+  uint64_t page;       /* P */
+  uint64_t full_token; /* mapped full locations (the sentinel row is extra) */
   uint64_t n_win_slots;
   uint64_t n_full_pages;
   uint64_t n_win_pages; /* dummy included */
@@ -123,7 +123,8 @@ KVS_PAGE_LOOP static void fill_page(int64_t *row, int64_t window_base, uint64_t 
 KVS_PAGE_LOOP static bool is_whole_page(const int64_t *locs, uint64_t page) {
   uint64_t base = (uint64_t)locs[0];
   uint64_t diff = 0;
-  for (uint64_t offset = 0; offset < page; offset++) diff |= (uint64_t)locs[offset] ^ (base + offset);
+  for (uint64_t offset = 0; offset < page; offset++)
+    diff |= (uint64_t)locs[offset] ^ (base + offset);
   return diff == 0;
 }
 
@@ -138,8 +139,8 @@ static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t
 }
 
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
-                                  const kvs_window_pool_options *options,
-                                  kvs_window_pool_t *out, kvs_error *err) {
+                                  const kvs_window_pool_options *options, kvs_window_pool_t *out,
+                                  kvs_error *err) {
   if (sizes == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: sizes is NULL", __func__);
   }
@@ -173,8 +174,8 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                          (unsigned long long)sizes->full_token);
   }
   uint64_t reserved;
-  kvs_status status = kvs_cost_reserved_window_pages(options->max_running, options->radix,
-                                                &reserved, err);
+  kvs_status status =
+      kvs_cost_reserved_window_pages(options->max_running, options->radix, &reserved, err);
   if (status != KVS_OK) return status;
 
   struct kvs_window_pool *pool = calloc(1, sizeof *pool);
@@ -215,8 +216,8 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
 
   /* The dummy page: bound for good, outside the free list. */
   write_page(pool, pool->dummy_full_base, (int64_t)pool->dummy_window_base);
-  pool->digest = kvs_binding_digest_term(pool->dummy_full_base / page,
-                                          pool->dummy_window_base / page);
+  pool->digest =
+      kvs_binding_digest_term(pool->dummy_full_base / page, pool->dummy_window_base / page);
 
   uint64_t usable = pool->n_win_pages - 1;
   uint64_t left = usable > reserved ? usable - reserved : 0;
@@ -286,8 +287,7 @@ static kvs_status journal_room(const struct kvs_window_pool *pool, uint64_t entr
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
                          "binding journal has room for %zu of its %zu entries, this call needs "
                          "%llu; drain it first",
-                         kvs_journal_room(pool->journal), capacity,
-                         (unsigned long long)entries);
+                         kvs_journal_room(pool->journal), capacity, (unsigned long long)entries);
   }
   return KVS_OK;
 }
@@ -321,9 +321,8 @@ static void sort_pages(uint64_t *pages, size_t n) {
  * ascending order, and checks each is covered exactly once in full.
  * Negative locations are ignored. The common case -- whole contiguous
  * pages -- is checked without per-location counting. */
-static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what,
-                                const int64_t *locs, size_t n, size_t *n_pages,
-                                kvs_error *err) {
+static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what, const int64_t *locs,
+                                size_t n, size_t *n_pages, kvs_error *err) {
   uint64_t page = pool->page;
   uint32_t epoch = next_epoch(pool);
   size_t touched = 0;
@@ -346,8 +345,8 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what,
       if (loc < 0) continue;
       if ((uint64_t)loc >= pool->full_token) {
         return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                             "%s got loc %lld at index %zu, outside the %llu-token history",
-                             what, (long long)loc, i, (unsigned long long)pool->full_token);
+                             "%s got loc %lld at index %zu, outside the %llu-token history", what,
+                             (long long)loc, i, (unsigned long long)pool->full_token);
       }
       uint64_t fp = (uint64_t)loc / page;
       if (pool->full_stamp[fp] != epoch) {
@@ -374,8 +373,7 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what,
       return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
                            "%s got partial pages (base, count): %s%s; pages are %llu slots "
                            "and are released whole",
-                           what, listing, partial > 4 ? ", ..." : "",
-                           (unsigned long long)page);
+                           what, listing, partial > 4 ? ", ..." : "", (unsigned long long)page);
     }
   }
   sort_pages(pool->touched, touched);
@@ -494,8 +492,8 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
                            "returning it would alias two requests",
                            (unsigned long long)(fp * page), (long long)(wp * (int64_t)page),
                            (uint64_t)wp >= dummy_window_page ? "the dummy or outside the pool"
-                           : pool->win_stamp[wp] == epoch   ? "bound to another freed page too"
-                                                            : "already free");
+                           : pool->win_stamp[wp] == epoch    ? "bound to another freed page too"
+                                                             : "already free");
     }
     pool->win_stamp[wp] = epoch;
     pool->window_bases[n_bound++] = (uint64_t)wp * page;
@@ -558,9 +556,9 @@ static inline void gather_slots(const int64_t *map, uint64_t sentinel, const int
 }
 
 kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64_t pos,
-                                      const int64_t *full_locs, size_t n,
-                                      int64_t *window_slot, int64_t *prev_window_slot,
-                                      int64_t *ring_out, kvs_error *err) {
+                                      const int64_t *full_locs, size_t n, int64_t *window_slot,
+                                      int64_t *prev_window_slot, int64_t *ring_out,
+                                      kvs_error *err) {
   if (pool == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
   }
@@ -628,15 +626,13 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
   if (full_page_base % page != 0 || window_page_base % page != 0) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                          "window bindings are page-aligned: full %llu, window %llu",
-                         (unsigned long long)full_page_base,
-                         (unsigned long long)window_page_base);
+                         (unsigned long long)full_page_base, (unsigned long long)window_page_base);
   }
   if (full_page_base >= pool->full_token || window_page_base >= pool->n_win_slots) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                          "binding full %llu -> window %llu is outside the pool (%llu full, %llu "
                          "window slots)",
-                         (unsigned long long)full_page_base,
-                         (unsigned long long)window_page_base,
+                         (unsigned long long)full_page_base, (unsigned long long)window_page_base,
                          (unsigned long long)pool->full_token,
                          (unsigned long long)pool->n_win_slots);
   }
@@ -652,8 +648,8 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
   return KVS_OK;
 }
 
-kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs,
-                                      size_t n, kvs_error *err) {
+kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                      kvs_error *err) {
   if (pool == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
   }
@@ -677,8 +673,8 @@ kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *ful
 
 /* ---- replay ---- */
 
-kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries,
-                                 size_t n, kvs_error *err) {
+kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries, size_t n,
+                                 kvs_error *err) {
   if (pool == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
   }
@@ -699,14 +695,13 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
       continue;
     }
     if (fp >= pool->n_full_pages || fp * page == pool->dummy_full_base) {
-      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "journal entry %zu names full page %llu, %s", i,
-                           (unsigned long long)fp,
-                           fp >= pool->n_full_pages ? "outside the history"
-                                                    : "the reserved dummy page");
+      return kvs_error_set(
+          err, KVS_ERR_OUT_OF_RANGE, "journal entry %zu names full page %llu, %s", i,
+          (unsigned long long)fp,
+          fp >= pool->n_full_pages ? "outside the history" : "the reserved dummy page");
     }
-    int64_t current = pool->full_stamp[fp] == epoch ? pool->full_overlay[fp]
-                                                    : window_page_of(pool, fp);
+    int64_t current =
+        pool->full_stamp[fp] == epoch ? pool->full_overlay[fp] : window_page_of(pool, fp);
     if (wp >= 0) {
       if ((uint64_t)wp >= usable_window_pages) {
         return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
@@ -785,8 +780,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
 
 /* ---- integrity ---- */
 
-kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool,
-                                           kvs_error *err) {
+kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, kvs_error *err) {
   if (pool == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
   }

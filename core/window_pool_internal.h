@@ -34,8 +34,8 @@ typedef struct kvs_pool_slots {
 
 /* Sets up n_req_slots slots (0 for per-page rings), all free but the dummy;
  * on failure what was allocated is left for kvs_pool_slots_free. */
-kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings,
-                               uint64_t n_req_slots, kvs_error *err);
+kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings, uint64_t n_req_slots,
+                               kvs_error *err);
 void kvs_pool_slots_free(kvs_pool_slots *slots);
 
 /* The slot `request` holds, or -1 (also for ids past KVS_MAX_REQUEST_ID). */

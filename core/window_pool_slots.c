@@ -239,9 +239,9 @@ kvs_status kvs_pool_slots_validate(kvs_pool_slots *slots, size_t i, const kvs_jo
   if (slots->n == 0 || slot >= slots->n - 1) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "journal entry %zu names request slot %llu, %s",
                          i, (unsigned long long)slot,
-                         slots->n == 0            ? "but this pool has no request slots"
-                         : slot == slots->n - 1   ? "the reserved dummy slot"
-                                                  : "outside the pool");
+                         slots->n == 0          ? "but this pool has no request slots"
+                         : slot == slots->n - 1 ? "the reserved dummy slot"
+                                                : "outside the pool");
   }
   if (request >= 0) {
     kvs_status status = validate_bind(slots, i, slot, request, epoch, err);

@@ -28,11 +28,9 @@ void kvs_cluster_destroy(kvs_cluster_t c) {
 }
 
 /* Splits spec at commas into parts[0..*n) (pointers into buf). */
-static kvs_status split_list(const char *spec, char *buf, char **parts, size_t *n,
-                             kvs_error *err) {
+static kvs_status split_list(const char *spec, char *buf, char **parts, size_t *n, kvs_error *err) {
   if (strlen(spec) >= SPEC_MAX) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology list %.64s... is too long",
-                         spec);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology list %.64s... is too long", spec);
   }
   strcpy(buf, spec);
   *n = 0;
@@ -40,8 +38,8 @@ static kvs_status split_list(const char *spec, char *buf, char **parts, size_t *
     char *comma = strchr(p, ',');
     if (comma != NULL) *comma = '\0';
     if (*n == KVS_MAX_NODES) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "topology list names more than %d nodes", KVS_MAX_NODES);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "topology list names more than %d nodes",
+                           KVS_MAX_NODES);
     }
     if (p[0] == '\0') {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -153,8 +151,8 @@ fail:
 
 kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
                                   const kvs_gpu_info *gpus, const char *const *labels,
-                                  size_t own_node, kvs_topology_t own_topology,
-                                  kvs_cluster_t *out, kvs_error *err) {
+                                  size_t own_node, kvs_topology_t own_topology, kvs_cluster_t *out,
+                                  kvs_error *err) {
   if (gpu_counts == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpu_counts is NULL", __func__);
   }

@@ -50,8 +50,8 @@ void kvs_cluster_destroy(kvs_cluster_t cluster);
  * GPU's index and node are rewritten to its place in the cluster. */
 kvs_status kvs_cluster_from_lists(size_t n_nodes, const size_t *gpu_counts,
                                   const kvs_gpu_info *gpus, const char *const *labels,
-                                  size_t own_node, kvs_topology_t own_topology,
-                                  kvs_cluster_t *out, kvs_error *err);
+                                  size_t own_node, kvs_topology_t own_topology, kvs_cluster_t *out,
+                                  kvs_error *err);
 
 size_t kvs_cluster_node_count(const struct kvs_cluster *cluster);
 /* A node's loaded topology; NULL for a node known only by its GPU list. */

@@ -517,7 +517,7 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
   uint64_t hi;
   uint64_t after_control = budget_bytes - candidate.tiers_offset;
   if (kvs_cost_solve_num_pages_terms(after_control, &terms, swa_ratio, floor_win_pages, page,
-                                options->n_scratch, &upper, NULL, NULL) == KVS_OK) {
+                                     options->n_scratch, &upper, NULL, NULL) == KVS_OK) {
     hi = kvs_pool_sizes_num_pages(&upper) + 1;
   } else {
     hi = lo + 1; /* only the minimal pool fits */

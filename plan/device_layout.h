@@ -102,7 +102,7 @@ typedef struct kvs_device_span {
   uint64_t rows;
   uint64_t scratch_rows;
   uint64_t row_bytes;
-  uint64_t bytes;  /* (rows + scratch_rows) x row_bytes */
+  uint64_t bytes; /* (rows + scratch_rows) x row_bytes */
   uint64_t stride;
   uint64_t offset;
   uint64_t page_rows;  /* rows per KV page; 0: not carved in pages */
@@ -142,10 +142,10 @@ typedef struct kvs_device_layout_options {
 #define KVS_DEVICE_MIN_TABLE_ALIGNMENT 256u
 /* TMA's unit: a tensor map's base and strides are multiples of 16 bytes. */
 #define KVS_DEVICE_TMA_BYTES 16u
-#define KVS_DEVICE_LAYOUT_OPTIONS_INIT                                                  \
-  {                                                                                     \
+#define KVS_DEVICE_LAYOUT_OPTIONS_INIT                                                      \
+  {                                                                                         \
     sizeof(kvs_device_layout_options), KVS_DEVICE_DEFAULT_ALIGNMENT, KVS_DEFAULT_N_SCRATCH, \
-        KVS_WINDOW_POOL_DEFAULT_JOURNAL                                                 \
+        KVS_WINDOW_POOL_DEFAULT_JOURNAL                                                     \
   }
 
 /* The fault records at the head of the control area, one per kernel. */

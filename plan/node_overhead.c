@@ -10,15 +10,16 @@
 #define WORD 8u
 
 kvs_status kvs_nccl_buffer_estimate(const kvs_nccl_estimate *e, uint64_t *out, kvs_error *err) {
-  if (e == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: estimate is NULL", __func__);
+  if (e == NULL)
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: estimate is NULL", __func__);
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   bool of = false;
   uint64_t connection = kvs_add(kvs_add(e->ll_bytes, e->ll128_bytes, &of), e->simple_bytes, &of);
   uint64_t peers = (uint64_t)e->ring_peers + e->tree_peers;
   uint64_t rings = kvs_mul(kvs_mul(e->channels, peers, &of), connection, &of);
-  uint64_t nvls = kvs_mul(kvs_mul(kvs_mul((uint64_t)e->nvls_channels * 2u, e->nvls_heads, &of),
-                                  KVS_NCCL_STEPS, &of),
-                          e->nvls_chunk_bytes, &of);
+  uint64_t nvls = kvs_mul(
+      kvs_mul(kvs_mul((uint64_t)e->nvls_channels * 2u, e->nvls_heads, &of), KVS_NCCL_STEPS, &of),
+      e->nvls_chunk_bytes, &of);
   uint64_t total = kvs_add(rings, nvls, &of);
   if (of) {
     return kvs_error_set(err, KVS_ERR_OVERFLOW,
@@ -32,14 +33,16 @@ kvs_status kvs_nccl_buffer_estimate(const kvs_nccl_estimate *e, uint64_t *out, k
 
 kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_node_overhead *out,
                                      kvs_error *err) {
-  if (r == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
+  if (r == NULL)
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   kvs_node_overhead o = {0, 0, 0, 0, 0, 0, 0};
   bool of = false;
   if (r->cuda_tables) {
-    const char *zero = r->max_batch == 0 ? "max_batch" : r->max_seq_len == 0 ? "max_seq_len"
-                                                        : r->page == 0      ? "page"
-                                                                            : NULL;
+    const char *zero = r->max_batch == 0     ? "max_batch"
+                       : r->max_seq_len == 0 ? "max_seq_len"
+                       : r->page == 0        ? "page"
+                                             : NULL;
     if (zero != NULL) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "request.%s is 0: device tables size their batch buffers by it", zero);
@@ -51,7 +54,8 @@ kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_nod
      * request slots). */
     uint64_t block_bytes = kvs_mul(kvs_mul(rows, blocks, &of), 4, &of);
     uint64_t ring_bytes = kvs_mul(kvs_mul(rows, page, &of), WORD, &of);
-    o.table_bytes = kvs_add(kvs_add(block_bytes, kvs_mul(rows, 6 * WORD, &of), &of), ring_bytes, &of);
+    o.table_bytes =
+        kvs_add(kvs_add(block_bytes, kvs_mul(rows, 6 * WORD, &of), &of), ring_bytes, &of);
     o.pinned_bytes = kvs_add(block_bytes, kvs_mul(rows, 2 * WORD, &of), &of);
     /* table_cuda_step.c, per parity: the batch block (count word,
      * positions, slots, two int32 blocks per row), the results (own,
@@ -64,8 +68,8 @@ kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_nod
     uint64_t message = r->device_comm ? 0 : r->message_bytes;
     uint64_t side = kvs_add(kvs_add(batch, results, &of), message, &of);
     o.step_bytes = kvs_add(kvs_mul(side, 2, &of), WORD, &of);
-    o.pinned_bytes = kvs_add(o.pinned_bytes,
-                             kvs_add(kvs_mul(kvs_add(batch, message, &of), 2, &of), WORD, &of), &of);
+    o.pinned_bytes = kvs_add(
+        o.pinned_bytes, kvs_add(kvs_mul(kvs_add(batch, message, &of), 2, &of), WORD, &of), &of);
   }
   if (r->device_comm) {
     /* Device buffers with pinned twins (comm_nccl.c's buffer_alloc): the

@@ -79,10 +79,10 @@ extern "C" {
 
 /* What the estimate assumes. Start from KVS_NCCL_ESTIMATE_INIT. */
 typedef struct kvs_nccl_estimate {
-  uint32_t channels;    /* ring channels connected (kvshard's: KVS_NCCL_MAX_CHANNELS) */
-  uint32_t ring_peers;  /* connections whose buffers one rank holds per ring channel: 1 */
-  uint32_t tree_peers;  /* per tree channel: 0 on one node, up to 3 (NCCL_MAX_TREE_ARITY) */
-  uint64_t ll_bytes;    /* per connection, each protocol */
+  uint32_t channels;   /* ring channels connected (kvshard's: KVS_NCCL_MAX_CHANNELS) */
+  uint32_t ring_peers; /* connections whose buffers one rank holds per ring channel: 1 */
+  uint32_t tree_peers; /* per tree channel: 0 on one node, up to 3 (NCCL_MAX_TREE_ARITY) */
+  uint64_t ll_bytes;   /* per connection, each protocol */
   uint64_t ll128_bytes;
   uint64_t simple_bytes;
   uint32_t nvls_channels; /* 0: no NVLink SHARP (not an NVSwitch node, or NCCL_NVLS_ENABLE=0) */
@@ -96,10 +96,10 @@ typedef struct kvs_nccl_estimate {
  * one per channel; NCCL places each connection's buffers on one end (the
  * receiver, or the sender for Simple with P2P read), so one connection's
  * three buffers per channel and rank. */
-#define KVS_NCCL_ESTIMATE_INIT                                                                  \
-  {                                                                                             \
-    KVS_NCCL_MAX_CHANNELS, 1, 0, KVS_NCCL_LL_BUFFSIZE, KVS_NCCL_LL128_BUFFSIZE,                 \
-        KVS_NCCL_SIMPLE_BUFFSIZE, KVS_NCCL_MAX_CHANNELS, 8, KVS_NCCL_NVLS_CHUNKSIZE             \
+#define KVS_NCCL_ESTIMATE_INIT                                                      \
+  {                                                                                 \
+    KVS_NCCL_MAX_CHANNELS, 1, 0, KVS_NCCL_LL_BUFFSIZE, KVS_NCCL_LL128_BUFFSIZE,     \
+        KVS_NCCL_SIMPLE_BUFFSIZE, KVS_NCCL_MAX_CHANNELS, 8, KVS_NCCL_NVLS_CHUNKSIZE \
   }
 
 /* channels x (ring_peers + tree_peers) x (ll + ll128 + simple)

@@ -129,8 +129,10 @@ static kvs_status memory_budget(const kvs_budget_request *request, const kvs_gpu
 static kvs_status check_pointers(const char *fn, const kvs_budget_request *request,
                                  const kvs_gpu_info *gpus, const kvs_memory_budget *out,
                                  kvs_error *err) {
-  const char *missing = request == NULL ? "request" : gpus == NULL ? "gpus" : out == NULL ? "out"
-                                                                                          : NULL;
+  const char *missing = request == NULL ? "request"
+                        : gpus == NULL  ? "gpus"
+                        : out == NULL   ? "out"
+                                        : NULL;
   if (missing != NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, missing);
   }
@@ -212,12 +214,13 @@ kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_
   return all_budgets(__func__, request, memory_bytes, gpus, n_gpus, out, err);
 }
 
-kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes,
-                                     uint64_t *out, kvs_error *err) {
+kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes, uint64_t *out,
+                                     kvs_error *err) {
   if (gpu == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpu is NULL", __func__);
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  uint64_t total = memory_bytes != 0                                  ? memory_bytes
-                   : gpu->cuda_device >= 0 && gpu->total_bytes > 0 ? gpu->total_bytes
+  uint64_t total = memory_bytes != 0 ? memory_bytes
+                   : gpu->cuda_device >= 0 && gpu->total_bytes > 0
+                       ? gpu->total_bytes
                        : kvs_gpu_known_memory_bytes(gpu->vendor_id, gpu->device_id, NULL);
   if (total == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -263,7 +266,8 @@ kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, ui
   }
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   uint64_t *values = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *values);
-  if (values == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", n_gpus);
+  if (values == NULL)
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", n_gpus);
   kvs_status status = KVS_OK;
   kvs_budget_source source = KVS_BUDGET_NOMINAL;
   for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {

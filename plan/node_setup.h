@@ -105,8 +105,8 @@ kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_
  * else what CUDA reported (gpu->total_bytes), else the total its model's
  * driver reports (kvs_gpu_known_memory_bytes); a GPU with none is
  * KVS_ERR_INVALID_ARGUMENT naming it. NULL gpu or out is refused. */
-kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes,
-                                     uint64_t *out, kvs_error *err);
+kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_bytes, uint64_t *out,
+                                     kvs_error *err);
 
 /* Every GPU's free memory before a model's weights load (SGLang's
  * pre_model_load_memory) into out[0..n_gpus), and where it came from into

@@ -9,7 +9,8 @@ static void list_divisors(size_t n, size_t limit, char *buf, size_t len) {
   for (size_t k = 1; k <= n && k <= limit; k++) {
     if (n % k != 0) continue;
     count++;
-    if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%zu", count > 1 ? ", " : "", k);
+    if (used < len)
+      used += (size_t)snprintf(buf + used, len - used, "%s%zu", count > 1 ? ", " : "", k);
   }
 }
 

@@ -32,8 +32,8 @@ static int compare_keys(const void *a, const void *b) {
 
 /* Appends the full groups of tp cut from run[0..len) to groups, and the
  * remainder (in order) to rest. */
-static void cut_groups(const size_t *run, size_t len, size_t tp, size_t *groups,
-                       size_t *n_grouped, size_t *rest, size_t *n_rest) {
+static void cut_groups(const size_t *run, size_t len, size_t tp, size_t *groups, size_t *n_grouped,
+                       size_t *rest, size_t *n_rest) {
   size_t full = len / tp * tp;
   memcpy(groups + *n_grouped, run, full * sizeof *run);
   *n_grouped += full;
@@ -60,8 +60,8 @@ kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size
                          "%s: n_gpus is 0: no GPUs to lay ranks out on", __func__);
   }
   if (tp == 0 || pp == 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "tp %zu x pp %zu: both must be at least 1", tp, pp);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tp %zu x pp %zu: both must be at least 1",
+                         tp, pp);
   }
   if (tp > n_gpus || pp > n_gpus || tp * pp > n_gpus) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,

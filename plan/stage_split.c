@@ -10,14 +10,14 @@ typedef struct split_ctx {
   size_t n_layers;
   size_t n_stages;
   kvs_row_widths widths;
-  size_t *csa_prefix;   /* [L + 1]: ratio-4 layers before index i */
-  size_t *hca_prefix;   /* [L + 1]: ratio-128 layers before index i */
-  unsigned char *reach; /* [(S + 1) x (L + 1)]: ends reachable after s stages */
-  size_t *reach_end;    /* [S x (L + 1)]: R_s(a), the last end stage s fits from a */
+  size_t *csa_prefix;      /* [L + 1]: ratio-4 layers before index i */
+  size_t *hca_prefix;      /* [L + 1]: ratio-128 layers before index i */
+  unsigned char *reach;    /* [(S + 1) x (L + 1)]: ends reachable after s stages */
+  size_t *reach_end;       /* [S x (L + 1)]: R_s(a), the last end stage s fits from a */
   uint64_t *weight_prefix; /* [L + 1]: layer weights before index i (all 0 without) */
-  long *diff;           /* [L + 2]: interval sweep */
-  uint64_t *limits;     /* [S]: the byte limit of each stage in this probe */
-  bool *limit_ok;       /* [S]: false when the limit is below zero */
+  long *diff;              /* [L + 2]: interval sweep */
+  uint64_t *limits;        /* [S]: the byte limit of each stage in this probe */
+  bool *limit_ok;          /* [S]: false when the limit is below zero */
 } split_ctx;
 
 /* A range's terms in O(1) from the prefix counts; equal, field for field,
@@ -248,7 +248,7 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
     kvs_cost_terms t = range_terms(c, first, end);
     kvs_pool_sizes alone;
     if (kvs_cost_solve_num_pages_terms(budget, &t, req->swa_ratio, req->floor_win_pages, req->page,
-                                  req->n_scratch, &alone, NULL, NULL) != KVS_OK) {
+                                       req->n_scratch, &alone, NULL, NULL) != KVS_OK) {
       return 0;
     }
     return kvs_pool_sizes_num_pages(&alone);

@@ -78,7 +78,7 @@ typedef struct kvs_split_request {
 } kvs_split_request;
 
 typedef struct kvs_stage_plan {
-  size_t first, end; /* layers [first, end) */
+  size_t first, end;     /* layers [first, end) */
   uint64_t budget;       /* weights and pool of each device */
   uint64_t weight_bytes; /* of it, the range's layer weights */
   kvs_cost_terms terms;

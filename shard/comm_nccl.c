@@ -86,13 +86,14 @@ kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t
   kvs_comm_nccl_options defaults;
   kvs_comm_nccl_options_init(&defaults);
   kvs_comm_nccl_options o;
-  kvs_status status = kvs_options_adopt(options, &defaults, sizeof defaults,
-                                        "kvs_comm_nccl_options_init", &o, err);
+  kvs_status status =
+      kvs_options_adopt(options, &defaults, sizeof defaults, "kvs_comm_nccl_options_init", &o, err);
   if (status != KVS_OK || (status = check_options(&o, err)) != KVS_OK) return status;
   const kvs_nccl_table *t = NULL;
   if ((status = kvs_comm_nccl_table(&t, err)) != KVS_OK) return status;
-  kvs_nccl_open_args args = {o.rank,   o.nranks,           o.device,    o.parent != NULL ? NULL : o.unique_id,
-                             o.parent, o.init_timeout_ms, o.timeout_ms};
+  kvs_nccl_open_args args = {
+      o.rank,   o.nranks,          o.device,    o.parent != NULL ? NULL : o.unique_id,
+      o.parent, o.init_timeout_ms, o.timeout_ms};
   return open_comm(t, &args, out, err);
 }
 
@@ -143,8 +144,9 @@ static kvs_status choose_device(kvs_comm_t bootstrap, int asked, const kvs_nccl_
     return status;
   }
   if (asked >= count) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "device %d asked for, but CUDA sees %d device%s",
-                         asked, count, count == 1 ? "" : "s");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "device %d asked for, but CUDA sees %d device%s", asked, count,
+                         count == 1 ? "" : "s");
   }
   *device = asked >= 0 ? asked : local_rank % count;
   return KVS_OK;
@@ -177,8 +179,13 @@ kvs_status kvs_comm_nccl_bootstrap(kvs_comm_t bootstrap, int device, int init_ti
   kvs_error local_err;
   kvs_error_clear(&local_err);
   const kvs_nccl_table *t = NULL;
-  kvs_nccl_open_args args = {kvs_comm_rank(bootstrap), kvs_comm_size(bootstrap), -1, NULL, NULL,
-                             init_timeout_ms, timeout_ms};
+  kvs_nccl_open_args args = {kvs_comm_rank(bootstrap),
+                             kvs_comm_size(bootstrap),
+                             -1,
+                             NULL,
+                             NULL,
+                             init_timeout_ms,
+                             timeout_ms};
   kvs_status local = init_timeout_ms > 0
                          ? kvs_comm_check_timeout(timeout_ms, &local_err)
                          : kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,

@@ -18,7 +18,6 @@
 
 #define NONE UINT64_MAX
 
-
 const char *kvs_node_device_name(kvs_node_device device) {
   switch (device) {
     case KVS_NODE_DEVICE_AUTO:
@@ -129,7 +128,8 @@ static kvs_status check_options(const kvs_node_options *o, int size, kvs_error *
                          "cuda",
                          (int)o->device);
   }
-  if ((unsigned)o->kv_dtype > KVS_KV_FP8 || (unsigned)o->state_rings > KVS_STATE_RINGS_HCA_PER_REQUEST) {
+  if ((unsigned)o->kv_dtype > KVS_KV_FP8 ||
+      (unsigned)o->state_rings > KVS_STATE_RINGS_HCA_PER_REQUEST) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "options.kv_dtype %d or options.state_rings %d is none of its kind",
                          (int)o->kv_dtype, (int)o->state_rings);
@@ -297,8 +297,8 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
     for (size_t g = 0; g < n && local == KVS_OK; g++) {
       if (used[g]) continue;
       kvs_memory_budget b;
-      local = kvs_node_gpu_budget(&node->budget, kvs_cluster_gpus(node->cluster), n, g, &b,
-                                  &local_err);
+      local =
+          kvs_node_gpu_budget(&node->budget, kvs_cluster_gpus(node->cluster), n, g, &b, &local_err);
       w[g * B_WORDS + B_BUDGET] = b.budget_bytes;
       w[g * B_WORDS + B_MEMORY] = b.memory_bytes;
       w[g * B_WORDS + B_RESERVE] = b.reserve_bytes;
@@ -370,15 +370,15 @@ static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
   if ((status = kvs_geometry_validate(&node->geometry, err)) != KVS_OK) return status;
   /* Row widths from the dtype, the rings where the options put them, one
    * request slot per running request and the dummy (as kvplan sizes them). */
-  if ((status = kvs_row_widths_for(&node->geometry, o->kv_dtype, o->qk_rope_head_dim,
-                                   &node->widths, err)) != KVS_OK) {
+  if ((status = kvs_row_widths_for(&node->geometry, o->kv_dtype, o->qk_rope_head_dim, &node->widths,
+                                   err)) != KVS_OK) {
     return status;
   }
   node->widths.state_rings = o->state_rings;
   node->widths.n_req_slots = o->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : o->max_running + 1;
   uint64_t floor = o->floor_win_pages;
-  if (floor == 0 && (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running,
-                                                          o->radix, o->page, &floor, err))) {
+  if (floor == 0 && (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix,
+                                                          o->page, &floor, err))) {
     return status;
   }
   kvs_plan_request r = {.geometry = &node->geometry,
@@ -457,8 +457,8 @@ static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, co
 static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, kvs_error *err) {
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   uint64_t own_pages = 0;
-  if (kvs_node_max_pages(&node->request, rp->first, rp->end, own->budget_bytes, &own_pages,
-                         NULL) != KVS_OK) {
+  if (kvs_node_max_pages(&node->request, rp->first, rp->end, own->budget_bytes, &own_pages, NULL) !=
+      KVS_OK) {
     own_pages = 0;
   } else if (own_pages > KVS_RANK_WORD_VALUE_MAX) {
     own_pages = KVS_RANK_WORD_VALUE_MAX;
@@ -482,8 +482,7 @@ static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, 
 
 /* Local, step 5: this rank's layout carved as planned, its tables, and the
  * host copies of a step's ring contexts. */
-static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal,
-                                kvs_error *err) {
+static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   node->layout = malloc(sizeof *node->layout);
   if (node->layout == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory");
@@ -525,9 +524,9 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   node->h_slots = malloc(node->max_batch * sizeof *node->h_slots);
   node->w_blocks = malloc(2 * node->max_batch * sizeof *node->w_blocks);
   node->w_positions = malloc(node->max_batch * sizeof *node->w_positions);
-  if (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL ||
-      node->h_csa == NULL || node->h_hca == NULL || node->h_slots == NULL ||
-      node->w_blocks == NULL || node->w_positions == NULL) {
+  if (node->h_own == NULL || node->h_prev == NULL || node->h_ring == NULL || node->h_csa == NULL ||
+      node->h_hca == NULL || node->h_slots == NULL || node->w_blocks == NULL ||
+      node->w_positions == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu ring contexts",
                          node->max_batch);
   }
@@ -575,8 +574,8 @@ static kvs_status open_step_comm(kvs_node_t node, kvs_table_kind kind, int ordin
   kvs_status status = agree(node, "the steps' communicator", local, &local_err, err);
   if (status != KVS_OK) return status;
   int timeout = kvs_comm_timeout_ms(node->comm);
-  status = kvs_comm_nccl_bootstrap(node->comm, ordinal, timeout > 30000 ? timeout : 30000,
-                                   timeout, &node->step_comm, err);
+  status = kvs_comm_nccl_bootstrap(node->comm, ordinal, timeout > 30000 ? timeout : 30000, timeout,
+                                   &node->step_comm, err);
   if (status != KVS_OK) {
     node->step_comm = node->comm;
     return status;
@@ -622,8 +621,7 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   free(plain);
   if (status != KVS_OK || (status = agree_on_pages(node, &own, err))) return status;
 
-  if ((status = open_step_comm(node, kind, ordinal, err)) ||
-      (status = create_shard(node, err))) {
+  if ((status = open_step_comm(node, kind, ordinal, err)) || (status = create_shard(node, err))) {
     return status;
   }
   local = create_tables(node, kind, ordinal, &local_err);
@@ -659,8 +657,8 @@ void kvs_node_options_init(kvs_node_options *o) {
 
 /* The options' budget terms as plan/node_setup.h takes them. */
 static kvs_budget_request budget_of(const kvs_node_options *o) {
-  kvs_budget_request b = {o->budget_bytes,    o->budget_per_gpu, o->n_budget_per_gpu,
-                          o->memory_ratio,    o->reserve_bytes,  o->weights_bytes,
+  kvs_budget_request b = {o->budget_bytes,    o->budget_per_gpu,   o->n_budget_per_gpu,
+                          o->memory_ratio,    o->reserve_bytes,    o->weights_bytes,
                           o->weights_per_gpu, o->n_weights_per_gpu};
   return b;
 }
@@ -681,9 +679,9 @@ kvs_status kvs_node_create_in_cluster(kvs_comm_t comm, const kvs_node_options *o
   kvs_node_options defaults;
   kvs_node_options_init(&defaults);
   kvs_error_clear(&node->options_err);
-  node->options_status = kvs_options_adopt(options, &defaults, sizeof defaults,
-                                           "kvs_node_options_init", &node->options,
-                                           &node->options_err);
+  node->options_status =
+      kvs_options_adopt(options, &defaults, sizeof defaults, "kvs_node_options_init",
+                        &node->options, &node->options_err);
   node->budget = budget_of(&node->options);
   kvs_status status = build(node, err);
   if (status != KVS_OK) {
@@ -724,4 +722,3 @@ kvs_shard_t kvs_node_shard(const struct kvs_node *node) { return node->shard; }
 kvs_comm_t kvs_node_step_comm(const struct kvs_node *node) { return node->step_comm; }
 kvs_window_pool_t kvs_node_pool(const struct kvs_node *node) { return kvs_shard_pool(node->shard); }
 void kvs_node_stats_get(const struct kvs_node *node, kvs_node_stats *out) { *out = node->stats; }
-

@@ -92,8 +92,9 @@ static const struct {
 } kPlanOnly[] = {
     {"window-cache", "sizes the window from the budget kvplan prices; a node takes --swa-ratio"},
     {"engine", "compares with an engine's pools in kvplan's report; a node sizes by its own rule"},
-    {"weights-total", "estimates weights not yet loaded; a node takes the weights the engine "
-                      "measured (--weights or --weights-per-gpu)"},
+    {"weights-total",
+     "estimates weights not yet loaded; a node takes the weights the engine "
+     "measured (--weights or --weights-per-gpu)"},
     {"json", "is how kvplan prints; a node prints nothing"},
     {"svg", "is how kvplan draws; a node draws nothing"},
 };
@@ -186,8 +187,10 @@ static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error 
     case F_TOPOLOGY:
       o->topology = p->topology;
       return copy_text("--topology", value, p->topology, sizeof p->topology, err);
-    case F_TP: return parse_int("--tp", value, MAX_GPUS, &o->tp, err);
-    case F_PP: return parse_int("--pp", value, MAX_GPUS, &o->pp, err);
+    case F_TP:
+      return parse_int("--tp", value, MAX_GPUS, &o->tp, err);
+    case F_PP:
+      return parse_int("--pp", value, MAX_GPUS, &o->pp, err);
     case F_NODES: {
       uint64_t n;
       kvs_status status =
@@ -195,7 +198,9 @@ static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error 
       if (status == KVS_OK) o->hosts = (size_t)n;
       return status;
     }
-    case F_ALLOW_CROSS_NODE_TP: o->allow_cross_host_tp = true; return KVS_OK;
+    case F_ALLOW_CROSS_NODE_TP:
+      o->allow_cross_host_tp = true;
+      return KVS_OK;
     case F_BUDGET:
       p->have_budget = true;
       return kvs_parse_budget("--budget", value, &o->budget_bytes, err);
@@ -206,9 +211,8 @@ static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error 
     case F_MEMORY_RATIO:
     case F_MEM_FRACTION:
       *(id == F_MEMORY_RATIO ? &p->have_ratio : &p->have_fraction) = true;
-      return kvs_parse_double_in(id == F_MEMORY_RATIO ? "--memory-ratio" : "--mem-fraction",
-                                 value, 1e-9, 1.0, "a share of memory in (0, 1]",
-                                 &o->memory_ratio, err);
+      return kvs_parse_double_in(id == F_MEMORY_RATIO ? "--memory-ratio" : "--mem-fraction", value,
+                                 1e-9, 1.0, "a share of memory in (0, 1]", &o->memory_ratio, err);
     case F_RESERVE:
       p->have_reserve = true;
       return kvs_parse_bytes("--reserve", value, &o->reserve_bytes, err);
@@ -219,7 +223,8 @@ static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error 
       o->weights_per_gpu = p->weights;
       return kvs_parse_bytes_list("--weights-per-gpu", value, p->weights, MAX_GPUS,
                                   &o->n_weights_per_gpu, err);
-    default: return KVS_ERR_NOT_FOUND;
+    default:
+      return KVS_ERR_NOT_FOUND;
   }
 }
 
@@ -230,15 +235,19 @@ static kvs_status apply_device(parsed *p, int id, const char *value, kvs_error *
   kvs_status status;
   switch (id) {
     case F_DEVICE:
-      if (strcmp(value, "cpu") == 0) o->device = KVS_NODE_DEVICE_CPU;
-      else if (strcmp(value, "cuda") == 0) o->device = KVS_NODE_DEVICE_CUDA;
-      else if (strcmp(value, "auto") == 0) o->device = KVS_NODE_DEVICE_AUTO;
+      if (strcmp(value, "cpu") == 0)
+        o->device = KVS_NODE_DEVICE_CPU;
+      else if (strcmp(value, "cuda") == 0)
+        o->device = KVS_NODE_DEVICE_CUDA;
+      else if (strcmp(value, "auto") == 0)
+        o->device = KVS_NODE_DEVICE_AUTO;
       else {
         return kvs_error_set(err, KVS_ERR_PARSE, "--device must be cpu, cuda or auto, got '%s'",
                              value);
       }
       return KVS_OK;
-    case F_CUDA_DEVICE: return parse_int("--cuda-device", value, 1023, &o->cuda_device, err);
+    case F_CUDA_DEVICE:
+      return parse_int("--cuda-device", value, 1023, &o->cuda_device, err);
     case F_STREAM:
       /* An address: decimal, as Python's int() of a stream handle gives it. */
       status = kvs_parse_u64("--stream", value, &v, err);
@@ -254,8 +263,11 @@ static kvs_status apply_device(parsed *p, int id, const char *value, kvs_error *
       o->step_backend = p->step_backend;
       return copy_text("--step-backend", value, p->step_backend, sizeof p->step_backend, err);
     case F_CUDA_GRAPHS:
-    case F_NO_CUDA_GRAPHS: o->cuda_graphs = id == F_CUDA_GRAPHS; return KVS_OK;
-    default: return KVS_ERR_NOT_FOUND;
+    case F_NO_CUDA_GRAPHS:
+      o->cuda_graphs = id == F_CUDA_GRAPHS;
+      return KVS_OK;
+    default:
+      return KVS_ERR_NOT_FOUND;
   }
 }
 
@@ -265,10 +277,15 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
   uint64_t v = 0;
   kvs_status status = KVS_OK;
   switch (id) {
-    case F_CHECK_EVERY: return kvs_parse_u64("--check-every", value, &o->check_every, err);
+    case F_CHECK_EVERY:
+      return kvs_parse_u64("--check-every", value, &o->check_every, err);
     case F_CHECK_INTEGRITY:
-    case F_NO_CHECK_INTEGRITY: o->check_integrity = id == F_CHECK_INTEGRITY; return KVS_OK;
-    case F_DIGEST_STEPS: o->digest_steps = true; return KVS_OK;
+    case F_NO_CHECK_INTEGRITY:
+      o->check_integrity = id == F_CHECK_INTEGRITY;
+      return KVS_OK;
+    case F_DIGEST_STEPS:
+      o->digest_steps = true;
+      return KVS_OK;
     case F_MAX_BATCH:
     case F_STEP_CAPACITY:
       status = kvs_parse_u64_in(id == F_MAX_BATCH ? "--max-batch" : "--step-capacity", value, 1,
@@ -276,13 +293,18 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
       if (status == KVS_OK) *(id == F_MAX_BATCH ? &o->max_batch : &o->step_capacity) = (size_t)v;
       return status;
     case F_BIND_NUMA:
-    case F_NO_BIND_NUMA: o->bind_numa = id == F_BIND_NUMA; return KVS_OK;
-    case F_LOCAL_RANK: return parse_int("--local-rank", value, 65535, &o->local_rank, err);
-    case F_HOST_INDEX: return parse_int("--host-index", value, 65535, &o->host_index, err);
+    case F_NO_BIND_NUMA:
+      o->bind_numa = id == F_BIND_NUMA;
+      return KVS_OK;
+    case F_LOCAL_RANK:
+      return parse_int("--local-rank", value, 65535, &o->local_rank, err);
+    case F_HOST_INDEX:
+      return parse_int("--host-index", value, 65535, &o->host_index, err);
     case F_HOST:
       o->host = p->host;
       return copy_text("--host", value, p->host, sizeof p->host, err);
-    default: return KVS_ERR_NOT_FOUND;
+    default:
+      return KVS_ERR_NOT_FOUND;
   }
 }
 
@@ -312,9 +334,9 @@ static kvs_status unknown_flag(const char *given, kvs_error *err) {
   const char *names[64];
   size_t n = all_names(names, 64);
   const char *near = kvs_nearest_flag(given, names, n);
-  return kvs_error_set(err, KVS_ERR_PARSE, "unknown flag '%s'%s%s%s (kvs_node_flags_help lists them)",
-                       given, near != NULL ? "; did you mean --" : "", near != NULL ? near : "",
-                       near != NULL ? "?" : "");
+  return kvs_error_set(
+      err, KVS_ERR_PARSE, "unknown flag '%s'%s%s%s (kvs_node_flags_help lists them)", given,
+      near != NULL ? "; did you mean --" : "", near != NULL ? near : "", near != NULL ? "?" : "");
 }
 
 /* One flag string: "--name=value" or "--name". */
@@ -357,8 +379,8 @@ static kvs_status apply_one(parsed *p, const char *flag, kvs_error *err) {
     return kvs_error_set(err, KVS_ERR_PARSE, "--%s needs a value: --%s=VALUE", name, name);
   }
   if (!takes_value && value != NULL) {
-    return kvs_error_set(err, KVS_ERR_PARSE, "--%s is a switch and takes no value, got '%s'",
-                         name, value);
+    return kvs_error_set(err, KVS_ERR_PARSE, "--%s is a switch and takes no value, got '%s'", name,
+                         value);
   }
   if (shared_id >= 0) return kvs_plan_options_apply(&p->plan, shared_id, value, err);
   if ((status = apply_machine(p, own_id, value, err)) != KVS_ERR_NOT_FOUND) return status;
@@ -386,11 +408,11 @@ static kvs_status resolve(parsed *p, kvs_error *err) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "--%s applies to measured memory; --budget and --budget-per-gpu give "
                          "the bytes themselves",
-                         p->have_ratio        ? "memory-ratio"
-                         : p->have_fraction   ? "mem-fraction"
-                         : p->have_reserve    ? "reserve"
-                         : p->have_weights    ? "weights"
-                                              : "weights-per-gpu");
+                         p->have_ratio      ? "memory-ratio"
+                         : p->have_fraction ? "mem-fraction"
+                         : p->have_reserve  ? "reserve"
+                         : p->have_weights  ? "weights"
+                                            : "weights-per-gpu");
   }
   kvs_status status = kvs_plan_options_resolve(&p->plan, &p->model, err);
   if (status != KVS_OK) return status;
@@ -413,7 +435,9 @@ kvs_status kvs_node_create_flags(kvs_comm_t comm, const char *const *flags, size
                                  kvs_node_t *out, kvs_error *err) {
   if (comm == NULL || out == NULL || (flags == NULL && n > 0)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_create_flags: %s is NULL",
-                         comm == NULL ? "comm" : out == NULL ? "out" : "flags");
+                         comm == NULL  ? "comm"
+                         : out == NULL ? "out"
+                                       : "flags");
   }
   parsed *p = calloc(1, sizeof *p);
   if (p == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to read the flags");

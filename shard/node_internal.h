@@ -18,9 +18,9 @@ struct kvs_node {
   kvs_geometry geometry;
   kvs_row_widths widths;
   kvs_plan_request request;
-  kvs_cluster_t cluster;    /* every node's GPUs; its own node's topology */
-  bool owns_cluster;        /* false: lent by kvs_node_create_in_cluster */
-  kvs_topology_t topology;  /* this rank's node's (owned by the cluster) */
+  kvs_cluster_t cluster;   /* every node's GPUs; its own node's topology */
+  bool owns_cluster;       /* false: lent by kvs_node_create_in_cluster */
+  kvs_topology_t topology; /* this rank's node's (owned by the cluster) */
   char note[768];
   size_t n_gpus;
   kvs_memory_budget *budgets;

@@ -10,7 +10,6 @@
 #include "core/mix.h"
 #include "shard/node_internal.h"
 
-
 /* The ring contexts' digest: rows in batch order, identical on every rank
  * that derived identical slots. */
 static uint64_t ring_digest(const struct kvs_node *node, size_t n) {
@@ -72,9 +71,7 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
     }
     rows.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
   }
-  kvs_table_step_args args = {step,
-                              r.info.entries_at,
-                              r.info.entries,
+  kvs_table_step_args args = {step, r.info.entries_at, r.info.entries,
                               node->table_reads_device_entries ? r.info.device_message : NULL,
                               &rows};
   kvs_table_step_timing timing = {0, 0};
@@ -145,8 +142,8 @@ kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool
   /* A bad batch still steps (every rank is in the broadcast), then fails. */
   kvs_status refused = batch != NULL ? window_rows_of(node, batch, &rows, &bad) : KVS_OK;
   void *event = NULL;
-  kvs_status stepped = step_window(node, refused == KVS_OK ? &rows : &none, digest, out, &event,
-                                   err);
+  kvs_status stepped =
+      step_window(node, refused == KVS_OK ? &rows : &none, digest, out, &event, err);
   if (refused != KVS_OK && (stepped == KVS_OK || stepped == KVS_ERR_DIVERGENCE)) {
     return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
   }
@@ -258,8 +255,7 @@ static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_bat
   }
   if (b->n > 0 && (b->requests == NULL || b->positions == NULL || b->block_table == NULL)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "a batch of %zu rows needs its requests, positions and block table",
-                         b->n);
+                         "a batch of %zu rows needs its requests, positions and block table", b->n);
   }
   if (b->window_rows && b->stride != 2) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -310,11 +306,10 @@ kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_
     return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
   }
   if (out != NULL) {
-    kvs_node_step_result r = {sizeof r,          info.info.step,    info.info.entries,
-                              info.info.binds,   info.info.frees,   info.ring.n_req,
-                              info.ring.page,    info.ring.on_device, info.ring.own,
-                              info.ring.prev,    info.ring.ring,    info.ring.csa_loc,
-                              info.ring.hca_loc, event,             info.digest};
+    kvs_node_step_result r = {
+        sizeof r,        info.info.step,    info.info.entries,   info.info.binds, info.info.frees,
+        info.ring.n_req, info.ring.page,    info.ring.on_device, info.ring.own,   info.ring.prev,
+        info.ring.ring,  info.ring.csa_loc, info.ring.hca_loc,   event,           info.digest};
     *out = r;
   }
   return stepped;
@@ -331,15 +326,9 @@ kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *e
   kvs_shard_report r;
   kvs_status status = kvs_node_check_report(node, &r, err);
   if (report != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
-    kvs_node_report out = {sizeof out,
-                           (int)r.kind,
-                           r.step,
-                           r.digest_min,
-                           r.full_page,
-                           r.rank,
-                           r.leader_window_page,
-                           r.rank_window_page,
-                           r.request_slot};
+    kvs_node_report out = {sizeof out,           (int)r.kind,        r.step,
+                           r.digest_min,         r.full_page,        r.rank,
+                           r.leader_window_page, r.rank_window_page, r.request_slot};
     *report = out;
   }
   return status;

@@ -8,11 +8,16 @@
 
 size_t kvs_view_dtype_bytes(kvs_view_dtype dtype) {
   switch (dtype) {
-    case KVS_VIEW_INT64: return 8;
-    case KVS_VIEW_INT32: return 4;
-    case KVS_VIEW_UINT8: return 1;
-    case KVS_VIEW_BF16: return 2;
-    case KVS_VIEW_FP32: return 4;
+    case KVS_VIEW_INT64:
+      return 8;
+    case KVS_VIEW_INT32:
+      return 4;
+    case KVS_VIEW_UINT8:
+      return 1;
+    case KVS_VIEW_BF16:
+      return 2;
+    case KVS_VIEW_FP32:
+      return 4;
   }
   return 0;
 }
@@ -21,12 +26,18 @@ size_t kvs_view_dtype_bytes(kvs_view_dtype dtype) {
  * per ratio. */
 static const char *view_name(const kvs_device_span *span) {
   switch (span->tier) {
-    case KVS_DEVICE_TIER_MAPPING: return "mapping";
-    case KVS_DEVICE_TIER_WINDOW: return "window";
-    case KVS_DEVICE_TIER_COMPRESSED: return span->ratio == 4 ? "compressed_4" : "compressed_128";
-    case KVS_DEVICE_TIER_INDEXER: return "indexer";
-    case KVS_DEVICE_TIER_STATE: return span->ratio == 4 ? "state_4" : "state_128";
-    case KVS_DEVICE_TIER_INDEX_STATE: return "index_state";
+    case KVS_DEVICE_TIER_MAPPING:
+      return "mapping";
+    case KVS_DEVICE_TIER_WINDOW:
+      return "window";
+    case KVS_DEVICE_TIER_COMPRESSED:
+      return span->ratio == 4 ? "compressed_4" : "compressed_128";
+    case KVS_DEVICE_TIER_INDEXER:
+      return "indexer";
+    case KVS_DEVICE_TIER_STATE:
+      return span->ratio == 4 ? "state_4" : "state_128";
+    case KVS_DEVICE_TIER_INDEX_STATE:
+      return "index_state";
   }
   return "?";
 }
@@ -38,10 +49,16 @@ static const char *view_name(const kvs_device_span *span) {
 static kvs_view_dtype view_dtype(const struct kvs_node *node, const kvs_device_span *span) {
   kvs_view_dtype d;
   switch (span->tier) {
-    case KVS_DEVICE_TIER_MAPPING: d = KVS_VIEW_INT64; break;
+    case KVS_DEVICE_TIER_MAPPING:
+      d = KVS_VIEW_INT64;
+      break;
     case KVS_DEVICE_TIER_STATE:
-    case KVS_DEVICE_TIER_INDEX_STATE: d = KVS_VIEW_FP32; break;
-    default: d = node->options.kv_dtype == KVS_KV_FP8 ? KVS_VIEW_UINT8 : KVS_VIEW_BF16; break;
+    case KVS_DEVICE_TIER_INDEX_STATE:
+      d = KVS_VIEW_FP32;
+      break;
+    default:
+      d = node->options.kv_dtype == KVS_KV_FP8 ? KVS_VIEW_UINT8 : KVS_VIEW_BF16;
+      break;
   }
   size_t e = kvs_view_dtype_bytes(d);
   if (span->row_bytes % e != 0 || (span->count > 1 && span->stride % e != 0)) d = KVS_VIEW_UINT8;

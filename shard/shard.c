@@ -45,7 +45,7 @@ struct kvs_shard {
    * message[k % 2], so a device that still reads step k's message while
    * step k + 1 is broadcast reads it whole (shard.h). */
   kvs_comm_buffer message[2];
-  kvs_comm_buffer words;   /* C_WORDS words for checks */
+  kvs_comm_buffer words; /* C_WORDS words for checks */
   uint64_t next_step;
   uint64_t check_every;
   bool check_integrity;
@@ -385,8 +385,8 @@ static kvs_status broadcast_message(kvs_shard_t shard, uint64_t step, kvs_error 
   kvs_comm_stats before, after;
   kvs_comm_stats_get(shard->comm, &before);
   uint64_t start = kvs_now_ns();
-  kvs_status status = kvs_comm_broadcast(shard->comm, message_of(shard, step),
-                                         shard->message_bytes, KVS_SHARD_LEADER, err);
+  kvs_status status = kvs_comm_broadcast(shard->comm, message_of(shard, step), shard->message_bytes,
+                                         KVS_SHARD_LEADER, err);
   shard->stats.broadcast_ns += kvs_now_ns() - start;
   kvs_comm_stats_get(shard->comm, &after);
   shard->stats.step_collectives += after.collectives - before.collectives;
@@ -622,9 +622,8 @@ static kvs_status locate_bindings(kvs_shard_t shard, kvs_shard_report *r, const 
                          "request slots diverged (checked after step %lld): request slot "
                          "%llu holds request %lld on the leader (rank %d) and request %lld "
                          "on rank %d (-1: free); %d rank(s) differ on it; %s",
-                         (long long)r->step, (unsigned long long)r->request_slot,
-                         (long long)leader, KVS_SHARD_LEADER, (long long)theirs, r->rank,
-                         r->ranks_differing, seen);
+                         (long long)r->step, (unsigned long long)r->request_slot, (long long)leader,
+                         KVS_SHARD_LEADER, (long long)theirs, r->rank, r->ranks_differing, seen);
   }
   r->full_page = unit;
   r->leader_window_page = leader;
@@ -642,9 +641,8 @@ static kvs_status locate_aux(kvs_shard_t shard, kvs_shard_report *r, const char 
                              kvs_error *err) {
   r->kind = KVS_SHARD_DIVERGED_AUX;
   uint64_t leader_value, first_value;
-  kvs_status status =
-      compare_with_leader(shard, shard->aux_digest ^ shard->aux_step, &leader_value, &r->rank,
-                          &first_value, &r->ranks_differing, err);
+  kvs_status status = compare_with_leader(shard, shard->aux_digest ^ shard->aux_step, &leader_value,
+                                          &r->rank, &first_value, &r->ranks_differing, err);
   if (status != KVS_OK) return status;
   return kvs_error_set(err, KVS_ERR_DIVERGENCE,
                        "application digests diverged (checked after step %lld) while the "

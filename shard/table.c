@@ -102,7 +102,9 @@ kvs_status kvs_table_result_to_host(kvs_table_t table, const kvs_ring_result *re
 kvs_status kvs_table_memory(kvs_table_t table, void **base, int64_t **mapping, kvs_error *err) {
   if (table == NULL || base == NULL || mapping == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_memory: %s is NULL",
-                         table == NULL ? "table" : base == NULL ? "base" : "mapping");
+                         table == NULL  ? "table"
+                         : base == NULL ? "base"
+                                        : "mapping");
   }
   if (table->ops->memory == NULL) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table shows no memory",
@@ -163,8 +165,7 @@ static kvs_status open_cuda(int device, const kvs_device_layout *layout,
   uint64_t bytes = 0;
   status = backend->open(device, layout, limits, stream, options, &ops, &impl, &bytes, err);
   if (status != KVS_OK) return status;
-  return kvs_table_wrap(ops, impl, kvs_device_layout_dims(layout), limits, device, bytes, out,
-                        err);
+  return kvs_table_wrap(ops, impl, kvs_device_layout_dims(layout), limits, device, bytes, out, err);
 }
 
 kvs_status kvs_table_create_cuda(int device, const kvs_device_layout *layout,
@@ -184,9 +185,8 @@ kvs_status kvs_table_create_cuda_step(int device, const kvs_device_layout *layou
   return open_cuda(device, layout, limits, NULL, options, out, err);
 }
 
-kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args,
-                          kvs_ring_result *out, void **event, kvs_table_step_timing *timing,
-                          kvs_error *err) {
+kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kvs_ring_result *out,
+                          void **event, kvs_table_step_timing *timing, kvs_error *err) {
   if (table == NULL || args == NULL || out == NULL || event == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table, args, out and event are required");
   }

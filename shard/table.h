@@ -175,9 +175,8 @@ typedef struct kvs_table_step_timing {
   uint64_t ring_ns;  /* the ring contexts (likewise) */
 } kvs_table_step_timing;
 
-kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args,
-                          kvs_ring_result *out, void **event, kvs_table_step_timing *timing,
-                          kvs_error *err);
+kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kvs_ring_result *out,
+                          void **event, kvs_table_step_timing *timing, kvs_error *err);
 
 /* The table's binding digest: the sum of kvs_binding_digest_term over its
  * bound full pages (the dummy included), which equals the mirror pool's
@@ -216,11 +215,11 @@ kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims d
 
 /* How a device table orders its step against its neighbours. */
 typedef struct kvs_cuda_table_options {
-  size_t size;             /* sizeof(kvs_cuda_table_options) */
-  void *comm_stream;       /* the communicator's cudaStream_t (device comms), or NULL */
-  void *engine_stream;     /* the engine's cudaStream_t, or NULL */
-  size_t step_capacity;    /* journal entries a step message holds */
-  bool graphs;             /* capture each parity's step once and replay it */
+  size_t size;          /* sizeof(kvs_cuda_table_options) */
+  void *comm_stream;    /* the communicator's cudaStream_t (device comms), or NULL */
+  void *engine_stream;  /* the engine's cudaStream_t, or NULL */
+  size_t step_capacity; /* journal entries a step message holds */
+  bool graphs;          /* capture each parity's step once and replay it */
 } kvs_cuda_table_options;
 
 /* The CUDA backend's tables entry point ("kvs_backend_cuda_tables_v1"),
@@ -228,8 +227,8 @@ typedef struct kvs_cuda_table_options {
 typedef struct kvs_cuda_tables_table {
   kvs_backend_header header;
   kvs_status (*open)(int device, const kvs_device_layout *layout, const kvs_table_limits *limits,
-                     void *stream, const kvs_cuda_table_options *options,
-                     const kvs_table_ops **ops, void **impl, uint64_t *bytes, kvs_error *err);
+                     void *stream, const kvs_cuda_table_options *options, const kvs_table_ops **ops,
+                     void **impl, uint64_t *bytes, kvs_error *err);
 } kvs_cuda_tables_table;
 
 #define KVS_CUDA_TABLES_ENTRY "kvs_backend_cuda_tables_v1"

@@ -17,26 +17,26 @@ static int failures;
 #define CALLED(name) printf("called %s\n", #name)
 
 /* A status-returning call with NULL/zero arguments must refuse them. */
-#define REFUSES(name, call)                                                               \
-  do {                                                                                    \
-    CALLED(name);                                                                         \
-    kvs_error e_;                                                                         \
-    kvs_error_clear(&e_);                                                                 \
-    kvs_status s_ = (call);                                                               \
-    if (s_ != KVS_ERR_INVALID_ARGUMENT) {                                                 \
+#define REFUSES(name, call)                                                                   \
+  do {                                                                                        \
+    CALLED(name);                                                                             \
+    kvs_error e_;                                                                             \
+    kvs_error_clear(&e_);                                                                     \
+    kvs_status s_ = (call);                                                                   \
+    if (s_ != KVS_ERR_INVALID_ARGUMENT) {                                                     \
       fprintf(stderr, "%s with NULL arguments returned %s: %s\n", #name, kvs_status_name(s_), \
-              e_.message);                                                                \
-      failures++;                                                                         \
-    }                                                                                     \
+              e_.message);                                                                    \
+      failures++;                                                                             \
+    }                                                                                         \
   } while (0)
 
-#define EXPECT(name, cond)                                             \
-  do {                                                                 \
-    CALLED(name);                                                      \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "%s: %s does not hold\n", #name, #cond);         \
-      failures++;                                                      \
-    }                                                                  \
+#define EXPECT(name, cond)                                     \
+  do {                                                         \
+    CALLED(name);                                              \
+    if (!(cond)) {                                             \
+      fprintf(stderr, "%s: %s does not hold\n", #name, #cond); \
+      failures++;                                              \
+    }                                                          \
   } while (0)
 
 static void nulls_of_status_and_model(void) {

@@ -365,8 +365,8 @@ void kvs_report_unknown_flag(const char *tool, const char *given, const char *co
   }
   size_t len;
   const char *name = bare_name(near, &len);
-  fprintf(kvs_tool_err(), "%s: unknown flag '%s'; did you mean --%.*s? (%s lists every flag)\n", tool,
-          given, (int)len, name, help);
+  fprintf(kvs_tool_err(), "%s: unknown flag '%s'; did you mean --%.*s? (%s lists every flag)\n",
+          tool, given, (int)len, name, help);
 }
 
 const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {

@@ -26,9 +26,9 @@ int fit_size_row(fit_cluster *c, fit_row *row) {
   kvs_error err;
   size_t n_planned = kvs_geometry_layer_count(&c->m->geometry);
   const kvs_parallel *l = &row->layout;
-  if ((c->weights != NULL && kvs_plan_layer_weights(c->weights, n_planned, l->tp,
-                                                    kvs_parallel_moe_gpus(l), c->layer,
-                                                    &err) != KVS_OK) ||
+  if ((c->weights != NULL &&
+       kvs_plan_layer_weights(c->weights, n_planned, l->tp, kvs_parallel_moe_gpus(l), c->layer,
+                              &err) != KVS_OK) ||
       size_requests(c, row, row->requests, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
@@ -54,9 +54,9 @@ static kvs_plan_request request_of(const fit_cluster *c, const fit_row *row, boo
 static bool holds(fit_cluster *c, const fit_row *row, bool weights, uint64_t *heaviest) {
   kvs_plan_request request = request_of(c, row, weights);
   kvs_node_plan_t plan = NULL;
-  bool ok = kvs_node_plan_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) ==
-                KVS_OK &&
-            kvs_node_plan_split(plan)->num_pages >= row->pages;
+  bool ok =
+      kvs_node_plan_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) == KVS_OK &&
+      kvs_node_plan_split(plan)->num_pages >= row->pages;
   for (size_t r = 0; ok && heaviest != NULL && r < kvs_node_plan_rank_count(plan); r++) {
     uint64_t w = kvs_node_plan_rank(plan, r)->weight_bytes;
     if (r == 0 || w > *heaviest) *heaviest = w;
@@ -133,10 +133,9 @@ void fit_kvshard_demand(fit_cluster *c, fit_row *row) {
   for (size_t g = 0; g < c->n_gpus; g++) {
     if (c->memory[g].memory_bytes < least) least = c->memory[g].memory_bytes;
   }
-  row->margin_bytes = row->fraction_found
-                          ? (int64_t)floor((double)least * c->fraction) -
-                                (int64_t)floor((double)least * row->min_fraction)
-                          : INT64_MIN;
+  row->margin_bytes = row->fraction_found ? (int64_t)floor((double)least * c->fraction) -
+                                                (int64_t)floor((double)least * row->min_fraction)
+                                          : INT64_MIN;
 }
 
 static bool holds_requests(fit_cluster *c, fit_row *row, uint64_t requests) {
@@ -198,8 +197,8 @@ typedef struct engine_probe {
 static void engine_requests(engine_probe *e, uint64_t requests) {
   size_t dp = e->row->layout.dp;
   uint64_t needed = requests * dp;
-  e->max_running = needed > KVS_ENGINE_DEFAULT_MAX_RUNNING ? needed
-                                                           : KVS_ENGINE_DEFAULT_MAX_RUNNING;
+  e->max_running =
+      needed > KVS_ENGINE_DEFAULT_MAX_RUNNING ? needed : KVS_ENGINE_DEFAULT_MAX_RUNNING;
   e->options = kvs_engine_options(e->c->options, dp, e->max_running);
 }
 

@@ -40,8 +40,8 @@ typedef struct fit_cluster {
   const kvs_plan_options *options;
   const kvs_gpu_info *gpus;
   size_t n_gpus, nodes;
-  const kvs_memory_budget *memory; /* each GPU's memory and reserve (ratio 1) */
-  uint64_t *budgets;               /* scratch, n_gpus */
+  const kvs_memory_budget *memory;  /* each GPU's memory and reserve (ratio 1) */
+  uint64_t *budgets;                /* scratch, n_gpus */
   const kvs_model_weights *weights; /* NULL: not counted */
   uint64_t *layer;                  /* scratch: weight bytes per planned layer */
   uint64_t context;                 /* L, tokens of every request */
@@ -70,12 +70,12 @@ typedef struct fit_row {
   uint64_t max_requests;  /* --max-concurrency: per DP group at the share */
   /* SGLang (--engine sglang). */
   bool sglang_found;
-  double sglang_fraction; /* thousandths, the smallest that holds */
-  double sglang_default;  /* its default for the layout */
-  bool sglang_fits;       /* found, and at most the fraction judged by */
-  char sglang_why[192];   /* when not found: what is short, and at which fraction */
-  uint64_t sglang_full;   /* its full pool at sglang_fraction */
-  uint64_t sglang_max_running; /* --max-running-requests the answer needs */
+  double sglang_fraction;       /* thousandths, the smallest that holds */
+  double sglang_default;        /* its default for the layout */
+  bool sglang_fits;             /* found, and at most the fraction judged by */
+  char sglang_why[192];         /* when not found: what is short, and at which fraction */
+  uint64_t sglang_full;         /* its full pool at sglang_fraction */
+  uint64_t sglang_max_running;  /* --max-running-requests the answer needs */
   uint64_t sglang_max_requests; /* --max-concurrency: per DP group */
 } fit_row;
 

@@ -11,10 +11,11 @@
 #include "tools/bench_core.h"
 
 static void usage(FILE *out) {
-  fputs("usage: kvbench [--json] [--quick]\n"
-        "  --json    one JSON object on the last line of stdout\n"
-        "  --quick   1/100 of the iterations (a smoke run, not a measurement)\n",
-        out);
+  fputs(
+      "usage: kvbench [--json] [--quick]\n"
+      "  --json    one JSON object on the last line of stdout\n"
+      "  --quick   1/100 of the iterations (a smoke run, not a measurement)\n",
+      out);
 }
 
 /* The flags into *json and *quick: 0 to run, -1 after --help, 2 after a

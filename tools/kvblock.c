@@ -79,9 +79,9 @@ static int usage_error(const char *fmt, const char *what) {
 }
 
 /* Every flag any command takes, for suggestions. */
-static const char *const flag_names[] = {"--model",      "--weights", "--layers", "--kv-heads",
-                                         "--head-dim",   "--block-size", "--window", "--dtype",
-                                         "--seed",       "--json"};
+static const char *const flag_names[] = {"--model",    "--weights",    "--layers", "--kv-heads",
+                                         "--head-dim", "--block-size", "--window", "--dtype",
+                                         "--seed",     "--json"};
 #define N_FLAG_NAMES (sizeof flag_names / sizeof flag_names[0])
 
 /* A flag no command knows: one line naming the nearest one. */

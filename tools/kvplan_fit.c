@@ -86,7 +86,6 @@ static void usage(FILE *out) {
           kvs_plan_options_help);
 }
 
-
 /* The demand: its tokens, its count, or the question of the count. */
 static kvs_status demand_flag(fit_args *a, int id, const char *value, kvs_error *err) {
   kvs_status status;
@@ -238,7 +237,6 @@ static int resolve_model(fit_args *a, kvs_plan_model *m) {
   return 0;
 }
 
-
 int fit_run_alloc(fit_run *r) {
   size_t n = kvs_cluster_gpu_count(r->topo), most = 4 * n;
   bool counted = strcmp(fit_weights_source(r->a, r->m), "none") != 0;
@@ -274,12 +272,13 @@ int fit_count_weights(fit_run *r) {
   const kvs_plan_weights_given given = {a->have_weights_total, a->weights_total,
                                         a->have_expert_weights, a->expert_weights,
                                         a->shared_weights};
-  if (r->weights != NULL && kvs_plan_weights_of(&r->m->config, &given, r->weights, &err) != KVS_OK) {
+  if (r->weights != NULL &&
+      kvs_plan_weights_of(&r->m->config, &given, r->weights, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
-  r->split = a->have_expert_weights || (r->weights != NULL && !a->have_weights_total &&
-                                        r->weights->n_expert_tensors > 0);
+  r->split = a->have_expert_weights ||
+             (r->weights != NULL && !a->have_weights_total && r->weights->n_expert_tensors > 0);
   if (!r->split && r->weights != NULL) {
     fprintf(r->notes,
             "kvplan: trying tp x pp layouts only: data-parallel attention with expert "
@@ -304,7 +303,6 @@ int fit_open_cluster(const fit_args *a, size_t nodes, FILE *notes, kvs_cluster_t
   return 0;
 }
 
-
 /* The one answer: the model, the cluster, the weights, every layout, the
  * report. */
 static int run(fit_args *a, kvs_plan_model *m) {
@@ -314,7 +312,8 @@ static int run(fit_args *a, kvs_plan_model *m) {
   memset(&r, 0, sizeof r);
   r.a = a;
   r.m = m;
-  r.notes = a->json ? kvs_tool_err() : kvs_tool_out(); /* with --json, stdout holds the object alone */
+  r.notes =
+      a->json ? kvs_tool_err() : kvs_tool_out(); /* with --json, stdout holds the object alone */
   if (strcmp(fit_weights_source(a, m), "none") == 0) {
     fprintf(r.notes,
             "kvplan: weights are not counted (%s carries no weight size): give --model FOLDER "

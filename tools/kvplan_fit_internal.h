@@ -35,10 +35,10 @@ typedef struct fit_run {
   kvs_plan_model *m;
   FILE *notes;
   kvs_cluster_t topo;
-  kvs_memory_budget *memory; /* the named cluster's terms (the report quotes them) */
-  kvs_memory_budget *grown;  /* a grown cluster's, 4 nodes at most */
-  uint64_t *budgets;         /* scratch for the largest cluster */
-  uint64_t *layer;           /* weight bytes per planned layer */
+  kvs_memory_budget *memory;  /* the named cluster's terms (the report quotes them) */
+  kvs_memory_budget *grown;   /* a grown cluster's, 4 nodes at most */
+  uint64_t *budgets;          /* scratch for the largest cluster */
+  uint64_t *layer;            /* weight bytes per planned layer */
   kvs_model_weights *weights; /* NULL: weights not counted */
   bool split;                 /* experts told apart: dp x ep layouts are tried */
   fit_row *rows;

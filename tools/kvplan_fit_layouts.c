@@ -120,11 +120,12 @@ static int evaluate(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memory
     return 1;
   }
   size_t room = FIT_MAX_LAYOUTS - r->n_rows;
-  size_t total = list_layouts(c.gpus, c.n_gpus, kvs_geometry_layer_count(&r->m->geometry),
-                              r->split, slots, layouts, room);
+  size_t total = list_layouts(c.gpus, c.n_gpus, kvs_geometry_layer_count(&r->m->geometry), r->split,
+                              slots, layouts, room);
   if (total > room) {
-    fprintf(kvs_tool_err(), "kvplan fit: %zu layouts of %zu GPUs; trying the %zu with the fewest ranks\n",
-            total, c.n_gpus, room);
+    fprintf(kvs_tool_err(),
+            "kvplan fit: %zu layouts of %zu GPUs; trying the %zu with the fewest ranks\n", total,
+            c.n_gpus, room);
     total = room;
   }
   fit_progress progress = {kvs_now_ns(), kvs_now_ns(), r->a->progress_s};

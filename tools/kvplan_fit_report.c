@@ -62,8 +62,8 @@ static json_t *row_launch(const fit_args *a, const fit_row *r) {
 static void row_engine_json(const fit_args *a, const fit_row *r, json_t *o) {
   bool found = r->sglang_found;
   const char *fraction_key = a->max_concurrency ? "sglang_mem_fraction" : "mem_fraction_static";
-  json_object_set_new(o, fraction_key, found || a->max_concurrency ? json_real(r->sglang_fraction)
-                                                                   : json_null());
+  json_object_set_new(o, fraction_key,
+                      found || a->max_concurrency ? json_real(r->sglang_fraction) : json_null());
   json_object_set_new(o, "sglang_default_mem_fraction", json_real(r->sglang_default));
   json_object_set_new(o, "sglang_fits", json_boolean(r->sglang_fits));
   json_object_set_new(o, "sglang_why", found ? json_null() : json_string(r->sglang_why));
@@ -78,8 +78,8 @@ static void row_engine_json(const fit_args *a, const fit_row *r, json_t *o) {
 
 static json_t *row_json(const fit_args *a, const fit_row *r) {
   json_t *o = json_object();
-  const size_t counts[] = {r->nodes, r->layout.tp, r->layout.pp, r->layout.dp,
-                           r->layout.ep, r->replicas, r->groups};
+  const size_t counts[] = {r->nodes,     r->layout.tp, r->layout.pp, r->layout.dp,
+                           r->layout.ep, r->replicas,  r->groups};
   const char *const names[] = {"nodes", "tp", "pp", "dp", "ep", "replicas", "groups"};
   for (size_t i = 0; i < 7; i++) json_object_set_new(o, names[i], kvs_json_u64(counts[i]));
   json_object_set_new(o, "requests_per_group", kvs_json_u64(r->requests));
@@ -156,8 +156,8 @@ static void print_kvshard_cells(const fit_row *r) {
     snprintf(margin, sizeof margin, "out of reach");
   }
   kvs_format_bytes(r->weights_bytes, weights, sizeof weights);
-  fprintf(kvs_tool_out(), " %10llu %14s %12s %12s  %-4s %-18s", (unsigned long long)r->pages, budget, weights,
-         fraction, r->fits ? "yes" : "no", margin);
+  fprintf(kvs_tool_out(), " %10llu %14s %12s %12s  %-4s %-18s", (unsigned long long)r->pages,
+          budget, weights, fraction, r->fits ? "yes" : "no", margin);
 }
 
 /* The SGLang columns: its fraction and whether it fits, or why not. */
@@ -165,17 +165,18 @@ static void print_engine_cells(const fit_args *a, const fit_row *r) {
   char fraction[16];
   if (a->max_concurrency) {
     fprintf(kvs_tool_out(), " %8.3f %12llu", r->sglang_fraction,
-           (unsigned long long)(r->sglang_max_requests * r->groups));
+            (unsigned long long)(r->sglang_max_requests * r->groups));
   } else {
     snprintf(fraction, sizeof fraction, r->sglang_found ? "%.3f" : "-", r->sglang_fraction);
-    fprintf(kvs_tool_out(), " %8s %7.3f  %-4s", fraction, r->sglang_default, r->sglang_fits ? "yes" : "no");
+    fprintf(kvs_tool_out(), " %8s %7.3f  %-4s", fraction, r->sglang_default,
+            r->sglang_fits ? "yes" : "no");
   }
   if (!r->sglang_found) fprintf(kvs_tool_out(), "  %s", r->sglang_why);
 }
 
 static void print_row(const fit_args *a, const fit_row *r) {
-  fprintf(kvs_tool_out(), "%5zu %4zu %4zu %4zu %4zu %6zu %9llu", r->nodes, r->layout.tp, r->layout.pp,
-         r->layout.dp, r->layout.ep, r->groups, (unsigned long long)r->requests);
+  fprintf(kvs_tool_out(), "%5zu %4zu %4zu %4zu %4zu %6zu %9llu", r->nodes, r->layout.tp,
+          r->layout.pp, r->layout.dp, r->layout.ep, r->groups, (unsigned long long)r->requests);
   if (a->max_concurrency) {
     fprintf(kvs_tool_out(), " %12llu", (unsigned long long)(r->max_requests * r->groups));
   } else {
@@ -192,30 +193,35 @@ static void fit_print_table(const fit_run *r) {
   char mem[32], reserve[32];
   kvs_plan_model_print(kvs_tool_out(), r->m, &a->options);
   fprintf(kvs_tool_out(), "topology    %s: %zu GPUs, %s each (%s)\n", kvs_cluster_label(r->topo),
-         kvs_cluster_gpu_count(r->topo),
-         kvs_format_bytes(r->memory[0].memory_bytes, mem, sizeof mem),
-         kvs_budget_source_name(r->memory[0].source));
+          kvs_cluster_gpu_count(r->topo),
+          kvs_format_bytes(r->memory[0].memory_bytes, mem, sizeof mem),
+          kvs_budget_source_name(r->memory[0].source));
   if (a->max_concurrency) {
     fprintf(kvs_tool_out(), "demand      how many requests of %llu tokens each layout holds\n",
-           (unsigned long long)a->context);
+            (unsigned long long)a->context);
   } else {
-    fprintf(kvs_tool_out(), "demand      %llu concurrent requests of %llu tokens, shared by every DP group\n",
-           (unsigned long long)a->concurrency, (unsigned long long)a->context);
+    fprintf(kvs_tool_out(),
+            "demand      %llu concurrent requests of %llu tokens, shared by every DP group\n",
+            (unsigned long long)a->concurrency, (unsigned long long)a->context);
   }
-  fprintf(kvs_tool_out(), "memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
-         a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO,
-         kvs_format_bytes(r->memory[0].reserve_bytes, reserve, sizeof reserve),
-         fit_weights_source(a, r->m),
-         engine_of(a) ? "; SGLang's own rule and default fraction beside it" : "");
-  fprintf(kvs_tool_out(), "%5s %4s %4s %4s %4s %6s %9s", "nodes", "tp", "pp", "dp", "ep", "groups", "req/group");
+  fprintf(kvs_tool_out(),
+          "memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
+          a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO,
+          kvs_format_bytes(r->memory[0].reserve_bytes, reserve, sizeof reserve),
+          fit_weights_source(a, r->m),
+          engine_of(a) ? "; SGLang's own rule and default fraction beside it" : "");
+  fprintf(kvs_tool_out(), "%5s %4s %4s %4s %4s %6s %9s", "nodes", "tp", "pp", "dp", "ep", "groups",
+          "req/group");
   if (a->max_concurrency) {
     fprintf(kvs_tool_out(), " %12s", "max requests");
   } else {
-    fprintf(kvs_tool_out(), " %10s %14s %12s %12s  %-4s %-18s", "pages", "min KV/GPU", "weights", "mem-fraction",
-           "fits", "margin per GPU");
+    fprintf(kvs_tool_out(), " %10s %14s %12s %12s  %-4s %-18s", "pages", "min KV/GPU", "weights",
+            "mem-fraction", "fits", "margin per GPU");
   }
-  if (engine_of(a) && a->max_concurrency) fprintf(kvs_tool_out(), " %8s %12s", "sglang f", "sglang holds");
-  if (engine_of(a) && !a->max_concurrency) fprintf(kvs_tool_out(), " %8s %7s  %-4s", "sglang f", "default", "fits");
+  if (engine_of(a) && a->max_concurrency)
+    fprintf(kvs_tool_out(), " %8s %12s", "sglang f", "sglang holds");
+  if (engine_of(a) && !a->max_concurrency)
+    fprintf(kvs_tool_out(), " %8s %7s  %-4s", "sglang f", "default", "fits");
   fprintf(kvs_tool_out(), "\n");
   for (size_t i = 0; i < r->n_rows; i++) print_row(a, &r->rows[i]);
 }
@@ -228,7 +234,8 @@ static int fit_headline(const fit_run *r, bool any) {
   size_t planned = kvs_cluster_node_count(r->topo);
   const char *nodes = planned > 1 ? "these nodes" : "this node";
   if (any) {
-    if (!a->json) fprintf(kvs_tool_out(), "\nserved by %zu node%s\n", planned, planned > 1 ? "s" : "");
+    if (!a->json)
+      fprintf(kvs_tool_out(), "\nserved by %zu node%s\n", planned, planned > 1 ? "s" : "");
     return 0;
   }
   fflush(kvs_tool_out());

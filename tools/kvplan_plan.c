@@ -109,7 +109,6 @@ static void usage(FILE *out) {
           kvs_plan_options_help);
 }
 
-
 static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error *err);
 
 /* One of plan's own flags into args. */
@@ -221,7 +220,8 @@ static int check_memory_flags(const plan_args *a) {
     return 2;
   }
   if (a->have_ratio && a->have_fraction) {
-    fprintf(kvs_tool_err(), "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
+    fprintf(kvs_tool_err(),
+            "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
     return 2;
   }
   int rc = check_weight_flags(a);
@@ -255,8 +255,8 @@ static int check_memory_flags(const plan_args *a) {
  * theirs as they are parsed). */
 static int check_counts(const plan_args *a) {
   if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
-    fprintf(kvs_tool_err(), "kvplan plan: --nodes must be between 1 and %d, got %llu\n", KVS_MAX_NODES,
-            (unsigned long long)a->nodes);
+    fprintf(kvs_tool_err(), "kvplan plan: --nodes must be between 1 and %d, got %llu\n",
+            KVS_MAX_NODES, (unsigned long long)a->nodes);
     return 2;
   }
   if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
@@ -275,8 +275,8 @@ static int check_counts(const plan_args *a) {
 /* The flags that only SGLang's rule reads, and the one it does not. */
 static int check_engine_flags(const plan_args *a) {
   const char *needs = a->free_before_load != 0 ? "--free-before-load is P of SGLang's memory rule"
-                      : a->launch               ? "--launch prints SGLang's flags"
-                                                : NULL;
+                      : a->launch              ? "--launch prints SGLang's flags"
+                                               : NULL;
   if (needs != NULL && !a->options.engine_sglang) {
     fprintf(kvs_tool_err(), "kvplan plan: %s: give --engine sglang\n", needs);
     return 2;
@@ -299,8 +299,7 @@ static int check_engine_flags(const plan_args *a) {
     fprintf(kvs_tool_err(),
             "kvplan plan: --max-running %llu is fewer than the %llu DP groups; SGLang gives each "
             "group max-running-requests / dp of them\n",
-            (unsigned long long)kvs_engine_max_running_total(&a->options),
-            (unsigned long long)dp);
+            (unsigned long long)kvs_engine_max_running_total(&a->options), (unsigned long long)dp);
     return 2;
   }
   return 0;
@@ -355,13 +354,14 @@ static const char *numa_text(int numa, char *buf, size_t len) {
 static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                         const kvs_memory_budget *terms, size_t n_nodes) {
   const kvs_split *split = kvs_node_plan_split(plan);
-  static const char *const heads[] = {"window",  "compressed", "indexer", "state",
-                                      "idx_state", "mapping",  "scratch", "ctl+pad",
-                                      "pool",    "weights",    "budget",  "headroom"};
+  static const char *const heads[] = {"window",    "compressed", "indexer", "state",
+                                      "idx_state", "mapping",    "scratch", "ctl+pad",
+                                      "pool",      "weights",    "budget",  "headroom"};
   if (n_nodes > 1) fprintf(kvs_tool_out(), "%4s ", "node");
-  fprintf(kvs_tool_out(), "%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid", "numa",
-         "layers");
-  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) fprintf(kvs_tool_out(), " %10s", heads[i]);
+  fprintf(kvs_tool_out(), "%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid",
+          "numa", "layers");
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+    fprintf(kvs_tool_out(), " %10s", heads[i]);
   fprintf(kvs_tool_out(), "\n");
   for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
     const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
@@ -369,8 +369,9 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
     char layers[32], numa[16], buf[32];
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
     if (n_nodes > 1) fprintf(kvs_tool_out(), "%4zu ", gpu->node);
-    fprintf(kvs_tool_out(), "%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank, rp->pp_stage, gpu->index,
-           gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa), layers);
+    fprintf(kvs_tool_out(), "%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank,
+            rp->pp_stage, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
+            layers);
     const uint64_t cells[] = {
         rp->bytes.window,       rp->bytes.compressed,
         rp->bytes.indexer,      rp->bytes.state,
@@ -386,21 +387,21 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   const kvs_rank_plan *lim = kvs_node_plan_rank(plan, kvs_node_plan_limiting_rank(plan));
   const kvs_gpu_info *gpu = &gpus[lim->gpu];
   char numa[16], buf[32];
-  fprintf(kvs_tool_out(), 
-      "\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
-      "ranks\n",
-      (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
-      (unsigned long long)split->full_token);
+  fprintf(kvs_tool_out(),
+          "\nnum_pages   %llu pages of %llu tokens = %llu tokens of history, common to all "
+          "ranks\n",
+          (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
+          (unsigned long long)split->full_token);
   fprintf(kvs_tool_out(), "window      %llu pages (%llu slots) on every rank\n",
-         (unsigned long long)split->n_win_pages,
-         (unsigned long long)split->stages[0].sizes.n_win_slots);
-  fprintf(kvs_tool_out(), 
-      "limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
-      "(%llu bytes): one more page does not fit its stage\n",
-      lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
-      lim->pp_stage, lim->first, lim->end - 1,
-      kvs_format_bytes(lim->headroom_bytes, buf, sizeof buf),
-      (unsigned long long)lim->headroom_bytes);
+          (unsigned long long)split->n_win_pages,
+          (unsigned long long)split->stages[0].sizes.n_win_slots);
+  fprintf(kvs_tool_out(),
+          "limited by  rank %zu: GPU %zu (%s, NUMA %s), stage %zu, layers %zu-%zu, headroom %s "
+          "(%llu bytes): one more page does not fit its stage\n",
+          lim->rank, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
+          lim->pp_stage, lim->first, lim->end - 1,
+          kvs_format_bytes(lim->headroom_bytes, buf, sizeof buf),
+          (unsigned long long)lim->headroom_bytes);
 }
 
 /* Step 1, as the node takes it; *note explains a stand-in. */
@@ -418,10 +419,9 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
 
 /* The budget line and the note for memory nothing measured: the total
  * the driver of the GPU's model reports, or --gpu-memory. */
-static void describe_nominal(const plan_args *a, kvs_cluster_t topo,
-                             const kvs_memory_budget *terms, const char *weights_term,
-                             bool layer_weights, char *what, size_t what_len, char *note,
-                             size_t note_len) {
+static void describe_nominal(const plan_args *a, kvs_cluster_t topo, const kvs_memory_budget *terms,
+                             const char *weights_term, bool layer_weights, char *what,
+                             size_t what_len, char *note, size_t note_len) {
   char memory[32], reserve[32], budget[32];
   kvs_format_bytes(terms[0].memory_bytes, memory, sizeof memory);
   kvs_format_bytes(terms[0].reserve_bytes, reserve, sizeof reserve);
@@ -443,8 +443,8 @@ static void describe_nominal(const plan_args *a, kvs_cluster_t topo,
 /* Step 3, as the node takes it: budgets[0..n) and the terms behind them;
  * *what describes them for people. */
 static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weights_term,
-                        bool layer_weights, kvs_memory_budget *terms, uint64_t *budgets, char *what, size_t what_len,
-                        char *note, size_t note_len) {
+                        bool layer_weights, kvs_memory_budget *terms, uint64_t *budgets, char *what,
+                        size_t what_len, char *note, size_t note_len) {
   size_t n = kvs_cluster_gpu_count(topo);
   kvs_budget_request request = KVS_BUDGET_REQUEST_INIT;
   if (a->have_budget) request.budget_bytes = a->budget;
@@ -473,8 +473,8 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
             a->n_weights, kvs_cluster_label(topo), n);
     return 2;
   }
-  if (kvs_node_budgets_on_memory(&request, a->gpu_memory, kvs_cluster_gpus(topo), n, terms,
-                                 &err) != KVS_OK) {
+  if (kvs_node_budgets_on_memory(&request, a->gpu_memory, kvs_cluster_gpus(topo), n, terms, &err) !=
+      KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -495,8 +495,7 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
                weights_term, reserve, layer_weights ? ", less each rank's layer weights" : "");
       break;
     case KVS_BUDGET_NOMINAL:
-      describe_nominal(a, topo, terms, weights_term, layer_weights, what, what_len, note,
-                       note_len);
+      describe_nominal(a, topo, terms, weights_term, layer_weights, what, what_len, note, note_len);
       break;
   }
   return 0;
@@ -676,13 +675,13 @@ static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
   const char *flag = a->have_pp && !(pp_divides && a->have_tp) ? "--pp" : "--tp";
   size_t times = pp_divides && a->have_tp ? (size_t)a->pp : 1;
   list_dividing(n, times, values, sizeof values);
-  fprintf(kvs_tool_err(), "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n",
-          tp, pp, tp * pp, tp * pp > n ? "more ranks than" : "which does not divide", n, flag,
-          values,
-          times > 1                      ? " with this --pp"
-          : a->have_tp && a->have_pp     ? ""
-          : flag[2] == 't'               ? " (--pp then takes the rest)"
-                                         : " (--tp then takes the rest)");
+  fprintf(kvs_tool_err(),
+          "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n", tp, pp,
+          tp * pp, tp * pp > n ? "more ranks than" : "which does not divide", n, flag, values,
+          times > 1                  ? " with this --pp"
+          : a->have_tp && a->have_pp ? ""
+          : flag[2] == 't'           ? " (--pp then takes the rest)"
+                                     : " (--tp then takes the rest)");
   return 1;
 }
 
@@ -693,8 +692,8 @@ static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
   if (l->dp > n || n % l->dp != 0) {
     char values[512];
     list_dividing(n, 1, values, sizeof values);
-    fprintf(kvs_tool_err(), "kvplan plan: --dp %zu does not divide the %zu GPUs; --dp can be %s\n", l->dp,
-            n, values);
+    fprintf(kvs_tool_err(), "kvplan plan: --dp %zu does not divide the %zu GPUs; --dp can be %s\n",
+            l->dp, n, values);
     return 1;
   }
   int rc = check_tp_pp(a, n, l->tp, l->pp);
@@ -706,7 +705,6 @@ static int check_layout(const plan_args *a, size_t n, const kvs_parallel *l) {
   }
   return 0;
 }
-
 
 /* The model and sizing flags, resolved; a probe solve refuses a geometry
  * no budget could hold before any topology is loaded. */
@@ -874,9 +872,10 @@ static json_t *weights_json(const plan_run *p) {
   json_object_set_new(w, "tensors", kvs_json_u64(f->n_tensors));
   json_object_set_new(w, "expert_bytes", kvs_json_u64(f->expert_bytes));
   json_object_set_new(w, "expert_tensors", kvs_json_u64(f->n_expert_tensors));
-  const char *estimate = folder                                 ? kvs_plan_weights_estimate
-                         : strcmp(p->weights.source, "split") == 0 ? kvs_plan_weights_split_estimate
-                                                                   : kvs_plan_weights_spread_estimate;
+  const char *estimate = folder ? kvs_plan_weights_estimate
+                         : strcmp(p->weights.source, "split") == 0
+                             ? kvs_plan_weights_split_estimate
+                             : kvs_plan_weights_spread_estimate;
   json_object_set_new(w, "estimate", json_string(estimate));
   return w;
 }
@@ -906,8 +905,12 @@ static void print_plan_json(plan_run *p) {
   const plan_args *a = p->a;
   const char *labels[KVS_MAX_NODES];
   for (size_t k = 0; k < p->n_nodes; k++) labels[k] = kvs_cluster_node_label(p->topo, k);
-  const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype), a->options.mtp,
-                                         p->weights.source, labels, p->n_nodes, p->layout.dp,
+  const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype),
+                                         a->options.mtp,
+                                         p->weights.source,
+                                         labels,
+                                         p->n_nodes,
+                                         p->layout.dp,
                                          p->layout.ep};
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
@@ -942,34 +945,38 @@ static void print_plan_text(const plan_run *p) {
     numas += kvs_topology_numa_count(kvs_cluster_node(p->topo, k));
   }
   fprintf(kvs_tool_out(), "topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
-         kvs_cluster_label(p->topo), p->n,
-         p->gpus[0].model[0] != '\0' ? p->gpus[0].model : "model unknown", packages, numas);
+          kvs_cluster_label(p->topo), p->n,
+          p->gpus[0].model[0] != '\0' ? p->gpus[0].model : "model unknown", packages, numas);
   const kvs_parallel *l = &p->layout;
   size_t replicas = kvs_parallel_replicas(l, p->n);
-  fprintf(kvs_tool_out(), "layout      tp %zu x pp %zu x dp %zu = %zu GPUs per replica (ep %zu), %zu replica%s, "
-         "%zu DP group%s of tp x pp%s\n",
-         l->tp, l->pp, l->dp, l->tp * l->pp * l->dp, l->ep, replicas, replicas > 1 ? "s" : "",
-         kvs_parallel_groups(l, p->n), kvs_parallel_groups(l, p->n) > 1 ? "s" : "",
-         kvs_node_plan_cross_node_tp(p->plan)
-             ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
-             : "");
+  fprintf(kvs_tool_out(),
+          "layout      tp %zu x pp %zu x dp %zu = %zu GPUs per replica (ep %zu), %zu replica%s, "
+          "%zu DP group%s of tp x pp%s\n",
+          l->tp, l->pp, l->dp, l->tp * l->pp * l->dp, l->ep, replicas, replicas > 1 ? "s" : "",
+          kvs_parallel_groups(l, p->n), kvs_parallel_groups(l, p->n) > 1 ? "s" : "",
+          kvs_node_plan_cross_node_tp(p->plan)
+              ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
+              : "");
   fprintf(kvs_tool_out(), "budget      %s\n", p->budget_what);
   fprintf(kvs_tool_out(), "weights     %s\n", weights_line(p->weights.source));
-  fprintf(kvs_tool_out(), "sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
-         (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
-         (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
+  fprintf(kvs_tool_out(),
+          "sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
+          (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
+          (unsigned long long)a->options.page, (unsigned long long)a->options.scratch);
   if (p->plan == NULL) {
-    fprintf(kvs_tool_out(), "kvshard     its own pool does not fit SGLang's rest here: %s\n", p->kvshard_short);
+    fprintf(kvs_tool_out(), "kvshard     its own pool does not fit SGLang's rest here: %s\n",
+            p->kvshard_short);
     kvplan_engine_text(p);
     return;
   }
   print_table(p->plan, p->gpus, p->terms, p->n_nodes);
   uint64_t tokens = kvs_node_plan_split(p->plan)->full_token;
   size_t groups = kvs_parallel_groups(&p->layout, p->n);
-  fprintf(kvs_tool_out(), "tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
-         "%llu over the %zu group%s\n",
-         (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
-         groups > 1 ? "s" : "");
+  fprintf(kvs_tool_out(),
+          "tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
+          "%llu over the %zu group%s\n",
+          (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
+          groups > 1 ? "s" : "");
   if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);
 }

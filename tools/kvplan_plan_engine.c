@@ -131,9 +131,9 @@ int kvplan_engine_pools(plan_run *p) {
     return 2;
   }
   if (a->launch && !p->sglang.least.no_pool) {
-    p->launch = kvs_engine_launch_args(&p->layout, &p->sglang_options, p->engine.fraction,
-                                       p->sglang.least.full, p->sglang_max_running,
-                                       a->options.max_seq_len);
+    p->launch =
+        kvs_engine_launch_args(&p->layout, &p->sglang_options, p->engine.fraction,
+                               p->sglang.least.full, p->sglang_max_running, a->options.max_seq_len);
   }
   return 0;
 }
@@ -146,9 +146,10 @@ static bool holds_at_default(const plan_run *p) {
   kvs_engine_pools pools;
   bool holds = bytes != NULL;
   for (size_t s = 0; holds && s < pp; s++) bytes[s] = p->engine.at_default.rest_bytes;
-  holds = holds && kvs_engine_pools_make(p->m, &p->sglang_options, pp, bytes, &pools, NULL,
-                                         NULL) == KVS_OK &&
-          !pools.least.no_pool;
+  holds =
+      holds &&
+      kvs_engine_pools_make(p->m, &p->sglang_options, pp, bytes, &pools, NULL, NULL) == KVS_OK &&
+      !pools.least.no_pool;
   free(bytes);
   return holds;
 }
@@ -186,14 +187,15 @@ void kvplan_engine_text(const plan_run *p) {
   uint64_t tokens = p->plan != NULL ? kvs_node_plan_split(p->plan)->full_token : 0;
   kvs_sglang_report_print(kvs_tool_out(), &p->sglang.least, &p->sglang_options, p->sglang.available,
                           tokens, p->a->options.kv_dtype);
-  fprintf(kvs_tool_out(), "  --max-running-requests %llu over %zu DP group%s: %llu per group's worker\n",
-         (unsigned long long)p->sglang_max_running, p->layout.dp, p->layout.dp > 1 ? "s" : "",
-         (unsigned long long)p->sglang.max_running);
+  fprintf(kvs_tool_out(),
+          "  --max-running-requests %llu over %zu DP group%s: %llu per group's worker\n",
+          (unsigned long long)p->sglang_max_running, p->layout.dp, p->layout.dp > 1 ? "s" : "",
+          (unsigned long long)p->sglang.max_running);
   if (p->engine_rule) {
     kvs_engine_memory_print(kvs_tool_out(), &p->engine);
     fprintf(kvs_tool_out(), "  at SGLang's default %.3f the pools hold %s\n",
-           p->engine.by_default.mem_fraction_static,
-           holds_at_default(p) ? "some KV" : "nothing: SGLang would refuse to start");
+            p->engine.by_default.mem_fraction_static,
+            holds_at_default(p) ? "some KV" : "nothing: SGLang would refuse to start");
   }
   if (p->launch != NULL) kvs_engine_launch_print(kvs_tool_out(), model_path(p->m), p->launch);
 }

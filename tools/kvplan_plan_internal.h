@@ -26,8 +26,8 @@ typedef struct plan_args {
   uint64_t budget;
   size_t n_budgets; /* --budget-per-gpu entries */
   uint64_t *budgets;
-  bool have_ratio;     /* --memory-ratio */
-  bool have_fraction;  /* --mem-fraction: the same number */
+  bool have_ratio;    /* --memory-ratio */
+  bool have_fraction; /* --mem-fraction: the same number */
   double memory_ratio;
   bool have_weights;
   uint64_t weights;
@@ -64,7 +64,7 @@ typedef struct plan_run {
   FILE *notes; /* stdout, or stderr under --json */
   kvs_cluster_t topo;
   const kvs_gpu_info *gpus;
-  size_t n, n_nodes; /* GPUs, machines */
+  size_t n, n_nodes;        /* GPUs, machines */
   kvs_parallel layout;      /* tp x pp per DP group, dp, ep */
   uint64_t *budgets;        /* per GPU: the KV budget */
   kvs_memory_budget *terms; /* per GPU: the rule's terms behind it */

@@ -63,17 +63,17 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
   const kvs_geometry *g = &m->geometry;
   uint64_t floor_pages = m->floor_pages;
   kvs_plan_model_print(kvs_tool_out(), m, o);
-  fprintf(kvs_tool_out(), "budget      %s (%llu bytes)\n", kvs_format_bytes(budget, buf, sizeof buf),
-         (unsigned long long)budget);
+  fprintf(kvs_tool_out(), "budget      %s (%llu bytes)\n",
+          kvs_format_bytes(budget, buf, sizeof buf), (unsigned long long)budget);
   fprintf(kvs_tool_out(), "num_pages   %llu pages of %llu = %llu tokens of history\n",
-         (unsigned long long)kvs_pool_sizes_num_pages(sizes), (unsigned long long)sizes->page,
-         (unsigned long long)sizes->full_token);
+          (unsigned long long)kvs_pool_sizes_num_pages(sizes), (unsigned long long)sizes->page,
+          (unsigned long long)sizes->full_token);
   fprintf(kvs_tool_out(), "window      %llu pages (%llu slots), floor %llu pages, swa_ratio %g\n",
-         (unsigned long long)sizes->n_win_pages, (unsigned long long)sizes->n_win_slots,
-         (unsigned long long)floor_pages, sizes->swa_ratio);
+          (unsigned long long)sizes->n_win_pages, (unsigned long long)sizes->n_win_slots,
+          (unsigned long long)floor_pages, sizes->swa_ratio);
   fprintf(kvs_tool_out(), "pool        %s (%llu bytes), headroom %s\n\n",
-         kvs_format_bytes(b->total, buf, sizeof buf), (unsigned long long)b->total,
-         kvs_format_bytes(budget - b->total, buf2, sizeof buf2));
+          kvs_format_bytes(b->total, buf, sizeof buf), (unsigned long long)b->total,
+          kvs_format_bytes(budget - b->total, buf2, sizeof buf2));
   const struct {
     const char *name;
     uint64_t bytes;
@@ -82,18 +82,19 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
                {"scratch", b->scratch}};
   fprintf(kvs_tool_out(), "%-12s %20s %12s %7s\n", "tier", "bytes", "", "share");
   for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) {
-    fprintf(kvs_tool_out(), "%-12s %20llu %12s %6.2f%%\n", tiers[i].name, (unsigned long long)tiers[i].bytes,
-           kvs_format_bytes(tiers[i].bytes, buf, sizeof buf),
-           b->total ? 100.0 * (double)tiers[i].bytes / (double)b->total : 0.0);
+    fprintf(kvs_tool_out(), "%-12s %20llu %12s %6.2f%%\n", tiers[i].name,
+            (unsigned long long)tiers[i].bytes, kvs_format_bytes(tiers[i].bytes, buf, sizeof buf),
+            b->total ? 100.0 * (double)tiers[i].bytes / (double)b->total : 0.0);
   }
-  fprintf(kvs_tool_out(), "\n%-6s %-5s %5s %12s %12s %12s %15s\n", "layer", "kind", "ring", "cmp_blocks",
-         "idx_blocks", "state_slots", "idx_state_slots");
+  fprintf(kvs_tool_out(), "\n%-6s %-5s %5s %12s %12s %12s %15s\n", "layer", "kind", "ring",
+          "cmp_blocks", "idx_blocks", "state_slots", "idx_state_slots");
   for (size_t layer = 0; layer < kvs_geometry_layer_count(g); layer++) {
     bool present = false;
     kvs_layer_sizes s;
     kvs_pool_sizes_layer(sizes, g, layer, &present, &s, NULL);
     if (!present) {
-      fprintf(kvs_tool_out(), "%-6zu %-5s %5s %12s %12s %12s %15s\n", layer, "none", "-", "-", "-", "-", "-");
+      fprintf(kvs_tool_out(), "%-6zu %-5s %5s %12s %12s %12s %15s\n", layer, "none", "-", "-", "-",
+              "-", "-");
       continue;
     }
     char idx[24] = "-", idx_state[24] = "-";
@@ -101,9 +102,9 @@ static void print_table(const kvs_plan_model *m, const kvs_plan_options *o, uint
       snprintf(idx, sizeof idx, "%llu", (unsigned long long)s.idx_blocks);
       snprintf(idx_state, sizeof idx_state, "%llu", (unsigned long long)s.idx_state_slots);
     }
-    fprintf(kvs_tool_out(), "%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer, s.has_indexer ? "CSA" : "HCA",
-           (unsigned long long)s.ring_size, (unsigned long long)s.cmp_blocks, idx,
-           (unsigned long long)s.state_slots, idx_state);
+    fprintf(kvs_tool_out(), "%-6zu %-5s %5llu %12llu %12s %12llu %15s\n", layer,
+            s.has_indexer ? "CSA" : "HCA", (unsigned long long)s.ring_size,
+            (unsigned long long)s.cmp_blocks, idx, (unsigned long long)s.state_slots, idx_state);
   }
 }
 
@@ -255,10 +256,10 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
   if (!json) {
     kvs_plan_model_print(kvs_tool_out(), m, o);
     fprintf(kvs_tool_out(), "budget      %llu bytes, window floor %llu pages of %llu\n\n",
-           (unsigned long long)budget, (unsigned long long)m->floor_pages,
-           (unsigned long long)o->page);
+            (unsigned long long)budget, (unsigned long long)m->floor_pages,
+            (unsigned long long)o->page);
     fprintf(kvs_tool_out(), "%9s %14s %12s %18s %22s\n", "swa_ratio", "history", "window pages",
-           "cache pages", "cache tokens");
+            "cache pages", "cache tokens");
   }
   int rc = 0;
   for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
@@ -278,9 +279,9 @@ static int sweep(const kvs_plan_options *o, kvs_plan_model *m, uint64_t budget, 
       json_object_set_new(row, "cache_pages", kvs_json_u64(cache));
       json_array_append_new(rows, row);
     } else {
-      fprintf(kvs_tool_out(), "%9g %14llu %12llu %18llu %22llu\n", ratios[i], (unsigned long long)sizes.full_token,
-             (unsigned long long)sizes.n_win_pages, (unsigned long long)cache,
-             (unsigned long long)(cache * o->page));
+      fprintf(kvs_tool_out(), "%9g %14llu %12llu %18llu %22llu\n", ratios[i],
+              (unsigned long long)sizes.full_token, (unsigned long long)sizes.n_win_pages,
+              (unsigned long long)cache, (unsigned long long)(cache * o->page));
     }
   }
   if (json && rc == 0) {
@@ -307,7 +308,8 @@ int kvs_kvplan_solve(int argc, char **argv) {
                                   solve_flag, &a, &options, usage);
   if (rc != 0) return rc < 0 ? 0 : rc;
   if (!a.have_budget) {
-    fprintf(kvs_tool_err(), "kvplan solve: --budget is required (kvplan solve --help lists every flag)\n");
+    fprintf(kvs_tool_err(),
+            "kvplan solve: --budget is required (kvplan solve --help lists every flag)\n");
     return 2;
   }
   kvs_plan_model *model = malloc(sizeof *model);
@@ -316,11 +318,11 @@ int kvs_kvplan_solve(int argc, char **argv) {
     return 1;
   }
   rc = a.sweep ? (options.have_swa_ratio || options.have_window_cache
-                     ? (fprintf(kvs_tool_err(),
-                                "kvplan solve: --swa-sweep tries the ratios itself: drop "
-                                "--swa-ratio and --window-cache\n"),
-                        2)
-                     : sweep(&options, model, a.budget, a.json))
+                      ? (fprintf(kvs_tool_err(),
+                                 "kvplan solve: --swa-sweep tries the ratios itself: drop "
+                                 "--swa-ratio and --window-cache\n"),
+                         2)
+                      : sweep(&options, model, a.budget, a.json))
                : solve(&options, model, a.budget, a.json);
   free(model);
   return rc;

@@ -409,25 +409,44 @@ static const struct {
   const char *name;
   int where;
 } flag_table[] = {
-    {"--tp", BOTH},          {"--pp", BOTH},
-    {"--backend", BOTH},     {"--ranks", LOCAL_ONLY},
-    {"--steps", BOTH},       {"--seed", BOTH},
-    {"--requests", BOTH},    {"--max-running", BOTH},
-    {"--json", BOTH},        {"--inject-divergence", BOTH},
-    {"--inject-slot-divergence", BOTH}, {"--state-rings", BOTH},
-    {"--check-every", BOTH}, {"--kill-rank", BOTH},
-    {"--stall-rank", KVSIM_ONLY}, {"--timeout-ms", BOTH},
-    {"--topology", BOTH},    {"--nodes", BOTH},
-    {"--host", BOTH},        {"--local-rank", BOTH},
-    {"--node", BOTH},        {"--budget", BOTH},
-    {"--budget-per-gpu", BOTH}, {"--budget-mib", BOTH},
-    {"--budget-skew", BOTH}, {"--memory-ratio", BOTH},
-    {"--reserve", BOTH},     {"--device", BOTH},
-    {"--cuda-device", BOTH}, {"--no-verify", BOTH},
-    {"--radix", BOTH},       {"--no-radix", BOTH},
-    {"--swa-ratio", BOTH},   {"--arrival-rate", BOTH},
-    {"--model", BOTH},       {"--bare-broadcasts", BOTH},
-    {"--progress-s", BOTH},  {"--help", BOTH},
+    {"--tp", BOTH},
+    {"--pp", BOTH},
+    {"--backend", BOTH},
+    {"--ranks", LOCAL_ONLY},
+    {"--steps", BOTH},
+    {"--seed", BOTH},
+    {"--requests", BOTH},
+    {"--max-running", BOTH},
+    {"--json", BOTH},
+    {"--inject-divergence", BOTH},
+    {"--inject-slot-divergence", BOTH},
+    {"--state-rings", BOTH},
+    {"--check-every", BOTH},
+    {"--kill-rank", BOTH},
+    {"--stall-rank", KVSIM_ONLY},
+    {"--timeout-ms", BOTH},
+    {"--topology", BOTH},
+    {"--nodes", BOTH},
+    {"--host", BOTH},
+    {"--local-rank", BOTH},
+    {"--node", BOTH},
+    {"--budget", BOTH},
+    {"--budget-per-gpu", BOTH},
+    {"--budget-mib", BOTH},
+    {"--budget-skew", BOTH},
+    {"--memory-ratio", BOTH},
+    {"--reserve", BOTH},
+    {"--device", BOTH},
+    {"--cuda-device", BOTH},
+    {"--no-verify", BOTH},
+    {"--radix", BOTH},
+    {"--no-radix", BOTH},
+    {"--swa-ratio", BOTH},
+    {"--arrival-rate", BOTH},
+    {"--model", BOTH},
+    {"--bare-broadcasts", BOTH},
+    {"--progress-s", BOTH},
+    {"--help", BOTH},
 };
 #define N_FLAGS (sizeof flag_table / sizeof flag_table[0])
 
@@ -562,7 +581,8 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     int64_t ranks = (int64_t)a->tp * (a->pp > 0 ? a->pp : 1);
     if (ranks > KVSIM_LOCAL_MAX_RANKS) {
       if (speaker) {
-        fprintf(stderr, "kvsim_local: --tp %d x --pp %d = %lld ranks, above the %d threads it runs\n",
+        fprintf(stderr,
+                "kvsim_local: --tp %d x --pp %d = %lld ranks, above the %d threads it runs\n",
                 a->tp, a->pp > 0 ? a->pp : 1, (long long)ranks, KVSIM_LOCAL_MAX_RANKS);
       }
       return KVSIM_EXIT_USAGE;

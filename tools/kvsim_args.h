@@ -45,7 +45,7 @@ enum {
 #define KVSIM_MAX_GPUS 1024
 
 typedef struct kvsim_args {
-  int tp, pp; /* 0: not given; the ranks the other leaves (kvsim_run) */
+  int tp, pp;          /* 0: not given; the ranks the other leaves (kvsim_run) */
   const char *backend; /* mpi, nccl, self, loopback */
   int ranks;           /* loopback: threads; else 0 */
   uint64_t steps;
@@ -72,7 +72,7 @@ typedef struct kvsim_args {
   double arrival_rate;
   double progress_s;
   const char *model;
-  bool radix; /* --radix | --no-radix: the floor's radix reserve, as kvplan's */
+  bool radix;  /* --radix | --no-radix: the floor's radix reserve, as kvplan's */
   bool verify; /* every step's table ring contexts against the pool's */
   /* The node: topology, budgets, device. */
   const char *topology; /* NULL: auto; a comma-separated list: one node each */

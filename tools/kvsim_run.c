@@ -68,7 +68,7 @@ typedef struct run {
   int tp, pp; /* the layout: the flags', or the rest of the ranks */
   kvs_geometry geometry;
   kvs_workload_options wo;
-  uint64_t *budgets; /* per GPU, when kvsim derives them */
+  uint64_t *budgets;     /* per GPU, when kvsim derives them */
   kvs_cluster_t cluster; /* gathered once, lent to the node */
   kvs_node_t node;
   kvs_workload_t workload;
@@ -142,10 +142,10 @@ static void describe_rank(const run *r) {
           "tables): budget %" PRIu64 " B holds %" PRIu64 " pages alone; agreed %" PRIu64
           " (rank %zu limits); pool %" PRIu64 " B, %" PRIu64 " B padding; %s\n",
           r->rank, rp->tp_rank, rp->pp_stage, rp->first, rp->end, gpu->index, gpu->pci_busid,
-          gpu->numa_node, gpu->node, kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))),
-          rp->budget_bytes, alone, split->num_pages,
-          kvs_node_plan_limiting_rank(kvs_node_plan(r->node)), rp->device.total_bytes,
-          rp->device.padding_bytes,
+          gpu->numa_node, gpu->node,
+          kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))), rp->budget_bytes, alone,
+          split->num_pages, kvs_node_plan_limiting_rank(kvs_node_plan(r->node)),
+          rp->device.total_bytes, rp->device.padding_bytes,
           kvs_node_binding(r->node)->cpu_bound ? "thread bound to its GPU's CPUs"
                                                : kvs_node_binding(r->node)->reason);
 }
@@ -405,7 +405,8 @@ static int agree_on_workload(run *r) {
   if (r->speaker) {
     char a[32], b[32];
     fprintf(stderr,
-            "kvsim: rank %" PRIu64 " was given %s %s, the leader %s %s: every rank runs the "
+            "kvsim: rank %" PRIu64
+            " was given %s %s, the leader %s %s: every rank runs the "
             "leader's workload, so --seed, --steps, --arrival-rate, --requests and "
             "--bare-broadcasts must be the same on every rank\n",
             rank, workload_flags[flag], word_text(flag, theirs, a, sizeof a), workload_flags[flag],
@@ -681,8 +682,8 @@ static json_t *plan_json(const run *r) {
     labels[k] = kvs_cluster_node_label(cluster, k);
   }
   /* The node plans one DP group per communicator: dp and ep 1. */
-  const kvs_plan_json_context context = {"bf16", 0, "none", labels,
-                                         kvs_cluster_node_count(cluster), 1, 1};
+  const kvs_plan_json_context context = {"bf16", 0, "none", labels, kvs_cluster_node_count(cluster),
+                                         1,      1};
   return kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
                        kvs_node_gpu_budgets(r->node), &context);
 }

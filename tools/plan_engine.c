@@ -20,8 +20,8 @@ static kvs_status least_memory(const kvs_engine_gpus *g, kvs_engine_memory *out,
   kvs_budget_source *sources = calloc(g->n > 0 ? g->n : 1, sizeof *sources);
   kvs_status status = before == NULL || sources == NULL
                           ? kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", g->n)
-                          : kvs_node_free_before_load(g->gpus, g->n, g->free_given,
-                                                      g->memory_given, before, sources, err);
+                          : kvs_node_free_before_load(g->gpus, g->n, g->free_given, g->memory_given,
+                                                      before, sources, err);
   out->free_before_load = UINT64_MAX;
   uint64_t least_total = UINT64_MAX;
   for (size_t i = 0; status == KVS_OK && i < g->n; i++) {
@@ -72,8 +72,8 @@ kvs_status kvs_engine_memory_make(const kvs_plan_model *m, const kvs_parallel *l
   if (status == KVS_OK) status = heaviest_stage(m, layout->pp, weights, &out->weights, err);
   if (status != KVS_OK) return status;
   out->available = out->free_before_load > out->weights ? out->free_before_load - out->weights : 0;
-  kvs_sglang_launch launch = {out->gpu_memory_mib, layout->tp * layout->dp, layout->pp,
-                              layout->dp, layout->dp > 1, 0, 0};
+  kvs_sglang_launch launch = {
+      out->gpu_memory_mib, layout->tp * layout->dp, layout->pp, layout->dp, layout->dp > 1, 0, 0};
   status = kvs_sglang_default_mem_fraction(&launch, &out->by_default, err);
   if (status != KVS_OK) return status;
   out->fraction_given = fraction > 0.0;
@@ -145,13 +145,12 @@ kvs_engine_demand kvs_engine_demand_of(const kvs_plan_model *m, const kvs_sglang
   return d;
 }
 
-bool kvs_engine_holds(const kvs_engine_pools *pools, const kvs_engine_demand *d,
-                      const char **why) {
-  const char *short_of = pools->least.no_pool                   ? "no full pool"
-                         : pools->least.full < d->full_tokens    ? "its full pool is short"
-                         : pools->least.swa < d->swa_tokens      ? "its SWA pool is short"
-                         : pools->max_running < d->requests      ? "max_running is short"
-                                                                 : NULL;
+bool kvs_engine_holds(const kvs_engine_pools *pools, const kvs_engine_demand *d, const char **why) {
+  const char *short_of = pools->least.no_pool                 ? "no full pool"
+                         : pools->least.full < d->full_tokens ? "its full pool is short"
+                         : pools->least.swa < d->swa_tokens   ? "its SWA pool is short"
+                         : pools->max_running < d->requests   ? "max_running is short"
+                                                              : NULL;
   if (why != NULL) *why = short_of;
   return short_of == NULL;
 }

@@ -85,8 +85,8 @@ uint64_t kvs_engine_max_running_total(const kvs_plan_options *o);
  * speaks for the server (SGLang's PP ranks agree on the minimum). */
 typedef struct kvs_engine_pools {
   kvs_sglang_pools least;
-  size_t stage;        /* its stage */
-  uint64_t available;  /* the bytes it was sized on */
+  size_t stage;         /* its stage */
+  uint64_t available;   /* the bytes it was sized on */
   uint64_t max_running; /* SGLang's per-worker count: min(requested, full / 2) */
 } kvs_engine_pools;
 

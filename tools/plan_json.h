@@ -17,9 +17,9 @@ extern "C" {
 
 /* What a plan was made for beyond its numbers. */
 typedef struct kvs_plan_json_context {
-  const char *kv_dtype;       /* "bf16", "fp8" */
-  uint64_t mtp_layers;        /* speculative draft layers planned */
-  const char *weights_source; /* "none", "measured" (--weights), "folder", "total" */
+  const char *kv_dtype;           /* "bf16", "fp8" */
+  uint64_t mtp_layers;            /* speculative draft layers planned */
+  const char *weights_source;     /* "none", "measured" (--weights), "folder", "total" */
   const char *const *node_labels; /* one per cluster node, in node order */
   size_t n_nodes;                 /* 1 on one machine */
   /* Attention data-parallel groups per replica and expert parallelism (0

@@ -307,10 +307,10 @@ static kvs_status resolve_explicit(const kvs_plan_options *o, int explicit_parts
                          "--layers and --ratios");
   }
   const char *needs = o->kv_dtype == KVS_KV_FP8 ? "--kv-dtype fp8 (qk_rope_head_dim)"
-                      : o->mtp > 0             ? "--mtp (the MTP layers' ratio)"
-                      : o->engine_sglang       ? "--engine sglang (qk_rope_head_dim, "
-                                                 "sliding_window)"
-                                               : NULL;
+                      : o->mtp > 0              ? "--mtp (the MTP layers' ratio)"
+                      : o->engine_sglang        ? "--engine sglang (qk_rope_head_dim, "
+                                                  "sliding_window)"
+                                                : NULL;
   if (needs != NULL) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "%s needs a model config; an explicit geometry does not give it: use "
@@ -375,7 +375,7 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
     return KVS_OK;
   }
   return kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix, o->page,
-                                &out->floor_pages, err);
+                                     &out->floor_pages, err);
 }
 
 enum { MAX_FLAGS = 64 };
@@ -421,12 +421,13 @@ static void report_stray(const char *tool, const char *word) {
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
     if (strcmp(word, subcommands[i]) == 0) {
       fprintf(kvs_tool_err(),
-              "%s: '%s' is a subcommand, and the subcommand comes first: kvplan %s [flags]\n",
-              tool, word, word);
+              "%s: '%s' is a subcommand, and the subcommand comes first: kvplan %s [flags]\n", tool,
+              word, word);
       return;
     }
   }
-  fprintf(kvs_tool_err(), "%s: unexpected argument '%s' (%s --help lists every flag)\n", tool, word, tool);
+  fprintf(kvs_tool_err(), "%s: unexpected argument '%s' (%s --help lists every flag)\n", tool, word,
+          tool);
 }
 
 /* One run of the parser: the table and what the flags go into. */
@@ -450,7 +451,8 @@ static int unknown_flag(const parse_run *p, int id, const char *word) {
   bool long_word = strncmp(word, "--", 2) == 0;
   for (size_t i = 0; long_word && strchr(word, '=') != NULL && i < p->n; i++) {
     if (p->longs[i].has_arg == no_argument && whole_name(word, p->longs[i].name)) {
-      fprintf(kvs_tool_err(), "%s: --%s takes no value, got '%s'\n", p->tool, p->longs[i].name, word);
+      fprintf(kvs_tool_err(), "%s: --%s takes no value, got '%s'\n", p->tool, p->longs[i].name,
+              word);
       return 2;
     }
   }
@@ -476,7 +478,8 @@ static int one_flag(parse_run *p, int id, int index, char **argv) {
   /* One rule for every tool: a flag given twice is refused, never the
    * last one silently taken. */
   if (p->seen[index]) {
-    fprintf(kvs_tool_err(), "%s: --%s is given twice; give it once\n", p->tool, p->longs[index].name);
+    fprintf(kvs_tool_err(), "%s: --%s is given twice; give it once\n", p->tool,
+            p->longs[index].name);
     return 2;
   }
   p->seen[index] = true;
@@ -502,11 +505,12 @@ int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct
     fprintf(kvs_tool_err(), "%s: out of memory\n", tool);
     return 1;
   }
-  *p = (parse_run){.tool = tool, .own_flag = own_flag, .ctx = ctx, .options = options,
-                   .usage = usage};
+  *p = (parse_run){
+      .tool = tool, .own_flag = own_flag, .ctx = ctx, .options = options, .usage = usage};
   p->n = build_table(own, n_own, p->longs, p->names);
-  int rc = p->n == 0 ? (fprintf(kvs_tool_err(), "%s: too many flags for the parser's table\n", tool), 2)
-                     : 0;
+  int rc = p->n == 0
+               ? (fprintf(kvs_tool_err(), "%s: too many flags for the parser's table\n", tool), 2)
+               : 0;
   optind = 0; /* GNU getopt: full reinitialisation, so the parser can run again */
   opterr = 0;
   int id, index = -1;

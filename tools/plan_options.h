@@ -41,10 +41,10 @@ typedef struct kvs_plan_options {
   uint64_t page;
   bool have_page;
   uint64_t scratch;
-  kvs_kv_dtype kv_dtype; /* --kv-dtype, bf16 by default */
+  kvs_kv_dtype kv_dtype;       /* --kv-dtype, bf16 by default */
   kvs_state_rings state_rings; /* --state-rings, per-request by default */
-  uint64_t mtp;          /* --mtp: speculative draft layers, 0 by default */
-  bool engine_sglang;    /* --engine sglang: SGLang's pools beside the plan */
+  uint64_t mtp;                /* --mtp: speculative draft layers, 0 by default */
+  bool engine_sglang;          /* --engine sglang: SGLang's pools beside the plan */
   bool have_floor_pages;
   uint64_t floor_pages;
   bool have_floor_inputs; /* any of --max-seq-len/--max-running/--radix given */
@@ -113,13 +113,11 @@ uint64_t kvs_plan_model_window_cache(kvs_plan_model *model, const kvs_plan_optio
 
 /* Places the model's rings: per page, or per request with one slot per
  * running request plus the dummy. */
-void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings,
-                                uint64_t max_running);
+void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings, uint64_t max_running);
 
 /* The "model ..." line every kvplan table starts with: layers by kind,
  * MTP layers, widths and the row layout. */
-void kvs_plan_model_print(FILE *out, const kvs_plan_model *model,
-                          const kvs_plan_options *options);
+void kvs_plan_model_print(FILE *out, const kvs_plan_model *model, const kvs_plan_options *options);
 
 /* kvs_cost_solve's options for the resolved model: the window ratio and
  * the floor as resolved (--swa-ratio or --window-cache, --floor-pages or

@@ -15,10 +15,10 @@
 /* Geometry of the picture, in SVG user units (pixels). */
 enum {
   MARGIN = 24,
-  HEADER = 64,     /* title and subtitle */
+  HEADER = 64,       /* title and subtitle */
   CAPTION_LINE = 14, /* a NUMA box's caption: the node line, then its CPUs */
-  TOP_LABELS = 46, /* "GPU n", "rank r", "tp t · pp s" above the bars */
-  AREA = 320,      /* height of the tallest budget */
+  TOP_LABELS = 46,   /* "GPU n", "rank r", "tp t · pp s" above the bars */
+  AREA = 320,        /* height of the tallest budget */
   BOTTOM_LABELS = 84,
   SLOT = 104, /* horizontal room per GPU */
   BAR = 50,
@@ -61,19 +61,18 @@ static uint64_t segment_bytes(const kvs_plan_svg *svg, const kvs_rank_plan *rp, 
     uint64_t used = t->weights_bytes + t->budget_bytes + t->reserve_bytes;
     outside = t->memory_bytes > used ? t->memory_bytes - used : 0;
   }
-  const uint64_t values[N_SEGMENTS] = {
-      (t != NULL ? t->weights_bytes : 0) + rp->weight_bytes,
-      b->window,
-      b->compressed,
-      b->indexer,
-      b->state,
-      b->index_state,
-      b->mapping,
-      b->scratch,
-      rp->device.control_bytes + rp->device.padding_bytes,
-      rp->headroom_bytes,
-      t != NULL ? t->reserve_bytes : 0,
-      outside};
+  const uint64_t values[N_SEGMENTS] = {(t != NULL ? t->weights_bytes : 0) + rp->weight_bytes,
+                                       b->window,
+                                       b->compressed,
+                                       b->indexer,
+                                       b->state,
+                                       b->index_state,
+                                       b->mapping,
+                                       b->scratch,
+                                       rp->device.control_bytes + rp->device.padding_bytes,
+                                       rp->headroom_bytes,
+                                       t != NULL ? t->reserve_bytes : 0,
+                                       outside};
   return values[i];
 }
 
@@ -133,9 +132,8 @@ static double scaled(uint64_t bytes, uint64_t max_bytes) {
 static void draw_segment(FILE *f, const segment *seg, double x, double y, double h,
                          uint64_t bytes) {
   char line[160], b1[32];
-  fprintf(f,
-          "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"%s><title>",
-          x, y, BAR, h, seg->color != NULL ? seg->color : "url(#headroom)",
+  fprintf(f, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"%s><title>", x, y,
+          BAR, h, seg->color != NULL ? seg->color : "url(#headroom)",
           seg->color == NULL ? " stroke=\"#888\" stroke-dasharray=\"4 2\"" : "");
   snprintf(line, sizeof line, "%s: %llu bytes (%s)", seg->name, (unsigned long long)bytes,
            kvs_format_bytes(bytes, b1, sizeof b1));
@@ -192,8 +190,8 @@ static void draw_legend(FILE *f, double x, double y) {
   text_at(f, x, y, "start", "gpu", "a GPU's memory (bottom up)");
   for (size_t i = 0; i < N_SEGMENTS; i++) {
     double row = y + 14 + 30.0 * (double)i;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"%s/>\n",
-            x, row, SEGMENTS[i].color != NULL ? SEGMENTS[i].color : "url(#headroom)",
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"%s/>\n", x, row,
+            SEGMENTS[i].color != NULL ? SEGMENTS[i].color : "url(#headroom)",
             SEGMENTS[i].color == NULL ? " stroke=\"#888\" stroke-dasharray=\"4 2\"" : "");
     text_at(f, x + 20, row + 11, "start", "label", SEGMENTS[i].name);
     text_at(f, x + 20, row + 24, "start", "small", SEGMENTS[i].what);
@@ -213,10 +211,10 @@ typedef struct drawing {
   const kvs_rank_plan **by_gpu; /* the rank on each GPU of the list, or NULL */
   group *groups;                /* the NUMA boxes, in order of their first GPU */
   size_t n_groups;
-  size_t *members;     /* every box's GPU list, back to back */
-  uint64_t max_bytes;  /* the scale: the tallest bar's bytes */
+  size_t *members;      /* every box's GPU list, back to back */
+  uint64_t max_bytes;   /* the scale: the tallest bar's bytes */
   size_t caption_lines; /* the most any box's caption needs */
-  size_t limiting;     /* the rank outlined in red */
+  size_t limiting;      /* the rank outlined in red */
   double width, height, legend_x;
 } drawing;
 
@@ -377,8 +375,7 @@ static void draw_group(FILE *f, const drawing *d, const group *gr, double x, dou
   for (size_t k = 0; k < gr->n; k++) {
     const kvs_rank_plan *rp = d->by_gpu[gr->gpus[k]];
     double cx = x + BOX_PAD + SLOT * ((double)k + 0.5);
-    draw_bar(f, d->svg, rp, cx, box_top + caption_height(d), d->max_bytes,
-             rp->rank == d->limiting);
+    draw_bar(f, d->svg, rp, cx, box_top + caption_height(d), d->max_bytes, rp->rank == d->limiting);
   }
 }
 

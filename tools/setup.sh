@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev      # host ranks
   openmpi-bin         # mpirun
   clang               # libFuzzer targets
+  clang-format-14     # tools/format-check.sh (tools/test.sh runs it)
   libclang-rt-14-dev  # sanitizer and fuzzer runtimes
   jq                  # JSON checks in the end-to-end tests
   pkgconf             # pkg-config: the installed library's test builds with it

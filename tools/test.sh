@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install what is missing, then
-# run every test twice: a plain build, then under AddressSanitizer and
-# UndefinedBehaviorSanitizer (--config=asan). Extra arguments go to both
+# The whole test suite on a fresh machine: install what is missing, check
+# the sources' format (tools/format-check.sh), then run every test twice:
+# a plain build, then under AddressSanitizer and UndefinedBehaviorSanitizer
+# (--config=asan); a format difference fails the suite after the runs, so
+# the summary line stays last. Extra arguments go to both
 # `bazel test` runs. The last line printed is the test runner's summary of
 # the last run made; a plain run that fails stops there, with its summary.
 # Each run's output is kept in out/test-plain.log and out/test-asan.log
@@ -28,6 +30,12 @@ run() {
   summary=${summary:-no test summary: bazel test exited with status $status}
 }
 
+# The sources as .clang-format says; a difference fails the suite, after
+# the tests have run, so the summary line stays last.
+echo "== format: tools/format-check.sh"
+tools/format-check.sh
+format_status=$?
+
 rm -f out/test-plain.log out/test-asan.log
 run "plain build" out/test-plain.log "$@"
 if [ "$status" -ne 0 ]; then
@@ -45,5 +53,7 @@ else
   echo "note: RELIABILITY.md could not be regenerated (tools/reliability-report.sh)"
 fi
 echo "plain build: $plain_summary"
+[ "$format_status" -eq 0 ] || echo "format: tools/format-check.sh failed (see above)"
 echo "$summary"
-exit "$asan_status"
+[ "$asan_status" -ne 0 ] && exit "$asan_status"
+exit "$format_status"

@@ -58,7 +58,6 @@ struct kvs_workload {
   kvs_workload_counters c;
 };
 
-
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
   return hi <= lo ? lo : lo + kvs_splitmix64(state) % (hi - lo + 1);
 }
@@ -470,8 +469,7 @@ kvs_status kvs_workload_verify_state(kvs_workload_t w, const int64_t *csa, const
                                      size_t n_req, kvs_error *err) {
   if (n_req != w->n_active) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "state locations of %zu requests for a batch of %zu", n_req,
-                         w->n_active);
+                         "state locations of %zu requests for a batch of %zu", n_req, w->n_active);
   }
   for (size_t i = 0; i < w->n_active; i++) {
     const request *r = &w->slots[w->order[i]];
@@ -561,8 +559,7 @@ kvs_status kvs_workload_step(kvs_workload_t w, uint64_t step, kvs_error *err) {
   return stepped;
 }
 
-kvs_status kvs_workload_live_request(const struct kvs_workload *w, uint64_t *id,
-                                     kvs_error *err) {
+kvs_status kvs_workload_live_request(const struct kvs_workload *w, uint64_t *id, kvs_error *err) {
   const request *best = NULL;
   for (size_t i = 0; i < w->n_active; i++) {
     const request *r = &w->slots[w->order[i]];

@@ -10,8 +10,7 @@ static void report_init(kvs_binding_report *r) { memset(r, 0, sizeof *r); }
 /* Appends one reason to the report ("; " between them). */
 static void add_reason(kvs_binding_report *r, const char *what, const char *why) {
   size_t used = strlen(r->reason);
-  snprintf(r->reason + used, sizeof r->reason - used, "%s%s: %s", used > 0 ? "; " : "", what,
-           why);
+  snprintf(r->reason + used, sizeof r->reason - used, "%s%s: %s", used > 0 ? "; " : "", what, why);
 }
 
 /* Binds the calling thread to cpuset and, softly (preferred, not
@@ -21,8 +20,7 @@ static void bind_sets(kvs_topology_t topology, hwloc_const_cpuset_t cpuset,
                       hwloc_const_nodeset_t nodeset, kvs_binding_report *r) {
   hwloc_topology_t h = kvs_topology_hwloc(topology);
   if (!kvs_topology_is_this_system(topology)) {
-    add_reason(r, "not bound",
-               "the topology was loaded from XML and is not this machine");
+    add_reason(r, "not bound", "the topology was loaded from XML and is not this machine");
     return;
   }
   const struct hwloc_topology_support *support = hwloc_topology_get_support(h);
@@ -57,8 +55,8 @@ kvs_status kvs_topology_bind_thread(kvs_topology_t topology, size_t gpu_index,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
   if (gpu_index >= kvs_topology_gpu_count(topology)) {
-    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs",
-                         gpu_index, kvs_topology_gpu_count(topology));
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs", gpu_index,
+                         kvs_topology_gpu_count(topology));
   }
   report_init(report);
   hwloc_obj_t local = kvs_topology_gpu_locality(topology, gpu_index);
@@ -78,8 +76,8 @@ kvs_status kvs_topology_bind_thread_numa(kvs_topology_t topology, unsigned numa_
   if (report == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
-  hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(kvs_topology_hwloc(topology),
-                                                        numa_os_index);
+  hwloc_obj_t node =
+      hwloc_get_numanode_obj_by_os_index(kvs_topology_hwloc(topology), numa_os_index);
   if (node == NULL) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "NUMA node %u is not in the topology",
                          numa_os_index);
@@ -101,8 +99,8 @@ kvs_status kvs_topology_alloc_near(kvs_topology_t topology, size_t gpu_index, si
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: report is NULL", __func__);
   }
   if (gpu_index >= kvs_topology_gpu_count(topology)) {
-    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs",
-                         gpu_index, kvs_topology_gpu_count(topology));
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "GPU %zu: the topology has %zu GPUs", gpu_index,
+                         kvs_topology_gpu_count(topology));
   }
   if (bytes == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "cannot allocate 0 bytes near GPU %zu",
@@ -120,8 +118,8 @@ kvs_status kvs_topology_alloc_near(kvs_topology_t topology, size_t gpu_index, si
   } else if (!hwloc_topology_get_support(h)->membind->alloc_membind) {
     add_reason(&r, "memory not bound", "hwloc cannot bind allocations on this system");
   } else {
-    ptr = hwloc_alloc_membind(h, bytes, local->nodeset, HWLOC_MEMBIND_BIND,
-                              HWLOC_MEMBIND_BYNODESET);
+    ptr =
+        hwloc_alloc_membind(h, bytes, local->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
     if (ptr != NULL) {
       r.memory_bound = true;
     } else {
@@ -130,8 +128,7 @@ kvs_status kvs_topology_alloc_near(kvs_topology_t topology, size_t gpu_index, si
   }
   if (ptr == NULL) ptr = hwloc_alloc(h, bytes);
   if (ptr == NULL) {
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "cannot allocate %zu bytes of host memory",
-                         bytes);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "cannot allocate %zu bytes of host memory", bytes);
   }
   *out = ptr;
   *report = r;

@@ -26,7 +26,7 @@ extern "C" {
 typedef struct kvs_binding_report {
   bool cpu_bound;    /* the calling thread now runs on the local CPUs */
   bool memory_bound; /* its allocations (or this buffer) are on the local node(s) */
-  char cpuset[KVS_CPUSET_STRING_MAX]; /* the CPUs bound to, list form; "" if none */
+  char cpuset[KVS_CPUSET_STRING_MAX];  /* the CPUs bound to, list form; "" if none */
   char reason[KVS_BINDING_REASON_MAX]; /* why something was not bound; "" if all was */
 } kvs_binding_report;
 

@@ -39,8 +39,7 @@ typedef struct kvs_cuda_probe_table {
   kvs_status (*device_facts)(int ordinal, kvs_cuda_device_facts *out, kvs_error *err);
   /* Free and total memory of one device: creates this process's context
    * on that device only; the calling thread's own context is put back. */
-  kvs_status (*mem_info)(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes,
-                         kvs_error *err);
+  kvs_status (*mem_info)(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, kvs_error *err);
 } kvs_cuda_probe_table;
 
 #define KVS_CUDA_PROBE_ENTRY "kvs_backend_cuda_probe_v1"

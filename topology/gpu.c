@@ -36,9 +36,9 @@ kvs_status kvs_pci_address_parse(const char *text, kvs_pci_address *out, kvs_err
   }
   kvs_pci_address a;
   const char *p = text;
-  if (!hex_field(&p, 8, &a.domain) || *p++ != ':' || !hex_field(&p, 2, &a.bus) ||
-      *p++ != ':' || !hex_field(&p, 2, &a.device) || *p++ != '.' ||
-      !hex_field(&p, 1, &a.function) || *p != '\0' || a.device > 0x1f || a.function > 7) {
+  if (!hex_field(&p, 8, &a.domain) || *p++ != ':' || !hex_field(&p, 2, &a.bus) || *p++ != ':' ||
+      !hex_field(&p, 2, &a.device) || *p++ != '.' || !hex_field(&p, 1, &a.function) || *p != '\0' ||
+      a.device > 0x1f || a.function > 7) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "PCI bus id '%s' is not of the form 0000:07:00.0 "
                          "(domain:bus:device.function, hex)",
@@ -103,9 +103,9 @@ static const struct known_gpu {
   const char *name;
   uint64_t bytes;
 } kKnownGpus[] = {
-    {0x06d2, "Tesla M2070", 5375 * MIB},     {0x1db8, "Tesla V100 SXM3 32GB", 32480 * MIB},
-    {0x20b0, "A100 SXM4 40GB", 40536 * MIB}, {0x20b2, "A100 SXM4 80GB", 81920 * MIB},
-    {0x2321, "H100 NVL 94GB", 95830 * MIB},  {0x2330, "H100 SXM5 80GB", 81559 * MIB},
+    {0x06d2, "Tesla M2070", 5375 * MIB},      {0x1db8, "Tesla V100 SXM3 32GB", 32480 * MIB},
+    {0x20b0, "A100 SXM4 40GB", 40536 * MIB},  {0x20b2, "A100 SXM4 80GB", 81920 * MIB},
+    {0x2321, "H100 NVL 94GB", 95830 * MIB},   {0x2330, "H100 SXM5 80GB", 81559 * MIB},
     {0x2335, "H200 SXM 141GB", 143771 * MIB},
 };
 

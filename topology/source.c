@@ -115,7 +115,8 @@ static const char *attribute(const char *tag, const char *end, const char *name,
   size_t n = strlen(name);
   for (const char *p = tag; (p = find(p, end, name)) != NULL; p++) {
     bool starts = p > tag && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' || p[-1] == '\r');
-    if (!starts || (size_t)(end - p) < n + 2 || p[n] != '=' || (p[n + 1] != '"' && p[n + 1] != '\'')) {
+    if (!starts || (size_t)(end - p) < n + 2 || p[n] != '=' ||
+        (p[n + 1] != '"' && p[n + 1] != '\'')) {
       continue;
     }
     const char *value = p + n + 2;
@@ -213,7 +214,6 @@ static kvs_status read_whole(const char *path, char **text, size_t *len, kvs_err
   *len = (size_t)n;
   return KVS_OK;
 }
-
 
 /* Says what is wrong with a file hwloc would refuse with a bare -1: not a
  * regular file (a FIFO would block hwloc's read forever), not XML, XML

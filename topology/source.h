@@ -27,8 +27,8 @@ typedef struct kvs_topology_source_i {
   const char *name;
   /* Points a freshly initialised, not yet loaded hwloc topology at the
    * source. Returns KVS_OK or an error naming the source. Required. */
-  kvs_status (*prepare)(const struct kvs_topology_source *self,
-                        struct hwloc_topology *topology, kvs_error *err);
+  kvs_status (*prepare)(const struct kvs_topology_source *self, struct hwloc_topology *topology,
+                        kvs_error *err);
   /* Whether the loaded topology describes the machine running us: only
    * then may threads and memory be bound and CUDA devices be matched to
    * it. Required. */
@@ -71,8 +71,7 @@ kvs_status kvs_topology_live_environment_check(kvs_error *err);
 kvs_topology_source kvs_topology_source_xml_file(const char *path);
 
 /* XML text in memory; label names it in messages. */
-kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char *xml,
-                                                   size_t len);
+kvs_topology_source kvs_topology_source_xml_buffer(const char *label, const char *xml, size_t len);
 
 /* The 8-GPU server compiled into the library (two sockets, four H200
  * GPUs each, four NVSwitch chips): the planner's stand-in when the

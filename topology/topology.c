@@ -326,8 +326,8 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
                          __func__);
   }
   if (source->iface->is_this_system == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%s: source->iface->is_this_system is NULL", __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: source->iface->is_this_system is NULL",
+                         __func__);
   }
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);

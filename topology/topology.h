@@ -42,7 +42,8 @@ typedef struct kvs_topology_options {
   bool measure_free;
 } kvs_topology_options;
 
-#define KVS_TOPOLOGY_OPTIONS_INIT {sizeof(kvs_topology_options), true, true}
+#define KVS_TOPOLOGY_OPTIONS_INIT \
+  { sizeof(kvs_topology_options), true, true }
 
 /* Loads the topology from source (options NULL: the defaults) and finds
  * its GPUs. A topology without GPUs loads (gpu count 0). A source that

@@ -40,7 +40,8 @@ static pthread_mutex_t g_primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *entry_point(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     /* Our own failed query, not the caller's error: do not leave it as the
      * thread's last error. */
@@ -66,15 +67,15 @@ static void find_driver(void) {
  * return; the number otherwise). */
 static kvs_status driver_status(CUresult rc, const char *call, int device, kvs_error *err) {
   if (rc == CUDA_SUCCESS) return KVS_OK;
-  const char *name = rc == CUDA_ERROR_INVALID_DEVICE    ? "CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)"
-                     : rc == CUDA_ERROR_INVALID_VALUE   ? "CUDA_ERROR_INVALID_VALUE"
-                     : rc == CUDA_ERROR_OUT_OF_MEMORY   ? "CUDA_ERROR_OUT_OF_MEMORY"
-                     : rc == CUDA_ERROR_NOT_INITIALIZED ? "CUDA_ERROR_NOT_INITIALIZED"
-                     : rc == CUDA_ERROR_DEINITIALIZED   ? "CUDA_ERROR_DEINITIALIZED"
-                     : rc == CUDA_ERROR_INVALID_CONTEXT ? "CUDA_ERROR_INVALID_CONTEXT"
-                     : rc == CUDA_ERROR_DEVICE_UNAVAILABLE
-                         ? "CUDA_ERROR_DEVICE_UNAVAILABLE (busy or unavailable)"
-                         : NULL;
+  const char *name =
+      rc == CUDA_ERROR_INVALID_DEVICE       ? "CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)"
+      : rc == CUDA_ERROR_INVALID_VALUE      ? "CUDA_ERROR_INVALID_VALUE"
+      : rc == CUDA_ERROR_OUT_OF_MEMORY      ? "CUDA_ERROR_OUT_OF_MEMORY"
+      : rc == CUDA_ERROR_NOT_INITIALIZED    ? "CUDA_ERROR_NOT_INITIALIZED"
+      : rc == CUDA_ERROR_DEINITIALIZED      ? "CUDA_ERROR_DEINITIALIZED"
+      : rc == CUDA_ERROR_INVALID_CONTEXT    ? "CUDA_ERROR_INVALID_CONTEXT"
+      : rc == CUDA_ERROR_DEVICE_UNAVAILABLE ? "CUDA_ERROR_DEVICE_UNAVAILABLE (busy or unavailable)"
+                                            : NULL;
   if (name != NULL) return kvs_error_set(err, KVS_ERR_CUDA, "%s(%d): %s", call, device, name);
   return kvs_error_set(err, KVS_ERR_CUDA, "%s(%d): CUresult %d", call, device, (int)rc);
 }

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kApplyThreads)
                       uint64_t n_win_pages, const kvs_journal_entry *__restrict__ entries,
                       uint64_t capacity, const uint32_t *count, kvs_batch_fault *fault) {
 #ifdef KVS_MUTANT_APPLY_IGNORES_COUNT /* planted bug, test builds only (tests/mutants) */
-  const uint64_t n = capacity;  // every entry of the buffer, whatever the count says
+  const uint64_t n = capacity;        // every entry of the buffer, whatever the count says
   (void)count;
 #else
   const uint64_t n = item_count(count, capacity, fault);
@@ -247,10 +247,9 @@ constexpr unsigned kRingUnroll = 4;  // 4 x 32 lanes cover P = 128 in one round
 __global__ void __launch_bounds__(kRingThreads)
     ring_ctx_kernel(const int64_t *__restrict__ map, uint64_t full_token, uint64_t page,
                     kvs_tm_div page_div, const int32_t *__restrict__ pages, uint64_t stride,
-                    kvs_tm_div block_div, const int64_t *__restrict__ positions,
-                    uint64_t capacity, const uint64_t *count, int64_t *__restrict__ own,
-                    int64_t *__restrict__ prev, int64_t *__restrict__ ring,
-                    kvs_batch_fault *fault) {
+                    kvs_tm_div block_div, const int64_t *__restrict__ positions, uint64_t capacity,
+                    const uint64_t *count, int64_t *__restrict__ own, int64_t *__restrict__ prev,
+                    int64_t *__restrict__ ring, kvs_batch_fault *fault) {
   const uint64_t n_req = item_count(count, capacity, fault);
   const unsigned lane = threadIdx.x % kWarp;
   const uint64_t warps_per_block = blockDim.x / kWarp;
@@ -327,8 +326,8 @@ __global__ void __launch_bounds__(kDigestThreads)
   __shared__ unsigned long long partial[kDigestThreads];
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long sum = 0;
-  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       p < n_full_pages; p += step) {
+  for (uint64_t p = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < n_full_pages;
+       p += step) {
     const int64_t slot = map[p * page];
     if (slot >= 0) sum += kvs_binding_pair_term(p, static_cast<uint64_t>(slot) / page);
   }

@@ -308,10 +308,10 @@ kvs_status kvs_device_tables_apply_counted(kvs_device_tables_t tables,
   kvs_cuda_device_scope scope;
   kvs_status status = enter(tables, &scope, err);
   if (status != KVS_OK) return status;
-  status = launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, capacity,
-                                             d_count, &tables->faults->apply_journal,
-                                             tables->max_blocks, stream),
-                    "apply_journal", capacity, err);
+  status =
+      launched(kvs_launch_apply_journal(tables->map, tables->dims, d_entries, capacity, d_count,
+                                        &tables->faults->apply_journal, tables->max_blocks, stream),
+               "apply_journal", capacity, err);
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -327,9 +327,9 @@ kvs_status kvs_device_tables_digest(kvs_device_tables_t tables, unsigned long lo
   status = kvs_cuda_status(cudaMemsetAsync(d_out, 0, sizeof *d_out, stream),
                            "cudaMemsetAsync of the digest word", err);
   if (status == KVS_OK) {
-    status = launched(kvs_launch_table_digest(tables->map, tables->dims, d_out,
-                                              tables->max_blocks, stream),
-                      "table_digest", (size_t)(tables->dims.full_token / tables->dims.page), err);
+    status = launched(
+        kvs_launch_table_digest(tables->map, tables->dims, d_out, tables->max_blocks, stream),
+        "table_digest", (size_t)(tables->dims.full_token / tables->dims.page), err);
   }
   kvs_cuda_device_leave(&scope);
   return status;
@@ -393,12 +393,11 @@ kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const 
 }
 
 kvs_status kvs_device_tables_batch_state_locs_counted(kvs_device_tables_t tables,
-                                                      const int64_t *d_own,
-                                                      const int64_t *d_slots,
+                                                      const int64_t *d_own, const int64_t *d_slots,
                                                       const int64_t *d_positions, size_t n,
-                                                      const uint64_t *d_count,
-                                                      int64_t *d_out_csa, int64_t *d_out_hca,
-                                                      cudaStream_t stream, kvs_error *err) {
+                                                      const uint64_t *d_count, int64_t *d_out_csa,
+                                                      int64_t *d_out_hca, cudaStream_t stream,
+                                                      kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
   kvs_state_placement placement = kvs_state_placement_of(&tables->layout.sizes);
   kvs_status status = kvs_state_placement_check(&placement, err);
@@ -432,11 +431,10 @@ kvs_status kvs_device_tables_batch_state_locs_counted(kvs_device_tables_t tables
   }
   kvs_cuda_device_scope scope;
   if ((status = enter(tables, &scope, err))) return status;
-  status = launched(
-      kvs_launch_batch_state_locs(placement, d_own, d_slots, d_positions, n, d_count, d_out_csa,
-                                  d_out_hca,
-                                  &tables->faults->state_locs, tables->max_blocks, stream),
-      "batch_state_locs", n, err);
+  status = launched(kvs_launch_batch_state_locs(placement, d_own, d_slots, d_positions, n, d_count,
+                                                d_out_csa, d_out_hca, &tables->faults->state_locs,
+                                                tables->max_blocks, stream),
+                    "batch_state_locs", n, err);
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -454,8 +452,8 @@ kvs_status kvs_device_tables_ring_ctx_counted(kvs_device_tables_t tables,
                                               const kvs_block_tables *block_tables,
                                               const int64_t *d_positions, size_t n_req,
                                               const uint64_t *d_count, int64_t *d_own,
-                                              int64_t *d_prev, int64_t *d_ring,
-                                              cudaStream_t stream, kvs_error *err) {
+                                              int64_t *d_prev, int64_t *d_ring, cudaStream_t stream,
+                                              kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
   kvs_status status = kvs_block_tables_check(block_tables, n_req, err);
   if (status != KVS_OK) return status;
@@ -466,11 +464,10 @@ kvs_status kvs_device_tables_ring_ctx_counted(kvs_device_tables_t tables,
   }
   kvs_cuda_device_scope scope;
   if ((status = enter(tables, &scope, err))) return status;
-  status = launched(
-      kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions, n_req, d_count,
-                          d_own,
-                          d_prev, d_ring, &tables->faults->ring_ctx, tables->max_blocks, stream),
-      "ring_ctx", n_req, err);
+  status = launched(kvs_launch_ring_ctx(tables->map, tables->dims, *block_tables, d_positions,
+                                        n_req, d_count, d_own, d_prev, d_ring,
+                                        &tables->faults->ring_ctx, tables->max_blocks, stream),
+                    "ring_ctx", n_req, err);
   kvs_cuda_device_leave(&scope);
   return status;
 }

@@ -143,12 +143,11 @@ kvs_status kvs_device_tables_batch_state_locs(kvs_device_tables_t tables, const 
 /* kvs_device_tables_batch_state_locs over *d_count rows (device memory,
  * at most n; NULL: n), the launch sized for n. */
 kvs_status kvs_device_tables_batch_state_locs_counted(kvs_device_tables_t tables,
-                                                      const int64_t *d_own,
-                                                      const int64_t *d_slots,
+                                                      const int64_t *d_own, const int64_t *d_slots,
                                                       const int64_t *d_positions, size_t n,
-                                                      const uint64_t *d_count,
-                                                      int64_t *d_out_csa, int64_t *d_out_hca,
-                                                      cudaStream_t stream, kvs_error *err);
+                                                      const uint64_t *d_count, int64_t *d_out_csa,
+                                                      int64_t *d_out_hca, cudaStream_t stream,
+                                                      kvs_error *err);
 /* The ring context of n_req requests (kvs_ref_ring_ctx): block_tables->pages
  * and every array are device pointers; d_ring holds n_req * P slots. */
 kvs_status kvs_device_tables_ring_ctx(kvs_device_tables_t tables,
@@ -163,8 +162,8 @@ kvs_status kvs_device_tables_ring_ctx_counted(kvs_device_tables_t tables,
                                               const kvs_block_tables *block_tables,
                                               const int64_t *d_positions, size_t n_req,
                                               const uint64_t *d_count, int64_t *d_own,
-                                              int64_t *d_prev, int64_t *d_ring,
-                                              cudaStream_t stream, kvs_error *err);
+                                              int64_t *d_prev, int64_t *d_ring, cudaStream_t stream,
+                                              kvs_error *err);
 /* Reads the fault records once `stream`'s work so far is done (it waits). */
 kvs_status kvs_device_tables_faults(const struct kvs_device_tables *tables, cudaStream_t stream,
                                     kvs_device_faults *out, kvs_error *err);

@@ -258,8 +258,8 @@ static const kvs_table_ops cuda_ops = {
  * stream. */
 static kvs_status open_step(cuda_table *t, const kvs_cuda_table_options *options, size_t rows,
                             uint64_t *bytes, kvs_error *err) {
-  cuda_step_setup setup = {t->tables, t->device,        t->stream,        *options, rows,
-                           t->dims,   t->placement,     t->csa_derivable, t->hca_derivable};
+  cuda_step_setup setup = {t->tables, t->device,    t->stream,        *options,        rows,
+                           t->dims,   t->placement, t->csa_derivable, t->hca_derivable};
   return kvs_cuda_step_create(&setup, &t->step, bytes, err);
 }
 

@@ -89,8 +89,8 @@ static kvs_status create_side(cuda_step *step, step_side *side, kvs_error *err) 
   KVS_CUDA_GOTO(cudaMallocHost((void **)&side->h_batch, step->batch_bytes), what, err, status, out);
   KVS_CUDA_GOTO(cudaMalloc((void **)&side->d_batch, step->batch_bytes), what, err, status, out);
   if (step->s.options.comm_stream == NULL) {
-    KVS_CUDA_GOTO(cudaMallocHost((void **)&side->h_message, step->message_bytes), what, err,
-                  status, out);
+    KVS_CUDA_GOTO(cudaMallocHost((void **)&side->h_message, step->message_bytes), what, err, status,
+                  out);
     KVS_CUDA_GOTO(cudaMalloc((void **)&side->d_message, step->message_bytes), what, err, status,
                   out);
   }
@@ -160,18 +160,17 @@ static kvs_status enqueue_work(cuda_step *step, step_side *side, const void *mes
                                   cudaMemcpyHostToDevice, st),
                   "cudaMemcpyAsync of the step message", err, status, out);
   }
-  KVS_CUDA_GOTO(cudaMemcpyAsync(side->d_batch, side->h_batch, step->batch_bytes,
-                                cudaMemcpyHostToDevice, st),
-                "cudaMemcpyAsync of the step's rows", err, status, out);
-  status = kvs_device_tables_apply_counted(
-      step->s.tables, kvs_step_message_entries_of(message), step->s.options.step_capacity,
-      kvs_step_message_count_field(message), st, err);
+  KVS_CUDA_GOTO(
+      cudaMemcpyAsync(side->d_batch, side->h_batch, step->batch_bytes, cudaMemcpyHostToDevice, st),
+      "cudaMemcpyAsync of the step's rows", err, status, out);
+  status = kvs_device_tables_apply_counted(step->s.tables, kvs_step_message_entries_of(message),
+                                           step->s.options.step_capacity,
+                                           kvs_step_message_count_field(message), st, err);
   if (status != KVS_OK) goto out;
   const uint64_t *count = (const uint64_t *)side->d_batch;
   const int64_t *positions = (const int64_t *)(side->d_batch + positions_at());
   const int64_t *slots = (const int64_t *)(side->d_batch + slots_at(rows));
-  kvs_block_tables bt = {(const int32_t *)(side->d_batch + blocks_at(rows)), 2,
-                         step->s.dims.page};
+  kvs_block_tables bt = {(const int32_t *)(side->d_batch + blocks_at(rows)), 2, step->s.dims.page};
   status = kvs_device_tables_ring_ctx_counted(step->s.tables, &bt, positions, rows, count,
                                               side->own, side->prev, side->ring, st, err);
   if (status != KVS_OK) goto out;
@@ -202,9 +201,9 @@ static kvs_status capture(cuda_step *step, step_side *side, const void *message,
     (void)cudaGraphExecDestroy(side->exec);
     side->exec = NULL;
   }
-  kvs_status status = kvs_cuda_status(
-      cudaStreamBeginCapture(step->s.stream, cudaStreamCaptureModeThreadLocal),
-      "cudaStreamBeginCapture of the step", err);
+  kvs_status status =
+      kvs_cuda_status(cudaStreamBeginCapture(step->s.stream, cudaStreamCaptureModeThreadLocal),
+                      "cudaStreamBeginCapture of the step", err);
   if (status != KVS_OK) return status;
   kvs_status work = enqueue_work(step, side, message, err);
   cudaGraph_t graph = NULL;
@@ -306,7 +305,8 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
                              void **event, kvs_table_step_timing *timing, kvs_error *err) {
   const int q = (int)(a->step & 1);
   step_side *side = &step->side[q];
-  if (a->n > step->s.options.step_capacity || (a->rows != NULL && a->rows->n_req > step->s.max_rows)) {
+  if (a->n > step->s.options.step_capacity ||
+      (a->rows != NULL && a->rows->n_req > step->s.max_rows)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "step %llu has %zu entries and %zu rows; the table holds %zu and %zu",
                          (unsigned long long)a->step, a->n, a->rows != NULL ? a->rows->n_req : 0,
@@ -348,8 +348,8 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
   timing->ring_ns = 0;
   if (status != KVS_OK) return status;
   size_t n = a->rows != NULL ? a->rows->n_req : 0;
-  kvs_ring_result r = {side->own, side->prev, side->ring, n,        step->s.dims.page,
-                       true,      side->csa,  side->hca};
+  kvs_ring_result r = {side->own,         side->prev, side->ring, n,
+                       step->s.dims.page, true,       side->csa,  side->hca};
   *out = r;
   *event = (void *)side->done;
   return KVS_OK;

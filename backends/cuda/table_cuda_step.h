@@ -42,9 +42,8 @@ void kvs_cuda_step_destroy(cuda_step *step);
  * is staged by the table, which first waits (on the host) for the same
  * parity's previous step, done long before; with a device communicator
  * nothing waits on the host. */
-kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *args,
-                             kvs_ring_result *out, void **event, kvs_table_step_timing *timing,
-                             kvs_error *err);
+kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *args, kvs_ring_result *out,
+                             void **event, kvs_table_step_timing *timing, kvs_error *err);
 
 /* The table's binding digest, computed on the table's stream; waits for
  * its 8 bytes. */

@@ -300,7 +300,6 @@ static void nccl_destroy(void *vctx) {
   free(ctx);
 }
 
-
 static kvs_status nccl_device_stream(void *vctx, void **stream, int *device, kvs_error *err) {
   (void)err;
   nccl_ctx *ctx = vctx;

@@ -88,9 +88,11 @@ bool intact(kvs_block_store_t s, uint64_t index, kvs_status *status) {
 TEST(BlockStoreCrash, sigkill_during_puts_never_leaves_a_torn_block_and_loses_no_returned_put) {
   const uint64_t kills = env_u64("KVS_CRASH_KILLS", 200);
   const uint64_t seed = env_u64("KVS_CRASH_SEED", static_cast<uint64_t>(time(nullptr)));
-  std::printf("crash test: %llu kills asked, KVS_CRASH_SEED=%llu (replay: --test_env=KVS_CRASH_SEED=%llu)\n",
-              static_cast<unsigned long long>(kills), static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed));
+  std::printf(
+      "crash test: %llu kills asked, KVS_CRASH_SEED=%llu (replay: "
+      "--test_env=KVS_CRASH_SEED=%llu)\n",
+      static_cast<unsigned long long>(kills), static_cast<unsigned long long>(seed),
+      static_cast<unsigned long long>(seed));
   srand48(static_cast<long>(seed));
 
   std::string root = scratch_dir("crash");

@@ -26,21 +26,20 @@
 namespace {
 
 const char *const kNoPointer[] = {
-    "kvs_block_layout_check", "kvs_block_format_readable", "kvs_dtype_name", "kvs_dtype_size",
-    "kvs_signature_error_kind_name",
+    "kvs_block_layout_check", "kvs_block_format_readable",     "kvs_dtype_name",
+    "kvs_dtype_size",         "kvs_signature_error_kind_name",
 };
 
-#define EXPECT_NULL_REFUSED(arg, call)                                             \
-  do {                                                                             \
-    kvs_error err;                                                                 \
-    err.status = KVS_OK;                                                           \
-    err.message[0] = '\0';                                                         \
-    const kvs_status got_ = (call);                                                \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                      \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"),       \
-              std::string::npos)                                                   \
-        << #call << " said: " << err.message;                                      \
+#define EXPECT_NULL_REFUSED(arg, call)                                                         \
+  do {                                                                                         \
+    kvs_error err;                                                                             \
+    err.status = KVS_OK;                                                                       \
+    err.message[0] = '\0';                                                                     \
+    const kvs_status got_ = (call);                                                            \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
+    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
+    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
+        << #call << " said: " << err.message;                                                  \
   } while (0)
 
 // One f32 layer of 4 positions, 1 head of width 2: a block of size 4.
@@ -100,8 +99,7 @@ TEST(NullArguments, block_hash) {
   kvs_block_hash h = {7, 7};
   EXPECT_NULL_REFUSED("out", kvs_block_hash_chain(nullptr, tokens, 4, 4, nullptr, &err));
   EXPECT_NULL_REFUSED("token_ids", kvs_block_hash_chain(nullptr, nullptr, 4, 4, &h, &err));
-  EXPECT_NULL_REFUSED("token_ids",
-                      kvs_block_hash_sequence(nullptr, 4, 4, &h, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("token_ids", kvs_block_hash_sequence(nullptr, 4, 4, &h, 1, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_block_hash_sequence(tokens, 4, 4, nullptr, 1, nullptr, &err));
   EXPECT_EQ(h.high, 7u);  // untouched
   EXPECT_FALSE(kvs_block_hash_equal(nullptr, &h));
@@ -117,8 +115,8 @@ TEST(NullArguments, block_hash) {
   EXPECT_FALSE(kvs_hex_decode("abcd", bytes, 4, nullptr));
   EXPECT_EQ(len, 9u);
   EXPECT_NULL_REFUSED("hex", kvs_block_hash_parse(nullptr, &h, &err));
-  EXPECT_NULL_REFUSED("out", kvs_block_hash_parse("00000000000000000000000000000000", nullptr,
-                                                  &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_block_hash_parse("00000000000000000000000000000000", nullptr, &err));
 }
 
 TEST(NullArguments, block_layout) {
@@ -141,10 +139,10 @@ TEST(NullArguments, block_signature) {
   why.kind = KVS_SIG_UNMARKED;
   EXPECT_GT(kvs_signature_error_format(&why, nullptr, 64), 0u);  // measured only
   kvs_block_signature sig;
-  EXPECT_NULL_REFUSED("model", kvs_block_signature_measure(nullptr, nullptr, 0, p.layout,
-                                                           &p.layer, 1, &sig, &why, &err));
-  EXPECT_NULL_REFUSED("weights", kvs_block_signature_measure("m", nullptr, 4, p.layout, &p.layer,
-                                                             1, &sig, &why, &err));
+  EXPECT_NULL_REFUSED("model", kvs_block_signature_measure(nullptr, nullptr, 0, p.layout, &p.layer,
+                                                           1, &sig, &why, &err));
+  EXPECT_NULL_REFUSED("weights", kvs_block_signature_measure("m", nullptr, 4, p.layout, &p.layer, 1,
+                                                             &sig, &why, &err));
   EXPECT_NULL_REFUSED("layers", kvs_block_signature_measure("m", nullptr, 0, p.layout, nullptr, 1,
                                                             &sig, &why, &err));
   EXPECT_NULL_REFUSED("out", kvs_block_signature_measure("m", nullptr, 0, p.layout, &p.layer, 1,
@@ -153,8 +151,8 @@ TEST(NullArguments, block_signature) {
                                                             KVS_DTYPE_F32, 4, &sig, &err));
   EXPECT_NULL_REFUSED("out", kvs_block_signature_expected("m", nullptr, 0, p.layout, 1, 1, 2,
                                                           KVS_DTYPE_F32, 4, nullptr, &err));
-  EXPECT_NULL_REFUSED("layers", kvs_block_verify_parts(nullptr, nullptr, 1, nullptr, nullptr,
-                                                       &why, &err));
+  EXPECT_NULL_REFUSED("layers",
+                      kvs_block_verify_parts(nullptr, nullptr, 1, nullptr, nullptr, &why, &err));
   EXPECT_NULL_REFUSED("layers", kvs_block_layers_check(nullptr, 1, &err));
   EXPECT_STREQ(kvs_block_weights_describe(nullptr, 4, nullptr, 16), "");
   EXPECT_STREQ(kvs_block_weights_describe(nullptr, 4, buf, sizeof buf), "none");
@@ -165,10 +163,10 @@ TEST(NullArguments, block_signed) {
   Payload p;
   kvs_block_t block = nullptr;
   kvs_signature_error why{};
-  EXPECT_NULL_REFUSED("out", kvs_block_stamp("m", nullptr, 0, p.layout, &p.layer, 1, nullptr,
-                                             &why, &err));
-  EXPECT_NULL_REFUSED("model", kvs_block_stamp(nullptr, nullptr, 0, p.layout, &p.layer, 1, &block,
-                                               &why, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_block_stamp("m", nullptr, 0, p.layout, &p.layer, 1, nullptr, &why, &err));
+  EXPECT_NULL_REFUSED(
+      "model", kvs_block_stamp(nullptr, nullptr, 0, p.layout, &p.layer, 1, &block, &why, &err));
   EXPECT_EQ(block, nullptr);
   kvs_block_destroy(nullptr);
   EXPECT_EQ(kvs_block_signature_of(nullptr), nullptr);
@@ -179,13 +177,13 @@ TEST(NullArguments, block_signed) {
   EXPECT_EQ(n, 0u);
   kvs_unverified_block_t unverified = nullptr;
   EXPECT_NULL_REFUSED("out", kvs_unverified_block_create(nullptr, &p.layer, 1, nullptr, &err));
-  EXPECT_NULL_REFUSED("layers", kvs_unverified_block_create(nullptr, nullptr, 1, &unverified,
-                                                            &err));
-  EXPECT_NULL_REFUSED("storage", kvs_unverified_block_adopt(nullptr, nullptr, &p.layer, 1,
-                                                            &unverified, &err));
+  EXPECT_NULL_REFUSED("layers",
+                      kvs_unverified_block_create(nullptr, nullptr, 1, &unverified, &err));
+  EXPECT_NULL_REFUSED("storage",
+                      kvs_unverified_block_adopt(nullptr, nullptr, &p.layer, 1, &unverified, &err));
   void *storage = malloc(8);
-  EXPECT_NULL_REFUSED("out", kvs_unverified_block_adopt(storage, nullptr, &p.layer, 1, nullptr,
-                                                        &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_unverified_block_adopt(storage, nullptr, &p.layer, 1, nullptr, &err));
   free(storage);  // still the caller's after a refusal
   EXPECT_EQ(unverified, nullptr);
   kvs_unverified_block_destroy(nullptr);
@@ -197,8 +195,7 @@ TEST(NullArguments, block_signed) {
   ASSERT_EQ(kvs_block_signature_expected("m", nullptr, 0, p.layout, 1, 1, 2, KVS_DTYPE_F32, 4,
                                          &expected, nullptr),
             KVS_OK);
-  EXPECT_NULL_REFUSED("block",
-                      kvs_unverified_block_verify(nullptr, &expected, &block, &why, &err));
+  EXPECT_NULL_REFUSED("block", kvs_unverified_block_verify(nullptr, &expected, &block, &why, &err));
   EXPECT_NULL_REFUSED("*block",
                       kvs_unverified_block_verify(&unverified, &expected, &block, &why, &err));
   ASSERT_EQ(kvs_unverified_block_create(nullptr, &p.layer, 1, &unverified, nullptr), KVS_OK);
@@ -213,21 +210,19 @@ TEST(NullArguments, block_signed) {
 TEST(NullArguments, block_codec) {
   Payload p;
   size_t size = 0;
-  EXPECT_NULL_REFUSED("size",
-                      kvs_block_encoded_size(nullptr, nullptr, &p.layer, 1, nullptr, &err));
-  EXPECT_NULL_REFUSED("layers",
-                      kvs_block_encoded_size(nullptr, nullptr, nullptr, 1, &size, &err));
+  EXPECT_NULL_REFUSED("size", kvs_block_encoded_size(nullptr, nullptr, &p.layer, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("layers", kvs_block_encoded_size(nullptr, nullptr, nullptr, 1, &size, &err));
   ASSERT_EQ(kvs_block_encoded_size(nullptr, nullptr, &p.layer, 1, &size, nullptr), KVS_OK);
   std::vector<uint8_t> buf(size);
   size_t written = 9;
-  EXPECT_NULL_REFUSED("dst", kvs_block_encode_parts(nullptr, nullptr, &p.layer, 1, nullptr, size,
-                                                    &written, &err));
+  EXPECT_NULL_REFUSED(
+      "dst", kvs_block_encode_parts(nullptr, nullptr, &p.layer, 1, nullptr, size, &written, &err));
   EXPECT_EQ(written, 9u);
-  EXPECT_NULL_REFUSED("block", kvs_block_encode(nullptr, nullptr, buf.data(), buf.size(), &written,
-                                                &err));
+  EXPECT_NULL_REFUSED("block",
+                      kvs_block_encode(nullptr, nullptr, buf.data(), buf.size(), &written, &err));
   EXPECT_EQ(kvs_block_encoded_size_of(nullptr, nullptr), 0u);
-  ASSERT_EQ(kvs_block_encode_parts(nullptr, nullptr, &p.layer, 1, buf.data(), buf.size(),
-                                   &written, nullptr),
+  ASSERT_EQ(kvs_block_encode_parts(nullptr, nullptr, &p.layer, 1, buf.data(), buf.size(), &written,
+                                   nullptr),
             KVS_OK);
   kvs_block_view view;
   kvs_unverified_block_t out = nullptr;

@@ -305,8 +305,8 @@ struct Removal {
 
 struct Workload {
   uint64_t capacity = 0;
-  std::vector<Version> versions;                    // in call order
-  std::map<uint64_t, std::vector<size_t>> by_key;  // key -> indices into versions
+  std::vector<Version> versions;                      // in call order
+  std::map<uint64_t, std::vector<size_t>> by_key;     // key -> indices into versions
   std::map<uint64_t, std::vector<Removal>> removals;  // key -> its removes, in call order
   std::map<std::string, uint64_t> key_of_name;
   uint64_t puts = 0, overwrites = 0, removes = 0;
@@ -541,7 +541,7 @@ void explore(const std::vector<Op> &ops, uint64_t seed, Visit visit) {
 struct Checker {
   const Workload &w;
   const std::vector<Op> &ops;
-  std::string dir;                      // where states are laid out
+  std::string dir;                       // where states are laid out
   std::map<std::string, uint64_t> disk;  // what lies there now: name -> hash
   uint64_t checked = 0, temp_removed = 0, evicted = 0, verified_gets = 0;
 
@@ -598,7 +598,8 @@ struct Checker {
     kvs_status st = kvs_block_store_create(dir.c_str(), &o, &s, &scan, &err);
     rec.mode = Mode::kOff;
     if (st != KVS_OK) return {std::string("reopening failed: ") + err.message};
-    for (const std::string &c : corrupt.names) wrong.push_back("torn file under a block name: " + c);
+    for (const std::string &c : corrupt.names)
+      wrong.push_back("torn file under a block name: " + c);
     if (scan.temp_removed != temps) {
       wrong.push_back("the scan removed " + std::to_string(scan.temp_removed) + " of " +
                       std::to_string(temps) + " temporary files");
@@ -692,8 +693,8 @@ std::string op_text(const Op &op) {
     case OpKind::kCreate:
       return "create " + op.name;
     case OpKind::kWrite:
-      return "write " + std::to_string(op.data.size()) + " bytes at " +
-             std::to_string(op.offset) + " of file " + std::to_string(op.inode);
+      return "write " + std::to_string(op.data.size()) + " bytes at " + std::to_string(op.offset) +
+             " of file " + std::to_string(op.inode);
     case OpKind::kFsync:
       return "fsync file " + std::to_string(op.inode);
     case OpKind::kRename:
@@ -798,8 +799,8 @@ Exploration explore_and_check(Checker &checker, const std::vector<Op> &ops, uint
     std::vector<std::string> wrong = checker.check(point, state);
     if (!wrong.empty()) {
       std::string msg = "crash after operation " + std::to_string(point) + " (" +
-                        (point > 0 ? op_text(ops[point - 1]) : std::string("none")) + "), " +
-                        what + ":";
+                        (point > 0 ? op_text(ops[point - 1]) : std::string("none")) + "), " + what +
+                        ":";
       for (const std::string &x : wrong) msg += "\n    " + x;
       e.failures.push_back(msg);
     }
@@ -839,9 +840,10 @@ std::vector<Op> without_remove_dirsyncs(const Workload &w, const std::vector<Op>
 TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothing_torn) {
   const uint64_t seed = env_u64("KVS_POWER_SEED", static_cast<uint64_t>(time(nullptr)));
   const uint64_t n_puts = env_u64("KVS_POWER_PUTS", 200);
-  std::printf("power loss: %llu puts, KVS_POWER_SEED=%llu (replay: --test_env=KVS_POWER_SEED=%llu)\n",
-              static_cast<unsigned long long>(n_puts), static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed));
+  std::printf(
+      "power loss: %llu puts, KVS_POWER_SEED=%llu (replay: --test_env=KVS_POWER_SEED=%llu)\n",
+      static_cast<unsigned long long>(n_puts), static_cast<unsigned long long>(seed),
+      static_cast<unsigned long long>(seed));
   auto t0 = std::chrono::steady_clock::now();
 
   std::string root = scratch_dir("power");
@@ -934,8 +936,7 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
       static_cast<unsigned long long>(e.checked),
       static_cast<unsigned long long>(e.generated - e.checked),
       static_cast<unsigned long long>(e.generated), static_cast<unsigned long long>(e.images),
-      static_cast<unsigned long long>(e.points),
-      ops.size(), file_syncs, dir_syncs,
+      static_cast<unsigned long long>(e.points), ops.size(), file_syncs, dir_syncs,
       static_cast<unsigned long long>(w.puts), static_cast<unsigned long long>(w.overwrites),
       static_cast<unsigned long long>(w.removes),
       static_cast<unsigned long long>(checker.verified_gets),

@@ -74,8 +74,7 @@ TEST(CostModel, an_unsupported_ratio_has_no_ring) {
   uint64_t ring = 5;
   kvs_error err;
   EXPECT_EQ(kvs_ring_size_for_ratio(8, &ring, &err), KVS_ERR_UNKNOWN_RATIO);
-  EXPECT_NE(std::string(err.message).find("no ring for ratio 8"), std::string::npos)
-      << err.message;
+  EXPECT_NE(std::string(err.message).find("no ring for ratio 8"), std::string::npos) << err.message;
   EXPECT_EQ(ring, 5u);
 }
 
@@ -179,8 +178,7 @@ TEST(CostModel, the_pool_bytes_are_the_sum_of_every_allocated_row) {
   kvs_pool_breakdown b;
   ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &t, 1, &b, nullptr), KVS_OK);
   EXPECT_EQ(b.total, expected_bytes(64, 21, 1));
-  EXPECT_EQ(b.window + b.compressed + b.indexer + b.state + b.index_state + b.mapping +
-                b.scratch,
+  EXPECT_EQ(b.window + b.compressed + b.indexer + b.state + b.index_state + b.mapping + b.scratch,
             b.total);
   EXPECT_EQ(b.window, 4 * 21 * P * 16);
   EXPECT_EQ(b.mapping, 64 * P * 8);
@@ -329,7 +327,10 @@ TEST(CostModel, the_fast_solve_equals_a_plain_exact_search) {
     while (bytes_at(hi, &bytes) && bytes <= available) hi *= 2;
     while (lo < hi - 1) {
       uint64_t mid = (lo + hi) / 2;
-      if (bytes_at(mid, &bytes) && bytes <= available) lo = mid; else hi = mid;
+      if (bytes_at(mid, &bytes) && bytes <= available)
+        lo = mid;
+      else
+        hi = mid;
     }
     ASSERT_EQ(kvs_pool_sizes_num_pages(&solved), lo)
         << "available " << available << " swa " << swa << " floor " << floor;

@@ -22,9 +22,9 @@ inline kvs_geometry make_geometry(uint64_t head_dim, uint64_t index_head_dim, si
                                   std::vector<uint32_t> ratios) {
   kvs_geometry g;
   kvs_error err;
-  EXPECT_EQ(kvs_geometry_init(&g, head_dim, index_head_dim, n_layers, ratios.data(),
-                              ratios.size(), &err),
-            KVS_OK)
+  EXPECT_EQ(
+      kvs_geometry_init(&g, head_dim, index_head_dim, n_layers, ratios.data(), ratios.size(), &err),
+      KVS_OK)
       << err.message;
   return g;
 }
@@ -47,8 +47,7 @@ inline kvs_pool_sizes sizes(uint64_t num_pages, const kvs_geometry &g, double sw
                             uint64_t win = KVS_WINDOW_FROM_RATIO) {
   kvs_pool_sizes s;
   kvs_error err;
-  EXPECT_EQ(kvs_pool_sizes_compute(num_pages, &g, swa, P, win, &s, &err), KVS_OK)
-      << err.message;
+  EXPECT_EQ(kvs_pool_sizes_compute(num_pages, &g, swa, P, win, &s, &err), KVS_OK) << err.message;
   return s;
 }
 
@@ -103,11 +102,11 @@ inline kvs_status release(kvs_window_pool *pool, const std::vector<int64_t> &loc
   return kvs_window_pool_free(pool, locs.data(), locs.size(), err);
 }
 
-#define EXPECT_INTEGRITY(pool)                                                 \
-  do {                                                                         \
-    kvs_error integrity_err_;                                                  \
+#define EXPECT_INTEGRITY(pool)                                                  \
+  do {                                                                          \
+    kvs_error integrity_err_;                                                   \
     EXPECT_EQ(kvs_window_pool_check_integrity((pool), &integrity_err_), KVS_OK) \
-        << integrity_err_.message;                                             \
+        << integrity_err_.message;                                              \
   } while (0)
 
 }  // namespace kvs_test

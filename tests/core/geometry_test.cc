@@ -16,8 +16,7 @@ std::vector<kvs_compressor> compressors(const kvs_geometry &g) {
   std::vector<kvs_compressor> out(KVS_MAX_LAYERS);
   size_t n = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_geometry_compressors(&g, out.data(), out.size(), &n, &err), KVS_OK)
-      << err.message;
+  EXPECT_EQ(kvs_geometry_compressors(&g, out.data(), out.size(), &n, &err), KVS_OK) << err.message;
   out.resize(n);
   return out;
 }

@@ -34,7 +34,9 @@ Case random_case(std::mt19937_64 &rng, uint64_t page) {
   for (auto &b : c.pages) {
     uint64_t kind = rng() % 10;
     // Mostly real blocks; some unassigned; some past the table (faults).
-    b = kind == 0 ? -1 : kind == 1 ? (int32_t)(full_pages + rng() % 3) : (int32_t)(rng() % full_pages);
+    b = kind == 0   ? -1
+        : kind == 1 ? (int32_t)(full_pages + rng() % 3)
+                    : (int32_t)(rng() % full_pages);
   }
   c.positions.resize(n);
   for (auto &p : c.positions) {
@@ -87,9 +89,9 @@ TEST(HostRingCtx, blocks_of_another_size_are_refused) {
   std::vector<int64_t> ring(128, 7);
   kvs_block_tables bt{pages.data(), 1, 64};
   kvs_error err;
-  EXPECT_EQ(kvs_host_ring_ctx(map.data(), &dims, &bt, &pos, 1, &own, &prev, ring.data(), nullptr,
-                              &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvs_host_ring_ctx(map.data(), &dims, &bt, &pos, 1, &own, &prev, ring.data(), nullptr, &err),
+      KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message, "the run-wise ring context needs blocks of P=128 tokens, not 64");
   EXPECT_EQ(own, 7) << "nothing written";
 }

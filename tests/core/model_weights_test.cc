@@ -213,13 +213,13 @@ TEST(ModelWeights, routed_experts_are_told_from_shared_weights_by_name) {
 
 TEST(ModelWeights, routed_expert_bytes_are_counted_per_layer_and_for_mtp) {
   std::string dir = scratch_dir();
-  write_shard(dir + "/moe.safetensors",
-              {"model.layers.0.mlp.experts.3.gate_proj.weight",
-               "model.layers.0.mlp.shared_experts.up_proj.weight", "layers.1.ffn.experts.17.w1.weight",
-               "layers.1.ffn.shared_experts.w1.weight", "layers.1.attn.wkv.weight",
-               "mtp.0.ffn.experts.2.w2.weight", "mtp.0.attn.wkv.weight", "embed.weight",
-               "head.weight"},
-              {1, 2, 4, 8, 16, 32, 64, 128, 256});
+  write_shard(
+      dir + "/moe.safetensors",
+      {"model.layers.0.mlp.experts.3.gate_proj.weight",
+       "model.layers.0.mlp.shared_experts.up_proj.weight", "layers.1.ffn.experts.17.w1.weight",
+       "layers.1.ffn.shared_experts.w1.weight", "layers.1.attn.wkv.weight",
+       "mtp.0.ffn.experts.2.w2.weight", "mtp.0.attn.wkv.weight", "embed.weight", "head.weight"},
+      {1, 2, 4, 8, 16, 32, 64, 128, 256});
   kvs_model_weights w;
   kvs_error err;
   ASSERT_EQ(kvs_model_weights_load(dir.c_str(), 2, &w, &err), KVS_OK) << err.message;

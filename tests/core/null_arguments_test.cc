@@ -41,44 +41,51 @@ using kvs_test::Pool;
 // Functions with no pointer argument: nothing to pass NULL to. Their
 // names are here so the coverage check knows they were considered.
 const char *const kNoPointer[] = {
-    "kvs_state_rings_name",       "kvs_state_rings_csa_per_request",
+    "kvs_state_rings_name",
+    "kvs_state_rings_csa_per_request",
     "kvs_state_rings_hca_per_request",
-    "kvs_kv_dtype_name",          "kvs_cost_round_half_even",
-    "kvs_compressor_ratio",       "kvs_compressor_has_indexer",
+    "kvs_kv_dtype_name",
+    "kvs_cost_round_half_even",
+    "kvs_compressor_ratio",
+    "kvs_compressor_has_indexer",
     "kvs_compressor_projection_width_multiple",
-    "kvs_compressor_overlapping", "kvs_compressor_visible_compressed",
-    "kvs_compressor_name",        "kvs_geometry_builtin_name",
-    "kvs_binding_digest_term",    "kvs_slot_digest_term",
-    "kvs_status_string",          "kvs_status_name",
-    "kvs_version",                "kvs_backend_name",
+    "kvs_compressor_overlapping",
+    "kvs_compressor_visible_compressed",
+    "kvs_compressor_name",
+    "kvs_geometry_builtin_name",
+    "kvs_binding_digest_term",
+    "kvs_slot_digest_term",
+    "kvs_status_string",
+    "kvs_status_name",
+    "kvs_version",
+    "kvs_backend_name",
     "kvs_backend_file",
 };
 
 // Runs `call`, which passes &err, and expects the refusal of `arg`: the
 // status and a message holding "<arg> is NULL".
-#define EXPECT_NULL_REFUSED(arg, call)                                             \
-  do {                                                                             \
-    kvs_error err;                                                                 \
-    err.status = KVS_OK;                                                           \
-    err.message[0] = '\0';                                                         \
-    const kvs_status got_ = (call);                                                \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                      \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"),       \
-              std::string::npos)                                                   \
-        << #call << " said: " << err.message;                                      \
+#define EXPECT_NULL_REFUSED(arg, call)                                                         \
+  do {                                                                                         \
+    kvs_error err;                                                                             \
+    err.status = KVS_OK;                                                                       \
+    err.message[0] = '\0';                                                                     \
+    const kvs_status got_ = (call);                                                            \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
+    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
+    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
+        << #call << " said: " << err.message;                                                  \
   } while (0)
 
 // The same for a refusal whose message holds `text`.
-#define EXPECT_REFUSED(text, call)                                                 \
-  do {                                                                             \
-    kvs_error err;                                                                 \
-    err.status = KVS_OK;                                                           \
-    err.message[0] = '\0';                                                         \
-    const kvs_status got_ = (call);                                                \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
-    EXPECT_NE(std::string(err.message).find(text), std::string::npos)             \
-        << #call << " said: " << err.message;                                      \
+#define EXPECT_REFUSED(text, call)                                    \
+  do {                                                                \
+    kvs_error err;                                                    \
+    err.status = KVS_OK;                                              \
+    err.message[0] = '\0';                                            \
+    const kvs_status got_ = (call);                                   \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;               \
+    EXPECT_NE(std::string(err.message).find(text), std::string::npos) \
+        << #call << " said: " << err.message;                         \
   } while (0)
 
 kvs_geometry flash() {
@@ -199,8 +206,7 @@ TEST(NullArguments, journal_push_past_capacity_is_refused_whole) {
     for (size_t i = 0; i < capacity; i++) ASSERT_EQ(kvs_journal_push(j, i, 0, nullptr), KVS_OK);
     kvs_error err;
     EXPECT_EQ(kvs_journal_push(j, 77, 5, &err), KVS_ERR_JOURNAL_FULL);
-    EXPECT_NE(std::string(err.message).find("full page 77 -> 5"), std::string::npos)
-        << err.message;
+    EXPECT_NE(std::string(err.message).find("full page 77 -> 5"), std::string::npos) << err.message;
     EXPECT_EQ(kvs_journal_pending(j), capacity);
     EXPECT_EQ(kvs_journal_sequence(j), capacity);
     kvs_journal_entry out[4];
@@ -239,7 +245,7 @@ TEST(NullArguments, free_list) {
   ASSERT_EQ(kvs_free_list_create(16, 4, &list, nullptr), KVS_OK);
   EXPECT_NULL_REFUSED("bases_out", kvs_free_list_alloc(list, 1, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED("bases", kvs_free_list_free(list, nullptr, 1, &err));
-  EXPECT_EQ(kvs_free_list_free_units(list), 4u);  // nothing taken
+  EXPECT_EQ(kvs_free_list_free_units(list), 4u);                               // nothing taken
   EXPECT_EQ(kvs_free_list_alloc(list, 0, nullptr, nullptr, nullptr), KVS_OK);  // no units, no bases
   kvs_free_list_destroy(list);
 }
@@ -393,14 +399,12 @@ TEST(NullArguments, cost_model) {
   kvs_pool_sizes zero_page{};
   EXPECT_EQ(kvs_pool_sizes_num_pages(&zero_page), 0u);  // page 0 divides nothing
   kvs_pool_sizes sizes;
-  EXPECT_NULL_REFUSED("geometry",
-                      kvs_pool_sizes_compute(8, nullptr, 0.1, 128, KVS_WINDOW_FROM_RATIO, &sizes,
-                                             &err));
-  EXPECT_NULL_REFUSED("out", kvs_pool_sizes_compute(8, &g, 0.1, 128, KVS_WINDOW_FROM_RATIO,
-                                                    nullptr, &err));
-  EXPECT_NULL_REFUSED("terms",
-                      kvs_pool_sizes_compute_terms(8, nullptr, 0.1, 128, KVS_WINDOW_FROM_RATIO,
-                                                   &sizes, &err));
+  EXPECT_NULL_REFUSED("geometry", kvs_pool_sizes_compute(8, nullptr, 0.1, 128,
+                                                         KVS_WINDOW_FROM_RATIO, &sizes, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_pool_sizes_compute(8, &g, 0.1, 128, KVS_WINDOW_FROM_RATIO, nullptr, &err));
+  EXPECT_NULL_REFUSED("terms", kvs_pool_sizes_compute_terms(8, nullptr, 0.1, 128,
+                                                            KVS_WINDOW_FROM_RATIO, &sizes, &err));
   EXPECT_NULL_REFUSED("out", kvs_pool_sizes_compute_terms(8, &terms, 0.1, 128,
                                                           KVS_WINDOW_FROM_RATIO, nullptr, &err));
   ASSERT_EQ(kvs_pool_sizes_compute(8, &g, 0.1, 128, KVS_WINDOW_FROM_RATIO, &sizes, nullptr),
@@ -422,8 +426,8 @@ TEST(NullArguments, cost_model) {
   EXPECT_NULL_REFUSED("terms", kvs_pool_sizes_check_terms(&sizes, nullptr, &err));
   EXPECT_NULL_REFUSED("geometry", kvs_cost_solve_num_pages(1ull << 40, nullptr, 0.1, 8, 128, 1,
                                                            &sizes, nullptr, &err));
-  EXPECT_NULL_REFUSED("out", kvs_cost_solve_num_pages(1ull << 40, &g, 0.1, 8, 128, 1, nullptr,
-                                                      nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_cost_solve_num_pages(1ull << 40, &g, 0.1, 8, 128, 1, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED("terms", kvs_cost_solve_num_pages_terms(1ull << 40, nullptr, 0.1, 8, 128, 1,
                                                               &sizes, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_cost_solve_num_pages_terms(1ull << 40, &terms, 0.1, 8, 128, 1,
@@ -564,19 +568,20 @@ TEST(NullArguments, device_ref) {
   EXPECT_NULL_REFUSED("out", kvs_ref_translate(map, &dims, in, 2, nullptr, &fault, &err));
   EXPECT_NULL_REFUSED("dims", kvs_ref_state_locs(nullptr, in, 2, out, out2, &fault, &err));
   EXPECT_NULL_REFUSED("slots", kvs_ref_state_locs(&dims, nullptr, 2, out, out2, &fault, &err));
-  EXPECT_REFUSED("need an output", kvs_ref_state_locs(&dims, in, 2, nullptr, nullptr, &fault, &err));
+  EXPECT_REFUSED("need an output",
+                 kvs_ref_state_locs(&dims, in, 2, nullptr, nullptr, &fault, &err));
   const kvs_state_placement none = kvs_state_placement_of(nullptr);
   EXPECT_EQ(none.page, 0u);
   EXPECT_NULL_REFUSED("placement", kvs_state_placement_check(nullptr, &err));
   EXPECT_REFUSED("P must be 1", kvs_state_placement_check(&none, &err));
   kvs_state_placement placement = {KVS_STATE_RINGS_PER_PAGE, 128, 256, 0};
-  EXPECT_NULL_REFUSED("placement", kvs_ref_batch_state_locs(nullptr, own, nullptr, in, 2, out,
-                                                            out2, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "placement", kvs_ref_batch_state_locs(nullptr, own, nullptr, in, 2, out, out2, &fault, &err));
   EXPECT_NULL_REFUSED("positions", kvs_ref_batch_state_locs(&placement, own, nullptr, nullptr, 2,
                                                             out, out2, &fault, &err));
-  EXPECT_REFUSED("own (window slots) is NULL",
-                 kvs_ref_batch_state_locs(&placement, nullptr, nullptr, in, 2, out, out2, &fault,
-                                          &err));
+  EXPECT_REFUSED(
+      "own (window slots) is NULL",
+      kvs_ref_batch_state_locs(&placement, nullptr, nullptr, in, 2, out, out2, &fault, &err));
   EXPECT_REFUSED("need an output", kvs_ref_batch_state_locs(&placement, own, nullptr, in, 2,
                                                             nullptr, nullptr, &fault, &err));
   const int32_t pages[2] = {0, 1};
@@ -584,24 +589,24 @@ TEST(NullArguments, device_ref) {
   const kvs_block_tables no_rows = {nullptr, 2, 4};
   EXPECT_NULL_REFUSED("tables", kvs_block_tables_check(nullptr, 1, &err));
   EXPECT_NULL_REFUSED("tables->pages", kvs_block_tables_check(&no_rows, 1, &err));
-  EXPECT_NULL_REFUSED("map", kvs_ref_ring_ctx(nullptr, &dims, &tables, in, 1, own, prev, ring,
-                                              &fault, &err));
-  EXPECT_NULL_REFUSED("dims", kvs_ref_ring_ctx(map, nullptr, &tables, in, 1, own, prev, ring,
-                                               &fault, &err));
-  EXPECT_NULL_REFUSED("tables", kvs_ref_ring_ctx(map, &dims, nullptr, in, 1, own, prev, ring,
-                                                 &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "map", kvs_ref_ring_ctx(nullptr, &dims, &tables, in, 1, own, prev, ring, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "dims", kvs_ref_ring_ctx(map, nullptr, &tables, in, 1, own, prev, ring, &fault, &err));
+  EXPECT_NULL_REFUSED("tables",
+                      kvs_ref_ring_ctx(map, &dims, nullptr, in, 1, own, prev, ring, &fault, &err));
   EXPECT_NULL_REFUSED("positions", kvs_ref_ring_ctx(map, &dims, &tables, nullptr, 1, own, prev,
                                                     ring, &fault, &err));
-  EXPECT_NULL_REFUSED("own", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, nullptr, prev, ring,
-                                              &fault, &err));
-  EXPECT_NULL_REFUSED("prev", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, own, nullptr, ring,
-                                               &fault, &err));
-  EXPECT_NULL_REFUSED("ring", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, own, prev, nullptr,
-                                               &fault, &err));
-  EXPECT_NULL_REFUSED("map", kvs_host_ring_ctx(nullptr, &dims, &tables, in, 1, own, prev, ring,
-                                               &fault, &err));
-  EXPECT_NULL_REFUSED("ring", kvs_host_ring_ctx(map, &dims, &tables, in, 1, own, prev, nullptr,
-                                                &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "own", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, nullptr, prev, ring, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "prev", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, own, nullptr, ring, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "ring", kvs_ref_ring_ctx(map, &dims, &tables, in, 1, own, prev, nullptr, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "map", kvs_host_ring_ctx(nullptr, &dims, &tables, in, 1, own, prev, ring, &fault, &err));
+  EXPECT_NULL_REFUSED(
+      "ring", kvs_host_ring_ctx(map, &dims, &tables, in, 1, own, prev, nullptr, &fault, &err));
 }
 
 }  // namespace

@@ -64,9 +64,9 @@ TEST(Options, a_newer_or_truncated_struct_is_refused_and_nothing_is_written) {
   } newer = {{sizeof(OptionsV3), 1, 2, 3.0}, 4};
   OptionsV2 out = {0, -1, -1, -1.0};
   kvs_error err;
-  EXPECT_EQ(kvs_options_adopt(&newer, &kDefaults, sizeof kDefaults, "KVS_X_OPTIONS_INIT", &out,
-                              &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvs_options_adopt(&newer, &kDefaults, sizeof kDefaults, "KVS_X_OPTIONS_INIT", &out, &err),
+      KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("start from KVS_X_OPTIONS_INIT"), std::string::npos)
       << err.message;
   EXPECT_EQ(out.a, -1);

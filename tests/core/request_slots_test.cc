@@ -496,7 +496,7 @@ TEST(StateRings, the_solve_fits_more_pages_the_fewer_rings_are_per_page) {
         kvs_pool_sizes s{};
         kvs_error err;
         ASSERT_EQ(kvs_cost_solve_num_pages_terms(budget, &t[m], kSwa, floor, kPage, n_scratch, &s,
-                                            nullptr, &err),
+                                                 nullptr, &err),
                   KVS_OK)
             << err.message;
         EXPECT_EQ(s.state_rings, kAllRings[m]);

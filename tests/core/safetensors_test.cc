@@ -377,8 +377,8 @@ TEST(Safetensors, overlapping_and_gapped_tensors_are_refused_naming_the_bytes) {
 
 TEST(Safetensors, tensors_listed_out_of_offset_order_still_tile) {
   std::string dir = scratch_dir();
-  std::string header = "{" + tensor("late", "U8", "6", 10, 16) + "," +
-                       tensor("early", "U8", "10", 0, 10) + "}";
+  std::string header =
+      "{" + tensor("late", "U8", "6", 10, 16) + "," + tensor("early", "U8", "10", 0, 10) + "}";
   Walk walk;
   kvs_error err;
   ASSERT_EQ(kvs_safetensors_read_header(make_file(dir, "order.safetensors", header, 16).c_str(),

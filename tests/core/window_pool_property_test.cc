@@ -75,8 +75,7 @@ void run(const Workload &w, int ops) {
         bound.insert(bound.end(), chosen.begin(), chosen.end());
         binds += chosen.size();
       } else {
-        ASSERT_TRUE(status == KVS_ERR_EXHAUSTED || status == KVS_ERR_JOURNAL_FULL)
-            << err.message;
+        ASSERT_TRUE(status == KVS_ERR_EXHAUSTED || status == KVS_ERR_JOURNAL_FULL) << err.message;
         refusals++;
       }
     } else if (action < 90 && !bound.empty()) {
@@ -113,8 +112,7 @@ void run(const Workload &w, int ops) {
     } else {
       ship();
     }
-    ASSERT_EQ(kvs_window_pool_digest(leader.get()),
-              kvs_window_pool_digest_recompute(leader.get()))
+    ASSERT_EQ(kvs_window_pool_digest(leader.get()), kvs_window_pool_digest_recompute(leader.get()))
         << "op " << op;
     ASSERT_EQ(kvs_window_pool_bound_pages(leader.get()), bound.size()) << "op " << op;
     if (op % 97 == 0) {
@@ -149,9 +147,9 @@ void run(const Workload &w, int ops) {
 
 TEST(WindowPoolProperty, random_binds_and_frees_conserve_and_replay_exactly) {
   const Workload workloads[] = {
-      {1, 64, 9, 4096},    // tight window: exhaustion is common
-      {2, 256, 200, 4096}, // roomy window
-      {3, 40, 40, 16},     // tiny journal: JOURNAL_FULL refusals are common
+      {1, 64, 9, 4096},     // tight window: exhaustion is common
+      {2, 256, 200, 4096},  // roomy window
+      {3, 40, 40, 16},      // tiny journal: JOURNAL_FULL refusals are common
       {4, 1024, 64, 1024},
   };
   for (const Workload &w : workloads) {
@@ -177,8 +175,7 @@ TEST(WindowPoolProperty, a_journal_that_does_not_match_the_mirror_is_refused_who
   ASSERT_EQ(kvs_window_pool_apply(follower.get(), entries, n, &err), KVS_OK) << err.message;
   uint64_t digest = kvs_window_pool_digest(follower.get());
   EXPECT_EQ(kvs_window_pool_apply(follower.get(), entries, n, &err), KVS_ERR_CONFLICT);
-  EXPECT_TRUE(std::string(err.message).find("already holds") != std::string::npos)
-      << err.message;
+  EXPECT_TRUE(std::string(err.message).find("already holds") != std::string::npos) << err.message;
   EXPECT_EQ(kvs_window_pool_digest(follower.get()), digest) << "nothing applied";
 
   // A batch whose last entry is bad applies none of its good entries.
@@ -191,8 +188,7 @@ TEST(WindowPoolProperty, a_journal_that_does_not_match_the_mirror_is_refused_who
   kvs_journal_entry stray[] = {{5, KVS_JOURNAL_FREED}};
   EXPECT_EQ(kvs_window_pool_apply(follower.get(), stray, 1, &err), KVS_ERR_CONFLICT);
   kvs_journal_entry malformed[] = {{5, -7}};
-  EXPECT_EQ(kvs_window_pool_apply(follower.get(), malformed, 1, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_window_pool_apply(follower.get(), malformed, 1, &err), KVS_ERR_INVALID_ARGUMENT);
   kvs_journal_entry dummy[] = {{7, 0}};
   EXPECT_EQ(kvs_window_pool_apply(follower.get(), dummy, 1, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_TRUE(std::string(err.message).find("dummy") != std::string::npos) << err.message;
@@ -243,8 +239,9 @@ TEST(WindowPoolProperty, a_corrupted_mapping_is_named_by_the_integrity_check) {
   map[2 * P + 5] = 0;
   kvs_error err;
   EXPECT_EQ(kvs_window_pool_check_integrity(p.get(), &err), KVS_ERR_INTEGRITY);
-  EXPECT_TRUE(std::string(err.message).find("full page 256 is bound partially or out of order "
-                                            "at offset 5") != std::string::npos)
+  EXPECT_TRUE(std::string(err.message)
+                  .find("full page 256 is bound partially or out of order "
+                        "at offset 5") != std::string::npos)
       << err.message;
   map[2 * P + 5] = saved;
   map[8 * P] = 3;  // the sentinel row

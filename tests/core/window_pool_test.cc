@@ -78,8 +78,7 @@ TEST(FreeList, an_oversized_allocation_takes_nothing) {
   std::vector<uint64_t> bases(5, 0);
   kvs_free_list_shortfall shortfall{};
   kvs_error err;
-  EXPECT_EQ(kvs_free_list_alloc(list.get(), 5, bases.data(), &shortfall, &err),
-            KVS_ERR_EXHAUSTED);
+  EXPECT_EQ(kvs_free_list_alloc(list.get(), 5, bases.data(), &shortfall, &err), KVS_ERR_EXHAUSTED);
   EXPECT_EQ(shortfall.needed_units, 5u);
   EXPECT_EQ(shortfall.available_units, 4u);
   EXPECT_EQ(kvs_free_list_available(list.get()), 4 * P) << "nothing was taken";
@@ -293,8 +292,8 @@ TEST(WindowPool, the_window_context_reads_the_ring_through_the_live_mapping) {
   int64_t own = 0, prev = 0;
   kvs_error err;
 
-  ASSERT_EQ(kvs_window_pool_window_ctx(p.get(), 3, full_locs.data(), full_locs.size(), &own,
-                                       &prev, ring.data(), &err),
+  ASSERT_EQ(kvs_window_pool_window_ctx(p.get(), 3, full_locs.data(), full_locs.size(), &own, &prev,
+                                       ring.data(), &err),
             KVS_OK)
       << err.message;
   EXPECT_EQ(own, translate(p.get(), 3));
@@ -306,14 +305,14 @@ TEST(WindowPool, the_window_context_reads_the_ring_through_the_live_mapping) {
   }
 
   // Position 0 has no predecessor: the clamp reads itself, never -1.
-  ASSERT_EQ(kvs_window_pool_window_ctx(p.get(), 0, full_locs.data(), full_locs.size(), &own,
-                                       &prev, ring.data(), &err),
+  ASSERT_EQ(kvs_window_pool_window_ctx(p.get(), 0, full_locs.data(), full_locs.size(), &own, &prev,
+                                       ring.data(), &err),
             KVS_OK);
   EXPECT_EQ(prev, translate(p.get(), 0));
 
   // A position past the snapshot is an error.
-  EXPECT_EQ(kvs_window_pool_window_ctx(p.get(), P, full_locs.data(), full_locs.size(), &own,
-                                       &prev, ring.data(), &err),
+  EXPECT_EQ(kvs_window_pool_window_ctx(p.get(), P, full_locs.data(), full_locs.size(), &own, &prev,
+                                       ring.data(), &err),
             KVS_ERR_OUT_OF_RANGE);
 }
 

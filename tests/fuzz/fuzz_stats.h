@@ -25,15 +25,15 @@ static void kvs_fuzz_report_(void) {
           kvs_fuzz_runs_, kvs_fuzz_past_, kvs_fuzz_meaning_);
 }
 
-#define KVS_FUZZ_TARGET(name, meaning)                              \
-  int LLVMFuzzerInitialize(int *argc, char ***argv) {               \
-    (void)argc;                                                     \
-    (void)argv;                                                     \
-    kvs_fuzz_name_ = (name);                                        \
-    kvs_fuzz_meaning_ = (meaning);                                  \
-    if (atexit(kvs_fuzz_report_) != 0) abort();                     \
-    return 0;                                                       \
-  }                                                                 \
+#define KVS_FUZZ_TARGET(name, meaning)                \
+  int LLVMFuzzerInitialize(int *argc, char ***argv) { \
+    (void)argc;                                       \
+    (void)argv;                                       \
+    kvs_fuzz_name_ = (name);                          \
+    kvs_fuzz_meaning_ = (meaning);                    \
+    if (atexit(kvs_fuzz_report_) != 0) abort();       \
+    return 0;                                         \
+  }                                                   \
   int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 #define KVS_FUZZ_RUN() (kvs_fuzz_runs_++)

@@ -35,17 +35,33 @@ static const struct {
   const char *flag;
   enum value_kind kind;
 } flags[] = {
-    {"--budget", BYTES},       {"--budget-per-gpu", BYTES_LIST}, {"--floor-pages", COUNT},
-    {"--head-dim", COUNT},     {"--index-head-dim", COUNT},      {"--layers", COUNT},
-    {"--ratios", RATIOS},      {"--json", NONE},                 {"--max-running", COUNT},
-    {"--max-seq-len", COUNT},  {"--memory-ratio", FRACTION},     {"--model", MODEL},
-    {"--no-radix", NONE},      {"--radix", NONE},                {"--page", COUNT},
-    {"--pp", COUNT},           {"--tp", COUNT},                  {"--reserve", BYTES},
-    {"--scratch", COUNT},      {"--swa-ratio", FRACTION},
+    {"--budget", BYTES},
+    {"--budget-per-gpu", BYTES_LIST},
+    {"--floor-pages", COUNT},
+    {"--head-dim", COUNT},
+    {"--index-head-dim", COUNT},
+    {"--layers", COUNT},
+    {"--ratios", RATIOS},
+    {"--json", NONE},
+    {"--max-running", COUNT},
+    {"--max-seq-len", COUNT},
+    {"--memory-ratio", FRACTION},
+    {"--model", MODEL},
+    {"--no-radix", NONE},
+    {"--radix", NONE},
+    {"--page", COUNT},
+    {"--pp", COUNT},
+    {"--tp", COUNT},
+    {"--reserve", BYTES},
+    {"--scratch", COUNT},
+    {"--swa-ratio", FRACTION},
     /* Data-parallel attention, expert parallelism and the weights by kind
      * (plan only; solve refuses them as unknown). */
-    {"--dp", COUNT},           {"--ep", COUNT},                  {"--gpu-memory", BYTES},
-    {"--expert-weights", BYTES}, {"--shared-weights", BYTES},
+    {"--dp", COUNT},
+    {"--ep", COUNT},
+    {"--gpu-memory", BYTES},
+    {"--expert-weights", BYTES},
+    {"--shared-weights", BYTES},
 };
 
 /* Per kind, 8 values a real invocation would give, then 4 it must refuse. */

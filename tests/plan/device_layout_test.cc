@@ -188,8 +188,8 @@ TEST(DeviceLayout, fp8_rows_carve_584_byte_kv_and_132_byte_index_rows) {
   EXPECT_EQ(kvs_device_page_quantum(KVS_DEVICE_TIER_MAPPING, 8), 0u);
   // bf16 rows are plain rows: nothing is added.
   kvs_device_layout wide16 = build(flash, s, options(256));
-  for (kvs_device_tier tier : {KVS_DEVICE_TIER_WINDOW, KVS_DEVICE_TIER_COMPRESSED,
-                               KVS_DEVICE_TIER_INDEXER}) {
+  for (kvs_device_tier tier :
+       {KVS_DEVICE_TIER_WINDOW, KVS_DEVICE_TIER_COMPRESSED, KVS_DEVICE_TIER_INDEXER}) {
     ASSERT_EQ(kvs_device_layout_region(&wide16, tier, 2, &r, nullptr), KVS_OK);
     EXPECT_EQ(r.page_rows, 0u) << kvs_device_tier_name(tier);
     EXPECT_EQ(r.extent, r.bytes) << kvs_device_tier_name(tier);

@@ -187,8 +187,8 @@ TEST(MemoryBudget, the_bare_arithmetic_agrees_with_the_rule_and_takes_shares_abo
       kvs_memory_budget rule;
       uint64_t bytes = 7;
       bool fits = kvs_memory_budget_bytes(memory, ratio, weights, 512 * MiB, &bytes);
-      kvs_status status =
-          kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, memory, ratio, weights, 512 * MiB, &rule, nullptr);
+      kvs_status status = kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, memory, ratio, weights,
+                                                 512 * MiB, &rule, nullptr);
       ASSERT_EQ(fits, status == KVS_OK) << ratio << " " << weights;
       if (fits) {
         EXPECT_EQ(bytes, rule.budget_bytes) << ratio << " " << weights;

@@ -213,9 +213,9 @@ TEST(NodePlan, too_small_a_budget_names_the_gpu) {
   kvs_node_plan_t plan = nullptr;
   kvs_plan_shortfall shortfall;
   kvs_error err;
-  ASSERT_EQ(kvs_node_plan_create(&f.request, gpus.data(), 8, budgets.data(), &plan, &shortfall,
-                                 &err),
-            KVS_ERR_BUDGET_TOO_SMALL);
+  ASSERT_EQ(
+      kvs_node_plan_create(&f.request, gpus.data(), 8, budgets.data(), &plan, &shortfall, &err),
+      KVS_ERR_BUDGET_TOO_SMALL);
   EXPECT_EQ(plan, nullptr);
   EXPECT_EQ(shortfall.gpu, 6u);
   EXPECT_EQ(shortfall.rank, 6u);

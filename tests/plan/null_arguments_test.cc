@@ -27,28 +27,27 @@ namespace {
 
 const char *const kNoPointer[] = {"kvs_device_tier_name", "kvs_budget_source_name"};
 
-#define EXPECT_NULL_REFUSED(arg, call)                                             \
-  do {                                                                             \
-    kvs_error err;                                                                 \
-    err.status = KVS_OK;                                                           \
-    err.message[0] = '\0';                                                         \
-    const kvs_status got_ = (call);                                                \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                      \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"),       \
-              std::string::npos)                                                   \
-        << #call << " said: " << err.message;                                      \
+#define EXPECT_NULL_REFUSED(arg, call)                                                         \
+  do {                                                                                         \
+    kvs_error err;                                                                             \
+    err.status = KVS_OK;                                                                       \
+    err.message[0] = '\0';                                                                     \
+    const kvs_status got_ = (call);                                                            \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
+    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
+    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
+        << #call << " said: " << err.message;                                                  \
   } while (0)
 
-#define EXPECT_REFUSED(text, call)                                                 \
-  do {                                                                             \
-    kvs_error err;                                                                 \
-    err.status = KVS_OK;                                                           \
-    err.message[0] = '\0';                                                         \
-    const kvs_status got_ = (call);                                                \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                            \
-    EXPECT_NE(std::string(err.message).find(text), std::string::npos)             \
-        << #call << " said: " << err.message;                                      \
+#define EXPECT_REFUSED(text, call)                                    \
+  do {                                                                \
+    kvs_error err;                                                    \
+    err.status = KVS_OK;                                              \
+    err.message[0] = '\0';                                            \
+    const kvs_status got_ = (call);                                   \
+    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;               \
+    EXPECT_NE(std::string(err.message).find(text), std::string::npos) \
+        << #call << " said: " << err.message;                         \
   } while (0)
 
 kvs_geometry flash() {
@@ -65,13 +64,13 @@ TEST(NullArguments, the_no_pointer_list_names_real_functions) {
 
 TEST(NullArguments, memory_budget_and_device_budget) {
   kvs_memory_budget b;
-  EXPECT_NULL_REFUSED("out", kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, 1ull << 30, 0.9, 0, 0,
-                                                    nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_memory_budget_rule(KVS_BUDGET_NOMINAL, 1ull << 30, 0.9, 0, 0, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_memory_budget_explicit(1ull << 30, nullptr, &err));
   EXPECT_FALSE(kvs_memory_budget_bytes(1ull << 30, 0.9, 0, 0, nullptr));
   (void)b;
-  EXPECT_NULL_REFUSED("out", kvs_device_budget_compute(1ull << 30, 1ull << 31, 0.9, 0, nullptr,
-                                                       &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_device_budget_compute(1ull << 30, 1ull << 31, 0.9, 0, nullptr, &err));
   // Refused before anything is measured (no CUDA is asked).
   EXPECT_NULL_REFUSED("out", kvs_device_budget_query(0, 0.9, 0, nullptr, &err));
 }
@@ -85,8 +84,8 @@ TEST(NullArguments, rank_layout) {
   EXPECT_REFUSED("n_gpus is 0", kvs_rank_layout(gpus.data(), 0, 1, 1, slots, &err));
   EXPECT_NULL_REFUSED("gpus",
                       kvs_rank_layout_cluster(nullptr, 2, 2, 1, false, slots, &crossed, &err));
-  EXPECT_NULL_REFUSED("out", kvs_rank_layout_cluster(gpus.data(), 2, 2, 1, false, nullptr,
-                                                     &crossed, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_rank_layout_cluster(gpus.data(), 2, 2, 1, false, nullptr, &crossed, &err));
 }
 
 TEST(NullArguments, stage_split) {
@@ -134,22 +133,22 @@ TEST(NullArguments, device_layout) {
             KVS_OK);
   kvs_device_layout *layout = new kvs_device_layout;
   const size_t L = kvs_geometry_layer_count(&g);
-  EXPECT_NULL_REFUSED("geometry", kvs_device_layout_build(nullptr, 0, L, nullptr, &sizes, nullptr,
-                                                          layout, &err));
-  EXPECT_NULL_REFUSED("sizes", kvs_device_layout_build(&g, 0, L, nullptr, nullptr, nullptr, layout,
-                                                       &err));
-  EXPECT_NULL_REFUSED("out", kvs_device_layout_build(&g, 0, L, nullptr, &sizes, nullptr, nullptr,
-                                                     &err));
+  EXPECT_NULL_REFUSED(
+      "geometry", kvs_device_layout_build(nullptr, 0, L, nullptr, &sizes, nullptr, layout, &err));
+  EXPECT_NULL_REFUSED("sizes",
+                      kvs_device_layout_build(&g, 0, L, nullptr, nullptr, nullptr, layout, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_device_layout_build(&g, 0, L, nullptr, &sizes, nullptr, nullptr, &err));
   kvs_device_footprint f;
   EXPECT_NULL_REFUSED("terms", kvs_device_layout_footprint(nullptr, &sizes, nullptr, &f, &err));
   EXPECT_NULL_REFUSED("sizes", kvs_device_layout_footprint(&terms, nullptr, nullptr, &f, &err));
   EXPECT_NULL_REFUSED("out", kvs_device_layout_footprint(&terms, &sizes, nullptr, nullptr, &err));
   ASSERT_EQ(kvs_device_layout_build(&g, 0, L, nullptr, &sizes, nullptr, layout, nullptr), KVS_OK);
   kvs_device_region region;
-  EXPECT_NULL_REFUSED("layout", kvs_device_layout_region(nullptr, KVS_DEVICE_TIER_WINDOW, 0,
-                                                         &region, &err));
-  EXPECT_NULL_REFUSED("out", kvs_device_layout_region(layout, KVS_DEVICE_TIER_WINDOW, 0, nullptr,
-                                                      &err));
+  EXPECT_NULL_REFUSED("layout",
+                      kvs_device_layout_region(nullptr, KVS_DEVICE_TIER_WINDOW, 0, &region, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_device_layout_region(layout, KVS_DEVICE_TIER_WINDOW, 0, nullptr, &err));
   const kvs_table_dims dims = kvs_device_layout_dims(nullptr);
   EXPECT_EQ(dims.page, 0u);
   const kvs_row_widths widths = kvs_row_widths_fp8(nullptr);
@@ -203,7 +202,8 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("gpu", kvs_node_gpu_total_memory(nullptr, 0, memory, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_gpu_total_memory(gpus.data(), 0, nullptr, &err));
   EXPECT_NULL_REFUSED("gpus", kvs_node_free_before_load(nullptr, 8, 0, 0, memory, nullptr, &err));
-  EXPECT_NULL_REFUSED("out", kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
   const kvs_parallel none{8, 1, 1, 1};
   EXPECT_NULL_REFUSED("p", kvs_parallel_check(nullptr, 8, &err));
   EXPECT_EQ(kvs_parallel_check(&none, 8, nullptr), KVS_OK);
@@ -224,19 +224,18 @@ TEST(NullArguments, node_setup_and_node_plan) {
   r.pp = 1;
   std::vector<uint64_t> budgets(8, 80ull << 30);
   kvs_node_plan_t plan = nullptr;
-  EXPECT_NULL_REFUSED("request",
-                      kvs_node_plan_create(nullptr, gpus.data(), 8, budgets.data(), &plan, nullptr,
-                                           &err));
-  EXPECT_NULL_REFUSED("gpus", kvs_node_plan_create(&r, nullptr, 8, budgets.data(), &plan, nullptr,
-                                                   &err));
+  EXPECT_NULL_REFUSED("request", kvs_node_plan_create(nullptr, gpus.data(), 8, budgets.data(),
+                                                      &plan, nullptr, &err));
+  EXPECT_NULL_REFUSED("gpus",
+                      kvs_node_plan_create(&r, nullptr, 8, budgets.data(), &plan, nullptr, &err));
   EXPECT_NULL_REFUSED("budgets",
                       kvs_node_plan_create(&r, gpus.data(), 8, nullptr, &plan, nullptr, &err));
-  EXPECT_NULL_REFUSED("out", kvs_node_plan_create(&r, gpus.data(), 8, budgets.data(), nullptr,
-                                                  nullptr, &err));
-  EXPECT_NULL_REFUSED("request", kvs_node_plan_make(nullptr, gpus.data(), 8, budgets.data(), &plan,
-                                                    nullptr, &err));
-  EXPECT_NULL_REFUSED("out", kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), nullptr,
-                                                nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_node_plan_create(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "request", kvs_node_plan_make(nullptr, gpus.data(), 8, budgets.data(), &plan, nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
   EXPECT_EQ(plan, nullptr);
   uint64_t pages = 0;
   EXPECT_NULL_REFUSED("request", kvs_node_max_pages(nullptr, 0, 1, 80ull << 30, &pages, &err));
@@ -273,14 +272,13 @@ TEST(NullArguments, cluster) {
   const char *const labels[1] = {"node"};
   EXPECT_NULL_REFUSED("gpu_counts",
                       kvs_cluster_from_lists(1, nullptr, gpus.data(), labels, 0, t, &c, &err));
-  EXPECT_NULL_REFUSED("gpus",
-                      kvs_cluster_from_lists(1, counts, nullptr, labels, 0, t, &c, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_cluster_from_lists(1, counts, nullptr, labels, 0, t, &c, &err));
   EXPECT_NULL_REFUSED("labels",
                       kvs_cluster_from_lists(1, counts, gpus.data(), nullptr, 0, t, &c, &err));
-  EXPECT_NULL_REFUSED("own_topology", kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0,
-                                                             nullptr, &c, &err));
-  EXPECT_NULL_REFUSED("out", kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, t, nullptr,
-                                                    &err));
+  EXPECT_NULL_REFUSED("own_topology",
+                      kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, nullptr, &c, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, t, nullptr, &err));
   EXPECT_EQ(c, nullptr);
   EXPECT_EQ(kvs_cluster_node_count(nullptr), 0u);
   EXPECT_EQ(kvs_cluster_node(nullptr, 0), nullptr);

@@ -24,7 +24,8 @@ std::string refusal(kvs_parallel p, size_t n) {
 TEST(Parallel, TheReadmeLayoutsOnEightGpus) {
   kvs_error err;
   const kvs_parallel layouts[] = {{8, 1, 1, 1}, {4, 2, 1, 1}, {1, 1, 8, 8}, {4, 1, 2, 8}};
-  for (const kvs_parallel &p : layouts) EXPECT_EQ(kvs_parallel_check(&p, 8, &err), KVS_OK) << err.message;
+  for (const kvs_parallel &p : layouts)
+    EXPECT_EQ(kvs_parallel_check(&p, 8, &err), KVS_OK) << err.message;
   const kvs_parallel dp8{1, 1, 8, 8};
   EXPECT_EQ(kvs_parallel_groups(&dp8, 8), 8u);
   EXPECT_EQ(kvs_parallel_replicas(&dp8, 8), 1u);
@@ -70,9 +71,9 @@ TEST(FreeBeforeLoad, NominalIsTheDriverTotalLessTheContext) {
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   std::vector<uint64_t> free(gpus.size());
   std::vector<kvs_budget_source> sources(gpus.size());
-  ASSERT_EQ(kvs_node_free_before_load(gpus.data(), gpus.size(), 0, 0, free.data(), sources.data(),
-                                      &err),
-            KVS_OK)
+  ASSERT_EQ(
+      kvs_node_free_before_load(gpus.data(), gpus.size(), 0, 0, free.data(), sources.data(), &err),
+      KVS_OK)
       << err.message;
   // An H200's driver reports 143,771 MiB; 2.5 GiB go to the context.
   EXPECT_EQ(free[0], (143771ull << 20) - KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES);
@@ -83,17 +84,17 @@ TEST(FreeBeforeLoad, NominalIsTheDriverTotalLessTheContext) {
   ASSERT_EQ(kvs_node_gpu_total_memory(&gpus[3], 80ull << 30, &total, &err), KVS_OK);
   EXPECT_EQ(total, 80ull << 30);
   // Given: taken as it is on every GPU; --gpu-memory less the context.
-  ASSERT_EQ(kvs_node_free_before_load(gpus.data(), gpus.size(), 7, 0, free.data(), sources.data(),
-                                      &err),
-            KVS_OK);
+  ASSERT_EQ(
+      kvs_node_free_before_load(gpus.data(), gpus.size(), 7, 0, free.data(), sources.data(), &err),
+      KVS_OK);
   EXPECT_EQ(free[5], 7u);
   EXPECT_EQ(sources[5], KVS_BUDGET_EXPLICIT);
   ASSERT_EQ(kvs_node_free_before_load(gpus.data(), gpus.size(), 0, 80ull << 30, free.data(),
                                       nullptr, &err),
             KVS_OK);
   EXPECT_EQ(free[2], (80ull << 30) - KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES);
-  EXPECT_EQ(kvs_node_free_before_load(gpus.data(), gpus.size(), 0, 1ull << 30, free.data(),
-                                      nullptr, &err),
+  EXPECT_EQ(kvs_node_free_before_load(gpus.data(), gpus.size(), 0, 1ull << 30, free.data(), nullptr,
+                                      &err),
             KVS_ERR_BUDGET_TOO_SMALL);
 }
 

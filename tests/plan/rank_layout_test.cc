@@ -169,8 +169,8 @@ TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
     std::vector<kvs_rank_slot> out(gpus.size());
     bool crossed = true;
     kvs_error err;
-    ASSERT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), tp, pp, false, out.data(),
-                                      &crossed, &err),
+    ASSERT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), tp, pp, false, out.data(), &crossed,
+                                      &err),
               KVS_OK)
         << err.message;
     EXPECT_FALSE(crossed);
@@ -191,9 +191,9 @@ TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
   std::vector<kvs_rank_slot> out(gpus.size());
   out[0].rank = 99;
   kvs_error err;
-  EXPECT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, false, out.data(), nullptr,
-                                    &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, false, out.data(), nullptr, &err),
+      KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("ranks 0-15 spans nodes 0 and 1"), std::string::npos)
       << err.message;
   EXPECT_EQ(out[0].rank, 99u) << "a refusal writes nothing";
@@ -201,9 +201,9 @@ TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
   EXPECT_EQ(kvs_rank_layout(gpus.data(), gpus.size(), 16, 1, out.data(), &err),
             KVS_ERR_INVALID_ARGUMENT);
   bool crossed = false;
-  ASSERT_EQ(kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, true, out.data(), &crossed,
-                                    &err),
-            KVS_OK);
+  ASSERT_EQ(
+      kvs_rank_layout_cluster(gpus.data(), gpus.size(), 16, 1, true, out.data(), &crossed, &err),
+      KVS_OK);
   EXPECT_TRUE(crossed);
   std::set<size_t> used;
   for (const kvs_rank_slot &s : out) used.insert(s.gpu);

@@ -83,8 +83,7 @@ bool contains(const std::string &text, const std::string &part) {
 
 // Every rank joins one communicator over the loopback bootstrap on
 // `device` (-1: its node-local rank's).
-kvs_status bootstrap(kvs_comm_t boot, int device, int timeout_ms, kvs_comm_t *out,
-                     kvs_error *err) {
+kvs_status bootstrap(kvs_comm_t boot, int device, int timeout_ms, kvs_comm_t *out, kvs_error *err) {
   return kvs_comm_nccl_bootstrap(boot, device, kInitTimeoutMs, timeout_ms, out, err);
 }
 
@@ -152,8 +151,7 @@ void engine_sum_enqueue(const EngineComm &e, int rank) {
   on_device(e.device, [&] {
     uint64_t v = uint64_t(rank) + 1;  // pageable: staged at the call
     EXPECT_EQ(cudaMemcpyAsync(e.word, &v, sizeof v, cudaMemcpyHostToDevice, e.stream), cudaSuccess);
-    EXPECT_EQ(ncclAllReduce(e.word, e.word, 1, ncclUint64, ncclSum, e.comm, e.stream),
-              ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(e.word, e.word, 1, ncclUint64, ncclSum, e.comm, e.stream), ncclSuccess);
   });
 }
 
@@ -282,8 +280,8 @@ kvs_status feed_tables(Consumer *c, const kvs_shard_step_info &info, kvs_error *
     }
     kvs_status status = kvs_device_tables_apply_journal_device(
         c->tables,
-        reinterpret_cast<const kvs_journal_entry *>(
-            static_cast<const char *>(info.device_message) + KVS_STEP_HEADER_BYTES),
+        reinterpret_cast<const kvs_journal_entry *>(static_cast<const char *>(info.device_message) +
+                                                    KVS_STEP_HEADER_BYTES),
         info.entries, c->stream, err);
     // The next collective must not overwrite the entries before the apply
     // on our stream has read them.
@@ -471,8 +469,8 @@ TEST(NcclStandin, split_mode_never_aborts_the_engines_communicator) {
           EXPECT_EQ(kvs_comm_broadcast(comm, &b, 64, 0, &err), KVS_OK) << err.message;
           // The last rank's link fails: it sees the error and aborts its
           // communicator; the peers learn of it from NCCL.
-          if (odd_one) kvs_standin::inject_nccl_async_error(kvs_standin::latest_comm(r),
-                                                            ncclSystemError);
+          if (odd_one)
+            kvs_standin::inject_nccl_async_error(kvs_standin::latest_comm(r), ncclSystemError);
         }
         // At creation the failing rank never joins: the peers fail too.
         EXPECT_NE(kvs_comm_broadcast(comm, &b, 64, 0, &err), KVS_OK) << "rank " << r;
@@ -754,8 +752,8 @@ TEST(NcclStandin, a_setup_step_failing_on_one_rank_fails_every_rank_at_once) {
     reset(n, seed);
     int failing = int(seed / 2 % uint64_t(n));
     bool stream = seed % 2 == 0;
-    kvs_standin::inject_cuda_error(stream ? "cudaStreamCreateWithFlags" : "cudaMallocHost",
-                                   failing, 1, cudaErrorMemoryAllocation);
+    kvs_standin::inject_cuda_error(stream ? "cudaStreamCreateWithFlags" : "cudaMallocHost", failing,
+                                   1, cudaErrorMemoryAllocation);
     const int deadline_ms = 120000;  // the bootstrap's, the initialisation's and the collectives'
     std::vector<std::string> messages(static_cast<size_t>(n));
     std::vector<kvs_status> statuses(size_t(n), KVS_OK);
@@ -763,8 +761,7 @@ TEST(NcclStandin, a_setup_step_failing_on_one_rank_fails_every_rank_at_once) {
       kvs_comm_t comm = nullptr;
       kvs_error err;
       auto start = std::chrono::steady_clock::now();
-      statuses[size_t(r)] =
-          kvs_comm_nccl_bootstrap(boot, r, deadline_ms, deadline_ms, &comm, &err);
+      statuses[size_t(r)] = kvs_comm_nccl_bootstrap(boot, r, deadline_ms, deadline_ms, &comm, &err);
       EXPECT_LT(ms_since(start), deadline_ms / 6) << "rank " << r << " waited for a deadline";
       messages[size_t(r)] = err.message;
       EXPECT_EQ(comm, nullptr) << "rank " << r;
@@ -775,12 +772,11 @@ TEST(NcclStandin, a_setup_step_failing_on_one_rank_fails_every_rank_at_once) {
       EXPECT_EQ(kvs_comm_barrier(boot, &err), KVS_OK) << err.message;
       kvs_comm_buffer_free(boot, &b);
     });
-    std::string cause = stream ? "nccl backend stream creation on rank " + std::to_string(failing) +
-                                     " (device " + std::to_string(failing) +
-                                     "): cudaErrorMemoryAllocation (out of memory)"
-                               : "cudaMallocHost of a 8-byte buffer on rank " +
-                                     std::to_string(failing) +
-                                     ": cudaErrorMemoryAllocation (out of memory)";
+    std::string cause =
+        stream ? "nccl backend stream creation on rank " + std::to_string(failing) + " (device " +
+                     std::to_string(failing) + "): cudaErrorMemoryAllocation (out of memory)"
+               : "cudaMallocHost of a 8-byte buffer on rank " + std::to_string(failing) +
+                     ": cudaErrorMemoryAllocation (out of memory)";
     std::string prefix =
         "nccl communicator setup failed on rank " + std::to_string(failing) + ": " + cause;
     for (int r = 0; r < n; r++) {
@@ -1077,8 +1073,9 @@ TEST(NcclStandin, without_the_device_every_rank_fails_saying_why) {
     // device is touched.
     EXPECT_EQ(kvs_comm_nccl_create(&o, &comm, &err), KVS_ERR_UNSUPPORTED);
     EXPECT_TRUE(devices == 0 ? contains(err.message, "no CUDA device visible")
-                             : contains(err.message, "CUDA device 2 asked for, but CUDA sees 2 "
-                                                     "devices"))
+                             : contains(err.message,
+                                        "CUDA device 2 asked for, but CUDA sees 2 "
+                                        "devices"))
         << err.message;
     EXPECT_EQ(comm, nullptr);
     EXPECT_EQ(kvs_standin::latest_comm(0), nullptr) << "a rank went on into NCCL";

@@ -167,8 +167,7 @@ TEST(CommNccl, one_rank_moves_device_buffers_and_drives_a_shard) {
                        static_cast<const char *>(info.device_message) + KVS_STEP_HEADER_BYTES,
                        info.entries * sizeof(kvs_journal_entry), cudaMemcpyDeviceToHost),
             cudaSuccess);
-  EXPECT_EQ(std::memcmp(copy.data(), info.entries_at, info.entries * sizeof(kvs_journal_entry)),
-            0);
+  EXPECT_EQ(std::memcmp(copy.data(), info.entries_at, info.entries * sizeof(kvs_journal_entry)), 0);
   kvs_shard_destroy(shard);
   kvs_comm_destroy(comm);
   kvs_comm_destroy(boot);
@@ -265,8 +264,7 @@ TEST(CommNccl, a_consumer_stream_and_a_thread_without_a_device) {
     kvs_comm_t boot = nullptr, comm = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_comm_self_create(&boot, &err), KVS_OK);
-    ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, -1, 120000, 20000, &comm, &err), KVS_OK)
-        << err.message;
+    ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, -1, 120000, 20000, &comm, &err), KVS_OK) << err.message;
     EXPECT_EQ(current_context(), nullptr) << "creation left the thread on a device";
     int device = -1;
     void *comm_stream = nullptr;

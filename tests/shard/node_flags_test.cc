@@ -92,7 +92,8 @@ TEST(NodeFlags, refusals_name_the_flag_in_kvplans_words) {
       {{"--radix=1"}, "--radix is a switch and takes no value, got '1'"},
       {{"page=64"}, "'page=64' is not a flag: flags read --name=value"},
       {{"--"}, "'--' is not a flag"},
-      {{"--budget=1GiB", "--budget-per-gpu=1GiB,1GiB"}, "give --budget or --budget-per-gpu, not both"},
+      {{"--budget=1GiB", "--budget-per-gpu=1GiB,1GiB"},
+       "give --budget or --budget-per-gpu, not both"},
       {{"--budget=1GiB", "--mem-fraction=0.5"}, "--mem-fraction applies to measured memory"},
       {{"--mem-fraction=1.5"}, "--mem-fraction needs a share of memory in (0, 1], got '1.5'"},
       {{"--device=tpu"}, "--device must be cpu, cuda or auto, got 'tpu'"},
@@ -119,9 +120,9 @@ TEST(NodeFlags, refusals_name_the_flag_in_kvplans_words) {
 
 TEST(NodeFlags, the_help_lists_every_flag_the_parser_takes) {
   std::string help = kvs_node_flags_help();
-  for (const char *name : {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu",
-                           "--mem-fraction", "--device", "--stream", "--check-every",
-                           "--no-cuda-graphs", "--step-capacity", "--host"}) {
+  for (const char *name :
+       {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu", "--mem-fraction",
+        "--device", "--stream", "--check-every", "--no-cuda-graphs", "--step-capacity", "--host"}) {
     EXPECT_NE(help.find(name), std::string::npos) << name;
   }
 }

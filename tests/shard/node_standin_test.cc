@@ -262,8 +262,8 @@ kvs_status late_reads_done(void *ctx, void *stream, kvs_error *err) {
 }
 
 const kvs_comm_vtable kLateVtable = {
-    "late-device",  late_alloc,  late_free,          late_broadcast,  late_allreduce,
-    late_barrier,   nullptr,     late_destroy,       late_device_stream, late_reads_done,
+    "late-device", late_alloc, late_free,    late_broadcast,     late_allreduce,
+    late_barrier,  nullptr,    late_destroy, late_device_stream, late_reads_done,
 };
 
 // A late device communicator on `device` over a rank's loopback
@@ -273,10 +273,11 @@ kvs_comm_t late_comm(kvs_comm_t loopback, int device) {
   c->inner = loopback;
   c->device = device;
   kvs_error err;
-  EXPECT_EQ(on_device(c, &err, [&] {
-              return cuda_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
-                             "cudaStreamCreate", &err);
-            }),
+  EXPECT_EQ(on_device(c, &err,
+                      [&] {
+                        return cuda_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                                       "cudaStreamCreate", &err);
+                      }),
             KVS_OK)
       << err.message;
   kvs_comm_t comm = nullptr;

@@ -351,8 +351,8 @@ TEST(Node, views_show_the_carve_as_the_kernels_see_it) {
         EXPECT_EQ(v.ndim, 3) << v.name;
         EXPECT_EQ(uint64_t(v.shape[0]), span->count) << v.name;
         EXPECT_EQ(uint64_t(v.strides[0]) * e, span->stride) << v.name;
-        bool state = span->tier == KVS_DEVICE_TIER_STATE ||
-                     span->tier == KVS_DEVICE_TIER_INDEX_STATE;
+        bool state =
+            span->tier == KVS_DEVICE_TIER_STATE || span->tier == KVS_DEVICE_TIER_INDEX_STATE;
         if (dtype == KVS_KV_FP8 && !state) {
           // Pages of payloads then scales: the view is the pages' bytes,
           // each page a whole number of the tier's quantum (576 B for KV).
@@ -377,9 +377,9 @@ TEST(Node, views_show_the_carve_as_the_kernels_see_it) {
         *last = 0x5a;
         EXPECT_EQ(*last, 0x5a);
       }
-      EXPECT_EQ(names, (std::vector<std::string>{"mapping", "window", "compressed_4",
-                                                 "compressed_128", "indexer", "state_4",
-                                                 "state_128", "index_state"}));
+      EXPECT_EQ(names,
+                (std::vector<std::string>{"mapping", "window", "compressed_4", "compressed_128",
+                                          "indexer", "state_4", "state_128", "index_state"}));
       // The mapping is the live table: a step's binding shows there.
       kvs_node_view map = {};
       map.size = sizeof map;
@@ -421,8 +421,7 @@ TEST(HostTable, refuses_what_the_device_tables_refuse) {
   kvs_device_layout_options lo = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
   lo.alignment = 1;
   kvs_device_layout layout;
-  ASSERT_EQ(kvs_device_layout_build(&g, 0, g.n_layers, nullptr, &sizes, &lo, &layout, &err),
-            KVS_OK)
+  ASSERT_EQ(kvs_device_layout_build(&g, 0, g.n_layers, nullptr, &sizes, &lo, &layout, &err), KVS_OK)
       << err.message;
   kvs_table_limits limits = {4, 8};
   kvs_table_t t = nullptr;

@@ -535,9 +535,9 @@ TEST(ShardLoopback, followers_learn_where_the_leaders_entries_lie) {
     for (uint64_t step = 0; step < 4; step++) {
       if (rank == 0 && step < 2) {
         auto locs = page_locs(2 + step, 1);
-        ASSERT_EQ(kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(),
-                                        nullptr, &err),
-                  KVS_OK)
+        ASSERT_EQ(
+            kvs_window_pool_alloc(kvs_shard_pool(shard), locs.data(), locs.size(), nullptr, &err),
+            KVS_OK)
             << err.message;
       }
       if (rank == 0 && step == 2) {

@@ -68,9 +68,9 @@ void read_back(const kvs_node_step_info &r, cudaEvent_t done, cudaStream_t engin
   const int64_t *from[] = {r.ring.own, r.ring.prev, r.ring.csa_loc, r.ring.hca_loc, r.ring.ring};
   const size_t rows[] = {n, n, n, n, n * page};
   for (int k = 0; k < 5; k++) {
-    ASSERT_EQ(cudaMemcpyAsync(at, from[k], rows[k] * sizeof(int64_t), cudaMemcpyDeviceToHost,
-                              engine),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpyAsync(at, from[k], rows[k] * sizeof(int64_t), cudaMemcpyDeviceToHost, engine),
+        cudaSuccess);
     at += rows[k];
   }
   ASSERT_EQ(cudaStreamSynchronize(engine), cudaSuccess);
@@ -88,8 +88,7 @@ void run_rank(int rank, kvs_comm_t boot) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
   kvs_comm_t comm = nullptr;
   kvs_error err;
-  ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, rank, 20000, 20000, &comm, &err), KVS_OK)
-      << err.message;
+  ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, rank, 20000, 20000, &comm, &err), KVS_OK) << err.message;
   kvs_geometry g = small_model();
   kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
   wo.seed = 17;
@@ -193,10 +192,10 @@ int main(int argc, char **argv) {
   int rc = RUN_ALL_TESTS();
   std::fflush(stderr);
   uint64_t steps = g_steps.load();
-  std::printf("host syncs per step %g, graph replays %llu, ranks %d\n",
-              steps > 0 ? static_cast<double>(g_step_syncs.load()) / static_cast<double>(steps)
-                        : -1.0,
-              static_cast<unsigned long long>(g_replays.load()), g_ranks.load());
+  std::printf(
+      "host syncs per step %g, graph replays %llu, ranks %d\n",
+      steps > 0 ? static_cast<double>(g_step_syncs.load()) / static_cast<double>(steps) : -1.0,
+      static_cast<unsigned long long>(g_replays.load()), g_ranks.load());
   std::fflush(stdout);
   return rc;
 }

@@ -374,7 +374,8 @@ void Engine::reset_locked(const Config &c) {
   // process: a reset makes every context inactive (as cudaDeviceReset
   // does) but keeps the handles, so a library's cached handle stays a
   // valid pointer across the tests of one binary.
-  while (contexts.size() < n) contexts.emplace_back(new CUctx_st{static_cast<int>(contexts.size())});
+  while (contexts.size() < n)
+    contexts.emplace_back(new CUctx_st{static_cast<int>(contexts.size())});
   for (size_t d = 0; d < n; d++) legacy.push_back(new_stream(static_cast<int>(d), true, true));
   changed.notify_all();
 }

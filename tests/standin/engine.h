@@ -92,7 +92,7 @@ struct CUstream_st {
 struct CUevent_st {
   int device = 0;
   bool destroyed = false;
-  kvs_standin::DonePtr recorded;  // the last record's marker; null: never recorded
+  kvs_standin::DonePtr recorded;       // the last record's marker; null: never recorded
   CUstream_st *recorded_on = nullptr;  // the stream of the last record
 };
 

@@ -47,8 +47,7 @@ TEST(StandinGraph, a_captured_copy_chain_runs_at_every_launch_with_the_inputs_of
     ASSERT_EQ(cudaMemcpyAsync(b.device, b.pinned, 64, cudaMemcpyHostToDevice, b.stream),
               cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(b.device, 0x7f, 8, b.stream), cudaSuccess);
-    ASSERT_EQ(cudaMemcpyAsync(b.out, b.device, 64, cudaMemcpyDeviceToHost, b.stream),
-              cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(b.out, b.device, 64, cudaMemcpyDeviceToHost, b.stream), cudaSuccess);
     cudaStreamCaptureStatus status;
     ASSERT_EQ(cudaStreamIsCapturing(b.stream, &status), cudaSuccess);
     EXPECT_EQ(status, cudaStreamCaptureStatusActive);
@@ -82,16 +81,14 @@ TEST(StandinGraph, a_host_synchronisation_during_a_capture_invalidates_it) {
     cudaError_t (*call)(Buffers &, std::vector<int64_t> &);
   };
   const Case cases[] = {
-      {"cudaStreamSynchronize", [](Buffers &x, std::vector<int64_t> &) {
-         return cudaStreamSynchronize(x.stream);
-       }},
-      {"cudaStreamQuery", [](Buffers &x, std::vector<int64_t> &) {
-         return cudaStreamQuery(x.stream);
-       }},
-      {"cudaDeviceSynchronize", [](Buffers &, std::vector<int64_t> &) {
-         return cudaDeviceSynchronize();
-       }},
-      {"a pageable copy", [](Buffers &x, std::vector<int64_t> &p) {
+      {"cudaStreamSynchronize",
+       [](Buffers &x, std::vector<int64_t> &) { return cudaStreamSynchronize(x.stream); }},
+      {"cudaStreamQuery",
+       [](Buffers &x, std::vector<int64_t> &) { return cudaStreamQuery(x.stream); }},
+      {"cudaDeviceSynchronize",
+       [](Buffers &, std::vector<int64_t> &) { return cudaDeviceSynchronize(); }},
+      {"a pageable copy",
+       [](Buffers &x, std::vector<int64_t> &p) {
          return cudaMemcpyAsync(x.device, p.data(), 64, cudaMemcpyHostToDevice, x.stream);
        }},
   };
@@ -127,8 +124,7 @@ TEST(StandinGraph, host_syncs_count_what_waits_on_a_stream_and_nothing_else) {
   cudaEvent_t on_b = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&on_b, cudaEventDisableTiming), cudaSuccess);
   // Asynchronous pinned copies, memsets and event records: no host wait.
-  ASSERT_EQ(cudaMemcpyAsync(b.device, b.pinned, 64, cudaMemcpyHostToDevice, b.stream),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(b.device, b.pinned, 64, cudaMemcpyHostToDevice, b.stream), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(b.device, 0, 8, b.stream), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(on_b, b.stream), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(other, on_b, 0), cudaSuccess);

@@ -75,9 +75,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
   Lock lock(e.mutex);
   CUstream_st *s = e.resolve(stream, "cudaStreamIsCapturing");
   if (s == nullptr || status == nullptr) return fail(cudaErrorInvalidValue);
-  *status = s->capture == nullptr       ? cudaStreamCaptureStatusNone
-            : s->capture_invalidated   ? cudaStreamCaptureStatusInvalidated
-                                       : cudaStreamCaptureStatusActive;
+  *status = s->capture == nullptr    ? cudaStreamCaptureStatusNone
+            : s->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                     : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 

@@ -107,12 +107,10 @@ cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
 cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
                                     unsigned long long *out, uint32_t max_blocks,
                                     cudaStream_t stream) {
-  return launch(stream, "table_digest",
-                {{map, (dims.full_token + 1) * kRow, "the table"},
-                 {out, sizeof *out, "the digest word"}},
-                [&](QueuedLaunch q) {
-                  kvs_kernels::launch_table_digest(q, map, dims, out, max_blocks);
-                });
+  return launch(
+      stream, "table_digest",
+      {{map, (dims.full_token + 1) * kRow, "the table"}, {out, sizeof *out, "the digest word"}},
+      [&](QueuedLaunch q) { kvs_kernels::launch_table_digest(q, map, dims, out, max_blocks); });
 }
 
 cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,

@@ -131,12 +131,12 @@ int comm_max_ctas(ncclComm_t comm);
 void set_thread_hostname(const std::string &name);
 
 struct Stats {
-  uint64_t ops = 0;            // stream operations run
-  uint64_t kernels = 0;        // kernel launches run
-  uint64_t collectives = 0;    // collectives completed (all ranks)
-  uint64_t reorders = 0;       // picks among two or more streams that could run
-  uint64_t graph_launches = 0; // cudaGraphLaunch calls accepted
-  uint64_t captures = 0;       // captures ended into a valid graph
+  uint64_t ops = 0;             // stream operations run
+  uint64_t kernels = 0;         // kernel launches run
+  uint64_t collectives = 0;     // collectives completed (all ranks)
+  uint64_t reorders = 0;        // picks among two or more streams that could run
+  uint64_t graph_launches = 0;  // cudaGraphLaunch calls accepted
+  uint64_t captures = 0;        // captures ended into a valid graph
 };
 Stats stats();
 

@@ -264,8 +264,9 @@ TEST(Standin, a_primary_context_retained_through_the_driver_changes_no_thread) {
     const char *names[4] = {"cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
                             "cuDevicePrimaryCtxGetState"};
     for (int i = 0; i < 4; i++) {
-      ASSERT_EQ(cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, nullptr),
-                cudaSuccess)
+      ASSERT_EQ(
+          cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault, nullptr),
+          cudaSuccess)
           << names[i];
     }
     auto device_get = reinterpret_cast<CUresult (*)(CUdevice *, int)>(fn[0]);

@@ -47,8 +47,7 @@ TEST(Binding, alloc_near_falls_back_to_unbound_memory_on_xml) {
   kvs_binding_report report;
   kvs_error err;
   const size_t bytes = 1 << 20;
-  ASSERT_EQ(kvs_topology_alloc_near(t.get(), 2, bytes, &ptr, &report, &err), KVS_OK)
-      << err.message;
+  ASSERT_EQ(kvs_topology_alloc_near(t.get(), 2, bytes, &ptr, &report, &err), KVS_OK) << err.message;
   ASSERT_NE(ptr, nullptr);
   EXPECT_FALSE(report.memory_bound);
   EXPECT_NE(std::string(report.reason).find("not this machine"), std::string::npos);
@@ -66,8 +65,7 @@ TEST(Binding, bad_arguments_are_errors_with_nothing_written) {
   EXPECT_EQ(kvs_topology_bind_thread(t.get(), 8, &report, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_EQ(std::string(err.message), "GPU 8: the topology has 8 GPUs");
   EXPECT_EQ(kvs_topology_alloc_near(t.get(), 8, 64, &ptr, &report, &err), KVS_ERR_OUT_OF_RANGE);
-  EXPECT_EQ(kvs_topology_alloc_near(t.get(), 0, 0, &ptr, &report, &err),
-            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_topology_alloc_near(t.get(), 0, 0, &ptr, &report, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(ptr, reinterpret_cast<void *>(0x1));
   EXPECT_EQ(kvs_topology_bind_thread_numa(t.get(), 7, &report, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_EQ(std::string(err.message), "NUMA node 7 is not in the topology");

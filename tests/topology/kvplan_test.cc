@@ -163,11 +163,10 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
   EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp",
-                                   "ep", "replicas", "tokens_per_group", "cluster_tokens",
-                                   "nodes", "cross_node_tp", "kv_dtype", "state_rings",
-                                   "request_slots", "mtp_layers", "weights_source",
-                                   "limiting_rank", "ranks"}));
+            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp", "ep",
+                                   "replicas", "tokens_per_group", "cluster_tokens", "nodes",
+                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
+                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
   json_t *nodes = json_object_get(root.get(), "nodes");
   ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
   EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
@@ -193,12 +192,11 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   for (size_t r = 0; r < 8; r++) {
     SCOPED_TRACE("rank " + std::to_string(r));
     json_t *rank = json_array_get(ranks, r);
-    EXPECT_EQ(keys(rank),
-              (std::set<std::string>{"rank", "node", "tp_rank", "pp_stage", "gpu", "layers",
-                                     "budget_bytes",
-                                     "budget_source", "memory_bytes", "memory_ratio",
-                                     "weights_bytes", "reserve_bytes", "pool_bytes", "exact_bytes",
-                                     "control_bytes", "padding_bytes", "headroom_bytes", "tiers"}));
+    EXPECT_EQ(keys(rank), (std::set<std::string>{
+                              "rank", "node", "tp_rank", "pp_stage", "gpu", "layers",
+                              "budget_bytes", "budget_source", "memory_bytes", "memory_ratio",
+                              "weights_bytes", "reserve_bytes", "pool_bytes", "exact_bytes",
+                              "control_bytes", "padding_bytes", "headroom_bytes", "tiers"}));
     EXPECT_EQ(u64(rank, "weights_bytes"), 0u) << "an explicit budget counts no weights";
     EXPECT_EQ(u64(rank, "rank"), r);
     EXPECT_EQ(u64(rank, "tp_rank"), r % tp);
@@ -312,8 +310,8 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   ASSERT_GE(lines.size(), 2u) << run.out;
   // The weights note comes first (the built-in model carries none), then
   // the no-GPU note, naming the reason CUDA gave this test.
-  EXPECT_EQ(lines[0].rfind("kvplan: weights are not counted (dsv4-flash carries no weight size)", 0),
-            0u)
+  EXPECT_EQ(
+      lines[0].rfind("kvplan: weights are not counted (dsv4-flash carries no weight size)", 0), 0u)
       << lines[0];
   EXPECT_EQ(lines[1].rfind("kvplan: no GPU visible to CUDA (" + cuda.why +
                                "); planning the bundled 8-GPU server",
@@ -340,7 +338,8 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   RunResult json = kvplan("--json", true);
   ASSERT_EQ(json.status, 0);
   EXPECT_EQ(json.lines().size(), 1u);
-  EXPECT_NE(json.err.find("kvplan: no GPU visible to CUDA (" + cuda.why + "); planning the bundled "
+  EXPECT_NE(json.err.find("kvplan: no GPU visible to CUDA (" + cuda.why +
+                          "); planning the bundled "
                           "8-GPU server"),
             std::string::npos)
       << json.err;

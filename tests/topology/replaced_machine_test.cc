@@ -57,12 +57,9 @@ std::string hgx_path() { return data_path(kHgx); }
 
 // Every variable with a value that would replace this machine.
 std::vector<Replacing> replacing() {
-  return {{"HWLOC_XMLFILE", hgx_path()},
-          {"HWLOC_SYNTHETIC", "pack:2 core:2 pu:1"},
-          {"HWLOC_FSROOT", "/tmp"},
-          {"HWLOC_CPUID_PATH", "/tmp"},
-          {"HWLOC_COMPONENTS", "no_os,stop"},
-          {"HWLOC_THISSYSTEM", "0"}};
+  return {{"HWLOC_XMLFILE", hgx_path()},      {"HWLOC_SYNTHETIC", "pack:2 core:2 pu:1"},
+          {"HWLOC_FSROOT", "/tmp"},           {"HWLOC_CPUID_PATH", "/tmp"},
+          {"HWLOC_COMPONENTS", "no_os,stop"}, {"HWLOC_THISSYSTEM", "0"}};
 }
 
 TEST(ReplacedMachine, each_replacing_variable_refuses_the_live_topology_naming_it) {
@@ -157,8 +154,9 @@ TEST(ReplacedMachine, a_source_claiming_this_machine_that_hwloc_calls_another_is
   kvs_error err;
   EXPECT_EQ(kvs_topology_create(&source, nullptr, &t, &err), KVS_ERR_UNSUPPORTED);
   EXPECT_EQ(t, nullptr);
-  EXPECT_TRUE(contains(err.message, "topology 'lying' is meant to be this machine, but hwloc "
-                                    "calls what it loaded"))
+  EXPECT_TRUE(contains(err.message,
+                       "topology 'lying' is meant to be this machine, but hwloc "
+                       "calls what it loaded"))
       << err.message;
 }
 

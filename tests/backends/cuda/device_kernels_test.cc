@@ -144,7 +144,6 @@ long long first_difference(const std::vector<T> &a, const std::vector<T> &b) {
                        << (at_ >= 0 && size_t(at_) < (ref).size() ? (ref)[at_] : 0);      \
   } while (0)
 
-
 }  // namespace
 
 TEST_F(Device, the_tables_start_as_a_fresh_pools_mapping_inside_one_aligned_allocation) {

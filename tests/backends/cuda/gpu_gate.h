@@ -50,8 +50,8 @@ inline Answer probe() {
     a.gpus = Gpus::kPresent;
     a.count = count;
   } else if (status == KVS_OK) {
-    a.why = "kvs_cuda_probe_device_count answered KVS_OK with " + std::to_string(count) +
-            " devices";
+    a.why =
+        "kvs_cuda_probe_device_count answered KVS_OK with " + std::to_string(count) + " devices";
   } else if (status == KVS_ERR_UNSUPPORTED) {
     a.gpus = Gpus::kNone;
     a.why = err.message;
@@ -65,29 +65,29 @@ inline Answer probe() {
 }  // namespace kvs_gpu_gate
 
 // Skips the test where CUDA sees no GPU, fails it where asking failed.
-#define KVS_NEED_GPU(answer)                                                        \
-  do {                                                                              \
-    const ::kvs_gpu_gate::Answer &kvs_gate_answer_ = (answer);                      \
-    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kNone) {                     \
-      GTEST_SKIP() << kvs_gate_answer_.why;                                         \
-    }                                                                               \
-    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kBroken) {                   \
+#define KVS_NEED_GPU(answer)                                                            \
+  do {                                                                                  \
+    const ::kvs_gpu_gate::Answer &kvs_gate_answer_ = (answer);                          \
+    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kNone) {                         \
+      GTEST_SKIP() << kvs_gate_answer_.why;                                             \
+    }                                                                                   \
+    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kBroken) {                       \
       FAIL() << "cannot tell whether this machine has a GPU: " << kvs_gate_answer_.why; \
-    }                                                                               \
+    }                                                                                   \
   } while (0)
 
 // The opposite, for a test of the no-GPU path: skips where CUDA sees a GPU,
 // fails where asking failed.
-#define KVS_NEED_NO_GPU(answer)                                                     \
-  do {                                                                              \
-    const ::kvs_gpu_gate::Answer &kvs_gate_answer_ = (answer);                      \
-    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kPresent) {                  \
-      GTEST_SKIP() << "CUDA sees " << kvs_gate_answer_.count                        \
-                   << " GPU(s) here; the no-GPU path is not reachable";             \
-    }                                                                               \
-    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kBroken) {                   \
+#define KVS_NEED_NO_GPU(answer)                                                         \
+  do {                                                                                  \
+    const ::kvs_gpu_gate::Answer &kvs_gate_answer_ = (answer);                          \
+    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kPresent) {                      \
+      GTEST_SKIP() << "CUDA sees " << kvs_gate_answer_.count                            \
+                   << " GPU(s) here; the no-GPU path is not reachable";                 \
+    }                                                                                   \
+    if (kvs_gate_answer_.gpus == ::kvs_gpu_gate::Gpus::kBroken) {                       \
       FAIL() << "cannot tell whether this machine has a GPU: " << kvs_gate_answer_.why; \
-    }                                                                               \
+    }                                                                                   \
   } while (0)
 
 #endif  // KVS_TESTS_BACKENDS_CUDA_GPU_GATE_H

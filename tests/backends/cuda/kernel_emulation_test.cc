@@ -39,8 +39,7 @@ void emulate_apply(std::vector<int64_t> &map, const kvs_table_dims &dims,
                    const std::vector<kvs_journal_entry> &journal, kvs_batch_fault *fault,
                    uint32_t max_blocks = 64) {
   launch_apply_journal(EmulatedLaunch{}, map.data(), dims, journal.data(), journal.size(), nullptr,
-                       fault,
-                       max_blocks);
+                       fault, max_blocks);
 }
 
 }  // namespace
@@ -60,16 +59,18 @@ TEST(KernelEmulation, the_counted_journal_kernel_applies_only_the_counted_entrie
   std::mt19937_64 rng(7);
   uint64_t seed = 0;
   for (size_t capacity : {32u, 300u, 4096u}) {
-    for (size_t count : {size_t(0), size_t(1), capacity / 3, capacity - 1, capacity, capacity + 5}) {
-      SCOPED_TRACE(testing::Message() << count << " counted of a " << capacity
-                                      << "-entry buffer, schedule " << seed);
+    for (size_t count :
+         {size_t(0), size_t(1), capacity / 3, capacity - 1, capacity, capacity + 5}) {
+      SCOPED_TRACE(testing::Message()
+                   << count << " counted of a " << capacity << "-entry buffer, schedule " << seed);
       kvs_emu::set_schedule_seed(seed++);
       // Every entry of the buffer is one that would bind or free a page.
       std::vector<kvs_journal_entry> buffer = random_journal(rng, dims, capacity, 40, 0);
       const size_t applied = std::min(count, capacity);
       kvs_batch_fault ref_fault = KVS_BATCH_FAULT_INIT, fault = KVS_BATCH_FAULT_INIT;
-      ASSERT_EQ(kvs_ref_apply_journal(ref.data(), &dims, buffer.data(), applied, &ref_fault, nullptr),
-                KVS_OK);
+      ASSERT_EQ(
+          kvs_ref_apply_journal(ref.data(), &dims, buffer.data(), applied, &ref_fault, nullptr),
+          KVS_OK);
       const uint32_t device_count = static_cast<uint32_t>(count);
       launch_apply_journal(EmulatedLaunch{}, emulated.data(), dims, buffer.data(), capacity,
                            &device_count, &fault, 64);
@@ -320,9 +321,9 @@ TEST(KernelEmulation, the_batch_state_locs_kernel_matches_the_reference_in_every
           std::vector<int64_t> csa(n, kPoison), hca(n, kPoison);
           kvs_batch_fault fault = KVS_BATCH_FAULT_INIT;
           kvs_emu::set_schedule_seed(seed++);
-          launch_batch_state_locs(EmulatedLaunch{}, p, r.own.data(), slots, r.positions.data(), n, nullptr,
-                                  csa_out ? csa.data() : nullptr, hca_out ? hca.data() : nullptr,
-                                  &fault, max_blocks);
+          launch_batch_state_locs(EmulatedLaunch{}, p, r.own.data(), slots, r.positions.data(), n,
+                                  nullptr, csa_out ? csa.data() : nullptr,
+                                  hca_out ? hca.data() : nullptr, &fault, max_blocks);
           EXPECT_EQ(csa, ref_csa);
           EXPECT_EQ(hca, ref_hca);
           expect_fault(fault, ref_fault);
