@@ -304,6 +304,8 @@ typedef struct kvs_node_options {
   /* Capture each step parity's device work once as a CUDA graph and
    * replay it (true); false launches the same work each step. */
   bool cuda_graphs;
+  /* Keep a prefix cache (kvs_node_prefix_*): false. */
+  bool prefix_cache;
 } kvs_node_options;
 
 /* The defaults above, with size set. */
@@ -465,14 +467,96 @@ KVS_API kvs_status kvs_node_view_at(kvs_node_t node, size_t index, kvs_node_view
 /* Bytes of one element of a view's dtype (0 for an unknown one). */
 KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
 
+/* ---- the prefix cache (options.prefix_cache) ----
+ *
+ * Full pages of finished or running requests stay cached under a prefix
+ * index over page-aligned blocks whose identity the engine gives: one key
+ * per full page (a chained hash of its P tokens, say; equal keys under
+ * equal parents mean equal blocks). A request that shares a prefix reads
+ * the cached pages (their compressed and indexer rows) instead of
+ * recomputing them. A hit ends on a multiple of every compression ratio
+ * and of P, below the prompt's last token, where every compress-state
+ * ring is empty. The window tokens before it are the window page of the
+ * hit's last page: retained by the cache (a "tail" left by the request
+ * that inserted it), or re-prefilled by the hitting request (the engine's
+ * re-prefill length; the window page is then bound for it alone, and
+ * nobody else hits through it until it releases): the match takes what
+ * costs less, or truncates to the deepest retained boundary. A cached
+ * page can never be bound for writing (kvs_node_bind refuses it), and a
+ * tail's window binding is the cache's (kvs_node_free skips it). Pages
+ * here are full-page numbers (location / P).
+ *
+ * The leader decides (the mutations are leader-only, between steps, and
+ * journaled like bindings); every rank replays, digests and checks the
+ * index and its reference counts, and a check that finds them differing
+ * names the cached block (kvs_node_report kind 5: full_page the block,
+ * leader_window_page and rank_window_page its references there, -1: not
+ * cached). */
+typedef struct kvs_node_prefix_hit {
+  size_t size;               /* sizeof(kvs_node_prefix_hit), set by the caller */
+  uint64_t matched_pages;    /* consecutive cached pages of the keys */
+  uint64_t hit_tokens;       /* positions [0, hit_tokens) are reused */
+  uint64_t reprefill_tokens; /* window tokens recomputed before hit_tokens */
+  uint64_t truncated_tokens; /* matched, aligned tokens recomputed for want of a tail */
+  int64_t node;              /* the hit's last page; -1: no hit */
+  bool reprefill;
+} kvs_node_prefix_hit;
+
+typedef struct kvs_node_prefix_counts {
+  size_t size;         /* sizeof(kvs_node_prefix_counts), set by the caller */
+  uint64_t blocks;     /* cached full pages */
+  uint64_t tails;      /* retained window pages */
+  uint64_t holds;      /* requests holding a cached path */
+  uint64_t refs;       /* the blocks' reference counts, summed */
+  uint64_t evictable;  /* unreferenced leaves */
+  uint64_t evictions;  /* blocks evicted so far */
+  uint64_t tail_drops; /* tails dropped so far */
+  uint64_t digest;     /* the index's share of the bindings' digest */
+} kvs_node_prefix_counts;
+
+/* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens
+ * (reprefill_tokens: what recomputing a missing window costs the engine,
+ * 0 for exact hits only); pages (NULL, or n entries) gets each hit page's
+ * cached full page. */
+KVS_API kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *keys,
+                                         size_t n, uint64_t prompt_tokens,
+                                         uint64_t reprefill_tokens, kvs_node_prefix_hit *hit,
+                                         int64_t *pages, kvs_error *err);
+/* Leader: request takes a match's hit (references on its path; a
+ * re-prefill hit also a window page for its last page). */
+KVS_API kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
+                                           const kvs_node_prefix_hit *hit, kvs_error *err);
+/* Leader: request's fully written full pages pages[0..n) with their keys
+ * join the index below what it holds; taken[i] says whether the cache
+ * took page i (0: that key was cached already and the page stays the
+ * engine's). tails[i] != 0 (tails may be NULL) keeps page i's window
+ * binding as its block's tail. The request then holds the deepest block. */
+KVS_API kvs_status kvs_node_prefix_insert(kvs_node_t node, uint64_t request, const uint64_t *keys,
+                                          const int64_t *pages, const uint8_t *tails, size_t n,
+                                          uint8_t *taken, kvs_error *err);
+/* Leader: the request lets go of its cached path (at its finish). */
+KVS_API kvs_status kvs_node_prefix_release(kvs_node_t node, uint64_t request, kvs_error *err);
+/* Leader: LRU eviction. Drops tails of unreferenced blocks until
+ * need_window_pages window pages came back, then evicts unreferenced
+ * leaves until need_pages full pages are in freed[0..*n_freed) (at most
+ * cap), which are the engine's again. It stops early when nothing more is
+ * evictable or the step is full (step, then evict again). */
+KVS_API kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages,
+                                         uint64_t need_window_pages, int64_t *freed, size_t cap,
+                                         size_t *n_freed, kvs_error *err);
+/* Any rank: the index's counts (identical on every rank after a step). */
+KVS_API kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
+                                         kvs_error *err);
+
 /* What a check found; identical on every rank. */
 typedef struct kvs_node_report {
-  size_t size;        /* sizeof(kvs_node_report), set by the caller */
-  int kind;           /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps */
-  uint64_t step;      /* the last step applied */
-  uint64_t digest;    /* the bindings' digest (the leader's) */
-  uint64_t full_page; /* the first differing full page; UINT64_MAX: none */
-  int rank;           /* the first rank that differs; -1: none */
+  size_t size;         /* sizeof(kvs_node_report), set by the caller */
+  int kind;            /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps,
+                          5 a cached prefix block */
+  uint64_t step;       /* the last step applied */
+  uint64_t digest;     /* the bindings' digest (the leader's) */
+  uint64_t full_page;  /* the first differing full page; UINT64_MAX: none */
+  int rank;            /* the first rank that differs; -1: none */
   int64_t leader_window_page;
   int64_t rank_window_page;
   uint64_t request_slot; /* a differing request slot; UINT64_MAX: none */

@@ -13,37 +13,7 @@
 
 #include "core/mix.h"
 
-struct kvs_window_pool {
-  uint64_t page;       /* P */
-  uint64_t full_token; /* mapped full locations (the sentinel row is extra) */
-  uint64_t n_win_slots;
-  uint64_t n_full_pages;
-  uint64_t n_win_pages; /* dummy included */
-  uint64_t dummy_full_base;
-  uint64_t dummy_window_base;
-  uint64_t chunk_budget;
-  uint64_t digest;      /* sum of the page binding terms, dummy included */
-  uint64_t bound_pages; /* bound full pages, dummy excluded */
 
-  int64_t *map; /* full loc -> window slot, full_token + 1 rows */
-  kvs_free_list_t free_list;
-  kvs_journal_t journal;
-
-  /* Scratch for validating a call before it changes anything. Stamps are
-   * compared against `epoch`, so nothing needs clearing between calls. */
-  uint32_t epoch;
-  uint32_t *full_stamp;   /* per full page */
-  uint32_t *full_count;   /* locations seen per full page (free path) */
-  int64_t *full_overlay;  /* a full page's window page during apply */
-  uint64_t *touched;      /* full pages a call touches */
-  uint64_t *window_bases; /* window bases a call moves */
-  uint32_t *win_stamp;    /* per window page */
-  uint8_t *win_overlay;   /* a window page's free flag during apply */
-
-  /* Request slots of per-request compress-state rings; their terms of
-   * the digest are kept there (slots.digest). */
-  kvs_pool_slots slots;
-};
 
 /* ---- digest ---- */
 
@@ -52,7 +22,7 @@ uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
 }
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
-  return pool != NULL ? pool->digest + pool->slots.digest : 0;
+  return pool != NULL ? pool->digest + pool->slots.digest + pool->prefix.digest : 0;
 }
 
 uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
@@ -60,7 +30,7 @@ uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
 }
 
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
-  return pool != NULL ? pool->n_full_pages + pool->slots.n : 0;
+  return pool != NULL ? pool->n_full_pages + pool->slots.n + pool->prefix.n : 0;
 }
 
 uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
@@ -77,7 +47,17 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
   /* Request slots follow the full pages in the digest's index space. */
   if (end > pool->n_full_pages) {
     uint64_t slot_first = first > pool->n_full_pages ? first - pool->n_full_pages : 0;
-    digest += kvs_pool_slots_digest_range(&pool->slots, slot_first, end - pool->n_full_pages);
+    uint64_t slot_end = end - pool->n_full_pages;
+    if (slot_end > pool->slots.n) slot_end = pool->slots.n;
+    if (slot_first < slot_end) {
+      digest += kvs_pool_slots_digest_range(&pool->slots, slot_first, slot_end);
+    }
+  }
+  /* Then the prefix index's nodes, one unit per full page. */
+  uint64_t prefix_base = pool->n_full_pages + pool->slots.n;
+  if (end > prefix_base) {
+    uint64_t node_first = first > prefix_base ? first - prefix_base : 0;
+    digest += kvs_pool_prefix_digest_range(&pool->prefix, node_first, end - prefix_base);
   }
   return digest;
 }
@@ -102,6 +82,7 @@ void kvs_window_pool_destroy(kvs_window_pool_t pool) {
   free(pool->win_stamp);
   free(pool->win_overlay);
   kvs_pool_slots_free(&pool->slots);
+  kvs_pool_prefix_free(&pool->prefix);
   free(pool);
 }
 
@@ -208,7 +189,10 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   }
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
-      (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err))) {
+      (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err)) ||
+      (options->prefix_cache &&
+       (status = kvs_pool_prefix_init(pool, options->prefix_align, options->max_running,
+                                      options->journal_capacity, err)))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -433,6 +417,12 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                            (long long)base);
     }
     pool->full_stamp[fp] = epoch;
+    if (kvs_pool_prefix_cached(&pool->prefix, fp)) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %lld is a cached prefix block (key %llu); a request "
+                           "cannot write it (a hit reads it, it never binds it)",
+                           (long long)base, (unsigned long long)pool->prefix.rec[fp].key);
+    }
     if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "full page %lld already holds window slot %lld; binding over it "
@@ -485,6 +475,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     }
     int64_t wp = window_page_of(pool, fp);
     if (wp < 0) continue; /* already unbound: freeing it again is a no-op */
+    if (kvs_pool_prefix_is_tail(&pool->prefix, fp)) continue; /* the cache's tail */
     if ((uint64_t)wp >= dummy_window_page || pool->win_stamp[wp] == epoch ||
         kvs_free_list_is_free(pool->free_list, (uint64_t)wp * page)) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
@@ -505,13 +496,44 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   for (size_t i = 0; i < n_pages; i++) {
     uint64_t fp = pool->touched[i];
     int64_t wp = window_page_of(pool, fp);
-    if (wp < 0) continue;
+    if (wp < 0 || kvs_pool_prefix_is_tail(&pool->prefix, fp)) continue;
     write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
     pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
     journal(pool, fp, KVS_JOURNAL_FREED);
   }
   pool->bound_pages -= n_bound;
   return KVS_OK;
+}
+
+/* ---- for the prefix cache (window_pool_prefix.c) ---- */
+
+kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
+                                 kvs_error *err) {
+  return journal_room(pool, entries, err);
+}
+void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t a, int64_t b) { journal(pool, a, b); }
+int64_t kvs_pool_window_page_of(const struct kvs_window_pool *pool, uint64_t full_page) {
+  return window_page_of(pool, full_page);
+}
+kvs_status kvs_pool_bind_page(struct kvs_window_pool *pool, uint64_t fp, kvs_error *err) {
+  uint64_t wbase;
+  kvs_status status = kvs_free_list_alloc(pool->free_list, 1, &wbase, NULL, err);
+  if (status != KVS_OK) return status;
+  write_page(pool, fp * pool->page, (int64_t)wbase);
+  pool->digest += kvs_binding_digest_term(fp, wbase / pool->page);
+  journal(pool, fp, (int64_t)(wbase / pool->page));
+  pool->bound_pages++;
+  return KVS_OK;
+}
+void kvs_pool_unbind_page(struct kvs_window_pool *pool, uint64_t fp) {
+  int64_t wp = window_page_of(pool, fp);
+  if (wp < 0) return;
+  uint64_t base = (uint64_t)wp * pool->page;
+  (void)kvs_free_list_free(pool->free_list, &base, 1, NULL);
+  write_page(pool, fp * pool->page, KVS_NO_WINDOW_SLOT);
+  pool->digest -= kvs_binding_digest_term(fp, (uint64_t)wp);
+  journal(pool, fp, KVS_JOURNAL_FREED);
+  pool->bound_pages--;
 }
 
 /* ---- lookups ---- */
@@ -685,10 +707,15 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   uint64_t page = pool->page;
   uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
   uint32_t epoch = next_epoch(pool);
+  bool any_prefix = false;
   /* Pass 1: replay onto overlays, so a bad entry anywhere changes nothing. */
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
+    if ((fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
+      any_prefix = true;
+      continue; /* replayed below, after the pages and slots validate */
+    }
     if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_status status = kvs_pool_slots_validate(&pool->slots, i, &entries[i], epoch, err);
       if (status != KVS_OK) return status;
@@ -755,10 +782,16 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     }
     pool->full_stamp[fp] = epoch;
   }
+  /* The prefix index's entries, in order, undone on the first refusal. */
+  if (any_prefix) {
+    kvs_status status = kvs_pool_prefix_apply(pool, entries, n, err);
+    if (status != KVS_OK) return status;
+  }
   /* Pass 2: every entry is known to apply. */
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
+    if ((fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
     if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_pool_slots_commit(&pool->slots, &entries[i]);
     } else if (wp >= 0) {
@@ -874,6 +907,7 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, k
     goto done;
   }
   if ((status = kvs_pool_slots_check(&pool->slots, err)) != KVS_OK) goto done;
+  if (pool->prefix.n > 0 && (status = kvs_pool_prefix_check(pool, err)) != KVS_OK) goto done;
   uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
   uint64_t running = kvs_window_pool_digest(pool);
   if (recomputed != running) {

@@ -49,11 +49,17 @@ typedef struct kvs_window_pool_options {
   uint64_t max_running;    /* concurrent requests, for the chunk budget */
   bool radix;              /* radix (prefix-sharing) cache mode */
   size_t journal_capacity; /* entries; 0 turns journaling off */
+  /* The prefix cache (kvs_window_pool_prefix_*): off by default. Hits end
+   * on multiples of lcm(P, prefix_align) tokens (the compression ratios'
+   * lcm, 128 for DSV4: the rings are empty there). */
+  bool prefix_cache;
+  uint64_t prefix_align;
 } kvs_window_pool_options;
 
 #define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
 #define KVS_WINDOW_POOL_OPTIONS_INIT \
-  { sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL }
+  { sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL, \
+    false, 128 }
 
 /* Builds the mapping (all -1 plus the sentinel row), the free list over
  * n_win_slots - P slots, and the dummy binding. full_token and n_win_slots
@@ -240,6 +246,115 @@ kvs_status kvs_request_state_loc(int64_t slot, int64_t pos, uint64_t ring, int64
  * int64 slot has one (no overflow). */
 kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page, int64_t *out,
                          kvs_error *err);
+
+/* ---- the prefix cache ----
+ *
+ * Full pages of finished or running requests stay cached under a prefix
+ * index: a tree over page-aligned blocks whose identity the engine gives
+ * (a key per page: a chained hash of its tokens, say), one node per cached
+ * full page (the node is named by its page), with reference counts (the
+ * running requests whose hit or inserted path runs through the node). A
+ * request that shares a prefix binds the cached pages instead of
+ * recomputing their compressed and indexer rows.
+ *
+ * A hit ends on a boundary that is a multiple of lcm(P, prefix_align)
+ * tokens and below the prompt's last token, so every compress-state ring
+ * is empty there. The window tokens before the boundary are the window
+ * page of the page ending there: either retained (the node's "tail", the
+ * window binding a finished request left, kept as long as the cache keeps
+ * it) or re-prefilled (the engine's re-prefill length, a window page bound
+ * for the hitting request, which writes it alone: the tail is marked with
+ * its writer and no other request hits through it until the writer
+ * releases). The match chooses per hit what costs less: truncating to the
+ * deepest retained boundary or re-prefilling. A cached full page can never
+ * be bound for writing (kvs_window_pool_alloc refuses it: no aliasing),
+ * and a tail's binding is the cache's (kvs_window_pool_free skips it).
+ *
+ * The leader decides everything (match, acquire, insert, release, evict:
+ * LRU over unreferenced leaves, tails of unreferenced nodes first when the
+ * window needs pages); each decision is journaled in the pool's journal
+ * (entries tagged KVS_JOURNAL_PREFIX_TAG) and replayed by kvs_window_pool_apply
+ * on every rank, all or nothing. The pool digest covers the index (a term
+ * per node: page, key, parent, refs, tail, writer), its index space grows
+ * by one unit per full page, so a check's bisection names a diverging
+ * cached block, and kvs_window_pool_check_integrity checks conservation:
+ * every node's refs equal the holds through it, children counts, the key
+ * map, tails bound, writers held. */
+
+#define KVS_JOURNAL_PREFIX_TAG (UINT64_C(3) << 62)
+
+/* What a match found. Tokens are multiples of P. */
+typedef struct kvs_prefix_hit {
+  uint64_t matched_pages; /* consecutive cached pages of the keys from the root */
+  uint64_t hit_tokens;    /* the prefix the request reuses: its first uncomputed position */
+  uint64_t reprefill_tokens; /* window tokens the request recomputes before hit_tokens */
+  uint64_t truncated_tokens; /* matched (aligned, capped) tokens left to recompute */
+  int64_t node;          /* the deepest node of the hit (its page), -1 for no hit */
+  bool reprefill;        /* the request writes the window page of `node` */
+} kvs_prefix_hit;
+
+typedef struct kvs_prefix_stats {
+  uint64_t nodes;      /* cached full pages */
+  uint64_t tails;      /* retained window pages */
+  uint64_t holds;      /* requests holding a path */
+  uint64_t refs;       /* sum of node reference counts */
+  uint64_t evictable;  /* unreferenced leaves */
+  uint64_t evictions;  /* nodes evicted so far (this rank's replay) */
+  uint64_t tail_drops; /* tails dropped so far */
+  uint64_t digest;     /* the index's share of the pool digest */
+} kvs_prefix_stats;
+
+/* Whether the pool keeps a prefix cache. */
+bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool);
+/* Read-only: walks keys[0..n) (one per full page, from the first) and
+ * fills *hit for a prompt of prompt_tokens. reprefill_tokens is what the
+ * engine pays to recompute a missing window (0: exact hits only). pages
+ * (when non-NULL, n of them) gets the cached full page of each hit page. */
+kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, const uint64_t *keys,
+                                        size_t n, uint64_t prompt_tokens,
+                                        uint64_t reprefill_tokens, kvs_prefix_hit *hit,
+                                        int64_t *pages, kvs_error *err);
+/* Takes the hit for `request` (which holds nothing yet): refs on its
+ * path, and with hit->reprefill a window page for the node's page, marked
+ * as written by the request. A hit with no node holds nothing. */
+kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t request,
+                                          const kvs_prefix_hit *hit, kvs_error *err);
+/* The request's pages [first, first + n) (full page numbers, keys[i] each)
+ * join the index below what the request holds (its hit, or what it
+ * inserted last; the root when nothing): a key already cached there is
+ * followed (the request's own page stays the engine's: taken[i] = 0),
+ * another becomes a node owning that page (taken[i] = 1). tails[i] != 0
+ * (tails may be NULL) keeps the page's window binding, which must be
+ * bound, as the node's tail. The request then holds the deepest node. */
+kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t request,
+                                         const uint64_t *keys, const int64_t *pages,
+                                         const uint8_t *tails, size_t n, uint8_t *taken,
+                                         kvs_error *err);
+/* The request's hold and the tail it wrote back (a request holding
+ * nothing: KVS_OK, nothing journaled). */
+kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request,
+                                          kvs_error *err);
+/* Leader: drops tails of unreferenced nodes (least recently released
+ * first) until need_window_pages window pages came back, then evicts
+ * unreferenced leaves (tails with them) until need_pages full pages are in
+ * freed[0..*n_freed) (cap of them), each journaled. Stops early when
+ * nothing is evictable or the journal is full: *n_freed and
+ * *window_pages_freed (may be NULL) say what it did. */
+kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pages,
+                                        uint64_t need_window_pages, int64_t *freed, size_t cap,
+                                        size_t *n_freed, uint64_t *window_pages_freed,
+                                        kvs_error *err);
+kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,
+                                        kvs_error *err);
+/* The node of full page `page`: its key, parent (-1: the root), refs and
+ * tail; KVS_ERR_NOT_FOUND when that page is not cached. */
+kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
+                                       uint64_t *key, int64_t *parent, uint32_t *refs,
+                                       bool *tail, kvs_error *err);
+/* Fault injection: adds delta to one cached node's refs on this rank,
+ * outside the journal (the digest follows, so a check names the block). */
+kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, int32_t delta,
+                                         kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #include "core/journal.h"
 #include "core/status.h"
 #include "core/window_pool.h"
+#include "core/free_list.h"
+#include "core/journal.h"
 
 typedef struct kvs_pool_slots {
   kvs_state_rings state_rings; /* where the pool's sizes place the rings */
@@ -70,5 +72,112 @@ void kvs_pool_slots_commit(kvs_pool_slots *slots, const kvs_journal_entry *entry
 kvs_status kvs_pool_slots_check(const kvs_pool_slots *slots, kvs_error *err);
 /* The digest of slots [first, end), recomputed from the table. */
 uint64_t kvs_pool_slots_digest_range(const kvs_pool_slots *slots, uint64_t first, uint64_t end);
+
+
+/* One node of the prefix index, named by its full page. */
+typedef struct kvs_prefix_rec {
+  uint64_t key;
+  int32_t parent;   /* page of the parent node; -1: the root */
+  uint32_t children;
+  uint32_t refs;
+  uint32_t depth;   /* pages above it */
+  int64_t writer;   /* request re-prefilling its tail; -1 */
+  uint8_t used;
+  uint8_t tail;     /* its window binding is retained by the cache */
+  uint8_t in_leaf, in_tail; /* on the evictable lists */
+  int32_t leaf_prev, leaf_next; /* evictable leaves, least recently released first */
+  int32_t tail_prev, tail_next; /* droppable tails, the same order */
+} kvs_prefix_rec;
+
+/* A request's hold: the deepest node of its path, and the tail it writes. */
+typedef struct kvs_prefix_undo {
+  kvs_journal_entry entry;
+  kvs_prefix_rec saved; /* the node before an evict */
+  int64_t hold_node, hold_writing; /* a hold before a release */
+} kvs_prefix_undo;
+
+typedef struct kvs_pool_prefix {
+  uint64_t n;          /* records: one per full page; 0 when the cache is off */
+  uint64_t align_pages;/* hits end on multiples of this many pages */
+  kvs_prefix_rec *rec;
+  /* (parent, key) -> node, linear probing with backward-shift deletion. */
+  uint64_t map_mask;
+  int32_t *map;
+  /* request -> hold, linear probing, backward-shift deletion. */
+  uint64_t hold_mask;
+  uint64_t *hold_req;  /* request + 1; 0 empty */
+  int32_t *hold_node;  /* -1: holds nothing but writes a tail */
+  int32_t *hold_writing;
+  uint64_t holds, max_holds;
+  uint64_t nodes, tails, refs_sum, evictable;
+  uint64_t evictions, tail_drops;
+  uint64_t digest;
+  int32_t leaf_head, leaf_tail, tail_head, tail_tail;
+  uint32_t *scratch;   /* integrity: refs recounted */
+  kvs_prefix_undo *undo;
+  size_t undo_cap;
+} kvs_pool_prefix;
+
+struct kvs_window_pool {
+  uint64_t page;        /* P */
+  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
+  uint64_t n_win_slots;
+  uint64_t n_full_pages;
+  uint64_t n_win_pages; /* dummy included */
+  uint64_t dummy_full_base;
+  uint64_t dummy_window_base;
+  uint64_t chunk_budget;
+  uint64_t digest;      /* sum of the page binding terms, dummy included */
+  uint64_t bound_pages; /* bound full pages, dummy excluded */
+
+  int64_t *map; /* full loc -> window slot, full_token + 1 rows */
+  kvs_free_list_t free_list;
+  kvs_journal_t journal;
+
+  /* Scratch for validating a call before it changes anything. Stamps are
+   * compared against `epoch`, so nothing needs clearing between calls. */
+  uint32_t epoch;
+  uint32_t *full_stamp;   /* per full page */
+  uint32_t *full_count;   /* locations seen per full page (free path) */
+  int64_t *full_overlay;  /* a full page's window page during apply */
+  uint64_t *touched;      /* full pages a call touches */
+  uint64_t *window_bases; /* window bases a call moves */
+  uint32_t *win_stamp;    /* per window page */
+  uint8_t *win_overlay;   /* a window page's free flag during apply */
+
+  /* Request slots of per-request compress-state rings; their terms of
+   * the digest are kept there (slots.digest). */
+  kvs_pool_slots slots;
+
+  /* The prefix cache (window_pool_prefix.c); n == 0 when off. */
+  kvs_pool_prefix prefix;
+};
+
+/* The pool's own steps, for the prefix leaf: journal room and an entry,
+ * a full page's window page, one page bound or unbound (journaled). */
+kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
+                                 kvs_error *err);
+void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t a, int64_t b);
+int64_t kvs_pool_window_page_of(const struct kvs_window_pool *pool, uint64_t full_page);
+kvs_status kvs_pool_bind_page(struct kvs_window_pool *pool, uint64_t fp, kvs_error *err);
+void kvs_pool_unbind_page(struct kvs_window_pool *pool, uint64_t fp);
+
+kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tokens,
+                                uint64_t max_running, size_t undo_cap, kvs_error *err);
+void kvs_pool_prefix_free(kvs_pool_prefix *prefix);
+/* Replays the prefix entries of a batch in order, all or nothing (undone
+ * on the first that does not apply). */
+kvs_status kvs_pool_prefix_apply(struct kvs_window_pool *pool, const kvs_journal_entry *entries,
+                                 size_t n, kvs_error *err);
+kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *err);
+uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first,
+                                      uint64_t end);
+/* Whether full page fp is a cached node / holds a cached tail. */
+static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {
+  return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used;
+}
+static inline bool kvs_pool_prefix_is_tail(const kvs_pool_prefix *prefix, uint64_t fp) {
+  return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used && prefix->rec[fp].tail;
+}
 
 #endif /* KVS_CORE_WINDOW_POOL_INTERNAL_H */

@@ -70,6 +70,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(kvs_mix64(h, (uint64_t)o->tp), (uint64_t)o->pp), (uint64_t)node->size);
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
+  h = kvs_mix64(h, o->prefix_cache);
   h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
@@ -536,6 +537,25 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
 /* Collective, step 6: this rank's stage's shard. Its steps hand the node
  * each journal (the node then steps the tables); its checks carry the
  * tables' verdict (kvs_node_check_report). */
+/* Prefix hits end where every ring is empty: a multiple of every
+ * compression ratio the model has (their lcm; 1 for none). */
+static uint64_t node_prefix_align(const kvs_geometry *g) {
+  uint64_t lcm = 1;
+  size_t layers = kvs_geometry_layer_count(g);
+  for (size_t i = 0; i < layers; i++) {
+    uint64_t r = g->compress_ratios[i];
+    if (r == 0) continue;
+    uint64_t a = lcm, b = r;
+    while (b != 0) {
+      uint64_t t = a % b;
+      a = b;
+      b = t;
+    }
+    lcm = lcm / a * r;
+  }
+  return lcm;
+}
+
 static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
@@ -544,6 +564,8 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.step_capacity = o->step_capacity;
   so.check_every = o->check_every;
   so.check_integrity = o->check_integrity;
+  so.prefix_cache = o->prefix_cache;
+  so.prefix_align = node_prefix_align(&node->geometry);
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);
@@ -653,6 +675,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->local_rank = KVS_NODE_FROM_LAUNCHER;
   o->host_index = KVS_NODE_FROM_LAUNCHER;
   o->cuda_graphs = true;
+  o->prefix_cache = false;
 }
 
 /* The options' budget terms as plan/node_setup.h takes them. */

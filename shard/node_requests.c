@@ -87,6 +87,91 @@ kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t *locs, 
   return KVS_OK;
 }
 
+/* ---- the prefix cache ---- */
+
+static kvs_status sized(size_t given, size_t want, const char *what, kvs_error *err) {
+  if (given == want) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                       "%s.size is %zu, this build's is %zu: set it to sizeof(%s)", what, given,
+                       want, what);
+}
+
+kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *keys, size_t n,
+                                 uint64_t prompt_tokens, uint64_t reprefill_tokens,
+                                 kvs_node_prefix_hit *hit, int64_t *pages, kvs_error *err) {
+  if (node == NULL || hit == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_prefix_match: node and hit "
+                         "are required");
+  }
+  kvs_status status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err);
+  if (status != KVS_OK) return status;
+  kvs_prefix_hit h;
+  status = kvs_window_pool_prefix_match(kvs_shard_pool(node->shard), keys, n, prompt_tokens,
+                                        reprefill_tokens, &h, pages, err);
+  if (status != KVS_OK) return status;
+  hit->matched_pages = h.matched_pages;
+  hit->hit_tokens = h.hit_tokens;
+  hit->reprefill_tokens = h.reprefill_tokens;
+  hit->truncated_tokens = h.truncated_tokens;
+  hit->node = h.node;
+  hit->reprefill = h.reprefill;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
+                                   const kvs_node_prefix_hit *hit, kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_acquire", err);
+  if (status != KVS_OK) return status;
+  if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
+  if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
+  kvs_prefix_hit h = {hit->matched_pages, hit->hit_tokens, hit->reprefill_tokens,
+                      hit->truncated_tokens, hit->node, hit->reprefill};
+  return kvs_window_pool_prefix_acquire(pool_of(node), request, &h, err);
+}
+
+kvs_status kvs_node_prefix_insert(kvs_node_t node, uint64_t request, const uint64_t *keys,
+                                  const int64_t *pages, const uint8_t *tails, size_t n,
+                                  uint8_t *taken, kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_insert", err);
+  if (status != KVS_OK) return status;
+  return kvs_window_pool_prefix_insert(pool_of(node), request, keys, pages, tails, n, taken, err);
+}
+
+kvs_status kvs_node_prefix_release(kvs_node_t node, uint64_t request, kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_release", err);
+  if (status != KVS_OK) return status;
+  return kvs_window_pool_prefix_release(pool_of(node), request, err);
+}
+
+kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages, uint64_t need_window_pages,
+                                 int64_t *freed, size_t cap, size_t *n_freed, kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_evict", err);
+  if (status != KVS_OK) return status;
+  return kvs_window_pool_prefix_evict(pool_of(node), need_pages, need_window_pages, freed, cap,
+                                      n_freed, NULL, err);
+}
+
+kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
+                                 kvs_error *err) {
+  if (node == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_prefix_stats: node and out "
+                         "are required");
+  }
+  kvs_status status = sized(out->size, sizeof *out, "kvs_node_prefix_counts", err);
+  if (status != KVS_OK) return status;
+  kvs_prefix_stats s;
+  if ((status = kvs_window_pool_prefix_stats(kvs_shard_pool(node->shard), &s, err))) return status;
+  out->blocks = s.nodes;
+  out->tails = s.tails;
+  out->holds = s.holds;
+  out->refs = s.refs;
+  out->evictable = s.evictable;
+  out->evictions = s.evictions;
+  out->tail_drops = s.tail_drops;
+  out->digest = s.digest;
+  return KVS_OK;
+}
+
 /* ---- what create decided ---- */
 
 int kvs_node_rank(const struct kvs_node *node) { return node != NULL ? node->rank : -1; }

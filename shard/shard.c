@@ -80,6 +80,8 @@ const char *kvs_shard_divergence_name(kvs_shard_divergence kind) {
       return "integrity";
     case KVS_SHARD_DIVERGED_STEPS:
       return "steps";
+    case KVS_SHARD_DIVERGED_PREFIX:
+      return "prefix cache";
   }
   return "?";
 }
@@ -136,6 +138,9 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
       return status;
     }
     capacity = kvs_shard_step_capacity_for(chunk, sizes->page, options->max_running);
+    /* A prefix cache adds per page inserted two entries and a tail, per
+     * eviction up to three, per request an acquire, a release and a move. */
+    if (options->prefix_cache) capacity = capacity * 3 + 8 * (size_t)options->max_running;
   }
   /* The message travels as one int-counted transfer. */
   if (capacity > (size_t)(INT32_MAX - KVS_STEP_HEADER_BYTES) / KVS_STEP_ENTRY_BYTES) {
@@ -162,6 +167,8 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   kvs_window_pool_options pool_options = KVS_WINDOW_POOL_OPTIONS_INIT;
   pool_options.max_running = options->max_running;
   pool_options.radix = options->radix;
+  pool_options.prefix_cache = options->prefix_cache;
+  pool_options.prefix_align = options->prefix_align;
   /* Only the leader journals; a follower's changes arrive by step. */
   pool_options.journal_capacity = shard->leader ? capacity : 0;
   kvs_error local;
@@ -605,6 +612,33 @@ static kvs_status locate_bindings(kvs_shard_t shard, kvs_shard_report *r, const 
   /* What this rank holds at the unit, +2 so "none" (-1) and the dummy
    * slot (-2) stay unsigned for the collectives: a full page's window
    * page, or a request slot's request (the slots follow the pages). */
+  uint64_t n_slots = kvs_window_pool_request_slots(shard->pool);
+  if (unit >= shard->n_full_pages + n_slots) {
+    /* A cached prefix block: what each rank holds there, as refs + 2
+     * (uncached: 1), compared with the leader's. */
+    uint64_t block = unit - shard->n_full_pages - n_slots;
+    uint64_t key = 0;
+    uint32_t refs = 0;
+    bool cached =
+        kvs_window_pool_prefix_node(shard->pool, block, &key, NULL, &refs, NULL, NULL) == KVS_OK;
+    uint64_t word = cached ? (uint64_t)refs + 2 : 1;
+    if ((status = compare_with_leader(shard, word, &leader_value, &r->rank, &first_value,
+                                      &r->ranks_differing, err))) {
+      return status;
+    }
+    r->kind = KVS_SHARD_DIVERGED_PREFIX;
+    r->full_page = block;
+    r->leader_window_page = (int64_t)leader_value - 2;
+    r->rank_window_page = r->rank >= 0 ? (int64_t)first_value - 2 : -1;
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "prefix caches diverged (checked after step %lld): cached block at full "
+                         "page %llu (key %llu on this rank) holds %lld references on the leader "
+                         "(rank %d) and %lld on rank %d (-1: not cached); %d rank(s) differ on "
+                         "it; %s",
+                         (long long)r->step, (unsigned long long)block, (unsigned long long)key,
+                         (long long)r->leader_window_page, KVS_SHARD_LEADER,
+                         (long long)r->rank_window_page, r->rank, r->ranks_differing, seen);
+  }
   bool is_slot = unit >= shard->n_full_pages;
   int64_t mine = is_slot ? kvs_window_pool_slot_request(shard->pool, unit - shard->n_full_pages)
                          : window_page_of(shard, unit);

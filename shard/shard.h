@@ -56,16 +56,18 @@ typedef struct kvs_shard *kvs_shard_t;
 #define KVS_SHARD_MAX_RANKS 65535
 
 typedef struct kvs_shard_options {
-  size_t size;          /* sizeof(kvs_shard_options) */
-  uint64_t max_running; /* concurrent requests: the pool's reserve, the capacity */
-  bool radix;           /* the pool's cache mode */
-  size_t step_capacity; /* journal entries per step; 0: kvs_shard_step_capacity_for */
-  uint64_t check_every; /* steps between digest checks; 0: on demand only */
-  bool check_integrity; /* each check also runs the pool's integrity check */
+  size_t size;                 /* sizeof(kvs_shard_options) */
+  uint64_t max_running;        /* concurrent requests: the pool's reserve, the capacity */
+  bool radix;                  /* the pool's cache mode */
+  size_t step_capacity;        /* journal entries per step; 0: kvs_shard_step_capacity_for */
+  uint64_t check_every;        /* steps between digest checks; 0: on demand only */
+  bool check_integrity;        /* each check also runs the pool's integrity check */
+  bool prefix_cache;           /* the pool keeps a prefix cache (core/window_pool.h) */
+  uint64_t prefix_align;       /* its hits' alignment in tokens (the ratios' lcm) */
 } kvs_shard_options;
 
 #define KVS_SHARD_OPTIONS_INIT \
-  { sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true }
+  { sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, false, 128 }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
  * at most chunk_tokens (over all requests) plus one decode page per
@@ -150,7 +152,8 @@ typedef enum kvs_shard_divergence {
   KVS_SHARD_DIVERGED_BINDINGS = 1,  /* window bindings differ */
   KVS_SHARD_DIVERGED_AUX = 2,       /* application digests differ, bindings agree */
   KVS_SHARD_DIVERGED_INTEGRITY = 3, /* a rank's pool fails its integrity check */
-  KVS_SHARD_DIVERGED_STEPS = 4      /* ranks are at different steps */
+  KVS_SHARD_DIVERGED_STEPS = 4,     /* ranks are at different steps */
+  KVS_SHARD_DIVERGED_PREFIX = 5     /* a cached prefix block differs (full_page names it) */
 } kvs_shard_divergence;
 
 /* "agree", "bindings", "application digest", "integrity", "steps". */
