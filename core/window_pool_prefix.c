@@ -728,8 +728,8 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if ((keys == NULL || pages == NULL || taken == NULL) && n > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: keys, pages and taken are required",
-                         __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL but n is %zu", __func__,
+                         keys == NULL ? "keys" : pages == NULL ? "pages" : "taken", n);
   }
   if (request >= KVS_MAX_REQUEST_ID) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu is past 2^62",
@@ -835,8 +835,8 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if (n_freed == NULL || (freed == NULL && cap > 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: freed and n_freed are required",
-                         __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         n_freed == NULL ? "n_freed" : "freed");
   }
   kvs_pool_prefix *p = &pool->prefix;
   size_t got = 0;
@@ -869,7 +869,8 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
 kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,
                                         kvs_error *err) {
   if (pool == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool and out are required", __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         pool == NULL ? "pool" : "out");
   }
   const kvs_pool_prefix *p = &pool->prefix;
   out->nodes = p->nodes;

@@ -131,6 +131,22 @@ static void nulls_of_nodes(void) {
   REFUSES(kvs_node_step, kvs_node_step(NULL, NULL, NULL, &e_));
   REFUSES(kvs_node_translate, kvs_node_translate(NULL, &loc, 1, &slot, &e_));
   REFUSES(kvs_node_check, kvs_node_check(NULL, NULL, &e_));
+  {
+    kvs_node_prefix_hit hit = {.size = sizeof hit};
+    kvs_node_prefix_counts counts = {.size = sizeof counts};
+    uint64_t key = 1;
+    int64_t page = 1, freed = 0;
+    uint8_t taken = 0;
+    size_t n_freed = 0;
+    REFUSES(kvs_node_prefix_match,
+            kvs_node_prefix_match(NULL, &key, 1, 1000, 0, &hit, NULL, &e_));
+    REFUSES(kvs_node_prefix_acquire, kvs_node_prefix_acquire(NULL, 1, &hit, &e_));
+    REFUSES(kvs_node_prefix_insert,
+            kvs_node_prefix_insert(NULL, 1, &key, &page, NULL, 1, &taken, &e_));
+    REFUSES(kvs_node_prefix_release, kvs_node_prefix_release(NULL, 1, &e_));
+    REFUSES(kvs_node_prefix_evict, kvs_node_prefix_evict(NULL, 1, 0, &freed, 1, &n_freed, &e_));
+    REFUSES(kvs_node_prefix_stats, kvs_node_prefix_stats(NULL, &counts, &e_));
+  }
   EXPECT(kvs_node_rank, kvs_node_rank(NULL) == -1);
   EXPECT(kvs_node_size, kvs_node_size(NULL) == 0);
   EXPECT(kvs_node_is_leader, !kvs_node_is_leader(NULL));
@@ -168,6 +184,7 @@ static int one_node(void) {
   o.max_seq_len = 4096;
   o.budget_bytes = 1ull << 30;
   o.bind_numa = false;
+  o.prefix_cache = true;
   if (kvs_node_create(comm, &o, &node, &err) != KVS_OK) {
     fprintf(stderr, "node: %s\n", err.message);
     kvs_comm_destroy(comm);
@@ -187,6 +204,36 @@ static int one_node(void) {
            kvs_node_finish(node, 3, &err) == KVS_OK &&
            kvs_node_step(node, NULL, &r, &err) == KVS_OK && r.frees == 3 &&
            kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
+  /* The prefix cache: request 4 writes pages 2 and 3 (keys 7, 8) keeping
+   * page 3's window as the tail, then request 5 hits both pages. */
+  {
+    int64_t w[256];
+    uint64_t keys[3] = {7, 8, 9};
+    int64_t pages[2] = {2, 3}, hit_pages[3] = {-1, -1, -1};
+    uint8_t tails[2] = {0, 1}, taken[2] = {0, 0};
+    kvs_node_prefix_hit hit = {.size = sizeof hit};
+    kvs_node_prefix_counts counts = {.size = sizeof counts};
+    for (uint64_t i = 0; i < 2 * page && i < 256; i++) w[i] = (int64_t)(2 * page + i);
+    ok = ok && kvs_node_admit(node, 4, &slot, &err) == KVS_OK &&
+         kvs_node_bind(node, 4, w, (size_t)(2 * page), &err) == KVS_OK &&
+         kvs_node_prefix_insert(node, 4, keys, pages, tails, 2, taken, &err) == KVS_OK &&
+         taken[0] == 1 && taken[1] == 1 &&
+         kvs_node_free(node, w, (size_t)(2 * page), &err) == KVS_OK &&
+         kvs_node_prefix_release(node, 4, &err) == KVS_OK &&
+         kvs_node_finish(node, 4, &err) == KVS_OK &&
+         kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
+         kvs_node_prefix_match(node, keys, 3, 3 * page + 1, 0, &hit, hit_pages, &err) == KVS_OK &&
+         hit.hit_tokens == 2 * page && hit.node == 3 && hit_pages[1] == 3 &&
+         kvs_node_prefix_acquire(node, 5, &hit, &err) == KVS_OK &&
+         kvs_node_admit(node, 5, &slot, &err) == KVS_OK &&
+         kvs_node_bind(node, 5, w + page, (size_t)page, &err) == KVS_ERR_CONFLICT &&
+         kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
+         kvs_node_prefix_stats(node, &counts, &err) == KVS_OK && counts.blocks == 2 &&
+         counts.tails == 1 && counts.refs == 2 && counts.holds == 1 &&
+         kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
+    if (!ok) fprintf(stderr, "prefix: hit %llu node %lld: %s\n",
+                     (unsigned long long)hit.hit_tokens, (long long)hit.node, err.message);
+  }
   /* The mapping seen in place: the pages just freed read -1 there. */
   kvs_node_view view = {.size = sizeof view};
   ok = ok && kvs_node_view_count(node) >= 2 && kvs_node_view_at(node, 0, &view, &err) == KVS_OK &&
