@@ -272,18 +272,23 @@ static kvs_status comm_failed(kvs_shard_t shard, kvs_status status, kvs_error *e
 
 static void count_entries(kvs_shard_t shard, const kvs_journal_entry *entries, size_t n,
                           kvs_shard_step_info *info) {
-  size_t binds = 0;
-  for (size_t i = 0; i < n; i++) binds += entries[i].window_page >= 0;
+  /* Binds and frees of pages and request slots; the prefix cache's
+   * entries (KVS_JOURNAL_PREFIX_TAG) are neither. */
+  size_t binds = 0, frees = 0;
+  for (size_t i = 0; i < n; i++) {
+    if ((entries[i].full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
+    if (entries[i].window_page >= 0) binds++; else frees++;
+  }
   shard->stats.steps++;
   shard->stats.binds += binds;
-  shard->stats.frees += n - binds;
+  shard->stats.frees += frees;
   if (n > shard->stats.max_entries) shard->stats.max_entries = n;
   shard->stats.payload_bytes += kvs_step_payload_bytes(n);
   shard->stats.wire_bytes += shard->message_bytes;
   if (info != NULL) {
     info->entries = n;
     info->binds = binds;
-    info->frees = n - binds;
+    info->frees = frees;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "shard/shard.h"
 #include "tools/args.h"
+#include "tools/workload.h"
 
 static const char usage_mpi[] =
     "usage: mpirun -np N kvsim [--tp N] [--pp M] [--backend mpi|nccl|self] --steps S --seed X\n"
@@ -77,7 +78,19 @@ static const char usage_flags[] =
     "                          config.json, read as kvplan reads it\n"
     "  --bare-broadcasts N     timed bare broadcasts of the step message at the end\n"
     "                          (default min(steps, 2000))\n"
-    "  --progress-s T          seconds between progress lines on stderr (default 2)\n";
+    "  --progress-s T          seconds between progress lines on stderr (default 2)\n"
+    "  --trace FILE            replay a Mooncake trace (JSONL: timestamp ms, input_length,\n"
+    "                          output_length, hash_ids) instead of the seeded workload;\n"
+    "                          --steps and --seed are then optional (the run ends when\n"
+    "                          the trace is served) and --requests defaults to\n"
+    "                          --max-running\n"
+    "  --trace-block N         tokens per hash id, a multiple of the page (default 512)\n"
+    "  --step-ms F             simulated milliseconds of one step, (0, 3600000] (default 50)\n"
+    "  --prefix-cache P        kvshard (default with --trace), sglang, vllm or none: whose\n"
+    "                          prefix policy the trace's requests reuse pages under\n"
+    "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
+    "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"
+    "                          after step S (S < --steps); the next check must name it\n";
 
 static void print_usage(FILE *out, bool local) {
   fputs(local ? usage_local : usage_mpi, out);
@@ -180,6 +193,10 @@ static bool set_defaults(kvsim_args *a, bool local) {
   a->local_rank = KVS_NODE_FROM_LAUNCHER;
   a->node_index = KVS_NODE_FROM_LAUNCHER;
   a->bare_broadcasts = UINT64_MAX; /* min(steps, 2000), once --steps is known */
+  a->trace_block = 512;
+  a->step_ms = 50.0;
+  a->prefix_cache = KVS_PREFIX_POLICY_KVSHARD;
+  a->kv_dtype = KVS_KV_BF16;
   a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
   return a->budget_per_gpu != NULL;
 }
@@ -293,6 +310,10 @@ static int drill_flag(parser *p, const char *flag, const char *value) {
     on = &a->stall;
     rank = &a->stall_rank;
     step = &a->stall_step;
+  } else if (strcmp(flag, "--inject-cache-divergence") == 0) {
+    on = &a->inject_cache;
+    rank = &a->inject_cache_rank;
+    step = &a->inject_cache_step;
   } else {
     return NOT_MINE;
   }
@@ -400,6 +421,42 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
     a->model = value;
     return 0;
   }
+  if (strcmp(flag, "--trace") == 0) {
+    if (value == NULL || value[0] == '\0') return bad_arg(p, flag, value, "a trace file (JSONL)");
+    a->trace = value;
+    return 0;
+  }
+  if (strcmp(flag, "--trace-block") == 0) {
+    a->have_trace_flags = true;
+    return count_arg(p, flag, value, 1, UINT64_C(1) << 20, "a block size in tokens in [1, 1048576]",
+                     &a->trace_block);
+  }
+  if (strcmp(flag, "--step-ms") == 0) {
+    a->have_trace_flags = true;
+    return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]",
+                      &a->step_ms);
+  }
+  if (strcmp(flag, "--prefix-cache") == 0) {
+    static const char *const names[] = {"none", "kvshard", "sglang", "vllm"};
+    a->have_trace_flags = true;
+    for (int k = 0; k < 4; k++) {
+      if (value != NULL && strcmp(value, names[k]) == 0) {
+        a->prefix_cache = k;
+        return 0;
+      }
+    }
+    return bad_arg(p, flag, value, "one of kvshard, sglang, vllm, none");
+  }
+  if (strcmp(flag, "--kv-dtype") == 0) {
+    if (value != NULL && strcmp(value, "bf16") == 0) {
+      a->kv_dtype = KVS_KV_BF16;
+    } else if (value != NULL && strcmp(value, "fp8") == 0) {
+      a->kv_dtype = KVS_KV_FP8;
+    } else {
+      return bad_arg(p, flag, value, "bf16 or fp8");
+    }
+    return 0;
+  }
   return NOT_MINE;
 }
 
@@ -447,6 +504,12 @@ static const struct {
     {"--bare-broadcasts", BOTH},
     {"--progress-s", BOTH},
     {"--help", BOTH},
+    {"--trace", BOTH},
+    {"--trace-block", BOTH},
+    {"--step-ms", BOTH},
+    {"--prefix-cache", BOTH},
+    {"--kv-dtype", BOTH},
+    {"--inject-cache-divergence", BOTH},
 };
 #define N_FLAGS (sizeof flag_table / sizeof flag_table[0])
 
@@ -497,6 +560,11 @@ static int check_required(const parser *p) {
   if (p->local && p->a->ranks == 0 && p->a->tp == 0) {
     return bad_arg(p, "--ranks", "", "a rank count (or --tp, and --pp, to count them)");
   }
+  if (p->a->trace != NULL) {
+    /* A trace ends the run when it is served; it needs no seed. */
+    if (!p->have_steps) p->a->steps = UINT64_C(1) << 40;
+    return 0;
+  }
   if (!p->have_steps) return bad_arg(p, "--steps", "", "a step count in [1, 2^40]");
   if (!p->have_seed) return bad_arg(p, "--seed", "", "an unsigned integer");
   return 0;
@@ -508,6 +576,7 @@ static int check_required(const parser *p) {
 static int check_requests(const parser *p) {
   kvsim_args *a = p->a;
   if (!p->have_requests) {
+    if (a->trace != NULL) a->requests = a->max_running;
     if (a->requests > a->max_running) a->requests = a->max_running;
     return 0;
   }
@@ -538,6 +607,16 @@ static int check_conflicts(const parser *p) {
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   } else if (a->inject_slot && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
+  } else if (a->trace == NULL && (a->have_trace_flags || a->inject_cache)) {
+    conflict = "--trace-block, --step-ms, --prefix-cache and --inject-cache-divergence need "
+               "--trace FILE";
+  } else if (a->trace != NULL && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
+    conflict = "--trace needs rings per request (per-request or hca-per-request): the leader's "
+               "admissions travel as request-slot binds";
+  } else if (a->inject_cache && a->inject_cache_step >= a->steps) {
+    conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
+  } else if (a->inject_cache && a->prefix_cache == KVS_PREFIX_POLICY_NONE) {
+    conflict = "--inject-cache-divergence changes a cached block; --prefix-cache none keeps none";
   }
   if (conflict == NULL) return check_requests(p);
   if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);

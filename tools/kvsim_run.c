@@ -82,6 +82,8 @@ typedef struct run {
   kvs_shard_report report;
   uint64_t start_ns;
   kvs_shard_stats stats; /* the shard's, before the closing check */
+  kvs_trace trace;       /* --trace, read by every rank */
+  bool have_trace;
 } run;
 
 /* A failure ends this rank. When the peers know it too (the leader's
@@ -244,6 +246,10 @@ static kvs_workload_options workload_options(const kvsim_args *a) {
   wo.arrival_rate = a->arrival_rate;
   wo.prompt_max = 1536; /* long prompts: the full-history pool, not the
                          * request cap, is what refuses admission */
+  if (a->trace != NULL) {
+    wo.step_ms = a->step_ms;
+    wo.prefix_policy = a->prefix_cache;
+  }
   return wo;
 }
 
@@ -256,7 +262,8 @@ static void node_options(run *r, kvs_node_options *o) {
    * one request slot per --max-running request and the dummy, as kvplan
    * does, so that the same flags plan the same pool. The workload runs
    * --requests of them. */
-  o->kv_dtype = KVS_KV_BF16;
+  o->kv_dtype = a->kv_dtype;
+  o->prefix_cache = a->trace != NULL && a->prefix_cache != KVS_PREFIX_POLICY_NONE;
   o->state_rings = a->state_rings;
   o->swa_ratio = a->swa_ratio;
   /* The workload's longest request: its floor is kvplan's default one,
@@ -423,6 +430,18 @@ static int setup_node(run *r) {
   if (rc == 0) rc = agree_on_workload(r);
   if (rc != 0) return rc;
   r->wo = workload_options(r->a);
+  if (r->a->trace != NULL) {
+    /* Every rank reads the trace; a line it cannot take is bad usage. */
+    kvs_error terr;
+    kvs_error_clear(&terr);
+    kvs_status loaded = kvs_trace_load(r->a->trace, r->a->trace_block, &r->trace, &terr);
+    if (loaded != KVS_OK) {
+      if (r->speaker) fprintf(stderr, "kvsim: %s\n", terr.message);
+      return loaded == KVS_ERR_NO_MEMORY ? KVSIM_EXIT_FAILED : KVSIM_EXIT_USAGE;
+    }
+    r->have_trace = true;
+    r->wo.trace = &r->trace;
+  }
   kvs_node_options o;
   node_options(r, &o);
   if ((rc = gather_cluster(r)) != 0 || (rc = resolve_layout(r)) != 0) return rc;
@@ -432,6 +451,9 @@ static int setup_node(run *r) {
   describe_rank(r);
   kvs_error err;
   kvs_error_clear(&err);
+  /* A kvshard hit may re-prefill one window (P tokens) before its
+   * boundary rather than recompute down to the deepest retained tail. */
+  r->wo.reprefill_tokens = kvs_node_page(r->node);
   if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
     return KVSIM_EXIT_USAGE;
@@ -499,6 +521,38 @@ static void inject(run *r, uint64_t s, bool slot) {
           from, to);
 }
 
+/* --inject-cache-divergence: one cached block's reference count changes on
+ * this rank alone (a block a running request holds, else the lowest). */
+static void inject_cache(run *r, uint64_t s) {
+  kvs_window_pool_t pool = kvs_node_pool(r->node);
+  uint64_t block = UINT64_MAX;
+  kvs_error err;
+  kvs_error_clear(&err);
+  if (kvs_workload_live_block(r->workload, &block, &err) != KVS_OK) {
+    uint64_t pages = kvs_window_pool_full_tokens(pool) / kvs_window_pool_page_size(pool);
+    for (uint64_t p = 0; p < pages && block == UINT64_MAX; p++) {
+      if (kvs_window_pool_prefix_node(pool, p, NULL, NULL, NULL, NULL, NULL) == KVS_OK) block = p;
+    }
+  }
+  uint64_t key = 0;
+  uint32_t refs = 0;
+  kvs_status status = block == UINT64_MAX
+                          ? kvs_error_set(&err, KVS_ERR_NOT_FOUND, "nothing is cached yet")
+                          : kvs_window_pool_prefix_node(pool, block, &key, NULL, &refs, NULL, &err);
+  if (status == KVS_OK) status = kvs_window_pool_prefix_inject(pool, block, +1, &err);
+  if (status != KVS_OK) {
+    fprintf(stderr, "kvsim: rank %d could not inject a cache divergence at step %" PRIu64 ": %s\n",
+            r->rank, s, err.message);
+    r->drill_failed = true;
+    return;
+  }
+  fprintf(stderr,
+          "kvsim: rank %d injected a cache divergence after step %" PRIu64
+          ": cached block at full page %" PRIu64 " (key %" PRIu64 ") holds %u references here, "
+          "%u on the leader\n",
+          r->rank, s, block, key, refs + 1, refs);
+}
+
 /* The step's ring contexts against the pool's own (the CPU reference):
  * a mismatch is logged once and ends in a divergence verdict. */
 static void verify_ring(run *r, uint64_t s) {
@@ -545,6 +599,17 @@ static int one_step(run *r, uint64_t s) {
   r->ring_hash = kvs_mix64(r->ring_hash, result.digest);
   if (r->a->verify) verify_ring(r, s);
   kvs_workload_advance(r->workload);
+  /* With a trace, the leader's decisions of this step, on every rank. */
+  if (r->have_trace) {
+    kvs_error lerr;
+    kvs_error_clear(&lerr);
+    kvs_status learned = kvs_workload_learn(r->workload, result.info.entries_at,
+                                            result.info.entries, &lerr);
+    if (learned != KVS_OK && !r->step_logged) {
+      fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, lerr.message);
+      r->step_logged = true;
+    }
+  }
   r->steps = s + 1;
   return 0;
 }
@@ -662,6 +727,28 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
           "%.1f us; a bare broadcast of the same bytes: %.1f us (step / bare %.2f)\n",
           us[T_BROADCAST], us[T_MIRROR], us[T_APPLY], us[T_RING], step_us, us[T_DIGEST],
           us[T_SCHEDULE], us[T_BARE], us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0);
+  if (r->have_trace) {
+    static const char *const policies[] = {"none", "kvshard", "sglang", "vllm"};
+    double ideal = r->trace.prompt_tokens > 0
+                       ? (double)r->trace.ideal_hit_tokens / (double)r->trace.prompt_tokens
+                       : 0.0;
+    double rate = c.prompt_tokens > 0 ? (double)c.hit_tokens / (double)c.prompt_tokens : 0.0;
+    double sim_s = (double)r->steps * r->a->step_ms / 1000.0;
+    fprintf(human,
+            "kvsim: prefix cache %s: %" PRIu64 " of %zu trace requests served (%" PRIu64
+            " skipped: longer than the pool); %" PRIu64 " prompt tokens, %" PRIu64
+            " hit (rate %.4f, ideal %.4f, %.3f of it), %" PRIu64 " re-prefilled; %" PRIu64
+            " evictions, %" PRIu64 " tails dropped, peak %" PRIu64 " cached tokens\n",
+            policies[r->a->prefix_cache], c.trace_done, r->trace.n, c.trace_skipped,
+            c.prompt_tokens, c.hit_tokens, rate, ideal, ideal > 0 ? rate / ideal : 0.0,
+            c.reprefill_tokens, c.evictions, c.tail_drops,
+            c.peak_cached_pages * kvs_node_page(r->node));
+    fprintf(human,
+            "kvsim: %.1f simulated s (%" PRIu64 " steps of %g ms): %.2f requests per simulated "
+            "s; simulated %.1f requests per wall-clock s\n",
+            sim_s, r->steps, r->a->step_ms, sim_s > 0 ? (double)c.trace_done / sim_s : 0.0,
+            elapsed_s > 0 ? (double)c.trace_done / elapsed_s : 0.0);
+  }
   if (r->diverged) {
     fprintf(human,
             "kvsim: divergence: %s at full page %" PRIu64 ", leader window page %" PRId64
@@ -722,6 +809,31 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
   json_object_set_new(o, "step_over_bare_broadcast",
                       json_real(us[T_BARE] > 0 ? step_us / us[T_BARE] : 0.0));
   json_object_set_new(o, "plan", plan_json(r));
+  if (r->have_trace) {
+    static const char *const policies[] = {"none", "kvshard", "sglang", "vllm"};
+    kvs_workload_counters c;
+    kvs_workload_counters_get(r->workload, &c);
+    json_t *p = json_object();
+    json_object_set_new(p, "policy", json_string(policies[a->prefix_cache]));
+    json_object_set_new(p, "requests", kvs_json_u64(c.trace_done));
+    json_object_set_new(p, "prompt_tokens", kvs_json_u64(c.prompt_tokens));
+    json_object_set_new(p, "hit_tokens", kvs_json_u64(c.hit_tokens));
+    json_object_set_new(p, "hit_rate", json_real(c.prompt_tokens > 0 ? (double)c.hit_tokens /
+                                                                          (double)c.prompt_tokens
+                                                                    : 0.0));
+    json_object_set_new(p, "ideal_hit_rate",
+                        json_real(r->trace.prompt_tokens > 0
+                                      ? (double)r->trace.ideal_hit_tokens /
+                                            (double)r->trace.prompt_tokens
+                                      : 0.0));
+    json_object_set_new(p, "reprefill_tokens", kvs_json_u64(c.reprefill_tokens));
+    json_object_set_new(p, "gpu_hit_tokens", kvs_json_u64(c.hit_tokens));
+    json_object_set_new(p, "host_hit_tokens", kvs_json_u64(0));
+    json_object_set_new(p, "evictions", kvs_json_u64(c.evictions));
+    json_object_set_new(p, "peak_cached_tokens",
+                        kvs_json_u64(c.peak_cached_pages * kvs_node_page(r->node)));
+    json_object_set_new(o, "prefix", p);
+  }
   char *text = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
   json_decref(o);
   if (text != NULL) printf("%s\n", text);
@@ -795,6 +907,9 @@ static void inject_due(run *r, uint64_t s) {
   if (a->inject_slot && r->rank == a->inject_slot_rank && s == a->inject_slot_step) {
     inject(r, s, true);
   }
+  if (a->inject_cache && r->rank == a->inject_cache_rank && s == a->inject_cache_step) {
+    inject_cache(r, s);
+  }
 }
 
 /* The steps, until --steps, a divergence or a failure. Each: the drills
@@ -804,6 +919,7 @@ static int run_steps(run *r) {
   uint64_t last_progress = r->start_ns;
   int code = 0;
   for (uint64_t s = 0; s < r->a->steps && !r->diverged && code == 0; s++) {
+    if (r->have_trace && kvs_workload_trace_done(r->workload)) break;
     if (!r->threads) drills(r, s);
     if (killed_now(r, s)) {
       /* The rank's memory goes (as a dead process's does: destroying a
@@ -845,6 +961,7 @@ int kvsim_simulate(kvs_comm_t comm, const kvsim_args *a, bool threads) {
   if (code == 0) code = run_steps(&r);
   if (code == 0) code = finish(&r);
   kvs_workload_destroy(r.workload);
+  kvs_trace_free(&r.trace);
   kvs_node_destroy(r.node);
   kvs_cluster_destroy(r.cluster);
   free(r.budgets);

@@ -20,6 +20,12 @@ typedef struct request {
   uint64_t lo, hi;    /* request pages [lo, hi) bound to window pages */
   int64_t *locs;      /* full location of each position, whole pages */
   bool active;
+  /* With a trace: */
+  uint64_t slot;          /* its request slot */
+  uint64_t hit_pages;     /* pages read from the prefix cache (the cache's) */
+  uint64_t key_pages;     /* pages whose keys the trace gives */
+  int64_t tail_page;      /* its page whose window it keeps for the cache; -1 */
+  uint64_t reprefill_left; /* window tokens still to recompute */
 } request;
 
 typedef struct arrival {
@@ -56,6 +62,21 @@ struct kvs_workload {
   bool per_request;          /* some rings are per request slot */
   uint64_t *req_ids;         /* the step's requests: max_running */
   kvs_workload_counters c;
+
+  /* Trace mode. */
+  const kvs_trace *trace;
+  size_t next_arrival;   /* the trace's next request to arrive */
+  uint64_t keys_per_block; /* pages per trace block */
+  uint64_t *keys;        /* scratch: max_pages */
+  int64_t *pages;        /* scratch: max_pages */
+  uint8_t *tails, *taken; /* scratch: max_pages */
+  int64_t *evicted;      /* scratch: max_pages */
+  uint32_t *stamp;       /* per full page: taken by the cache in this step */
+  uint32_t epoch;
+  uint64_t *acq_req;     /* this step's acquires and tail writers: request -> node */
+  int64_t *acq_node;
+  bool *acq_writes;
+  size_t n_acq, acq_cap;
 };
 
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
@@ -63,6 +84,7 @@ static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
 }
 
 uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options) {
+  if (options->trace != NULL) return options->trace->max_total;
   return options->prompt_max + options->gen_max;
 }
 
@@ -81,6 +103,15 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w->blocks);
   free(w->positions);
   free(w->req_ids);
+  free(w->keys);
+  free(w->pages);
+  free(w->tails);
+  free(w->taken);
+  free(w->evicted);
+  free(w->stamp);
+  free(w->acq_req);
+  free(w->acq_node);
+  free(w->acq_writes);
   free(w);
 }
 
@@ -114,7 +145,9 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   }
   uint64_t full_pages = kvs_window_pool_full_tokens(pool) / page;
   uint64_t max_pages = (kvs_workload_max_seq_len(options) + page - 1) / page;
-  if (max_pages + 1 > full_pages) {
+  if (max_pages + 1 > full_pages && options->trace != NULL) {
+    max_pages = full_pages - 1; /* longer requests are skipped at arrival */
+  } else if (max_pages + 1 > full_pages) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a %llu-token request needs %llu full pages; the pool has %llu besides "
                          "the dummy",
@@ -163,6 +196,43 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   }
   w->free_win = kvs_window_pool_swa_available(pool) / page;
   w->per_request = n_req_slots > 0;
+  if (options->trace != NULL) {
+    const kvs_trace *t = options->trace;
+    const char *why = NULL;
+    if (!w->per_request) {
+      why = "a trace needs rings per request (--state-rings per-request or hca-per-request): "
+            "the leader's admissions travel as request-slot binds";
+    } else if (t->block % page != 0) {
+      why = "the trace's block is no whole number of pages";
+    } else if (options->prefix_policy != KVS_PREFIX_POLICY_NONE &&
+               !kvs_window_pool_prefix_enabled(pool)) {
+      why = "a prefix policy needs a pool with a prefix cache";
+    } else if (!(options->step_ms > 0)) {
+      why = "a trace needs a step of positive duration";
+    }
+    if (why != NULL) {
+      kvs_workload_destroy(w);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s", why);
+    }
+    w->trace = t;
+    w->keys_per_block = t->block / page;
+    w->acq_cap = 4 * (size_t)options->max_running + 16;
+    ok = (w->keys = calloc((size_t)max_pages, sizeof *w->keys)) != NULL &&
+         (w->pages = calloc((size_t)max_pages, sizeof *w->pages)) != NULL &&
+         (w->tails = calloc((size_t)max_pages, sizeof *w->tails)) != NULL &&
+         (w->taken = calloc((size_t)max_pages, sizeof *w->taken)) != NULL &&
+         (w->evicted = calloc((size_t)max_pages, sizeof *w->evicted)) != NULL &&
+         (w->stamp = calloc((size_t)full_pages, sizeof *w->stamp)) != NULL &&
+         (w->acq_req = calloc(w->acq_cap, sizeof *w->acq_req)) != NULL &&
+         (w->acq_node = calloc(w->acq_cap, sizeof *w->acq_node)) != NULL &&
+         (w->acq_writes = calloc(w->acq_cap, sizeof *w->acq_writes)) != NULL;
+    free(w->queue);
+    w->o.max_waiting = t->n;
+    if (!ok || (w->queue = calloc(t->n, sizeof *w->queue)) == NULL) {
+      kvs_workload_destroy(w);
+      return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-request trace", t->n);
+    }
+  }
   *out = w;
   return KVS_OK;
 }
@@ -244,6 +314,10 @@ static void release(struct kvs_workload *w, kvs_status *status, kvs_error *err) 
   for (size_t i = 0; i < w->n_active; i++) {
     size_t slot = w->order[i];
     request *r = &w->slots[slot];
+    if (w->trace != NULL && r->done == r->total) {
+      w->order[kept++] = slot; /* the leader's decisions end it (kvs_workload_learn) */
+      continue;
+    }
     if (r->done == r->total) {
       pool_free(w, r, r->lo, r->hi, status, err);
       slot_free(w, r, status, err);
@@ -260,8 +334,15 @@ static void release(struct kvs_workload *w, kvs_status *status, kvs_error *err) 
        * done - P: pages wholly below it are dead. */
       uint64_t need_lo = (r->done > w->page ? r->done - w->page : 0) / w->page;
       if (need_lo > r->lo) {
-        pool_free(w, r, r->lo, need_lo, status, err);
-        w->free_win += need_lo - r->lo;
+        if (w->trace != NULL && r->tail_page >= (int64_t)r->lo && r->tail_page < (int64_t)need_lo) {
+          /* The page it keeps for the cache stays bound. */
+          pool_free(w, r, r->lo, (uint64_t)r->tail_page, status, err);
+          pool_free(w, r, (uint64_t)r->tail_page + 1, need_lo, status, err);
+          w->free_win += need_lo - r->lo - 1;
+        } else {
+          pool_free(w, r, r->lo, need_lo, status, err);
+          w->free_win += need_lo - r->lo;
+        }
         r->lo = need_lo;
       }
     }
@@ -297,6 +378,9 @@ static void admit(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     r->lo = 0;
     r->hi = 0;
     r->active = true;
+    r->tail_page = -1;
+    r->hit_pages = 0;
+    r->reprefill_left = 0;
     slot_bind(w, r, status, err);
     w->order[w->n_active++] = slot;
     w->queue_head = (w->queue_head + 1) % w->o.max_waiting;
@@ -328,6 +412,15 @@ static void schedule(struct kvs_workload *w, kvs_status *status, kvs_error *err)
   for (size_t i = 0; i < w->n_active && budget > 0; i++) {
     request *r = &w->slots[w->order[i]];
     if (r->done >= r->prompt) continue;
+    if (r->reprefill_left > 0) {
+      /* A hit's window tokens before its boundary: computed into the
+       * window page the hit bound, nothing new to bind. */
+      uint64_t c = r->reprefill_left < budget ? r->reprefill_left : budget;
+      r->reprefill_left -= c;
+      budget -= c;
+      w->c.prefill_tokens += c;
+      if (r->reprefill_left > 0 || budget == 0) continue;
+    }
     uint64_t a = r->done;
     uint64_t c = r->prompt - a < budget ? r->prompt - a : budget;
     uint64_t own = reserve_of(r);
@@ -393,6 +486,383 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
   return KVS_OK;
 }
 
+
+/* ---- trace mode ----
+ *
+ * Requests arrive at their timestamps. Only the leader decides what they
+ * reuse, when they are admitted and what the cache evicts (at the end of
+ * its schedule, after every rank's deterministic part: slides, decode,
+ * prefill); every decision is journaled, and every rank -- the leader too
+ * -- learns them from the step's journal (kvs_workload_learn): a request
+ * slot bound is an admission (its hit from the ACQUIRE before it), a slot
+ * freed a completion (its pages back but those the cache took), an EVICT a
+ * page back. So every rank's scheduler holds the same requests and pages. */
+
+static uint64_t pages_of(const struct kvs_workload *w, uint64_t tokens) {
+  return (tokens + w->page - 1) / w->page;
+}
+
+static void arrive_trace(struct kvs_workload *w, uint64_t step) {
+  const kvs_trace *t = w->trace;
+  double now = (double)step * w->o.step_ms;
+  while (w->next_arrival < t->n && t->timestamp[w->next_arrival] <= now) {
+    size_t i = w->next_arrival++;
+    w->c.arrivals++;
+    uint64_t total = t->input[i] + t->output[i];
+    if (pages_of(w, total) > w->max_pages) {
+      w->c.trace_skipped++; /* the pool can never hold it */
+      continue;
+    }
+    arrival *a = &w->queue[(w->queue_head + w->queue_count++) % w->o.max_waiting];
+    a->id = i;
+    a->prompt = t->input[i];
+    a->total = total;
+  }
+}
+
+/* The keys of request `id`'s pages whose trace block is whole: page j of
+ * block b is key mix(id_b, j). Returns how many. */
+static uint64_t trace_keys(struct kvs_workload *w, uint64_t id) {
+  const kvs_trace *t = w->trace;
+  uint64_t blocks = t->input[id] / t->block;
+  uint64_t n = blocks * w->keys_per_block;
+  const uint64_t *ids = t->ids + t->first[id];
+  for (uint64_t j = 0; j < n; j++) {
+    w->keys[j] = kvs_mix64(ids[j / w->keys_per_block] + 1, j % w->keys_per_block);
+  }
+  return n;
+}
+
+/* Which page a policy keeps the window of for the cache (-1: none): the
+ * prompt's last page whose block is whole, where the trace's next turn can
+ * match. sglang keeps a finished request's SWA only for the last window +
+ * page (256) tokens of prompt and output (swa_radix_cache.py
+ * cache_finished_req's swa_evicted_seqlen; research notes 2.2, 2.5): the
+ * prompt end's window survives only when the output is that short. */
+static int64_t tail_page_for(const struct kvs_workload *w, uint64_t key_pages, uint64_t hit_pages,
+                             uint64_t input, uint64_t total) {
+  if (w->o.prefix_policy == KVS_PREFIX_POLICY_NONE || key_pages <= hit_pages) return -1;
+  if (w->o.prefix_policy == KVS_PREFIX_POLICY_SGLANG &&
+      total - key_pages * w->page > w->page + 256) {
+    (void)input;
+    return -1;
+  }
+  return (int64_t)key_pages - 1;
+}
+
+static uint64_t running_reserve(const struct kvs_workload *w) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    if (r->done < r->total) sum += reserve_of(r);
+  }
+  return sum;
+}
+
+/* The leader's decisions, journaled; nothing here changes the scheduler
+ * (kvs_workload_learn does, on every rank). */
+static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
+  if (!w->leader || *status != KVS_OK) return;
+  kvs_window_pool_t pool = w->pool;
+  bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
+  uint64_t P = w->page;
+  uint64_t proj_full = kvs_free_list_free_units(w->full_free);
+  /* Completions: the pages join the cache, the windows go back. */
+  for (size_t i = 0; i < w->n_active; i++) {
+    request *r = &w->slots[w->order[i]];
+    if (r->done != r->total) continue;
+    if (kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool) <
+        2 * (r->key_pages > r->hit_pages ? r->key_pages - r->hit_pages : 0) + 2 * (r->hi - r->lo) + 16) {
+      continue; /* no room this step: it finishes at the next */
+    }
+    size_t n_ins = 0;
+    if (cache && r->key_pages > r->hit_pages) {
+      trace_keys(w, r->id);
+      n_ins = (size_t)(r->key_pages - r->hit_pages);
+      for (size_t k = 0; k < n_ins; k++) {
+        uint64_t pg = r->hit_pages + k;
+        w->pages[k] = r->locs[pg * P] / (int64_t)P;
+        w->tails[k] = (int64_t)pg == r->tail_page;
+      }
+      *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + r->hit_pages, w->pages,
+                                              w->tails, n_ins, w->taken, err);
+      if (*status != KVS_OK) return;
+    }
+    uint64_t returned = r->n_pages - r->hit_pages;
+    for (size_t k = 0; k < n_ins; k++) returned -= w->taken[k];
+    proj_full += returned;
+    /* A kept window page the cache did not take (its key was cached by
+     * another request meanwhile) goes back like the rest. */
+    if (r->tail_page >= 0 && (r->tail_page < (int64_t)r->lo || r->tail_page >= (int64_t)r->hi)) {
+      pool_free(w, r, (uint64_t)r->tail_page, (uint64_t)r->tail_page + 1, status, err);
+    }
+    pool_free(w, r, r->lo, r->hi, status, err);
+    if (cache && *status == KVS_OK) *status = kvs_window_pool_prefix_release(pool, r->id, err);
+    slot_free(w, r, status, err);
+    if (*status != KVS_OK) return;
+  }
+  uint64_t win = kvs_window_pool_swa_available(pool) / P;
+  uint64_t reserve = running_reserve(w);
+  size_t n_freed = 0;
+  uint64_t wfreed = 0;
+  /* Headroom for a prefill chunk beyond the reserve: retained tails give
+   * way first. */
+  uint64_t want = reserve + pages_of(w, w->chunk) + 4;
+  if (cache && win < want) {
+    *status = kvs_window_pool_prefix_evict(pool, 0, want - win, NULL, 0, &n_freed, &wfreed, err);
+    if (*status != KVS_OK) return;
+    win += wfreed;
+  }
+  /* Admissions, FIFO from the queue's head, learned next. */
+  size_t running = 0;
+  for (size_t i = 0; i < w->n_active; i++) running += w->slots[w->order[i]].done < w->slots[w->order[i]].total;
+  size_t admitted = 0;
+  uint64_t slots_free = w->o.max_running - w->n_active;
+  bool refused = false;
+  while (admitted < w->queue_count && admitted < slots_free) {
+    if (kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool) < 32) break;
+    const arrival *a = &w->queue[(w->queue_head + admitted) % w->o.max_waiting];
+    uint64_t n_pages = pages_of(w, a->total);
+    kvs_prefix_hit hit = {0, 0, 0, 0, -1, false};
+    if (cache) {
+      uint64_t n_keys = trace_keys(w, a->id);
+      uint64_t reprefill = w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD ? w->o.reprefill_tokens : 0;
+      *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
+                                             &hit, NULL, err);
+      if (*status != KVS_OK) return;
+      if (hit.node >= 0 && hit.reprefill && win < reserve + 2 * (admitted + 1) + 1) {
+        /* No window page for the re-prefill: take the exact part. */
+        *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, &hit,
+                                               NULL, err);
+        if (*status != KVS_OK) return;
+      }
+      if (hit.node >= 0) {
+        *status = kvs_window_pool_prefix_acquire(pool, a->id, &hit, err);
+        if (*status != KVS_OK) return;
+      }
+    }
+    uint64_t hit_pages = hit.hit_tokens / P;
+    uint64_t own = n_pages - hit_pages;
+    uint64_t need_win = reserve + 2 * (admitted + 1) + (hit.reprefill ? 1 : 0);
+    if (cache && (own > proj_full || win < need_win)) {
+      uint64_t need_full = own > proj_full ? own - proj_full : 0;
+      uint64_t need_w = win < need_win ? need_win - win : 0;
+      *status = kvs_window_pool_prefix_evict(pool, need_full, need_w, w->evicted,
+                                             (size_t)w->max_pages, &n_freed, &wfreed, err);
+      if (*status != KVS_OK) return;
+      proj_full += n_freed;
+      win += wfreed;
+    }
+    if (own > proj_full || win < need_win) {
+      if (hit.node >= 0) *status = kvs_window_pool_prefix_release(pool, a->id, err);
+      refused = true;
+      break;
+    }
+    uint64_t slot;
+    *status = kvs_window_pool_slot_bind(pool, a->id, &slot, err);
+    if (*status != KVS_OK) return;
+    if (hit.reprefill) win--;
+    proj_full -= own;
+    admitted++;
+  }
+  (void)running;
+  if (refused) w->c.refused++;
+}
+
+static int64_t acquired(const struct kvs_workload *w, uint64_t request, bool *writes) {
+  for (size_t i = w->n_acq; i-- > 0;) {
+    if (w->acq_req[i] == request) {
+      *writes = w->acq_writes[i];
+      return w->acq_node[i];
+    }
+  }
+  *writes = false;
+  return -1;
+}
+
+static void note_acquire(struct kvs_workload *w, uint64_t request, int64_t node, bool writes) {
+  for (size_t i = 0; i < w->n_acq; i++) {
+    if (w->acq_req[i] == request) {
+      if (node >= 0) w->acq_node[i] = node;
+      w->acq_writes[i] = w->acq_writes[i] || writes;
+      return;
+    }
+  }
+  if (w->n_acq == w->acq_cap) return;
+  w->acq_req[w->n_acq] = request;
+  w->acq_node[w->n_acq] = node;
+  w->acq_writes[w->n_acq] = writes;
+  w->n_acq++;
+}
+
+#define PREFIX_OP(e) ((unsigned)(((e)->full_page >> 56) & 0x3f))
+#define PREFIX_A(e) ((e)->full_page & ((UINT64_C(1) << 56) - 1))
+enum { LEARN_NEW_LINK = 2, LEARN_ACQUIRE = 3, LEARN_TAIL = 5, LEARN_EVICT = 8 };
+
+static bool is_prefix(const kvs_journal_entry *e) {
+  return (e->full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG;
+}
+static bool is_slot(const kvs_journal_entry *e) {
+  return !is_prefix(e) && (e->full_page & KVS_JOURNAL_SLOT_TAG) != 0;
+}
+
+static void finish_request(struct kvs_workload *w, size_t at) {
+  request *r = &w->slots[w->order[at]];
+  for (uint64_t k = r->hit_pages; k < r->n_pages; k++) {
+    uint64_t base = (uint64_t)r->locs[k * w->page];
+    if (w->stamp[base / w->page] == w->epoch) continue; /* the cache took it */
+    kvs_free_list_free(w->full_free, &base, 1, NULL);
+  }
+  r->active = false;
+  w->c.completed++;
+  w->c.trace_done++;
+  for (size_t i = at + 1; i < w->n_active; i++) w->order[i - 1] = w->order[i];
+  w->n_active--;
+}
+
+static kvs_status start_request(struct kvs_workload *w, uint64_t id, uint64_t slot_no,
+                                kvs_error *err) {
+  if (w->queue_count == 0 || w->queue[w->queue_head].id != id) {
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "the leader admitted trace request %llu; this rank's queue head is %lld",
+                         (unsigned long long)id,
+                         w->queue_count > 0 ? (long long)w->queue[w->queue_head].id : -1LL);
+  }
+  if (w->n_active == w->o.max_running) {
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "the leader admitted trace request %llu past %llu running requests",
+                         (unsigned long long)id, (unsigned long long)w->o.max_running);
+  }
+  const arrival *a = &w->queue[w->queue_head];
+  uint64_t P = w->page;
+  bool writes = false;
+  int64_t node = acquired(w, id, &writes);
+  /* The hit's pages: its last block's ancestors, from this rank's index. */
+  uint64_t hit_pages = 0;
+  for (int64_t at = node; at >= 0 && hit_pages < w->max_pages;) {
+    int64_t parent = -1;
+    if (kvs_window_pool_prefix_node(w->pool, (uint64_t)at, NULL, &parent, NULL, NULL, err)) {
+      return KVS_ERR_DIVERGENCE;
+    }
+    w->pages[hit_pages++] = at;
+    at = parent;
+  }
+  size_t slot = 0;
+  while (w->slots[slot].active) slot++;
+  request *r = &w->slots[slot];
+  uint64_t n_pages = pages_of(w, a->total);
+  uint64_t own = n_pages - hit_pages;
+  if (kvs_free_list_free_units(w->full_free) < own) {
+    return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                         "the leader admitted trace request %llu needing %llu full pages; this "
+                         "rank has %llu free", (unsigned long long)id, (unsigned long long)own,
+                         (unsigned long long)kvs_free_list_free_units(w->full_free));
+  }
+  for (uint64_t k = 0; k < hit_pages; k++) {
+    uint64_t fp = (uint64_t)w->pages[hit_pages - 1 - k];
+    for (uint64_t off = 0; off < P; off++) r->locs[k * P + off] = (int64_t)(fp * P + off);
+  }
+  kvs_free_list_alloc(w->full_free, (size_t)own, w->bases, NULL, NULL);
+  for (uint64_t k = 0; k < own; k++) {
+    for (uint64_t off = 0; off < P; off++) {
+      r->locs[(hit_pages + k) * P + off] = (int64_t)(w->bases[k] + off);
+    }
+  }
+  const kvs_trace *t = w->trace;
+  r->id = id;
+  r->prompt = a->prompt;
+  r->total = a->total;
+  r->done = hit_pages * P;
+  r->next_done = r->done;
+  r->n_pages = n_pages;
+  r->lo = r->hi = hit_pages;
+  r->active = true;
+  r->slot = slot_no;
+  r->hit_pages = hit_pages;
+  r->key_pages = (t->input[id] / t->block) * w->keys_per_block;
+  if (r->key_pages > n_pages) r->key_pages = n_pages;
+  r->tail_page = tail_page_for(w, r->key_pages, hit_pages, a->prompt, a->total);
+  r->reprefill_left = writes ? w->o.reprefill_tokens : 0;
+  w->order[w->n_active++] = slot;
+  w->queue_head = (w->queue_head + 1) % w->o.max_waiting;
+  w->queue_count--;
+  w->c.admitted++;
+  w->c.prompt_tokens += a->prompt;
+  w->c.hit_tokens += hit_pages * P;
+  w->c.reprefill_tokens += r->reprefill_left;
+  return KVS_OK;
+}
+
+kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries, size_t n,
+                              kvs_error *err) {
+  if (w == NULL || (entries == NULL && n > 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: workload or entries is NULL",
+                         __func__);
+  }
+  if (w->trace == NULL) return KVS_OK;
+  if (++w->epoch == 0) {
+    memset(w->stamp, 0, (size_t)(kvs_window_pool_full_tokens(w->pool) / w->page) * sizeof *w->stamp);
+    w->epoch = 1;
+  }
+  w->n_acq = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (is_prefix(&entries[i]) && PREFIX_OP(&entries[i]) == LEARN_NEW_LINK) {
+      w->stamp[PREFIX_A(&entries[i])] = w->epoch;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    const kvs_journal_entry *e = &entries[i];
+    if (is_prefix(e)) {
+      unsigned op = PREFIX_OP(e);
+      if (op == LEARN_EVICT) {
+        uint64_t base = PREFIX_A(e) * w->page;
+        kvs_free_list_free(w->full_free, &base, 1, NULL);
+      } else if (op == LEARN_ACQUIRE && e->window_page >= 0) {
+        note_acquire(w, (uint64_t)e->window_page, (int64_t)PREFIX_A(e), false);
+      } else if (op == LEARN_TAIL && e->window_page >= 0) {
+        note_acquire(w, (uint64_t)e->window_page, -1, true);
+      }
+    } else if (is_slot(e)) {
+      uint64_t slot_no = e->full_page & ~KVS_JOURNAL_SLOT_TAG;
+      if (e->window_page >= 0) {
+        kvs_status status = start_request(w, (uint64_t)e->window_page, slot_no, err);
+        if (status != KVS_OK) return status;
+      } else {
+        for (size_t k = 0; k < w->n_active; k++) {
+          if (w->slots[w->order[k]].slot == slot_no) {
+            finish_request(w, k);
+            break;
+          }
+        }
+      }
+    }
+  }
+  kvs_prefix_stats stats;
+  if (kvs_window_pool_prefix_stats(w->pool, &stats, NULL) == KVS_OK) {
+    w->c.evictions = stats.evictions;
+    w->c.tail_drops = stats.tail_drops;
+    if (stats.nodes > w->c.peak_cached_pages) w->c.peak_cached_pages = stats.nodes;
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_workload_live_block(const struct kvs_workload *w, uint64_t *block,
+                                   kvs_error *err) {
+  for (size_t i = 0; i < w->n_active; i++) {
+    const request *r = &w->slots[w->order[i]];
+    if (w->trace != NULL && r->hit_pages > 0 && r->done < r->total) {
+      *block = (uint64_t)r->locs[(r->hit_pages - 1) * w->page] / w->page;
+      return KVS_OK;
+    }
+  }
+  return kvs_error_set(err, KVS_ERR_NOT_FOUND, "no running request holds a cached block");
+}
+
+bool kvs_workload_trace_done(const struct kvs_workload *w) {
+  return w != NULL && w->trace != NULL && w->next_arrival == w->trace->n && w->queue_count == 0 &&
+         w->n_active == 0;
+}
+
 kvs_status kvs_workload_schedule(kvs_workload_t w, uint64_t step, kvs_error *err) {
   if (step != kvs_shard_next_step(w->shard)) {
     return kvs_error_set(
@@ -402,9 +872,16 @@ kvs_status kvs_workload_schedule(kvs_workload_t w, uint64_t step, kvs_error *err
   kvs_status planned = KVS_OK;
   kvs_error plan_err;
   kvs_error_clear(&plan_err);
-  arrive(w);
+  if (w->trace != NULL) {
+    /* Every rank's pool holds the leader's state as it stood after its
+     * decisions of the last step. */
+    w->free_win = kvs_window_pool_swa_available(w->pool) / w->page;
+    arrive_trace(w, step);
+  } else {
+    arrive(w);
+  }
   release(w, &planned, &plan_err);
-  admit(w, &planned, &plan_err);
+  if (w->trace == NULL) admit(w, &planned, &plan_err);
   schedule(w, &planned, &plan_err);
   if (w->leader && planned == KVS_OK &&
       kvs_window_pool_swa_available(w->pool) / w->page != w->free_win) {
@@ -414,6 +891,7 @@ kvs_status kvs_workload_schedule(kvs_workload_t w, uint64_t step, kvs_error *err
                             (unsigned long long)(kvs_window_pool_swa_available(w->pool) / w->page),
                             (unsigned long long)w->free_win);
   }
+  if (w->trace != NULL) decide(w, &planned, &plan_err);
   if (planned != KVS_OK) {
     /* Tell the followers why the leader stops, then report it. */
     kvs_shard_abort_step(w->shard, step, planned, plan_err.message, NULL);

@@ -31,12 +31,14 @@
 #ifndef KVS_SHARD_WORKLOAD_H
 #define KVS_SHARD_WORKLOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
 #include "shard/shard.h"
 #include "shard/table.h"
+#include "tools/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,10 +57,25 @@ typedef struct kvs_workload_options {
   uint64_t gen_min; /* generated tokens */
   uint64_t gen_max;
   uint64_t chunk_tokens; /* prefill tokens per step; 0: the pool's chunk budget */
+  /* A trace instead of seeded arrivals (NULL: seeded): requests arrive at
+   * their timestamps, a step lasting step_ms, and the prefix policy
+   * (KVS_PREFIX_POLICY_*) decides what they reuse. The pool must keep a
+   * prefix cache for any policy but none, and rings per request. */
+  const kvs_trace *trace;
+  double step_ms;
+  int prefix_policy;
+  uint64_t reprefill_tokens; /* what a kvshard hit may re-prefill (0: none) */
 } kvs_workload_options;
 
+enum {
+  KVS_PREFIX_POLICY_NONE = 0,
+  KVS_PREFIX_POLICY_KVSHARD = 1,
+  KVS_PREFIX_POLICY_SGLANG = 2,
+  KVS_PREFIX_POLICY_VLLM = 3
+};
+
 #define KVS_WORKLOAD_OPTIONS_INIT \
-  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0 }
+  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0 }
 
 /* Longest request the options can produce (prompt_max + gen_max): the
  * max_seq_len the budget's working-set floor needs. */
@@ -83,7 +100,34 @@ typedef struct kvs_workload_counters {
   uint64_t decode_tokens;
   uint64_t contexts;       /* ring contexts computed */
   uint64_t context_digest; /* the last step's */
+  /* With a trace: its requests served, their prompts and what they
+   * reused (identical on every rank: each learns the leader's decisions
+   * from the step's journal). */
+  uint64_t trace_done;       /* requests that completed */
+  uint64_t trace_skipped;    /* requests the pool can never hold */
+  uint64_t prompt_tokens;    /* of admitted requests */
+  uint64_t hit_tokens;
+  uint64_t reprefill_tokens; /* window tokens recomputed on hits */
+  uint64_t truncated_tokens; /* matched tokens recomputed for want of a tail */
+  uint64_t evictions;
+  uint64_t tail_drops;
+  uint64_t peak_cached_pages;
 } kvs_workload_counters;
+
+/* Collective bookkeeping after each step, every rank: with a trace, the
+ * leader's decisions of the step (its journal: entries, as the step's
+ * info gives them) become every rank's admissions, completions and
+ * evictions. A rank whose queue does not match is KVS_ERR_DIVERGENCE. */
+kvs_status kvs_workload_learn(kvs_workload_t workload, const kvs_journal_entry *entries, size_t n,
+                              kvs_error *err);
+
+/* A cached block a running request's hit holds (its last), to aim a cache
+ * divergence at; KVS_ERR_NOT_FOUND when none. */
+kvs_status kvs_workload_live_block(const struct kvs_workload *workload, uint64_t *block,
+                                   kvs_error *err);
+
+/* Every request of the trace has completed (false without a trace). */
+bool kvs_workload_trace_done(const struct kvs_workload *workload);
 
 void kvs_workload_counters_get(const struct kvs_workload *workload, kvs_workload_counters *out);
 
