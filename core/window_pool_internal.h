@@ -87,6 +87,7 @@ typedef struct kvs_prefix_rec {
   uint8_t in_leaf, in_tail; /* on the evictable lists */
   int32_t leaf_prev, leaf_next; /* evictable leaves, least recently released first */
   int32_t tail_prev, tail_next; /* droppable tails, the same order */
+  uint64_t used_at; /* the index's clock when a request last held or released it */
 } kvs_prefix_rec;
 
 /* A request's hold: the deepest node of its path, and the tail it writes. */
@@ -112,6 +113,7 @@ typedef struct kvs_pool_prefix {
   uint64_t nodes, tails, refs_sum, evictable;
   uint64_t evictions, tail_drops;
   uint64_t digest;
+  uint64_t clock; /* operations applied: every rank's the same */
   int32_t leaf_head, leaf_tail, tail_head, tail_tail;
   uint32_t *scratch;   /* integrity: refs recounted */
   kvs_prefix_undo *undo;

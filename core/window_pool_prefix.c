@@ -152,25 +152,44 @@ static void list_remove(kvs_pool_prefix *p, int32_t n, bool tails) {
   if (tails) r->in_tail = 0; else r->in_leaf = 0;
 }
 
+#define PREV(p, n, tails) ((tails) ? (p)->rec[n].tail_prev : (p)->rec[n].leaf_prev)
+
+/* Inserts n into a list in order of used_at (least recent at the head):
+ * a node released now goes to the tail; a parent a leaf's eviction left
+ * childless, last used when its subtree was, goes back as far as that
+ * (a bounded walk from the tail, then the head when older than it). */
 static void list_append(kvs_pool_prefix *p, int32_t n, bool tails) {
   kvs_prefix_rec *r = &p->rec[n];
   int32_t *head = tails ? &p->tail_head : &p->leaf_head;
   int32_t *tail = tails ? &p->tail_tail : &p->leaf_tail;
+  int32_t after = *tail; /* insert after this one (-1: at the head) */
+  if (*head >= 0 && r->used_at < p->rec[*head].used_at) {
+    after = -1;
+  } else {
+    for (int steps = 0; after >= 0 && p->rec[after].used_at > r->used_at && steps < 256; steps++) {
+      after = PREV(p, after, tails);
+    }
+  }
+  int32_t next = after >= 0 ? (tails ? p->rec[after].tail_next : p->rec[after].leaf_next) : *head;
   if (tails) {
-    r->tail_prev = *tail;
-    r->tail_next = -1;
+    r->tail_prev = after;
+    r->tail_next = next;
     r->in_tail = 1;
   } else {
-    r->leaf_prev = *tail;
-    r->leaf_next = -1;
+    r->leaf_prev = after;
+    r->leaf_next = next;
     r->in_leaf = 1;
   }
-  if (*tail >= 0) {
-    if (tails) p->rec[*tail].tail_next = n; else p->rec[*tail].leaf_next = n;
+  if (after >= 0) {
+    if (tails) p->rec[after].tail_next = n; else p->rec[after].leaf_next = n;
   } else {
     *head = n;
   }
-  *tail = n;
+  if (next >= 0) {
+    if (tails) p->rec[next].tail_prev = n; else p->rec[next].leaf_prev = n;
+  } else {
+    *tail = n;
+  }
 }
 
 static void relist(kvs_pool_prefix *p, int32_t n) {
@@ -270,6 +289,7 @@ static void set_refs_path(kvs_pool_prefix *p, int32_t n, int delta) {
   for (int32_t at = n; at >= 0; at = p->rec[at].parent) {
     p->digest -= node_term((uint64_t)at, &p->rec[at]);
     p->rec[at].refs = (uint32_t)((int64_t)p->rec[at].refs + delta);
+    p->rec[at].used_at = p->clock;
     p->digest += node_term((uint64_t)at, &p->rec[at]);
     p->refs_sum = (uint64_t)((int64_t)p->refs_sum + delta);
     relist(p, at);
@@ -292,6 +312,7 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
   }
   int32_t n = (int32_t)a;
   kvs_prefix_rec *r = &p->rec[n];
+  p->clock++;
   if (u != NULL) {
     u->entry = *e;
     u->saved = *r;
@@ -320,6 +341,7 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       r->children = r->refs = 0;
       r->tail = 0;
       r->writer = -1;
+      r->used_at = p->clock;
       map_insert(p, n);
       p->nodes++;
       if (b >= 0) {

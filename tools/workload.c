@@ -26,6 +26,7 @@ typedef struct request {
   uint64_t key_pages;     /* pages whose keys the trace gives */
   int64_t tail_page;      /* its page whose window it keeps for the cache; -1 */
   uint64_t reprefill_left; /* window tokens still to recompute */
+  uint64_t inserted;      /* pages past the hit it gave the cache so far (leader) */
 } request;
 
 typedef struct arrival {
@@ -71,8 +72,7 @@ struct kvs_workload {
   int64_t *pages;        /* scratch: max_pages */
   uint8_t *tails, *taken; /* scratch: max_pages */
   int64_t *evicted;      /* scratch: max_pages */
-  uint32_t *stamp;       /* per full page: taken by the cache in this step */
-  uint32_t epoch;
+  uint8_t *cached;       /* per full page: the cache owns it (learned) */
   uint64_t *acq_req;     /* this step's acquires and tail writers: request -> node */
   int64_t *acq_node;
   bool *acq_writes;
@@ -108,7 +108,7 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w->tails);
   free(w->taken);
   free(w->evicted);
-  free(w->stamp);
+  free(w->cached);
   free(w->acq_req);
   free(w->acq_node);
   free(w->acq_writes);
@@ -222,7 +222,7 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
          (w->tails = calloc((size_t)max_pages, sizeof *w->tails)) != NULL &&
          (w->taken = calloc((size_t)max_pages, sizeof *w->taken)) != NULL &&
          (w->evicted = calloc((size_t)max_pages, sizeof *w->evicted)) != NULL &&
-         (w->stamp = calloc((size_t)full_pages, sizeof *w->stamp)) != NULL &&
+         (w->cached = calloc((size_t)full_pages, sizeof *w->cached)) != NULL &&
          (w->acq_req = calloc(w->acq_cap, sizeof *w->acq_req)) != NULL &&
          (w->acq_node = calloc(w->acq_cap, sizeof *w->acq_node)) != NULL &&
          (w->acq_writes = calloc(w->acq_cap, sizeof *w->acq_writes)) != NULL;
@@ -571,25 +571,35 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   for (size_t i = 0; i < w->n_active; i++) {
     request *r = &w->slots[w->order[i]];
     if (r->done != r->total) continue;
-    if (kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool) <
-        2 * (r->key_pages > r->hit_pages ? r->key_pages - r->hit_pages : 0) + 2 * (r->hi - r->lo) + 16) {
-      continue; /* no room this step: it finishes at the next */
-    }
-    size_t n_ins = 0;
-    if (cache && r->key_pages > r->hit_pages) {
+    /* Its pages join the cache in pieces the step has room for (a long
+     * prompt's may take several steps); then it ends. */
+    uint64_t to_insert = cache && r->key_pages > r->hit_pages + r->inserted
+                             ? r->key_pages - r->hit_pages - r->inserted
+                             : 0;
+    size_t room = kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool);
+    if (room < 2 * (r->hi - r->lo) + 24) continue; /* no room: it ends at a later step */
+    size_t fit = (room - 2 * (r->hi - r->lo) - 24) / 3;
+    size_t n_ins = to_insert < fit ? (size_t)to_insert : fit;
+    if (n_ins > 0) {
       trace_keys(w, r->id);
-      n_ins = (size_t)(r->key_pages - r->hit_pages);
+      uint64_t first = r->hit_pages + r->inserted;
       for (size_t k = 0; k < n_ins; k++) {
-        uint64_t pg = r->hit_pages + k;
+        uint64_t pg = first + k;
         w->pages[k] = r->locs[pg * P] / (int64_t)P;
         w->tails[k] = (int64_t)pg == r->tail_page;
       }
-      *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + r->hit_pages, w->pages,
-                                              w->tails, n_ins, w->taken, err);
+      *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + first, w->pages, w->tails,
+                                              n_ins, w->taken, err);
       if (*status != KVS_OK) return;
+      r->inserted += n_ins;
     }
-    uint64_t returned = r->n_pages - r->hit_pages;
-    for (size_t k = 0; k < n_ins; k++) returned -= w->taken[k];
+    if (n_ins < to_insert) continue; /* the rest at the next step */
+    uint64_t returned = 0;
+    for (uint64_t k = r->hit_pages; k < r->n_pages; k++) {
+      uint64_t fp = (uint64_t)r->locs[k * P] / P;
+      int64_t parent;
+      returned += kvs_window_pool_prefix_node(pool, fp, NULL, &parent, NULL, NULL, NULL) != KVS_OK;
+    }
     proj_full += returned;
     /* A kept window page the cache did not take (its key was cached by
      * another request meanwhile) goes back like the rest. */
@@ -710,7 +720,7 @@ static void finish_request(struct kvs_workload *w, size_t at) {
   request *r = &w->slots[w->order[at]];
   for (uint64_t k = r->hit_pages; k < r->n_pages; k++) {
     uint64_t base = (uint64_t)r->locs[k * w->page];
-    if (w->stamp[base / w->page] == w->epoch) continue; /* the cache took it */
+    if (w->cached[base / w->page]) continue; /* the cache took it */
     kvs_free_list_free(w->full_free, &base, 1, NULL);
   }
   r->active = false;
@@ -779,6 +789,7 @@ static kvs_status start_request(struct kvs_workload *w, uint64_t id, uint64_t sl
   r->active = true;
   r->slot = slot_no;
   r->hit_pages = hit_pages;
+  r->inserted = 0;
   r->key_pages = (t->input[id] / t->block) * w->keys_per_block;
   if (r->key_pages > n_pages) r->key_pages = n_pages;
   r->tail_page = tail_page_for(w, r->key_pages, hit_pages, a->prompt, a->total);
@@ -800,22 +811,16 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
                          __func__);
   }
   if (w->trace == NULL) return KVS_OK;
-  if (++w->epoch == 0) {
-    memset(w->stamp, 0, (size_t)(kvs_window_pool_full_tokens(w->pool) / w->page) * sizeof *w->stamp);
-    w->epoch = 1;
-  }
   w->n_acq = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (is_prefix(&entries[i]) && PREFIX_OP(&entries[i]) == LEARN_NEW_LINK) {
-      w->stamp[PREFIX_A(&entries[i])] = w->epoch;
-    }
-  }
   for (size_t i = 0; i < n; i++) {
     const kvs_journal_entry *e = &entries[i];
     if (is_prefix(e)) {
       unsigned op = PREFIX_OP(e);
-      if (op == LEARN_EVICT) {
+      if (op == LEARN_NEW_LINK) {
+        w->cached[PREFIX_A(e)] = 1;
+      } else if (op == LEARN_EVICT) {
         uint64_t base = PREFIX_A(e) * w->page;
+        w->cached[PREFIX_A(e)] = 0;
         kvs_free_list_free(w->full_free, &base, 1, NULL);
       } else if (op == LEARN_ACQUIRE && e->window_page >= 0) {
         note_acquire(w, (uint64_t)e->window_page, (int64_t)PREFIX_A(e), false);
