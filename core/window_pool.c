@@ -712,7 +712,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
-    if ((fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
+    if (pool->prefix.n > 0 && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
       any_prefix = true;
       continue; /* replayed below, after the pages and slots validate */
     }
@@ -791,7 +791,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
-    if ((fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
+    if (any_prefix && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
     if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_pool_slots_commit(&pool->slots, &entries[i]);
     } else if (wp >= 0) {

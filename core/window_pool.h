@@ -281,6 +281,9 @@ kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page,
  * every node's refs equal the holds through it, children counts, the key
  * map, tails bound, writers held. */
 
+/* A prefix entry: in a pool with a prefix cache, entries whose two top
+ * bits are set (request slots never reach 2^62); a pool without one reads
+ * them as request-slot entries, and refuses them as such. */
 #define KVS_JOURNAL_PREFIX_TAG (UINT64_C(3) << 62)
 
 /* What a match found. Tokens are multiples of P. */

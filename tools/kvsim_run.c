@@ -225,9 +225,10 @@ static int check_group(run *r) {
   const char *refusal = NULL;
   if ((a->inject && a->inject_rank >= r->world) || (a->kill && a->kill_rank >= r->world) ||
       (a->stall && a->stall_rank >= r->world) ||
-      (a->inject_slot && a->inject_slot_rank >= r->world)) {
+      (a->inject_slot && a->inject_slot_rank >= r->world) ||
+      (a->inject_cache && a->inject_cache_rank >= r->world)) {
     refusal = "a RANK:STEP names a rank outside the";
-  } else if ((a->inject || a->inject_slot) && r->world == 1) {
+  } else if ((a->inject || a->inject_slot || a->inject_cache) && r->world == 1) {
     /* One rank has no peer to differ from: the check would agree and the
      * drill would pass without having tested anything. */
     refusal = "a divergence drill needs a second rank to diverge from: there is one of the";
@@ -642,6 +643,15 @@ static void progress(run *r, uint64_t *last_ns) {
   kvs_workload_counters c;
   kvs_workload_counters_get(r->workload, &c);
   double elapsed = (double)(now - r->start_ns) * 1e-9;
+  if (r->have_trace) {
+    fprintf(stderr,
+            "kvsim: step %" PRIu64 ", %.0f steps/s, trace requests: %" PRIu64 " of %zu served, %" PRIu64
+            " running, %" PRIu64 " waiting; hit rate %.4f so far\n",
+            r->steps, (double)r->steps / elapsed, c.trace_done, r->trace.n, c.running, c.waiting,
+            c.prompt_tokens > 0 ? (double)c.hit_tokens / (double)c.prompt_tokens : 0.0);
+    *last_ns = now;
+    return;
+  }
   fprintf(stderr,
           "kvsim: step %" PRIu64 "/%" PRIu64 " (%.0f%%), %.0f steps/s, %" PRIu64
           " running, %" PRIu64 " waiting, %" PRIu64 " completed, %" PRIu64 " refusals\n",
