@@ -550,13 +550,13 @@ KVS_API kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_p
 
 /* What a check found; identical on every rank. */
 typedef struct kvs_node_report {
-  size_t size;         /* sizeof(kvs_node_report), set by the caller */
-  int kind;            /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps,
-                          5 a cached prefix block */
-  uint64_t step;       /* the last step applied */
-  uint64_t digest;     /* the bindings' digest (the leader's) */
-  uint64_t full_page;  /* the first differing full page; UINT64_MAX: none */
-  int rank;            /* the first rank that differs; -1: none */
+  size_t size;        /* sizeof(kvs_node_report), set by the caller */
+  int kind;           /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps,
+                         5 a cached prefix block */
+  uint64_t step;      /* the last step applied */
+  uint64_t digest;    /* the bindings' digest (the leader's) */
+  uint64_t full_page; /* the first differing full page; UINT64_MAX: none */
+  int rank;           /* the first rank that differs; -1: none */
   int64_t leader_window_page;
   int64_t rank_window_page;
   uint64_t request_slot; /* a differing request slot; UINT64_MAX: none */

@@ -13,8 +13,6 @@
 
 #include "core/mix.h"
 
-
-
 /* ---- digest ---- */
 
 uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {

@@ -57,9 +57,11 @@ typedef struct kvs_window_pool_options {
 } kvs_window_pool_options;
 
 #define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
-#define KVS_WINDOW_POOL_OPTIONS_INIT \
-  { sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL, \
-    false, 128 }
+#define KVS_WINDOW_POOL_OPTIONS_INIT                                                               \
+  {                                                                                                \
+    sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL, false, \
+        128                                                                                        \
+  }
 
 /* Builds the mapping (all -1 plus the sentinel row), the free list over
  * n_win_slots - P slots, and the dummy binding. full_token and n_win_slots
@@ -288,12 +290,12 @@ kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page,
 
 /* What a match found. Tokens are multiples of P. */
 typedef struct kvs_prefix_hit {
-  uint64_t matched_pages; /* consecutive cached pages of the keys from the root */
-  uint64_t hit_tokens;    /* the prefix the request reuses: its first uncomputed position */
+  uint64_t matched_pages;    /* consecutive cached pages of the keys from the root */
+  uint64_t hit_tokens;       /* the prefix the request reuses: its first uncomputed position */
   uint64_t reprefill_tokens; /* window tokens the request recomputes before hit_tokens */
   uint64_t truncated_tokens; /* matched (aligned, capped) tokens left to recompute */
-  int64_t node;          /* the deepest node of the hit (its page), -1 for no hit */
-  bool reprefill;        /* the request writes the window page of `node` */
+  int64_t node;              /* the deepest node of the hit (its page), -1 for no hit */
+  bool reprefill;            /* the request writes the window page of `node` */
 } kvs_prefix_hit;
 
 typedef struct kvs_prefix_stats {
@@ -314,9 +316,8 @@ bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool);
  * engine pays to recompute a missing window (0: exact hits only). pages
  * (when non-NULL, n of them) gets the cached full page of each hit page. */
 kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, const uint64_t *keys,
-                                        size_t n, uint64_t prompt_tokens,
-                                        uint64_t reprefill_tokens, kvs_prefix_hit *hit,
-                                        int64_t *pages, kvs_error *err);
+                                        size_t n, uint64_t prompt_tokens, uint64_t reprefill_tokens,
+                                        kvs_prefix_hit *hit, int64_t *pages, kvs_error *err);
 /* Takes the hit for `request` (which holds nothing yet): refs on its
  * path, and with hit->reprefill a window page for the node's page, marked
  * as written by the request. A hit with no node holds nothing. */
@@ -335,8 +336,7 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
                                          kvs_error *err);
 /* The request's hold and the tail it wrote back (a request holding
  * nothing: KVS_OK, nothing journaled). */
-kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request,
-                                          kvs_error *err);
+kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
 /* Leader: drops tails of unreferenced nodes (least recently released
  * first) until need_window_pages window pages came back, then evicts
  * unreferenced leaves (tails with them) until need_pages full pages are in
@@ -352,8 +352,8 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
 /* The node of full page `page`: its key, parent (-1: the root), refs and
  * tail; KVS_ERR_NOT_FOUND when that page is not cached. */
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
-                                       uint64_t *key, int64_t *parent, uint32_t *refs,
-                                       bool *tail, kvs_error *err);
+                                       uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
+                                       kvs_error *err);
 /* Fault injection: adds delta to one cached node's refs on this rank,
  * outside the journal (the digest follows, so a check names the block). */
 kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, int32_t delta,

@@ -73,41 +73,40 @@ kvs_status kvs_pool_slots_check(const kvs_pool_slots *slots, kvs_error *err);
 /* The digest of slots [first, end), recomputed from the table. */
 uint64_t kvs_pool_slots_digest_range(const kvs_pool_slots *slots, uint64_t first, uint64_t end);
 
-
 /* One node of the prefix index, named by its full page. */
 typedef struct kvs_prefix_rec {
   uint64_t key;
-  int32_t parent;   /* page of the parent node; -1: the root */
+  int32_t parent; /* page of the parent node; -1: the root */
   uint32_t children;
   uint32_t refs;
-  uint32_t depth;   /* pages above it */
-  int64_t writer;   /* request re-prefilling its tail; -1 */
+  uint32_t depth; /* pages above it */
+  int64_t writer; /* request re-prefilling its tail; -1 */
   uint8_t used;
-  uint8_t tail;     /* its window binding is retained by the cache */
-  uint8_t in_leaf, in_tail; /* on the evictable lists */
+  uint8_t tail;                 /* its window binding is retained by the cache */
+  uint8_t in_leaf, in_tail;     /* on the evictable lists */
   int32_t leaf_prev, leaf_next; /* evictable leaves, least recently released first */
   int32_t tail_prev, tail_next; /* droppable tails, the same order */
-  uint64_t used_at; /* the index's clock when a request last held or released it */
+  uint64_t used_at;             /* the index's clock when a request last held or released it */
 } kvs_prefix_rec;
 
 /* A request's hold: the deepest node of its path, and the tail it writes. */
 typedef struct kvs_prefix_undo {
   kvs_journal_entry entry;
-  kvs_prefix_rec saved; /* the node before an evict */
+  kvs_prefix_rec saved;            /* the node before an evict */
   int64_t hold_node, hold_writing; /* a hold before a release */
 } kvs_prefix_undo;
 
 typedef struct kvs_pool_prefix {
-  uint64_t n;          /* records: one per full page; 0 when the cache is off */
-  uint64_t align_pages;/* hits end on multiples of this many pages */
+  uint64_t n;           /* records: one per full page; 0 when the cache is off */
+  uint64_t align_pages; /* hits end on multiples of this many pages */
   kvs_prefix_rec *rec;
   /* (parent, key) -> node, linear probing with backward-shift deletion. */
   uint64_t map_mask;
   int32_t *map;
   /* request -> hold, linear probing, backward-shift deletion. */
   uint64_t hold_mask;
-  uint64_t *hold_req;  /* request + 1; 0 empty */
-  int32_t *hold_node;  /* -1: holds nothing but writes a tail */
+  uint64_t *hold_req; /* request + 1; 0 empty */
+  int32_t *hold_node; /* -1: holds nothing but writes a tail */
   int32_t *hold_writing;
   uint64_t holds, max_holds;
   uint64_t nodes, tails, refs_sum, evictable;
@@ -115,14 +114,14 @@ typedef struct kvs_pool_prefix {
   uint64_t digest;
   uint64_t clock; /* operations applied: every rank's the same */
   int32_t leaf_head, leaf_tail, tail_head, tail_tail;
-  uint32_t *scratch;   /* integrity: refs recounted */
+  uint32_t *scratch; /* integrity: refs recounted */
   kvs_prefix_undo *undo;
   size_t undo_cap;
 } kvs_pool_prefix;
 
 struct kvs_window_pool {
-  uint64_t page;        /* P */
-  uint64_t full_token;  /* mapped full locations (the sentinel row is extra) */
+  uint64_t page;       /* P */
+  uint64_t full_token; /* mapped full locations (the sentinel row is extra) */
   uint64_t n_win_slots;
   uint64_t n_full_pages;
   uint64_t n_win_pages; /* dummy included */
@@ -172,8 +171,7 @@ void kvs_pool_prefix_free(kvs_pool_prefix *prefix);
 kvs_status kvs_pool_prefix_apply(struct kvs_window_pool *pool, const kvs_journal_entry *entries,
                                  size_t n, kvs_error *err);
 kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *err);
-uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first,
-                                      uint64_t end);
+uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first, uint64_t end);
 /* Whether full page fp is a cached node / holds a cached tail. */
 static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {
   return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used;

@@ -44,8 +44,7 @@ static uint64_t node_term(uint64_t fp, const kvs_prefix_rec *r) {
   return kvs_splitmix64_finalise(h);
 }
 
-uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first,
-                                      uint64_t end) {
+uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first, uint64_t end) {
   if (end > prefix->n) end = prefix->n;
   uint64_t d = 0;
   for (uint64_t fp = first; fp < end; fp++) d += node_term(fp, &prefix->rec[fp]);
@@ -92,8 +91,7 @@ static void map_erase(kvs_pool_prefix *p, int32_t node) {
 }
 
 static int64_t hold_find(const kvs_pool_prefix *p, uint64_t request) {
-  for (uint64_t i = kvs_splitmix64_finalise(request) & p->hold_mask;;
-       i = (i + 1) & p->hold_mask) {
+  for (uint64_t i = kvs_splitmix64_finalise(request) & p->hold_mask;; i = (i + 1) & p->hold_mask) {
     if (p->hold_req[i] == 0) return -1;
     if (p->hold_req[i] == request + 1) return (int64_t)i;
   }
@@ -140,16 +138,25 @@ static void list_remove(kvs_pool_prefix *p, int32_t n, bool tails) {
   int32_t *head = tails ? &p->tail_head : &p->leaf_head;
   int32_t *tail = tails ? &p->tail_tail : &p->leaf_tail;
   if (prev >= 0) {
-    if (tails) p->rec[prev].tail_next = next; else p->rec[prev].leaf_next = next;
+    if (tails)
+      p->rec[prev].tail_next = next;
+    else
+      p->rec[prev].leaf_next = next;
   } else {
     *head = next;
   }
   if (next >= 0) {
-    if (tails) p->rec[next].tail_prev = prev; else p->rec[next].leaf_prev = prev;
+    if (tails)
+      p->rec[next].tail_prev = prev;
+    else
+      p->rec[next].leaf_prev = prev;
   } else {
     *tail = prev;
   }
-  if (tails) r->in_tail = 0; else r->in_leaf = 0;
+  if (tails)
+    r->in_tail = 0;
+  else
+    r->in_leaf = 0;
 }
 
 #define PREV(p, n, tails) ((tails) ? (p)->rec[n].tail_prev : (p)->rec[n].leaf_prev)
@@ -181,12 +188,18 @@ static void list_append(kvs_pool_prefix *p, int32_t n, bool tails) {
     r->in_leaf = 1;
   }
   if (after >= 0) {
-    if (tails) p->rec[after].tail_next = n; else p->rec[after].leaf_next = n;
+    if (tails)
+      p->rec[after].tail_next = n;
+    else
+      p->rec[after].leaf_next = n;
   } else {
     *head = n;
   }
   if (next >= 0) {
-    if (tails) p->rec[next].tail_prev = n; else p->rec[next].leaf_prev = n;
+    if (tails)
+      p->rec[next].tail_prev = n;
+    else
+      p->rec[next].leaf_prev = n;
   } else {
     *tail = n;
   }
@@ -207,7 +220,10 @@ static void relist(kvs_pool_prefix *p, int32_t n) {
     }
   }
   if (tail != (bool)r->in_tail) {
-    if (tail) list_append(p, n, true); else list_remove(p, n, true);
+    if (tail)
+      list_append(p, n, true);
+    else
+      list_remove(p, n, true);
   }
 }
 
@@ -305,9 +321,8 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
   uint64_t a = e->full_page & A_MASK;
   int64_t b = e->window_page;
   if (a >= p->n || a * pool->page == pool->dummy_full_base) {
-    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                         "prefix entry (op %u) names full page %llu, %s", op,
-                         (unsigned long long)a,
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "prefix entry (op %u) names full page %llu, %s",
+                         op, (unsigned long long)a,
                          a >= p->n ? "outside the history" : "the reserved dummy page");
   }
   int32_t n = (int32_t)a;
@@ -332,8 +347,10 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
                       (long long)b);
       }
       if (map_find(p, (int32_t)b, r->key) >= 0) {
-        return REFUSE("prefix entry links block %d with key %llu under %lld, which has that "
-                      "key already", n, (unsigned long long)r->key, (long long)b);
+        return REFUSE(
+            "prefix entry links block %d with key %llu under %lld, which has that "
+            "key already",
+            n, (unsigned long long)r->key, (long long)b);
       }
       r->used = 1;
       r->parent = (int32_t)b;
@@ -376,14 +393,14 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
     case OP_RELEASE: {
       int64_t h = b >= 0 ? hold_find(p, (uint64_t)b) : -1;
       if (r->used != 1 || h < 0 || p->hold_node[h] != n) {
-        return REFUSE("prefix entry releases block %d for request %lld, which does not hold it",
-                      n, (long long)b);
+        return REFUSE("prefix entry releases block %d for request %lld, which does not hold it", n,
+                      (long long)b);
       }
       for (int32_t at = n; at >= 0; at = p->rec[at].parent) {
         if (p->rec[at].refs == 0) {
           return kvs_error_set(err, KVS_ERR_INTEGRITY,
-                               "block %d on request %lld's path has no reference to release",
-                               at, (long long)b);
+                               "block %d on request %lld's path has no reference to release", at,
+                               (long long)b);
         }
       }
       if (u != NULL) {
@@ -423,8 +440,10 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
     case OP_WDONE: {
       int64_t h = b >= 0 ? hold_find(p, (uint64_t)b) : -1;
       if (r->used != 1 || !r->tail || r->writer != b || h < 0 || p->hold_writing[h] != n) {
-        return REFUSE("prefix entry ends request %lld's write of block %d's tail, which it "
-                      "does not write", (long long)b, n);
+        return REFUSE(
+            "prefix entry ends request %lld's write of block %d's tail, which it "
+            "does not write",
+            (long long)b, n);
       }
       if (u != NULL) {
         u->hold_node = p->hold_node[h];
@@ -444,7 +463,9 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
     case OP_UNTAIL:
       if (r->used != 1 || !r->tail || r->writer >= 0) {
         return REFUSE("prefix entry drops block %d's tail, which is %s", n,
-                      r->used != 1 ? "not cached" : !r->tail ? "absent" : "being written");
+                      r->used != 1 ? "not cached"
+                      : !r->tail   ? "absent"
+                                   : "being written");
       }
       p->digest -= node_term((uint64_t)n, r);
       r->tail = 0;
@@ -457,8 +478,11 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       if (r->used != 1 || r->key != (uint64_t)b || r->refs != 0 || r->children != 0 || r->tail) {
         return REFUSE("prefix entry evicts block %d (key %llu), which is %s", n,
                       (unsigned long long)b,
-                      r->used != 1 ? "not cached" : r->key != (uint64_t)b ? "another key"
-                      : r->refs ? "referenced" : r->children ? "not a leaf" : "holding a tail");
+                      r->used != 1            ? "not cached"
+                      : r->key != (uint64_t)b ? "another key"
+                      : r->refs               ? "referenced"
+                      : r->children           ? "not a leaf"
+                                              : "holding a tail");
       }
       p->digest -= node_term((uint64_t)n, r);
       int32_t parent = r->parent;
@@ -585,7 +609,8 @@ kvs_status kvs_pool_prefix_apply(struct kvs_window_pool *pool, const kvs_journal
     if (p->n == 0) {
       status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
                              "journal entry %zu is a prefix-cache entry; this rank's pool has "
-                             "no prefix cache", i);
+                             "no prefix cache",
+                             i);
     } else if (done >= p->undo_cap) {
       status = kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
                              "a step carries more than %zu prefix entries", p->undo_cap);
@@ -634,15 +659,14 @@ bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool) {
 }
 
 kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, const uint64_t *keys,
-                                        size_t n, uint64_t prompt_tokens,
-                                        uint64_t reprefill_tokens, kvs_prefix_hit *hit,
-                                        int64_t *pages, kvs_error *err) {
+                                        size_t n, uint64_t prompt_tokens, uint64_t reprefill_tokens,
+                                        kvs_prefix_hit *hit, int64_t *pages, kvs_error *err) {
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: hit is NULL", __func__);
   if (keys == NULL && n > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: keys is NULL but n is %zu",
-                         __func__, n);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: keys is NULL but n is %zu", __func__,
+                         n);
   }
   const kvs_pool_prefix *p = &pool->prefix;
   uint64_t P = pool->page;
@@ -705,7 +729,8 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
   if ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND,
                          "the hit names block %lld, which is not cached (match again: the "
-                         "index changed since)", (long long)hit->node);
+                         "index changed since)",
+                         (long long)hit->node);
   }
   int64_t h = hold_find(p, request);
   if (h >= 0) {
@@ -751,7 +776,10 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
   if (status != KVS_OK) return status;
   if ((keys == NULL || pages == NULL || taken == NULL) && n > 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL but n is %zu", __func__,
-                         keys == NULL ? "keys" : pages == NULL ? "pages" : "taken", n);
+                         keys == NULL    ? "keys"
+                         : pages == NULL ? "pages"
+                                         : "taken",
+                         n);
   }
   if (request >= KVS_MAX_REQUEST_ID) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu is past 2^62",
@@ -782,21 +810,23 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
       continue;
     }
     int64_t page = pages[i];
-    if (page < 0 || (uint64_t)page >= p->n || (uint64_t)page * pool->page == pool->dummy_full_base) {
-      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "insert page %zu is full page %lld, %s", i, (long long)page,
-                           page < 0 || (uint64_t)page >= p->n ? "outside the history"
-                                                              : "the reserved dummy page");
+    if (page < 0 || (uint64_t)page >= p->n ||
+        (uint64_t)page * pool->page == pool->dummy_full_base) {
+      return kvs_error_set(
+          err, KVS_ERR_OUT_OF_RANGE, "insert page %zu is full page %lld, %s", i, (long long)page,
+          page < 0 || (uint64_t)page >= p->n ? "outside the history" : "the reserved dummy page");
     }
     if (p->rec[page].used != 0 || pool->full_stamp[page] == epoch) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "insert page %zu is full page %lld, which is cached already (as "
-                           "another key, or twice in this call)", i, (long long)page);
+                           "another key, or twice in this call)",
+                           i, (long long)page);
     }
     if (tails != NULL && tails[i] && kvs_pool_window_page_of(pool, (uint64_t)page) < 0) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "insert page %zu (full page %lld) keeps its window page as the "
-                           "block's tail, but it has none bound", i, (long long)page);
+                           "block's tail, but it has none bound",
+                           i, (long long)page);
     }
     pool->full_stamp[page] = epoch;
     entries += 2 + (tails != NULL && tails[i] ? 1 : 0);
@@ -907,8 +937,8 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
 }
 
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
-                                       uint64_t *key, int64_t *parent, uint32_t *refs,
-                                       bool *tail, kvs_error *err) {
+                                       uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
+                                       kvs_error *err) {
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if (page >= pool->prefix.n || pool->prefix.rec[page].used != 1) {
@@ -958,8 +988,8 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
     if (r->parent >= 0 && ((uint64_t)r->parent >= p->n || p->rec[r->parent].used != 1)) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "cached block %llu (key %llu) hangs under block %d, which is not "
-                           "cached", (unsigned long long)fp, (unsigned long long)r->key,
-                           r->parent);
+                           "cached",
+                           (unsigned long long)fp, (unsigned long long)r->key, r->parent);
     }
     if (map_find(p, r->parent, r->key) != (int32_t)fp) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
@@ -969,8 +999,8 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
     if (r->tail && kvs_pool_window_page_of(pool, fp) < 0) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "cached block %llu (key %llu) keeps a tail but its full page has no "
-                           "window page bound", (unsigned long long)fp,
-                           (unsigned long long)r->key);
+                           "window page bound",
+                           (unsigned long long)fp, (unsigned long long)r->key);
     }
   }
   /* Conservation: every reference is a hold through the node. */
@@ -1003,15 +1033,16 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
     if (count[fp] != r->refs) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "cached block %llu (key %llu) counts %u references, the requests' "
-                           "holds account for %u", (unsigned long long)fp,
-                           (unsigned long long)r->key, r->refs, count[fp]);
+                           "holds account for %u",
+                           (unsigned long long)fp, (unsigned long long)r->key, r->refs, count[fp]);
     }
     if (r->writer >= 0) {
       int64_t h = hold_find(p, (uint64_t)r->writer);
       if (h < 0 || p->hold_writing[h] != (int32_t)fp) {
         return kvs_error_set(err, KVS_ERR_INTEGRITY,
                              "cached block %llu's tail is written by request %lld, which holds "
-                             "no such write", (unsigned long long)fp, (long long)r->writer);
+                             "no such write",
+                             (unsigned long long)fp, (long long)r->writer);
       }
     }
   }

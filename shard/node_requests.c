@@ -100,7 +100,8 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
                                  uint64_t prompt_tokens, uint64_t reprefill_tokens,
                                  kvs_node_prefix_hit *hit, int64_t *pages, kvs_error *err) {
   if (node == NULL || hit == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_prefix_match: node and hit "
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "kvs_node_prefix_match: node and hit "
                          "are required");
   }
   kvs_status status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err);
@@ -124,8 +125,8 @@ kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
   if (status != KVS_OK) return status;
   if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
   if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
-  kvs_prefix_hit h = {hit->matched_pages, hit->hit_tokens, hit->reprefill_tokens,
-                      hit->truncated_tokens, hit->node, hit->reprefill};
+  kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
+                      hit->truncated_tokens, hit->node,       hit->reprefill};
   return kvs_window_pool_prefix_acquire(pool_of(node), request, &h, err);
 }
 
@@ -154,7 +155,8 @@ kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages, uint64_t 
 kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
                                  kvs_error *err) {
   if (node == NULL || out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_prefix_stats: node and out "
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "kvs_node_prefix_stats: node and out "
                          "are required");
   }
   kvs_status status = sized(out->size, sizeof *out, "kvs_node_prefix_counts", err);

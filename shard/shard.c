@@ -277,7 +277,10 @@ static void count_entries(kvs_shard_t shard, const kvs_journal_entry *entries, s
   size_t binds = 0, frees = 0;
   for (size_t i = 0; i < n; i++) {
     if ((entries[i].full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
-    if (entries[i].window_page >= 0) binds++; else frees++;
+    if (entries[i].window_page >= 0)
+      binds++;
+    else
+      frees++;
   }
   shard->stats.steps++;
   shard->stats.binds += binds;

@@ -138,8 +138,7 @@ static void nulls_of_nodes(void) {
     int64_t page = 1, freed = 0;
     uint8_t taken = 0;
     size_t n_freed = 0;
-    REFUSES(kvs_node_prefix_match,
-            kvs_node_prefix_match(NULL, &key, 1, 1000, 0, &hit, NULL, &e_));
+    REFUSES(kvs_node_prefix_match, kvs_node_prefix_match(NULL, &key, 1, 1000, 0, &hit, NULL, &e_));
     REFUSES(kvs_node_prefix_acquire, kvs_node_prefix_acquire(NULL, 1, &hit, &e_));
     REFUSES(kvs_node_prefix_insert,
             kvs_node_prefix_insert(NULL, 1, &key, &page, NULL, 1, &taken, &e_));
@@ -231,8 +230,9 @@ static int one_node(void) {
          kvs_node_prefix_stats(node, &counts, &err) == KVS_OK && counts.blocks == 2 &&
          counts.tails == 1 && counts.refs == 2 && counts.holds == 1 &&
          kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
-    if (!ok) fprintf(stderr, "prefix: hit %llu node %lld: %s\n",
-                     (unsigned long long)hit.hit_tokens, (long long)hit.node, err.message);
+    if (!ok)
+      fprintf(stderr, "prefix: hit %llu node %lld: %s\n", (unsigned long long)hit.hit_tokens,
+              (long long)hit.node, err.message);
   }
   /* The mapping seen in place: the pages just freed read -1 there. */
   kvs_node_view view = {.size = sizeof view};

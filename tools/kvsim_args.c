@@ -433,8 +433,7 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
   }
   if (strcmp(flag, "--step-ms") == 0) {
     a->have_trace_flags = true;
-    return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]",
-                      &a->step_ms);
+    return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]", &a->step_ms);
   }
   if (strcmp(flag, "--prefix-cache") == 0) {
     static const char *const names[] = {"none", "kvshard", "sglang", "vllm"};
@@ -608,11 +607,13 @@ static int check_conflicts(const parser *p) {
   } else if (a->inject_slot && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
   } else if (a->trace == NULL && (a->have_trace_flags || a->inject_cache)) {
-    conflict = "--trace-block, --step-ms, --prefix-cache and --inject-cache-divergence need "
-               "--trace FILE";
+    conflict =
+        "--trace-block, --step-ms, --prefix-cache and --inject-cache-divergence need "
+        "--trace FILE";
   } else if (a->trace != NULL && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
-    conflict = "--trace needs rings per request (per-request or hca-per-request): the leader's "
-               "admissions travel as request-slot binds";
+    conflict =
+        "--trace needs rings per request (per-request or hca-per-request): the leader's "
+        "admissions travel as request-slot binds";
   } else if (a->inject_cache && a->inject_cache_step >= a->steps) {
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   } else if (a->inject_cache && a->prefix_cache == KVS_PREFIX_POLICY_NONE) {

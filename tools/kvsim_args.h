@@ -95,12 +95,12 @@ typedef struct kvsim_args {
   uint64_t bare_broadcasts;
   /* A serving trace (issue 26): NULL for the seeded workload. */
   const char *trace;
-  uint64_t trace_block; /* tokens per hash id (512) */
-  double step_ms;       /* simulated time of one step (50) */
-  int prefix_cache;     /* KVS_PREFIX_POLICY_* (kvshard with a trace) */
+  uint64_t trace_block;  /* tokens per hash id (512) */
+  double step_ms;        /* simulated time of one step (50) */
+  int prefix_cache;      /* KVS_PREFIX_POLICY_* (kvshard with a trace) */
   bool have_trace_flags; /* --trace-block, --step-ms or --prefix-cache given */
   kvs_kv_dtype kv_dtype; /* --kv-dtype (bf16) */
-  bool inject_cache;    /* --inject-cache-divergence RANK:STEP */
+  bool inject_cache;     /* --inject-cache-divergence RANK:STEP */
   int inject_cache_rank;
   uint64_t inject_cache_step;
 } kvsim_args;

@@ -549,7 +549,8 @@ static void inject_cache(run *r, uint64_t s) {
   }
   fprintf(stderr,
           "kvsim: rank %d injected a cache divergence after step %" PRIu64
-          ": cached block at full page %" PRIu64 " (key %" PRIu64 ") holds %u references here, "
+          ": cached block at full page %" PRIu64 " (key %" PRIu64
+          ") holds %u references here, "
           "%u on the leader\n",
           r->rank, s, block, key, refs + 1, refs);
 }
@@ -604,8 +605,8 @@ static int one_step(run *r, uint64_t s) {
   if (r->have_trace) {
     kvs_error lerr;
     kvs_error_clear(&lerr);
-    kvs_status learned = kvs_workload_learn(r->workload, result.info.entries_at,
-                                            result.info.entries, &lerr);
+    kvs_status learned =
+        kvs_workload_learn(r->workload, result.info.entries_at, result.info.entries, &lerr);
     if (learned != KVS_OK && !r->step_logged) {
       fprintf(stderr, "kvsim: rank %d: step %" PRIu64 ": %s\n", r->rank, s, lerr.message);
       r->step_logged = true;
@@ -645,8 +646,8 @@ static void progress(run *r, uint64_t *last_ns) {
   double elapsed = (double)(now - r->start_ns) * 1e-9;
   if (r->have_trace) {
     fprintf(stderr,
-            "kvsim: step %" PRIu64 ", %.0f steps/s, trace requests: %" PRIu64 " of %zu served, %" PRIu64
-            " running, %" PRIu64 " waiting; hit rate %.4f so far\n",
+            "kvsim: step %" PRIu64 ", %.0f steps/s, trace requests: %" PRIu64
+            " of %zu served, %" PRIu64 " running, %" PRIu64 " waiting; hit rate %.4f so far\n",
             r->steps, (double)r->steps / elapsed, c.trace_done, r->trace.n, c.running, c.waiting,
             c.prompt_tokens > 0 ? (double)c.hit_tokens / (double)c.prompt_tokens : 0.0);
     *last_ns = now;
@@ -754,7 +755,8 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
             c.reprefill_tokens, c.evictions, c.tail_drops,
             c.peak_cached_pages * kvs_node_page(r->node));
     fprintf(human,
-            "kvsim: %.1f simulated s (%" PRIu64 " steps of %g ms): %.2f requests per simulated "
+            "kvsim: %.1f simulated s (%" PRIu64
+            " steps of %g ms): %.2f requests per simulated "
             "s; simulated %.1f requests per wall-clock s\n",
             sim_s, r->steps, r->a->step_ms, sim_s > 0 ? (double)c.trace_done / sim_s : 0.0,
             elapsed_s > 0 ? (double)c.trace_done / elapsed_s : 0.0);
@@ -828,14 +830,13 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
     json_object_set_new(p, "requests", kvs_json_u64(c.trace_done));
     json_object_set_new(p, "prompt_tokens", kvs_json_u64(c.prompt_tokens));
     json_object_set_new(p, "hit_tokens", kvs_json_u64(c.hit_tokens));
-    json_object_set_new(p, "hit_rate", json_real(c.prompt_tokens > 0 ? (double)c.hit_tokens /
-                                                                          (double)c.prompt_tokens
-                                                                    : 0.0));
+    json_object_set_new(
+        p, "hit_rate",
+        json_real(c.prompt_tokens > 0 ? (double)c.hit_tokens / (double)c.prompt_tokens : 0.0));
     json_object_set_new(p, "ideal_hit_rate",
-                        json_real(r->trace.prompt_tokens > 0
-                                      ? (double)r->trace.ideal_hit_tokens /
-                                            (double)r->trace.prompt_tokens
-                                      : 0.0));
+                        json_real(r->trace.prompt_tokens > 0 ? (double)r->trace.ideal_hit_tokens /
+                                                                   (double)r->trace.prompt_tokens
+                                                             : 0.0));
     json_object_set_new(p, "reprefill_tokens", kvs_json_u64(c.reprefill_tokens));
     json_object_set_new(p, "gpu_hit_tokens", kvs_json_u64(c.hit_tokens));
     json_object_set_new(p, "host_hit_tokens", kvs_json_u64(0));

@@ -16,12 +16,12 @@ extern "C" {
 #endif
 
 typedef struct kvs_trace {
-  size_t n;           /* requests */
-  uint64_t block;     /* tokens per hash id */
-  double *timestamp;  /* ms, per request */
-  uint64_t *input;    /* prompt tokens */
-  uint64_t *output;   /* generated tokens */
-  size_t *first;      /* request i's ids are ids[first[i] .. first[i + 1]) */
+  size_t n;          /* requests */
+  uint64_t block;    /* tokens per hash id */
+  double *timestamp; /* ms, per request */
+  uint64_t *input;   /* prompt tokens */
+  uint64_t *output;  /* generated tokens */
+  size_t *first;     /* request i's ids are ids[first[i] .. first[i + 1]) */
   uint64_t *ids;
   uint64_t max_total; /* the longest input + output */
   /* An infinite cache at the trace's block granularity, from the trace

@@ -21,12 +21,12 @@ typedef struct request {
   int64_t *locs;      /* full location of each position, whole pages */
   bool active;
   /* With a trace: */
-  uint64_t slot;          /* its request slot */
-  uint64_t hit_pages;     /* pages read from the prefix cache (the cache's) */
-  uint64_t key_pages;     /* pages whose keys the trace gives */
-  int64_t tail_page;      /* its page whose window it keeps for the cache; -1 */
+  uint64_t slot;           /* its request slot */
+  uint64_t hit_pages;      /* pages read from the prefix cache (the cache's) */
+  uint64_t key_pages;      /* pages whose keys the trace gives */
+  int64_t tail_page;       /* its page whose window it keeps for the cache; -1 */
   uint64_t reprefill_left; /* window tokens still to recompute */
-  uint64_t inserted;      /* pages past the hit it gave the cache so far (leader) */
+  uint64_t inserted;       /* pages past the hit it gave the cache so far (leader) */
 } request;
 
 typedef struct arrival {
@@ -66,14 +66,14 @@ struct kvs_workload {
 
   /* Trace mode. */
   const kvs_trace *trace;
-  size_t next_arrival;   /* the trace's next request to arrive */
+  size_t next_arrival;     /* the trace's next request to arrive */
   uint64_t keys_per_block; /* pages per trace block */
-  uint64_t *keys;        /* scratch: max_pages */
-  int64_t *pages;        /* scratch: max_pages */
-  uint8_t *tails, *taken; /* scratch: max_pages */
-  int64_t *evicted;      /* scratch: max_pages */
-  uint8_t *cached;       /* per full page: the cache owns it (learned) */
-  uint64_t *acq_req;     /* this step's acquires and tail writers: request -> node */
+  uint64_t *keys;          /* scratch: max_pages */
+  int64_t *pages;          /* scratch: max_pages */
+  uint8_t *tails, *taken;  /* scratch: max_pages */
+  int64_t *evicted;        /* scratch: max_pages */
+  uint8_t *cached;         /* per full page: the cache owns it (learned) */
+  uint64_t *acq_req;       /* this step's acquires and tail writers: request -> node */
   int64_t *acq_node;
   bool *acq_writes;
   size_t n_acq, acq_cap;
@@ -200,8 +200,9 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
     const kvs_trace *t = options->trace;
     const char *why = NULL;
     if (!w->per_request) {
-      why = "a trace needs rings per request (--state-rings per-request or hca-per-request): "
-            "the leader's admissions travel as request-slot binds";
+      why =
+          "a trace needs rings per request (--state-rings per-request or hca-per-request): "
+          "the leader's admissions travel as request-slot binds";
     } else if (t->block % page != 0) {
       why = "the trace's block is no whole number of pages";
     } else if (options->prefix_policy != KVS_PREFIX_POLICY_NONE &&
@@ -486,7 +487,6 @@ static kvs_status contexts(struct kvs_workload *w, uint64_t *digest, kvs_error *
   return KVS_OK;
 }
 
-
 /* ---- trace mode ----
  *
  * Requests arrive at their timestamps. Only the leader decides what they
@@ -625,7 +625,8 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   }
   /* Admissions, FIFO from the queue's head, learned next. */
   size_t running = 0;
-  for (size_t i = 0; i < w->n_active; i++) running += w->slots[w->order[i]].done < w->slots[w->order[i]].total;
+  for (size_t i = 0; i < w->n_active; i++)
+    running += w->slots[w->order[i]].done < w->slots[w->order[i]].total;
   size_t admitted = 0;
   uint64_t slots_free = w->o.max_running - w->n_active;
   bool refused = false;
@@ -636,7 +637,8 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     kvs_prefix_hit hit = {0, 0, 0, 0, -1, false};
     if (cache) {
       uint64_t n_keys = trace_keys(w, a->id);
-      uint64_t reprefill = w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD ? w->o.reprefill_tokens : 0;
+      uint64_t reprefill =
+          w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD ? w->o.reprefill_tokens : 0;
       *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
                                              &hit, NULL, err);
       if (*status != KVS_OK) return;
@@ -765,7 +767,8 @@ static kvs_status start_request(struct kvs_workload *w, uint64_t id, uint64_t sl
   if (kvs_free_list_free_units(w->full_free) < own) {
     return kvs_error_set(err, KVS_ERR_DIVERGENCE,
                          "the leader admitted trace request %llu needing %llu full pages; this "
-                         "rank has %llu free", (unsigned long long)id, (unsigned long long)own,
+                         "rank has %llu free",
+                         (unsigned long long)id, (unsigned long long)own,
                          (unsigned long long)kvs_free_list_free_units(w->full_free));
   }
   for (uint64_t k = 0; k < hit_pages; k++) {
@@ -851,8 +854,7 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
   return KVS_OK;
 }
 
-kvs_status kvs_workload_live_block(const struct kvs_workload *w, uint64_t *block,
-                                   kvs_error *err) {
+kvs_status kvs_workload_live_block(const struct kvs_workload *w, uint64_t *block, kvs_error *err) {
   for (size_t i = 0; i < w->n_active; i++) {
     const request *r = &w->slots[w->order[i]];
     if (w->trace != NULL && r->hit_pages > 0 && r->done < r->total) {

@@ -103,9 +103,9 @@ typedef struct kvs_workload_counters {
   /* With a trace: its requests served, their prompts and what they
    * reused (identical on every rank: each learns the leader's decisions
    * from the step's journal). */
-  uint64_t trace_done;       /* requests that completed */
-  uint64_t trace_skipped;    /* requests the pool can never hold */
-  uint64_t prompt_tokens;    /* of admitted requests */
+  uint64_t trace_done;    /* requests that completed */
+  uint64_t trace_skipped; /* requests the pool can never hold */
+  uint64_t prompt_tokens; /* of admitted requests */
   uint64_t hit_tokens;
   uint64_t reprefill_tokens; /* window tokens recomputed on hits */
   uint64_t truncated_tokens; /* matched tokens recomputed for want of a tail */

@@ -542,17 +542,17 @@ TEST(NullArguments, prefix_cache) {
   uint8_t taken = 0;
   size_t n_freed = 0;
   EXPECT_FALSE(kvs_window_pool_prefix_enabled(nullptr));
-  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_match(nullptr, &key, 1, 1000, 0, &hit,
-                                                           nullptr, &err));
+  EXPECT_NULL_REFUSED("pool",
+                      kvs_window_pool_prefix_match(nullptr, &key, 1, 1000, 0, &hit, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_acquire(nullptr, 1, &hit, &err));
-  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_insert(nullptr, 1, &key, &page, nullptr, 1,
-                                                            &taken, &err));
+  EXPECT_NULL_REFUSED(
+      "pool", kvs_window_pool_prefix_insert(nullptr, 1, &key, &page, nullptr, 1, &taken, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_release(nullptr, 1, &err));
-  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_evict(nullptr, 1, 0, &freed, 1, &n_freed,
-                                                           nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "pool", kvs_window_pool_prefix_evict(nullptr, 1, 0, &freed, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_stats(nullptr, &stats, &err));
-  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_node(nullptr, 1, nullptr, nullptr, nullptr,
-                                                          nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "pool", kvs_window_pool_prefix_node(nullptr, 1, nullptr, nullptr, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_inject(nullptr, 1, 1, &err));
   // A pool with a cache: the arrays and outputs, nothing changed.
   kvs_geometry g = kvs_test::args();
@@ -564,21 +564,21 @@ TEST(NullArguments, prefix_cache) {
   Pool p(raw);
   ASSERT_TRUE(kvs_window_pool_prefix_enabled(p.get()));
   uint64_t digest = kvs_window_pool_digest(p.get());
-  EXPECT_NULL_REFUSED("hit", kvs_window_pool_prefix_match(p.get(), &key, 1, 1000, 0, nullptr,
-                                                          nullptr, &err));
-  EXPECT_NULL_REFUSED("keys", kvs_window_pool_prefix_match(p.get(), nullptr, 1, 1000, 0, &hit,
-                                                           nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "hit", kvs_window_pool_prefix_match(p.get(), &key, 1, 1000, 0, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "keys", kvs_window_pool_prefix_match(p.get(), nullptr, 1, 1000, 0, &hit, nullptr, &err));
   EXPECT_NULL_REFUSED("hit", kvs_window_pool_prefix_acquire(p.get(), 1, nullptr, &err));
-  EXPECT_NULL_REFUSED("keys", kvs_window_pool_prefix_insert(p.get(), 1, nullptr, &page, nullptr, 1,
-                                                            &taken, &err));
-  EXPECT_NULL_REFUSED("pages", kvs_window_pool_prefix_insert(p.get(), 1, &key, nullptr, nullptr, 1,
-                                                             &taken, &err));
-  EXPECT_NULL_REFUSED("taken", kvs_window_pool_prefix_insert(p.get(), 1, &key, &page, nullptr, 1,
-                                                             nullptr, &err));
-  EXPECT_NULL_REFUSED("n_freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, &freed, 1, nullptr,
-                                                              nullptr, &err));
-  EXPECT_NULL_REFUSED("freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, nullptr, 1, &n_freed,
-                                                            nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "keys", kvs_window_pool_prefix_insert(p.get(), 1, nullptr, &page, nullptr, 1, &taken, &err));
+  EXPECT_NULL_REFUSED(
+      "pages", kvs_window_pool_prefix_insert(p.get(), 1, &key, nullptr, nullptr, 1, &taken, &err));
+  EXPECT_NULL_REFUSED(
+      "taken", kvs_window_pool_prefix_insert(p.get(), 1, &key, &page, nullptr, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "n_freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, &freed, 1, nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED(
+      "freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, nullptr, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_window_pool_prefix_stats(p.get(), nullptr, &err));
   EXPECT_EQ(kvs_window_pool_prefix_node(p.get(), 1, nullptr, nullptr, nullptr, nullptr, &err),
             KVS_ERR_NOT_FOUND);

@@ -233,7 +233,8 @@ TEST(PrefixCache, conservation_and_bisection_name_a_diverging_block) {
   uint64_t lo = 0, hi = kvs_window_pool_digest_units(pool);
   while (hi - lo > 1) {
     uint64_t mid = lo + (hi - lo) / 2;
-    if (kvs_window_pool_digest_range(pool, lo, mid) != kvs_window_pool_digest_range(follower, lo, mid)) {
+    if (kvs_window_pool_digest_range(pool, lo, mid) !=
+        kvs_window_pool_digest_range(follower, lo, mid)) {
       hi = mid;
     } else {
       lo = mid;
