@@ -112,3 +112,30 @@ kvs_status kvs_node_overhead_reserve(uint64_t reserve_bytes, const kvs_node_over
   *out = sum;
   return KVS_OK;
 }
+
+kvs_status kvs_node_overhead_check(const kvs_memory_budget *budget,
+                                   const kvs_node_overhead *overhead, const char *reserve_name,
+                                   kvs_error *err) {
+  if (budget == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: budget is NULL", __func__);
+  }
+  if (overhead == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: overhead is NULL", __func__);
+  }
+  if (reserve_name == NULL) reserve_name = "the reserve";
+  /* An explicit budget is the carve's own bytes: nothing was taken off
+   * memory for anything, and nothing is asked of it. */
+  if (budget->source == KVS_BUDGET_EXPLICIT || overhead->total_bytes <= budget->reserve_bytes) {
+    return KVS_OK;
+  }
+  return kvs_error_set(
+      err, KVS_ERR_BUDGET_TOO_SMALL,
+      "the node's buffers need %llu bytes beside its carve but %s is %llu; give "
+      "%s of at least %llu (%.1f MiB: the tables' batch buffers %llu, the step "
+      "buffers %llu, the communicator's %llu, NCCL's estimated %llu)",
+      (unsigned long long)overhead->total_bytes, reserve_name,
+      (unsigned long long)budget->reserve_bytes, reserve_name,
+      (unsigned long long)overhead->total_bytes, (double)overhead->total_bytes / 1048576.0,
+      (unsigned long long)overhead->table_bytes, (unsigned long long)overhead->step_bytes,
+      (unsigned long long)overhead->comm_bytes, (unsigned long long)overhead->nccl_bytes);
+}

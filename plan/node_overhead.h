@@ -2,7 +2,7 @@
  *
  * The plan prices the device tables' one allocation byte for byte
  * (plan/device_layout.h). A node on a GPU allocates more, after its budget
- * was measured, and none of it was priced so far:
+ * was measured, none of it in the carve:
  *
  *   - the table's batch buffers (backends/cuda/table_cuda.c): one
  *     block-table row of ceil(max_seq_len / P) int32 blocks per request of
@@ -25,15 +25,20 @@
  * kvs_node_overhead_compute gives the first three exactly (the sizes the
  * code asks cudaMalloc for; pinned host memory beside them, which is not
  * GPU memory, separately) and the fourth as an estimate
- * (kvs_nccl_buffer_estimate, below). They belong in the plan's reserve: a
- * caller that plans for a node adds total_bytes to the budget request's
- * reserve_bytes (plan/node_setup.h; kvs_node_overhead_reserve), so every
- * GPU's budget, measured or nominal, is what is left after them and the
- * plan's reserve_bytes says so. The 512 MiB reserve stays for what the
- * CUDA runtime takes lazily (module loads, local memory, the driver's
- * rounding of each allocation to its pages), which this prices no better
- * than the reserve did. An explicit budget is the carve's own bytes and
- * takes nothing off.
+ * (kvs_nccl_buffer_estimate, below). They are priced in the reserve: a
+ * budget from GPU memory, measured or nominal, is memory x ratio - weights
+ * - reserve, and the reserve must hold them (kvs_node_overhead_check). The
+ * node checks its own at create (its device, its communicator, max_batch,
+ * its shard's step capacity: shard/plan_overhead.h), and kvplan checks
+ * the deployment it plans (device tables, NCCL between the ranks of a
+ * group); a reserve below them is refused naming both numbers, never
+ * silently carved into. The 512 MiB default holds them (53.0 MiB below)
+ * with the rest for what the CUDA runtime takes lazily (module loads,
+ * local memory, the driver's rounding of each allocation to its pages),
+ * which this prices no better than the reserve did. An explicit budget is
+ * the carve's own bytes and takes nothing off: no check.
+ * kvs_node_overhead_reserve gives the reserve with the buffers added, for
+ * a caller that wants them on top of its own reserve instead.
  *
  * A DSV4 node stepping 64 requests of up to 1 Mi tokens at P = 128 over
  * NCCL allocates 2,765,144 bytes (2.6 MiB) beside its carve, most of it
@@ -51,6 +56,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "plan/memory_budget.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,8 +125,9 @@ typedef struct kvs_node_overhead_request {
   bool device_comm;     /* the steps' communicator keeps device buffers (NCCL) */
   /* kvs_step_message_bytes of the shard's step capacity
    * (kvs_shard_step_capacity): 48 + 16 x entries. Before the shard exists
-   * that of options.step_capacity, or of kvs_shard_step_capacity_for over
-   * the planned window; a page more or less changes it by 32 bytes. */
+   * kvs_shard_step_capacity_of over the planned stage's sizes (what
+   * shard/plan_overhead.h does); a page more or less of window changes it
+   * by 32 bytes. */
   size_t message_bytes;
   size_t agree_words; /* the node's agreement scratch on a device communicator, in words */
   const kvs_nccl_estimate *nccl; /* with device_comm; NULL: KVS_NCCL_ESTIMATE_INIT */
@@ -150,6 +157,17 @@ kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *request,
  * KVS_ERR_OVERFLOW naming both. */
 kvs_status kvs_node_overhead_reserve(uint64_t reserve_bytes, const kvs_node_overhead *overhead,
                                      uint64_t *out, kvs_error *err);
+
+/* Whether budget's reserve holds the node's buffers: KVS_OK when the
+ * budget is explicit (the carve's own bytes: nothing was taken off memory,
+ * nothing is asked) or overhead->total_bytes <= budget->reserve_bytes;
+ * else KVS_ERR_BUDGET_TOO_SMALL: "the node's buffers need N bytes beside
+ * its carve but RESERVE is M; give RESERVE of at least N (...)", RESERVE
+ * being reserve_name (the flag or option the caller gives the reserve by;
+ * NULL: "the reserve"), with the buffers' parts. */
+kvs_status kvs_node_overhead_check(const kvs_memory_budget *budget,
+                                   const kvs_node_overhead *overhead, const char *reserve_name,
+                                   kvs_error *err);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/rank_word.h"
 #include "shard/node_internal.h"
+#include "shard/plan_overhead.h"
 #include "topology/cuda_probe.h"
 
 #define NONE UINT64_MAX
@@ -352,9 +353,8 @@ void kvs_node_destroy(kvs_node_t node) {
 /* The collective scratch: the budget gather's words, an error message, and
  * the checks' few words. */
 static size_t words_needed(size_t n_gpus) {
-  size_t gather = n_gpus * B_WORDS;
-  size_t message = 1 + (KVS_ERROR_MESSAGE_MAX + sizeof(uint64_t) - 1) / sizeof(uint64_t);
-  return gather > message ? gather : message;
+  _Static_assert(B_WORDS == 4, "kvs_node_agree_words prices four gather words a GPU");
+  return kvs_node_agree_words(n_gpus);
 }
 
 /* Local: the options checked, the geometry and row widths taken, and the
@@ -479,6 +479,42 @@ static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, 
                        "plan holds %llu: the plan and the devices disagree",
                        tightest, tp->gpu, tp->first, tp->end - 1, (unsigned long long)agreed,
                        (unsigned long long)split->num_pages);
+}
+
+/* Local, before anything goes on the GPU: what this rank will put there
+ * beside its carve (plan/node_overhead.h) with its actual configuration
+ * (its tables' device, whether its steps' communicator keeps device
+ * buffers and NCCL's, max_batch, the step capacity its shard will have),
+ * and whether its budget's reserve holds it. An explicit budget is the
+ * carve's own bytes: not checked. */
+static kvs_status check_buffers(kvs_node_t node, kvs_table_kind kind, const kvs_memory_budget *own,
+                                kvs_error *err) {
+  const kvs_node_options *o = &node->options;
+  /* The engine's communicator keeps device buffers when the node's words
+   * from it have a device copy; the node's own NCCL one always does (and
+   * connects NCCL's buffers at its first collective, after the budget was
+   * measured). NCCL's estimate is counted on either. */
+  bool engine_device = node->words.device != NULL;
+  kvs_node_deployment d = {.cuda_tables = kind == KVS_TABLE_CUDA,
+                           .device_comm = engine_device || o->step_backend != NULL,
+                           .max_batch = node->max_batch,
+                           .max_running = o->max_running,
+                           .radix = o->radix,
+                           .prefix_cache = o->prefix_cache,
+                           .step_capacity = o->step_capacity,
+                           .max_seq_len = o->max_seq_len,
+                           .agree_words = engine_device ? node->words_count : 0,
+                           .nccl = NULL};
+  kvs_status status = kvs_node_plan_overhead(node->plan, kvs_cluster_gpus(node->cluster),
+                                             (size_t)node->rank, &d, &node->buffers, err);
+  if (status != KVS_OK) return status;
+  kvs_error why;
+  kvs_error_clear(&why);
+  if (kvs_node_overhead_check(own, &node->buffers, "reserve_bytes (--reserve)", &why) == KVS_OK) {
+    return KVS_OK;
+  }
+  return kvs_error_set(err, why.status, "GPU %zu (%s): %s", node->gpu.index, node->gpu.pci_busid,
+                       why.message);
 }
 
 /* Local, step 5: this rank's layout carved as planned, its tables, and the
@@ -642,6 +678,8 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   free(used);
   free(plain);
   if (status != KVS_OK || (status = agree_on_pages(node, &own, err))) return status;
+  local = check_buffers(node, kind, &own, &local_err);
+  if ((status = agree(node, "the node's buffers", local, &local_err, err))) return status;
 
   if ((status = open_step_comm(node, kind, ordinal, err)) || (status = create_shard(node, err))) {
     return status;
@@ -741,6 +779,7 @@ const kvs_gpu_info *kvs_node_gpu(const struct kvs_node *node) { return &node->gp
 const kvs_binding_report *kvs_node_binding(const struct kvs_node *node) { return &node->binding; }
 const kvs_device_layout *kvs_node_layout(const struct kvs_node *node) { return node->layout; }
 kvs_table_t kvs_node_table(const struct kvs_node *node) { return node->table; }
+const kvs_node_overhead *kvs_node_buffers(const struct kvs_node *node) { return &node->buffers; }
 kvs_shard_t kvs_node_shard(const struct kvs_node *node) { return node->shard; }
 kvs_comm_t kvs_node_step_comm(const struct kvs_node *node) { return node->step_comm; }
 kvs_window_pool_t kvs_node_pool(const struct kvs_node *node) { return kvs_shard_pool(node->shard); }

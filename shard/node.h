@@ -56,6 +56,7 @@
 #include "plan/device_layout.h"
 #include "plan/cluster.h"
 #include "shard/comm.h"
+#include "plan/node_overhead.h"
 #include "plan/node_setup.h"
 #include "shard/shard.h"
 #include "shard/table.h"
@@ -103,6 +104,10 @@ const kvs_binding_report *kvs_node_binding(const struct kvs_node *node);
 /* This rank's device layout (what the tables carve). */
 const kvs_device_layout *kvs_node_layout(const struct kvs_node *node);
 kvs_table_t kvs_node_table(const struct kvs_node *node);
+/* What this rank puts on its GPU beside its carve, as create priced it
+ * with its actual configuration and checked against its budget's reserve
+ * (shard/plan_overhead.h). */
+const kvs_node_overhead *kvs_node_buffers(const struct kvs_node *node);
 kvs_shard_t kvs_node_shard(const struct kvs_node *node);
 /* This rank's pool: the leader allocates through it between steps. */
 kvs_window_pool_t kvs_node_pool(const struct kvs_node *node);

@@ -4,6 +4,7 @@
 #ifndef KVS_SHARD_NODE_INTERNAL_H
 #define KVS_SHARD_NODE_INTERNAL_H
 
+#include "plan/node_overhead.h"
 #include "shard/node.h"
 
 struct kvs_node {
@@ -31,7 +32,8 @@ struct kvs_node {
   kvs_table_t table;
   bool table_reads_device_entries; /* the tables read the broadcast's device buffer */
   kvs_shard_t shard;
-  kvs_comm_buffer words; /* collective scratch */
+  kvs_node_overhead buffers; /* what this rank puts on its GPU beside its carve (checked) */
+  kvs_comm_buffer words;     /* collective scratch */
   size_t words_count;
   /* Host copies of the last step's ring contexts, for digests. */
   size_t max_batch;

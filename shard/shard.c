@@ -110,6 +110,39 @@ static kvs_status chunk_budget(const kvs_pool_sizes *sizes, uint64_t max_running
   return KVS_OK;
 }
 
+kvs_status kvs_shard_step_capacity_of(const kvs_pool_sizes *sizes, uint64_t max_running, bool radix,
+                                      bool prefix_cache, size_t step_capacity, size_t *out,
+                                      kvs_error *err) {
+  if (sizes == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         sizes == NULL ? "sizes" : "out");
+  }
+  if (sizes->page == 0 || sizes->n_win_slots < sizes->page) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "sizes hold no window page (page %llu, %llu window slots)",
+                         (unsigned long long)sizes->page, (unsigned long long)sizes->n_win_slots);
+  }
+  size_t capacity = step_capacity;
+  kvs_status status;
+  if (capacity == 0) {
+    uint64_t chunk;
+    if ((status = chunk_budget(sizes, max_running, radix, &chunk, err))) {
+      return status;
+    }
+    capacity = kvs_shard_step_capacity_for(chunk, sizes->page, max_running);
+    /* A prefix cache adds per page inserted two entries and a tail, per
+     * eviction up to three, per request an acquire, a release and a move. */
+    if (prefix_cache) capacity = capacity * 3 + 8 * (size_t)max_running;
+  }
+  /* The message travels as one int-counted transfer. */
+  if (capacity > (size_t)(INT32_MAX - KVS_STEP_HEADER_BYTES) / KVS_STEP_ENTRY_BYTES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "step capacity %zu entries does not fit one collective", capacity);
+  }
+  *out = capacity;
+  return KVS_OK;
+}
+
 kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
                             const kvs_shard_options *options, kvs_shard_t *out, kvs_error *err) {
   if (comm == NULL || sizes == NULL || out == NULL) {
@@ -125,28 +158,11 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%d ranks exceed the %d a shard supports",
                          kvs_comm_size(comm), KVS_SHARD_MAX_RANKS);
   }
-  if (sizes->page == 0 || sizes->n_win_slots < sizes->page) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "sizes hold no window page (page %llu, %llu window slots)",
-                         (unsigned long long)sizes->page, (unsigned long long)sizes->n_win_slots);
-  }
-  size_t capacity = options->step_capacity;
-  kvs_status status;
-  if (capacity == 0) {
-    uint64_t chunk;
-    if ((status = chunk_budget(sizes, options->max_running, options->radix, &chunk, err))) {
-      return status;
-    }
-    capacity = kvs_shard_step_capacity_for(chunk, sizes->page, options->max_running);
-    /* A prefix cache adds per page inserted two entries and a tail, per
-     * eviction up to three, per request an acquire, a release and a move. */
-    if (options->prefix_cache) capacity = capacity * 3 + 8 * (size_t)options->max_running;
-  }
-  /* The message travels as one int-counted transfer. */
-  if (capacity > (size_t)(INT32_MAX - KVS_STEP_HEADER_BYTES) / KVS_STEP_ENTRY_BYTES) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "step capacity %zu entries does not fit one collective", capacity);
-  }
+  size_t capacity;
+  kvs_status status =
+      kvs_shard_step_capacity_of(sizes, options->max_running, options->radix, options->prefix_cache,
+                                 options->step_capacity, &capacity, err);
+  if (status != KVS_OK) return status;
 
   struct kvs_shard *shard = calloc(1, sizeof *shard);
   if (shard == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a shard");

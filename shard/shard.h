@@ -77,6 +77,19 @@ typedef struct kvs_shard_options {
  * plus completions' live pages, at most 2 each). */
 size_t kvs_shard_step_capacity_for(uint64_t chunk_tokens, uint64_t page, uint64_t max_running);
 
+/* The capacity kvs_shard_create gives a shard over sizes: step_capacity
+ * when non-zero, else kvs_shard_step_capacity_for over the pool's prefill
+ * chunk budget (half the window left after the pages reserved for
+ * max_running requests, radix or not, at least one page), with a prefix
+ * cache's entries on top. Before the shard
+ * exists, so a planner prices the step message the node will send
+ * (plan/node_overhead.h). Sizes holding no window page, or a capacity one
+ * collective cannot carry, are KVS_ERR_INVALID_ARGUMENT as create says;
+ * *out is written only on success. */
+kvs_status kvs_shard_step_capacity_of(const kvs_pool_sizes *sizes, uint64_t max_running, bool radix,
+                                      bool prefix_cache, size_t step_capacity, size_t *out,
+                                      kvs_error *err);
+
 /* Collective. Builds this rank's pool over sizes (the agreed ones, see
  * shard/budget.h) and the step buffers, and checks with one allreduce that
  * every rank built the same pool shape and capacity. The leader's pool

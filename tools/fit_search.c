@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "plan/node_setup.h"
+#include "shard/plan_overhead.h"
 #include "tools/plan_weights.h"
 #include "tools/tool_io.h"
 
@@ -176,6 +177,29 @@ void fit_kvshard_capacity(fit_cluster *c, fit_row *row) {
   row->fits = row->max_requests > 0;
   /* The row shows the pages and floor of what it holds. */
   size_requests(c, row, row->max_requests, NULL);
+}
+
+void fit_kvshard_buffers(fit_cluster *c, fit_row *row) {
+  row->buffers_priced = false;
+  bool answer = row->max_requests > 0 || (row->requests > 0 && row->fraction_found);
+  if (!answer) return;
+  double f =
+      row->max_requests > 0 || row->min_fraction < c->fraction ? c->fraction : row->min_fraction;
+  if (!set_fraction(c, f)) return;
+  kvs_plan_request request = request_of(c, row, true);
+  kvs_node_plan_t plan = NULL;
+  if (kvs_node_plan_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) != KVS_OK) {
+    return;
+  }
+  kvs_node_deployment d =
+      kvs_node_deployment_planned(plan, c->n_gpus, row->requests, c->options->radix, c->context);
+  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+    kvs_node_overhead o;
+    if (kvs_node_plan_overhead(plan, c->gpus, r, &d, &o, NULL) != KVS_OK) continue;
+    if (!row->buffers_priced || o.total_bytes > row->buffers.total_bytes) row->buffers = o;
+    row->buffers_priced = true;
+  }
+  kvs_node_plan_destroy(plan);
 }
 
 /* ---- SGLang's sizing ---- */

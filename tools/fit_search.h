@@ -18,6 +18,7 @@
 
 #include "core/model_weights.h"
 #include "plan/memory_budget.h"
+#include "plan/node_overhead.h"
 #include "plan/node_plan.h"
 #include "plan/parallel.h"
 #include "tools/plan_engine.h"
@@ -77,6 +78,11 @@ typedef struct fit_row {
   uint64_t sglang_full;         /* its full pool at sglang_fraction */
   uint64_t sglang_max_running;  /* --max-running-requests the answer needs */
   uint64_t sglang_max_requests; /* --max-concurrency: per DP group */
+  /* kvshard's answer's node buffers beside its carve (the rank that needs
+   * the most), at the plan of that answer (fit_kvshard_buffers); priced
+   * when buffers_priced. */
+  bool buffers_priced;
+  kvs_node_overhead buffers;
 } fit_row;
 
 /* The demand's sizing of the layout in row (requests per group given):
@@ -89,6 +95,13 @@ void fit_kvshard_demand(fit_cluster *c, fit_row *row);
 
 /* kvshard's capacity: the most requests per group at c->fraction. */
 void fit_kvshard_capacity(fit_cluster *c, fit_row *row);
+
+/* The node buffers of kvshard's answer in row (demand: at the larger of
+ * its smallest fraction and c->fraction; capacity: its most requests at
+ * c->fraction), in the deployment kvplan plans (shard/plan_overhead.h):
+ * the rank that needs the most into row->buffers. Rows without an answer
+ * are not priced. */
+void fit_kvshard_buffers(fit_cluster *c, fit_row *row);
 
 /* SGLang's smallest fraction (demand mode), or its capacity at
  * c->engine_fraction (capacity, SGLang's default when not given); a layout

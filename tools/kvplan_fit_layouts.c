@@ -66,9 +66,11 @@ static int search_layout(fit_run *r, fit_cluster *c, const kvs_parallel *l, fit_
   if (rc != 0) return rc;
   if (a->max_concurrency) {
     fit_kvshard_capacity(c, row);
+    if (!a->options.engine_sglang) fit_kvshard_buffers(c, row);
     return a->options.engine_sglang ? fit_sglang_capacity(c, row) : 0;
   }
   fit_kvshard_demand(c, row);
+  if (!a->options.engine_sglang) fit_kvshard_buffers(c, row);
   return a->options.engine_sglang ? fit_sglang_demand(c, row) : 0;
 }
 
@@ -144,8 +146,32 @@ static bool row_fits(const fit_run *r, const fit_row *row) {
   return r->a->options.engine_sglang ? row->sglang_fits : row->fits;
 }
 
+/* Under kvshard's rule every answer's node buffers must fit in the
+ * reserve its share was found with (SGLang's rule reserves nothing by
+ * design: its graphs and activations live in P x (1 - f)). Returns 0, or
+ * 1 after naming the layout that needs the most, both numbers and the
+ * flag. */
+static int check_buffers(const fit_run *r, const kvs_memory_budget *memory) {
+  const fit_row *worst = NULL;
+  for (size_t i = 0; i < r->n_rows; i++) {
+    const fit_row *row = &r->rows[i];
+    if (row->buffers_priced &&
+        (worst == NULL || row->buffers.total_bytes > worst->buffers.total_bytes)) {
+      worst = row;
+    }
+  }
+  if (worst == NULL) return 0;
+  kvs_error err;
+  if (kvs_node_overhead_check(&memory[0], &worst->buffers, "--reserve", &err) == KVS_OK) return 0;
+  fprintf(kvs_tool_err(), "kvplan fit: tp %zu x pp %zu x dp %zu on %zu node%s: %s\n",
+          worst->layout.tp, worst->layout.pp, worst->layout.dp, worst->nodes,
+          worst->nodes > 1 ? "s" : "", err.message);
+  return 1;
+}
+
 int fit_evaluate_all(fit_run *r) {
   int rc = evaluate(r, r->topo, r->memory);
+  if (rc == 0) rc = check_buffers(r, r->memory);
   if (rc != 0) return rc;
   bool fits_one = false;
   for (size_t i = 0; i < r->n_rows; i++) fits_one |= row_fits(r, &r->rows[i]);
@@ -156,6 +182,7 @@ int fit_evaluate_all(fit_run *r) {
     size_t before = r->n_rows;
     rc = evaluate(r, more, r->grown);
     kvs_cluster_destroy(more);
+    if (rc == 0) rc = check_buffers(r, r->grown);
     if (rc != 0) return rc;
     for (size_t i = before; i < r->n_rows && r->nodes_needed == 0; i++) {
       if (row_fits(r, &r->rows[i])) r->nodes_needed = nodes;

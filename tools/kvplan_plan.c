@@ -19,6 +19,7 @@
 
 #include "core/cost_model.h"
 #include "plan/cluster.h"
+#include "plan/node_overhead.h"
 #include "plan/node_setup.h"
 #include "tools/args.h"
 #include "tools/kvplan.h"
@@ -31,6 +32,7 @@
 #include "tools/sglang_report.h"
 #include "plan/node_plan.h"
 #include "plan/parallel.h"
+#include "shard/plan_overhead.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 #include "tools/tool_io.h"
@@ -91,7 +93,9 @@ static void usage(FILE *out) {
           "  --expert-weights BYTES --shared-weights BYTES\n"
           "                          the same in two kinds: routed experts (divided over\n"
           "                          tp x dp GPUs) and the rest (divided over tp)\n"
-          "  --reserve BYTES         taken off that share for the CUDA runtime (512MiB)\n"
+          "  --reserve BYTES         taken off that share for the node's buffers beside its\n"
+          "                          carve and the CUDA runtime (512MiB); must hold the\n"
+          "                          buffers (node_overhead_bytes), else exit 1\n"
           "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
           "                          total its driver reports (H200: 143771MiB); decimals\n"
           "                          take a unit (140.4GiB)\n"
@@ -825,6 +829,62 @@ static int make_plan(plan_run *p) {
   return a->options.engine_sglang ? kvplan_engine_pools(p) : 0;
 }
 
+/* What the node puts on each GPU beside its carve in the deployment
+ * planned (device tables on every GPU, NCCL between a group's ranks,
+ * max_batch --max-running, the step message of the shard's capacity over
+ * the planned window), per rank into p->overheads; and, under kvshard's
+ * rule, every budget from GPU memory must hold it in its reserve: exit 1
+ * naming both numbers and the flag otherwise. An explicit budget is the
+ * carve's own bytes (no check); SGLang's rule reserves nothing by design
+ * (its graphs and activations live in P x (1 - f)): no check. */
+static int price_buffers(plan_run *p) {
+  const plan_args *a = p->a;
+  size_t n = kvs_node_plan_rank_count(p->plan);
+  p->overheads = calloc(n, sizeof *p->overheads);
+  if (p->overheads == NULL) {
+    fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
+    return 1;
+  }
+  kvs_node_deployment d = kvs_node_deployment_planned(p->plan, p->n, a->options.max_running,
+                                                      a->options.radix, a->options.max_seq_len);
+  kvs_error err;
+  if (kvs_node_plan_overheads(p->plan, p->gpus, &d, p->overheads, &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 1;
+  }
+  if (p->engine_rule) return 0;
+  /* The rank that needs the most of its reserve, if any needs more. */
+  size_t worst = n;
+  for (size_t r = 0; r < n; r++) {
+    const kvs_memory_budget *b = &p->terms[kvs_node_plan_rank(p->plan, r)->gpu];
+    if (b->source != KVS_BUDGET_EXPLICIT && p->overheads[r] > b->reserve_bytes &&
+        (worst == n || p->overheads[r] > p->overheads[worst])) {
+      worst = r;
+    }
+  }
+  if (worst == n) return 0;
+  const kvs_rank_plan *rp = kvs_node_plan_rank(p->plan, worst);
+  kvs_node_overhead o;
+  if (kvs_node_plan_overhead(p->plan, p->gpus, worst, &d, &o, &err) != KVS_OK ||
+      kvs_node_overhead_check(&p->terms[rp->gpu], &o, "--reserve", &err) == KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 1;
+  }
+  if (a->json) {
+    json_t *e = json_object();
+    json_object_set_new(e, "error", json_string("reserve_too_small"));
+    json_object_set_new(e, "rank", kvs_json_u64(worst));
+    json_object_set_new(e, "gpu", kvs_gpu_json(&p->gpus[rp->gpu]));
+    json_object_set_new(e, "node_overhead_bytes", kvs_json_u64(o.total_bytes));
+    json_object_set_new(e, "reserve_bytes", kvs_json_u64(p->terms[rp->gpu].reserve_bytes));
+    print_json(e);
+  }
+  fflush(kvs_tool_out());
+  fprintf(kvs_tool_err(), "kvplan plan: rank %zu (GPU %zu %s): %s\n", worst, rp->gpu,
+          p->gpus[rp->gpu].pci_busid, err.message);
+  return 1;
+}
+
 /* --svg: the memory map, titled with the layout and what it buys. */
 static int write_svg(const plan_run *p) {
   const kvs_split *split = kvs_node_plan_split(p->plan);
@@ -911,7 +971,8 @@ static void print_plan_json(plan_run *p) {
                                          labels,
                                          p->n_nodes,
                                          p->layout.dp,
-                                         p->layout.ep};
+                                         p->layout.ep,
+                                         p->overheads};
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
@@ -933,6 +994,39 @@ static const char *weights_line(const char *source) {
            "layers: shared / tp, experts / (tp x dp) (estimate)";
   }
   return "from the model folder, per rank by its layers (estimate)";
+}
+
+/* The "buffers" line: the most any rank's node puts beside its carve,
+ * and what holds it. */
+static void print_buffers_line(const plan_run *p) {
+  uint64_t most = 0;
+  size_t n = kvs_node_plan_rank_count(p->plan);
+  for (size_t r = 0; r < n; r++) {
+    if (p->overheads[r] > most) most = p->overheads[r];
+  }
+  const kvs_memory_budget *b = &p->terms[kvs_node_plan_rank(p->plan, 0)->gpu];
+  char bytes[32], reserve[32];
+  kvs_format_bytes(most, bytes, sizeof bytes);
+  kvs_format_bytes(b->reserve_bytes, reserve, sizeof reserve);
+  const char *groups = kvs_node_plan_tp(p->plan) * kvs_node_plan_pp(p->plan) > 1
+                           ? "device tables' batch and step buffers, step messages over NCCL and "
+                             "NCCL's own (estimated)"
+                           : "device tables' batch and step buffers; one rank, no NCCL";
+  if (p->engine_rule) {
+    fprintf(kvs_tool_out(),
+            "buffers     %s per GPU beside the carve (%s); SGLang's rule reserves nothing: they "
+            "live in its P x (1 - f) with its graphs and activations\n",
+            bytes, groups);
+  } else if (b->source == KVS_BUDGET_EXPLICIT) {
+    fprintf(kvs_tool_out(),
+            "buffers     %s per GPU beside the carve (%s), not in the explicit budget, which is "
+            "the carve's own bytes\n",
+            bytes, groups);
+  } else {
+    fprintf(kvs_tool_out(),
+            "buffers     %s per GPU beside the carve (%s), held by the %s reserve\n", bytes, groups,
+            reserve);
+  }
 }
 
 /* The plan for people: the model, the machine, the terms, the table. */
@@ -959,6 +1053,7 @@ static void print_plan_text(const plan_run *p) {
               : "");
   fprintf(kvs_tool_out(), "budget      %s\n", p->budget_what);
   fprintf(kvs_tool_out(), "weights     %s\n", weights_line(p->weights.source));
+  if (p->overheads != NULL) print_buffers_line(p);
   fprintf(kvs_tool_out(),
           "sizing      window floor %llu pages, swa_ratio %g, page %llu, scratch %llu\n\n",
           (unsigned long long)p->m->floor_pages, p->m->swa_ratio,
@@ -984,6 +1079,7 @@ static void print_plan_text(const plan_run *p) {
 static void release(plan_run *p) {
   json_decref(p->sglang_stages);
   json_decref(p->launch);
+  free(p->overheads);
   kvs_node_plan_destroy(p->plan);
   free(p->weights.folder);
   free(p->weights.layer);
@@ -1007,6 +1103,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   rc = load_topology(a, &p.topo, p.note, sizeof p.note);
   if (rc == 0) rc = budget_gpus(&p);
   if (rc == 0) rc = make_plan(&p);
+  if (rc == 0 && p.plan != NULL) rc = price_buffers(&p);
   if (rc == 0 && a->svg != NULL) rc = write_svg(&p);
   if (rc == 0) {
     if (a->json) {

@@ -72,6 +72,9 @@ typedef struct plan_run {
   char note[1024];          /* a stand-in topology or nominal memory, said once */
   plan_weights weights;
   kvs_node_plan_t plan;
+  /* Per plan rank: what the node puts on its GPU beside its carve in the
+   * deployment planned (shard/plan_overhead.h); NULL without a plan. */
+  uint64_t *overheads;
   /* --engine sglang: SGLang's memory rule (engine_rule: budgets from it,
    * not --budget), its options for one DP group's worker, its pools (the
    * stage with the fewest tokens, and every stage) and the launch flags. */

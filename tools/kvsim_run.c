@@ -17,6 +17,7 @@
 #include "shard/node.h"
 #include "shard/step_message.h"
 #include "tools/workload.h"
+#include "shard/plan_overhead.h"
 #include "tools/plan_json.h"
 
 /* ---- termination by the launcher ----
@@ -780,11 +781,28 @@ static json_t *plan_json(const run *r) {
   for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
     labels[k] = kvs_cluster_node_label(cluster, k);
   }
+  /* Each rank's buffers beside its carve as kvplan prices them for the
+   * same flags: the deployment kvplan plans (device tables, NCCL between
+   * the ranks), its --max-running and --radix, and its --max-seq-len,
+   * which kvsim does not take (its default; kvsim's own requests are
+   * shorter). What this run's node put beside its carve, on its own device
+   * and communicator, it checked at create (kvs_node_buffers). */
+  kvs_node_plan_t plan = kvs_node_plan(r->node);
+  size_t n = kvs_node_plan_rank_count(plan);
+  uint64_t *overheads = calloc(n > 0 ? n : 1, sizeof *overheads);
+  kvs_node_deployment d = kvs_node_deployment_planned(
+      plan, kvs_node_gpu_count(r->node), r->a->max_running, r->a->radix, KVS_DEFAULT_MAX_SEQ_LEN);
+  if (overheads != NULL &&
+      kvs_node_plan_overheads(plan, kvs_node_gpus(r->node), &d, overheads, NULL) != KVS_OK) {
+    free(overheads);
+    overheads = NULL;
+  }
   /* The node plans one DP group per communicator: dp and ep 1. */
-  const kvs_plan_json_context context = {"bf16", 0, "none", labels, kvs_cluster_node_count(cluster),
-                                         1,      1};
-  return kvs_plan_json(kvs_node_plan(r->node), kvs_node_gpus(r->node),
-                       kvs_node_gpu_budgets(r->node), &context);
+  const kvs_plan_json_context context = {
+      "bf16", 0, "none", labels, kvs_cluster_node_count(cluster), 1, 1, overheads};
+  json_t *o = kvs_plan_json(plan, kvs_node_gpus(r->node), kvs_node_gpu_budgets(r->node), &context);
+  free(overheads);
+  return o;
 }
 
 /* The one JSON object, the last line of stdout (keys as the README lists

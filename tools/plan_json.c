@@ -97,7 +97,12 @@ json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
   json_t *ranks = json_array();
   for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
     const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-    json_array_append_new(ranks, rank_json(rp, gpus, &budgets[rp->gpu]));
+    json_t *rank = rank_json(rp, gpus, &budgets[rp->gpu]);
+    if (context->node_overhead_bytes != NULL) {
+      json_object_set_new(rank, "node_overhead_bytes",
+                          kvs_json_u64(context->node_overhead_bytes[r]));
+    }
+    json_array_append_new(ranks, rank);
   }
   json_object_set_new(root, "ranks", ranks);
   return root;

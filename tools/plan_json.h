@@ -25,6 +25,11 @@ typedef struct kvs_plan_json_context {
   /* Attention data-parallel groups per replica and expert parallelism (0
    * reads as 1: a caller that predates them plans neither). */
   size_t dp, ep;
+  /* Per plan rank, what the node puts on its GPU beside its carve in the
+   * deployment kvplan plans (shard/plan_overhead.h,
+   * kvs_node_deployment_planned): each rank's node_overhead_bytes. NULL:
+   * the key is left out. */
+  const uint64_t *node_overhead_bytes;
 } kvs_plan_json_context;
 
 /* A new object: num_pages, full_token, n_win_pages, tp, pp, dp, ep,
@@ -35,7 +40,8 @@ typedef struct kvs_plan_json_context {
  * state_rings, request_slots (the dummy included; 0 per page), mtp_layers,
  * weights_source, limiting_rank and ranks (each rank's
  * node, tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
- * control and padding bytes, and tiers). budgets[g] is GPU g's budget
+ * control and padding bytes, tiers, and node_overhead_bytes where the
+ * context gives them). budgets[g] is GPU g's budget
  * (every GPU of gpus). NULL on allocation failure. */
 json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                       const kvs_memory_budget *budgets, const kvs_plan_json_context *context);

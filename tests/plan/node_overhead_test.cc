@@ -147,9 +147,11 @@ TEST(NodeOverhead, a_zero_size_is_refused_naming_the_field) {
   EXPECT_EQ(out.total_bytes, 99u);
 }
 
-// In the reserve: the bundled H200's nominal memory (the 143,771 MiB its
+// kvs_node_overhead_reserve, for a caller that adds the buffers on top of
+// its own reserve (kvplan and the node check that the reserve holds them
+// instead, below): the bundled H200's nominal memory (the 143,771 MiB its
 // driver reports) x 0.9, less the 512 MiB reserve and the DSV4 node's
-// 55,587,160 bytes, and the plan on it.
+// 55,587,160 bytes.
 TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
   kvs_node_overhead_request r = dsv4_node();
   kvs_node_overhead o{};
@@ -178,4 +180,43 @@ TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
   kvs_node_overhead big{};
   big.total_bytes = ~0ull;
   EXPECT_EQ(kvs_node_overhead_reserve(1, &big, &sum, &err), KVS_ERR_OVERFLOW);
+}
+
+// The check the node and kvplan make: a budget from GPU memory must hold
+// the buffers in its reserve; the refusal names both numbers and the
+// flag; exactly them passes; an explicit budget is exempt.
+TEST(NodeOverhead, the_reserve_must_hold_it) {
+  kvs_node_overhead_request r = dsv4_node();
+  kvs_node_overhead o{};
+  ASSERT_EQ(kvs_node_overhead_compute(&r, &o, nullptr), KVS_OK);
+  kvs_memory_budget b{};
+  b.source = KVS_BUDGET_NOMINAL;
+  b.reserve_bytes = 512 * MiB;
+  kvs_error err;
+  EXPECT_EQ(kvs_node_overhead_check(&b, &o, "--reserve", &err), KVS_OK) << "the default holds it";
+  b.reserve_bytes = o.total_bytes;
+  EXPECT_EQ(kvs_node_overhead_check(&b, &o, "--reserve", &err), KVS_OK) << "exactly them";
+  for (kvs_budget_source source : {KVS_BUDGET_NOMINAL, KVS_BUDGET_MEASURED}) {
+    b.source = source;
+    b.reserve_bytes = o.total_bytes - 1;
+    EXPECT_EQ(kvs_node_overhead_check(&b, &o, "--reserve", &err), KVS_ERR_BUDGET_TOO_SMALL);
+    EXPECT_TRUE(contains(err.message,
+                         "the node's buffers need 55587160 bytes beside its carve but --reserve "
+                         "is 55587159; give --reserve of at least 55587160 (53.0 MiB: the "
+                         "tables' batch buffers 2165760, the step buffers 138264, the "
+                         "communicator's 461120, NCCL's estimated 52822016)"))
+        << err.message;
+  }
+  b.reserve_bytes = 0;
+  EXPECT_EQ(kvs_node_overhead_check(&b, &o, nullptr, &err), KVS_ERR_BUDGET_TOO_SMALL);
+  EXPECT_TRUE(contains(err.message, "but the reserve is 0; give the reserve of at least"))
+      << err.message;
+  // An explicit budget is the carve's own bytes: nothing taken off memory,
+  // nothing asked of it.
+  b.source = KVS_BUDGET_EXPLICIT;
+  EXPECT_EQ(kvs_node_overhead_check(&b, &o, "--reserve", &err), KVS_OK);
+  // Nothing on a GPU: nothing to hold.
+  kvs_node_overhead none{};
+  b.source = KVS_BUDGET_MEASURED;
+  EXPECT_EQ(kvs_node_overhead_check(&b, &none, "--reserve", &err), KVS_OK);
 }

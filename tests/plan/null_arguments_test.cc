@@ -174,6 +174,9 @@ TEST(NullArguments, node_overhead) {
   EXPECT_NULL_REFUSED("out", kvs_node_overhead_compute(&r, nullptr, &err));
   EXPECT_NULL_REFUSED("overhead", kvs_node_overhead_reserve(0, nullptr, &u, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_overhead_reserve(0, &o, nullptr, &err));
+  kvs_memory_budget b{};
+  EXPECT_NULL_REFUSED("budget", kvs_node_overhead_check(nullptr, &o, "--reserve", &err));
+  EXPECT_NULL_REFUSED("overhead", kvs_node_overhead_check(&b, nullptr, "--reserve", &err));
   ASSERT_EQ(kvs_node_overhead_compute(&r, &o, nullptr), KVS_OK) << "all zero: nothing on a GPU";
   EXPECT_EQ(o.total_bytes, 0u);
 }

@@ -361,3 +361,156 @@ TEST(NodeStandin, loopback_ranks_share_one_gpu_over_seeded_schedules) {
                                         expect_no_violations();
                                       });
 }
+
+// The node's buffers beside its carve (plan/node_overhead.h) priced with
+// its actual configuration and held by its reserve: on two 1 GiB GPUs of
+// the stand-in with budgets measured (x 0.1), a reserve below them is
+// refused on every rank naming both numbers and the option, a reserve of
+// exactly them passes and the node reports them, one byte less is refused
+// again; NCCL's buffers are counted over NCCL and not over loopback (host
+// buffers), and an explicit budget asks nothing of the reserve.
+namespace {
+
+struct Attempt {
+  kvs_status status = KVS_OK;
+  std::string message;
+  uint64_t buffers = 0;  // kvs_node_buffers' total on success
+  uint64_t nccl = 0;
+};
+
+// One create on n ranks, each on its own GPU (over NCCL, or loopback with
+// host buffers), budgets measured x 0.1 less `reserve`, or `explicit_bytes`
+// per GPU when non-zero. Every rank's outcome.
+std::vector<Attempt> create_on_gpus(int n, bool nccl, uint64_t reserve, uint64_t explicit_bytes,
+                                    kvs_node_device device = KVS_NODE_DEVICE_CUDA,
+                                    double ratio = 0.1) {
+  kvs_standin::Config c;
+  c.devices = n;
+  c.seed = 7;
+  c.device_bytes = 1ull << 30;
+  c.context_bytes = 64 * MiB;
+  kvs_standin::reset(c);
+  std::vector<Attempt> out(n);
+  kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t boot) {
+    kvs_comm_t comm = boot;
+    kvs_error err;
+    if (nccl) {
+      ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, r, 20000, 20000, &comm, &err), KVS_OK) << err.message;
+    }
+    kvs_geometry g{};
+    g.head_dim = 64;
+    g.index_head_dim = 32;
+    g.n_layers = 4;
+    g.n_ratios = 4;
+    const uint32_t ratios[] = {0, 4, 128, 4};
+    for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
+    std::vector<uint64_t> budgets(8, explicit_bytes);
+    kvs_node_options o;
+    kvs_node_options_init(&o);
+    o.geometry = &g;
+    o.swa_ratio = 0.04;
+    o.max_seq_len = 4096;
+    o.max_running = 6;
+    o.radix = false;
+    o.tp = n;
+    o.topology = "bundled";
+    o.device = device;
+    o.cuda_device = device == KVS_NODE_DEVICE_CUDA ? r : -1;
+    o.memory_ratio = ratio;
+    o.reserve_bytes = reserve;
+    if (explicit_bytes != 0) {
+      o.budget_per_gpu = budgets.data();
+      o.n_budget_per_gpu = budgets.size();
+    }
+    kvs_node_t node = nullptr;
+    out[r].status = kvs_node_create(comm, &o, &node, &err);
+    if (out[r].status == KVS_OK) {
+      out[r].buffers = kvs_node_buffers(node)->total_bytes;
+      out[r].nccl = kvs_node_buffers(node)->nccl_bytes;
+      kvs_node_destroy(node);
+    } else {
+      out[r].message = err.message;
+    }
+    if (nccl) kvs_comm_destroy(comm);
+  });
+  return out;
+}
+
+// N from "the node's buffers need N bytes", or 0.
+uint64_t needed(const std::string &message) {
+  const std::string key = "the node's buffers need ";
+  size_t at = message.find(key);
+  return at == std::string::npos ? 0 : std::stoull(message.substr(at + key.size()));
+}
+
+void expect_refused(const std::vector<Attempt> &attempts, uint64_t reserve, uint64_t need) {
+  for (size_t r = 0; r < attempts.size(); r++) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(attempts[r].status, KVS_ERR_BUDGET_TOO_SMALL) << attempts[r].message;
+    EXPECT_NE(attempts[r].message.find("node creation failed at the node's buffers on rank 0"),
+              std::string::npos)
+        << attempts[r].message;
+    EXPECT_NE(attempts[r].message.find("the node's buffers need " + std::to_string(need) +
+                                       " bytes beside its carve but reserve_bytes (--reserve) is " +
+                                       std::to_string(reserve) +
+                                       "; give reserve_bytes (--reserve) of at least " +
+                                       std::to_string(need)),
+              std::string::npos)
+        << attempts[r].message;
+  }
+}
+
+}  // namespace
+
+TEST(NodeStandin, the_reserve_must_hold_the_nodes_buffers_priced_as_it_runs) {
+  for (bool nccl : {true, false}) {
+    SCOPED_TRACE(nccl ? "over NCCL" : "over loopback");
+    std::vector<Attempt> zero = create_on_gpus(2, nccl, 0, 0);
+    uint64_t need = needed(zero[0].message);
+    ASSERT_GT(need, 0u) << zero[0].message;
+    expect_refused(zero, 0, need);
+    // The tables' batch and step buffers always; NCCL's two channels of
+    // one ring connection (9,633,792 B each) only over NCCL.
+    if (nccl) {
+      EXPECT_GT(need, 2u * 9633792) << "NCCL's buffers are counted";
+    } else {
+      EXPECT_LT(need, 1 * MiB) << "no NCCL over loopback";
+      EXPECT_NE(zero[0].message.find("NCCL's estimated 0)"), std::string::npos) << zero[0].message;
+    }
+    // That need as the reserve passes: its budget is smaller, so its
+    // window and step message are no larger. The node reports what it
+    // checked, and a byte below that is refused (a byte more budget never
+    // needs less).
+    std::vector<Attempt> enough = create_on_gpus(2, nccl, need, 0);
+    const uint64_t at = enough[0].buffers;
+    for (const Attempt &a : enough) {
+      EXPECT_EQ(a.status, KVS_OK) << "a reserve of the buffers holds them: " << a.message;
+      EXPECT_EQ(a.buffers, at) << "every rank alike";
+      EXPECT_EQ(a.nccl > 0, nccl);
+    }
+    EXPECT_LE(at, need);
+    EXPECT_GT(at, need - 4096) << "a smaller window, a slightly smaller step message";
+    std::vector<Attempt> under = create_on_gpus(2, nccl, at - 1, 0);
+    const uint64_t need_under = needed(under[0].message);
+    EXPECT_GE(need_under, at) << under[0].message;
+    expect_refused(under, at - 1, need_under);
+    std::vector<Attempt> exact = create_on_gpus(2, nccl, need_under, 0);
+    EXPECT_EQ(exact[0].status, KVS_OK) << exact[0].message;
+    // An explicit budget is the carve's own bytes: nothing is asked of it.
+    for (const Attempt &a : create_on_gpus(2, nccl, 0, 12 * MiB)) {
+      EXPECT_EQ(a.status, KVS_OK) << a.message;
+      EXPECT_GT(a.buffers, 0u) << "priced all the same (for its own, smaller window)";
+    }
+  }
+  expect_no_violations();
+}
+
+// The host twin over loopback puts nothing on a GPU: a nominal budget
+// (the bundled H200's memory x 0.0001) with no reserve at all passes.
+TEST(NodeStandin, the_host_twin_puts_nothing_beside_its_carve) {
+  for (const Attempt &a : create_on_gpus(2, false, 0, 0, KVS_NODE_DEVICE_CPU, 0.0001)) {
+    EXPECT_EQ(a.status, KVS_OK) << a.message;
+    EXPECT_EQ(a.buffers, 0u);
+  }
+  expect_no_violations();
+}

@@ -164,6 +164,41 @@ TEST(ShardSelf, the_default_capacity_follows_the_chunk_budget_and_running_reques
   EXPECT_EQ(kvs_shard_step_capacity_for(3 * P + 1, P, 16), 2 * 4 + 6 * 16 + 4u);
 }
 
+// kvs_shard_step_capacity_of is the capacity create gives, before the
+// shard exists (what a planner prices the step message with).
+TEST(ShardSelf, the_capacity_of_sizes_is_the_one_create_gives) {
+  kvs_comm_t comm;
+  kvs_error err;
+  ASSERT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+  const kvs_pool_sizes sizes = small_sizes();
+  for (size_t given : {size_t{0}, size_t{2}, size_t{100}}) {
+    kvs_shard_t shard = make_shard(comm, sizes, given);
+    ASSERT_NE(shard, nullptr);
+    size_t capacity = 0;
+    ASSERT_EQ(
+        kvs_shard_step_capacity_of(&sizes, 2, KVS_DEFAULT_RADIX, false, given, &capacity, &err),
+        KVS_OK)
+        << err.message;
+    EXPECT_EQ(capacity, kvs_shard_step_capacity(shard)) << "given " << given;
+    kvs_shard_destroy(shard);
+  }
+  // A window of 12 pages, 2 running requests: the chunk is what is left
+  // after the reserved pages, halved, at least a page.
+  size_t capacity = 0;
+  ASSERT_EQ(kvs_shard_step_capacity_of(&sizes, 2, false, false, 0, &capacity, &err), KVS_OK);
+  EXPECT_GE(capacity, 2 * 1 + 6 * 2 + 4u);
+  kvs_pool_sizes none = sizes;
+  none.n_win_slots = 0;
+  size_t untouched = 7;
+  EXPECT_EQ(kvs_shard_step_capacity_of(&none, 2, false, false, 0, &untouched, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(err.message, "sizes hold no window page")) << err.message;
+  EXPECT_EQ(kvs_shard_step_capacity_of(nullptr, 2, false, false, 0, &untouched, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(untouched, 7u);
+  kvs_comm_destroy(comm);
+}
+
 TEST(ShardLoopback, followers_hold_the_leaders_bindings_through_a_workload) {
   constexpr int N = 4;
   constexpr uint64_t STEPS = 1200;

@@ -18,6 +18,7 @@
 #include "plan/device_layout.h"
 #include "plan/node_setup.h"
 #include "tests/backends/cuda/gpu_gate.h"
+#include "shard/plan_overhead.h"
 #include "tests/topology/helpers.h"
 #include "plan/node_plan.h"
 
@@ -192,11 +193,12 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   for (size_t r = 0; r < 8; r++) {
     SCOPED_TRACE("rank " + std::to_string(r));
     json_t *rank = json_array_get(ranks, r);
-    EXPECT_EQ(keys(rank), (std::set<std::string>{
-                              "rank", "node", "tp_rank", "pp_stage", "gpu", "layers",
-                              "budget_bytes", "budget_source", "memory_bytes", "memory_ratio",
-                              "weights_bytes", "reserve_bytes", "pool_bytes", "exact_bytes",
-                              "control_bytes", "padding_bytes", "headroom_bytes", "tiers"}));
+    EXPECT_EQ(keys(rank),
+              (std::set<std::string>{"rank", "node", "tp_rank", "pp_stage", "gpu", "layers",
+                                     "budget_bytes", "budget_source", "memory_bytes",
+                                     "memory_ratio", "weights_bytes", "reserve_bytes", "pool_bytes",
+                                     "exact_bytes", "control_bytes", "padding_bytes",
+                                     "headroom_bytes", "tiers", "node_overhead_bytes"}));
     EXPECT_EQ(u64(rank, "weights_bytes"), 0u) << "an explicit budget counts no weights";
     EXPECT_EQ(u64(rank, "rank"), r);
     EXPECT_EQ(u64(rank, "tp_rank"), r % tp);
@@ -249,6 +251,19 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     EXPECT_EQ(u64(tiers, "indexer"), lr->bytes.indexer);
     EXPECT_EQ(u64(tiers, "mapping"), lr->bytes.mapping);
     EXPECT_LE(u64(rank, "pool_bytes"), u64(rank, "budget_bytes"));
+    // What the node puts beside the carve in the deployment planned:
+    // device tables, NCCL between the group's ranks (one rank: none),
+    // --max-running 64 rows of 1 Mi tokens, the shard's step message.
+    Topology t = load_xml(kHgx);
+    std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
+    kvs_node_deployment d = kvs_node_deployment_planned(lib.get(), gpus.size(), 64, true, 1 << 20);
+    EXPECT_EQ(d.device_comm, tp * pp > 1);
+    kvs_node_overhead o;
+    ASSERT_EQ(kvs_node_plan_overhead(lib.get(), gpus.data(), r, &d, &o, &err), KVS_OK)
+        << err.message;
+    EXPECT_EQ(u64(rank, "node_overhead_bytes"), o.total_bytes);
+    EXPECT_EQ(o.table_bytes, 2165760u) << "64 rows of 8,192 blocks, six words, 128 ring slots";
+    EXPECT_EQ(o.nccl_bytes > 0, tp * pp > 1);
   }
   EXPECT_EQ(next_layer, 43u);
 }
@@ -506,6 +521,88 @@ TEST(Kvplan, budget_too_small_json_names_the_gpu) {
                "0000:c3:00.0");
   EXPECT_EQ(u64(root.get(), "available_bytes"), 16ull << 20);
   EXPECT_GT(u64(root.get(), "needed_bytes"), 16ull << 20);
+}
+
+// The node's buffers beside its carve are priced in the reserve: a budget
+// from GPU memory must hold them in --reserve (exit 1 naming both numbers
+// and the flag), exactly them passes; an explicit budget is exempt, and
+// SGLang's rule reserves nothing by design. The default plan: 55,467,544
+// bytes (52.9 MiB) a GPU within the 512 MiB reserve, its figures as
+// before.
+TEST(Kvplan, the_reserve_must_hold_the_nodes_buffers) {
+  RunResult plan = kvplan("--topology bundled --json");
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  Json root = last_line_json(plan);
+  json_t *rank0 = json_array_get(json_object_get(root.get(), "ranks"), 0);
+  const uint64_t need = u64(rank0, "node_overhead_bytes");
+  EXPECT_EQ(need, 55467544u) << "tp 8 over NCCL: 2.6 MiB of the node's, 50.4 MiB of NCCL's";
+  EXPECT_EQ(u64(rank0, "reserve_bytes"), 512ull << 20);
+  EXPECT_EQ(u64(rank0, "budget_bytes"), 135679338086ull - (512ull << 20)) << "unchanged";
+  RunResult text = kvplan("--topology bundled");
+  EXPECT_NE(text.out.find("buffers     52.90 MiB per GPU beside the carve"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("held by the 512.00 MiB reserve"), std::string::npos) << text.out;
+
+  // Below them: refused, the sentence last, the JSON error object first.
+  // A smaller reserve is a larger budget, a larger window and step
+  // message: the need is the plan's at that reserve.
+  RunResult zero = kvplan("--topology bundled --reserve 0 --json");
+  EXPECT_EQ(zero.status, 1) << zero.err;
+  Json error = last_line_json(zero);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(str(error.get(), "error"), "reserve_too_small");
+  EXPECT_EQ(u64(error.get(), "reserve_bytes"), 0u);
+  const uint64_t need0 = u64(error.get(), "node_overhead_bytes");
+  EXPECT_GT(need0, 50ull << 20);
+  const std::string sentence = "the node's buffers need " + std::to_string(need0) +
+                               " bytes beside its carve but --reserve is 0; give --reserve of at "
+                               "least " +
+                               std::to_string(need0);
+  EXPECT_NE(zero.err.find("kvplan plan: rank 0 (GPU 0 0000:1b:00.0): " + sentence),
+            std::string::npos)
+      << zero.err;
+  RunResult small = kvplan("--topology bundled --reserve 1MiB");
+  EXPECT_EQ(small.status, 1);
+  EXPECT_NE(small.err.find("but --reserve is 1048576; give --reserve of at least"),
+            std::string::npos)
+      << small.err;
+  EXPECT_EQ(small.out.find("num_pages"), std::string::npos) << "no plan printed";
+  // The need at reserve 0 passes (its budget is smaller, so its window
+  // and step message are no larger); a byte below that plan's own need
+  // does not.
+  RunResult exact = kvplan("--topology bundled --json --reserve " + std::to_string(need0));
+  ASSERT_EQ(exact.status, 0) << exact.err;
+  Json fits = last_line_json(exact);
+  const uint64_t at =
+      u64(json_array_get(json_object_get(fits.get(), "ranks"), 0), "node_overhead_bytes");
+  EXPECT_LE(at, need0);
+  RunResult under = kvplan("--topology bundled --reserve " + std::to_string(at - 1));
+  EXPECT_EQ(under.status, 1) << under.err;
+  // One rank: no NCCL, the tables' buffers alone.
+  RunResult one = kvplan("--topology bundled --tp 1 --pp 1 --reserve 3MiB --json");
+  ASSERT_EQ(one.status, 0) << one.err;
+  Json one_root = last_line_json(one);
+  EXPECT_LT(u64(json_array_get(json_object_get(one_root.get(), "ranks"), 0), "node_overhead_bytes"),
+            3ull << 20);
+  // An explicit budget is the carve's own bytes: nothing asked of it.
+  RunResult explicit_budget = kvplan("--topology bundled --budget 80GiB --json");
+  ASSERT_EQ(explicit_budget.status, 0) << explicit_budget.err;
+  Json e = last_line_json(explicit_budget);
+  json_t *e0 = json_array_get(json_object_get(e.get(), "ranks"), 0);
+  EXPECT_EQ(u64(e0, "reserve_bytes"), 0u);
+  EXPECT_GT(u64(e0, "node_overhead_bytes"), 50ull << 20) << "reported, not asked of the budget";
+  // SGLang's rule reserves nothing: its graphs and activations live in
+  // P x (1 - f); the buffers are reported, not checked.
+  RunResult sglang = kvplan("--topology bundled --engine sglang --json");
+  ASSERT_EQ(sglang.status, 0) << sglang.err;
+  // fit: every answer's buffers in the reserve its share was found with.
+  RunResult fit = kvplan("fit --context 1M --concurrency 8 --topology bundled --reserve 0");
+  EXPECT_EQ(fit.status, 1) << fit.err;
+  EXPECT_NE(fit.err.find("the node's buffers need "), std::string::npos) << fit.err;
+  EXPECT_NE(fit.err.find(" bytes beside its carve but --reserve is 0; give --reserve of at least"),
+            std::string::npos)
+      << fit.err;
+  EXPECT_EQ(kvplan("fit --context 1M --concurrency 8 --topology bundled").status, 0);
 }
 
 TEST(Kvplan, help_exits_zero) {

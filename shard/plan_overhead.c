@@ -1,0 +1,109 @@
+#include "shard/plan_overhead.h"
+
+#include "shard/shard.h"
+#include "shard/step_message.h"
+
+size_t kvs_node_agree_words(size_t n_gpus) {
+  /* node.c's gather (B_WORDS per GPU) and kvs_comm_agree's message. */
+  size_t gather = (n_gpus > 0 ? n_gpus : 1) * 4;
+  size_t message = 1 + (KVS_ERROR_MESSAGE_MAX + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  return gather > message ? gather : message;
+}
+
+kvs_node_deployment kvs_node_deployment_planned(kvs_node_plan_t plan, size_t n_gpus,
+                                                uint64_t max_running, bool radix,
+                                                uint64_t max_seq_len) {
+  bool group = plan != NULL && kvs_node_plan_tp(plan) * kvs_node_plan_pp(plan) > 1;
+  kvs_node_deployment d = {.cuda_tables = true,
+                           .device_comm = group,
+                           .max_batch = (size_t)max_running,
+                           .max_running = max_running,
+                           .radix = radix,
+                           .prefix_cache = false,
+                           .step_capacity = 0,
+                           .max_seq_len = max_seq_len,
+                           .agree_words = group ? kvs_node_agree_words(n_gpus) : 0,
+                           .nccl = NULL};
+  return d;
+}
+
+/* How many of rank's tp x pp group run on its cluster node, and whether
+ * the group has ranks on another. */
+static size_t group_on_node(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
+                            bool *spans) {
+  const kvs_rank_plan *own = kvs_node_plan_rank(plan, rank);
+  size_t n = kvs_node_plan_rank_count(plan), local = 0;
+  *spans = false;
+  for (size_t r = 0; r < n; r++) {
+    const kvs_rank_plan *other = kvs_node_plan_rank(plan, r);
+    if (other->replica != own->replica) continue;
+    if (gpus[other->gpu].node == gpus[own->gpu].node) {
+      local++;
+    } else {
+      *spans = true;
+    }
+  }
+  return local;
+}
+
+kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
+                                  const kvs_node_deployment *d, kvs_node_overhead *out,
+                                  kvs_error *err) {
+  const char *null = plan == NULL   ? "plan"
+                     : gpus == NULL ? "gpus"
+                     : d == NULL    ? "deployment"
+                     : out == NULL  ? "out"
+                                    : NULL;
+  if (null != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
+  }
+  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  if (rp == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu is past the plan's %zu", rank,
+                         kvs_node_plan_rank_count(plan));
+  }
+  const kvs_pool_sizes *sizes = &kvs_node_plan_split(plan)->stages[rp->pp_stage].sizes;
+  size_t capacity = 0;
+  kvs_status status = kvs_shard_step_capacity_of(sizes, d->max_running, d->radix, d->prefix_cache,
+                                                 d->step_capacity, &capacity, err);
+  if (status != KVS_OK) return status;
+  kvs_nccl_estimate nccl = KVS_NCCL_ESTIMATE_INIT;
+  if (d->nccl != NULL) {
+    nccl = *d->nccl;
+  } else {
+    /* NVLink SHARP has a head per rank of the node (none for one), and
+     * across nodes the allreduce's tree connects up to three more peers a
+     * channel (NCCL_MAX_TREE_ARITY). */
+    bool spans = false;
+    size_t local = group_on_node(plan, gpus, rank, &spans);
+    if (local < nccl.nvls_heads) nccl.nvls_heads = (uint32_t)local;
+    if (local < 2) nccl.nvls_channels = 0;
+    if (spans) nccl.tree_peers = 3;
+  }
+  kvs_node_overhead_request r = {
+      .max_batch = d->max_batch > 0 ? d->max_batch : (size_t)d->max_running,
+      .max_seq_len = d->max_seq_len,
+      .page = sizes->page,
+      .cuda_tables = d->cuda_tables,
+      .device_comm = d->device_comm,
+      .message_bytes = kvs_step_message_bytes(capacity),
+      .agree_words = d->agree_words,
+      .nccl = &nccl};
+  return kvs_node_overhead_compute(&r, out, err);
+}
+
+kvs_status kvs_node_plan_overheads(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                   const kvs_node_deployment *d, uint64_t *out, kvs_error *err) {
+  if (plan == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         plan == NULL ? "plan" : "out");
+  }
+  size_t n = kvs_node_plan_rank_count(plan);
+  for (size_t r = 0; r < n; r++) {
+    kvs_node_overhead o;
+    kvs_status status = kvs_node_plan_overhead(plan, gpus, r, d, &o, err);
+    if (status != KVS_OK) return status;
+    out[r] = o.total_bytes;
+  }
+  return KVS_OK;
+}
