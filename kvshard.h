@@ -544,7 +544,9 @@ KVS_API kvs_status kvs_node_prefix_release(kvs_node_t node, uint64_t request, kv
 KVS_API kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages,
                                          uint64_t need_window_pages, int64_t *freed, size_t cap,
                                          size_t *n_freed, kvs_error *err);
-/* Any rank: the index's counts (identical on every rank after a step). */
+/* Any rank: the index's counts (identical on every rank after a step);
+ * KVS_ERR_UNSUPPORTED on a node without a prefix cache, as every
+ * kvs_node_prefix_* call there. */
 KVS_API kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
                                          kvs_error *err);
 

@@ -37,6 +37,7 @@ enum {
   F_CHECK_INTEGRITY,
   F_NO_CHECK_INTEGRITY,
   F_DIGEST_STEPS,
+  F_PREFIX_CACHE,
   F_MAX_BATCH,
   F_STEP_CAPACITY,
   F_BIND_NUMA,
@@ -75,6 +76,7 @@ static const node_flag kNodeFlags[] = {
     {"check-integrity", false, F_CHECK_INTEGRITY},
     {"no-check-integrity", false, F_NO_CHECK_INTEGRITY},
     {"digest-steps", false, F_DIGEST_STEPS},
+    {"prefix-cache", false, F_PREFIX_CACHE},
     {"max-batch", true, F_MAX_BATCH},
     {"step-capacity", true, F_STEP_CAPACITY},
     {"bind-numa", false, F_BIND_NUMA},
@@ -125,6 +127,7 @@ static const char kNodeFlagsHelp[] =
     "  --check-every N         steps between digest checks (default 64; 0: on demand)\n"
     "  --check-integrity | --no-check-integrity  checks also check the pool (default on)\n"
     "  --digest-steps          each step hashes its ring contexts\n"
+    "  --prefix-cache          keep a prefix cache (kvs_node_prefix_*; default off)\n"
     "  --max-batch N           rows a step's batch may have (default: max running)\n"
     "  --step-capacity N       journal entries per step (default: from the chunk budget)\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
@@ -286,6 +289,9 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
       return KVS_OK;
     case F_DIGEST_STEPS:
       o->digest_steps = true;
+      return KVS_OK;
+    case F_PREFIX_CACHE:
+      o->prefix_cache = true;
       return KVS_OK;
     case F_MAX_BATCH:
     case F_STEP_CAPACITY:

@@ -161,6 +161,11 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
   }
   kvs_status status = sized(out->size, sizeof *out, "kvs_node_prefix_counts", err);
   if (status != KVS_OK) return status;
+  if (!kvs_window_pool_prefix_enabled(kvs_shard_pool(node->shard))) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "kvs_node_prefix_stats: this node keeps no prefix cache (create it with "
+                         "options.prefix_cache or --prefix-cache)");
+  }
   kvs_prefix_stats s;
   if ((status = kvs_window_pool_prefix_stats(kvs_shard_pool(node->shard), &s, err))) return status;
   out->blocks = s.nodes;

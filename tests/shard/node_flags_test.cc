@@ -13,6 +13,7 @@ struct Made {
   kvs_status status;
   std::string message;
   uint64_t num_pages = 0, window_pages = 0, page = 0, max_running = 0;
+  kvs_status prefix = KVS_ERR_UNSUPPORTED; /* kvs_node_prefix_stats on the node */
 };
 
 Made make(const std::vector<const char *> &flags) {
@@ -28,6 +29,8 @@ Made make(const std::vector<const char *> &flags) {
     m.window_pages = kvs_node_window_pages(node);
     m.page = kvs_node_page(node);
     m.max_running = kvs_node_max_running(node);
+    kvs_node_prefix_counts counts = {sizeof counts, 0, 0, 0, 0, 0, 0, 0, 0};
+    m.prefix = kvs_node_prefix_stats(node, &counts, nullptr);
   }
   kvs_node_destroy(node);
   kvs_comm_destroy(comm);
@@ -120,9 +123,25 @@ TEST(NodeFlags, refusals_name_the_flag_in_kvplans_words) {
 
 TEST(NodeFlags, the_help_lists_every_flag_the_parser_takes) {
   std::string help = kvs_node_flags_help();
-  for (const char *name :
-       {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu", "--mem-fraction",
-        "--device", "--stream", "--check-every", "--no-cuda-graphs", "--step-capacity", "--host"}) {
+  for (const char *name : {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu",
+                           "--mem-fraction", "--device", "--stream", "--check-every",
+                           "--no-cuda-graphs", "--step-capacity", "--host", "--prefix-cache"}) {
     EXPECT_NE(help.find(name), std::string::npos) << name;
   }
+}
+
+TEST(NodeFlags, prefix_cache_turns_the_nodes_prefix_cache_on) {
+  Made off = make({"--topology=bundled", "--device=cpu", "--budget=2GiB", "--max-running=4",
+                   "--no-bind-numa", "--tp=1", "--pp=1"});
+  ASSERT_EQ(off.status, KVS_OK) << off.message;
+  EXPECT_EQ(off.prefix, KVS_ERR_UNSUPPORTED);
+  Made on = make({"--topology=bundled", "--device=cpu", "--budget=2GiB", "--max-running=4",
+                  "--no-bind-numa", "--tp=1", "--pp=1", "--prefix-cache"});
+  ASSERT_EQ(on.status, KVS_OK) << on.message;
+  EXPECT_EQ(on.prefix, KVS_OK);
+  EXPECT_EQ(on.num_pages, off.num_pages);
+  Made twice = make({"--topology=bundled", "--prefix-cache", "--prefix-cache"});
+  EXPECT_EQ(twice.status, KVS_ERR_PARSE);
+  EXPECT_NE(twice.message.find("--prefix-cache is given twice"), std::string::npos)
+      << twice.message;
 }
