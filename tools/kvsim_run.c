@@ -798,8 +798,14 @@ static json_t *plan_json(const run *r) {
     overheads = NULL;
   }
   /* The node plans one DP group per communicator: dp and ep 1. */
-  const kvs_plan_json_context context = {
-      "bf16", 0, "none", labels, kvs_cluster_node_count(cluster), 1, 1, overheads};
+  const kvs_plan_json_context context = {r->a->kv_dtype == KVS_KV_FP8 ? "fp8" : "bf16",
+                                         0,
+                                         "none",
+                                         labels,
+                                         kvs_cluster_node_count(cluster),
+                                         1,
+                                         1,
+                                         overheads};
   json_t *o = kvs_plan_json(plan, kvs_node_gpus(r->node), kvs_node_gpu_budgets(r->node), &context);
   free(overheads);
   return o;
