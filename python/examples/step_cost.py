@@ -11,10 +11,16 @@ machine:
   - package: Node.step(dict), as an engine calls it (argument checks,
     numpy conversions, the result dict with the ring contexts copied out).
 It prints the mean microseconds per step of each and their ratio.
+
+Exit status: 0 measured; 1 the library refused (its message on stderr) or
+the report could not be written; 2 bad usage (a flag given twice, a value
+out of range: --batch 1 to 256 (the node is a 16 GiB host twin), --steps 1 to 10,000,000, --rounds 1 to
+100).
 """
 
 import argparse
 import ctypes
+import sys
 import time
 
 import numpy as np
@@ -24,13 +30,31 @@ from kvshard._lib import CError, NodeBatch, StepResult, lib
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    given = [w.split("=")[0] for w in sys.argv[1:] if w.startswith("--")]
+    twice = sorted({w for w in given if given.count(w) > 1})
+    if twice:
+        ap.error(f"{twice[0]} is given twice; give it once")
     a = ap.parse_args()
     if a.batch < 1 or a.steps < 1 or a.rounds < 1:
         ap.error("--batch, --steps and --rounds must be at least 1")
+    if a.batch > 256 or a.steps > 10_000_000 or a.rounds > 100:
+        ap.error("--batch is at most 256, --steps 10,000,000 and --rounds 100")
+    try:
+        measure(a, ap)
+    except kvshard.Error as e:
+        print(f"step_cost: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"step_cost: writing the report: {e.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def measure(a, ap):
     with kvshard.Node(topology="bundled", device="cpu", budget="16GiB", tp=1, pp=1,
                       max_running=max(64, a.batch), bind_numa=False) as node:
         if a.batch > node.num_pages:
@@ -76,7 +100,8 @@ def main():
         print(f"  Node.step(dict)                      {py_us:9.2f} us/step")
         print(f"  package / baseline                   {py_us / c_us:9.2f}x "
               f"(+{py_us - c_us:.2f} us/step)")
+        sys.stdout.flush()  # a full disk is found here, not at exit
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

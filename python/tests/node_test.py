@@ -329,6 +329,14 @@ class StepCostExample(unittest.TestCase):
                              text=True, timeout=60)
         self.assertEqual(bad.returncode, 2)
         self.assertIn("must be at least 1", bad.stderr)
+        for words, says in ((["--batch", "4", "--batch=8"], "--batch is given twice"),
+                            (["--batch", "257"], "--batch is at most 256"),
+                            (["--steps", "10000001"], "--steps 10,000,000"),
+                            (["--bat", "4"], "unrecognized arguments: --bat")):
+            bad = subprocess.run([sys.executable, example] + words, capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(bad.returncode, 2, words)
+            self.assertIn(says, bad.stderr)
 
 
 if __name__ == "__main__":
