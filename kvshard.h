@@ -306,6 +306,14 @@ typedef struct kvs_node_options {
   bool cuda_graphs;
   /* Keep a prefix cache (kvs_node_prefix_*): false. */
   bool prefix_cache;
+  /* With the prefix cache, a host tier of this many bytes of the machine's
+   * memory (0: none), shared by the plan's data-parallel groups, one copy
+   * of a block for a group's tensor-parallel ranks (they hold the same
+   * rows): evicted blocks move to its slots and a match can reach past
+   * the GPU index into them
+   * (kvs_node_prefix_fetch). The node keeps and agrees on the tier's
+   * index; copying the rows is the engine's for now (kvsim prices it). */
+  uint64_t host_cache_bytes;
 } kvs_node_options;
 
 /* The defaults above, with size set. */
@@ -500,18 +508,27 @@ typedef struct kvs_node_prefix_hit {
   uint64_t truncated_tokens; /* matched, aligned tokens recomputed for want of a tail */
   int64_t node;              /* the hit's last page; -1: no hit */
   bool reprefill;
+  /* Blocks past `node` (-1: the root) found in the host tier: take the
+   * hit with kvs_node_prefix_fetch (it always re-prefills the window). */
+  uint64_t host_pages;
 } kvs_node_prefix_hit;
 
 typedef struct kvs_node_prefix_counts {
-  size_t size;         /* sizeof(kvs_node_prefix_counts), set by the caller */
-  uint64_t blocks;     /* cached full pages */
-  uint64_t tails;      /* retained window pages */
-  uint64_t holds;      /* requests holding a cached path */
-  uint64_t refs;       /* the blocks' reference counts, summed */
-  uint64_t evictable;  /* unreferenced leaves */
-  uint64_t evictions;  /* blocks evicted so far */
-  uint64_t tail_drops; /* tails dropped so far */
-  uint64_t digest;     /* the index's share of the bindings' digest */
+  size_t size;              /* sizeof(kvs_node_prefix_counts), set by the caller */
+  uint64_t blocks;          /* cached full pages */
+  uint64_t tails;           /* retained window pages */
+  uint64_t holds;           /* requests holding a cached path */
+  uint64_t refs;            /* the blocks' reference counts, summed */
+  uint64_t evictable;       /* unreferenced leaves */
+  uint64_t evictions;       /* blocks evicted so far */
+  uint64_t tail_drops;      /* tails dropped so far */
+  uint64_t digest;          /* the index's share of the bindings' digest */
+  uint64_t host_slots;      /* the host tier's pages (0: none) */
+  uint64_t host_blocks;     /* of them, holding a block */
+  uint64_t spills;          /* blocks moved to the host tier so far */
+  uint64_t fetches;         /* blocks fetched back so far */
+  uint64_t host_drops;      /* blocks the full tier let go, least recently used first */
+  uint64_t host_page_bytes; /* a host slot's cost: one page's rows per stage and group */
 } kvs_node_prefix_counts;
 
 /* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens
@@ -526,6 +543,15 @@ KVS_API kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint
  * re-prefill hit also a window page for its last page). */
 KVS_API kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
                                            const kvs_node_prefix_hit *hit, kvs_error *err);
+/* Leader: request takes a hit that reaches into the host tier: pages
+ * [0..hit->host_pages) are free full pages of the engine's that become the
+ * fetched blocks (keys as matched, from the prompt's first page); the
+ * request then holds the deepest and re-prefills its window. Every rank
+ * replays which host slot fills which page. Refused, changing nothing,
+ * when the index or the tier changed since the match. */
+KVS_API kvs_status kvs_node_prefix_fetch(kvs_node_t node, uint64_t request,
+                                         const kvs_node_prefix_hit *hit, const uint64_t *keys,
+                                         size_t n_keys, const int64_t *pages, kvs_error *err);
 /* Leader: request's fully written full pages pages[0..n) with their keys
  * join the index below what it holds; taken[i] says whether the cache
  * took page i (0: that key was cached already and the page stays the

@@ -20,7 +20,9 @@ uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
 }
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
-  return pool != NULL ? pool->digest + pool->slots.digest + pool->prefix.digest : 0;
+  return pool != NULL
+             ? pool->digest + pool->slots.digest + pool->prefix.digest + pool->prefix.host.digest
+             : 0;
 }
 
 uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
@@ -28,7 +30,8 @@ uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
 }
 
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
-  return pool != NULL ? pool->n_full_pages + pool->slots.n + pool->prefix.n : 0;
+  return pool != NULL ? pool->n_full_pages + pool->slots.n + pool->prefix.n + pool->prefix.host.n
+                      : 0;
 }
 
 uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64_t first,
@@ -56,6 +59,12 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
   if (end > prefix_base) {
     uint64_t node_first = first > prefix_base ? first - prefix_base : 0;
     digest += kvs_pool_prefix_digest_range(&pool->prefix, node_first, end - prefix_base);
+  }
+  /* Then the host tier's slots, one unit each. */
+  uint64_t host_base = prefix_base + pool->prefix.n;
+  if (end > host_base) {
+    uint64_t slot_first = first > host_base ? first - host_base : 0;
+    digest += kvs_pool_host_digest_range(&pool->prefix.host, slot_first, end - host_base);
   }
   return digest;
 }
@@ -132,6 +141,12 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                        "KVS_WINDOW_POOL_OPTIONS_INIT", &adopted, err);
   if (adopt != KVS_OK) return adopt;
   options = &adopted;
+  if (options->host_pages > 0 && !options->prefix_cache) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "host_pages is %llu but prefix_cache is off: the host tier holds what "
+                         "the prefix cache evicts",
+                         (unsigned long long)options->host_pages);
+  }
   uint64_t page = sizes->page;
   if (page == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -189,8 +204,10 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
       (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err)) ||
       (options->prefix_cache &&
-       (status = kvs_pool_prefix_init(pool, options->prefix_align, options->max_running,
-                                      options->journal_capacity, err)))) {
+       (status = kvs_pool_prefix_init(
+            pool, options->prefix_align, options->max_running,
+            options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity,
+            options->host_pages, err)))) {
     kvs_window_pool_destroy(pool);
     return status;
   }

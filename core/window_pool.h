@@ -54,13 +54,21 @@ typedef struct kvs_window_pool_options {
    * lcm, 128 for DSV4: the rings are empty there). */
   bool prefix_cache;
   uint64_t prefix_align;
+  /* The prefix cache's host tier: full pages it holds (0: none). Evicted
+   * blocks move there and a hit fetches them back (window_pool_host.c). */
+  uint64_t host_pages;
+  /* Entries one replayed batch may carry (kvs_window_pool_apply): 0 means
+   * journal_capacity, or 4096 without a journal. A follower, which
+   * journals nothing, is given the leader's step capacity here: its
+   * replay must take every batch the leader can journal. */
+  size_t replay_capacity;
 } kvs_window_pool_options;
 
 #define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
 #define KVS_WINDOW_POOL_OPTIONS_INIT                                                               \
   {                                                                                                \
     sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL, false, \
-        128                                                                                        \
+        128, 0, 0                                                                                  \
   }
 
 /* Builds the mapping (all -1 plus the sentinel row), the free list over
@@ -296,17 +304,26 @@ typedef struct kvs_prefix_hit {
   uint64_t truncated_tokens; /* matched (aligned, capped) tokens left to recompute */
   int64_t node;              /* the deepest node of the hit (its page), -1 for no hit */
   bool reprefill;            /* the request writes the window page of `node` */
+  /* Blocks past `node` (-1: the root) found in the host tier: the hit is
+   * taken with kvs_window_pool_prefix_fetch, which gives them GPU pages,
+   * and always re-prefills the window (reprefill is true). */
+  uint64_t host_pages;
 } kvs_prefix_hit;
 
 typedef struct kvs_prefix_stats {
-  uint64_t nodes;      /* cached full pages */
-  uint64_t tails;      /* retained window pages */
-  uint64_t holds;      /* requests holding a path */
-  uint64_t refs;       /* sum of node reference counts */
-  uint64_t evictable;  /* unreferenced leaves */
-  uint64_t evictions;  /* nodes evicted so far (this rank's replay) */
-  uint64_t tail_drops; /* tails dropped so far */
-  uint64_t digest;     /* the index's share of the pool digest */
+  uint64_t nodes;       /* cached full pages */
+  uint64_t tails;       /* retained window pages */
+  uint64_t holds;       /* requests holding a path */
+  uint64_t refs;        /* sum of node reference counts */
+  uint64_t evictable;   /* unreferenced leaves */
+  uint64_t evictions;   /* nodes evicted so far (this rank's replay) */
+  uint64_t tail_drops;  /* tails dropped so far */
+  uint64_t digest;      /* the index's share of the pool digest */
+  uint64_t host_slots;  /* the host tier's pages (0: none) */
+  uint64_t host_blocks; /* of them, holding a block */
+  uint64_t spills;      /* blocks copied to the host tier so far */
+  uint64_t fetches;     /* blocks copied back so far */
+  uint64_t host_drops;  /* blocks the host tier let go (its least recently used) */
 } kvs_prefix_stats;
 
 /* Whether the pool keeps a prefix cache. */
@@ -318,11 +335,29 @@ bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool);
 kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, const uint64_t *keys,
                                         size_t n, uint64_t prompt_tokens, uint64_t reprefill_tokens,
                                         kvs_prefix_hit *hit, int64_t *pages, kvs_error *err);
+/* The same, reaching at most max_host_pages blocks into the host tier (a
+ * fetch journals three entries a block: a step with less room left takes
+ * a shallower hit). */
+kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *pool,
+                                               const uint64_t *keys, size_t n,
+                                               uint64_t prompt_tokens, uint64_t reprefill_tokens,
+                                               uint64_t max_host_pages, kvs_prefix_hit *hit,
+                                               int64_t *pages, kvs_error *err);
 /* Takes the hit for `request` (which holds nothing yet): refs on its
  * path, and with hit->reprefill a window page for the node's page, marked
  * as written by the request. A hit with no node holds nothing. */
 kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t request,
                                           const kvs_prefix_hit *hit, kvs_error *err);
+/* Takes a hit that reaches into the host tier for `request` (which holds
+ * nothing yet): pages[0..hit->host_pages) are free full pages (the
+ * engine's, not bound) that become the fetched blocks (keys[] from the
+ * first page of the prompt, as matched), each journaled with its host slot
+ * so every rank copies the same rows back; the request then holds the
+ * deepest and writes its window page (the re-prefill). Refused, changing
+ * nothing, when the index or tier changed since the match. */
+kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request,
+                                        const kvs_prefix_hit *hit, const uint64_t *keys,
+                                        size_t n_keys, const int64_t *pages, kvs_error *err);
 /* The request's pages [first, first + n) (full page numbers, keys[i] each)
  * join the index below what the request holds (its hit, or what it
  * inserted last; the root when nothing): a key already cached there is
@@ -339,9 +374,10 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
 kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
 /* Leader: drops tails of unreferenced nodes (least recently released
  * first) until need_window_pages window pages came back, then evicts
- * unreferenced leaves (tails with them) until need_pages full pages are in
- * freed[0..*n_freed) (cap of them), each journaled. Stops early when
- * nothing is evictable or the journal is full: *n_freed and
+ * unreferenced leaves (tails with them; with a host tier each block is
+ * spilled there first unless a copy is there) until need_pages full pages
+ * are in freed[0..*n_freed) (cap of them), each journaled. Stops early
+ * when nothing is evictable or the journal is full: *n_freed and
  * *window_pages_freed (may be NULL) say what it did. */
 kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pages,
                                         uint64_t need_window_pages, int64_t *freed, size_t cap,
@@ -354,6 +390,9 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
                                        uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
                                        kvs_error *err);
+/* Host slot `slot`'s block chain; KVS_ERR_NOT_FOUND when it holds none. */
+kvs_status kvs_window_pool_prefix_host_slot(const struct kvs_window_pool *pool, uint64_t slot,
+                                            uint64_t *chain, kvs_error *err);
 /* Fault injection: adds delta to one cached node's refs on this rank,
  * outside the journal (the digest follows, so a check names the block). */
 kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, int32_t delta,

@@ -87,12 +87,35 @@ typedef struct kvs_prefix_rec {
   int32_t leaf_prev, leaf_next; /* evictable leaves, least recently released first */
   int32_t tail_prev, tail_next; /* droppable tails, the same order */
   uint64_t used_at;             /* the index's clock when a request last held or released it */
+  uint64_t chain;               /* the path's identity: its keys from the root, hashed */
 } kvs_prefix_rec;
+
+/* The host tier (window_pool_host.c): host slots, each holding one full
+ * page's rows that left the GPU index, named by its chain (so a slot is
+ * found from a prompt's keys alone, and only under the same prefix). */
+typedef struct kvs_host_rec {
+  uint64_t chain;
+  uint64_t used_at;   /* the index's clock when it was spilled or fetched */
+  int32_t prev, next; /* least recently used first */
+  uint8_t used;
+} kvs_host_rec;
+
+typedef struct kvs_pool_host {
+  uint64_t n; /* slots; 0: no host tier */
+  kvs_host_rec *rec;
+  uint64_t map_mask;
+  int32_t *map; /* chain -> slot, linear probing, backward-shift deletion */
+  int32_t head, tail;
+  uint64_t used;
+  uint64_t spills, fetches, drops;
+  uint64_t digest;
+} kvs_pool_host;
 
 /* A request's hold: the deepest node of its path, and the tail it writes. */
 typedef struct kvs_prefix_undo {
   kvs_journal_entry entry;
   kvs_prefix_rec saved;            /* the node before an evict */
+  kvs_host_rec host_saved;         /* the host slot before a spill or fetch */
   int64_t hold_node, hold_writing; /* a hold before a release */
 } kvs_prefix_undo;
 
@@ -117,6 +140,7 @@ typedef struct kvs_pool_prefix {
   uint32_t *scratch; /* integrity: refs recounted */
   kvs_prefix_undo *undo;
   size_t undo_cap;
+  kvs_pool_host host;
 } kvs_pool_prefix;
 
 struct kvs_window_pool {
@@ -164,7 +188,8 @@ kvs_status kvs_pool_bind_page(struct kvs_window_pool *pool, uint64_t fp, kvs_err
 void kvs_pool_unbind_page(struct kvs_window_pool *pool, uint64_t fp);
 
 kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tokens,
-                                uint64_t max_running, size_t undo_cap, kvs_error *err);
+                                uint64_t max_running, size_t undo_cap, uint64_t host_slots,
+                                kvs_error *err);
 void kvs_pool_prefix_free(kvs_pool_prefix *prefix);
 /* Replays the prefix entries of a batch in order, all or nothing (undone
  * on the first that does not apply). */
@@ -172,6 +197,25 @@ kvs_status kvs_pool_prefix_apply(struct kvs_window_pool *pool, const kvs_journal
                                  size_t n, kvs_error *err);
 kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *err);
 uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first, uint64_t end);
+
+/* The host tier (window_pool_host.c). Apply refuses (changing nothing)
+ * or applies; undo reverses an applied entry from what apply saved. */
+kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *err);
+void kvs_pool_host_free(kvs_pool_host *host);
+int32_t kvs_pool_host_find(const kvs_pool_host *host, uint64_t chain);
+/* The slot a spill takes: a free one, else the least recently used. */
+int32_t kvs_pool_host_victim(const kvs_pool_host *host);
+kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err);
+kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err);
+void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kvs_host_rec *saved);
+uint64_t kvs_pool_host_digest_range(const kvs_pool_host *host, uint64_t first, uint64_t end);
+kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);
+/* The chain of a child with key under a node of chain parent (the root:
+ * KVS_PREFIX_ROOT_CHAIN). */
+#define KVS_PREFIX_ROOT_CHAIN UINT64_C(0x6b76736861726421)
+uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key);
 /* Whether full page fp is a cached node / holds a cached tail. */
 static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {
   return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used;

@@ -19,7 +19,9 @@ enum {
   OP_TAIL,        /* a = node, b = writer request or -1: its window page is the cache's */
   OP_WDONE,       /* a = node, b = writer: the writer released it */
   OP_UNTAIL,      /* a = node: the tail is dropped (its window page freed next) */
-  OP_EVICT        /* a = node, b = key: the leaf leaves the index */
+  OP_EVICT,       /* a = node, b = key: the leaf leaves the index */
+  OP_SPILL,       /* a = node, b = host slot: its rows are copied there before it leaves */
+  OP_FETCH        /* a = node, b = host slot: its rows come back from there */
 };
 
 #define OP_SHIFT 56
@@ -245,9 +247,11 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b) {
 }
 
 kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tokens,
-                                uint64_t max_running, size_t undo_cap, kvs_error *err) {
+                                uint64_t max_running, size_t undo_cap, uint64_t host_slots,
+                                kvs_error *err) {
   kvs_pool_prefix *p = &pool->prefix;
   memset(p, 0, sizeof *p);
+  p->host.head = p->host.tail = -1;
   if (pool->n_full_pages >= (UINT64_C(1) << 30)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a prefix cache indexes at most 2^30 full pages, the pool has %llu",
@@ -282,6 +286,8 @@ kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tok
     p->rec[i].tail_prev = p->rec[i].tail_next = -1;
   }
   p->leaf_head = p->leaf_tail = p->tail_head = p->tail_tail = -1;
+  kvs_status status = kvs_pool_host_init(&p->host, host_slots, err);
+  if (status != KVS_OK) return status;
   p->n = n;
   return KVS_OK;
 }
@@ -294,6 +300,7 @@ void kvs_pool_prefix_free(kvs_pool_prefix *p) {
   free(p->hold_writing);
   free(p->scratch);
   free(p->undo);
+  kvs_pool_host_free(&p->host);
   memset(p, 0, sizeof *p);
 }
 
@@ -359,6 +366,7 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       r->tail = 0;
       r->writer = -1;
       r->used_at = p->clock;
+      r->chain = kvs_prefix_chain(b >= 0 ? p->rec[b].chain : KVS_PREFIX_ROOT_CHAIN, r->key);
       map_insert(p, n);
       p->nodes++;
       if (b >= 0) {
@@ -503,6 +511,24 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       }
       return KVS_OK;
     }
+    case OP_SPILL:
+    case OP_FETCH: {
+      if (r->used != 1) {
+        return REFUSE("prefix entry %s block %d, which is not cached",
+                      op == OP_SPILL ? "spills" : "fetches", n);
+      }
+      if (op == OP_SPILL && (r->refs != 0 || r->children != 0)) {
+        return REFUSE("prefix entry spills block %d, which is %s", n,
+                      r->refs != 0 ? "referenced" : "not a leaf");
+      }
+      kvs_host_rec saved;
+      uint64_t slot = (uint64_t)b;
+      kvs_status status =
+          op == OP_SPILL ? kvs_pool_host_spill(&p->host, slot, r->chain, p->clock, &saved, err)
+                         : kvs_pool_host_fetch(&p->host, slot, r->chain, p->clock, &saved, err);
+      if (status == KVS_OK && u != NULL) u->host_saved = saved;
+      return status;
+    }
     default:
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "prefix entry has unknown op %u", op);
   }
@@ -593,6 +619,10 @@ static void op_undo(struct kvs_window_pool *pool, const kvs_prefix_undo *u) {
       relist(p, n);
       break;
     }
+    case OP_SPILL:
+    case OP_FETCH:
+      kvs_pool_host_undo(&p->host, (uint64_t)b, op == OP_SPILL, &u->host_saved);
+      break;
     default:
       break;
   }
@@ -661,6 +691,15 @@ bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool) {
 kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, const uint64_t *keys,
                                         size_t n, uint64_t prompt_tokens, uint64_t reprefill_tokens,
                                         kvs_prefix_hit *hit, int64_t *pages, kvs_error *err) {
+  return kvs_window_pool_prefix_match_within(pool, keys, n, prompt_tokens, reprefill_tokens,
+                                             UINT64_MAX, hit, pages, err);
+}
+
+kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *pool,
+                                               const uint64_t *keys, size_t n,
+                                               uint64_t prompt_tokens, uint64_t reprefill_tokens,
+                                               uint64_t max_host_pages, kvs_prefix_hit *hit,
+                                               int64_t *pages, kvs_error *err) {
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: hit is NULL", __func__);
@@ -693,25 +732,52 @@ kvs_status kvs_window_pool_prefix_match(const struct kvs_window_pool *pool, cons
       exact_pages = depth;
     }
   }
-  if (aligned_node < 0) return KVS_OK;
-  uint64_t truncation = (aligned_pages - exact_pages) * P;
-  const kvs_prefix_rec *deep = &p->rec[aligned_node];
-  bool can_reprefill = reprefill_tokens > 0 && !deep->tail &&
-                       kvs_pool_window_page_of(pool, (uint64_t)aligned_node) < 0 &&
-                       reprefill_tokens <= aligned_pages * P;
-  if (exact_pages == aligned_pages) {
-    hit->node = best_exact;
-    hit->hit_tokens = exact_pages * P;
-  } else if (can_reprefill && reprefill_tokens < truncation) {
-    hit->node = aligned_node;
-    hit->hit_tokens = aligned_pages * P;
-    hit->reprefill_tokens = reprefill_tokens;
-    hit->reprefill = true;
-  } else {
-    hit->node = best_exact;
-    hit->hit_tokens = exact_pages * P;
-    hit->truncated_tokens = truncation;
+  if (aligned_node >= 0) {
+    uint64_t truncation = (aligned_pages - exact_pages) * P;
+    const kvs_prefix_rec *deep = &p->rec[aligned_node];
+    bool can_reprefill = reprefill_tokens > 0 && !deep->tail &&
+                         kvs_pool_window_page_of(pool, (uint64_t)aligned_node) < 0 &&
+                         reprefill_tokens <= aligned_pages * P;
+    if (exact_pages == aligned_pages) {
+      hit->node = best_exact;
+      hit->hit_tokens = exact_pages * P;
+    } else if (can_reprefill && reprefill_tokens < truncation) {
+      hit->node = aligned_node;
+      hit->hit_tokens = aligned_pages * P;
+      hit->reprefill_tokens = reprefill_tokens;
+      hit->reprefill = true;
+    } else {
+      hit->node = best_exact;
+      hit->hit_tokens = exact_pages * P;
+      hit->truncated_tokens = truncation;
+    }
   }
+  /* The host tier continues the path where the GPU index stops: the
+   * blocks come back into fresh pages and the window is re-prefilled, so
+   * the deeper boundary is taken only when it gains more than that. */
+  uint64_t gpu_depth = hit->matched_pages;
+  if (p->host.n == 0 || reprefill_tokens == 0 || gpu_depth >= n) return KVS_OK;
+  uint64_t chain = cur >= 0 ? p->rec[cur].chain : KVS_PREFIX_ROOT_CHAIN;
+  uint64_t host_aligned = 0;
+  for (size_t i = (size_t)gpu_depth; i < n && i - gpu_depth < max_host_pages; i++) {
+    chain = kvs_prefix_chain(chain, keys[i]);
+    if (kvs_pool_host_find(&p->host, chain) < 0) break;
+    if (pages != NULL) pages[i] = -1;
+    uint64_t depth = i + 1;
+    hit->matched_pages = depth;
+    if (depth <= cap && depth % p->align_pages == 0) host_aligned = depth;
+  }
+  uint64_t gpu_value = hit->hit_tokens - (hit->reprefill ? hit->reprefill_tokens : 0);
+  if (host_aligned == 0 || reprefill_tokens > host_aligned * P ||
+      host_aligned * P - reprefill_tokens <= gpu_value) {
+    return KVS_OK;
+  }
+  hit->node = cur;
+  hit->host_pages = host_aligned - gpu_depth;
+  hit->hit_tokens = host_aligned * P;
+  hit->reprefill_tokens = reprefill_tokens;
+  hit->reprefill = true;
+  hit->truncated_tokens = 0;
   return KVS_OK;
 }
 
@@ -725,6 +791,12 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                          (unsigned long long)request);
   }
   kvs_pool_prefix *p = &pool->prefix;
+  if (hit->host_pages > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit reaches %llu blocks into the host tier: take it with "
+                         "kvs_window_pool_prefix_fetch, which gives them GPU pages",
+                         (unsigned long long)hit->host_pages);
+  }
   if (hit->node < 0) return KVS_OK;
   if ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND,
@@ -764,6 +836,113 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
   if (hit->reprefill) {
     if ((status = kvs_pool_bind_page(pool, fp, err))) return status; /* checked: cannot fail */
     if ((status = lead(pool, OP_TAIL, fp, (int64_t)request, err))) return status;
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request,
+                                        const kvs_prefix_hit *hit, const uint64_t *keys,
+                                        size_t n_keys, const int64_t *pages, kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  if (hit == NULL || keys == NULL || pages == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         hit == NULL    ? "hit"
+                         : keys == NULL ? "keys"
+                                        : "pages");
+  }
+  if (request >= KVS_MAX_REQUEST_ID) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu is past 2^62",
+                         (unsigned long long)request);
+  }
+  kvs_pool_prefix *p = &pool->prefix;
+  if (hit->host_pages == 0 || !hit->reprefill) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: the hit has no host-tier blocks (take it with "
+                         "kvs_window_pool_prefix_acquire)",
+                         __func__);
+  }
+  int32_t parent = (int32_t)hit->node;
+  if (hit->node >= 0 && ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1)) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "the hit hangs under block %lld, which is not cached (match again: the "
+                         "index changed since)",
+                         (long long)hit->node);
+  }
+  uint64_t first = hit->node >= 0 ? (uint64_t)p->rec[hit->node].depth + 1 : 0;
+  uint64_t k = hit->host_pages;
+  if (first + k > n_keys) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit needs keys up to page %llu; %zu given",
+                         (unsigned long long)(first + k), n_keys);
+  }
+  if (hold_find(p, request) >= 0) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",
+                         (unsigned long long)request);
+  }
+  if (p->holds >= p->max_holds) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
+                         (unsigned long long)p->holds);
+  }
+  if (kvs_free_list_available(pool->free_list) < pool->page) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED,
+                         "no free window page to re-prefill the fetched prefix's tail into");
+  }
+  /* Validate everything first: a refusal changes nothing. */
+  uint32_t epoch = ++pool->epoch;
+  if (epoch == 0) {
+    memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
+    memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
+    epoch = pool->epoch = 1;
+  }
+  uint64_t chain = parent >= 0 ? p->rec[parent].chain : KVS_PREFIX_ROOT_CHAIN;
+  for (uint64_t i = 0; i < k; i++) {
+    int64_t page = pages[i];
+    if (page < 0 || (uint64_t)page >= p->n ||
+        (uint64_t)page * pool->page == pool->dummy_full_base) {
+      return kvs_error_set(
+          err, KVS_ERR_OUT_OF_RANGE, "fetch page %llu is full page %lld, %s", (unsigned long long)i,
+          (long long)page,
+          page < 0 || (uint64_t)page >= p->n ? "outside the history" : "the reserved dummy page");
+    }
+    if (p->rec[page].used != 0 || pool->full_stamp[page] == epoch ||
+        kvs_pool_window_page_of(pool, (uint64_t)page) >= 0) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT, "fetch page %llu is full page %lld, which is %s",
+                           (unsigned long long)i, (long long)page,
+                           pool->full_stamp[page] == epoch ? "given twice"
+                           : p->rec[page].used != 0        ? "a cached block"
+                                                           : "bound to a window page");
+    }
+    pool->full_stamp[page] = epoch;
+    chain = kvs_prefix_chain(chain, keys[first + i]);
+    if (kvs_pool_host_find(&p->host, chain) < 0) {
+      return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                           "block %llu of the hit is not in the host tier (match again: the tier "
+                           "changed since)",
+                           (unsigned long long)(first + i));
+    }
+  }
+  if (map_find(p, parent, keys[first]) >= 0) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "block %llu of the hit is on the GPU again (match again)",
+                         (unsigned long long)first);
+  }
+  if ((status = kvs_pool_journal_room(pool, 3 * k + 3, err))) return status;
+  int32_t cur = parent;
+  for (uint64_t i = 0; i < k; i++) {
+    uint64_t page = (uint64_t)pages[i];
+    if ((status = lead(pool, OP_NEW_KEY, page, (int64_t)keys[first + i], err)) ||
+        (status = lead(pool, OP_NEW_LINK, page, cur, err))) {
+      return status; /* validated above: unreachable */
+    }
+    int32_t slot = kvs_pool_host_find(&p->host, p->rec[page].chain);
+    if ((status = lead(pool, OP_FETCH, page, slot, err))) return status;
+    cur = (int32_t)page;
+  }
+  if ((status = lead(pool, OP_ACQUIRE, (uint64_t)cur, (int64_t)request, err)) ||
+      (status = kvs_pool_bind_page(pool, (uint64_t)cur, err)) ||
+      (status = lead(pool, OP_TAIL, (uint64_t)cur, (int64_t)request, err))) {
+    return status;
   }
   return KVS_OK;
 }
@@ -903,12 +1082,18 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
     wgot++;
   }
   while (got < need_pages && got < cap && p->leaf_head >= 0 &&
-         kvs_pool_journal_room(pool, 3, NULL) == KVS_OK) {
+         kvs_pool_journal_room(pool, 4, NULL) == KVS_OK) {
     int32_t n = p->leaf_head;
     if (p->rec[n].tail) {
       if ((status = lead(pool, OP_UNTAIL, (uint64_t)n, -1, err))) return status;
       kvs_pool_unbind_page(pool, (uint64_t)n);
       wgot++;
+    }
+    /* With a host tier the block's rows move there (unless a copy is
+     * there already: blocks never change once cached). */
+    if (p->host.n > 0 && kvs_pool_host_find(&p->host, p->rec[n].chain) < 0 &&
+        (status = lead(pool, OP_SPILL, (uint64_t)n, kvs_pool_host_victim(&p->host), err))) {
+      return status;
     }
     if ((status = lead(pool, OP_EVICT, (uint64_t)n, (int64_t)p->rec[n].key, err))) return status;
     freed[got++] = n;
@@ -932,7 +1117,12 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
   out->evictable = p->evictable;
   out->evictions = p->evictions;
   out->tail_drops = p->tail_drops;
-  out->digest = p->digest;
+  out->digest = p->digest + p->host.digest;
+  out->host_slots = p->host.n;
+  out->host_blocks = p->host.used;
+  out->spills = p->host.spills;
+  out->fetches = p->host.fetches;
+  out->host_drops = p->host.drops;
   return KVS_OK;
 }
 
@@ -950,6 +1140,20 @@ kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint6
   if (parent != NULL) *parent = r->parent;
   if (refs != NULL) *refs = r->refs;
   if (tail != NULL) *tail = r->tail;
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_prefix_host_slot(const struct kvs_window_pool *pool, uint64_t slot,
+                                            uint64_t *chain, kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  const kvs_pool_host *h = &pool->prefix.host;
+  if (slot >= h->n || !h->rec[slot].used) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "host slot %llu holds no block (the tier has %llu)",
+                         (unsigned long long)slot, (unsigned long long)h->n);
+  }
+  if (chain != NULL) *chain = h->rec[slot].chain;
   return KVS_OK;
 }
 
@@ -994,6 +1198,12 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
     if (map_find(p, r->parent, r->key) != (int32_t)fp) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "cached block %llu (key %llu) is not where the key map finds it",
+                           (unsigned long long)fp, (unsigned long long)r->key);
+    }
+    if (r->chain != kvs_prefix_chain(
+                        r->parent >= 0 ? p->rec[r->parent].chain : KVS_PREFIX_ROOT_CHAIN, r->key)) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "cached block %llu (key %llu) carries a chain that is not its path's",
                            (unsigned long long)fp, (unsigned long long)r->key);
     }
     if (r->tail && kvs_pool_window_page_of(pool, fp) < 0) {
@@ -1067,5 +1277,5 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
                            (unsigned long long)fp, p->rec[fp].children, count[fp]);
     }
   }
-  return KVS_OK;
+  return kvs_pool_host_check(&p->host, err);
 }

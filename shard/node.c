@@ -71,7 +71,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(kvs_mix64(h, (uint64_t)o->tp), (uint64_t)o->pp), (uint64_t)node->size);
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
-  h = kvs_mix64(h, o->prefix_cache);
+  h = kvs_mix64(kvs_mix64(h, o->prefix_cache), o->host_cache_bytes);
   h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
@@ -602,6 +602,20 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.check_integrity = o->check_integrity;
   so.prefix_cache = o->prefix_cache;
   so.prefix_align = node_prefix_align(&node->geometry);
+  if (o->host_cache_bytes > 0) {
+    uint64_t page_bytes = kvs_node_host_page_bytes(node);
+    uint64_t pages = page_bytes > 0 ? o->host_cache_bytes / page_bytes : 0;
+    if (!o->prefix_cache || pages == 0 || pages >= (UINT64_C(1) << 30)) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "options.host_cache_bytes (--host-cache) is %llu: %s",
+                           (unsigned long long)o->host_cache_bytes,
+                           !o->prefix_cache ? "a host tier needs the prefix cache (prefix_cache)"
+                           : pages == 0     ? "not one page (a page's rows per stage and group "
+                                              "take more)"
+                                            : "more than 2^30 pages");
+    }
+    so.host_pages = pages;
+  }
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);
@@ -714,6 +728,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->host_index = KVS_NODE_FROM_LAUNCHER;
   o->cuda_graphs = true;
   o->prefix_cache = false;
+  o->host_cache_bytes = 0;
 }
 
 /* The options' budget terms as plan/node_setup.h takes them. */

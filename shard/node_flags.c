@@ -38,6 +38,7 @@ enum {
   F_NO_CHECK_INTEGRITY,
   F_DIGEST_STEPS,
   F_PREFIX_CACHE,
+  F_HOST_CACHE,
   F_MAX_BATCH,
   F_STEP_CAPACITY,
   F_BIND_NUMA,
@@ -77,6 +78,7 @@ static const node_flag kNodeFlags[] = {
     {"no-check-integrity", false, F_NO_CHECK_INTEGRITY},
     {"digest-steps", false, F_DIGEST_STEPS},
     {"prefix-cache", false, F_PREFIX_CACHE},
+    {"host-cache", true, F_HOST_CACHE},
     {"max-batch", true, F_MAX_BATCH},
     {"step-capacity", true, F_STEP_CAPACITY},
     {"bind-numa", false, F_BIND_NUMA},
@@ -128,6 +130,7 @@ static const char kNodeFlagsHelp[] =
     "  --check-integrity | --no-check-integrity  checks also check the pool (default on)\n"
     "  --digest-steps          each step hashes its ring contexts\n"
     "  --prefix-cache          keep a prefix cache (kvs_node_prefix_*; default off)\n"
+    "  --host-cache BYTES      with it, a host tier of BYTES of the machine's memory\n"
     "  --max-batch N           rows a step's batch may have (default: max running)\n"
     "  --step-capacity N       journal entries per step (default: from the chunk budget)\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
@@ -293,6 +296,13 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
     case F_PREFIX_CACHE:
       o->prefix_cache = true;
       return KVS_OK;
+    case F_HOST_CACHE:
+      status = kvs_parse_bytes("--host-cache", value, &o->host_cache_bytes, err);
+      if (status == KVS_OK && o->host_cache_bytes == 0) {
+        status = kvs_error_set(err, KVS_ERR_PARSE,
+                               "--host-cache 0 holds no page; leave the flag out for no host tier");
+      }
+      return status;
     case F_MAX_BATCH:
     case F_STEP_CAPACITY:
       status = kvs_parse_u64_in(id == F_MAX_BATCH ? "--max-batch" : "--step-capacity", value, 1,

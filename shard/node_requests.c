@@ -116,7 +116,16 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
   hit->truncated_tokens = h.truncated_tokens;
   hit->node = h.node;
   hit->reprefill = h.reprefill;
+  hit->host_pages = h.host_pages;
   return KVS_OK;
+}
+
+/* The node's hit as the pool's. */
+static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
+  kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
+                      hit->truncated_tokens, hit->node,       hit->reprefill,
+                      hit->host_pages};
+  return h;
 }
 
 kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
@@ -125,9 +134,25 @@ kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
   if (status != KVS_OK) return status;
   if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
   if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
-  kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
-                      hit->truncated_tokens, hit->node,       hit->reprefill};
+  if (hit->host_pages > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit reaches %llu blocks into the host tier: take it with "
+                         "kvs_node_prefix_fetch, which gives them pages",
+                         (unsigned long long)hit->host_pages);
+  }
+  kvs_prefix_hit h = pool_hit(hit);
   return kvs_window_pool_prefix_acquire(pool_of(node), request, &h, err);
+}
+
+kvs_status kvs_node_prefix_fetch(kvs_node_t node, uint64_t request, const kvs_node_prefix_hit *hit,
+                                 const uint64_t *keys, size_t n_keys, const int64_t *pages,
+                                 kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_fetch", err);
+  if (status != KVS_OK) return status;
+  if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
+  if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
+  kvs_prefix_hit h = pool_hit(hit);
+  return kvs_window_pool_prefix_fetch(pool_of(node), request, &h, keys, n_keys, pages, err);
 }
 
 kvs_status kvs_node_prefix_insert(kvs_node_t node, uint64_t request, const uint64_t *keys,
@@ -176,7 +201,31 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
   out->evictions = s.evictions;
   out->tail_drops = s.tail_drops;
   out->digest = s.digest;
+  out->host_slots = s.host_slots;
+  out->host_blocks = s.host_blocks;
+  out->spills = s.spills;
+  out->fetches = s.fetches;
+  out->host_drops = s.host_drops;
+  out->host_page_bytes = s.host_slots > 0 ? kvs_node_host_page_bytes(node) : 0;
   return KVS_OK;
+}
+
+uint64_t kvs_node_host_page_bytes(const struct kvs_node *node) {
+  if (node == NULL) return 0;
+  const kvs_split *split = kvs_node_plan_split(node->plan);
+  if (split->num_pages == 0) return 0;
+  /* The tensor-parallel ranks of a stage hold the same latent rows: the
+   * tier keeps one copy for them, so one rank per stage and group counts
+   * (the groups, data-parallel replicas, share the machine's memory). */
+  uint64_t sum = 0;
+  for (size_t r = 0; r < kvs_node_plan_rank_count(node->plan); r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, r);
+    if (rp->tp_rank != 0) continue;
+    const kvs_stage_plan *st = &split->stages[rp->pp_stage];
+    uint64_t rows = st->bytes.compressed + st->bytes.indexer;
+    sum += (rows + split->num_pages - 1) / split->num_pages;
+  }
+  return sum;
 }
 
 /* ---- what create decided ---- */

@@ -185,8 +185,14 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   pool_options.radix = options->radix;
   pool_options.prefix_cache = options->prefix_cache;
   pool_options.prefix_align = options->prefix_align;
+  pool_options.host_pages = options->host_pages;
   /* Only the leader journals; a follower's changes arrive by step. */
   pool_options.journal_capacity = shard->leader ? capacity : 0;
+  /* Every rank replays whatever the leader journals: a follower's replay
+   * (prefix entries are undone on refusal) holds a whole step too. A
+   * follower sized at the 4096 default refused a step of 4132 prefix
+   * entries (a large host-tier fetch) and fell out of step. */
+  pool_options.replay_capacity = capacity;
   kvs_error local;
   kvs_error_clear(&local);
   kvs_status local_status = kvs_window_pool_create(sizes, &pool_options, &shard->pool, &local);

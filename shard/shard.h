@@ -64,10 +64,14 @@ typedef struct kvs_shard_options {
   bool check_integrity;  /* each check also runs the pool's integrity check */
   bool prefix_cache;     /* the pool keeps a prefix cache (core/window_pool.h) */
   uint64_t prefix_align; /* its hits' alignment in tokens (the ratios' lcm) */
+  uint64_t host_pages;   /* the prefix cache's host tier (0: none) */
 } kvs_shard_options;
 
-#define KVS_SHARD_OPTIONS_INIT \
-  { sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, false, 128 }
+#define KVS_SHARD_OPTIONS_INIT                                                                 \
+  {                                                                                            \
+    sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, false, \
+        128, 0                                                                                 \
+  }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
  * at most chunk_tokens (over all requests) plus one decode page per

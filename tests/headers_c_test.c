@@ -140,6 +140,7 @@ static void nulls_of_nodes(void) {
     size_t n_freed = 0;
     REFUSES(kvs_node_prefix_match, kvs_node_prefix_match(NULL, &key, 1, 1000, 0, &hit, NULL, &e_));
     REFUSES(kvs_node_prefix_acquire, kvs_node_prefix_acquire(NULL, 1, &hit, &e_));
+    REFUSES(kvs_node_prefix_fetch, kvs_node_prefix_fetch(NULL, 1, &hit, &key, 1, &page, &e_));
     REFUSES(kvs_node_prefix_insert,
             kvs_node_prefix_insert(NULL, 1, &key, &page, NULL, 1, &taken, &e_));
     REFUSES(kvs_node_prefix_release, kvs_node_prefix_release(NULL, 1, &e_));

@@ -89,6 +89,10 @@ static const char usage_flags[] =
     "  --step-ms F             simulated milliseconds of one step, (0, 3600000] (default 50)\n"
     "  --prefix-cache P        kvshard (default with --trace), sglang, vllm or none: whose\n"
     "                          prefix policy the trace's requests reuse pages under\n"
+    "  --host-cache BYTES      kvshard's policy with a host tier of BYTES (per machine):\n"
+    "                          evicted blocks move there and hits fetch them back\n"
+    "  --host-bandwidth GBPS   the host link's rate for those copies, (0, 10000] GB/s\n"
+    "                          (default 50); a fetching request waits for its copy\n"
     "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
     "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"
     "                          after step S (S < --steps); the next check must name it\n";
@@ -197,6 +201,7 @@ static bool set_defaults(kvsim_args *a, bool local) {
   a->trace_block = 512;
   a->step_ms = 50.0;
   a->prefix_cache = KVS_PREFIX_POLICY_KVSHARD;
+  a->host_bandwidth = 50.0;
   a->kv_dtype = KVS_KV_BF16;
   a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
   return a->budget_per_gpu != NULL;
@@ -436,6 +441,22 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
     a->have_trace_flags = true;
     return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]", &a->step_ms);
   }
+  if (strcmp(flag, "--host-cache") == 0) {
+    kvs_error err;
+    a->have_trace_flags = true;
+    if (value == NULL || kvs_parse_bytes(flag, value, &a->host_cache, &err) != KVS_OK) {
+      return parse_error(p, &err, value);
+    }
+    if (a->host_cache == 0) {
+      return bad_arg(p, flag, value, "a size above 0 (leave the flag out for no host tier)");
+    }
+    return 0;
+  }
+  if (strcmp(flag, "--host-bandwidth") == 0) {
+    a->have_trace_flags = true;
+    a->have_host_bandwidth = true;
+    return number_arg(p, flag, value, 1e-3, 10000.0, "GB/s in (0, 10000]", &a->host_bandwidth);
+  }
   if (strcmp(flag, "--prefix-cache") == 0) {
     static const char *const names[] = {"none", "kvshard", "sglang", "vllm"};
     a->have_trace_flags = true;
@@ -508,6 +529,8 @@ static const struct {
     {"--trace-block", BOTH},
     {"--step-ms", BOTH},
     {"--prefix-cache", BOTH},
+    {"--host-cache", BOTH},
+    {"--host-bandwidth", BOTH},
     {"--kv-dtype", BOTH},
     {"--inject-cache-divergence", BOTH},
 };
@@ -609,8 +632,8 @@ static int check_conflicts(const parser *p) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
   } else if (a->trace == NULL && (a->have_trace_flags || a->inject_cache)) {
     conflict =
-        "--trace-block, --step-ms, --prefix-cache and --inject-cache-divergence need "
-        "--trace FILE";
+        "--trace-block, --step-ms, --prefix-cache, --host-cache, --host-bandwidth and "
+        "--inject-cache-divergence need --trace FILE";
   } else if (a->trace != NULL && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict =
         "--trace needs rings per request (per-request or hca-per-request): the leader's "
@@ -619,6 +642,10 @@ static int check_conflicts(const parser *p) {
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   } else if (a->inject_cache && a->prefix_cache == KVS_PREFIX_POLICY_NONE) {
     conflict = "--inject-cache-divergence changes a cached block; --prefix-cache none keeps none";
+  } else if (a->host_cache > 0 && a->prefix_cache != KVS_PREFIX_POLICY_KVSHARD) {
+    conflict = "--host-cache is kvshard's tier: it needs --prefix-cache kvshard";
+  } else if (a->have_host_bandwidth && a->host_cache == 0) {
+    conflict = "--host-bandwidth prices the host tier's copies: give --host-cache too";
   }
   if (conflict == NULL) return check_requests(p);
   if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);

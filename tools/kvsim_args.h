@@ -98,7 +98,10 @@ typedef struct kvsim_args {
   uint64_t trace_block;  /* tokens per hash id (512) */
   double step_ms;        /* simulated time of one step (50) */
   int prefix_cache;      /* KVS_PREFIX_POLICY_* (kvshard with a trace) */
-  bool have_trace_flags; /* --trace-block, --step-ms or --prefix-cache given */
+  uint64_t host_cache;   /* the prefix cache's host tier in bytes (0: none) */
+  double host_bandwidth; /* GB/s of the host link the tier's copies take (50) */
+  bool have_host_bandwidth;
+  bool have_trace_flags; /* --trace-block, --step-ms, --prefix-cache or a host flag given */
   kvs_kv_dtype kv_dtype; /* --kv-dtype (bf16) */
   bool inject_cache;     /* --inject-cache-divergence RANK:STEP */
   int inject_cache_rank;

@@ -266,6 +266,7 @@ static void node_options(run *r, kvs_node_options *o) {
    * --requests of them. */
   o->kv_dtype = a->kv_dtype;
   o->prefix_cache = a->trace != NULL && a->prefix_cache != KVS_PREFIX_POLICY_NONE;
+  o->host_cache_bytes = a->host_cache;
   o->state_rings = a->state_rings;
   o->swa_ratio = a->swa_ratio;
   /* The workload's longest request: its floor is kvplan's default one,
@@ -456,6 +457,15 @@ static int setup_node(run *r) {
   /* A kvshard hit may re-prefill one window (P tokens) before its
    * boundary rather than recompute down to the deepest retained tail. */
   r->wo.reprefill_tokens = kvs_node_page(r->node);
+  if (r->a->host_cache > 0) {
+    /* One page's rows over every rank, at the host link's rate. */
+    kvs_node_prefix_counts counts = {.size = sizeof counts};
+    if (kvs_node_prefix_stats(r->node, &counts, &err) != KVS_OK) {
+      if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+      return KVSIM_EXIT_FAILED;
+    }
+    r->wo.host_ms_per_page = (double)counts.host_page_bytes / (r->a->host_bandwidth * 1e6);
+  }
   if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
     return KVSIM_EXIT_USAGE;
@@ -755,6 +765,15 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
             c.prompt_tokens, c.hit_tokens, rate, ideal, ideal > 0 ? rate / ideal : 0.0,
             c.reprefill_tokens, c.evictions, c.tail_drops,
             c.peak_cached_pages * kvs_node_page(r->node));
+    if (c.host_slots > 0) {
+      fprintf(human,
+              "kvsim: host tier of %" PRIu64 " pages (%" PRIu64 " tokens): %" PRIu64
+              " of the hit tokens came back from it (GPU %" PRIu64 "), %" PRIu64
+              " blocks spilled, %" PRIu64 " let go; its copies took %.1f simulated s at %g GB/s\n",
+              c.host_slots, c.host_slots * kvs_node_page(r->node), c.host_hit_tokens,
+              c.hit_tokens - c.host_hit_tokens, c.spills, c.host_drops, c.host_copy_ms / 1000.0,
+              r->a->host_bandwidth);
+    }
     fprintf(human,
             "kvsim: %.1f simulated s (%" PRIu64
             " steps of %g ms): %.2f requests per simulated "
@@ -862,8 +881,12 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
                                                                    (double)r->trace.prompt_tokens
                                                              : 0.0));
     json_object_set_new(p, "reprefill_tokens", kvs_json_u64(c.reprefill_tokens));
-    json_object_set_new(p, "gpu_hit_tokens", kvs_json_u64(c.hit_tokens));
-    json_object_set_new(p, "host_hit_tokens", kvs_json_u64(0));
+    json_object_set_new(p, "gpu_hit_tokens", kvs_json_u64(c.hit_tokens - c.host_hit_tokens));
+    json_object_set_new(p, "host_hit_tokens", kvs_json_u64(c.host_hit_tokens));
+    json_object_set_new(p, "host_tier_tokens", kvs_json_u64(c.host_slots * kvs_node_page(r->node)));
+    json_object_set_new(p, "spills", kvs_json_u64(c.spills));
+    json_object_set_new(p, "host_drops", kvs_json_u64(c.host_drops));
+    json_object_set_new(p, "host_copy_s", json_real(c.host_copy_ms / 1000.0));
     json_object_set_new(p, "evictions", kvs_json_u64(c.evictions));
     json_object_set_new(p, "peak_cached_tokens",
                         kvs_json_u64(c.peak_cached_pages * kvs_node_page(r->node)));

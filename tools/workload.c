@@ -1,5 +1,6 @@
 #include "tools/workload.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ typedef struct request {
   int64_t tail_page;       /* its page whose window it keeps for the cache; -1 */
   uint64_t reprefill_left; /* window tokens still to recompute */
   uint64_t inserted;       /* pages past the hit it gave the cache so far (leader) */
+  uint64_t copy_steps;     /* steps its host-tier blocks still take to copy back */
 } request;
 
 typedef struct arrival {
@@ -77,6 +79,9 @@ struct kvs_workload {
   int64_t *acq_node;
   bool *acq_writes;
   size_t n_acq, acq_cap;
+  uint64_t fetched;     /* host-tier blocks fetched since the last acquire learned */
+  uint64_t fetch_for;   /* the request that acquire was for (+ 1; 0: none) */
+  uint64_t fetch_count; /* and how many blocks it fetched */
 };
 
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
@@ -382,6 +387,7 @@ static void admit(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     r->tail_page = -1;
     r->hit_pages = 0;
     r->reprefill_left = 0;
+    r->copy_steps = 0;
     slot_bind(w, r, status, err);
     w->order[w->n_active++] = slot;
     w->queue_head = (w->queue_head + 1) % w->o.max_waiting;
@@ -413,6 +419,12 @@ static void schedule(struct kvs_workload *w, kvs_status *status, kvs_error *err)
   for (size_t i = 0; i < w->n_active && budget > 0; i++) {
     request *r = &w->slots[w->order[i]];
     if (r->done >= r->prompt) continue;
+    if (r->copy_steps > 0) {
+      /* Its host-tier blocks are still on their way back: nothing of the
+       * prompt past them can be computed yet. */
+      r->copy_steps--;
+      continue;
+    }
     if (r->reprefill_left > 0) {
       /* A hit's window tokens before its boundary: computed into the
        * window page the hit bound, nothing new to bind. */
@@ -559,6 +571,62 @@ static uint64_t running_reserve(const struct kvs_workload *w) {
   return sum;
 }
 
+/* A hit that reaches into the host tier: its blocks need GPU pages, which
+ * come from evicting as many unreferenced GPU blocks (spilled to the tier
+ * in turn): evicted pages go back on every rank's free list as the step is
+ * learned and the fetch takes the same pages straight off it, so no rank
+ * needs to guess which free page the leader meant. The eviction can take
+ * the hit's own GPU path, so the prompt is matched again after it; a hit
+ * whose blocks cannot all get pages (or whose prompt then has no room)
+ * falls back to the exact part. proj_full and win count what came back. */
+static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64_t n_keys,
+                                uint64_t reprefill, kvs_prefix_hit *hit, uint64_t *proj_full,
+                                uint64_t *win, bool *defer, kvs_error *err) {
+  kvs_window_pool_t pool = w->pool;
+  uint64_t P = w->page;
+  size_t have = 0;
+  kvs_status status = KVS_OK;
+  /* Each block fetched costs an eviction (up to 4 entries) and the fetch's
+   * 3; a few more evictions for re-matches and the acquire's own: the
+   * step's journal room bounds how deep into the tier this hit goes. A hit
+   * that a fresh step would hold whole waits for one (the request stays at
+   * the queue's head) rather than go shallower now. */
+  size_t capacity = kvs_window_pool_journal_capacity(pool);
+  size_t room = capacity - kvs_window_pool_journal_pending(pool);
+  uint64_t max_host = room > 64 ? (room - 64) / 7 : 0;
+  uint64_t max_fresh = capacity > 64 ? (capacity - 64) / 7 : 0;
+  *defer = hit->host_pages > max_host && max_host < max_fresh;
+  if (*defer) return KVS_OK;
+  status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
+                                               max_host, hit, NULL, err);
+  if (status != KVS_OK) return status;
+  for (int round = 0; round < 4 && hit->host_pages > 0; round++) {
+    uint64_t own = pages_of(w, a->total) - hit->hit_tokens / P;
+    if (hit->host_pages <= have && own <= *proj_full + have - hit->host_pages) {
+      status =
+          kvs_window_pool_prefix_fetch(pool, a->id, hit, w->keys, (size_t)n_keys, w->evicted, err);
+      if (status != KVS_OK) return status;
+      *proj_full += have - hit->host_pages;
+      return KVS_OK;
+    }
+    size_t n_freed = 0;
+    uint64_t wfreed = 0;
+    uint64_t need = hit->host_pages > have ? hit->host_pages - have : 1;
+    status = kvs_window_pool_prefix_evict(pool, need, 0, w->evicted + have,
+                                          (size_t)w->max_pages - have, &n_freed, &wfreed, err);
+    if (status != KVS_OK) return status;
+    have += n_freed;
+    *win += wfreed;
+    if (n_freed == 0) break;
+    status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt,
+                                                 reprefill, max_host, hit, NULL, err);
+    if (status != KVS_OK) return status;
+  }
+  *proj_full += have;
+  if (hit->host_pages == 0) return KVS_OK; /* the hit after the evictions is the GPU's */
+  return kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, hit, NULL, err);
+}
+
 /* The leader's decisions, journaled; nothing here changes the scheduler
  * (kvs_workload_learn does, on every rank). */
 static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
@@ -567,6 +635,31 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
   uint64_t P = w->page;
   uint64_t proj_full = kvs_free_list_free_units(w->full_free);
+  /* kvshard's policy: a prompt's pages join the cache as soon as its
+   * prefill is done, so that the next turn of a conversation, arriving
+   * while this one still decodes, already hits them; all but the page
+   * whose window the cache keeps, which joins at completion with it. */
+  for (size_t i = 0; cache && w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD && i < w->n_active;
+       i++) {
+    request *r = &w->slots[w->order[i]];
+    if (r->done < r->prompt || r->done >= r->total) continue;
+    uint64_t upto = r->tail_page >= 0 ? (uint64_t)r->tail_page : r->key_pages;
+    if (upto <= r->hit_pages + r->inserted) continue;
+    size_t room = kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool);
+    if (room < 64) break;
+    uint64_t n_ins = upto - r->hit_pages - r->inserted;
+    if (n_ins > (room - 32) / 3) n_ins = (room - 32) / 3;
+    trace_keys(w, r->id);
+    uint64_t first = r->hit_pages + r->inserted;
+    for (uint64_t k = 0; k < n_ins; k++) {
+      w->pages[k] = r->locs[(first + k) * P] / (int64_t)P;
+      w->tails[k] = 0;
+    }
+    *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + first, w->pages, w->tails,
+                                            (size_t)n_ins, w->taken, err);
+    if (*status != KVS_OK) return;
+    r->inserted += n_ins;
+  }
   /* Completions: the pages join the cache, the windows go back. */
   for (size_t i = 0; i < w->n_active; i++) {
     request *r = &w->slots[w->order[i]];
@@ -634,7 +727,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     if (kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool) < 32) break;
     const arrival *a = &w->queue[(w->queue_head + admitted) % w->o.max_waiting];
     uint64_t n_pages = pages_of(w, a->total);
-    kvs_prefix_hit hit = {0, 0, 0, 0, -1, false};
+    kvs_prefix_hit hit = {0, 0, 0, 0, -1, false, 0};
     if (cache) {
       uint64_t n_keys = trace_keys(w, a->id);
       uint64_t reprefill =
@@ -642,13 +735,19 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
                                              &hit, NULL, err);
       if (*status != KVS_OK) return;
-      if (hit.node >= 0 && hit.reprefill && win < reserve + 2 * (admitted + 1) + 1) {
+      bool short_window = win < reserve + 2 * (admitted + 1) + 1;
+      if (hit.host_pages > 0 && !short_window) {
+        bool defer = false;
+        *status = take_host_hit(w, a, n_keys, reprefill, &hit, &proj_full, &win, &defer, err);
+        if (*status != KVS_OK) return;
+        if (defer) break; /* admitted at the next step, with its journal's whole room */
+      } else if ((hit.node >= 0 || hit.host_pages > 0) && hit.reprefill && short_window) {
         /* No window page for the re-prefill: take the exact part. */
         *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, &hit,
                                                NULL, err);
         if (*status != KVS_OK) return;
       }
-      if (hit.node >= 0) {
+      if (hit.node >= 0 && hit.host_pages == 0) {
         *status = kvs_window_pool_prefix_acquire(pool, a->id, &hit, err);
         if (*status != KVS_OK) return;
       }
@@ -666,7 +765,9 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       win += wfreed;
     }
     if (own > proj_full || win < need_win) {
-      if (hit.node >= 0) *status = kvs_window_pool_prefix_release(pool, a->id, err);
+      if (hit.node >= 0 || hit.host_pages > 0) {
+        *status = kvs_window_pool_prefix_release(pool, a->id, err);
+      }
       refused = true;
       break;
     }
@@ -709,7 +810,7 @@ static void note_acquire(struct kvs_workload *w, uint64_t request, int64_t node,
 
 #define PREFIX_OP(e) ((unsigned)(((e)->full_page >> 56) & 0x3f))
 #define PREFIX_A(e) ((e)->full_page & ((UINT64_C(1) << 56) - 1))
-enum { LEARN_NEW_LINK = 2, LEARN_ACQUIRE = 3, LEARN_TAIL = 5, LEARN_EVICT = 8 };
+enum { LEARN_NEW_LINK = 2, LEARN_ACQUIRE = 3, LEARN_TAIL = 5, LEARN_EVICT = 8, LEARN_FETCH = 10 };
 
 static bool is_prefix(const kvs_journal_entry *e) {
   return (e->full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG;
@@ -797,6 +898,13 @@ static kvs_status start_request(struct kvs_workload *w, uint64_t id, uint64_t sl
   if (r->key_pages > n_pages) r->key_pages = n_pages;
   r->tail_page = tail_page_for(w, r->key_pages, hit_pages, a->prompt, a->total);
   r->reprefill_left = writes ? w->o.reprefill_tokens : 0;
+  /* Its blocks from the host tier are copied back before it computes. */
+  uint64_t fetched = w->fetch_for == id + 1 ? w->fetch_count : 0;
+  double copy_ms = (double)fetched * w->o.host_ms_per_page;
+  r->copy_steps = copy_ms > 0 ? (uint64_t)ceil(copy_ms / w->o.step_ms) : 0;
+  w->c.host_hit_tokens += fetched * P;
+  w->c.host_copy_ms += copy_ms;
+  w->fetch_for = 0;
   w->order[w->n_active++] = slot;
   w->queue_head = (w->queue_head + 1) % w->o.max_waiting;
   w->queue_count--;
@@ -825,8 +933,21 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
         uint64_t base = PREFIX_A(e) * w->page;
         w->cached[PREFIX_A(e)] = 0;
         kvs_free_list_free(w->full_free, &base, 1, NULL);
+      } else if (op == LEARN_FETCH) {
+        /* A page the same step's eviction just gave back. */
+        uint64_t base = PREFIX_A(e) * w->page;
+        if (kvs_free_list_take(w->full_free, base, NULL) != KVS_OK) {
+          return kvs_error_set(err, KVS_ERR_DIVERGENCE,
+                               "the leader fetched a host-tier block into full page %llu, which "
+                               "this rank's scheduler does not hold free",
+                               (unsigned long long)PREFIX_A(e));
+        }
+        w->fetched++;
       } else if (op == LEARN_ACQUIRE && e->window_page >= 0) {
         note_acquire(w, (uint64_t)e->window_page, (int64_t)PREFIX_A(e), false);
+        w->fetch_for = (uint64_t)e->window_page + 1;
+        w->fetch_count = w->fetched;
+        w->fetched = 0;
       } else if (op == LEARN_TAIL && e->window_page >= 0) {
         note_acquire(w, (uint64_t)e->window_page, -1, true);
       }
@@ -849,6 +970,9 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
   if (kvs_window_pool_prefix_stats(w->pool, &stats, NULL) == KVS_OK) {
     w->c.evictions = stats.evictions;
     w->c.tail_drops = stats.tail_drops;
+    w->c.spills = stats.spills;
+    w->c.host_drops = stats.host_drops;
+    w->c.host_slots = stats.host_slots;
     if (stats.nodes > w->c.peak_cached_pages) w->c.peak_cached_pages = stats.nodes;
   }
   return KVS_OK;

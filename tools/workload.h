@@ -65,6 +65,10 @@ typedef struct kvs_workload_options {
   double step_ms;
   int prefix_policy;
   uint64_t reprefill_tokens; /* what a kvshard hit may re-prefill (0: none) */
+  /* Simulated milliseconds to copy one full page back from the host tier
+   * (its bytes over the host link's bandwidth; 0: free). A request whose
+   * hit fetched blocks computes nothing for the steps that copy takes. */
+  double host_ms_per_page;
 } kvs_workload_options;
 
 enum {
@@ -75,7 +79,7 @@ enum {
 };
 
 #define KVS_WORKLOAD_OPTIONS_INIT \
-  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0 }
+  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0, 0.0 }
 
 /* Longest request the options can produce (prompt_max + gen_max): the
  * max_seq_len the budget's working-set floor needs. */
@@ -112,6 +116,11 @@ typedef struct kvs_workload_counters {
   uint64_t evictions;
   uint64_t tail_drops;
   uint64_t peak_cached_pages;
+  uint64_t host_hit_tokens; /* of hit_tokens, copied back from the host tier */
+  double host_copy_ms;      /* simulated time those copies took */
+  uint64_t spills;          /* blocks the cache moved to the host tier */
+  uint64_t host_drops;      /* blocks the host tier let go */
+  uint64_t host_slots;      /* the host tier's pages */
 } kvs_workload_counters;
 
 /* Collective bookkeeping after each step, every rank: with a trace, the

@@ -29,7 +29,7 @@ _MACHINE = {
 NODE_OPTIONS = dict(_MODEL, **_MACHINE, **{
     "device": "str", "cuda_device": "int", "stream": "stream", "step_backend": "str",
     "cuda_graphs": "switch", "check_every": "int", "check_integrity": "switch",
-    "digest_steps": "flag", "prefix_cache": "flag", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
+    "digest_steps": "flag", "prefix_cache": "flag", "host_cache": "bytes", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
     "local_rank": "int", "host_index": "int", "host": "str",
 })
 # Options the package itself takes, not the library's flags.

@@ -554,6 +554,10 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED(
       "pool", kvs_window_pool_prefix_node(nullptr, 1, nullptr, nullptr, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_inject(nullptr, 1, 1, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_fetch(nullptr, 1, &hit, &key, 1, &page, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_host_slot(nullptr, 0, &key, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_match_within(nullptr, &key, 1, 1000, 0, 1,
+                                                                  &hit, nullptr, &err));
   // A pool with a cache: the arrays and outputs, nothing changed.
   kvs_geometry g = kvs_test::args();
   kvs_pool_sizes s = kvs_test::sizes(8, g, 0.5, 5);
@@ -580,6 +584,13 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED(
       "freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, nullptr, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_window_pool_prefix_stats(p.get(), nullptr, &err));
+  EXPECT_NULL_REFUSED("hit",
+                      kvs_window_pool_prefix_fetch(p.get(), 1, nullptr, &key, 1, &page, &err));
+  EXPECT_NULL_REFUSED("keys",
+                      kvs_window_pool_prefix_fetch(p.get(), 1, &hit, nullptr, 1, &page, &err));
+  EXPECT_NULL_REFUSED("pages",
+                      kvs_window_pool_prefix_fetch(p.get(), 1, &hit, &key, 1, nullptr, &err));
+  EXPECT_EQ(kvs_window_pool_prefix_host_slot(p.get(), 0, nullptr, &err), KVS_ERR_NOT_FOUND);
   EXPECT_EQ(kvs_window_pool_prefix_node(p.get(), 1, nullptr, nullptr, nullptr, nullptr, &err),
             KVS_ERR_NOT_FOUND);
   EXPECT_EQ(kvs_window_pool_prefix_inject(p.get(), 1, 1, &err), KVS_ERR_NOT_FOUND);

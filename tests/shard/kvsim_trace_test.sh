@@ -17,7 +17,7 @@ head -n 400 "$TRACE" >"$HEAD"
 # A pool of 4 GiB per GPU (the default): some 23,000 pages, so the cache
 # evicts under 400 requests of 12,000 tokens on average.
 COMMON=(--backend self --tp 1 --topology bundled --device cpu --progress-s 0 --json)
-KEYS='["evictions","gpu_hit_tokens","hit_rate","hit_tokens","host_hit_tokens","ideal_hit_rate","peak_cached_tokens","policy","prompt_tokens","reprefill_tokens","requests"]'
+KEYS='["evictions","gpu_hit_tokens","hit_rate","hit_tokens","host_copy_s","host_drops","host_hit_tokens","host_tier_tokens","ideal_hit_rate","peak_cached_tokens","policy","prompt_tokens","reprefill_tokens","requests","spills"]'
 declare -A HIT
 for policy in kvshard sglang vllm none; do
   timeout 600 "$KVSIM" "${COMMON[@]}" --trace "$HEAD" --prefix-cache "$policy" >"$OUT" 2>"$ERR"
@@ -27,6 +27,7 @@ for policy in kvshard sglang vllm none; do
   json_check ".prefix.policy == \"$policy\" and .prefix.requests == 400 and .digests_agree == true"
   json_check '.prefix.ideal_hit_rate > 0.05 and .prefix.hit_rate <= .prefix.ideal_hit_rate'
   json_check '.prefix.hit_tokens == .prefix.gpu_hit_tokens and .prefix.host_hit_tokens == 0'
+  json_check '.prefix.host_tier_tokens == 0 and .prefix.spills == 0'
   grep -q "^kvsim: prefix cache $policy: 400 of 400 trace requests served" "$ERR" ||
     fail "no text report for $policy"
   grep -q "requests per simulated s; simulated .* requests per wall-clock s" "$ERR" ||
@@ -37,6 +38,21 @@ done
 [ "${HIT[kvshard]}" -gt 0 ] || fail "kvshard hit nothing"
 [ "${HIT[kvshard]}" -ge "${HIT[sglang]}" ] || fail "kvshard ${HIT[kvshard]} < sglang ${HIT[sglang]}"
 [ "${HIT[kvshard]}" -ge "${HIT[vllm]}" ] || fail "kvshard ${HIT[kvshard]} < vllm ${HIT[vllm]}"
+
+# A host tier: evicted blocks spill there and later prompts fetch them
+# back, so more of the prompts hit than on the GPU alone, never past the
+# ideal; the GPU and host shares add up, and the copies take time.
+timeout 600 "$KVSIM" "${COMMON[@]}" --trace "$HEAD" --host-cache 64GiB --host-bandwidth 25 \
+  >"$OUT" 2>"$ERR"
+rc=$?
+[ $rc -eq 0 ] || fail "kvsim --host-cache exited $rc: $(tail -3 "$ERR")"
+json_check ".prefix | keys == $KEYS"
+json_check '.prefix.spills > 0 and .prefix.host_hit_tokens > 0 and .prefix.host_copy_s > 0'
+json_check '.prefix.hit_tokens == .prefix.gpu_hit_tokens + .prefix.host_hit_tokens'
+json_check '.prefix.hit_rate <= .prefix.ideal_hit_rate and .prefix.host_tier_tokens > 0'
+json_check ".prefix.hit_tokens > ${HIT[kvshard]} and .digests_agree == true"
+grep -q "^kvsim: host tier of [0-9]* pages ([0-9]* tokens): [0-9]* of the hit tokens came back" \
+  "$ERR" || fail "no host tier line: $(grep host "$ERR")"
 
 # Two ranks as threads: the followers learn every admission, completion
 # and eviction from the step's journal; digests and checks agree.
@@ -51,6 +67,16 @@ for r in 0 1; do
   grep -q "^kvsim: rank $r: integrity ok after" "$ERR" || fail "rank $r"
 done
 steps=$(json_get .steps)
+
+# The same over a host tier: every spill and fetch is replayed alike.
+timeout 600 "$KVSIM_LOCAL" --ranks 2 --tp 2 --topology bundled --device cpu --progress-s 0 \
+  --json --trace "$HEAD" --check-every 8 --host-cache 8GiB >"$OUT" 2>"$ERR"
+rc=$?
+[ $rc -eq 0 ] || fail "kvsim_local --trace --host-cache exited $rc: $(tail -3 "$ERR")"
+json_check '.ranks == 2 and .digests_agree == true and .prefix.spills > 0'
+for r in 0 1; do
+  grep -q "^kvsim: rank $r: integrity ok after" "$ERR" || fail "rank $r (host tier)"
+done
 
 # A cached block's reference count changed on rank 1: the next check
 # names the block, every rank exits 3.
@@ -76,6 +102,14 @@ expect 2 "line 1 is not JSON" -- "$KVSIM" "${COMMON[@]}" --trace "$HEAD"
 : >"$HEAD"
 expect 2 "holds no request" -- "$KVSIM" "${COMMON[@]}" --trace "$HEAD"
 expect 2 "need --trace FILE" -- "$KVSIM" --backend self --tp 1 --steps 5 --seed 1 --step-ms 10
+expect 2 "need --trace FILE" -- "$KVSIM" --backend self --tp 1 --steps 5 --seed 1 --host-cache 1GiB
+expect 2 "above 0" -- "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --host-cache 0
+expect 2 "--host-cache" -- "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --host-cache -5GiB
+expect 2 "needs --prefix-cache kvshard" -- \
+  "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --host-cache 1GiB --prefix-cache vllm
+expect 2 "give --host-cache too" -- "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --host-bandwidth 10
+expect 2 "GB/s in (0, 10000]" -- \
+  "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --host-cache 1GiB --host-bandwidth 0
 expect 2 "--trace needs rings per request" -- \
   "$KVSIM" "${COMMON[@]}" --trace "$TRACE" --state-rings per-page
 echo PASS

@@ -14,6 +14,7 @@ struct Made {
   std::string message;
   uint64_t num_pages = 0, window_pages = 0, page = 0, max_running = 0;
   kvs_status prefix = KVS_ERR_UNSUPPORTED; /* kvs_node_prefix_stats on the node */
+  uint64_t host_slots = 0, host_page_bytes = 0;
 };
 
 Made make(const std::vector<const char *> &flags) {
@@ -31,6 +32,8 @@ Made make(const std::vector<const char *> &flags) {
     m.max_running = kvs_node_max_running(node);
     kvs_node_prefix_counts counts = {sizeof counts, 0, 0, 0, 0, 0, 0, 0, 0};
     m.prefix = kvs_node_prefix_stats(node, &counts, nullptr);
+    m.host_slots = counts.host_slots;
+    m.host_page_bytes = counts.host_page_bytes;
   }
   kvs_node_destroy(node);
   kvs_comm_destroy(comm);
@@ -123,9 +126,10 @@ TEST(NodeFlags, refusals_name_the_flag_in_kvplans_words) {
 
 TEST(NodeFlags, the_help_lists_every_flag_the_parser_takes) {
   std::string help = kvs_node_flags_help();
-  for (const char *name : {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu",
-                           "--mem-fraction", "--device", "--stream", "--check-every",
-                           "--no-cuda-graphs", "--step-capacity", "--host", "--prefix-cache"}) {
+  for (const char *name :
+       {"--model", "--page", "--kv-dtype", "--topology", "--budget-per-gpu", "--mem-fraction",
+        "--device", "--stream", "--check-every", "--no-cuda-graphs", "--step-capacity", "--host",
+        "--prefix-cache", "--host-cache"}) {
     EXPECT_NE(help.find(name), std::string::npos) << name;
   }
 }
@@ -144,4 +148,35 @@ TEST(NodeFlags, prefix_cache_turns_the_nodes_prefix_cache_on) {
   EXPECT_EQ(twice.status, KVS_ERR_PARSE);
   EXPECT_NE(twice.message.find("--prefix-cache is given twice"), std::string::npos)
       << twice.message;
+}
+
+TEST(NodeFlags, host_cache_gives_the_prefix_cache_a_host_tier_of_whole_pages) {
+  std::vector<const char *> base = {
+      "--topology=bundled", "--device=cpu", "--budget=2GiB", "--max-running=4",
+      "--no-bind-numa",     "--tp=1",       "--pp=1"};
+  auto with = [&](std::vector<const char *> more) {
+    std::vector<const char *> flags = base;
+    flags.insert(flags.end(), more.begin(), more.end());
+    return make(flags);
+  };
+  Made off = with({"--prefix-cache"});
+  ASSERT_EQ(off.status, KVS_OK) << off.message;
+  EXPECT_EQ(off.host_slots, 0u);
+  EXPECT_EQ(off.host_page_bytes, 0u);
+  Made on = with({"--prefix-cache", "--host-cache=1GiB"});
+  ASSERT_EQ(on.status, KVS_OK) << on.message;
+  ASSERT_GT(on.host_page_bytes, 0u);
+  EXPECT_EQ(on.host_slots, (uint64_t(1) << 30) / on.host_page_bytes);
+  EXPECT_EQ(on.num_pages, off.num_pages);  // the tier is host memory: the GPU plan is the same
+  Made zero = with({"--prefix-cache", "--host-cache=0"});
+  EXPECT_EQ(zero.status, KVS_ERR_PARSE);
+  EXPECT_NE(zero.message.find("--host-cache 0 holds no page"), std::string::npos) << zero.message;
+  Made alone = with({"--host-cache=1GiB"});
+  EXPECT_EQ(alone.status, KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(alone.message.find("needs the prefix cache"), std::string::npos) << alone.message;
+  Made tiny = with({"--prefix-cache", "--host-cache=1"});
+  EXPECT_EQ(tiny.status, KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(tiny.message.find("not one page"), std::string::npos) << tiny.message;
+  Made twice = with({"--prefix-cache", "--host-cache=1GiB", "--host-cache=2GiB"});
+  EXPECT_EQ(twice.status, KVS_ERR_PARSE);
 }

@@ -1,0 +1,289 @@
+/* The prefix cache's host tier: full pages the GPU index evicts move to a
+ * fixed number of host slots instead of being lost, and a later prompt
+ * whose keys continue past the GPU index finds them there by chain (the
+ * hash of every key from the root), fetches them back into fresh GPU
+ * pages and re-prefills one window. Slots are reused least recently used
+ * first. Only the leader chooses slots; a spill or fetch is a journal
+ * entry every rank replays (window_pool_prefix.c), so every rank's slots
+ * hold the same chains, and the digest covers them one unit per slot. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mix.h"
+#include "core/window_pool_internal.h"
+
+uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key) {
+  return kvs_splitmix64_finalise(kvs_mix64(parent_chain, key));
+}
+
+static uint64_t slot_term(uint64_t slot, const kvs_host_rec *r) {
+  if (!r->used) return 0;
+  return kvs_splitmix64_finalise(kvs_mix64(slot + 0x486f7374, r->chain));
+}
+
+static uint64_t pow2_at_least(uint64_t v) {
+  uint64_t c = 16;
+  while (c < v) c <<= 1;
+  return c;
+}
+
+kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *err) {
+  memset(host, 0, sizeof *host);
+  host->head = host->tail = -1;
+  if (slots == 0) return KVS_OK;
+  if (slots >= (UINT64_C(1) << 30)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "a host tier holds at most 2^30 pages, %llu asked",
+                         (unsigned long long)slots);
+  }
+  host->map_mask = pow2_at_least(2 * slots) - 1;
+  host->rec = calloc((size_t)slots, sizeof *host->rec);
+  host->map = malloc((size_t)(host->map_mask + 1) * sizeof *host->map);
+  if (host->rec == NULL || host->map == NULL) {
+    kvs_pool_host_free(host);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %llu-page host tier index",
+                         (unsigned long long)slots);
+  }
+  memset(host->map, 0xff, (size_t)(host->map_mask + 1) * sizeof *host->map);
+  for (uint64_t i = 0; i < slots; i++) host->rec[i].prev = host->rec[i].next = -1;
+  host->n = slots;
+  return KVS_OK;
+}
+
+void kvs_pool_host_free(kvs_pool_host *host) {
+  free(host->rec);
+  free(host->map);
+  memset(host, 0, sizeof *host);
+  host->head = host->tail = -1;
+}
+
+/* ---- chain -> slot ---- */
+
+int32_t kvs_pool_host_find(const kvs_pool_host *host, uint64_t chain) {
+  if (host->n == 0) return -1;
+  for (uint64_t i = kvs_splitmix64_finalise(chain) & host->map_mask;;
+       i = (i + 1) & host->map_mask) {
+    int32_t s = host->map[i];
+    if (s < 0) return -1;
+    if (host->rec[s].chain == chain) return s;
+  }
+}
+
+static void map_insert(kvs_pool_host *host, int32_t slot) {
+  uint64_t i = kvs_splitmix64_finalise(host->rec[slot].chain) & host->map_mask;
+  while (host->map[i] >= 0) i = (i + 1) & host->map_mask;
+  host->map[i] = slot;
+}
+
+static void map_erase(kvs_pool_host *host, int32_t slot) {
+  uint64_t i = kvs_splitmix64_finalise(host->rec[slot].chain) & host->map_mask;
+  while (host->map[i] != slot) i = (i + 1) & host->map_mask;
+  uint64_t j = i;
+  for (;;) {
+    j = (j + 1) & host->map_mask;
+    int32_t m = host->map[j];
+    if (m < 0) break;
+    uint64_t home = kvs_splitmix64_finalise(host->rec[m].chain) & host->map_mask;
+    bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+    if (movable) {
+      host->map[i] = m;
+      i = j;
+    }
+  }
+  host->map[i] = -1;
+}
+
+/* ---- least recently used order ---- */
+
+static void lru_remove(kvs_pool_host *host, int32_t s) {
+  kvs_host_rec *r = &host->rec[s];
+  if (r->prev >= 0) {
+    host->rec[r->prev].next = r->next;
+  } else {
+    host->head = r->next;
+  }
+  if (r->next >= 0) {
+    host->rec[r->next].prev = r->prev;
+  } else {
+    host->tail = r->prev;
+  }
+  r->prev = r->next = -1;
+}
+
+/* In used_at order from the tail (a new use goes last; an undo puts a
+ * slot back where its stamp belongs). */
+static void lru_insert(kvs_pool_host *host, int32_t s) {
+  kvs_host_rec *r = &host->rec[s];
+  int32_t after = host->tail;
+  while (after >= 0 && host->rec[after].used_at > r->used_at) after = host->rec[after].prev;
+  int32_t next = after >= 0 ? host->rec[after].next : host->head;
+  r->prev = after;
+  r->next = next;
+  if (after >= 0) {
+    host->rec[after].next = s;
+  } else {
+    host->head = s;
+  }
+  if (next >= 0) {
+    host->rec[next].prev = s;
+  } else {
+    host->tail = s;
+  }
+}
+
+int32_t kvs_pool_host_victim(const kvs_pool_host *host) {
+  if (host->n == 0) return -1;
+  /* Slots fill in order and are only freed again by undoing the latest
+   * spill into a fresh one, so the used slots are always [0, used). */
+  return host->used < host->n ? (int32_t)host->used : host->head;
+}
+
+/* ---- the two operations and their undo ---- */
+
+static kvs_status check_slot(const kvs_pool_host *host, uint64_t slot, const char *what,
+                             kvs_error *err) {
+  if (host->n == 0) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "prefix entry %s a host slot; this rank's pool has no host tier", what);
+  }
+  if (slot >= host->n) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                         "prefix entry %s host slot %llu, past the tier's %llu", what,
+                         (unsigned long long)slot, (unsigned long long)host->n);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err) {
+  kvs_status status = check_slot(host, slot, "spills into", err);
+  if (status != KVS_OK) return status;
+  int32_t s = (int32_t)slot;
+  int32_t holder = kvs_pool_host_find(host, chain);
+  if (holder >= 0 && holder != s) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "prefix entry spills a block into host slot %d, but slot %d holds it "
+                         "already",
+                         s, holder);
+  }
+  kvs_host_rec *r = &host->rec[s];
+  if (!r->used && slot != host->used) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "prefix entry spills into host slot %d, but the tier fills slot %llu "
+                         "next",
+                         s, (unsigned long long)host->used);
+  }
+  *saved = *r;
+  host->digest -= slot_term(slot, r);
+  if (r->used) {
+    map_erase(host, s);
+    lru_remove(host, s);
+    host->drops++;
+  } else {
+    host->used++;
+  }
+  r->used = 1;
+  r->chain = chain;
+  r->used_at = clock;
+  map_insert(host, s);
+  lru_insert(host, s);
+  host->digest += slot_term(slot, r);
+  host->spills++;
+  return KVS_OK;
+}
+
+kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err) {
+  kvs_status status = check_slot(host, slot, "fetches from", err);
+  if (status != KVS_OK) return status;
+  kvs_host_rec *r = &host->rec[slot];
+  if (!r->used || r->chain != chain) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "prefix entry fetches a block from host slot %llu, which holds %s",
+                         (unsigned long long)slot, r->used ? "another block" : "nothing");
+  }
+  *saved = *r;
+  lru_remove(host, (int32_t)slot);
+  r->used_at = clock;
+  lru_insert(host, (int32_t)slot);
+  host->fetches++;
+  return KVS_OK;
+}
+
+void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kvs_host_rec *saved) {
+  int32_t s = (int32_t)slot;
+  kvs_host_rec *r = &host->rec[s];
+  lru_remove(host, s);
+  if (!spill) {
+    r->used_at = saved->used_at;
+    lru_insert(host, s);
+    host->fetches--;
+    return;
+  }
+  host->digest -= slot_term(slot, r);
+  map_erase(host, s);
+  host->spills--;
+  r->used = saved->used;
+  r->chain = saved->chain;
+  r->used_at = saved->used_at;
+  if (r->used) {
+    map_insert(host, s);
+    lru_insert(host, s);
+    host->drops--;
+  } else {
+    host->used--;
+  }
+  host->digest += slot_term(slot, r);
+}
+
+/* ---- digest and integrity ---- */
+
+uint64_t kvs_pool_host_digest_range(const kvs_pool_host *host, uint64_t first, uint64_t end) {
+  if (end > host->n) end = host->n;
+  uint64_t d = 0;
+  for (uint64_t s = first; s < end; s++) d += slot_term(s, &host->rec[s]);
+  return d;
+}
+
+kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err) {
+  if (host->n == 0) return KVS_OK;
+  uint64_t used = 0, listed = 0;
+  for (uint64_t s = 0; s < host->n; s++) {
+    const kvs_host_rec *r = &host->rec[s];
+    if ((s < host->used) != (r->used != 0)) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "host slot %llu is %s, but the tier's %llu used slots are its first",
+                           (unsigned long long)s, r->used ? "used" : "free",
+                           (unsigned long long)host->used);
+    }
+    if (!r->used) continue;
+    used++;
+    if (kvs_pool_host_find(host, r->chain) != (int32_t)s) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "host slot %llu holds a block its chain map does not find there",
+                           (unsigned long long)s);
+    }
+  }
+  for (int32_t s = host->head; s >= 0; s = host->rec[s].next) {
+    if (!host->rec[s].used || ++listed > used ||
+        (host->rec[s].next >= 0 && host->rec[host->rec[s].next].used_at < host->rec[s].used_at)) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "the host tier's LRU list is broken at slot %d (free, a cycle, or out "
+                           "of order)",
+                           s);
+    }
+  }
+  if (used != host->used || listed != used) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the host tier counts %llu used slots; %llu are used and %llu listed",
+                         (unsigned long long)host->used, (unsigned long long)used,
+                         (unsigned long long)listed);
+  }
+  uint64_t d = kvs_pool_host_digest_range(host, 0, host->n);
+  if (d != host->digest) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the host tier's digest %016llx is not its slots' %016llx",
+                         (unsigned long long)host->digest, (unsigned long long)d);
+  }
+  return KVS_OK;
+}
