@@ -9,42 +9,15 @@
 
 #include "core/mix.h"
 #include "core/window_pool.h"
-#include "tests/core/fixtures.h"
+#include "tests/core/prefix_fixtures.h"
 
 using namespace kvs_test;
 
 namespace {
 
-Pool prefix_pool(uint64_t pages, uint64_t win_pages, uint64_t align, size_t journal) {
-  kvs_geometry g = args();
-  kvs_pool_sizes s = sizes(pages, g, 0.5, win_pages);
-  kvs_window_pool_options options = KVS_WINDOW_POOL_OPTIONS_INIT;
-  options.max_running = 4;
-  options.journal_capacity = journal;
-  options.prefix_cache = true;
-  options.prefix_align = align;
-  kvs_window_pool_t pool = nullptr;
-  kvs_error err;
-  EXPECT_EQ(kvs_window_pool_create(&s, &options, &pool, &err), KVS_OK) << err.message;
-  return Pool(pool);
-}
-
-struct Pair {
-  Pool leader, follower;
+struct Pair : PrefixPair {
   explicit Pair(uint64_t align = 128, uint64_t pages = 32, uint64_t win = 12)
-      : leader(prefix_pool(pages, win, align, 4096)), follower(prefix_pool(pages, win, align, 0)) {}
-  // Ships the leader's journal to the follower; both must agree after.
-  void step() {
-    std::vector<kvs_journal_entry> entries(4096);
-    size_t n = 0;
-    kvs_window_pool_journal_drain(leader.get(), entries.data(), entries.size(), &n);
-    kvs_error err;
-    ASSERT_EQ(kvs_window_pool_apply(follower.get(), entries.data(), n, &err), KVS_OK)
-        << err.message;
-    EXPECT_EQ(kvs_window_pool_digest(leader.get()), kvs_window_pool_digest(follower.get()));
-    EXPECT_INTEGRITY(leader.get());
-    EXPECT_INTEGRITY(follower.get());
-  }
+      : PrefixPair(align, pages, win) {}
 };
 
 void bind_pages(kvs_window_pool *pool, const std::vector<int64_t> &pages) {
@@ -76,10 +49,6 @@ kvs_prefix_hit match(const kvs_window_pool *pool, const std::vector<uint64_t> &k
             KVS_OK)
       << err.message;
   return hit;
-}
-
-bool has(const std::string &text, const std::string &part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

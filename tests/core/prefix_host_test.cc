@@ -11,46 +11,19 @@
 
 #include "core/mix.h"
 #include "core/window_pool.h"
-#include "tests/core/fixtures.h"
+#include "tests/core/prefix_fixtures.h"
 
 using namespace kvs_test;
 
 namespace {
 
 Pool host_pool(uint64_t pages, uint64_t win_pages, uint64_t host, size_t journal) {
-  kvs_pool_sizes s = sizes(pages, args(), 0.5, win_pages);
-  kvs_window_pool_options options = KVS_WINDOW_POOL_OPTIONS_INIT;
-  options.max_running = 4;
-  options.journal_capacity = journal;
-  options.prefix_cache = true;
-  options.prefix_align = 128;
-  options.host_pages = host;
-  kvs_window_pool_t pool = nullptr;
-  kvs_error err;
-  EXPECT_EQ(kvs_window_pool_create(&s, &options, &pool, &err), KVS_OK) << err.message;
-  return Pool(pool);
+  return prefix_pool(pages, win_pages, 128, journal, host);
 }
 
-struct Pair {
-  Pool leader, follower;
+struct Pair : PrefixPair {
   explicit Pair(uint64_t host, uint64_t pages = 32, uint64_t win = 12)
-      : leader(host_pool(pages, win, host, 4096)), follower(host_pool(pages, win, host, 0)) {}
-  std::vector<kvs_journal_entry> drain() {
-    std::vector<kvs_journal_entry> entries(4096);
-    size_t n = 0;
-    kvs_window_pool_journal_drain(leader.get(), entries.data(), entries.size(), &n);
-    entries.resize(n);
-    return entries;
-  }
-  void step() {
-    std::vector<kvs_journal_entry> entries = drain();
-    kvs_error err;
-    ASSERT_EQ(kvs_window_pool_apply(follower.get(), entries.data(), entries.size(), &err), KVS_OK)
-        << err.message;
-    EXPECT_EQ(kvs_window_pool_digest(leader.get()), kvs_window_pool_digest(follower.get()));
-    EXPECT_INTEGRITY(leader.get());
-    EXPECT_INTEGRITY(follower.get());
-  }
+      : PrefixPair(128, pages, win, host) {}
 };
 
 kvs_prefix_stats stats_of(const kvs_window_pool *pool) {
@@ -93,10 +66,6 @@ void cache_then_evict(kvs_window_pool *pool, uint64_t request, const std::vector
             KVS_OK)
       << err.message;
   ASSERT_EQ(n_freed, pages.size());
-}
-
-bool has(const std::string &text, const std::string &part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

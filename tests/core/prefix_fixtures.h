@@ -1,0 +1,65 @@
+// The prefix-cache tests' pools: a leader that journals its decisions
+// and a follower that replays them, which must then agree.
+#ifndef KVS_TESTS_CORE_PREFIX_FIXTURES_H
+#define KVS_TESTS_CORE_PREFIX_FIXTURES_H
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/window_pool.h"
+#include "tests/core/fixtures.h"
+
+namespace kvs_test {
+
+// A pool of `pages` full pages and `win_pages` window pages with a prefix
+// cache whose hits align to `align` tokens, a journal of `journal`
+// entries (0: none, as a follower's) and `host` host-tier pages.
+inline Pool prefix_pool(uint64_t pages, uint64_t win_pages, uint64_t align, size_t journal,
+                        uint64_t host = 0) {
+  kvs_pool_sizes s = sizes(pages, args(), 0.5, win_pages);
+  kvs_window_pool_options options = KVS_WINDOW_POOL_OPTIONS_INIT;
+  options.max_running = 4;
+  options.journal_capacity = journal;
+  options.prefix_cache = true;
+  options.prefix_align = align;
+  options.host_pages = host;
+  kvs_window_pool_t pool = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_window_pool_create(&s, &options, &pool, &err), KVS_OK) << err.message;
+  return Pool(pool);
+}
+
+struct PrefixPair {
+  Pool leader, follower;
+  PrefixPair(uint64_t align, uint64_t pages, uint64_t win, uint64_t host = 0)
+      : leader(prefix_pool(pages, win, align, 4096, host)),
+        follower(prefix_pool(pages, win, align, 0, host)) {}
+  // What the leader journaled since the last drain.
+  std::vector<kvs_journal_entry> drain() {
+    std::vector<kvs_journal_entry> entries(4096);
+    size_t n = 0;
+    kvs_window_pool_journal_drain(leader.get(), entries.data(), entries.size(), &n);
+    entries.resize(n);
+    return entries;
+  }
+  // Ships the leader's journal to the follower; both must agree after.
+  void step() {
+    std::vector<kvs_journal_entry> entries = drain();
+    kvs_error err;
+    ASSERT_EQ(kvs_window_pool_apply(follower.get(), entries.data(), entries.size(), &err), KVS_OK)
+        << err.message;
+    EXPECT_EQ(kvs_window_pool_digest(leader.get()), kvs_window_pool_digest(follower.get()));
+    EXPECT_INTEGRITY(leader.get());
+    EXPECT_INTEGRITY(follower.get());
+  }
+};
+
+inline bool has(const std::string &text, const std::string &part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace kvs_test
+
+#endif  // KVS_TESTS_CORE_PREFIX_FIXTURES_H
