@@ -40,17 +40,6 @@ std::vector<uint8_t> insert(kvs_window_pool *pool, uint64_t request,
   return taken;
 }
 
-kvs_prefix_hit match(const kvs_window_pool *pool, const std::vector<uint64_t> &keys,
-                     uint64_t prompt, uint64_t reprefill = 0) {
-  kvs_prefix_hit hit;
-  kvs_error err;
-  EXPECT_EQ(kvs_window_pool_prefix_match(pool, keys.data(), keys.size(), prompt, reprefill, &hit,
-                                         nullptr, &err),
-            KVS_OK)
-      << err.message;
-  return hit;
-}
-
 }  // namespace
 
 TEST(PrefixCache, a_finished_requests_pages_hit_at_its_tail_and_never_past_the_prompt) {

@@ -56,6 +56,18 @@ struct PrefixPair {
   }
 };
 
+// The leader's match for a prompt of `prompt` tokens over `keys`.
+inline kvs_prefix_hit match(const kvs_window_pool *pool, const std::vector<uint64_t> &keys,
+                            uint64_t prompt, uint64_t reprefill = 0) {
+  kvs_prefix_hit hit;
+  kvs_error err;
+  EXPECT_EQ(kvs_window_pool_prefix_match(pool, keys.data(), keys.size(), prompt, reprefill, &hit,
+                                         nullptr, &err),
+            KVS_OK)
+      << err.message;
+  return hit;
+}
+
 inline bool has(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }

@@ -32,17 +32,6 @@ kvs_prefix_stats stats_of(const kvs_window_pool *pool) {
   return s;
 }
 
-kvs_prefix_hit match(const kvs_window_pool *pool, const std::vector<uint64_t> &keys,
-                     uint64_t prompt, uint64_t reprefill) {
-  kvs_prefix_hit hit;
-  kvs_error err;
-  EXPECT_EQ(kvs_window_pool_prefix_match(pool, keys.data(), keys.size(), prompt, reprefill, &hit,
-                                         nullptr, &err),
-            KVS_OK)
-      << err.message;
-  return hit;
-}
-
 // Request `request` wrote `pages` under `keys` (the last keeps its window
 // as the tail), finished, and everything it cached was evicted again.
 void cache_then_evict(kvs_window_pool *pool, uint64_t request, const std::vector<uint64_t> &keys,
