@@ -101,8 +101,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
                                  kvs_node_prefix_hit *hit, int64_t *pages, kvs_error *err) {
   if (node == NULL || hit == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_node_prefix_match: node and hit "
-                         "are required");
+                         "kvs_node_prefix_match: node and hit are required");
   }
   kvs_status status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err);
   if (status != KVS_OK) return status;
@@ -128,30 +127,38 @@ static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
   return h;
 }
 
+/* What the leader's calls that take a hit check first: the leader, a hit
+ * of this build's size; then the pool's hit. */
+static kvs_status leader_hit(kvs_node_t node, const kvs_node_prefix_hit *hit, const char *call,
+                             kvs_prefix_hit *out, kvs_error *err) {
+  kvs_status status = leader_only(node, call, err);
+  if (status != KVS_OK) return status;
+  if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: hit is NULL", call);
+  if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
+  *out = pool_hit(hit);
+  return KVS_OK;
+}
+
 kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
                                    const kvs_node_prefix_hit *hit, kvs_error *err) {
-  kvs_status status = leader_only(node, "kvs_node_prefix_acquire", err);
+  kvs_prefix_hit h;
+  kvs_status status = leader_hit(node, hit, "kvs_node_prefix_acquire", &h, err);
   if (status != KVS_OK) return status;
-  if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
-  if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
-  if (hit->host_pages > 0) {
+  if (h.host_pages > 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "the hit reaches %llu blocks into the host tier: take it with "
                          "kvs_node_prefix_fetch, which gives them pages",
-                         (unsigned long long)hit->host_pages);
+                         (unsigned long long)h.host_pages);
   }
-  kvs_prefix_hit h = pool_hit(hit);
   return kvs_window_pool_prefix_acquire(pool_of(node), request, &h, err);
 }
 
 kvs_status kvs_node_prefix_fetch(kvs_node_t node, uint64_t request, const kvs_node_prefix_hit *hit,
                                  const uint64_t *keys, size_t n_keys, const int64_t *pages,
                                  kvs_error *err) {
-  kvs_status status = leader_only(node, "kvs_node_prefix_fetch", err);
+  kvs_prefix_hit h;
+  kvs_status status = leader_hit(node, hit, "kvs_node_prefix_fetch", &h, err);
   if (status != KVS_OK) return status;
-  if (hit == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "hit is NULL");
-  if ((status = sized(hit->size, sizeof *hit, "kvs_node_prefix_hit", err))) return status;
-  kvs_prefix_hit h = pool_hit(hit);
   return kvs_window_pool_prefix_fetch(pool_of(node), request, &h, keys, n_keys, pages, err);
 }
 
@@ -181,8 +188,7 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
                                  kvs_error *err) {
   if (node == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_node_prefix_stats: node and out "
-                         "are required");
+                         "kvs_node_prefix_stats: node and out are required");
   }
   kvs_status status = sized(out->size, sizeof *out, "kvs_node_prefix_counts", err);
   if (status != KVS_OK) return status;

@@ -22,6 +22,7 @@
 #include "blocks/block_signature.h"
 #include "blocks/block_signed.h"
 #include "blocks/block_store.h"
+#include "tests/null_arguments.h"
 
 namespace {
 
@@ -29,18 +30,6 @@ const char *const kNoPointer[] = {
     "kvs_block_layout_check", "kvs_block_format_readable",     "kvs_dtype_name",
     "kvs_dtype_size",         "kvs_signature_error_kind_name",
 };
-
-#define EXPECT_NULL_REFUSED(arg, call)                                                         \
-  do {                                                                                         \
-    kvs_error err;                                                                             \
-    err.status = KVS_OK;                                                                       \
-    err.message[0] = '\0';                                                                     \
-    const kvs_status got_ = (call);                                                            \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
-        << #call << " said: " << err.message;                                                  \
-  } while (0)
 
 // One f32 layer of 4 positions, 1 head of width 2: a block of size 4.
 struct Payload {

@@ -33,6 +33,7 @@
 #include "core/version.h"
 #include "core/window_pool.h"
 #include "tests/core/fixtures.h"
+#include "tests/null_arguments.h"
 
 namespace {
 
@@ -61,32 +62,6 @@ const char *const kNoPointer[] = {
     "kvs_backend_name",
     "kvs_backend_file",
 };
-
-// Runs `call`, which passes &err, and expects the refusal of `arg`: the
-// status and a message holding "<arg> is NULL".
-#define EXPECT_NULL_REFUSED(arg, call)                                                         \
-  do {                                                                                         \
-    kvs_error err;                                                                             \
-    err.status = KVS_OK;                                                                       \
-    err.message[0] = '\0';                                                                     \
-    const kvs_status got_ = (call);                                                            \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
-        << #call << " said: " << err.message;                                                  \
-  } while (0)
-
-// The same for a refusal whose message holds `text`.
-#define EXPECT_REFUSED(text, call)                                    \
-  do {                                                                \
-    kvs_error err;                                                    \
-    err.status = KVS_OK;                                              \
-    err.message[0] = '\0';                                            \
-    const kvs_status got_ = (call);                                   \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;               \
-    EXPECT_NE(std::string(err.message).find(text), std::string::npos) \
-        << #call << " said: " << err.message;                         \
-  } while (0)
 
 kvs_geometry flash() {
   kvs_geometry g;

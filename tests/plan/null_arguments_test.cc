@@ -22,33 +22,11 @@
 #include "plan/rank_layout.h"
 #include "plan/stage_split.h"
 #include "tests/topology/helpers.h"
+#include "tests/null_arguments.h"
 
 namespace {
 
 const char *const kNoPointer[] = {"kvs_device_tier_name", "kvs_budget_source_name"};
-
-#define EXPECT_NULL_REFUSED(arg, call)                                                         \
-  do {                                                                                         \
-    kvs_error err;                                                                             \
-    err.status = KVS_OK;                                                                       \
-    err.message[0] = '\0';                                                                     \
-    const kvs_status got_ = (call);                                                            \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
-        << #call << " said: " << err.message;                                                  \
-  } while (0)
-
-#define EXPECT_REFUSED(text, call)                                    \
-  do {                                                                \
-    kvs_error err;                                                    \
-    err.status = KVS_OK;                                              \
-    err.message[0] = '\0';                                            \
-    const kvs_status got_ = (call);                                   \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;               \
-    EXPECT_NE(std::string(err.message).find(text), std::string::npos) \
-        << #call << " said: " << err.message;                         \
-  } while (0)
 
 kvs_geometry flash() {
   kvs_geometry g;

@@ -17,23 +17,12 @@
 #include "topology/gpu.h"
 #include "topology/source.h"
 #include "topology/topology.h"
+#include "tests/null_arguments.h"
 
 namespace {
 
 const char *const kNoPointer[] = {"kvs_pci_is_nvidia_gpu", "kvs_topology_source_live",
                                   "kvs_topology_source_bundled"};
-
-#define EXPECT_NULL_REFUSED(arg, call)                                                         \
-  do {                                                                                         \
-    kvs_error err;                                                                             \
-    err.status = KVS_OK;                                                                       \
-    err.message[0] = '\0';                                                                     \
-    const kvs_status got_ = (call);                                                            \
-    EXPECT_EQ(got_, KVS_ERR_INVALID_ARGUMENT) << #call;                                        \
-    EXPECT_EQ(err.status, KVS_ERR_INVALID_ARGUMENT) << #call;                                  \
-    EXPECT_NE(std::string(err.message).find(std::string(arg) + " is NULL"), std::string::npos) \
-        << #call << " said: " << err.message;                                                  \
-  } while (0)
 
 // The CUDA probe's refusals are the backend registry's (their wording is
 // not this folder's): the status only.
