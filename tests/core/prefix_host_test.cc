@@ -171,14 +171,23 @@ TEST(PrefixHost, a_block_is_found_only_under_the_same_prefix) {
   EXPECT_EQ(match(pool, {10, 11, 12}, 3 * P + 1, P).host_pages, 2u);
 }
 
-TEST(PrefixHost, a_fetch_refuses_and_changes_nothing) {
-  Pair pair(8);
+// Blocks 10 and 11 spilled (both ranks), and a prompt 10, 11, 12 that
+// reaches both in the host tier.
+class TwoSpilled : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cache_then_evict(pool, 1, {10, 11}, {3, 4});
+    pair.step();
+    hit = match(pool, keys, 3 * P + 1, P);
+    ASSERT_EQ(hit.host_pages, 2u);
+  }
+  Pair pair{8};
   kvs_window_pool *pool = pair.leader.get();
-  cache_then_evict(pool, 1, {10, 11}, {3, 4});
-  pair.step();
   std::vector<uint64_t> keys = {10, 11, 12};
-  kvs_prefix_hit hit = match(pool, keys, 3 * P + 1, P);
-  ASSERT_EQ(hit.host_pages, 2u);
+  kvs_prefix_hit hit{};
+};
+
+TEST_F(TwoSpilled, a_fetch_refuses_and_changes_nothing) {
   uint64_t digest = kvs_window_pool_digest(pool);
   size_t pending = kvs_window_pool_journal_pending(pool);
   kvs_error err;
@@ -242,13 +251,7 @@ TEST(PrefixHost, host_pages_need_a_prefix_cache) {
   EXPECT_EQ(pool, nullptr);
 }
 
-TEST(PrefixHost, a_replay_that_fails_on_a_fetch_is_undone_whole) {
-  Pair pair(8);
-  kvs_window_pool *pool = pair.leader.get();
-  cache_then_evict(pool, 1, {10, 11}, {3, 4});
-  pair.step();
-  std::vector<uint64_t> keys = {10, 11, 12};
-  kvs_prefix_hit hit = match(pool, keys, 3 * P + 1, P);
+TEST_F(TwoSpilled, a_replay_that_fails_on_a_fetch_is_undone_whole) {
   std::vector<int64_t> pages = {6, 7};
   ASSERT_EQ(kvs_window_pool_prefix_fetch(pool, 2, &hit, keys.data(), 3, pages.data(), nullptr),
             KVS_OK);
