@@ -82,6 +82,7 @@ struct kvs_workload {
   uint64_t fetched;     /* host-tier blocks fetched since the last acquire learned */
   uint64_t fetch_for;   /* the request that acquire was for (+ 1; 0: none) */
   uint64_t fetch_count; /* and how many blocks it fetched */
+  uint64_t deferred;    /* the request whose host hit last waited a step (+ 1; 0: none) */
 };
 
 static uint64_t uniform(uint64_t *state, uint64_t lo, uint64_t hi) {
@@ -595,7 +596,10 @@ static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64
   size_t room = capacity - kvs_window_pool_journal_pending(pool);
   uint64_t max_host = room > 64 ? (room - 64) / 7 : 0;
   uint64_t max_fresh = capacity > 64 ? (capacity - 64) / 7 : 0;
-  *defer = hit->host_pages > max_host && max_host < max_fresh;
+  /* Once: a step that starts with little room again takes it shallower,
+   * so that no request waits at the head for good. */
+  *defer = hit->host_pages > max_host && max_host < max_fresh && w->deferred != a->id + 1;
+  w->deferred = *defer ? a->id + 1 : 0;
   if (*defer) return KVS_OK;
   status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
                                                max_host, hit, NULL, err);
