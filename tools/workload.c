@@ -633,6 +633,27 @@ static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64
 
 /* The leader's decisions, journaled; nothing here changes the scheduler
  * (kvs_workload_learn does, on every rank). */
+/* Entries the leader's journal has left this step. */
+static size_t journal_room(const struct kvs_workload *w) {
+  return kvs_window_pool_journal_capacity(w->pool) - kvs_window_pool_journal_pending(w->pool);
+}
+
+/* The request's next n pages past what it hit and inserted join the
+ * cache; the one whose window it keeps joins with that window as its tail. */
+static kvs_status insert_next(struct kvs_workload *w, request *r, size_t n, kvs_error *err) {
+  uint64_t first = r->hit_pages + r->inserted;
+  trace_keys(w, r->id);
+  for (size_t k = 0; k < n; k++) {
+    uint64_t pg = first + k;
+    w->pages[k] = r->locs[pg * w->page] / (int64_t)w->page;
+    w->tails[k] = (int64_t)pg == r->tail_page;
+  }
+  kvs_status status = kvs_window_pool_prefix_insert(w->pool, r->id, w->keys + first, w->pages,
+                                                    w->tails, n, w->taken, err);
+  if (status == KVS_OK) r->inserted += n;
+  return status;
+}
+
 static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   if (!w->leader || *status != KVS_OK) return;
   kvs_window_pool_t pool = w->pool;
@@ -649,20 +670,11 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     if (r->done < r->prompt || r->done >= r->total) continue;
     uint64_t upto = r->tail_page >= 0 ? (uint64_t)r->tail_page : r->key_pages;
     if (upto <= r->hit_pages + r->inserted) continue;
-    size_t room = kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool);
+    size_t room = journal_room(w);
     if (room < 64) break;
     uint64_t n_ins = upto - r->hit_pages - r->inserted;
     if (n_ins > (room - 32) / 3) n_ins = (room - 32) / 3;
-    trace_keys(w, r->id);
-    uint64_t first = r->hit_pages + r->inserted;
-    for (uint64_t k = 0; k < n_ins; k++) {
-      w->pages[k] = r->locs[(first + k) * P] / (int64_t)P;
-      w->tails[k] = 0;
-    }
-    *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + first, w->pages, w->tails,
-                                            (size_t)n_ins, w->taken, err);
-    if (*status != KVS_OK) return;
-    r->inserted += n_ins;
+    if ((*status = insert_next(w, r, (size_t)n_ins, err)) != KVS_OK) return;
   }
   /* Completions: the pages join the cache, the windows go back. */
   for (size_t i = 0; i < w->n_active; i++) {
@@ -673,23 +685,11 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     uint64_t to_insert = cache && r->key_pages > r->hit_pages + r->inserted
                              ? r->key_pages - r->hit_pages - r->inserted
                              : 0;
-    size_t room = kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool);
+    size_t room = journal_room(w);
     if (room < 2 * (r->hi - r->lo) + 24) continue; /* no room: it ends at a later step */
     size_t fit = (room - 2 * (r->hi - r->lo) - 24) / 3;
     size_t n_ins = to_insert < fit ? (size_t)to_insert : fit;
-    if (n_ins > 0) {
-      trace_keys(w, r->id);
-      uint64_t first = r->hit_pages + r->inserted;
-      for (size_t k = 0; k < n_ins; k++) {
-        uint64_t pg = first + k;
-        w->pages[k] = r->locs[pg * P] / (int64_t)P;
-        w->tails[k] = (int64_t)pg == r->tail_page;
-      }
-      *status = kvs_window_pool_prefix_insert(pool, r->id, w->keys + first, w->pages, w->tails,
-                                              n_ins, w->taken, err);
-      if (*status != KVS_OK) return;
-      r->inserted += n_ins;
-    }
+    if (n_ins > 0 && (*status = insert_next(w, r, n_ins, err)) != KVS_OK) return;
     if (n_ins < to_insert) continue; /* the rest at the next step */
     uint64_t returned = 0;
     for (uint64_t k = r->hit_pages; k < r->n_pages; k++) {
@@ -728,7 +728,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   uint64_t slots_free = w->o.max_running - w->n_active;
   bool refused = false;
   while (admitted < w->queue_count && admitted < slots_free) {
-    if (kvs_window_pool_journal_capacity(pool) - kvs_window_pool_journal_pending(pool) < 32) break;
+    if (journal_room(w) < 32) break;
     const arrival *a = &w->queue[(w->queue_head + admitted) % w->o.max_waiting];
     uint64_t n_pages = pages_of(w, a->total);
     kvs_prefix_hit hit = {0, 0, 0, 0, -1, false, 0};
