@@ -528,7 +528,7 @@ typedef struct kvs_node_prefix_counts {
   uint64_t spills;          /* blocks moved to the host tier so far */
   uint64_t fetches;         /* blocks fetched back so far */
   uint64_t host_drops;      /* blocks the full tier let go, least recently used first */
-  uint64_t host_page_bytes; /* a host slot's cost: one page's rows per stage and group */
+  uint64_t host_page_bytes; /* a host slot's cost to the machine: one page's rows per rank */
 } kvs_node_prefix_counts;
 
 /* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens

@@ -175,3 +175,21 @@ size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) {
 bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) {
   return plan != NULL && plan->cross_node_tp;
 }
+
+uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                       size_t n_gpus) {
+  if (plan == NULL || gpus == NULL || plan->split.num_pages == 0) return 0;
+  uint64_t most = 0;
+  /* Machines are numbered from 0 in node order; each rank's page rows are
+   * whole (P is a multiple of every ratio), so the division is exact. */
+  for (size_t machine = 0; machine < n_gpus; machine++) {
+    uint64_t sum = 0;
+    for (size_t r = 0; r < plan->n_ranks; r++) {
+      const kvs_rank_plan *rp = &plan->ranks[r];
+      if (rp->gpu >= n_gpus || gpus[rp->gpu].node != machine) continue;
+      sum += (rp->bytes.compressed + rp->bytes.indexer) / plan->split.num_pages;
+    }
+    if (sum > most) most = sum;
+  }
+  return most;
+}

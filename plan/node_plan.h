@@ -107,6 +107,15 @@ size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan);
 /* Whether some tensor-parallel group spans cluster nodes. */
 bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan);
 
+/* What one slot of a host tier costs a machine: every rank keeps its own
+ * pinned copy of a cached page's compressed and indexer rows (its stage's
+ * layers), so a slot costs the sum over the ranks the machine runs, and
+ * the machine running the most (the same slot count serves every rank)
+ * sets it. gpus are the plan's (gpus[rank.gpu].node names the machine).
+ * 0 without pages or GPUs. */
+uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                       size_t n_gpus);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,10 +48,8 @@ struct kvs_node {
   kvs_node_stats stats;
 };
 
-/* One full page's rows (compressed and indexer, the host tier's unit):
- * one copy per pipeline stage (the tensor-parallel ranks of a stage hold
- * the same rows), times the plan's data-parallel groups, which share the
- * machine's memory: what a host slot of each group costs the machine. */
+/* What a host slot costs the machine: one page's compressed and indexer
+ * rows for every rank it runs (kvs_node_plan_host_slot_bytes). */
 uint64_t kvs_node_host_page_bytes(const struct kvs_node *node);
 
 #endif /* KVS_SHARD_NODE_INTERNAL_H */

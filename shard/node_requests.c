@@ -218,20 +218,7 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
 
 uint64_t kvs_node_host_page_bytes(const struct kvs_node *node) {
   if (node == NULL) return 0;
-  const kvs_split *split = kvs_node_plan_split(node->plan);
-  if (split->num_pages == 0) return 0;
-  /* The tensor-parallel ranks of a stage hold the same latent rows: the
-   * tier keeps one copy for them, so one rank per stage and group counts
-   * (the groups, data-parallel replicas, share the machine's memory). */
-  uint64_t sum = 0;
-  for (size_t r = 0; r < kvs_node_plan_rank_count(node->plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, r);
-    if (rp->tp_rank != 0) continue;
-    const kvs_stage_plan *st = &split->stages[rp->pp_stage];
-    uint64_t rows = st->bytes.compressed + st->bytes.indexer;
-    sum += (rows + split->num_pages - 1) / split->num_pages;
-  }
-  return sum;
+  return kvs_node_plan_host_slot_bytes(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node));
 }
 
 /* ---- what create decided ---- */
