@@ -560,8 +560,14 @@ KVS_API kvs_status kvs_node_prefix_fetch(kvs_node_t node, uint64_t request,
 KVS_API kvs_status kvs_node_prefix_insert(kvs_node_t node, uint64_t request, const uint64_t *keys,
                                           const int64_t *pages, const uint8_t *tails, size_t n,
                                           uint8_t *taken, kvs_error *err);
-/* Leader: the request lets go of its cached path (at its finish). */
+/* Leader: the request lets go of its cached path (at its finish), and a
+ * tail its hit re-prefilled becomes readable: call it only once the
+ * request's prefill passed the hit's boundary (hit_tokens). */
 KVS_API kvs_status kvs_node_prefix_release(kvs_node_t node, uint64_t request, kvs_error *err);
+/* Leader: the same for a request that stops before its prefill reached
+ * the hit's boundary (refused, cancelled): the tail it did not write is
+ * dropped and its window page freed, never read. */
+KVS_API kvs_status kvs_node_prefix_abandon(kvs_node_t node, uint64_t request, kvs_error *err);
 /* Leader: LRU eviction. Drops tails of unreferenced blocks until
  * need_window_pages window pages came back, then evicts unreferenced
  * leaves until need_pages full pages are in freed[0..*n_freed) (at most

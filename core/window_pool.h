@@ -372,6 +372,12 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
 /* The request's hold and the tail it wrote back (a request holding
  * nothing: KVS_OK, nothing journaled). */
 kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
+/* The same for a request that never wrote the tail its hit re-prefills
+ * (refused or cancelled before its prefill passed the hit's boundary):
+ * that tail is dropped and its window page freed instead of becoming
+ * readable. A request holding nothing, or writing no tail, is released
+ * as by kvs_window_pool_prefix_release. */
+kvs_status kvs_window_pool_prefix_abandon(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
 /* Leader: drops tails of unreferenced nodes (least recently released
  * first) until need_window_pages window pages came back, then evicts
  * unreferenced leaves (tails with them; with a host tier each block is

@@ -176,6 +176,12 @@ kvs_status kvs_node_prefix_release(kvs_node_t node, uint64_t request, kvs_error 
   return kvs_window_pool_prefix_release(pool_of(node), request, err);
 }
 
+kvs_status kvs_node_prefix_abandon(kvs_node_t node, uint64_t request, kvs_error *err) {
+  kvs_status status = leader_only(node, "kvs_node_prefix_abandon", err);
+  if (status != KVS_OK) return status;
+  return kvs_window_pool_prefix_abandon(pool_of(node), request, err);
+}
+
 kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages, uint64_t need_window_pages,
                                  int64_t *freed, size_t cap, size_t *n_freed, kvs_error *err) {
   kvs_status status = leader_only(node, "kvs_node_prefix_evict", err);

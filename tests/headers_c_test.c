@@ -144,6 +144,7 @@ static void nulls_of_nodes(void) {
     REFUSES(kvs_node_prefix_insert,
             kvs_node_prefix_insert(NULL, 1, &key, &page, NULL, 1, &taken, &e_));
     REFUSES(kvs_node_prefix_release, kvs_node_prefix_release(NULL, 1, &e_));
+    REFUSES(kvs_node_prefix_abandon, kvs_node_prefix_abandon(NULL, 1, &e_));
     REFUSES(kvs_node_prefix_evict, kvs_node_prefix_evict(NULL, 1, 0, &freed, 1, &n_freed, &e_));
     REFUSES(kvs_node_prefix_stats, kvs_node_prefix_stats(NULL, &counts, &e_));
   }
@@ -230,7 +231,13 @@ static int one_node(void) {
          kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
          kvs_node_prefix_stats(node, &counts, &err) == KVS_OK && counts.blocks == 2 &&
          counts.tails == 1 && counts.refs == 2 && counts.holds == 1 &&
-         kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
+         kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0 &&
+         /* Request 5 stops before any prefill: its exact hit wrote no
+          * tail, so abandoning it releases it and the tail stays. */
+         kvs_node_prefix_abandon(node, 5, &err) == KVS_OK &&
+         kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
+         kvs_node_prefix_stats(node, &counts, &err) == KVS_OK && counts.holds == 0 &&
+         counts.refs == 0 && counts.tails == 1;
     if (!ok)
       fprintf(stderr, "prefix: hit %llu node %lld: %s\n", (unsigned long long)hit.hit_tokens,
               (long long)hit.node, err.message);

@@ -770,7 +770,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     }
     if (own > proj_full || win < need_win) {
       if (hit.node >= 0 || hit.host_pages > 0) {
-        *status = kvs_window_pool_prefix_release(pool, a->id, err);
+        *status = kvs_window_pool_prefix_abandon(pool, a->id, err);
       }
       refused = true;
       break;

@@ -523,6 +523,7 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED(
       "pool", kvs_window_pool_prefix_insert(nullptr, 1, &key, &page, nullptr, 1, &taken, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_release(nullptr, 1, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_abandon(nullptr, 1, &err));
   EXPECT_NULL_REFUSED(
       "pool", kvs_window_pool_prefix_evict(nullptr, 1, 0, &freed, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_stats(nullptr, &stats, &err));

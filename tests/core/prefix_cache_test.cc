@@ -129,6 +129,42 @@ TEST(PrefixCache, a_cached_page_is_never_bound_for_writing_and_a_reprefill_write
   EXPECT_EQ(other.hit_tokens, 2 * P);
 }
 
+TEST(PrefixCache, a_reprefill_writer_that_abandons_leaves_no_readable_tail) {
+  Pair pair;
+  kvs_window_pool *pool = pair.leader.get();
+  bind_pages(pool, {3, 4});
+  insert(pool, 1, {10, 11}, {3, 4}, {0, 0});
+  ASSERT_EQ(release(pool, page_locs(3)), KVS_OK);
+  ASSERT_EQ(release(pool, page_locs(4)), KVS_OK);
+  ASSERT_EQ(kvs_window_pool_prefix_release(pool, 1, nullptr), KVS_OK);
+  pair.step();
+  uint64_t free_before = kvs_window_pool_swa_available(pool);
+  kvs_prefix_hit hit = match(pool, {10, 11, 12}, 5 * P, P);
+  ASSERT_TRUE(hit.reprefill);
+  kvs_error err;
+  ASSERT_EQ(kvs_window_pool_prefix_acquire(pool, 2, &hit, &err), KVS_OK) << err.message;
+  EXPECT_GE(translate(pool, 4 * P), 0);
+  EXPECT_EQ(kvs_window_pool_swa_available(pool), free_before - P);
+  // Request 2 is refused before its prefill reached the boundary: the tail
+  // it was to write is dropped with its window page, on every rank.
+  ASSERT_EQ(kvs_window_pool_prefix_abandon(pool, 2, &err), KVS_OK) << err.message;
+  pair.step();
+  EXPECT_LT(translate(pool, 4 * P), 0);
+  EXPECT_EQ(kvs_window_pool_swa_available(pool), free_before);
+  kvs_prefix_stats stats;
+  ASSERT_EQ(kvs_window_pool_prefix_stats(pool, &stats, &err), KVS_OK);
+  EXPECT_EQ(stats.holds, 0u);
+  EXPECT_EQ(stats.refs, 0u);
+  EXPECT_EQ(stats.tails, 0u);
+  // No exact hit reads the unwritten tail; a re-prefill hit is taken again.
+  kvs_prefix_hit again = match(pool, {10, 11, 12}, 5 * P, P);
+  EXPECT_TRUE(again.reprefill);
+  EXPECT_EQ(again.node, 4);
+  // Abandoning a request that holds nothing journals nothing.
+  ASSERT_EQ(kvs_window_pool_prefix_abandon(pool, 9, &err), KVS_OK);
+  EXPECT_EQ(kvs_window_pool_journal_pending(pool), 0u);
+}
+
 TEST(PrefixCache, the_leader_evicts_lru_leaves_and_tails_first_and_the_follower_agrees) {
   Pair pair;
   kvs_window_pool *pool = pair.leader.get();
