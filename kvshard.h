@@ -307,13 +307,18 @@ typedef struct kvs_node_options {
   /* Keep a prefix cache (kvs_node_prefix_*): false. */
   bool prefix_cache;
   /* With the prefix cache, a host tier of this many bytes of the machine's
-   * memory (0: none), shared by the plan's data-parallel groups, one copy
-   * of a block for a group's tensor-parallel ranks (they hold the same
-   * rows): evicted blocks move to its slots and a match can reach past
-   * the GPU index into them
-   * (kvs_node_prefix_fetch). The node keeps and agrees on the tier's
-   * index; copying the rows is the engine's for now (kvsim prices it). */
+   * memory (0: none): evicted blocks move to its slots and a match can
+   * reach past the GPU index into them (kvs_node_prefix_fetch). Every rank
+   * keeps its own copy of a slot (its stage's compressed and indexer rows
+   * of the page), so a slot costs the machine the sum over the ranks it
+   * runs (kvs_node_prefix_counts.host_page_bytes). The node moves the
+   * rows itself, in each step's journal order: pinned host memory on a
+   * GPU, copies queued on `stream` (the engine's) ahead of the work the
+   * engine queues after the step. */
   uint64_t host_cache_bytes;
+  /* Keep and agree on the host tier's index only, moving no rows (false):
+   * for a simulator that prices the copies itself (kvsim). */
+  bool host_cache_index_only;
 } kvs_node_options;
 
 /* The defaults above, with size set. */

@@ -396,6 +396,19 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
                                        uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
                                        kvs_error *err);
+/* A host tier's row move, as a step's journal orders it: a spill copies
+ * full page full_page's rows into host slot `slot` before the page leaves
+ * the index; a fetch copies them back from the slot into full_page. */
+typedef struct kvs_host_move {
+  bool fetch;
+  uint64_t full_page;
+  uint64_t slot;
+} kvs_host_move;
+
+/* Whether a journal entry moves rows, and which (false for every other
+ * entry, prefix or not). Tables run the moves in journal order. */
+bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out);
+
 /* Host slot `slot`'s block chain; KVS_ERR_NOT_FOUND when it holds none. */
 kvs_status kvs_window_pool_prefix_host_slot(const struct kvs_window_pool *pool, uint64_t slot,
                                             uint64_t *chain, kvs_error *err);

@@ -34,6 +34,19 @@ static unsigned entry_op(const kvs_journal_entry *e) {
   return (unsigned)((e->full_page >> OP_SHIFT) & 0x3f);
 }
 
+bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out) {
+  if (entry == NULL || (entry->full_page & KVS_JOURNAL_PREFIX_TAG) != KVS_JOURNAL_PREFIX_TAG) {
+    return false;
+  }
+  unsigned op = entry_op(entry);
+  if ((op != OP_SPILL && op != OP_FETCH) || entry->window_page < 0) return false;
+  if (out != NULL) {
+    kvs_host_move m = {op == OP_FETCH, entry->full_page & A_MASK, (uint64_t)entry->window_page};
+    *out = m;
+  }
+  return true;
+}
+
 /* ---- digest ---- */
 
 static uint64_t node_term(uint64_t fp, const kvs_prefix_rec *r) {

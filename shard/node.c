@@ -72,6 +72,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
   h = kvs_mix64(kvs_mix64(h, o->prefix_cache), o->host_cache_bytes);
+  h = kvs_mix64(h, o->host_cache_index_only);
   h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
@@ -519,6 +520,36 @@ static kvs_status check_buffers(kvs_node_t node, kvs_table_kind kind, const kvs_
 
 /* Local, step 5: this rank's layout carved as planned, its tables, and the
  * host copies of a step's ring contexts. */
+/* The host tier's rows: this rank's slots, as many as the pool's index
+ * has, each the page's rows of this rank's layers, which is its share of
+ * what the plan priced a slot at. */
+static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
+  kvs_window_pool_t pool = kvs_shard_pool(node->shard);
+  if (node->options.host_cache_bytes == 0 || node->options.host_cache_index_only) return KVS_OK;
+  kvs_prefix_stats s;
+  kvs_status status = kvs_window_pool_prefix_stats(pool, &s, err);
+  if (status != KVS_OK) return status;
+  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
+  uint64_t pages = kvs_node_plan_split(node->plan)->num_pages;
+  uint64_t priced = (rp->bytes.compressed + rp->bytes.indexer) / pages;
+  uint64_t slot = kvs_table_host_slot_bytes(node->layout);
+  if (slot != priced) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "rank %d's host slot holds %llu bytes of rows, but the plan priced its "
+                         "page's compressed and indexer rows at %llu",
+                         node->rank, (unsigned long long)slot, (unsigned long long)priced);
+  }
+  kvs_error why;
+  kvs_error_clear(&why);
+  status = kvs_table_host_tier(node->table, node->layout, s.host_slots, &why);
+  if (status != KVS_OK) {
+    return kvs_error_set(err, status, "rank %d's host tier of %llu slots (%llu bytes): %s",
+                         node->rank, (unsigned long long)s.host_slots,
+                         (unsigned long long)(s.host_slots * slot), why.message);
+  }
+  return KVS_OK;
+}
+
 static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   node->layout = malloc(sizeof *node->layout);
@@ -551,7 +582,7 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   } else {
     status = kvs_table_create_host(node->layout, &limits, &node->table, err);
   }
-  if (status != KVS_OK) return status;
+  if (status != KVS_OK || (status = host_tier_rows(node, err))) return status;
   size_t ring_rows = node->max_batch * (size_t)o->page;
   node->h_own = malloc(node->max_batch * sizeof *node->h_own);
   node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);
@@ -729,6 +760,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->cuda_graphs = true;
   o->prefix_cache = false;
   o->host_cache_bytes = 0;
+  o->host_cache_index_only = false;
 }
 
 /* The options' budget terms as plan/node_setup.h takes them. */

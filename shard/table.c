@@ -2,14 +2,7 @@
 
 #include <stdlib.h>
 
-struct kvs_table {
-  const kvs_table_ops *ops;
-  void *impl;
-  kvs_table_dims dims;
-  kvs_table_limits limits;
-  int device;
-  uint64_t bytes;
-};
+#include "shard/table_internal.h"
 
 const char *kvs_table_kind_name(kvs_table_kind kind) {
   return kind == KVS_TABLE_CUDA ? "cuda" : kind == KVS_TABLE_HOST ? "cpu" : "unknown";
@@ -39,6 +32,7 @@ kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims d
 
 void kvs_table_destroy(kvs_table_t table) {
   if (table == NULL) return;
+  kvs_table_host_tier_free(table);
   table->ops->destroy(table->impl);
   free(table);
 }
@@ -59,6 +53,7 @@ kvs_status kvs_table_apply(kvs_table_t table, const kvs_journal_entry *entries,
    * any launch (a kernel cannot take a step back). */
   kvs_status status = kvs_table_check_journal(&table->dims, entries, n, err);
   if (status != KVS_OK) return status;
+  if ((status = kvs_table_move_rows(table, entries, n, err)) != KVS_OK) return status;
   return table->ops->apply(table->impl, entries, device_entries, n, err);
 }
 
@@ -208,7 +203,14 @@ kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kv
   }
   *event = NULL;
   kvs_table_step_timing unused;
-  return table->ops->step(table->impl, args, out, event, timing != NULL ? timing : &unused, err);
+  kvs_table_step_timing *t = timing != NULL ? timing : &unused;
+  /* The rows move first, in journal order, before the step's own work. */
+  uint64_t moved_ns = table->tier_stats.copy_ns;
+  kvs_status status = kvs_table_move_rows(table, args->entries, args->n, err);
+  if (status != KVS_OK) return status;
+  status = table->ops->step(table->impl, args, out, event, t, err);
+  t->apply_ns += table->tier_stats.copy_ns - moved_ns;
+  return status;
 }
 
 kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err) {

@@ -184,6 +184,52 @@ kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kv
  * and 8 bytes come back (a check waits for it). */
 kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err);
 
+/* ---- the host tier's rows (shard/table_rows.c) ---- */
+
+/* What one host slot holds: one full page's compressed and indexer rows
+ * (page / ratio rows of each such layer, packed span by span in carve
+ * order, layer by layer). 0 for a layout without such rows. */
+uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout);
+
+/* Gives the table a host tier of `slots` slots of
+ * kvs_table_host_slot_bytes(layout) each (the layout the table was made
+ * from): pinned host memory on a device. From then on every journal the
+ * table applies (kvs_table_apply, kvs_table_step) first moves rows, in
+ * journal order (kvs_window_pool_host_move_of): a spill copies its full
+ * page's rows into its slot, a fetch its slot's rows into its full page.
+ * A move naming a page or slot past the tier refuses the whole journal
+ * before anything is copied. On a device the copies are queued on the
+ * engine's stream when the table has one (after the engine's writes of
+ * earlier steps, before its work after this step), else on the table's
+ * own. Once per table (KVS_ERR_CONFLICT after). */
+kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layout, uint64_t slots,
+                               kvs_error *err);
+
+/* The tier's memory (slots x slot bytes) and its shape; NULL without one.
+ * Moves still queued on a device may be writing it: sync first. */
+const unsigned char *kvs_table_host_tier_memory(const struct kvs_table *table, uint64_t *slot_bytes,
+                                                uint64_t *slots);
+
+/* Rows moved so far, and the host time spent queueing (or, on the host
+ * twin, doing) the copies. */
+typedef struct kvs_table_host_tier_stats {
+  uint64_t spills, fetches;
+  uint64_t bytes;
+  uint64_t copy_ns;
+} kvs_table_host_tier_stats;
+
+void kvs_table_host_tier_stats_get(const struct kvs_table *table, kvs_table_host_tier_stats *out);
+
+/* One strided copy: `height` runs of `width` bytes, `src_pitch` apart in
+ * the source and `dst_pitch` apart in the destination. to_host: from the
+ * table's memory to the tier (a spill), else back (a fetch). */
+typedef struct kvs_row_copy {
+  void *dst;
+  const void *src;
+  uint64_t width, height, dst_pitch, src_pitch;
+  bool to_host;
+} kvs_row_copy;
+
 /* ---- for table implementations ---- */
 
 typedef struct kvs_table_ops {
@@ -203,6 +249,11 @@ typedef struct kvs_table_ops {
                      void **event, kvs_table_step_timing *timing, kvs_error *err);
   kvs_status (*digest)(void *impl, uint64_t *out, kvs_error *err);
   kvs_status (*memory)(void *impl, void **base, int64_t **mapping, kvs_error *err);
+  /* The host tier: its memory (pinned on a device) and the copies, run or
+   * queued in the order given. */
+  kvs_status (*host_alloc)(void *impl, uint64_t bytes, void **out, kvs_error *err);
+  void (*host_free)(void *impl, void *memory);
+  kvs_status (*copy_rows)(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err);
 } kvs_table_ops;
 
 /* Wraps an implementation: the table owns impl from here (destroy is

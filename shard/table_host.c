@@ -25,6 +25,7 @@ typedef struct host_table {
   kvs_device_faults faults;
   uint64_t carve_bytes; /* the layout's total: the address range views see */
   void *carve;          /* reserved on the first kvs_table_memory; NULL until then */
+  uint64_t tier_bytes;  /* the host tier's range (kvs_table_host_tier) */
 } host_table;
 
 static const kvs_device_faults kNoFaults = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
@@ -178,6 +179,40 @@ static kvs_status host_memory(void *impl, void **base, int64_t **mapping, kvs_er
   return KVS_OK;
 }
 
+/* The host tier, reserved like the carve: slots cost memory once a
+ * spill writes them. */
+static kvs_status host_tier_alloc(void *impl, uint64_t bytes, void **out, kvs_error *err) {
+  host_table *t = impl;
+  void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY,
+                         "no address range of %llu bytes for the host tier: %s",
+                         (unsigned long long)bytes, strerror(errno));
+  }
+  t->tier_bytes = bytes;
+  *out = p;
+  return KVS_OK;
+}
+
+static void host_tier_free(void *impl, void *memory) {
+  host_table *t = impl;
+  if (memory != NULL) munmap(memory, (size_t)t->tier_bytes);
+}
+
+static kvs_status host_copy_rows(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err) {
+  (void)impl;
+  (void)err;
+  for (size_t i = 0; i < n; i++) {
+    const kvs_row_copy *c = &copies[i];
+    for (uint64_t h = 0; h < c->height; h++) {
+      memcpy((char *)c->dst + h * c->dst_pitch, (const char *)c->src + h * c->src_pitch,
+             (size_t)c->width);
+    }
+  }
+  return KVS_OK;
+}
+
 static void host_destroy(void *impl) {
   host_table *t = impl;
   if (t == NULL) return;
@@ -203,6 +238,9 @@ static const kvs_table_ops host_ops = {
     .step = host_step,
     .digest = host_digest,
     .memory = host_memory,
+    .host_alloc = host_tier_alloc,
+    .host_free = host_tier_free,
+    .copy_rows = host_copy_rows,
 };
 
 kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_table_limits *limits,

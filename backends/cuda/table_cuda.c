@@ -39,6 +39,9 @@ typedef struct cuda_table {
   cudaEvent_t staged; /* after the last upload that read the staging */
   bool staged_pending;
   cuda_step *step; /* the node's step (tables opened with step options) */
+  /* The engine's stream (step options), where the host tier's copies go:
+   * after the engine's writes of the rows, before its next reads. */
+  cudaStream_t engine_stream;
 } cuda_table;
 
 /* The table's device current for a call; kvs_cuda_device_leave puts the
@@ -240,6 +243,56 @@ static kvs_status cuda_memory(void *impl, void **base, int64_t **mapping, kvs_er
   return KVS_OK;
 }
 
+/* ---- the host tier ---- */
+
+static cudaStream_t copy_stream(const cuda_table *t) {
+  return t->engine_stream != NULL ? t->engine_stream : t->stream;
+}
+
+/* Pinned, so the copies are asynchronous DMA on the stream. */
+static kvs_status cuda_host_alloc(void *impl, uint64_t bytes, void **out, kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  char what[128];
+  snprintf(what, sizeof what, "cudaMallocHost of a host tier of %llu bytes",
+           (unsigned long long)bytes);
+  status = kvs_cuda_status(cudaMallocHost(out, (size_t)bytes), what, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+static void cuda_host_free(void *impl, void *memory) {
+  cuda_table *t = impl;
+  kvs_cuda_device_scope scope;
+  if (memory == NULL || enter(t, &scope, NULL) != KVS_OK) return;
+  (void)cudaStreamSynchronize(copy_stream(t)); /* copies still reading or writing it */
+  (void)cudaFreeHost(memory);
+  kvs_cuda_device_leave(&scope);
+}
+
+/* One 2D copy per span (a run per layer): three calls per page moved. */
+static kvs_status cuda_copy_rows(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  cudaStream_t st = copy_stream(t);
+  for (size_t i = 0; i < n && status == KVS_OK; i++) {
+    const kvs_row_copy *c = &copies[i];
+    status = kvs_cuda_status(
+        cudaMemcpy2DAsync(c->dst, (size_t)c->dst_pitch, c->src, (size_t)c->src_pitch,
+                          (size_t)c->width, (size_t)c->height,
+                          c->to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st),
+        c->to_host ? "cudaMemcpy2DAsync of a spill to the host tier"
+                   : "cudaMemcpy2DAsync of a fetch from the host tier",
+        err);
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 static const kvs_table_ops cuda_ops = {
     .kind = KVS_TABLE_CUDA,
     .apply = cuda_apply,
@@ -252,12 +305,16 @@ static const kvs_table_ops cuda_ops = {
     .step = cuda_step_op,
     .digest = cuda_digest,
     .memory = cuda_memory,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy_rows = cuda_copy_rows,
 };
 
 /* With the device current: the node's step, over the table's own
  * stream. */
 static kvs_status open_step(cuda_table *t, const kvs_cuda_table_options *options, size_t rows,
                             uint64_t *bytes, kvs_error *err) {
+  t->engine_stream = (cudaStream_t)options->engine_stream;
   cuda_step_setup setup = {t->tables, t->device,    t->stream,        *options,        rows,
                            t->dims,   t->placement, t->csa_derivable, t->hca_derivable};
   return kvs_cuda_step_create(&setup, &t->step, bytes, err);

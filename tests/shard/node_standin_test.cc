@@ -26,6 +26,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
+#include "tests/shard/host_rows_flow.h"
 #include "tests/shard/ranks.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"
@@ -360,6 +361,79 @@ TEST(NodeStandin, loopback_ranks_share_one_gpu_over_seeded_schedules) {
                                         expect_agree(digests, rings);
                                         expect_no_violations();
                                       });
+}
+
+// The host tier's rows on device tables: two ranks sharing one GPU, each
+// with an engine stream of its own, spill their pages' rows to pinned slots
+// and fetch them back into other pages (tests/shard/host_rows_flow.h), the
+// copies queued on the engine's stream in journal order; over seeded
+// schedules, with no use of freed or foreign memory.
+TEST(NodeStandin, host_tier_rows_go_to_pinned_slots_and_back_on_the_engine_stream) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(40 / kScale), [](uint64_t) { return 2; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::run_ranks(2, 20000, [&](int, kvs_comm_t comm) {
+          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+          cudaStream_t engine = nullptr;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+          kvs_geometry g{};
+          g.head_dim = 64;
+          g.index_head_dim = 32;
+          g.n_layers = 4;
+          g.n_ratios = 4;
+          const uint32_t ratios[] = {0, 4, 128, 4};
+          for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
+          std::vector<uint64_t> budgets(8, 12 * MiB);
+          kvs_node_options o;
+          kvs_node_options_init(&o);
+          o.geometry = &g;
+          o.swa_ratio = 0.04;
+          o.max_seq_len = 4096;
+          o.max_running = 4;
+          o.radix = false;
+          o.tp = 2;
+          o.topology = "bundled";
+          o.device = KVS_NODE_DEVICE_CUDA;
+          o.cuda_device = 0;
+          o.stream = engine;
+          o.budget_per_gpu = budgets.data();
+          o.n_budget_per_gpu = budgets.size();
+          o.prefix_cache = true;
+          o.host_cache_bytes = 4 * MiB;
+          kvs_node_t node = nullptr;
+          kvs_error err;
+          ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+          // The engine writes and reads rows on its own stream, from and to
+          // pinned memory, without waiting: only a spill queued after its
+          // writes, and a fetch before its reads, see the right bytes.
+          std::vector<void *> pinned;
+          auto staged = [&pinned](size_t n) {
+            void *p = nullptr;
+            EXPECT_EQ(cudaMallocHost(&p, n), cudaSuccess);
+            pinned.push_back(p);
+            return p;
+          };
+          kvs_test::NodeMemory m;
+          m.write = [&](void *dst, const void *src, size_t n) {
+            void *p = staged(n);
+            std::memcpy(p, src, n);
+            EXPECT_EQ(cudaMemcpyAsync(dst, p, n, cudaMemcpyHostToDevice, engine), cudaSuccess);
+          };
+          m.read = [&](void *dst, const void *src, size_t n) {
+            void *p = staged(n);
+            EXPECT_EQ(cudaMemcpyAsync(p, src, n, cudaMemcpyDeviceToHost, engine), cudaSuccess);
+            EXPECT_EQ(cudaStreamSynchronize(engine), cudaSuccess);
+            std::memcpy(dst, p, n);
+          };
+          m.sync = [engine] { EXPECT_EQ(cudaStreamSynchronize(engine), cudaSuccess); };
+          kvs_test::host_rows_round_trip(node, m);
+          kvs_node_destroy(node);
+          for (void *p : pinned) EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
+          EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+        });
+        expect_no_violations();
+      });
 }
 
 // The node's buffers beside its carve (plan/node_overhead.h) priced with

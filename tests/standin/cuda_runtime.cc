@@ -581,6 +581,26 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
               "cudaMemcpyAsync");
 }
 
+// A 2D copy: `height` rows of `width` bytes, each pitch apart; queued as
+// one copy per row, in order, with the 1D copy's synchronisation rules.
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
+  if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  e.background();
+  CUstream_st *s = e.resolve(stream, "cudaMemcpy2DAsync");
+  for (size_t row = 0; row < height; row++) {
+    cudaError_t c = copy(e, lock, static_cast<char *>(dst) + row * dpitch,
+                         static_cast<const char *>(src) + row * spitch, width, kind, s, true,
+                         "cudaMemcpy2DAsync");
+    if (c != cudaSuccess) return c;
+  }
+  return cudaSuccess;
+}
+
 // ---- streams ----
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
