@@ -92,7 +92,8 @@ def _exact_array(values, name, dtype, what):
             low, high = int(values.min()), int(values.max())
             if low < info.min or high > info.max:
                 bad = low if low < info.min else high
-                raise ValueError(f"{name} holds {bad}, outside {what}' {info.min} to {info.max}")
+                raise ValueError(f"{name} holds {bad}, outside the range of {what} "
+                                 f"({info.min} to {info.max})")
         return np.ascontiguousarray(values, dtype=dtype)
     if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be 1-D {what}, got {type(values).__name__}")
@@ -101,7 +102,8 @@ def _exact_array(values, name, dtype, what):
         if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{name}[{i}] must be an int, got {type(v).__name__}")
         if not info.min <= v <= info.max:
-            raise ValueError(f"{name}[{i}] = {v} is outside {what}' {info.min} to {info.max}")
+            raise ValueError(f"{name}[{i}] = {v} is outside the range of {what} "
+                             f"({info.min} to {info.max})")
     return np.array([int(v) for v in items], dtype=dtype)
 
 
