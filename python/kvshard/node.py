@@ -2,7 +2,8 @@
 
 Every rank creates it with the same options, steps it in the same order
 and checks it together; the leader (rank 0) alone admits, binds, frees and
-finishes, and each change reaches every rank with the next step.
+finishes (and changes the prefix cache), and each change reaches every
+rank with the next step.
 """
 
 import ctypes
@@ -72,16 +73,22 @@ def _count(value, name):
     return int(value)
 
 
+def _host(values, name):
+    """A torch tensor as numpy (CUDA ones refused); anything else as given."""
+    if type(values).__module__.startswith("torch"):
+        if getattr(values, "is_cuda", False):
+            raise TypeError(f"{name} is a CUDA tensor; this call reads host memory: pass "
+                            f"{name}.cpu()")
+        return values.numpy()
+    return values
+
+
 def _exact_array(values, name, dtype, what):
     """A 1-D sequence or array of integers as a contiguous array of
     `dtype`, refusing (never wrapping) what `dtype` cannot hold: other
     dtypes (bools and floats included), other shapes, values out of its
     range. CUDA tensors are refused as in _int_array."""
-    if type(values).__module__.startswith("torch"):
-        if getattr(values, "is_cuda", False):
-            raise TypeError(f"{name} is a CUDA tensor; this call reads host memory: pass "
-                            f"{name}.cpu()")
-        values = values.numpy()
+    values = _host(values, name)
     info = np.iinfo(dtype)
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
@@ -117,6 +124,9 @@ def _pages(pages, name="pages"):
 
 def _flags(values, name, n):
     """n truths (bools, or ints 0 and 1) as uint8_t."""
+    values = _host(values, name)
+    if not isinstance(values, (np.ndarray, str, bytes, bytearray)) and hasattr(values, "__iter__"):
+        values = list(values)  # read once: a generator is read here
     if isinstance(values, np.ndarray) and values.dtype == np.bool_:
         if values.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got an array of shape {values.shape}")

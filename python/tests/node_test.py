@@ -220,11 +220,12 @@ class PrefixCache(unittest.TestCase):
             self.write_and_finish(node)
             node.admit(6)
             node.bind(6, page_locs(P, 10, 3))
-            taken = node.prefix_insert(6, [7, 8, 2 ** 64 - 1], [10, 11, 12])
+            taken = node.prefix_insert(6, [7, 8, 2 ** 64 - 1], [10, 11, 12],
+                                       tails=(i == 2 for i in range(3)))  # read once
             np.testing.assert_array_equal(taken, [False, False, True])
             node.step()
             c = node.prefix_stats()
-            self.assertEqual((c.blocks, c.holds), (3, 1))
+            self.assertEqual((c.blocks, c.holds, c.tails), (3, 1, 2))
             hit = node.prefix_match(np.array([7, 8, 2 ** 64 - 1], dtype=np.uint64), 4 * P)
             np.testing.assert_array_equal(hit.pages, [2, 3, 12])
             self.assertEqual(node.prefix_evict(0).size, 0)
