@@ -98,6 +98,25 @@ class NodeReport(ctypes.Structure):
     ]
 
 
+class NodePrefixHit(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("matched_pages", ctypes.c_uint64),
+        ("hit_tokens", ctypes.c_uint64),
+        ("reprefill_tokens", ctypes.c_uint64),
+        ("truncated_tokens", ctypes.c_uint64),
+        ("node", ctypes.c_int64),
+        ("reprefill", ctypes.c_bool),
+        ("host_pages", ctypes.c_uint64),
+    ]
+
+
+class NodePrefixCounts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
+        "blocks", "tails", "holds", "refs", "evictable", "evictions", "tail_drops", "digest",
+        "host_slots", "host_blocks", "spills", "fetches", "host_drops", "host_page_bytes")]
+
+
 class NcclOptions(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -151,6 +170,18 @@ _PROTOTYPES = {
     "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
     "kvs_node_translate": (_STATUS, [_P, _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_check": (_STATUS, [_P, ctypes.POINTER(NodeReport), _ERR]),
+    "kvs_node_prefix_match": (_STATUS, [_P, _P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint64,
+                                        ctypes.POINTER(NodePrefixHit), _P, _ERR]),
+    "kvs_node_prefix_acquire": (
+        _STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(NodePrefixHit), _ERR]),
+    "kvs_node_prefix_fetch": (_STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(NodePrefixHit), _P,
+                                        ctypes.c_size_t, _P, _ERR]),
+    "kvs_node_prefix_insert": (
+        _STATUS, [_P, ctypes.c_uint64, _P, _P, _P, ctypes.c_size_t, _P, _ERR]),
+    "kvs_node_prefix_release": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
+    "kvs_node_prefix_evict": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_uint64, _P, ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t), _ERR]),
+    "kvs_node_prefix_stats": (_STATUS, [_P, ctypes.POINTER(NodePrefixCounts), _ERR]),
     "kvs_plan_run": (_STATUS, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
                                ctypes.POINTER(_P), ctypes.POINTER(_P), _ERR]),
     "kvs_free": (None, [_P]),

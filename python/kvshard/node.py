@@ -2,22 +2,26 @@
 
 Every rank creates it with the same options, steps it in the same order
 and checks it together; the leader (rank 0) alone admits, binds, frees and
-finishes, and each change reaches every rank with the next step.
+finishes (and changes the prefix cache), and each change reaches every
+rank with the next step.
 """
 
 import ctypes
+import dataclasses
 import numbers
 import weakref
 
 import numpy as np
 
 from . import _dlpack
-from ._lib import CError, Error, NodeBatch, NodeReport, NodeView, StepResult, call, check, lib
+from ._lib import (CError, Error, NodeBatch, NodePrefixCounts, NodePrefixHit, NodeReport,
+                   NodeView, StepResult, call, check, lib)
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
 from .comm import comm_of
 
 _KINDS = {0: "agree", 1: "bindings", 2: "ring contexts", 3: "integrity", 4: "steps"}
 _NONE = (1 << 64) - 1
+_U64_MAX = (1 << 64) - 1
 
 
 def _destroy(handle, comm):
@@ -55,7 +59,141 @@ def _int_array(values, name, dtype=np.int64):
 def _request_id(request):
     if not isinstance(request, numbers.Integral) or isinstance(request, bool) or request < 0:
         raise TypeError(f"request must be a non-negative int, got {request!r}")
+    if request > _U64_MAX:
+        raise ValueError(f"request {request} is past 2^64-1")
     return int(request)
+
+
+def _count(value, name):
+    """A uint64_t argument: a non-negative int up to 2^64-1, as given."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a non-negative int, got {type(value).__name__}")
+    if not 0 <= value <= _U64_MAX:
+        raise ValueError(f"{name} must be 0 to 2^64-1, got {value}")
+    return int(value)
+
+
+def _host(values, name):
+    """A torch tensor as numpy (CUDA ones refused); anything else as given."""
+    if type(values).__module__.startswith("torch"):
+        if getattr(values, "is_cuda", False):
+            raise TypeError(f"{name} is a CUDA tensor; this call reads host memory: pass "
+                            f"{name}.cpu()")
+        return values.numpy()
+    return values
+
+
+def _exact_array(values, name, dtype, what):
+    """A 1-D sequence or array of integers as a contiguous array of
+    `dtype`, refusing (never wrapping) what `dtype` cannot hold: other
+    dtypes (bools and floats included), other shapes, values out of its
+    range. CUDA tensors are refused as in _int_array."""
+    values = _host(values, name)
+    info = np.iinfo(dtype)
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be 1-D {what}, got an array of shape {values.shape}")
+        if values.dtype.kind not in "iu":
+            raise TypeError(f"{name} must be 1-D {what}, got dtype {values.dtype}")
+        if values.size:
+            low, high = int(values.min()), int(values.max())
+            if low < info.min or high > info.max:
+                bad = low if low < info.min else high
+                raise ValueError(f"{name} holds {bad}, outside the range of {what} "
+                                 f"({info.min} to {info.max})")
+        return np.ascontiguousarray(values, dtype=dtype)
+    if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be 1-D {what}, got {type(values).__name__}")
+    items = list(values)
+    for i, v in enumerate(items):
+        if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name}[{i}] must be an int, got {type(v).__name__}")
+        if not info.min <= v <= info.max:
+            raise ValueError(f"{name}[{i}] = {v} is outside the range of {what} "
+                             f"({info.min} to {info.max})")
+    return np.array([int(v) for v in items], dtype=dtype)
+
+
+def _keys(keys, name="keys"):
+    return _exact_array(keys, name, np.uint64, "unsigned 64-bit ints")
+
+
+def _pages(pages, name="pages"):
+    return _exact_array(pages, name, np.int64, "signed 64-bit ints")
+
+
+def _flags(values, name, n):
+    """n truths (bools, or ints 0 and 1) as uint8_t."""
+    values = _host(values, name)
+    if not isinstance(values, (np.ndarray, str, bytes, bytearray)) and hasattr(values, "__iter__"):
+        values = list(values)  # read once: a generator is read here
+    if isinstance(values, np.ndarray) and values.dtype == np.bool_:
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got an array of shape {values.shape}")
+        a = values.astype(np.uint8)
+    elif not isinstance(values, np.ndarray) and hasattr(values, "__iter__") and not isinstance(
+            values, (str, bytes, bytearray)) and all(
+                isinstance(v, (bool, np.bool_)) for v in values):
+        a = np.array([bool(v) for v in values], dtype=np.uint8)
+    else:
+        a = _exact_array(values, name, np.uint8, "bools (or 0 and 1)")
+        if a.size and int(a.max()) > 1:
+            raise ValueError(f"{name} holds {int(a.max())}: give bools, or 0 and 1")
+    if a.size != n:
+        raise ValueError(f"{name} has {a.size} entries for {n} keys")
+    return a
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixHit:
+    """What prefix_match found (kvs_node_prefix_hit, fields as in C):
+    positions [0, hit_tokens) are reused; node is the hit's last page, -1
+    for no hit; host_pages > 0: blocks past node are in the host tier
+    (take the hit with prefix_fetch). pages: the cached full page of each
+    matched key (matched_pages of them; -1 for a host-tier block)."""
+    matched_pages: int
+    hit_tokens: int
+    reprefill_tokens: int
+    truncated_tokens: int
+    node: int
+    reprefill: bool
+    host_pages: int
+    pages: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
+
+    def _c(self):
+        """As the C struct, each field checked against its C type."""
+        if not isinstance(self.reprefill, (bool, np.bool_)):
+            raise TypeError(f"hit.reprefill must be a bool, got {type(self.reprefill).__name__}")
+        fields = {}
+        for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
+                     "host_pages"):
+            fields[name] = _count(getattr(self, name), "hit." + name)
+        node = self.node
+        if not isinstance(node, numbers.Integral) or isinstance(node, bool):
+            raise TypeError(f"hit.node must be an int, got {type(node).__name__}")
+        if not -(1 << 63) <= node < (1 << 63):
+            raise ValueError(f"hit.node = {node} is outside int64_t")
+        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), node=int(node),
+                             reprefill=bool(self.reprefill), **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixCounts:
+    """The prefix cache's counts (kvs_node_prefix_counts, fields as in C)."""
+    blocks: int
+    tails: int
+    holds: int
+    refs: int
+    evictable: int
+    evictions: int
+    tail_drops: int
+    digest: int
+    host_slots: int
+    host_blocks: int
+    spills: int
+    fetches: int
+    host_drops: int
+    host_page_bytes: int
 
 
 class View:
@@ -170,6 +308,97 @@ class Node:
 
     def finish(self, request):
         call("kvs_node_finish", self._node, _request_id(request))
+
+    # ---- the prefix cache (prefix_cache=True; host_cache=BYTES for a host tier) ----
+    # Keys are the engine's, one per full page of a prompt (uint64);
+    # pages are full-page numbers (location // page).
+
+    def _hit_arg(self, hit):
+        if not isinstance(hit, PrefixHit):
+            raise TypeError(f"hit must be a kvshard.PrefixHit (from prefix_match), got "
+                            f"{type(hit).__name__}")
+        return hit._c()
+
+    def prefix_match(self, keys, prompt_tokens, reprefill_tokens=0):
+        """Any rank, read-only: the hit keys give a prompt of
+        prompt_tokens (reprefill_tokens: what recomputing a missing window
+        costs the engine; 0 for exact hits only). A PrefixHit."""
+        k = _keys(keys)
+        prompt = _count(prompt_tokens, "prompt_tokens")
+        reprefill = _count(reprefill_tokens, "reprefill_tokens")
+        hit = NodePrefixHit()
+        hit.size = ctypes.sizeof(NodePrefixHit)
+        pages = np.full(k.size, -1, dtype=np.int64)
+        call("kvs_node_prefix_match", self._node, k.ctypes.data if k.size else None, k.size,
+             prompt, reprefill, ctypes.byref(hit), pages.ctypes.data if k.size else None)
+        return PrefixHit(hit.matched_pages, hit.hit_tokens, hit.reprefill_tokens,
+                         hit.truncated_tokens, hit.node, bool(hit.reprefill), hit.host_pages,
+                         pages[:hit.matched_pages].copy())
+
+    def prefix_acquire(self, request, hit):
+        """Leader: request takes a match's hit (one without host_pages)."""
+        h = self._hit_arg(hit)
+        call("kvs_node_prefix_acquire", self._node, _request_id(request), ctypes.byref(h))
+
+    def prefix_fetch(self, request, hit, keys, pages):
+        """Leader: request takes a hit that reaches into the host tier;
+        keys as matched (from the prompt's first page), pages: exactly
+        hit.host_pages free full pages that become the fetched blocks."""
+        h = self._hit_arg(hit)
+        request = _request_id(request)
+        k = _keys(keys)
+        p = _pages(pages)
+        if p.size != h.host_pages:
+            raise ValueError(f"pages has {p.size} entries; the hit fetches {h.host_pages} "
+                             f"blocks from the host tier")
+        call("kvs_node_prefix_fetch", self._node, request, ctypes.byref(h),
+             k.ctypes.data if k.size else None, k.size, p.ctypes.data if p.size else None)
+
+    def prefix_insert(self, request, keys, pages, tails=None):
+        """Leader: request's fully written full pages join the index, keys
+        one each, below what it holds; tails (bools, or None) keep page i's
+        window binding as its block's tail. The request then holds the
+        deepest block. Returns taken, a bool array: False where the key was
+        cached already and the page stays the engine's."""
+        request = _request_id(request)
+        k = _keys(keys)
+        p = _pages(pages)
+        if p.size != k.size:
+            raise ValueError(f"pages has {p.size} entries for {k.size} keys")
+        t = None if tails is None else _flags(tails, "tails", k.size)
+        taken = np.zeros(k.size, dtype=np.uint8)
+        n = k.size
+        call("kvs_node_prefix_insert", self._node, request, k.ctypes.data if n else None,
+             p.ctypes.data if n else None, t.ctypes.data if t is not None and n else None, n,
+             taken.ctypes.data if n else None)
+        return taken.astype(bool)
+
+    def prefix_release(self, request):
+        """Leader: the request lets go of its cached path (at its finish)."""
+        call("kvs_node_prefix_release", self._node, _request_id(request))
+
+    def prefix_evict(self, need_pages, need_window_pages=0):
+        """Leader, LRU: drops tails of unreferenced blocks until
+        need_window_pages window pages came back, then evicts unreferenced
+        leaves until need_pages full pages are freed. Returns them (an
+        int64 array, the engine's again); fewer when nothing more is
+        evictable or the step is full (step, then evict again)."""
+        need = _count(need_pages, "need_pages")
+        need_window = _count(need_window_pages, "need_window_pages")
+        freed = np.empty(min(need, self.num_pages), dtype=np.int64)
+        n = ctypes.c_size_t(0)
+        call("kvs_node_prefix_evict", self._node, need, need_window,
+             freed.ctypes.data if freed.size else None, freed.size, ctypes.byref(n))
+        return freed[:n.value].copy()
+
+    def prefix_stats(self):
+        """Any rank: the index's counts (the same on every rank after a
+        step), a PrefixCounts."""
+        c = NodePrefixCounts()
+        c.size = ctypes.sizeof(NodePrefixCounts)
+        call("kvs_node_prefix_stats", self._node, ctypes.byref(c))
+        return PrefixCounts(**{f.name: getattr(c, f.name)
+                               for f in dataclasses.fields(PrefixCounts)})
 
     # ---- every rank ----
 

@@ -1,6 +1,7 @@
 """kvshard's Python node on one process: one rank, and ranks as threads
 (whose collectives only complete because each call releases the GIL)."""
 
+import dataclasses
 import gc
 import os
 import subprocess
@@ -138,6 +139,210 @@ class OneRank(unittest.TestCase):
         self.assertEqual(set(NODE_PYTHON_OPTIONS) & names, set())
 
 
+PREFIX = dict(SMALL, prefix_cache=True)
+
+
+class PrefixCache(unittest.TestCase):
+    # Mirrors tests/headers_c_test.c's prefix-cache run: request 4 writes
+    # full pages 2 and 3 (keys 7, 8), keeping page 3's window as the tail,
+    # then request 5 hits both pages.
+    def write_and_finish(self, node, request=4, keys=(7, 8), pages=(2, 3)):
+        P = node.page
+        locs = page_locs(P, pages[0], len(pages))
+        node.admit(request)
+        node.bind(request, locs)
+        taken = node.prefix_insert(request, list(keys), list(pages),
+                                   tails=[False] * (len(pages) - 1) + [True])
+        node.free(locs)
+        node.prefix_release(request)
+        node.finish(request)
+        node.step()
+        return taken
+
+    def test_a_finished_requests_pages_serve_the_next_request(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            empty = node.prefix_stats()
+            self.assertIsInstance(empty, kvshard.PrefixCounts)
+            self.assertEqual((empty.blocks, empty.tails, empty.holds, empty.refs), (0, 0, 0, 0))
+            self.assertEqual(empty.host_slots, 0)
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1, "nothing cached")
+
+            taken = self.write_and_finish(node)
+            np.testing.assert_array_equal(taken, [True, True])
+            self.assertEqual(taken.dtype, np.bool_)
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.tails, c.holds, c.refs, c.evictable), (2, 1, 0, 0, 1))
+
+            hit = node.prefix_match([7, 8, 9], 3 * P + 1)
+            self.assertIsInstance(hit, kvshard.PrefixHit)
+            self.assertEqual((hit.matched_pages, hit.hit_tokens, hit.node, hit.reprefill,
+                              hit.host_pages, hit.truncated_tokens), (2, 2 * P, 3, False, 0, 0))
+            np.testing.assert_array_equal(hit.pages, [2, 3])
+            # The prompt's last token is computed: a prompt ending on the
+            # second page's last token hits the first page only, which
+            # has no tail, so nothing is reused.
+            short = node.prefix_match([7, 8], 2 * P)
+            self.assertEqual((short.matched_pages, short.hit_tokens, short.truncated_tokens),
+                             (2, 0, P))
+            node.prefix_acquire(5, hit)
+            node.admit(5)
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(5, page_locs(P, 3, 1))  # a cached page is never written
+            self.assertEqual(e.exception.status, "KVS_ERR_CONFLICT")
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.tails, c.refs, c.holds, c.evictable), (2, 1, 2, 1, 0))
+            self.assertTrue(node.check()["ok"])
+
+            # Held: nothing is evictable. Released: both pages come back.
+            self.assertEqual(node.prefix_evict(10).tolist(), [])
+            with self.assertRaises(kvshard.Error) as e:
+                node.prefix_acquire(5, hit)
+            self.assertEqual(e.exception.status, "KVS_ERR_CONFLICT")
+            self.assertIn("request 5 holds a prefix already", str(e.exception))
+            node.prefix_release(5)
+            node.finish(5)
+            node.step()
+            self.assertEqual(node.prefix_stats().holds, 0)
+            freed = node.prefix_evict(10)
+            self.assertEqual(freed.dtype, np.int64)
+            self.assertEqual(sorted(freed.tolist()), [2, 3])
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.tails, c.evictions, c.tail_drops), (0, 0, 2, 1))
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1)
+            self.assertTrue(node.check()["ok"])
+
+    def test_a_cached_key_leaves_its_page_with_the_engine(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            self.write_and_finish(node)
+            node.admit(6)
+            node.bind(6, page_locs(P, 10, 3))
+            taken = node.prefix_insert(6, [7, 8, 2 ** 64 - 1], [10, 11, 12],
+                                       tails=(i == 2 for i in range(3)))  # read once
+            np.testing.assert_array_equal(taken, [False, False, True])
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.holds, c.tails), (3, 1, 2))
+            hit = node.prefix_match(np.array([7, 8, 2 ** 64 - 1], dtype=np.uint64), 4 * P)
+            np.testing.assert_array_equal(hit.pages, [2, 3, 12])
+            self.assertEqual(node.prefix_evict(0).size, 0)
+
+    def test_a_host_tier_hit_is_fetched_into_the_engines_pages(self):
+        with kvshard.Node(**dict(PREFIX, host_cache="64MiB")) as node:
+            P = node.page
+            self.write_and_finish(node)
+            self.assertEqual(sorted(node.prefix_evict(2).tolist()), [2, 3])
+            node.step()
+            c = node.prefix_stats()
+            self.assertGreater(c.host_slots, 0)
+            self.assertGreater(c.host_page_bytes, 0)
+            self.assertEqual((c.blocks, c.host_blocks, c.spills), (0, 2, 2))
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1,
+                             "without a re-prefill length the host tier is not reached")
+            hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
+            self.assertEqual((hit.host_pages, hit.hit_tokens, hit.reprefill, hit.node),
+                             (2, 2 * P, True, -1))
+            np.testing.assert_array_equal(hit.pages, [-1, -1])
+            with self.assertRaises(kvshard.Error) as e:
+                node.prefix_acquire(5, hit)
+            self.assertIn("take it with kvs_node_prefix_fetch", str(e.exception))
+            with self.assertRaisesRegex(ValueError, "pages has 1 entries; the hit fetches 2"):
+                node.prefix_fetch(5, hit, [7, 8, 9], [20])
+            node.prefix_fetch(5, hit, [7, 8, 9], [20, 21])
+            node.admit(5)
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.holds, c.fetches), (2, 1, 2))
+            np.testing.assert_array_equal(node.prefix_match([7, 8], 3 * P).pages, [20, 21])
+            self.assertTrue(node.check()["ok"])
+
+    def test_a_node_without_the_cache_refuses_in_the_librarys_words(self):
+        with kvshard.Node(**SMALL) as node:
+            with self.assertRaises(kvshard.Error) as e:
+                node.prefix_stats()
+            self.assertEqual(e.exception.status, "KVS_ERR_UNSUPPORTED")
+            self.assertEqual(str(e.exception), "kvs_node_prefix_stats: this node keeps no prefix "
+                             "cache (create it with options.prefix_cache or --prefix-cache)")
+            for call in (lambda: node.prefix_match([1], 1000),
+                         lambda: node.prefix_insert(1, [1], [2]),
+                         lambda: node.prefix_release(1),
+                         lambda: node.prefix_evict(1)):
+                with self.assertRaises(kvshard.Error) as e:
+                    call()
+                self.assertEqual(e.exception.status, "KVS_ERR_UNSUPPORTED")
+                self.assertIn("no prefix cache", str(e.exception))
+
+    def test_keys_are_unsigned_64_bit_ints_and_nothing_else(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            for keys in ([0, 2 ** 64 - 1], np.array([3, 2 ** 64 - 1], dtype=np.uint64),
+                         np.array([1, 2], dtype=np.int32), (np.int64(5),), [], range(3)):
+                with self.subTest(keys=keys):
+                    self.assertEqual(node.prefix_match(keys, 4 * P).node, -1)
+            if torch is not None:
+                node.prefix_match(torch.tensor([1, 2]), 4 * P)
+            refused = [
+                ([-1], ValueError,
+                 r"keys\[0\] = -1 is outside the range of unsigned 64-bit ints \(0 to "),
+                ([1, 2 ** 64], ValueError, r"keys\[1\] = 18446744073709551616"),
+                (np.array([4, -2]), ValueError, "keys holds -2, outside the range of unsigned"),
+                (np.array([1.0]), TypeError, "keys must be 1-D unsigned 64-bit ints, got dtype "
+                 "float64"),
+                (np.array([True]), TypeError, "got dtype bool"),
+                (np.zeros((2, 2), dtype=np.uint64), ValueError, r"shape \(2, 2\)"),
+                (np.uint64(3), TypeError, "keys must be 1-D"),
+                ([1.5], TypeError, r"keys\[0\] must be an int, got float"),
+                ([True], TypeError, r"keys\[0\] must be an int, got bool"),
+                ([[1, 2]], TypeError, r"keys\[0\] must be an int, got list"),
+                ("12", TypeError, "keys must be 1-D unsigned 64-bit ints, got str"),
+                (7, TypeError, "got int"),
+            ]
+            for keys, kind, message in refused:
+                with self.subTest(keys=keys):
+                    with self.assertRaisesRegex(kind, message):
+                        node.prefix_match(keys, 4 * P)
+                    with self.assertRaisesRegex(kind, message):
+                        node.prefix_insert(1, keys, [2] * (np.size(keys) or 1))
+            with self.assertRaisesRegex(ValueError, "pages has 1 entries for 2 keys"):
+                node.prefix_insert(1, [1, 2], [3])
+            with self.assertRaisesRegex(ValueError, r"pages\[0\] = 9223372036854775808"):
+                node.prefix_insert(1, [1], [2 ** 63])
+            with self.assertRaisesRegex(ValueError, "tails holds 2: give bools, or 0 and 1"):
+                node.prefix_insert(1, [1], [2], tails=[2])
+            with self.assertRaisesRegex(ValueError, "tails has 2 entries for 1 keys"):
+                node.prefix_insert(1, [1], [2], tails=[True, False])
+            with self.assertRaisesRegex(ValueError, "prompt_tokens must be 0 to 2\\^64-1"):
+                node.prefix_match([1], -1)
+            with self.assertRaisesRegex(TypeError, "reprefill_tokens must be a non-negative"):
+                node.prefix_match([1], 10, reprefill_tokens=1.0)
+            with self.assertRaisesRegex(ValueError, "need_pages must be 0 to 2\\^64-1"):
+                node.prefix_evict(-1)
+            with self.assertRaisesRegex(ValueError, "request 18446744073709551616 is past"):
+                node.prefix_release(2 ** 64)
+            with self.assertRaisesRegex(TypeError, "hit must be a kvshard.PrefixHit"):
+                node.prefix_acquire(1, {"node": 3})
+            hit = node.prefix_match([1], 4 * P)
+            with self.assertRaisesRegex(ValueError, "hit.hit_tokens must be 0 to 2"):
+                node.prefix_acquire(1, dataclasses.replace(hit, hit_tokens=-1))
+            with self.assertRaisesRegex(TypeError, "hit.reprefill must be a bool"):
+                node.prefix_acquire(1, dataclasses.replace(hit, reprefill=1))
+            # The library's own refusals come through with its words.
+            node.admit(1)
+            node.bind(1, page_locs(P, 2, 1))
+            with self.assertRaises(kvshard.Error) as e:
+                node.prefix_insert(1, [1], [5], tails=[True])
+            self.assertEqual(e.exception.status, "KVS_ERR_INVALID_ARGUMENT")
+            self.assertIn("keeps its window page as the block's tail, but it has none bound",
+                          str(e.exception))
+            with self.assertRaises(kvshard.Error) as e:
+                node.prefix_insert(1, [1], [-1])
+            self.assertEqual(e.exception.status, "KVS_ERR_OUT_OF_RANGE")
+            self.assertEqual(node.prefix_stats().blocks, 0, "a refusal changes nothing")
+
+
 class Views(unittest.TestCase):
     def test_the_mapping_in_place_equals_translate(self):
         with kvshard.Node(**SMALL) as node:
@@ -248,6 +453,44 @@ class ThreadRanks(unittest.TestCase):
         self.assertEqual(digests[0], digests[1])
         np.testing.assert_array_equal(windows[0], windows[1])
         self.assertTrue((windows[0] >= 0).all())
+
+    def test_a_followers_prefix_calls_are_refused_and_its_index_is_the_leaders(self):
+        seen = {}
+
+        def body(rank, comm):
+            with kvshard.Node(comm, **dict(PREFIX, tp=2)) as node:
+                P = node.page
+                if node.is_leader:
+                    node.admit(4)
+                    node.bind(4, page_locs(P, 2, 2))
+                    node.prefix_insert(4, [7, 8], [2, 3], tails=[False, True])
+                    node.free(page_locs(P, 2, 2))
+                    node.prefix_release(4)
+                    node.finish(4)
+                else:
+                    hit = node.prefix_match([7, 8, 9], 3 * P + 1)
+                    for call in (lambda: node.prefix_insert(4, [7, 8], [2, 3]),
+                                 lambda: node.prefix_acquire(5, hit),
+                                 lambda: node.prefix_release(4),
+                                 lambda: node.prefix_evict(1)):
+                        with self.assertRaises(kvshard.Error) as e:
+                            call()
+                        self.assertRegex(str(e.exception),
+                                         r"kvs_node_prefix_\w+ on rank 1: only the leader")
+                node.step()
+                seen[rank] = (node.prefix_stats(), node.prefix_match([7, 8, 9], 3 * P + 1))
+                if node.is_leader:
+                    node.prefix_acquire(5, seen[rank][1])
+                node.step()
+                seen[rank] += (node.prefix_stats(), node.check()["ok"])
+
+        self.run_ranks(2, body)
+        self.assertEqual(seen[0], seen[1])
+        counts, hit, held, ok = seen[0]
+        self.assertEqual((counts.blocks, counts.tails, counts.holds), (2, 1, 0))
+        self.assertEqual((hit.node, hit.matched_pages), (3, 2))
+        self.assertEqual((held.holds, held.refs), (1, 2))
+        self.assertTrue(ok)
 
     def test_a_rank_that_stops_makes_the_others_raise_within_the_deadline(self):
         import time
