@@ -179,6 +179,7 @@ _PROTOTYPES = {
     "kvs_node_prefix_insert": (
         _STATUS, [_P, ctypes.c_uint64, _P, _P, _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_prefix_release": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
+    "kvs_node_prefix_abandon": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
     "kvs_node_prefix_evict": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_uint64, _P, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t), _ERR]),
     "kvs_node_prefix_stats": (_STATUS, [_P, ctypes.POINTER(NodePrefixCounts), _ERR]),

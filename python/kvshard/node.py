@@ -53,6 +53,14 @@ def _int_array(values, name, dtype=np.int64):
         return np.zeros(0, dtype=dtype)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got {arr.dtype}")
+    if arr.dtype != dtype:
+        # Never wrap: a value the C type cannot hold is refused, not cast.
+        info = np.iinfo(dtype)
+        low, high = int(arr.min()), int(arr.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ValueError(f"{name} holds {bad}, outside {np.dtype(dtype).name} "
+                             f"[{info.min}, {info.max}]")
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
@@ -374,8 +382,16 @@ class Node:
         return taken.astype(bool)
 
     def prefix_release(self, request):
-        """Leader: the request lets go of its cached path (at its finish)."""
+        """Leader: the request lets go of its cached path (at its finish);
+        a tail its hit re-prefilled becomes readable, so call it once the
+        request's prefill passed hit.hit_tokens (else prefix_abandon)."""
         call("kvs_node_prefix_release", self._node, _request_id(request))
+
+    def prefix_abandon(self, request):
+        """Leader: like prefix_release, for a request that stops before its
+        prefill reached the hit's boundary (refused, cancelled): the tail its
+        hit was to re-prefill is dropped with its window page, never read."""
+        call("kvs_node_prefix_abandon", self._node, _request_id(request))
 
     def prefix_evict(self, need_pages, need_window_pages=0):
         """Leader, LRU: drops tails of unreferenced blocks until

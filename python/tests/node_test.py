@@ -106,6 +106,11 @@ class OneRank(unittest.TestCase):
             with self.assertRaises(kvshard.Error) as e:
                 node.finish(99)
             self.assertIn("99", str(e.exception))
+            # A location the C type cannot hold is refused, never wrapped
+            # (2^63 would have become -2^63).
+            with self.assertRaises(ValueError) as v:
+                node.bind(1, np.array([2**63], dtype=np.uint64))
+            self.assertIn("locs holds 9223372036854775808, outside int64", str(v.exception))
         with self.assertRaises(kvshard.Error) as e:
             node.step()
         self.assertEqual(str(e.exception), "the node is closed")
@@ -212,6 +217,31 @@ class PrefixCache(unittest.TestCase):
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.tails, c.evictions, c.tail_drops), (0, 0, 2, 1))
             self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1)
+            self.assertTrue(node.check()["ok"])
+
+    def test_an_abandoned_reprefill_leaves_no_readable_tail(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            locs = page_locs(P, 2, 2)
+            node.admit(4)
+            node.bind(4, locs)
+            node.prefix_insert(4, [7, 8], [2, 3])  # no tail kept
+            node.free(locs)
+            node.prefix_release(4)
+            node.finish(4)
+            node.step()
+            hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
+            self.assertEqual((hit.reprefill, hit.node, hit.hit_tokens), (True, 3, 2 * P))
+            node.prefix_acquire(5, hit)
+            node.step()
+            self.assertEqual(node.prefix_stats().tails, 1, "the tail request 5 writes")
+            # Request 5 is refused before its prefill reaches the boundary.
+            node.prefix_abandon(5)
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.tails, c.holds, c.refs), (0, 0, 0))
+            again = node.prefix_match([7, 8, 9], 3 * P + 1)
+            self.assertEqual(again.hit_tokens, 0, "no exact hit reads the unwritten tail")
             self.assertTrue(node.check()["ok"])
 
     def test_a_cached_key_leaves_its_page_with_the_engine(self):
