@@ -249,6 +249,19 @@ kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint
   return KVS_OK;
 }
 
+kvs_status kvs_cost_window_pages_left(uint64_t n_win_pages, uint64_t max_running, bool radix,
+                                      uint64_t *out, kvs_error *err) {
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  uint64_t reserved = 0;
+  kvs_status status = kvs_cost_reserved_window_pages(max_running, radix, &reserved, err);
+  if (status != KVS_OK) return status;
+  uint64_t usable = n_win_pages > 0 ? n_win_pages - 1 : 0; /* less the dummy */
+  *out = usable > reserved ? usable - reserved : 0;
+  return KVS_OK;
+}
+
 kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
                                        uint64_t page, uint64_t *out, kvs_error *err) {
   if (out == NULL) {
@@ -575,6 +588,28 @@ kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cos
                          (unsigned long long)sizes->full_token);
   }
   *out = b;
+  return KVS_OK;
+}
+
+kvs_status kvs_pool_sizes_window_page_bytes(const kvs_pool_sizes *sizes,
+                                            const kvs_cost_terms *terms, uint64_t *out,
+                                            kvs_error *err) {
+  if (sizes == NULL || terms == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         sizes == NULL   ? "sizes"
+                         : terms == NULL ? "terms"
+                                         : "out");
+  }
+  kvs_status status = kvs_pool_sizes_check_terms(sizes, terms, err);
+  if (status != KVS_OK) return status;
+  kvs_pool_breakdown at, more;
+  if (sizes->n_win_pages == UINT64_MAX ||
+      !breakdown_at(terms, sizes->full_token, sizes->n_win_pages, sizes->page, 0, &at) ||
+      !breakdown_at(terms, sizes->full_token, sizes->n_win_pages + 1, sizes->page, 0, &more)) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "a window of %llu pages exceeds 64 bits of bytes",
+                         (unsigned long long)sizes->n_win_pages);
+  }
+  *out = more.total - at.total;
   return KVS_OK;
 }
 

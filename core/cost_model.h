@@ -49,6 +49,9 @@ extern "C" {
 #define KVS_NO_WINDOW_SLOT (-1)
 /* Pass as n_win_pages to size the window from swa_ratio. */
 #define KVS_WINDOW_FROM_RATIO UINT64_MAX
+/* The window pages a running request holds: the page being written and
+ * the one before (a P-token window spans at most two). */
+#define KVS_WINDOW_PAGES_PER_REQUEST 2u
 
 /* Where the fp32 compress-state rings live.
  *
@@ -152,6 +155,13 @@ kvs_status kvs_cost_scale_count(double swa_ratio, uint64_t count, uint64_t *out,
 kvs_status kvs_cost_reserved_window_pages(uint64_t max_running, bool radix, uint64_t *out,
                                           kvs_error *err);
 
+/* The window pages a pool of n_win_pages (the dummy page included) has
+ * left after the dummy and the working-set reserve above, 0 when they
+ * take every page: the window pool's own rule (its prefill chunk budget is
+ * half of them). */
+kvs_status kvs_cost_window_pages_left(uint64_t n_win_pages, uint64_t max_running, bool radix,
+                                      uint64_t *out, kvs_error *err);
+
 /* The working-set floor in window pages: one prefill chunk's reach
  * (ceil(max_seq_len / page), capped at 8 pages) plus the reserve. */
 kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_running, bool radix,
@@ -240,6 +250,16 @@ kvs_status kvs_pool_sizes_bytes(const kvs_pool_sizes *sizes, const kvs_geometry 
 
 kvs_status kvs_pool_sizes_bytes_terms(const kvs_pool_sizes *sizes, const kvs_cost_terms *terms,
                                       uint64_t n_scratch, kvs_pool_breakdown *out, kvs_error *err);
+
+/* What one more window page costs a pool of these sizes and terms: its
+ * rows on every layer (window KV, and the compress-state rings anchored to
+ * window pages; per-request rings cost nothing per page), the difference
+ * of the exact bytes at n_win_pages + 1 and n_win_pages. What a window
+ * page bound to anything (a running request's, a prefix cache's retained
+ * tail) holds on a device of these layers. */
+kvs_status kvs_pool_sizes_window_page_bytes(const kvs_pool_sizes *sizes,
+                                            const kvs_cost_terms *terms, uint64_t *out,
+                                            kvs_error *err);
 
 /* Whether sizes were built for these terms: the same layer count and the
  * same ring placement and request slots (KVS_ERR_INVALID_ARGUMENT naming

@@ -167,9 +167,9 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
     return kvs_error_set(err, KVS_ERR_OVERFLOW, "a %llu-token mapping does not fit in memory",
                          (unsigned long long)sizes->full_token);
   }
-  uint64_t reserved;
-  kvs_status status =
-      kvs_cost_reserved_window_pages(options->max_running, options->radix, &reserved, err);
+  uint64_t left; /* the window pages past the dummy and the working-set reserve */
+  kvs_status status = kvs_cost_window_pages_left(sizes->n_win_slots / page, options->max_running,
+                                                 options->radix, &left, err);
   if (status != KVS_OK) return status;
 
   struct kvs_window_pool *pool = calloc(1, sizeof *pool);
@@ -218,8 +218,6 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   pool->digest =
       kvs_binding_digest_term(pool->dummy_full_base / page, pool->dummy_window_base / page);
 
-  uint64_t usable = pool->n_win_pages - 1;
-  uint64_t left = usable > reserved ? usable - reserved : 0;
   pool->chunk_budget = left / 2 * page > page ? left / 2 * page : page;
   *out = pool;
   return KVS_OK;

@@ -54,8 +54,9 @@ typedef struct kvs_window_pool_options {
    * lcm, 128 for DSV4: the rings are empty there). */
   bool prefix_cache;
   uint64_t prefix_align;
-  /* The prefix cache's host tier: full pages it holds (0: none). Evicted
-   * blocks move there and a hit fetches them back (window_pool_host.c). */
+  /* The prefix cache's host tier: full pages it holds (0: none; fewer than
+   * KVS_HOST_SLOTS_LIMIT). Evicted blocks move there and a hit fetches them
+   * back (window_pool_host.c). */
   uint64_t host_pages;
   /* Entries one replayed batch may carry (kvs_window_pool_apply): 0 means
    * journal_capacity, or 4096 without a journal. A follower, which
@@ -63,6 +64,9 @@ typedef struct kvs_window_pool_options {
    * replay must take every batch the leader can journal. */
   size_t replay_capacity;
 } kvs_window_pool_options;
+
+/* A host tier holds fewer slots (full pages) than this: 2^30. */
+#define KVS_HOST_SLOTS_LIMIT (UINT64_C(1) << 30)
 
 #define KVS_WINDOW_POOL_DEFAULT_JOURNAL 4096
 #define KVS_WINDOW_POOL_OPTIONS_INIT                                                               \

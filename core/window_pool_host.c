@@ -31,9 +31,9 @@ kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *er
   memset(host, 0, sizeof *host);
   host->head = host->tail = -1;
   if (slots == 0) return KVS_OK;
-  if (slots >= (UINT64_C(1) << 30)) {
+  if (slots >= KVS_HOST_SLOTS_LIMIT) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "a host tier holds at most 2^30 pages, %llu asked",
+                         "a host tier holds fewer than 2^30 pages, %llu asked",
                          (unsigned long long)slots);
   }
   host->map_mask = pow2_at_least(2 * slots) - 1;

@@ -3,6 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
+#include "core/window_pool.h"
+
 struct kvs_node_plan {
   size_t tp, pp, replicas;
   size_t n_ranks;
@@ -192,4 +195,67 @@ uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info 
     if (sum > most) most = sum;
   }
   return most;
+}
+
+kvs_status kvs_node_plan_host_slots(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t n_gpus,
+                                    uint64_t host_bytes, uint64_t *slots, kvs_error *err) {
+  if (plan == NULL || gpus == NULL || slots == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         plan == NULL   ? "plan"
+                         : gpus == NULL ? "gpus"
+                                        : "slots");
+  }
+  uint64_t slot = kvs_node_plan_host_slot_bytes(plan, gpus, n_gpus);
+  if (slot == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "no host tier: the plan's pages hold no compressed or indexer rows");
+  }
+  uint64_t n = host_bytes / slot;
+  if (n == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "not one page: a host slot (one page's compressed and indexer rows for "
+                         "every rank a machine runs) costs %llu bytes",
+                         (unsigned long long)slot);
+  }
+  if (n >= KVS_HOST_SLOTS_LIMIT) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%llu slots of %llu bytes: a host tier holds fewer than 2^30",
+                         (unsigned long long)n, (unsigned long long)slot);
+  }
+  *slots = n;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_plan_retained_tails(kvs_node_plan_t plan, uint64_t max_running, bool radix,
+                                        kvs_retained_tails *out, kvs_error *err) {
+  if (plan == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         plan == NULL ? "plan" : "out");
+  }
+  kvs_retained_tails t = {0};
+  const kvs_split *split = &plan->split;
+  t.window_pages = split->n_win_pages;
+  kvs_status status;
+  if ((status = kvs_cost_reserved_window_pages(max_running, radix, &t.reserve_pages, err)) ||
+      (status =
+           kvs_cost_window_pages_left(t.window_pages, max_running, radix, &t.left_pages, err))) {
+    return status;
+  }
+  bool overflow = false;
+  t.running_pages = kvs_mul(max_running, KVS_WINDOW_PAGES_PER_REQUEST, &overflow);
+  if (overflow) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "max_running %llu overflows the working set",
+                         (unsigned long long)max_running);
+  }
+  t.pages = t.left_pages > t.running_pages ? t.left_pages - t.running_pages : 0;
+  t.tails = t.pages; /* a tail is one window page */
+  for (size_t s = 0; s < split->n_stages; s++) {
+    uint64_t bytes;
+    status = kvs_pool_sizes_window_page_bytes(&split->stages[s].sizes, &split->stages[s].terms,
+                                              &bytes, err);
+    if (status != KVS_OK) return status;
+    if (bytes > t.bytes_per_tail) t.bytes_per_tail = bytes;
+  }
+  *out = t;
+  return KVS_OK;
 }

@@ -116,6 +116,36 @@ bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan);
 uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                                        size_t n_gpus);
 
+/* The slots a host tier of host_bytes per machine holds: host_bytes /
+ * kvs_node_plan_host_slot_bytes. A tier below one slot or of
+ * KVS_HOST_SLOTS_LIMIT slots or more is refused (KVS_ERR_INVALID_ARGUMENT,
+ * the message saying which, without the flag: the caller names it), as is
+ * a plan whose pages hold no compressed or indexer rows. *slots is written
+ * only on success. */
+kvs_status kvs_node_plan_host_slots(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t n_gpus,
+                                    uint64_t host_bytes, uint64_t *slots, kvs_error *err);
+
+/* The window pool's room for a prefix cache's retained tails (the window
+ * page of a cached block's last page, kept after its request finished so
+ * a later hit need not re-prefill it): what the plan's window holds past
+ * the running requests' working set. */
+typedef struct kvs_retained_tails {
+  uint64_t window_pages;  /* the window every rank sizes, the dummy page included */
+  uint64_t reserve_pages; /* kvs_cost_reserved_window_pages (the dummy's page among them) */
+  uint64_t left_pages;    /* kvs_cost_window_pages_left: past the dummy and the reserve */
+  uint64_t running_pages; /* max_running x KVS_WINDOW_PAGES_PER_REQUEST */
+  uint64_t pages;         /* left_pages past running_pages (0 when they take it all) */
+  uint64_t tails;         /* retained tails that fit at once: one window page each */
+  /* What one tail holds on a rank, kvs_pool_sizes_window_page_bytes of its
+   * stage: the most any stage's rank pays (all pay it with one stage). */
+  uint64_t bytes_per_tail;
+} kvs_retained_tails;
+
+/* The retained tails a plan's window holds beside max_running requests
+ * (radix: the reserve's radix share), by the pool's own rules. */
+kvs_status kvs_node_plan_retained_tails(kvs_node_plan_t plan, uint64_t max_running, bool radix,
+                                        kvs_retained_tails *out, kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

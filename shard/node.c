@@ -634,18 +634,18 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   so.prefix_cache = o->prefix_cache;
   so.prefix_align = node_prefix_align(&node->geometry);
   if (o->host_cache_bytes > 0) {
-    uint64_t page_bytes = kvs_node_host_page_bytes(node);
-    uint64_t pages = page_bytes > 0 ? o->host_cache_bytes / page_bytes : 0;
-    if (!o->prefix_cache || pages == 0 || pages >= (UINT64_C(1) << 30)) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "options.host_cache_bytes (--host-cache) is %llu: %s",
-                           (unsigned long long)o->host_cache_bytes,
-                           !o->prefix_cache ? "a host tier needs the prefix cache (prefix_cache)"
-                           : pages == 0     ? "not one page (a page's rows per stage and group "
-                                              "take more)"
-                                            : "more than 2^30 pages");
+    kvs_error why;
+    kvs_error_clear(&why);
+    uint64_t slots = 0;
+    if (!o->prefix_cache ||
+        kvs_node_plan_host_slots(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node),
+                                 o->host_cache_bytes, &slots, &why) != KVS_OK) {
+      return kvs_error_set(
+          err, KVS_ERR_INVALID_ARGUMENT, "options.host_cache_bytes (--host-cache) is %llu: %s",
+          (unsigned long long)o->host_cache_bytes,
+          !o->prefix_cache ? "a host tier needs the prefix cache (prefix_cache)" : why.message);
     }
-    so.host_pages = pages;
+    so.host_pages = slots;
   }
   const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];

@@ -101,11 +101,10 @@ void kvs_shard_destroy(kvs_shard_t shard) {
  * capacity sizes the pool's journal): core's rule, from public numbers. */
 static kvs_status chunk_budget(const kvs_pool_sizes *sizes, uint64_t max_running, bool radix,
                                uint64_t *out, kvs_error *err) {
-  uint64_t reserved;
-  kvs_status status = kvs_cost_reserved_window_pages(max_running, radix, &reserved, err);
+  uint64_t left;
+  kvs_status status =
+      kvs_cost_window_pages_left(sizes->n_win_slots / sizes->page, max_running, radix, &left, err);
   if (status != KVS_OK) return status;
-  uint64_t usable = sizes->n_win_slots / sizes->page - 1;
-  uint64_t left = usable > reserved ? usable - reserved : 0;
   *out = left / 2 * sizes->page > sizes->page ? left / 2 * sizes->page : sizes->page;
   return KVS_OK;
 }

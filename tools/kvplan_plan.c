@@ -62,6 +62,8 @@ enum {
   OPT_SHARED_WEIGHTS,
   OPT_FREE_BEFORE_LOAD,
   OPT_LAUNCH,
+  OPT_PREFIX_CACHE,
+  OPT_HOST_CACHE,
 };
 
 static void usage(FILE *out) {
@@ -104,6 +106,10 @@ static void usage(FILE *out) {
           "                          else the GPU's memory less 2.5 GiB of context)\n"
           "  --launch                with --engine sglang: the SGLang flags that reproduce\n"
           "                          the plan (JSON: launch)\n"
+          "  --prefix-cache          with a prefix cache: the retained window tails the\n"
+          "                          window holds past the running requests' working set\n"
+          "  --host-cache BYTES      its host tier of BYTES per machine (implies\n"
+          "                          --prefix-cache): its slots, slot bytes and tokens\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
           "  --svg FILE              write the memory map as SVG\n"
@@ -190,6 +196,21 @@ static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error
     case OPT_LAUNCH:
       a->launch = true;
       return KVS_OK;
+    case OPT_PREFIX_CACHE:
+      a->prefix_cache = true;
+      return KVS_OK;
+    case OPT_HOST_CACHE: {
+      a->host_cache_text = value;
+      kvs_status status = kvs_parse_bytes("--host-cache", value, &a->host_cache, err);
+      if (status != KVS_OK) return status;
+      if (a->host_cache == 0) {
+        return kvs_error_set(err, KVS_ERR_PARSE,
+                             "--host-cache needs a size above 0, got '%s' (leave the flag out for "
+                             "no host tier)",
+                             value);
+      }
+      return KVS_OK;
+    }
     default:
       a->svg = value;
       return KVS_OK; /* OPT_SVG */
@@ -333,6 +354,8 @@ static int parse(int argc, char **argv, plan_args *a) {
       {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
       {"free-before-load", required_argument, NULL, OPT_FREE_BEFORE_LOAD},
       {"launch", no_argument, NULL, OPT_LAUNCH},
+      {"prefix-cache", no_argument, NULL, OPT_PREFIX_CACHE},
+      {"host-cache", required_argument, NULL, OPT_HOST_CACHE},
   };
   int rc = kvs_plan_options_parse("kvplan plan", argc, argv, own, sizeof own / sizeof own[0],
                                   plan_flag, a, &a->options, usage);
@@ -976,6 +999,7 @@ static void print_plan_json(plan_run *p) {
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
+  kvplan_prefix_json(p, root);
   if (a->options.engine_sglang) kvplan_engine_json(p, root);
   print_json(root);
 }
@@ -1072,6 +1096,7 @@ static void print_plan_text(const plan_run *p) {
           "%llu over the %zu group%s\n",
           (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
           groups > 1 ? "s" : "");
+  kvplan_prefix_text(p);
   if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);
 }
@@ -1103,6 +1128,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
   rc = load_topology(a, &p.topo, p.note, sizeof p.note);
   if (rc == 0) rc = budget_gpus(&p);
   if (rc == 0) rc = make_plan(&p);
+  if (rc == 0) rc = kvplan_prefix_price(&p);
   if (rc == 0 && p.plan != NULL) rc = price_buffers(&p);
   if (rc == 0 && a->svg != NULL) rc = write_svg(&p);
   if (rc == 0) {

@@ -49,6 +49,11 @@ typedef struct plan_args {
   uint64_t expert_weights, shared_weights;
   uint64_t free_before_load; /* --free-before-load; 0: not given */
   bool launch;
+  /* --prefix-cache, and --host-cache BYTES (0: not given; implies the
+   * prefix cache, whose tier it is). */
+  bool prefix_cache;
+  uint64_t host_cache;
+  const char *host_cache_text; /* as written, for its refusal */
 } plan_args;
 
 typedef struct plan_weights {
@@ -89,6 +94,11 @@ typedef struct plan_run {
    * window floor is sized for --max-running at --max-seq-len): the plan is
    * then NULL, SGLang's answer still stands, and this says why. */
   char kvshard_short[KVS_ERROR_MESSAGE_MAX];
+  /* With the prefix cache (kvplan_prefix_price): the host tier's slots
+   * and their cost per machine (--host-cache), and the window's room for
+   * retained tails. */
+  uint64_t host_slots, host_slot_bytes;
+  kvs_retained_tails tails;
 } plan_run;
 
 /* With --engine sglang and no explicit budget: P, A and SGLang's rule on
@@ -105,6 +115,18 @@ int kvplan_engine_pools(plan_run *p);
 /* After the report: 1 with the refusal on the last line when SGLang's
  * pools hold no full-token page (it would not start), else 0. */
 int kvplan_engine_verdict(const plan_run *p);
+
+/* With --prefix-cache or --host-cache and a plan: the host tier's slots
+ * (kvs_node_plan_host_slots, refused as the node refuses it: exit 2 naming
+ * --host-cache) and the retained tails (kvs_node_plan_retained_tails).
+ * Returns 0, 1 or 2 after a message. */
+int kvplan_prefix_price(plan_run *p);
+
+/* The `host_tier` and `retained_tails` objects of the plan's JSON. */
+void kvplan_prefix_json(const plan_run *p, json_t *root);
+
+/* The same for people, after the tokens line. */
+void kvplan_prefix_text(const plan_run *p);
 
 /* The `sglang` and `launch` objects of the plan's JSON. */
 void kvplan_engine_json(plan_run *p, json_t *root);

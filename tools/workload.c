@@ -250,11 +250,12 @@ void kvs_workload_counters_get(const struct kvs_workload *w, kvs_workload_counte
   out->waiting = w->queue_count;
 }
 
-/* Two window pages per request (the page being written and the one
- * before: a P-token window spans at most two), less what it holds. */
+/* KVS_WINDOW_PAGES_PER_REQUEST window pages per request (the page being
+ * written and the one before: a P-token window spans at most two), less
+ * what it holds. */
 static uint64_t reserve_of(const request *r) {
   uint64_t held = r->hi - r->lo;
-  return held >= 2 ? 0 : 2 - held;
+  return held >= KVS_WINDOW_PAGES_PER_REQUEST ? 0 : KVS_WINDOW_PAGES_PER_REQUEST - held;
 }
 
 static uint64_t total_reserve(const struct kvs_workload *w) {
@@ -363,7 +364,8 @@ static void admit(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   while (w->queue_count > 0 && w->n_active < w->o.max_running) {
     const arrival *a = &w->queue[w->queue_head];
     uint64_t n_pages = (a->total + w->page - 1) / w->page;
-    if (kvs_free_list_free_units(w->full_free) < n_pages || w->free_win < total_reserve(w) + 2) {
+    if (kvs_free_list_free_units(w->full_free) < n_pages ||
+        w->free_win < total_reserve(w) + KVS_WINDOW_PAGES_PER_REQUEST) {
       refused = true;
       break;
     }
@@ -739,7 +741,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
                                              &hit, NULL, err);
       if (*status != KVS_OK) return;
-      bool short_window = win < reserve + 2 * (admitted + 1) + 1;
+      bool short_window = win < reserve + KVS_WINDOW_PAGES_PER_REQUEST * (admitted + 1) + 1;
       if (hit.host_pages > 0 && !short_window) {
         bool defer = false;
         *status = take_host_hit(w, a, n_keys, reprefill, &hit, &proj_full, &win, &defer, err);
@@ -758,7 +760,8 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     }
     uint64_t hit_pages = hit.hit_tokens / P;
     uint64_t own = n_pages - hit_pages;
-    uint64_t need_win = reserve + 2 * (admitted + 1) + (hit.reprefill ? 1 : 0);
+    uint64_t need_win =
+        reserve + KVS_WINDOW_PAGES_PER_REQUEST * (admitted + 1) + (hit.reprefill ? 1 : 0);
     if (cache && (own > proj_full || win < need_win)) {
       uint64_t need_full = own > proj_full ? own - proj_full : 0;
       uint64_t need_w = win < need_win ? need_win - win : 0;

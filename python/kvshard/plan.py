@@ -72,7 +72,8 @@ _MEMORY = {
 PLAN_OPTIONS = dict(_MODEL, **_MEMORY, **{
     "allow_cross_node_tp": "flag", "tp": "int", "pp": "int", "dp": "int", "ep": "int",
     "budget": "bytes", "budget_per_gpu": "bytes_list", "weights": "bytes",
-    "weights_per_gpu": "bytes_list", "launch": "flag",
+    "weights_per_gpu": "bytes_list", "launch": "flag", "prefix_cache": "flag",
+    "host_cache": "bytes",
 })
 FIT_OPTIONS = dict(_MODEL, **_MEMORY, **{
     "context": "tokens", "concurrency": "int", "max_concurrency": "flag",

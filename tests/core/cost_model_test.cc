@@ -185,6 +185,43 @@ TEST(CostModel, the_pool_bytes_are_the_sum_of_every_allocated_row) {
   EXPECT_EQ(b.scratch, 64u + 456u);
 }
 
+TEST(CostModel, one_window_page_costs_its_window_rows_and_the_rings_anchored_to_it) {
+  kvs_geometry g = args();
+  kvs_pool_sizes s = sizes(64, g, 0.1, 21);
+  kvs_cost_terms t;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 4, nullptr, &t, nullptr), KVS_OK);
+  kvs_pool_breakdown b;
+  ASSERT_EQ(kvs_pool_sizes_bytes_terms(&s, &t, 1, &b, nullptr), KVS_OK);
+  uint64_t page = 0;
+  ASSERT_EQ(kvs_pool_sizes_window_page_bytes(&s, &t, &page, nullptr), KVS_OK);
+  // Rings per page (the defaults): the window-anchored tiers over the pages.
+  ASSERT_EQ(s.n_req_slots, 0u);
+  EXPECT_EQ(page * 21, b.window + b.state + b.index_state);
+  EXPECT_EQ(page, 19456u);  // expected_bytes: 19456 B per window page
+  // Rings per request cost nothing per window page.
+  kvs_row_widths w = kvs_row_widths_default(&g);
+  w.state_rings = KVS_STATE_RINGS_PER_REQUEST;
+  w.n_req_slots = 5;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 4, &w, &t, nullptr), KVS_OK);
+  kvs_pool_sizes r;
+  ASSERT_EQ(kvs_pool_sizes_compute_terms(64, &t, 0.1, P, 21, &r, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_pool_sizes_window_page_bytes(&r, &t, &page, nullptr), KVS_OK);
+  EXPECT_EQ(page, 4 * P * 16);
+}
+
+TEST(CostModel, the_window_pages_left_are_the_pools_past_the_dummy_and_the_reserve) {
+  uint64_t left = 99;
+  ASSERT_EQ(kvs_cost_window_pages_left(100, 2, true, &left, nullptr), KVS_OK);
+  EXPECT_EQ(left, 100 - 1 - reserved(2, true));
+  ASSERT_EQ(kvs_cost_window_pages_left(100, 2, false, &left, nullptr), KVS_OK);
+  EXPECT_EQ(left, 100 - 1 - reserved(2, false));
+  // The reserve takes every page: none left, never a wrapped count.
+  ASSERT_EQ(kvs_cost_window_pages_left(reserved(2, true) + 1, 2, true, &left, nullptr), KVS_OK);
+  EXPECT_EQ(left, 0u);
+  ASSERT_EQ(kvs_cost_window_pages_left(0, 2, true, &left, nullptr), KVS_OK);
+  EXPECT_EQ(left, 0u);
+}
+
 TEST(CostModel, the_pool_bytes_refuse_sizes_built_for_another_stack) {
   kvs_geometry g = args();
   kvs_pool_sizes s = sizes(64, g, 0.1, 21);

@@ -364,6 +364,7 @@ TEST(NullArguments, cost_model) {
   EXPECT_NULL_REFUSED("out", kvs_cost_scale_count(0.5, 4, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_cost_reserved_window_pages(4, true, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_cost_window_floor_pages(1024, 4, true, 128, nullptr, &err));
+  EXPECT_NULL_REFUSED("out", kvs_cost_window_pages_left(1024, 4, true, nullptr, &err));
   EXPECT_NULL_REFUSED("geometry", kvs_cost_cache_per_page(nullptr, 0.1, 128, &u, &err));
   EXPECT_NULL_REFUSED("out", kvs_cost_cache_per_page(&g, 0.1, 128, nullptr, &err));
   EXPECT_NULL_REFUSED("geometry", kvs_cost_kv_unit_bytes(nullptr, 128, &u, &err));
@@ -397,6 +398,9 @@ TEST(NullArguments, cost_model) {
   EXPECT_NULL_REFUSED("sizes", kvs_pool_sizes_bytes_terms(nullptr, &terms, 1, &bytes, &err));
   EXPECT_NULL_REFUSED("terms", kvs_pool_sizes_bytes_terms(&sizes, nullptr, 1, &bytes, &err));
   EXPECT_NULL_REFUSED("out", kvs_pool_sizes_bytes_terms(&sizes, &terms, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("sizes", kvs_pool_sizes_window_page_bytes(nullptr, &terms, &u, &err));
+  EXPECT_NULL_REFUSED("terms", kvs_pool_sizes_window_page_bytes(&sizes, nullptr, &u, &err));
+  EXPECT_NULL_REFUSED("out", kvs_pool_sizes_window_page_bytes(&sizes, &terms, nullptr, &err));
   EXPECT_NULL_REFUSED("sizes", kvs_pool_sizes_check_terms(nullptr, &terms, &err));
   EXPECT_NULL_REFUSED("terms", kvs_pool_sizes_check_terms(&sizes, nullptr, &err));
   EXPECT_NULL_REFUSED("geometry", kvs_cost_solve_num_pages(1ull << 40, nullptr, 0.1, 8, 128, 1,

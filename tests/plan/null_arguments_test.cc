@@ -229,6 +229,18 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("plan", kvs_node_rank_layout(&r, nullptr, 0, layout, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_rank_layout(&r, plan, 0, nullptr, &err));
   delete layout;
+  EXPECT_EQ(kvs_node_plan_host_slot_bytes(nullptr, gpus.data(), 8), 0u);
+  EXPECT_EQ(kvs_node_plan_host_slot_bytes(plan, nullptr, 8), 0u);
+  uint64_t slots = 0;
+  EXPECT_NULL_REFUSED("plan",
+                      kvs_node_plan_host_slots(nullptr, gpus.data(), 8, 1ull << 40, &slots, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_node_plan_host_slots(plan, nullptr, 8, 1ull << 40, &slots, &err));
+  EXPECT_NULL_REFUSED("slots",
+                      kvs_node_plan_host_slots(plan, gpus.data(), 8, 1ull << 40, nullptr, &err));
+  EXPECT_REFUSED("not one page", kvs_node_plan_host_slots(plan, gpus.data(), 8, 0, &slots, &err));
+  kvs_retained_tails tails;
+  EXPECT_NULL_REFUSED("plan", kvs_node_plan_retained_tails(nullptr, 64, true, &tails, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_plan_retained_tails(plan, 64, true, nullptr, &err));
 
   kvs_node_plan_destroy(nullptr);
   EXPECT_EQ(kvs_node_plan_split(nullptr), nullptr);
