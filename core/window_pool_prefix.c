@@ -1054,17 +1054,22 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
   return KVS_OK;
 }
 
-kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request,
-                                          kvs_error *err) {
-  kvs_status status = need_prefix(pool, __func__, err);
-  if (status != KVS_OK) return status;
+/* The request's hold and the tail it writes go: readable once written, or
+ * (drop_tail: never written) dropped with its window page. */
+static kvs_status let_go(kvs_window_pool_t pool, uint64_t request, bool drop_tail, kvs_error *err) {
   kvs_pool_prefix *p = &pool->prefix;
   int64_t h = hold_find(p, request);
   if (h < 0) return KVS_OK;
   int32_t node = p->hold_node[h], writing = p->hold_writing[h];
-  if ((status = kvs_pool_journal_room(pool, (node >= 0) + (writing >= 0), err))) return status;
-  if (writing >= 0 && (status = lead(pool, OP_WDONE, (uint64_t)writing, (int64_t)request, err))) {
-    return status;
+  size_t room = (node >= 0) + (writing >= 0 ? (drop_tail ? 3 : 1) : 0);
+  kvs_status status = kvs_pool_journal_room(pool, room, err);
+  if (status != KVS_OK) return status;
+  if (writing >= 0) {
+    if ((status = lead(pool, OP_WDONE, (uint64_t)writing, (int64_t)request, err))) return status;
+    if (drop_tail) {
+      if ((status = lead(pool, OP_UNTAIL, (uint64_t)writing, -1, err))) return status;
+      kvs_pool_unbind_page(pool, (uint64_t)writing);
+    }
   }
   if (node >= 0 && (status = lead(pool, OP_RELEASE, (uint64_t)node, (int64_t)request, err))) {
     return status;
@@ -1072,27 +1077,16 @@ kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t reque
   return KVS_OK;
 }
 
+kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t request,
+                                          kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  return status != KVS_OK ? status : let_go(pool, request, false, err);
+}
+
 kvs_status kvs_window_pool_prefix_abandon(kvs_window_pool_t pool, uint64_t request,
                                           kvs_error *err) {
   kvs_status status = need_prefix(pool, __func__, err);
-  if (status != KVS_OK) return status;
-  kvs_pool_prefix *p = &pool->prefix;
-  int64_t h = hold_find(p, request);
-  if (h < 0) return KVS_OK;
-  int32_t node = p->hold_node[h], writing = p->hold_writing[h];
-  /* A tail the request never wrote must not become readable: it is
-   * dropped and its window page freed, in one step with the release. */
-  size_t room = (node >= 0) + (writing >= 0 ? 3 : 0);
-  if ((status = kvs_pool_journal_room(pool, room, err))) return status;
-  if (writing >= 0 && ((status = lead(pool, OP_WDONE, (uint64_t)writing, (int64_t)request, err)) ||
-                       (status = lead(pool, OP_UNTAIL, (uint64_t)writing, -1, err)))) {
-    return status; /* checked: cannot fail */
-  }
-  if (writing >= 0) kvs_pool_unbind_page(pool, (uint64_t)writing);
-  if (node >= 0 && (status = lead(pool, OP_RELEASE, (uint64_t)node, (int64_t)request, err))) {
-    return status;
-  }
-  return KVS_OK;
+  return status != KVS_OK ? status : let_go(pool, request, true, err);
 }
 
 kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pages,

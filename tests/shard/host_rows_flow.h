@@ -17,8 +17,36 @@
 #include <vector>
 
 #include "shard/node.h"
+#include "tests/shard/small_model.h"
 
 namespace kvs_test {
+
+// A node of the small model with the prefix cache and a host tier of
+// host_cache bytes: tp ranks over the bundled server, 12 MiB per GPU.
+struct SmallPrefixNode {
+  kvs_geometry g = small_model();
+  std::vector<uint64_t> budgets = std::vector<uint64_t>(8, 12ull << 20);
+  kvs_node_options o;
+
+  SmallPrefixNode(int tp, kvs_node_device device, uint64_t host_cache) {
+    kvs_node_options_init(&o);
+    o.geometry = &g;
+    o.swa_ratio = 0.04;
+    o.max_seq_len = 4096;
+    o.max_running = 4;
+    o.radix = false;
+    o.tp = tp;
+    o.topology = "bundled";
+    o.device = device;
+    o.bind_numa = false;
+    o.budget_per_gpu = budgets.data();
+    o.n_budget_per_gpu = budgets.size();
+    o.prefix_cache = true;
+    o.host_cache_bytes = host_cache;
+  }
+  SmallPrefixNode(const SmallPrefixNode &) = delete;
+  SmallPrefixNode &operator=(const SmallPrefixNode &) = delete;
+};
 
 // How a test reaches the node's memory: host memory, or a device's.
 struct NodeMemory {

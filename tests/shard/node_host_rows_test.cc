@@ -6,9 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
-#include "core/geometry.h"
 #include "shard/node.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/ranks.h"
@@ -17,36 +18,24 @@ namespace {
 
 constexpr uint64_t MiB = 1ull << 20;
 
-// A small model (window-only, CSA, HCA, CSA layers; narrow rows): every
-// tier is there, and a node carves megabytes.
-struct Small {
-  kvs_geometry g{};
-  std::vector<uint64_t> budgets = std::vector<uint64_t>(8, 12 * MiB);
-  kvs_node_options o;
-
-  explicit Small(int tp, uint64_t host_cache = 16 * MiB) {
-    g.head_dim = 64;
-    g.index_head_dim = 32;
-    g.n_layers = 4;
-    g.n_ratios = 4;
-    const uint32_t ratios[] = {0, 4, 128, 4};
-    for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
-    kvs_node_options_init(&o);
-    o.geometry = &g;
-    o.swa_ratio = 0.04;
-    o.max_seq_len = 4096;
-    o.max_running = 4;
-    o.radix = false;
-    o.tp = tp;
-    o.topology = "bundled";
-    o.device = KVS_NODE_DEVICE_CPU;
-    o.bind_numa = false;
-    o.budget_per_gpu = budgets.data();
-    o.n_budget_per_gpu = budgets.size();
-    o.prefix_cache = true;
-    o.host_cache_bytes = host_cache;
-  }
+// The small model's node on the host twin with a 16 MiB host tier.
+struct Small : kvs_test::SmallPrefixNode {
+  explicit Small(int tp) : SmallPrefixNode(tp, KVS_NODE_DEVICE_CPU, 16 * MiB) {}
 };
+
+// A one-rank node of the small model (index_only: its tier keeps the
+// index alone), given to body, destroyed after.
+void with_node(bool index_only, const std::function<void(kvs_node_t)> &body) {
+  kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+    Small s(1);
+    s.o.host_cache_index_only = index_only;
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+    body(node);
+    kvs_node_destroy(node);
+  });
+}
 
 kvs_test::NodeMemory host_memory() {
   kvs_test::NodeMemory m;
@@ -84,48 +73,35 @@ TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages
 }
 
 TEST(NodeHostRows, an_index_only_tier_agrees_on_its_slots_and_moves_no_rows) {
-  kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
-    Small s(1);
-    s.o.host_cache_index_only = true;
-    kvs_node_t node = nullptr;
-    kvs_error err;
-    ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+  with_node(true, [](kvs_node_t node) {
     EXPECT_EQ(kvs_table_host_tier_memory(kvs_node_table(node), nullptr, nullptr), nullptr);
     kvs_node_prefix_counts c{};
     c.size = sizeof c;
+    kvs_error err;
     ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
     EXPECT_GT(c.host_slots, 0u);
     kvs_table_host_tier_stats t;
     kvs_table_host_tier_stats_get(kvs_node_table(node), &t);
     EXPECT_EQ(t.bytes, 0u);
-    kvs_node_destroy(node);
   });
 }
 
 TEST(NodeHostRows, the_table_refuses_a_second_tier_an_empty_one_and_a_foreign_layout) {
-  kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
-    Small s(1);
-    kvs_node_t node = nullptr;
-    kvs_error err;
-    ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+  with_node(false, [](kvs_node_t node) {
     kvs_table_t table = kvs_node_table(node);
     const kvs_device_layout *layout = kvs_node_layout(node);
     uint64_t slot_bytes = 0, slots = 0;
     const unsigned char *tier = kvs_table_host_tier_memory(table, &slot_bytes, &slots);
+    kvs_error err;
     EXPECT_EQ(kvs_table_host_tier(table, layout, 4, &err), KVS_ERR_CONFLICT);
     EXPECT_EQ(kvs_table_host_tier(nullptr, layout, 4, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(kvs_table_host_tier(table, nullptr, 4, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(kvs_table_host_tier_memory(table, &slot_bytes, &slots), tier) << "unchanged";
-    kvs_node_destroy(node);
   });
-  kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
-    Small s(1);
-    s.o.host_cache_index_only = true;
-    kvs_node_t node = nullptr;
-    kvs_error err;
-    ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+  with_node(true, [](kvs_node_t node) {
     kvs_table_t table = kvs_node_table(node);
     kvs_device_layout other = *kvs_node_layout(node);
+    kvs_error err;
     EXPECT_EQ(kvs_table_host_tier(table, &other, 0, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(err.message).find("nothing to hold"), std::string::npos) << err.message;
     EXPECT_EQ(kvs_table_host_tier(table, &other, UINT64_MAX / 2, &err), KVS_ERR_INVALID_ARGUMENT);
@@ -135,6 +111,5 @@ TEST(NodeHostRows, the_table_refuses_a_second_tier_an_empty_one_and_a_foreign_la
         << err.message;
     EXPECT_EQ(kvs_table_host_tier_memory(table, nullptr, nullptr), nullptr) << "nothing taken";
     EXPECT_EQ(kvs_table_host_slot_bytes(nullptr), 0u);
-    kvs_node_destroy(node);
   });
 }

@@ -28,6 +28,7 @@
 #include "tools/workload.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/ranks.h"
+#include "tests/shard/small_model.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"
 
@@ -55,16 +56,9 @@ using kvs_standin_harness::reset;
 // every step and check ran.
 void run_node(kvs_comm_t comm, int n, int device, uint64_t seed, uint64_t steps, uint64_t *digest,
               uint64_t *ring, bool *finished = nullptr) {
-  // A small model (4 layers: window-only, CSA, HCA, CSA; narrow rows), so
-  // a schedule carves megabytes, not the gigabytes the stand-in would
-  // have to zero in host memory; every tier and ring kind is still there.
-  kvs_geometry g{};
-  g.head_dim = 64;
-  g.index_head_dim = 32;
-  g.n_layers = 4;
-  g.n_ratios = 4;
-  const uint32_t ratios[] = {0, 4, 128, 4};
-  for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
+  // The small model: a schedule carves megabytes, not the gigabytes the
+  // stand-in would have to zero in host memory.
+  kvs_geometry g = kvs_test::small_model();
   kvs_workload_options wo = KVS_WORKLOAD_OPTIONS_INIT;
   wo.seed = seed;
   wo.max_running = 6;
@@ -377,33 +371,12 @@ TEST(NodeStandin, host_tier_rows_go_to_pinned_slots_and_back_on_the_engine_strea
           ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
           cudaStream_t engine = nullptr;
           ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
-          kvs_geometry g{};
-          g.head_dim = 64;
-          g.index_head_dim = 32;
-          g.n_layers = 4;
-          g.n_ratios = 4;
-          const uint32_t ratios[] = {0, 4, 128, 4};
-          for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
-          std::vector<uint64_t> budgets(8, 12 * MiB);
-          kvs_node_options o;
-          kvs_node_options_init(&o);
-          o.geometry = &g;
-          o.swa_ratio = 0.04;
-          o.max_seq_len = 4096;
-          o.max_running = 4;
-          o.radix = false;
-          o.tp = 2;
-          o.topology = "bundled";
-          o.device = KVS_NODE_DEVICE_CUDA;
-          o.cuda_device = 0;
-          o.stream = engine;
-          o.budget_per_gpu = budgets.data();
-          o.n_budget_per_gpu = budgets.size();
-          o.prefix_cache = true;
-          o.host_cache_bytes = 4 * MiB;
+          kvs_test::SmallPrefixNode s(2, KVS_NODE_DEVICE_CUDA, 4 * MiB);
+          s.o.cuda_device = 0;
+          s.o.stream = engine;
           kvs_node_t node = nullptr;
           kvs_error err;
-          ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+          ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
           // The engine writes and reads rows on its own stream, from and to
           // pinned memory, without waiting: only a spill queued after its
           // writes, and a fetch before its reads, see the right bytes.

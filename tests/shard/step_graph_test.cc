@@ -20,6 +20,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tests/shard/ranks.h"
+#include "tests/shard/small_model.h"
 #include "tests/standin/standin.h"
 #include "tools/workload.h"
 
@@ -35,18 +36,7 @@ std::atomic<uint64_t> g_steps{0};
 std::atomic<uint64_t> g_replays{0};
 std::atomic<int> g_ranks{0};
 
-// The small model of the stand-in tests: every tier and ring kind, a few
-// MiB to carve.
-kvs_geometry small_model() {
-  kvs_geometry g{};
-  g.head_dim = 64;
-  g.index_head_dim = 32;
-  g.n_layers = 4;
-  g.n_ratios = 4;
-  const uint32_t ratios[] = {0, 4, 128, 4};
-  for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
-  return g;
-}
+using kvs_test::small_model;
 
 // The step's results, read back as an engine's kernel would see them: on
 // the engine's stream, after the step's event.
