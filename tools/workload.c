@@ -662,15 +662,19 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
   uint64_t P = w->page;
   uint64_t proj_full = kvs_free_list_free_units(w->full_free);
-  /* kvshard's policy: a prompt's pages join the cache as soon as its
-   * prefill is done, so that the next turn of a conversation, arriving
-   * while this one still decodes, already hits them; all but the page
-   * whose window the cache keeps, which joins at completion with it. */
-  for (size_t i = 0; cache && w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD && i < w->n_active;
-       i++) {
+  /* A prompt's pages join the cache as soon as its prefill is done, so
+   * that the next turn of a conversation, arriving while this one still
+   * decodes, already hits them, the page whose window the cache keeps
+   * with it (that window is written: decode writes later pages).
+   * kvshard's policy, and vLLM's: its KVCacheManager caches every block
+   * as soon as it is full (cache_blocks after each scheduled chunk),
+   * prompt blocks and their sliding-window blocks included. */
+  bool early = w->o.prefix_policy == KVS_PREFIX_POLICY_KVSHARD ||
+               w->o.prefix_policy == KVS_PREFIX_POLICY_VLLM;
+  for (size_t i = 0; cache && early && i < w->n_active; i++) {
     request *r = &w->slots[w->order[i]];
     if (r->done < r->prompt || r->done >= r->total) continue;
-    uint64_t upto = r->tail_page >= 0 ? (uint64_t)r->tail_page : r->key_pages;
+    uint64_t upto = r->key_pages;
     if (upto <= r->hit_pages + r->inserted) continue;
     size_t room = journal_room(w);
     if (room < 64) break;
