@@ -19,7 +19,10 @@
 #        bin/  the CUDA tests (tests/backends/cuda: device_kernels_test,
 #              device_ref_test, cuda_status_test, kernel_emulation_test; and
 #              tests/plan's device_layout_test), the NCCL backend's test
-#              (tests/shard/nccl_test), kvs_device_bench (tools/device_bench.c)
+#              (tests/shard/nccl_test), the host tier's rows on the device
+#              (tests/shard/node_host_rows_gpu_test: pages spilled to pinned
+#              slots and fetched back on the engine's stream),
+#              kvs_device_bench (tools/device_bench.c)
 #              and kvsim_local (kvsim with ranks as threads, no MPI), with the
 #              CUDA and NCCL backends beside them (libkvshard-cuda.so.1,
 #              libkvshard-nccl.so.1), where the backend registry looks for
@@ -108,6 +111,7 @@ PROGRAMS=(
   //tests/backends/cuda:kernel_emulation_test
   //tests/plan:device_layout_test
   //tests/shard:nccl_test
+  //tests/shard:node_host_rows_gpu_test
   //tools:kvs_device_bench
   //tools:kvsim_local
 )
@@ -439,8 +443,8 @@ run() {
 
   local json_tests="" all_pass=1 name p x s rc
   # The device test first: it is the point of the exercise.
-  for name in device_kernels_test device_ref_test device_layout_test cuda_status_test \
-    kernel_emulation_test; do
+  for name in device_kernels_test node_host_rows_gpu_test device_ref_test device_layout_test \
+    cuda_status_test kernel_emulation_test; do
     local cap=60
     [[ $name == device_kernels_test ]] && cap=150
     step "$name" "$cap" "$dir/bin/$name" --gtest_color=no
@@ -448,9 +452,10 @@ run() {
     read -r p x s < <(counts "$logs/$name.log")
     local ok=1
     ((rc != 0 || x != 0 || p + s == 0)) && ok=0
-    if [[ $name == device_kernels_test && $s != 0 && ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
+    if [[ ($name == device_kernels_test || $name == node_host_rows_gpu_test) && $s != 0 &&
+      ${KVS_DEVICE_CHECK_ALLOW_SKIP:-0} != 1 ]]; then
       ok=0
-      log "device_kernels_test skipped $s tests: $(grep -m1 'no CUDA device visible' "$logs/$name.log")"
+      log "$name skipped $s tests: $(grep -m1 'no CUDA device visible' "$logs/$name.log")"
     fi
     ((ok)) || all_pass=0
     json_tests+="${json_tests:+, }\"$name\": {\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((ok)) && echo true || echo false)}"

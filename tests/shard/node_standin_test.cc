@@ -26,6 +26,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
+#include "tests/shard/engine_memory.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/ranks.h"
 #include "tests/shard/small_model.h"
@@ -367,44 +368,8 @@ TEST(NodeStandin, host_tier_rows_go_to_pinned_slots_and_back_on_the_engine_strea
       kvs_standin_harness::schedules(40 / kScale), [](uint64_t) { return 2; },
       [](uint64_t seed) {
         reset(1, seed);
-        kvs_test::run_ranks(2, 20000, [&](int, kvs_comm_t comm) {
-          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-          cudaStream_t engine = nullptr;
-          ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
-          kvs_test::SmallPrefixNode s(2, KVS_NODE_DEVICE_CUDA, 4 * MiB);
-          s.o.cuda_device = 0;
-          s.o.stream = engine;
-          kvs_node_t node = nullptr;
-          kvs_error err;
-          ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
-          // The engine writes and reads rows on its own stream, from and to
-          // pinned memory, without waiting: only a spill queued after its
-          // writes, and a fetch before its reads, see the right bytes.
-          std::vector<void *> pinned;
-          auto staged = [&pinned](size_t n) {
-            void *p = nullptr;
-            EXPECT_EQ(cudaMallocHost(&p, n), cudaSuccess);
-            pinned.push_back(p);
-            return p;
-          };
-          kvs_test::NodeMemory m;
-          m.write = [&](void *dst, const void *src, size_t n) {
-            void *p = staged(n);
-            std::memcpy(p, src, n);
-            EXPECT_EQ(cudaMemcpyAsync(dst, p, n, cudaMemcpyHostToDevice, engine), cudaSuccess);
-          };
-          m.read = [&](void *dst, const void *src, size_t n) {
-            void *p = staged(n);
-            EXPECT_EQ(cudaMemcpyAsync(p, src, n, cudaMemcpyDeviceToHost, engine), cudaSuccess);
-            EXPECT_EQ(cudaStreamSynchronize(engine), cudaSuccess);
-            std::memcpy(dst, p, n);
-          };
-          m.sync = [engine] { EXPECT_EQ(cudaStreamSynchronize(engine), cudaSuccess); };
-          kvs_test::host_rows_round_trip(node, m);
-          kvs_node_destroy(node);
-          for (void *p : pinned) EXPECT_EQ(cudaFreeHost(p), cudaSuccess);
-          EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
-        });
+        kvs_test::run_ranks(
+            2, 20000, [&](int, kvs_comm_t comm) { kvs_test::host_rows_on_engine_stream(comm, 2); });
         expect_no_violations();
       });
 }
