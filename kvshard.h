@@ -295,7 +295,8 @@ typedef struct kvs_node_options {
   /* The engine's CUDA stream (a cudaStream_t; NULL: none). The node's
    * device work of a step waits (on the device) for the engine's work
    * queued before the step that read the same result buffers, and the
-   * engine's later work on this stream waits for the step's results. */
+   * engine's later work on this stream waits for the step's results; a
+   * host tier's copies are queued on it. It must outlive the node. */
   void *stream;
   /* The steps' communicator: NULL, the one create was given; "nccl", an
    * NCCL communicator of the node's own on its plan's GPU (its tables'
