@@ -86,13 +86,20 @@ inline std::vector<PageRows> page_rows(kvs_node_t node, uint64_t page) {
   return out;
 }
 
-// Bytes for page `page` on rank `rank`, distinct per page, rank and layer.
-inline std::vector<char> pattern(const std::vector<PageRows> &rows, uint64_t page, int rank) {
+// Bytes for a page of seed `seed` on rank `rank`, distinct per seed, rank
+// and layer (a mix of all three every 8 bytes, so two seeds never share a
+// pattern by an offset).
+inline std::vector<char> pattern(const std::vector<PageRows> &rows, uint64_t seed, int rank) {
   std::vector<char> all;
   for (size_t l = 0; l < rows.size(); l++) {
     for (size_t b = 0; b < rows[l].bytes; b++) {
-      all.push_back(
-          static_cast<char>((page * 131 + static_cast<uint64_t>(rank) * 37 + l * 7 + b) % 251));
+      uint64_t x = seed * 0x9e3779b97f4a7c15ull +
+                   static_cast<uint64_t>(rank) * 0xbf58476d1ce4e5b9ull + l * 0x94d049bb133111ebull +
+                   b / 8;
+      x ^= x >> 31;
+      x *= 0xd6e8feb96b5f3d29ull;
+      x ^= x >> 29;
+      all.push_back(static_cast<char>(x >> (8 * (b % 8))));
     }
   }
   return all;

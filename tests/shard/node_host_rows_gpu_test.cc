@@ -13,7 +13,6 @@
 
 TEST(NodeHostRowsGpu, rows_go_to_pinned_slots_and_back_on_the_engine_stream) {
   KVS_NEED_GPU(kvs_gpu_gate::runtime());
-  kvs_test::run_ranks(1, 60000, [](int, kvs_comm_t comm) {
-    kvs_test::host_rows_on_engine_stream(comm, 1);
-  });
+  kvs_test::run_ranks(1, 60000,
+                      [](int, kvs_comm_t comm) { kvs_test::host_rows_on_engine_stream(comm, 1); });
 }
