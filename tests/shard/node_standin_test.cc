@@ -28,6 +28,7 @@
 #include "tools/workload.h"
 #include "tests/shard/engine_memory.h"
 #include "tests/shard/host_rows_flow.h"
+#include "tests/shard/host_rows_random.h"
 #include "tests/shard/ranks.h"
 #include "tests/shard/small_model.h"
 #include "tests/standin/harness.h"
@@ -370,6 +371,35 @@ TEST(NodeStandin, host_tier_rows_go_to_pinned_slots_and_back_on_the_engine_strea
         reset(1, seed);
         kvs_test::run_ranks(
             2, 20000, [&](int, kvs_comm_t comm) { kvs_test::host_rows_on_engine_stream(comm, 2); });
+        expect_no_violations();
+      });
+}
+
+// The host tier's rows under a random serving mix
+// (tests/shard/host_rows_random.h) on device tables: two ranks on one GPU,
+// each writing and reading its rows on its own engine stream, over seeded
+// schedules: every cached page holds its block's rows after every step.
+TEST(NodeStandin, host_tier_rows_hold_their_blocks_under_a_random_mix) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(12 / kScale + 1), [](uint64_t) { return 2; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::Barrier barrier(2);
+        kvs_test::Record record;
+        kvs_test::run_ranks(2, 60000, [&](int, kvs_comm_t comm) {
+          const uint64_t slot = kvs_test::slot_cost(comm, 2);
+          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+          cudaStream_t engine = nullptr;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+          kvs_test::SmallPrefixNode s(2, KVS_NODE_DEVICE_CUDA, 12 * slot);
+          s.o.cuda_device = 0;
+          s.o.stream = engine;
+          {
+            kvs_test::EngineMemory memory(engine);
+            kvs_test::random_host_rows_rank(comm, s, memory.memory(), seed, 120, &barrier, &record);
+          }
+          EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+        });
         expect_no_violations();
       });
 }
