@@ -40,6 +40,18 @@ std::vector<uint8_t> insert(kvs_window_pool *pool, uint64_t request,
   return taken;
 }
 
+// Request 1 wrote pages 3 and 4 (keys 10, 11), kept no tail, and finished:
+// both are cached and unreferenced, on both pools.
+void two_cached_pages(Pair &pair) {
+  kvs_window_pool *pool = pair.leader.get();
+  bind_pages(pool, {3, 4});
+  insert(pool, 1, {10, 11}, {3, 4}, {0, 0});
+  ASSERT_EQ(release(pool, page_locs(3)), KVS_OK);
+  ASSERT_EQ(release(pool, page_locs(4)), KVS_OK);
+  ASSERT_EQ(kvs_window_pool_prefix_release(pool, 1, nullptr), KVS_OK);
+  pair.step();
+}
+
 }  // namespace
 
 TEST(PrefixCache, a_finished_requests_pages_hit_at_its_tail_and_never_past_the_prompt) {
@@ -97,13 +109,8 @@ TEST(PrefixCache, hits_end_on_multiples_of_every_compression_ratio) {
 
 TEST(PrefixCache, a_cached_page_is_never_bound_for_writing_and_a_reprefill_writer_is_alone) {
   Pair pair;
+  two_cached_pages(pair);
   kvs_window_pool *pool = pair.leader.get();
-  bind_pages(pool, {3, 4});
-  insert(pool, 1, {10, 11}, {3, 4}, {0, 0});
-  ASSERT_EQ(release(pool, page_locs(3)), KVS_OK);
-  ASSERT_EQ(release(pool, page_locs(4)), KVS_OK);
-  ASSERT_EQ(kvs_window_pool_prefix_release(pool, 1, nullptr), KVS_OK);
-  pair.step();
   kvs_error err;
   uint64_t digest = kvs_window_pool_digest(pool);
   EXPECT_EQ(alloc(pool, page_locs(4), &err), KVS_ERR_CONFLICT);
@@ -131,13 +138,8 @@ TEST(PrefixCache, a_cached_page_is_never_bound_for_writing_and_a_reprefill_write
 
 TEST(PrefixCache, a_reprefill_writer_that_abandons_leaves_no_readable_tail) {
   Pair pair;
+  two_cached_pages(pair);
   kvs_window_pool *pool = pair.leader.get();
-  bind_pages(pool, {3, 4});
-  insert(pool, 1, {10, 11}, {3, 4}, {0, 0});
-  ASSERT_EQ(release(pool, page_locs(3)), KVS_OK);
-  ASSERT_EQ(release(pool, page_locs(4)), KVS_OK);
-  ASSERT_EQ(kvs_window_pool_prefix_release(pool, 1, nullptr), KVS_OK);
-  pair.step();
   uint64_t free_before = kvs_window_pool_swa_available(pool);
   kvs_prefix_hit hit = match(pool, {10, 11, 12}, 5 * P, P);
   ASSERT_TRUE(hit.reprefill);

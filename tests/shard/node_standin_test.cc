@@ -439,13 +439,7 @@ std::vector<Attempt> create_on_gpus(int n, bool nccl, uint64_t reserve, uint64_t
     if (nccl) {
       ASSERT_EQ(kvs_comm_nccl_bootstrap(boot, r, 20000, 20000, &comm, &err), KVS_OK) << err.message;
     }
-    kvs_geometry g{};
-    g.head_dim = 64;
-    g.index_head_dim = 32;
-    g.n_layers = 4;
-    g.n_ratios = 4;
-    const uint32_t ratios[] = {0, 4, 128, 4};
-    for (int i = 0; i < 4; i++) g.compress_ratios[i] = ratios[i];
+    kvs_geometry g = kvs_test::small_model();
     std::vector<uint64_t> budgets(8, explicit_bytes);
     kvs_node_options o;
     kvs_node_options_init(&o);
