@@ -314,8 +314,11 @@ typedef struct kvs_node_options {
    * of the page), so a slot costs the machine the sum over the ranks it
    * runs (kvs_node_prefix_counts.host_page_bytes). The node moves the
    * rows itself, in each step's journal order: pinned host memory on a
-   * GPU, copies queued on `stream` (the engine's) ahead of the work the
-   * engine queues after the step. */
+   * GPU, copies queued on `stream` (the engine's) after the work the
+   * engine queued before the step and ahead of what it queues after.
+   * Without `stream` they go on the tables' own stream, ordered only
+   * before the step's event: the engine's work of earlier steps must then
+   * be finished when it calls kvs_node_step. */
   uint64_t host_cache_bytes;
   /* Keep and agree on the host tier's index only, moving no rows (false):
    * for a simulator that prices the copies itself (kvsim). */
