@@ -266,7 +266,7 @@ void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *ou
 
 /* ---- validation helpers ---- */
 
-static uint32_t next_epoch(struct kvs_window_pool *pool) {
+uint32_t kvs_pool_next_epoch(struct kvs_window_pool *pool) {
   if (++pool->epoch == 0) { /* wrapped: clear the stamps once */
     memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
     memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
@@ -321,7 +321,7 @@ static void sort_pages(uint64_t *pages, size_t n) {
 static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what, const int64_t *locs,
                                 size_t n, size_t *n_pages, kvs_error *err) {
   uint64_t page = pool->page;
-  uint32_t epoch = next_epoch(pool);
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   size_t touched = 0;
   bool fast = n % page == 0;
   for (size_t at = 0; fast && at < n; at += page) {
@@ -335,7 +335,7 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what, 
     pool->touched[touched++] = (uint64_t)base / page;
   }
   if (!fast) {
-    epoch = next_epoch(pool);
+    epoch = kvs_pool_next_epoch(pool);
     touched = 0;
     for (size_t i = 0; i < n; i++) {
       int64_t loc = locs[i];
@@ -397,7 +397,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                          (unsigned long long)page, n);
   }
   size_t n_pages = n / page;
-  uint32_t epoch = next_epoch(pool);
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   for (size_t i = 0; i < n_pages; i++) {
     const int64_t *chunk = full_locs + i * page;
     int64_t base = chunk[0];
@@ -477,7 +477,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   if (status != KVS_OK || n_pages == 0) return status;
   uint64_t page = pool->page;
   uint64_t dummy_window_page = pool->dummy_window_base / page;
-  uint32_t epoch = next_epoch(pool);
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   size_t n_bound = 0;
   for (size_t i = 0; i < n_pages; i++) {
     uint64_t fp = pool->touched[i];
@@ -719,7 +719,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   }
   uint64_t page = pool->page;
   uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
-  uint32_t epoch = next_epoch(pool);
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   bool any_prefix = false;
   /* Pass 1: replay onto overlays, so a bad entry anywhere changes nothing. */
   for (size_t i = 0; i < n; i++) {

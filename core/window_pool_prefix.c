@@ -902,12 +902,7 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          "no free window page to re-prefill the fetched prefix's tail into");
   }
   /* Validate everything first: a refusal changes nothing. */
-  uint32_t epoch = ++pool->epoch;
-  if (epoch == 0) {
-    memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
-    memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
-    epoch = pool->epoch = 1;
-  }
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   uint64_t chain = parent >= 0 ? p->rec[parent].chain : KVS_PREFIX_ROOT_CHAIN;
   for (uint64_t i = 0; i < k; i++) {
     int64_t page = pages[i];
@@ -986,12 +981,7 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
                          (unsigned long long)p->holds);
   }
   /* Validate everything first: a refusal changes nothing. */
-  uint32_t epoch = ++pool->epoch;
-  if (epoch == 0) {
-    memset(pool->full_stamp, 0, (size_t)pool->n_full_pages * sizeof *pool->full_stamp);
-    memset(pool->win_stamp, 0, (size_t)pool->n_win_pages * sizeof *pool->win_stamp);
-    epoch = pool->epoch = 1;
-  }
+  uint32_t epoch = kvs_pool_next_epoch(pool);
   int32_t cur = start;
   bool virtual_cur = false; /* cur is a page this call adds */
   uint64_t entries = 2;
