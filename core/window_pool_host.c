@@ -84,8 +84,7 @@ static void map_erase(kvs_pool_host *host, int32_t slot) {
     int32_t m = host->map[j];
     if (m < 0) break;
     uint64_t home = kvs_splitmix64_finalise(host->rec[m].chain) & host->map_mask;
-    bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
-    if (movable) {
+    if (kvs_probe_fills_gap(i, j, home)) {
       host->map[i] = m;
       i = j;
     }

@@ -219,6 +219,14 @@ kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);
  * KVS_PREFIX_ROOT_CHAIN). */
 #define KVS_PREFIX_ROOT_CHAIN UINT64_C(0x6b76736861726421)
 uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key);
+/* Backward-shift deletion in the prefix cache's open-addressed maps (the
+ * key map, the holds, the host tier's chains), no tombstones: after the gap
+ * at i, the entry at j whose probe starts at `home` moves into the gap when
+ * home is not cyclically in (i, j]. */
+static inline bool kvs_probe_fills_gap(uint64_t i, uint64_t j, uint64_t home) {
+  return i <= j ? (home <= i || home > j) : (home <= i && home > j);
+}
+
 /* Whether full page fp is a cached node / holds a cached tail. */
 static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {
   return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used;

@@ -34,6 +34,19 @@ static unsigned entry_op(const kvs_journal_entry *e) {
   return (unsigned)((e->full_page >> OP_SHIFT) & 0x3f);
 }
 
+/* Why full page `page` can hold no cached block (outside the history,
+ * or the dummy), NULL when it can. */
+static const char *unusable_page(const struct kvs_window_pool *pool, int64_t page) {
+  if (page < 0 || (uint64_t)page >= pool->prefix.n) return "outside the history";
+  if ((uint64_t)page * pool->page == pool->dummy_full_base) return "the reserved dummy page";
+  return NULL;
+}
+
+/* The chain of the path down to node (-1: the root's). */
+static uint64_t chain_of(const kvs_pool_prefix *p, int32_t node) {
+  return node >= 0 ? p->rec[node].chain : KVS_PREFIX_ROOT_CHAIN;
+}
+
 bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out) {
   if (entry == NULL || (entry->full_page & KVS_JOURNAL_PREFIX_TAG) != KVS_JOURNAL_PREFIX_TAG) {
     return false;
@@ -96,8 +109,7 @@ static void map_erase(kvs_pool_prefix *p, int32_t node) {
     int32_t m = p->map[j];
     if (m < 0) break;
     uint64_t home = map_hash(p->rec[m].parent, p->rec[m].key) & p->map_mask;
-    bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
-    if (movable) {
+    if (kvs_probe_fills_gap(i, j, home)) {
       p->map[i] = m;
       i = j;
     }
@@ -133,8 +145,7 @@ static void hold_erase(kvs_pool_prefix *p, uint64_t request) {
     j = (j + 1) & p->hold_mask;
     if (p->hold_req[j] == 0) break;
     uint64_t home = kvs_splitmix64_finalise(p->hold_req[j] - 1) & p->hold_mask;
-    bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
-    if (movable) {
+    if (kvs_probe_fills_gap(i, j, home)) {
       p->hold_req[i] = p->hold_req[j];
       p->hold_node[i] = p->hold_node[j];
       p->hold_writing[i] = p->hold_writing[j];
@@ -340,10 +351,10 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
   unsigned op = entry_op(e);
   uint64_t a = e->full_page & A_MASK;
   int64_t b = e->window_page;
-  if (a >= p->n || a * pool->page == pool->dummy_full_base) {
+  const char *unusable = unusable_page(pool, (int64_t)a); /* a < 2^56 */
+  if (unusable != NULL) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "prefix entry (op %u) names full page %llu, %s",
-                         op, (unsigned long long)a,
-                         a >= p->n ? "outside the history" : "the reserved dummy page");
+                         op, (unsigned long long)a, unusable);
   }
   int32_t n = (int32_t)a;
   kvs_prefix_rec *r = &p->rec[n];
@@ -379,7 +390,7 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       r->tail = 0;
       r->writer = -1;
       r->used_at = p->clock;
-      r->chain = kvs_prefix_chain(b >= 0 ? p->rec[b].chain : KVS_PREFIX_ROOT_CHAIN, r->key);
+      r->chain = kvs_prefix_chain(chain_of(p, (int32_t)b), r->key);
       map_insert(p, n);
       p->nodes++;
       if (b >= 0) {
@@ -770,7 +781,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
    * the deeper boundary is taken only when it gains more than that. */
   uint64_t gpu_depth = hit->matched_pages;
   if (p->host.n == 0 || reprefill_tokens == 0 || gpu_depth >= n) return KVS_OK;
-  uint64_t chain = cur >= 0 ? p->rec[cur].chain : KVS_PREFIX_ROOT_CHAIN;
+  uint64_t chain = chain_of(p, cur);
   uint64_t host_aligned = 0;
   for (size_t i = (size_t)gpu_depth; i < n && i - gpu_depth < max_host_pages; i++) {
     chain = kvs_prefix_chain(chain, keys[i]);
@@ -903,15 +914,13 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
   }
   /* Validate everything first: a refusal changes nothing. */
   uint32_t epoch = kvs_pool_next_epoch(pool);
-  uint64_t chain = parent >= 0 ? p->rec[parent].chain : KVS_PREFIX_ROOT_CHAIN;
+  uint64_t chain = chain_of(p, parent);
   for (uint64_t i = 0; i < k; i++) {
     int64_t page = pages[i];
-    if (page < 0 || (uint64_t)page >= p->n ||
-        (uint64_t)page * pool->page == pool->dummy_full_base) {
-      return kvs_error_set(
-          err, KVS_ERR_OUT_OF_RANGE, "fetch page %llu is full page %lld, %s", (unsigned long long)i,
-          (long long)page,
-          page < 0 || (uint64_t)page >= p->n ? "outside the history" : "the reserved dummy page");
+    const char *unusable = unusable_page(pool, page);
+    if (unusable != NULL) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "fetch page %llu is full page %lld, %s",
+                           (unsigned long long)i, (long long)page, unusable);
     }
     if (p->rec[page].used != 0 || pool->full_stamp[page] == epoch ||
         kvs_pool_window_page_of(pool, (uint64_t)page) >= 0) {
@@ -992,11 +1001,10 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
       continue;
     }
     int64_t page = pages[i];
-    if (page < 0 || (uint64_t)page >= p->n ||
-        (uint64_t)page * pool->page == pool->dummy_full_base) {
-      return kvs_error_set(
-          err, KVS_ERR_OUT_OF_RANGE, "insert page %zu is full page %lld, %s", i, (long long)page,
-          page < 0 || (uint64_t)page >= p->n ? "outside the history" : "the reserved dummy page");
+    const char *unusable = unusable_page(pool, page);
+    if (unusable != NULL) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "insert page %zu is full page %lld, %s", i,
+                           (long long)page, unusable);
     }
     if (p->rec[page].used != 0 || pool->full_stamp[page] == epoch) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
@@ -1220,8 +1228,7 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
                            "cached block %llu (key %llu) is not where the key map finds it",
                            (unsigned long long)fp, (unsigned long long)r->key);
     }
-    if (r->chain != kvs_prefix_chain(
-                        r->parent >= 0 ? p->rec[r->parent].chain : KVS_PREFIX_ROOT_CHAIN, r->key)) {
+    if (r->chain != kvs_prefix_chain(chain_of(p, r->parent), r->key)) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "cached block %llu (key %llu) carries a chain that is not its path's",
                            (unsigned long long)fp, (unsigned long long)r->key);
