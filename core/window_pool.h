@@ -400,6 +400,29 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
                                        uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
                                        kvs_error *err);
+/* What a prefix entry of a step's journal does (the leader's decisions,
+ * in the order every rank replays them), for a reader of the journal that
+ * follows the cache without a pool of its own in the loop: a scheduler
+ * learning which pages the cache took or gave back, tables moving rows. */
+typedef enum kvs_prefix_op {
+  KVS_PREFIX_OP_NONE = 0, /* not a prefix entry */
+  KVS_PREFIX_OP_NEW_KEY,  /* page: a block starts there; operand: its key */
+  KVS_PREFIX_OP_NEW_LINK, /* page joins the index; operand: its parent or -1 */
+  KVS_PREFIX_OP_ACQUIRE,  /* request `operand` holds the path down to page */
+  KVS_PREFIX_OP_RELEASE,  /* request `operand` lets go of it */
+  KVS_PREFIX_OP_TAIL,     /* page's window page is the cache's; operand: its writer or -1 */
+  KVS_PREFIX_OP_WDONE,    /* writer `operand` let go of page's tail (written) */
+  KVS_PREFIX_OP_UNTAIL,   /* page's tail is dropped (its window page freed next) */
+  KVS_PREFIX_OP_EVICT,    /* page leaves the index; operand: its key */
+  KVS_PREFIX_OP_SPILL,    /* page's rows go to host slot `operand` before it leaves */
+  KVS_PREFIX_OP_FETCH     /* page's rows come back from host slot `operand` */
+} kvs_prefix_op;
+
+/* A journal entry's prefix operation, its full page and its operand
+ * (either may be NULL); KVS_PREFIX_OP_NONE for any other entry. */
+kvs_prefix_op kvs_window_pool_prefix_entry(const kvs_journal_entry *entry, uint64_t *page,
+                                           int64_t *operand);
+
 /* A host tier's row move, as a step's journal orders it: a spill copies
  * full page full_page's rows into host slot `slot` before the page leaves
  * the index; a fetch copies them back from the slot into full_page. */

@@ -11,17 +11,20 @@
 #include "core/mix.h"
 #include "core/window_pool_internal.h"
 
+/* The operations, as kvs_prefix_op numbers and describes them (the
+ * journal's format): a is the entry's page (a node, by its full page), b
+ * its operand. */
 enum {
-  OP_NEW_KEY = 1, /* a = page, b = key: a node starts */
-  OP_NEW_LINK,    /* a = page, b = parent page or -1: it joins the tree */
-  OP_ACQUIRE,     /* a = node, b = request: refs on its path */
-  OP_RELEASE,     /* a = node, b = request */
-  OP_TAIL,        /* a = node, b = writer request or -1: its window page is the cache's */
-  OP_WDONE,       /* a = node, b = writer: the writer released it */
-  OP_UNTAIL,      /* a = node: the tail is dropped (its window page freed next) */
-  OP_EVICT,       /* a = node, b = key: the leaf leaves the index */
-  OP_SPILL,       /* a = node, b = host slot: its rows are copied there before it leaves */
-  OP_FETCH        /* a = node, b = host slot: its rows come back from there */
+  OP_NEW_KEY = KVS_PREFIX_OP_NEW_KEY,
+  OP_NEW_LINK = KVS_PREFIX_OP_NEW_LINK,
+  OP_ACQUIRE = KVS_PREFIX_OP_ACQUIRE,
+  OP_RELEASE = KVS_PREFIX_OP_RELEASE,
+  OP_TAIL = KVS_PREFIX_OP_TAIL,
+  OP_WDONE = KVS_PREFIX_OP_WDONE,
+  OP_UNTAIL = KVS_PREFIX_OP_UNTAIL,
+  OP_EVICT = KVS_PREFIX_OP_EVICT,
+  OP_SPILL = KVS_PREFIX_OP_SPILL,
+  OP_FETCH = KVS_PREFIX_OP_FETCH
 };
 
 #define OP_SHIFT 56
@@ -47,14 +50,25 @@ static uint64_t chain_of(const kvs_pool_prefix *p, int32_t node) {
   return node >= 0 ? p->rec[node].chain : KVS_PREFIX_ROOT_CHAIN;
 }
 
-bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out) {
+kvs_prefix_op kvs_window_pool_prefix_entry(const kvs_journal_entry *entry, uint64_t *page,
+                                           int64_t *operand) {
   if (entry == NULL || (entry->full_page & KVS_JOURNAL_PREFIX_TAG) != KVS_JOURNAL_PREFIX_TAG) {
-    return false;
+    return KVS_PREFIX_OP_NONE;
   }
   unsigned op = entry_op(entry);
-  if ((op != OP_SPILL && op != OP_FETCH) || entry->window_page < 0) return false;
+  if (op < OP_NEW_KEY || op > OP_FETCH) return KVS_PREFIX_OP_NONE;
+  if (page != NULL) *page = entry->full_page & A_MASK;
+  if (operand != NULL) *operand = entry->window_page;
+  return (kvs_prefix_op)op;
+}
+
+bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out) {
+  uint64_t page = 0;
+  int64_t slot = -1;
+  kvs_prefix_op op = kvs_window_pool_prefix_entry(entry, &page, &slot);
+  if ((op != KVS_PREFIX_OP_SPILL && op != KVS_PREFIX_OP_FETCH) || slot < 0) return false;
   if (out != NULL) {
-    kvs_host_move m = {op == OP_FETCH, entry->full_page & A_MASK, (uint64_t)entry->window_page};
+    kvs_host_move m = {op == KVS_PREFIX_OP_FETCH, page, (uint64_t)slot};
     *out = m;
   }
   return true;

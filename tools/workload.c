@@ -819,10 +819,6 @@ static void note_acquire(struct kvs_workload *w, uint64_t request, int64_t node,
   w->n_acq++;
 }
 
-#define PREFIX_OP(e) ((unsigned)(((e)->full_page >> 56) & 0x3f))
-#define PREFIX_A(e) ((e)->full_page & ((UINT64_C(1) << 56) - 1))
-enum { LEARN_NEW_LINK = 2, LEARN_ACQUIRE = 3, LEARN_TAIL = 5, LEARN_EVICT = 8, LEARN_FETCH = 10 };
-
 static bool is_prefix(const kvs_journal_entry *e) {
   return (e->full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG;
 }
@@ -937,30 +933,32 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
   for (size_t i = 0; i < n; i++) {
     const kvs_journal_entry *e = &entries[i];
     if (is_prefix(e)) {
-      unsigned op = PREFIX_OP(e);
-      if (op == LEARN_NEW_LINK) {
-        w->cached[PREFIX_A(e)] = 1;
-      } else if (op == LEARN_EVICT) {
-        uint64_t base = PREFIX_A(e) * w->page;
-        w->cached[PREFIX_A(e)] = 0;
+      uint64_t page = 0;
+      int64_t operand = -1;
+      kvs_prefix_op op = kvs_window_pool_prefix_entry(e, &page, &operand);
+      if (op == KVS_PREFIX_OP_NEW_LINK) {
+        w->cached[page] = 1;
+      } else if (op == KVS_PREFIX_OP_EVICT) {
+        uint64_t base = page * w->page;
+        w->cached[page] = 0;
         kvs_free_list_free(w->full_free, &base, 1, NULL);
-      } else if (op == LEARN_FETCH) {
+      } else if (op == KVS_PREFIX_OP_FETCH) {
         /* A page the same step's eviction just gave back. */
-        uint64_t base = PREFIX_A(e) * w->page;
+        uint64_t base = page * w->page;
         if (kvs_free_list_take(w->full_free, base, NULL) != KVS_OK) {
           return kvs_error_set(err, KVS_ERR_DIVERGENCE,
                                "the leader fetched a host-tier block into full page %llu, which "
                                "this rank's scheduler does not hold free",
-                               (unsigned long long)PREFIX_A(e));
+                               (unsigned long long)page);
         }
         w->fetched++;
-      } else if (op == LEARN_ACQUIRE && e->window_page >= 0) {
-        note_acquire(w, (uint64_t)e->window_page, (int64_t)PREFIX_A(e), false);
-        w->fetch_for = (uint64_t)e->window_page + 1;
+      } else if (op == KVS_PREFIX_OP_ACQUIRE && operand >= 0) {
+        note_acquire(w, (uint64_t)operand, (int64_t)page, false);
+        w->fetch_for = (uint64_t)operand + 1;
         w->fetch_count = w->fetched;
         w->fetched = 0;
-      } else if (op == LEARN_TAIL && e->window_page >= 0) {
-        note_acquire(w, (uint64_t)e->window_page, -1, true);
+      } else if (op == KVS_PREFIX_OP_TAIL && operand >= 0) {
+        note_acquire(w, (uint64_t)operand, -1, true);
       }
     } else if (is_slot(e)) {
       uint64_t slot_no = e->full_page & ~KVS_JOURNAL_SLOT_TAG;

@@ -537,6 +537,7 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_fetch(nullptr, 1, &hit, &key, 1, &page, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_host_slot(nullptr, 0, &key, &err));
   EXPECT_FALSE(kvs_window_pool_host_move_of(nullptr, nullptr));
+  EXPECT_EQ(kvs_window_pool_prefix_entry(nullptr, nullptr, nullptr), KVS_PREFIX_OP_NONE);
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_match_within(nullptr, &key, 1, 1000, 0, 1,
                                                                   &hit, nullptr, &err));
   // A pool with a cache: the arrays and outputs, nothing changed.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/mix.h"
@@ -237,6 +238,38 @@ TEST(PrefixCache, conservation_and_bisection_name_a_diverging_block) {
     }
   }
   EXPECT_EQ(lo, 32 + kvs_window_pool_request_slots(pool) + 4);
+}
+
+TEST(PrefixCache, a_steps_prefix_entries_decode_to_what_the_leader_decided) {
+  Pair pair;
+  kvs_window_pool *pool = pair.leader.get();
+  bind_pages(pool, {3, 4});
+  pair.step();
+  insert(pool, 1, {10, 11}, {3, 4}, {0, 1});
+  std::vector<kvs_journal_entry> entries(64);
+  size_t n = 0;
+  kvs_window_pool_journal_drain(pool, entries.data(), entries.size(), &n);
+  // Page 3 starts under key 10 and links under the root, page 4 under key
+  // 11 below page 3, page 4's window becomes the cache's (no writer), and
+  // request 1 holds the path down to page 4.
+  std::vector<std::tuple<kvs_prefix_op, uint64_t, int64_t>> got;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t page = 99;
+    int64_t operand = 99;
+    kvs_prefix_op op = kvs_window_pool_prefix_entry(&entries[i], &page, &operand);
+    ASSERT_NE(op, KVS_PREFIX_OP_NONE) << "entry " << i << " is the cache's";
+    got.emplace_back(op, page, operand);
+  }
+  std::vector<std::tuple<kvs_prefix_op, uint64_t, int64_t>> want = {
+      {KVS_PREFIX_OP_NEW_KEY, 3, 10}, {KVS_PREFIX_OP_NEW_LINK, 3, -1},
+      {KVS_PREFIX_OP_NEW_KEY, 4, 11}, {KVS_PREFIX_OP_NEW_LINK, 4, 3},
+      {KVS_PREFIX_OP_TAIL, 4, -1},    {KVS_PREFIX_OP_ACQUIRE, 4, 1}};
+  EXPECT_EQ(got, want);
+  // A binding is no prefix entry and moves no rows.
+  kvs_journal_entry bind = {3, 5};
+  EXPECT_EQ(kvs_window_pool_prefix_entry(&bind, nullptr, nullptr), KVS_PREFIX_OP_NONE);
+  EXPECT_FALSE(kvs_window_pool_host_move_of(&bind, nullptr));
+  EXPECT_FALSE(kvs_window_pool_host_move_of(&entries[0], nullptr)) << "a new key moves no rows";
 }
 
 TEST(PrefixCache, a_replayed_batch_that_stops_applying_changes_nothing) {
