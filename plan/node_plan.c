@@ -179,18 +179,25 @@ bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) {
   return plan != NULL && plan->cross_node_tp;
 }
 
+uint64_t kvs_node_plan_rank_host_bytes(kvs_node_plan_t plan, size_t rank) {
+  if (plan == NULL || rank >= plan->n_ranks || plan->split.num_pages == 0) return 0;
+  /* Each rank's page rows are whole (P is a multiple of every ratio), so
+   * the division is exact. */
+  const kvs_rank_plan *rp = &plan->ranks[rank];
+  return (rp->bytes.compressed + rp->bytes.indexer) / plan->split.num_pages;
+}
+
 uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                                        size_t n_gpus) {
   if (plan == NULL || gpus == NULL || plan->split.num_pages == 0) return 0;
   uint64_t most = 0;
-  /* Machines are numbered from 0 in node order; each rank's page rows are
-   * whole (P is a multiple of every ratio), so the division is exact. */
+  /* Machines are numbered from 0 in node order. */
   for (size_t machine = 0; machine < n_gpus; machine++) {
     uint64_t sum = 0;
     for (size_t r = 0; r < plan->n_ranks; r++) {
       const kvs_rank_plan *rp = &plan->ranks[r];
       if (rp->gpu >= n_gpus || gpus[rp->gpu].node != machine) continue;
-      sum += (rp->bytes.compressed + rp->bytes.indexer) / plan->split.num_pages;
+      sum += kvs_node_plan_rank_host_bytes(plan, r);
     }
     if (sum > most) most = sum;
   }

@@ -115,6 +115,10 @@ bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan);
  * 0 without pages or GPUs. */
 uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                                        size_t n_gpus);
+/* Rank `rank`'s share of it: one page's compressed and indexer rows of its
+ * stage's layers (what its own copy of a slot holds). 0 past the ranks or
+ * without pages. */
+uint64_t kvs_node_plan_rank_host_bytes(kvs_node_plan_t plan, size_t rank);
 
 /* The slots a host tier of host_bytes per machine holds: host_bytes /
  * kvs_node_plan_host_slot_bytes. A tier below one slot or of

@@ -518,8 +518,6 @@ static kvs_status check_buffers(kvs_node_t node, kvs_table_kind kind, const kvs_
                        why.message);
 }
 
-/* Local, step 5: this rank's layout carved as planned, its tables, and the
- * host copies of a step's ring contexts. */
 /* The host tier's rows: this rank's slots, as many as the pool's index
  * has, each the page's rows of this rank's layers, which is its share of
  * what the plan priced a slot at. */
@@ -529,9 +527,7 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   kvs_prefix_stats s;
   kvs_status status = kvs_window_pool_prefix_stats(pool, &s, err);
   if (status != KVS_OK) return status;
-  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
-  uint64_t pages = kvs_node_plan_split(node->plan)->num_pages;
-  uint64_t priced = (rp->bytes.compressed + rp->bytes.indexer) / pages;
+  uint64_t priced = kvs_node_plan_rank_host_bytes(node->plan, (size_t)node->rank);
   uint64_t slot = kvs_table_host_slot_bytes(node->layout);
   if (slot != priced) {
     return kvs_error_set(err, KVS_ERR_INTEGRITY,
@@ -550,6 +546,8 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   return KVS_OK;
 }
 
+/* Local, step 5: this rank's layout carved as planned, its tables, and the
+ * host copies of a step's ring contexts. */
 static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal, kvs_error *err) {
   const kvs_node_options *o = &node->options;
   node->layout = malloc(sizeof *node->layout);

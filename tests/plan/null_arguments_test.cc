@@ -252,6 +252,7 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_EQ(kvs_node_plan_limiting_rank(nullptr), SIZE_MAX);
   EXPECT_FALSE(kvs_node_plan_cross_node_tp(nullptr));
   EXPECT_EQ(kvs_node_plan_host_slot_bytes(nullptr, nullptr, 0), 0u);
+  EXPECT_EQ(kvs_node_plan_rank_host_bytes(nullptr, 0), 0u);
 }
 
 TEST(NullArguments, cluster) {
