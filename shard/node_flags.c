@@ -297,12 +297,7 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
       o->prefix_cache = true;
       return KVS_OK;
     case F_HOST_CACHE:
-      status = kvs_parse_bytes("--host-cache", value, &o->host_cache_bytes, err);
-      if (status == KVS_OK && o->host_cache_bytes == 0) {
-        status = kvs_error_set(err, KVS_ERR_PARSE,
-                               "--host-cache 0 holds no page; leave the flag out for no host tier");
-      }
-      return status;
+      return kvs_parse_host_cache(value, &o->host_cache_bytes, err);
     case F_MAX_BATCH:
     case F_STEP_CAPACITY:
       status = kvs_parse_u64_in(id == F_MAX_BATCH ? "--max-batch" : "--step-capacity", value, 1,

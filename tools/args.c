@@ -127,6 +127,20 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
   return KVS_OK;
 }
 
+kvs_status kvs_parse_host_cache(const char *text, uint64_t *out, kvs_error *err) {
+  uint64_t value;
+  kvs_status status = kvs_parse_bytes("--host-cache", text, &value, err);
+  if (status != KVS_OK) return status;
+  if (value == 0) {
+    return kvs_error_set(err, KVS_ERR_PARSE,
+                         "--host-cache needs a size above 0, got '%s' (leave the flag out for no "
+                         "host tier)",
+                         text);
+  }
+  *out = value;
+  return KVS_OK;
+}
+
 kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
   uint64_t value;
   kvs_status status = kvs_parse_bytes(flag, text, &value, err);

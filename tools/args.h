@@ -35,6 +35,11 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
  * under 1 MiB is refused asking "did you mean <n>GiB?" ("80B" says bytes). */
 kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
+/* A host tier's size (--host-cache, of the node, kvsim and kvplan): a byte
+ * count above zero. Zero is refused, never taken for "none": leaving the
+ * flag out means no tier. */
+kvs_status kvs_parse_host_cache(const char *text, uint64_t *out, kvs_error *err);
+
 /* A token count: an integer, or one with K (x 1024) or M (x 1048576):
  * "1048576", "1M", "128K". Nothing else (no decimals, spaces or signs). */
 kvs_status kvs_parse_tokens(const char *flag, const char *text, uint64_t *out, kvs_error *err);

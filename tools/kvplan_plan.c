@@ -199,18 +199,9 @@ static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error
     case OPT_PREFIX_CACHE:
       a->prefix_cache = true;
       return KVS_OK;
-    case OPT_HOST_CACHE: {
+    case OPT_HOST_CACHE:
       a->host_cache_text = value;
-      kvs_status status = kvs_parse_bytes("--host-cache", value, &a->host_cache, err);
-      if (status != KVS_OK) return status;
-      if (a->host_cache == 0) {
-        return kvs_error_set(err, KVS_ERR_PARSE,
-                             "--host-cache needs a size above 0, got '%s' (leave the flag out for "
-                             "no host tier)",
-                             value);
-      }
-      return KVS_OK;
-    }
+      return kvs_parse_host_cache(value, &a->host_cache, err);
     default:
       a->svg = value;
       return KVS_OK; /* OPT_SVG */

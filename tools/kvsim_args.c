@@ -444,11 +444,8 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
   if (strcmp(flag, "--host-cache") == 0) {
     kvs_error err;
     a->have_trace_flags = true;
-    if (value == NULL || kvs_parse_bytes(flag, value, &a->host_cache, &err) != KVS_OK) {
+    if (value == NULL || kvs_parse_host_cache(value, &a->host_cache, &err) != KVS_OK) {
       return parse_error(p, &err, value);
-    }
-    if (a->host_cache == 0) {
-      return bad_arg(p, flag, value, "a size above 0 (leave the flag out for no host tier)");
     }
     return 0;
   }
