@@ -128,9 +128,13 @@ static int bad_arg(const parser *p, const char *flag, const char *value, const c
 
 /* A value the shared parsers refused, with their message (which names the
  * flag, the value and, for sizes, the limit). */
-static int parse_error(const parser *p, const kvs_error *err, const char *value) {
+static int parse_error(const parser *p, const char *flag, const kvs_error *err, const char *value) {
   if (p->speaker) {
-    fprintf(stderr, "%s: %s\n", p->tool, value != NULL ? err->message : "a flag needs a value");
+    if (value != NULL) {
+      fprintf(stderr, "%s: %s\n", p->tool, err->message);
+    } else {
+      fprintf(stderr, "%s: %s needs a value\n", p->tool, flag);
+    }
   }
   return KVSIM_EXIT_USAGE;
 }
@@ -376,20 +380,20 @@ static int budget_flag(parser *p, const char *flag, const char *value) {
   kvs_error err;
   if (strcmp(flag, "--budget") == 0) {
     if (value == NULL || kvs_parse_budget(flag, value, &a->budget, &err) != KVS_OK) {
-      return parse_error(p, &err, value);
+      return parse_error(p, flag, &err, value);
     }
     return 0;
   }
   if (strcmp(flag, "--budget-per-gpu") == 0) {
     if (value == NULL || kvs_parse_budget_list(flag, value, a->budget_per_gpu, KVSIM_MAX_GPUS,
                                                &a->n_budget_per_gpu, &err) != KVS_OK) {
-      return parse_error(p, &err, value);
+      return parse_error(p, flag, &err, value);
     }
     return 0;
   }
   if (strcmp(flag, "--reserve") == 0) {
     if (value == NULL || kvs_parse_bytes(flag, value, &a->reserve, &err) != KVS_OK) {
-      return parse_error(p, &err, value);
+      return parse_error(p, flag, &err, value);
     }
     a->have_reserve = true;
     return 0;
@@ -445,7 +449,7 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
     kvs_error err;
     a->have_trace_flags = true;
     if (value == NULL || kvs_parse_host_cache(value, &a->host_cache, &err) != KVS_OK) {
-      return parse_error(p, &err, value);
+      return parse_error(p, flag, &err, value);
     }
     return 0;
   }
