@@ -39,28 +39,39 @@ class _Handle:
         weakref.finalize(self, _destroy, handle, owned_comm)
 
 
-def _int_array(values, name, dtype=np.int64):
-    """Host integers as a contiguous array of `dtype` (a copy only where
-    the type or layout needs one). CUDA tensors are refused: these calls
-    read host memory."""
+def _host(values, name):
+    """A torch tensor as numpy (CUDA ones refused); anything else as given."""
     if type(values).__module__.startswith("torch"):
         if getattr(values, "is_cuda", False):
             raise TypeError(f"{name} is a CUDA tensor; this call reads host memory: pass "
                             f"{name}.cpu()")
-        values = values.numpy()
-    arr = np.asarray(values)
+        return values.numpy()
+    return values
+
+
+def _in_range(arr, name, dtype, what):
+    """Refuses (never wraps) an integer array holding a value `dtype`
+    cannot: a ValueError naming the argument, the value and the range."""
+    info = np.iinfo(dtype)
+    if arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise ValueError(f"{name} holds {bad}, outside the range of {what} "
+                             f"({info.min} to {info.max})")
+
+
+def _int_array(values, name, dtype=np.int64):
+    """Host integers as a contiguous array of `dtype` (a copy only where
+    the type or layout needs one). CUDA tensors are refused: these calls
+    read host memory. A value `dtype` cannot hold is refused, not cast."""
+    arr = np.asarray(_host(values, name))
     if arr.size == 0:
         return np.zeros(0, dtype=dtype)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got {arr.dtype}")
     if arr.dtype != dtype:
-        # Never wrap: a value the C type cannot hold is refused, not cast.
-        info = np.iinfo(dtype)
-        low, high = int(arr.min()), int(arr.max())
-        if low < info.min or high > info.max:
-            bad = low if low < info.min else high
-            raise ValueError(f"{name} holds {bad}, outside {np.dtype(dtype).name} "
-                             f"[{info.min}, {info.max}]")
+        _in_range(arr, name, dtype, np.dtype(dtype).name)
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
@@ -81,16 +92,6 @@ def _count(value, name):
     return int(value)
 
 
-def _host(values, name):
-    """A torch tensor as numpy (CUDA ones refused); anything else as given."""
-    if type(values).__module__.startswith("torch"):
-        if getattr(values, "is_cuda", False):
-            raise TypeError(f"{name} is a CUDA tensor; this call reads host memory: pass "
-                            f"{name}.cpu()")
-        return values.numpy()
-    return values
-
-
 def _exact_array(values, name, dtype, what):
     """A 1-D sequence or array of integers as a contiguous array of
     `dtype`, refusing (never wrapping) what `dtype` cannot hold: other
@@ -103,12 +104,7 @@ def _exact_array(values, name, dtype, what):
             raise ValueError(f"{name} must be 1-D {what}, got an array of shape {values.shape}")
         if values.dtype.kind not in "iu":
             raise TypeError(f"{name} must be 1-D {what}, got dtype {values.dtype}")
-        if values.size:
-            low, high = int(values.min()), int(values.max())
-            if low < info.min or high > info.max:
-                bad = low if low < info.min else high
-                raise ValueError(f"{name} holds {bad}, outside the range of {what} "
-                                 f"({info.min} to {info.max})")
+        _in_range(values, name, dtype, what)
         return np.ascontiguousarray(values, dtype=dtype)
     if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be 1-D {what}, got {type(values).__name__}")

@@ -110,7 +110,7 @@ class OneRank(unittest.TestCase):
             # (2^63 would have become -2^63).
             with self.assertRaises(ValueError) as v:
                 node.bind(1, np.array([2**63], dtype=np.uint64))
-            self.assertIn("locs holds 9223372036854775808, outside int64", str(v.exception))
+            self.assertIn("locs holds 9223372036854775808, outside the range of int64", str(v.exception))
         with self.assertRaises(kvshard.Error) as e:
             node.step()
         self.assertEqual(str(e.exception), "the node is closed")
