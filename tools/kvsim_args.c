@@ -91,7 +91,7 @@ static const char usage_flags[] =
     "                          prefix policy the trace's requests reuse pages under\n"
     "  --host-cache BYTES      kvshard's policy with a host tier of BYTES (per machine):\n"
     "                          evicted blocks move there and hits fetch them back\n"
-    "  --host-bandwidth GBPS   the host link's rate for those copies, (0, 10000] GB/s\n"
+    "  --host-bandwidth GBPS   each GPU's host link for those copies, (0, 10000] GB/s\n"
     "                          (default 50); a fetching request waits for its copy\n"
     "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
     "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"

@@ -460,13 +460,16 @@ static int setup_node(run *r) {
    * boundary rather than recompute down to the deepest retained tail. */
   r->wo.reprefill_tokens = kvs_node_page(r->node);
   if (r->a->host_cache > 0) {
-    /* One page's rows over every rank, at the host link's rate. */
-    kvs_node_prefix_counts counts = {.size = sizeof counts};
-    if (kvs_node_prefix_stats(r->node, &counts, &err) != KVS_OK) {
-      if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
-      return KVSIM_EXIT_FAILED;
+    /* Every rank copies its own page rows over its GPU's own host link, at
+     * once: a fetch takes as long as the largest share (the stage with
+     * the most compressed and indexer rows), not the machine's sum. */
+    kvs_node_plan_t plan = kvs_node_plan(r->node);
+    uint64_t share = 0;
+    for (size_t k = 0; k < kvs_node_plan_rank_count(plan); k++) {
+      uint64_t bytes = kvs_node_plan_rank_host_bytes(plan, k);
+      if (bytes > share) share = bytes;
     }
-    r->wo.host_ms_per_page = (double)counts.host_page_bytes / (r->a->host_bandwidth * 1e6);
+    r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
   }
   if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
