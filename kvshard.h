@@ -520,6 +520,10 @@ typedef struct kvs_node_prefix_hit {
   /* Blocks past `node` (-1: the root) found in the host tier: take the
    * hit with kvs_node_prefix_fetch (it always re-prefills the window). */
   uint64_t host_pages;
+  /* Which block `node` was when matched: acquire and fetch refuse the hit
+   * ("match again") once that block left the index, even if its page came
+   * back as another block. Copy hits whole; never make one up. */
+  uint64_t stamp;
 } kvs_node_prefix_hit;
 
 typedef struct kvs_node_prefix_counts {

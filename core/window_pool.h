@@ -312,6 +312,10 @@ typedef struct kvs_prefix_hit {
    * taken with kvs_window_pool_prefix_fetch, which gives them GPU pages,
    * and always re-prefills the window (reprefill is true). */
   uint64_t host_pages;
+  /* Which block `node` was when matched (its birth in the index; 0 for
+   * the root): acquire and fetch refuse a hit whose node left the index
+   * since, even if its page came back as another block. */
+  uint64_t stamp;
 } kvs_prefix_hit;
 
 typedef struct kvs_prefix_stats {

@@ -88,6 +88,10 @@ typedef struct kvs_prefix_rec {
   int32_t tail_prev, tail_next; /* droppable tails, the same order */
   uint64_t used_at;             /* the index's clock when a request last held or released it */
   uint64_t chain;               /* the path's identity: its keys from the root, hashed */
+  /* The index's clock when this node joined it: no other node of any
+   * page ever has the same (every operation advances the clock), so a hit
+   * that names it names this very block, not a later one on its page. */
+  uint64_t born;
 } kvs_prefix_rec;
 
 /* The host tier (window_pool_host.c): host slots, each holding one full

@@ -357,10 +357,10 @@ static void set_refs_path(kvs_pool_prefix *p, int32_t n, int delta) {
   }
 }
 
-/* Applies one entry; on refusal nothing changed. u (may be NULL) records
- * what undo needs. */
-static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry *e,
-                           kvs_prefix_undo *u, kvs_error *err) {
+/* Applies one entry, the clock advanced first (so every node's birth is
+ * unique); u (may be NULL) records what undo needs. */
+static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *e,
+                         kvs_prefix_undo *u, kvs_error *err) {
   kvs_pool_prefix *p = &pool->prefix;
   unsigned op = entry_op(e);
   uint64_t a = e->full_page & A_MASK;
@@ -404,6 +404,7 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
       r->tail = 0;
       r->writer = -1;
       r->used_at = p->clock;
+      r->born = p->clock;
       r->chain = kvs_prefix_chain(chain_of(p, (int32_t)b), r->key);
       map_insert(p, n);
       p->nodes++;
@@ -572,9 +573,21 @@ static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry
   }
 }
 
+/* Applies one entry; on refusal nothing changed, the clock included (a
+ * refused operation on one rank must not shift the births of the next
+ * nodes against another rank's). */
+static kvs_status op_apply(struct kvs_window_pool *pool, const kvs_journal_entry *e,
+                           kvs_prefix_undo *u, kvs_error *err) {
+  uint64_t clock = pool->prefix.clock;
+  kvs_status status = op_run(pool, e, u, err);
+  if (status != KVS_OK) pool->prefix.clock = clock;
+  return status;
+}
+
 /* Undoes one applied entry (the reverse of op_apply, exactly). */
 static void op_undo(struct kvs_window_pool *pool, const kvs_prefix_undo *u) {
   kvs_pool_prefix *p = &pool->prefix;
+  p->clock--;
   unsigned op = entry_op(&u->entry);
   int32_t n = (int32_t)(u->entry.full_page & A_MASK);
   int64_t b = u->entry.window_page;
@@ -722,6 +735,30 @@ static kvs_status need_prefix(const struct kvs_window_pool *pool, const char *ca
   return KVS_OK;
 }
 
+/* A hit's stamp of node (-1: the root's, 0). */
+static uint64_t stamp_of(const kvs_pool_prefix *p, int32_t node) {
+  return node >= 0 ? p->rec[node].born : 0;
+}
+
+/* Why a hit no longer names what its match found (NULL: it does). Its
+ * node must be the very block the match saw: cached, born when the stamp
+ * says (a page evicted and cached again as any block, even under the same
+ * keys, is a new birth), at the depth its tokens say. Its path above is
+ * then unchanged too: a node with children is never evicted. */
+static const char *stale_hit(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit) {
+  const kvs_pool_prefix *p = &pool->prefix;
+  if (hit->node < 0) return hit->stamp == 0 ? NULL : "the root carries no stamp";
+  if ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1) return "is not cached";
+  const kvs_prefix_rec *r = &p->rec[hit->node];
+#ifndef KVS_MUTANT_HIT_NO_STAMP /* defined: planted bug (tests/mutants), a stale hit accepted */
+  if (r->born != hit->stamp) return "is another block than the match found";
+#endif
+  if (hit->host_pages == 0 && hit->hit_tokens != ((uint64_t)r->depth + 1) * pool->page) {
+    return "does not end where the hit's tokens say";
+  }
+  return NULL;
+}
+
 bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool) {
   return pool != NULL && pool->prefix.n > 0;
 }
@@ -794,6 +831,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
    * blocks come back into fresh pages and the window is re-prefilled, so
    * the deeper boundary is taken only when it gains more than that. */
   uint64_t gpu_depth = hit->matched_pages;
+  hit->stamp = stamp_of(p, (int32_t)hit->node);
   if (p->host.n == 0 || reprefill_tokens == 0 || gpu_depth >= n) return KVS_OK;
   uint64_t chain = chain_of(p, cur);
   uint64_t host_aligned = 0;
@@ -811,6 +849,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
     return KVS_OK;
   }
   hit->node = cur;
+  hit->stamp = stamp_of(p, cur);
   hit->host_pages = host_aligned - gpu_depth;
   hit->hit_tokens = host_aligned * P;
   hit->reprefill_tokens = reprefill_tokens;
@@ -835,13 +874,14 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                          "kvs_window_pool_prefix_fetch, which gives them GPU pages",
                          (unsigned long long)hit->host_pages);
   }
-  if (hit->node < 0) return KVS_OK;
-  if ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1) {
+  const char *stale = stale_hit(pool, hit);
+  if (stale != NULL) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "the hit names block %lld, which is not cached (match again: the "
-                         "index changed since)",
-                         (long long)hit->node);
+                         "the hit names block %lld, which %s (match again: the index changed "
+                         "since)",
+                         (long long)hit->node, stale);
   }
+  if (hit->node < 0) return KVS_OK;
   int64_t h = hold_find(p, request);
   if (h >= 0) {
     return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",
@@ -901,11 +941,12 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          __func__);
   }
   int32_t parent = (int32_t)hit->node;
-  if (hit->node >= 0 && ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1)) {
+  const char *stale = stale_hit(pool, hit);
+  if (stale != NULL) {
     return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "the hit hangs under block %lld, which is not cached (match again: the "
-                         "index changed since)",
-                         (long long)hit->node);
+                         "the hit hangs under block %lld, which %s (match again: the index "
+                         "changed since)",
+                         (long long)hit->node, stale);
   }
   uint64_t first = hit->node >= 0 ? (uint64_t)p->rec[hit->node].depth + 1 : 0;
   uint64_t k = hit->host_pages;
@@ -913,6 +954,13 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "the hit needs keys up to page %llu; %zu given",
                          (unsigned long long)(first + k), n_keys);
+  }
+  if (hit->hit_tokens != (first + k) * pool->page) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit's %llu tokens are not the end of its %llu host blocks under "
+                         "block %lld (match again)",
+                         (unsigned long long)hit->hit_tokens, (unsigned long long)k,
+                         (long long)hit->node);
   }
   if (hold_find(p, request) >= 0) {
     return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",

@@ -116,6 +116,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
   hit->node = h.node;
   hit->reprefill = h.reprefill;
   hit->host_pages = h.host_pages;
+  hit->stamp = h.stamp;
   return KVS_OK;
 }
 
@@ -123,7 +124,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
 static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
   kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
                       hit->truncated_tokens, hit->node,       hit->reprefill,
-                      hit->host_pages};
+                      hit->host_pages,       hit->stamp};
   return h;
 }
 

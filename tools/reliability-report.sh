@@ -245,6 +245,8 @@ cell() {  # cell ROWS LABEL: one target's verdict, cases and time in a run
   echo "| test cases passed / skipped / failed | $p_cpass / $p_cskip / $p_cfail of $p_c | $a_cpass / $a_cskip / $a_cfail of $a_c |"
   echo "| window-pool binds and frees checked (property tests) | $(figure "$plain_logs" 'reliability: pool_ops ([0-9]+)') | $(figure "$asan_logs" 'reliability: pool_ops ([0-9]+)') |"
   echo "| window-pool operations on 8 MPI ranks (soak) | $(figure "$plain_logs" 'reliability: soak_pool_ops ([0-9]+)') | $(figure "$asan_logs" 'reliability: soak_pool_ops ([0-9]+)') |"
+  echo "| prefix-cache schedules searched for a hit taken on blocks other than its match found (none was) | $(figure "$plain_logs" 'reliability: hit_schedules ([0-9]+)') | $(figure "$asan_logs" 'reliability: hit_schedules ([0-9]+)') |"
+  echo "| of their uses of a hit whose block had left the index, refused (all were) | $(figure "$plain_logs" 'reliability: hit_schedules [0-9]+, stale uses refused ([0-9]+)') | $(figure "$asan_logs" 'reliability: hit_schedules [0-9]+, stale uses refused ([0-9]+)') |"
   echo "| power-loss crash states of the block store explored | $(figure "$plain_logs" '^power loss: ([0-9]+) crash states explored') | $(figure "$asan_logs" '^power loss: ([0-9]+) crash states explored') |"
   echo "| SIGKILLs of a writer survived by the block store | $(figure "$plain_logs" '^crash test: ([0-9]+) kills survived') | $(figure "$asan_logs" '^crash test: ([0-9]+) kills survived') |"
   echo "| puts that returned and were intact after the kills | $(figure "$plain_logs" 'kills survived, ([0-9]+) puts returned') | $(figure "$asan_logs" 'kills survived, ([0-9]+) puts returned') |"

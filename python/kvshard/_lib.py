@@ -108,6 +108,7 @@ class NodePrefixHit(ctypes.Structure):
         ("node", ctypes.c_int64),
         ("reprefill", ctypes.c_bool),
         ("host_pages", ctypes.c_uint64),
+        ("stamp", ctypes.c_uint64),
     ]
 
 

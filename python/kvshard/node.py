@@ -153,8 +153,10 @@ class PrefixHit:
     """What prefix_match found (kvs_node_prefix_hit, fields as in C):
     positions [0, hit_tokens) are reused; node is the hit's last page, -1
     for no hit; host_pages > 0: blocks past node are in the host tier
-    (take the hit with prefix_fetch). pages: the cached full page of each
-    matched key (matched_pages of them; -1 for a host-tier block)."""
+    (take the hit with prefix_fetch). stamp: which block node was when
+    matched (acquire and fetch refuse the hit once it left the index).
+    pages: the cached full page of each matched key (matched_pages of
+    them; -1 for a host-tier block)."""
     matched_pages: int
     hit_tokens: int
     reprefill_tokens: int
@@ -162,6 +164,7 @@ class PrefixHit:
     node: int
     reprefill: bool
     host_pages: int
+    stamp: int
     pages: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
 
     def _c(self):
@@ -170,7 +173,7 @@ class PrefixHit:
             raise TypeError(f"hit.reprefill must be a bool, got {type(self.reprefill).__name__}")
         fields = {}
         for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
-                     "host_pages"):
+                     "host_pages", "stamp"):
             fields[name] = _count(getattr(self, name), "hit." + name)
         node = self.node
         if not isinstance(node, numbers.Integral) or isinstance(node, bool):
@@ -337,6 +340,7 @@ class Node:
              prompt, reprefill, ctypes.byref(hit), pages.ctypes.data if k.size else None)
         return PrefixHit(hit.matched_pages, hit.hit_tokens, hit.reprefill_tokens,
                          hit.truncated_tokens, hit.node, bool(hit.reprefill), hit.host_pages,
+                         hit.stamp,
                          pages[:hit.matched_pages].copy())
 
     def prefix_acquire(self, request, hit):
