@@ -292,11 +292,15 @@ typedef struct kvs_node_options {
   int local_rank;
   int host_index;
   const char *host;
-  /* The engine's CUDA stream (a cudaStream_t; NULL: none). The node's
+  /* The engine's CUDA stream (a cudaStream_t). NULL is the legacy default
+   * stream, as CUDA reads a NULL stream (torch's default stream has
+   * cuda_stream 0): it is the engine's stream like any other. The node's
    * device work of a step waits (on the device) for the engine's work
    * queued before the step that read the same result buffers, and the
    * engine's later work on this stream waits for the step's results; a
-   * host tier's copies are queued on it. It must outlive the node. */
+   * host tier's copies are queued on it. It must outlive the node. An
+   * engine that orders every stream itself by the step's event sets
+   * no_stream instead (below). */
   void *stream;
   /* The steps' communicator: NULL, the one create was given; "nccl", an
    * NCCL communicator of the node's own on its plan's GPU (its tables'
@@ -323,6 +327,12 @@ typedef struct kvs_node_options {
   /* Keep and agree on the host tier's index only, moving no rows (false):
    * for a simulator that prices the copies itself (kvsim). */
   bool host_cache_index_only;
+  /* No engine stream (false): the node orders nothing against the
+   * engine's streams, whose work must wait for the step's event (the
+   * result's `event`) and be done with a result buffer before the step
+   * after next; a host tier's copies then go on the tables' own stream.
+   * Refused together with a non-NULL stream. */
+  bool no_stream;
 } kvs_node_options;
 
 /* The defaults above, with size set. */

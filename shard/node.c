@@ -142,6 +142,12 @@ static kvs_status check_options(const kvs_node_options *o, int size, kvs_error *
                          "max_running and max_seq_len must be at least 1 (got %llu and %llu)",
                          (unsigned long long)o->max_running, (unsigned long long)o->max_seq_len);
   }
+  if (o->no_stream && o->stream != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "options.no_stream says the engine has no stream, but options.stream is "
+                         "%p: give one of them",
+                         o->stream);
+  }
   return KVS_OK;
 }
 
@@ -546,6 +552,13 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   return KVS_OK;
 }
 
+/* The engine's stream as the CUDA tables take it: NULL only when the
+ * engine said it has none; a NULL stream is the legacy default stream. */
+static void *engine_stream(const kvs_node_options *o) {
+  if (o->no_stream) return NULL;
+  return o->stream != NULL ? o->stream : KVS_CUDA_LEGACY_STREAM;
+}
+
 /* Local, step 5: this rank's layout carved as planned, its tables, and the
  * host copies of a step's ring contexts. */
 static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordinal, kvs_error *err) {
@@ -560,8 +573,8 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
     /* On a device communicator the tables read the broadcast's device
      * buffer after it lands (an event on the communicator's stream); the
      * communicator must run on the tables' GPU, the plan's. */
-    kvs_cuda_table_options to = {sizeof to, NULL, o->stream, kvs_shard_step_capacity(node->shard),
-                                 o->cuda_graphs};
+    kvs_cuda_table_options to = {sizeof to, NULL, engine_stream(o),
+                                 kvs_shard_step_capacity(node->shard), o->cuda_graphs};
     int comm_device = -1;
     if (kvs_comm_device_stream(node->step_comm, &to.comm_stream, &comm_device, NULL) == KVS_OK) {
       if (comm_device != ordinal) {
@@ -759,6 +772,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->prefix_cache = false;
   o->host_cache_bytes = 0;
   o->host_cache_index_only = false;
+  o->no_stream = false;
 }
 
 /* The options' budget terms as plan/node_setup.h takes them. */

@@ -45,7 +45,8 @@ enum {
   F_NO_BIND_NUMA,
   F_LOCAL_RANK,
   F_HOST_INDEX,
-  F_HOST
+  F_HOST,
+  F_NO_STREAM
 };
 
 typedef struct node_flag {
@@ -70,6 +71,7 @@ static const node_flag kNodeFlags[] = {
     {"device", true, F_DEVICE},
     {"cuda-device", true, F_CUDA_DEVICE},
     {"stream", true, F_STREAM},
+    {"no-stream", false, F_NO_STREAM},
     {"step-backend", true, F_STEP_BACKEND},
     {"cuda-graphs", false, F_CUDA_GRAPHS},
     {"no-cuda-graphs", false, F_NO_CUDA_GRAPHS},
@@ -123,7 +125,10 @@ static const char kNodeFlagsHelp[] =
     "The node's own:\n"
     "  --device cpu|cuda|auto  where the tables live (default auto)\n"
     "  --cuda-device N         the CUDA device (default: the plan's GPU)\n"
-    "  --stream ADDRESS        the engine's cudaStream_t, as an integer\n"
+    "  --stream ADDRESS        the engine's cudaStream_t, as an integer (default 0: the\n"
+    "                          legacy default stream, torch's default stream)\n"
+    "  --no-stream             no engine stream: the engine orders itself by the\n"
+    "                          step's event\n"
     "  --step-backend nccl     the node's own NCCL communicator for its steps\n"
     "  --cuda-graphs | --no-cuda-graphs  capture each step parity once (default on)\n"
     "  --check-every N         steps between digest checks (default 64; 0: on demand)\n"
@@ -260,6 +265,9 @@ static kvs_status apply_device(parsed *p, int id, const char *value, kvs_error *
       status = kvs_parse_u64("--stream", value, &v, err);
       if (status == KVS_OK) o->stream = (void *)(uintptr_t)v;
       return status;
+    case F_NO_STREAM:
+      o->no_stream = true;
+      return KVS_OK;
     case F_STEP_BACKEND:
       if (strcmp(value, "nccl") != 0) {
         return kvs_error_set(err, KVS_ERR_PARSE,

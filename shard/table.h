@@ -264,11 +264,16 @@ kvs_status kvs_table_wrap(const kvs_table_ops *ops, void *impl, kvs_table_dims d
 
 /* ---- the device table, from the CUDA backend ---- */
 
+/* cudaStreamLegacy's value (CUDA's driver_types.h; the CUDA backend
+ * checks the two agree): the legacy default stream, which an engine's NULL
+ * stream is. */
+#define KVS_CUDA_LEGACY_STREAM ((void *)0x1)
+
 /* How a device table orders its step against its neighbours. */
 typedef struct kvs_cuda_table_options {
   size_t size;          /* sizeof(kvs_cuda_table_options) */
   void *comm_stream;    /* the communicator's cudaStream_t (device comms), or NULL */
-  void *engine_stream;  /* the engine's cudaStream_t, or NULL */
+  void *engine_stream;  /* the engine's cudaStream_t (KVS_CUDA_LEGACY_STREAM), or NULL: none */
   size_t step_capacity; /* journal entries a step message holds */
   bool graphs;          /* capture each parity's step once and replay it */
 } kvs_cuda_table_options;

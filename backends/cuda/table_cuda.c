@@ -314,9 +314,14 @@ static const kvs_table_ops cuda_ops = {
  * stream. */
 static kvs_status open_step(cuda_table *t, const kvs_cuda_table_options *options, size_t rows,
                             uint64_t *bytes, kvs_error *err) {
-  t->engine_stream = (cudaStream_t)options->engine_stream;
-  cuda_step_setup setup = {t->tables, t->device,    t->stream,        *options,        rows,
-                           t->dims,   t->placement, t->csa_derivable, t->hca_derivable};
+  kvs_cuda_table_options o = *options;
+  /* The runtime's own name for the legacy default stream, whatever value
+   * the library's constant for it has. */
+  if (o.engine_stream == KVS_CUDA_LEGACY_STREAM) o.engine_stream = (void *)cudaStreamLegacy;
+  t->engine_stream = (cudaStream_t)o.engine_stream;
+  cuda_step_setup setup = {t->tables, t->device,    t->stream,        o,
+                           rows,      t->dims,      t->placement,     t->csa_derivable,
+                           t->hca_derivable};
   return kvs_cuda_step_create(&setup, &t->step, bytes, err);
 }
 

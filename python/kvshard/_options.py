@@ -27,7 +27,8 @@ _MACHINE = {
     "weights_per_gpu": "bytes_list",
 }
 NODE_OPTIONS = dict(_MODEL, **_MACHINE, **{
-    "device": "str", "cuda_device": "int", "stream": "stream", "step_backend": "str",
+    "device": "str", "cuda_device": "int", "stream": "stream", "no_stream": "flag",
+    "step_backend": "str",
     "cuda_graphs": "switch", "check_every": "int", "check_integrity": "switch",
     "digest_steps": "flag", "prefix_cache": "flag", "host_cache": "bytes", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
     "local_rank": "int", "host_index": "int", "host": "str",
@@ -121,6 +122,10 @@ def library_names(help_text):
         if not line.startswith("  --"):
             continue  # prose, not a flag's line
         head = re.split(r"\s{2,}", line.strip())[0]
-        for m in re.finditer(r"--(no-)?([a-z][a-z0-9-]*)", head):
-            names.add(m.group(2).replace("-", "_"))
+        flags = re.findall(r"--([a-z][a-z0-9-]*)", head)
+        for flag in flags:
+            # "--x | --no-x" is one switch, x; a lone "--no-x" is a flag of its own.
+            if flag.startswith("no-") and flag[3:] in flags:
+                continue
+            names.add(flag.replace("-", "_"))
     return names

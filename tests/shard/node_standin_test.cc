@@ -404,6 +404,56 @@ TEST(NodeStandin, host_tier_rows_hold_their_blocks_under_a_random_mix) {
       });
 }
 
+// torch's default stream is the legacy default stream, which an engine
+// passes as a NULL stream (cuda_stream 0): the node must order its copies
+// and steps against it like any engine stream. The same random mix, each
+// rank writing and reading its rows on the legacy stream with
+// options.stream NULL.
+TEST(NodeStandin, a_null_stream_is_the_legacy_default_stream_and_orders_the_copies) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(12 / kScale + 1), [](uint64_t) { return 2; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::Barrier barrier(2);
+        kvs_test::Record record;
+        kvs_test::run_ranks(2, 60000, [&](int, kvs_comm_t comm) {
+          const uint64_t slot = kvs_test::slot_cost(comm, 2);
+          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+          kvs_test::SmallPrefixNode s(2, KVS_NODE_DEVICE_CUDA, 12 * slot);
+          s.o.cuda_device = 0;
+          s.o.stream = nullptr;  // torch.cuda.current_stream().cuda_stream on the default stream
+          {
+            kvs_test::EngineMemory memory(nullptr);
+            kvs_test::random_host_rows_rank(comm, s, memory.memory(), seed, 120, &barrier, &record);
+          }
+        });
+        expect_no_violations();
+      });
+}
+
+// An engine that says it has no stream (no_stream) with a stream as well
+// is refused on every rank, naming both options.
+TEST(NodeStandin, no_stream_with_a_stream_is_refused) {
+  reset(1, 1);
+  kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    cudaStream_t engine = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+    kvs_test::SmallPrefixNode s(1, KVS_NODE_DEVICE_CUDA, 0);
+    s.o.cuda_device = 0;
+    s.o.stream = engine;
+    s.o.no_stream = true;
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(err.message).find("options.no_stream says the engine has no stream"),
+              std::string::npos)
+        << err.message;
+    kvs_node_destroy(node);
+    EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+  });
+}
+
 // The node's buffers beside its carve (plan/node_overhead.h) priced with
 // its actual configuration and held by its reserve: on two 1 GiB GPUs of
 // the stand-in with budgets measured (x 0.1), a reserve below them is
