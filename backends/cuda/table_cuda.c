@@ -319,9 +319,8 @@ static kvs_status open_step(cuda_table *t, const kvs_cuda_table_options *options
    * the library's constant for it has. */
   if (o.engine_stream == KVS_CUDA_LEGACY_STREAM) o.engine_stream = (void *)cudaStreamLegacy;
   t->engine_stream = (cudaStream_t)o.engine_stream;
-  cuda_step_setup setup = {t->tables, t->device,    t->stream,        o,
-                           rows,      t->dims,      t->placement,     t->csa_derivable,
-                           t->hca_derivable};
+  cuda_step_setup setup = {t->tables,    t->device,        t->stream,       o, rows, t->dims,
+                           t->placement, t->csa_derivable, t->hca_derivable};
   return kvs_cuda_step_create(&setup, &t->step, bytes, err);
 }
 

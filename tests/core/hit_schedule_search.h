@@ -245,8 +245,7 @@ class HitSearch {
       EXPECT_NE(status, KVS_OK) << what << " of a hit whose block " << k.hit.node
                                 << " left the index since its match succeeded";
       if (status != KVS_OK) {
-        EXPECT_NE(std::string(err.message).find("match again"), std::string::npos)
-            << err.message;
+        EXPECT_NE(std::string(err.message).find("match again"), std::string::npos) << err.message;
         counts_->stale_refused++;
       }
     }
@@ -275,8 +274,8 @@ class HitSearch {
     if (k.hit.host_pages > 0) {
       counts_->fetched++;
       for (size_t i = 0; i < into.size(); i++) {
-        cached_[into[i]] =
-            std::vector<uint64_t>(k.keys.begin(), k.keys.begin() + long(depth - into.size() + i + 1));
+        cached_[into[i]] = std::vector<uint64_t>(
+            k.keys.begin(), k.keys.begin() + long(depth - into.size() + i + 1));
       }
     } else {
       counts_->acquired++;
@@ -303,9 +302,9 @@ class HitSearch {
   Index &ix_;
   std::mt19937_64 rng_;
   HitSearchCounts *counts_;
-  std::set<int64_t> free_;                       // the engine's free full pages
+  std::set<int64_t> free_;                           // the engine's free full pages
   std::map<int64_t, std::vector<uint64_t>> cached_;  // page -> its block's keys from the root
-  std::set<int64_t> evicted_;                    // pages evicted at least once
+  std::set<int64_t> evicted_;                        // pages evicted at least once
   std::vector<Kept> kept_;
   std::vector<Held> held_;
   uint64_t next_request_ = 1;

@@ -104,9 +104,15 @@ struct PoolIndex {
     kvs_prefix_hit h;
     kvs_status s = kvs_window_pool_prefix_match(leader(), keys.data(), keys.size(), prompt,
                                                 reprefill, &h, pages, err);
-    *hit = kvs_node_prefix_hit{sizeof(kvs_node_prefix_hit), h.matched_pages, h.hit_tokens,
-                               h.reprefill_tokens,          h.truncated_tokens, h.node,
-                               h.reprefill,                 h.host_pages,       h.stamp};
+    *hit = kvs_node_prefix_hit{sizeof(kvs_node_prefix_hit),
+                               h.matched_pages,
+                               h.hit_tokens,
+                               h.reprefill_tokens,
+                               h.truncated_tokens,
+                               h.node,
+                               h.reprefill,
+                               h.host_pages,
+                               h.stamp};
     return s;
   }
   // This geometry's rings are per window page: requests hold no slot.
@@ -132,8 +138,8 @@ struct PoolIndex {
   kvs_status insert(uint64_t request, const std::vector<uint64_t> &keys,
                     const std::vector<int64_t> &pages, const std::vector<uint8_t> &tails,
                     std::vector<uint8_t> *taken, kvs_error *err) {
-    return kvs_window_pool_prefix_insert(leader(), request, keys.data(), pages.data(),
-                                         tails.data(), keys.size(), taken->data(), err);
+    return kvs_window_pool_prefix_insert(leader(), request, keys.data(), pages.data(), tails.data(),
+                                         keys.size(), taken->data(), err);
   }
   kvs_status release(uint64_t request, kvs_error *err) {
     return kvs_window_pool_prefix_release(leader(), request, err);

@@ -138,8 +138,8 @@ TEST(NodePrefixHitSchedules, no_hit_is_taken_on_blocks_other_than_its_match_foun
     for (uint64_t host : {0, 6}) {
       kvs_test::HitSearchCounts c;
       search(tp, host, schedules(tp == 1 ? 30 : 12), &c);
-      const std::string what = std::to_string(tp) + (tp == 1 ? " rank" : " ranks") +
-                               (host > 0 ? ", host tier" : "");
+      const std::string what =
+          std::to_string(tp) + (tp == 1 ? " rank" : " ranks") + (host > 0 ? ", host tier" : "");
       report(what.c_str(), c);
       EXPECT_GT(c.stale_refused, c.schedules / 2) << what;
       EXPECT_GT(c.acquired, c.schedules) << what;
