@@ -324,9 +324,11 @@ typedef struct kvs_node_options {
    * before the step's event: the engine's work of earlier steps must then
    * be finished when it calls kvs_node_step. */
   uint64_t host_cache_bytes;
-  /* Keep and agree on the host tier's index only, moving no rows (false):
-   * for a simulator that prices the copies itself (kvsim). */
-  bool host_cache_index_only;
+  /* Keep and agree on the indexes only, moving no rows (false): no ring
+   * clears at admission, no tail-state restores, no host-tier copies. For a
+   * simulator whose tables hold no KV and which prices the copies itself
+   * (kvsim). */
+  bool index_only;
   /* No engine stream (false): the node orders nothing against the
    * engine's streams, whose work must wait for the step's event (the
    * result's `event`) and be done with a result buffer before the step
@@ -502,12 +504,18 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
  * equal parents mean equal blocks). A request that shares a prefix reads
  * the cached pages (their compressed and indexer rows) instead of
  * recomputing them. A hit ends on a multiple of every compression ratio
- * and of P, below the prompt's last token, where every compress-state
- * ring is empty. The window tokens before it are the window page of the
- * hit's last page: retained by the cache (a "tail" left by the request
- * that inserted it), or re-prefilled by the hitting request (the engine's
- * re-prefill length; the window page is then bound for it alone, and
- * nobody else hits through it until it releases): the match takes what
+ * and of P, below the prompt's last token. There the ratio-128 rings are
+ * empty; the ratio-4 compressors overlap (the first block after a hit at
+ * H reads the first halves of the ring rows of H - 4 .. H - 1). With rings
+ * per request a node with a prefix cache keeps them per window page (its
+ * tail state, written by the engine with the page: two rows per window
+ * page after the slots' rings in the state_4 and index_state views) and
+ * seeds an exact hit's ring slot from its tail's in the step after the
+ * request holds both the hit and its slot (kvs_node_admit, either order);
+ * every ring slot is cleared when it is bound. The window tokens before it are the window page of
+ * the hit's last page: retained by the cache (a "tail" left by the request that inserted it), or
+ * re-prefilled by the hitting request (the engine's re-prefill length; the window page is then
+ * bound for it alone, and nobody else hits through it until it releases): the match takes what
  * costs less, or truncates to the deepest retained boundary. A cached
  * page can never be bound for writing (kvs_node_bind refuses it), and a
  * tail's window binding is the cache's (kvs_node_free skips it). Pages

@@ -146,6 +146,14 @@ kvs_status kvs_row_widths_for(const kvs_geometry *geometry, kvs_kv_dtype dtype,
   return KVS_OK;
 }
 
+void kvs_row_widths_place(kvs_row_widths *w, kvs_state_rings rings, uint64_t max_running,
+                          bool prefix_cache) {
+  if (w == NULL) return;
+  w->state_rings = rings;
+  w->n_req_slots = rings == KVS_STATE_RINGS_PER_PAGE ? 0 : max_running + 1;
+  w->tail_states = prefix_cache && kvs_state_rings_csa_per_request(rings);
+}
+
 kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_t end,
                                const kvs_row_widths *widths, kvs_cost_terms *out, kvs_error *err) {
   if (geometry == NULL) {
@@ -169,6 +177,12 @@ kvs_status kvs_cost_terms_make(const kvs_geometry *geometry, size_t first, size_
       w->state_rings != KVS_STATE_RINGS_HCA_PER_REQUEST) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "state rings %d are not a placement",
                          (int)w->state_rings);
+  }
+  if (w->tail_states && !kvs_state_rings_csa_per_request(w->state_rings)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "tail states keep what %s rings already keep per window page: they go "
+                         "with per-request rings only",
+                         kvs_state_rings_name(w->state_rings));
   }
   if (w->state_rings == KVS_STATE_RINGS_PER_PAGE ? w->n_req_slots != 0 : w->n_req_slots < 2) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -430,6 +444,7 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
   out->n_layers = terms->n_layers;
   out->state_rings = terms->widths.state_rings;
   out->n_req_slots = terms->widths.n_req_slots;
+  out->tail_states = terms->widths.tail_states;
   return KVS_OK;
 }
 
@@ -497,8 +512,11 @@ kvs_status kvs_pool_sizes_layer(const kvs_pool_sizes *sizes, const kvs_geometry 
                                             : kvs_state_rings_hca_per_request(sizes->state_rings);
   uint64_t units = per_request ? sizes->n_req_slots : sizes->n_win_pages;
   s.state_per_request = per_request;
-  s.state_slots = units * ring;
-  s.idx_state_slots = s.has_indexer ? units * RING_CSA : 0;
+  s.ring_rows = units * ring;
+  s.tail_state_rows =
+      sizes->tail_states && ratio == KVS_CSA_RATIO ? sizes->n_win_pages * KVS_TAIL_STATE_ROWS : 0;
+  s.state_slots = s.ring_rows + s.tail_state_rows;
+  s.idx_state_slots = s.has_indexer ? units * RING_CSA + s.tail_state_rows : 0;
   *present = true;
   *out = s;
   return KVS_OK;
@@ -521,6 +539,9 @@ static bool breakdown_at(const kvs_cost_terms *t, uint64_t full_token, uint64_t 
   b->indexer = kvs_mul(kvs_mul(t->n_csa, csa_blocks, &of), w->index, &of);
   uint64_t csa_ring =
       kvs_mul(csa_ring_units(w->state_rings, n_win_pages, w->n_req_slots), RING_CSA, &of);
+  /* Tail states: rows of the ratio-4 regions, per window page. */
+  if (w->tail_states)
+    csa_ring = kvs_add(csa_ring, kvs_mul(n_win_pages, KVS_TAIL_STATE_ROWS, &of), &of);
   uint64_t hca_ring =
       kvs_mul(hca_ring_units(w->state_rings, n_win_pages, w->n_req_slots), RING_HCA, &of);
   b->state = kvs_add(kvs_mul(kvs_mul(t->n_csa, csa_ring, &of), w->csa_state, &of),
@@ -565,6 +586,11 @@ kvs_status kvs_pool_sizes_check_terms(const kvs_pool_sizes *sizes, const kvs_cos
                          (unsigned long long)sizes->n_req_slots,
                          kvs_state_rings_name(terms->widths.state_rings),
                          (unsigned long long)terms->widths.n_req_slots);
+  }
+  if (sizes->tail_states != terms->widths.tail_states) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "these sizes %s tail states, the terms %s",
+                         sizes->tail_states ? "keep" : "keep no",
+                         terms->widths.tail_states ? "do" : "do not");
   }
   return KVS_OK;
 }
@@ -831,8 +857,7 @@ static kvs_status solve_terms(const char *function, const kvs_geometry *geometry
   kvs_row_widths w;
   kvs_status status = kvs_row_widths_for(geometry, o->kv_dtype, o->qk_rope_head_dim, &w, err);
   if (status != KVS_OK) return status;
-  w.state_rings = o->state_rings;
-  w.n_req_slots = o->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : o->max_running + 1;
+  kvs_row_widths_place(&w, o->state_rings, o->max_running, false);
   return kvs_cost_terms_make(geometry, 0, kvs_geometry_layer_count(geometry), &w, out, err);
 }
 

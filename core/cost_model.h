@@ -95,7 +95,34 @@ typedef struct kvs_row_widths {
   /* Request slots, the dummy included, when some rings are per request
    * (at least 2: one to bind and the dummy); 0 when every ring is per page. */
   uint64_t n_req_slots;
+  /* Tail states (only with the ratio-4 rings per request): every window
+   * page also keeps what the next block's overlapping compression reads of
+   * the ratio-4 rings (attention and indexer) at the page's end: the first
+   * halves of its last KVS_TAIL_STATE_POSITIONS positions' ring rows, in
+   * KVS_TAIL_STATE_ROWS rows after the request slots' rings in the same
+   * regions. A node with a prefix cache keeps them, so a hit through a
+   * retained tail is exact.
+   *
+   * A ratio-4 ring row is four equal parts, [kv first half | kv second
+   * half | score first half | score second half] (fp32): a block's
+   * compression reads the first halves of the block before's positions
+   * and the second halves of its own. A tail-state row holds two
+   * positions, each as [kv first half | score first half]. */
+  bool tail_states;
 } kvs_row_widths;
+
+/* The positions before a ratio-4 block boundary whose ring rows the next
+ * block's overlapping compression reads (the ratio), and the ring-width
+ * rows their first halves take in a window page's tail state. */
+#define KVS_TAIL_STATE_POSITIONS 4u
+#define KVS_TAIL_STATE_ROWS 2u
+
+/* Places the rings in w: `rings`, with a request slot per running request
+ * and the dummy when some are per request, and tail states where a prefix
+ * cache needs them (per-request ratio-4 rings). The one rule kvplan, the
+ * node and the solve place rings by. NULL: nothing. */
+void kvs_row_widths_place(kvs_row_widths *w, kvs_state_rings rings, uint64_t max_running,
+                          bool prefix_cache);
 
 /* bf16 KV rows (head_dim*2, index_head_dim*2) and fp32 ring rows holding
  * kv|score, (1+overlap)*width wide each: 2*2*head_dim*4 on CSA,
@@ -194,6 +221,7 @@ typedef struct kvs_pool_sizes {
   uint64_t n_layers;    /* layers these sizes were built for */
   kvs_state_rings state_rings;
   uint64_t n_req_slots; /* request slots, the dummy included; 0 when rings are per page */
+  bool tail_states;     /* kvs_row_widths.tail_states */
 } kvs_pool_sizes;
 
 uint64_t kvs_pool_sizes_num_pages(const kvs_pool_sizes *sizes);
@@ -206,8 +234,14 @@ typedef struct kvs_layer_sizes {
   bool has_indexer;         /* the two idx_* fields are meaningful only then */
   uint64_t idx_blocks;      /* full_token / 4 */
   bool state_per_request;   /* the rings below are per request slot, not per window page */
-  uint64_t state_slots;     /* (n_win_pages or n_req_slots) * ring_size */
-  uint64_t idx_state_slots; /* (n_win_pages or n_req_slots) * 8 */
+  uint64_t state_slots;     /* (n_win_pages or n_req_slots) * ring_size, + tail_state_rows */
+  uint64_t idx_state_slots; /* (n_win_pages or n_req_slots) * 8, + tail_state_rows */
+  /* With tail states, on a ratio-4 layer: n_win_pages * KVS_TAIL_STATE_ROWS
+   * rows after the rings in both regions (window page w's at ring_rows +
+   * w * KVS_TAIL_STATE_ROWS: position P - 4 + i of the page in row i / 2,
+   * half i % 2); 0 otherwise. */
+  uint64_t ring_rows; /* the rings' rows: state_slots without the tail states */
+  uint64_t tail_state_rows;
 } kvs_layer_sizes;
 
 /* Sizes every tier for num_pages. n_win_pages is the window in whole pages

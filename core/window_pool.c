@@ -219,6 +219,18 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
       kvs_binding_digest_term(pool->dummy_full_base / page, pool->dummy_window_base / page);
 
   pool->chunk_budget = left / 2 * page > page ? left / 2 * page : page;
+  pool->tail_states = sizes->tail_states && options->prefix_cache && pool->slots.n > 0;
+  /* A restore entry packs a request slot and a window page in 62 bits. */
+  if (pool->tail_states &&
+      (pool->slots.n > KVS_RESTORE_MAX_SLOTS || pool->n_win_pages > KVS_RESTORE_MAX_WINDOW_PAGES)) {
+    kvs_status s =
+        kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                      "tail states of %llu window pages and %llu request slots: a "
+                      "pool keeps them for at most 2^32 and 2^29",
+                      (unsigned long long)pool->n_win_pages, (unsigned long long)pool->slots.n);
+    kvs_window_pool_destroy(pool);
+    return s;
+  }
   *out = pool;
   return KVS_OK;
 }
@@ -727,7 +739,14 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     int64_t wp = entries[i].window_page;
     if (pool->prefix.n > 0 && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
       any_prefix = true;
-      continue; /* replayed below, after the pages and slots validate */
+      /* Replayed below, after the pages and slots validate; a restore's
+       * slot is checked here, in order with the slots' own entries. */
+      kvs_tail_restore r;
+      if (kvs_window_pool_restore_of(&entries[i], &r)) {
+        kvs_status status = kvs_pool_slots_validate_seed(&pool->slots, i, r.slot, epoch, err);
+        if (status != KVS_OK) return status;
+      }
+      continue;
     }
     if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_status status = kvs_pool_slots_validate(&pool->slots, i, &entries[i], epoch, err);
@@ -804,7 +823,14 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
     int64_t wp = entries[i].window_page;
-    if (any_prefix && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) continue;
+    if (any_prefix && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
+      /* A restore seeds its slot here, in order with the slots' binds. */
+      kvs_tail_restore r;
+      if (kvs_window_pool_restore_of(&entries[i], &r)) {
+        kvs_pool_slots_set_seed(&pool->slots, r.slot, (int64_t)r.full_page);
+      }
+      continue;
+    }
     if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_pool_slots_commit(&pool->slots, &entries[i]);
     } else if (wp >= 0) {
@@ -966,10 +992,15 @@ kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, u
   }
   uint64_t picked;
   kvs_status status = kvs_pool_slots_pick(&pool->slots, request, &picked, err);
-  if (status == KVS_OK) status = journal_room(pool, 1, err);
+  /* An exact hit the request took before it was bound seeds the slot. */
+  if (status == KVS_OK) {
+    status = journal_room(pool, 1 + kvs_pool_prefix_seed_entries(pool, request), err);
+  }
   if (status != KVS_OK) return status;
   kvs_pool_slots_set(&pool->slots, picked, (int64_t)request);
   journal(pool, KVS_JOURNAL_SLOT_TAG | picked, (int64_t)request);
+  status = kvs_pool_prefix_seed_slot(pool, request, picked, err); /* checked: cannot fail */
+  if (status != KVS_OK) return status;
   *slot = picked;
   return KVS_OK;
 }

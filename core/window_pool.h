@@ -419,7 +419,11 @@ typedef enum kvs_prefix_op {
   KVS_PREFIX_OP_UNTAIL,   /* page's tail is dropped (its window page freed next) */
   KVS_PREFIX_OP_EVICT,    /* page leaves the index; operand: its key */
   KVS_PREFIX_OP_SPILL,    /* page's rows go to host slot `operand` before it leaves */
-  KVS_PREFIX_OP_FETCH     /* page's rows come back from host slot `operand` */
+  KVS_PREFIX_OP_FETCH,    /* page's rows come back from host slot `operand` */
+  /* An exact hit through page's tail: its tail state seeds a request's
+   * ring (operand: kvs_restore_operand's packing; kvs_window_pool_restore_of
+   * decodes it). */
+  KVS_PREFIX_OP_RESTORE
 } kvs_prefix_op;
 
 /* A journal entry's prefix operation, its full page and its operand
@@ -439,6 +443,29 @@ typedef struct kvs_host_move {
 /* Whether a journal entry moves rows, and which (false for every other
  * entry, prefix or not). Tables run the moves in journal order. */
 bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out);
+
+/* Whether a journal entry binds a request slot to a request (its rings
+ * start cleared), and which slot (false for every other entry: frees,
+ * pages, prefix entries). */
+bool kvs_window_pool_slot_bind_of(const kvs_journal_entry *entry, uint64_t *slot);
+
+/* A tail state's restore, as a step's journal orders it: request slot
+ * `slot`'s ring rows [ring_row, ring_row + KVS_TAIL_STATE_POSITIONS) of
+ * the ratio-4 rings (attention and indexer), rows slot x 8 + 0 or + 4: the
+ * positions before the hit, whose first halves (kv and score) come from
+ * window page `window_page`'s tail state (kvs_row_widths.tail_states), on
+ * every ratio-4 layer. The ring was cleared when the slot was bound (the
+ * journal's slot entry): nothing else of it is the hit's. */
+typedef struct kvs_tail_restore {
+  uint64_t full_page;   /* the hit's block, whose tail it is */
+  uint64_t window_page; /* the tail's window page */
+  uint64_t slot;        /* the request slot */
+  uint64_t ring_row;    /* slot x 8 + 0 or 4: where positions H - 4 .. H - 1 go */
+} kvs_tail_restore;
+
+/* Whether a journal entry restores a tail state, and which (false for
+ * every other entry). Tables run the restores in journal order. */
+bool kvs_window_pool_restore_of(const kvs_journal_entry *entry, kvs_tail_restore *out);
 
 /* Host slot `slot`'s block chain; KVS_ERR_NOT_FOUND when it holds none. */
 kvs_status kvs_window_pool_prefix_host_slot(const struct kvs_window_pool *pool, uint64_t slot,

@@ -24,6 +24,7 @@ typedef struct kvs_pool_slots {
   uint64_t bound;              /* bound to requests, the dummy excluded */
   uint64_t digest;             /* the slots' terms of the pool digest, the dummy included */
   int64_t *request;            /* per slot: its request, KVS_SLOT_FREE or KVS_SLOT_DUMMY */
+  int64_t *seed;               /* per slot: the cached block whose tail state its ring took; -1 */
   uint32_t *stamp;             /* per slot, during apply */
   int64_t *overlay;            /* a slot's request during apply */
   /* request -> slot, open addressing (linear probing), so a lookup per
@@ -59,12 +60,22 @@ void kvs_pool_slots_set(kvs_pool_slots *slots, uint64_t slot, int64_t request);
 kvs_status kvs_pool_slots_bind_raw(kvs_pool_slots *slots, uint64_t slot, int64_t request,
                                    kvs_error *err);
 
+/* The cached block (its full page) whose tail state seeded slot `slot`'s
+ * ring since it was bound, -1 for none; and setting it (the digest
+ * follows). A slot that changes hands is unseeded. */
+int64_t kvs_pool_slots_seed(const kvs_pool_slots *slots, uint64_t slot);
+void kvs_pool_slots_set_seed(kvs_pool_slots *slots, uint64_t slot, int64_t page);
+
 /* Clears the apply stamps (when the pool's epoch wraps). */
 void kvs_pool_slots_clear_stamps(kvs_pool_slots *slots);
 /* Pass 1 of apply for a tagged entry i: validates it against the slots as
  * replayed so far (stamped overlays of this epoch). */
 kvs_status kvs_pool_slots_validate(kvs_pool_slots *slots, size_t i, const kvs_journal_entry *entry,
                                    uint32_t epoch, kvs_error *err);
+/* Pass 1 for a tail-state restore into `slot` at entry i: the slot
+ * holds a request as replayed so far. */
+kvs_status kvs_pool_slots_validate_seed(const kvs_pool_slots *slots, size_t i, uint64_t slot,
+                                        uint32_t epoch, kvs_error *err);
 /* Pass 2: applies a validated tagged entry. */
 void kvs_pool_slots_commit(kvs_pool_slots *slots, const kvs_journal_entry *entry);
 
@@ -180,6 +191,9 @@ struct kvs_window_pool {
 
   /* The prefix cache (window_pool_prefix.c); n == 0 when off. */
   kvs_pool_prefix prefix;
+  /* The carve keeps tail states (kvs_pool_sizes.tail_states) and the pool
+   * a prefix cache: an exact hit seeds its request's ring from them. */
+  bool tail_states;
 };
 
 /* The pool's own steps, for the prefix leaf: journal room and an entry,
@@ -203,6 +217,14 @@ void kvs_pool_prefix_free(kvs_pool_prefix *prefix);
 kvs_status kvs_pool_prefix_apply(struct kvs_window_pool *pool, const kvs_journal_entry *entries,
                                  size_t n, kvs_error *err);
 kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *err);
+/* An exact hit seeds its request's ring from its tail's state (tail
+ * states only): the journal entries seeding `request`'s slot takes (0 or
+ * 1), and the leader's seeding of it once the request holds both the hit
+ * and `slot` (nothing when it does not, or is seeded already). The
+ * caller has checked the journal's room. */
+uint64_t kvs_pool_prefix_seed_entries(const struct kvs_window_pool *pool, uint64_t request);
+kvs_status kvs_pool_prefix_seed_slot(struct kvs_window_pool *pool, uint64_t request, uint64_t slot,
+                                     kvs_error *err);
 uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first, uint64_t end);
 
 /* The host tier (window_pool_host.c). Apply refuses (changing nothing)
@@ -219,6 +241,12 @@ kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chai
 void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kvs_host_rec *saved);
 uint64_t kvs_pool_host_digest_range(const kvs_pool_host *host, uint64_t first, uint64_t end);
 kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);
+/* A restore entry's operand: slot << 33 | half << 32 | window page, where
+ * half says which half of the slot's 8-row ratio-4 ring the hit's last
+ * four positions fill (window_pool_prefix.c packs and reads it). */
+#define KVS_RESTORE_MAX_SLOTS (UINT64_C(1) << 29)
+#define KVS_RESTORE_MAX_WINDOW_PAGES (UINT64_C(1) << 32)
+
 /* The chain of a child with key under a node of chain parent (the root:
  * KVS_PREFIX_ROOT_CHAIN). */
 #define KVS_PREFIX_ROOT_CHAIN UINT64_C(0x6b76736861726421)

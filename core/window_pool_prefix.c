@@ -24,7 +24,8 @@ enum {
   OP_UNTAIL = KVS_PREFIX_OP_UNTAIL,
   OP_EVICT = KVS_PREFIX_OP_EVICT,
   OP_SPILL = KVS_PREFIX_OP_SPILL,
-  OP_FETCH = KVS_PREFIX_OP_FETCH
+  OP_FETCH = KVS_PREFIX_OP_FETCH,
+  OP_RESTORE = KVS_PREFIX_OP_RESTORE
 };
 
 #define OP_SHIFT 56
@@ -56,7 +57,7 @@ kvs_prefix_op kvs_window_pool_prefix_entry(const kvs_journal_entry *entry, uint6
     return KVS_PREFIX_OP_NONE;
   }
   unsigned op = entry_op(entry);
-  if (op < OP_NEW_KEY || op > OP_FETCH) return KVS_PREFIX_OP_NONE;
+  if (op < OP_NEW_KEY || op > OP_RESTORE) return KVS_PREFIX_OP_NONE;
   if (page != NULL) *page = entry->full_page & A_MASK;
   if (operand != NULL) *operand = entry->window_page;
   return (kvs_prefix_op)op;
@@ -70,6 +71,37 @@ bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move 
   if (out != NULL) {
     kvs_host_move m = {op == KVS_PREFIX_OP_FETCH, page, (uint64_t)slot};
     *out = m;
+  }
+  return true;
+}
+
+/* ---- tail-state restores ---- */
+
+/* The half of an 8-row ratio-4 ring that positions H - 4 .. H - 1 of a hit
+ * at H = (depth + 1) x P fill: 0 (rows 0-3) or 1 (rows 4-7). */
+static uint64_t restore_half(const struct kvs_window_pool *pool, uint64_t depth) {
+  uint64_t h = (depth + 1) * pool->page;
+  return ((h - KVS_TAIL_STATE_POSITIONS) % (2 * KVS_TAIL_STATE_POSITIONS)) /
+         KVS_TAIL_STATE_POSITIONS;
+}
+
+static int64_t restore_operand(uint64_t slot, uint64_t half, uint64_t window_page) {
+  return (int64_t)((slot << 33) | (half << 32) | window_page);
+}
+
+bool kvs_window_pool_restore_of(const kvs_journal_entry *entry, kvs_tail_restore *out) {
+  uint64_t page = 0;
+  int64_t operand = -1;
+  if (kvs_window_pool_prefix_entry(entry, &page, &operand) != KVS_PREFIX_OP_RESTORE ||
+      operand < 0) {
+    return false;
+  }
+  if (out != NULL) {
+    uint64_t b = (uint64_t)operand;
+    kvs_tail_restore r = {
+        page, b & UINT32_MAX, b >> 33,
+        (b >> 33) * 2 * KVS_TAIL_STATE_POSITIONS + ((b >> 32) & 1) * KVS_TAIL_STATE_POSITIONS};
+    *out = r;
   }
   return true;
 }
@@ -550,6 +582,24 @@ static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *
       }
       return KVS_OK;
     }
+    case OP_RESTORE: {
+      /* The slot is the pool's (checked in order with the slots' entries,
+       * seeded there); here the block: a readable tail at this depth. */
+      uint64_t operand = (uint64_t)b;
+      uint64_t window_page = operand & UINT32_MAX, slot = operand >> 33;
+      if (r->used != 1 || !r->tail || r->writer >= 0 || b < 0 ||
+          window_page + 1 >= pool->n_win_pages || slot + 1 >= pool->slots.n ||
+          ((operand >> 32) & 1) != restore_half(pool, r->depth)) {
+        return REFUSE(
+            "prefix entry restores block %d's tail state (window page %llu) into "
+            "request slot %llu, but %s",
+            n, (unsigned long long)window_page, (unsigned long long)slot,
+            r->used != 1 || !r->tail || r->writer >= 0
+                ? "the block has no readable tail"
+                : "the operand does not fit this pool or this block");
+      }
+      return KVS_OK;
+    }
     case OP_SPILL:
     case OP_FETCH: {
       if (r->used != 1) {
@@ -909,13 +959,47 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                          "block %llu has no readable tail (%s): an exact hit needs it",
                          (unsigned long long)fp, r->tail ? "another request writes it" : "none");
   }
-  if ((status = kvs_pool_journal_room(pool, hit->reprefill ? 3 : 1, err))) return status;
+  /* An exact hit with tail states seeds the request's ring: now if it
+   * holds a slot, else when it is bound (kvs_pool_prefix_seed_slot). */
+  int64_t slot = kvs_pool_slots_of(&pool->slots, request);
+  bool restore = pool->tail_states && !hit->reprefill && slot >= 0;
+  uint64_t entries = hit->reprefill ? 3 : restore ? 2 : 1;
+  if ((status = kvs_pool_journal_room(pool, entries, err))) return status;
   if ((status = lead(pool, OP_ACQUIRE, fp, (int64_t)request, err))) return status;
   if (hit->reprefill) {
     if ((status = kvs_pool_bind_page(pool, fp, err))) return status; /* checked: cannot fail */
     if ((status = lead(pool, OP_TAIL, fp, (int64_t)request, err))) return status;
   }
+  if (restore) return kvs_pool_prefix_seed_slot(pool, request, (uint64_t)slot, err);
   return KVS_OK;
+}
+
+/* The block an exact hit of `request` seeds its ring from: what it holds,
+ * when it holds through a readable tail it does not write; -1 otherwise
+ * (no tail states, nothing held, a re-prefill, its own inserted path). */
+static int64_t seed_of(const struct kvs_window_pool *pool, uint64_t request) {
+  const kvs_pool_prefix *p = &pool->prefix;
+  if (!pool->tail_states || p->n == 0) return -1;
+  int64_t h = hold_find(p, request);
+  if (h < 0 || p->hold_node[h] < 0 || p->hold_writing[h] >= 0) return -1;
+  const kvs_prefix_rec *r = &p->rec[p->hold_node[h]];
+  return r->tail && r->writer < 0 ? p->hold_node[h] : -1;
+}
+
+uint64_t kvs_pool_prefix_seed_entries(const struct kvs_window_pool *pool, uint64_t request) {
+  return seed_of(pool, request) >= 0 ? 1 : 0;
+}
+
+kvs_status kvs_pool_prefix_seed_slot(struct kvs_window_pool *pool, uint64_t request, uint64_t slot,
+                                     kvs_error *err) {
+  int64_t fp = seed_of(pool, request);
+  if (fp < 0 || kvs_pool_slots_seed(&pool->slots, slot) == fp) return KVS_OK;
+  const kvs_prefix_rec *r = &pool->prefix.rec[fp];
+  int64_t operand = restore_operand(slot, restore_half(pool, r->depth),
+                                    (uint64_t)kvs_pool_window_page_of(pool, (uint64_t)fp));
+  kvs_status status = lead(pool, OP_RESTORE, (uint64_t)fp, operand, err); /* room: the caller's */
+  if (status == KVS_OK) kvs_pool_slots_set_seed(&pool->slots, slot, fp);
+  return status;
 }
 
 kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request,

@@ -73,9 +73,15 @@ uint64_t kvs_slot_digest_term(uint64_t slot, uint64_t request) {
   return kvs_binding_pair_term(slot ^ 0x736c6f7473000000ull, request + 0x5bd1e995ull);
 }
 
-/* The digest term of what a slot holds (0 for a free slot). */
-static uint64_t term_of(uint64_t slot, int64_t request) {
-  return request == KVS_SLOT_FREE ? 0 : kvs_slot_digest_term(slot, (uint64_t)request);
+/* The digest term of what slot `slot` holds (0 for a free slot): its
+ * request, and the cached block whose tail state seeded its ring. */
+static uint64_t term_of(const kvs_pool_slots *slots, uint64_t slot) {
+  int64_t request = slots->request[slot];
+  if (request == KVS_SLOT_FREE) return 0;
+  uint64_t term = kvs_slot_digest_term(slot, (uint64_t)request);
+  int64_t seed = slots->seed[slot];
+  if (seed >= 0) term += kvs_binding_pair_term(slot ^ 0x7365656473000000ull, (uint64_t)seed);
+  return term;
 }
 
 /* ---- lifecycle ---- */
@@ -100,6 +106,7 @@ kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings, uin
   }
   size_t n = (size_t)n_req_slots;
   slots->request = malloc(n * sizeof *slots->request);
+  slots->seed = malloc(n * sizeof *slots->seed);
   slots->stamp = calloc(n, sizeof *slots->stamp);
   slots->overlay = calloc(n, sizeof *slots->overlay);
   uint64_t capacity = 4;
@@ -107,12 +114,13 @@ kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings, uin
   slots->hash_mask = capacity - 1;
   slots->hash_key = malloc((size_t)capacity * sizeof *slots->hash_key);
   slots->hash_slot = malloc((size_t)capacity * sizeof *slots->hash_slot);
-  if (slots->request == NULL || slots->stamp == NULL || slots->overlay == NULL ||
-      slots->hash_key == NULL || slots->hash_slot == NULL) {
+  if (slots->request == NULL || slots->seed == NULL || slots->stamp == NULL ||
+      slots->overlay == NULL || slots->hash_key == NULL || slots->hash_slot == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu request slots",
                          (unsigned long long)n_req_slots);
   }
   for (size_t i = 0; i + 1 < n; i++) slots->request[i] = KVS_SLOT_FREE;
+  for (size_t i = 0; i < n; i++) slots->seed[i] = -1;
   slots->request[n - 1] = KVS_SLOT_DUMMY;
   hash_rebuild(slots);
   slots->digest = kvs_slot_digest_term(n_req_slots - 1, (uint64_t)KVS_SLOT_DUMMY);
@@ -121,6 +129,7 @@ kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings, uin
 
 void kvs_pool_slots_free(kvs_pool_slots *slots) {
   free(slots->request);
+  free(slots->seed);
   free(slots->stamp);
   free(slots->overlay);
   free(slots->hash_key);
@@ -174,9 +183,11 @@ void kvs_pool_slots_set(kvs_pool_slots *slots, uint64_t slot, int64_t request) {
   /* The bound count follows the table: free -> request binds, back frees. */
   if (before == KVS_SLOT_FREE && request != KVS_SLOT_FREE) slots->bound++;
   if (before != KVS_SLOT_FREE && request == KVS_SLOT_FREE) slots->bound--;
-  slots->digest -= term_of(slot, before);
-  slots->digest += term_of(slot, request);
+  slots->digest -= term_of(slots, slot);
+  /* A slot that changes hands starts unseeded: its rings are cleared. */
+  if (request != before) slots->seed[slot] = -1;
   slots->request[slot] = request;
+  slots->digest += term_of(slots, slot);
   if (before >= 0) hash_drop(slots, (uint64_t)before, slot);
   if (request >= 0) hash_put(slots, (uint64_t)request, slot);
 }
@@ -208,6 +219,17 @@ void kvs_pool_slots_clear_stamps(kvs_pool_slots *slots) {
 /* What slot s holds as replayed so far in this epoch. */
 static int64_t replayed(const kvs_pool_slots *slots, uint64_t s, uint32_t epoch) {
   return slots->stamp[s] == epoch ? slots->overlay[s] : slots->request[s];
+}
+
+kvs_status kvs_pool_slots_validate_seed(const kvs_pool_slots *slots, size_t i, uint64_t slot,
+                                        uint32_t epoch, kvs_error *err) {
+  if (slots->n == 0 || slot + 1 >= slots->n || replayed(slots, slot, epoch) < 0) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "journal entry %zu restores a tail state into request slot %llu, which "
+                         "holds no request here (%llu slots)",
+                         i, (unsigned long long)slot, (unsigned long long)slots->n);
+  }
+  return KVS_OK;
 }
 
 /* Whether a replayed bind of `request` to `slot` is consistent: the slot
@@ -262,6 +284,16 @@ kvs_status kvs_pool_slots_validate(kvs_pool_slots *slots, size_t i, const kvs_jo
   slots->stamp[slot] = epoch;
   slots->overlay[slot] = request >= 0 ? request : KVS_SLOT_FREE;
   return KVS_OK;
+}
+
+bool kvs_window_pool_slot_bind_of(const kvs_journal_entry *entry, uint64_t *slot) {
+  if (entry == NULL || (entry->full_page & KVS_JOURNAL_SLOT_TAG) == 0 ||
+      (entry->full_page & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG ||
+      entry->window_page < 0) {
+    return false;
+  }
+  if (slot != NULL) *slot = entry->full_page & ~KVS_JOURNAL_SLOT_TAG;
+  return true;
 }
 
 void kvs_pool_slots_commit(kvs_pool_slots *slots, const kvs_journal_entry *entry) {
@@ -322,8 +354,18 @@ kvs_status kvs_pool_slots_check(const kvs_pool_slots *slots, kvs_error *err) {
 uint64_t kvs_pool_slots_digest_range(const kvs_pool_slots *slots, uint64_t first, uint64_t end) {
   if (end > slots->n) end = slots->n;
   uint64_t digest = 0;
-  for (uint64_t s = first; s < end; s++) digest += term_of(s, slots->request[s]);
+  for (uint64_t s = first; s < end; s++) digest += term_of(slots, s);
   return digest;
+}
+
+int64_t kvs_pool_slots_seed(const kvs_pool_slots *slots, uint64_t slot) {
+  return slot < slots->n ? slots->seed[slot] : -1;
+}
+
+void kvs_pool_slots_set_seed(kvs_pool_slots *slots, uint64_t slot, int64_t page) {
+  slots->digest -= term_of(slots, slot);
+  slots->seed[slot] = page;
+  slots->digest += term_of(slots, slot);
 }
 
 /* ---- ring arithmetic ---- */

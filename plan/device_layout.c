@@ -35,7 +35,7 @@ const char *kvs_device_tier_name(kvs_device_tier tier) {
 }
 
 kvs_row_widths kvs_row_widths_fp8(const kvs_geometry *geometry) {
-  kvs_row_widths none = {0, 0, 0, 0, 0, KVS_STATE_RINGS_PER_PAGE, 0};
+  kvs_row_widths none = {0, 0, 0, 0, 0, KVS_STATE_RINGS_PER_PAGE, 0, false};
   if (geometry == NULL) return none; /* zero widths: every pricing refuses them */
   kvs_row_widths w = kvs_row_widths_default(geometry);
   w.kv = KVS_FP8_KV_ROW_BYTES;
@@ -171,6 +171,11 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
       kvs_state_rings_csa_per_request(sizes->state_rings) ? sizes->n_req_slots : sizes->n_win_pages;
   uint64_t hca_units =
       kvs_state_rings_hca_per_request(sizes->state_rings) ? sizes->n_req_slots : sizes->n_win_pages;
+  /* Tail states: rows after the ratio-4 rings, per window page. */
+  uint64_t csa_rows = mul(csa_units, KVS_RING_SLOTS_CSA, of);
+  if (sizes->tail_states) {
+    csa_rows = add(csa_rows, mul(sizes->n_win_pages, KVS_TAIL_STATE_ROWS, of), of);
+  }
   kvs_device_span *s = l->spans;
   set_span(&s[SPAN_MAPPING], KVS_DEVICE_TIER_MAPPING, 0, 1, ft, 1, KVS_INT64_BYTES, of);
   set_span(&s[SPAN_WINDOW], KVS_DEVICE_TIER_WINDOW, 0, terms->n_layers, sizes->n_win_slots, 0,
@@ -181,12 +186,12 @@ static void carve(const kvs_cost_terms *terms, const kvs_pool_sizes *sizes,
            ft / KVS_HCA_RATIO, options->n_scratch, w->kv, of);
   set_span(&s[SPAN_INDEXER], KVS_DEVICE_TIER_INDEXER, KVS_CSA_RATIO, terms->n_csa,
            ft / KVS_CSA_RATIO, options->n_scratch, w->index, of);
-  set_span(&s[SPAN_STATE_CSA], KVS_DEVICE_TIER_STATE, KVS_CSA_RATIO, terms->n_csa,
-           mul(csa_units, KVS_RING_SLOTS_CSA, of), 1, w->csa_state, of);
+  set_span(&s[SPAN_STATE_CSA], KVS_DEVICE_TIER_STATE, KVS_CSA_RATIO, terms->n_csa, csa_rows, 1,
+           w->csa_state, of);
   set_span(&s[SPAN_STATE_HCA], KVS_DEVICE_TIER_STATE, KVS_HCA_RATIO, terms->n_hca,
            mul(hca_units, KVS_RING_SLOTS_HCA, of), 1, w->hca_state, of);
-  set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms->n_csa,
-           mul(csa_units, KVS_RING_SLOTS_CSA, of), 1, w->idx_state, of);
+  set_span(&s[SPAN_INDEX_STATE], KVS_DEVICE_TIER_INDEX_STATE, KVS_CSA_RATIO, terms->n_csa, csa_rows,
+           1, w->idx_state, of);
   /* Real tables (any alignment but the arithmetic 1) carve the KV tiers in
    * the pages an engine's kernels read: a window page holds P rows, a
    * compressed page P / ratio, an indexer page P / 4. */

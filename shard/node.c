@@ -72,7 +72,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(h, o->step_capacity), o->check_every);
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
   h = kvs_mix64(kvs_mix64(h, o->prefix_cache), o->host_cache_bytes);
-  h = kvs_mix64(h, o->host_cache_index_only);
+  h = kvs_mix64(h, o->index_only);
   h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
@@ -377,13 +377,13 @@ static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
   node->geometry = *o->geometry;
   if ((status = kvs_geometry_validate(&node->geometry, err)) != KVS_OK) return status;
   /* Row widths from the dtype, the rings where the options put them, one
-   * request slot per running request and the dummy (as kvplan sizes them). */
+   * request slot per running request and the dummy, tail states with a
+   * prefix cache (as kvplan sizes them). */
   if ((status = kvs_row_widths_for(&node->geometry, o->kv_dtype, o->qk_rope_head_dim, &node->widths,
                                    err)) != KVS_OK) {
     return status;
   }
-  node->widths.state_rings = o->state_rings;
-  node->widths.n_req_slots = o->state_rings == KVS_STATE_RINGS_PER_PAGE ? 0 : o->max_running + 1;
+  kvs_row_widths_place(&node->widths, o->state_rings, o->max_running, o->prefix_cache);
   uint64_t floor = o->floor_win_pages;
   if (floor == 0 && (status = kvs_cost_window_floor_pages(o->max_seq_len, o->max_running, o->radix,
                                                           o->page, &floor, err))) {
@@ -524,14 +524,18 @@ static kvs_status check_buffers(kvs_node_t node, kvs_table_kind kind, const kvs_
                        why.message);
 }
 
-/* The host tier's rows: this rank's slots, as many as the pool's index
- * has, each the page's rows of this rank's layers, which is its share of
- * what the plan priced a slot at. */
+/* The rows the tables move (unless index_only): ring clears and
+ * tail-state restores, and the host tier's rows: this rank's slots, as
+ * many as the pool's index has, each the page's rows of this rank's
+ * layers, which is its share of what the plan priced a slot at. */
 static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   kvs_window_pool_t pool = kvs_shard_pool(node->shard);
-  if (node->options.host_cache_bytes == 0 || node->options.host_cache_index_only) return KVS_OK;
+  if (node->options.index_only) return KVS_OK;
+  /* The rows each journal moves: ring clears, tail-state restores. */
+  kvs_status status = kvs_table_keep_rows(node->table, node->layout, err);
+  if (status != KVS_OK || node->options.host_cache_bytes == 0) return status;
   kvs_prefix_stats s;
-  kvs_status status = kvs_window_pool_prefix_stats(pool, &s, err);
+  status = kvs_window_pool_prefix_stats(pool, &s, err);
   if (status != KVS_OK) return status;
   uint64_t priced = kvs_node_plan_rank_host_bytes(node->plan, (size_t)node->rank);
   uint64_t slot = kvs_table_host_slot_bytes(node->layout);
@@ -771,7 +775,7 @@ void kvs_node_options_init(kvs_node_options *o) {
   o->cuda_graphs = true;
   o->prefix_cache = false;
   o->host_cache_bytes = 0;
-  o->host_cache_index_only = false;
+  o->index_only = false;
   o->no_stream = false;
 }
 

@@ -205,11 +205,11 @@ kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kv
   kvs_table_step_timing unused;
   kvs_table_step_timing *t = timing != NULL ? timing : &unused;
   /* The rows move first, in journal order, before the step's own work. */
-  uint64_t moved_ns = table->tier_stats.copy_ns;
+  uint64_t moved_ns = table->row_stats.copy_ns;
   kvs_status status = kvs_table_move_rows(table, args->entries, args->n, err);
   if (status != KVS_OK) return status;
   status = table->ops->step(table->impl, args, out, event, t, err);
-  t->apply_ns += table->tier_stats.copy_ns - moved_ns;
+  t->apply_ns += table->row_stats.copy_ns - moved_ns;
   return status;
 }
 

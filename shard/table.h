@@ -184,6 +184,20 @@ kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kv
  * and 8 bytes come back (a check waits for it). */
 kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err);
 
+/* ---- the engine's rows a journal moves (shard/table_rows.c) ---- */
+
+/* Makes the table keep the engine's rows in step with each journal it
+ * applies (kvs_table_apply, kvs_table_step), in journal order and before
+ * the step's own work: a request slot the journal binds has its
+ * per-request rings cleared (zero bytes: a ring is never a previous
+ * request's), and an exact prefix hit's restore (kvs_window_pool_restore_of)
+ * copies its tail's state rows into the hit's ring. A host tier's moves
+ * (kvs_table_host_tier, which calls this) go in the same order. A node
+ * whose tables hold no KV (index_only) does not call it. On a device the
+ * work is queued on the engine's stream when the table has one, else on
+ * its own. Idempotent. */
+kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layout, kvs_error *err);
+
 /* ---- the host tier's rows (shard/table_rows.c) ---- */
 
 /* What one host slot holds: one full page's compressed and indexer rows
@@ -210,24 +224,35 @@ kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layou
 const unsigned char *kvs_table_host_tier_memory(const struct kvs_table *table, uint64_t *slot_bytes,
                                                 uint64_t *slots);
 
-/* Rows moved so far, and the host time spent queueing (or, on the host
- * twin, doing) the copies. */
-typedef struct kvs_table_host_tier_stats {
+/* Rows moved so far (host-tier spills and fetches and their bytes, ring
+ * clears, tail-state restores), and the host time spent queueing (or, on
+ * the host twin, doing) the work. */
+typedef struct kvs_table_row_stats {
   uint64_t spills, fetches;
   uint64_t bytes;
+  uint64_t clears, restores;
   uint64_t copy_ns;
-} kvs_table_host_tier_stats;
+} kvs_table_row_stats;
 
-void kvs_table_host_tier_stats_get(const struct kvs_table *table, kvs_table_host_tier_stats *out);
+void kvs_table_row_stats_get(const struct kvs_table *table, kvs_table_row_stats *out);
+
+/* Where a row copy goes: the table's memory to the host tier (a spill),
+ * back (a fetch), within the table's memory (a restore), or zero bytes
+ * into it (a clear: src NULL). */
+typedef enum kvs_row_op {
+  KVS_ROW_TO_HOST = 0,
+  KVS_ROW_FROM_HOST = 1,
+  KVS_ROW_WITHIN = 2,
+  KVS_ROW_ZERO = 3
+} kvs_row_op;
 
 /* One strided copy: `height` runs of `width` bytes, `src_pitch` apart in
- * the source and `dst_pitch` apart in the destination. to_host: from the
- * table's memory to the tier (a spill), else back (a fetch). */
+ * the source and `dst_pitch` apart in the destination. */
 typedef struct kvs_row_copy {
   void *dst;
   const void *src;
   uint64_t width, height, dst_pitch, src_pitch;
-  bool to_host;
+  kvs_row_op op;
 } kvs_row_copy;
 
 /* ---- for table implementations ---- */

@@ -206,8 +206,12 @@ static kvs_status host_copy_rows(void *impl, const kvs_row_copy *copies, size_t 
   for (size_t i = 0; i < n; i++) {
     const kvs_row_copy *c = &copies[i];
     for (uint64_t h = 0; h < c->height; h++) {
-      memcpy((char *)c->dst + h * c->dst_pitch, (const char *)c->src + h * c->src_pitch,
-             (size_t)c->width);
+      char *dst = (char *)c->dst + h * c->dst_pitch;
+      if (c->op == KVS_ROW_ZERO) {
+        memset(dst, 0, (size_t)c->width);
+      } else {
+        memcpy(dst, (const char *)c->src + h * c->src_pitch, (size_t)c->width);
+      }
     }
   }
   return KVS_OK;

@@ -1,11 +1,14 @@
-/* The host tier's rows: a table's pinned slots, and the spill and fetch
- * copies a step's journal orders (shard/table.h). The table computes every
- * address; its implementation only runs (the host twin) or queues (a
- * device) strided copies, so both move the same bytes. */
+/* The engine's rows a journal moves (shard/table.h): ring clears when a
+ * request slot is bound, tail-state restores of exact prefix hits, and
+ * the host tier's pinned slots with their spill and fetch copies, all in
+ * journal order. The table computes every address; its implementation
+ * only runs (the host twin) or queues (a device) strided copies, so both
+ * move the same bytes. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/device_ref.h"
 #include "core/window_pool.h"
 #include "shard/table_internal.h"
 
@@ -26,6 +29,57 @@ static size_t row_spans(const kvs_device_layout *layout, kvs_table_span_rows *ou
   return n;
 }
 
+/* The ring spans whose rings are per request slot; returns how many. */
+static size_t ring_spans(const kvs_device_layout *layout, kvs_table_ring_span *out) {
+  const kvs_pool_sizes *sizes = &layout->sizes;
+  size_t n = 0;
+  for (size_t i = 0; i < KVS_DEVICE_SPAN_COUNT; i++) {
+    const kvs_device_span *s = &layout->spans[i];
+    if (s->tier != KVS_DEVICE_TIER_STATE && s->tier != KVS_DEVICE_TIER_INDEX_STATE) continue;
+    bool csa = s->tier == KVS_DEVICE_TIER_INDEX_STATE || s->ratio == KVS_CSA_RATIO;
+    bool per_request = csa ? kvs_state_rings_csa_per_request(sizes->state_rings)
+                           : kvs_state_rings_hca_per_request(sizes->state_rings);
+    if (!per_request || s->count == 0 || n == KVS_TABLE_RING_SPANS) continue;
+    uint64_t ring = csa ? KVS_RING_SLOTS_CSA : KVS_RING_SLOTS_HCA;
+    kvs_table_ring_span r = {s->offset, s->stride,
+                             s->count,  s->row_bytes,
+                             ring,      csa && sizes->tail_states ? sizes->n_req_slots * ring : 0};
+    out[n++] = r;
+  }
+  return n;
+}
+
+kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layout, kvs_error *err) {
+  if (table == NULL || layout == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_keep_rows: %s is NULL",
+                         table == NULL ? "table" : "layout");
+  }
+  if (table->ops->copy_rows == NULL || table->ops->memory == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table cannot move rows",
+                         kvs_table_kind_name(table->ops->kind));
+  }
+  kvs_table_dims dims = kvs_device_layout_dims(layout);
+  if (dims.page != table->dims.page || dims.full_token != table->dims.full_token) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the layout (%llu full tokens of pages of %llu) is not the table's (%llu "
+                         "of %llu)",
+                         (unsigned long long)dims.full_token, (unsigned long long)dims.page,
+                         (unsigned long long)table->dims.full_token,
+                         (unsigned long long)table->dims.page);
+  }
+  if (table->base != NULL) return KVS_OK;
+  void *base = NULL;
+  int64_t *mapping = NULL;
+  kvs_status status = table->ops->memory(table->impl, &base, &mapping, err);
+  if (status != KVS_OK) return status;
+  table->n_rings = ring_spans(layout, table->rings);
+  table->n_spans = row_spans(layout, table->spans);
+  table->n_win_pages = layout->sizes.n_win_pages;
+  table->n_req_slots = layout->sizes.n_req_slots;
+  table->base = base;
+  return KVS_OK;
+}
+
 uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout) {
   if (layout == NULL) return 0;
   kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
@@ -44,22 +98,12 @@ kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layou
   if (table->tier != NULL) {
     return kvs_error_set(err, KVS_ERR_CONFLICT, "the table has a host tier already");
   }
-  if (table->ops->host_alloc == NULL || table->ops->copy_rows == NULL ||
-      table->ops->memory == NULL) {
+  if (table->ops->host_alloc == NULL) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "this %s table cannot keep a host tier",
                          kvs_table_kind_name(table->ops->kind));
   }
-  kvs_table_dims dims = kvs_device_layout_dims(layout);
-  if (dims.page != table->dims.page || dims.full_token != table->dims.full_token) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "the layout (%llu full tokens of pages of %llu) is not the table's (%llu "
-                         "of %llu)",
-                         (unsigned long long)dims.full_token, (unsigned long long)dims.page,
-                         (unsigned long long)table->dims.full_token,
-                         (unsigned long long)table->dims.page);
-  }
-  kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
-  size_t n = row_spans(layout, spans);
+  kvs_status status = kvs_table_keep_rows(table, layout, err);
+  if (status != KVS_OK) return status;
   uint64_t slot_bytes = kvs_table_host_slot_bytes(layout);
   if (slots == 0 || slot_bytes == 0 || slots > UINT64_MAX / slot_bytes ||
       slots * slot_bytes > (uint64_t)SIZE_MAX) {
@@ -70,19 +114,11 @@ kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layou
         (unsigned long long)slots, (unsigned long long)slot_bytes,
         slots == 0 || slot_bytes == 0 ? "nothing to hold" : "past the address space");
   }
-  void *base = NULL;
-  int64_t *mapping = NULL;
-  kvs_status status = table->ops->memory(table->impl, &base, &mapping, err);
-  if (status != KVS_OK) return status;
   void *tier = NULL;
   if ((status = table->ops->host_alloc(table->impl, slots * slot_bytes, &tier, err))) return status;
   table->tier = tier;
   table->tier_slots = slots;
   table->slot_bytes = slot_bytes;
-  table->base = base;
-  memcpy(table->spans, spans, n * sizeof *spans);
-  table->n_spans = n;
-  memset(&table->tier_stats, 0, sizeof table->tier_stats);
   return KVS_OK;
 }
 
@@ -99,10 +135,71 @@ const unsigned char *kvs_table_host_tier_memory(const struct kvs_table *table, u
   return table->tier;
 }
 
-void kvs_table_host_tier_stats_get(const struct kvs_table *table, kvs_table_host_tier_stats *out) {
+void kvs_table_row_stats_get(const struct kvs_table *table, kvs_table_row_stats *out) {
   if (out == NULL) return;
   memset(out, 0, sizeof *out);
-  if (table != NULL) *out = table->tier_stats;
+  if (table != NULL) *out = table->row_stats;
+}
+
+/* ---- one journal's row work ---- */
+
+/* What an entry asks of the rows. */
+typedef enum row_work { WORK_NONE, WORK_MOVE, WORK_CLEAR, WORK_RESTORE } row_work;
+
+typedef struct row_entry {
+  row_work work;
+  kvs_host_move move;
+  uint64_t slot;
+  kvs_tail_restore restore;
+} row_entry;
+
+static row_entry decode(const struct kvs_table *t, const kvs_journal_entry *e) {
+  row_entry r;
+  memset(&r, 0, sizeof r);
+  if (t->tier != NULL && kvs_window_pool_host_move_of(e, &r.move)) {
+    r.work = WORK_MOVE;
+  } else if (t->n_rings > 0 && kvs_window_pool_slot_bind_of(e, &r.slot)) {
+    r.work = WORK_CLEAR;
+  } else if (t->n_rings > 0 && kvs_window_pool_restore_of(e, &r.restore)) {
+    r.work = WORK_RESTORE;
+  }
+  return r;
+}
+
+/* Whether entry i's work fits the table (KVS_ERR_OUT_OF_RANGE naming it when
+ * not). */
+static kvs_status check(const struct kvs_table *t, size_t i, const row_entry *r, kvs_error *err) {
+  uint64_t n_full_pages = t->dims.full_token / t->dims.page;
+  switch (r->work) {
+    case WORK_MOVE:
+      if (r->move.full_page >= n_full_pages || r->move.slot >= t->tier_slots) {
+        return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                             "journal entry %zu %s full page %llu %s host slot %llu; the table "
+                             "has %llu full pages and %llu slots",
+                             i, r->move.fetch ? "fetches" : "spills",
+                             (unsigned long long)r->move.full_page, r->move.fetch ? "from" : "into",
+                             (unsigned long long)r->move.slot, (unsigned long long)n_full_pages,
+                             (unsigned long long)t->tier_slots);
+      }
+      return KVS_OK;
+    case WORK_CLEAR:
+    case WORK_RESTORE: {
+      uint64_t slot = r->work == WORK_CLEAR ? r->slot : r->restore.slot;
+      bool tails = r->work == WORK_CLEAR || r->restore.window_page + 1 < t->n_win_pages;
+      if (slot + 1 >= t->n_req_slots || !tails) {
+        return kvs_error_set(
+            err, KVS_ERR_OUT_OF_RANGE,
+            "journal entry %zu %s request slot %llu%s; the table has %llu slots "
+            "(the last the dummy) and %llu window pages",
+            i, r->work == WORK_CLEAR ? "binds" : "restores a tail state into",
+            (unsigned long long)slot, r->work == WORK_RESTORE ? " from its window page" : "",
+            (unsigned long long)t->n_req_slots, (unsigned long long)t->n_win_pages);
+      }
+      return KVS_OK;
+    }
+    default:
+      return KVS_OK;
+  }
 }
 
 static kvs_status flush(struct kvs_table *t, size_t *queued, kvs_error *err) {
@@ -111,54 +208,114 @@ static kvs_status flush(struct kvs_table *t, size_t *queued, kvs_error *err) {
   return status;
 }
 
+static kvs_status queue(struct kvs_table *t, size_t *queued, kvs_row_copy c, kvs_error *err) {
+  t->copies[(*queued)++] = c;
+  return *queued == KVS_TABLE_COPY_BATCH ? flush(t, queued, err) : KVS_OK;
+}
+
+/* A spill or fetch: one strided copy per span, a run per layer. */
+static kvs_status queue_move(struct kvs_table *t, const kvs_host_move *m, size_t *queued,
+                             kvs_error *err) {
+  unsigned char *slot = t->tier + m->slot * t->slot_bytes;
+  kvs_status status = KVS_OK;
+  for (size_t s = 0; s < t->n_spans && status == KVS_OK; s++) {
+    const kvs_table_span_rows *r = &t->spans[s];
+    unsigned char *rows = t->base + r->offset + m->full_page * r->page_step;
+    kvs_row_copy c = {m->fetch ? (void *)rows : (void *)slot,
+                      m->fetch ? (const void *)slot : (const void *)rows,
+                      r->width,
+                      r->count,
+                      m->fetch ? r->stride : r->width,
+                      m->fetch ? r->width : r->stride,
+                      m->fetch ? KVS_ROW_FROM_HOST : KVS_ROW_TO_HOST};
+    status = queue(t, queued, c, err);
+    slot += r->count * r->width;
+  }
+  if (m->fetch) {
+    t->row_stats.fetches++;
+  } else {
+    t->row_stats.spills++;
+  }
+  t->row_stats.bytes += t->slot_bytes;
+  return status;
+}
+
+/* A tail state into a ring span: for each of the four positions, its kv
+ * and score first halves (a quarter of a ring row each) from their half
+ * of the tail-state row into their parts of the ring row (core/cost_model.h
+ * kvs_row_widths.tail_states), a run per layer. */
+static kvs_status queue_restore(struct kvs_table *t, const kvs_table_ring_span *r,
+                                const kvs_tail_restore *x, size_t *queued, kvs_error *err) {
+  unsigned char *region = t->base + r->offset;
+  uint64_t quarter = r->row_bytes / 4;
+  kvs_status status = KVS_OK;
+  for (uint64_t i = 0; i < KVS_TAIL_STATE_POSITIONS && status == KVS_OK; i++) {
+    uint64_t src_row = r->tail_first + x->window_page * KVS_TAIL_STATE_ROWS + i / 2;
+    unsigned char *src = region + src_row * r->row_bytes + (i % 2) * 2 * quarter;
+    unsigned char *dst = region + (x->ring_row + i) * r->row_bytes;
+    kvs_row_copy kv = {dst, src, quarter, r->count, r->stride, r->stride, KVS_ROW_WITHIN};
+    kvs_row_copy score = {dst + 2 * quarter, src + quarter, quarter,       r->count,
+                          r->stride,         r->stride,     KVS_ROW_WITHIN};
+    status = queue(t, queued, kv, err);
+    if (status == KVS_OK) status = queue(t, queued, score, err);
+  }
+  return status;
+}
+
+/* A slot's rings cleared, or a tail state restored into them: one strided
+ * operation per ring span (eight per span for a restore), a run per
+ * layer. */
+static kvs_status queue_ring(struct kvs_table *t, const row_entry *e, size_t *queued,
+                             kvs_error *err) {
+  kvs_status status = KVS_OK;
+  for (size_t s = 0; s < t->n_rings && status == KVS_OK; s++) {
+    const kvs_table_ring_span *r = &t->rings[s];
+    if (e->work == WORK_CLEAR) {
+      unsigned char *region = t->base + r->offset;
+      kvs_row_copy c = {region + e->slot * r->ring * r->row_bytes,
+                        NULL,
+                        r->ring * r->row_bytes,
+                        r->count,
+                        r->stride,
+                        0,
+                        KVS_ROW_ZERO};
+      status = queue(t, queued, c, err);
+    } else if (r->tail_first > 0) {
+      status = queue_restore(t, r, &e->restore, queued, err);
+    }
+  }
+  if (e->work == WORK_CLEAR) {
+    t->row_stats.clears++;
+  } else {
+    t->row_stats.restores++;
+  }
+  return status;
+}
+
 kvs_status kvs_table_move_rows(struct kvs_table *t, const kvs_journal_entry *entries, size_t n,
                                kvs_error *err) {
-  if (t->tier == NULL || n == 0 || entries == NULL) return KVS_OK;
+  if (t->base == NULL || n == 0 || entries == NULL) return KVS_OK;
   uint64_t start = kvs_now_ns();
-  uint64_t n_full_pages = t->dims.full_token / t->dims.page;
-  kvs_host_move m;
-  size_t moves = 0;
+  size_t work = 0;
   for (size_t i = 0; i < n; i++) {
-    if (!kvs_window_pool_host_move_of(&entries[i], &m)) continue;
-    if (m.full_page >= n_full_pages || m.slot >= t->tier_slots) {
-      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "journal entry %zu %s full page %llu %s host slot %llu; the table has "
-                           "%llu full pages and %llu slots",
-                           i, m.fetch ? "fetches" : "spills", (unsigned long long)m.full_page,
-                           m.fetch ? "from" : "into", (unsigned long long)m.slot,
-                           (unsigned long long)n_full_pages, (unsigned long long)t->tier_slots);
-    }
-    moves++;
+    row_entry r = decode(t, &entries[i]);
+    if (r.work == WORK_NONE) continue;
+    kvs_status status = check(t, i, &r, err);
+    if (status != KVS_OK) return status;
+    work++;
   }
-  if (moves == 0) return KVS_OK;
+  if (work == 0) return KVS_OK;
   size_t queued = 0;
   kvs_status status = KVS_OK;
   for (size_t i = 0; i < n && status == KVS_OK; i++) {
-    if (!kvs_window_pool_host_move_of(&entries[i], &m)) continue;
-    unsigned char *slot = t->tier + m.slot * t->slot_bytes;
-    for (size_t s = 0; s < t->n_spans; s++) {
-      const kvs_table_span_rows *r = &t->spans[s];
-      unsigned char *rows = t->base + r->offset + m.full_page * r->page_step;
-      kvs_row_copy c = {m.fetch ? (void *)rows : (void *)slot,
-                        m.fetch ? (const void *)slot : (const void *)rows,
-                        r->width,
-                        r->count,
-                        m.fetch ? r->stride : r->width,
-                        m.fetch ? r->width : r->stride,
-                        !m.fetch};
-      t->copies[queued++] = c;
-      slot += r->count * r->width;
-      if (queued == KVS_TABLE_COPY_BATCH) status = flush(t, &queued, err);
-      if (status != KVS_OK) break;
+    row_entry r = decode(t, &entries[i]);
+    if (r.work == WORK_MOVE) {
+      status = queue_move(t, &r.move, &queued, err);
+    } else if (r.work != WORK_NONE) {
+      status = queue_ring(t, &r, &queued, err);
     }
-    if (m.fetch) {
-      t->tier_stats.fetches++;
-    } else {
-      t->tier_stats.spills++;
-    }
-    t->tier_stats.bytes += t->slot_bytes;
   }
   if (status == KVS_OK) status = flush(t, &queued, err);
-  t->tier_stats.copy_ns += kvs_now_ns() - start;
+  t->row_stats.copy_ns += kvs_now_ns() - start;
   return status;
 }

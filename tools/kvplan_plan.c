@@ -735,6 +735,10 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 2;
   }
+  /* A node with a prefix cache (a host tier has one) carves tail states:
+   * priced as it carves them. */
+  m->prefix_cache = a->prefix_cache || a->host_cache > 0;
+  kvs_plan_model_place_rings(m, m->widths.state_rings, a->options.max_running);
   return 0;
 }
 

@@ -268,7 +268,7 @@ static void node_options(run *r, kvs_node_options *o) {
   o->prefix_cache = a->trace != NULL && a->prefix_cache != KVS_PREFIX_POLICY_NONE;
   o->host_cache_bytes = a->host_cache;
   /* kvsim prices the copies by --host-bandwidth; its tables hold no KV. */
-  o->host_cache_index_only = true;
+  o->index_only = true;
   o->state_rings = a->state_rings;
   o->swa_ratio = a->swa_ratio;
   /* The workload's longest request: its floor is kvplan's default one,

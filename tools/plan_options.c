@@ -549,8 +549,7 @@ void kvs_plan_model_print(FILE *out, const kvs_plan_model *m, const kvs_plan_opt
 
 void kvs_plan_model_place_rings(kvs_plan_model *model, kvs_state_rings rings,
                                 uint64_t max_running) {
-  model->widths.state_rings = rings;
-  model->widths.n_req_slots = rings == KVS_STATE_RINGS_PER_PAGE ? 0 : max_running + 1;
+  kvs_row_widths_place(&model->widths, rings, max_running, model->prefix_cache);
 }
 
 uint64_t kvs_plan_model_window_cache(kvs_plan_model *m, const kvs_plan_options *o,

@@ -93,6 +93,7 @@ typedef struct kvs_plan_model {
   kvs_row_widths widths;   /* for --kv-dtype and --state-rings (max_running + 1 slots) */
   uint64_t floor_pages;    /* the window working-set floor (+ --window-cache's pages) */
   double swa_ratio;        /* the window ratio sized with: --swa-ratio, 0 with --window-cache */
+  bool prefix_cache;       /* planned for a node with a prefix cache: tail states priced */
 } kvs_plan_model;
 
 /* Resolves the options into *out. Flags that contradict each other (a

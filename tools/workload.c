@@ -782,6 +782,8 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       refused = true;
       break;
     }
+    /* Its ring slot: an exact hit taken above seeds it (the pool journals
+     * the restore after the slot's binding). */
     uint64_t slot;
     *status = kvs_window_pool_slot_bind(pool, a->id, &slot, err);
     if (*status != KVS_OK) return;

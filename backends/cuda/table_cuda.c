@@ -39,9 +39,12 @@ typedef struct cuda_table {
   cudaEvent_t staged; /* after the last upload that read the staging */
   bool staged_pending;
   cuda_step *step; /* the node's step (tables opened with step options) */
-  /* The engine's stream (step options), where the host tier's copies go:
-   * after the engine's writes of the rows, before its next reads. */
+  /* The engine's stream (step options), where the rows' copies go: after
+   * the engine's writes of the rows, before its next reads. */
   cudaStream_t engine_stream;
+  /* The device's largest pitch a 2D copy or memset takes
+   * (cudaDevAttrMaxPitch): a layer stride past it goes run by run. */
+  uint64_t max_pitch;
 } cuda_table;
 
 /* The table's device current for a call; kvs_cuda_device_leave puts the
@@ -272,23 +275,60 @@ static void cuda_host_free(void *impl, void *memory) {
   kvs_cuda_device_leave(&scope);
 }
 
-/* One 2D copy per span (a run per layer): three calls per page moved. */
+static const char *row_op_name(kvs_row_op op) {
+  switch (op) {
+    case KVS_ROW_TO_HOST:
+      return "a spill to the host tier";
+    case KVS_ROW_FROM_HOST:
+      return "a fetch from the host tier";
+    case KVS_ROW_WITHIN:
+      return "a tail state's restore";
+    default:
+      return "a ring's clear";
+  }
+}
+
+/* One strided operation: a 2D copy or memset (a run per layer) when both
+ * pitches fit the device's, else one call per run (a production carve's
+ * layer stride passes 2^31 - 1 bytes: DSV4-Flash's ratio-4 tier at tp 1
+ * with a 110 GiB carve strides 2,423,522,304 B). */
+static kvs_status cuda_row_op(const cuda_table *t, const kvs_row_copy *c, cudaStream_t st,
+                              kvs_error *err) {
+  static const enum cudaMemcpyKind kinds[] = {cudaMemcpyDeviceToHost, cudaMemcpyHostToDevice,
+                                              cudaMemcpyDeviceToDevice, cudaMemcpyDeviceToDevice};
+  char what[96];
+  bool runs = c->dst_pitch > t->max_pitch || (c->op != KVS_ROW_ZERO && c->src_pitch > t->max_pitch);
+  snprintf(what, sizeof what, "%s of %s", runs ? "a run" : "a 2D operation", row_op_name(c->op));
+  if (!runs) {
+    cudaError_t e =
+        c->op == KVS_ROW_ZERO
+            ? cudaMemset2DAsync(c->dst, (size_t)c->dst_pitch, 0, (size_t)c->width,
+                                (size_t)c->height, st)
+            : cudaMemcpy2DAsync(c->dst, (size_t)c->dst_pitch, c->src, (size_t)c->src_pitch,
+                                (size_t)c->width, (size_t)c->height, kinds[c->op], st);
+    return kvs_cuda_status(e, what, err);
+  }
+  kvs_status status = KVS_OK;
+  for (uint64_t h = 0; h < c->height && status == KVS_OK; h++) {
+    char *dst = (char *)c->dst + h * c->dst_pitch;
+    cudaError_t e = c->op == KVS_ROW_ZERO
+                        ? cudaMemsetAsync(dst, 0, (size_t)c->width, st)
+                        : cudaMemcpyAsync(dst, (const char *)c->src + h * c->src_pitch,
+                                          (size_t)c->width, kinds[c->op], st);
+    status = kvs_cuda_status(e, what, err);
+  }
+  return status;
+}
+
+/* One 2D operation per span (a run per layer): three per page moved, one
+ * per ring span for a clear or a restore. */
 static kvs_status cuda_copy_rows(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err) {
   cuda_table *t = impl;
   kvs_cuda_device_scope scope;
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
   cudaStream_t st = copy_stream(t);
-  for (size_t i = 0; i < n && status == KVS_OK; i++) {
-    const kvs_row_copy *c = &copies[i];
-    status = kvs_cuda_status(
-        cudaMemcpy2DAsync(c->dst, (size_t)c->dst_pitch, c->src, (size_t)c->src_pitch,
-                          (size_t)c->width, (size_t)c->height,
-                          c->to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st),
-        c->to_host ? "cudaMemcpy2DAsync of a spill to the host tier"
-                   : "cudaMemcpy2DAsync of a fetch from the host tier",
-        err);
-  }
+  for (size_t i = 0; i < n && status == KVS_OK; i++) status = cuda_row_op(t, &copies[i], st, err);
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -381,6 +421,10 @@ kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
   }
   KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->staged, cudaEventDisableTiming),
                 "cudaEventCreateWithFlags for the batch staging", err, status, fail);
+  int max_pitch = 0;
+  KVS_CUDA_GOTO(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device),
+                "cudaDeviceGetAttribute of the maximum pitch", err, status, fail);
+  t->max_pitch = max_pitch > 0 ? (uint64_t)max_pitch : 0;
   snprintf(what, sizeof what, "cudaMalloc of the batch buffers (%zu requests) on device %d", req,
            device);
   KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_blocks, (size_t)block_rows * sizeof(int32_t)), what, err,

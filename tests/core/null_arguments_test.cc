@@ -358,6 +358,7 @@ TEST(NullArguments, cost_model) {
   kvs_cost_terms terms;
   EXPECT_NULL_REFUSED("geometry", kvs_cost_terms_make(nullptr, 0, 1, nullptr, &terms, &err));
   EXPECT_NULL_REFUSED("out", kvs_cost_terms_make(&g, 0, 1, nullptr, nullptr, &err));
+  kvs_row_widths_place(nullptr, KVS_STATE_RINGS_PER_REQUEST, 4, true);  // nothing to place into
   ASSERT_EQ(kvs_cost_terms_make(&g, 0, kvs_geometry_layer_count(&g), nullptr, &terms, nullptr),
             KVS_OK);
   uint64_t u = 0;
@@ -537,6 +538,8 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_fetch(nullptr, 1, &hit, &key, 1, &page, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_host_slot(nullptr, 0, &key, &err));
   EXPECT_FALSE(kvs_window_pool_host_move_of(nullptr, nullptr));
+  EXPECT_FALSE(kvs_window_pool_restore_of(nullptr, nullptr));
+  EXPECT_FALSE(kvs_window_pool_slot_bind_of(nullptr, nullptr));
   EXPECT_EQ(kvs_window_pool_prefix_entry(nullptr, nullptr, nullptr), KVS_PREFIX_OP_NONE);
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_match_within(nullptr, &key, 1, 1000, 0, 1,
                                                                   &hit, nullptr, &err));

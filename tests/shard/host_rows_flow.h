@@ -212,8 +212,8 @@ inline void host_rows_round_trip(kvs_node_t node, const NodeMemory &m) {
   ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
   EXPECT_EQ(c.spills, 2u);
   EXPECT_EQ(c.fetches, 2u);
-  kvs_table_host_tier_stats t;
-  kvs_table_host_tier_stats_get(kvs_node_table(node), &t);
+  kvs_table_row_stats t;
+  kvs_table_row_stats_get(kvs_node_table(node), &t);
   EXPECT_EQ(t.spills, 2u);
   EXPECT_EQ(t.fetches, 2u);
   EXPECT_EQ(t.bytes, 4 * want2.size());

@@ -265,8 +265,8 @@ inline void random_host_rows_rank(kvs_comm_t comm, SmallPrefixNode &s, const Nod
     EXPECT_GT(c.host_drops, 0u);
     EXPECT_GT(engine.host_hits, steps / 80);
     EXPECT_GT(engine.gpu_hits, steps / 80);
-    kvs_table_host_tier_stats t;
-    kvs_table_host_tier_stats_get(kvs_node_table(node), &t);
+    kvs_table_row_stats t;
+    kvs_table_row_stats_get(kvs_node_table(node), &t);
     EXPECT_EQ(t.spills, c.spills);
     EXPECT_EQ(t.fetches, c.fetches);
     std::printf(

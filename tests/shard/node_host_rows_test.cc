@@ -28,7 +28,7 @@ struct Small : kvs_test::SmallPrefixNode {
 void with_node(bool index_only, const std::function<void(kvs_node_t)> &body) {
   kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
     Small s(1);
-    s.o.host_cache_index_only = index_only;
+    s.o.index_only = index_only;
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
@@ -83,8 +83,8 @@ TEST(NodeHostRows, an_index_only_tier_agrees_on_its_slots_and_moves_no_rows) {
     kvs_error err;
     ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
     EXPECT_GT(c.host_slots, 0u);
-    kvs_table_host_tier_stats t;
-    kvs_table_host_tier_stats_get(kvs_node_table(node), &t);
+    kvs_table_row_stats t;
+    kvs_table_row_stats_get(kvs_node_table(node), &t);
     EXPECT_EQ(t.bytes, 0u);
   });
 }

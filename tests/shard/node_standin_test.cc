@@ -31,6 +31,7 @@
 #include "tests/shard/host_rows_random.h"
 #include "tests/shard/ranks.h"
 #include "tests/shard/small_model.h"
+#include "tests/shard/tail_state_flow.h"
 #include "tests/standin/harness.h"
 #include "tests/standin/standin.h"
 
@@ -399,6 +400,62 @@ TEST(NodeStandin, host_tier_rows_hold_their_blocks_under_a_random_mix) {
             kvs_test::random_host_rows_rank(comm, s, memory.memory(), seed, 120, &barrier, &record);
           }
           EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+        });
+        expect_no_violations();
+      });
+}
+
+// An exact prefix hit through a retained tail on device tables
+// (tests/shard/tail_state_flow.h): two ranks on one GPU, each writing and
+// reading its rows on its own engine stream without waiting; the ring
+// clears and the restore are queued there in journal order, over seeded
+// schedules.
+static void tail_state_on_engine_stream(kvs_comm_t comm, int tp) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t engine = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+  kvs_test::SmallPrefixNode s(tp, KVS_NODE_DEVICE_CUDA, 0);
+  s.o.cuda_device = 0;
+  s.o.stream = engine;
+  kvs_node_t node = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+  if (node != nullptr) {
+    kvs_test::EngineMemory memory(engine);
+    kvs_test::tail_state_round_trip(node, memory.memory());
+  }
+  kvs_node_destroy(node);
+  EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+}
+
+TEST(NodeStandin, an_exact_hits_ring_takes_its_tails_state_on_the_engine_stream) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(30 / kScale), [](uint64_t) { return 2; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::run_ranks(2, 20000,
+                            [&](int, kvs_comm_t comm) { tail_state_on_engine_stream(comm, 2); });
+        expect_no_violations();
+      });
+}
+
+// A production carve's layer strides pass the device's largest 2D pitch
+// (2^31 - 1 B: DSV4-Flash's ratio-4 tier at tp 1 in a 110 GiB carve
+// strides 2,423,522,304 B). The stand-in's pitch limit set to 4 KiB puts
+// the small model's strides past it: the host tier's spills and fetches,
+// the ring clears and the restores go run by run, byte for byte the same.
+TEST(NodeStandin, row_copies_past_the_devices_largest_pitch_go_run_by_run) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(10 / kScale + 1), [](uint64_t) { return 2; },
+      [](uint64_t seed) {
+        kvs_standin::Config c;
+        c.devices = 1;
+        c.seed = seed;
+        c.max_pitch = 4096;
+        kvs_standin::reset(c);
+        kvs_test::run_ranks(2, 20000, [&](int, kvs_comm_t comm) {
+          kvs_test::host_rows_on_engine_stream(comm, 2);
+          tail_state_on_engine_stream(comm, 2);
         });
         expect_no_violations();
       });

@@ -239,6 +239,9 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrMemoryClockRate:
       *value = 2619000;
       break;
+    case cudaDevAttrMaxPitch:
+      *value = static_cast<int>(e.config.max_pitch);
+      break;
     default:
       *value = 0;
       break;
@@ -590,12 +593,36 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   Lock lock(e.mutex);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
+  // A pitch past the device's maximum is refused (cudaDevAttrMaxPitch).
+  if (dpitch > e.config.max_pitch || spitch > e.config.max_pitch) {
+    return fail(cudaErrorInvalidPitchValue);
+  }
   e.background();
   CUstream_st *s = e.resolve(stream, "cudaMemcpy2DAsync");
   for (size_t row = 0; row < height; row++) {
     cudaError_t c = copy(e, lock, static_cast<char *>(dst) + row * dpitch,
                          static_cast<const char *>(src) + row * spitch, width, kind, s, true,
                          "cudaMemcpy2DAsync");
+    if (c != cudaSuccess) return c;
+  }
+  return cudaSuccess;
+}
+
+// A 2D memset: `height` rows of `width` bytes, `pitch` apart; queued as
+// one memset per row, in order, asynchronous as the runtime's.
+cudaError_t cudaMemset2DAsync(void *pointer, size_t pitch, int value, size_t width, size_t height,
+                              cudaStream_t stream) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
+  if (width > pitch || pitch > e.config.max_pitch) {
+    return fail(cudaErrorInvalidPitchValue);
+  }
+  e.background();
+  CUstream_st *s = e.resolve(stream, "cudaMemset2DAsync");
+  for (size_t row = 0; row < height; row++) {
+    cudaError_t c = enqueue_memset(e, s, static_cast<char *>(pointer) + row * pitch, value, width,
+                                   "cudaMemset2DAsync");
     if (c != cudaSuccess) return c;
   }
   return cudaSuccess;

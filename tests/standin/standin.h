@@ -78,6 +78,9 @@ struct Config {
   uint64_t device_bytes = 80ull << 30;    // each device's memory
   uint64_t context_bytes = 512ull << 20;  // what a primary context takes of it
   int multiprocessors = 2;
+  // cudaDevAttrMaxPitch, what a 2D copy or memset's pitch may be: a
+  // real device's 2^31 - 1, or lower so a carve of a few MiB crosses it.
+  uint64_t max_pitch = 2147483647;
   int max_init_polls = 6;          // ncclInProgress answers after init, finalize: 1..this
   unsigned progress_percent = 30;  // chance that a call runs some queued work first
 };

@@ -17,7 +17,8 @@ plan() { "$kvplan" "${B[@]}" "$@" --json 2>/dev/null; }
 rows() { jq "(.ranks[$1].tiers.compressed + .ranks[$1].tiers.indexer) / .num_pages"; }
 
 # ---- the host tier: slots, slot bytes, tokens ----
-base=$(plan)
+# A host tier implies the prefix cache, whose carve keeps tail states.
+base=$(plan --prefix-cache | jq -c 'del(.retained_tails)')
 for bytes in 1099511627776 274877906944 3848290697216 123456789012 7045120 14090239; do
   out=$(plan --host-cache "$bytes")
   read -r b sb s tok page < <(echo "$out" |
@@ -26,7 +27,7 @@ for bytes in 1099511627776 274877906944 3848290697216 123456789012 7045120 14090
   check "--host-cache $bytes: slots x slot_bytes <= bytes < (slots + 1) x slot_bytes" yes \
     "$([ $((s * sb)) -le "$bytes" ] && [ "$bytes" -lt $(((s + 1) * sb)) ] && echo yes || echo no)"
   check "--host-cache $bytes: tokens = slots x page" $((s * page)) "$tok"
-  # Every other key is the plan's without the flag, key for key.
+  # Every other key is the prefix cache's plan without the flag, key for key.
   check "--host-cache $bytes: every other key unchanged" "$(echo "$base" | jq -S -c .)" \
     "$(echo "$out" | jq -S -c 'del(.host_tier, .retained_tails)')"
 done
@@ -72,7 +73,7 @@ for bytes in 1TiB 333GiB 1234567890123; do
 done
 
 # The keys: host_tier only with --host-cache, retained_tails with either flag.
-check "no flag: neither object" "false false" "$(echo "$base" | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
+check "no flag: neither object" "false false" "$(plan | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
 check "--prefix-cache: retained_tails, no host tier" "false true" \
   "$(plan --prefix-cache | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
 check "--host-cache: both" "true true" "$(echo "$tp8" | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
@@ -80,8 +81,31 @@ check "host_tier's keys" '["bytes","slot_bytes","slots","tokens"]' \
   "$(echo "$tp8" | jq -c '.host_tier | keys_unsorted')"
 check "retained_tails' keys" '["pages","bytes_per_tail","tails","window_pages","reserve_pages","left_pages","running_pages","max_running"]' \
   "$(echo "$tp8" | jq -c '.retained_tails | keys_unsorted')"
-check "--prefix-cache: every other key unchanged" "$(echo "$base" | jq -S -c .)" \
-  "$(plan --prefix-cache | jq -S -c 'del(.retained_tails)')"
+# With the prefix cache every window page keeps a tail state: two rows of
+# each ratio-4 region (attention rings of 8,192 B rows, indexer rings of
+# 2,048 B rows for DSV4-Flash), after the 65 request slots' rings of 8
+# rows (the regions' scratch rows are the plan's scratch tier); the
+# ratio-128 rings (128 rows of 4,096 B a slot) keep none. Priced by hand
+# from the plan's window.
+# csa LAYERS_JSON: DSV4-Flash's ratio-4 layers among [first, last].
+csa() { jq "[range(.[0]; .[1] + 1) | select(. >= 2 and . % 2 == 0)] | length" <<<"$1"; }
+hca() { jq "[range(.[0]; .[1] + 1) | select(. >= 3 and . % 2 == 1)] | length" <<<"$1"; }
+for flags in "" "--tp 4 --pp 2" "--kv-dtype fp8"; do
+  # shellcheck disable=SC2086
+  out=$(plan --prefix-cache $flags)
+  win=$(echo "$out" | jq .n_win_pages)
+  layers=$(echo "$out" | jq -c '.ranks[0].layers')
+  c=$(csa "$layers") h=$(hca "$layers")
+  check "--prefix-cache ${flags:-(defaults)}: rank 0's attention rings and tail states" \
+    $((c * (65 * 8 + 2 * win) * 8192 + h * 65 * 128 * 4096)) \
+    "$(echo "$out" | jq .ranks[0].tiers.state)"
+  check "--prefix-cache ${flags:-(defaults)}: rank 0's indexer rings and tail states" \
+    $((c * (65 * 8 + 2 * win) * 2048)) "$(echo "$out" | jq .ranks[0].tiers.index_state)"
+done
+check "without it, no tail state: the 65 slots' rings" \
+  $((21 * 65 * 8 * 8192 + 20 * 65 * 128 * 4096)) "$(plan | jq .ranks[0].tiers.state)"
+check "--prefix-cache: fewer pages than without (its tail states cost window pages)" yes \
+  "$([ "$(plan --prefix-cache | jq .num_pages)" -lt "$(plan | jq .num_pages)" ] && echo yes || echo no)"
 
 # ---- retained tails: the window past the running requests' working set ----
 # The reserve (2 x (max_running + 1), + 3 x max_running with radix, + the
@@ -103,10 +127,21 @@ tails_case() { # NAME MAX_RUNNING RADIX(1|0) FLAGS...
   check "$name: running_pages = 2 x max_running" $((2 * mr)) \
     "$(echo "$out" | jq .retained_tails.running_pages)"
   # A tail's bytes: the window-anchored tiers of the largest stage over its
-  # window pages (window KV, and the rings when they are per page).
-  check "$name: bytes_per_tail = a window page's rows on the rank paying most" \
-    "$(echo "$out" | jq '[.ranks[] | (.tiers.window + (if $r == "per-page" then .tiers.state + .tiers.index_state else 0 end)) / $w] | max' \
-      --arg r "$(echo "$out" | jq -r .state_rings)" --argjson w "$win")" \
+  # window pages (window KV, and the rings when they are per page, or the
+  # tail states when they are per request: two rows of each ratio-4 ring).
+  local most=0 r bytes
+  for r in $(seq 0 $(($(echo "$out" | jq '.ranks | length') - 1))); do
+    local layers c
+    layers=$(echo "$out" | jq -c ".ranks[$r].layers")
+    c=$(csa "$layers")
+    if [ "$(echo "$out" | jq -r .state_rings)" = per-page ]; then
+      bytes=$(echo "$out" | jq "(.ranks[$r].tiers.window + .ranks[$r].tiers.state + .ranks[$r].tiers.index_state) / $win")
+    else
+      bytes=$(($(echo "$out" | jq ".ranks[$r].tiers.window / $win") + c * 2 * (8192 + 2048)))
+    fi
+    [ "$bytes" -gt "$most" ] && most=$bytes
+  done
+  check "$name: bytes_per_tail = a window page's rows on the rank paying most" "$most" \
     "$(echo "$out" | jq .retained_tails.bytes_per_tail)"
 }
 tails_case "defaults" 64 1
@@ -117,8 +152,8 @@ tails_case "tp 4 x pp 2" 64 1 --tp 4 --pp 2
 tails_case "window at its floor" 64 1 --window-cache 0
 check "a window at its floor holds no retained tail beside 64 running" 0 \
   "$(plan --prefix-cache --window-cache 0 | jq .retained_tails.tails)"
-check "defaults: a tail is 43 layers x 128 tokens x 1024-byte rows" $((43 * 128 * 1024)) \
-  "$(plan --prefix-cache | jq .retained_tails.bytes_per_tail)"
+check "defaults: a tail is 43 layers x 128 tokens x 1024-byte rows and 21 x 2 tail-state rows" \
+  $((43 * 128 * 1024 + 21 * 2 * (8192 + 2048))) "$(plan --prefix-cache | jq .retained_tails.bytes_per_tail)"
 
 # ---- the text report says the same numbers ----
 text=$("$kvplan" "${B[@]}" --host-cache 1TiB 2>/dev/null)
