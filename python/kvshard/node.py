@@ -61,26 +61,39 @@ def _host(values, name):
     return values
 
 
+def _entry(name, flat, shape):
+    """An array entry's name: name[i] (name[i, j] for 2-D)."""
+    return f"{name}[{', '.join(str(int(i)) for i in np.unravel_index(flat, shape))}]"
+
+
 def _in_range(arr, name, dtype):
     """Refuses (never wraps) an integer array holding a value the C type
     of `dtype` cannot: the one range check (refuse_outside) on the array's
-    extremes, naming the first entry at fault, as name[i]."""
+    extremes, naming an entry at fault, as name[i]."""
     if arr.size:
         ctype = _CTYPES[np.dtype(dtype)]
         for extreme in (arr.min(), arr.max()):
-            def entry(extreme=extreme):
-                at = np.unravel_index(int(np.argmax(arr == extreme)), arr.shape)
-                return f"{name}[{', '.join(str(int(i)) for i in at)}]"
-            refuse_outside(entry, int(extreme), ctype)
+            refuse_outside(lambda extreme=extreme: _entry(name, int(np.argmax(arr == extreme)),
+                                                          arr.shape),
+                           int(extreme), ctype)
 
 
 def _int_array(values, name, dtype=np.int64):
     """Host integers as a contiguous array of `dtype` (a copy only where
     the type or layout needs one). CUDA tensors are refused: these calls
     read host memory. A value `dtype` cannot hold is refused, not cast."""
-    arr = np.asarray(_host(values, name))
+    values = _host(values, name)
+    arr = np.asarray(values)
     if arr.size == 0:
         return np.zeros(0, dtype=dtype)
+    if arr.dtype.kind in "fO" and not isinstance(values, np.ndarray):
+        # Python values numpy did not type as integers (ints past int64
+        # beside negative ones become floats; past uint64, objects): each
+        # entry through the one check, as given.
+        arr = np.asarray(values, dtype=object)
+        ctype = _CTYPES[np.dtype(dtype)]
+        return np.array([c_int(v, _entry(name, i, arr.shape), ctype)
+                         for i, v in enumerate(arr.flat)], dtype=dtype)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got {arr.dtype}")
     if arr.dtype != dtype:
@@ -442,7 +455,10 @@ class Node:
         "positions" (n; negative: an idle row), "block_table" ([n, stride]
         full-page numbers, -1 unassigned) and optional "window_rows".
         Returns what the step did and the contexts: numpy arrays on the
-        host, Views (DLPack) in device memory."""
+        host (copies, the caller's to keep: the node's own buffers are
+        rewritten by its next step), Views (DLPack) in device memory,
+        which read the node's results in place until the step after
+        next (kvshard.h: the device results are double-buffered)."""
         keep = []
         b = None
         if batch is not None:
