@@ -25,7 +25,9 @@ class Comm:
     def __init__(self, handle, keep=None):
         self._handle = handle
         self._keep = keep  # what the C communicator borrows (a group)
-        self._lock = threading.Lock()
+        # Reentrant: a collection inside a locked region may run a node's
+        # finalizer, which returns the communicator from the same thread.
+        self._lock = threading.RLock()
         self._closed = False  # by close(): Python's calls are refused from then on
         self._borrowers = 0  # C nodes over it not yet destroyed
         self._open = weakref.WeakSet()  # the kvshard.Nodes over it not yet closed

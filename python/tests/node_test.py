@@ -564,6 +564,18 @@ class Lifetimes(unittest.TestCase):
         self.assertIsNone(failure, failure)
         self.assertIn("node closed and dropped\nviews read the node's memory", out.stdout)
 
+    def test_views_outlive_a_closed_node_and_its_closed_comm(self):
+        # The order the documentation asks for (the node closed, then its
+        # communicator), with views of the node still held: they read its
+        # memory, and dropping them ends the node, then the communicator.
+        runs = [("self", "node,comm,view"), ("loopback", "node,comm,view")]
+        for (kind, order), out in sorted(run_drop_orders(runs).items()):
+            with self.subTest(kind=kind):
+                failure = child_failure(kind, order, out)
+                self.assertIsNone(failure, failure)
+                self.assertIn("comm closed\ncomm dropped\nviews read the node's memory\n"
+                              "views dropped", out.stdout)
+
     def test_every_drop_order_of_node_comm_and_views(self):
         import itertools
         runs = [(kind, ",".join(order)) for kind in ("self", "loopback")
