@@ -18,6 +18,7 @@ packages=(
   libclang-rt-14-dev  # sanitizer and fuzzer runtimes
   jq                  # JSON checks in the end-to-end tests
   pkgconf             # pkg-config: the installed library's test builds with it
+  patch               # tests/mutants: the Python package's planted bugs
   python3-numpy       # the Python package (its tests run Debian's /usr/bin/python3)
   python3-mpi4py      # its MPI tests
   python3-torch       # its torch.from_dlpack tests

@@ -3,7 +3,8 @@
 A View hands out an unversioned "dltensor" capsule (what numpy.from_dlpack
 and torch.from_dlpack take). The DLManagedTensor and its shape and stride
 arrays live in a registry until the consumer calls the deleter (or the
-capsule dies unconsumed); each entry holds a reference to the node, so the
+capsule dies unconsumed); each entry holds a reference to the node's
+handle, which holds what the node borrows (its communicator), so the
 memory outlives every array viewing it even after Node.close().
 """
 

@@ -8,6 +8,7 @@ interpreter's other threads.
 """
 
 import ctypes
+import numbers
 import os
 import pathlib
 import threading
@@ -31,6 +32,84 @@ class Error(Exception):
 
 
 Error.__module__ = "kvshard"
+
+# ---- what reaches C: the one check of each kind ----
+#
+# Every Python value the package hands to a C type passes here first, so
+# that nothing is cut, wrapped, truncated at a NUL or read as True without
+# being a bool: integers (scalars through c_int, arrays through
+# refuse_outside with their extremes), switches (c_bool) and strings
+# (c_text). A node's and kvplan's options reach C as text, which kvplan's
+# own parsers read and range-check in C ("--page=2**64" is refused there).
+
+# The C integer types an argument may reach: (lowest, highest).
+C_RANGES = {
+    "int": (-(1 << 31), (1 << 31) - 1),
+    "int32_t": (-(1 << 31), (1 << 31) - 1),
+    "int64_t": (-(1 << 63), (1 << 63) - 1),
+    "uint8_t": (0, 255),
+    "uint64_t": (0, (1 << 64) - 1),
+    "size_t": (0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1),
+    "uintptr_t": (0, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1),
+}
+
+
+def refuse_outside(name, value, ctype):
+    """The one range check: ValueError naming `name` (or what the callable
+    `name` returns, asked only then), the value and the range when the int
+    `value` is outside C's `ctype`."""
+    low, high = C_RANGES[ctype]
+    if not low <= value <= high:
+        name = name() if callable(name) else name
+        raise ValueError(f"{name} = {value} is outside the range of {ctype} ({low} to {high})")
+
+
+def c_int(value, name, ctype):
+    """A Python int for a C integer argument of type `ctype`: TypeError
+    naming `name` for anything but an int (a bool, a float or a numeric
+    string included), ValueError where the type cannot hold it (C would
+    cut it: 2**32 + 300 as an int is 300)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    refuse_outside(name, value, ctype)
+    return value
+
+
+def is_bool(value):
+    """True for Python's bools and numpy's (numpy.bool_), nothing else."""
+    return isinstance(value, bool) or (type(value).__name__ == "bool_"
+                                       and type(value).__module__ == "numpy")
+
+
+def c_bool(value, name):
+    """A switch as a C bool: True or False (numpy's too); anything else
+    (a string such as "no", an int, None) is a TypeError naming `name`,
+    never read as its truth."""
+    if not is_bool(value):
+        raise TypeError(f"{name} takes True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def c_text(text, name):
+    """A str as a C string's bytes (UTF-8): ValueError naming `name` where it
+    holds a NUL character, at which C would end it ("fp8\\x00bf16" read as
+    "fp8")."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string, got {type(text).__name__}")
+    at = text.find("\x00")
+    if at >= 0:
+        raise ValueError(f"{name} holds a NUL character at index {at} ({text!r}): C would read "
+                         f"only {text[:at]!r}")
+    return text.encode()
+
+
+def c_strings(texts, name):
+    """A char *[] of `texts` (each through c_text, named name[i]); a
+    one-slot array for none."""
+    encoded = [c_text(t, f"{name}[{i}]") for i, t in enumerate(texts)]
+    return (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
+
 
 class CError(ctypes.Structure):
     _fields_ = [("status", ctypes.c_int), ("message", ctypes.c_char * ERROR_MESSAGE_MAX)]

@@ -4,11 +4,16 @@ Names are kvplan's with underscores for dashes; values are checked for
 their Python type here (a wrong type raises TypeError naming the option),
 then handed to the library as "--name=value" strings, where kvplan's own
 parsers read them: a value kvplan refuses (a string that is not a number
-included) raises kvshard.Error with kvplan's words.
+included, or a number past the flag's C type) raises kvshard.Error with
+kvplan's words. A switch is a bool (True or False, never a string or an
+int read as its truth) and a string holding a NUL character is refused
+(ValueError), each naming the option.
 """
 
 import difflib
 import numbers
+
+from ._lib import c_bool, c_text
 
 # kind of each option: int, float, bytes (an int, or a string such as
 # "9GiB"), tokens (an int, or a string such as "1M"), bytes_list, int_list,
@@ -102,15 +107,14 @@ def to_flags(options, table, where, extra=None):
         if v is None:
             raise TypeError(f"{where}: option '{name}' is None; leave it out for the default")
         if kind in ("switch", "flag"):
-            if not isinstance(v, bool):
-                raise TypeError(f"{where}: option '{name}' takes True or False, "
-                                f"got {type(v).__name__}")
-            if v:
+            if c_bool(v, f"{where}: option '{name}'"):
                 flags.append(f"--{dashed}")
             elif kind == "switch":
                 flags.append(f"--no-{dashed}")
             continue
-        flags.append(f"--{dashed}={_text(kind, name, v, where)}")
+        text = _text(kind, name, v, where)
+        c_text(text, f"{where}: option '{name}'")  # C would end the value at a NUL
+        flags.append(f"--{dashed}={text}")
     return flags
 
 

@@ -1,23 +1,40 @@
 """Communicators a node runs over: one rank, an mpi4py communicator, a
-NCCL group bootstrapped from a unique id, or ranks as threads."""
+NCCL group bootstrapped from a unique id, or ranks as threads.
+
+A node borrows its communicator (kvshard.h: the comm must outlive the
+node), and a node's memory outlives Node.close() while a view of it is
+alive. So a Comm counts the C nodes over it: close() under an open
+kvshard.Node is refused (kvshard.Error, KVS_ERR_CONFLICT, naming the
+node), and a close after every node over it closed, while views still
+keep one of them, ends the communicator for Python at once and in C with
+the last of those nodes. Every node also keeps its Comm object alive, so
+dropping the Comm, the Node and their views in any order is safe."""
 
 import ctypes
-import numbers
+import threading
+import weakref
 
-from ._lib import NCCL_UNIQUE_ID_BYTES, Error, NcclOptions, call, lib
+from ._lib import NCCL_UNIQUE_ID_BYTES, Error, NcclOptions, c_int, call, lib
 
 
 class Comm:
     """kvshard's communicator (a kvs_comm_t). Close it after every node
-    over it is closed; a node made with comm=None owns its own."""
+    over it is closed (views of a node's memory may outlive both); a node
+    made with comm=None owns its own."""
 
     def __init__(self, handle, keep=None):
         self._handle = handle
         self._keep = keep  # what the C communicator borrows (a group)
+        # Reentrant: a collection inside a locked region may run a node's
+        # finalizer, which returns the communicator from the same thread.
+        self._lock = threading.RLock()
+        self._closed = False  # by close(): Python's calls are refused from then on
+        self._borrowers = 0  # C nodes over it not yet destroyed
+        self._open = weakref.WeakSet()  # the kvshard.Nodes over it not yet closed
 
     @property
     def handle(self):
-        if self._handle is None:
+        if self._closed or self._handle is None:
             raise Error("KVS_ERR_INVALID_ARGUMENT", "the communicator is closed")
         return self._handle
 
@@ -35,31 +52,78 @@ class Comm:
 
     def set_timeout_ms(self, timeout_ms):
         """Every later collective's deadline."""
-        _check_int("timeout_ms", timeout_ms)
-        call("kvs_comm_set_timeout_ms", self.handle, int(timeout_ms))
+        call("kvs_comm_set_timeout_ms", self.handle, c_int(timeout_ms, "timeout_ms", "int"))
 
     def close(self):
-        if self._handle is not None:
-            lib().kvs_comm_destroy(self._handle)
-            self._handle = None
-            self._keep = None
+        """Ends the communicator; idempotent. Refused (kvshard.Error,
+        KVS_ERR_CONFLICT, naming the node) while a kvshard.Node over it is
+        open; a closed node that views still keep alive holds the C
+        communicator until the last of them goes."""
+        self._close(refuse_open=True)
+
+    def _close(self, refuse_open):
+        with self._lock:
+            if self._closed or self._handle is None:
+                return
+            if refuse_open:
+                live = [n for n in list(self._open) if not n.closed]
+                if live:
+                    raise Error("KVS_ERR_CONFLICT",
+                                f"Comm.close(): {live[0]!r} runs over this communicator: "
+                                f"close the node first ({len(live)} open)")
+            self._closed = True
+            ending = self._take() if self._borrowers == 0 else None
+        self._destroy(ending)
+
+    def _take(self):
+        """Under the lock: (handle, keep) for _destroy, once."""
+        ending = (self._handle, self._keep)
+        self._handle = self._keep = None
+        return ending
+
+    @staticmethod
+    def _destroy(ending):
+        if ending is not None and ending[0] is not None:
+            lib().kvs_comm_destroy(ending[0])
+        # ending[1] (a loopback group) goes after its communicator
+
+    # A node's use of the communicator (node.py): lent before the C node is
+    # created, the Node marked open once it is, closed with Node.close(),
+    # returned when the C node is destroyed (the last view gone).
+    def _lend(self):
+        with self._lock:
+            handle = self.handle  # refused once closed
+            self._borrowers += 1
+        return handle
+
+    def _opened(self, node):
+        with self._lock:
+            self._open.add(node)
+
+    def _node_closed(self, node):
+        with self._lock:
+            self._open.discard(node)
+
+    def _returned(self):
+        with self._lock:
+            self._borrowers -= 1
+            ending = self._take() if self._closed and self._borrowers == 0 else None
+        self._destroy(ending)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        # Leaving on an exception: the exception is what the caller needs to
+        # see, so an open node defers the end instead of raising over it.
+        self._close(refuse_open=exc_type is None)
 
     def __del__(self):
+        # No node can be open here (each keeps this object alive).
         try:
-            self.close()
+            self._close(refuse_open=False)
         except Exception:
             pass
-
-
-def _check_int(name, v):
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-        raise TypeError(f"option '{name}' takes an int, got {type(v).__name__}")
 
 
 def self_comm():
@@ -80,15 +144,15 @@ class _Group:
 def loopback_comms(size, timeout_ms=30000):
     """`size` ranks as threads of this process: one Comm per rank, each
     for one thread (collectives release the GIL while they wait)."""
-    _check_int("size", size)
-    _check_int("timeout_ms", timeout_ms)
+    size = c_int(size, "size", "int")
+    timeout_ms = c_int(timeout_ms, "timeout_ms", "int")
     group = ctypes.c_void_p()
-    call("kvs_comm_loopback_group_create", int(size), ctypes.byref(group))
+    call("kvs_comm_loopback_group_create", size, ctypes.byref(group))
     g = _Group(group)
     comms = []
     for r in range(size):
         out = ctypes.c_void_p()
-        call("kvs_comm_loopback_create", group, r, int(timeout_ms), ctypes.byref(out))
+        call("kvs_comm_loopback_create", group, r, timeout_ms, ctypes.byref(out))
         comms.append(Comm(out, keep=g))
     return comms
 
@@ -96,14 +160,14 @@ def loopback_comms(size, timeout_ms=30000):
 def mpi_comm(comm, timeout_ms=30000):
     """Over an mpi4py communicator (duplicated: kvshard's messages never
     match the program's). MPI is already running: mpi4py started it."""
+    timeout_ms = c_int(timeout_ms, "timeout_ms", "int")
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):
         raise TypeError(f"comm must be an mpi4py.MPI.Comm, got {type(comm).__name__}")
-    _check_int("timeout_ms", timeout_ms)
     out = ctypes.c_void_p()
     call("kvs_comm_mpi_create", ctypes.c_void_p(MPI._addressof(comm)), MPI._sizeof(MPI.Comm),
-         int(timeout_ms), ctypes.byref(out))
+         timeout_ms, ctypes.byref(out))
     return Comm(out, keep=comm)
 
 
@@ -122,18 +186,16 @@ def nccl_comm(unique_id, rank, size, device, timeout_ms=None, init_timeout_ms=No
         raise TypeError(f"unique_id must be the {NCCL_UNIQUE_ID_BYTES} bytes nccl_unique_id() "
                         f"gives, got {type(unique_id).__name__} of "
                         f"{len(unique_id) if hasattr(unique_id, '__len__') else '?'}")
-    for name, v in (("rank", rank), ("size", size), ("device", device)):
-        _check_int(name, v)
+    values = {"rank": rank, "nranks": size, "device": device, "timeout_ms": timeout_ms,
+              "init_timeout_ms": init_timeout_ms}
+    names = {"nranks": "size"}
+    checked = {field: c_int(v, names.get(field, field), "int")
+               for field, v in values.items() if v is not None}
     o = NcclOptions()
     lib().kvs_comm_nccl_options_init(ctypes.byref(o))
-    o.rank, o.nranks, o.device = int(rank), int(size), int(device)
+    for field, v in checked.items():
+        setattr(o, field, v)
     ctypes.memmove(o.unique_id, bytes(unique_id), NCCL_UNIQUE_ID_BYTES)
-    if timeout_ms is not None:
-        _check_int("timeout_ms", timeout_ms)
-        o.timeout_ms = int(timeout_ms)
-    if init_timeout_ms is not None:
-        _check_int("init_timeout_ms", init_timeout_ms)
-        o.init_timeout_ms = int(init_timeout_ms)
     out = ctypes.c_void_p()
     call("kvs_comm_nccl_create", ctypes.byref(o), ctypes.byref(out))
     return Comm(out)
@@ -141,6 +203,8 @@ def nccl_comm(unique_id, rank, size, device, timeout_ms=None, init_timeout_ms=No
 
 def comm_of(comm, timeout_ms):
     """(Comm, owned) for Node's comm argument."""
+    if timeout_ms is not None:
+        timeout_ms = c_int(timeout_ms, "Node(): option 'timeout_ms'", "int")
     if comm is None or (isinstance(comm, str) and comm == "self"):
         c = self_comm()
         if timeout_ms is not None:

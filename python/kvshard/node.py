@@ -15,28 +15,40 @@ import numpy as np
 
 from . import _dlpack
 from ._lib import (CError, Error, NodeBatch, NodePrefixCounts, NodePrefixHit, NodeReport,
-                   NodeView, StepResult, call, check, lib)
+                   NodeView, StepResult, c_bool, c_int, c_strings, call, check, is_bool, lib,
+                   refuse_outside)
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
 from .comm import comm_of
 
 _KINDS = {0: "agree", 1: "bindings", 2: "ring contexts", 3: "integrity", 4: "steps"}
 _NONE = (1 << 64) - 1
-_U64_MAX = (1 << 64) - 1
+# numpy dtype -> the C type its arrays reach
+_CTYPES = {np.dtype(np.int64): "int64_t", np.dtype(np.uint64): "uint64_t",
+           np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t"}
 
 
-def _destroy(handle, comm):
+def _destroy(handle, comm, owned):
     lib().kvs_node_destroy(handle)
-    if comm is not None:
+    comm._returned()
+    if owned:
         comm.close()
 
 
 class _Handle:
-    """The C node; destroyed once the Node is closed and no view of its
-    memory is left (each view keeps this object alive)."""
+    """The C node and everything it borrows: its Comm (kvshard.h: the
+    communicator must outlive the node) and the engine's stream object.
+    Destroyed once the Node is closed and no view of its memory is left
+    (each view, and each capsule a view handed out, keeps this object
+    alive); the Comm is returned then, and closed when the node owned it.
+    It is the node's ctypes argument (_as_parameter_), so a call in
+    flight keeps it too."""
 
-    def __init__(self, handle, owned_comm):
-        self.handle = handle
-        weakref.finalize(self, _destroy, handle, owned_comm)
+    def __init__(self, handle, comm, owned, borrowed):
+        self._as_parameter_ = handle
+        self.comm = comm
+        self.borrowed = borrowed  # the stream object an engine passed, kept as long
+        self.last_event = None  # the last step's event, for a consumer's stream
+        weakref.finalize(self, _destroy, handle, comm, owned)
 
 
 def _host(values, name):
@@ -49,47 +61,53 @@ def _host(values, name):
     return values
 
 
-def _in_range(arr, name, dtype, what):
-    """Refuses (never wraps) an integer array holding a value `dtype`
-    cannot: a ValueError naming the argument, the value and the range."""
-    info = np.iinfo(dtype)
+def _entry(name, flat, shape):
+    """An array entry's name: name[i] (name[i, j] for 2-D)."""
+    return f"{name}[{', '.join(str(int(i)) for i in np.unravel_index(flat, shape))}]"
+
+
+def _in_range(arr, name, dtype):
+    """Refuses (never wraps) an integer array holding a value the C type
+    of `dtype` cannot: the one range check (refuse_outside) on the array's
+    extremes, naming an entry at fault, as name[i]."""
     if arr.size:
-        low, high = int(arr.min()), int(arr.max())
-        if low < info.min or high > info.max:
-            bad = low if low < info.min else high
-            raise ValueError(f"{name} holds {bad}, outside the range of {what} "
-                             f"({info.min} to {info.max})")
+        ctype = _CTYPES[np.dtype(dtype)]
+        for extreme in (arr.min(), arr.max()):
+            refuse_outside(lambda extreme=extreme: _entry(name, int(np.argmax(arr == extreme)),
+                                                          arr.shape),
+                           int(extreme), ctype)
 
 
 def _int_array(values, name, dtype=np.int64):
     """Host integers as a contiguous array of `dtype` (a copy only where
     the type or layout needs one). CUDA tensors are refused: these calls
     read host memory. A value `dtype` cannot hold is refused, not cast."""
-    arr = np.asarray(_host(values, name))
+    values = _host(values, name)
+    arr = np.asarray(values)
     if arr.size == 0:
         return np.zeros(0, dtype=dtype)
+    if arr.dtype.kind in "fO" and not isinstance(values, np.ndarray):
+        # Python values numpy did not type as integers (ints past int64
+        # beside negative ones become floats; past uint64, objects): each
+        # entry through the one check, as given.
+        arr = np.asarray(values, dtype=object)
+        ctype = _CTYPES[np.dtype(dtype)]
+        return np.array([c_int(v, _entry(name, i, arr.shape), ctype)
+                         for i, v in enumerate(arr.flat)], dtype=dtype)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got {arr.dtype}")
     if arr.dtype != dtype:
-        _in_range(arr, name, dtype, np.dtype(dtype).name)
+        _in_range(arr, name, dtype)
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
 def _request_id(request):
-    if not isinstance(request, numbers.Integral) or isinstance(request, bool) or request < 0:
-        raise TypeError(f"request must be a non-negative int, got {request!r}")
-    if request > _U64_MAX:
-        raise ValueError(f"request {request} is past 2^64-1")
-    return int(request)
+    return c_int(request, "request", "uint64_t")
 
 
 def _count(value, name):
-    """A uint64_t argument: a non-negative int up to 2^64-1, as given."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a non-negative int, got {type(value).__name__}")
-    if not 0 <= value <= _U64_MAX:
-        raise ValueError(f"{name} must be 0 to 2^64-1, got {value}")
-    return int(value)
+    """A uint64_t argument: an int from 0 to 2^64-1, as given."""
+    return c_int(value, name, "uint64_t")
 
 
 def _exact_array(values, name, dtype, what):
@@ -98,24 +116,18 @@ def _exact_array(values, name, dtype, what):
     dtypes (bools and floats included), other shapes, values out of its
     range. CUDA tensors are refused as in _int_array."""
     values = _host(values, name)
-    info = np.iinfo(dtype)
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             raise ValueError(f"{name} must be 1-D {what}, got an array of shape {values.shape}")
         if values.dtype.kind not in "iu":
             raise TypeError(f"{name} must be 1-D {what}, got dtype {values.dtype}")
-        _in_range(values, name, dtype, what)
+        _in_range(values, name, dtype)
         return np.ascontiguousarray(values, dtype=dtype)
     if isinstance(values, (str, bytes, bytearray)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be 1-D {what}, got {type(values).__name__}")
-    items = list(values)
-    for i, v in enumerate(items):
-        if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{name}[{i}] must be an int, got {type(v).__name__}")
-        if not info.min <= v <= info.max:
-            raise ValueError(f"{name}[{i}] = {v} is outside the range of {what} "
-                             f"({info.min} to {info.max})")
-    return np.array([int(v) for v in items], dtype=dtype)
+    ctype = _CTYPES[np.dtype(dtype)]
+    return np.array([c_int(v, f"{name}[{i}]", ctype) for i, v in enumerate(list(values))],
+                    dtype=dtype)
 
 
 def _keys(keys, name="keys"):
@@ -136,8 +148,7 @@ def _flags(values, name, n):
             raise ValueError(f"{name} must be 1-D, got an array of shape {values.shape}")
         a = values.astype(np.uint8)
     elif not isinstance(values, np.ndarray) and hasattr(values, "__iter__") and not isinstance(
-            values, (str, bytes, bytearray)) and all(
-                isinstance(v, (bool, np.bool_)) for v in values):
+            values, (str, bytes, bytearray)) and all(is_bool(v) for v in values):
         a = np.array([bool(v) for v in values], dtype=np.uint8)
     else:
         a = _exact_array(values, name, np.uint8, "bools (or 0 and 1)")
@@ -168,20 +179,15 @@ class PrefixHit:
     pages: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
 
     def _c(self):
-        """As the C struct, each field checked against its C type."""
-        if not isinstance(self.reprefill, (bool, np.bool_)):
-            raise TypeError(f"hit.reprefill must be a bool, got {type(self.reprefill).__name__}")
+        """As the C struct, each field checked against its C type (ctypes
+        would cut an int past it: node 2**64 + 3 would name node 3)."""
         fields = {}
         for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
                      "host_pages", "stamp"):
             fields[name] = _count(getattr(self, name), "hit." + name)
-        node = self.node
-        if not isinstance(node, numbers.Integral) or isinstance(node, bool):
-            raise TypeError(f"hit.node must be an int, got {type(node).__name__}")
-        if not -(1 << 63) <= node < (1 << 63):
-            raise ValueError(f"hit.node = {node} is outside int64_t")
-        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), node=int(node),
-                             reprefill=bool(self.reprefill), **fields)
+        node = c_int(self.node, "hit.node", "int64_t")
+        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), node=node,
+                             reprefill=c_bool(self.reprefill, "hit.reprefill"), **fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,14 +209,22 @@ class PrefixCounts:
     host_page_bytes: int
 
 
+def _order_after_step(handle, stream):
+    """A consumer on CUDA stream `stream` reads after the node's last step."""
+    if handle.last_event:
+        from ._cuda import stream_wait_event
+        stream_wait_event(stream, handle.last_event)
+
+
 class View:
     """A tier of the node's memory (or its mapping), in place, for
-    numpy.from_dlpack / torch.from_dlpack."""
+    numpy.from_dlpack / torch.from_dlpack. It keeps the node's memory, and
+    what the node borrows, alive (not the Node object: that closes as
+    usual), and so does every array made from it."""
 
-    def __init__(self, handle, node_view, event_source):
+    def __init__(self, handle, node_view):
         v = node_view
         self._handle = handle
-        self._event_source = event_source
         self.name = v.name.decode()
         self.data = v.data
         self.dtype = _dlpack.DTYPES[v.dtype][2]
@@ -230,8 +244,12 @@ class View:
         return ((_dlpack.KDL_CUDA, self.device_id) if self.on_device else (_dlpack.KDL_CPU, 0))
 
     def __dlpack__(self, stream=None):
+        # stream: None, -1 (the consumer orders itself) or a cudaStream_t.
+        if stream is not None and not (isinstance(stream, numbers.Integral)
+                                       and not isinstance(stream, bool) and stream == -1):
+            stream = c_int(stream, "stream", "uintptr_t")
         if self.on_device and stream != -1:
-            self._event_source(0 if stream is None else int(stream))
+            _order_after_step(self._handle, 0 if stream is None else stream)
         return _dlpack.capsule(self._handle, self.data, self._dtype_code, self.shape,
                                self.strides, *self.__dlpack_device__())
 
@@ -246,23 +264,27 @@ class Node:
     lists them."""
 
     def __init__(self, comm=None, **options):
+        self._h = None
         timeout = options.pop("timeout_ms", None)
         flags = to_flags(options, NODE_OPTIONS, "Node()", NODE_PYTHON_OPTIONS)
-        if timeout is not None and (not isinstance(timeout, numbers.Integral)
-                                    or isinstance(timeout, bool)):
-            raise TypeError(f"Node(): option 'timeout_ms' takes an int, got "
-                            f"{type(timeout).__name__}")
-        self._comm, owned = comm_of(comm, timeout)
-        args = (ctypes.c_char_p * max(1, len(flags)))(*[f.encode() for f in flags])
+        args = c_strings(flags, "Node()'s flags")
+        comm, owned = comm_of(comm, timeout)
         out = ctypes.c_void_p()
         try:
-            call("kvs_node_create_flags", self._comm.handle, args, len(flags), ctypes.byref(out))
+            lent = comm._lend()
         except BaseException:
             if owned:
-                self._comm.close()
+                comm.close()
             raise
-        self._h = _Handle(out, self._comm if owned else None)
-        self._last_event = None
+        try:
+            call("kvs_node_create_flags", lent, args, len(flags), ctypes.byref(out))
+        except BaseException:
+            comm._returned()
+            if owned:
+                comm.close()
+            raise
+        self._comm = comm
+        self._h = _Handle(out, comm, owned, options.get("stream"))
         self.rank = lib().kvs_node_rank(out)
         self.size = lib().kvs_node_size(out)
         self.page = lib().kvs_node_page(out)
@@ -272,23 +294,32 @@ class Node:
         self.is_leader = bool(lib().kvs_node_is_leader(out))
         self.device = "cuda" if lib().kvs_node_device_of(out) == 2 else "cpu"
         self.cuda_device = lib().kvs_node_cuda_device(out)
+        comm._opened(self)
 
     # ---- life ----
 
     @property
     def _node(self):
+        """The node's ctypes argument (the _Handle: a call keeps it alive)."""
         if self._h is None:
             raise Error("KVS_ERR_INVALID_ARGUMENT", "the node is closed")
-        return self._h.handle
+        return self._h
 
     @property
     def closed(self):
         return self._h is None
 
     def close(self):
-        """Ends this rank's node (views of its memory keep it until they
-        go). Idempotent."""
-        self._h = None
+        """Ends this rank's node (views of its memory keep it, and its
+        communicator, until they go). Idempotent."""
+        if self._h is not None:
+            self._h = None
+            self._comm._node_closed(self)
+
+    def __repr__(self):
+        state = "closed" if self._h is None else "open"
+        return (f"<kvshard.Node rank {self.rank} of {self.size}, {self.device}, "
+                f"{self.num_pages} pages, {state}>")
 
     def __enter__(self):
         return self
@@ -424,7 +455,10 @@ class Node:
         "positions" (n; negative: an idle row), "block_table" ([n, stride]
         full-page numbers, -1 unassigned) and optional "window_rows".
         Returns what the step did and the contexts: numpy arrays on the
-        host, Views (DLPack) in device memory."""
+        host (copies, the caller's to keep: the node's own buffers are
+        rewritten by its next step), Views (DLPack) in device memory,
+        which read the node's results in place until the step after
+        next (kvshard.h: the device results are double-buffered)."""
         keep = []
         b = None
         if batch is not None:
@@ -447,28 +481,29 @@ class Node:
             if n and bt.size != n * stride:
                 raise Error("KVS_ERR_INVALID_ARGUMENT",
                             f"batch['block_table'] has {bt.size} entries, not {n} rows")
-            window_rows = bool(batch.get("window_rows", False))
+            window_rows = c_bool(batch.get("window_rows", False), "batch['window_rows']")
             keep = [req, pos, bt]
             b = NodeBatch(ctypes.sizeof(NodeBatch), n, req.ctypes.data, pos.ctypes.data,
                           bt.ctypes.data, stride, window_rows)
         r = StepResult()
         r.size = ctypes.sizeof(StepResult)
         err = CError()
-        status = lib().kvs_node_step(self._node, ctypes.byref(b) if b is not None else None,
+        h = self._node
+        status = lib().kvs_node_step(h, ctypes.byref(b) if b is not None else None,
                                      ctypes.byref(r), ctypes.byref(err))
         del keep
         diverged = status == 20  # KVS_ERR_DIVERGENCE: the step counted
         if not diverged:
             check(status, err)
-        self._last_event = r.event
+        h.last_event = r.event
         out = {"step": r.step, "entries": r.entries, "binds": r.binds, "frees": r.frees,
                "n": r.n, "page": r.page, "on_device": bool(r.on_device), "digest": r.digest,
                "event": r.event, "diverged": diverged,
                "message": err.message.decode(errors="replace") if diverged else ""}
-        out.update(self._results(r))
+        out.update(self._results(r, h))
         return out
 
-    def _results(self, r):
+    def _results(self, r, h):
         n, page = r.n, r.page
         shapes = {"own": (n,), "prev": (n,), "ring": (n, page), "csa_loc": (n,), "hca_loc": (n,)}
         res = {}
@@ -483,9 +518,10 @@ class Node:
                               (ctypes.c_int64 * 3)(*([page, 1] if len(shape) == 2 else [1]),
                                                    *([0] * (3 - len(shape)))),
                               True, self.cuda_device, 0, count * 8)
-                res[name] = View(self._h, nv, self._order_after_step)
+                res[name] = View(h, nv)
             else:
-                # A copy: the host results are valid until the next step.
+                # A copy: the node's host results are valid only until the
+                # next step, which rewrites them; the arrays returned stay.
                 buf = (ctypes.c_int64 * count).from_address(address)
                 res[name] = np.frombuffer(buf, dtype=np.int64).reshape(shape).copy()
         return res
@@ -525,11 +561,5 @@ class Node:
             v = NodeView()
             v.size = ctypes.sizeof(NodeView)
             call("kvs_node_view_at", node, i, ctypes.byref(v))
-            views[v.name.decode()] = View(self._h, v, self._order_after_step)
+            views[v.name.decode()] = View(node, v)
         return views
-
-    def _order_after_step(self, stream):
-        """A consumer on CUDA stream `stream` reads after the last step."""
-        if self._last_event:
-            from ._cuda import stream_wait_event
-            stream_wait_event(stream, self._last_event)

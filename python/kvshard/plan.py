@@ -5,7 +5,7 @@ and `kvplan fit --json` print for them, with attribute access."""
 import ctypes
 import json
 
-from ._lib import CError, Error, check, lib
+from ._lib import CError, Error, c_strings, check, lib
 from ._options import to_flags, library_names
 
 
@@ -87,7 +87,7 @@ ALIASES = {"memory_ratio"}
 
 def _run(words):
     """kvs_plan_run: (standard output, standard error) of kvplan."""
-    args = (ctypes.c_char_p * len(words))(*[w.encode() for w in words])
+    args = c_strings(words, "kvplan's words")
     out = ctypes.c_void_p()
     notes = ctypes.c_void_p()
     err = CError()

@@ -4,6 +4,7 @@
 import dataclasses
 import gc
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,10 +16,17 @@ import kvshard
 from kvshard import _dlpack
 from kvshard._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, library_names
 
-try:
-    import torch
-except ImportError:  # python3-torch is optional
-    torch = None
+
+def torch_or_none():
+    """torch, imported by the cases that use it (its import costs seconds,
+    which the planted bugs' runs of other cases need not pay), or None:
+    python3-torch is optional."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
 
 SMALL = dict(topology="bundled", device="cpu", budget="2GiB", tp=1, pp=1, max_running=4,
              max_seq_len=65536, bind_numa=False)
@@ -65,19 +73,48 @@ class OneRank(unittest.TestCase):
             self.assertEqual(r["own"][0], node.translate([P + 5])[0])
             self.assertEqual(r["own"][1], -1, "an idle row reads nothing")
 
+    def test_a_steps_host_arrays_are_not_rewritten_by_the_next_step(self):
+        # kvshard.h: a host node's results are valid until its next step,
+        # which rewrites them in place; the package's arrays are the
+        # caller's to keep.
+        names = ("own", "prev", "ring", "csa_loc", "hca_loc")
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            node.admit(1)
+            node.bind(1, page_locs(P, 0, 3))
+            node.admit(2)
+            node.bind(2, page_locs(P, 5, 2))
+            node.step()
+            table = np.array([[0, 1, 2], [5, 6, -1]])
+            first = node.step({"requests": [1, 2], "positions": [2 * P + 7, P + 3],
+                               "block_table": table})
+            kept = {name: first[name].copy() for name in names}
+            second = node.step({"requests": [2, 1], "positions": [2 * P - 1, 3 * P - 2],
+                                "block_table": table[::-1].copy()})
+            self.assertTrue(any(not np.array_equal(kept[name], second[name]) for name in names),
+                            "the two steps read the same contexts: the check below proves nothing")
+            for name in names:
+                np.testing.assert_array_equal(
+                    first[name], kept[name],
+                    err_msg=f"step {first['step']}'s {name} was rewritten by the next step")
+
     def test_locations_come_as_lists_arrays_or_tensors(self):
         with kvshard.Node(**SMALL) as node:
             P = node.page
             node.admit(1)
             node.bind(1, list(range(0, P)))
             node.bind(1, np.arange(P, 2 * P, dtype=np.int32))
+            torch = torch_or_none()
             if torch is not None:
                 node.bind(1, torch.arange(2 * P, 3 * P, dtype=torch.int64))
             node.step()
             self.assertTrue((node.translate(range(0, P)) >= 0).all())
-            with self.assertRaisesRegex(TypeError, "locs must hold integers"):
+            with self.assertRaisesRegex(TypeError, r"locs\[0\] must be an int, got float"):
                 node.bind(1, [0.5])
-            with self.assertRaisesRegex(TypeError, "request must be a non-negative int"):
+            with self.assertRaisesRegex(TypeError, "locs must hold integers, got float64"):
+                node.bind(1, np.array([0.0]))
+            with self.assertRaisesRegex(ValueError,
+                                        "request = -1 is outside the range of uint64_t"):
                 node.admit(-1)
 
     def test_refusals_raise_with_the_libraries_words(self):
@@ -110,7 +147,8 @@ class OneRank(unittest.TestCase):
             # (2^63 would have become -2^63).
             with self.assertRaises(ValueError) as v:
                 node.bind(1, np.array([2**63], dtype=np.uint64))
-            self.assertIn("locs holds 9223372036854775808, outside the range of int64", str(v.exception))
+            self.assertEqual(str(v.exception), "locs[0] = 9223372036854775808 is outside the range "
+                             "of int64_t (-9223372036854775808 to 9223372036854775807)")
         with self.assertRaises(kvshard.Error) as e:
             node.step()
         self.assertEqual(str(e.exception), "the node is closed")
@@ -126,7 +164,7 @@ class OneRank(unittest.TestCase):
             (dict(kv_dtype=8), "option 'kv_dtype' takes a string"),
             (dict(swa_ratio=[0.1]), "option 'swa_ratio' takes a number"),
             (dict(page=None), "option 'page' is None"),
-            (dict(timeout_ms="1s"), "option 'timeout_ms' takes an int"),
+            (dict(timeout_ms="1s"), "option 'timeout_ms' must be an int, got str"),
         ]
         for options, message in cases:
             with self.subTest(options=options):
@@ -312,13 +350,14 @@ class PrefixCache(unittest.TestCase):
                          np.array([1, 2], dtype=np.int32), (np.int64(5),), [], range(3)):
                 with self.subTest(keys=keys):
                     self.assertEqual(node.prefix_match(keys, 4 * P).node, -1)
+            torch = torch_or_none()
             if torch is not None:
                 node.prefix_match(torch.tensor([1, 2]), 4 * P)
             refused = [
                 ([-1], ValueError,
-                 r"keys\[0\] = -1 is outside the range of unsigned 64-bit ints \(0 to "),
+                 r"keys\[0\] = -1 is outside the range of uint64_t \(0 to 18446744073709551615\)"),
                 ([1, 2 ** 64], ValueError, r"keys\[1\] = 18446744073709551616"),
-                (np.array([4, -2]), ValueError, "keys holds -2, outside the range of unsigned"),
+                (np.array([4, -2]), ValueError, r"keys\[1\] = -2 is outside the range of uint64_t"),
                 (np.array([1.0]), TypeError, "keys must be 1-D unsigned 64-bit ints, got dtype "
                  "float64"),
                 (np.array([True]), TypeError, "got dtype bool"),
@@ -344,20 +383,23 @@ class PrefixCache(unittest.TestCase):
                 node.prefix_insert(1, [1], [2], tails=[2])
             with self.assertRaisesRegex(ValueError, "tails has 2 entries for 1 keys"):
                 node.prefix_insert(1, [1], [2], tails=[True, False])
-            with self.assertRaisesRegex(ValueError, "prompt_tokens must be 0 to 2\\^64-1"):
+            with self.assertRaisesRegex(ValueError,
+                                        "prompt_tokens = -1 is outside the range of uint64_t"):
                 node.prefix_match([1], -1)
-            with self.assertRaisesRegex(TypeError, "reprefill_tokens must be a non-negative"):
+            with self.assertRaisesRegex(TypeError, "reprefill_tokens must be an int, got float"):
                 node.prefix_match([1], 10, reprefill_tokens=1.0)
-            with self.assertRaisesRegex(ValueError, "need_pages must be 0 to 2\\^64-1"):
+            with self.assertRaisesRegex(ValueError,
+                                        "need_pages = -1 is outside the range of uint64_t"):
                 node.prefix_evict(-1)
-            with self.assertRaisesRegex(ValueError, "request 18446744073709551616 is past"):
+            with self.assertRaisesRegex(ValueError, "request = 18446744073709551616 is outside"):
                 node.prefix_release(2 ** 64)
             with self.assertRaisesRegex(TypeError, "hit must be a kvshard.PrefixHit"):
                 node.prefix_acquire(1, {"node": 3})
             hit = node.prefix_match([1], 4 * P)
-            with self.assertRaisesRegex(ValueError, "hit.hit_tokens must be 0 to 2"):
+            with self.assertRaisesRegex(ValueError,
+                                        "hit.hit_tokens = -1 is outside the range of uint64_t"):
                 node.prefix_acquire(1, dataclasses.replace(hit, hit_tokens=-1))
-            with self.assertRaisesRegex(TypeError, "hit.reprefill must be a bool"):
+            with self.assertRaisesRegex(TypeError, "hit.reprefill takes True or False, got int 1"):
                 node.prefix_acquire(1, dataclasses.replace(hit, reprefill=1))
             # The library's own refusals come through with its words.
             node.admit(1)
@@ -371,6 +413,28 @@ class PrefixCache(unittest.TestCase):
                 node.prefix_insert(1, [1], [-1])
             self.assertEqual(e.exception.status, "KVS_ERR_OUT_OF_RANGE")
             self.assertEqual(node.prefix_stats().blocks, 0, "a refusal changes nothing")
+
+    def test_a_hit_node_outside_int64_is_refused(self):
+        # ctypes cuts an int to the field's 64 bits: node 2**64 + 3 would
+        # reach C as node 3, a block the hit never named.
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            self.write_and_finish(node)
+            hit = node.prefix_match([7, 8, 9], 3 * P + 1)
+            self.assertEqual(hit.node, 3)
+            for bad in (hit.node + 2 ** 64, 2 ** 63, -(2 ** 63) - 1, hit.node - 2 ** 64):
+                forged = dataclasses.replace(hit, node=bad)
+                wrapped = (bad + 2 ** 63) % 2 ** 64 - 2 ** 63
+                for take in (lambda: node.prefix_acquire(5, forged),
+                             lambda: node.prefix_fetch(5, forged, [7, 8, 9], [])):
+                    with self.assertRaisesRegex(
+                            ValueError, rf"^hit\.node = {bad} is outside the range of int64_t "
+                            rf"\(-9223372036854775808 to 9223372036854775807\)$",
+                            msg=f"hit.node {bad} was taken as hit.node {wrapped}"):
+                        take()
+            node.prefix_acquire(5, hit)  # nothing was taken before: request 5 holds nothing
+            node.step()
+            self.assertEqual(node.prefix_stats().holds, 1)
 
 
 class Views(unittest.TestCase):
@@ -406,6 +470,7 @@ class Views(unittest.TestCase):
                     w = np.from_dlpack(t["window"])  # numpy 1.x makes it read-only
                     self.assertEqual(w.shape, t["window"].shape)
                     self.assertEqual(w.dtype, np.uint8)
+                    torch = torch_or_none()
                     if torch is not None:
                         torch.from_dlpack(t["window"])[1, 2, 3] = 77
                         self.assertEqual(w[1, 2, 3], 77, "one memory, two views")
@@ -413,8 +478,10 @@ class Views(unittest.TestCase):
                 self.assertEqual(state.dtype, np.float32)
                 self.assertEqual(state.strides[0], t["state_128"].strides[0] * 4)
 
-    @unittest.skipIf(torch is None, "python3-torch is not installed")
     def test_torch_views_bf16_tiers_in_place(self):
+        torch = torch_or_none()
+        if torch is None:
+            self.skipTest("python3-torch is not installed")
         with kvshard.Node(**SMALL) as node:
             t = node.tables()
             w = torch.from_dlpack(t["window"])
@@ -426,6 +493,9 @@ class Views(unittest.TestCase):
             self.assertEqual(m.dtype, torch.int64)
 
     def test_views_outlive_close_and_release_their_capsules(self):
+        # The capsules' accounting, in this process. That a view keeps the
+        # node's memory is Lifetimes' to prove, in fresh processes: here,
+        # memory freed earlier in the run may stay mapped and read right.
         gc.collect()
         before = _dlpack.live_views()
         node = kvshard.Node(**SMALL)
@@ -437,6 +507,396 @@ class Views(unittest.TestCase):
         del mapping, unused
         gc.collect()
         self.assertEqual(_dlpack.live_views(), before)
+
+
+DROP_ORDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "drop_order.py")
+# Whatever the process frees is scribbled (MALLOC_PERTURB_), and a block of
+# 64 KiB or more is unmapped at free (MALLOC_MMAP_THRESHOLD_, which also
+# stops glibc from raising the threshold as a long run does): memory read
+# after its free faults or reads wrong, never right by luck. Under
+# --config=asan the sanitizer's own allocator ignores these and reports a
+# use after free itself.
+FRESH_ENV = {"MALLOC_PERTURB_": "165", "MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
+def run_drop_orders(runs):
+    """[(comm kind, order)] -> {(kind, order): CompletedProcess}, each a
+    fresh process running drop_order.py, a few at once."""
+    import concurrent.futures
+    env = dict(os.environ, **FRESH_ENV)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(kvshard.__file__)))
+    env["PYTHONPATH"] = package + os.pathsep + env.get("PYTHONPATH", "")
+
+    def one(run):
+        return run, subprocess.run([sys.executable, DROP_ORDER, *run], env=env,
+                                   capture_output=True, text=True, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(one, runs))
+
+
+def child_failure(kind, order, out):
+    """None when the child ran to "done", else what it died of."""
+    if out.returncode == 0 and out.stdout.rstrip().endswith("done"):
+        return None
+    if out.returncode < 0:
+        import signal
+        how = (f"the child died of {signal.Signals(-out.returncode).name} (memory a view "
+               "reads, or that its node borrows, was freed under it)")
+    else:
+        how = f"the child exited {out.returncode}"
+    tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-6:])
+    return f"drop order {order} over the {kind} communicator: {how}:\n{tail}"
+
+
+class Lifetimes(unittest.TestCase):
+    """A view keeps its node's memory and what the node borrows (its
+    communicator) alive past Node.close(); a communicator is never ended
+    under a node. Each drop order runs in a fresh process (drop_order.py)
+    where freed memory cannot stay readable by luck, and a crash there is
+    a failure here."""
+
+    def test_a_view_keeps_its_node_alive_in_a_fresh_process(self):
+        # numpy arrays alone (no View object): the node is closed and
+        # dropped, then the arrays read its mapping and a tier of its carve.
+        out = run_drop_orders([("owned", "arrays")])[("owned", "arrays")]
+        failure = child_failure("owned", "arrays", out)
+        self.assertIsNone(failure, failure)
+        self.assertIn("node closed and dropped\nviews read the node's memory", out.stdout)
+
+    def test_views_outlive_a_closed_node_and_its_closed_comm(self):
+        # The order the documentation asks for (the node closed, then its
+        # communicator), with views of the node still held: they read its
+        # memory, and dropping them ends the node, then the communicator.
+        runs = [("self", "node,comm,view"), ("loopback", "node,comm,view")]
+        for (kind, order), out in sorted(run_drop_orders(runs).items()):
+            with self.subTest(kind=kind):
+                failure = child_failure(kind, order, out)
+                self.assertIsNone(failure, failure)
+                self.assertIn("comm closed\ncomm dropped\nviews read the node's memory\n"
+                              "views dropped", out.stdout)
+
+    def test_every_drop_order_of_node_comm_and_views(self):
+        import itertools
+        runs = [(kind, ",".join(order)) for kind in ("self", "loopback")
+                for order in itertools.permutations(("node", "comm", "view"))]
+        runs += [("owned", "node,view"), ("owned", "view,node")]
+        results = run_drop_orders(runs)
+        for (kind, order), out in sorted(results.items()):
+            with self.subTest(kind=kind, order=order):
+                failure = child_failure(kind, order, out)
+                self.assertIsNone(failure, failure)
+                if kind == "owned":
+                    continue
+                steps = order.split(",")
+                if steps.index("comm") < steps.index("node"):
+                    self.assertRegex(out.stdout, r"comm close refused: KVS_ERR_CONFLICT: "
+                                     r"Comm.close\(\): <kvshard.Node rank 0 of 1, cpu, \d+ "
+                                     r"pages, open> runs over this communicator: close the node "
+                                     r"first")
+                else:
+                    self.assertIn("comm closed", out.stdout)
+        self.assertEqual(len(results), 14)
+
+    def test_a_comm_under_an_open_node_stays_until_every_node_over_it_goes(self):
+        comm = kvshard.self_comm()
+        node = kvshard.Node(comm, **SMALL)
+        with self.assertRaises(kvshard.Error) as e:
+            comm.close()
+        self.assertEqual(e.exception.status, "KVS_ERR_CONFLICT")
+        self.assertIn(repr(node), str(e.exception))
+        self.assertEqual(node.step()["step"], 0, "the refused close changed nothing")
+        self.assertEqual(comm.backend, "self")
+        mapping = np.from_dlpack(node.tables()["mapping"])
+        node.close()
+        comm.close()  # the node is closed: allowed, though a view still holds it
+        comm.close()  # idempotent
+        with self.assertRaisesRegex(kvshard.Error, "the communicator is closed"):
+            comm.set_timeout_ms(1000)
+        with self.assertRaisesRegex(kvshard.Error, "the communicator is closed"):
+            kvshard.Node(comm, **SMALL)
+        self.assertEqual(int(mapping[0]), -1)
+        del mapping
+        # Leaving a with block on an exception ends the communicator with
+        # its nodes instead of raising over the exception.
+        with self.assertRaisesRegex(RuntimeError, "the engine's own failure"):
+            with kvshard.self_comm() as comm:
+                node = kvshard.Node(comm, **SMALL)
+                raise RuntimeError("the engine's own failure")
+        self.assertEqual(node.step()["step"], 0, "the node runs on over its ended communicator")
+        node.close()
+        # A node over a communicator in use elsewhere: ranks as threads.
+        comms = kvshard.loopback_comms(1)
+        with kvshard.Node(comms[0], **SMALL) as node:
+            with self.assertRaisesRegex(kvshard.Error, r"<kvshard.Node rank 0 of 1, cpu"):
+                comms[0].close()
+        comms[0].close()
+
+
+# Every public call and each of its parameters, by what reaches C: a C
+# integer type (one value), "T[]" (an array of them), "bool", "text"
+# (reaches C as a string), "options" (kvplan's flags: bools, NUL-free
+# strings and text that kvplan's parsers range-check), or what is checked
+# otherwise ("hit", "batch", "comm", "id", "-": nothing of the caller's).
+# ExactTypes holds this table against the package's signatures, so a
+# parameter added later must be classed (and is then tested) here.
+PARAMETERS = {
+    "Node.__init__": {"comm": "comm", "options": "options"},
+    "Node.admit": {"request": "uint64_t"},
+    "Node.bind": {"request": "uint64_t", "locs": "int64_t[]"},
+    "Node.free": {"locs": "int64_t[]"},
+    "Node.finish": {"request": "uint64_t"},
+    "Node.translate": {"locs": "int64_t[]"},
+    "Node.step": {"batch": "batch"},
+    "Node.check": {},
+    "Node.tables": {},
+    "Node.close": {},
+    "Node.prefix_match": {"keys": "uint64_t[]", "prompt_tokens": "uint64_t",
+                          "reprefill_tokens": "uint64_t"},
+    "Node.prefix_acquire": {"request": "uint64_t", "hit": "hit"},
+    "Node.prefix_fetch": {"request": "uint64_t", "hit": "hit", "keys": "uint64_t[]",
+                          "pages": "int64_t[]"},
+    "Node.prefix_insert": {"request": "uint64_t", "keys": "uint64_t[]", "pages": "int64_t[]",
+                           "tails": "bool[]"},
+    "Node.prefix_release": {"request": "uint64_t"},
+    "Node.prefix_abandon": {"request": "uint64_t"},
+    "Node.prefix_evict": {"need_pages": "uint64_t", "need_window_pages": "uint64_t"},
+    "Node.prefix_stats": {},
+    "View.__dlpack__": {"stream": "uintptr_t"},
+    "View.__dlpack_device__": {},
+    "Comm.set_timeout_ms": {"timeout_ms": "int"},
+    "Comm.close": {},
+    "loopback_comms": {"size": "int", "timeout_ms": "int"},
+    "mpi_comm": {"comm": "comm", "timeout_ms": "int"},
+    "nccl_comm": {"unique_id": "id", "rank": "int", "size": "int", "device": "int",
+                  "timeout_ms": "int", "init_timeout_ms": "int"},
+    "nccl_unique_id": {},
+    "self_comm": {},
+    "plan": {"options": "options"},
+    "fit": {"options": "options"},
+    "node_options": {},
+    "library_version": {},
+}
+HIT_FIELDS = {"matched_pages": "uint64_t", "hit_tokens": "uint64_t",
+              "reprefill_tokens": "uint64_t", "truncated_tokens": "uint64_t",
+              "node": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
+              "stamp": "uint64_t", "pages": "-"}
+BATCH_KEYS = {"requests": "uint64_t[]", "positions": "int64_t[]", "block_table": "int32_t[]",
+              "window_rows": "bool"}
+RANGES = {"int": (-(2 ** 31), 2 ** 31 - 1), "int32_t": (-(2 ** 31), 2 ** 31 - 1),
+          "int64_t": (-(2 ** 63), 2 ** 63 - 1), "uint64_t": (0, 2 ** 64 - 1),
+          "uintptr_t": (0, 2 ** 64 - 1)}
+
+
+def past(ctype, param=None):
+    """Values C's ctype cannot hold: one below, one above, and one that
+    wraps to 300 (2**32 + 300 for an int). (A DLPack stream of -1 is
+    DLPack's "no ordering": -2 is the one below.)"""
+    low, high = RANGES[ctype]
+    return [low - 2 if param == "stream" else low - 1, high + 1, high - low + 1 + 300]
+
+
+class ExactTypes(unittest.TestCase):
+    """Nothing the caller gives is reinterpreted on its way to C: an
+    integer past its C type is refused (never cut), a switch takes only a
+    bool (never a string's or an int's truth), a string holding a NUL is
+    refused (C would end it there). Each refusal names what it refuses."""
+
+    def public(self):
+        import inspect
+        from kvshard.node import View
+        found = {}
+        for owner, prefix in ((kvshard.Node, "Node."), (View, "View."), (kvshard.Comm, "Comm.")):
+            for name, fn in vars(owner).items():
+                # (View's and Comm's constructors are the package's own.)
+                if callable(fn) and (not name.startswith("_") or name in (
+                        "__dlpack__", "__dlpack_device__") or prefix + name == "Node.__init__"):
+                    found[prefix + name] = fn
+        for name in kvshard.__all__:
+            fn = getattr(kvshard, name)
+            if inspect.isfunction(fn):
+                found[name] = fn
+        params = {}
+        for name, fn in found.items():
+            sig = inspect.signature(fn)
+            params[name] = [p for p in sig.parameters if p != "self"]
+        return params
+
+    def test_every_parameter_is_classed(self):
+        import dataclasses as dc
+        params = self.public()
+        self.assertEqual(set(params), set(PARAMETERS), "public calls the table lacks or names "
+                         "wrongly: class every parameter in PARAMETERS")
+        for name, names in params.items():
+            self.assertEqual(set(names), set(PARAMETERS[name]), name)
+        self.assertEqual({f.name for f in dc.fields(kvshard.PrefixHit)}, set(HIT_FIELDS))
+
+    def node_calls(self, node, hit):
+        """(call name, parameter) -> fn(value): the call with that argument,
+        every other one valid."""
+        view = node.tables()["mapping"]
+        args = {
+            "Node.admit": lambda **k: node.admit(**dict(dict(request=1), **k)),
+            "Node.bind": lambda **k: node.bind(**dict(dict(request=1, locs=[]), **k)),
+            "Node.free": lambda **k: node.free(**dict(dict(locs=[]), **k)),
+            "Node.finish": lambda **k: node.finish(**dict(dict(request=1), **k)),
+            "Node.translate": lambda **k: node.translate(**dict(dict(locs=[]), **k)),
+            "Node.prefix_match": lambda **k: node.prefix_match(
+                **dict(dict(keys=[1], prompt_tokens=10, reprefill_tokens=0), **k)),
+            "Node.prefix_acquire": lambda **k: node.prefix_acquire(**dict(dict(request=1, hit=hit),
+                                                                          **k)),
+            "Node.prefix_fetch": lambda **k: node.prefix_fetch(
+                **dict(dict(request=1, hit=hit, keys=[1], pages=[]), **k)),
+            "Node.prefix_insert": lambda **k: node.prefix_insert(
+                **dict(dict(request=1, keys=[1], pages=[2], tails=None), **k)),
+            "Node.prefix_release": lambda **k: node.prefix_release(**dict(dict(request=1), **k)),
+            "Node.prefix_abandon": lambda **k: node.prefix_abandon(**dict(dict(request=1), **k)),
+            "Node.prefix_evict": lambda **k: node.prefix_evict(
+                **dict(dict(need_pages=0, need_window_pages=0), **k)),
+            "View.__dlpack__": lambda **k: view.__dlpack__(**k),
+            "Comm.set_timeout_ms": lambda **k: node._comm.set_timeout_ms(**k),
+            # Refused before any communicator is made (mpi4py and NCCL are
+            # never started here).
+            "loopback_comms": lambda **k: kvshard.loopback_comms(
+                **dict(dict(size=1, timeout_ms=1000), **k)),
+            "mpi_comm": lambda **k: kvshard.mpi_comm(**dict(dict(comm=None, timeout_ms=1000),
+                                                           **k)),
+            "nccl_comm": lambda **k: kvshard.nccl_comm(
+                **dict(dict(unique_id=bytes(128), rank=0, size=1, device=0), **k)),
+        }
+        return args
+
+    def test_an_integer_past_its_c_type_is_refused_never_cut(self):
+        with kvshard.Node(**PREFIX) as node:
+            hit = node.prefix_match([1], 10)
+            calls = self.node_calls(node, hit)
+            tried = 0
+            for call, params in PARAMETERS.items():
+                for param, kind in params.items():
+                    if kind not in RANGES and not (kind.endswith("[]") and kind[:-2] in RANGES):
+                        continue
+                    for bad in past(kind.rstrip("[]"), param):
+                        value, named = bad, param
+                        if kind.endswith("[]"):
+                            value, named = [0, bad], f"{param}[1]"
+                        with self.subTest(call=call, param=param, value=bad):
+                            with self.assertRaisesRegex(
+                                    ValueError, re.escape(f"{named} = {bad} is outside the range "
+                                                          f"of {kind.rstrip('[]')} "),
+                                    msg=f"{call}({param}={value!r}) was taken"):
+                                try:
+                                    calls[call](**{param: value})
+                                except kvshard.Error as e:  # C read a value cut to its type
+                                    raise AssertionError(f"{call}({param}={value!r}) was taken "
+                                                         f"cut to its C type: {e}") from e
+                        tried += 1
+            # Node(timeout_ms=...), the package's own option, is the same int.
+            for bad in past("int"):
+                with self.assertRaisesRegex(ValueError, re.escape(
+                        f"Node(): option 'timeout_ms' = {bad} is outside the range of int")):
+                    kvshard.Node(timeout_ms=bad, **SMALL)
+            # A PrefixHit's fields, each as its C field.
+            for field, kind in HIT_FIELDS.items():
+                if kind not in RANGES:
+                    continue
+                for bad in past(kind):
+                    forged = dataclasses.replace(hit, **{field: bad})
+                    with self.subTest(field=field, value=bad):
+                        with self.assertRaisesRegex(ValueError, re.escape(
+                                f"hit.{field} = {bad} is outside the range of {kind} ")):
+                            node.prefix_acquire(1, forged)
+                        tried += 1
+            # A step's batch, each array as its C array.
+            good = {"requests": [1], "positions": [0], "block_table": [[0]]}
+            for key, kind in BATCH_KEYS.items():
+                if not kind.endswith("[]"):
+                    continue
+                for bad in past(kind[:-2]):
+                    batch = dict(good, **{key: [[bad]] if key == "block_table" else [bad]})
+                    where = f"batch['{key}'][0" + (", 0]" if key == "block_table" else "]")
+                    with self.subTest(key=key, value=bad):
+                        with self.assertRaisesRegex(ValueError, re.escape(
+                                f"{where} = {bad} is outside the range of {kind[:-2]} ")):
+                            node.step(batch)
+                        tried += 1
+            self.assertEqual(node.step()["step"], 0, "no refused call stepped the node")
+            self.assertGreater(tried, 60)
+
+    def test_a_switch_is_a_bool(self):
+        not_bools = ["no", "False", "", 0, 1, 2.0, None, [True]]
+        with kvshard.Node(**PREFIX) as node:
+            hit = node.prefix_match([1], 10)
+            good = {"requests": [1], "positions": [0], "block_table": [[0]]}
+            for v in not_bools:
+                with self.subTest(window_rows=v):
+                    with self.assertRaisesRegex(TypeError, re.escape(
+                            "batch['window_rows'] takes True or False, got "
+                            f"{type(v).__name__} {v!r}"),
+                            msg=f"window_rows={v!r} was read as {bool(v)}"):
+                        try:
+                            node.step(dict(good, window_rows=v))
+                        except kvshard.Error as e:  # C read the rows as v's truth says
+                            raise AssertionError(f"window_rows={v!r} was read as {bool(v)}: "
+                                                 f"{e}") from e
+                with self.subTest(reprefill=v):
+                    with self.assertRaisesRegex(TypeError, re.escape(
+                            f"hit.reprefill takes True or False, got {type(v).__name__}")):
+                        node.prefix_acquire(1, dataclasses.replace(hit, reprefill=v))
+            self.assertEqual(node.step()["step"], 0, "no refused call stepped the node")
+            node.step(dict(good, window_rows=np.False_))  # numpy's bools are bools
+        from kvshard.plan import FIT_OPTIONS, PLAN_OPTIONS
+        tables = (("Node()", NODE_OPTIONS, lambda **o: kvshard.Node(**dict(SMALL, **o))),
+                  ("kvshard.plan()", PLAN_OPTIONS, kvshard.plan),
+                  ("kvshard.fit()", FIT_OPTIONS, kvshard.fit))
+        switches = 0
+        for where, table, make in tables:
+            for name, kind in table.items():
+                if kind not in ("switch", "flag"):
+                    continue
+                switches += 1
+                for v in ("no", "False", 0, 1):
+                    with self.subTest(call=where, option=name, value=v):
+                        with self.assertRaisesRegex(TypeError, re.escape(
+                                f"{where}: option '{name}' takes True or False, got "
+                                f"{type(v).__name__} {v!r}")):
+                            make(**{name: v})
+        self.assertGreater(switches, 12)
+
+    def test_a_string_holding_a_nul_is_refused(self):
+        from kvshard.plan import FIT_OPTIONS, PLAN_OPTIONS
+        tables = (("Node()", NODE_OPTIONS, lambda **o: kvshard.Node(**dict(SMALL, **o))),
+                  ("kvshard.plan()", PLAN_OPTIONS, kvshard.plan),
+                  ("kvshard.fit()", FIT_OPTIONS, kvshard.fit))
+        texts = 0
+        for where, table, make in tables:
+            for name, kind in table.items():
+                if kind in ("switch", "flag", "stream"):
+                    continue  # bools, and an address that is an int or a stream
+                value, text = "8\x00GiB", "8\x00GiB"
+                if kind == "str":
+                    value = text = "fp8\x00bf16"
+                elif kind.endswith("_list"):
+                    value = ["8\x00GiB"]
+                texts += 1
+                with self.subTest(call=where, option=name):
+                    with self.assertRaisesRegex(ValueError, re.escape(
+                            f"{where}: option '{name}' holds a NUL character at index "
+                            f"{text.index(chr(0))} ({text!r}): C would read only "
+                            f"{text[:text.index(chr(0))]!r}"),
+                            msg=f"{where} took {name}={value!r}"):
+                        try:
+                            make(**{name: value})
+                        except kvshard.Error as e:  # C read the text cut short
+                            raise AssertionError(f"{where} took {name}={value!r} as "
+                                                 f"{text[:text.index(chr(0))]!r}: {e}") from e
+        self.assertGreater(texts, 60)
+        # The issue's own example, and kvplan's words themselves.
+        with self.assertRaisesRegex(ValueError, "option 'kv_dtype' holds a NUL"):
+            kvshard.Node(**dict(SMALL, kv_dtype="fp8\x00bf16"))
+        from kvshard.plan import _run
+        with self.assertRaisesRegex(ValueError, re.escape(
+                "kvplan's words[1] holds a NUL character at index 6")):
+            _run(["plan", "--page\x00=0"])
 
 
 class ThreadRanks(unittest.TestCase):

@@ -1,4 +1,5 @@
-"""kvs_mutant_test: a planted bug and the test that must catch it."""
+"""kvs_mutant_test: a planted bug and the test that must catch it (a C
+mutant build); kvs_py_mutant_test: the same for the Python package."""
 
 load("//:mutants.bzl", "mutant_label")
 
@@ -36,4 +37,41 @@ def kvs_mutant_test(name, mutant, test, expect, args = [], env = {}, size = "med
         ],
         # The text goes in the environment: args are split like a shell's.
         env = dict(env, MUTANT_EXPECT = expect),
+    )
+
+def kvs_py_mutant_test(name, mutant, expect, tests, size = "small"):
+    """Passes when python/tests/node_test.py passes and fails saying `expect`
+    against a copy of the package with `mutant` planted.
+
+    The shipped package holds no switch for it: the bug is the patch
+    python/<mutant>.patch (here), applied by py_mutant_test.sh to a copy
+    made for this test.
+
+    Args:
+      name: the sh_test.
+      mutant: the planted bug's name (python/<mutant>.patch).
+      expect: text the run against the planted copy must print (the
+        assertion the bug trips), or a list of texts, any of which will do.
+      tests: the node_test.py cases to run (Class or Class.test_name).
+      size: the sh_test's size.
+    """
+    if type(expect) == type([]):
+        expect = "|||".join(expect)
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = ["py_mutant_test.sh"],
+        args = [
+            mutant,
+            "$(rootpath python/%s.patch)" % mutant,
+            "$(rootpath //:libkvshard.so.1)",
+            "python/tests/node_test.py",
+        ] + tests,
+        data = [
+            "python/%s.patch" % mutant,
+            "//:libkvshard.so.1",
+            "//python:package",
+            "//python/tests:node_test_files",
+        ],
+        env = {"MUTANT_EXPECT": expect},
     )
