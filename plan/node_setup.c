@@ -49,11 +49,15 @@ kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topol
     kvs_topology_t live = NULL;
     kvs_error live_err;
     kvs_error_clear(&live_err);
-    if (kvs_topology_create(&source, &options, &live, &live_err) == KVS_OK &&
-        kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
+    kvs_status live_status = kvs_topology_create(&source, &options, &live, &live_err);
+    if (live_status == KVS_OK && kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
       *out = live;
       return KVS_OK;
     }
+    /* CUDA there but broken (core/backend.h): never planned as a machine
+     * without a GPU. */
+    if (live_status == KVS_ERR_LIBRARY)
+      return kvs_error_set(err, live_status, "%s", live_err.message);
     if (note != NULL && note_cap > 0) {
       snprintf(note, note_cap,
                "no GPU visible to CUDA (%s); planning the %s with each GPU's memory as its "

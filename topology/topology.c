@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/options.h"
 #include "topology/cuda_probe.h"
 
@@ -406,6 +407,12 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
     if (kvs_cuda_probe(devices, MAX_CUDA_DEVICES, opts.measure_free, &n_cuda, &cuda_err) ==
         KVS_OK) {
       t->cuda_used = true;
+    } else if (kvs_backend_broken(KVS_BACKEND_CUDA)) {
+      /* CUDA's backend or runtime is there but broken (cut short, ...):
+       * an install to repair, never a machine to read as having no GPU. */
+      free(devices);
+      status = kvs_error_set(err, cuda_err.status, "%s", cuda_err.message);
+      goto fail;
     } else {
       copy_string(t->cuda_note, sizeof t->cuda_note, cuda_err.message);
     }

@@ -89,6 +89,27 @@ awk -v extra=1092 '
     grab = 0
   }' "$hgx" >"$T/gpus1100.xml"
 
+# Shared objects that are broken files where the backend registry looks
+# (core/backend.h): the CUDA backend beside kvplan cut to half its size
+# under every backend's and vendor library's name (so_cut), its ELF
+# header alone (so_header), an empty file (so_empty), a FIFO (so_fifo) and
+# a directory (so_dir) under the CUDA backend's name, and the cut copy
+# alone under the NCCL (so_nccl) and MPI (so_mpi) backends' names.
+so=$(dirname "${TOOL[kvplan]}")/libkvshard-cuda.so.1
+[[ -f $so ]] || { echo "FAIL: no $so beside kvplan to cut"; exit 1; }
+half=$(($(stat -L -c %s "$so") / 2))
+mkdir -p "$T/so_cut" "$T/so_header" "$T/so_empty" "$T/so_fifo" "$T/so_nccl" "$T/so_mpi" \
+  "$T/so_dir/libkvshard-cuda.so.1"
+for f in libkvshard-cuda.so.1 libkvshard-nccl.so.1 libkvshard-mpi.so.1 libcudart.so.13 \
+  libnccl.so.2 libmpi.so.40; do
+  head -c "$half" "$so" >"$T/so_cut/$f"
+done
+head -c 64 "$so" >"$T/so_header/libkvshard-cuda.so.1"
+: >"$T/so_empty/libkvshard-cuda.so.1"
+mkfifo "$T/so_fifo/libkvshard-cuda.so.1"
+cp "$T/so_cut/libkvshard-nccl.so.1" "$T/so_nccl/"
+cp "$T/so_cut/libkvshard-mpi.so.1" "$T/so_mpi/"
+
 # HOSTILE_SETUP_ONLY=1: the files above are all that is wanted (the Python
 # package's test replays the kvplan lines as calls).
 [[ -n ${HOSTILE_SETUP_ONLY:-} ]] && exit 0
