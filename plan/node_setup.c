@@ -312,6 +312,29 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
   return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
 }
 
+kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                               uint64_t num_pages, bool *out, kvs_error *err) {
+  if (request == NULL || stage_budgets == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         request == NULL         ? "request"
+                         : stage_budgets == NULL ? "stage_budgets"
+                                                 : "out");
+  }
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  kvs_split_request r = {.geometry = request->geometry,
+                         .widths = request->widths,
+                         .swa_ratio = request->swa_ratio,
+                         .page = request->page,
+                         .floor_win_pages = request->floor_win_pages,
+                         .n_scratch = request->n_scratch,
+                         .n_stages = request->pp,
+                         .stage_budgets = stage_budgets,
+                         .footprint = device_footprint,
+                         .footprint_ctx = &options,
+                         .layer_weight_bytes = request->layer_weight_bytes};
+  return kvs_split_holds(&r, num_pages, out, err);
+}
+
 kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
                               uint64_t budget, uint64_t *out, kvs_error *err) {
   if (request == NULL) {
