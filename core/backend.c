@@ -257,12 +257,8 @@ static bool try_cache(search *s) {
   return answered;
 }
 
-/* A handle on an object already in the process whose file is named file
- * (the loader found it by that name: a soname, as torch loads its CUDA
- * runtime), for flags; NULL when none is. Asked of the link maps, not of
- * dlopen(file, RTLD_NOLOAD), which searches the loader's path and opens
- * what it finds there (a FIFO's open would wait for a writer). */
-static void *loaded_already(const char *file, int flags) {
+void *kvs_loaded_object(const char *file, int flags) {
+  if (file == NULL) return NULL;
   struct link_map *map = NULL;
   void *self = dlopen(NULL, RTLD_LAZY);
   if (self == NULL) return NULL;
@@ -288,7 +284,7 @@ static void *loaded_already(const char *file, int flags) {
  * anyway (its answer names the name), in places this does not know of
  * (a glibc-hwcaps subfolder) unchecked. */
 static void search_loader(search *s) {
-  void *h = loaded_already(s->file, s->flags);
+  void *h = kvs_loaded_object(s->file, s->flags);
   if (h != NULL) {
     if (s->load) {
       s->handle = h;

@@ -102,6 +102,15 @@ kvs_status kvs_backend_table(kvs_backend_kind kind, const char *entry, kvs_backe
  * for a backend the program links. Thread-safe. */
 bool kvs_backend_broken(kvs_backend_kind kind);
 
+/* A handle on an object already in this process whose file is named file
+ * (the loader found it by that name: a soname, as torch loads its CUDA
+ * runtime), opened with flags | RTLD_NOLOAD by the path it was loaded
+ * from, so nothing is searched, opened or mapped; NULL when none is (or
+ * file is NULL). The caller dlcloses it. Asked of the link maps rather
+ * than of dlopen(file, RTLD_NOLOAD), which searches the loader's path and
+ * opens what it finds there: a FIFO's open waits for a writer forever. */
+void *kvs_loaded_object(const char *file, int flags);
+
 /* Builds a table header for a backend's entry point. */
 #define KVS_BACKEND_HEADER(name, type) \
   { KVS_BACKEND_ABI, (uint32_t)sizeof(type), (name), KVS_VERSION_STRING }

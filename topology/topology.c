@@ -206,7 +206,10 @@ static pthread_mutex_t hwloc_lock = PTHREAD_MUTEX_INITIALIZER;
  * destructor run. Not loaded (hwloc's own XML parser, or no XML), nothing
  * to pin. Called under hwloc_lock, after a load. */
 static void keep_libxml2_loaded(void) {
-  void *h = dlopen("libxml2.so.2", RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+  /* Found among the loaded objects: dlopen("libxml2.so.2", RTLD_NOLOAD)
+   * would search the loader's path for it when hwloc parsed without it,
+   * and open a FIFO of that name there, for ever (core/backend.h). */
+  void *h = kvs_loaded_object("libxml2.so.2", RTLD_LAZY | RTLD_NODELETE);
   if (h != NULL) dlclose(h);
 }
 

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -93,8 +95,17 @@ Answer probe(const std::string &kind, const std::vector<std::string> &env) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
+  // The sanitizers' settings travel (under --config=asan the probe is
+  // sanitized too); nothing else of this process's environment does.
+  std::vector<std::string> all = env;
+  for (char **e = environ; *e != nullptr; e++) {
+    std::string v = *e;
+    if (v.rfind("ASAN_", 0) == 0 || v.rfind("LSAN_", 0) == 0 || v.rfind("UBSAN_", 0) == 0) {
+      all.push_back(v);
+    }
+  }
   std::vector<char *> envp;
-  for (const std::string &e : env) envp.push_back(const_cast<char *>(e.c_str()));
+  for (const std::string &e : all) envp.push_back(const_cast<char *>(e.c_str()));
   envp.push_back(nullptr);
   char *argv[] = {const_cast<char *>(kProbe), const_cast<char *>(kind.c_str()), nullptr};
   pid_t pid = -1;

@@ -9,6 +9,7 @@
 // kvshard.h defined there) and fails naming any that appears nowhere in
 // this file. A function without a pointer argument has nothing to refuse;
 // it is listed in kNoPointer below so the check sees it was considered.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -157,6 +158,12 @@ TEST(NullArguments, backend) {
   EXPECT_EQ(kvs_shared_object_check(nullptr, why, sizeof why), KVS_SO_ABSENT);
   EXPECT_STREQ(why, "no path given");
   EXPECT_EQ(kvs_shared_object_check(nullptr, nullptr, 0), KVS_SO_ABSENT);
+  // kvs_loaded_object: a NULL name is no object; libc is one.
+  EXPECT_EQ(kvs_loaded_object(nullptr, RTLD_LAZY), nullptr);
+  void *libc = kvs_loaded_object("libc.so.6", RTLD_LAZY);
+  EXPECT_NE(libc, nullptr);
+  if (libc != nullptr) dlclose(libc);
+  EXPECT_EQ(kvs_loaded_object("libkvshard-not-there.so.9", RTLD_LAZY), nullptr);
   EXPECT_EQ(kvs_shared_object_check("/", why, 0), KVS_SO_BROKEN);
 }
 
