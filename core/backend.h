@@ -30,6 +30,19 @@
  * path, then $CUDA_HOME/lib64 and /usr/local/cuda/lib64. MPI is the
  * loader's (the launcher's libmpi).
  *
+ * The loader's path is searched as glibc searches it (the caller's RPATH,
+ * LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.cache, the default folders) and
+ * the file found there is the one loaded.
+ *
+ * Every file is checked before dlopen maps it (core/shared_object.h): one
+ * that is there but broken (cut short by an interrupted copy, empty, not
+ * a shared object, a directory, a FIFO or another non-regular file) ends
+ * the search, unloaded, as KVS_ERR_LIBRARY naming the file and what is
+ * wrong with it; the backend's own file is found and checked before its
+ * vendor libraries are loaded. A file for another machine (an ELF class,
+ * byte order or architecture not the process's) is passed over, as the
+ * loader passes over it.
+ *
  * A backend that cannot be loaded is KVS_ERR_LIBRARY whose message
  * names the file and every place tried with the loader's reason; never a
  * crash. A table built for another ABI, or smaller than the consumer
@@ -37,6 +50,7 @@
 #ifndef KVS_CORE_BACKEND_H
 #define KVS_CORE_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +93,23 @@ const char *kvs_backend_file(kvs_backend_kind kind);
  * on success. Thread-safe. */
 kvs_status kvs_backend_table(kvs_backend_kind kind, const char *entry, kvs_backend_entry_fn linked,
                              size_t min_size, const void **table, kvs_error *err);
+
+/* Whether the load of kind stopped at a file that is there but broken (as
+ * above), rather than finding none: an install to repair, which a caller
+ * that would otherwise go on without the backend (the live topology's
+ * CUDA probe, a node choosing its device) refuses with the load's error
+ * instead of working around. False until a load of kind was tried, and
+ * for a backend the program links. Thread-safe. */
+bool kvs_backend_broken(kvs_backend_kind kind);
+
+/* A handle on an object already in this process whose file is named file
+ * (the loader found it by that name: a soname, as torch loads its CUDA
+ * runtime), opened with flags | RTLD_NOLOAD by the path it was loaded
+ * from, so nothing is searched, opened or mapped; NULL when none is (or
+ * file is NULL). The caller dlcloses it. Asked of the link maps rather
+ * than of dlopen(file, RTLD_NOLOAD), which searches the loader's path and
+ * opens what it finds there: a FIFO's open waits for a writer forever. */
+void *kvs_loaded_object(const char *file, int flags);
 
 /* Builds a table header for a backend's entry point. */
 #define KVS_BACKEND_HEADER(name, type) \

@@ -49,11 +49,15 @@ kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topol
     kvs_topology_t live = NULL;
     kvs_error live_err;
     kvs_error_clear(&live_err);
-    if (kvs_topology_create(&source, &options, &live, &live_err) == KVS_OK &&
-        kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
+    kvs_status live_status = kvs_topology_create(&source, &options, &live, &live_err);
+    if (live_status == KVS_OK && kvs_topology_cuda_used(live) && kvs_topology_gpu_count(live) > 0) {
       *out = live;
       return KVS_OK;
     }
+    /* CUDA there but broken (core/backend.h): never planned as a machine
+     * without a GPU. */
+    if (live_status == KVS_ERR_LIBRARY)
+      return kvs_error_set(err, live_status, "%s", live_err.message);
     if (note != NULL && note_cap > 0) {
       snprintf(note, note_cap,
                "no GPU visible to CUDA (%s); planning the %s with each GPU's memory as its "
@@ -306,6 +310,29 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
   r.footprint = device_footprint;
   r.footprint_ctx = &options;
   return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
+}
+
+kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                               uint64_t num_pages, bool *out, kvs_error *err) {
+  if (request == NULL || stage_budgets == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         request == NULL         ? "request"
+                         : stage_budgets == NULL ? "stage_budgets"
+                                                 : "out");
+  }
+  kvs_device_layout_options options = kvs_node_layout_options(request);
+  kvs_split_request r = {.geometry = request->geometry,
+                         .widths = request->widths,
+                         .swa_ratio = request->swa_ratio,
+                         .page = request->page,
+                         .floor_win_pages = request->floor_win_pages,
+                         .n_scratch = request->n_scratch,
+                         .n_stages = request->pp,
+                         .stage_budgets = stage_budgets,
+                         .footprint = device_footprint,
+                         .footprint_ctx = &options,
+                         .layer_weight_bytes = request->layer_weight_bytes};
+  return kvs_split_holds(&r, num_pages, out, err);
 }
 
 kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,

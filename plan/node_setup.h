@@ -133,6 +133,14 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
                               size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
                               kvs_plan_shortfall *shortfall, kvs_error *err);
 
+/* Whether the plan kvs_node_plan_make makes for request would hold
+ * num_pages pages, given its stages' tightest budgets (request->pp of
+ * them, each the smallest budget of the stage's GPUs, as the plan takes
+ * them): kvs_split_holds under the plan's own pricing, without placing or
+ * pricing a rank. *out is written only on success. */
+kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                               uint64_t num_pages, bool *out, kvs_error *err);
+
 /* The most pages a device holding layers [first, end) fits under budget,
  * priced as kvs_node_plan_make prices (0: not even the minimal pool). The
  * node's ranks agree on the MIN of theirs. */

@@ -490,6 +490,46 @@ static kvs_status report_shortfall(split_ctx *c, uint64_t min_pages, uint64_t wi
                        (unsigned long long)s.min_pages, (unsigned long long)s.floor_win_pages);
 }
 
+/* The smallest stage budget: every device pays 8 x P mapping bytes a
+ * page, so past it / (8 x P) pages nothing fits. */
+static uint64_t smallest_budget(const split_ctx *c) {
+  uint64_t least = UINT64_MAX;
+  for (size_t s = 0; s < c->n_stages; s++) {
+    if (c->req->stage_budgets[s] < least) least = c->req->stage_budgets[s];
+  }
+  return least;
+}
+
+kvs_status kvs_split_holds(const kvs_split_request *req, uint64_t num_pages, bool *out,
+                           kvs_error *err) {
+  kvs_status status = check_request(__func__, req, err);
+  if (status != KVS_OK) return status;
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  }
+  split_ctx c;
+  if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
+  /* The solve's range: the minimal pool lo must fit, and it answers
+   * below hi, the page count no stage's mapping can hold. */
+  uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
+  uint64_t hi = smallest_budget(&c) / (req->page * KVS_INT64_BYTES) + 1;
+  if (hi <= lo) hi = lo + 1;
+  uint64_t want = num_pages > lo ? num_pages : lo;
+  uint64_t win = 0;
+  bool holds = false;
+  set_limits(&c, LIMIT_LESS_SLACK, 0);
+  if ((status = kvs_split_window_pages(req, lo, &win, err)) == KVS_OK && feasible(&c, lo, win) &&
+      want < hi) {
+    holds = want == lo;
+    if (!holds && (status = kvs_split_window_pages(req, want, &win, err)) == KVS_OK) {
+      holds = feasible(&c, want, win);
+    }
+  }
+  ctx_free(&c);
+  if (status == KVS_OK) *out = holds;
+  return status;
+}
+
 kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
                            kvs_split_shortfall *shortfall, kvs_error *err) {
   kvs_status status = check_request(__func__, req, err);
@@ -511,10 +551,7 @@ kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
   }
   /* Every device pays 8*P mapping bytes per page, so past the smallest
    * budget / (8*P) nothing fits: hi never fits. */
-  uint64_t min_budget = UINT64_MAX;
-  for (size_t s = 0; s < c.n_stages; s++) {
-    if (req->stage_budgets[s] < min_budget) min_budget = req->stage_budgets[s];
-  }
+  uint64_t min_budget = smallest_budget(&c);
   uint64_t hi = min_budget / (req->page * KVS_INT64_BYTES) + 1;
   if (hi <= lo) hi = lo + 1;
   while (hi - lo > 1) {

@@ -30,6 +30,7 @@
 #ifndef KVS_TOPOLOGY_STAGE_SPLIT_H
 #define KVS_TOPOLOGY_STAGE_SPLIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -117,6 +118,16 @@ typedef struct kvs_split_shortfall {
  * *out is written only on success. */
 kvs_status kvs_split_solve(const kvs_split_request *request, kvs_split *out,
                            kvs_split_shortfall *shortfall, kvs_error *err);
+
+/* Whether kvs_split_solve's split of the request would hold num_pages
+ * pages (*out: its num_pages >= num_pages; false where it finds no split),
+ * without solving: one feasibility sweep at the minimal pool and one at
+ * num_pages, where the solve bisects the page count and then the headroom
+ * and prices each stage again. The answer is the solve's because
+ * feasibility is monotone in the page count (above). For a caller that
+ * asks only whether budgets hold a demand (kvplan fit's bisections). */
+kvs_status kvs_split_holds(const kvs_split_request *request, uint64_t num_pages, bool *out,
+                           kvs_error *err);
 
 /* The window, in pages, every device sizes at num_pages: the solve's
  * max(floor, ceil(round_half_even(swa_ratio * num_pages * P) / P)),

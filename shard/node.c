@@ -160,6 +160,11 @@ static kvs_status pick_device(const struct kvs_node *node, kvs_table_kind *kind,
   kvs_error_clear(&why);
   bool visible = kvs_cuda_probe_device_count(&count, &why) == KVS_OK;
   *ordinal = -1;
+  if (!visible && o->device != KVS_NODE_DEVICE_CPU && kvs_backend_broken(KVS_BACKEND_CUDA)) {
+    /* CUDA's backend or runtime there but broken: repaired, never worked
+     * around on the host. */
+    return kvs_error_set(err, why.status, "%s", why.message);
+  }
   if (o->device == KVS_NODE_DEVICE_CPU || (o->device == KVS_NODE_DEVICE_AUTO && !visible)) {
     *kind = KVS_TABLE_HOST;
     return KVS_OK;

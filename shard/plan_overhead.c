@@ -1,5 +1,8 @@
 #include "shard/plan_overhead.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+
 #include "shard/shard.h"
 #include "shard/step_message.h"
 
@@ -46,22 +49,11 @@ static size_t group_on_node(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size
   return local;
 }
 
-kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
-                                  const kvs_node_deployment *d, kvs_node_overhead *out,
-                                  kvs_error *err) {
-  const char *null = plan == NULL   ? "plan"
-                     : gpus == NULL ? "gpus"
-                     : d == NULL    ? "deployment"
-                     : out == NULL  ? "out"
-                                    : NULL;
-  if (null != NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
-  }
-  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
-  if (rp == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu is past the plan's %zu", rank,
-                         kvs_node_plan_rank_count(plan));
-  }
+/* Rank rp's buffers, its group having `local` ranks on its cluster node
+ * and `spans` telling whether it has ranks on another. */
+static kvs_status overhead_of(kvs_node_plan_t plan, const kvs_rank_plan *rp, size_t local,
+                              bool spans, const kvs_node_deployment *d, kvs_node_overhead *out,
+                              kvs_error *err) {
   const kvs_pool_sizes *sizes = &kvs_node_plan_split(plan)->stages[rp->pp_stage].sizes;
   size_t capacity = 0;
   kvs_status status = kvs_shard_step_capacity_of(sizes, d->max_running, d->radix, d->prefix_cache,
@@ -74,8 +66,6 @@ kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus
     /* NVLink SHARP has a head per rank of the node (none for one), and
      * across nodes the allreduce's tree connects up to three more peers a
      * channel (NCCL_MAX_TREE_ARITY). */
-    bool spans = false;
-    size_t local = group_on_node(plan, gpus, rank, &spans);
     if (local < nccl.nvls_heads) nccl.nvls_heads = (uint32_t)local;
     if (local < 2) nccl.nvls_channels = 0;
     if (spans) nccl.tree_peers = 3;
@@ -90,6 +80,90 @@ kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus
       .agree_words = d->agree_words,
       .nccl = &nccl};
   return kvs_node_overhead_compute(&r, out, err);
+}
+
+static const char *null_argument(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                 const kvs_node_deployment *d, const void *out) {
+  return plan == NULL   ? "plan"
+         : gpus == NULL ? "gpus"
+         : d == NULL    ? "deployment"
+         : out == NULL  ? "out"
+                        : NULL;
+}
+
+kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
+                                  const kvs_node_deployment *d, kvs_node_overhead *out,
+                                  kvs_error *err) {
+  const char *null = null_argument(plan, gpus, d, out);
+  if (null != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
+  }
+  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  if (rp == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu is past the plan's %zu", rank,
+                         kvs_node_plan_rank_count(plan));
+  }
+  bool spans = false;
+  size_t local = d->nccl == NULL ? group_on_node(plan, gpus, rank, &spans) : 0;
+  return overhead_of(plan, rp, local, spans, d, out, err);
+}
+
+kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                       const kvs_node_deployment *d, size_t *rank,
+                                       kvs_node_overhead *out, kvs_error *err) {
+  const char *null = null_argument(plan, gpus, d, out);
+  if (null == NULL && rank == NULL) null = "rank";
+  if (null != NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
+  }
+  size_t n = kvs_node_plan_rank_count(plan);
+  size_t replicas = kvs_node_plan_replicas(plan);
+  if (n == 0 || replicas == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: the plan has no rank", __func__);
+  }
+  /* Each replica's ranks per cluster node and how many nodes it touches,
+   * in one pass: group_on_node's answer for every rank. */
+  size_t n_nodes = 0;
+  for (size_t r = 0; r < n; r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    if (rp->replica >= replicas) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu: replica %zu of %zu", r,
+                           rp->replica, replicas);
+    }
+    if (gpus[rp->gpu].node >= n_nodes) n_nodes = gpus[rp->gpu].node + 1;
+  }
+  if (n_nodes > SIZE_MAX / sizeof(size_t) / replicas) {
+    return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu replicas over %zu cluster nodes", replicas,
+                         n_nodes);
+  }
+  size_t *count = calloc(replicas * n_nodes, sizeof *count);
+  size_t *nodes = calloc(replicas, sizeof *nodes);
+  if (count == NULL || nodes == NULL) {
+    free(count);
+    free(nodes);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to count %zu replicas' ranks",
+                         replicas);
+  }
+  for (size_t r = 0; r < n; r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    if (count[rp->replica * n_nodes + gpus[rp->gpu].node]++ == 0) nodes[rp->replica]++;
+  }
+  kvs_status status = KVS_OK;
+  bool found = false;
+  for (size_t r = 0; r < n && status == KVS_OK; r++) {
+    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    size_t local = count[rp->replica * n_nodes + gpus[rp->gpu].node];
+    kvs_node_overhead o;
+    status = overhead_of(plan, rp, local, nodes[rp->replica] > 1, d, &o, err);
+    if (status == KVS_OK && (!found || o.total_bytes > out->total_bytes)) {
+      *out = o;
+      *rank = r;
+      found = true;
+    }
+  }
+  free(count);
+  free(nodes);
+  return status;
 }
 
 kvs_status kvs_node_plan_overheads(kvs_node_plan_t plan, const kvs_gpu_info *gpus,

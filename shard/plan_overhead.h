@@ -65,6 +65,15 @@ kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus
                                   const kvs_node_deployment *d, kvs_node_overhead *out,
                                   kvs_error *err);
 
+/* The rank whose buffers under d are the largest (the lowest of equals)
+ * into *rank and its buffers into *out, as kvs_node_plan_overhead prices
+ * each, in one pass over the ranks (kvplan fit prices every layout of
+ * thousands of GPUs). On failure, the first rank's refusal; *rank and
+ * *out are then unspecified. */
+kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+                                       const kvs_node_deployment *d, size_t *rank,
+                                       kvs_node_overhead *out, kvs_error *err);
+
 /* total_bytes of every rank of the plan into out[0..rank count). */
 kvs_status kvs_node_plan_overheads(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                                    const kvs_node_deployment *d, uint64_t *out, kvs_error *err);

@@ -12,6 +12,45 @@
 
 /* ---- kvshard's own plan ---- */
 
+/* Whole plans for every probe (the reference), or stages alone. */
+static _Thread_local bool g_exhaustive;
+
+void fit_search_set_exhaustive(bool exhaustive) { g_exhaustive = exhaustive; }
+
+/* Whether GPUs a and b have the same memory terms (a budget at any share
+ * is then the same). */
+static bool same_terms(const kvs_memory_budget *a, const kvs_memory_budget *b) {
+  return a->memory_bytes == b->memory_bytes && a->reserve_bytes == b->reserve_bytes;
+}
+
+/* The row's stages: where its ranks sit (the plan's own layout of them)
+ * and, per stage, one GPU of each memory terms its GPUs have. */
+static kvs_status layout_stages(fit_cluster *c, const fit_row *row, kvs_error *err) {
+  const kvs_parallel *l = &row->layout;
+  kvs_status status =
+      kvs_rank_layout_cluster(c->gpus, c->n_gpus, l->tp, l->pp, false, c->slots, NULL, err);
+  if (status != KVS_OK) return status;
+  if (l->pp > KVS_MAX_STAGES) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pp %zu exceeds the %d stages planned",
+                         l->pp, KVS_MAX_STAGES);
+  }
+  size_t k = 0;
+  for (size_t s = 0; s < l->pp; s++) {
+    c->stage_first[s] = k;
+    for (size_t r = 0; r < c->n_gpus; r++) {
+      if (c->slots[r].pp_stage != s) continue;
+      size_t g = c->slots[r].gpu;
+      bool seen = false;
+      for (size_t i = c->stage_first[s]; i < k && !seen; i++) {
+        seen = same_terms(&c->memory[c->stage_gpus[i]], &c->memory[g]);
+      }
+      if (!seen) c->stage_gpus[k++] = g;
+    }
+  }
+  c->stage_first[l->pp] = k;
+  return KVS_OK;
+}
+
 /* The requests' share of the layout: pages, the window floor they need and
  * one ring slot each. */
 static kvs_status size_requests(fit_cluster *c, fit_row *row, uint64_t requests, kvs_error *err) {
@@ -30,7 +69,8 @@ int fit_size_row(fit_cluster *c, fit_row *row) {
   if ((c->weights != NULL &&
        kvs_plan_layer_weights(c->weights, n_planned, l->tp, kvs_parallel_moe_gpus(l), c->layer,
                               &err) != KVS_OK) ||
-      size_requests(c, row, row->requests, &err) != KVS_OK) {
+      size_requests(c, row, row->requests, &err) != KVS_OK ||
+      layout_stages(c, row, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
@@ -51,8 +91,9 @@ static kvs_plan_request request_of(const fit_cluster *c, const fit_row *row, boo
   return r;
 }
 
-/* Does a plan on c->budgets hold the row's pages? */
-static bool holds(fit_cluster *c, const fit_row *row, bool weights, uint64_t *heaviest) {
+/* Does a plan on c->budgets (one per GPU) hold the row's pages? The whole
+ * plan; heaviest (may be NULL) gets its heaviest rank's weights. */
+static bool holds_plan(fit_cluster *c, const fit_row *row, bool weights, uint64_t *heaviest) {
   kvs_plan_request request = request_of(c, row, weights);
   kvs_node_plan_t plan = NULL;
   bool ok =
@@ -66,9 +107,11 @@ static bool holds(fit_cluster *c, const fit_row *row, bool weights, uint64_t *he
   return ok;
 }
 
-static bool holds_uniform(fit_cluster *c, const fit_row *row, uint64_t budget) {
-  for (size_t g = 0; g < c->n_gpus; g++) c->budgets[g] = budget;
-  return holds(c, row, false, NULL);
+/* The same answer from the stages' tightest budgets, c->stage_budgets. */
+static bool holds_stages(fit_cluster *c, const fit_row *row, bool weights) {
+  kvs_plan_request request = request_of(c, row, weights);
+  bool ok = false;
+  return kvs_node_plan_holds(&request, c->stage_budgets, row->pages, &ok, NULL) == KVS_OK && ok;
 }
 
 /* Budgets at share f by the one rule, f not held to 1: floor(memory x f)
@@ -84,8 +127,36 @@ static bool set_fraction(fit_cluster *c, double f) {
   return true;
 }
 
+/* The same per stage: its tightest GPU's budget at share f, from one GPU
+ * of each memory terms it has (every GPU is in a stage, so false exactly
+ * when set_fraction is). */
+static bool set_fraction_stages(fit_cluster *c, const fit_row *row, double f) {
+  for (size_t s = 0; s < row->layout.pp; s++) {
+    for (size_t i = c->stage_first[s]; i < c->stage_first[s + 1]; i++) {
+      const kvs_memory_budget *m = &c->memory[c->stage_gpus[i]];
+      uint64_t b;
+      if (!kvs_memory_budget_bytes(m->memory_bytes, f, 0, m->reserve_bytes, &b)) return false;
+      if (i == c->stage_first[s] || b < c->stage_budgets[s]) c->stage_budgets[s] = b;
+    }
+  }
+  return true;
+}
+
+/* The probes: the whole plan where the reference is asked for or a rank's
+ * weights are read, else the stages. */
+static bool holds_uniform(fit_cluster *c, const fit_row *row, uint64_t budget) {
+  if (g_exhaustive) {
+    for (size_t g = 0; g < c->n_gpus; g++) c->budgets[g] = budget;
+    return holds_plan(c, row, false, NULL);
+  }
+  for (size_t s = 0; s < row->layout.pp; s++) c->stage_budgets[s] = budget;
+  return holds_stages(c, row, false);
+}
+
 static bool holds_fraction(fit_cluster *c, const fit_row *row, double f, uint64_t *heaviest) {
-  return set_fraction(c, f) && holds(c, row, true, heaviest);
+  if (g_exhaustive || heaviest != NULL)
+    return set_fraction(c, f) && holds_plan(c, row, true, heaviest);
+  return set_fraction_stages(c, row, f) && holds_stages(c, row, true);
 }
 
 /* The smallest uniform KV budget: the whole stack's pool at the pages
@@ -139,8 +210,10 @@ void fit_kvshard_demand(fit_cluster *c, fit_row *row) {
                                           : INT64_MIN;
 }
 
+/* At the share capacity mode set (per GPU and per stage). */
 static bool holds_requests(fit_cluster *c, fit_row *row, uint64_t requests) {
-  return size_requests(c, row, requests, NULL) == KVS_OK && holds(c, row, true, NULL);
+  return size_requests(c, row, requests, NULL) == KVS_OK &&
+         (g_exhaustive ? holds_plan(c, row, true, NULL) : holds_stages(c, row, true));
 }
 
 /* The largest r in [0, FIT_MAX_REQUESTS] with ok(r), ok falling once. */
@@ -172,7 +245,7 @@ static bool kvshard_ok(void *ctx, uint64_t requests) {
 
 void fit_kvshard_capacity(fit_cluster *c, fit_row *row) {
   capacity_probe probe = {c, row};
-  row->fraction_found = set_fraction(c, c->fraction);
+  row->fraction_found = set_fraction(c, c->fraction) && set_fraction_stages(c, row, c->fraction);
   row->max_requests = row->fraction_found ? most_requests(kvshard_ok, &probe) : 0;
   row->fits = row->max_requests > 0;
   /* The row shows the pages and floor of what it holds. */
@@ -193,6 +266,15 @@ void fit_kvshard_buffers(fit_cluster *c, fit_row *row) {
   }
   kvs_node_deployment d =
       kvs_node_deployment_planned(plan, c->n_gpus, row->requests, c->options->radix, c->context);
+  size_t most = 0;
+  if (!g_exhaustive &&
+      kvs_node_plan_overhead_most(plan, c->gpus, &d, &most, &row->buffers, NULL) == KVS_OK) {
+    row->buffers_priced = true;
+    kvs_node_plan_destroy(plan);
+    return;
+  }
+  /* Rank by rank (the reference; or where some rank cannot be priced:
+   * the others answer). */
   for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
     kvs_node_overhead o;
     if (kvs_node_plan_overhead(plan, c->gpus, r, &d, &o, NULL) != KVS_OK) continue;

@@ -21,6 +21,8 @@
 #include "plan/node_overhead.h"
 #include "plan/node_plan.h"
 #include "plan/parallel.h"
+#include "plan/rank_layout.h"
+#include "plan/stage_split.h"
 #include "tools/plan_engine.h"
 #include "tools/plan_options.h"
 #include "topology/gpu.h"
@@ -51,6 +53,15 @@ typedef struct fit_cluster {
   bool engine;
   uint64_t free_given, memory_given;
   double engine_fraction;
+  /* The layout fit_size_row sized last, for its probes: its ranks' places
+   * (scratch, n_gpus), and per stage s the GPUs whose memory terms
+   * (memory, reserve) differ, stage_gpus[stage_first[s] .. stage_first[s +
+   * 1]) (scratch, n_gpus), so that a probe prices the stages' tightest
+   * budgets alone (kvs_node_plan_holds) instead of a whole plan. */
+  kvs_rank_slot *slots;
+  size_t *stage_gpus;
+  size_t stage_first[KVS_MAX_STAGES + 1];
+  uint64_t stage_budgets[KVS_MAX_STAGES];
 } fit_cluster;
 
 /* One layout's answers. */
@@ -86,9 +97,18 @@ typedef struct fit_row {
 } fit_row;
 
 /* The demand's sizing of the layout in row (requests per group given):
- * pages, window floor, rings, weights per layer. Returns 0, or 2 after a
- * message. */
+ * pages, window floor, rings, weights per layer, and the layout's stages
+ * for the probes. Returns 0, or 2 after a message. */
 int fit_size_row(fit_cluster *c, fit_row *row);
+
+/* The searches answer every probe as kvs_node_plan_make's whole plan would
+ * (a plan holds the demand at these budgets), but price only the stages'
+ * tightest budgets (kvs_node_plan_holds) where no rank's figures are
+ * read. With exhaustive set, every probe makes the whole plan instead, as
+ * before: the reference //tests/tools:fit_search_test holds the fast
+ * searches to, answer for answer. The setting is this thread's (kvplan
+ * runs one at a time in a process). */
+void fit_search_set_exhaustive(bool exhaustive);
 
 /* kvshard's two searches (demand mode). */
 void fit_kvshard_demand(fit_cluster *c, fit_row *row);

@@ -115,9 +115,13 @@ static int evaluate(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memory
   if (rc != 0) return rc;
   kvs_rank_slot *slots = calloc(c.n_gpus, sizeof *slots);
   kvs_parallel *layouts = calloc(FIT_MAX_LAYOUTS, sizeof *layouts);
-  if (slots == NULL || layouts == NULL) {
+  c.slots = calloc(c.n_gpus, sizeof *c.slots);
+  c.stage_gpus = calloc(c.n_gpus, sizeof *c.stage_gpus);
+  if (slots == NULL || layouts == NULL || c.slots == NULL || c.stage_gpus == NULL) {
     free(slots);
     free(layouts);
+    free(c.slots);
+    free(c.stage_gpus);
     fprintf(kvs_tool_err(), "kvplan fit: out of memory\n");
     return 1;
   }
@@ -138,6 +142,8 @@ static int evaluate(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memory
   }
   free(slots);
   free(layouts);
+  free(c.slots);
+  free(c.stage_gpus);
   return rc;
 }
 

@@ -82,9 +82,10 @@ static const char usage_flags[] =
     "  --progress-s T          seconds between progress lines on stderr (default 2)\n"
     "  --trace FILE            replay a Mooncake trace (JSONL: timestamp ms, input_length,\n"
     "                          output_length, hash_ids) instead of the seeded workload;\n"
-    "                          --steps and --seed are then optional (the run ends when\n"
-    "                          the trace is served) and --requests defaults to\n"
-    "                          --max-running\n"
+    "                          the run ends when the trace is served (--steps optional;\n"
+    "                          idle time to the next arrival is skipped), --requests\n"
+    "                          defaults to --max-running; --seed and --arrival-rate, which\n"
+    "                          only the seeded workload has, are refused\n"
     "  --trace-block N         tokens per hash id, a multiple of the page (default 512)\n"
     "  --step-ms F             simulated milliseconds of one step, (0, 3600000] (default 50)\n"
     "  --prefix-cache P        kvshard (default with --trace), sglang, vllm or none: whose\n"
@@ -110,7 +111,7 @@ typedef struct parser {
   bool local;   /* kvsim_local: --ranks and loopback; no --stall-rank */
   bool speaker; /* this process prints the errors (one rank of many) */
   const char *tool;
-  bool have_steps, have_seed, have_requests, have_radix;
+  bool have_steps, have_seed, have_requests, have_radix, have_arrival_rate;
 } parser;
 
 /* A flag handler's answer for a flag of another group. */
@@ -421,6 +422,7 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
     return number_arg(p, flag, value, 0.0, 1.0, "a ratio in [0, 1]", &a->swa_ratio);
   }
   if (strcmp(flag, "--arrival-rate") == 0) {
+    p->have_arrival_rate = true;
     return number_arg(p, flag, value, 0.0, 1024.0, "a rate in [0, 1024]", &a->arrival_rate);
   }
   if (strcmp(flag, "--progress-s") == 0) {
@@ -635,6 +637,14 @@ static int check_conflicts(const parser *p) {
     conflict =
         "--trace-block, --step-ms, --prefix-cache, --host-cache, --host-bandwidth and "
         "--inject-cache-divergence need --trace FILE";
+  } else if (a->trace != NULL && p->have_arrival_rate) {
+    conflict =
+        "--arrival-rate has no effect under --trace (the trace's timestamps are the arrivals): "
+        "leave it out";
+  } else if (a->trace != NULL && p->have_seed) {
+    conflict =
+        "--seed has no effect under --trace (a replay draws nothing at random: the trace gives "
+        "every arrival and length): leave it out";
   } else if (a->trace != NULL && a->state_rings == KVS_STATE_RINGS_PER_PAGE) {
     conflict =
         "--trace needs rings per request (per-request or hca-per-request): the leader's "
@@ -677,7 +687,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
     fprintf(stderr, "kvsim: out of memory\n");
     return KVSIM_EXIT_FAILED;
   }
-  parser p = {a, local, speaker, tool_name(local), false, false, false, false};
+  parser p = {a, local, speaker, tool_name(local), false, false, false, false, false};
   kvs_flags_seen seen = {.n = 0};
   for (int i = 1; i < argc; i++) {
     int rc = one_flag(&p, argc, argv, &i, &seen);

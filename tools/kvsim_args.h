@@ -17,6 +17,11 @@ extern "C" {
 
 enum {
   KVSIM_EXIT_AGREE = 0,
+  /* Every check agreed, but the trace was not served whole: requests
+   * longer than the pool skipped, or the run stopped at --steps first.
+   * Below every failure's status, so a process of rank threads (which
+   * reports its worst rank's) never hides one behind it. */
+  KVSIM_EXIT_NOT_WHOLE = 1,
   KVSIM_EXIT_USAGE = 2,
   KVSIM_EXIT_DIVERGED = 3,
   KVSIM_EXIT_FAILED = 4,

@@ -446,6 +446,17 @@ static int setup_node(run *r) {
     }
     r->have_trace = true;
     r->wo.trace = &r->trace;
+    /* The simulated clock counts steps of --step-ms exactly up to 2^53. */
+    double last = r->trace.timestamp[r->trace.n - 1];
+    if (!(last / r->a->step_ms < 0x1p53)) {
+      if (r->speaker) {
+        fprintf(stderr,
+                "kvsim: trace %s's last arrival, at %.0f ms, is 2^53 or more steps of --step-ms "
+                "%g away: give a longer --step-ms\n",
+                r->a->trace, last, r->a->step_ms);
+      }
+      return KVSIM_EXIT_USAGE;
+    }
   }
   kvs_node_options o;
   node_options(r, &o);
@@ -730,6 +741,15 @@ static double node_step_us(const double *us) {
   return us[T_BROADCAST] + us[T_MIRROR] + us[T_APPLY] + us[T_RING];
 }
 
+/* The simulated seconds of a trace run from its first arrival: the steps
+ * run and the idle ones the clock jumped over since (a trace stamped in
+ * Unix-epoch milliseconds does not count the decades before it). */
+static double simulated_s(const run *r, const kvs_workload_counters *c) {
+  uint64_t clock = r->steps + c->idle_steps_skipped;
+  uint64_t span = clock > c->trace_start_step ? clock - c->trace_start_step : 0;
+  return (double)span * r->a->step_ms / 1000.0;
+}
+
 /* The run for people: on stdout, or on stderr when stdout holds the JSON. */
 static void print_summary(run *r, const kvs_shard_stats *s, const double *us, double elapsed_s) {
   double per = r->steps > 0 ? (double)r->steps : 1.0;
@@ -760,7 +780,7 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
                        ? (double)r->trace.ideal_hit_tokens / (double)r->trace.prompt_tokens
                        : 0.0;
     double rate = c.prompt_tokens > 0 ? (double)c.hit_tokens / (double)c.prompt_tokens : 0.0;
-    double sim_s = (double)r->steps * r->a->step_ms / 1000.0;
+    double sim_s = simulated_s(r, &c);
     fprintf(human,
             "kvsim: prefix cache %s: %" PRIu64 " of %zu trace requests served (%" PRIu64
             " skipped: longer than the pool); %" PRIu64 " prompt tokens, %" PRIu64
@@ -780,10 +800,12 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
               r->a->host_bandwidth);
     }
     fprintf(human,
-            "kvsim: %.1f simulated s (%" PRIu64
-            " steps of %g ms): %.2f requests per simulated "
+            "kvsim: %.1f simulated s from the first arrival (%" PRIu64
+            " steps of %g ms run, %" PRIu64
+            " idle ones skipped): %.2f requests per simulated "
             "s; simulated %.1f requests per wall-clock s\n",
-            sim_s, r->steps, r->a->step_ms, sim_s > 0 ? (double)c.trace_done / sim_s : 0.0,
+            sim_s, r->steps, r->a->step_ms, c.idle_steps_skipped,
+            sim_s > 0 ? (double)c.trace_done / sim_s : 0.0,
             elapsed_s > 0 ? (double)c.trace_done / elapsed_s : 0.0);
   }
   if (r->diverged) {
@@ -876,6 +898,10 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
     json_t *p = json_object();
     json_object_set_new(p, "policy", json_string(policies[a->prefix_cache]));
     json_object_set_new(p, "requests", kvs_json_u64(c.trace_done));
+    json_object_set_new(p, "trace_requests", kvs_json_u64(r->trace.n));
+    json_object_set_new(p, "skipped_requests", kvs_json_u64(c.trace_skipped));
+    json_object_set_new(p, "simulated_s", json_real(simulated_s(r, &c)));
+    json_object_set_new(p, "idle_steps_skipped", kvs_json_u64(c.idle_steps_skipped));
     json_object_set_new(p, "prompt_tokens", kvs_json_u64(c.prompt_tokens));
     json_object_set_new(p, "hit_tokens", kvs_json_u64(c.hit_tokens));
     json_object_set_new(
@@ -916,6 +942,40 @@ static int drill_not_run(const run *r) {
   return KVSIM_EXIT_USAGE;
 }
 
+/* Whether every request of the trace (if any) was served; if not, the
+ * speaker's last line says how many were not and why. Every rank counts
+ * alike (each learns the leader's decisions), so every rank answers
+ * alike. */
+static bool trace_served_whole(const run *r) {
+  if (!r->have_trace) return true;
+  kvs_workload_counters c;
+  kvs_workload_counters_get(r->workload, &c);
+  if (c.trace_done == r->trace.n) return true;
+  if (r->speaker) {
+    fflush(stdout);
+    char skipped[320] = "", stopped[160] = "";
+    if (c.trace_skipped > 0) {
+      snprintf(skipped, sizeof skipped,
+               "; %" PRIu64 " skipped, longer than the pool holds (the longest needs %" PRIu64
+               " tokens, a request holds at most %" PRIu64 " here: give a larger budget)",
+               c.trace_skipped, c.trace_longest, c.max_request_tokens);
+    }
+    uint64_t unserved = (uint64_t)r->trace.n - c.trace_done - c.trace_skipped;
+    if (unserved > 0) {
+      snprintf(stopped, sizeof stopped,
+               "; %" PRIu64 " not served when the run stopped at --steps %" PRIu64, unserved,
+               r->a->steps);
+    }
+    fprintf(stderr,
+            "kvsim: the trace was not served whole: %" PRIu64
+            " of %zu requests served%s%s "
+            "(exit 1)\n",
+            c.trace_done, r->trace.n, skipped, stopped);
+    fflush(stderr);
+  }
+  return false;
+}
+
 static int finish(run *r) {
   kvs_error err;
   kvs_error_clear(&err);
@@ -950,11 +1010,18 @@ static int finish(run *r) {
   uint64_t digest = kvs_window_pool_digest(kvs_node_pool(r->node));
   fprintf(stderr, "kvsim: rank %d: %s after %" PRIu64 " steps, digest %016" PRIx64 "\n", r->rank,
           agree ? "integrity ok" : "DIVERGED", r->steps, digest);
+  /* Every rank's line before the speaker's report, whose last line is the
+   * run's verdict (rank threads share stderr). */
+  uint64_t said = 1;
+  if (r->world > 1 && reduce(r, &said, 1, KVS_COMM_MIN, &err) != KVS_OK) {
+    return fail(r, "final check failed", &err, false);
+  }
   if (r->speaker) {
     print_summary(r, &r->stats, us, elapsed);
     report_json(r, &r->stats, digest, agree, ring_agree, us, elapsed);
   }
-  return agree ? KVSIM_EXIT_AGREE : KVSIM_EXIT_DIVERGED;
+  if (!agree) return KVSIM_EXIT_DIVERGED;
+  return trace_served_whole(r) ? KVSIM_EXIT_AGREE : KVSIM_EXIT_NOT_WHOLE;
 }
 
 kvs_status kvsim_nccl_ready(kvs_error *err) {

@@ -216,6 +216,8 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
       why = "a prefix policy needs a pool with a prefix cache";
     } else if (!(options->step_ms > 0)) {
       why = "a trace needs a step of positive duration";
+    } else if (!(t->timestamp[t->n - 1] / options->step_ms < 0x1p53)) {
+      why = "the trace's last arrival is 2^53 steps or more away: give a longer step";
     }
     if (why != NULL) {
       kvs_workload_destroy(w);
@@ -248,6 +250,7 @@ void kvs_workload_counters_get(const struct kvs_workload *w, kvs_workload_counte
   *out = w->c;
   out->running = w->n_active;
   out->waiting = w->queue_count;
+  out->max_request_tokens = w->max_pages * w->page;
 }
 
 /* KVS_WINDOW_PAGES_PER_REQUEST window pages per request (the page being
@@ -517,15 +520,39 @@ static uint64_t pages_of(const struct kvs_workload *w, uint64_t tokens) {
   return (tokens + w->page - 1) / w->page;
 }
 
+/* The simulated clock at a step: the steps run and the idle ones jumped. */
+static double trace_now(const struct kvs_workload *w, uint64_t step) {
+  return (double)(step + w->c.idle_steps_skipped) * w->o.step_ms;
+}
+
 static void arrive_trace(struct kvs_workload *w, uint64_t step) {
   const kvs_trace *t = w->trace;
-  double now = (double)step * w->o.step_ms;
+  double now = trace_now(w, step);
+  /* Idle before the next arrival: nothing runs or waits, so the steps
+   * until it would change nothing (its admission step does the headroom
+   * eviction an idle step would). The clock jumps to the first step at or
+   * after it, on the same grid of step_ms, so every arrival keeps the
+   * simulated time it had step by step. kvs_workload_create bounds the
+   * grid (2^53 steps), so the step count is exact. */
+  if (w->n_active == 0 && w->queue_count == 0 && w->next_arrival < t->n &&
+      t->timestamp[w->next_arrival] > now) {
+    double at = t->timestamp[w->next_arrival];
+    uint64_t target = (uint64_t)ceil(at / w->o.step_ms);
+    while ((double)target * w->o.step_ms < at) target++;
+    uint64_t clock = step + w->c.idle_steps_skipped;
+    if (target > clock) w->c.idle_steps_skipped += target - clock;
+    now = trace_now(w, step);
+  }
+  if (w->next_arrival == 0 && t->timestamp[0] <= now) {
+    w->c.trace_start_step = step + w->c.idle_steps_skipped;
+  }
   while (w->next_arrival < t->n && t->timestamp[w->next_arrival] <= now) {
     size_t i = w->next_arrival++;
     w->c.arrivals++;
     uint64_t total = t->input[i] + t->output[i];
     if (pages_of(w, total) > w->max_pages) {
       w->c.trace_skipped++; /* the pool can never hold it */
+      if (total > w->c.trace_longest) w->c.trace_longest = total;
       continue;
     }
     arrival *a = &w->queue[(w->queue_head + w->queue_count++) % w->o.max_waiting];

@@ -107,9 +107,17 @@ typedef struct kvs_workload_counters {
   /* With a trace: its requests served, their prompts and what they
    * reused (identical on every rank: each learns the leader's decisions
    * from the step's journal). */
-  uint64_t trace_done;    /* requests that completed */
-  uint64_t trace_skipped; /* requests the pool can never hold */
-  uint64_t prompt_tokens; /* of admitted requests */
+  uint64_t trace_done;         /* requests that completed */
+  uint64_t trace_skipped;      /* requests the pool can never hold */
+  uint64_t trace_longest;      /* tokens (input + output) of the longest skipped one */
+  uint64_t max_request_tokens; /* the most one request can hold in this pool */
+  /* Steps of idle time the clock jumped over: with nothing running or
+   * waiting, the next step is the next arrival's (the steps between would
+   * change nothing), so a trace stamped in Unix-epoch milliseconds starts
+   * at once. The clock stands at (steps run + these) x step_ms. */
+  uint64_t idle_steps_skipped;
+  uint64_t trace_start_step; /* the clock's step when the first request arrived */
+  uint64_t prompt_tokens;    /* of admitted requests */
   uint64_t hit_tokens;
   uint64_t reprefill_tokens; /* window tokens recomputed on hits */
   uint64_t truncated_tokens; /* matched tokens recomputed for want of a tail */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/options.h"
 #include "topology/cuda_probe.h"
 
@@ -205,7 +206,10 @@ static pthread_mutex_t hwloc_lock = PTHREAD_MUTEX_INITIALIZER;
  * destructor run. Not loaded (hwloc's own XML parser, or no XML), nothing
  * to pin. Called under hwloc_lock, after a load. */
 static void keep_libxml2_loaded(void) {
-  void *h = dlopen("libxml2.so.2", RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+  /* Found among the loaded objects: dlopen("libxml2.so.2", RTLD_NOLOAD)
+   * would search the loader's path for it when hwloc parsed without it,
+   * and open a FIFO of that name there, for ever (core/backend.h). */
+  void *h = kvs_loaded_object("libxml2.so.2", RTLD_LAZY | RTLD_NODELETE);
   if (h != NULL) dlclose(h);
 }
 
@@ -406,6 +410,12 @@ kvs_status kvs_topology_create(const kvs_topology_source *source,
     if (kvs_cuda_probe(devices, MAX_CUDA_DEVICES, opts.measure_free, &n_cuda, &cuda_err) ==
         KVS_OK) {
       t->cuda_used = true;
+    } else if (kvs_backend_broken(KVS_BACKEND_CUDA)) {
+      /* CUDA's backend or runtime is there but broken (cut short, ...):
+       * an install to repair, never a machine to read as having no GPU. */
+      free(devices);
+      status = kvs_error_set(err, cuda_err.status, "%s", cuda_err.message);
+      goto fail;
     } else {
       copy_string(t->cuda_note, sizeof t->cuda_note, cuda_err.message);
     }

@@ -9,6 +9,7 @@
 // kvshard.h defined there) and fails naming any that appears nowhere in
 // this file. A function without a pointer argument has nothing to refuse;
 // it is listed in kNoPointer below so the check sees it was considered.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include "core/options.h"
 #include "core/regular_file.h"
 #include "core/safetensors.h"
+#include "core/shared_object.h"
 #include "core/sglang_memory.h"
 #include "core/sglang_pools.h"
 #include "core/status.h"
@@ -61,6 +63,7 @@ const char *const kNoPointer[] = {
     "kvs_version",
     "kvs_backend_name",
     "kvs_backend_file",
+    "kvs_backend_broken",
 };
 
 kvs_geometry flash() {
@@ -111,7 +114,8 @@ TEST(NullArguments, the_no_pointer_list_names_real_functions) {
   EXPECT_STRNE(kvs_version(), "");
   EXPECT_STREQ(kvs_backend_name(KVS_BACKEND_MPI), "mpi");
   EXPECT_STRNE(kvs_backend_file(KVS_BACKEND_CUDA), "?");
-  EXPECT_EQ(sizeof kNoPointer / sizeof kNoPointer[0], 19u);
+  EXPECT_FALSE(kvs_backend_broken((kvs_backend_kind)7));
+  EXPECT_EQ(sizeof kNoPointer / sizeof kNoPointer[0], 20u);
 }
 
 // ---- core/status.h ----
@@ -148,6 +152,19 @@ TEST(NullArguments, backend) {
   EXPECT_EQ(kvs_backend_table(KVS_BACKEND_CUDA, "kvs_backend_cuda", nullptr, 0, nullptr, &err),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(table, nullptr);
+  // kvs_shared_object_check: a NULL path is nothing there, a NULL reason
+  // or none of room is not written.
+  char why[64] = "x";
+  EXPECT_EQ(kvs_shared_object_check(nullptr, why, sizeof why), KVS_SO_ABSENT);
+  EXPECT_STREQ(why, "no path given");
+  EXPECT_EQ(kvs_shared_object_check(nullptr, nullptr, 0), KVS_SO_ABSENT);
+  // kvs_loaded_object: a NULL name is no object; libc is one.
+  EXPECT_EQ(kvs_loaded_object(nullptr, RTLD_LAZY), nullptr);
+  void *libc = kvs_loaded_object("libc.so.6", RTLD_LAZY);
+  EXPECT_NE(libc, nullptr);
+  if (libc != nullptr) dlclose(libc);
+  EXPECT_EQ(kvs_loaded_object("libkvshard-not-there.so.9", RTLD_LAZY), nullptr);
+  EXPECT_EQ(kvs_shared_object_check("/", why, 0), KVS_SO_BROKEN);
 }
 
 // ---- core/journal.h ----

@@ -98,6 +98,12 @@ TEST(NullArguments, stage_split) {
   EXPECT_NULL_REFUSED("out", kvs_split_range_weights(&r, 0, 1, nullptr, &err));
   EXPECT_NULL_REFUSED("request", kvs_split_range_max_pages(nullptr, 0, 1, 1ull << 30, &u, &err));
   EXPECT_NULL_REFUSED("out", kvs_split_range_max_pages(&r, 0, 1, 1ull << 30, nullptr, &err));
+  bool holds = true;
+  EXPECT_NULL_REFUSED("request", kvs_split_holds(nullptr, 8, &holds, &err));
+  EXPECT_NULL_REFUSED("request->geometry", kvs_split_holds(&no_geometry, 8, &holds, &err));
+  EXPECT_NULL_REFUSED("request->stage_budgets", kvs_split_holds(&no_budgets, 8, &holds, &err));
+  EXPECT_NULL_REFUSED("out", kvs_split_holds(&r, 8, nullptr, &err));
+  EXPECT_TRUE(holds);
   delete split;
 }
 
@@ -221,6 +227,11 @@ TEST(NullArguments, node_setup_and_node_plan) {
   uint64_t pages = 0;
   EXPECT_NULL_REFUSED("request", kvs_node_max_pages(nullptr, 0, 1, 80ull << 30, &pages, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_max_pages(&r, 0, 1, 80ull << 30, nullptr, &err));
+  bool holds = true;
+  EXPECT_NULL_REFUSED("request", kvs_node_plan_holds(nullptr, budgets.data(), 8, &holds, &err));
+  EXPECT_NULL_REFUSED("stage_budgets", kvs_node_plan_holds(&r, nullptr, 8, &holds, &err));
+  EXPECT_NULL_REFUSED("out", kvs_node_plan_holds(&r, budgets.data(), 8, nullptr, &err));
+  EXPECT_TRUE(holds);
   ASSERT_EQ(kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), &plan, nullptr, nullptr),
             KVS_OK);
   kvs_test::Plan owned(plan);

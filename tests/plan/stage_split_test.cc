@@ -389,3 +389,63 @@ TEST(StageSplit, bad_requests_are_refused) {
   EXPECT_NE(std::string(err.message).find("of layer 3"), std::string::npos) << err.message;
   EXPECT_EQ(kvs_split_solve(nullptr, &split, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
 }
+
+// kvs_split_holds answers "does the solve's split hold N pages?" without
+// solving: on 300 random small cases and DSV4-Flash and -Pro at 1 to 8
+// stages (uniform and unequal budgets, with and without layer weights,
+// footprint-free), for page counts around the solve's answer and far
+// from it, holds(N) is exactly (the solve found a split && its num_pages
+// >= N); a budget too small for the minimal pool holds nothing.
+TEST(StageSplit, holds_is_the_solves_answer) {
+  std::mt19937_64 rng(20261202);
+  size_t asked = 0, held = 0, refused = 0;
+  auto check = [&](const kvs_split_request &r) {
+    kvs_split split;
+    kvs_error err;
+    bool solved = kvs_split_solve(&r, &split, nullptr, &err) == KVS_OK;
+    refused += !solved;
+    uint64_t n = solved ? split.num_pages : 64;
+    for (uint64_t want : {uint64_t{0}, uint64_t{1}, uint64_t{2}, r.floor_win_pages, n / 2, n - 1, n,
+                          n + 1, 2 * n, uint64_t{1} << 40}) {
+      bool holds = !solved;
+      ASSERT_EQ(kvs_split_holds(&r, want, &holds, &err), KVS_OK) << err.message;
+      EXPECT_EQ(holds, solved && split.num_pages >= want)
+          << want << " pages, the solve " << (solved ? "found " + std::to_string(n) : "failed");
+      asked++;
+      held += holds;
+    }
+  };
+  for (int c = 0; c < 300; c++) {
+    size_t L = 1 + rng() % 9;
+    kvs_geometry g = random_geometry(rng, L);
+    size_t S = 1 + rng() % std::min<size_t>(L, 4);
+    double swa = (double)(rng() % 5) / 8.0;
+    uint64_t floor_pages = rng() % 12;
+    kvs_split_request probe = request(g, {1}, swa, floor_pages);
+    kvs_pool_breakdown whole;
+    ASSERT_EQ(
+        kvs_split_range_bytes(&probe, 0, L, 64 + rng() % 512, nullptr, &whole, nullptr, nullptr),
+        KVS_OK);
+    std::vector<uint64_t> budgets(S);
+    for (uint64_t &b : budgets) b = whole.total / (1 + rng() % (2 * S)) + rng() % 4096;
+    std::vector<uint64_t> weights(L);
+    for (uint64_t &w : weights) w = rng() % 3 == 0 ? 0 : whole.total / (8 + rng() % 64);
+    kvs_split_request r = request(g, budgets, swa, floor_pages);
+    if (rng() % 2 == 0) r.layer_weight_bytes = weights.data();
+    SCOPED_TRACE("case " + std::to_string(c));
+    check(r);
+  }
+  for (const char *name : {"dsv4-flash", "dsv4-pro"}) {
+    kvs_geometry g = builtin(name);
+    for (size_t S : {1, 2, 4, 8}) {
+      std::vector<uint64_t> uniform(S, 40 * GiB), unequal(S);
+      for (size_t s = 0; s < S; s++) unequal[s] = (12 + 9 * s) * GiB;
+      for (const std::vector<uint64_t> *b : {&uniform, &unequal}) {
+        SCOPED_TRACE(std::string(name) + ", " + std::to_string(S) + " stages");
+        check(request(g, *b, 0.125, 72));
+      }
+    }
+  }
+  EXPECT_GT(held, asked / 4);
+  EXPECT_GT(refused, 3u);
+}

@@ -89,6 +89,41 @@ awk -v extra=1092 '
     grab = 0
   }' "$hgx" >"$T/gpus1100.xml"
 
+# Shared objects that are broken files where the backend registry looks
+# (core/backend.h): the CUDA backend beside kvplan cut to half its size
+# under every backend's and vendor library's name (so_cut), its ELF
+# header alone (so_header), an empty file (so_empty), a FIFO (so_fifo) and
+# a directory (so_dir) under the CUDA backend's name, and the cut copy
+# alone under the NCCL (so_nccl) and MPI (so_mpi) backends' names.
+so=$(dirname "${TOOL[kvplan]}")/libkvshard-cuda.so.1
+[[ -f $so ]] || { echo "FAIL: no $so beside kvplan to cut"; exit 1; }
+half=$(($(stat -L -c %s "$so") / 2))
+mkdir -p "$T/so_cut" "$T/so_header" "$T/so_empty" "$T/so_fifo" "$T/so_nccl" "$T/so_mpi" \
+  "$T/so_dir/libkvshard-cuda.so.1"
+for f in libkvshard-cuda.so.1 libkvshard-nccl.so.1 libkvshard-mpi.so.1 libcudart.so.13 \
+  libnccl.so.2 libmpi.so.40; do
+  head -c "$half" "$so" >"$T/so_cut/$f"
+done
+head -c 64 "$so" >"$T/so_header/libkvshard-cuda.so.1"
+: >"$T/so_empty/libkvshard-cuda.so.1"
+mkfifo "$T/so_fifo/libkvshard-cuda.so.1"
+cp "$T/so_cut/libkvshard-nccl.so.1" "$T/so_nccl/"
+cp "$T/so_cut/libkvshard-mpi.so.1" "$T/so_mpi/"
+
+# Traces: epoch.jsonl (six requests stamped in Unix-epoch milliseconds,
+# ten minutes apart) and toolong.jsonl (three requests, the second of
+# 1,048,576 prompt tokens in blocks of 65,536: longer than kvsim's default
+# pool holds).
+for k in 0 1 2 3 4 5; do
+  printf '{"timestamp": %d, "input_length": 1000, "output_length": 20, "hash_ids": [%d, %d]}\n' \
+    $((1714000000000 + k * 600000)) $((k % 2)) $((10 + k))
+done >"$T/epoch.jsonl"
+{
+  echo '{"timestamp": 0, "input_length": 100000, "output_length": 10, "hash_ids": [1, 2]}'
+  echo '{"timestamp": 10, "input_length": 1048576, "output_length": 10, "hash_ids": [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]}'
+  echo '{"timestamp": 20, "input_length": 65536, "output_length": 10, "hash_ids": [1]}'
+} >"$T/toolong.jsonl"
+
 # HOSTILE_SETUP_ONLY=1: the files above are all that is wanted (the Python
 # package's test replays the kvplan lines as calls).
 [[ -n ${HOSTILE_SETUP_ONLY:-} ]] && exit 0

@@ -643,3 +643,74 @@ TEST(Kvplan, unmeasured_gpus_are_budgeted_by_their_own_model_or_refused) {
   EXPECT_EQ(kvplan("--topology " + path + " --budget 80GiB --json").status, 0)
       << "an explicit budget plans it";
 }
+
+// kvs_node_plan_overhead_most, the one pass kvplan fit prices a layout's
+// buffers with, names the rank kvs_node_plan_overhead prices highest (the
+// lowest of equals) with the same buffers, over three HGX nodes in every
+// layout, tensor-parallel groups across nodes (NCCL's tree peers) and one
+// rank per group (no NCCL) included, with NCCL's default and a given
+// estimate.
+TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
+  Topology t = load_xml(kHgx);
+  std::vector<kvs_gpu_info> one = gpus_of(t.get()), gpus;
+  for (size_t node = 0; node < 3; node++) {
+    for (kvs_gpu_info g : one) {
+      g.node = node;
+      g.index = gpus.size();
+      gpus.push_back(g);
+    }
+  }
+  std::vector<uint64_t> budgets(gpus.size(), 80 * GiB);
+  kvs_nccl_estimate given = KVS_NCCL_ESTIMATE_INIT;
+  given.tree_peers = 2;
+  size_t spanning = 0;
+  for (auto [tp, pp] : {std::pair<size_t, size_t>{1, 1},
+                        {8, 1},
+                        {4, 2},
+                        {2, 4},
+                        {1, 8},
+                        {12, 2},
+                        {6, 4},
+                        {24, 1},
+                        {3, 8}}) {
+    kvs_plan_request req = default_request(tp, pp);
+    req.allow_cross_node_tp = true;
+    kvs_node_plan_t raw = nullptr;
+    kvs_error err;
+    ASSERT_EQ(
+        kvs_node_plan_make(&req, gpus.data(), gpus.size(), budgets.data(), &raw, nullptr, &err),
+        KVS_OK)
+        << tp << " x " << pp << ": " << err.message;
+    Plan plan(raw);
+    spanning += kvs_node_plan_cross_node_tp(raw);
+    const kvs_nccl_estimate *given_ptr = &given;
+    for (const kvs_nccl_estimate *nccl : {(const kvs_nccl_estimate *)nullptr, given_ptr}) {
+      kvs_node_deployment d = kvs_node_deployment_planned(raw, gpus.size(), 64, true, 1 << 20);
+      d.nccl = nccl;
+      size_t want_rank = 0;
+      kvs_node_overhead want{};
+      for (size_t r = 0; r < gpus.size(); r++) {
+        kvs_node_overhead o;
+        ASSERT_EQ(kvs_node_plan_overhead(raw, gpus.data(), r, &d, &o, &err), KVS_OK);
+        if (r == 0 || o.total_bytes > want.total_bytes) want = o, want_rank = r;
+      }
+      size_t rank = SIZE_MAX;
+      kvs_node_overhead got;
+      ASSERT_EQ(kvs_node_plan_overhead_most(raw, gpus.data(), &d, &rank, &got, &err), KVS_OK)
+          << err.message;
+      SCOPED_TRACE("tp " + std::to_string(tp) + " x pp " + std::to_string(pp));
+      EXPECT_EQ(rank, want_rank);
+      EXPECT_EQ(got.total_bytes, want.total_bytes);
+      EXPECT_EQ(got.table_bytes, want.table_bytes);
+      EXPECT_EQ(got.nccl_bytes, want.nccl_bytes);
+    }
+  }
+  EXPECT_GE(spanning, 3u) << "some groups span nodes";
+  size_t rank = 0;
+  kvs_node_overhead o;
+  kvs_node_deployment d = kvs_node_deployment_planned(nullptr, 8, 64, true, 1 << 20);
+  kvs_error err;
+  EXPECT_EQ(kvs_node_plan_overhead_most(nullptr, gpus.data(), &d, &rank, &o, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message, "kvs_node_plan_overhead_most: plan is NULL");
+}

@@ -1,0 +1,31 @@
+/* Asks the backend registry for one backend's table, as a consumer does,
+ * and prints what it answered: the status's name, whether the load
+ * stopped at a broken file (1 or 0), then the message, one a line. Exit 0
+ * whatever the answer (a crash is the signal the caller looks for), 2 on
+ * bad usage. backend_registry_test runs it in the environments it sets
+ * up, one load per process.
+ *   backend_probe cuda|nccl|mpi */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/backend.h"
+
+int main(int argc, char **argv) {
+  static const char *const kinds[] = {"cuda", "nccl", "mpi"};
+  int kind = -1;
+  for (int i = 0; argc == 2 && i < 3; i++) {
+    if (strcmp(argv[1], kinds[i]) == 0) kind = i;
+  }
+  if (kind < 0) {
+    fprintf(stderr, "usage: backend_probe cuda|nccl|mpi\n");
+    return 2;
+  }
+  const void *table = NULL;
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_status status = kvs_backend_table((kvs_backend_kind)kind, "kvs_backend_probe_entry", NULL,
+                                        sizeof(kvs_backend_header), &table, &err);
+  printf("%s\n%d\n%s\n", kvs_status_name(status),
+         kvs_backend_broken((kvs_backend_kind)kind) ? 1 : 0, err.message);
+  return 0;
+}
