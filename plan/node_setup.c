@@ -54,7 +54,7 @@ kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topol
       *out = live;
       return KVS_OK;
     }
-    /* CUDA there but broken (core/backend.h): never planned as a machine
+    /* CUDA there but broken (backends/registry.h): never planned as a machine
      * without a GPU. */
     if (live_status == KVS_ERR_LIBRARY)
       return kvs_error_set(err, live_status, "%s", live_err.message);

@@ -1,18 +1,5 @@
 #include "shard/comm_mpi.h"
 
-/* Defined when the program links the MPI backend itself; otherwise the
- * registry loads it. */
-extern const void *kvs_backend_mpi_v1(void) __attribute__((weak));
-
-kvs_status kvs_comm_mpi_table(const kvs_mpi_table **out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
-  const void *table = NULL;
-  kvs_status status = kvs_backend_table(KVS_BACKEND_MPI, KVS_MPI_ENTRY, kvs_backend_mpi_v1,
-                                        sizeof(kvs_mpi_table), &table, err);
-  if (status == KVS_OK) *out = table;
-  return status;
-}
-
 kvs_status kvs_mpi_init(int *world_rank, int *world_size, kvs_error *err) {
   if (world_rank == NULL || world_size == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "world_rank and world_size are required");

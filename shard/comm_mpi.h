@@ -1,5 +1,5 @@
 /* Communicators on MPI, through the MPI backend (libkvshard-mpi.so.1,
- * loaded by core/backend.h with libmpi.so.40): nothing here names an MPI
+ * loaded by backends/registry.h with libmpi.so.40): nothing here names an MPI
  * type, so the core builds and loads without MPI.
  *
  * The backend duplicates the caller's communicator, so its traffic never
@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "core/backend.h"
+#include "backends/mpi/entry.h"
 #include "core/status.h"
 #include "shard/comm.h"
 
@@ -30,24 +30,7 @@ extern "C" {
  * MPI_COMM_WORLD) are kvshard.h's. A missing backend or libmpi is
  * KVS_ERR_LIBRARY naming it. */
 
-/* ---- for the backend ---- */
-
-/* The MPI backend's entry point ("kvs_backend_mpi_v1"). */
-typedef struct kvs_mpi_table {
-  kvs_backend_header header;
-  kvs_status (*init)(int *world_rank, int *world_size, kvs_error *err);
-  kvs_status (*finalize)(kvs_error *err);
-  /* A communicator's vtable and context for kvs_comm_create over the
-   * handle (NULL: MPI_COMM_WORLD), and its rank and size. */
-  kvs_status (*open)(const void *handle, size_t handle_bytes, int timeout_ms,
-                     const kvs_comm_vtable **vtable, void **ctx, int *rank, int *size,
-                     kvs_error *err);
-} kvs_mpi_table;
-
-#define KVS_MPI_ENTRY "kvs_backend_mpi_v1"
-
-/* The MPI backend's table: linked into the program, else loaded. */
-kvs_status kvs_comm_mpi_table(const kvs_mpi_table **out, kvs_error *err);
+/* The backend's entry table: backends/mpi/entry.h. */
 
 #ifdef __cplusplus
 }

@@ -9,19 +9,6 @@
 
 #define DEFAULT_INIT_TIMEOUT_MS 120000
 
-/* Defined when the program links the NCCL backend itself (tests over the
- * CPU stand-in); otherwise the registry loads it. */
-extern const void *kvs_backend_nccl_v1(void) __attribute__((weak));
-
-kvs_status kvs_comm_nccl_table(const kvs_nccl_table **out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
-  const void *table = NULL;
-  kvs_status status = kvs_backend_table(KVS_BACKEND_NCCL, KVS_NCCL_ENTRY, kvs_backend_nccl_v1,
-                                        sizeof(kvs_nccl_table), &table, err);
-  if (status == KVS_OK) *out = table;
-  return status;
-}
-
 void kvs_comm_nccl_options_init(kvs_comm_nccl_options *options) {
   if (options == NULL) return;
   memset(options, 0, sizeof *options);

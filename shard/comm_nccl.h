@@ -1,5 +1,5 @@
 /* Communicators on NCCL, through the NCCL backend (libkvshard-nccl.so.1,
- * loaded by core/backend.h): nothing here names an NCCL or CUDA type, so
+ * loaded by backends/registry.h): nothing here names an NCCL or CUDA type, so
  * the core builds and loads without either.
  *
  * Three ways in, all collective over the ranks they join:
@@ -26,7 +26,7 @@
 
 #include <stddef.h>
 
-#include "core/backend.h"
+#include "backends/nccl/entry.h"
 #include "core/status.h"
 #include "shard/comm.h"
 
@@ -53,31 +53,7 @@ kvs_status kvs_comm_nccl_bootstrap(kvs_comm_t bootstrap, int device, int init_ti
  * why when none; KVS_ERR_LIBRARY when the backend cannot be loaded). */
 kvs_status kvs_comm_nccl_device_count(int *count, kvs_error *err);
 
-/* ---- for the backend ---- */
-
-typedef struct kvs_nccl_open_args {
-  int rank, nranks, device;
-  const unsigned char *unique_id; /* KVS_NCCL_UNIQUE_ID_BYTES, or NULL with parent */
-  void *parent;                   /* an ncclComm_t to split from, or NULL */
-  int init_timeout_ms, timeout_ms;
-} kvs_nccl_open_args;
-
-/* The NCCL backend's entry point ("kvs_backend_nccl_v1"). */
-typedef struct kvs_nccl_table {
-  kvs_backend_header header;
-  kvs_status (*unique_id)(unsigned char *out, size_t bytes, kvs_error *err);
-  kvs_status (*device_count)(int *count, kvs_error *err);
-  /* A communicator's vtable and context for kvs_comm_create, and the rank
-   * and size it holds; nothing stays allocated on failure. */
-  kvs_status (*open)(const kvs_nccl_open_args *args, const kvs_comm_vtable **vtable, void **ctx,
-                     int *rank, int *nranks, kvs_error *err);
-  int (*version)(void); /* ncclGetVersion's */
-} kvs_nccl_table;
-
-#define KVS_NCCL_ENTRY "kvs_backend_nccl_v1"
-
-/* The NCCL backend's table: linked into the program, else loaded. */
-kvs_status kvs_comm_nccl_table(const kvs_nccl_table **out, kvs_error *err);
+/* The backend's entry table: backends/nccl/entry.h. */
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "backends/cuda/entry.h"
 #include "shard/table_internal.h"
 
 const char *kvs_table_kind_name(kvs_table_kind kind) {
@@ -138,10 +139,6 @@ kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err) {
   return table->ops->sync(table->impl, err);
 }
 
-/* Defined when the program links the CUDA backend itself (tests over the
- * CPU stand-in); otherwise the registry loads it. */
-extern const void *kvs_backend_cuda_tables_v1(void) __attribute__((weak));
-
 static kvs_status open_cuda(int device, const kvs_device_layout *layout,
                             const kvs_table_limits *limits, void *stream,
                             const kvs_cuda_table_options *options, kvs_table_t *out,
@@ -149,12 +146,9 @@ static kvs_status open_cuda(int device, const kvs_device_layout *layout,
   if (layout == NULL || limits == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout, limits and out are required");
   }
-  const void *entry = NULL;
-  kvs_status status =
-      kvs_backend_table(KVS_BACKEND_CUDA, KVS_CUDA_TABLES_ENTRY, kvs_backend_cuda_tables_v1,
-                        sizeof(kvs_cuda_tables_table), &entry, err);
+  const kvs_cuda_tables_table *backend = NULL;
+  kvs_status status = kvs_cuda_tables_table_get(&backend, err);
   if (status != KVS_OK) return status;
-  const kvs_cuda_tables_table *backend = entry;
   const kvs_table_ops *ops = NULL;
   void *impl = NULL;
   uint64_t bytes = 0;

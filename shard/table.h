@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "backends/registry.h"
 #include "core/device_ref.h"
 #include "core/journal.h"
 #include "core/status.h"
@@ -303,19 +303,10 @@ typedef struct kvs_cuda_table_options {
   bool graphs;          /* capture each parity's step once and replay it */
 } kvs_cuda_table_options;
 
-/* The CUDA backend's tables entry point ("kvs_backend_cuda_tables_v1"),
- * implemented by backends/cuda/table_cuda.c. */
-typedef struct kvs_cuda_tables_table {
-  kvs_backend_header header;
-  kvs_status (*open)(int device, const kvs_device_layout *layout, const kvs_table_limits *limits,
-                     void *stream, const kvs_cuda_table_options *options, const kvs_table_ops **ops,
-                     void **impl, uint64_t *bytes, kvs_error *err);
-} kvs_cuda_tables_table;
-
-#define KVS_CUDA_TABLES_ENTRY "kvs_backend_cuda_tables_v1"
+/* The CUDA backend's tables entry point: backends/cuda/entry.h. */
 
 /* A table on CUDA device `device` through the CUDA backend (linked into
- * the program, else loaded: core/backend.h), every call on `stream` (a
+ * the program, else loaded: backends/registry.h), every call on `stream` (a
  * cudaStream_t of that device; NULL: a non-blocking stream of the
  * table's own). A missing backend is KVS_ERR_LIBRARY naming the file and
  * where it was looked for. */

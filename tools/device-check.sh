@@ -26,7 +26,7 @@
 #              and kvsim_local (kvsim with ranks as threads, no MPI), with the
 #              CUDA and NCCL backends beside them (libkvshard-cuda.so.1,
 #              libkvshard-nccl.so.1), where the backend registry looks for
-#              them: the program's own folder (core/backend.c). The MPI
+#              them: the program's own folder (backends/registry.c). The MPI
 #              backend is not staged: nothing here runs MPI.
 #        lib/  every shared library those need beyond the C and C++ runtimes,
 #              as ldd finds them here (libcudart.so.13, libjansson, libxxhash,

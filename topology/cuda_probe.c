@@ -3,20 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Defined when the program links the CUDA backend itself (tests over the
- * CPU stand-in); otherwise the registry loads it. */
-extern const void *kvs_backend_cuda_probe_v1(void) __attribute__((weak));
-
-kvs_status kvs_cuda_probe_table_get(const kvs_cuda_probe_table **out, kvs_error *err) {
-  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");
-  const void *table = NULL;
-  kvs_status status =
-      kvs_backend_table(KVS_BACKEND_CUDA, KVS_CUDA_PROBE_ENTRY, kvs_backend_cuda_probe_v1,
-                        sizeof(kvs_cuda_probe_table), &table, err);
-  if (status == KVS_OK) *out = table;
-  return status;
-}
-
 kvs_status kvs_cuda_probe_device_count(int *count, kvs_error *err) {
   if (count == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "count is NULL");
   const kvs_cuda_probe_table *t = NULL;

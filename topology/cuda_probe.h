@@ -1,5 +1,5 @@
 /* The visible CUDA devices as topology/ needs them, asked of the CUDA
- * backend (libkvshard-cuda.so.1, through core/backend.h): topology/ itself
+ * backend (libkvshard-cuda.so.1, through backends/registry.h): topology/ itself
  * calls no CUDA and links no CUDA library, so a machine without CUDA
  * installed plans from hwloc alone, and the reason is kept for the note. */
 #ifndef KVS_TOPOLOGY_CUDA_PROBE_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "backends/cuda/entry.h"
 #include "core/status.h"
 #include "topology/gpu.h"
 
@@ -17,37 +17,7 @@
 extern "C" {
 #endif
 
-/* cudaDeviceGetPCIBusId's "0000:1b:00.0" form, with room for the longest
- * domain the runtime prints, and a device name. */
-#define KVS_CUDA_PCI_BUS_ID_MAX 32
-#define KVS_CUDA_DEVICE_NAME_MAX 256
-
-/* One device as the backend describes it without a context. */
-typedef struct kvs_cuda_device_facts {
-  char pci_bus_id[KVS_CUDA_PCI_BUS_ID_MAX];
-  char name[KVS_CUDA_DEVICE_NAME_MAX];
-  uint64_t total_bytes; /* as the driver reports it */
-} kvs_cuda_device_facts;
-
-/* The CUDA backend's probe entry point ("kvs_backend_cuda_probe_v1"). */
-typedef struct kvs_cuda_probe_table {
-  kvs_backend_header header;
-  /* How many devices this process sees; no driver or no device is
-   * KVS_ERR_UNSUPPORTED saying why. Creates no context. */
-  kvs_status (*device_count)(int *count, kvs_error *err);
-  /* Bus id, name and total memory of a device. Creates no context. */
-  kvs_status (*device_facts)(int ordinal, kvs_cuda_device_facts *out, kvs_error *err);
-  /* Free and total memory of one device: creates this process's context
-   * on that device only; the calling thread's own context is put back. */
-  kvs_status (*mem_info)(int ordinal, uint64_t *free_bytes, uint64_t *total_bytes, kvs_error *err);
-} kvs_cuda_probe_table;
-
-#define KVS_CUDA_PROBE_ENTRY "kvs_backend_cuda_probe_v1"
-
-/* The probe table: the backend linked into the program, else loaded. A
- * missing backend or CUDA runtime is KVS_ERR_LIBRARY naming the file and
- * where it was looked for. */
-kvs_status kvs_cuda_probe_table_get(const kvs_cuda_probe_table **out, kvs_error *err);
+/* The probe's table and a device's facts: backends/cuda/entry.h. */
 
 typedef struct kvs_cuda_device {
   int ordinal;         /* CUDA device ordinal in this process */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "backends/registry.h"
 #include "core/options.h"
 #include "topology/cuda_probe.h"
 
@@ -208,7 +208,7 @@ static pthread_mutex_t hwloc_lock = PTHREAD_MUTEX_INITIALIZER;
 static void keep_libxml2_loaded(void) {
   /* Found among the loaded objects: dlopen("libxml2.so.2", RTLD_NOLOAD)
    * would search the loader's path for it when hwloc parsed without it,
-   * and open a FIFO of that name there, for ever (core/backend.h). */
+   * and open a FIFO of that name there, for ever (backends/registry.h). */
   void *h = kvs_loaded_object("libxml2.so.2", RTLD_LAZY | RTLD_NODELETE);
   if (h != NULL) dlclose(h);
 }

@@ -1,8 +1,9 @@
 /* The CUDA backend's entry points (libkvshard-cuda.so.1): the probe that
  * topology/ asks for the visible devices, and the device tables the node
  * drives. The core reaches them only through these tables
- * (core/backend.h), so it links no CUDA library itself. */
+ * (backends/registry.h), so it links no CUDA library itself. */
 #include "backends/cuda/cuda_device.h"
+#include "backends/cuda/entry.h"
 #include "backends/cuda/cuda_status.h"
 #include "backends/cuda/table_cuda.h"
 #include "shard/table.h"

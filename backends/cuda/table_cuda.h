@@ -1,7 +1,7 @@
 /* The device implementation of shard/table.h: backends/cuda/device_tables
  * on one GPU, with device buffers and pinned staging for the largest
  * batch. The CUDA backend hands it to the core through its tables entry
- * point (shard/table.h: kvs_cuda_tables_table); the core wraps it. */
+ * point (backends/cuda/entry.h: kvs_cuda_tables_table); the core wraps it. */
 #ifndef KVS_BACKENDS_CUDA_TABLE_CUDA_H
 #define KVS_BACKENDS_CUDA_TABLE_CUDA_H
 

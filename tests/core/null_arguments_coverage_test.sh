@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every function declared in a header under core/, blocks/, plan/ and
-# topology/, and every function kvshard.h declares that one of those
+# Every function declared in a header under core/, blocks/, plan/,
+# topology/ and backends/ (the registry and each backend's entry.h), and every function kvshard.h declares that one of those
 # folders defines, must appear in one of the NULL-argument tests (a case,
 # or a line of a test's no-pointer list). A function added without one
 # fails this test, by name. Excluded, with the reason:
@@ -20,14 +20,15 @@ done
 
 declared() {
   local h
-  for h in core/*.h blocks/*.h plan/*.h topology/*.h; do
+  for h in core/*.h blocks/*.h plan/*.h topology/*.h backends/*.h backends/*/entry.h; do
     [ "$h" = core/window_pool_internal.h ] && continue
     awk -f "$awk_file" "$h"
   done
   # kvshard.h's functions whose definition is in these folders.
   local name
   for name in $(awk -f "$awk_file" kvshard.h); do
-    if grep -qE "^[A-Za-z_].*[^A-Za-z0-9_]$name\(" core/*.c blocks/*.c plan/*.c topology/*.c; then
+    if grep -qE "^[A-Za-z_].*[^A-Za-z0-9_]$name\(" core/*.c blocks/*.c plan/*.c topology/*.c \
+      backends/*.c; then
       echo "$name"
     fi
   done

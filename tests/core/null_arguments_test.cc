@@ -16,7 +16,10 @@
 #include <cstring>
 #include <string>
 
-#include "core/backend.h"
+#include "backends/cuda/entry.h"
+#include "backends/mpi/entry.h"
+#include "backends/nccl/entry.h"
+#include "backends/registry.h"
 #include "core/cost_model.h"
 #include "core/device_ref.h"
 #include "core/free_list.h"
@@ -27,7 +30,7 @@
 #include "core/options.h"
 #include "core/regular_file.h"
 #include "core/safetensors.h"
-#include "core/shared_object.h"
+#include "backends/shared_object.h"
 #include "core/sglang_memory.h"
 #include "core/sglang_pools.h"
 #include "core/status.h"
@@ -141,7 +144,7 @@ TEST(NullArguments, status) {
   EXPECT_EQ(kvs_error_last_failure(), KVS_OK);
 }
 
-// ---- core/backend.h (the backend registry) ----
+// ---- backends/registry.h (the backend registry) ----
 
 TEST(NullArguments, backend) {
   // Refused before any file is looked for (the message is the registry's).
@@ -158,6 +161,12 @@ TEST(NullArguments, backend) {
   EXPECT_EQ(kvs_shared_object_check(nullptr, why, sizeof why), KVS_SO_ABSENT);
   EXPECT_STREQ(why, "no path given");
   EXPECT_EQ(kvs_shared_object_check(nullptr, nullptr, 0), KVS_SO_ABSENT);
+  // Each backend's getters (backends/*/entry.h): a NULL output is refused
+  // before anything is loaded.
+  EXPECT_EQ(kvs_cuda_probe_table_get(nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_cuda_tables_table_get(nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_comm_nccl_table(nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvs_comm_mpi_table(nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
   // kvs_loaded_object: a NULL name is no object; libc is one.
   EXPECT_EQ(kvs_loaded_object(nullptr, RTLD_LAZY), nullptr);
   void *libc = kvs_loaded_object("libc.so.6", RTLD_LAZY);

@@ -90,7 +90,7 @@ awk -v extra=1092 '
   }' "$hgx" >"$T/gpus1100.xml"
 
 # Shared objects that are broken files where the backend registry looks
-# (core/backend.h): the CUDA backend beside kvplan cut to half its size
+# (backends/registry.h): the CUDA backend beside kvplan cut to half its size
 # under every backend's and vendor library's name (so_cut), its ELF
 # header alone (so_header), an empty file (so_empty), a FIFO (so_fifo) and
 # a directory (so_dir) under the CUDA backend's name, and the cut copy

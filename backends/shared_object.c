@@ -1,4 +1,4 @@
-#include "core/shared_object.h"
+#include "backends/shared_object.h"
 
 #include <elf.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-// core/shared_object.h: a file checked before dlopen maps it. A real
+// backends/shared_object.h: a file checked before dlopen maps it. A real
 // shared object (libso_fixture.so) cut at every length: each cut below
 // what the loader maps is refused naming the file and how (and an
 // unchecked dlopen of such cuts dies of a signal in a child, as the
@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "core/shared_object.h"
+#include "backends/shared_object.h"
 
 namespace {
 
-const char kFixture[] = "tests/core/libso_fixture.so";
+const char kFixture[] = "tests/backends/libso_fixture.so";
 
 std::string scratch(const std::string &name) {
   const char *t = getenv("TEST_TMPDIR");

@@ -5,14 +5,14 @@
  * it touches (the dynamic section, relocations, the data it writes): a
  * file cut short by an interrupted copy still passes dlopen's header
  * checks, and its first page past the end of the file is SIGBUS in the
- * caller's process. So every file the backend registry (core/backend.c)
+ * caller's process. So every file the backend registry (backends/registry.c)
  * is about to dlopen is checked here first: a regular file (a FIFO is
  * never opened blocking, a directory never read), an ELF header of this
  * process's class, byte order and machine, a shared object, whole program
  * headers, and every segment's file range inside the file. Only the file
  * as it is now is checked: a file cut after the check is not caught. */
-#ifndef KVS_CORE_SHARED_OBJECT_H
-#define KVS_CORE_SHARED_OBJECT_H
+#ifndef KVS_BACKENDS_SHARED_OBJECT_H
+#define KVS_BACKENDS_SHARED_OBJECT_H
 
 #include <stddef.h>
 
@@ -47,4 +47,4 @@ kvs_so_verdict kvs_shared_object_check(const char *path, char *why, size_t cap);
 }
 #endif
 
-#endif /* KVS_CORE_SHARED_OBJECT_H */
+#endif /* KVS_BACKENDS_SHARED_OBJECT_H */

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "backends/registry.h"
 
 int main(int argc, char **argv) {
   static const char *const kinds[] = {"cuda", "nccl", "mpi"};

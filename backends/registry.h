@@ -6,14 +6,14 @@
  * installed. Each backend is a shared object of its own,
  * libkvshard-<name>.so.1, that links its vendor library and exports one
  * or more entry points: functions taking no argument that return a table
- * of function pointers starting with kvs_backend_header. Consumers declare
- * the table's type next to the code that calls it (topology/ the CUDA
- * probe, shard/ the CUDA tables and the NCCL and MPI communicators) and
- * ask the registry for it by entry name.
+ * of function pointers starting with kvs_backend_header. Each backend's
+ * folder declares its tables and their getters (backends/<name>/entry.h);
+ * this registry defines the getters (KVS_BACKEND_GETTER) and the loading,
+ * so a new backend is a folder and a kind here.
  *
  * A backend linked into the program itself (a test linking the backend's
  * code against the CPU stand-in, an engine that links the backend's
- * library directly) is used as is: the consumer declares the entry point
+ * library directly) is used as is: the getter declares the entry point
  * weak and passes it in. Otherwise the registry loads the backend's file
  * once per process, after its vendor libraries (libcudart.so.13,
  * libnccl.so.2, libmpi.so.40), and keeps it loaded for the life of the
@@ -34,7 +34,7 @@
  * LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.cache, the default folders) and
  * the file found there is the one loaded.
  *
- * Every file is checked before dlopen maps it (core/shared_object.h): one
+ * Every file is checked before dlopen maps it (backends/shared_object.h): one
  * that is there but broken (cut short by an interrupted copy, empty, not
  * a shared object, a directory, a FIFO or another non-regular file) ends
  * the search, unloaded, as KVS_ERR_LIBRARY naming the file and what is
@@ -47,8 +47,8 @@
  * names the file and every place tried with the loader's reason; never a
  * crash. A table built for another ABI, or smaller than the consumer
  * needs, is refused the same way. */
-#ifndef KVS_CORE_BACKEND_H
-#define KVS_CORE_BACKEND_H
+#ifndef KVS_BACKENDS_REGISTRY_H
+#define KVS_BACKENDS_REGISTRY_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,8 +115,22 @@ void *kvs_loaded_object(const char *file, int flags);
 #define KVS_BACKEND_HEADER(name, type) \
   { KVS_BACKEND_ABI, (uint32_t)sizeof(type), (name), KVS_VERSION_STRING }
 
+/* Defines getter `fn` of backend `kind`'s table of type `type`, which the
+ * backend's entry point `entry` returns (registry.c, once per table: a
+ * new backend adds its getters there). `entry` is declared weak in the
+ * same file, so a program that links the backend uses its own. */
+#define KVS_BACKEND_GETTER(fn, kind, entry, type)                                            \
+  extern const void *entry(void) __attribute__((weak));                                      \
+  kvs_status fn(const type **out, kvs_error *err) {                                          \
+    if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "output is NULL");  \
+    const void *table = NULL;                                                                \
+    kvs_status status = kvs_backend_table((kind), #entry, entry, sizeof(type), &table, err); \
+    if (status == KVS_OK) *out = table;                                                      \
+    return status;                                                                           \
+  }
+
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* KVS_CORE_BACKEND_H */
+#endif /* KVS_BACKENDS_REGISTRY_H */

@@ -1,11 +1,11 @@
-// The backend registry (core/backend.c) never hands the loader a broken
+// The backend registry (backends/registry.c) never hands the loader a broken
 // file: backends and vendor libraries cut short (a real shared object,
 // libso_fixture.so, cut in its segments), holding only an ELF header,
 // empty, FIFOs and directories, found through KVSHARD_BACKEND_PATH,
 // KVSHARD_CUDA_PATH and the loader's own path (LD_LIBRARY_PATH), are each
 // KVS_ERR_LIBRARY naming the file and what is wrong with it, with
 // kvs_backend_broken true, in a process that exits normally (the registry
-// loads once per process, so each case runs tests/core/backend_probe in
+// loads once per process, so each case runs tests/backends/backend_probe in
 // an environment of its own). Whole files are loaded (the fixture has no
 // entry point, which the registry then says), and files for another
 // machine are passed over on the way to the next place.
@@ -32,8 +32,8 @@ extern char **environ;
 
 namespace {
 
-const char kFixture[] = "tests/core/libso_fixture.so";
-const char kProbe[] = "tests/core/backend_probe";
+const char kFixture[] = "tests/backends/libso_fixture.so";
+const char kProbe[] = "tests/backends/backend_probe";
 const char *const kFiles[] = {"libkvshard-cuda.so.1", "libkvshard-nccl.so.1", "libkvshard-mpi.so.1",
                               "libcudart.so.13",      "libnccl.so.2",         "libmpi.so.40"};
 

@@ -1,4 +1,4 @@
-#include "core/backend.h"
+#include "backends/registry.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/shared_object.h"
+#include "backends/cuda/entry.h"
+#include "backends/mpi/entry.h"
+#include "backends/nccl/entry.h"
+#include "backends/shared_object.h"
 
 #define N_KINDS 3
 
@@ -96,7 +99,7 @@ static const char *reason(void) {
 /* ---- one search: each place in order until one answers ---- */
 
 /* A search for one file (a backend's, or a vendor library's soname). A
- * file is checked before dlopen sees it (core/shared_object.h): one that
+ * file is checked before dlopen sees it (backends/shared_object.h): one that
  * is there but broken ends the search with why, never reaching the
  * loader, which would map it and fault on its missing pages. */
 typedef struct search {
@@ -499,3 +502,12 @@ kvs_status kvs_backend_table(kvs_backend_kind kind, const char *entry, kvs_backe
   if (status == KVS_OK) *table = t;
   return status;
 }
+
+/* ---- each backend's tables (backends/<name>/entry.h) ---- */
+
+KVS_BACKEND_GETTER(kvs_cuda_probe_table_get, KVS_BACKEND_CUDA, kvs_backend_cuda_probe_v1,
+                   kvs_cuda_probe_table)
+KVS_BACKEND_GETTER(kvs_cuda_tables_table_get, KVS_BACKEND_CUDA, kvs_backend_cuda_tables_v1,
+                   kvs_cuda_tables_table)
+KVS_BACKEND_GETTER(kvs_comm_nccl_table, KVS_BACKEND_NCCL, kvs_backend_nccl_v1, kvs_nccl_table)
+KVS_BACKEND_GETTER(kvs_comm_mpi_table, KVS_BACKEND_MPI, kvs_backend_mpi_v1, kvs_mpi_table)
