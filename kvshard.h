@@ -524,7 +524,7 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
  * The leader decides (the mutations are leader-only, between steps, and
  * journaled like bindings); every rank replays, digests and checks the
  * index and its reference counts, and a check that finds them differing
- * names the cached block (kvs_node_report kind 5: full_page the block,
+ * names the cached block (KVS_DIVERGENCE_PREFIX_BLOCK: full_page the block,
  * leader_window_page and rank_window_page its references there, -1: not
  * cached). */
 typedef struct kvs_node_prefix_hit {
@@ -613,15 +613,29 @@ KVS_API kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages,
 KVS_API kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
                                          kvs_error *err);
 
+/* What a check found differing between the ranks (Python's
+ * kvshard.Divergence has the same names and values). */
+typedef enum kvs_divergence {
+  KVS_DIVERGENCE_NONE = 0,          /* every rank agrees */
+  KVS_DIVERGENCE_BINDINGS = 1,      /* window bindings (full_page or request_slot names one) */
+  KVS_DIVERGENCE_RING_CONTEXTS = 2, /* the steps' ring contexts, bindings agreeing */
+  KVS_DIVERGENCE_INTEGRITY = 3,     /* a rank's pool or tables fail their integrity check */
+  KVS_DIVERGENCE_STEPS = 4,         /* ranks are at different steps */
+  KVS_DIVERGENCE_PREFIX_BLOCK = 5   /* a cached prefix block (full_page names it) */
+} kvs_divergence;
+
+/* "agree", "bindings", "ring contexts", "integrity", "steps", "prefix block";
+ * "unknown" for any other value. */
+KVS_API const char *kvs_divergence_name(kvs_divergence kind);
+
 /* What a check found; identical on every rank. */
 typedef struct kvs_node_report {
-  size_t size;        /* sizeof(kvs_node_report), set by the caller */
-  int kind;           /* 0 agree, 1 bindings, 2 ring contexts, 3 integrity, 4 steps,
-                         5 a cached prefix block */
-  uint64_t step;      /* the last step applied */
-  uint64_t digest;    /* the bindings' digest (the leader's) */
-  uint64_t full_page; /* the first differing full page; UINT64_MAX: none */
-  int rank;           /* the first rank that differs; -1: none */
+  size_t size;         /* sizeof(kvs_node_report), set by the caller */
+  kvs_divergence kind; /* KVS_DIVERGENCE_NONE when every rank agrees */
+  uint64_t step;       /* the last step applied */
+  uint64_t digest;     /* the bindings' digest (the leader's) */
+  uint64_t full_page;  /* the first differing full page; UINT64_MAX: none */
+  int rank;            /* the first rank that differs; -1: none */
   int64_t leader_window_page;
   int64_t rank_window_page;
   uint64_t request_slot; /* a differing request slot; UINT64_MAX: none */

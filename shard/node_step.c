@@ -315,6 +315,31 @@ kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_
   return stepped;
 }
 
+/* The shard's finding in kvshard.h's words: its application digest is the
+ * node's ring contexts. */
+static kvs_divergence divergence_of(kvs_shard_divergence kind) {
+  switch (kind) {
+    case KVS_SHARD_AGREE:
+      return KVS_DIVERGENCE_NONE;
+    case KVS_SHARD_DIVERGED_BINDINGS:
+      return KVS_DIVERGENCE_BINDINGS;
+    case KVS_SHARD_DIVERGED_AUX:
+      return KVS_DIVERGENCE_RING_CONTEXTS;
+    case KVS_SHARD_DIVERGED_INTEGRITY:
+      return KVS_DIVERGENCE_INTEGRITY;
+    case KVS_SHARD_DIVERGED_STEPS:
+      return KVS_DIVERGENCE_STEPS;
+    default:
+      return KVS_DIVERGENCE_PREFIX_BLOCK;
+  }
+}
+
+const char *kvs_divergence_name(kvs_divergence kind) {
+  static const char *const names[] = {"agree",     "bindings", "ring contexts",
+                                      "integrity", "steps",    "prefix block"};
+  return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "unknown";
+}
+
 kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *err) {
   if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
   if (report != NULL && report->size != sizeof *report) {
@@ -326,9 +351,9 @@ kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *e
   kvs_shard_report r;
   kvs_status status = kvs_node_check_report(node, &r, err);
   if (report != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
-    kvs_node_report out = {sizeof out,           (int)r.kind,        r.step,
-                           r.digest_min,         r.full_page,        r.rank,
-                           r.leader_window_page, r.rank_window_page, r.request_slot};
+    kvs_node_report out = {sizeof out,           divergence_of(r.kind), r.step,
+                           r.digest_min,         r.full_page,           r.rank,
+                           r.leader_window_page, r.rank_window_page,    r.request_slot};
     *report = out;
   }
   return status;

@@ -131,6 +131,9 @@ static void nulls_of_nodes(void) {
   REFUSES(kvs_node_step, kvs_node_step(NULL, NULL, NULL, &e_));
   REFUSES(kvs_node_translate, kvs_node_translate(NULL, &loc, 1, &slot, &e_));
   REFUSES(kvs_node_check, kvs_node_check(NULL, NULL, &e_));
+  EXPECT(kvs_divergence_name,
+         strcmp(kvs_divergence_name((kvs_divergence)99), "unknown") == 0 &&
+             strcmp(kvs_divergence_name(KVS_DIVERGENCE_PREFIX_BLOCK), "prefix block") == 0);
   {
     kvs_node_prefix_hit hit = {.size = sizeof hit};
     kvs_node_prefix_counts counts = {.size = sizeof counts};
@@ -204,7 +207,7 @@ static int one_node(void) {
            slots[0] >= 0 && kvs_node_free(node, locs, (size_t)(2 * page), &err) == KVS_OK &&
            kvs_node_finish(node, 3, &err) == KVS_OK &&
            kvs_node_step(node, NULL, &r, &err) == KVS_OK && r.frees == 3 &&
-           kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0;
+           kvs_node_check(node, &report, &err) == KVS_OK && report.kind == KVS_DIVERGENCE_NONE;
   /* The prefix cache: request 4 writes pages 2 and 3 (keys 7, 8) keeping
    * page 3's window as the tail, then request 5 hits both pages. */
   {
@@ -231,7 +234,7 @@ static int one_node(void) {
          kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
          kvs_node_prefix_stats(node, &counts, &err) == KVS_OK && counts.blocks == 2 &&
          counts.tails == 1 && counts.refs == 2 && counts.holds == 1 &&
-         kvs_node_check(node, &report, &err) == KVS_OK && report.kind == 0 &&
+         kvs_node_check(node, &report, &err) == KVS_OK && report.kind == KVS_DIVERGENCE_NONE &&
          /* Request 5 stops before any prefill: its exact hit wrote no
           * tail, so abandoning it releases it and the tail stays. */
          kvs_node_prefix_abandon(node, 5, &err) == KVS_OK &&

@@ -52,9 +52,8 @@ typedef struct kvs_cuda_tables_table {
   kvs_backend_header header;
   kvs_status (*open)(int device, const struct kvs_device_layout *layout,
                      const struct kvs_table_limits *limits, void *stream,
-                     const struct kvs_cuda_table_options *options,
-                     const struct kvs_table_ops **ops, void **impl, uint64_t *bytes,
-                     kvs_error *err);
+                     const struct kvs_cuda_table_options *options, const struct kvs_table_ops **ops,
+                     void **impl, uint64_t *bytes, kvs_error *err);
 } kvs_cuda_tables_table;
 
 /* The tables, from the backend linked into the program, else loaded (the

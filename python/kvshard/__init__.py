@@ -15,7 +15,8 @@ from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, sel
 from .plan import Fit, Plan, fit, plan
 
 __all__ = [
-    "Comm", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "View", "fit",
+    "Comm", "Divergence", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "View",
+    "fit",
     "library_version",
     "loopback_comms", "mpi_comm", "nccl_comm", "nccl_unique_id", "node_options", "plan",
     "self_comm",
@@ -27,7 +28,7 @@ __version__ = "0.6.0"
 def __getattr__(name):
     # The node needs numpy; planning does not, so an interpreter without
     # numpy still plans.
-    if name in ("Node", "PrefixCounts", "PrefixHit", "View"):
+    if name in ("Divergence", "Node", "PrefixCounts", "PrefixHit", "View"):
         try:
             from . import node
         except ImportError as e:

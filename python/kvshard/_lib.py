@@ -217,6 +217,7 @@ _STATUS = ctypes.c_int
 _PROTOTYPES = {
     "kvs_version": (ctypes.c_char_p, []),
     "kvs_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kvs_divergence_name": (ctypes.c_char_p, [ctypes.c_int]),
     "kvs_comm_self_create": (_STATUS, [ctypes.POINTER(_P), _ERR]),
     "kvs_comm_loopback_group_create": (_STATUS, [ctypes.c_int, ctypes.POINTER(_P), _ERR]),
     "kvs_comm_loopback_group_destroy": (None, [_P]),

@@ -8,6 +8,7 @@ rank with the next step.
 
 import ctypes
 import dataclasses
+import enum
 import numbers
 import weakref
 
@@ -20,7 +21,20 @@ from ._lib import (CError, Error, NodeBatch, NodePrefixCounts, NodePrefixHit, No
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
 from .comm import comm_of
 
-_KINDS = {0: "agree", 1: "bindings", 2: "ring contexts", 3: "integrity", 4: "steps"}
+class Divergence(enum.IntEnum):
+    """What a check found differing between the ranks (kvshard.h's
+    kvs_divergence, the same names and values)."""
+    NONE = 0
+    BINDINGS = 1
+    RING_CONTEXTS = 2
+    INTEGRITY = 3
+    STEPS = 4
+    PREFIX_BLOCK = 5
+
+
+def _kind_name(kind):
+    """The name a report gives a kind: the library's (kvs_divergence_name)."""
+    return lib().kvs_divergence_name(int(kind)).decode()
 _NONE = (1 << 64) - 1
 # numpy dtype -> the C type its arrays reach
 _CTYPES = {np.dtype(np.int64): "int64_t", np.dtype(np.uint64): "uint64_t",
@@ -543,7 +557,7 @@ class Node:
         status = lib().kvs_node_check(self._node, ctypes.byref(rep), ctypes.byref(err))
         if status not in (0, 20):
             check(status, err)
-        return {"ok": status == 0, "digest": rep.digest, "kind": _KINDS.get(rep.kind, "?"),
+        return {"ok": status == 0, "digest": rep.digest, "kind": _kind_name(rep.kind),
                 "step": None if rep.step == _NONE else rep.step, "rank": rep.rank,
                 "full_page": None if rep.full_page == _NONE else rep.full_page,
                 "leader_window_page": rep.leader_window_page,

@@ -173,6 +173,14 @@ class OneRank(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "comm must be"):
             kvshard.Node(comm=42)
 
+    def test_the_divergence_kinds_are_the_librarys(self):
+        from kvshard._lib import lib
+        names = [lib().kvs_divergence_name(k).decode() for k in range(len(kvshard.Divergence) + 1)]
+        self.assertEqual([m.value for m in kvshard.Divergence], list(range(len(kvshard.Divergence))))
+        self.assertNotIn("unknown", names[:-1], "every Python kind is one the library names")
+        self.assertEqual(names[-1], "unknown", "and the library has no kind Python lacks")
+        self.assertEqual(names[kvshard.Divergence.PREFIX_BLOCK], "prefix block")
+
     def test_the_option_table_is_the_librarys(self):
         names = library_names(kvshard.node_options())
         ours = set(NODE_OPTIONS)
