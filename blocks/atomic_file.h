@@ -14,8 +14,8 @@
  * stages, renames under its index lock, and syncs its directory after.
  * A NULL name, path or data (data only when n > 0) is
  * KVS_ERR_INVALID_ARGUMENT naming it, nothing written. */
-#ifndef KVS_CORE_BLOCKS_ATOMIC_FILE_H
-#define KVS_CORE_BLOCKS_ATOMIC_FILE_H
+#ifndef KVS_BLOCKS_ATOMIC_FILE_H
+#define KVS_BLOCKS_ATOMIC_FILE_H
 
 #include <stddef.h>
 
@@ -55,4 +55,4 @@ kvs_status kvs_write_file_atomic(const char *path, const void *data, size_t n, k
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_ATOMIC_FILE_H */
+#endif /* KVS_BLOCKS_ATOMIC_FILE_H */

@@ -5,8 +5,8 @@
  *
  * Meant for finite values: a NaN is not special-cased (rounding may carry
  * its payload into the exponent and give an infinity). */
-#ifndef KVS_CORE_BLOCKS_BF16_H
-#define KVS_CORE_BLOCKS_BF16_H
+#ifndef KVS_BLOCKS_BF16_H
+#define KVS_BLOCKS_BF16_H
 
 #include <stdint.h>
 #include <string.h>
@@ -18,4 +18,4 @@ static inline uint16_t kvs_bf16_from_float(float f) {
   return (uint16_t)(bits >> 16);
 }
 
-#endif /* KVS_CORE_BLOCKS_BF16_H */
+#endif /* KVS_BLOCKS_BF16_H */

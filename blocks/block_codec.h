@@ -45,8 +45,8 @@
  * KVS_ERR_INVALID_ARGUMENT naming it (a NULL key or signature means
  * none, as below; NULL input of length 0 is an empty, truncated block).
  * kvs_block_encoded_size_of reads 0 for a NULL block. */
-#ifndef KVS_CORE_BLOCKS_BLOCK_CODEC_H
-#define KVS_CORE_BLOCKS_BLOCK_CODEC_H
+#ifndef KVS_BLOCKS_BLOCK_CODEC_H
+#define KVS_BLOCKS_BLOCK_CODEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -135,4 +135,4 @@ kvs_status kvs_block_decode_adopt(void *buf, size_t len, kvs_block_view *view,
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_CODEC_H */
+#endif /* KVS_BLOCKS_BLOCK_CODEC_H */

@@ -16,8 +16,8 @@
  * kvs_block_hash_hex writes "" for a NULL hash and returns NULL for a
  * NULL out; kvs_hex_decode is false for a NULL text, out (with cap > 0)
  * or len. */
-#ifndef KVS_CORE_BLOCKS_BLOCK_HASH_H
-#define KVS_CORE_BLOCKS_BLOCK_HASH_H
+#ifndef KVS_BLOCKS_BLOCK_HASH_H
+#define KVS_BLOCKS_BLOCK_HASH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -76,4 +76,4 @@ kvs_status kvs_block_hash_parse(const char *hex, kvs_block_hash *out, kvs_error 
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_HASH_H */
+#endif /* KVS_BLOCKS_BLOCK_HASH_H */

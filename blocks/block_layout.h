@@ -13,8 +13,8 @@
  * NULL: kvs_block_layout_init refuses a NULL out (KVS_ERR_INVALID_ARGUMENT);
  * kvs_block_layout_describe_problem with a NULL buf only measures, and
  * kvs_block_window_describe returns "" for a NULL buf. */
-#ifndef KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
-#define KVS_CORE_BLOCKS_BLOCK_LAYOUT_H
+#ifndef KVS_BLOCKS_BLOCK_LAYOUT_H
+#define KVS_BLOCKS_BLOCK_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -72,4 +72,4 @@ const char *kvs_block_window_describe(uint32_t sliding_window, char *buf, size_t
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_LAYOUT_H */
+#endif /* KVS_BLOCKS_BLOCK_LAYOUT_H */

@@ -37,8 +37,8 @@
  * formatters take a NULL buf as "measure only" (kvs_signature_error_format)
  * or return "" (kvs_block_weights_describe, which renders a NULL
  * fingerprint as "none"); a NULL why formats as "". */
-#ifndef KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
-#define KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H
+#ifndef KVS_BLOCKS_BLOCK_SIGNATURE_H
+#define KVS_BLOCKS_BLOCK_SIGNATURE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -239,4 +239,4 @@ bool kvs_block_model_valid(const char *model, size_t len);
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_SIGNATURE_H */
+#endif /* KVS_BLOCKS_BLOCK_SIGNATURE_H */

@@ -16,8 +16,8 @@
  * signature or adopted storage with KVS_ERR_INVALID_ARGUMENT naming it;
  * the accessors read NULL, a zero layout or 0 (no layers) for a NULL
  * block; the destroy functions accept NULL. */
-#ifndef KVS_CORE_BLOCKS_BLOCK_SIGNED_H
-#define KVS_CORE_BLOCKS_BLOCK_SIGNED_H
+#ifndef KVS_BLOCKS_BLOCK_SIGNED_H
+#define KVS_BLOCKS_BLOCK_SIGNED_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -80,4 +80,4 @@ kvs_status kvs_unverified_block_verify(kvs_unverified_block_t *block,
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_SIGNED_H */
+#endif /* KVS_BLOCKS_BLOCK_SIGNED_H */

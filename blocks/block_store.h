@@ -31,8 +31,8 @@
  * naming it; kvs_block_store_contains is false and the counts read 0 for
  * a NULL store; kvs_block_store_file_name writes "" for a NULL key and
  * returns NULL for a NULL buf; destroy accepts NULL. */
-#ifndef KVS_CORE_BLOCKS_BLOCK_STORE_H
-#define KVS_CORE_BLOCKS_BLOCK_STORE_H
+#ifndef KVS_BLOCKS_BLOCK_STORE_H
+#define KVS_BLOCKS_BLOCK_STORE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -140,4 +140,4 @@ char *kvs_block_store_file_name(const kvs_block_hash *key, char *buf);
 }
 #endif
 
-#endif /* KVS_CORE_BLOCKS_BLOCK_STORE_H */
+#endif /* KVS_BLOCKS_BLOCK_STORE_H */

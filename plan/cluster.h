@@ -10,8 +10,8 @@
  * KVS_ERR_INVALID_ARGUMENT naming it. The accessors read 0, "" or NULL
  * for a NULL cluster; kvs_cluster_own_node and kvs_cluster_local_index read
  * SIZE_MAX for a NULL cluster (and the latter for a GPU past the list). */
-#ifndef KVS_SHARD_CLUSTER_H
-#define KVS_SHARD_CLUSTER_H
+#ifndef KVS_PLAN_CLUSTER_H
+#define KVS_PLAN_CLUSTER_H
 
 #include <stddef.h>
 
@@ -74,4 +74,4 @@ const char *kvs_cluster_label(const struct kvs_cluster *cluster);
 }
 #endif
 
-#endif /* KVS_SHARD_CLUSTER_H */
+#endif /* KVS_PLAN_CLUSTER_H */

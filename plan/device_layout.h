@@ -60,8 +60,8 @@
  * NULL: the kvs_status calls refuse a NULL geometry, terms, sizes, layout,
  * fault records or output with KVS_ERR_INVALID_ARGUMENT naming it (NULL
  * widths and options mean the defaults, as below). */
-#ifndef KVS_CUDA_DEVICE_LAYOUT_H
-#define KVS_CUDA_DEVICE_LAYOUT_H
+#ifndef KVS_PLAN_DEVICE_LAYOUT_H
+#define KVS_PLAN_DEVICE_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -258,4 +258,4 @@ kvs_status kvs_device_plan_solve(uint64_t budget_bytes, const kvs_geometry *geom
 }
 #endif
 
-#endif /* KVS_CUDA_DEVICE_LAYOUT_H */
+#endif /* KVS_PLAN_DEVICE_LAYOUT_H */

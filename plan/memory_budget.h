@@ -15,8 +15,8 @@
  *
  * A budget records how it was made, so a plan can state each term. A NULL
  * output is KVS_ERR_INVALID_ARGUMENT (kvs_memory_budget_bytes: false). */
-#ifndef KVS_CORE_MEMORY_BUDGET_H
-#define KVS_CORE_MEMORY_BUDGET_H
+#ifndef KVS_PLAN_MEMORY_BUDGET_H
+#define KVS_PLAN_MEMORY_BUDGET_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -70,4 +70,4 @@ kvs_status kvs_memory_budget_explicit(uint64_t budget_bytes, kvs_memory_budget *
 }
 #endif
 
-#endif /* KVS_CORE_MEMORY_BUDGET_H */
+#endif /* KVS_PLAN_MEMORY_BUDGET_H */

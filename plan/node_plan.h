@@ -11,8 +11,8 @@
  * NULL: kvs_node_plan_create refuses a NULL request, GPU list, budgets or
  * output with KVS_ERR_INVALID_ARGUMENT naming it; the accessors read NULL,
  * 0 or false for a NULL plan (kvs_node_plan_limiting_rank SIZE_MAX). */
-#ifndef KVS_TOPOLOGY_NODE_PLAN_H
-#define KVS_TOPOLOGY_NODE_PLAN_H
+#ifndef KVS_PLAN_NODE_PLAN_H
+#define KVS_PLAN_NODE_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -154,4 +154,4 @@ kvs_status kvs_node_plan_retained_tails(kvs_node_plan_t plan, uint64_t max_runni
 }
 #endif
 
-#endif /* KVS_TOPOLOGY_NODE_PLAN_H */
+#endif /* KVS_PLAN_NODE_PLAN_H */

@@ -18,8 +18,8 @@
  * output (and kvs_node_budgets an empty GPU list) with
  * KVS_ERR_INVALID_ARGUMENT naming it; spec NULL means "auto" and note may
  * be NULL. kvs_node_layout_options(NULL) gives the INIT options. */
-#ifndef KVS_SHARD_NODE_SETUP_H
-#define KVS_SHARD_NODE_SETUP_H
+#ifndef KVS_PLAN_NODE_SETUP_H
+#define KVS_PLAN_NODE_SETUP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -157,4 +157,4 @@ kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t
 }
 #endif
 
-#endif /* KVS_SHARD_NODE_SETUP_H */
+#endif /* KVS_PLAN_NODE_SETUP_H */

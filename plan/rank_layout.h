@@ -15,8 +15,8 @@
  * (four GPUs per socket) tp 4 x pp 2 puts one stage per socket and pp 8
  * crosses the socket once. A NULL GPU list or output, or no GPU, is
  * KVS_ERR_INVALID_ARGUMENT naming it. */
-#ifndef KVS_TOPOLOGY_LAYOUT_H
-#define KVS_TOPOLOGY_LAYOUT_H
+#ifndef KVS_PLAN_RANK_LAYOUT_H
+#define KVS_PLAN_RANK_LAYOUT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,4 +55,4 @@ kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size
 }
 #endif
 
-#endif /* KVS_TOPOLOGY_LAYOUT_H */
+#endif /* KVS_PLAN_RANK_LAYOUT_H */

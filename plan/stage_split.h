@@ -27,8 +27,8 @@
  * NULL: every call refuses a NULL request, request->geometry (and, to
  * solve, request->stage_budgets) or output with KVS_ERR_INVALID_ARGUMENT
  * naming it; the optional outputs may be NULL where said. */
-#ifndef KVS_TOPOLOGY_STAGE_SPLIT_H
-#define KVS_TOPOLOGY_STAGE_SPLIT_H
+#ifndef KVS_PLAN_STAGE_SPLIT_H
+#define KVS_PLAN_STAGE_SPLIT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -158,4 +158,4 @@ kvs_status kvs_split_range_max_pages(const kvs_split_request *request, size_t fi
 }
 #endif
 
-#endif /* KVS_TOPOLOGY_STAGE_SPLIT_H */
+#endif /* KVS_PLAN_STAGE_SPLIT_H */

@@ -28,8 +28,8 @@
  * The reserve (two window pages per running request, less what it holds)
  * guarantees that decode binds never fail, so the leader's allocator is
  * never refused on a step it planned. */
-#ifndef KVS_SHARD_WORKLOAD_H
-#define KVS_SHARD_WORKLOAD_H
+#ifndef KVS_TOOLS_WORKLOAD_H
+#define KVS_TOOLS_WORKLOAD_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -199,4 +199,4 @@ kvs_status kvs_workload_live_page(const struct kvs_workload *workload, uint64_t 
 }
 #endif
 
-#endif /* KVS_SHARD_WORKLOAD_H */
+#endif /* KVS_TOOLS_WORKLOAD_H */

@@ -6,8 +6,8 @@
  * creates the device's primary context (a few hundred MiB), so only a
  * rank's own GPU is measured by the node. Nothing here resets a device:
  * a caller inside a serving process may be using its contexts. */
-#ifndef KVS_CUDA_CUDA_DEVICE_H
-#define KVS_CUDA_CUDA_DEVICE_H
+#ifndef KVS_BACKENDS_CUDA_CUDA_DEVICE_H
+#define KVS_BACKENDS_CUDA_CUDA_DEVICE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -86,4 +86,4 @@ kvs_status kvs_cuda_upload(void *dst, const void *src, size_t bytes, const char 
 }
 #endif
 
-#endif /* KVS_CUDA_CUDA_DEVICE_H */
+#endif /* KVS_BACKENDS_CUDA_CUDA_DEVICE_H */

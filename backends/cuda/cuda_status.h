@@ -6,8 +6,8 @@
  * cudaErrorMemoryAllocation (out of memory)"). A non-sticky error is also
  * cleared from the runtime's last-error slot, so it is reported once, by
  * the call that caused it, and not again by an unrelated later check. */
-#ifndef KVS_CUDA_CUDA_STATUS_H
-#define KVS_CUDA_CUDA_STATUS_H
+#ifndef KVS_BACKENDS_CUDA_CUDA_STATUS_H
+#define KVS_BACKENDS_CUDA_CUDA_STATUS_H
 
 #include <cuda_runtime_api.h>
 
@@ -40,4 +40,4 @@ kvs_status kvs_cuda_device_count(int *count, kvs_error *err);
 }
 #endif
 
-#endif /* KVS_CUDA_CUDA_STATUS_H */
+#endif /* KVS_BACKENDS_CUDA_CUDA_STATUS_H */

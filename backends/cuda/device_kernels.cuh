@@ -12,8 +12,8 @@
 // loads are issued together before their results are used (latency, not
 // bandwidth, is what a one-wave kernel waits on), and no kernel needs a
 // host round trip.
-#ifndef KVS_CUDA_DEVICE_KERNELS_CUH
-#define KVS_CUDA_DEVICE_KERNELS_CUH
+#ifndef KVS_BACKENDS_CUDA_DEVICE_KERNELS_CUH
+#define KVS_BACKENDS_CUDA_DEVICE_KERNELS_CUH
 
 #include <stdint.h>
 
@@ -449,4 +449,4 @@ bool launch_ring_ctx(Launch &&launch, const int64_t *map, kvs_table_dims dims,
 
 }  // namespace kvs_kernels
 
-#endif  // KVS_CUDA_DEVICE_KERNELS_CUH
+#endif  // KVS_BACKENDS_CUDA_DEVICE_KERNELS_CUH

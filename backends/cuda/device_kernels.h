@@ -14,8 +14,8 @@
  * graph (the apply reads the step message's own count field). Launch
  * errors are cudaLaunchKernel's own return: no launcher reads the
  * thread's last error, which may be the engine's. */
-#ifndef KVS_CUDA_DEVICE_KERNELS_H
-#define KVS_CUDA_DEVICE_KERNELS_H
+#ifndef KVS_BACKENDS_CUDA_DEVICE_KERNELS_H
+#define KVS_BACKENDS_CUDA_DEVICE_KERNELS_H
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -71,4 +71,4 @@ cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
 }
 #endif
 
-#endif /* KVS_CUDA_DEVICE_KERNELS_H */
+#endif /* KVS_BACKENDS_CUDA_DEVICE_KERNELS_H */

@@ -25,8 +25,8 @@
  * stream must wait for the apply (an event), and device entries must stay
  * unchanged until the apply has run (for entries in a communicator's
  * buffer, see kvs_comm_nccl_reads_done in backends/nccl/comm_nccl.h). */
-#ifndef KVS_CUDA_DEVICE_TABLES_H
-#define KVS_CUDA_DEVICE_TABLES_H
+#ifndef KVS_BACKENDS_CUDA_DEVICE_TABLES_H
+#define KVS_BACKENDS_CUDA_DEVICE_TABLES_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -174,4 +174,4 @@ kvs_status kvs_device_tables_clear_faults(kvs_device_tables_t tables, cudaStream
 }
 #endif
 
-#endif /* KVS_CUDA_DEVICE_TABLES_H */
+#endif /* KVS_BACKENDS_CUDA_DEVICE_TABLES_H */

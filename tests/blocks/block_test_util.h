@@ -1,7 +1,7 @@
 // Payload builders shared by the block tests: owned layers that hand out
 // the borrowed kvs_block_layer views the C API takes.
-#ifndef KVS_TESTS_BLOCK_BLOCK_TEST_UTIL_H
-#define KVS_TESTS_BLOCK_BLOCK_TEST_UTIL_H
+#ifndef KVS_TESTS_BLOCKS_BLOCK_TEST_UTIL_H
+#define KVS_TESTS_BLOCKS_BLOCK_TEST_UTIL_H
 
 #include <cstdint>
 #include <cstring>
@@ -150,4 +150,4 @@ inline bool same_payload(const kvs_block_layer *a, size_t na, const kvs_block_la
 
 }  // namespace kvs_test
 
-#endif  // KVS_TESTS_BLOCK_BLOCK_TEST_UTIL_H
+#endif  // KVS_TESTS_BLOCKS_BLOCK_TEST_UTIL_H

@@ -1,6 +1,6 @@
 // Helpers for store tests: scratch directories, keys, deterministic blocks.
-#ifndef KVS_TESTS_BLOCK_STORE_TEST_UTIL_H
-#define KVS_TESTS_BLOCK_STORE_TEST_UTIL_H
+#ifndef KVS_TESTS_BLOCKS_STORE_TEST_UTIL_H
+#define KVS_TESTS_BLOCKS_STORE_TEST_UTIL_H
 
 #include <dirent.h>
 #include <errno.h>
@@ -126,4 +126,4 @@ inline bool holds_seed(const kvs_block_t block, const Shape &s, uint64_t seed) {
 
 }  // namespace kvs_test
 
-#endif  // KVS_TESTS_BLOCK_STORE_TEST_UTIL_H
+#endif  // KVS_TESTS_BLOCKS_STORE_TEST_UTIL_H

@@ -2,8 +2,8 @@
 // random bindings, binding journals from a leader pool, and block-table
 // batches, all on the host. The device tests feed the same inputs to the
 // kernels and to the CPU references.
-#ifndef KVS_TESTS_CUDA_FIXTURES_H
-#define KVS_TESTS_CUDA_FIXTURES_H
+#ifndef KVS_TESTS_BACKENDS_CUDA_FIXTURES_H
+#define KVS_TESTS_BACKENDS_CUDA_FIXTURES_H
 
 #include <gtest/gtest.h>
 
@@ -266,4 +266,4 @@ inline std::vector<kvs_journal_entry> random_journal(std::mt19937_64 &rng,
 
 }  // namespace kvs_cuda_test
 
-#endif  // KVS_TESTS_CUDA_FIXTURES_H
+#endif  // KVS_TESTS_BACKENDS_CUDA_FIXTURES_H

@@ -18,8 +18,8 @@
 // placement -- not timing, the memory model or the compiler's code: the
 // device test does that. It also counts the journal entries the kernels
 // load (KVS_KERNEL_COUNT_ENTRY_LOADS), so a test can bound their work.
-#ifndef KVS_TESTS_CUDA_KERNEL_EMULATION_H
-#define KVS_TESTS_CUDA_KERNEL_EMULATION_H
+#ifndef KVS_TESTS_BACKENDS_CUDA_KERNEL_EMULATION_H
+#define KVS_TESTS_BACKENDS_CUDA_KERNEL_EMULATION_H
 
 #if defined(__CUDACC__)
 #error "kernel_emulation.h stands in for CUDA; nvcc has the real thing"
@@ -123,4 +123,4 @@ inline int atomicAnd(int *address, int value) {
   return __atomic_fetch_and(address, value, __ATOMIC_SEQ_CST);
 }
 
-#endif  // KVS_TESTS_CUDA_KERNEL_EMULATION_H
+#endif  // KVS_TESTS_BACKENDS_CUDA_KERNEL_EMULATION_H
