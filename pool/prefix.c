@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/mix.h"
-#include "core/window_pool_internal.h"
+#include "pool/pool_internal.h"
 
 /* The operations, as kvs_prefix_op numbers and describes them (the
  * journal's format): a is the entry's page (a node, by its full page), b

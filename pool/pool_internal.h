@@ -1,22 +1,22 @@
 /* The window pool's request slots, where per-request compress-state rings
- * live: a leaf that core/window_pool.c owns. It keeps which request each
+ * live: a leaf that pool/window_pool.c owns. It keeps which request each
  * slot serves, the request -> slot lookup, the replay overlays and the
  * slots' share of the binding digest. It knows nothing of pages or of the
  * journal and calls nothing of the pool: the pool checks journal room,
  * asks the leaf to change a slot, and journals what it asked. Private to
  * core/ (not a public header). */
-#ifndef KVS_CORE_WINDOW_POOL_INTERNAL_H
-#define KVS_CORE_WINDOW_POOL_INTERNAL_H
+#ifndef KVS_POOL_POOL_INTERNAL_H
+#define KVS_POOL_POOL_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/status.h"
-#include "core/window_pool.h"
-#include "core/free_list.h"
-#include "core/journal.h"
+#include "pool/window_pool.h"
+#include "pool/free_list.h"
+#include "pool/journal.h"
 
 typedef struct kvs_pool_slots {
   kvs_state_rings state_rings; /* where the pool's sizes place the rings */
@@ -105,7 +105,7 @@ typedef struct kvs_prefix_rec {
   uint64_t born;
 } kvs_prefix_rec;
 
-/* The host tier (window_pool_host.c): host slots, each holding one full
+/* The host tier (host.c): host slots, each holding one full
  * page's rows that left the GPU index, named by its chain (so a slot is
  * found from a prompt's keys alone, and only under the same prefix). */
 typedef struct kvs_host_rec {
@@ -189,7 +189,7 @@ struct kvs_window_pool {
    * the digest are kept there (slots.digest). */
   kvs_pool_slots slots;
 
-  /* The prefix cache (window_pool_prefix.c); n == 0 when off. */
+  /* The prefix cache (prefix.c); n == 0 when off. */
   kvs_pool_prefix prefix;
   /* The carve keeps tail states (kvs_pool_sizes.tail_states) and the pool
    * a prefix cache: an exact hit seeds its request's ring from them. */
@@ -227,7 +227,7 @@ kvs_status kvs_pool_prefix_seed_slot(struct kvs_window_pool *pool, uint64_t requ
                                      kvs_error *err);
 uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *prefix, uint64_t first, uint64_t end);
 
-/* The host tier (window_pool_host.c). Apply refuses (changing nothing)
+/* The host tier (host.c). Apply refuses (changing nothing)
  * or applies; undo reverses an applied entry from what apply saved. */
 kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *err);
 void kvs_pool_host_free(kvs_pool_host *host);
@@ -243,7 +243,7 @@ uint64_t kvs_pool_host_digest_range(const kvs_pool_host *host, uint64_t first, u
 kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);
 /* A restore entry's operand: slot << 33 | half << 32 | window page, where
  * half says which half of the slot's 8-row ratio-4 ring the hit's last
- * four positions fill (window_pool_prefix.c packs and reads it). */
+ * four positions fill (prefix.c packs and reads it). */
 #define KVS_RESTORE_MAX_SLOTS (UINT64_C(1) << 29)
 #define KVS_RESTORE_MAX_WINDOW_PAGES (UINT64_C(1) << 32)
 
@@ -267,4 +267,4 @@ static inline bool kvs_pool_prefix_is_tail(const kvs_pool_prefix *prefix, uint64
   return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used && prefix->rec[fp].tail;
 }
 
-#endif /* KVS_CORE_WINDOW_POOL_INTERNAL_H */
+#endif /* KVS_POOL_POOL_INTERNAL_H */

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 using namespace kvs_test;
@@ -34,8 +34,7 @@ kvs_pool_sizes tail_sizes(bool tails, uint64_t pages = 32, uint64_t win = 12) {
   kvs_cost_terms t = tail_terms(tails);
   kvs_pool_sizes s;
   kvs_error err;
-  EXPECT_EQ(kvs_pool_sizes_compute_terms(pages, &t, 0.5, P, win, &s, &err), KVS_OK)
-      << err.message;
+  EXPECT_EQ(kvs_pool_sizes_compute_terms(pages, &t, 0.5, P, win, &s, &err), KVS_OK) << err.message;
   return s;
 }
 

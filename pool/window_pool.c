@@ -1,11 +1,11 @@
 /* The window pool: which window page backs each full page, the free list,
  * the journal and the digest. It owns the request slots
- * (window_pool_slots.c, a leaf that calls nothing here): it checks journal
+ * (slots.c, a leaf that calls nothing here): it checks journal
  * room, asks the leaf to change a slot, and journals what it asked. */
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 #include "core/options.h"
-#include "core/window_pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -530,7 +530,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   return KVS_OK;
 }
 
-/* ---- for the prefix cache (window_pool_prefix.c) ---- */
+/* ---- for the prefix cache (prefix.c) ---- */
 
 kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
                                  kvs_error *err) {
@@ -960,7 +960,7 @@ done:
   return status;
 }
 
-/* ---- request slots (window_pool_slots.c holds them; the pool journals) ---- */
+/* ---- request slots (slots.c holds them; the pool journals) ---- */
 
 kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
   return pool != NULL ? pool->slots.state_rings : KVS_STATE_RINGS_PER_PAGE;
