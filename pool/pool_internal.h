@@ -12,11 +12,11 @@
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "pool/journal.h"
 #include "core/status.h"
-#include "pool/window_pool.h"
 #include "pool/free_list.h"
 #include "pool/journal.h"
+#include "pool/probe_map.h"
+#include "pool/window_pool.h"
 
 typedef struct kvs_pool_slots {
   kvs_state_rings state_rings; /* where the pool's sizes place the rings */
@@ -27,12 +27,9 @@ typedef struct kvs_pool_slots {
   int64_t *seed;               /* per slot: the cached block whose tail state its ring took; -1 */
   uint32_t *stamp;             /* per slot, during apply */
   int64_t *overlay;            /* a slot's request during apply */
-  /* request -> slot, open addressing (linear probing), so a lookup per
-   * batch row is O(1) rather than a scan of every slot. */
-  uint64_t hash_mask; /* capacity - 1; capacity a power of two >= 2 x slots */
-  uint64_t *hash_key; /* request, or SLOT_HASH_EMPTY / SLOT_HASH_GONE */
-  uint64_t *hash_slot;
-  uint64_t hash_gone; /* tombstones, rebuilt away past a quarter */
+  /* request -> slot (the item's value), so a lookup per batch row is
+   * O(1) rather than a scan of every slot. */
+  kvs_probe_map lookup;
 } kvs_pool_slots;
 
 /* Sets up n_req_slots slots (0 for per-page rings), all free but the dummy;
@@ -118,8 +115,7 @@ typedef struct kvs_host_rec {
 typedef struct kvs_pool_host {
   uint64_t n; /* slots; 0: no host tier */
   kvs_host_rec *rec;
-  uint64_t map_mask;
-  int32_t *map; /* chain -> slot, linear probing, backward-shift deletion */
+  kvs_probe_map map; /* chain -> slot: items are slots, hashed by their chain */
   int32_t head, tail;
   uint64_t used;
   uint64_t spills, fetches, drops;
@@ -127,6 +123,13 @@ typedef struct kvs_pool_host {
 } kvs_pool_host;
 
 /* A request's hold: the deepest node of its path, and the tail it writes. */
+typedef struct kvs_prefix_hold {
+  uint64_t request;
+  int32_t node;    /* -1: holds nothing but writes a tail */
+  int32_t writing; /* -1: writes none */
+} kvs_prefix_hold;
+
+/* What undoing one applied entry needs. */
 typedef struct kvs_prefix_undo {
   kvs_journal_entry entry;
   kvs_prefix_rec saved;            /* the node before an evict */
@@ -138,14 +141,9 @@ typedef struct kvs_pool_prefix {
   uint64_t n;           /* records: one per full page; 0 when the cache is off */
   uint64_t align_pages; /* hits end on multiples of this many pages */
   kvs_prefix_rec *rec;
-  /* (parent, key) -> node, linear probing with backward-shift deletion. */
-  uint64_t map_mask;
-  int32_t *map;
-  /* request -> hold, linear probing, backward-shift deletion. */
-  uint64_t hold_mask;
-  uint64_t *hold_req; /* request + 1; 0 empty */
-  int32_t *hold_node; /* -1: holds nothing but writes a tail */
-  int32_t *hold_writing;
+  kvs_probe_map map;       /* (parent, key) -> node: items are nodes, hashed by both */
+  kvs_prefix_hold *hold;   /* max_holds of them: [0, holds) in use */
+  kvs_probe_map holds_map; /* request -> its hold (the item's value, an index) */
   uint64_t holds, max_holds;
   uint64_t nodes, tails, refs_sum, evictable;
   uint64_t evictions, tail_drops;
@@ -251,14 +249,6 @@ kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);
  * KVS_PREFIX_ROOT_CHAIN). */
 #define KVS_PREFIX_ROOT_CHAIN UINT64_C(0x6b76736861726421)
 uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key);
-/* Backward-shift deletion in the prefix cache's open-addressed maps (the
- * key map, the holds, the host tier's chains), no tombstones: after the gap
- * at i, the entry at j whose probe starts at `home` moves into the gap when
- * home is not cyclically in (i, j]. */
-static inline bool kvs_probe_fills_gap(uint64_t i, uint64_t j, uint64_t home) {
-  return i <= j ? (home <= i || home > j) : (home <= i && home > j);
-}
-
 /* Whether full page fp is a cached node / holds a cached tail. */
 static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {
   return prefix->n > 0 && fp < prefix->n && prefix->rec[fp].used;

@@ -131,75 +131,66 @@ static uint64_t map_hash(int32_t parent, uint64_t key) {
   return kvs_splitmix64_finalise(key ^ ((uint64_t)(uint32_t)(parent + 1) << 17));
 }
 
+/* The key map's items are nodes, hashed by their parent and key. */
+static uint64_t node_hash(const void *ctx, uint64_t node) {
+  const kvs_pool_prefix *p = ctx;
+  return map_hash(p->rec[node].parent, p->rec[node].key);
+}
+
 static int32_t map_find(const kvs_pool_prefix *p, int32_t parent, uint64_t key) {
-  for (uint64_t i = map_hash(parent, key) & p->map_mask;; i = (i + 1) & p->map_mask) {
-    int32_t n = p->map[i];
-    if (n < 0) return -1;
-    if (p->rec[n].key == key && p->rec[n].parent == parent) return n;
+  const kvs_probe_map *map = &p->map;
+  for (uint64_t at = kvs_probe_start(map, map_hash(parent, key)); map->item[at] != KVS_PROBE_EMPTY;
+       at = kvs_probe_next(map, at)) {
+    const kvs_prefix_rec *r = &p->rec[map->item[at]];
+    if (r->key == key && r->parent == parent) return (int32_t)map->item[at];
   }
+  return -1;
 }
 
 static void map_insert(kvs_pool_prefix *p, int32_t node) {
-  uint64_t i = map_hash(p->rec[node].parent, p->rec[node].key) & p->map_mask;
-  while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
-  p->map[i] = node;
+  kvs_probe_map_insert(&p->map, node_hash(p, (uint64_t)node), (uint64_t)node, 0);
 }
 
 static void map_erase(kvs_pool_prefix *p, int32_t node) {
-  uint64_t i = map_hash(p->rec[node].parent, p->rec[node].key) & p->map_mask;
-  while (p->map[i] != node) i = (i + 1) & p->map_mask;
-  /* Backward-shift deletion: no tombstones. */
-  uint64_t j = i;
-  for (;;) {
-    j = (j + 1) & p->map_mask;
-    int32_t m = p->map[j];
-    if (m < 0) break;
-    uint64_t home = map_hash(p->rec[m].parent, p->rec[m].key) & p->map_mask;
-    if (kvs_probe_fills_gap(i, j, home)) {
-      p->map[i] = m;
-      i = j;
-    }
-  }
-  p->map[i] = -1;
+  uint64_t at = kvs_probe_map_find(&p->map, node_hash(p, (uint64_t)node), (uint64_t)node);
+  kvs_probe_map_erase(&p->map, at, node_hash, p);
 }
 
+/* The holds map's items are requests, hashed by themselves; each one's
+ * value is its hold's index. */
+static uint64_t request_hash(const void *ctx, uint64_t request) {
+  (void)ctx;
+  return kvs_splitmix64_finalise(request);
+}
+
+/* The index of request's hold, or -1. */
 static int64_t hold_find(const kvs_pool_prefix *p, uint64_t request) {
-  for (uint64_t i = kvs_splitmix64_finalise(request) & p->hold_mask;; i = (i + 1) & p->hold_mask) {
-    if (p->hold_req[i] == 0) return -1;
-    if (p->hold_req[i] == request + 1) return (int64_t)i;
-  }
+  uint64_t at = kvs_probe_map_find(&p->holds_map, request_hash(NULL, request), request);
+  return at == KVS_PROBE_NONE ? -1 : (int64_t)p->holds_map.value[at];
 }
 
 static void hold_put(kvs_pool_prefix *p, uint64_t request, int32_t node, int32_t writing) {
-  int64_t at = hold_find(p, request);
-  if (at < 0) {
-    uint64_t i = kvs_splitmix64_finalise(request) & p->hold_mask;
-    while (p->hold_req[i] != 0) i = (i + 1) & p->hold_mask;
-    p->hold_req[i] = request + 1;
-    at = (int64_t)i;
-    p->holds++;
+  int64_t h = hold_find(p, request);
+  if (h < 0) {
+    h = (int64_t)p->holds++;
+    p->hold[h].request = request;
+    kvs_probe_map_insert(&p->holds_map, request_hash(NULL, request), request, (uint64_t)h);
   }
-  p->hold_node[at] = node;
-  p->hold_writing[at] = writing;
+  p->hold[h].node = node;
+  p->hold[h].writing = writing;
 }
 
+/* Drops request's hold; the last hold takes its index. */
 static void hold_erase(kvs_pool_prefix *p, uint64_t request) {
-  int64_t at = hold_find(p, request);
-  if (at < 0) return;
-  uint64_t i = (uint64_t)at, j = i;
-  for (;;) {
-    j = (j + 1) & p->hold_mask;
-    if (p->hold_req[j] == 0) break;
-    uint64_t home = kvs_splitmix64_finalise(p->hold_req[j] - 1) & p->hold_mask;
-    if (kvs_probe_fills_gap(i, j, home)) {
-      p->hold_req[i] = p->hold_req[j];
-      p->hold_node[i] = p->hold_node[j];
-      p->hold_writing[i] = p->hold_writing[j];
-      i = j;
-    }
-  }
-  p->hold_req[i] = 0;
-  p->holds--;
+  uint64_t at = kvs_probe_map_find(&p->holds_map, request_hash(NULL, request), request);
+  if (at == KVS_PROBE_NONE) return;
+  uint64_t h = p->holds_map.value[at];
+  kvs_probe_map_erase(&p->holds_map, at, request_hash, NULL);
+  uint64_t last = --p->holds;
+  if (h == last) return;
+  p->hold[h] = p->hold[last];
+  uint64_t moved = p->hold[h].request;
+  p->holds_map.value[kvs_probe_map_find(&p->holds_map, request_hash(NULL, moved), moved)] = h;
 }
 
 /* ---- evictable lists (least recently released at the head) ---- */
@@ -301,12 +292,6 @@ static void relist(kvs_pool_prefix *p, int32_t n) {
 
 /* ---- lifecycle ---- */
 
-static uint64_t pow2_at_least(uint64_t v) {
-  uint64_t c = 16;
-  while (c < v) c <<= 1;
-  return c;
-}
-
 static uint64_t gcd_u64(uint64_t a, uint64_t b) {
   while (b != 0) {
     uint64_t t = a % b;
@@ -332,23 +317,19 @@ kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tok
   uint64_t n = pool->n_full_pages;
   uint64_t max_holds = (max_running > 0 ? max_running : 1) * 2 + 2;
   p->align_pages = lcm / pool->page;
-  p->map_mask = pow2_at_least(2 * n) - 1;
-  p->hold_mask = pow2_at_least(2 * max_holds) - 1;
   p->max_holds = max_holds;
   p->undo_cap = undo_cap > 0 ? undo_cap : 4096;
   p->rec = calloc((size_t)n, sizeof *p->rec);
-  p->map = malloc((size_t)(p->map_mask + 1) * sizeof *p->map);
-  p->hold_req = calloc((size_t)(p->hold_mask + 1), sizeof *p->hold_req);
-  p->hold_node = calloc((size_t)(p->hold_mask + 1), sizeof *p->hold_node);
-  p->hold_writing = calloc((size_t)(p->hold_mask + 1), sizeof *p->hold_writing);
+  bool map = kvs_probe_map_init(&p->map, n, false);
+  bool holds_map = kvs_probe_map_init(&p->holds_map, max_holds, true);
+  p->hold = calloc((size_t)max_holds, sizeof *p->hold);
   p->scratch = calloc((size_t)n, sizeof *p->scratch);
   p->undo = calloc(p->undo_cap, sizeof *p->undo);
-  if (p->rec == NULL || p->map == NULL || p->hold_req == NULL || p->hold_node == NULL ||
-      p->hold_writing == NULL || p->scratch == NULL || p->undo == NULL) {
+  if (p->rec == NULL || !map || !holds_map || p->hold == NULL || p->scratch == NULL ||
+      p->undo == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %llu-page prefix index",
                          (unsigned long long)n);
   }
-  memset(p->map, 0xff, (size_t)(p->map_mask + 1) * sizeof *p->map);
   for (uint64_t i = 0; i < n; i++) {
     p->rec[i].parent = -1;
     p->rec[i].writer = -1;
@@ -364,10 +345,9 @@ kvs_status kvs_pool_prefix_init(struct kvs_window_pool *pool, uint64_t align_tok
 
 void kvs_pool_prefix_free(kvs_pool_prefix *p) {
   free(p->rec);
-  free(p->map);
-  free(p->hold_req);
-  free(p->hold_node);
-  free(p->hold_writing);
+  kvs_probe_map_free(&p->map);
+  kvs_probe_map_free(&p->holds_map);
+  free(p->hold);
   free(p->scratch);
   free(p->undo);
   kvs_pool_host_free(&p->host);
@@ -454,24 +434,24 @@ static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *
       if (r->used != 1) return REFUSE("prefix entry acquires block %d, which is not cached", n);
       if (b < 0) return REFUSE("prefix entry acquires block %d for request %lld", n, (long long)b);
       int64_t h = hold_find(p, (uint64_t)b);
-      if (h >= 0 && p->hold_node[h] >= 0) {
-        return REFUSE("request %lld holds block %d already", (long long)b, p->hold_node[h]);
+      if (h >= 0 && p->hold[h].node >= 0) {
+        return REFUSE("request %lld holds block %d already", (long long)b, p->hold[h].node);
       }
       if (h < 0 && p->holds >= p->max_holds) {
         return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
                              (unsigned long long)p->holds);
       }
       if (u != NULL && h >= 0) {
-        u->hold_node = p->hold_node[h];
-        u->hold_writing = p->hold_writing[h];
+        u->hold_node = p->hold[h].node;
+        u->hold_writing = p->hold[h].writing;
       }
-      hold_put(p, (uint64_t)b, n, h >= 0 ? p->hold_writing[h] : -1);
+      hold_put(p, (uint64_t)b, n, h >= 0 ? p->hold[h].writing : -1);
       set_refs_path(p, n, +1);
       return KVS_OK;
     }
     case OP_RELEASE: {
       int64_t h = b >= 0 ? hold_find(p, (uint64_t)b) : -1;
-      if (r->used != 1 || h < 0 || p->hold_node[h] != n) {
+      if (r->used != 1 || h < 0 || p->hold[h].node != n) {
         return REFUSE("prefix entry releases block %d for request %lld, which does not hold it", n,
                       (long long)b);
       }
@@ -483,11 +463,11 @@ static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *
         }
       }
       if (u != NULL) {
-        u->hold_node = p->hold_node[h];
-        u->hold_writing = p->hold_writing[h];
+        u->hold_node = p->hold[h].node;
+        u->hold_writing = p->hold[h].writing;
       }
-      if (p->hold_writing[h] >= 0) {
-        p->hold_node[h] = -1;
+      if (p->hold[h].writing >= 0) {
+        p->hold[h].node = -1;
       } else {
         hold_erase(p, (uint64_t)b);
       }
@@ -502,7 +482,7 @@ static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *
       int64_t h = -1;
       if (b >= 0) {
         h = hold_find(p, (uint64_t)b);
-        if (h < 0 || p->hold_writing[h] >= 0) {
+        if (h < 0 || p->hold[h].writing >= 0) {
           return REFUSE("request %lld writes block %d's tail but %s", (long long)b, n,
                         h < 0 ? "holds nothing" : "writes another");
         }
@@ -512,29 +492,29 @@ static kvs_status op_run(struct kvs_window_pool *pool, const kvs_journal_entry *
       r->writer = b;
       p->digest += node_term((uint64_t)n, r);
       p->tails++;
-      if (h >= 0) p->hold_writing[h] = n;
+      if (h >= 0) p->hold[h].writing = n;
       relist(p, n);
       return KVS_OK;
     }
     case OP_WDONE: {
       int64_t h = b >= 0 ? hold_find(p, (uint64_t)b) : -1;
-      if (r->used != 1 || !r->tail || r->writer != b || h < 0 || p->hold_writing[h] != n) {
+      if (r->used != 1 || !r->tail || r->writer != b || h < 0 || p->hold[h].writing != n) {
         return REFUSE(
             "prefix entry ends request %lld's write of block %d's tail, which it "
             "does not write",
             (long long)b, n);
       }
       if (u != NULL) {
-        u->hold_node = p->hold_node[h];
-        u->hold_writing = p->hold_writing[h];
+        u->hold_node = p->hold[h].node;
+        u->hold_writing = p->hold[h].writing;
       }
       p->digest -= node_term((uint64_t)n, r);
       r->writer = -1;
       p->digest += node_term((uint64_t)n, r);
-      if (p->hold_node[h] < 0) {
+      if (p->hold[h].node < 0) {
         hold_erase(p, (uint64_t)b);
       } else {
-        p->hold_writing[h] = -1;
+        p->hold[h].writing = -1;
       }
       relist(p, n);
       return KVS_OK;
@@ -684,7 +664,7 @@ static void op_undo(struct kvs_window_pool *pool, const kvs_prefix_undo *u) {
       p->tails--;
       if (b >= 0) {
         int64_t h = hold_find(p, (uint64_t)b);
-        if (h >= 0) p->hold_writing[h] = -1;
+        if (h >= 0) p->hold[h].writing = -1;
       }
       relist(p, n);
       break;
@@ -981,9 +961,9 @@ static int64_t seed_of(const struct kvs_window_pool *pool, uint64_t request) {
   const kvs_pool_prefix *p = &pool->prefix;
   if (!pool->tail_states || p->n == 0) return -1;
   int64_t h = hold_find(p, request);
-  if (h < 0 || p->hold_node[h] < 0 || p->hold_writing[h] >= 0) return -1;
-  const kvs_prefix_rec *r = &p->rec[p->hold_node[h]];
-  return r->tail && r->writer < 0 ? p->hold_node[h] : -1;
+  if (h < 0 || p->hold[h].node < 0 || p->hold[h].writing >= 0) return -1;
+  const kvs_prefix_rec *r = &p->rec[p->hold[h].node];
+  return r->tail && r->writer < 0 ? p->hold[h].node : -1;
 }
 
 uint64_t kvs_pool_prefix_seed_entries(const struct kvs_window_pool *pool, uint64_t request) {
@@ -1130,7 +1110,7 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
   if (n == 0) return KVS_OK;
   kvs_pool_prefix *p = &pool->prefix;
   int64_t h = hold_find(p, request);
-  int32_t start = h >= 0 ? p->hold_node[h] : -1;
+  int32_t start = h >= 0 ? p->hold[h].node : -1;
   if (h < 0 && p->holds >= p->max_holds) {
     return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
                          (unsigned long long)p->holds);
@@ -1204,7 +1184,7 @@ static kvs_status let_go(kvs_window_pool_t pool, uint64_t request, bool drop_tai
   kvs_pool_prefix *p = &pool->prefix;
   int64_t h = hold_find(p, request);
   if (h < 0) return KVS_OK;
-  int32_t node = p->hold_node[h], writing = p->hold_writing[h];
+  int32_t node = p->hold[h].node, writing = p->hold[h].writing;
   size_t room = (node >= 0) + (writing >= 0 ? (drop_tail ? 3 : 1) : 0);
   kvs_status status = kvs_pool_journal_room(pool, room, err);
   if (status != KVS_OK) return status;
@@ -1388,20 +1368,21 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
   }
   /* Conservation: every reference is a hold through the node. */
   uint64_t holds = 0;
-  for (uint64_t i = 0; i <= p->hold_mask; i++) {
-    if (p->hold_req[i] == 0) continue;
+  for (uint64_t i = 0; i <= p->holds_map.mask; i++) {
+    if (p->holds_map.item[i] == KVS_PROBE_EMPTY) continue;
     holds++;
-    int32_t w = p->hold_writing[i];
-    if (w >= 0 && (p->rec[w].used != 1 || p->rec[w].writer != (int64_t)(p->hold_req[i] - 1))) {
+    const kvs_prefix_hold *hold = &p->hold[p->holds_map.value[i]];
+    int32_t w = hold->writing;
+    if (w >= 0 && (p->rec[w].used != 1 || p->rec[w].writer != (int64_t)hold->request)) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "request %llu writes block %d's tail, which does not name it",
-                           (unsigned long long)(p->hold_req[i] - 1), w);
+                           (unsigned long long)hold->request, w);
     }
-    for (int32_t at = p->hold_node[i]; at >= 0; at = p->rec[at].parent) {
+    for (int32_t at = hold->node; at >= 0; at = p->rec[at].parent) {
       if (p->rec[at].used != 1) {
         return kvs_error_set(err, KVS_ERR_INTEGRITY,
                              "request %llu holds a path through block %d, which is not cached",
-                             (unsigned long long)(p->hold_req[i] - 1), at);
+                             (unsigned long long)hold->request, at);
       }
       count[at]++;
     }
@@ -1421,7 +1402,7 @@ kvs_status kvs_pool_prefix_check(const struct kvs_window_pool *pool, kvs_error *
     }
     if (r->writer >= 0) {
       int64_t h = hold_find(p, (uint64_t)r->writer);
-      if (h < 0 || p->hold_writing[h] != (int32_t)fp) {
+      if (h < 0 || p->hold[h].writing != (int32_t)fp) {
         return kvs_error_set(err, KVS_ERR_INTEGRITY,
                              "cached block %llu's tail is written by request %lld, which holds "
                              "no such write",
