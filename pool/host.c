@@ -4,13 +4,15 @@
  * hash of every key from the root), fetches them back into fresh GPU
  * pages and re-prefills one window. Slots are reused least recently used
  * first. Only the leader chooses slots; a spill or fetch is a journal
- * entry every rank replays (prefix.c), so every rank's slots
- * hold the same chains, and the digest covers them one unit per slot. */
+ * entry every rank replays (prefix.c), so every rank's slots hold the
+ * same chains, and the digest covers them one unit per slot. */
+#include "pool/host.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/mix.h"
-#include "pool/pool_internal.h"
+#include "pool/window_pool.h"
 
 uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key) {
   return kvs_splitmix64_finalise(kvs_mix64(parent_chain, key));

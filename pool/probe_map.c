@@ -40,8 +40,7 @@ static bool fills_gap(uint64_t i, uint64_t j, uint64_t home) {
   return i <= j ? (home <= i || home > j) : (home <= i && home > j);
 }
 
-void kvs_probe_map_erase(kvs_probe_map *map, uint64_t at, kvs_probe_hash_fn hash,
-                         const void *ctx) {
+void kvs_probe_map_erase(kvs_probe_map *map, uint64_t at, kvs_probe_hash_fn hash, const void *ctx) {
   uint64_t gap = at;
   for (uint64_t j = kvs_probe_next(map, gap); map->item[j] != KVS_PROBE_EMPTY;
        j = kvs_probe_next(map, j)) {

@@ -4,7 +4,7 @@
  * the full pages, and checked with the pages. A leaf: the pool
  * (window_pool.c) owns it and does the journaling; nothing here calls the
  * pool. */
-#include "pool/pool_internal.h"
+#include "pool/slots.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,8 @@
 /* The window pool: which window page backs each full page, the free list,
- * the journal and the digest. It owns the request slots
- * (slots.c, a leaf that calls nothing here): it checks journal
- * room, asks the leaf to change a slot, and journals what it asked. */
+ * the journal and the digest, the replay and the integrity check. It owns
+ * the request slots (slots.h) and the prefix index (prefix.h), leaves that
+ * call nothing here: it checks journal room, asks a leaf to change, and
+ * journals what it asked. */
 #include "pool/window_pool.h"
 
 #include "core/options.h"
@@ -126,6 +127,16 @@ static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t
   }
 }
 
+/* The prefix index of a pool whose pages and slots are set up. */
+static kvs_status prefix_init(struct kvs_window_pool *pool, const kvs_window_pool_options *options,
+                              kvs_error *err) {
+  kvs_prefix_shape shape = {pool->page, pool->n_full_pages, pool->n_win_pages, pool->slots.n};
+  size_t undo_cap =
+      options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity;
+  return kvs_pool_prefix_init(&pool->prefix, &shape, options->prefix_align, options->max_running,
+                              undo_cap, options->host_pages, err);
+}
+
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                   const kvs_window_pool_options *options, kvs_window_pool_t *out,
                                   kvs_error *err) {
@@ -203,11 +214,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
       (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err)) ||
-      (options->prefix_cache &&
-       (status = kvs_pool_prefix_init(
-            pool, options->prefix_align, options->max_running,
-            options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity,
-            options->host_pages, err)))) {
+      (options->prefix_cache && (status = prefix_init(pool, options, err)))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -530,7 +537,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   return KVS_OK;
 }
 
-/* ---- for the prefix cache (prefix.c) ---- */
+/* ---- for the leader's prefix calls (window_pool_prefix.c) ---- */
 
 kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
                                  kvs_error *err) {
@@ -816,7 +823,7 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
   }
   /* The prefix index's entries, in order, undone on the first refusal. */
   if (any_prefix) {
-    kvs_status status = kvs_pool_prefix_apply(pool, entries, n, err);
+    kvs_status status = kvs_pool_prefix_apply(&pool->prefix, entries, n, err);
     if (status != KVS_OK) return status;
   }
   /* Pass 2: every entry is known to apply. */
@@ -946,7 +953,9 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, k
     goto done;
   }
   if ((status = kvs_pool_slots_check(&pool->slots, err)) != KVS_OK) goto done;
-  if (pool->prefix.n > 0 && (status = kvs_pool_prefix_check(pool, err)) != KVS_OK) goto done;
+  if (pool->prefix.n > 0 && (status = kvs_pool_prefix_check(&pool->prefix, pool->map, err))) {
+    goto done;
+  }
   uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
   uint64_t running = kvs_window_pool_digest(pool);
   if (recomputed != running) {
@@ -994,12 +1003,12 @@ kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, u
   kvs_status status = kvs_pool_slots_pick(&pool->slots, request, &picked, err);
   /* An exact hit the request took before it was bound seeds the slot. */
   if (status == KVS_OK) {
-    status = journal_room(pool, 1 + kvs_pool_prefix_seed_entries(pool, request), err);
+    status = journal_room(pool, 1 + kvs_pool_seed_entries(pool, request), err);
   }
   if (status != KVS_OK) return status;
   kvs_pool_slots_set(&pool->slots, picked, (int64_t)request);
   journal(pool, KVS_JOURNAL_SLOT_TAG | picked, (int64_t)request);
-  status = kvs_pool_prefix_seed_slot(pool, request, picked, err); /* checked: cannot fail */
+  status = kvs_pool_seed_slot(pool, request, picked, err); /* checked: cannot fail */
   if (status != KVS_OK) return status;
   *slot = picked;
   return KVS_OK;
