@@ -4,7 +4,7 @@
  * hash of every key from the root), fetches them back into fresh GPU
  * pages and re-prefills one window. Slots are reused least recently used
  * first. Only the leader chooses slots; a spill or fetch is a journal
- * entry every rank replays (prefix.c), so every rank's slots hold the
+ * entry every rank replays (prefix_ops.c), so every rank's slots hold the
  * same chains, and the digest covers them one unit per slot. */
 #include "pool/host.h"
 

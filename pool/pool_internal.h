@@ -2,15 +2,17 @@
  * steps on its pages and journal that the pool's own files share.
  *
  * The pool is four concepts, one private header each, and its public
- * headers (window_pool.h, free_list.h, journal.h: the types and entry
+ * headers (window_pool.h, and free_list.h and journal.h, whose free_list.c
+ * and journal.c include nothing else of the pool: the types and entry
  * formats every concept speaks):
- *   pool_internal.h  the core: the mapping and its bindings, the free
- *                    list, the journal, the digest, apply and the
- *                    integrity check (window_pool.c), and the leader's
- *                    prefix calls, which combine the index with pages,
- *                    slots and the journal (window_pool_prefix.c)
+ *   pool_internal.h  the core: the mapping and its bindings, the digest,
+ *                    apply and the integrity check (window_pool.c), and
+ *                    the leader's prefix calls, which combine the index
+ *                    with pages, slots and the journal
+ *                    (window_pool_prefix.c)
  *   slots.h          the request slots (slots.c)
- *   prefix.h         the prefix index (prefix.c), owning
+ *   prefix.h         the prefix index (prefix.c; its operations and
+ *                    their replay in prefix_ops.c), owning
  *   host.h           its host tier (host.c)
  * and one helper, probe_map.h (probe_map.c), the hash map they all use.
  *

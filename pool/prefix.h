@@ -1,13 +1,13 @@
 /* The window pool's prefix index: one node per cached full page (named by
  * it), the requests' holds, the evictable lists, the index's share of the
- * digest and its integrity check, and its host tier (host.h). Every change
- * is one journaled operation (kvs_prefix_op), run the same way by the
- * leader's calls (window_pool_prefix.c, which journals it) and by a
- * follower's replay, so both hold the same index. A leaf of the pool: it
- * knows of the pool only the shape it was created for, and the mapping its
- * integrity check is handed; it calls nothing of the pool. Private to
- * //pool (pool_internal.h's rule: it includes the public headers, the
- * probe map and host.h). */
+ * digest and its integrity check (prefix.c), and its host tier (host.h).
+ * Every change is one journaled operation (kvs_prefix_op, prefix_ops.c),
+ * run the same way by the leader's calls (window_pool_prefix.c, which
+ * journals it) and by a follower's replay, so both hold the same index. A
+ * leaf of the pool: it knows of the pool only the shape it was created
+ * for, and the mapping its integrity check is handed; it calls nothing of
+ * the pool. Private to //pool (pool_internal.h's rule: it includes the
+ * public headers, the probe map and host.h). */
 #ifndef KVS_POOL_PREFIX_H
 #define KVS_POOL_PREFIX_H
 
@@ -139,6 +139,16 @@ kvs_status kvs_pool_prefix_check(const kvs_pool_prefix *p, const int64_t *mappin
 /* Fault injection: adds delta to node's refs, outside the journal (the
  * digest follows). */
 void kvs_pool_prefix_add_refs(kvs_pool_prefix *p, uint64_t node, int32_t delta);
+
+/* The index's own steps (prefix.c), for its operations (prefix_ops.c):
+ * node fp's term of the digest (0 unless linked), the key map's insert and
+ * erase of a node (by its parent and key), and a request's hold set (made
+ * when it has none) or dropped. */
+uint64_t kvs_prefix_node_term(uint64_t fp, const kvs_prefix_rec *r);
+void kvs_pool_prefix_map_insert(kvs_pool_prefix *p, int32_t node);
+void kvs_pool_prefix_map_erase(kvs_pool_prefix *p, int32_t node);
+void kvs_pool_prefix_hold_put(kvs_pool_prefix *p, uint64_t request, int32_t node, int32_t writing);
+void kvs_pool_prefix_hold_erase(kvs_pool_prefix *p, uint64_t request);
 
 /* Whether full page fp is a cached node / holds a cached tail. */
 static inline bool kvs_pool_prefix_cached(const kvs_pool_prefix *prefix, uint64_t fp) {

@@ -33,6 +33,19 @@ static kvs_status need_prefix(const struct kvs_window_pool *pool, const char *ca
   return KVS_OK;
 }
 
+/* Whether `request`, which holds nothing yet, can take a hold. */
+static kvs_status can_hold(const kvs_pool_prefix *p, uint64_t request, kvs_error *err) {
+  if (kvs_pool_prefix_hold_of(p, request) >= 0) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",
+                         (unsigned long long)request);
+  }
+  if (p->holds >= p->max_holds) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
+                         (unsigned long long)p->holds);
+  }
+  return KVS_OK;
+}
+
 /* A hit's stamp of node (-1: the root's, 0). */
 static uint64_t stamp_of(const kvs_pool_prefix *p, int32_t node) {
   return node >= 0 ? p->rec[node].born : 0;
@@ -55,6 +68,17 @@ static const char *stale_hit(const struct kvs_window_pool *pool, const kvs_prefi
     return "does not end where the hit's tokens say";
   }
   return NULL;
+}
+
+/* KVS_ERR_NOT_FOUND when the hit is stale, saying how it relates to its
+ * node ("names" it, or "hangs under" it). */
+static kvs_status refuse_stale(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit,
+                               const char *relation, kvs_error *err) {
+  const char *stale = stale_hit(pool, hit);
+  if (stale == NULL) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                       "the hit %s block %lld, which %s (match again: the index changed since)",
+                       relation, (long long)hit->node, stale);
 }
 
 bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool) {
@@ -172,23 +196,9 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                          "kvs_window_pool_prefix_fetch, which gives them GPU pages",
                          (unsigned long long)hit->host_pages);
   }
-  const char *stale = stale_hit(pool, hit);
-  if (stale != NULL) {
-    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "the hit names block %lld, which %s (match again: the index changed "
-                         "since)",
-                         (long long)hit->node, stale);
-  }
+  if ((status = refuse_stale(pool, hit, "names", err))) return status;
   if (hit->node < 0) return KVS_OK;
-  int64_t h = kvs_pool_prefix_hold_of(p, request);
-  if (h >= 0) {
-    return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",
-                         (unsigned long long)request);
-  }
-  if (p->holds >= p->max_holds) {
-    return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
-                         (unsigned long long)p->holds);
-  }
+  if ((status = can_hold(p, request, err))) return status;
   uint64_t fp = (uint64_t)hit->node;
   const kvs_prefix_rec *r = &p->rec[fp];
   if (hit->reprefill) {
@@ -273,13 +283,7 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          __func__);
   }
   int32_t parent = (int32_t)hit->node;
-  const char *stale = stale_hit(pool, hit);
-  if (stale != NULL) {
-    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                         "the hit hangs under block %lld, which %s (match again: the index "
-                         "changed since)",
-                         (long long)hit->node, stale);
-  }
+  if ((status = refuse_stale(pool, hit, "hangs under", err))) return status;
   uint64_t first = hit->node >= 0 ? (uint64_t)p->rec[hit->node].depth + 1 : 0;
   uint64_t k = hit->host_pages;
   if (first + k > n_keys) {
@@ -294,14 +298,7 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          (unsigned long long)hit->hit_tokens, (unsigned long long)k,
                          (long long)hit->node);
   }
-  if (kvs_pool_prefix_hold_of(p, request) >= 0) {
-    return kvs_error_set(err, KVS_ERR_CONFLICT, "request %llu holds a prefix already",
-                         (unsigned long long)request);
-  }
-  if (p->holds >= p->max_holds) {
-    return kvs_error_set(err, KVS_ERR_EXHAUSTED, "%llu requests hold prefixes already",
-                         (unsigned long long)p->holds);
-  }
+  if ((status = can_hold(p, request, err))) return status;
   if (kvs_free_list_available(pool->free_list) < pool->page) {
     return kvs_error_set(err, KVS_ERR_EXHAUSTED,
                          "no free window page to re-prefill the fetched prefix's tail into");
