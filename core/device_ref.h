@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/status.h"
 
 #ifdef __cplusplus

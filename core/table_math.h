@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 
 #if defined(__CUDACC__)
 #define KVS_HD static inline __host__ __device__

@@ -71,7 +71,7 @@
 #include "core/geometry.h"
 #include "core/serving_defaults.h"
 #include "core/status.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/checked.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 struct kvs_node_plan {
   size_t tp, pp, replicas;

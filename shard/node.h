@@ -52,7 +52,7 @@
 #include "plan/memory_budget.h"
 #include "core/serving_defaults.h"
 #include "core/status.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "plan/device_layout.h"
 #include "plan/cluster.h"
 #include "shard/comm.h"

@@ -38,10 +38,10 @@
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/serving_defaults.h"
 #include "core/status.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/comm.h"
 
 #ifdef __cplusplus
@@ -62,7 +62,7 @@ typedef struct kvs_shard_options {
   size_t step_capacity;  /* journal entries per step; 0: kvs_shard_step_capacity_for */
   uint64_t check_every;  /* steps between digest checks; 0: on demand only */
   bool check_integrity;  /* each check also runs the pool's integrity check */
-  bool prefix_cache;     /* the pool keeps a prefix cache (core/window_pool.h) */
+  bool prefix_cache;     /* the pool keeps a prefix cache (pool/window_pool.h) */
   uint64_t prefix_align; /* its hits' alignment in tokens (the ratios' lcm) */
   uint64_t host_pages;   /* the prefix cache's host tier (0: none) */
 } kvs_shard_options;

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/status.h"
 
 #ifdef __cplusplus

@@ -22,7 +22,7 @@
 
 #include "backends/registry.h"
 #include "core/device_ref.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/status.h"
 #include "plan/device_layout.h"
 

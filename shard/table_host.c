@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 
 #include "core/clock.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/table.h"
 
 typedef struct host_table {
@@ -105,7 +105,7 @@ static kvs_status host_step(void *impl, const kvs_table_step_args *args, kvs_rin
 }
 
 /* The sum of the bound full pages' binding terms (the pool's page digest,
- * core/window_pool.h), from the table's own rows. */
+ * pool/window_pool.h), from the table's own rows. */
 static kvs_status host_digest(void *impl, uint64_t *out, kvs_error *err) {
   (void)err;
   const host_table *t = impl;

@@ -9,7 +9,7 @@
 
 #include "core/clock.h"
 #include "core/device_ref.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/table_internal.h"
 
 /* The spans a slot holds and where a page's rows lie in each; returns

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "core/cost_model.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 #define P 128u
 

@@ -7,9 +7,9 @@
 #include <xxhash.h>
 
 #include "core/options.h"
-#include "core/free_list.h"
+#include "pool/free_list.h"
 #include "core/mix.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 typedef struct request {
   uint64_t id;

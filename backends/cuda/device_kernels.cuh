@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "core/device_ref.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/mix.h"
 #include "core/table_math.h"
 
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kRingThreads)
 //
 // The sum over full pages of kvs_binding_pair_term(page, window page) for
 // every bound page (the dummy included), the pool's own page digest
-// (core/window_pool.c) computed from the table itself: a check brings 8
+// (pool/window_pool.c) computed from the table itself: a check brings 8
 // bytes back instead of the mapping. One thread per page reads the page's
 // first row; a block sums in shared memory and adds its sum to *out
 // (which the caller zeroes first: the sum wraps modulo 2^64, as the pool's

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "core/device_ref.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "core/device_ref.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/status.h"
 #include "plan/device_layout.h"
 

@@ -14,9 +14,9 @@
 
 #include "core/cost_model.h"
 #include "core/device_ref.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/table_math.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 namespace {

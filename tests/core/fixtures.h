@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/free_list.h"
+#include "pool/free_list.h"
 #include "core/geometry.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 namespace kvs_test {
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Every function declared in a header under core/, blocks/, plan/,
-# topology/ and backends/ (the registry and each backend's entry.h), and every function kvshard.h declares that one of those
+# Every function declared in a header under core/, pool/, blocks/, plan/,
+# topology/ and backends/ (the registry and each backend's entry.h), and
+# every function kvshard.h declares that one of those
 # folders defines, must appear in one of the NULL-argument tests (a case,
 # or a line of a test's no-pointer list). A function added without one
 # fails this test, by name. Excluded, with the reason:
-#   core/window_pool_internal.h  private to //core:window_pool (the request
-#                                slots leaf); tests cannot include it.
+#   pool/'s private headers (one per concept: //pool:headers names only the
+#   public ones, so they are not here to read): tests cannot include them.
 # static inline helpers (checked.h, mix.h, table_math.h, ...) define rather
 # than declare: they are arithmetic on values, outside this check.
 # Usage: null_arguments_coverage_test.sh AWK TEST.cc... (from the runfiles
@@ -20,14 +21,13 @@ done
 
 declared() {
   local h
-  for h in core/*.h blocks/*.h plan/*.h topology/*.h backends/*.h backends/*/entry.h; do
-    [ "$h" = core/window_pool_internal.h ] && continue
+  for h in core/*.h pool/*.h blocks/*.h plan/*.h topology/*.h backends/*.h backends/*/entry.h; do
     awk -f "$awk_file" "$h"
   done
   # kvshard.h's functions whose definition is in these folders.
   local name
   for name in $(awk -f "$awk_file" kvshard.h); do
-    if grep -qE "^[A-Za-z_].*[^A-Za-z0-9_]$name\(" core/*.c blocks/*.c plan/*.c topology/*.c \
+    if grep -qE "^[A-Za-z_].*[^A-Za-z0-9_]$name\(" core/*.c pool/*.c blocks/*.c plan/*.c topology/*.c \
       backends/*.c; then
       echo "$name"
     fi

@@ -22,9 +22,9 @@
 #include "backends/registry.h"
 #include "core/cost_model.h"
 #include "core/device_ref.h"
-#include "core/free_list.h"
+#include "pool/free_list.h"
 #include "core/geometry.h"
-#include "core/journal.h"
+#include "pool/journal.h"
 #include "core/model_config.h"
 #include "core/model_weights.h"
 #include "core/options.h"
@@ -36,7 +36,7 @@
 #include "core/status.h"
 #include "core/table_math.h"
 #include "core/version.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 #include "tests/null_arguments.h"
 
@@ -176,7 +176,7 @@ TEST(NullArguments, backend) {
   EXPECT_EQ(kvs_shared_object_check("/", why, 0), KVS_SO_BROKEN);
 }
 
-// ---- core/journal.h ----
+// ---- pool/journal.h ----
 
 TEST(NullArguments, journal) {
   EXPECT_NULL_REFUSED("out", kvs_journal_create(4, nullptr, &err));
@@ -225,7 +225,7 @@ TEST(NullArguments, journal_push_past_capacity_is_refused_whole) {
   }
 }
 
-// ---- core/free_list.h ----
+// ---- pool/free_list.h ----
 
 TEST(NullArguments, free_list) {
   EXPECT_NULL_REFUSED("out", kvs_free_list_create(16, 4, nullptr, &err));
@@ -448,7 +448,7 @@ TEST(NullArguments, cost_model) {
   EXPECT_NULL_REFUSED("out", kvs_cost_auto_model(&g, 0.1, 8, 128, 1, nullptr, &err));
 }
 
-// ---- core/window_pool.h ----
+// ---- pool/window_pool.h ----
 
 TEST(NullArguments, window_pool_refuses_a_null_pool_and_reads_zero) {
   kvs_pool_sizes s = small_sizes();

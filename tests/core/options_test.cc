@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/geometry.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 namespace {
 

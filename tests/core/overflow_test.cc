@@ -9,7 +9,7 @@
 
 #include "core/device_ref.h"
 #include "core/table_math.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/fuzz/fuzz_stats.h"
 
 KVS_FUZZ_TARGET("journal_apply_fuzz",

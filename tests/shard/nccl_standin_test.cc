@@ -39,7 +39,7 @@
 #include "backends/cuda/device_tables.h"
 #include "core/cost_model.h"
 #include "core/geometry.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "plan/device_layout.h"
 #include "plan/node_overhead.h"
 #include "shard/comm.h"

@@ -1,5 +1,5 @@
 // A hit names specific blocks, through the node's calls
-// (tests/core/hit_schedule_search.h): the leader runs searched schedules
+// (tests/pool/hit_schedule_search.h): the leader runs searched schedules
 // of match, evict, insert, acquire, fetch and release between steps; one
 // rank, and two ranks over loopback whose follower replays every step and
 // agrees at the end's check.
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/node.h"
-#include "tests/core/hit_schedule_search.h"
+#include "tests/pool/hit_schedule_search.h"
 #include "tests/shard/host_rows_random.h"
 #include "tests/shard/ranks.h"
 

@@ -18,7 +18,7 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/comm_self.h"
 #include "shard/step_message.h"
 #include "tools/workload.h"

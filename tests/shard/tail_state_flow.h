@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "shard/node.h"
 #include "tests/shard/host_rows_flow.h"
 

@@ -16,7 +16,7 @@
 #include "core/cost_model.h"
 #include "core/device_ref.h"
 #include "core/geometry.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 
 namespace kvs_cuda_test {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/mix.h"
-#include "core/window_pool.h"
-#include "tests/core/prefix_fixtures.h"
+#include "pool/window_pool.h"
+#include "tests/pool/prefix_fixtures.h"
 
 using namespace kvs_test;
 

@@ -4,13 +4,15 @@
  * hash of every key from the root), fetches them back into fresh GPU
  * pages and re-prefills one window. Slots are reused least recently used
  * first. Only the leader chooses slots; a spill or fetch is a journal
- * entry every rank replays (window_pool_prefix.c), so every rank's slots
- * hold the same chains, and the digest covers them one unit per slot. */
+ * entry every rank replays (prefix_ops.c), so every rank's slots hold the
+ * same chains, and the digest covers them one unit per slot. */
+#include "pool/host.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/mix.h"
-#include "core/window_pool_internal.h"
+#include "pool/window_pool.h"
 
 uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key) {
   return kvs_splitmix64_finalise(kvs_mix64(parent_chain, key));
@@ -19,12 +21,6 @@ uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key) {
 static uint64_t slot_term(uint64_t slot, const kvs_host_rec *r) {
   if (!r->used) return 0;
   return kvs_splitmix64_finalise(kvs_mix64(slot + 0x486f7374, r->chain));
-}
-
-static uint64_t pow2_at_least(uint64_t v) {
-  uint64_t c = 16;
-  while (c < v) c <<= 1;
-  return c;
 }
 
 kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *err) {
@@ -36,15 +32,13 @@ kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *er
                          "a host tier holds fewer than 2^30 pages, %llu asked",
                          (unsigned long long)slots);
   }
-  host->map_mask = pow2_at_least(2 * slots) - 1;
   host->rec = calloc((size_t)slots, sizeof *host->rec);
-  host->map = malloc((size_t)(host->map_mask + 1) * sizeof *host->map);
-  if (host->rec == NULL || host->map == NULL) {
+  bool map = kvs_probe_map_init(&host->map, slots, false);
+  if (host->rec == NULL || !map) {
     kvs_pool_host_free(host);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %llu-page host tier index",
                          (unsigned long long)slots);
   }
-  memset(host->map, 0xff, (size_t)(host->map_mask + 1) * sizeof *host->map);
   for (uint64_t i = 0; i < slots; i++) host->rec[i].prev = host->rec[i].next = -1;
   host->n = slots;
   return KVS_OK;
@@ -52,44 +46,36 @@ kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *er
 
 void kvs_pool_host_free(kvs_pool_host *host) {
   free(host->rec);
-  free(host->map);
+  kvs_probe_map_free(&host->map);
   memset(host, 0, sizeof *host);
   host->head = host->tail = -1;
 }
 
 /* ---- chain -> slot ---- */
 
+/* The map's items are slots, hashed by the chain they hold. */
+static uint64_t slot_hash(const void *ctx, uint64_t slot) {
+  const kvs_pool_host *host = ctx;
+  return kvs_splitmix64_finalise(host->rec[slot].chain);
+}
+
 int32_t kvs_pool_host_find(const kvs_pool_host *host, uint64_t chain) {
   if (host->n == 0) return -1;
-  for (uint64_t i = kvs_splitmix64_finalise(chain) & host->map_mask;;
-       i = (i + 1) & host->map_mask) {
-    int32_t s = host->map[i];
-    if (s < 0) return -1;
-    if (host->rec[s].chain == chain) return s;
+  const kvs_probe_map *map = &host->map;
+  for (uint64_t at = kvs_probe_start(map, kvs_splitmix64_finalise(chain));
+       map->item[at] != KVS_PROBE_EMPTY; at = kvs_probe_next(map, at)) {
+    if (host->rec[map->item[at]].chain == chain) return (int32_t)map->item[at];
   }
+  return -1;
 }
 
 static void map_insert(kvs_pool_host *host, int32_t slot) {
-  uint64_t i = kvs_splitmix64_finalise(host->rec[slot].chain) & host->map_mask;
-  while (host->map[i] >= 0) i = (i + 1) & host->map_mask;
-  host->map[i] = slot;
+  kvs_probe_map_insert(&host->map, slot_hash(host, (uint64_t)slot), (uint64_t)slot, 0);
 }
 
 static void map_erase(kvs_pool_host *host, int32_t slot) {
-  uint64_t i = kvs_splitmix64_finalise(host->rec[slot].chain) & host->map_mask;
-  while (host->map[i] != slot) i = (i + 1) & host->map_mask;
-  uint64_t j = i;
-  for (;;) {
-    j = (j + 1) & host->map_mask;
-    int32_t m = host->map[j];
-    if (m < 0) break;
-    uint64_t home = kvs_splitmix64_finalise(host->rec[m].chain) & host->map_mask;
-    if (kvs_probe_fills_gap(i, j, home)) {
-      host->map[i] = m;
-      i = j;
-    }
-  }
-  host->map[i] = -1;
+  uint64_t at = kvs_probe_map_find(&host->map, slot_hash(host, (uint64_t)slot), (uint64_t)slot);
+  kvs_probe_map_erase(&host->map, at, slot_hash, host);
 }
 
 /* ---- least recently used order ---- */

@@ -7,7 +7,7 @@
 // match's, at the match's pages), and every use of a hit whose block left
 // the index since must be refused ("match again"). The search runs against
 // an Index adapter: the window pool with a follower replaying its journal
-// (tests/core) or a node's leader with its followers (tests/shard).
+// (tests/pool) or a node's leader with its followers (tests/shard).
 //
 // An Index has: P(); match(keys, prompt, reprefill, hit, pages); admit,
 // finish, release, abandon (request); acquire(request, hit, err);
@@ -15,8 +15,8 @@
 // insert(request, keys, pages, tails, taken); evict(need, need_window,
 // freed); node(page, key, parent) -> bool (the leader's index);
 // window_free_pages(); engine_pages() (the full pages the engine uses).
-#ifndef KVS_TESTS_CORE_HIT_SCHEDULE_SEARCH_H
-#define KVS_TESTS_CORE_HIT_SCHEDULE_SEARCH_H
+#ifndef KVS_TESTS_POOL_HIT_SCHEDULE_SEARCH_H
+#define KVS_TESTS_POOL_HIT_SCHEDULE_SEARCH_H
 
 #include <gtest/gtest.h>
 
@@ -312,4 +312,4 @@ class HitSearch {
 
 }  // namespace kvs_test
 
-#endif  // KVS_TESTS_CORE_HIT_SCHEDULE_SEARCH_H
+#endif  // KVS_TESTS_POOL_HIT_SCHEDULE_SEARCH_H

@@ -1,4 +1,4 @@
-#include "core/free_list.h"
+#include "pool/free_list.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-// A hit names specific blocks (tests/core/hit_schedule_search.h): the
+// A hit names specific blocks (tests/pool/hit_schedule_search.h): the
 // window pool's leader under searched schedules of match, evict, insert,
 // acquire, fetch and release, its journal replayed by a follower after
 // every round (the step), both holding the same digest. One rank (the
@@ -13,8 +13,8 @@
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
-#include "core/window_pool.h"
-#include "tests/core/hit_schedule_search.h"
+#include "pool/window_pool.h"
+#include "tests/pool/hit_schedule_search.h"
 
 using namespace kvs_test;
 

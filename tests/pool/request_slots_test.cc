@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/journal.h"
-#include "core/window_pool.h"
+#include "pool/journal.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 using namespace kvs_test;
@@ -995,7 +995,7 @@ TEST(RequestSlots, a_per_page_pool_refuses_slot_entries) {
 
 // ---- request slots: the digest ----
 
-// Bug 1: kvs_window_pool_create (core/window_pool.c) calls
+// Bug 1: kvs_window_pool_create (pool/window_pool.c) calls
 // kvs_pool_slots_init, which adds the dummy slot's term to pool->digest,
 // and then assigns pool->digest = kvs_binding_digest_term(dummy full page,
 // dummy window page), dropping it. Every per-request pool's running digest
@@ -1234,7 +1234,7 @@ TEST(RequestSlots, the_dummy_slot_cannot_be_changed_raw) {
   expect_slots_consistent(p.get());
 }
 
-// Bug 2: kvs_window_pool_slot_bind_raw (core/window_pool_slots.c) range
+// Bug 2: kvs_window_pool_slot_bind_raw (pool/slots.c) range
 // checks with `slot + 1 >= pool->n_req_slots`, which wraps to 0 for slot
 // UINT64_MAX: the check passes and set_slot writes slot_request[UINT64_MAX],
 // 8 bytes before the array (glibc then aborts in free with

@@ -14,8 +14,8 @@
  * (when it holds bases) with KVS_ERR_INVALID_ARGUMENT naming it; the
  * accessors read 0 (kvs_free_list_bases NULL, kvs_free_list_is_free
  * false) for a NULL list; destroy and reset accept NULL. */
-#ifndef KVS_CORE_FREE_LIST_H
-#define KVS_CORE_FREE_LIST_H
+#ifndef KVS_POOL_FREE_LIST_H
+#define KVS_POOL_FREE_LIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -81,4 +81,4 @@ void kvs_free_list_reset(kvs_free_list_t list);
 }
 #endif
 
-#endif /* KVS_CORE_FREE_LIST_H */
+#endif /* KVS_POOL_FREE_LIST_H */

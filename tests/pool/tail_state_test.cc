@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/cost_model.h"
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 using namespace kvs_test;

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 using namespace kvs_test;

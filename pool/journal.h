@@ -6,8 +6,8 @@
  * allocates; its journal is shipped to the followers, who replay it onto
  * their mirror pools (kvs_window_pool_apply). An entry is 16 bytes, so a
  * step's broadcast costs 16 bytes per bound or freed page. */
-#ifndef KVS_CORE_JOURNAL_H
-#define KVS_CORE_JOURNAL_H
+#ifndef KVS_POOL_JOURNAL_H
+#define KVS_POOL_JOURNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -66,4 +66,4 @@ void kvs_journal_drain(kvs_journal_t journal, kvs_journal_entry *out, size_t cap
 }
 #endif
 
-#endif /* KVS_CORE_JOURNAL_H */
+#endif /* KVS_POOL_JOURNAL_H */

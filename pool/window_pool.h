@@ -24,16 +24,16 @@
  * NULL pool (kvs_window_pool_mapping NULL, kvs_window_pool_slot_of -1,
  * kvs_window_pool_slot_request KVS_SLOT_FREE, kvs_window_pool_state_rings
  * per page), and kvs_window_pool_journal_drain moves nothing. */
-#ifndef KVS_CORE_WINDOW_POOL_H
-#define KVS_CORE_WINDOW_POOL_H
+#ifndef KVS_POOL_WINDOW_POOL_H
+#define KVS_POOL_WINDOW_POOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/cost_model.h"
-#include "core/free_list.h"
-#include "core/journal.h"
+#include "pool/free_list.h"
+#include "pool/journal.h"
 #include "core/serving_defaults.h"
 #include "core/status.h"
 
@@ -56,7 +56,7 @@ typedef struct kvs_window_pool_options {
   uint64_t prefix_align;
   /* The prefix cache's host tier: full pages it holds (0: none; fewer than
    * KVS_HOST_SLOTS_LIMIT). Evicted blocks move there and a hit fetches them
-   * back (window_pool_host.c). */
+   * back (pool/host.c). */
   uint64_t host_pages;
   /* Entries one replayed batch may carry (kvs_window_pool_apply): 0 means
    * journal_capacity, or 4096 without a journal. A follower, which
@@ -479,4 +479,4 @@ kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, 
 }
 #endif
 
-#endif /* KVS_CORE_WINDOW_POOL_H */
+#endif /* KVS_POOL_WINDOW_POOL_H */

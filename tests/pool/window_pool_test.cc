@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 using namespace kvs_test;

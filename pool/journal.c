@@ -1,4 +1,4 @@
-#include "core/journal.h"
+#include "pool/journal.h"
 
 #include <stdlib.h>
 

@@ -1,11 +1,12 @@
 /* The window pool: which window page backs each full page, the free list,
- * the journal and the digest. It owns the request slots
- * (window_pool_slots.c, a leaf that calls nothing here): it checks journal
- * room, asks the leaf to change a slot, and journals what it asked. */
-#include "core/window_pool.h"
+ * the journal and the digest, the replay and the integrity check. It owns
+ * the request slots (slots.h) and the prefix index (prefix.h), leaves that
+ * call nothing here: it checks journal room, asks a leaf to change, and
+ * journals what it asked. */
+#include "pool/window_pool.h"
 
 #include "core/options.h"
-#include "core/window_pool_internal.h"
+#include "pool/pool_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,16 @@ static void write_page(struct kvs_window_pool *pool, uint64_t full_base, int64_t
   }
 }
 
+/* The prefix index of a pool whose pages and slots are set up. */
+static kvs_status prefix_init(struct kvs_window_pool *pool, const kvs_window_pool_options *options,
+                              kvs_error *err) {
+  kvs_prefix_shape shape = {pool->page, pool->n_full_pages, pool->n_win_pages, pool->slots.n};
+  size_t undo_cap =
+      options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity;
+  return kvs_pool_prefix_init(&pool->prefix, &shape, options->prefix_align, options->max_running,
+                              undo_cap, options->host_pages, err);
+}
+
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                                   const kvs_window_pool_options *options, kvs_window_pool_t *out,
                                   kvs_error *err) {
@@ -203,11 +214,7 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
   if ((status = kvs_free_list_create(pool->n_win_slots - page, page, &pool->free_list, err)) ||
       (status = kvs_journal_create(options->journal_capacity, &pool->journal, err)) ||
       (status = kvs_pool_slots_init(&pool->slots, sizes->state_rings, sizes->n_req_slots, err)) ||
-      (options->prefix_cache &&
-       (status = kvs_pool_prefix_init(
-            pool, options->prefix_align, options->max_running,
-            options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity,
-            options->host_pages, err)))) {
+      (options->prefix_cache && (status = prefix_init(pool, options, err)))) {
     kvs_window_pool_destroy(pool);
     return status;
   }
@@ -326,12 +333,27 @@ static void sort_pages(uint64_t *pages, size_t n) {
   if (!sorted) qsort(pages, n, sizeof *pages, compare_u64);
 }
 
+/* A call's pool and location array (when it holds locations) are given. */
+static kvs_status check_locs(const struct kvs_window_pool *pool, const char *call,
+                             const int64_t *full_locs, size_t n, kvs_error *err) {
+  if (pool == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", call);
+  }
+  if (full_locs == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu", call,
+                         n);
+  }
+  return KVS_OK;
+}
+
 /* Collects the distinct full pages `locs` cover into pool->touched, in
- * ascending order, and checks each is covered exactly once in full.
- * Negative locations are ignored. The common case -- whole contiguous
- * pages -- is checked without per-location counting. */
-static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what, const int64_t *locs,
-                                size_t n, size_t *n_pages, kvs_error *err) {
+ * ascending order, and checks each is covered exactly once in full (after
+ * check_locs for `call`). Negative locations are ignored. The common case
+ * -- whole contiguous pages -- is checked without per-location counting. */
+static kvs_status collect_pages(struct kvs_window_pool *pool, const char *call, const char *what,
+                                const int64_t *locs, size_t n, size_t *n_pages, kvs_error *err) {
+  kvs_status status = check_locs(pool, call, locs, n, err);
+  if (status != KVS_OK) return status;
   uint64_t page = pool->page;
   uint32_t epoch = kvs_pool_next_epoch(pool);
   size_t touched = 0;
@@ -394,13 +416,8 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *what, 
 
 kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                  kvs_free_list_shortfall *shortfall, kvs_error *err) {
-  if (pool == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
-  }
-  if (full_locs == NULL && n > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
-                         __func__, n);
-  }
+  kvs_status status = check_locs(pool, __func__, full_locs, n, err);
+  if (status != KVS_OK) return status;
   if (n == 0) return KVS_OK;
   uint64_t page = pool->page;
   if (n % page != 0) {
@@ -455,7 +472,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                            (long long)base, (long long)pool->map[base]);
     }
   }
-  kvs_status status = journal_room(pool, n_pages, err);
+  status = journal_room(pool, n_pages, err);
   if (status != KVS_OK) return status;
   uint64_t *wbases = pool->window_bases;
   if ((status = kvs_free_list_alloc(pool->free_list, n_pages, wbases, shortfall, err))) {
@@ -477,15 +494,8 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
 
 kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                 kvs_error *err) {
-  if (pool == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
-  }
-  if (full_locs == NULL && n > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
-                         __func__, n);
-  }
   size_t n_pages;
-  kvs_status status = collect_pages(pool, "free", full_locs, n, &n_pages, err);
+  kvs_status status = collect_pages(pool, __func__, "free", full_locs, n, &n_pages, err);
   if (status != KVS_OK || n_pages == 0) return status;
   uint64_t page = pool->page;
   uint64_t dummy_window_page = pool->dummy_window_base / page;
@@ -530,7 +540,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   return KVS_OK;
 }
 
-/* ---- for the prefix cache (window_pool_prefix.c) ---- */
+/* ---- for the leader's prefix calls (window_pool_prefix.c) ---- */
 
 kvs_status kvs_pool_journal_room(const struct kvs_window_pool *pool, uint64_t entries,
                                  kvs_error *err) {
@@ -697,15 +707,8 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
 
 kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                       kvs_error *err) {
-  if (pool == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", __func__);
-  }
-  if (full_locs == NULL && n > 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: full_locs is NULL but n is %zu",
-                         __func__, n);
-  }
   size_t n_pages;
-  kvs_status status = collect_pages(pool, "unbind", full_locs, n, &n_pages, err);
+  kvs_status status = collect_pages(pool, __func__, "unbind", full_locs, n, &n_pages, err);
   if (status != KVS_OK) return status;
   for (size_t i = 0; i < n_pages; i++) {
     uint64_t fp = pool->touched[i];
@@ -720,6 +723,99 @@ kvs_status kvs_window_pool_unbind_raw(kvs_window_pool_t pool, const int64_t *ful
 
 /* ---- replay ---- */
 
+/* Whether window page wp is free as replayed so far in this epoch. */
+static bool replayed_free(const struct kvs_window_pool *pool, int64_t wp, uint32_t epoch) {
+  return pool->win_stamp[wp] == epoch
+             ? pool->win_overlay[wp]
+             : kvs_free_list_is_free(pool->free_list, (uint64_t)wp * pool->page);
+}
+
+/* Pass 1 of apply for page entry i: checks it against the pages as
+ * replayed so far (the overlays of this epoch) and replays it there. */
+static kvs_status validate_page_entry(struct kvs_window_pool *pool, size_t i,
+                                      const kvs_journal_entry *entry, uint32_t epoch,
+                                      kvs_error *err) {
+  uint64_t fp = entry->full_page;
+  int64_t wp = entry->window_page;
+  uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
+  if (fp >= pool->n_full_pages || fp * pool->page == pool->dummy_full_base) {
+    return kvs_error_set(
+        err, KVS_ERR_OUT_OF_RANGE, "journal entry %zu names full page %llu, %s", i,
+        (unsigned long long)fp,
+        fp >= pool->n_full_pages ? "outside the history" : "the reserved dummy page");
+  }
+  int64_t current =
+      pool->full_stamp[fp] == epoch ? pool->full_overlay[fp] : window_page_of(pool, fp);
+  if (wp >= 0) {
+    if ((uint64_t)wp >= usable_window_pages) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "journal entry %zu binds window page %lld, outside the %llu "
+                           "allocatable window pages",
+                           i, (long long)wp, (unsigned long long)usable_window_pages);
+    }
+    if (current >= 0) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "journal entry %zu binds full page %llu, which already holds "
+                           "window page %lld on this rank",
+                           i, (unsigned long long)fp, (long long)current);
+    }
+    if (!replayed_free(pool, wp, epoch)) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "journal entry %zu binds window page %lld to full page %llu, but "
+                           "that window page is not free on this rank",
+                           i, (long long)wp, (unsigned long long)fp);
+    }
+    pool->win_stamp[wp] = epoch;
+    pool->win_overlay[wp] = 0;
+    pool->full_overlay[fp] = wp;
+  } else if (wp == KVS_JOURNAL_FREED) {
+    if (current < 0) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "journal entry %zu frees full page %llu, which is not bound on "
+                           "this rank",
+                           i, (unsigned long long)fp);
+    }
+    bool window_free = replayed_free(pool, current, epoch);
+    if ((uint64_t)current >= usable_window_pages || window_free) {
+      return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                           "journal entry %zu frees full page %llu, whose window page %lld is "
+                           "%s on this rank",
+                           i, (unsigned long long)fp, (long long)current,
+                           window_free ? "already free" : "not allocatable");
+    }
+    pool->win_stamp[current] = epoch;
+    pool->win_overlay[current] = 1;
+    pool->full_overlay[fp] = KVS_NO_WINDOW_SLOT;
+  } else {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "journal entry %zu has window page %lld; only page indices and %d "
+                         "(freed) exist",
+                         i, (long long)wp, KVS_JOURNAL_FREED);
+  }
+  pool->full_stamp[fp] = epoch;
+  return KVS_OK;
+}
+
+/* Pass 2 of apply for a validated page entry: the bind or the free. */
+static void commit_page_entry(struct kvs_window_pool *pool, const kvs_journal_entry *entry) {
+  uint64_t page = pool->page;
+  uint64_t fp = entry->full_page;
+  int64_t wp = entry->window_page;
+  if (wp >= 0) {
+    kvs_free_list_take(pool->free_list, (uint64_t)wp * page, NULL);
+    write_page(pool, fp * page, wp * (int64_t)page);
+    pool->digest += kvs_binding_digest_term(fp, (uint64_t)wp);
+    pool->bound_pages++;
+  } else {
+    int64_t current = window_page_of(pool, fp);
+    uint64_t base = (uint64_t)current * page;
+    kvs_free_list_free(pool->free_list, &base, 1, NULL);
+    write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
+    pool->digest -= kvs_binding_digest_term(fp, (uint64_t)current);
+    pool->bound_pages--;
+  }
+}
+
 kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries, size_t n,
                                  kvs_error *err) {
   if (pool == NULL) {
@@ -729,122 +825,45 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: entries is NULL but n is %zu",
                          __func__, n);
   }
-  uint64_t page = pool->page;
-  uint64_t usable_window_pages = pool->n_win_pages - 1; /* the dummy is never moved */
   uint32_t epoch = kvs_pool_next_epoch(pool);
   bool any_prefix = false;
   /* Pass 1: replay onto overlays, so a bad entry anywhere changes nothing. */
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
-    int64_t wp = entries[i].window_page;
+    kvs_status status = KVS_OK;
     if (pool->prefix.n > 0 && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
       any_prefix = true;
       /* Replayed below, after the pages and slots validate; a restore's
        * slot is checked here, in order with the slots' own entries. */
       kvs_tail_restore r;
       if (kvs_window_pool_restore_of(&entries[i], &r)) {
-        kvs_status status = kvs_pool_slots_validate_seed(&pool->slots, i, r.slot, epoch, err);
-        if (status != KVS_OK) return status;
+        status = kvs_pool_slots_validate_seed(&pool->slots, i, r.slot, epoch, err);
       }
-      continue;
-    }
-    if (fp & KVS_JOURNAL_SLOT_TAG) {
-      kvs_status status = kvs_pool_slots_validate(&pool->slots, i, &entries[i], epoch, err);
-      if (status != KVS_OK) return status;
-      continue;
-    }
-    if (fp >= pool->n_full_pages || fp * page == pool->dummy_full_base) {
-      return kvs_error_set(
-          err, KVS_ERR_OUT_OF_RANGE, "journal entry %zu names full page %llu, %s", i,
-          (unsigned long long)fp,
-          fp >= pool->n_full_pages ? "outside the history" : "the reserved dummy page");
-    }
-    int64_t current =
-        pool->full_stamp[fp] == epoch ? pool->full_overlay[fp] : window_page_of(pool, fp);
-    if (wp >= 0) {
-      if ((uint64_t)wp >= usable_window_pages) {
-        return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                             "journal entry %zu binds window page %lld, outside the %llu "
-                             "allocatable window pages",
-                             i, (long long)wp, (unsigned long long)usable_window_pages);
-      }
-      if (current >= 0) {
-        return kvs_error_set(err, KVS_ERR_CONFLICT,
-                             "journal entry %zu binds full page %llu, which already holds "
-                             "window page %lld on this rank",
-                             i, (unsigned long long)fp, (long long)current);
-      }
-      bool window_free = pool->win_stamp[wp] == epoch
-                             ? pool->win_overlay[wp]
-                             : kvs_free_list_is_free(pool->free_list, (uint64_t)wp * page);
-      if (!window_free) {
-        return kvs_error_set(err, KVS_ERR_CONFLICT,
-                             "journal entry %zu binds window page %lld to full page %llu, but "
-                             "that window page is not free on this rank",
-                             i, (long long)wp, (unsigned long long)fp);
-      }
-      pool->win_stamp[wp] = epoch;
-      pool->win_overlay[wp] = 0;
-      pool->full_overlay[fp] = wp;
-    } else if (wp == KVS_JOURNAL_FREED) {
-      if (current < 0) {
-        return kvs_error_set(err, KVS_ERR_CONFLICT,
-                             "journal entry %zu frees full page %llu, which is not bound on "
-                             "this rank",
-                             i, (unsigned long long)fp);
-      }
-      bool window_free = pool->win_stamp[current] == epoch
-                             ? pool->win_overlay[current]
-                             : kvs_free_list_is_free(pool->free_list, (uint64_t)current * page);
-      if ((uint64_t)current >= usable_window_pages || window_free) {
-        return kvs_error_set(err, KVS_ERR_INTEGRITY,
-                             "journal entry %zu frees full page %llu, whose window page %lld is "
-                             "%s on this rank",
-                             i, (unsigned long long)fp, (long long)current,
-                             window_free ? "already free" : "not allocatable");
-      }
-      pool->win_stamp[current] = epoch;
-      pool->win_overlay[current] = 1;
-      pool->full_overlay[fp] = KVS_NO_WINDOW_SLOT;
+    } else if (fp & KVS_JOURNAL_SLOT_TAG) {
+      status = kvs_pool_slots_validate(&pool->slots, i, &entries[i], epoch, err);
     } else {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "journal entry %zu has window page %lld; only page indices and %d "
-                           "(freed) exist",
-                           i, (long long)wp, KVS_JOURNAL_FREED);
+      status = validate_page_entry(pool, i, &entries[i], epoch, err);
     }
-    pool->full_stamp[fp] = epoch;
+    if (status != KVS_OK) return status;
   }
   /* The prefix index's entries, in order, undone on the first refusal. */
   if (any_prefix) {
-    kvs_status status = kvs_pool_prefix_apply(pool, entries, n, err);
+    kvs_status status = kvs_pool_prefix_apply(&pool->prefix, entries, n, err);
     if (status != KVS_OK) return status;
   }
   /* Pass 2: every entry is known to apply. */
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = entries[i].full_page;
-    int64_t wp = entries[i].window_page;
     if (any_prefix && (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG) {
       /* A restore seeds its slot here, in order with the slots' binds. */
       kvs_tail_restore r;
       if (kvs_window_pool_restore_of(&entries[i], &r)) {
         kvs_pool_slots_set_seed(&pool->slots, r.slot, (int64_t)r.full_page);
       }
-      continue;
-    }
-    if (fp & KVS_JOURNAL_SLOT_TAG) {
+    } else if (fp & KVS_JOURNAL_SLOT_TAG) {
       kvs_pool_slots_commit(&pool->slots, &entries[i]);
-    } else if (wp >= 0) {
-      kvs_free_list_take(pool->free_list, (uint64_t)wp * page, NULL);
-      write_page(pool, fp * page, wp * (int64_t)page);
-      pool->digest += kvs_binding_digest_term(fp, (uint64_t)wp);
-      pool->bound_pages++;
     } else {
-      int64_t current = window_page_of(pool, fp);
-      uint64_t base = (uint64_t)current * page;
-      kvs_free_list_free(pool->free_list, &base, 1, NULL);
-      write_page(pool, fp * page, KVS_NO_WINDOW_SLOT);
-      pool->digest -= kvs_binding_digest_term(fp, (uint64_t)current);
-      pool->bound_pages--;
+      commit_page_entry(pool, &entries[i]);
     }
   }
   return KVS_OK;
@@ -946,7 +965,9 @@ kvs_status kvs_window_pool_check_integrity(const struct kvs_window_pool *pool, k
     goto done;
   }
   if ((status = kvs_pool_slots_check(&pool->slots, err)) != KVS_OK) goto done;
-  if (pool->prefix.n > 0 && (status = kvs_pool_prefix_check(pool, err)) != KVS_OK) goto done;
+  if (pool->prefix.n > 0 && (status = kvs_pool_prefix_check(&pool->prefix, pool->map, err))) {
+    goto done;
+  }
   uint64_t recomputed = kvs_window_pool_digest_recompute(pool);
   uint64_t running = kvs_window_pool_digest(pool);
   if (recomputed != running) {
@@ -960,7 +981,7 @@ done:
   return status;
 }
 
-/* ---- request slots (window_pool_slots.c holds them; the pool journals) ---- */
+/* ---- request slots (slots.c holds them; the pool journals) ---- */
 
 kvs_state_rings kvs_window_pool_state_rings(const struct kvs_window_pool *pool) {
   return pool != NULL ? pool->slots.state_rings : KVS_STATE_RINGS_PER_PAGE;
@@ -994,12 +1015,12 @@ kvs_status kvs_window_pool_slot_bind(kvs_window_pool_t pool, uint64_t request, u
   kvs_status status = kvs_pool_slots_pick(&pool->slots, request, &picked, err);
   /* An exact hit the request took before it was bound seeds the slot. */
   if (status == KVS_OK) {
-    status = journal_room(pool, 1 + kvs_pool_prefix_seed_entries(pool, request), err);
+    status = journal_room(pool, 1 + kvs_pool_seed_entries(pool, request), err);
   }
   if (status != KVS_OK) return status;
   kvs_pool_slots_set(&pool->slots, picked, (int64_t)request);
   journal(pool, KVS_JOURNAL_SLOT_TAG | picked, (int64_t)request);
-  status = kvs_pool_prefix_seed_slot(pool, request, picked, err); /* checked: cannot fail */
+  status = kvs_pool_seed_slot(pool, request, picked, err); /* checked: cannot fail */
   if (status != KVS_OK) return status;
   *slot = picked;
   return KVS_OK;

@@ -4,17 +4,14 @@
  * the full pages, and checked with the pages. A leaf: the pool
  * (window_pool.c) owns it and does the journaling; nothing here calls the
  * pool. */
-#include "core/window_pool_internal.h"
+#include "pool/slots.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/mix.h"
 
-#define SLOT_HASH_EMPTY UINT64_MAX
-#define SLOT_HASH_GONE (UINT64_MAX - 1)
-
-/* ---- request -> slot hash ---- */
+/* ---- request -> slot lookup ---- */
 
 static uint64_t hash_of(uint64_t request) {
   request ^= request >> 33;
@@ -23,47 +20,32 @@ static uint64_t hash_of(uint64_t request) {
   return request;
 }
 
-/* The probe index holding request, or the capacity when it is absent. */
-static uint64_t hash_find(const kvs_pool_slots *slots, uint64_t request) {
-  uint64_t i = hash_of(request) & slots->hash_mask;
-  for (uint64_t n = 0; n <= slots->hash_mask; n++, i = (i + 1) & slots->hash_mask) {
-    if (slots->hash_key[i] == request) return i;
-    if (slots->hash_key[i] == SLOT_HASH_EMPTY) break;
-  }
-  return slots->hash_mask + 1;
+/* The lookup's items are requests, hashed by themselves. */
+static uint64_t lookup_hash(const void *ctx, uint64_t request) {
+  (void)ctx;
+  return hash_of(request);
 }
 
-static void hash_put(kvs_pool_slots *slots, uint64_t request, uint64_t slot) {
-  uint64_t at = hash_find(slots, request);
-  if (at <= slots->hash_mask) {
-    slots->hash_slot[at] = slot;
-    return;
-  }
-  uint64_t i = hash_of(request) & slots->hash_mask;
-  while (slots->hash_key[i] != SLOT_HASH_EMPTY && slots->hash_key[i] != SLOT_HASH_GONE) {
-    i = (i + 1) & slots->hash_mask;
-  }
-  if (slots->hash_key[i] == SLOT_HASH_GONE) slots->hash_gone--;
-  slots->hash_key[i] = request;
-  slots->hash_slot[i] = slot;
+/* The lookup's position of request, or KVS_PROBE_NONE. */
+static uint64_t lookup_find(const kvs_pool_slots *slots, uint64_t request) {
+  return kvs_probe_map_find(&slots->lookup, hash_of(request), request);
 }
 
-/* Rebuilds the hash from the slot table: drops every tombstone. */
-static void hash_rebuild(kvs_pool_slots *slots) {
-  for (uint64_t i = 0; i <= slots->hash_mask; i++) slots->hash_key[i] = SLOT_HASH_EMPTY;
-  slots->hash_gone = 0;
-  for (uint64_t s = 0; s + 1 < slots->n; s++) {
-    if (slots->request[s] >= 0) hash_put(slots, (uint64_t)slots->request[s], s);
+static void lookup_put(kvs_pool_slots *slots, uint64_t request, uint64_t slot) {
+  uint64_t at = lookup_find(slots, request);
+  if (at != KVS_PROBE_NONE) {
+    slots->lookup.value[at] = slot;
+  } else {
+    kvs_probe_map_insert(&slots->lookup, hash_of(request), request, slot);
   }
 }
 
 /* Removes request's entry if it names this slot (a raw swap may have
  * pointed it elsewhere already). */
-static void hash_drop(kvs_pool_slots *slots, uint64_t request, uint64_t slot) {
-  uint64_t at = hash_find(slots, request);
-  if (at > slots->hash_mask || slots->hash_slot[at] != slot) return;
-  slots->hash_key[at] = SLOT_HASH_GONE;
-  if (++slots->hash_gone > (slots->hash_mask + 1) / 4) hash_rebuild(slots);
+static void lookup_drop(kvs_pool_slots *slots, uint64_t request, uint64_t slot) {
+  uint64_t at = lookup_find(slots, request);
+  if (at == KVS_PROBE_NONE || slots->lookup.value[at] != slot) return;
+  kvs_probe_map_erase(&slots->lookup, at, lookup_hash, NULL);
 }
 
 /* ---- digest terms ---- */
@@ -109,20 +91,16 @@ kvs_status kvs_pool_slots_init(kvs_pool_slots *slots, kvs_state_rings rings, uin
   slots->seed = malloc(n * sizeof *slots->seed);
   slots->stamp = calloc(n, sizeof *slots->stamp);
   slots->overlay = calloc(n, sizeof *slots->overlay);
-  uint64_t capacity = 4;
-  while (capacity < 2 * n_req_slots) capacity *= 2;
-  slots->hash_mask = capacity - 1;
-  slots->hash_key = malloc((size_t)capacity * sizeof *slots->hash_key);
-  slots->hash_slot = malloc((size_t)capacity * sizeof *slots->hash_slot);
+  /* The lookup holds at most one request per slot. */
+  bool lookup = kvs_probe_map_init(&slots->lookup, n_req_slots, true);
   if (slots->request == NULL || slots->seed == NULL || slots->stamp == NULL ||
-      slots->overlay == NULL || slots->hash_key == NULL || slots->hash_slot == NULL) {
+      slots->overlay == NULL || !lookup) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu request slots",
                          (unsigned long long)n_req_slots);
   }
   for (size_t i = 0; i + 1 < n; i++) slots->request[i] = KVS_SLOT_FREE;
   for (size_t i = 0; i < n; i++) slots->seed[i] = -1;
   slots->request[n - 1] = KVS_SLOT_DUMMY;
-  hash_rebuild(slots);
   slots->digest = kvs_slot_digest_term(n_req_slots - 1, (uint64_t)KVS_SLOT_DUMMY);
   return KVS_OK;
 }
@@ -132,8 +110,7 @@ void kvs_pool_slots_free(kvs_pool_slots *slots) {
   free(slots->seed);
   free(slots->stamp);
   free(slots->overlay);
-  free(slots->hash_key);
-  free(slots->hash_slot);
+  kvs_probe_map_free(&slots->lookup);
 }
 
 /* ---- lookups ---- */
@@ -141,8 +118,8 @@ void kvs_pool_slots_free(kvs_pool_slots *slots) {
 int64_t kvs_pool_slots_of(const kvs_pool_slots *slots, uint64_t request) {
   /* Past the range a request id would alias the free and dummy markers. */
   if (request >= KVS_MAX_REQUEST_ID || slots->n == 0) return -1;
-  uint64_t at = hash_find(slots, request);
-  return at > slots->hash_mask ? -1 : (int64_t)slots->hash_slot[at];
+  uint64_t at = lookup_find(slots, request);
+  return at == KVS_PROBE_NONE ? -1 : (int64_t)slots->lookup.value[at];
 }
 
 int64_t kvs_pool_slots_request(const kvs_pool_slots *slots, uint64_t slot) {
@@ -188,8 +165,8 @@ void kvs_pool_slots_set(kvs_pool_slots *slots, uint64_t slot, int64_t request) {
   if (request != before) slots->seed[slot] = -1;
   slots->request[slot] = request;
   slots->digest += term_of(slots, slot);
-  if (before >= 0) hash_drop(slots, (uint64_t)before, slot);
-  if (request >= 0) hash_put(slots, (uint64_t)request, slot);
+  if (before >= 0) lookup_drop(slots, (uint64_t)before, slot);
+  if (request >= 0) lookup_put(slots, (uint64_t)request, slot);
 }
 
 kvs_status kvs_pool_slots_bind_raw(kvs_pool_slots *slots, uint64_t slot, int64_t request,

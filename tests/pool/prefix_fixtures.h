@@ -1,14 +1,14 @@
 // The prefix-cache tests' pools: a leader that journals its decisions
 // and a follower that replays them, which must then agree.
-#ifndef KVS_TESTS_CORE_PREFIX_FIXTURES_H
-#define KVS_TESTS_CORE_PREFIX_FIXTURES_H
+#ifndef KVS_TESTS_POOL_PREFIX_FIXTURES_H
+#define KVS_TESTS_POOL_PREFIX_FIXTURES_H
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/window_pool.h"
+#include "pool/window_pool.h"
 #include "tests/core/fixtures.h"
 
 namespace kvs_test {
@@ -74,4 +74,4 @@ inline bool has(const std::string &text, const std::string &part) {
 
 }  // namespace kvs_test
 
-#endif  // KVS_TESTS_CORE_PREFIX_FIXTURES_H
+#endif  // KVS_TESTS_POOL_PREFIX_FIXTURES_H
