@@ -18,7 +18,7 @@
 
 #include "shard/comm_mpi.h"
 #include "shard/comm_self.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "shard/shard.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/workload.h"
 
 static const char usage_mpi[] =

@@ -16,7 +16,7 @@
 #include "shard/comm_loopback.h"
 #include "shard/comm_self.h"
 #include "plan/node_setup.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 

@@ -18,7 +18,7 @@
 #include "shard/step_message.h"
 #include "tools/workload.h"
 #include "shard/plan_overhead.h"
-#include "tools/plan_json.h"
+#include "kvplan/plan_json.h"
 
 /* ---- termination by the launcher ----
  * When a peer dies, mpirun terminates the survivors with SIGTERM. Say so
