@@ -127,40 +127,6 @@ kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kv
   return KVS_OK;
 }
 
-kvs_status kvs_parse_host_cache(const char *text, uint64_t *out, kvs_error *err) {
-  uint64_t value;
-  kvs_status status = kvs_parse_bytes("--host-cache", text, &value, err);
-  if (status != KVS_OK) return status;
-  if (value == 0) {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "--host-cache needs a size above 0, got '%s' (leave the flag out for no "
-                         "host tier)",
-                         text);
-  }
-  *out = value;
-  return KVS_OK;
-}
-
-kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
-  uint64_t value;
-  kvs_status status = kvs_parse_bytes(flag, text, &value, err);
-  if (status != KVS_OK) return status;
-  if (value == 0) {
-    return kvs_error_set(err, KVS_ERR_PARSE, "%s must be above 0 bytes, got '%s'", flag, text);
-  }
-  /* "--budget 80" meant 80 GiB far more often than 80 bytes: a bare number
-   * below 1 MiB holds no pool, so it is refused with the likely intent.
-   * Bytes that small stay possible when said so ("80B"). */
-  if (value < KVS_MIN_UNITLESS_MEMORY && strspn(text, "0123456789") == strlen(text)) {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "%s %s is %s bytes, under 1 MiB: did you mean %sGiB? (write %sB for "
-                         "bytes)",
-                         flag, text, text, text, text);
-  }
-  *out = value;
-  return KVS_OK;
-}
-
 kvs_status kvs_parse_tokens(const char *flag, const char *text, uint64_t *out, kvs_error *err) {
   static const struct {
     const char *suffix;
@@ -249,10 +215,8 @@ kvs_status kvs_flag_once(kvs_flags_seen *seen, const char *flag, kvs_error *err)
   return KVS_OK;
 }
 
-/* Splits a comma list and parses each item with `one`. */
-static kvs_status parse_list(
-    const char *flag, const char *text, size_t cap, size_t *n_out, kvs_error *err,
-    kvs_status (*one)(const char *, const char *, size_t, void *, kvs_error *), void *out) {
+kvs_status kvs_parse_list(const char *flag, const char *text, size_t cap, size_t *n_out,
+                          kvs_error *err, kvs_list_item_fn one, void *ctx) {
   if (text == NULL || *text == '\0') {
     return kvs_error_set(err, KVS_ERR_PARSE, "%s needs a comma-separated list", flag);
   }
@@ -271,7 +235,7 @@ static kvs_status parse_list(
     }
     memcpy(item, at, len);
     item[len] = '\0';
-    kvs_status status = one(flag, item, n, out, err);
+    kvs_status status = one(flag, item, n, ctx, err);
     if (status != KVS_OK) return status;
     n++;
     if (comma == NULL) break;
@@ -279,16 +243,6 @@ static kvs_status parse_list(
   }
   *n_out = n;
   return KVS_OK;
-}
-
-static kvs_status one_bytes(const char *flag, const char *item, size_t index, void *out,
-                            kvs_error *err) {
-  return kvs_parse_bytes(flag, item, (uint64_t *)out + index, err);
-}
-
-static kvs_status one_budget(const char *flag, const char *item, size_t index, void *out,
-                             kvs_error *err) {
-  return kvs_parse_budget(flag, item, (uint64_t *)out + index, err);
 }
 
 static kvs_status one_u32(const char *flag, const char *item, size_t index, void *out,
@@ -303,19 +257,9 @@ static kvs_status one_u32(const char *flag, const char *item, size_t index, void
   return KVS_OK;
 }
 
-kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
-                                size_t *n_out, kvs_error *err) {
-  return parse_list(flag, text, cap, n_out, err, one_bytes, out);
-}
-
-kvs_status kvs_parse_budget_list(const char *flag, const char *text, uint64_t *out, size_t cap,
-                                 size_t *n_out, kvs_error *err) {
-  return parse_list(flag, text, cap, n_out, err, one_budget, out);
-}
-
 kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
                               size_t *n_out, kvs_error *err) {
-  return parse_list(flag, text, cap, n_out, err, one_u32, out);
+  return kvs_parse_list(flag, text, cap, n_out, err, one_u32, out);
 }
 
 /* A flag's name without its dashes and its "=value": start, length. */

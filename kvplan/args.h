@@ -27,18 +27,9 @@ kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_
 kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
 /* A bare number below this is refused where memory is meant (a budget, a
- * GPU's memory): "--budget 80" is far likelier 80 GiB than 80 bytes. */
+ * GPU's memory: kvplan/deploy_flags.h): "--budget 80" is far likelier
+ * 80 GiB than 80 bytes. */
 #define KVS_MIN_UNITLESS_MEMORY (UINT64_C(1) << 20)
-
-/* A budget: a byte count above zero (a zero budget holds no pool; it is
- * refused as bad usage, never taken to mean "not given"); a bare number
- * under 1 MiB is refused asking "did you mean <n>GiB?" ("80B" says bytes). */
-kvs_status kvs_parse_budget(const char *flag, const char *text, uint64_t *out, kvs_error *err);
-
-/* A host tier's size (--host-cache, of the node, kvsim and kvplan): a byte
- * count above zero. Zero is refused, never taken for "none": leaving the
- * flag out means no tier. */
-kvs_status kvs_parse_host_cache(const char *text, uint64_t *out, kvs_error *err);
 
 /* A token count: an integer, or one with K (x 1024) or M (x 1048576):
  * "1048576", "1M", "128K". Nothing else (no decimals, spaces or signs). */
@@ -71,12 +62,15 @@ typedef struct kvs_flags_seen {
 } kvs_flags_seen;
 kvs_status kvs_flag_once(kvs_flags_seen *seen, const char *flag, kvs_error *err);
 
-/* A comma-separated list of byte counts or integers into out[0..cap). */
-kvs_status kvs_parse_bytes_list(const char *flag, const char *text, uint64_t *out, size_t cap,
-                                size_t *n_out, kvs_error *err);
-/* A comma-separated list of budgets (each as kvs_parse_budget). */
-kvs_status kvs_parse_budget_list(const char *flag, const char *text, uint64_t *out, size_t cap,
-                                 size_t *n_out, kvs_error *err);
+/* A comma-separated list: each item (at most 63 characters) read by
+ * one(flag, item, index, ctx, err), at most cap of them; *n_out the count.
+ * An empty list, an empty or overlong item and more than cap items are
+ * refused naming the flag. */
+typedef kvs_status (*kvs_list_item_fn)(const char *flag, const char *item, size_t index, void *ctx,
+                                       kvs_error *err);
+kvs_status kvs_parse_list(const char *flag, const char *text, size_t cap, size_t *n_out,
+                          kvs_error *err, kvs_list_item_fn one, void *ctx);
+/* A comma-separated list of 32-bit integers into out[0..cap). */
 kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out, size_t cap,
                               size_t *n_out, kvs_error *err);
 

@@ -6,13 +6,11 @@
 #ifndef KVS_KVPLAN_KVPLAN_H
 #define KVS_KVPLAN_KVPLAN_H
 
+#include "kvplan/deploy_flags.h" /* KVS_KVPLAN_MAX_GPUS */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The largest tensor-parallel group or pipeline kvplan plans (--tp and
- * --pp, the default layout, fit's layouts), and the longest per-GPU list. */
-#define KVS_KVPLAN_MAX_GPUS 1024
 
 /* argv[1] the subcommand (none: plan's flags), as the program takes it. */
 int kvs_kvplan_run(int argc, char **argv);

@@ -36,60 +36,51 @@
 #include "topology/topology.h"
 #include "kvplan/tool_io.h"
 
+/* The deployment flags fit takes: the machine and its memory, and the
+ * weights as a total or by kind (it finds the layout and the budget). */
+#define FIT_DEPLOY_FLAGS                                                                  \
+  (KVS_DEPLOY_BIT(KVS_DEPLOY_TOPOLOGY) | KVS_DEPLOY_BIT(KVS_DEPLOY_NODES) |               \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_MEM_FRACTION) | KVS_DEPLOY_BIT(KVS_DEPLOY_RESERVE) |         \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS_TOTAL) | KVS_DEPLOY_BIT(KVS_DEPLOY_EXPERT_WEIGHTS) | \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_SHARED_WEIGHTS) | KVS_DEPLOY_BIT(KVS_DEPLOY_GPU_MEMORY) |    \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_FREE_BEFORE_LOAD))
+
 enum {
   OPT_CONTEXT = 1,
   OPT_CONCURRENCY,
   OPT_MAX_CONCURRENCY,
-  OPT_TOPOLOGY,
-  OPT_MEM_FRACTION,
-  OPT_RESERVE,
-  OPT_WEIGHTS_TOTAL,
-  OPT_EXPERT_WEIGHTS,
-  OPT_SHARED_WEIGHTS,
-  OPT_GPU_MEMORY,
-  OPT_FREE_BEFORE_LOAD,
-  OPT_NODES,
   OPT_JSON,
   OPT_PROGRESS_S,
 };
 
 static void usage(FILE *out) {
+  fputs(
+      "usage: kvplan fit --context L (--concurrency C | --max-concurrency) [flags]\n"
+      "  --context L             tokens of every request (prompt and output): 1048576,\n"
+      "                          1M, 128K\n"
+      "  --concurrency C         requests served at once (every DP group of every replica\n"
+      "                          of a layout shares them evenly)\n"
+      "  --max-concurrency       instead: how many requests of L tokens each layout holds\n",
+      out);
+  kvs_deploy_flags_help(out, FIT_DEPLOY_FLAGS);
   fprintf(out,
-          "usage: kvplan fit --context L (--concurrency C | --max-concurrency) [flags]\n"
-          "  --context L             tokens of every request (prompt and output): 1048576,\n"
-          "                          1M, 128K\n"
-          "  --concurrency C         requests served at once (every DP group of every replica\n"
-          "                          of a layout shares them evenly)\n"
-          "  --max-concurrency       instead: how many requests of L tokens each layout holds\n"
-          "  --topology FILE|live|bundled  as for kvplan plan (a list: one node each)\n"
-          "  --nodes N               N identical nodes of that topology (default 1; a demand\n"
-          "                          one node cannot serve names the nodes it needs)\n"
-          "  --mem-fraction F        share of each GPU's memory the engine may use (default\n"
-          "                          0.9; with --engine sglang its --mem-fraction-static,\n"
-          "                          default SGLang's own): a layout fits when it needs at\n"
-          "                          most this\n"
-          "  --reserve BYTES         taken off that share for the node's buffers beside its\n"
-          "                          carve and the CUDA runtime (512MiB); must hold the\n"
-          "                          buffers of every answer's plan, else exit 1\n"
-          "  --gpu-memory BYTES      every GPU's memory (default: measured, else the total\n"
-          "                          its driver reports)\n"
-          "  --free-before-load BYTES  with --engine sglang: free memory before the weights\n"
-          "                          load (default: measured, else memory less 2.5 GiB)\n"
-          "  --weights-total BYTES   the whole model's weights, spread evenly over its\n"
-          "                          layers (default: counted from a model folder, else\n"
-          "                          not counted)\n"
-          "  --expert-weights BYTES --shared-weights BYTES\n"
-          "                          the same in two kinds, which adds the dp x ep layouts\n"
           "%s"
           "  --json                  one JSON object on stdout\n"
           "  --progress-s T          seconds between progress lines on stderr while layouts\n"
           "                          are tried, [0, 86400] (default 2; 0: none), as kvsim's\n"
+          "A layout fits when it needs at most --mem-fraction of each GPU (with --engine\n"
+          "sglang: its --mem-fraction-static, default SGLang's own). --nodes defaults to 1: a\n"
+          "demand one node cannot serve names the nodes it needs. Weights default to those\n"
+          "counted from a model folder, else none; split by kind, they add the dp x ep\n"
+          "layouts. The reserve must hold the buffers of every answer's plan, else exit 1.\n"
           "exit status: 0 some layout fits, 1 none does, 2 bad usage\n",
           kvs_plan_options_help);
 }
 
-/* The demand: its tokens, its count, or the question of the count. */
-static kvs_status demand_flag(fit_args *a, int id, const char *value, kvs_error *err) {
+/* fit's own flags: the demand (its tokens, its count, or the question of
+ * the count) and how it answers. */
+static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err) {
+  fit_args *a = ctx;
   kvs_status status;
   switch (id) {
     case OPT_CONTEXT:
@@ -120,73 +111,15 @@ static kvs_status demand_flag(fit_args *a, int id, const char *value, kvs_error 
   }
 }
 
-/* The memory and the weights each layout is judged on. */
-static kvs_status memory_flag(fit_args *a, int id, const char *value, kvs_error *err) {
-  kvs_status status;
-  switch (id) {
-    case OPT_MEM_FRACTION:
-      a->have_fraction = true;
-      status = kvs_parse_double("--mem-fraction", value, &a->fraction, err);
-      if (status == KVS_OK && !(a->fraction > 0.0 && a->fraction <= 1.0)) {
-        return kvs_error_set(err, KVS_ERR_PARSE, "--mem-fraction must be in (0, 1], got %s", value);
-      }
-      return status;
-    case OPT_RESERVE:
-      a->have_reserve = true;
-      return kvs_parse_bytes("--reserve", value, &a->reserve, err);
-    case OPT_WEIGHTS_TOTAL:
-      a->have_weights_total = true;
-      return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
-    case OPT_EXPERT_WEIGHTS:
-      a->have_expert_weights = true;
-      return kvs_parse_bytes("--expert-weights", value, &a->expert_weights, err);
-    case OPT_SHARED_WEIGHTS:
-      a->have_shared_weights = true;
-      return kvs_parse_bytes("--shared-weights", value, &a->shared_weights, err);
-    case OPT_GPU_MEMORY:
-      return kvs_parse_budget("--gpu-memory", value, &a->gpu_memory, err);
-    default:
-      return kvs_parse_budget("--free-before-load", value, &a->free_before_load, err);
-  }
-}
-
-static kvs_status fit_flag(void *ctx, int id, const char *value, kvs_error *err) {
-  fit_args *a = ctx;
-  kvs_status status;
-  switch (id) {
-    case OPT_TOPOLOGY:
-      a->topology = value;
-      return KVS_OK;
-    case OPT_NODES:
-      a->have_nodes = true;
-      status = kvs_parse_u64("--nodes", value, &a->nodes, err);
-      if (status == KVS_OK && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
-        return kvs_error_set(err, KVS_ERR_PARSE, "--nodes must be between 1 and %d, got %s",
-                             KVS_MAX_NODES, value);
-      }
-      return status;
-    case OPT_MEM_FRACTION:
-    case OPT_RESERVE:
-    case OPT_WEIGHTS_TOTAL:
-    case OPT_EXPERT_WEIGHTS:
-    case OPT_SHARED_WEIGHTS:
-    case OPT_GPU_MEMORY:
-    case OPT_FREE_BEFORE_LOAD:
-      return memory_flag(a, id, value, err);
-    default:
-      return demand_flag(a, id, value, err);
-  }
-}
-
 /* Weights come from a model folder's safetensors unless a flag gives them;
  * a built-in model or a bare config.json carries none. */
 static bool from_folder(const kvs_plan_model *m) { return m->have_config && m->config.is_folder; }
 
 const char *fit_weights_source(const fit_args *a, const kvs_plan_model *m) {
-  return a->have_expert_weights  ? "split"
-         : a->have_weights_total ? "total"
-         : from_folder(m)        ? "folder"
-                                 : "none";
+  return a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS]  ? "split"
+         : a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL] ? "total"
+         : from_folder(m)                            ? "folder"
+                                                     : "none";
 }
 
 /* The flags fit refuses together, before any model is read. Returns 0 or
@@ -199,15 +132,19 @@ static int check_flags(const fit_args *a) {
       : a->have_concurrency && a->max_concurrency
           ? "give --concurrency C (does the demand fit?) or --max-concurrency (how many fit?), "
             "not both"
-      : a->have_expert_weights != a->have_shared_weights
-          ? "--expert-weights and --shared-weights come together"
-      : a->have_expert_weights && a->have_weights_total
-          ? "give --weights-total or --expert-weights with --shared-weights, not both"
-      : a->free_before_load != 0 && !a->options.engine_sglang
-          ? "--free-before-load is P of SGLang's memory rule: give --engine sglang"
-      : a->have_reserve && a->options.engine_sglang
-          ? "--reserve is kvshard's rule; SGLang reserves nothing at sizing time: drop it"
           : NULL;
+  kvs_error err;
+  if (refusal == NULL &&
+      kvs_deploy_flags_check(&a->deploy, FIT_DEPLOY_FLAGS, NULL, false, &err) != KVS_OK) {
+    refusal = err.message;
+  }
+  if (refusal == NULL) {
+    refusal = a->deploy.given[KVS_DEPLOY_FREE_BEFORE_LOAD] && !a->options.engine_sglang
+                  ? "--free-before-load is P of SGLang's memory rule: give --engine sglang"
+              : a->deploy.given[KVS_DEPLOY_RESERVE] && a->options.engine_sglang
+                  ? "--reserve is kvshard's rule; SGLang reserves nothing at sizing time: drop it"
+                  : NULL;
+  }
   if (refusal != NULL) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", refusal);
     return 2;
@@ -271,16 +208,18 @@ void fit_run_free(fit_run *r) {
 int fit_count_weights(fit_run *r) {
   const fit_args *a = r->a;
   kvs_error err;
-  const kvs_plan_weights_given given = {a->have_weights_total, a->weights_total,
-                                        a->have_expert_weights, a->expert_weights,
-                                        a->shared_weights};
+  const kvs_plan_weights_given given = {a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL],
+                                        a->deploy.weights_total,
+                                        a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS],
+                                        a->deploy.expert_weights, a->deploy.shared_weights};
   if (r->weights != NULL &&
       kvs_plan_weights_of(&r->m->config, &given, r->weights, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 2;
   }
-  r->split = a->have_expert_weights ||
-             (r->weights != NULL && !a->have_weights_total && r->weights->n_expert_tensors > 0);
+  r->split = a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS] ||
+             (r->weights != NULL && !a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL] &&
+              r->weights->n_expert_tensors > 0);
   if (!r->split && r->weights != NULL) {
     fprintf(r->notes,
             "kvplan: trying tp x pp layouts only: data-parallel attention with expert "
@@ -295,7 +234,7 @@ int fit_count_weights(fit_run *r) {
 int fit_open_cluster(const fit_args *a, size_t nodes, FILE *notes, kvs_cluster_t *topo) {
   char why[768];
   kvs_error err;
-  if (kvs_cluster_open(a->topology, nodes, topo, why, sizeof why, &err) != KVS_OK) {
+  if (kvs_cluster_open(a->deploy.topology, nodes, topo, why, sizeof why, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     kvs_cluster_destroy(*topo);
     *topo = NULL;
@@ -322,7 +261,8 @@ static int run(fit_args *a, kvs_plan_model *m) {
             "to count them from its safetensors, or --weights-total BYTES\n",
             m->name);
   }
-  rc = fit_open_cluster(a, a->have_nodes ? (size_t)a->nodes : 0, r.notes, &r.topo);
+  rc = fit_open_cluster(a, a->deploy.given[KVS_DEPLOY_NODES] ? (size_t)a->deploy.nodes : 0, r.notes,
+                        &r.topo);
   if (rc == 0) rc = fit_run_alloc(&r);
   if (rc == 0) rc = fit_count_weights(&r);
   if (rc == 0) rc = fit_evaluate_all(&r);
@@ -336,32 +276,29 @@ int kvs_kvplan_fit(int argc, char **argv) {
       {"context", required_argument, NULL, OPT_CONTEXT},
       {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
       {"max-concurrency", no_argument, NULL, OPT_MAX_CONCURRENCY},
-      {"topology", required_argument, NULL, OPT_TOPOLOGY},
-      {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
-      {"reserve", required_argument, NULL, OPT_RESERVE},
-      {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
-      {"expert-weights", required_argument, NULL, OPT_EXPERT_WEIGHTS},
-      {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
-      {"gpu-memory", required_argument, NULL, OPT_GPU_MEMORY},
-      {"free-before-load", required_argument, NULL, OPT_FREE_BEFORE_LOAD},
-      {"nodes", required_argument, NULL, OPT_NODES},
       {"json", no_argument, NULL, OPT_JSON},
       {"progress-s", required_argument, NULL, OPT_PROGRESS_S},
   };
-  fit_args a;
-  memset(&a, 0, sizeof a);
-  a.progress_s = 2.0;
-  kvs_plan_options_init(&a.options);
-  int rc = kvs_plan_options_parse("kvplan fit", argc, argv, own, sizeof own / sizeof own[0],
-                                  fit_flag, &a, &a.options, usage);
-  if (rc != 0) return rc < 0 ? 0 : rc;
-  if ((rc = check_flags(&a)) != 0) return rc;
+  /* On the heap: the deployment flags' per-GPU lists are 16 KiB, and
+   * kvs_plan_run may run on a thread with a small stack. */
+  fit_args *a = calloc(1, sizeof *a);
   kvs_plan_model *model = malloc(sizeof *model);
-  if (model == NULL) {
+  if (a == NULL || model == NULL) {
     fprintf(kvs_tool_err(), "kvplan fit: out of memory\n");
+    free(a);
+    free(model);
     return 1;
   }
-  rc = run(&a, model);
+  a->progress_s = 2.0;
+  kvs_plan_options_init(&a->options);
+  kvs_deploy_flags_init(&a->deploy);
+  const kvs_plan_parser parser = {"kvplan fit", own,         sizeof own / sizeof own[0],
+                                  fit_flag,     a,           FIT_DEPLOY_FLAGS,
+                                  &a->deploy,   &a->options, usage};
+  int rc = kvs_plan_options_parse(&parser, argc, argv);
+  if (rc == 0) rc = check_flags(a);
+  if (rc == 0) rc = run(a, model);
+  free(a);
   free(model);
-  return rc;
+  return rc < 0 ? 0 : rc;
 }

@@ -19,13 +19,10 @@
 
 typedef struct fit_args {
   kvs_plan_options options;
-  bool have_context, have_concurrency, max_concurrency, have_fraction, have_reserve, json;
-  bool have_weights_total, have_expert_weights, have_shared_weights, have_nodes;
-  uint64_t context, concurrency, reserve, weights_total, expert_weights, shared_weights, nodes;
-  uint64_t gpu_memory, free_before_load; /* 0: not given */
-  double fraction;
+  kvs_deploy_flags deploy; /* the deployment flags (kvplan/deploy_flags.h) */
+  bool have_context, have_concurrency, max_concurrency, json;
+  uint64_t context, concurrency;
   double progress_s; /* --progress-s; 0: no progress lines */
-  const char *topology;
 } fit_args;
 
 /* What one run holds: the named cluster, the rows found and the scratch

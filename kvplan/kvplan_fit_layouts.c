@@ -83,27 +83,28 @@ static int cluster_of(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memo
   size_t n = kvs_cluster_gpu_count(cluster);
   const kvs_gpu_info *gpus = kvs_cluster_gpus(cluster);
   kvs_budget_request br = KVS_BUDGET_REQUEST_INIT;
-  if (a->have_reserve) br.reserve_bytes = a->reserve;
+  if (a->deploy.given[KVS_DEPLOY_RESERVE]) br.reserve_bytes = a->deploy.reserve;
   br.memory_ratio = 1.0; /* the memory itself; the share is what is searched */
-  if (kvs_node_budgets_on_memory(&br, a->gpu_memory, gpus, n, memory, &err) != KVS_OK) {
+  if (kvs_node_budgets_on_memory(&br, a->deploy.gpu_memory, gpus, n, memory, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
     return 1;
   }
-  *c = (fit_cluster){.m = r->m,
-                     .options = &a->options,
-                     .gpus = gpus,
-                     .n_gpus = n,
-                     .nodes = kvs_cluster_node_count(cluster),
-                     .memory = memory,
-                     .budgets = r->budgets,
-                     .weights = r->weights,
-                     .layer = r->layer,
-                     .context = a->context,
-                     .fraction = a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO,
-                     .engine = a->options.engine_sglang,
-                     .free_given = a->free_before_load,
-                     .memory_given = a->gpu_memory,
-                     .engine_fraction = a->have_fraction ? a->fraction : -1.0};
+  *c = (fit_cluster){
+      .m = r->m,
+      .options = &a->options,
+      .gpus = gpus,
+      .n_gpus = n,
+      .nodes = kvs_cluster_node_count(cluster),
+      .memory = memory,
+      .budgets = r->budgets,
+      .weights = r->weights,
+      .layer = r->layer,
+      .context = a->context,
+      .fraction = a->deploy.mem_fraction,
+      .engine = a->options.engine_sglang,
+      .free_given = a->deploy.free_before_load,
+      .memory_given = a->deploy.gpu_memory,
+      .engine_fraction = a->deploy.given[KVS_DEPLOY_MEM_FRACTION] ? a->deploy.mem_fraction : -1.0};
   return 0;
 }
 
@@ -181,7 +182,8 @@ int fit_evaluate_all(fit_run *r) {
   if (rc != 0) return rc;
   bool fits_one = false;
   for (size_t i = 0; i < r->n_rows; i++) fits_one |= row_fits(r, &r->rows[i]);
-  bool grow = !fits_one && !r->a->have_nodes && kvs_cluster_node_count(r->topo) == 1;
+  bool grow =
+      !fits_one && !r->a->deploy.given[KVS_DEPLOY_NODES] && kvs_cluster_node_count(r->topo) == 1;
   for (size_t nodes = 2; grow && nodes <= 4; nodes *= 2) {
     kvs_cluster_t more = NULL;
     if ((rc = fit_open_cluster(r->a, nodes, NULL, &more)) != 0) return rc;

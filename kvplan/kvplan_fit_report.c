@@ -119,8 +119,7 @@ static void print_json(const fit_run *r, bool any) {
   json_object_set_new(root, "memory_bytes", kvs_json_u64(r->memory[0].memory_bytes));
   json_object_set_new(root, "budget_source",
                       json_string(kvs_budget_source_name(r->memory[0].source)));
-  json_object_set_new(root, "mem_fraction",
-                      json_real(a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO));
+  json_object_set_new(root, "mem_fraction", json_real(a->deploy.mem_fraction));
   json_object_set_new(root, "reserve_bytes", kvs_json_u64(r->memory[0].reserve_bytes));
   json_object_set_new(root, "weights_source", json_string(fit_weights_source(a, r->m)));
   json_object_set_new(root, "engine", engine_of(a) ? json_string("sglang") : json_null());
@@ -206,7 +205,7 @@ static void fit_print_table(const fit_run *r) {
   }
   fprintf(kvs_tool_out(),
           "memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
-          a->have_fraction ? a->fraction : KVS_DEFAULT_MEMORY_RATIO,
+          a->deploy.mem_fraction,
           kvs_format_bytes(r->memory[0].reserve_bytes, reserve, sizeof reserve),
           fit_weights_source(a, r->m),
           engine_of(a) ? "; SGLang's own rule and default fraction beside it" : "");
@@ -252,7 +251,7 @@ static int fit_headline(const fit_run *r, bool any) {
     fprintf(kvs_tool_err(),
             "kvplan fit: no layout of %s serves the demand (%llu requests of %llu tokens)%s\n",
             nodes, (unsigned long long)a->concurrency, (unsigned long long)a->context,
-            planned == 1 && !a->have_nodes ? "; nor do 2 or 4 such nodes" : "");
+            planned == 1 && !a->deploy.given[KVS_DEPLOY_NODES] ? "; nor do 2 or 4 such nodes" : "");
   }
   return 1;
 }

@@ -39,144 +39,48 @@
 
 #define MAX_GPUS KVS_KVPLAN_MAX_GPUS
 
+/* The deployment flags plan takes: all of them. */
+#define PLAN_DEPLOY_FLAGS KVS_DEPLOY_ALL
+
 enum {
-  OPT_TOPOLOGY = 1,
-  OPT_TP,
-  OPT_PP,
-  OPT_BUDGET,
-  OPT_BUDGET_PER_GPU,
-  OPT_MEMORY_RATIO,
-  OPT_MEM_FRACTION,
-  OPT_WEIGHTS,
-  OPT_WEIGHTS_PER_GPU,
-  OPT_WEIGHTS_TOTAL,
-  OPT_RESERVE,
-  OPT_JSON,
+  OPT_JSON = 1,
   OPT_SVG,
-  OPT_NODES,
-  OPT_ALLOW_CROSS_NODE_TP,
-  OPT_GPU_MEMORY,
   OPT_DP,
   OPT_EP,
-  OPT_EXPERT_WEIGHTS,
-  OPT_SHARED_WEIGHTS,
-  OPT_FREE_BEFORE_LOAD,
   OPT_LAUNCH,
   OPT_PREFIX_CACHE,
-  OPT_HOST_CACHE,
 };
 
 static void usage(FILE *out) {
+  fputs("usage: kvplan [plan] [flags]\n", out);
+  kvs_deploy_flags_help(out, PLAN_DEPLOY_FLAGS);
   fprintf(out,
-          "usage: kvplan [plan] [flags]\n"
-          "  --topology FILE|live|bundled  hwloc XML export, the running machine or the\n"
-          "                          built-in 8-GPU server (default: live when CUDA sees\n"
-          "                          GPUs, else bundled); a comma-separated list of\n"
-          "                          exports plans a cluster, one node each, in order\n"
-          "  --nodes N               N identical nodes of that topology (1..64)\n"
-          "  --allow-cross-node-tp   let a tensor-parallel group span nodes (refused\n"
-          "                          otherwise)\n"
-          "  --tp N --pp N           tensor x pipeline parallel layout (default: all GPUs as\n"
-          "                          one TP group; one of them alone takes the rest); tp x pp\n"
-          "                          dividing the GPUs runs GPUs/(tp x pp) replicas\n"
           "  --dp N                  attention data-parallel groups per replica, each tp x pp\n"
           "                          ranks with its own requests and KV (default 1)\n"
           "  --ep N                  routed experts sharded over N GPUs, dividing tp x dp\n"
           "                          (default 1); needs the weights split by kind\n"
-          "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"
-          "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"
-          "  --mem-fraction F        share of each GPU's memory for weights, KV and the\n"
-          "                          reserve (default 0.9; --memory-ratio is the same flag)\n"
-          "  --weights BYTES         model weights on every GPU, as the engine measured them\n"
-          "  --weights-per-gpu B0,.. the same per GPU, in GPU index order (default: counted\n"
-          "                          from a model folder, else not counted)\n"
-          "  --weights-total BYTES   the whole model's weights, not yet measured: spread\n"
-          "                          evenly over its layers, each stage paying its own\n"
-          "  --expert-weights BYTES --shared-weights BYTES\n"
-          "                          the same in two kinds: routed experts (divided over\n"
-          "                          tp x dp GPUs) and the rest (divided over tp)\n"
-          "  --reserve BYTES         taken off that share for the node's buffers beside its\n"
-          "                          carve and the CUDA runtime (512MiB); must hold the\n"
-          "                          buffers (node_overhead_bytes), else exit 1\n"
-          "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
-          "                          total its driver reports (H200: 143771MiB); decimals\n"
-          "                          take a unit (140.4GiB)\n"
-          "  --free-before-load BYTES  with --engine sglang: every GPU's free memory before\n"
-          "                          the weights load, P of SGLang's rule (default: measured,\n"
-          "                          else the GPU's memory less 2.5 GiB of context)\n"
           "  --launch                with --engine sglang: the SGLang flags that reproduce\n"
           "                          the plan (JSON: launch)\n"
           "  --prefix-cache          with a prefix cache: the retained window tails the\n"
-          "                          window holds past the running requests' working set\n"
-          "  --host-cache BYTES      its host tier of BYTES per machine (implies\n"
-          "                          --prefix-cache): its slots, slot bytes and tokens\n"
+          "                          window holds past the running requests' working set;\n"
+          "                          --host-cache implies it (its slots, slot bytes, tokens)\n"
           "%s"
           "  --json                  one JSON object on stdout (notes go to stderr)\n"
           "  --svg FILE              write the memory map as SVG\n"
+          "--tp and --pp default to all GPUs as one TP group (one of them alone takes the\n"
+          "rest); tp x pp dividing the GPUs runs GPUs/(tp x pp) replicas. Weights default\n"
+          "to those counted from a model folder, else none. A --reserve that cannot hold\n"
+          "the node's buffers beside its carve is exit 1.\n"
           "With --engine sglang the budget is SGLang's: free after load - free before load\n"
           "x (1 - --mem-fraction), --mem-fraction defaulting to SGLang's own for the GPU\n"
           "exit status: 0 planned, 1 the plan cannot be made here, 2 bad usage\n",
           kvs_plan_options_help);
 }
 
-static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error *err);
-
-/* One of plan's own flags into args. */
+/* One of plan's own flags into args: data-parallel attention, expert
+ * parallelism, the engine's launch flags, the prefix cache and output. */
 static kvs_status plan_flag(void *ctx, int id, const char *value, kvs_error *err) {
   plan_args *a = ctx;
-  switch (id) {
-    case OPT_TOPOLOGY:
-      a->topology = value;
-      return KVS_OK;
-    case OPT_TP:
-      a->have_tp = true;
-      return kvs_parse_u64("--tp", value, &a->tp, err);
-    case OPT_PP:
-      a->have_pp = true;
-      return kvs_parse_u64("--pp", value, &a->pp, err);
-    case OPT_BUDGET:
-      a->have_budget = true;
-      return kvs_parse_budget("--budget", value, &a->budget, err);
-    case OPT_BUDGET_PER_GPU:
-      return kvs_parse_budget_list("--budget-per-gpu", value, a->budgets, MAX_GPUS, &a->n_budgets,
-                                   err);
-    case OPT_MEMORY_RATIO:
-      a->have_ratio = true;
-      return kvs_parse_double("--memory-ratio", value, &a->memory_ratio, err);
-    case OPT_MEM_FRACTION:
-      a->have_fraction = true;
-      return kvs_parse_double("--mem-fraction", value, &a->memory_ratio, err);
-    case OPT_WEIGHTS:
-      a->have_weights = true;
-      return kvs_parse_bytes("--weights", value, &a->weights, err);
-    case OPT_WEIGHTS_TOTAL:
-      a->have_weights_total = true;
-      return kvs_parse_bytes("--weights-total", value, &a->weights_total, err);
-    case OPT_WEIGHTS_PER_GPU:
-      return kvs_parse_bytes_list("--weights-per-gpu", value, a->weights_list, MAX_GPUS,
-                                  &a->n_weights, err);
-    case OPT_RESERVE:
-      a->have_reserve = true;
-      return kvs_parse_bytes("--reserve", value, &a->reserve, err);
-    case OPT_JSON:
-      a->json = true;
-      return KVS_OK;
-    case OPT_NODES:
-      a->have_nodes = true;
-      return kvs_parse_u64("--nodes", value, &a->nodes, err);
-    case OPT_ALLOW_CROSS_NODE_TP:
-      a->allow_cross_node_tp = true;
-      return KVS_OK;
-    case OPT_GPU_MEMORY:
-      return kvs_parse_budget("--gpu-memory", value, &a->gpu_memory, err);
-    default:
-      return engine_flag(a, id, value, err);
-  }
-}
-
-/* The flags of data-parallel attention, expert parallelism and the
- * engine's memory rule. */
-static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error *err) {
   switch (id) {
     case OPT_DP:
       a->have_dp = true;
@@ -185,114 +89,31 @@ static kvs_status engine_flag(plan_args *a, int id, const char *value, kvs_error
     case OPT_EP:
       a->have_ep = true;
       return kvs_parse_u64_in("--ep", value, 1, MAX_GPUS, "a GPU count in [1, 1024]", &a->ep, err);
-    case OPT_EXPERT_WEIGHTS:
-      a->have_expert_weights = true;
-      return kvs_parse_bytes("--expert-weights", value, &a->expert_weights, err);
-    case OPT_SHARED_WEIGHTS:
-      a->have_shared_weights = true;
-      return kvs_parse_bytes("--shared-weights", value, &a->shared_weights, err);
-    case OPT_FREE_BEFORE_LOAD:
-      return kvs_parse_budget("--free-before-load", value, &a->free_before_load, err);
     case OPT_LAUNCH:
       a->launch = true;
       return KVS_OK;
     case OPT_PREFIX_CACHE:
       a->prefix_cache = true;
       return KVS_OK;
-    case OPT_HOST_CACHE:
-      a->host_cache_text = value;
-      return kvs_parse_host_cache(value, &a->host_cache, err);
+    case OPT_JSON:
+      a->json = true;
+      return KVS_OK;
     default:
       a->svg = value;
       return KVS_OK; /* OPT_SVG */
   }
 }
 
-static bool explicit_budget(const plan_args *a) { return a->have_budget || a->n_budgets > 0; }
-
-/* The weights given by flag, by kind: --expert-weights and
- * --shared-weights come together. */
-static int check_weight_flags(const plan_args *a) {
-  if (a->have_expert_weights != a->have_shared_weights) {
-    fprintf(kvs_tool_err(), "kvplan plan: --%s needs --%s: the two kinds come together\n",
-            a->have_expert_weights ? "expert-weights" : "shared-weights",
-            a->have_expert_weights ? "shared-weights" : "expert-weights");
-    return 2;
-  }
-  if (a->have_weights + (a->n_weights > 0) + a->have_weights_total + a->have_expert_weights > 1) {
-    fprintf(kvs_tool_err(),
-            "kvplan plan: give one of --weights, --weights-per-gpu and --weights-total (or "
-            "--expert-weights with --shared-weights)\n");
-    return 2;
-  }
-  return 0;
-}
-
-/* Budgets given as bytes exclude every flag that makes them from memory;
- * the fraction is one flag under two names and a share of the memory. */
-static int check_memory_flags(const plan_args *a) {
-  if ((a->have_budget ? 1 : 0) + (a->n_budgets > 0 ? 1 : 0) > 1) {
-    fprintf(kvs_tool_err(), "kvplan plan: give --budget or --budget-per-gpu, not both\n");
-    return 2;
-  }
-  if (a->have_ratio && a->have_fraction) {
-    fprintf(kvs_tool_err(),
-            "kvplan plan: --memory-ratio and --mem-fraction are one flag; give it once\n");
-    return 2;
-  }
-  int rc = check_weight_flags(a);
-  if (rc != 0) return rc;
-  const char *flag = a->have_ratio            ? "memory-ratio"
-                     : a->have_fraction       ? "mem-fraction"
-                     : a->have_reserve        ? "reserve"
-                     : a->have_weights        ? "weights"
-                     : a->n_weights > 0       ? "weights-per-gpu"
-                     : a->gpu_memory          ? "gpu-memory"
-                     : a->have_weights_total  ? "weights-total"
-                     : a->have_expert_weights ? "expert-weights"
-                     : a->free_before_load    ? "free-before-load"
-                                              : NULL;
-  if (flag != NULL && explicit_budget(a)) {
-    fprintf(kvs_tool_err(),
-            "kvplan plan: --%s applies to measured memory; --budget and "
-            "--budget-per-gpu give the bytes themselves\n",
-            flag);
-    return 2;
-  }
-  if (!(a->memory_ratio > 0.0 && a->memory_ratio <= 1.0)) {
-    fprintf(kvs_tool_err(), "kvplan plan: --%s must be in (0, 1], got %g\n",
-            a->have_ratio ? "memory-ratio" : "mem-fraction", a->memory_ratio);
-    return 2;
-  }
-  return 0;
-}
-
-/* --nodes, --tp and --pp within their bounds (--dp and --ep are held to
- * theirs as they are parsed). */
-static int check_counts(const plan_args *a) {
-  if (a->have_nodes && (a->nodes == 0 || a->nodes > KVS_MAX_NODES)) {
-    fprintf(kvs_tool_err(), "kvplan plan: --nodes must be between 1 and %d, got %llu\n",
-            KVS_MAX_NODES, (unsigned long long)a->nodes);
-    return 2;
-  }
-  if (a->have_tp && (a->tp == 0 || a->tp > MAX_GPUS)) {
-    fprintf(kvs_tool_err(), "kvplan plan: --tp must be between 1 and %d, got %llu\n", MAX_GPUS,
-            (unsigned long long)a->tp);
-    return 2;
-  }
-  if (a->have_pp && (a->pp == 0 || a->pp > MAX_GPUS)) {
-    fprintf(kvs_tool_err(), "kvplan plan: --pp must be between 1 and %d, got %llu\n", MAX_GPUS,
-            (unsigned long long)a->pp);
-    return 2;
-  }
-  return 0;
+static bool explicit_budget(const plan_args *a) {
+  return a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.given[KVS_DEPLOY_BUDGET_PER_GPU];
 }
 
 /* The flags that only SGLang's rule reads, and the one it does not. */
 static int check_engine_flags(const plan_args *a) {
-  const char *needs = a->free_before_load != 0 ? "--free-before-load is P of SGLang's memory rule"
-                      : a->launch              ? "--launch prints SGLang's flags"
-                                               : NULL;
+  const char *needs = a->deploy.given[KVS_DEPLOY_FREE_BEFORE_LOAD]
+                          ? "--free-before-load is P of SGLang's memory rule"
+                      : a->launch ? "--launch prints SGLang's flags"
+                                  : NULL;
   if (needs != NULL && !a->options.engine_sglang) {
     fprintf(kvs_tool_err(), "kvplan plan: %s: give --engine sglang\n", needs);
     return 2;
@@ -303,7 +124,7 @@ static int check_engine_flags(const plan_args *a) {
             "--budget gives the KV bytes themselves\n");
     return 2;
   }
-  if (a->options.engine_sglang && a->have_reserve) {
+  if (a->options.engine_sglang && a->deploy.given[KVS_DEPLOY_RESERVE]) {
     fprintf(kvs_tool_err(),
             "kvplan plan: --reserve is kvshard's rule; SGLang reserves nothing at sizing time "
             "(its activations and CUDA graphs live in free before load x (1 - "
@@ -323,35 +144,23 @@ static int check_engine_flags(const plan_args *a) {
 
 static int parse(int argc, char **argv, plan_args *a) {
   static const struct option own[] = {
-      {"topology", required_argument, NULL, OPT_TOPOLOGY},
-      {"tp", required_argument, NULL, OPT_TP},
-      {"pp", required_argument, NULL, OPT_PP},
-      {"budget", required_argument, NULL, OPT_BUDGET},
-      {"budget-per-gpu", required_argument, NULL, OPT_BUDGET_PER_GPU},
-      {"memory-ratio", required_argument, NULL, OPT_MEMORY_RATIO},
-      {"mem-fraction", required_argument, NULL, OPT_MEM_FRACTION},
-      {"weights", required_argument, NULL, OPT_WEIGHTS},
-      {"weights-per-gpu", required_argument, NULL, OPT_WEIGHTS_PER_GPU},
-      {"weights-total", required_argument, NULL, OPT_WEIGHTS_TOTAL},
-      {"reserve", required_argument, NULL, OPT_RESERVE},
       {"json", no_argument, NULL, OPT_JSON},
       {"svg", required_argument, NULL, OPT_SVG},
-      {"nodes", required_argument, NULL, OPT_NODES},
-      {"allow-cross-node-tp", no_argument, NULL, OPT_ALLOW_CROSS_NODE_TP},
-      {"gpu-memory", required_argument, NULL, OPT_GPU_MEMORY},
       {"dp", required_argument, NULL, OPT_DP},
       {"ep", required_argument, NULL, OPT_EP},
-      {"expert-weights", required_argument, NULL, OPT_EXPERT_WEIGHTS},
-      {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
-      {"free-before-load", required_argument, NULL, OPT_FREE_BEFORE_LOAD},
       {"launch", no_argument, NULL, OPT_LAUNCH},
       {"prefix-cache", no_argument, NULL, OPT_PREFIX_CACHE},
-      {"host-cache", required_argument, NULL, OPT_HOST_CACHE},
   };
-  int rc = kvs_plan_options_parse("kvplan plan", argc, argv, own, sizeof own / sizeof own[0],
-                                  plan_flag, a, &a->options, usage);
-  if (rc == 0) rc = check_memory_flags(a);
-  if (rc == 0) rc = check_counts(a);
+  const kvs_plan_parser parser = {"kvplan plan", own,         sizeof own / sizeof own[0],
+                                  plan_flag,     a,           PLAN_DEPLOY_FLAGS,
+                                  &a->deploy,    &a->options, usage};
+  int rc = kvs_plan_options_parse(&parser, argc, argv);
+  kvs_error err;
+  if (rc == 0 &&
+      kvs_deploy_flags_check(&a->deploy, PLAN_DEPLOY_FLAGS, NULL, false, &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    rc = 2;
+  }
   if (rc == 0) rc = check_engine_flags(a);
   return rc;
 }
@@ -426,8 +235,9 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
 static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, size_t note_len) {
   kvs_error err;
   char why[768];
-  if (kvs_cluster_open(a->topology, a->have_nodes ? (size_t)a->nodes : 0, out, why, sizeof why,
-                       &err) != KVS_OK) {
+  if (kvs_cluster_open(a->deploy.topology,
+                       a->deploy.given[KVS_DEPLOY_NODES] ? (size_t)a->deploy.nodes : 0, out, why,
+                       sizeof why, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
@@ -443,12 +253,13 @@ static void describe_nominal(const plan_args *a, kvs_cluster_t topo, const kvs_m
   char memory[32], reserve[32], budget[32];
   kvs_format_bytes(terms[0].memory_bytes, memory, sizeof memory);
   kvs_format_bytes(terms[0].reserve_bytes, reserve, sizeof reserve);
-  const char *source = a->gpu_memory != 0 ? "--gpu-memory" : "nominal";
-  snprintf(what, what_len, "%s %s x %.2f%s - %s%s%s per GPU%s", source, memory, a->memory_ratio,
-           weights_term, reserve, a->n_weights > 0 ? "" : " = ",
-           a->n_weights > 0 ? "" : kvs_format_bytes(terms[0].budget_bytes, budget, sizeof budget),
-           layer_weights ? ", less each rank's layer weights" : "");
-  if (note[0] == '\0' && a->gpu_memory == 0) {
+  const char *source = a->deploy.gpu_memory != 0 ? "--gpu-memory" : "nominal";
+  snprintf(
+      what, what_len, "%s %s x %.2f%s - %s%s%s per GPU%s", source, memory, a->deploy.mem_fraction,
+      weights_term, reserve, a->deploy.n_weights > 0 ? "" : " = ",
+      a->deploy.n_weights > 0 ? "" : kvs_format_bytes(terms[0].budget_bytes, budget, sizeof budget),
+      layer_weights ? ", less each rank's layer weights" : "");
+  if (note[0] == '\0' && a->deploy.gpu_memory == 0) {
     snprintf(note, note_len,
              "kvplan: no GPU memory measured (%s); budgets assume each GPU's memory as its "
              "driver reports it, %s (%llu MiB) per GPU (give --gpu-memory, --budget or "
@@ -465,34 +276,34 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
                         size_t what_len, char *note, size_t note_len) {
   size_t n = kvs_cluster_gpu_count(topo);
   kvs_budget_request request = KVS_BUDGET_REQUEST_INIT;
-  if (a->have_budget) request.budget_bytes = a->budget;
-  if (a->n_budgets > 0) {
-    request.budget_per_gpu = a->budgets;
-    request.n_budget_per_gpu = a->n_budgets;
+  if (a->deploy.given[KVS_DEPLOY_BUDGET]) request.budget_bytes = a->deploy.budget;
+  if (a->deploy.n_budgets > 0) {
+    request.budget_per_gpu = a->deploy.budgets;
+    request.n_budget_per_gpu = a->deploy.n_budgets;
   }
-  request.memory_ratio = a->memory_ratio;
-  if (a->have_reserve) request.reserve_bytes = a->reserve;
-  if (a->have_weights) request.weights_bytes = a->weights;
-  if (a->n_weights > 0) {
-    request.weights_per_gpu = a->weights_list;
-    request.n_weights_per_gpu = a->n_weights;
+  request.memory_ratio = a->deploy.mem_fraction;
+  if (a->deploy.given[KVS_DEPLOY_RESERVE]) request.reserve_bytes = a->deploy.reserve;
+  if (a->deploy.given[KVS_DEPLOY_WEIGHTS]) request.weights_bytes = a->deploy.weights;
+  if (a->deploy.n_weights > 0) {
+    request.weights_per_gpu = a->deploy.weights_list;
+    request.n_weights_per_gpu = a->deploy.n_weights;
   }
   kvs_error err;
-  if (a->n_budgets > 0 && a->n_budgets != n) {
+  if (a->deploy.n_budgets > 0 && a->deploy.n_budgets != n) {
     fprintf(kvs_tool_err(),
             "kvplan plan: --budget-per-gpu lists %zu budgets but topology '%s' has %zu "
             "GPUs\n",
-            a->n_budgets, kvs_cluster_label(topo), n);
+            a->deploy.n_budgets, kvs_cluster_label(topo), n);
     return 2;
   }
-  if (a->n_weights > 0 && a->n_weights != n) {
+  if (a->deploy.n_weights > 0 && a->deploy.n_weights != n) {
     fprintf(kvs_tool_err(),
             "kvplan plan: --weights-per-gpu lists %zu sizes but topology '%s' has %zu GPUs\n",
-            a->n_weights, kvs_cluster_label(topo), n);
+            a->deploy.n_weights, kvs_cluster_label(topo), n);
     return 2;
   }
-  if (kvs_node_budgets_on_memory(&request, a->gpu_memory, kvs_cluster_gpus(topo), n, terms, &err) !=
-      KVS_OK) {
+  if (kvs_node_budgets_on_memory(&request, a->deploy.gpu_memory, kvs_cluster_gpus(topo), n, terms,
+                                 &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -501,15 +312,15 @@ static int pick_budgets(const plan_args *a, kvs_cluster_t topo, const char *weig
   kvs_format_bytes(terms[0].reserve_bytes, reserve, sizeof reserve);
   switch (terms[0].source) {
     case KVS_BUDGET_EXPLICIT:
-      if (a->have_budget) {
+      if (a->deploy.given[KVS_DEPLOY_BUDGET]) {
         snprintf(what, what_len, "%s per GPU (--budget)",
-                 kvs_format_bytes(a->budget, buf, sizeof buf));
+                 kvs_format_bytes(a->deploy.budget, buf, sizeof buf));
       } else {
         snprintf(what, what_len, "per GPU from --budget-per-gpu");
       }
       break;
     case KVS_BUDGET_MEASURED:
-      snprintf(what, what_len, "free memory x %.2f%s - %s per GPU (CUDA)%s", a->memory_ratio,
+      snprintf(what, what_len, "free memory x %.2f%s - %s per GPU (CUDA)%s", a->deploy.mem_fraction,
                weights_term, reserve, layer_weights ? ", less each rank's layer weights" : "");
       break;
     case KVS_BUDGET_NOMINAL:
@@ -559,8 +370,8 @@ static int report_shortfall(const plan_args *a, const kvs_error *err, const kvs_
  * total on the command line, else a model folder (neither with explicit
  * budgets, which are the KV bytes themselves). */
 static const char *layer_source(const plan_args *a, const kvs_plan_model *m) {
-  if (a->have_expert_weights) return "split";
-  if (a->have_weights_total) return "total";
+  if (a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS]) return "split";
+  if (a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL]) return "total";
   bool folder = m->have_config && m->config.is_folder && !explicit_budget(a);
   return folder ? "folder" : NULL;
 }
@@ -599,7 +410,7 @@ static int check_split(const plan_args *a, const kvs_plan_model *m, const kvs_pa
  * routed experts over tp x dp. */
 static int load_weights(const plan_args *a, const kvs_plan_model *m, const kvs_parallel *l,
                         plan_weights *w) {
-  w->source = a->have_weights || a->n_weights > 0 ? "measured" : "none";
+  w->source = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ? "measured" : "none";
   const char *source = layer_source(a, m);
   if (source == NULL) return check_split(a, m, l, w);
   kvs_error err;
@@ -610,9 +421,10 @@ static int load_weights(const plan_args *a, const kvs_plan_model *m, const kvs_p
     fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
     return 1;
   }
-  const kvs_plan_weights_given given = {a->have_weights_total, a->weights_total,
-                                        a->have_expert_weights, a->expert_weights,
-                                        a->shared_weights};
+  const kvs_plan_weights_given given = {a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL],
+                                        a->deploy.weights_total,
+                                        a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS],
+                                        a->deploy.expert_weights, a->deploy.shared_weights};
   if (kvs_plan_weights_of(&m->config, &given, w->folder, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 2;
@@ -637,10 +449,10 @@ static void pick_layout(const plan_args *a, kvs_cluster_t cluster, kvs_parallel 
   size_t n = kvs_cluster_gpu_count(cluster);
   l->dp = a->have_dp ? (size_t)a->dp : 1;
   l->ep = a->have_ep ? (size_t)a->ep : 1;
-  l->tp = a->have_tp ? (size_t)a->tp : 0;
-  l->pp = a->have_pp ? (size_t)a->pp : 0;
+  l->tp = a->deploy.given[KVS_DEPLOY_TP] ? (size_t)a->deploy.tp : 0;
+  l->pp = a->deploy.given[KVS_DEPLOY_PP] ? (size_t)a->deploy.pp : 0;
   size_t share = l->dp <= n && n % l->dp == 0 ? n / l->dp : n; /* GPUs of the groups' tp x pp */
-  if (!a->have_tp && !a->have_pp) {
+  if (!a->deploy.given[KVS_DEPLOY_TP] && !a->deploy.given[KVS_DEPLOY_PP]) {
     size_t per_node = 0;
     for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
       per_node = gcd(per_node, kvs_topology_gpu_count(kvs_cluster_node(cluster, k)));
@@ -648,9 +460,9 @@ static void pick_layout(const plan_args *a, kvs_cluster_t cluster, kvs_parallel 
     l->tp = per_node > 0 ? per_node : n;
     if (l->tp % l->dp == 0) l->tp /= l->dp;
     l->pp = share / (l->tp > 0 && share % l->tp == 0 ? l->tp : share);
-  } else if (!a->have_pp) {
+  } else if (!a->deploy.given[KVS_DEPLOY_PP]) {
     l->pp = l->tp <= share && share % l->tp == 0 ? share / l->tp : 1;
-  } else if (!a->have_tp) {
+  } else if (!a->deploy.given[KVS_DEPLOY_TP]) {
     l->tp = l->pp <= share && share % l->pp == 0 ? share / l->pp : 1;
   }
 }
@@ -689,17 +501,19 @@ static int check_tp_pp(const plan_args *a, size_t n, size_t tp, size_t pp) {
   char values[512];
   /* The flag at fault: --tp beside a --pp that divides the GPUs (the tp
    * values that go with it), else whichever was given alone. */
-  bool pp_divides = a->have_pp && a->pp <= n && n % a->pp == 0;
-  const char *flag = a->have_pp && !(pp_divides && a->have_tp) ? "--pp" : "--tp";
-  size_t times = pp_divides && a->have_tp ? (size_t)a->pp : 1;
+  bool pp_divides = a->deploy.given[KVS_DEPLOY_PP] && a->deploy.pp <= n && n % a->deploy.pp == 0;
+  const char *flag =
+      a->deploy.given[KVS_DEPLOY_PP] && !(pp_divides && a->deploy.given[KVS_DEPLOY_TP]) ? "--pp"
+                                                                                        : "--tp";
+  size_t times = pp_divides && a->deploy.given[KVS_DEPLOY_TP] ? (size_t)a->deploy.pp : 1;
   list_dividing(n, times, values, sizeof values);
   fprintf(kvs_tool_err(),
           "kvplan plan: tp %zu x pp %zu = %zu ranks, %s the %zu GPUs; %s can be %s%s\n", tp, pp,
           tp * pp, tp * pp > n ? "more ranks than" : "which does not divide", n, flag, values,
-          times > 1                  ? " with this --pp"
-          : a->have_tp && a->have_pp ? ""
-          : flag[2] == 't'           ? " (--pp then takes the rest)"
-                                     : " (--tp then takes the rest)");
+          times > 1                                                          ? " with this --pp"
+          : a->deploy.given[KVS_DEPLOY_TP] && a->deploy.given[KVS_DEPLOY_PP] ? ""
+          : flag[2] == 't' ? " (--pp then takes the rest)"
+                           : " (--tp then takes the rest)");
   return 1;
 }
 
@@ -737,7 +551,7 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   }
   /* A node with a prefix cache (a host tier has one) carves tail states:
    * priced as it carves them. */
-  m->prefix_cache = a->prefix_cache || a->host_cache > 0;
+  m->prefix_cache = a->prefix_cache || a->deploy.host_cache > 0;
   kvs_plan_model_place_rings(m, m->widths.state_rings, a->options.max_running);
   return 0;
 }
@@ -745,8 +559,9 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
 /* First, so nobody reads a KV budget as if the weights were loaded. */
 static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
-  bool explicit_budget = a->have_budget || a->n_budgets > 0;
-  bool weights_given = a->have_weights || a->n_weights > 0 || a->have_weights_total;
+  bool explicit_budget = a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.n_budgets > 0;
+  bool weights_given = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ||
+                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL];
   if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
@@ -827,7 +642,7 @@ static int make_plan(plan_run *p) {
                               /* Under SGLang's rule every GPU gets the same
                                * rest, the weights already off it. */
                               .layer_weight_bytes = p->engine_rule ? NULL : p->weights.layer,
-                              .allow_cross_node_tp = a->allow_cross_node_tp};
+                              .allow_cross_node_tp = a->deploy.allow_cross_node_tp};
   kvs_plan_shortfall shortfall;
   kvs_error err;
   kvs_status status =
@@ -1139,24 +954,21 @@ static int run(plan_args *a, kvs_plan_model *m) {
 }
 
 int kvs_kvplan_plan(int argc, char **argv) {
-  plan_args a;
-  memset(&a, 0, sizeof a);
-  kvs_plan_options_init(&a.options);
-  a.memory_ratio = KVS_DEFAULT_MEMORY_RATIO;
-  a.budgets = calloc(MAX_GPUS, sizeof *a.budgets);
-  a.weights_list = calloc(MAX_GPUS, sizeof *a.weights_list);
+  /* On the heap: the per-GPU lists are 16 KiB, and kvs_plan_run may run on
+   * a thread with a small stack. */
+  plan_args *a = calloc(1, sizeof *a);
   kvs_plan_model *model = malloc(sizeof *model);
-  if (a.budgets == NULL || a.weights_list == NULL || model == NULL) {
+  if (a == NULL || model == NULL) {
     fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
-    free(a.budgets);
-    free(a.weights_list);
+    free(a);
     free(model);
     return 1;
   }
-  int rc = parse(argc, argv, &a);
-  if (rc == 0) rc = run(&a, model);
-  free(a.budgets);
-  free(a.weights_list);
+  kvs_plan_options_init(&a->options);
+  kvs_deploy_flags_init(&a->deploy);
+  int rc = parse(argc, argv, a);
+  if (rc == 0) rc = run(a, model);
+  free(a);
   free(model);
   return rc < 0 ? 0 : rc;
 }

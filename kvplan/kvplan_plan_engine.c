@@ -15,9 +15,9 @@
 
 /* The heaviest GPU's measured weights (--weights, --weights-per-gpu). */
 static uint64_t measured_weights(const plan_args *a) {
-  uint64_t most = a->have_weights ? a->weights : 0;
-  for (size_t i = 0; i < a->n_weights; i++) {
-    if (a->weights_list[i] > most) most = a->weights_list[i];
+  uint64_t most = a->deploy.given[KVS_DEPLOY_WEIGHTS] ? a->deploy.weights : 0;
+  for (size_t i = 0; i < a->deploy.n_weights; i++) {
+    if (a->deploy.weights_list[i] > most) most = a->deploy.weights_list[i];
   }
   return most;
 }
@@ -83,9 +83,9 @@ static void fill_budgets(plan_run *p) {
 
 int kvplan_engine_budgets(plan_run *p) {
   const plan_args *a = p->a;
-  kvs_engine_gpus gpus = {p->gpus, p->n, a->free_before_load, a->gpu_memory};
+  kvs_engine_gpus gpus = {p->gpus, p->n, a->deploy.free_before_load, a->deploy.gpu_memory};
   kvs_engine_weights weights = {measured_weights(a), p->weights.layer};
-  double fraction = a->have_fraction || a->have_ratio ? a->memory_ratio : -1.0;
+  double fraction = a->deploy.given[KVS_DEPLOY_MEM_FRACTION] ? a->deploy.mem_fraction : -1.0;
   kvs_error err;
   if (kvs_engine_memory_make(p->m, &p->layout, &gpus, &weights, fraction, &p->engine, &err) !=
       KVS_OK) {

@@ -19,41 +19,13 @@
 
 typedef struct plan_args {
   kvs_plan_options options;
-  const char *topology; /* NULL: the default */
-  bool have_tp, have_pp;
-  uint64_t tp, pp;
-  bool have_budget;
-  uint64_t budget;
-  size_t n_budgets; /* --budget-per-gpu entries */
-  uint64_t *budgets;
-  bool have_ratio;    /* --memory-ratio */
-  bool have_fraction; /* --mem-fraction: the same number */
-  double memory_ratio;
-  bool have_weights;
-  uint64_t weights;
-  size_t n_weights; /* --weights-per-gpu entries */
-  bool have_weights_total;
-  uint64_t weights_total;
-  uint64_t *weights_list;
-  bool have_reserve;
-  uint64_t reserve;
+  kvs_deploy_flags deploy; /* the deployment flags (kvplan/deploy_flags.h) */
   bool json;
   const char *svg;
-  bool have_nodes;
-  uint64_t nodes;
-  bool allow_cross_node_tp;
-  uint64_t gpu_memory; /* --gpu-memory; 0: not given */
   bool have_dp, have_ep;
   uint64_t dp, ep;
-  bool have_expert_weights, have_shared_weights;
-  uint64_t expert_weights, shared_weights;
-  uint64_t free_before_load; /* --free-before-load; 0: not given */
   bool launch;
-  /* --prefix-cache, and --host-cache BYTES (0: not given; implies the
-   * prefix cache, whose tier it is). */
-  bool prefix_cache;
-  uint64_t host_cache;
-  const char *host_cache_text; /* as written, for its refusal */
+  bool prefix_cache; /* --prefix-cache (--host-cache implies it) */
 } plan_args;
 
 typedef struct plan_weights {

@@ -13,14 +13,15 @@
 
 int kvplan_prefix_price(plan_run *p) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->host_cache > 0)) return 0;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return 0;
   kvs_error err;
-  if (a->host_cache > 0) {
+  if (a->deploy.host_cache > 0) {
     /* The node's own refusal (shard/node.c), before anything is printed. */
-    if (kvs_node_plan_host_slots(p->plan, p->gpus, p->n, a->host_cache, &p->host_slots, &err) !=
-        KVS_OK) {
+    if (kvs_node_plan_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
+                                 &err) != KVS_OK) {
       fprintf(kvs_tool_err(), "kvplan plan: --host-cache %s is %llu bytes per machine: %s\n",
-              a->host_cache_text, (unsigned long long)a->host_cache, err.message);
+              a->deploy.text[KVS_DEPLOY_HOST_CACHE], (unsigned long long)a->deploy.host_cache,
+              err.message);
       return 2;
     }
     p->host_slot_bytes = kvs_node_plan_host_slot_bytes(p->plan, p->gpus, p->n);
@@ -39,10 +40,10 @@ static uint64_t page_tokens(const plan_run *p) {
 
 void kvplan_prefix_json(const plan_run *p, json_t *root) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->host_cache > 0)) return;
-  if (a->host_cache > 0) {
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
+  if (a->deploy.host_cache > 0) {
     json_t *h = json_object();
-    json_object_set_new(h, "bytes", kvs_json_u64(a->host_cache));
+    json_object_set_new(h, "bytes", kvs_json_u64(a->deploy.host_cache));
     json_object_set_new(h, "slot_bytes", kvs_json_u64(p->host_slot_bytes));
     json_object_set_new(h, "slots", kvs_json_u64(p->host_slots));
     json_object_set_new(h, "tokens", kvs_json_u64(p->host_slots * page_tokens(p)));
@@ -63,14 +64,15 @@ void kvplan_prefix_json(const plan_run *p, json_t *root) {
 
 void kvplan_prefix_text(const plan_run *p) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->host_cache > 0)) return;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
   char buf[32], slot[32], tail[32];
-  if (a->host_cache > 0) {
+  if (a->deploy.host_cache > 0) {
     fprintf(kvs_tool_out(),
             "host tier   %s per machine (--host-cache): %llu slots of %s (%llu bytes: one page's "
             "compressed and indexer rows for every rank the machine runs, each rank keeping its "
             "own copy) = %llu tokens of cached prefix\n",
-            kvs_format_bytes(a->host_cache, buf, sizeof buf), (unsigned long long)p->host_slots,
+            kvs_format_bytes(a->deploy.host_cache, buf, sizeof buf),
+            (unsigned long long)p->host_slots,
             kvs_format_bytes(p->host_slot_bytes, slot, sizeof slot),
             (unsigned long long)p->host_slot_bytes,
             (unsigned long long)(p->host_slots * page_tokens(p)));

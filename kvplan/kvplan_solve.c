@@ -126,7 +126,8 @@ static kvs_status solve_flag(void *ctx, int id, const char *value, kvs_error *er
     return KVS_OK;
   }
   a->have_budget = true;
-  return kvs_parse_budget("--budget", value, &a->budget, err);
+  return kvs_deploy_size_parse(&kvs_deploy_flags_table[KVS_DEPLOY_BUDGET], "--budget", value,
+                               &a->budget, err);
 }
 
 /* The SGLang object for --engine sglang on the same budget, or NULL (with
@@ -304,8 +305,11 @@ int kvs_kvplan_solve(int argc, char **argv) {
   kvs_plan_options options;
   kvs_plan_options_init(&options);
   solve_args a = {false, false, false, 0};
-  int rc = kvs_plan_options_parse("kvplan solve", argc, argv, own, sizeof own / sizeof own[0],
-                                  solve_flag, &a, &options, usage);
+  /* No deployment flag: one device's budget is its own --budget, read as
+   * the table reads every budget. */
+  const kvs_plan_parser parser = {
+      "kvplan solve", own, sizeof own / sizeof own[0], solve_flag, &a, 0, NULL, &options, usage};
+  int rc = kvs_plan_options_parse(&parser, argc, argv);
   if (rc != 0) return rc < 0 ? 0 : rc;
   if (!a.have_budget) {
     fprintf(kvs_tool_err(),

@@ -1,33 +1,31 @@
 /* A node from kvplan's flags (kvs_node_create_flags): the model and sizing
- * flags read by kvplan's own parsers (plan_options, args),
- * so a value kvplan refuses is refused here with the same words, and the
- * same flags plan the same pool; then the node's own flags. */
+ * flags read by kvplan's own parsers (plan_options), the deployment flags
+ * by the one table every tool reads them with (deploy_flags), so a value
+ * kvplan refuses is refused here with the same words, and the same flags
+ * plan the same pool; then the node's own flags. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "shard/node.h"
 #include "kvplan/args.h"
+#include "kvplan/deploy_flags.h"
 #include "kvplan/plan_options.h"
+#include "shard/node.h"
 
-/* The longest --budget-per-gpu or --weights-per-gpu list. */
-#define MAX_GPUS 1024
+/* The deployment flags a node takes: where it runs, its layout, its
+ * budget and its host tier (not the weights kvplan estimates, the GPUs'
+ * memory or SGLang's rule: a node measures them). */
+#define NODE_DEPLOY_FLAGS                                                                \
+  (KVS_DEPLOY_BIT(KVS_DEPLOY_TOPOLOGY) | KVS_DEPLOY_BIT(KVS_DEPLOY_NODES) |              \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_ALLOW_CROSS_NODE_TP) | KVS_DEPLOY_BIT(KVS_DEPLOY_TP) |      \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_PP) | KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET) |                   \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET_PER_GPU) | KVS_DEPLOY_BIT(KVS_DEPLOY_MEM_FRACTION) | \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_RESERVE) | KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS) |             \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS_PER_GPU) | KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE))
 
 enum {
-  F_TOPOLOGY = 1,
-  F_TP,
-  F_PP,
-  F_NODES,
-  F_ALLOW_CROSS_NODE_TP,
-  F_BUDGET,
-  F_BUDGET_PER_GPU,
-  F_MEMORY_RATIO,
-  F_MEM_FRACTION,
-  F_RESERVE,
-  F_WEIGHTS,
-  F_WEIGHTS_PER_GPU,
-  F_DEVICE,
+  F_DEVICE = 1,
   F_CUDA_DEVICE,
   F_STREAM,
   F_STEP_BACKEND,
@@ -38,7 +36,6 @@ enum {
   F_NO_CHECK_INTEGRITY,
   F_DIGEST_STEPS,
   F_PREFIX_CACHE,
-  F_HOST_CACHE,
   F_MAX_BATCH,
   F_STEP_CAPACITY,
   F_BIND_NUMA,
@@ -56,18 +53,6 @@ typedef struct node_flag {
 } node_flag;
 
 static const node_flag kNodeFlags[] = {
-    {"topology", true, F_TOPOLOGY},
-    {"tp", true, F_TP},
-    {"pp", true, F_PP},
-    {"nodes", true, F_NODES},
-    {"allow-cross-node-tp", false, F_ALLOW_CROSS_NODE_TP},
-    {"budget", true, F_BUDGET},
-    {"budget-per-gpu", true, F_BUDGET_PER_GPU},
-    {"memory-ratio", true, F_MEMORY_RATIO},
-    {"mem-fraction", true, F_MEM_FRACTION},
-    {"reserve", true, F_RESERVE},
-    {"weights", true, F_WEIGHTS},
-    {"weights-per-gpu", true, F_WEIGHTS_PER_GPU},
     {"device", true, F_DEVICE},
     {"cuda-device", true, F_CUDA_DEVICE},
     {"stream", true, F_STREAM},
@@ -80,7 +65,6 @@ static const node_flag kNodeFlags[] = {
     {"no-check-integrity", false, F_NO_CHECK_INTEGRITY},
     {"digest-steps", false, F_DIGEST_STEPS},
     {"prefix-cache", false, F_PREFIX_CACHE},
-    {"host-cache", true, F_HOST_CACHE},
     {"max-batch", true, F_MAX_BATCH},
     {"step-capacity", true, F_STEP_CAPACITY},
     {"bind-numa", false, F_BIND_NUMA},
@@ -105,23 +89,13 @@ static const struct {
     {"svg", "is how kvplan draws; a node draws nothing"},
 };
 
-static const char kNodeFlagsHelp[] =
+static const char kNodeFlagsHead[] =
     "kvshard node flags (kvs_node_create_flags), each one string: --name=value, or\n"
-    "--name for a switch. The model and sizing flags are kvplan's:\n"
-    "%s"
-    "  --topology FILE|live|bundled|auto  hwloc XML export(s), the running machine,\n"
-    "                          the built-in 8-GPU server (default: auto)\n"
-    "  --tp N --pp N           tensor x pipeline layout (0: from the group)\n"
-    "  --nodes N               N identical nodes of the topology\n"
-    "  --allow-cross-node-tp   let a tensor-parallel group span nodes\n"
-    "  --budget BYTES          KV budget of every GPU\n"
-    "  --budget-per-gpu B0,..  one budget per GPU, in GPU index order\n"
-    "  --mem-fraction F        share of the measured free memory (default 0.9)\n"
-    "  --memory-ratio F        the same flag, by its other name\n"
-    "  --reserve BYTES         taken off that share (default 512MiB); must hold the\n"
-    "                          node's buffers beside its carve (checked at create)\n"
-    "  --weights BYTES         weights not yet loaded, on every GPU\n"
-    "  --weights-per-gpu B0,.. the same per GPU\n"
+    "--name for a switch. The model and sizing flags are kvplan's:\n";
+
+static const char kNodeFlagsOwn[] =
+    "  (tp x pp is the communicator's ranks, 1 x 1 by default; on a live GPU --weights\n"
+    "  is what the engine loaded, measured before create)\n"
     "The node's own:\n"
     "  --device cpu|cuda|auto  where the tables live (default auto)\n"
     "  --cuda-device N         the CUDA device (default: the plan's GPU)\n"
@@ -134,8 +108,8 @@ static const char kNodeFlagsHelp[] =
     "  --check-every N         steps between digest checks (default 64; 0: on demand)\n"
     "  --check-integrity | --no-check-integrity  checks also check the pool (default on)\n"
     "  --digest-steps          each step hashes its ring contexts\n"
-    "  --prefix-cache          keep a prefix cache (kvs_node_prefix_*; default off)\n"
-    "  --host-cache BYTES      with it, a host tier of BYTES of the machine's memory\n"
+    "  --prefix-cache          keep a prefix cache (kvs_node_prefix_*; default off); a\n"
+    "                          --host-cache tier needs it\n"
     "  --max-batch N           rows a step's batch may have (default: max running)\n"
     "  --step-capacity N       journal entries per step (default: from the chunk budget)\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
@@ -145,7 +119,13 @@ static char help_text[16384];
 static pthread_once_t help_once = PTHREAD_ONCE_INIT;
 
 static void make_help(void) {
-  snprintf(help_text, sizeof help_text, kNodeFlagsHelp, kvs_plan_options_help);
+  FILE *out = fmemopen(help_text, sizeof help_text, "w");
+  if (out == NULL) return; /* an empty help rather than none */
+  fputs(kNodeFlagsHead, out);
+  fputs(kvs_plan_options_help, out);
+  kvs_deploy_flags_help(out, NODE_DEPLOY_FLAGS);
+  fputs(kNodeFlagsOwn, out);
+  fclose(out);
 }
 
 const char *kvs_node_flags_help(void) {
@@ -157,13 +137,10 @@ const char *kvs_node_flags_help(void) {
  * node is created. */
 typedef struct parsed {
   kvs_plan_options plan;
+  kvs_deploy_flags deploy;
   kvs_node_options node;
   kvs_flags_seen seen;
   char seen_names[KVS_FLAGS_SEEN_MAX][72]; /* what seen points at */
-  uint64_t budgets[MAX_GPUS];
-  uint64_t weights[MAX_GPUS];
-  bool have_budget, have_ratio, have_fraction, have_reserve, have_weights;
-  char topology[4096];
   char host[256];
   char step_backend[16];
   kvs_plan_model model;
@@ -190,54 +167,6 @@ static kvs_status parse_int(const char *flag, const char *value, uint64_t hi, in
   }
   *out = (int)v;
   return KVS_OK;
-}
-
-/* The sizing of the machine: layout, budgets, weights. */
-static kvs_status apply_machine(parsed *p, int id, const char *value, kvs_error *err) {
-  kvs_node_options *o = &p->node;
-  switch (id) {
-    case F_TOPOLOGY:
-      o->topology = p->topology;
-      return copy_text("--topology", value, p->topology, sizeof p->topology, err);
-    case F_TP:
-      return parse_int("--tp", value, MAX_GPUS, &o->tp, err);
-    case F_PP:
-      return parse_int("--pp", value, MAX_GPUS, &o->pp, err);
-    case F_NODES: {
-      uint64_t n;
-      kvs_status status =
-          kvs_parse_u64_in("--nodes", value, 1, 64, "a node count in [1, 64]", &n, err);
-      if (status == KVS_OK) o->hosts = (size_t)n;
-      return status;
-    }
-    case F_ALLOW_CROSS_NODE_TP:
-      o->allow_cross_host_tp = true;
-      return KVS_OK;
-    case F_BUDGET:
-      p->have_budget = true;
-      return kvs_parse_budget("--budget", value, &o->budget_bytes, err);
-    case F_BUDGET_PER_GPU:
-      o->budget_per_gpu = p->budgets;
-      return kvs_parse_budget_list("--budget-per-gpu", value, p->budgets, MAX_GPUS,
-                                   &o->n_budget_per_gpu, err);
-    case F_MEMORY_RATIO:
-    case F_MEM_FRACTION:
-      *(id == F_MEMORY_RATIO ? &p->have_ratio : &p->have_fraction) = true;
-      return kvs_parse_double_in(id == F_MEMORY_RATIO ? "--memory-ratio" : "--mem-fraction", value,
-                                 1e-9, 1.0, "a share of memory in (0, 1]", &o->memory_ratio, err);
-    case F_RESERVE:
-      p->have_reserve = true;
-      return kvs_parse_bytes("--reserve", value, &o->reserve_bytes, err);
-    case F_WEIGHTS:
-      p->have_weights = true;
-      return kvs_parse_bytes("--weights", value, &o->weights_bytes, err);
-    case F_WEIGHTS_PER_GPU:
-      o->weights_per_gpu = p->weights;
-      return kvs_parse_bytes_list("--weights-per-gpu", value, p->weights, MAX_GPUS,
-                                  &o->n_weights_per_gpu, err);
-    default:
-      return KVS_ERR_NOT_FOUND;
-  }
 }
 
 /* Where the tables live and how the steps run. */
@@ -304,8 +233,6 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
     case F_PREFIX_CACHE:
       o->prefix_cache = true;
       return KVS_OK;
-    case F_HOST_CACHE:
-      return kvs_parse_host_cache(value, &o->host_cache_bytes, err);
     case F_MAX_BATCH:
     case F_STEP_CAPACITY:
       status = kvs_parse_u64_in(id == F_MAX_BATCH ? "--max-batch" : "--step-capacity", value, 1,
@@ -330,7 +257,8 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
 
 /* Every name a flag may have, for the nearest-name hint. */
 static size_t all_names(const char **names, size_t cap) {
-  size_t n = 0;
+  size_t n = kvs_deploy_flags_names(NODE_DEPLOY_FLAGS, names, cap);
+  for (size_t i = 0; i < n; i++) names[i] += 2; /* the table's "--name": the bare name */
   for (size_t i = 0; i < kvs_plan_long_options_count && n < cap; i++) {
     names[n++] = kvs_plan_long_options[i].name;
   }
@@ -351,8 +279,8 @@ static kvs_status plan_only(const char *name, kvs_error *err) {
 }
 
 static kvs_status unknown_flag(const char *given, kvs_error *err) {
-  const char *names[64];
-  size_t n = all_names(names, 64);
+  const char *names[96];
+  size_t n = all_names(names, sizeof names / sizeof names[0]);
   const char *near = kvs_nearest_flag(given, names, n);
   return kvs_error_set(
       err, KVS_ERR_PARSE, "unknown flag '%s'%s%s%s (kvs_node_flags_help lists them)", given,
@@ -388,7 +316,9 @@ static kvs_status apply_one(parsed *p, const char *flag, kvs_error *err) {
       takes_value = kNodeFlags[i].takes_value;
     }
   }
-  if (shared_id < 0 && own_id < 0) return unknown_flag(flag, err);
+  const kvs_deploy_flag *deploy = kvs_deploy_flag_find(NODE_DEPLOY_FLAGS, flag);
+  if (deploy != NULL) takes_value = deploy->kind != KVS_DEPLOY_SWITCH;
+  if (shared_id < 0 && own_id < 0 && deploy == NULL) return unknown_flag(flag, err);
   /* Once each; a switch and its --no- form are one choice. */
   char *once = p->seen_names[p->seen.n < KVS_FLAGS_SEEN_MAX ? p->seen.n : 0];
   bool negated = own_id >= 0 && strncmp(name, "no-", 3) == 0;
@@ -403,37 +333,48 @@ static kvs_status apply_one(parsed *p, const char *flag, kvs_error *err) {
                          value);
   }
   if (shared_id >= 0) return kvs_plan_options_apply(&p->plan, shared_id, value, err);
-  if ((status = apply_machine(p, own_id, value, err)) != KVS_ERR_NOT_FOUND) return status;
+  if (deploy != NULL) {
+    bool alias = deploy->alias != NULL && strcmp(name, deploy->alias + 2) == 0;
+    return kvs_deploy_flag_apply(&p->deploy, deploy, alias ? deploy->alias : deploy->name, value,
+                                 err);
+  }
   if ((status = apply_device(p, own_id, value, err)) != KVS_ERR_NOT_FOUND) return status;
   return apply_runtime(p, own_id, value, err);
+}
+
+/* The deployment flags given, into the node's options (the rest keep
+ * kvs_node_options_init's defaults). */
+static void apply_deploy(parsed *p) {
+  const kvs_deploy_flags *d = &p->deploy;
+  kvs_node_options *o = &p->node;
+  if (d->given[KVS_DEPLOY_TOPOLOGY]) o->topology = d->topology;
+  if (d->given[KVS_DEPLOY_NODES]) o->hosts = (size_t)d->nodes;
+  if (d->given[KVS_DEPLOY_ALLOW_CROSS_NODE_TP]) o->allow_cross_host_tp = true;
+  if (d->given[KVS_DEPLOY_TP]) o->tp = (int)d->tp;
+  if (d->given[KVS_DEPLOY_PP]) o->pp = (int)d->pp;
+  if (d->given[KVS_DEPLOY_BUDGET]) o->budget_bytes = d->budget;
+  if (d->given[KVS_DEPLOY_BUDGET_PER_GPU]) {
+    o->budget_per_gpu = d->budgets;
+    o->n_budget_per_gpu = d->n_budgets;
+  }
+  if (d->given[KVS_DEPLOY_MEM_FRACTION]) o->memory_ratio = d->mem_fraction;
+  if (d->given[KVS_DEPLOY_RESERVE]) o->reserve_bytes = d->reserve;
+  if (d->given[KVS_DEPLOY_WEIGHTS]) o->weights_bytes = d->weights;
+  if (d->given[KVS_DEPLOY_WEIGHTS_PER_GPU]) {
+    o->weights_per_gpu = d->weights_list;
+    o->n_weights_per_gpu = d->n_weights;
+  }
+  if (d->given[KVS_DEPLOY_HOST_CACHE]) o->host_cache_bytes = d->host_cache;
 }
 
 /* kvplan's combinations refused as kvplan refuses them, then the model
  * resolved as kvplan resolves it. */
 static kvs_status resolve(parsed *p, kvs_error *err) {
   kvs_node_options *o = &p->node;
-  if (p->have_budget && o->n_budget_per_gpu > 0) {
-    return kvs_error_set(err, KVS_ERR_PARSE, "give --budget or --budget-per-gpu, not both");
+  if (kvs_deploy_flags_check(&p->deploy, NODE_DEPLOY_FLAGS, NULL, false, err) != KVS_OK) {
+    return KVS_ERR_PARSE;
   }
-  if (p->have_ratio && p->have_fraction) {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "--memory-ratio and --mem-fraction are one flag; give it once");
-  }
-  if (p->have_weights && o->n_weights_per_gpu > 0) {
-    return kvs_error_set(err, KVS_ERR_PARSE, "give one of --weights and --weights-per-gpu");
-  }
-  bool weights_given = p->have_weights || o->n_weights_per_gpu > 0;
-  if ((p->have_ratio || p->have_fraction || p->have_reserve || weights_given) &&
-      (p->have_budget || o->n_budget_per_gpu > 0)) {
-    return kvs_error_set(err, KVS_ERR_PARSE,
-                         "--%s applies to measured memory; --budget and --budget-per-gpu give "
-                         "the bytes themselves",
-                         p->have_ratio      ? "memory-ratio"
-                         : p->have_fraction ? "mem-fraction"
-                         : p->have_reserve  ? "reserve"
-                         : p->have_weights  ? "weights"
-                                            : "weights-per-gpu");
-  }
+  apply_deploy(p);
   kvs_status status = kvs_plan_options_resolve(&p->plan, &p->model, err);
   if (status != KVS_OK) return status;
   const kvs_plan_options *po = &p->plan;
@@ -462,6 +403,7 @@ kvs_status kvs_node_create_flags(kvs_comm_t comm, const char *const *flags, size
   parsed *p = calloc(1, sizeof *p);
   if (p == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to read the flags");
   kvs_plan_options_init(&p->plan);
+  kvs_deploy_flags_init(&p->deploy);
   kvs_node_options_init(&p->node);
   kvs_status status = KVS_OK;
   for (size_t i = 0; i < n && status == KVS_OK; i++) status = apply_one(p, flags[i], err);

@@ -378,17 +378,25 @@ kvs_status kvs_plan_options_resolve(const kvs_plan_options *o, kvs_plan_model *o
                                      &out->floor_pages, err);
 }
 
-enum { MAX_FLAGS = 64 };
+enum { MAX_FLAGS = 80, OPT_DEPLOY = 2000 };
 
-/* The parser's table: the subcommand's own flags, the shared ones, --help
- * and the terminator; names[] the same names, for suggestions. Returns the
- * number of flags, or 0 when they do not fit. */
-static size_t build_table(const struct option *own, size_t n_own, struct option *longs,
-                          const char **names) {
-  if (n_own + kvs_plan_long_options_count + 2 > MAX_FLAGS) return 0;
+/* The parser's table: the subcommand's own flags, its deployment flags
+ * (each name and alias, ids OPT_DEPLOY + kvs_deploy_id), the shared ones,
+ * --help and the terminator; names[] the same names, for suggestions.
+ * Returns the number of flags, or 0 when they do not fit. */
+static size_t build_table(const kvs_plan_parser *parser, struct option *longs, const char **names) {
+  const char *deploy[2 * KVS_DEPLOY_FLAG_COUNT];
+  size_t n_deploy = kvs_deploy_flags_names(parser->deploy_set, deploy, 2 * KVS_DEPLOY_FLAG_COUNT);
+  if (parser->n_own + n_deploy + kvs_plan_long_options_count + 2 > MAX_FLAGS) return 0;
   size_t n = 0;
-  memcpy(longs, own, n_own * sizeof longs[0]);
-  n += n_own;
+  memcpy(longs, parser->own, parser->n_own * sizeof longs[0]);
+  n += parser->n_own;
+  for (size_t i = 0; i < n_deploy; i++) {
+    const kvs_deploy_flag *f = kvs_deploy_flag_find(parser->deploy_set, deploy[i]);
+    longs[n++] = (struct option){deploy[i] + 2,
+                                 f->kind == KVS_DEPLOY_SWITCH ? no_argument : required_argument,
+                                 NULL, OPT_DEPLOY + (int)f->id};
+  }
   memcpy(longs + n, kvs_plan_long_options, kvs_plan_long_options_count * sizeof longs[0]);
   n += kvs_plan_long_options_count;
   longs[n++] = (struct option){"help", no_argument, NULL, OPT_HELP};
@@ -432,15 +440,12 @@ static void report_stray(const char *tool, const char *word) {
 
 /* One run of the parser: the table and what the flags go into. */
 typedef struct parse_run {
+  const kvs_plan_parser *parser;
   const char *tool;
   struct option longs[MAX_FLAGS];
   const char *names[MAX_FLAGS];
   size_t n;
   bool seen[MAX_FLAGS];
-  kvs_own_flag_fn own_flag;
-  void *ctx;
-  kvs_plan_options *options;
-  void (*usage)(FILE *out);
 } parse_run;
 
 /* A flag the table does not hold, or holds only by a longer name: one
@@ -484,12 +489,22 @@ static int one_flag(parse_run *p, int id, int index, char **argv) {
   }
   p->seen[index] = true;
   if (id == OPT_HELP) {
-    p->usage(kvs_tool_out());
+    p->parser->usage(kvs_tool_out());
     return -1;
   }
   kvs_error err;
-  kvs_status status = id >= OPT_MODEL ? kvs_plan_options_apply(p->options, id, optarg, &err)
-                                      : p->own_flag(p->ctx, id, optarg, &err);
+  kvs_status status;
+  if (id >= OPT_DEPLOY) {
+    /* The name as given: the flag's own or its alias (word is
+     * "--name" or "--name=value"). */
+    const kvs_deploy_flag *f = &kvs_deploy_flags_table[id - OPT_DEPLOY];
+    const char *said = f->alias != NULL && whole_name(word, f->alias + 2) ? f->alias : f->name;
+    status = kvs_deploy_flag_apply(p->parser->deploy, f, said, optarg, &err);
+  } else if (id >= OPT_MODEL) {
+    status = kvs_plan_options_apply(p->parser->options, id, optarg, &err);
+  } else {
+    status = p->parser->own_flag(p->parser->ctx, id, optarg, &err);
+  }
   if (status != KVS_OK) {
     fprintf(kvs_tool_err(), "%s: %s\n", p->tool, err.message);
     return 2;
@@ -497,17 +512,16 @@ static int one_flag(parse_run *p, int id, int index, char **argv) {
   return 0;
 }
 
-int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
-                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
-                           kvs_plan_options *options, void (*usage)(FILE *out)) {
+int kvs_plan_options_parse(const kvs_plan_parser *parser, int argc, char **argv) {
+  const char *tool = parser->tool;
   parse_run *p = calloc(1, sizeof *p);
   if (p == NULL) {
     fprintf(kvs_tool_err(), "%s: out of memory\n", tool);
     return 1;
   }
-  *p = (parse_run){
-      .tool = tool, .own_flag = own_flag, .ctx = ctx, .options = options, .usage = usage};
-  p->n = build_table(own, n_own, p->longs, p->names);
+  p->parser = parser;
+  p->tool = tool;
+  p->n = build_table(parser, p->longs, p->names);
   int rc = p->n == 0
                ? (fprintf(kvs_tool_err(), "%s: too many flags for the parser's table\n", tool), 2)
                : 0;

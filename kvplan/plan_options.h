@@ -14,6 +14,7 @@
 #include "core/model_config.h"
 #include "core/serving_defaults.h"
 #include "core/sglang_pools.h"
+#include "kvplan/deploy_flags.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -73,16 +74,29 @@ kvs_status kvs_plan_options_apply(kvs_plan_options *options, int id, const char 
  * with `value`, or fills err and returns its status. */
 typedef kvs_status (*kvs_own_flag_fn)(void *ctx, int id, const char *value, kvs_error *err);
 
+/* One subcommand's flags: its own (ids below 1000), the deployment flags
+ * it takes from the one table (kvplan/deploy_flags.h) and the shared model
+ * and sizing flags above. */
+typedef struct kvs_plan_parser {
+  const char *tool; /* "kvplan plan", for its messages */
+  const struct option *own;
+  size_t n_own;
+  kvs_own_flag_fn own_flag;
+  void *ctx;
+  kvs_deploy_set deploy_set; /* the deployment flags it takes */
+  kvs_deploy_flags *deploy;  /* where they go */
+  kvs_plan_options *options; /* where the shared ones go */
+  void (*usage)(FILE *out);
+} kvs_plan_parser;
+
 /* The one parse loop of kvplan's subcommands: getopt_long over argv with
- * the subcommand's own flags (ids below 1000, `own` of n_own entries),
- * the shared flags and --help. Each own flag goes to own_flag, each shared
- * one into *options. Missing values, unknown flags, bad values and stray
+ * the parser's flags and --help. Each own flag goes to own_flag, each
+ * deployment flag into *deploy (kvs_deploy_flag_apply), each shared one
+ * into *options. Missing values, unknown flags, bad values and stray
  * arguments are reported on stderr as "<tool>: ..." (with usage for an
  * unknown flag). Returns 0 when parsed, -1 when --help printed the usage
  * on stdout, 2 on bad usage. Re-entrant across calls (getopt is reset). */
-int kvs_plan_options_parse(const char *tool, int argc, char **argv, const struct option *own,
-                           size_t n_own, kvs_own_flag_fn own_flag, void *ctx,
-                           kvs_plan_options *options, void (*usage)(FILE *out));
+int kvs_plan_options_parse(const kvs_plan_parser *parser, int argc, char **argv);
 
 /* What the options describe, resolved. */
 typedef struct kvs_plan_model {
