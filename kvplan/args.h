@@ -26,9 +26,9 @@ kvs_status kvs_parse_u64(const char *flag, const char *text, uint64_t *out, kvs_
  * one (or with "B") it is whole bytes. */
 kvs_status kvs_parse_bytes(const char *flag, const char *text, uint64_t *out, kvs_error *err);
 
-/* A bare number below this is refused where memory is meant (a budget, a
- * GPU's memory: kvplan/deploy_flags.h): "--budget 80" is far likelier
- * 80 GiB than 80 bytes. */
+/* A bare number below this, and above 0, is refused by every size flag
+ * (kvplan/deploy_flags.h): "--budget 80" is far likelier 80 GiB than 80
+ * bytes. */
 #define KVS_MIN_UNITLESS_MEMORY (UINT64_C(1) << 20)
 
 /* A token count: an integer, or one with K (x 1024) or M (x 1048576):

@@ -67,7 +67,6 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--budget",
          .kind = KVS_DEPLOY_SIZE,
          .zero = ABOVE_ZERO,
-         .unitless_memory = true,
          .value_at = AT(budget),
          .help = "  --budget BYTES          KV budget of every GPU (80GiB, 141GB, ...)\n"},
     [KVS_DEPLOY_BUDGET_PER_GPU] =
@@ -75,7 +74,6 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--budget-per-gpu",
          .kind = KVS_DEPLOY_SIZES,
          .zero = ABOVE_ZERO,
-         .unitless_memory = true,
          .value_at = AT(budgets),
          .count_at = AT(n_budgets),
          .help = "  --budget-per-gpu B0,B1,.. one budget per GPU, in GPU index order\n"},
@@ -107,29 +105,32 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .kind = KVS_DEPLOY_SIZE,
          .value_at = AT(weights),
          .help =
-             "  --weights BYTES         model weights on every GPU, as the engine measured them\n"},
+             "  --weights BYTES         model weights on every GPU, as the engine measured them\n"
+             "                          (0: none)\n"},
     [KVS_DEPLOY_WEIGHTS_PER_GPU] =
         {.id = KVS_DEPLOY_WEIGHTS_PER_GPU,
          .name = "--weights-per-gpu",
          .kind = KVS_DEPLOY_SIZES,
          .value_at = AT(weights_list),
          .count_at = AT(n_weights),
-         .help = "  --weights-per-gpu B0,.. the same per GPU, in GPU index order\n"},
+         .help = "  --weights-per-gpu B0,.. the same per GPU, in GPU index order (0: none)\n"},
     [KVS_DEPLOY_WEIGHTS_TOTAL] =
         {.id = KVS_DEPLOY_WEIGHTS_TOTAL,
          .name = "--weights-total",
          .kind = KVS_DEPLOY_SIZE,
          .value_at = AT(weights_total),
          .help = "  --weights-total BYTES   the whole model's weights, not yet measured: spread\n"
-                 "                          evenly over its layers, each stage paying its own\n"},
+                 "                          evenly over its layers, each stage paying its own (0:\n"
+                 "                          none)\n"},
     [KVS_DEPLOY_EXPERT_WEIGHTS] =
         {.id = KVS_DEPLOY_EXPERT_WEIGHTS,
          .name = "--expert-weights",
          .kind = KVS_DEPLOY_SIZE,
          .value_at = AT(expert_weights),
-         .help = "  --expert-weights BYTES --shared-weights BYTES\n"
-                 "                          the same in two kinds: routed experts (divided over\n"
-                 "                          tp x dp GPUs) and the rest (divided over tp)\n"},
+         .help =
+             "  --expert-weights BYTES --shared-weights BYTES\n"
+             "                          the same in two kinds: routed experts (divided over\n"
+             "                          tp x dp GPUs) and the rest (divided over tp); 0: none\n"},
     [KVS_DEPLOY_SHARED_WEIGHTS] = {.id = KVS_DEPLOY_SHARED_WEIGHTS,
                                    .name = "--shared-weights",
                                    .kind = KVS_DEPLOY_SIZE,
@@ -139,7 +140,6 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--gpu-memory",
          .kind = KVS_DEPLOY_SIZE,
          .zero = ABOVE_ZERO,
-         .unitless_memory = true,
          .value_at = AT(gpu_memory),
          .help =
              "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
@@ -150,7 +150,6 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--free-before-load",
          .kind = KVS_DEPLOY_SIZE,
          .zero = ABOVE_ZERO,
-         .unitless_memory = true,
          .value_at = AT(free_before_load),
          .help =
              "  --free-before-load BYTES  with --engine sglang: every GPU's free memory before\n"
@@ -187,17 +186,19 @@ const kvs_deploy_flag *kvs_deploy_flag_find(kvs_deploy_set set, const char *name
   return NULL;
 }
 
-/* One byte count of a size flag: the bytes, then 0 where 0 means nothing,
- * then a bare number under 1 MiB where memory is meant ("--budget 80" is
- * far likelier 80 GiB than 80 bytes; "80B" says bytes). */
+/* One byte count of a size flag, by the one rule every size flag follows:
+ * the bytes (kvs_parse_bytes); 0 refused where it would mean nothing, else
+ * taken for what it means (no reserve, no weights); and a bare number from
+ * 1 byte to under 1 MiB refused asking what was meant ("--weights-total
+ * 149" is far likelier 149 GiB than 149 bytes, which would count no
+ * weights; "149B" says bytes). Bare counts of 1 MiB or more are bytes. */
 kvs_status kvs_deploy_size_parse(const kvs_deploy_flag *f, const char *said, const char *text,
                                  uint64_t *out, kvs_error *err) {
   uint64_t value;
   kvs_status status = kvs_parse_bytes(said, text, &value, err);
   if (status != KVS_OK) return status;
   if (value == 0 && f->zero != NULL) return kvs_error_set(err, KVS_ERR_PARSE, f->zero, said, text);
-  if (f->unitless_memory && value < KVS_MIN_UNITLESS_MEMORY &&
-      strspn(text, "0123456789") == strlen(text)) {
+  if (value > 0 && value < KVS_MIN_UNITLESS_MEMORY && strspn(text, "0123456789") == strlen(text)) {
     return kvs_error_set(err, KVS_ERR_PARSE,
                          "%s %s is %s bytes, under 1 MiB: did you mean %sGiB? (write %sB for "
                          "bytes)",

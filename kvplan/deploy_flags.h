@@ -77,11 +77,12 @@ typedef struct kvs_deploy_flag {
   const char *want;
   /* SIZE and SIZES: NULL where 0 is taken (what it means is in the help
    * line), else the refusal of 0 ("<flag> ... got '0'", a format taking
-   * the flag and the value). */
+   * the flag and the value). Every size follows one rule besides: a bare
+   * number from 1 to under 1 MiB is refused asking "did you mean
+   * <n>GiB?" (kvs_deploy_size_parse). */
   const char *zero;
-  bool unitless_memory; /* a bare number under 1 MiB is refused (kvs_parse_budget) */
-  size_t value_at;      /* where the value goes in kvs_deploy_flags (offsetof) */
-  size_t count_at;      /* SIZES: where its entry count goes */
+  size_t value_at; /* where the value goes in kvs_deploy_flags (offsetof) */
+  size_t count_at; /* SIZES: where its entry count goes */
   /* The help line(s), "  --name ARG   ...\n"; NULL where the previous
    * entry's line names this flag too (--pp with --tp). */
   const char *help;
@@ -129,9 +130,12 @@ const kvs_deploy_flag *kvs_deploy_flag_find(kvs_deploy_set set, const char *name
 kvs_status kvs_deploy_flag_apply(kvs_deploy_flags *flags, const kvs_deploy_flag *flag,
                                  const char *said, const char *value, kvs_error *err);
 
-/* One byte count read as the SIZE entry `flag` reads its value (its unit
- * and zero rules), for a tool that takes the same size under its own
- * flag table (kvplan solve's --budget, one device's). */
+/* One byte count read as the SIZE entry `flag` reads its value: a byte
+ * count (kvs_parse_bytes), 0 refused where the entry says so (else taken),
+ * and a bare number of 1 to under 1 MiB refused as "<flag> <n> is <n>
+ * bytes, under 1 MiB: did you mean <n>GiB? (write <n>B for bytes)", the one
+ * rule of every size flag. Also for a tool that takes the same size under
+ * its own flag table (kvplan solve's --budget, one device's). */
 kvs_status kvs_deploy_size_parse(const kvs_deploy_flag *flag, const char *said, const char *text,
                                  uint64_t *out, kvs_error *err);
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvplan/deploy_flags.h"
 #include "kvshard.h"
 #include "tools/kvsim_args.h"
 
@@ -132,6 +133,16 @@ TEST(DeployFlags, each_refusal_is_one_sentence_in_every_parser_that_takes_the_fl
       {"--expert-weights", "5EiB", planners},
       {"--gpu-memory", "80", planners},
       {"--free-before-load", "0", planners},
+      // The unit rule: a bare byte count under 1 MiB, in every size flag.
+      {"--reserve", "512", all},
+      {"--budget-per-gpu", "80,80", no_fit},
+      {"--host-cache", "64", no_fit},
+      {"--weights", "17", {kNode, kPlan}},
+      {"--weights-per-gpu", "17GiB,17", {kNode, kPlan}},
+      {"--weights-total", "149", planners},
+      {"--expert-weights", "142", planners},
+      {"--shared-weights", "7", planners},
+      {"--free-before-load", "137", planners},
   };
   size_t compared = 0;
   for (const Case &c : cases) {
@@ -149,5 +160,57 @@ TEST(DeployFlags, each_refusal_is_one_sentence_in_every_parser_that_takes_the_fl
       compared++;
     }
   }
-  EXPECT_GE(compared, 40u);
+  EXPECT_GE(compared, 55u);
+}
+
+// Issue 30, section 5: every size flag follows one rule. A bare byte
+// count from 1 to under 1 MiB is refused asking whether GiB was meant; a
+// bare 0 keeps its meaning where it has one (no reserve, no weights) and is
+// refused where it would mean nothing; a bare count of 1 MiB or more, and
+// any count with a unit ("149B" included), is bytes.
+TEST(DeployFlags, every_size_flag_follows_the_unit_rule) {
+  size_t sizes = 0;
+  for (const kvs_deploy_flag &f : kvs_deploy_flags_table) {
+    if (f.kind != KVS_DEPLOY_SIZE && f.kind != KVS_DEPLOY_SIZES) continue;
+    sizes++;
+    uint64_t v = 7;
+    kvs_error err;
+    EXPECT_EQ(kvs_deploy_size_parse(&f, f.name, "149", &v, &err), KVS_ERR_PARSE) << f.name;
+    EXPECT_EQ(std::string(err.message), std::string(f.name) +
+                                            " 149 is 149 bytes, under 1 MiB: did you mean 149GiB? "
+                                            "(write 149B for bytes)");
+    EXPECT_EQ(kvs_deploy_size_parse(&f, f.name, "1048575", &v, &err), KVS_ERR_PARSE) << f.name;
+    EXPECT_EQ(v, 7u) << f.name << ": a refusal writes nothing";
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "1048576", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 1048576u) << f.name;
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "149B", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 149u) << f.name;
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "149GB", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 149000000000u) << f.name;
+    kvs_status zero = kvs_deploy_size_parse(&f, f.name, "0", &v, &err);
+    if (f.zero == nullptr) {
+      EXPECT_EQ(zero, KVS_OK) << f.name << ": " << err.message;
+      EXPECT_EQ(v, 0u) << f.name;
+    } else {
+      EXPECT_EQ(zero, KVS_ERR_PARSE) << f.name;
+      EXPECT_NE(std::string(err.message).find("above 0"), std::string::npos) << err.message;
+    }
+  }
+  EXPECT_EQ(sizes,
+            11u);  // budget(s), reserve, weights (5), gpu memory, free before load, host tier
+}
+
+// The issue's planner example: a bare --weights-total 149 counted 149 bytes
+// of weights and planned as if none were loaded; now kvplan refuses it, and
+// --weights-total 0 still plans (no weights, as before).
+TEST(DeployFlags, kvplan_refuses_a_unitless_weights_total_and_keeps_a_bare_zero) {
+  Refusal small = kvplan(kPlan, "--weights-total", "149");
+  EXPECT_TRUE(small.refused) << small.sentence;
+  EXPECT_EQ(small.sentence,
+            "--weights-total 149 is 149 bytes, under 1 MiB: did you mean 149GiB? (write 149B for "
+            "bytes)");
+  for (const char *zero : {"--weights-total", "--reserve", "--weights"}) {
+    Refusal r = kvplan(kPlan, zero, "0");
+    EXPECT_FALSE(r.refused) << zero << " 0: " << r.sentence;
+  }
 }

@@ -177,7 +177,7 @@ TEST(NodeFlags, host_cache_gives_the_prefix_cache_a_host_tier_of_whole_pages) {
   Made alone = with({"--host-cache=1GiB"});
   EXPECT_EQ(alone.status, KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(alone.message.find("needs the prefix cache"), std::string::npos) << alone.message;
-  Made tiny = with({"--prefix-cache", "--host-cache=1"});
+  Made tiny = with({"--prefix-cache", "--host-cache=1B"});
   EXPECT_EQ(tiny.status, KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(tiny.message.find("not one page"), std::string::npos) << tiny.message;
   Made twice = with({"--prefix-cache", "--host-cache=1GiB", "--host-cache=2GiB"});
