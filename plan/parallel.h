@@ -15,7 +15,7 @@
  *     is, and 1 / tp of everything else.
  *   - GPUs / (tp x pp x dp) replicas serve independently.
  * Engine-independent: the launch flags that say this to an engine are the
- * tools' (tools/plan_engine.h). */
+ * planner's (kvplan/plan_engine.h). */
 #ifndef KVS_PLAN_PARALLEL_H
 #define KVS_PLAN_PARALLEL_H
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/bench_block.h"
 #include "tools/bench_core.h"
 

@@ -33,7 +33,7 @@
 #include "blocks/block_store.h"
 #include "core/mix.h"
 #include "core/status.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2

@@ -3,8 +3,8 @@
  * the layouts and memory a demand needs (`fit`). */
 #include <stdio.h>
 
-#include "tools/args.h"
-#include "tools/kvplan.h"
+#include "kvplan/args.h"
+#include "kvplan/kvplan.h"
 
 /* A plan written to a full disk is not a plan: exit 1 (the plan cannot be
  * made here) with the reason. */

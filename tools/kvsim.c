@@ -18,7 +18,7 @@
 
 #include "shard/comm_mpi.h"
 #include "shard/comm_self.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 
@@ -60,7 +60,6 @@ int main(int argc, char **argv) {
   kvsim_args a;
   int code = kvsim_parse(argc, argv, false, first_rank_by_env(), &a);
   if (code != 0) {
-    kvsim_args_free(&a);
     return code < 0 ? 0 : code;
   }
   comms c;
@@ -75,7 +74,6 @@ int main(int argc, char **argv) {
   }
   kvs_comm_destroy(c.comm);
   if (c.mpi) (void)kvs_mpi_finalize(NULL);
-  kvsim_args_free(&a);
   /* Rank 0's report lost to a full disk is a failed run (exit 4). */
   /* A trace not served whole (exit 1) is no failure to write: a report
    * lost to a full disk is exit 4 all the same. */

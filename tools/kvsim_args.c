@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "shard/shard.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/workload.h"
 
 static const char usage_mpi[] =
@@ -14,13 +14,15 @@ static const char usage_mpi[] =
 static const char usage_local[] =
     "usage: kvsim_local --ranks N --tp N [--pp M] [--backend loopback|nccl|self] --steps S\n"
     "                   --seed X [--requests R] [--json] [--inject-divergence RANK:STEP]\n";
-/* The flags kvplan also has mean what they mean there, with kvplan's
- * defaults, so that the same flags plan the same pool. */
+/* The deployment flags are the table's (kvplan/deploy_flags.h), read as
+ * kvplan reads them; the flags kvplan also has mean what they mean there,
+ * with kvplan's defaults, so that the same flags plan the same pool. */
+static const char usage_layout[] =
+    "tp x pp must equal the number of ranks; one alone takes the rest of them (as\n"
+    "kvplan's take the rest of the GPUs); neither: the largest group every node holds\n"
+    "whole that divides the ranks, the rest as stages. With --nodes rank r runs on\n"
+    "plan rank r's GPU, on its node.\n";
 static const char usage_flags[] =
-    "  --tp N, --pp M          rank layout; N * M must equal the number of ranks; one\n"
-    "                          alone takes the rest of them (as kvplan's take the rest\n"
-    "                          of the GPUs); neither: the largest group every node holds\n"
-    "                          whole that divides the ranks, the rest as stages\n"
     "  --backend B             mpi (default; host buffers), nccl (GPUs), self (one rank);\n"
     "                          kvsim_local: loopback (default; ranks as threads), nccl, self\n"
     "  --ranks N               kvsim_local: ranks (threads) to run\n"
@@ -45,11 +47,6 @@ static const char usage_flags[] =
     "  --stall-rank R:S        rank R stops itself (SIGSTOP) at step S: its peers must\n"
     "                          give up after --timeout-ms and abort the job\n"
     "  --timeout-ms T          deadline of every collective wait (default 10000)\n"
-    "  --topology FILE|live|bundled  the node's machine (default: live when CUDA sees a\n"
-    "                          GPU, else the bundled 8-GPU server); a comma-separated\n"
-    "                          list of exports simulates a cluster, one node each\n"
-    "  --nodes N               simulate N nodes of that topology (1..64): rank r runs\n"
-    "                          on plan rank r's GPU, on its node\n"
     "  --host NAME             this rank's host name (default: the machine's): without\n"
     "                          --nodes or a list, ranks that share a host are one node,\n"
     "                          each node's GPUs read by its own ranks; naming hosts\n"
@@ -58,15 +55,10 @@ static const char usage_flags[] =
     "                          the plan (default: Open MPI's, Slurm's or MPICH's local rank\n"
     "                          from the environment; not checked when a cluster is\n"
     "                          simulated on one machine)\n"
-    "  --budget BYTES          KV budget of every GPU (80GiB, 900MiB, ...)\n"
-    "  --budget-per-gpu B0,..  one budget per GPU of the topology, in index order\n"
     "  --budget-mib B          every GPU g gets B x (1 - skew x (g % 4) / 100) MiB\n"
     "                          (any budget flag: at most 1 TiB per GPU)\n"
     "                          (the default: 4096, skew 1, when no budget flag is given)\n"
     "  --budget-skew P         that skew in percent, [0, 25) (default 1)\n"
-    "  --memory-ratio F        budgets from measured (or nominal) memory x F - reserve\n"
-    "  --reserve BYTES         with --memory-ratio: the reserve (default 512MiB); it must\n"
-    "                          hold the node's buffers beside its carve (checked at create)\n"
     "  --device cpu|cuda       where the tables live (default: cuda when a GPU is\n"
     "                          visible, else cpu: the host twin of the device tables)\n"
     "  --cuda-device N         the CUDA device of every rank's tables (default: the plan's)\n"
@@ -90,17 +82,21 @@ static const char usage_flags[] =
     "  --step-ms F             simulated milliseconds of one step, (0, 3600000] (default 50)\n"
     "  --prefix-cache P        kvshard (default with --trace), sglang, vllm or none: whose\n"
     "                          prefix policy the trace's requests reuse pages under\n"
-    "  --host-cache BYTES      kvshard's policy with a host tier of BYTES (per machine):\n"
-    "                          evicted blocks move there and hits fetch them back\n"
     "  --host-bandwidth GBPS   each GPU's host link for those copies, (0, 10000] GB/s\n"
     "                          (default 50); a fetching request waits for its copy\n"
     "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
     "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"
-    "                          after step S (S < --steps); the next check must name it\n";
+    "                          after step S (S < --steps); the next check must name it\n"
+    "Without a budget flag, --budget-mib's default; --mem-fraction and --reserve make\n"
+    "the budgets from measured (or nominal) memory instead (the reserve is checked at\n"
+    "create). With --trace, --host-cache is kvshard's policy's host tier: evicted\n"
+    "blocks move there and hits fetch them back.\n";
 
 static void print_usage(FILE *out, bool local) {
   fputs(local ? usage_local : usage_mpi, out);
+  kvs_deploy_flags_help(out, KVSIM_DEPLOY_FLAGS);
   fputs(usage_flags, out);
+  fputs(usage_layout, out);
 }
 
 static const char *tool_name(bool local) { return local ? "kvsim_local" : "kvsim"; }
@@ -172,15 +168,10 @@ static bool parse_rank_step(const char *s, int *rank, uint64_t *step) {
   return true;
 }
 
-void kvsim_args_free(kvsim_args *a) {
-  free(a->budget_per_gpu);
-  a->budget_per_gpu = NULL;
-}
-
-/* Every flag's default (the README's); false when the budget list cannot
- * be allocated. */
-static bool set_defaults(kvsim_args *a, bool local) {
+/* Every flag's default (the README's). */
+static void set_defaults(kvsim_args *a, bool local) {
   memset(a, 0, sizeof *a);
+  kvs_deploy_flags_init(&a->deploy); /* kvplan's memory share and reserve */
   a->backend = local ? "loopback" : "mpi";
   /* kvplan's defaults (core/serving_defaults.h) for the flags both take. */
   a->max_running = KVS_DEFAULT_MAX_RUNNING;
@@ -195,8 +186,6 @@ static bool set_defaults(kvsim_args *a, bool local) {
   a->progress_s = 2.0;
   a->model = "dsv4-flash";
   a->verify = true;
-  a->memory_ratio = KVS_DEFAULT_MEMORY_RATIO;
-  a->reserve = KVS_DEFAULT_RESERVE_BYTES;
   a->device = KVS_NODE_DEVICE_AUTO;
   a->cuda_device = -1;
   a->state_rings = KVS_STATE_RINGS_PER_REQUEST;
@@ -208,8 +197,6 @@ static bool set_defaults(kvsim_args *a, bool local) {
   a->prefix_cache = KVS_PREFIX_POLICY_KVSHARD;
   a->host_bandwidth = 50.0;
   a->kv_dtype = KVS_KV_BF16;
-  a->budget_per_gpu = calloc(KVSIM_MAX_GPUS, sizeof *a->budget_per_gpu);
-  return a->budget_per_gpu != NULL;
 }
 
 /* The flags without a value. */
@@ -250,11 +237,6 @@ static int run_flag(parser *p, const char *flag, const char *value) {
   kvsim_args *a = p->a;
   uint64_t u;
   int rc;
-  if (strcmp(flag, "--tp") == 0 || strcmp(flag, "--pp") == 0) {
-    rc = count_arg(p, flag, value, 1, KVS_SHARD_MAX_RANKS, "a rank count in [1, 65535]", &u);
-    if (rc == 0) *(flag[2] == 't' ? &a->tp : &a->pp) = (int)u;
-    return rc;
-  }
   if (p->local && strcmp(flag, "--ranks") == 0) {
     rc = count_arg(p, flag, value, 1, KVSIM_LOCAL_MAX_RANKS, "a rank count in [1, 256]", &u);
     if (rc == 0) a->ranks = (int)u;
@@ -338,22 +320,14 @@ static int node_flag(parser *p, const char *flag, const char *value) {
   kvsim_args *a = p->a;
   uint64_t u;
   int rc;
-  if (strcmp(flag, "--nodes") == 0) {
-    rc = count_arg(p, flag, value, 1, KVS_MAX_NODES, "a node count in [1, 64]", &u);
-    if (rc == 0) a->nodes = (size_t)u;
-    return rc;
-  }
   if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
     rc = count_arg(p, flag, value, 0, 65535, "a non-negative integer up to 65535", &u);
     if (rc == 0) *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
     return rc;
   }
-  if (strcmp(flag, "--host") == 0 || strcmp(flag, "--topology") == 0) {
-    bool host = flag[2] == 'h';
-    if (value == NULL || value[0] == '\0') {
-      return bad_arg(p, flag, value, host ? "a host name" : "a file, live or bundled");
-    }
-    *(host ? &a->host : &a->topology) = value;
+  if (strcmp(flag, "--host") == 0) {
+    if (value == NULL || value[0] == '\0') return bad_arg(p, flag, value, "a host name");
+    a->host = value;
     return 0;
   }
   if (strcmp(flag, "--device") == 0) {
@@ -374,31 +348,10 @@ static int node_flag(parser *p, const char *flag, const char *value) {
   return NOT_MINE;
 }
 
-/* The budgets: bytes as given, the skewed MiB default, or measured memory
- * through --memory-ratio and --reserve. */
+/* The default budget: a MiB figure skewed per GPU (the table's --budget,
+ * --budget-per-gpu, --mem-fraction and --reserve are the others). */
 static int budget_flag(parser *p, const char *flag, const char *value) {
   kvsim_args *a = p->a;
-  kvs_error err;
-  if (strcmp(flag, "--budget") == 0) {
-    if (value == NULL || kvs_parse_budget(flag, value, &a->budget, &err) != KVS_OK) {
-      return parse_error(p, flag, &err, value);
-    }
-    return 0;
-  }
-  if (strcmp(flag, "--budget-per-gpu") == 0) {
-    if (value == NULL || kvs_parse_budget_list(flag, value, a->budget_per_gpu, KVSIM_MAX_GPUS,
-                                               &a->n_budget_per_gpu, &err) != KVS_OK) {
-      return parse_error(p, flag, &err, value);
-    }
-    return 0;
-  }
-  if (strcmp(flag, "--reserve") == 0) {
-    if (value == NULL || kvs_parse_bytes(flag, value, &a->reserve, &err) != KVS_OK) {
-      return parse_error(p, flag, &err, value);
-    }
-    a->have_reserve = true;
-    return 0;
-  }
   int rc = NOT_MINE;
   if (strcmp(flag, "--budget-mib") == 0) {
     /* 1048576 MiB is KVSIM_MAX_BUDGET: check_budget_cap's 1 TiB bound, here. */
@@ -408,11 +361,19 @@ static int budget_flag(parser *p, const char *flag, const char *value) {
   } else if (strcmp(flag, "--budget-skew") == 0) {
     rc = number_arg(p, flag, value, 0.0, 24.999999, "a percentage in [0, 25)", &a->budget_skew);
     if (rc == 0) a->have_budget_mib = true;
-  } else if (strcmp(flag, "--memory-ratio") == 0) {
-    rc = number_arg(p, flag, value, 1e-9, 1.0, "a ratio in (0, 1]", &a->memory_ratio);
-    if (rc == 0) a->have_ratio = true;
   }
   return rc;
+}
+
+/* One of the deployment flags (the table's), read as every tool reads it. */
+static int deploy_flag(parser *p, const kvs_deploy_flag *f, const char *flag, const char *value) {
+  kvs_error err;
+  const char *said = f->alias != NULL && strcmp(flag, f->alias) == 0 ? f->alias : f->name;
+  if (value == NULL || kvs_deploy_flag_apply(&p->a->deploy, f, said, value, &err) != KVS_OK) {
+    return parse_error(p, flag, &err, value);
+  }
+  if (f->id == KVS_DEPLOY_HOST_CACHE) p->a->have_trace_flags = true;
+  return 0;
 }
 
 /* The workload and its reporting. */
@@ -446,14 +407,6 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
   if (strcmp(flag, "--step-ms") == 0) {
     a->have_trace_flags = true;
     return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]", &a->step_ms);
-  }
-  if (strcmp(flag, "--host-cache") == 0) {
-    kvs_error err;
-    a->have_trace_flags = true;
-    if (value == NULL || kvs_parse_host_cache(value, &a->host_cache, &err) != KVS_OK) {
-      return parse_error(p, flag, &err, value);
-    }
-    return 0;
   }
   if (strcmp(flag, "--host-bandwidth") == 0) {
     a->have_trace_flags = true;
@@ -490,8 +443,6 @@ static const struct {
   const char *name;
   int where;
 } flag_table[] = {
-    {"--tp", BOTH},
-    {"--pp", BOTH},
     {"--backend", BOTH},
     {"--ranks", LOCAL_ONLY},
     {"--steps", BOTH},
@@ -506,17 +457,11 @@ static const struct {
     {"--kill-rank", BOTH},
     {"--stall-rank", KVSIM_ONLY},
     {"--timeout-ms", BOTH},
-    {"--topology", BOTH},
-    {"--nodes", BOTH},
     {"--host", BOTH},
     {"--local-rank", BOTH},
     {"--node", BOTH},
-    {"--budget", BOTH},
-    {"--budget-per-gpu", BOTH},
     {"--budget-mib", BOTH},
     {"--budget-skew", BOTH},
-    {"--memory-ratio", BOTH},
-    {"--reserve", BOTH},
     {"--device", BOTH},
     {"--cuda-device", BOTH},
     {"--no-verify", BOTH},
@@ -532,7 +477,6 @@ static const struct {
     {"--trace-block", BOTH},
     {"--step-ms", BOTH},
     {"--prefix-cache", BOTH},
-    {"--host-cache", BOTH},
     {"--host-bandwidth", BOTH},
     {"--kv-dtype", BOTH},
     {"--inject-cache-divergence", BOTH},
@@ -543,8 +487,8 @@ static const struct {
  * does. */
 static int unknown_flag(const parser *p, const char *flag) {
   if (!p->speaker) return KVSIM_EXIT_USAGE;
-  const char *names[N_FLAGS];
-  size_t n = 0;
+  const char *names[N_FLAGS + 2 * KVS_DEPLOY_FLAG_COUNT];
+  size_t n = kvs_deploy_flags_names(KVSIM_DEPLOY_FLAGS, names, 2 * KVS_DEPLOY_FLAG_COUNT);
   for (size_t k = 0; k < N_FLAGS; k++) {
     if (flag_table[k].where & (p->local ? LOCAL_ONLY : KVSIM_ONLY)) names[n++] = flag_table[k].name;
   }
@@ -573,6 +517,8 @@ static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *se
     return -1;
   }
   (*i)++; /* every other flag takes a value */
+  const kvs_deploy_flag *deploy = kvs_deploy_flag_find(KVSIM_DEPLOY_FLAGS, flag);
+  if (deploy != NULL) return deploy_flag(p, deploy, flag, value);
   for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
     rc = groups[g](p, flag, value);
     if (rc != NOT_MINE) return rc;
@@ -583,7 +529,7 @@ static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *se
 /* --steps and --seed have no default; kvsim_local must be told how many
  * ranks to start. */
 static int check_required(const parser *p) {
-  if (p->local && p->a->ranks == 0 && p->a->tp == 0) {
+  if (p->local && p->a->ranks == 0 && !p->a->deploy.given[KVS_DEPLOY_TP]) {
     return bad_arg(p, "--ranks", "", "a rank count (or --tp, and --pp, to count them)");
   }
   if (p->a->trace != NULL) {
@@ -619,14 +565,12 @@ static int check_requests(const parser *p) {
 /* Flags that are each fine alone but contradict each other. */
 static int check_conflicts(const parser *p) {
   const kvsim_args *a = p->a;
-  int explicit_kinds = (a->budget != 0) + (a->n_budget_per_gpu > 0) + a->have_budget_mib;
+  kvs_error err;
   const char *conflict = NULL;
-  if (explicit_kinds > 1) {
-    conflict = "give one of --budget, --budget-per-gpu and --budget-mib";
-  } else if ((a->have_ratio || a->have_reserve) && explicit_kinds > 0) {
-    conflict =
-        "--memory-ratio and --reserve apply to measured memory; the budget flags give the "
-        "bytes themselves";
+  uint64_t host_cache = a->deploy.host_cache;
+  if (kvs_deploy_flags_check(&a->deploy, KVSIM_DEPLOY_FLAGS, "--budget-mib", a->have_budget_mib,
+                             &err) != KVS_OK) {
+    conflict = err.message;
   } else if ((a->inject && a->inject_step >= a->steps) || (a->kill && a->kill_step >= a->steps) ||
              (a->stall && a->stall_step >= a->steps) ||
              (a->inject_slot && a->inject_slot_step >= a->steps)) {
@@ -653,9 +597,9 @@ static int check_conflicts(const parser *p) {
     conflict = "a RANK:STEP drill names a step the run never reaches (it must be below --steps)";
   } else if (a->inject_cache && a->prefix_cache == KVS_PREFIX_POLICY_NONE) {
     conflict = "--inject-cache-divergence changes a cached block; --prefix-cache none keeps none";
-  } else if (a->host_cache > 0 && a->prefix_cache != KVS_PREFIX_POLICY_KVSHARD) {
+  } else if (host_cache > 0 && a->prefix_cache != KVS_PREFIX_POLICY_KVSHARD) {
     conflict = "--host-cache is kvshard's tier: it needs --prefix-cache kvshard";
-  } else if (a->have_host_bandwidth && a->host_cache == 0) {
+  } else if (a->have_host_bandwidth && host_cache == 0) {
     conflict = "--host-bandwidth prices the host tier's copies: give --host-cache too";
   }
   if (conflict == NULL) return check_requests(p);
@@ -667,10 +611,10 @@ static int check_conflicts(const parser *p) {
  * memory: a budget past 1 TiB per GPU would ask for gigabytes of host
  * memory per rank, which no GPU's budget needs. */
 static int check_budget_cap(const parser *p) {
-  const kvsim_args *a = p->a;
-  uint64_t biggest = a->budget;
-  for (size_t g = 0; g < a->n_budget_per_gpu; g++) {
-    if (a->budget_per_gpu[g] > biggest) biggest = a->budget_per_gpu[g];
+  const kvs_deploy_flags *d = &p->a->deploy;
+  uint64_t biggest = d->budget;
+  for (size_t g = 0; g < d->n_budgets; g++) {
+    if (d->budgets[g] > biggest) biggest = d->budgets[g];
   }
   if (biggest <= KVSIM_MAX_BUDGET) return 0;
   if (p->speaker) {
@@ -683,10 +627,7 @@ static int check_budget_cap(const parser *p) {
 }
 
 int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) {
-  if (!set_defaults(a, local)) {
-    fprintf(stderr, "kvsim: out of memory\n");
-    return KVSIM_EXIT_FAILED;
-  }
+  set_defaults(a, local);
   parser p = {a, local, speaker, tool_name(local), false, false, false, false, false};
   kvs_flags_seen seen = {.n = 0};
   for (int i = 1; i < argc; i++) {
@@ -697,12 +638,14 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   if (rc != 0) return rc;
   /* kvsim_local: one thread a rank, as many as the layout has. */
   if (local && a->ranks == 0) {
-    int64_t ranks = (int64_t)a->tp * (a->pp > 0 ? a->pp : 1);
+    uint64_t pp = a->deploy.given[KVS_DEPLOY_PP] ? a->deploy.pp : 1;
+    int64_t ranks = (int64_t)(a->deploy.tp * pp);
     if (ranks > KVSIM_LOCAL_MAX_RANKS) {
       if (speaker) {
         fprintf(stderr,
-                "kvsim_local: --tp %d x --pp %d = %lld ranks, above the %d threads it runs\n",
-                a->tp, a->pp > 0 ? a->pp : 1, (long long)ranks, KVSIM_LOCAL_MAX_RANKS);
+                "kvsim_local: --tp %llu x --pp %llu = %lld ranks, above the %d threads it runs\n",
+                (unsigned long long)a->deploy.tp, (unsigned long long)pp, (long long)ranks,
+                KVSIM_LOCAL_MAX_RANKS);
       }
       return KVSIM_EXIT_USAGE;
     }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvplan/deploy_flags.h"
 #include "shard/node.h"
 
 #ifdef __cplusplus
@@ -46,13 +47,21 @@ enum {
 /* kvsim_local's ranks (threads) at most. */
 #define KVSIM_LOCAL_MAX_RANKS 256
 
-/* Per-GPU budgets in a list at most this long. */
-#define KVSIM_MAX_GPUS 1024
+/* The deployment flags kvsim takes (kvplan/deploy_flags.h): the machine,
+ * the layout (tp x pp: its ranks; one alone takes the rest, neither the
+ * largest group every node holds whole: kvsim_run), the budgets and the
+ * host tier. */
+#define KVSIM_DEPLOY_FLAGS                                                         \
+  (KVS_DEPLOY_BIT(KVS_DEPLOY_TOPOLOGY) | KVS_DEPLOY_BIT(KVS_DEPLOY_NODES) |        \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_TP) | KVS_DEPLOY_BIT(KVS_DEPLOY_PP) |                 \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET) | KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET_PER_GPU) | \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_MEM_FRACTION) | KVS_DEPLOY_BIT(KVS_DEPLOY_RESERVE) |  \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE))
 
 typedef struct kvsim_args {
-  int tp, pp;          /* 0: not given; the ranks the other leaves (kvsim_run) */
-  const char *backend; /* mpi, nccl, self, loopback */
-  int ranks;           /* loopback: threads; else 0 */
+  kvs_deploy_flags deploy; /* --topology, --nodes, --tp, --pp, budgets, --host-cache */
+  const char *backend;     /* mpi, nccl, self, loopback */
+  int ranks;               /* loopback: threads; else 0 */
   uint64_t steps;
   uint64_t seed;
   uint64_t requests;    /* the workload's concurrent requests, at most max_running */
@@ -79,22 +88,13 @@ typedef struct kvsim_args {
   const char *model;
   bool radix;  /* --radix | --no-radix: the floor's radix reserve, as kvplan's */
   bool verify; /* every step's table ring contexts against the pool's */
-  /* The node: topology, budgets, device. */
-  const char *topology; /* NULL: auto; a comma-separated list: one node each */
-  size_t nodes;         /* --nodes: copies of the topology; 0: one (or the list's) */
-  int local_rank;       /* --local-rank; KVS_NODE_FROM_LAUNCHER when not given */
-  int node_index;       /* --node; likewise */
-  const char *host;     /* --host: this rank's host name; NULL: gethostname */
+  /* The node: where this rank runs, the default budget, the device. */
+  int local_rank;   /* --local-rank; KVS_NODE_FROM_LAUNCHER when not given */
+  int node_index;   /* --node; likewise */
+  const char *host; /* --host: this rank's host name; NULL: gethostname */
   bool have_budget_mib;
   double budget_mib;
   double budget_skew;
-  uint64_t budget;          /* --budget: every GPU; 0 not given */
-  uint64_t *budget_per_gpu; /* --budget-per-gpu, KVSIM_MAX_GPUS entries */
-  size_t n_budget_per_gpu;
-  bool have_ratio;
-  double memory_ratio;
-  bool have_reserve;
-  uint64_t reserve;
   kvs_node_device device;
   int cuda_device; /* -1: the plan's */
   uint64_t bare_broadcasts;
@@ -103,7 +103,6 @@ typedef struct kvsim_args {
   uint64_t trace_block;  /* tokens per hash id (512) */
   double step_ms;        /* simulated time of one step (50) */
   int prefix_cache;      /* KVS_PREFIX_POLICY_* (kvshard with a trace) */
-  uint64_t host_cache;   /* the prefix cache's host tier in bytes (0: none) */
   double host_bandwidth; /* GB/s of the host link the tier's copies take (50) */
   bool have_host_bandwidth;
   bool have_trace_flags; /* --trace-block, --step-ms, --prefix-cache or a host flag given */
@@ -116,10 +115,8 @@ typedef struct kvsim_args {
 /* Parses argv. local: the kvsim_local front end (loopback, --ranks; no
  * mpi backend, no kill or stall drills). Returns 0 to run, -1 after
  * --help (exit 0), or KVSIM_EXIT_USAGE after printing the error. speaker:
- * whether this process prints argument errors (one rank of many). a owns
- * a budget list it must free with kvsim_args_free. */
+ * whether this process prints argument errors (one rank of many). */
 int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a);
-void kvsim_args_free(kvsim_args *a);
 
 #ifdef __cplusplus
 }

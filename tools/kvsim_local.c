@@ -16,7 +16,7 @@
 #include "shard/comm_loopback.h"
 #include "shard/comm_self.h"
 #include "plan/node_setup.h"
-#include "tools/args.h"
+#include "kvplan/args.h"
 #include "tools/kvsim_args.h"
 #include "tools/kvsim_run.h"
 
@@ -70,12 +70,10 @@ int main(int argc, char **argv) {
   kvsim_args a;
   int code = kvsim_parse(argc, argv, true, true, &a);
   if (code != 0) {
-    kvsim_args_free(&a);
     return code < 0 ? 0 : code;
   }
   if (strcmp(a.backend, "self") == 0 && a.ranks != 1) {
     fprintf(stderr, "kvsim_local: --backend self runs one rank, not %d\n", a.ranks);
-    kvsim_args_free(&a);
     return KVSIM_EXIT_USAGE;
   }
   kvs_comm_loopback_group_t group = NULL;
@@ -87,18 +85,16 @@ int main(int argc, char **argv) {
    * rank thread has exited. A topology that does not load is the ranks'
    * own error to report. */
   kvs_topology_t held = NULL;
-  (void)kvs_node_topology_open(a.topology, &held, NULL, 0, NULL);
+  (void)kvs_node_topology_open(a.deploy.topology, &held, NULL, 0, NULL);
   if (kvs_comm_loopback_group_create(a.ranks, &group, &err) != KVS_OK) {
     fprintf(stderr, "kvsim_local: %s\n", err.message);
     kvs_topology_destroy(held);
-    kvsim_args_free(&a);
     return KVSIM_EXIT_FAILED;
   }
   rank_thread *threads = calloc((size_t)a.ranks, sizeof *threads);
   if (threads == NULL) {
     kvs_topology_destroy(held);
     kvs_comm_loopback_group_destroy(group);
-    kvsim_args_free(&a);
     return KVSIM_EXIT_FAILED;
   }
   int started = 0;
@@ -129,7 +125,6 @@ int main(int argc, char **argv) {
   free(threads);
   kvs_comm_loopback_group_destroy(group);
   kvs_topology_destroy(held);
-  kvsim_args_free(&a);
   /* Rank 0's report lost to a full disk is a failed run (exit 4). */
   /* A trace not served whole (exit 1) is no failure to write: a report
    * lost to a full disk is exit 4 all the same. */

@@ -18,7 +18,7 @@
 #include "shard/step_message.h"
 #include "tools/workload.h"
 #include "shard/plan_overhead.h"
-#include "tools/plan_json.h"
+#include "kvplan/plan_json.h"
 
 /* ---- termination by the launcher ----
  * When a peer dies, mpirun terminates the survivors with SIGTERM. Say so
@@ -106,18 +106,19 @@ static int fail(run *r, const char *what, const kvs_error *err, bool peers_know)
  * (the default), or measured memory through the one rule. */
 static int budget_request(run *r, kvs_node_options *b) {
   const kvsim_args *a = r->a;
-  b->memory_ratio = a->memory_ratio;
-  b->reserve_bytes = a->reserve;
-  if (a->budget != 0) {
-    b->budget_bytes = a->budget;
+  const kvs_deploy_flags *d = &a->deploy;
+  b->memory_ratio = d->mem_fraction;
+  b->reserve_bytes = d->reserve;
+  if (d->given[KVS_DEPLOY_BUDGET]) {
+    b->budget_bytes = d->budget;
     return 0;
   }
-  if (a->n_budget_per_gpu > 0) {
-    b->budget_per_gpu = a->budget_per_gpu;
-    b->n_budget_per_gpu = a->n_budget_per_gpu;
+  if (d->given[KVS_DEPLOY_BUDGET_PER_GPU]) {
+    b->budget_per_gpu = d->budgets;
+    b->n_budget_per_gpu = d->n_budgets;
     return 0;
   }
-  if (a->have_ratio || a->have_reserve) return 0;
+  if (d->given[KVS_DEPLOY_MEM_FRACTION] || d->given[KVS_DEPLOY_RESERVE]) return 0;
   /* --budget-mib: one budget per GPU of every node, GPU g skewed by g % 4
    * so the agreement and the split have work to do. */
   size_t n = kvs_cluster_gpu_count(r->cluster);
@@ -194,7 +195,10 @@ static void list_divisors(size_t n, char *buf, size_t len) {
  * that would be. Every rank computes the same from the same cluster. */
 static int resolve_layout(run *r) {
   const kvsim_args *a = r->a;
-  size_t world = (size_t)r->world, tp = (size_t)a->tp, pp = (size_t)a->pp;
+  const kvs_deploy_flags *d = &a->deploy;
+  size_t world = (size_t)r->world;
+  size_t tp = d->given[KVS_DEPLOY_TP] ? (size_t)d->tp : 0;
+  size_t pp = d->given[KVS_DEPLOY_PP] ? (size_t)d->pp : 0;
   if (tp == 0 && pp == 0) {
     size_t per_node = 0;
     for (size_t k = 0; k < kvs_cluster_node_count(r->cluster); k++) {
@@ -214,7 +218,7 @@ static int resolve_layout(run *r) {
     char values[256];
     list_divisors(world, values, sizeof values);
     fprintf(stderr, "kvsim: tp %zu x pp %zu = %zu ranks, but the group has %zu; %s can be %s\n", tp,
-            pp, tp * pp, world, a->tp != 0 ? "--tp" : "--pp", values);
+            pp, tp * pp, world, d->given[KVS_DEPLOY_TP] ? "--tp" : "--pp", values);
   }
   return KVSIM_EXIT_USAGE;
 }
@@ -266,7 +270,7 @@ static void node_options(run *r, kvs_node_options *o) {
    * --requests of them. */
   o->kv_dtype = a->kv_dtype;
   o->prefix_cache = a->trace != NULL && a->prefix_cache != KVS_PREFIX_POLICY_NONE;
-  o->host_cache_bytes = a->host_cache;
+  o->host_cache_bytes = a->deploy.host_cache;
   /* kvsim prices the copies by --host-bandwidth; its tables hold no KV. */
   o->index_only = true;
   o->state_rings = a->state_rings;
@@ -276,7 +280,7 @@ static void node_options(run *r, kvs_node_options *o) {
   o->max_seq_len = kvs_workload_max_seq_len(&r->wo);
   o->max_running = a->max_running;
   o->radix = a->radix;
-  o->topology = a->topology;
+  o->topology = a->deploy.topology;
   o->cuda_device = a->cuda_device;
   o->device = a->device;
   /* NCCL steps: the node's own communicator on its plan's GPU, set up over
@@ -288,13 +292,14 @@ static void node_options(run *r, kvs_node_options *o) {
   }
   o->check_every = a->check_every;
   o->check_integrity = true;
-  o->hosts = a->nodes;
+  o->hosts = (size_t)a->deploy.nodes;
   /* A cluster simulated here runs every node's ranks on this one machine
    * (nodes, a list, or hosts named by --host): the launcher's local ranks
    * are this machine's, not the plan's nodes'. */
   o->host = a->host;
+  const char *topology = a->deploy.topology;
   bool simulated =
-      a->nodes > 1 || a->host != NULL || (a->topology != NULL && strchr(a->topology, ',') != NULL);
+      a->deploy.nodes > 1 || a->host != NULL || (topology != NULL && strchr(topology, ',') != NULL);
   o->local_rank =
       simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->local_rank;
   o->host_index =
@@ -320,8 +325,8 @@ static int gather_cluster(run *r) {
   kvs_error err;
   kvs_error_clear(&err);
   char note[768] = "";
-  kvs_status gathered = kvs_cluster_gather(r->comm, a->topology, a->nodes, a->host, &r->cluster,
-                                           note, sizeof note, &err);
+  kvs_status gathered = kvs_cluster_gather(r->comm, a->deploy.topology, (size_t)a->deploy.nodes,
+                                           a->host, &r->cluster, note, sizeof note, &err);
   if (gathered != KVS_OK) return setup_failed(r, "cluster", gathered, &err);
   if (r->speaker && note[0] != '\0') fprintf(stderr, "kvsim: %s\n", note);
   return 0;
@@ -470,7 +475,7 @@ static int setup_node(run *r) {
   /* A kvshard hit may re-prefill one window (P tokens) before its
    * boundary rather than recompute down to the deepest retained tail. */
   r->wo.reprefill_tokens = kvs_node_page(r->node);
-  if (r->a->host_cache > 0) {
+  if (r->a->deploy.host_cache > 0) {
     /* Every rank copies its own page rows over its GPU's own host link, at
      * once: a fetch takes as long as the largest share (the stage with
      * the most compressed and indexer rows), not the machine's sum. */

@@ -106,6 +106,88 @@ static uint64_t trie_step(trie *t, uint64_t parent, uint64_t id, bool add, bool 
   return t->node[h];
 }
 
+/* What is wrong with one line of a trace (o, its JSON, NULL when it is not
+ * JSON), or NULL with its fields in *ts, *in, *outl and *ids. */
+static const char *line_fault(json_t *o, const kvs_trace *t, uint64_t *ts, uint64_t *in,
+                              uint64_t *outl, json_t **ids) {
+  if (o == NULL) return "is not JSON";
+  if (!json_is_object(o)) return "is not a JSON object";
+  if (!as_u64(json_object_get(o, "timestamp"), ts)) {
+    return "has no timestamp (a non-negative integer of ms)";
+  }
+  if (!as_u64(json_object_get(o, "input_length"), in) || *in == 0) {
+    return "has no input_length (a positive integer)";
+  }
+  if (!as_u64(json_object_get(o, "output_length"), outl)) {
+    return "has no output_length (a non-negative integer)";
+  }
+  if (!json_is_array(*ids = json_object_get(o, "hash_ids"))) {
+    return "has no hash_ids (an array of block ids)";
+  }
+  if (json_array_size(*ids) != (*in + t->block - 1) / t->block) {
+    return "has hash_ids whose count is not ceil(input_length / block)";
+  }
+  if (*in > (UINT64_C(1) << 40) || *outl > (UINT64_C(1) << 40)) {
+    return "has a length past 2^40 tokens";
+  }
+  if (t->n > 0 && (double)*ts < t->timestamp[t->n - 1]) {
+    return "has a timestamp before the previous line's";
+  }
+  return NULL;
+}
+
+/* The growing arrays' capacities while a trace loads, and its ids so far. */
+typedef struct capacities {
+  size_t req, ids, n_ids;
+} capacities;
+
+/* One checked line as the trace's next request: its ids walked through the
+ * trie of every earlier prompt (the blocks an ideal cache would hit).
+ * Returns what is wrong with an id, or NULL; *ok false when out of memory
+ * (the request then not added). */
+static const char *add_request(kvs_trace *t, trie *tr, capacities *c, json_t *ids, uint64_t ts,
+                               uint64_t in, uint64_t outl, bool *ok) {
+  size_t k = json_array_size(ids);
+  *ok = grow((void **)&t->timestamp, &c->req, t->n + 2, sizeof *t->timestamp);
+  size_t c2 = c->req, c3 = c->req, c4 = c->req;
+  /* The per-request arrays share one capacity: grow them alike. */
+  *ok = *ok && (t->input = realloc(t->input, c2 * sizeof *t->input)) != NULL &&
+        (t->output = realloc(t->output, c3 * sizeof *t->output)) != NULL &&
+        (t->first = realloc(t->first, c4 * sizeof *t->first)) != NULL &&
+        grow((void **)&t->ids, &c->ids, c->n_ids + k, sizeof *t->ids);
+  if (!*ok) return NULL;
+  t->first[t->n] = c->n_ids;
+  uint64_t node = 0, hit = 0;
+  bool matching = true;
+  for (size_t j = 0; j < k; j++) {
+    uint64_t id;
+    if (!as_u64(json_array_get(ids, j), &id)) {
+      return "has a hash id that is not a non-negative integer";
+    }
+    t->ids[c->n_ids + j] = id;
+    uint64_t next = trie_step(tr, node, id, false, ok);
+    if (next == 0) {
+      matching = false;
+      next = trie_step(tr, node, id, true, ok);
+    } else if (matching) {
+      hit++;
+    }
+    if (!*ok) return NULL;
+    node = next;
+  }
+  t->timestamp[t->n] = (double)ts;
+  t->input[t->n] = in;
+  t->output[t->n] = outl;
+  c->n_ids += k;
+  t->first[t->n + 1] = c->n_ids;
+  uint64_t hit_tokens = hit * t->block < in ? hit * t->block : in;
+  t->prompt_tokens += in;
+  t->ideal_hit_tokens += hit_tokens;
+  if (in + outl > t->max_total) t->max_total = in + outl;
+  t->n++;
+  return NULL;
+}
+
 kvs_status kvs_trace_load(const char *path, uint64_t block, kvs_trace *out, kvs_error *err) {
   if (path == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "trace: %s is NULL",
@@ -125,7 +207,7 @@ kvs_status kvs_trace_load(const char *path, uint64_t block, kvs_trace *out, kvs_
   kvs_trace t;
   memset(&t, 0, sizeof t);
   t.block = block;
-  size_t cap_req = 0, cap_ids = 0, n_ids = 0;
+  capacities caps = {0, 0, 0};
   char *line = NULL;
   size_t line_cap = 0;
   ssize_t got;
@@ -137,78 +219,15 @@ kvs_status kvs_trace_load(const char *path, uint64_t block, kvs_trace *out, kvs_
     lineno++;
     json_error_t jerr;
     json_t *o = json_loadb(line, (size_t)got, JSON_REJECT_DUPLICATES, &jerr);
-    const char *why = NULL;
     uint64_t ts = 0, in = 0, outl = 0;
     json_t *ids = NULL;
-    if (o == NULL) {
-      why = "is not JSON";
-    } else if (!json_is_object(o)) {
-      why = "is not a JSON object";
-    } else if (!as_u64(json_object_get(o, "timestamp"), &ts)) {
-      why = "has no timestamp (a non-negative integer of ms)";
-    } else if (!as_u64(json_object_get(o, "input_length"), &in) || in == 0) {
-      why = "has no input_length (a positive integer)";
-    } else if (!as_u64(json_object_get(o, "output_length"), &outl)) {
-      why = "has no output_length (a non-negative integer)";
-    } else if (!json_is_array(ids = json_object_get(o, "hash_ids"))) {
-      why = "has no hash_ids (an array of block ids)";
-    } else if (json_array_size(ids) != (in + block - 1) / block) {
-      why = "has hash_ids whose count is not ceil(input_length / block)";
-    } else if (in > (UINT64_C(1) << 40) || outl > (UINT64_C(1) << 40)) {
-      why = "has a length past 2^40 tokens";
-    } else if (t.n > 0 && (double)ts < t.timestamp[t.n - 1]) {
-      why = "has a timestamp before the previous line's";
-    }
+    const char *why = line_fault(o, &t, &ts, &in, &outl, &ids);
     if (why == NULL) {
-      size_t k = json_array_size(ids);
-      ok = grow((void **)&t.timestamp, &cap_req, t.n + 2, sizeof *t.timestamp);
-      size_t c2 = cap_req, c3 = cap_req, c4 = cap_req;
-      /* The per-request arrays share one capacity: grow them alike. */
-      ok = ok && (t.input = realloc(t.input, c2 * sizeof *t.input)) != NULL &&
-           (t.output = realloc(t.output, c3 * sizeof *t.output)) != NULL &&
-           (t.first = realloc(t.first, c4 * sizeof *t.first)) != NULL &&
-           grow((void **)&t.ids, &cap_ids, n_ids + k, sizeof *t.ids);
+      why = add_request(&t, &tr, &caps, ids, ts, in, outl, &ok);
       if (!ok) {
         json_decref(o);
         status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for trace %s", path);
         break;
-      }
-      t.first[t.n] = n_ids;
-      uint64_t node = 0, hit = 0;
-      bool matching = true;
-      for (size_t j = 0; j < k; j++) {
-        uint64_t id;
-        if (!as_u64(json_array_get(ids, j), &id)) {
-          why = "has a hash id that is not a non-negative integer";
-          break;
-        }
-        t.ids[n_ids + j] = id;
-        uint64_t next = trie_step(&tr, node, id, false, &ok);
-        if (next == 0) {
-          matching = false;
-          next = trie_step(&tr, node, id, true, &ok);
-        } else if (matching) {
-          hit++;
-        }
-        if (!ok) break;
-        node = next;
-      }
-      if (!ok) {
-        json_decref(o);
-        status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for trace %s", path);
-        break;
-      }
-      if (why == NULL) {
-        t.timestamp[t.n] = (double)ts;
-        t.input[t.n] = in;
-        t.output[t.n] = outl;
-        n_ids += k;
-        t.first[t.n + 1] = n_ids;
-        uint64_t hit_tokens = hit * block < in ? hit * block : in;
-        t.prompt_tokens += in;
-        t.ideal_hit_tokens += hit_tokens;
-        if (in + outl > t.max_total) t.max_total = in + outl;
-        t.n++;
       }
     }
     json_decref(o);

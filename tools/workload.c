@@ -121,6 +121,49 @@ void kvs_workload_destroy(kvs_workload_t w) {
   free(w);
 }
 
+/* kvs_workload_create's trace: refused where the pool cannot replay it,
+ * else its keys, the cache's scratch and a queue of all its requests. */
+static kvs_status attach_trace(struct kvs_workload *w, uint64_t max_pages, uint64_t full_pages,
+                               kvs_error *err) {
+  const kvs_workload_options *options = &w->o;
+  const kvs_trace *t = options->trace;
+  uint64_t page = w->page;
+  const char *why = NULL;
+  if (!w->per_request) {
+    why =
+        "a trace needs rings per request (--state-rings per-request or hca-per-request): "
+        "the leader's admissions travel as request-slot binds";
+  } else if (t->block % page != 0) {
+    why = "the trace's block is no whole number of pages";
+  } else if (options->prefix_policy != KVS_PREFIX_POLICY_NONE &&
+             !kvs_window_pool_prefix_enabled(w->pool)) {
+    why = "a prefix policy needs a pool with a prefix cache";
+  } else if (!(options->step_ms > 0)) {
+    why = "a trace needs a step of positive duration";
+  } else if (!(t->timestamp[t->n - 1] / options->step_ms < 0x1p53)) {
+    why = "the trace's last arrival is 2^53 steps or more away: give a longer step";
+  }
+  if (why != NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s", why);
+  w->trace = t;
+  w->keys_per_block = t->block / page;
+  w->acq_cap = 4 * (size_t)options->max_running + 16;
+  bool ok = (w->keys = calloc((size_t)max_pages, sizeof *w->keys)) != NULL &&
+            (w->pages = calloc((size_t)max_pages, sizeof *w->pages)) != NULL &&
+            (w->tails = calloc((size_t)max_pages, sizeof *w->tails)) != NULL &&
+            (w->taken = calloc((size_t)max_pages, sizeof *w->taken)) != NULL &&
+            (w->evicted = calloc((size_t)max_pages, sizeof *w->evicted)) != NULL &&
+            (w->cached = calloc((size_t)full_pages, sizeof *w->cached)) != NULL &&
+            (w->acq_req = calloc(w->acq_cap, sizeof *w->acq_req)) != NULL &&
+            (w->acq_node = calloc(w->acq_cap, sizeof *w->acq_node)) != NULL &&
+            (w->acq_writes = calloc(w->acq_cap, sizeof *w->acq_writes)) != NULL;
+  free(w->queue);
+  w->o.max_waiting = t->n;
+  if (!ok || (w->queue = calloc(t->n, sizeof *w->queue)) == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-request trace", t->n);
+  }
+  return KVS_OK;
+}
+
 kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *options,
                                kvs_workload_t *out, kvs_error *err) {
   if (shard == NULL || out == NULL) {
@@ -202,45 +245,9 @@ kvs_status kvs_workload_create(kvs_shard_t shard, const kvs_workload_options *op
   }
   w->free_win = kvs_window_pool_swa_available(pool) / page;
   w->per_request = n_req_slots > 0;
-  if (options->trace != NULL) {
-    const kvs_trace *t = options->trace;
-    const char *why = NULL;
-    if (!w->per_request) {
-      why =
-          "a trace needs rings per request (--state-rings per-request or hca-per-request): "
-          "the leader's admissions travel as request-slot binds";
-    } else if (t->block % page != 0) {
-      why = "the trace's block is no whole number of pages";
-    } else if (options->prefix_policy != KVS_PREFIX_POLICY_NONE &&
-               !kvs_window_pool_prefix_enabled(pool)) {
-      why = "a prefix policy needs a pool with a prefix cache";
-    } else if (!(options->step_ms > 0)) {
-      why = "a trace needs a step of positive duration";
-    } else if (!(t->timestamp[t->n - 1] / options->step_ms < 0x1p53)) {
-      why = "the trace's last arrival is 2^53 steps or more away: give a longer step";
-    }
-    if (why != NULL) {
-      kvs_workload_destroy(w);
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s", why);
-    }
-    w->trace = t;
-    w->keys_per_block = t->block / page;
-    w->acq_cap = 4 * (size_t)options->max_running + 16;
-    ok = (w->keys = calloc((size_t)max_pages, sizeof *w->keys)) != NULL &&
-         (w->pages = calloc((size_t)max_pages, sizeof *w->pages)) != NULL &&
-         (w->tails = calloc((size_t)max_pages, sizeof *w->tails)) != NULL &&
-         (w->taken = calloc((size_t)max_pages, sizeof *w->taken)) != NULL &&
-         (w->evicted = calloc((size_t)max_pages, sizeof *w->evicted)) != NULL &&
-         (w->cached = calloc((size_t)full_pages, sizeof *w->cached)) != NULL &&
-         (w->acq_req = calloc(w->acq_cap, sizeof *w->acq_req)) != NULL &&
-         (w->acq_node = calloc(w->acq_cap, sizeof *w->acq_node)) != NULL &&
-         (w->acq_writes = calloc(w->acq_cap, sizeof *w->acq_writes)) != NULL;
-    free(w->queue);
-    w->o.max_waiting = t->n;
-    if (!ok || (w->queue = calloc(t->n, sizeof *w->queue)) == NULL) {
-      kvs_workload_destroy(w);
-      return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-request trace", t->n);
-    }
+  if (options->trace != NULL && (status = attach_trace(w, max_pages, full_pages, err)) != KVS_OK) {
+    kvs_workload_destroy(w);
+    return status;
   }
   *out = w;
   return KVS_OK;
@@ -683,12 +690,10 @@ static kvs_status insert_next(struct kvs_workload *w, request *r, size_t n, kvs_
   return status;
 }
 
-static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
-  if (!w->leader || *status != KVS_OK) return;
-  kvs_window_pool_t pool = w->pool;
+/* decide's first part: prompts whose prefill is done join the cache
+ * early, under the policies that cache a block as soon as it is full. */
+static void insert_early(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
   bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
-  uint64_t P = w->page;
-  uint64_t proj_full = kvs_free_list_free_units(w->full_free);
   /* A prompt's pages join the cache as soon as its prefill is done, so
    * that the next turn of a conversation, arriving while this one still
    * decodes, already hits them, the page whose window the cache keeps
@@ -709,6 +714,16 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     if (n_ins > (room - 32) / 3) n_ins = (room - 32) / 3;
     if ((*status = insert_next(w, r, (size_t)n_ins, err)) != KVS_OK) return;
   }
+}
+
+/* decide's second part: finished requests end, their pages joining the
+ * cache (as the step has room) and their windows going back; *proj_full
+ * grows by the full pages they return. */
+static void complete(struct kvs_workload *w, uint64_t *proj_full, kvs_status *status,
+                     kvs_error *err) {
+  kvs_window_pool_t pool = w->pool;
+  bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
+  uint64_t P = w->page;
   /* Completions: the pages join the cache, the windows go back. */
   for (size_t i = 0; i < w->n_active; i++) {
     request *r = &w->slots[w->order[i]];
@@ -730,7 +745,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       int64_t parent;
       returned += kvs_window_pool_prefix_node(pool, fp, NULL, &parent, NULL, NULL, NULL) != KVS_OK;
     }
-    proj_full += returned;
+    *proj_full += returned;
     /* A kept window page the cache did not take (its key was cached by
      * another request meanwhile) goes back like the rest. */
     if (r->tail_page >= 0 && (r->tail_page < (int64_t)r->lo || r->tail_page >= (int64_t)r->hi)) {
@@ -741,6 +756,18 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     slot_free(w, r, status, err);
     if (*status != KVS_OK) return;
   }
+}
+
+static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
+  if (!w->leader || *status != KVS_OK) return;
+  kvs_window_pool_t pool = w->pool;
+  bool cache = w->o.prefix_policy != KVS_PREFIX_POLICY_NONE;
+  uint64_t P = w->page;
+  uint64_t proj_full = kvs_free_list_free_units(w->full_free);
+  insert_early(w, status, err);
+  if (*status != KVS_OK) return;
+  complete(w, &proj_full, status, err);
+  if (*status != KVS_OK) return;
   uint64_t win = kvs_window_pool_swa_available(pool) / P;
   uint64_t reserve = running_reserve(w);
   size_t n_freed = 0;

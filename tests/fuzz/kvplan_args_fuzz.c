@@ -18,7 +18,7 @@
 #include <hwloc.h>
 
 #include "tests/fuzz/fuzz_stats.h"
-#include "tools/kvplan.h"
+#include "kvplan/kvplan.h"
 
 KVS_FUZZ_TARGET("kvplan_args_fuzz", "argv the parser accepted (exit 0 or 1): the planner ran");
 

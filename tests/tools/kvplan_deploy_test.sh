@@ -115,7 +115,7 @@ grep -q "weights" "$T/err" || check "and say so" weights "$(cat "$T/err")"
 
 # A total not yet measured: spread evenly over the 43 layers (100 B each),
 # each rank paying ceil(100 / tp) per layer it holds.
-w=$("$kvplan" plan "${bundled[@]}" --weights-total 4300 --tp 4 --pp 2 --json 2>/dev/null)
+w=$("$kvplan" plan "${bundled[@]}" --weights-total 4300B --tp 4 --pp 2 --json 2>/dev/null)
 check "--weights-total: each rank pays its own layers' share" true \
   "$(echo "$w" | jq '[.ranks[] | .weights_bytes == 25 * (.layers[1] - .layers[0] + 1)] | all')"
 check "--weights-total is recorded" total "$(echo "$w" | jq -r .weights_source)"

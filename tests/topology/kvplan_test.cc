@@ -469,9 +469,10 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "kvplan plan: GPU 0 (0000:1b:00.0): device budget is empty: 150754820096 nominal bytes x "
        "memory ratio 0.001 = 150754820, not above the 536870912-byte reserve\n"},
       {hgx + " --reserve 1x", 2, "kvplan plan: --reserve "},
-      {hgx + " --memory-ratio 1.5", 2, "kvplan plan: --memory-ratio must be in (0, 1], got 1.5\n"},
-      {hgx + " --tp 0", 2, "kvplan plan: --tp must be between 1 and 1024, got 0\n"},
-      {hgx + " --pp 2000", 2, "kvplan plan: --pp must be between 1 and 1024, got 2000\n"},
+      {hgx + " --memory-ratio 1.5", 2,
+       "kvplan plan: --memory-ratio needs a share of memory in (0, 1], got '1.5'\n"},
+      {hgx + " --tp 0", 2, "kvplan plan: --tp needs a rank count in [1, 1024], got '0'\n"},
+      {hgx + " --pp 2000", 2, "kvplan plan: --pp needs a stage count in [1, 1024], got '2000'\n"},
       {hgx + " --tp 2 --tp 4", 2, "kvplan plan: --tp is given twice; give it once\n"},
       {hgx + " --radix --no-radix", 2, "kvplan plan: give --radix or --no-radix, once\n"},
       {hgx + " --max-running 0", 2, "kvplan plan: --max-running must be at least 1, got 0\n"},
@@ -479,7 +480,7 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
       {hgx + " --floor-pages 0", 2, "kvplan plan: --floor-pages must be at least 1, got 0\n"},
       {hgx + " --swa-ratio 1.5", 2,
        "kvplan plan: --swa-ratio is the window's share of the history, in [0, 1]; got 1.5\n"},
-      {hgx + " --tp x", 2, "kvplan plan: --tp needs a non-negative integer, got 'x'\n"},
+      {hgx + " --tp x", 2, "kvplan plan: --tp needs a rank count in [1, 1024], got 'x'\n"},
       {hgx + " --budget 80 GiB", 2,
        "kvplan plan: --budget 80 is 80 bytes, under 1 MiB: did you mean 80GiB? (write 80B for "
        "bytes)\n"},

@@ -1,0 +1,91 @@
+/* kvplan plan with a prefix cache: what its host tier holds (--host-cache)
+ * and how many retained window tails the plan's window has room for. Both
+ * come from the plan's own functions (plan/node_plan.h), the ones the node
+ * and the window pool size themselves with. */
+#include <jansson.h>
+#include <stdio.h>
+
+#include "plan/node_plan.h"
+#include "kvplan/args.h"
+#include "kvplan/kvplan_plan_internal.h"
+#include "kvplan/plan_json.h"
+#include "kvplan/tool_io.h"
+
+int kvplan_prefix_price(plan_run *p) {
+  const plan_args *a = p->a;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return 0;
+  kvs_error err;
+  if (a->deploy.host_cache > 0) {
+    /* The node's own refusal (shard/node.c), before anything is printed. */
+    if (kvs_node_plan_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
+                                 &err) != KVS_OK) {
+      fprintf(kvs_tool_err(), "kvplan plan: --host-cache %s is %llu bytes per machine: %s\n",
+              a->deploy.text[KVS_DEPLOY_HOST_CACHE], (unsigned long long)a->deploy.host_cache,
+              err.message);
+      return 2;
+    }
+    p->host_slot_bytes = kvs_node_plan_host_slot_bytes(p->plan, p->gpus, p->n);
+  }
+  if (kvs_node_plan_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
+                                   &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 1;
+  }
+  return 0;
+}
+
+static uint64_t page_tokens(const plan_run *p) {
+  return kvs_node_plan_split(p->plan)->stages[0].sizes.page;
+}
+
+void kvplan_prefix_json(const plan_run *p, json_t *root) {
+  const plan_args *a = p->a;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
+  if (a->deploy.host_cache > 0) {
+    json_t *h = json_object();
+    json_object_set_new(h, "bytes", kvs_json_u64(a->deploy.host_cache));
+    json_object_set_new(h, "slot_bytes", kvs_json_u64(p->host_slot_bytes));
+    json_object_set_new(h, "slots", kvs_json_u64(p->host_slots));
+    json_object_set_new(h, "tokens", kvs_json_u64(p->host_slots * page_tokens(p)));
+    json_object_set_new(root, "host_tier", h);
+  }
+  const kvs_retained_tails *t = &p->tails;
+  json_t *r = json_object();
+  json_object_set_new(r, "pages", kvs_json_u64(t->pages));
+  json_object_set_new(r, "bytes_per_tail", kvs_json_u64(t->bytes_per_tail));
+  json_object_set_new(r, "tails", kvs_json_u64(t->tails));
+  json_object_set_new(r, "window_pages", kvs_json_u64(t->window_pages));
+  json_object_set_new(r, "reserve_pages", kvs_json_u64(t->reserve_pages));
+  json_object_set_new(r, "left_pages", kvs_json_u64(t->left_pages));
+  json_object_set_new(r, "running_pages", kvs_json_u64(t->running_pages));
+  json_object_set_new(r, "max_running", kvs_json_u64(a->options.max_running));
+  json_object_set_new(root, "retained_tails", r);
+}
+
+void kvplan_prefix_text(const plan_run *p) {
+  const plan_args *a = p->a;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
+  char buf[32], slot[32], tail[32];
+  if (a->deploy.host_cache > 0) {
+    fprintf(kvs_tool_out(),
+            "host tier   %s per machine (--host-cache): %llu slots of %s (%llu bytes: one page's "
+            "compressed and indexer rows for every rank the machine runs, each rank keeping its "
+            "own copy) = %llu tokens of cached prefix\n",
+            kvs_format_bytes(a->deploy.host_cache, buf, sizeof buf),
+            (unsigned long long)p->host_slots,
+            kvs_format_bytes(p->host_slot_bytes, slot, sizeof slot),
+            (unsigned long long)p->host_slot_bytes,
+            (unsigned long long)(p->host_slots * page_tokens(p)));
+  }
+  const kvs_retained_tails *t = &p->tails;
+  fprintf(kvs_tool_out(),
+          "retained    %llu window pages past the running requests' working set (the window's "
+          "%llu pages less the dummy and the reserve of %llu leave %llu; %llu running requests "
+          "hold %u each): %llu retained tails fit at once, each %s (%llu bytes) per rank: one "
+          "window page's rows over its layers\n",
+          (unsigned long long)t->pages, (unsigned long long)t->window_pages,
+          (unsigned long long)t->reserve_pages, (unsigned long long)t->left_pages,
+          (unsigned long long)a->options.max_running, KVS_WINDOW_PAGES_PER_REQUEST,
+          (unsigned long long)t->tails, kvs_format_bytes(t->bytes_per_tail, tail, sizeof tail),
+          (unsigned long long)t->bytes_per_tail);
+}

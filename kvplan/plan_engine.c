@@ -1,0 +1,235 @@
+#include "kvplan/plan_engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/node_setup.h"
+#include "kvplan/args.h"
+#include "kvplan/plan_json.h"
+#include "kvplan/sglang_report.h"
+
+const char *kvs_engine_free_source_name(kvs_budget_source source) {
+  return source == KVS_BUDGET_EXPLICIT ? "given" : kvs_budget_source_name(source);
+}
+
+/* P, the least free memory before load of any GPU, and its source; and
+ * the least total memory in MiB. */
+static kvs_status least_memory(const kvs_engine_gpus *g, kvs_engine_memory *out, kvs_error *err) {
+  uint64_t *before = calloc(g->n > 0 ? g->n : 1, sizeof *before);
+  kvs_budget_source *sources = calloc(g->n > 0 ? g->n : 1, sizeof *sources);
+  kvs_status status = before == NULL || sources == NULL
+                          ? kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", g->n)
+                          : kvs_node_free_before_load(g->gpus, g->n, g->free_given, g->memory_given,
+                                                      before, sources, err);
+  out->free_before_load = UINT64_MAX;
+  uint64_t least_total = UINT64_MAX;
+  for (size_t i = 0; status == KVS_OK && i < g->n; i++) {
+    uint64_t total;
+    status = kvs_node_gpu_total_memory(&g->gpus[i], g->memory_given, &total, err);
+    if (status == KVS_OK && total < least_total) least_total = total;
+    if (status == KVS_OK && before[i] < out->free_before_load) {
+      out->free_before_load = before[i];
+      out->free_source = sources[i];
+    }
+  }
+  out->gpu_memory_mib = least_total >> 20;
+  free(before);
+  free(sources);
+  return status;
+}
+
+/* The heaviest of SGLang's pipeline stages (its own layer split; the last
+ * stage also holds the MTP layers), per GPU. */
+static kvs_status heaviest_stage(const kvs_plan_model *m, size_t pp, const kvs_engine_weights *w,
+                                 uint64_t *out, kvs_error *err) {
+  size_t n_main = m->config.geometry.n_layers, n_planned = kvs_geometry_layer_count(&m->geometry);
+  uint64_t most = 0;
+  for (size_t s = 0; s < pp; s++) {
+    size_t first, end;
+    kvs_status status = kvs_sglang_pp_range(n_main, pp, s, &first, &end, err);
+    if (status != KVS_OK) return status;
+    uint64_t sum = 0;
+    size_t last = s + 1 == pp ? n_planned : end;
+    for (size_t i = first; w->layer != NULL && i < last; i++) sum += w->layer[i];
+    if (sum > most) most = sum;
+  }
+  *out = most + w->measured;
+  return KVS_OK;
+}
+
+kvs_status kvs_engine_memory_at(kvs_engine_memory *memory, double fraction, kvs_error *err) {
+  kvs_sglang_memory_input in = {memory->free_before_load, memory->available, fraction,
+                                memory->distributed};
+  return kvs_sglang_memory_rule(&in, &memory->rule, err);
+}
+
+kvs_status kvs_engine_memory_make(const kvs_plan_model *m, const kvs_parallel *layout,
+                                  const kvs_engine_gpus *gpus, const kvs_engine_weights *weights,
+                                  double fraction, kvs_engine_memory *out, kvs_error *err) {
+  memset(out, 0, sizeof *out);
+  kvs_status status = least_memory(gpus, out, err);
+  if (status == KVS_OK) status = heaviest_stage(m, layout->pp, weights, &out->weights, err);
+  if (status != KVS_OK) return status;
+  out->available = out->free_before_load > out->weights ? out->free_before_load - out->weights : 0;
+  kvs_sglang_launch launch = {
+      out->gpu_memory_mib, layout->tp * layout->dp, layout->pp, layout->dp, layout->dp > 1, 0, 0};
+  status = kvs_sglang_default_mem_fraction(&launch, &out->by_default, err);
+  if (status != KVS_OK) return status;
+  out->fraction_given = fraction > 0.0;
+  out->fraction = out->fraction_given ? fraction : out->by_default.mem_fraction_static;
+  /* One SGLang server is tp x pp x dp ranks: with more than one, P and A
+   * are their minimum through a float32 all-reduce. */
+  out->distributed = layout->tp * layout->pp * layout->dp > 1;
+  kvs_sglang_memory_input in = {out->free_before_load, out->available, out->fraction,
+                                out->distributed};
+  status = kvs_sglang_memory_rule(&in, &out->rule, err);
+  if (status != KVS_OK) return status;
+  double by_default = out->by_default.mem_fraction_static;
+  in.mem_fraction_static = by_default > 0.0 && by_default <= 1.0 ? by_default : 1.0;
+  return kvs_sglang_memory_rule(&in, &out->at_default, err);
+}
+
+kvs_sglang_options kvs_engine_options(const kvs_plan_options *o, size_t dp,
+                                      uint64_t max_running_total) {
+  kvs_sglang_options s = kvs_plan_options_sglang(o);
+  s.max_running = max_running_total / (dp > 0 ? dp : 1);
+  return s;
+}
+
+uint64_t kvs_engine_max_running_total(const kvs_plan_options *o) {
+  return o->have_max_running ? o->max_running : KVS_ENGINE_DEFAULT_MAX_RUNNING;
+}
+
+kvs_status kvs_engine_pools_make(const kvs_plan_model *m, const kvs_sglang_options *options,
+                                 size_t pp, const uint64_t *available_per_stage,
+                                 kvs_engine_pools *out, json_t **stages_json, kvs_error *err) {
+  size_t n_main = m->config.geometry.n_layers;
+  json_t *stages = stages_json != NULL ? json_array() : NULL;
+  kvs_status status = KVS_OK;
+  for (size_t s = 0; s < pp && status == KVS_OK; s++) {
+    size_t first, end;
+    kvs_sglang_pools p;
+    status = kvs_sglang_pp_range(n_main, pp, s, &first, &end, err);
+    if (status == KVS_OK) {
+      status = kvs_sglang_report_compute(m, options, first, end, available_per_stage[s], &p, err);
+    }
+    if (status != KVS_OK) break;
+    if (stages != NULL) {
+      json_t *one = kvs_sglang_report_json(&p, options, available_per_stage[s]);
+      json_object_set_new(one, "layers",
+                          json_pack("[II]", (json_int_t)first, (json_int_t)(end - 1)));
+      json_array_append_new(stages, one);
+    }
+    if (s == 0 || p.full < out->least.full) {
+      out->least = p, out->stage = s, out->available = available_per_stage[s];
+    }
+  }
+  if (status != KVS_OK) {
+    json_decref(stages);
+    return status;
+  }
+  /* resolve_max_num_reqs: the requested count, at most half the tokens. */
+  uint64_t half = out->least.full / 2;
+  out->max_running = options->max_running < half ? options->max_running : half;
+  if (stages_json != NULL) *stages_json = stages;
+  return KVS_OK;
+}
+
+kvs_engine_demand kvs_engine_demand_of(const kvs_plan_model *m, const kvs_sglang_options *o,
+                                       uint64_t requests, uint64_t context) {
+  uint64_t page = o->page_size;
+  kvs_engine_demand d = {requests, 0, 0};
+  d.full_tokens = requests * ((context + page - 1) / page * page);
+  d.swa_tokens = requests * (m->config.sliding_window + page);
+  return d;
+}
+
+bool kvs_engine_holds(const kvs_engine_pools *pools, const kvs_engine_demand *d, const char **why) {
+  const char *short_of = pools->least.no_pool                 ? "no full pool"
+                         : pools->least.full < d->full_tokens ? "its full pool is short"
+                         : pools->least.swa < d->swa_tokens   ? "its SWA pool is short"
+                         : pools->max_running < d->requests   ? "max_running is short"
+                                                              : NULL;
+  if (why != NULL) *why = short_of;
+  return short_of == NULL;
+}
+
+static void add_arg(json_t *args, const char *flag, const char *value) {
+  json_array_append_new(args, json_string(flag));
+  if (value != NULL) json_array_append_new(args, json_string(value));
+}
+
+static void add_count(json_t *args, const char *flag, uint64_t value) {
+  char text[32];
+  snprintf(text, sizeof text, "%llu", (unsigned long long)value);
+  add_arg(args, flag, text);
+}
+
+json_t *kvs_engine_launch_args(const kvs_parallel *layout, const kvs_sglang_options *options,
+                               double fraction, uint64_t max_total_tokens,
+                               uint64_t max_running_total, uint64_t context_length) {
+  json_t *args = json_array();
+  char text[32];
+  add_count(args, "--tp-size", layout->tp * layout->dp);
+  add_count(args, "--pp-size", layout->pp);
+  add_count(args, "--dp-size", layout->dp);
+  if (layout->dp > 1) add_arg(args, "--enable-dp-attention", NULL);
+  add_count(args, "--ep-size", layout->ep);
+  add_arg(args, "--kv-cache-dtype", "fp8_e4m3");
+  add_count(args, "--page-size", options->page_size);
+  snprintf(text, sizeof text, "%.3f", fraction);
+  add_arg(args, "--mem-fraction-static", text);
+  add_count(args, "--max-total-tokens", max_total_tokens);
+  add_count(args, "--max-running-requests", max_running_total);
+  snprintf(text, sizeof text, "%g", options->swa_ratio);
+  add_arg(args, "--swa-full-tokens-ratio", text);
+  add_count(args, "--context-length", context_length);
+  return args;
+}
+
+void kvs_engine_memory_json(json_t *j, const kvs_engine_memory *m) {
+  json_object_set_new(j, "free_before_load_bytes", kvs_json_u64(m->free_before_load));
+  json_object_set_new(j, "free_before_load_source",
+                      json_string(kvs_engine_free_source_name(m->free_source)));
+  json_object_set_new(j, "weights_bytes", kvs_json_u64(m->weights));
+  json_object_set_new(j, "available_after_load_bytes", kvs_json_u64(m->available));
+  json_object_set_new(j, "mem_fraction_static", json_real(m->fraction));
+  json_object_set_new(j, "mem_fraction_source",
+                      json_string(m->fraction_given ? "given" : "sglang default"));
+  json_object_set_new(j, "rest_bytes", kvs_json_u64(m->rule.rest_bytes));
+  json_object_set_new(j, "min_viable_mem_fraction", json_real(m->rule.min_viable_mem_fraction));
+  json_object_set_new(j, "suggested_mem_fraction", json_real(m->rule.suggested_mem_fraction));
+  json_object_set_new(j, "default_mem_fraction_static",
+                      json_real(m->by_default.mem_fraction_static));
+  json_object_set_new(j, "default_reserved_mib", json_real(m->by_default.reserved_mib));
+  json_object_set_new(j, "default_assumes",
+                      json_string("chunked prefill and decode CUDA-graph slots by the GPU's "
+                                  "memory, decode graphs on, prefill graphs off, no DeepEP"));
+}
+
+void kvs_engine_memory_print(FILE *out, const kvs_engine_memory *m) {
+  char p[32], w[32], a[32], rest[32];
+  fprintf(out,
+          "\nSGLang's memory rule: free before load %s (%s), weights %s, free after load %s; "
+          "at --mem-fraction-static %.3f (%s) the pools get %s - %s x %.3f = %s\n",
+          kvs_format_bytes(m->free_before_load, p, sizeof p),
+          kvs_engine_free_source_name(m->free_source), kvs_format_bytes(m->weights, w, sizeof w),
+          kvs_format_bytes(m->available, a, sizeof a), m->fraction,
+          m->fraction_given ? "given" : "SGLang's default", a, p, 1.0 - m->fraction,
+          m->rule.no_kv ? "nothing" : kvs_format_bytes(m->rule.rest_bytes, rest, sizeof rest));
+  fprintf(out,
+          "  minimum viable %.4f (SGLang suggests %.3f); SGLang's default for this GPU and "
+          "layout %.3f (%.0f MiB held back for activations and CUDA graphs)%s\n",
+          m->rule.min_viable_mem_fraction, m->rule.suggested_mem_fraction,
+          m->by_default.mem_fraction_static, m->by_default.reserved_mib,
+          m->at_default.no_kv ? ", which leaves the pools nothing" : "");
+}
+
+void kvs_engine_launch_print(FILE *out, const char *model, const json_t *args) {
+  fprintf(out, "\nlaunch      sglang serve --model-path %s", model);
+  size_t i;
+  json_t *arg;
+  json_array_foreach(args, i, arg) fprintf(out, " %s", json_string_value(arg));
+  fputc('\n', out);
+}

@@ -1,0 +1,216 @@
+// The deployment flags' one table (kvplan/deploy_flags.h), through the four
+// parsers that read it: the node's flags (kvs_node_create_flags), kvplan
+// plan and kvplan fit (kvs_plan_run, kvplan's own code in process) and
+// kvsim (kvsim_parse). The same flag with the same bad value is refused
+// with the same sentence by every one of them that takes the flag, as
+// usage (KVS_ERR_PARSE; exit 2).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvplan/deploy_flags.h"
+#include "kvshard.h"
+#include "tools/kvsim_args.h"
+
+namespace {
+
+enum Tool { kNode, kPlan, kFit, kKvsim };
+const char *const kToolNames[] = {"node flags", "kvplan plan", "kvplan fit", "kvsim"};
+
+struct Refusal {
+  bool refused = false;  // refused as usage: KVS_ERR_PARSE, exit 2
+  std::string sentence;  // without the tool's "<tool>: " prefix
+};
+
+std::string without_prefix(std::string line, const std::string &prefix) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  size_t cut = line.rfind('\n');
+  if (cut != std::string::npos) line = line.substr(cut + 1);
+  return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : line;
+}
+
+Refusal node(const std::string &flag, const std::string &value) {
+  kvs_comm_t comm = nullptr;
+  kvs_error err;
+  EXPECT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+  std::string word = flag + "=" + value;
+  const char *flags[] = {word.c_str()};
+  kvs_node_t made = nullptr;
+  kvs_status status = kvs_node_create_flags(comm, flags, 1, &made, &err);
+  kvs_node_destroy(made);
+  kvs_comm_destroy(comm);
+  return {status == KVS_ERR_PARSE, status == KVS_OK ? "" : err.message};
+}
+
+Refusal kvplan(Tool tool, const std::string &flag, const std::string &value) {
+  std::vector<std::string> words;
+  if (tool == kPlan) {
+    words = {"plan"};
+  } else {
+    words = {"fit", "--context", "1M", "--concurrency", "1", "--progress-s", "0"};
+  }
+  if (flag != "--topology") words.insert(words.end(), {"--topology", "bundled"});
+  words.insert(words.end(), {flag, value});
+  std::vector<const char *> args;
+  for (const auto &w : words) args.push_back(w.c_str());
+  char *out = nullptr, *notes = nullptr;
+  kvs_error err;
+  kvs_status status = kvs_plan_run(args.data(), args.size(), &out, &notes, &err);
+  kvs_free(out);
+  kvs_free(notes);
+  std::string prefix = std::string(kToolNames[tool]) + ": ";
+  return {status == KVS_ERR_PARSE, status == KVS_OK ? "" : without_prefix(err.message, prefix)};
+}
+
+Refusal kvsim(const std::string &flag, const std::string &value) {
+  std::vector<std::string> words = {"kvsim",  "--backend", "self", "--steps", "5",
+                                    "--seed", "1",         flag,   value};
+  std::vector<char *> argv;
+  for (auto &w : words) argv.push_back(&w[0]);
+  kvsim_args a;
+  testing::internal::CaptureStderr();
+  int rc = kvsim_parse(static_cast<int>(argv.size()), argv.data(), false, true, &a);
+  std::string said = testing::internal::GetCapturedStderr();
+  return {rc == KVSIM_EXIT_USAGE, rc == 0 ? "" : without_prefix(said, "kvsim: ")};
+}
+
+Refusal refusal(Tool tool, const std::string &flag, const std::string &value) {
+  switch (tool) {
+    case kNode:
+      return node(flag, value);
+    case kPlan:
+    case kFit:
+      return kvplan(tool, flag, value);
+    default:
+      return kvsim(flag, value);
+  }
+}
+
+}  // namespace
+
+// The issue's own example: one sentence, four parsers.
+TEST(DeployFlags, mem_fraction_1_5_is_refused_in_one_sentence_by_all_four_parsers) {
+  const std::string want = "--mem-fraction needs a share of memory in (0, 1], got '1.5'";
+  for (Tool tool : {kNode, kPlan, kFit, kKvsim}) {
+    Refusal r = refusal(tool, "--mem-fraction", "1.5");
+    EXPECT_TRUE(r.refused) << kToolNames[tool] << ": " << r.sentence;
+    EXPECT_EQ(r.sentence, want) << kToolNames[tool];
+  }
+}
+
+// Every flag of the family, with a value it refuses, through every parser
+// that takes it: one sentence each.
+TEST(DeployFlags, each_refusal_is_one_sentence_in_every_parser_that_takes_the_flag) {
+  const std::vector<Tool> all = {kNode, kPlan, kFit, kKvsim};
+  const std::vector<Tool> no_fit = {kNode, kPlan, kKvsim};
+  const std::vector<Tool> planners = {kPlan, kFit};
+  struct Case {
+    std::string flag, value;
+    std::vector<Tool> tools;
+  };
+  const std::vector<Case> cases = {
+      {"--mem-fraction", "0", all},
+      {"--mem-fraction", "-0.5", all},
+      {"--mem-fraction", "0x0.8", all},
+      {"--memory-ratio", "2", all},
+      {"--topology", "", all},
+      {"--nodes", "65", all},
+      {"--nodes", "-2", all},
+      {"--reserve", "-1", all},
+      {"--reserve", "16000000TB", all},
+      {"--tp", "0", no_fit},
+      {"--pp", "2000", no_fit},
+      {"--budget", "0", no_fit},
+      {"--budget", "80", no_fit},
+      {"--budget", "17.35", no_fit},
+      {"--budget-per-gpu", "80GiB,0", no_fit},
+      {"--host-cache", "0", no_fit},
+      {"--weights", "-5", {kNode, kPlan}},
+      {"--weights-per-gpu", "1GiB,,2GiB", {kNode, kPlan}},
+      {"--weights-total", "-1", planners},
+      {"--expert-weights", "5EiB", planners},
+      {"--gpu-memory", "80", planners},
+      {"--free-before-load", "0", planners},
+      // The unit rule: a bare byte count under 1 MiB, in every size flag.
+      {"--reserve", "512", all},
+      {"--budget-per-gpu", "80,80", no_fit},
+      {"--host-cache", "64", no_fit},
+      {"--weights", "17", {kNode, kPlan}},
+      {"--weights-per-gpu", "17GiB,17", {kNode, kPlan}},
+      {"--weights-total", "149", planners},
+      {"--expert-weights", "142", planners},
+      {"--shared-weights", "7", planners},
+      {"--free-before-load", "137", planners},
+  };
+  size_t compared = 0;
+  for (const Case &c : cases) {
+    Refusal first = refusal(c.tools[0], c.flag, c.value);
+    EXPECT_TRUE(first.refused) << kToolNames[c.tools[0]] << " " << c.flag << " '" << c.value
+                               << "': " << first.sentence;
+    EXPECT_NE(first.sentence.find(c.flag), std::string::npos) << first.sentence;
+    for (size_t i = 1; i < c.tools.size(); i++) {
+      Refusal r = refusal(c.tools[i], c.flag, c.value);
+      EXPECT_TRUE(r.refused) << kToolNames[c.tools[i]] << " " << c.flag << " '" << c.value
+                             << "': " << r.sentence;
+      EXPECT_EQ(r.sentence, first.sentence)
+          << c.flag << " '" << c.value << "': " << kToolNames[c.tools[i]] << " against "
+          << kToolNames[c.tools[0]];
+      compared++;
+    }
+  }
+  EXPECT_GE(compared, 55u);
+}
+
+// Issue 30, section 5: every size flag follows one rule. A bare byte
+// count from 1 to under 1 MiB is refused asking whether GiB was meant; a
+// bare 0 keeps its meaning where it has one (no reserve, no weights) and is
+// refused where it would mean nothing; a bare count of 1 MiB or more, and
+// any count with a unit ("149B" included), is bytes.
+TEST(DeployFlags, every_size_flag_follows_the_unit_rule) {
+  size_t sizes = 0;
+  for (const kvs_deploy_flag &f : kvs_deploy_flags_table) {
+    if (f.kind != KVS_DEPLOY_SIZE && f.kind != KVS_DEPLOY_SIZES) continue;
+    sizes++;
+    uint64_t v = 7;
+    kvs_error err;
+    EXPECT_EQ(kvs_deploy_size_parse(&f, f.name, "149", &v, &err), KVS_ERR_PARSE) << f.name;
+    EXPECT_EQ(std::string(err.message), std::string(f.name) +
+                                            " 149 is 149 bytes, under 1 MiB: did you mean 149GiB? "
+                                            "(write 149B for bytes)");
+    EXPECT_EQ(kvs_deploy_size_parse(&f, f.name, "1048575", &v, &err), KVS_ERR_PARSE) << f.name;
+    EXPECT_EQ(v, 7u) << f.name << ": a refusal writes nothing";
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "1048576", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 1048576u) << f.name;
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "149B", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 149u) << f.name;
+    ASSERT_EQ(kvs_deploy_size_parse(&f, f.name, "149GB", &v, &err), KVS_OK) << err.message;
+    EXPECT_EQ(v, 149000000000u) << f.name;
+    kvs_status zero = kvs_deploy_size_parse(&f, f.name, "0", &v, &err);
+    if (f.zero == nullptr) {
+      EXPECT_EQ(zero, KVS_OK) << f.name << ": " << err.message;
+      EXPECT_EQ(v, 0u) << f.name;
+    } else {
+      EXPECT_EQ(zero, KVS_ERR_PARSE) << f.name;
+      EXPECT_NE(std::string(err.message).find("above 0"), std::string::npos) << err.message;
+    }
+  }
+  EXPECT_EQ(sizes,
+            11u);  // budget(s), reserve, weights (5), gpu memory, free before load, host tier
+}
+
+// The issue's planner example: a bare --weights-total 149 counted 149 bytes
+// of weights and planned as if none were loaded; now kvplan refuses it, and
+// --weights-total 0 still plans (no weights, as before).
+TEST(DeployFlags, kvplan_refuses_a_unitless_weights_total_and_keeps_a_bare_zero) {
+  Refusal small = kvplan(kPlan, "--weights-total", "149");
+  EXPECT_TRUE(small.refused) << small.sentence;
+  EXPECT_EQ(small.sentence,
+            "--weights-total 149 is 149 bytes, under 1 MiB: did you mean 149GiB? (write 149B for "
+            "bytes)");
+  for (const char *zero : {"--weights-total", "--reserve", "--weights"}) {
+    Refusal r = kvplan(kPlan, zero, "0");
+    EXPECT_FALSE(r.refused) << zero << " 0: " << r.sentence;
+  }
+}
