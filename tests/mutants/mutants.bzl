@@ -37,6 +37,7 @@ def kvs_mutant_test(name, mutant, test, expect, args = [], env = {}, size = "med
         ],
         # The text goes in the environment: args are split like a shell's.
         env = dict(env, MUTANT_EXPECT = expect),
+        tags = ["plain_only"],
     )
 
 def kvs_py_mutant_test(name, mutant, expect, tests, size = "small"):
@@ -74,4 +75,5 @@ def kvs_py_mutant_test(name, mutant, expect, tests, size = "small"):
             "//python/tests:node_test_files",
         ],
         env = {"MUTANT_EXPECT": expect},
+        tags = ["plain_only"],
     )
