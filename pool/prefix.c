@@ -27,7 +27,9 @@ uint64_t kvs_prefix_node_term(uint64_t fp, const kvs_prefix_rec *r) {
   h = kvs_mix64(h, (uint64_t)(int64_t)r->parent);
   h = kvs_mix64(h, r->refs);
   h = kvs_mix64(h, r->tail);
+#ifndef KVS_MUTANT_DIGEST_NO_WRITER /* defined: planted bug (tests/mutants), no writer */
   h = kvs_mix64(h, (uint64_t)r->writer);
+#endif
   return kvs_splitmix64_finalise(h);
 }
 

@@ -212,7 +212,11 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                            "no free window page to re-prefill block %llu's tail into",
                            (unsigned long long)fp);
     }
+#ifndef KVS_MUTANT_HIT_NO_WRITER /* defined: planted bug (tests/mutants), a written tail read */
   } else if (!r->tail || r->writer >= 0) {
+#else
+  } else if (!r->tail) {
+#endif
     return kvs_error_set(err, KVS_ERR_CONFLICT,
                          "block %llu has no readable tail (%s): an exact hit needs it",
                          (unsigned long long)fp, r->tail ? "another request writes it" : "none");
@@ -397,7 +401,11 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "insert page %zu is full page %lld, %s", i,
                            (long long)page, unusable);
     }
+#ifndef KVS_MUTANT_INSERT_NO_CACHED_CHECK /* defined: planted bug (tests/mutants) */
     if (p->rec[page].used != 0 || pool->full_stamp[page] == epoch) {
+#else
+    if (pool->full_stamp[page] == epoch) {
+#endif
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "insert page %zu is full page %lld, which is cached already (as "
                            "another key, or twice in this call)",

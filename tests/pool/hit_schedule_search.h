@@ -4,8 +4,10 @@
 // pages evictions gave back, under other keys or the same ones), releases,
 // acquires and fetches; every acquire or fetch that succeeds must hold the
 // very blocks its match found (the keys on its path from the root are the
-// match's, at the match's pages), and every use of a hit whose block left
-// the index since must be refused ("match again"). The search runs against
+// match's, at the match's pages), every use of a hit whose block left
+// the index since must be refused ("match again"), and so must every exact
+// hit on a tail another held request is re-prefilling (its window is
+// being written). The search runs against
 // an Index adapter: the window pool with a follower replaying its journal
 // (tests/pool) or a node's leader with its followers (tests/shard).
 //
@@ -36,8 +38,9 @@ namespace kvs_test {
 struct HitSearchCounts {
   uint64_t schedules = 0, rounds = 0;
   uint64_t matches = 0, acquired = 0, fetched = 0;
-  uint64_t stale_refused = 0;  // uses of a hit whose block left the index, refused
-  uint64_t reused_pages = 0;   // evicted pages cached again (as any block)
+  uint64_t stale_refused = 0;    // uses of a hit whose block left the index, refused
+  uint64_t written_refused = 0;  // exact hits on a tail being re-prefilled, refused
+  uint64_t reused_pages = 0;     // evicted pages cached again (as any block)
 };
 
 template <class Index>
@@ -90,6 +93,7 @@ class HitSearch {
   struct Held {
     uint64_t request;
     bool writes_tail;
+    int64_t writes = -1;  // the block whose tail it re-prefills
   };
 
   // The GPU blocks a hit holds once taken: its node's depth.
@@ -241,6 +245,19 @@ class HitSearch {
       status = ix_.acquire(request, k.hit, &err);
     }
     const std::string what = k.hit.host_pages > 0 ? "fetch" : "acquire";
+    // An exact hit on a tail a held request is re-prefilling now.
+    const Held *writer = nullptr;
+    if (!k.stale && k.hit.host_pages == 0 && !k.hit.reprefill) {
+      for (const Held &h : held_) {
+        if (h.writes >= 0 && h.writes == k.hit.node) writer = &h;
+      }
+    }
+    if (writer != nullptr) {
+      EXPECT_NE(status, KVS_OK) << "an exact hit was taken through block " << k.hit.node
+                                << "'s tail, which request " << writer->request
+                                << " is re-prefilling";
+      if (status != KVS_OK) counts_->written_refused++;
+    }
     if (k.stale) {
       EXPECT_NE(status, KVS_OK) << what << " of a hit whose block " << k.hit.node
                                 << " left the index since its match succeeded";
@@ -280,7 +297,7 @@ class HitSearch {
     } else {
       counts_->acquired++;
     }
-    held_.push_back({request, k.hit.reprefill});
+    held_.push_back({request, k.hit.reprefill, k.hit.reprefill ? deepest : -1});
   }
 
   // A held request finishes: a re-prefilling one writes its tail (release)

@@ -127,8 +127,11 @@ void report(const char *what, const kvs_test::HitSearchCounts &c) {
       (unsigned long long)c.matches, (unsigned long long)c.acquired, (unsigned long long)c.fetched,
       (unsigned long long)c.stale_refused, (unsigned long long)c.reused_pages);
   // tools/reliability-report.sh sums these.
-  std::printf("reliability: hit_schedules %llu, stale uses refused %llu\n",
-              (unsigned long long)c.schedules, (unsigned long long)c.stale_refused);
+  std::printf(
+      "reliability: hit_schedules %llu, stale uses refused %llu, exact uses of a tail being "
+      "re-prefilled refused %llu\n",
+      (unsigned long long)c.schedules, (unsigned long long)c.stale_refused,
+      (unsigned long long)c.written_refused);
 }
 
 }  // namespace
