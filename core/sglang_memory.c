@@ -107,7 +107,9 @@ kvs_status kvs_sglang_default_mem_fraction(const kvs_sglang_launch *launch,
     if (d.decode_max_bs > 300) graph += max_bs * dp * 1.5;
   }
   reserved += graph;
+#ifndef KVS_MUTANT_SGLANG_NO_FLOOR /* defined: planted bug (tests/mutants), no 10 GiB floor */
   if (gpu_mem > 60.0 * 1024.0 && reserved < 10.0 * 1024.0) reserved = 10.0 * 1024.0;
+#endif
   d.reserved_mib = reserved;
   d.mem_fraction_static = round3((gpu_mem - reserved) / gpu_mem);
   *out = d;

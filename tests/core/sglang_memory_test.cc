@@ -119,4 +119,42 @@ TEST(SglangMemory, DefaultFractionSmallGpusAndFloor) {
   EXPECT_EQ(kvs_sglang_default_mem_fraction(&bad, &d, &err), KVS_ERR_INVALID_ARGUMENT);
 }
 
+// SGLang's floor: on a GPU above 60 GiB the reserve is at least 10 GiB.
+// Its default chunked prefill and decode slots on such a GPU reserve more
+// than that already (12,800 MiB and up), so the floor shows only with
+// smaller ones given: chunked prefill 2048 and `slots` decode slots at
+// tp 1 reserve 512 + 2048 x 1.5 + 1 / 8 x 1024 + 2 x slots = 3,712 + 2 x
+// slots MiB.
+kvs_sglang_default_fraction small_launch(uint64_t mib, uint64_t slots) {
+  kvs_sglang_launch launch{mib, 1, 1, 1, false, 2048, slots};
+  kvs_sglang_default_fraction d{};
+  kvs_error err;
+  EXPECT_EQ(kvs_sglang_default_mem_fraction(&launch, &d, &err), KVS_OK) << err.message;
+  return d;
+}
+
+TEST(SglangMemory, TheTenGibFloorAtItsEdges) {
+  // 8 slots: 3,728 MiB. At exactly 60 GiB (61,440 MiB) there is no floor:
+  // (61440 - 3728) / 61440 = 0.93932 -> 0.939.
+  kvs_sglang_default_fraction at = small_launch(61440, 8);
+  EXPECT_DOUBLE_EQ(at.reserved_mib, 3728.0) << "no floor at 60 GiB itself";
+  EXPECT_DOUBLE_EQ(at.mem_fraction_static, 0.939);
+  // One MiB more and the reserve is the floor, 10,240 MiB:
+  // (61441 - 10240) / 61441 = 0.83334 -> 0.833.
+  kvs_sglang_default_fraction above = small_launch(61441, 8);
+  EXPECT_DOUBLE_EQ(above.reserved_mib, 10240.0)
+      << "a GPU above 60 GiB reserves at least SGLang's 10 GiB floor";
+  EXPECT_DOUBLE_EQ(above.mem_fraction_static, 0.833);
+  // On an H200 (143,771 MiB): (143771 - 10240) / 143771 = 0.92878 ->
+  // 0.929, not the 0.974 of the 3,728 MiB below the floor.
+  EXPECT_DOUBLE_EQ(small_launch(143771, 8).mem_fraction_static, 0.929);
+  // The reserve's own edge: 3,263 slots reserve 10,238 MiB, raised to the
+  // floor; 3,264 reserve it exactly; 3,265 reserve 10,242, above it, kept.
+  EXPECT_DOUBLE_EQ(small_launch(143771, 3263).reserved_mib, 10240.0);
+  EXPECT_DOUBLE_EQ(small_launch(143771, 3264).reserved_mib, 10240.0);
+  EXPECT_DOUBLE_EQ(small_launch(143771, 3265).reserved_mib, 10242.0);
+  // (143771 - 10242) / 143771 = 0.92876 -> 0.929 as well.
+  EXPECT_DOUBLE_EQ(small_launch(143771, 3265).mem_fraction_static, 0.929);
+}
+
 }  // namespace
