@@ -111,10 +111,16 @@ kvs_journal_entry kvs_prefix_entry(kvs_prefix_op op, uint64_t page, int64_t oper
 /* Applies one entry (the leader's, before it journals it): refused, it
  * changes nothing. */
 kvs_status kvs_pool_prefix_run(kvs_pool_prefix *p, const kvs_journal_entry *entry, kvs_error *err);
+/* The window page full page `page` holds once a batch's page entries are
+ * replayed (the pool's overlays), -1 for none. */
+typedef int64_t (*kvs_prefix_window_of)(const void *ctx, uint64_t page);
 /* Replays the prefix entries of a batch in order, all or nothing (undone
- * on the first that does not apply); other entries are passed over. */
+ * on the first that does not apply); other entries are passed over. The
+ * batch must leave the index as a leader's step does: every block it
+ * starts linked, and every tail on a page it names keeping a window page
+ * (window_of(ctx, page) as the batch leaves it). */
 kvs_status kvs_pool_prefix_apply(kvs_pool_prefix *p, const kvs_journal_entry *entries, size_t n,
-                                 kvs_error *err);
+                                 kvs_prefix_window_of window_of, const void *ctx, kvs_error *err);
 
 /* The child of `parent` (-1: the root) with `key`, or -1. */
 int32_t kvs_pool_prefix_child(const kvs_pool_prefix *p, int32_t parent, uint64_t key);

@@ -598,8 +598,47 @@ static void op_undo(kvs_pool_prefix *p, kvs_prefix_undo *u) {
   if (op < OP_COUNT && OPS[op].undo != NULL) OPS[op].undo(p, &c);
 }
 
+/* Why the batch, applied, leaves the index as no leader's step does (NULL:
+ * it does not), and *page the block: a block started and never linked (a
+ * leader journals both in one call), or a tail on a page the batch names
+ * that keeps no window page (its bind lost, or its window page freed
+ * while the tail stays). */
+static const char *unfinished(const kvs_pool_prefix *p, size_t done,
+                              const kvs_journal_entry *entries, size_t n,
+                              kvs_prefix_window_of window_of, const void *ctx, uint64_t *page) {
+  for (size_t i = 0; i < done; i++) {
+    *page = p->undo[i].entry.full_page & A_MASK;
+    if (entry_op(&p->undo[i].entry) == OP_NEW_KEY && p->rec[*page].used == 2) {
+      return "starts block %llu and never links it";
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t fp = entries[i].full_page;
+    bool prefix = (fp & KVS_JOURNAL_PREFIX_TAG) == KVS_JOURNAL_PREFIX_TAG;
+    if (!prefix && (fp & KVS_JOURNAL_SLOT_TAG)) continue; /* a request slot */
+    *page = prefix ? fp & A_MASK : fp;
+    if (*page < p->n && p->rec[*page].used == 1 && p->rec[*page].tail &&
+        window_of(ctx, *page) < 0) {
+      return "leaves block %llu keeping a tail on a full page with no window page";
+    }
+  }
+  return NULL;
+}
+
+/* Undoes the done applied entries and says which entry refused why. */
+static kvs_status refuse_batch(kvs_pool_prefix *p, size_t done, kvs_status status, size_t i,
+                               kvs_error *err) {
+  while (done-- > 0) op_undo(p, &p->undo[done]);
+  if (err != NULL) {
+    char message[KVS_ERROR_MESSAGE_MAX];
+    snprintf(message, sizeof message, "%s", err->message);
+    kvs_error_set(err, status, "journal entry %zu: %s", i, message);
+  }
+  return status;
+}
+
 kvs_status kvs_pool_prefix_apply(kvs_pool_prefix *p, const kvs_journal_entry *entries, size_t n,
-                                 kvs_error *err) {
+                                 kvs_prefix_window_of window_of, const void *ctx, kvs_error *err) {
   size_t done = 0;
   for (size_t i = 0; i < n; i++) {
     const kvs_journal_entry *e = &entries[i];
@@ -616,16 +655,17 @@ kvs_status kvs_pool_prefix_apply(kvs_pool_prefix *p, const kvs_journal_entry *en
     } else {
       status = op_apply(p, e, &p->undo[done], err);
     }
-    if (status != KVS_OK) {
-      while (done-- > 0) op_undo(p, &p->undo[done]);
-      if (err != NULL) {
-        char message[KVS_ERROR_MESSAGE_MAX];
-        snprintf(message, sizeof message, "%s", err->message);
-        kvs_error_set(err, status, "journal entry %zu: %s", i, message);
-      }
-      return status;
-    }
+    if (status != KVS_OK) return refuse_batch(p, done, status, i, err);
     done++;
+  }
+  /* The step is whole: it leaves the index as a leader's step does. */
+  uint64_t page = 0;
+  const char *why = unfinished(p, done, entries, n, window_of, ctx, &page);
+  if (why != NULL) {
+    while (done-- > 0) op_undo(p, &p->undo[done]);
+    char what[128];
+    snprintf(what, sizeof what, why, (unsigned long long)page);
+    return kvs_error_set(err, KVS_ERR_CONFLICT, "the step %s (an entry lost or changed?)", what);
   }
   return KVS_OK;
 }

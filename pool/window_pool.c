@@ -816,6 +816,19 @@ static void commit_page_entry(struct kvs_window_pool *pool, const kvs_journal_en
   }
 }
 
+/* The window page of full page fp as a batch's pass 1 left it (its
+ * overlay when the batch names it), -1 for none (kvs_prefix_window_of). */
+typedef struct replayed {
+  const struct kvs_window_pool *pool;
+  uint32_t epoch;
+} replayed;
+static int64_t replayed_window_page(const void *ctx, uint64_t fp) {
+  const replayed *r = ctx;
+  if (fp >= r->pool->n_full_pages) return KVS_NO_WINDOW_SLOT;
+  return r->pool->full_stamp[fp] == r->epoch ? r->pool->full_overlay[fp]
+                                             : window_page_of(r->pool, fp);
+}
+
 kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries, size_t n,
                                  kvs_error *err) {
   if (pool == NULL) {
@@ -846,9 +859,13 @@ kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry
     }
     if (status != KVS_OK) return status;
   }
-  /* The prefix index's entries, in order, undone on the first refusal. */
-  if (any_prefix) {
-    kvs_status status = kvs_pool_prefix_apply(&pool->prefix, entries, n, err);
+  /* The prefix index's entries, in order, undone on the first refusal;
+   * with a prefix cache, also a batch of pages alone (it must not free a
+   * tail's window page). */
+  if (pool->prefix.n > 0) {
+    replayed r = {pool, epoch};
+    kvs_status status =
+        kvs_pool_prefix_apply(&pool->prefix, entries, n, replayed_window_page, &r, err);
     if (status != KVS_OK) return status;
   }
   /* Pass 2: every entry is known to apply. */

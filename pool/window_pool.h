@@ -190,7 +190,9 @@ void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *ou
  * takes that exact window page off this pool's free list, a free returns
  * it. The whole batch is validated first and applied only if every entry
  * is consistent with this pool's state (KVS_ERR_CONFLICT names the entry
- * and page otherwise). Applied entries are not re-journaled. */
+ * and page otherwise) and, with a prefix cache, it leaves the index as a
+ * leader's step does: every block it starts linked, every tail on a page
+ * it names keeping a window page. Applied entries are not re-journaled. */
 kvs_status kvs_window_pool_apply(kvs_window_pool_t pool, const kvs_journal_entry *entries, size_t n,
                                  kvs_error *err);
 

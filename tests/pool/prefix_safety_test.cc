@@ -504,6 +504,35 @@ TEST(PrefixSafety, a_follower_refuses_impossible_prefix_entries_and_changes_noth
     expect_refused(pair, spilled, again, "a spill of block 7, whose chain host slot 0 holds",
                    "holds it already");
   }
+  // A step that loses an entry a leader journals together with another:
+  // a block started and never linked, a tail kept on a page whose bind was
+  // lost, a tail's window page freed while the tail stays (each found by
+  // tests/fuzz:journal_apply_fuzz, which followers took before).
+  {
+    PrefixPair pair;
+    kvs_window_pool *pool = pair.pool();
+    kvs_error err;
+    bind(pool, {3});
+    ASSERT_EQ(insert(pool, 1, {10}, {3}, {1}, &err), KVS_OK) << err.message;
+    const std::vector<kvs_journal_entry> step = pair.drain();
+    // The step without its bind of page 3 (which the leader journaled
+    // before the tail that keeps it).
+    std::vector<kvs_journal_entry> lost;
+    for (const kvs_journal_entry &e : step) {
+      const bool bind_entry =
+          kvs_window_pool_prefix_entry(&e, nullptr, nullptr) == KVS_PREFIX_OP_NONE &&
+          e.window_page >= 0;
+      if (!bind_entry) lost.push_back(e);
+    }
+    ASSERT_EQ(lost.size() + 1, step.size());
+    expect_refused(pair, lost, step,
+                   "a step that keeps page 3's window as block 3's tail but lost its bind",
+                   "no window page");
+    expect_refused(pair, {prefix_entry(KVS_PREFIX_OP_NEW_KEY, 5, 20)}, {},
+                   "a step that starts block 5 and never links it", "never links it");
+    expect_refused(pair, {{3, KVS_JOURNAL_FREED}}, {},
+                   "a free of block 3's tail's window page, the tail kept", "no window page");
+  }
   std::printf("reliability: impossible prefix entries refused %llu, the follower unchanged\n",
               (unsigned long long)refused);
 }
