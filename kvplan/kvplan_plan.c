@@ -561,7 +561,8 @@ static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
   bool explicit_budget = a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.n_budgets > 0;
   bool weights_given = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ||
-                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL];
+                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL] ||
+                       a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS];
   if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
