@@ -39,6 +39,12 @@ def kvs_cc_library(name, mutants = {}, **kwargs):
         ]
         variant["local_defines"] = kwargs.get("local_defines", []) + [mutant_define(mutant)]
         variant["testonly"] = True
-        variant["visibility"] = ["//tests:__subpackages__", "//backends:__subpackages__"]
+        # Tests, and the packages whose libraries chain variants of others'
+        # (the CUDA backend's, kvplan's over //plan's).
+        variant["visibility"] = [
+            "//tests:__subpackages__",
+            "//backends:__subpackages__",
+            "//kvplan:__pkg__",
+        ]
         variant["tags"] = kwargs.get("tags", []) + ["mutant"]
         cc_library(name = mutant_label(name, mutant), **variant)

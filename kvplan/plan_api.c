@@ -14,7 +14,11 @@
 
 /* kvplan's parser is getopt (process-wide state) and its fit report sorts
  * with a file-scope context: one run at a time. */
+#ifndef KVS_MUTANT_PLAN_RUN_UNLOCKED
 static pthread_mutex_t g_run = PTHREAD_MUTEX_INITIALIZER;
+#else /* planted bug (tests/mutants): each thread locks a mutex of its own */
+static _Thread_local pthread_mutex_t g_run = PTHREAD_MUTEX_INITIALIZER;
+#endif
 
 void kvs_free(void *p) { free(p); }
 

@@ -71,4 +71,11 @@ size_t kvs_parallel_groups(const kvs_parallel *p, size_t n_gpus) {
   return per == 0 || n_gpus % per != 0 ? 0 : n_gpus / per;
 }
 
-size_t kvs_parallel_moe_gpus(const kvs_parallel *p) { return p == NULL ? 0 : p->tp * p->dp; }
+size_t kvs_parallel_moe_gpus(const kvs_parallel *p) {
+  if (p == NULL) return 0;
+#ifndef KVS_MUTANT_EXPERTS_OVER_PP /* defined: planted bug (tests/mutants), pp divides too */
+  return p->tp * p->dp;
+#else
+  return p->tp * p->pp * p->dp;
+#endif
+}
