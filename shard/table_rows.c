@@ -22,8 +22,13 @@ static size_t row_spans(const kvs_device_layout *layout, kvs_table_span_rows *ou
     if (s->count == 0 || s->row_bytes == 0 || n == KVS_TABLE_ROW_SPANS) continue;
     uint64_t ratio = s->tier == KVS_DEVICE_TIER_INDEXER ? 4 : s->ratio;
     uint64_t rows = s->page_rows != 0 ? s->page_rows : layout->sizes.page / ratio;
+#ifndef KVS_MUTANT_HOST_ROWS_FP8_STRIDE /* defined: planted bug (tests/mutants), pads ignored */
     kvs_table_span_rows r = {s->offset, s->stride, s->count, rows * s->row_bytes,
                              s->page_rows != 0 ? s->page_bytes : rows * s->row_bytes};
+#else
+    kvs_table_span_rows r = {s->offset, s->stride, s->count, rows * s->row_bytes,
+                             rows * s->row_bytes};
+#endif
     out[n++] = r;
   }
   return n;

@@ -22,15 +22,20 @@
 namespace kvs_test {
 
 // A node of the small model with the prefix cache and a host tier of
-// host_cache bytes: tp ranks over the bundled server, 12 MiB per GPU.
+// host_cache bytes: tp ranks over the bundled server, 12 MiB per GPU; fp8
+// rows (dtype) on small_model_fp8's geometry.
 struct SmallPrefixNode {
   kvs_geometry g = small_model();
   std::vector<uint64_t> budgets = std::vector<uint64_t>(8, 12ull << 20);
   kvs_node_options o;
 
-  SmallPrefixNode(int tp, kvs_node_device device, uint64_t host_cache) {
+  SmallPrefixNode(int tp, kvs_node_device device, uint64_t host_cache,
+                  kvs_kv_dtype dtype = KVS_KV_BF16) {
     kvs_node_options_init(&o);
+    if (dtype == KVS_KV_FP8) g = small_model_fp8();
     o.geometry = &g;
+    o.kv_dtype = dtype;
+    o.qk_rope_head_dim = 64;
     o.swa_ratio = 0.04;
     o.max_seq_len = 4096;
     o.max_running = 4;
@@ -62,10 +67,15 @@ struct PageRows {
 };
 
 // The compressed and indexer rows of full page `page`, in carve order
-// (the host tier's slot order): per view, per layer.
+// (the host tier's slot order): per view, per layer. A view of bf16 rows
+// has them P / ratio a page; a view of fp8 pages (its rows' payloads,
+// then their scales, the page padded to the tier's quantum) has page k at
+// k x its page stride, the page's rows its first page_rows x row_bytes
+// bytes (what a slot keeps: the padding is no row's).
 inline std::vector<PageRows> page_rows(kvs_node_t node, uint64_t page) {
   std::vector<PageRows> out;
   const uint64_t P = kvs_node_page(node);
+  const kvs_device_layout *layout = kvs_node_layout(node);
   for (size_t i = 0; i < kvs_node_view_count(node); i++) {
     kvs_node_view v{};
     v.size = sizeof v;
@@ -74,13 +84,26 @@ inline std::vector<PageRows> page_rows(kvs_node_t node, uint64_t page) {
     std::string name = v.name;
     uint64_t ratio = name == "compressed_128" ? 128 : 4;
     if (name != "compressed_4" && name != "compressed_128" && name != "indexer") continue;
-    EXPECT_EQ(v.ndim, 3) << name << " is a row view (bf16 rows)";
+    EXPECT_EQ(v.ndim, 3) << name << " is a view of rows, or of pages of rows";
+    const kvs_device_span *span = nullptr;
+    for (const kvs_device_span &s : layout->spans) {
+      if (s.count > 0 && s.offset == v.offset) span = &s;
+    }
+    EXPECT_NE(span, nullptr) << name;
+    if (span == nullptr) continue;
     const size_t e = kvs_view_dtype_bytes(v.dtype);
-    const size_t row = static_cast<size_t>(v.shape[2]) * e;
     const uint64_t rows = P / ratio;
+    size_t row = static_cast<size_t>(v.shape[2]) * e, page_stride = rows * row;
+    if (span->page_rows != 0) {
+      EXPECT_EQ(v.dtype, KVS_VIEW_UINT8) << name << " is a view of fp8 pages";
+      EXPECT_EQ(span->page_rows, rows) << name;
+      row = static_cast<size_t>(span->row_bytes);
+      page_stride = static_cast<size_t>(v.strides[1]);
+      EXPECT_GE(page_stride, rows * row) << name;
+    }
     for (int64_t layer = 0; layer < v.shape[0]; layer++) {
       char *base = static_cast<char *>(v.data) + static_cast<size_t>(layer * v.strides[0]) * e;
-      out.push_back({base + page * rows * row, static_cast<size_t>(rows * row)});
+      out.push_back({base + page * page_stride, static_cast<size_t>(rows * row)});
     }
   }
   return out;

@@ -221,9 +221,9 @@ inline void check_and_write(kvs_node_t node, const Record &record, const NodeMem
   }
 }
 
-// What one host slot costs the machine for this model and tp.
-inline uint64_t slot_cost(kvs_comm_t comm, int tp) {
-  SmallPrefixNode s(tp, KVS_NODE_DEVICE_CPU, 16ull << 20);
+// What one host slot costs the machine for this model, tp and dtype.
+inline uint64_t slot_cost(kvs_comm_t comm, int tp, kvs_kv_dtype dtype = KVS_KV_BF16) {
+  SmallPrefixNode s(tp, KVS_NODE_DEVICE_CPU, 16ull << 20, dtype);
   kvs_node_t node = nullptr;
   kvs_error err;
   EXPECT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
@@ -270,12 +270,13 @@ inline void random_host_rows_rank(kvs_comm_t comm, SmallPrefixNode &s, const Nod
     EXPECT_EQ(t.spills, c.spills);
     EXPECT_EQ(t.fetches, c.fetches);
     std::printf(
-        "tp %d seed %llu: %llu steps, %llu spills, %llu fetches, %llu let go, %llu host "
+        "%s rows, tp %d seed %llu: %llu steps, %llu spills, %llu fetches, %llu let go, %llu host "
         "hits, %llu GPU hits, %llu abandoned, %llu bytes moved\n",
-        s.o.tp, (unsigned long long)seed, (unsigned long long)steps, (unsigned long long)c.spills,
-        (unsigned long long)c.fetches, (unsigned long long)c.host_drops,
-        (unsigned long long)engine.host_hits, (unsigned long long)engine.gpu_hits,
-        (unsigned long long)engine.abandoned, (unsigned long long)t.bytes);
+        kvs_kv_dtype_name(s.o.kv_dtype), s.o.tp, (unsigned long long)seed,
+        (unsigned long long)steps, (unsigned long long)c.spills, (unsigned long long)c.fetches,
+        (unsigned long long)c.host_drops, (unsigned long long)engine.host_hits,
+        (unsigned long long)engine.gpu_hits, (unsigned long long)engine.abandoned,
+        (unsigned long long)t.bytes);
   }
   kvs_node_destroy(node);
 }

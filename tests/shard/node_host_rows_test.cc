@@ -1,8 +1,10 @@
 // The host tier's rows on the host twin (the node's CPU tables): ranks as
 // threads over loopback, each spilling its own page rows to its own slots
-// and fetching them back into other pages (tests/shard/host_rows_flow.h);
-// a node that keeps the index only moves nothing; the table's tier calls
-// refuse what they cannot do, changing nothing.
+// and fetching them back into other pages (tests/shard/host_rows_flow.h),
+// bf16 rows and fp8 pages (payloads then scales, each page padded: a page
+// found at a wrong stride spills another page's bytes); a node that keeps
+// the index only moves nothing; the table's tier calls refuse what they
+// cannot do, changing nothing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,7 +22,8 @@ constexpr uint64_t MiB = 1ull << 20;
 
 // The small model's node on the host twin with a 16 MiB host tier.
 struct Small : kvs_test::SmallPrefixNode {
-  explicit Small(int tp) : SmallPrefixNode(tp, KVS_NODE_DEVICE_CPU, 16 * MiB) {}
+  explicit Small(int tp, kvs_kv_dtype dtype = KVS_KV_BF16)
+      : SmallPrefixNode(tp, KVS_NODE_DEVICE_CPU, 16 * MiB, dtype) {}
 };
 
 // A one-rank node of the small model (index_only: its tier keeps the
@@ -48,30 +51,36 @@ kvs_test::NodeMemory host_memory() {
 }  // namespace
 
 TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages) {
-  for (int tp : {1, 2}) {
-    SCOPED_TRACE("tp " + std::to_string(tp));
-    kvs_test::run_ranks(tp, 20000, [&](int, kvs_comm_t comm) {
-      Small s(tp);
-      kvs_node_t node = nullptr;
-      kvs_error err;
-      ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
-      uint64_t slot_bytes = 0, slots = 0;
-      ASSERT_NE(kvs_table_host_tier_memory(kvs_node_table(node), &slot_bytes, &slots), nullptr);
-      kvs_node_prefix_counts c{};
-      c.size = sizeof c;
-      ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
-      EXPECT_EQ(slots, c.host_slots) << "a slot of rows for every slot of the index";
-      EXPECT_EQ(slot_bytes, kvs_table_host_slot_bytes(kvs_node_layout(node)));
-      EXPECT_EQ(slot_bytes, kvs_node_plan_rank_host_bytes(kvs_node_plan(node),
-                                                          static_cast<size_t>(kvs_node_rank(node))))
-          << "what the table holds is what the plan priced for the rank";
-      // The machine runs 8 ranks of the plan (8 / tp replicas), each with
-      // its own copy: a slot costs the machine 8 of this rank's.
-      EXPECT_EQ(c.host_page_bytes, 8 * slot_bytes);
-      EXPECT_EQ(c.host_slots, s.o.host_cache_bytes / c.host_page_bytes);
-      kvs_test::host_rows_round_trip(node, host_memory());
-      kvs_node_destroy(node);
-    });
+  for (kvs_kv_dtype dtype : {KVS_KV_BF16, KVS_KV_FP8}) {
+    for (int tp : {1, 2}) {
+      SCOPED_TRACE(std::string(kvs_kv_dtype_name(dtype)) + " rows, tp " + std::to_string(tp));
+      kvs_test::run_ranks(tp, 20000, [&](int, kvs_comm_t comm) {
+        Small s(tp, dtype);
+        kvs_node_t node = nullptr;
+        kvs_error err;
+        ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+        uint64_t slot_bytes = 0, slots = 0;
+        ASSERT_NE(kvs_table_host_tier_memory(kvs_node_table(node), &slot_bytes, &slots), nullptr);
+        kvs_node_prefix_counts c{};
+        c.size = sizeof c;
+        ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
+        EXPECT_EQ(slots, c.host_slots) << "a slot of rows for every slot of the index";
+        EXPECT_EQ(slot_bytes, kvs_table_host_slot_bytes(kvs_node_layout(node)));
+        EXPECT_EQ(slot_bytes, kvs_node_plan_rank_host_bytes(
+                                  kvs_node_plan(node), static_cast<size_t>(kvs_node_rank(node))))
+            << "what the table holds is what the plan priced for the rank";
+        // The machine runs 8 ranks of the plan (8 / tp replicas), each with
+        // its own copy: a slot costs the machine 8 of this rank's.
+        EXPECT_EQ(c.host_page_bytes, 8 * slot_bytes);
+        EXPECT_EQ(c.host_slots, s.o.host_cache_bytes / c.host_page_bytes);
+        // A slot is a page's rows as the views show them, padding excluded.
+        size_t page_bytes = 0;
+        for (const kvs_test::PageRows &r : kvs_test::page_rows(node, 0)) page_bytes += r.bytes;
+        EXPECT_EQ(slot_bytes, page_bytes);
+        kvs_test::host_rows_round_trip(node, host_memory());
+        kvs_node_destroy(node);
+      });
+    }
   }
 }
 
