@@ -53,10 +53,10 @@ KVS_FUZZ_TARGET("journal_apply_fuzz",
 #define P 8
 #define USABLE (WINDOW_PAGES - 1)
 #define DUMMY_FULL (PAGES - 1)
-#define SLOTS 5     /* request slots, the dummy (last) included */
-#define HOST 4      /* host-tier slots */
-#define REQUESTS 6  /* requests 1..6 */
-#define JOURNAL 256 /* the leader's journal: a step carries at most this many */
+#define SLOTS 5    /* request slots, the dummy (last) included */
+#define HOST 4     /* host-tier slots */
+#define REQUESTS 6 /* requests 1..6 */
+#define JOURNAL 96 /* the leader's journal: a step carries at most this many */
 #define MAX_BATCH (JOURNAL + 16)
 #define MAX_STEPS 64
 #define MAX_KEYS 4
@@ -655,8 +655,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kvs_error err;
   if (kvs_window_pool_create(&sizes, &opts, &leader, &err) != KVS_OK) fail("no leader", &err);
   /* Every step the leader journaled, for rebuilding a follower that left it. */
-  kvs_journal_entry *history = malloc(MAX_STEPS * JOURNAL * sizeof *history);
-  size_t counts[MAX_STEPS], steps = 0, at = 0;
+  size_t counts[MAX_STEPS], steps = 0, at = 0, room = 64;
+  kvs_journal_entry *history = malloc(room * sizeof *history);
   if (history == NULL) fail("no memory", NULL);
   kvs_window_pool_t mirror = follower(&sizes, history, counts, 0);
   reference ref;
@@ -728,6 +728,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fail("the leader's step left the follower inconsistent", &err);
     }
     if (any_prefix(original, n)) replayed_prefix = true;
+    if (at + n > room) {
+      room = 2 * (at + n);
+      history = realloc(history, room * sizeof *history);
+      if (history == NULL) fail("no memory", NULL);
+    }
     memcpy(history + at, original, n * sizeof *history);
     at += n;
     counts[steps++] = n;
