@@ -9,7 +9,7 @@
  * those live in backends the library loads when asked for (a device
  * "cuda" node, an "nccl" or "mpi" communicator), each a shared object of
  * its own (libkvshard-cuda.so.1, libkvshard-nccl.so.1,
- * libkvshard-mpi.so.1) found beside libkvshard.so.1, in
+ * libkvshard-mpi.so.1) found beside libkvshard.so.2, in
  * KVSHARD_BACKEND_PATH, or on the loader's path. kvshard_cuda.h,
  * kvshard_nccl.h and kvshard_mpi.h add typed helpers for engines that
  * hold those libraries' handles.
@@ -33,12 +33,12 @@
 #include <stdint.h>
 
 #define KVS_VERSION_MAJOR 0
-#define KVS_VERSION_MINOR 6
+#define KVS_VERSION_MINOR 7
 #define KVS_VERSION_PATCH 0
-#define KVS_VERSION_STRING "0.6.0"
+#define KVS_VERSION_STRING "0.7.0"
 /* The ABI this header describes: the shared object's SONAME number
- * (libkvshard.so.1). */
-#define KVS_ABI_VERSION 1
+ * (libkvshard.so.2). */
+#define KVS_ABI_VERSION 2
 
 #if defined(__GNUC__) && !defined(KVS_NO_VISIBILITY)
 #define KVS_API __attribute__((visibility("default")))
@@ -533,12 +533,12 @@ typedef struct kvs_node_prefix_hit {
   uint64_t hit_tokens;       /* positions [0, hit_tokens) are reused */
   uint64_t reprefill_tokens; /* window tokens recomputed before hit_tokens */
   uint64_t truncated_tokens; /* matched, aligned tokens recomputed for want of a tail */
-  int64_t node;              /* the hit's last page; -1: no hit */
+  int64_t block;             /* the hit's last block (its full page); -1: no hit */
   bool reprefill;
-  /* Blocks past `node` (-1: the root) found in the host tier: take the
+  /* Blocks past `block` (-1: the root) found in the host tier: take the
    * hit with kvs_node_prefix_fetch (it always re-prefills the window). */
   uint64_t host_pages;
-  /* Which block `node` was when matched: acquire and fetch refuse the hit
+  /* Which block `block` named when matched: acquire and fetch refuse the hit
    * ("match again") once that block left the index, even if its page came
    * back as another block. Copy hits whole; never make one up. */
   uint64_t stamp;

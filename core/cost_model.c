@@ -296,6 +296,17 @@ kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_runnin
   return KVS_OK;
 }
 
+/* The checks every per-page price makes, then the geometry's terms. */
+static kvs_status unit_terms(const char *fn, const kvs_geometry *geometry, uint64_t page,
+                             const void *out, kvs_cost_terms *t, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", fn);
+  }
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  kvs_status status = check_page(page, err);
+  return status != KVS_OK ? status : terms_all(fn, geometry, t, err);
+}
+
 kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
                                    uint64_t *out, kvs_error *err) {
   if (geometry == NULL) {
@@ -338,17 +349,9 @@ kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_rati
 
 kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                   kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   bool overflow = false;
   uint64_t per_page = kvs_mul(page, KVS_INT64_BYTES, &overflow);
   uint64_t csa = kvs_mul(page / KVS_CSA_RATIO, t.widths.kv + t.widths.index, &overflow);
@@ -362,17 +365,9 @@ kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, u
 
 kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                       kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   bool overflow = false;
   uint64_t per_page = kvs_mul(kvs_mul(t.n_layers, page, &overflow), t.widths.kv, &overflow);
   uint64_t csa = kvs_state_rings_csa_per_request(t.widths.state_rings)
@@ -451,17 +446,9 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
 kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geometry,
                                   double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                   kvs_pool_sizes *out, kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   /* Name the first layer whose ratio does not divide P. */
   for (size_t layer = 0; layer < t.n_layers; layer++) {
     uint32_t ratio = geometry->compress_ratios[layer];

@@ -44,14 +44,17 @@ static kvs_status read_uint(json_t *root, const char *field, uint64_t max, uint6
   return KVS_OK;
 }
 
+/* Both parsers' arguments: a text to read and somewhere to put it. */
+static kvs_status text_and_out(const char *fn, const char *text, const void *out, kvs_error *err) {
+  if (text == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", fn);
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return KVS_OK;
+}
+
 kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
                                    kvs_error *err) {
-  if (text == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = text_and_out(__func__, text, out, err);
+  if (checked != KVS_OK) return checked;
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (root == NULL) {
@@ -186,12 +189,8 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
 
 kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_config *out,
                                        kvs_error *err) {
-  if (text == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = text_and_out(__func__, text, out, err);
+  if (checked != KVS_OK) return checked;
   kvs_model_config *m = calloc(1, sizeof *m);
   if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
   kvs_status status = kvs_geometry_parse_json(text, len, &m->geometry, err);

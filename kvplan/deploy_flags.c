@@ -33,7 +33,7 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--nodes",
          .kind = KVS_DEPLOY_COUNT,
          .lo = 1,
-         .hi = KVS_MAX_NODES,
+         .hi = KVS_MAX_HOSTS,
          .want = "a node count in [1, 64]",
          .value_at = AT(nodes),
          .help = "  --nodes N               N identical nodes of that topology (1..64)\n"},
@@ -41,7 +41,7 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
         {.id = KVS_DEPLOY_ALLOW_CROSS_NODE_TP,
          .name = "--allow-cross-node-tp",
          .kind = KVS_DEPLOY_SWITCH,
-         .value_at = AT(allow_cross_node_tp),
+         .value_at = AT(allow_cross_host_tp),
          .help = "  --allow-cross-node-tp   let a tensor-parallel group span nodes (refused\n"
                  "                          otherwise)\n"},
     [KVS_DEPLOY_TP] =

@@ -100,7 +100,7 @@ typedef struct kvs_deploy_flags {
   const char *text[KVS_DEPLOY_FLAG_COUNT]; /* its value as written */
   const char *topology;
   uint64_t nodes, tp, pp;
-  bool allow_cross_node_tp;
+  bool allow_cross_host_tp;
   uint64_t budget;
   uint64_t budgets[KVS_KVPLAN_MAX_GPUS];
   size_t n_budgets;

@@ -125,7 +125,7 @@ static void print_json(const fit_run *r, bool any) {
   json_object_set_new(root, "engine", engine_of(a) ? json_string("sglang") : json_null());
   json_object_set_new(root, "fits", json_boolean(any));
   json_object_set_new(root, "nodes_needed",
-                      r->nodes_needed > 0 ? kvs_json_u64(r->nodes_needed) : json_null());
+                      r->hosts_needed > 0 ? kvs_json_u64(r->hosts_needed) : json_null());
   json_t *layouts = json_array();
   for (size_t i = 0; i < r->n_rows; i++) json_array_append_new(layouts, row_json(a, &r->rows[i]));
   json_object_set_new(root, "layouts", layouts);
@@ -230,7 +230,7 @@ static void fit_print_table(const fit_run *r) {
  * on the last line, with the nodes it would take. */
 static int fit_headline(const fit_run *r, bool any) {
   const fit_args *a = r->a;
-  size_t planned = kvs_cluster_node_count(r->topo);
+  size_t planned = kvs_cluster_host_count(r->topo);
   const char *nodes = planned > 1 ? "these nodes" : "this node";
   if (any) {
     if (!a->json)
@@ -241,12 +241,12 @@ static int fit_headline(const fit_run *r, bool any) {
   if (a->max_concurrency) {
     fprintf(kvs_tool_err(), "kvplan fit: no layout of %s holds one request of %llu tokens\n", nodes,
             (unsigned long long)a->context);
-  } else if (r->nodes_needed > 0) {
+  } else if (r->hosts_needed > 0) {
     fprintf(kvs_tool_err(),
             "kvplan fit: no layout of one node serves %llu requests of %llu tokens; %zu nodes "
             "do (give --nodes %zu)\n",
-            (unsigned long long)a->concurrency, (unsigned long long)a->context, r->nodes_needed,
-            r->nodes_needed);
+            (unsigned long long)a->concurrency, (unsigned long long)a->context, r->hosts_needed,
+            r->hosts_needed);
   } else {
     fprintf(kvs_tool_err(),
             "kvplan fit: no layout of %s serves the demand (%llu requests of %llu tokens)%s\n",
@@ -262,7 +262,7 @@ int fit_report(fit_run *r) {
   qsort(r->rows, r->n_rows, sizeof *r->rows, compare_rows);
   /* The headline is one node's answer (or --nodes'): grown clusters only
    * say how many it would take. */
-  size_t planned = kvs_cluster_node_count(r->topo);
+  size_t planned = kvs_cluster_host_count(r->topo);
   bool any = false;
   for (size_t i = 0; i < r->n_rows; i++) {
     any |= r->rows[i].nodes == planned && row_fits(a, &r->rows[i]);

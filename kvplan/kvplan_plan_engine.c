@@ -77,7 +77,7 @@ static void fill_budgets(plan_run *p) {
     snprintf(p->note, sizeof p->note,
              "kvplan: no GPU memory measured (%s); SGLang's free memory before load is taken as "
              "each GPU's memory less 2.5 GiB of context, %s (give --free-before-load)",
-             kvs_topology_cuda_note(kvs_cluster_node(p->topo, 0)), free_text);
+             kvs_topology_cuda_note(kvs_cluster_host(p->topo, 0)), free_text);
   }
 }
 
@@ -104,8 +104,8 @@ int kvplan_engine_budgets(plan_run *p) {
 static void stage_bytes(const plan_run *p, uint64_t *out) {
   size_t pp = p->layout.pp;
   for (size_t s = 0; s < pp; s++) out[s] = p->engine_rule ? p->engine.rule.rest_bytes : UINT64_MAX;
-  for (size_t r = 0; !p->engine_rule && r < kvs_node_plan_rank_count(p->plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(p->plan, r);
+  for (size_t r = 0; !p->engine_rule && r < kvs_deployment_rank_count(p->plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(p->plan, r);
     if (p->budgets[rp->gpu] < out[rp->pp_stage]) out[rp->pp_stage] = p->budgets[rp->gpu];
   }
 }
@@ -184,7 +184,7 @@ static const char *model_path(const kvs_plan_model *m) {
 }
 
 void kvplan_engine_text(const plan_run *p) {
-  uint64_t tokens = p->plan != NULL ? kvs_node_plan_split(p->plan)->full_token : 0;
+  uint64_t tokens = p->plan != NULL ? kvs_deployment_split(p->plan)->full_token : 0;
   kvs_sglang_report_print(kvs_tool_out(), &p->sglang.least, &p->sglang_options, p->sglang.available,
                           tokens, p->a->options.kv_dtype);
   fprintf(kvs_tool_out(),

@@ -1,11 +1,11 @@
 /* kvplan plan with a prefix cache: what its host tier holds (--host-cache)
  * and how many retained window tails the plan's window has room for. Both
- * come from the plan's own functions (plan/node_plan.h), the ones the node
+ * come from the plan's own functions (plan/deployment.h), the ones the node
  * and the window pool size themselves with. */
 #include <jansson.h>
 #include <stdio.h>
 
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "kvplan/args.h"
 #include "kvplan/kvplan_plan_internal.h"
 #include "kvplan/plan_json.h"
@@ -17,17 +17,17 @@ int kvplan_prefix_price(plan_run *p) {
   kvs_error err;
   if (a->deploy.host_cache > 0) {
     /* The node's own refusal (shard/node.c), before anything is printed. */
-    if (kvs_node_plan_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
-                                 &err) != KVS_OK) {
+    if (kvs_deployment_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
+                                  &err) != KVS_OK) {
       fprintf(kvs_tool_err(), "kvplan plan: --host-cache %s is %llu bytes per machine: %s\n",
               a->deploy.text[KVS_DEPLOY_HOST_CACHE], (unsigned long long)a->deploy.host_cache,
               err.message);
       return 2;
     }
-    p->host_slot_bytes = kvs_node_plan_host_slot_bytes(p->plan, p->gpus, p->n);
+    p->host_slot_bytes = kvs_deployment_host_slot_bytes(p->plan, p->gpus, p->n);
   }
-  if (kvs_node_plan_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
-                                   &err) != KVS_OK) {
+  if (kvs_deployment_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
+                                    &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -35,7 +35,7 @@ int kvplan_prefix_price(plan_run *p) {
 }
 
 static uint64_t page_tokens(const plan_run *p) {
-  return kvs_node_plan_split(p->plan)->stages[0].sizes.page;
+  return kvs_deployment_split(p->plan)->stages[0].sizes.page;
 }
 
 void kvplan_prefix_json(const plan_run *p, json_t *root) {

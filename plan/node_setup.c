@@ -25,7 +25,7 @@ static kvs_status open_source(const kvs_topology_source *source,
   return KVS_OK;
 }
 
-kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
+kvs_status kvs_host_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err) {
   return kvs_topology_open_spec(spec, true, out, note, note_cap, err);
 }
@@ -299,9 +299,9 @@ static kvs_status device_footprint(void *ctx, const kvs_cost_terms *terms,
   return kvs_device_layout_footprint(terms, sizes, ctx, out, err);
 }
 
-kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
-                              size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
-                              kvs_plan_shortfall *shortfall, kvs_error *err) {
+kvs_status kvs_deployment_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, const uint64_t *budgets, kvs_deployment_t *out,
+                               kvs_plan_shortfall *shortfall, kvs_error *err) {
   if (request == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   }
@@ -309,11 +309,27 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
   kvs_device_layout_options options = kvs_node_layout_options(request);
   r.footprint = device_footprint;
   r.footprint_ctx = &options;
-  return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
+  return kvs_deployment_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
 }
 
-kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
-                               uint64_t num_pages, bool *out, kvs_error *err) {
+/* The stage split's question for request over n_stages stages, each
+ * stage's device layout priced with options (stage budgets: the caller's). */
+static kvs_split_request split_request_of(const kvs_plan_request *request, size_t n_stages,
+                                          kvs_device_layout_options *options) {
+  return (kvs_split_request){.geometry = request->geometry,
+                             .widths = request->widths,
+                             .swa_ratio = request->swa_ratio,
+                             .page = request->page,
+                             .floor_win_pages = request->floor_win_pages,
+                             .n_scratch = request->n_scratch,
+                             .n_stages = n_stages,
+                             .footprint = device_footprint,
+                             .footprint_ctx = options,
+                             .layer_weight_bytes = request->layer_weight_bytes};
+}
+
+kvs_status kvs_deployment_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                                uint64_t num_pages, bool *out, kvs_error *err) {
   if (request == NULL || stage_budgets == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
                          request == NULL         ? "request"
@@ -321,17 +337,8 @@ kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *
                                                  : "out");
   }
   kvs_device_layout_options options = kvs_node_layout_options(request);
-  kvs_split_request r = {.geometry = request->geometry,
-                         .widths = request->widths,
-                         .swa_ratio = request->swa_ratio,
-                         .page = request->page,
-                         .floor_win_pages = request->floor_win_pages,
-                         .n_scratch = request->n_scratch,
-                         .n_stages = request->pp,
-                         .stage_budgets = stage_budgets,
-                         .footprint = device_footprint,
-                         .footprint_ctx = &options,
-                         .layer_weight_bytes = request->layer_weight_bytes};
+  kvs_split_request r = split_request_of(request, request->pp, &options);
+  r.stage_budgets = stage_budgets;
   return kvs_split_holds(&r, num_pages, out, err);
 }
 
@@ -341,20 +348,11 @@ kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, siz
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   }
   kvs_device_layout_options options = kvs_node_layout_options(request);
-  kvs_split_request r = {.geometry = request->geometry,
-                         .widths = request->widths,
-                         .swa_ratio = request->swa_ratio,
-                         .page = request->page,
-                         .floor_win_pages = request->floor_win_pages,
-                         .n_scratch = request->n_scratch,
-                         .n_stages = 1,
-                         .footprint = device_footprint,
-                         .footprint_ctx = &options,
-                         .layer_weight_bytes = request->layer_weight_bytes};
+  kvs_split_request r = split_request_of(request, 1, &options);
   return kvs_split_range_max_pages(&r, first, end, budget, out, err);
 }
 
-kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
+kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_deployment_t plan, size_t rank,
                                 kvs_device_layout *out, kvs_error *err) {
   if (request == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
@@ -365,12 +363,12 @@ kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
-  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  const kvs_rank_plan *rp = kvs_deployment_rank(plan, rank);
   if (rp == NULL) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "rank %zu of a %zu-rank plan", rank,
-                         kvs_node_plan_rank_count(plan));
+                         kvs_deployment_rank_count(plan));
   }
-  const kvs_stage_plan *stage = &kvs_node_plan_split(plan)->stages[rp->pp_stage];
+  const kvs_stage_plan *stage = &kvs_deployment_split(plan)->stages[rp->pp_stage];
   kvs_device_layout_options options = kvs_node_layout_options(request);
   kvs_device_layout *l = malloc(sizeof *l);
   if (l == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device layout");

@@ -500,15 +500,20 @@ static uint64_t smallest_budget(const split_ctx *c) {
   return least;
 }
 
+/* What both solves check first, then their context (ctx_free's to free). */
+static kvs_status begin(const char *fn, const kvs_split_request *req, const void *out, split_ctx *c,
+                        kvs_error *err) {
+  kvs_status status = check_request(fn, req, err);
+  if (status != KVS_OK) return status;
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return ctx_init(c, req, err);
+}
+
 kvs_status kvs_split_holds(const kvs_split_request *req, uint64_t num_pages, bool *out,
                            kvs_error *err) {
-  kvs_status status = check_request(__func__, req, err);
-  if (status != KVS_OK) return status;
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   split_ctx c;
-  if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
+  kvs_status status = begin(__func__, req, out, &c, err);
+  if (status != KVS_OK) return status;
   /* The solve's range: the minimal pool lo must fit, and it answers
    * below hi, the page count no stage's mapping can hold. */
   uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
@@ -532,13 +537,9 @@ kvs_status kvs_split_holds(const kvs_split_request *req, uint64_t num_pages, boo
 
 kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
                            kvs_split_shortfall *shortfall, kvs_error *err) {
-  kvs_status status = check_request(__func__, req, err);
-  if (status != KVS_OK) return status;
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   split_ctx c;
-  if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
+  kvs_status status = begin(__func__, req, out, &c, err);
+  if (status != KVS_OK) return status;
 
   /* The same minimal anchor as the single-device solve. */
   uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;

@@ -113,7 +113,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
   hit->hit_tokens = h.hit_tokens;
   hit->reprefill_tokens = h.reprefill_tokens;
   hit->truncated_tokens = h.truncated_tokens;
-  hit->node = h.node;
+  hit->block = h.block;
   hit->reprefill = h.reprefill;
   hit->host_pages = h.host_pages;
   hit->stamp = h.stamp;
@@ -123,7 +123,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
 /* The node's hit as the pool's. */
 static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
   kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
-                      hit->truncated_tokens, hit->node,       hit->reprefill,
+                      hit->truncated_tokens, hit->block,      hit->reprefill,
                       hit->host_pages,       hit->stamp};
   return h;
 }
@@ -225,7 +225,7 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
 
 uint64_t kvs_node_host_page_bytes(const struct kvs_node *node) {
   if (node == NULL) return 0;
-  return kvs_node_plan_host_slot_bytes(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node));
+  return kvs_deployment_host_slot_bytes(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node));
 }
 
 /* ---- what create decided ---- */
@@ -239,7 +239,7 @@ uint64_t kvs_node_page(const struct kvs_node *node) {
   return node != NULL ? node->options.page : 0;
 }
 uint64_t kvs_node_num_pages(const struct kvs_node *node) {
-  return node != NULL ? kvs_node_plan_split(node->plan)->num_pages : 0;
+  return node != NULL ? kvs_deployment_split(node->plan)->num_pages : 0;
 }
 /* The window's pages as the plan sized them, the dummy page included. */
 uint64_t kvs_node_window_pages(const struct kvs_node *node) {

@@ -227,7 +227,7 @@ static int one_node(void) {
          kvs_node_finish(node, 4, &err) == KVS_OK &&
          kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
          kvs_node_prefix_match(node, keys, 3, 3 * page + 1, 0, &hit, hit_pages, &err) == KVS_OK &&
-         hit.hit_tokens == 2 * page && hit.node == 3 && hit_pages[1] == 3 &&
+         hit.hit_tokens == 2 * page && hit.block == 3 && hit_pages[1] == 3 &&
          kvs_node_prefix_acquire(node, 5, &hit, &err) == KVS_OK &&
          kvs_node_admit(node, 5, &slot, &err) == KVS_OK &&
          kvs_node_bind(node, 5, w + page, (size_t)page, &err) == KVS_ERR_CONFLICT &&
@@ -243,7 +243,7 @@ static int one_node(void) {
          counts.refs == 0 && counts.tails == 1;
     if (!ok)
       fprintf(stderr, "prefix: hit %llu node %lld: %s\n", (unsigned long long)hit.hit_tokens,
-              (long long)hit.node, err.message);
+              (long long)hit.block, err.message);
   }
   /* The mapping seen in place: the pages just freed read -1 there. */
   kvs_node_view view = {.size = sizeof view};

@@ -1,4 +1,4 @@
-"""Loading libkvshard.so.1 and declaring the C calls the package makes.
+"""Loading libkvshard.so.2 and declaring the C calls the package makes.
 
 The library is looked for beside this package, then where KVSHARD_LIBRARY
 says (the file, or its folder), then on the loader's path; the error names
@@ -13,7 +13,7 @@ import os
 import pathlib
 import threading
 
-SONAME = "libkvshard.so.1"
+SONAME = "libkvshard.so.2"
 ERROR_MESSAGE_MAX = 512  # KVS_ERROR_MESSAGE_MAX
 NCCL_UNIQUE_ID_BYTES = 128  # KVS_NCCL_UNIQUE_ID_BYTES
 
@@ -184,7 +184,7 @@ class NodePrefixHit(ctypes.Structure):
         ("hit_tokens", ctypes.c_uint64),
         ("reprefill_tokens", ctypes.c_uint64),
         ("truncated_tokens", ctypes.c_uint64),
-        ("node", ctypes.c_int64),
+        ("block", ctypes.c_int64),
         ("reprefill", ctypes.c_bool),
         ("host_pages", ctypes.c_uint64),
         ("stamp", ctypes.c_uint64),

@@ -176,9 +176,9 @@ def _flags(values, name, n):
 @dataclasses.dataclass(frozen=True)
 class PrefixHit:
     """What prefix_match found (kvs_node_prefix_hit, fields as in C):
-    positions [0, hit_tokens) are reused; node is the hit's last page, -1
-    for no hit; host_pages > 0: blocks past node are in the host tier
-    (take the hit with prefix_fetch). stamp: which block node was when
+    positions [0, hit_tokens) are reused; block is the hit's last block
+    (its full page), -1 for no hit; host_pages > 0: blocks past it are in
+    the host tier (take the hit with prefix_fetch). stamp: which block it was when
     matched (acquire and fetch refuse the hit once it left the index).
     pages: the cached full page of each matched key (matched_pages of
     them; -1 for a host-tier block)."""
@@ -186,7 +186,7 @@ class PrefixHit:
     hit_tokens: int
     reprefill_tokens: int
     truncated_tokens: int
-    node: int
+    block: int
     reprefill: bool
     host_pages: int
     stamp: int
@@ -194,13 +194,13 @@ class PrefixHit:
 
     def _c(self):
         """As the C struct, each field checked against its C type (ctypes
-        would cut an int past it: node 2**64 + 3 would name node 3)."""
+        would cut an int past it: block 2**64 + 3 would name block 3)."""
         fields = {}
         for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
                      "host_pages", "stamp"):
             fields[name] = _count(getattr(self, name), "hit." + name)
-        node = c_int(self.node, "hit.node", "int64_t")
-        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), node=node,
+        block = c_int(self.block, "hit.block", "int64_t")
+        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), block=block,
                              reprefill=c_bool(self.reprefill, "hit.reprefill"), **fields)
 
 
@@ -384,7 +384,7 @@ class Node:
         call("kvs_node_prefix_match", self._node, k.ctypes.data if k.size else None, k.size,
              prompt, reprefill, ctypes.byref(hit), pages.ctypes.data if k.size else None)
         return PrefixHit(hit.matched_pages, hit.hit_tokens, hit.reprefill_tokens,
-                         hit.truncated_tokens, hit.node, bool(hit.reprefill), hit.host_pages,
+                         hit.truncated_tokens, hit.block, bool(hit.reprefill), hit.host_pages,
                          hit.stamp,
                          pages[:hit.matched_pages].copy())
 

@@ -218,7 +218,7 @@ class PrefixCache(unittest.TestCase):
             self.assertIsInstance(empty, kvshard.PrefixCounts)
             self.assertEqual((empty.blocks, empty.tails, empty.holds, empty.refs), (0, 0, 0, 0))
             self.assertEqual(empty.host_slots, 0)
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1, "nothing cached")
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1, "nothing cached")
 
             taken = self.write_and_finish(node)
             np.testing.assert_array_equal(taken, [True, True])
@@ -228,7 +228,7 @@ class PrefixCache(unittest.TestCase):
 
             hit = node.prefix_match([7, 8, 9], 3 * P + 1)
             self.assertIsInstance(hit, kvshard.PrefixHit)
-            self.assertEqual((hit.matched_pages, hit.hit_tokens, hit.node, hit.reprefill,
+            self.assertEqual((hit.matched_pages, hit.hit_tokens, hit.block, hit.reprefill,
                               hit.host_pages, hit.truncated_tokens), (2, 2 * P, 3, False, 0, 0))
             np.testing.assert_array_equal(hit.pages, [2, 3])
             # The prompt's last token is computed: a prompt ending on the
@@ -263,7 +263,7 @@ class PrefixCache(unittest.TestCase):
             node.step()
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.tails, c.evictions, c.tail_drops), (0, 0, 2, 1))
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1)
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1)
             self.assertTrue(node.check()["ok"])
 
     def test_an_abandoned_reprefill_leaves_no_readable_tail(self):
@@ -278,7 +278,7 @@ class PrefixCache(unittest.TestCase):
             node.finish(4)
             node.step()
             hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
-            self.assertEqual((hit.reprefill, hit.node, hit.hit_tokens), (True, 3, 2 * P))
+            self.assertEqual((hit.reprefill, hit.block, hit.hit_tokens), (True, 3, 2 * P))
             node.prefix_acquire(5, hit)
             node.step()
             self.assertEqual(node.prefix_stats().tails, 1, "the tail request 5 writes")
@@ -317,10 +317,10 @@ class PrefixCache(unittest.TestCase):
             self.assertGreater(c.host_slots, 0)
             self.assertGreater(c.host_page_bytes, 0)
             self.assertEqual((c.blocks, c.host_blocks, c.spills), (0, 2, 2))
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1,
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1,
                              "without a re-prefill length the host tier is not reached")
             hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
-            self.assertEqual((hit.host_pages, hit.hit_tokens, hit.reprefill, hit.node),
+            self.assertEqual((hit.host_pages, hit.hit_tokens, hit.reprefill, hit.block),
                              (2, 2 * P, True, -1))
             np.testing.assert_array_equal(hit.pages, [-1, -1])
             with self.assertRaises(kvshard.Error) as e:
@@ -358,7 +358,7 @@ class PrefixCache(unittest.TestCase):
             for keys in ([0, 2 ** 64 - 1], np.array([3, 2 ** 64 - 1], dtype=np.uint64),
                          np.array([1, 2], dtype=np.int32), (np.int64(5),), [], range(3)):
                 with self.subTest(keys=keys):
-                    self.assertEqual(node.prefix_match(keys, 4 * P).node, -1)
+                    self.assertEqual(node.prefix_match(keys, 4 * P).block, -1)
             torch = torch_or_none()
             if torch is not None:
                 node.prefix_match(torch.tensor([1, 2]), 4 * P)
@@ -403,7 +403,7 @@ class PrefixCache(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "request = 18446744073709551616 is outside"):
                 node.prefix_release(2 ** 64)
             with self.assertRaisesRegex(TypeError, "hit must be a kvshard.PrefixHit"):
-                node.prefix_acquire(1, {"node": 3})
+                node.prefix_acquire(1, {"block": 3})
             hit = node.prefix_match([1], 4 * P)
             with self.assertRaisesRegex(ValueError,
                                         "hit.hit_tokens = -1 is outside the range of uint64_t"):
@@ -423,23 +423,23 @@ class PrefixCache(unittest.TestCase):
             self.assertEqual(e.exception.status, "KVS_ERR_OUT_OF_RANGE")
             self.assertEqual(node.prefix_stats().blocks, 0, "a refusal changes nothing")
 
-    def test_a_hit_node_outside_int64_is_refused(self):
+    def test_a_hit_block_outside_int64_is_refused(self):
         # ctypes cuts an int to the field's 64 bits: node 2**64 + 3 would
         # reach C as node 3, a block the hit never named.
         with kvshard.Node(**PREFIX) as node:
             P = node.page
             self.write_and_finish(node)
             hit = node.prefix_match([7, 8, 9], 3 * P + 1)
-            self.assertEqual(hit.node, 3)
-            for bad in (hit.node + 2 ** 64, 2 ** 63, -(2 ** 63) - 1, hit.node - 2 ** 64):
-                forged = dataclasses.replace(hit, node=bad)
+            self.assertEqual(hit.block, 3)
+            for bad in (hit.block + 2 ** 64, 2 ** 63, -(2 ** 63) - 1, hit.block - 2 ** 64):
+                forged = dataclasses.replace(hit, block=bad)
                 wrapped = (bad + 2 ** 63) % 2 ** 64 - 2 ** 63
                 for take in (lambda: node.prefix_acquire(5, forged),
                              lambda: node.prefix_fetch(5, forged, [7, 8, 9], [])):
                     with self.assertRaisesRegex(
-                            ValueError, rf"^hit\.node = {bad} is outside the range of int64_t "
+                            ValueError, rf"^hit\.block = {bad} is outside the range of int64_t "
                             rf"\(-9223372036854775808 to 9223372036854775807\)$",
-                            msg=f"hit.node {bad} was taken as hit.node {wrapped}"):
+                            msg=f"hit.block {bad} was taken as hit.block {wrapped}"):
                         take()
             node.prefix_acquire(5, hit)  # nothing was taken before: request 5 holds nothing
             node.step()
@@ -688,7 +688,7 @@ PARAMETERS = {
 }
 HIT_FIELDS = {"matched_pages": "uint64_t", "hit_tokens": "uint64_t",
               "reprefill_tokens": "uint64_t", "truncated_tokens": "uint64_t",
-              "node": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
+              "block": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
               "stamp": "uint64_t", "pages": "-"}
 BATCH_KEYS = {"requests": "uint64_t[]", "positions": "int64_t[]", "block_table": "int32_t[]",
               "window_rows": "bool"}
@@ -987,7 +987,7 @@ class ThreadRanks(unittest.TestCase):
         self.assertEqual(seen[0], seen[1])
         counts, hit, held, ok = seen[0]
         self.assertEqual((counts.blocks, counts.tails, counts.holds), (2, 1, 0))
-        self.assertEqual((hit.node, hit.matched_pages), (3, 2))
+        self.assertEqual((hit.block, hit.matched_pages), (3, 2))
         self.assertEqual((held.holds, held.refs), (1, 2))
         self.assertTrue(ok)
 
@@ -1021,7 +1021,7 @@ class Loading(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=60)
         here = os.path.dirname(kvshard.__file__)
-        if os.path.exists(os.path.join(here, "libkvshard.so.1")):
+        if os.path.exists(os.path.join(here, "libkvshard.so.2")):
             self.skipTest("a library sits beside the package")
         self.assertIn("KVS_ERR_LIBRARY", out.stdout, out.stderr)
         self.assertIn("beside the package", out.stdout)

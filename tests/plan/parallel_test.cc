@@ -66,7 +66,7 @@ TEST(Parallel, BadCombinationsAreRefusedNamingTheFlag) {
 TEST(FreeBeforeLoad, NominalIsTheDriverTotalLessTheContext) {
   kvs_topology_t t = nullptr;
   kvs_error err;
-  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
   kvs_test::Topology topology(t);
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   std::vector<uint64_t> free(gpus.size());

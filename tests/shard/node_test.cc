@@ -18,7 +18,7 @@
 #include "plan/node_setup.h"
 #include "tools/workload.h"
 #include "tests/shard/ranks.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/source.h"
 
 using kvs_test::run_ranks;
@@ -76,10 +76,10 @@ std::vector<uint64_t> skewed(uint64_t base_mib) {
 }
 
 // The plan kvplan makes: the same steps, no node.
-kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
+kvs_deployment_t kvplan_plan(const NodeSetup &s) {
   kvs_topology_t topo = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_node_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_host_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
   uint64_t floor = 0;
   EXPECT_EQ(kvs_cost_window_floor_pages(s.options.max_seq_len, s.options.max_running,
                                         s.options.radix, s.options.page, &floor, &err),
@@ -92,9 +92,9 @@ kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
   kvs_plan_request req{&s.geometry, &widths, s.options.swa_ratio,  s.options.page,
                        floor,       1,       (size_t)s.options.tp, (size_t)s.options.pp,
                        nullptr,     nullptr};
-  kvs_node_plan_t plan = nullptr;
-  EXPECT_EQ(kvs_node_plan_make(&req, kvs_topology_gpus(topo), kvs_topology_gpu_count(topo),
-                               s.budgets.data(), &plan, nullptr, &err),
+  kvs_deployment_t plan = nullptr;
+  EXPECT_EQ(kvs_deployment_make(&req, kvs_topology_gpus(topo), kvs_topology_gpu_count(topo),
+                                s.budgets.data(), &plan, nullptr, &err),
             KVS_OK)
       << err.message;
   kvs_topology_destroy(topo);
@@ -141,17 +141,17 @@ uint64_t run_workload(kvs_node_t node, const kvs_workload_options &wo, uint64_t 
 // the pool's own, and the ranks agree.
 TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
   NodeSetup s(4, 2, skewed(900));
-  kvs_node_plan_t expected = kvplan_plan(s);
+  kvs_deployment_t expected = kvplan_plan(s);
   ASSERT_NE(expected, nullptr);
   std::vector<uint64_t> digests(8);
   run_ranks(8, 20000, [&](int rank, kvs_comm_t comm) {
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
-    kvs_node_plan_t plan = kvs_node_plan(node);
-    EXPECT_EQ(kvs_node_plan_split(plan)->num_pages, kvs_node_plan_split(expected)->num_pages);
-    for (size_t r = 0; r < kvs_node_plan_rank_count(expected); r++) {
-      const kvs_rank_plan *a = kvs_node_plan_rank(plan, r), *b = kvs_node_plan_rank(expected, r);
+    kvs_deployment_t plan = kvs_deployment(node);
+    EXPECT_EQ(kvs_deployment_split(plan)->num_pages, kvs_deployment_split(expected)->num_pages);
+    for (size_t r = 0; r < kvs_deployment_rank_count(expected); r++) {
+      const kvs_rank_plan *a = kvs_deployment_rank(plan, r), *b = kvs_deployment_rank(expected, r);
       EXPECT_EQ(a->gpu, b->gpu);
       EXPECT_EQ(a->first, b->first);
       EXPECT_EQ(a->end, b->end);
@@ -178,7 +178,7 @@ TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
     kvs_node_destroy(node);
   });
   for (int r = 1; r < 8; r++) EXPECT_EQ(digests[r], digests[0]) << "rank " << r;
-  kvs_node_plan_destroy(expected);
+  kvs_deployment_destroy(expected);
 }
 
 // A skewed stage (one GPU of stage 1 much smaller) moves layers to stage 0:
@@ -191,7 +191,7 @@ TEST(Node, heterogeneous_budgets_split_the_layers_unevenly) {
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
-    const kvs_split *split = kvs_node_plan_split(kvs_node_plan(node));
+    const kvs_split *split = kvs_deployment_split(kvs_deployment(node));
     size_t stage0 = split->stages[0].end - split->stages[0].first;
     EXPECT_GT(stage0, 22u) << "stage 1 holds the small GPU, so stage 0 takes more layers";
     const kvs_rank_plan *mine = kvs_node_rank_plan(node);
