@@ -57,36 +57,50 @@ def slug(heading):
     return text.replace(" ", "-")
 
 
+def closes(line, fence):
+    """Whether line closes a block opened by fence (its characters alone,
+    at least as many)."""
+    t = line.strip()
+    return len(t) >= len(fence) and set(t) == {fence[0]}
+
+
+def outside_fences(lines):
+    """(index, line) of the lines outside fenced blocks: a fence closes
+    only on a fence of its own kind at least as long."""
+    fence = None
+    for i, line in enumerate(lines):
+        m = FENCE.match(line)
+        if m and fence is None:
+            fence = m.group(2)
+        elif fence is not None and closes(line, fence):
+            fence = None
+        elif fence is None:
+            yield i, line
+
+
 def anchors(path):
     seen = {}
     out = set()
-    in_fence = False
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if FENCE.match(line):
-                in_fence = not in_fence
-                continue
-            m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
-            if in_fence or not m:
-                continue
-            base = slug(m.group(2))
-            n = seen.get(base, 0)
-            seen[base] = n + 1
-            out.add(base if n == 0 else "%s-%d" % (base, n))
+        lines = f.read().split("\n")
+    for _, line in outside_fences(lines):
+        m = re.match(r"^(#{1,6})\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else "%s-%d" % (base, n))
     return out
 
 
 def prose_lines(path):
     """(line number, text) of the lines outside fenced blocks, inline code
     spans removed."""
-    in_fence = False
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if FENCE.match(line):
-                in_fence = not in_fence
-                continue
-            if not in_fence:
-                yield number, re.sub(r"`[^`]*`", "``", line)
+        lines = f.read().split("\n")
+    for i, line in outside_fences(lines):
+        yield i + 1, re.sub(r"`[^`]*`", "``", line)
 
 
 def check_links(files):
@@ -146,7 +160,7 @@ def blocks(path):
             start = i
             body = []
             i += 1
-            while i < len(lines) and not lines[i].strip().startswith(ticks):
+            while i < len(lines) and not closes(lines[i], ticks):
                 line = lines[i]
                 body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
                 i += 1
