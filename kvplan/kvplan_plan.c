@@ -1,4 +1,4 @@
-/* kvplan plan: the per-rank KV plan of a serving node, the README's main
+/* kvplan plan: the per-rank KV plan of a deployment, docs/operators.md's main
  * job and what `kvplan` runs with no arguments.
  *
  * The plan is made through the node's own setup steps (plan/node_setup.h):
@@ -744,7 +744,7 @@ static int write_svg(const plan_run *p) {
                       .n_hosts = p->n_hosts};
   kvs_error err;
   if (kvs_plan_svg_write(p->a->svg, &svg, &err) != KVS_OK) {
-    /* Output that cannot be written: exit 1, as the README says. */
+    /* Output that cannot be written: exit 1, as docs/flags.md says. */
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }

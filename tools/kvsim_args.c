@@ -168,7 +168,7 @@ static bool parse_rank_step(const char *s, int *rank, uint64_t *step) {
   return true;
 }
 
-/* Every flag's default (the README's). */
+/* Every flag's default (docs/flags.md's). */
 static void set_defaults(kvsim_args *a, bool local) {
   memset(a, 0, sizeof *a);
   kvs_deploy_flags_init(&a->deploy); /* kvplan's memory share and reserve */

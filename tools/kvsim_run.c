@@ -862,8 +862,8 @@ static json_t *plan_json(const run *r) {
   return o;
 }
 
-/* The one JSON object, the last line of stdout (keys as the README lists
- * them). */
+/* The one JSON object, the last line of stdout (keys as docs/simulation.md
+ * lists them). */
 static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool agree,
                         bool ring_agree, const double *us, double elapsed_s) {
   const kvsim_args *a = r->a;

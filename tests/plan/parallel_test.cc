@@ -1,7 +1,7 @@
 // Attention data parallelism and expert parallelism (plan/parallel.h), and
 // the memory a GPU has before the weights load (plan/node_setup.h's
 // kvs_node_free_before_load): refusals name the flag, and the counts are
-// the ones the README's 8 x H200 table uses.
+// the ones docs/operators.md's 8 x H200 layouts use.
 #include "plan/parallel.h"
 
 #include <gtest/gtest.h>

@@ -198,7 +198,7 @@ check "--allow-cross-node-tp lets it, and says so" true \
   "$("$kvplan" plan --topology bundled --nodes 2 --tp 16 --allow-cross-node-tp --json 2>/dev/null |
     jq .cross_node_tp)"
 j=$("$kvplan" fit --model dsv4-pro --context 1048576 --concurrency 16 --kv-dtype fp8 \
-  --weights-total 865GB "${bundled[@]}" --json 2>/dev/null)
+  --weights-total 1005.2GiB "${bundled[@]}" --json 2>/dev/null)
 check "fit: Pro does not fit one node; 2 and 4 nodes are compared" "false true true" \
   "$(echo "$j" | jq -r '[([.layouts[] | select(.nodes == 1) | .fits] | any),
      ([.layouts[] | select(.nodes == 2) | .fits] | any),
