@@ -15,36 +15,36 @@
 # Usage: folder_rule_test.sh FILE... (paths from the repository root).
 set -uo pipefail
 
+# concept PATH: sets REPLY to the path's concept (no subshell: this runs
+# once per include).
 concept() {
   case "$1" in
-    kvshard*.h) echo face ;;
-    core/*) echo core ;;
-    pool/*) echo pool ;;
-    blocks/*) echo blocks ;;
-    backends/registry.* | backends/shared_object.* | backends/*/entry.h) echo abi ;;
-    backends/*) echo plugins ;;
-    topology/*) echo topology ;;
-    plan/*) echo plan ;;
-    shard/*) echo shard ;;
-    kvplan/*) echo kvplan ;;
-    tools/*) echo tools ;;
-    *) echo unknown ;;
+    kvshard*.h) REPLY=face ;;
+    core/*) REPLY=core ;;
+    pool/*) REPLY=pool ;;
+    blocks/*) REPLY=blocks ;;
+    backends/registry.* | backends/shared_object.* | backends/*/entry.h) REPLY=abi ;;
+    backends/*) REPLY=plugins ;;
+    topology/*) REPLY=topology ;;
+    plan/*) REPLY=plan ;;
+    shard/*) REPLY=shard ;;
+    kvplan/*) REPLY=kvplan ;;
+    tools/*) REPLY=tools ;;
+    *) REPLY=unknown ;;
   esac
 }
 
 # What each concept may include besides itself and the face.
-allowed() {
-  case "$1" in
-    core) echo "pool/journal.h" ;;
-    pool | blocks | abi) echo "core" ;;
-    topology) echo "core abi" ;;
-    plan) echo "core pool abi topology" ;;
-    shard) echo "core pool abi topology plan" ;;
-    plugins) echo "core pool abi topology plan shard" ;;
-    kvplan) echo "core pool blocks abi topology plan shard" ;;
-    tools) echo "core pool blocks abi topology plan shard plugins kvplan" ;;
-  esac
-}
+declare -A allowed=(
+  [core]="pool/journal.h"
+  [pool]="core" [blocks]="core" [abi]="core"
+  [topology]="core abi"
+  [plan]="core pool abi topology"
+  [shard]="core pool abi topology plan"
+  [plugins]="core pool abi topology plan shard"
+  [kvplan]="core pool blocks abi topology plan shard"
+  [tools]="core pool blocks abi topology plan shard plugins kvplan"
+)
 
 [ $# -gt 0 ] || {
   echo "FAIL: no files given"
@@ -55,25 +55,29 @@ edges=0
 declare -A graph=()
 for f in "$@"; do
   f=${f#./}
-  from=$(concept "$f")
+  concept "$f"
+  from=$REPLY
   if [ "$from" = unknown ] || [ "$from" = face ]; then
     [ "$from" = face ] && continue
     echo "FAIL: $f belongs to no concept of the rule (place it, or add it to the rule)"
     bad=$((bad + 1))
     continue
   fi
-  for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+  while IFS= read -r line; do
+    [[ "$line" =~ ^#include\ \"([^\"]*)\" ]] || continue
+    inc=${BASH_REMATCH[1]}
     [[ "$inc" == */* || "$inc" == kvshard*.h ]] || continue # a sibling by bare name: own folder
-    to=$(concept "$inc")
+    concept "$inc"
+    to=$REPLY
     edges=$((edges + 1))
     [ "$to" = "$from" ] || [ "$to" = face ] && continue
     graph["$from -> $to"]=1
-    rule=" $(allowed "$from") "
+    rule=" ${allowed[$from]} "
     if [[ "$rule" != *" $to "* && "$rule" != *" $inc "* ]]; then
       echo "FAIL: $f ($from) includes $inc ($to): against the rule"
       bad=$((bad + 1))
     fi
-  done
+  done <"$f"
 done
 printf '  %s\n' "${!graph[@]}" | sort
 echo "folder rule: $edges includes in $# files, $bad against the rule"
