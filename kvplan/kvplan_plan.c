@@ -241,6 +241,13 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
+  /* Memory flags above what these GPUs have cannot be true: refused as
+   * bad usage, in the sentence fit, kvsim and the node use. */
+  if (kvs_deploy_flags_check_gpus(&a->deploy, PLAN_DEPLOY_FLAGS, kvs_cluster_gpus(*out),
+                                  kvs_cluster_gpu_count(*out), &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 2;
+  }
   if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
   return 0;
 }
@@ -556,13 +563,14 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   return 0;
 }
 
-/* First, so nobody reads a KV budget as if the weights were loaded. */
+/* First, so nobody reads a KV budget as if the weights were loaded. Said
+ * exactly when the plan's weights_source will be "none": by the same
+ * tests load_weights makes (measured, then layer_source's split, total or
+ * folder), so the note and the JSON never disagree. */
 static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
-  bool explicit_budget = a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.n_budgets > 0;
-  bool weights_given = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ||
-                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL];
-  if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
+  bool measured = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0;
+  if (explicit_budget(a) || measured || layer_source(a, p->m) != NULL) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
           "take the whole memory share; give --weights BYTES per GPU as the engine measured "
