@@ -813,7 +813,9 @@ static void print_plan_json(plan_run *p) {
                                          p->n_nodes,
                                          p->layout.dp,
                                          p->layout.ep,
-                                         p->overheads};
+                                         p->overheads,
+                                         a->options.max_running,
+                                         a->options.max_seq_len};
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
@@ -914,6 +916,15 @@ static void print_plan_text(const plan_run *p) {
           "%llu over the %zu group%s\n",
           (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
           groups > 1 ? "s" : "");
+  /* The one rule plan and fit size by, with this plan's inputs: fit's
+   * answer for N requests of L is this plan at --max-running N
+   * --max-seq-len L, so the two never read as disagreeing. */
+  fprintf(kvs_tool_out(),
+          "running     sized for %llu running requests per DP group of up to %llu tokens "
+          "(--max-running, --max-seq-len): each a state-ring slot and its share of the window "
+          "floor; kvplan fit sizes a layout for the requests it counts, so its N requests of L "
+          "tokens are this plan at --max-running N --max-seq-len L\n",
+          (unsigned long long)a->options.max_running, (unsigned long long)a->options.max_seq_len);
   kvplan_prefix_text(p);
   if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);

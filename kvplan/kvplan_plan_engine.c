@@ -118,9 +118,9 @@ static int make_launch(plan_run *p) {
   const plan_args *a = p->a;
   kvs_rank_slot *slots = calloc(p->n, sizeof *slots);
   kvs_error err;
-  if (slots == NULL || kvs_rank_layout_cluster(p->gpus, p->n, p->layout.tp, p->layout.pp,
-                                               a->deploy.allow_cross_node_tp, slots, NULL,
-                                               &err) != KVS_OK) {
+  if (slots == NULL ||
+      kvs_rank_layout_cluster(p->gpus, p->n, p->layout.tp, p->layout.pp,
+                              a->deploy.allow_cross_node_tp, slots, NULL, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: --launch: %s\n",
             slots == NULL ? "out of memory" : err.message);
     free(slots);

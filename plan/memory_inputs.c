@@ -8,7 +8,8 @@
  * two figures, so the reader sees which rule the typo broke. */
 static const char *const kWhy[KVS_MEMORY_INPUT_COUNT] = {
     [KVS_MEMORY_GPU_MEMORY] = "the GPU has no more memory than that",
-    [KVS_MEMORY_FREE_BEFORE_LOAD] = "memory free before the weights load is part of the GPU's memory",
+    [KVS_MEMORY_FREE_BEFORE_LOAD] =
+        "memory free before the weights load is part of the GPU's memory",
     [KVS_MEMORY_BUDGET] = "a KV budget is carved from the GPU's memory",
     [KVS_MEMORY_RESERVE] = "the reserve is taken off the GPU's memory",
     [KVS_MEMORY_WEIGHTS] = "the weights load into the GPU's memory",
@@ -93,8 +94,7 @@ static bool machine_memory(const kvs_gpu_info *gpu, uint64_t *out, const char **
  * its index (its place in the planner's list, also when the GPU is a
  * rank's copy checked alone). With --gpu-memory given, it
  * alone stands for the machine's (the rest were held to it above). */
-static kvs_status against_gpu(const kvs_memory_input *in, const kvs_gpu_info *gpu,
-                              kvs_error *err) {
+static kvs_status against_gpu(const kvs_memory_input *in, const kvs_gpu_info *gpu, kvs_error *err) {
   uint64_t memory;
   const char *source;
   if (!machine_memory(gpu, &memory, &source)) return KVS_OK;
@@ -105,8 +105,8 @@ static kvs_status against_gpu(const kvs_memory_input *in, const kvs_gpu_info *gp
     if (!value_at(&in[id], gpu->index, &bytes) || bytes <= memory) continue;
     char size[40], above[200];
     format_size(memory, size, sizeof size);
-    snprintf(above, sizeof above, "the memory of GPU %zu (%s), %s (%s)", gpu->index,
-             gpu->pci_busid, size, source);
+    snprintf(above, sizeof above, "the memory of GPU %zu (%s), %s (%s)", gpu->index, gpu->pci_busid,
+             size, source);
     return refuse(in, (kvs_memory_input_id)id, gpu->index, bytes, above, NULL, err);
   }
   return KVS_OK;

@@ -191,15 +191,15 @@ static kvs_status check_inputs(const kvs_budget_request *r, uint64_t memory_byte
   if (memory_bytes != 0) return KVS_OK;
   kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
   if (r->budget_per_gpu != NULL) {
-    in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget-per-gpu", 0, r->budget_per_gpu,
-                                               r->n_budget_per_gpu};
+    in[KVS_MEMORY_BUDGET] =
+        (kvs_memory_input){"--budget-per-gpu", 0, r->budget_per_gpu, r->n_budget_per_gpu};
   } else if (r->budget_bytes != 0) {
     in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget", r->budget_bytes, NULL, 0};
   }
   in[KVS_MEMORY_RESERVE] = (kvs_memory_input){"--reserve", r->reserve_bytes, NULL, 0};
   if (r->weights_per_gpu != NULL) {
-    in[KVS_MEMORY_WEIGHTS] = (kvs_memory_input){"--weights-per-gpu", 0, r->weights_per_gpu,
-                                                r->n_weights_per_gpu};
+    in[KVS_MEMORY_WEIGHTS] =
+        (kvs_memory_input){"--weights-per-gpu", 0, r->weights_per_gpu, r->n_weights_per_gpu};
   } else if (r->weights_bytes != 0) {
     in[KVS_MEMORY_WEIGHTS] = (kvs_memory_input){"--weights", r->weights_bytes, NULL, 0};
   }
@@ -299,9 +299,11 @@ kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, ui
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   /* Free memory above the memory that holds it cannot be true. */
   kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
-  if (memory_bytes != 0) in[KVS_MEMORY_GPU_MEMORY] = (kvs_memory_input){"--gpu-memory", memory_bytes, NULL, 0};
+  if (memory_bytes != 0)
+    in[KVS_MEMORY_GPU_MEMORY] = (kvs_memory_input){"--gpu-memory", memory_bytes, NULL, 0};
   if (given_bytes != 0) {
-    in[KVS_MEMORY_FREE_BEFORE_LOAD] = (kvs_memory_input){"--free-before-load", given_bytes, NULL, 0};
+    in[KVS_MEMORY_FREE_BEFORE_LOAD] =
+        (kvs_memory_input){"--free-before-load", given_bytes, NULL, 0};
   }
   kvs_status checked = kvs_memory_inputs_check(in, gpus, n_gpus, err);
   if (checked != KVS_OK) return checked;

@@ -879,7 +879,9 @@ static json_t *plan_json(const run *r) {
                                          kvs_cluster_node_count(cluster),
                                          1,
                                          1,
-                                         overheads};
+                                         overheads,
+                                         r->a->max_running,
+                                         KVS_DEFAULT_MAX_SEQ_LEN};
   json_t *o = kvs_plan_json(plan, kvs_node_gpus(r->node), kvs_node_gpu_budgets(r->node), &context);
   free(overheads);
   return o;

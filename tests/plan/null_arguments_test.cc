@@ -16,6 +16,7 @@
 #include "plan/device_layout.h"
 #include "plan/node_overhead.h"
 #include "plan/memory_budget.h"
+#include "plan/memory_inputs.h"
 #include "plan/node_plan.h"
 #include "plan/node_setup.h"
 #include "plan/parallel.h"
@@ -191,6 +192,10 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("gpus", kvs_node_free_before_load(nullptr, 8, 0, 0, memory, nullptr, &err));
   EXPECT_NULL_REFUSED("out",
                       kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
+  const kvs_memory_input inputs[KVS_MEMORY_INPUT_COUNT] = {};
+  EXPECT_NULL_REFUSED("inputs", kvs_memory_inputs_check(nullptr, gpus.data(), 8, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_memory_inputs_check(inputs, nullptr, 8, &err));
+  EXPECT_EQ(kvs_memory_inputs_check(inputs, nullptr, 0, nullptr), KVS_OK);
   const kvs_parallel none{8, 1, 1, 1};
   EXPECT_NULL_REFUSED("p", kvs_parallel_check(nullptr, 8, &err));
   EXPECT_EQ(kvs_parallel_check(&none, 8, nullptr), KVS_OK);
