@@ -77,7 +77,7 @@ check "no flag: neither object" "false false" "$(plan | jq -r '"\(has("host_tier
 check "--prefix-cache: retained_tails, no host tier" "false true" \
   "$(plan --prefix-cache | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
 check "--host-cache: both" "true true" "$(echo "$tp8" | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
-check "host_tier's keys" '["bytes","slot_bytes","slots","tokens"]' \
+check "host_tier's keys" '["bytes","slot_bytes","slots","tokens","capacity_per","dp_groups_per_machine"]' \
   "$(echo "$tp8" | jq -c '.host_tier | keys_unsorted')"
 check "retained_tails' keys" '["pages","bytes_per_tail","tails","window_pages","reserve_pages","left_pages","running_pages","max_running"]' \
   "$(echo "$tp8" | jq -c '.retained_tails | keys_unsorted')"
