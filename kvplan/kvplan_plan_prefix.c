@@ -51,6 +51,12 @@ int kvplan_prefix_price(plan_run *p) {
               err.message);
       return 2;
     }
+    /* More than a machine has cannot be true (the node refuses the same). */
+    if (kvs_cluster_host_tier_check(p->topo, "--host-cache", a->deploy.host_cache, &err) !=
+        KVS_OK) {
+      fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+      return 2;
+    }
     p->host_slot_bytes = kvs_node_plan_host_slot_bytes(p->plan, p->gpus, p->n);
     p->host_groups = groups_per_machine(p);
   }

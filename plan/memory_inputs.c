@@ -112,6 +112,26 @@ static kvs_status against_gpu(const kvs_memory_input *in, const kvs_gpu_info *gp
   return KVS_OK;
 }
 
+kvs_status kvs_memory_host_check(const char *name, uint64_t host_bytes, const uint64_t *memory,
+                                 const char *const *labels, size_t n_machines, kvs_error *err) {
+  if (name == NULL || (memory == NULL && n_machines > 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         name == NULL ? "name" : "memory");
+  }
+  for (size_t k = 0; k < n_machines; k++) {
+    if (memory[k] == 0 || host_bytes <= memory[k]) continue;
+    char bytes[40], have[40];
+    format_size(host_bytes, bytes, sizeof bytes);
+    format_size(memory[k], have, sizeof have);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s %s is more than the memory of machine %zu (%s), %s (as hwloc reports "
+                         "it): the host tier is pinned in the machine's memory",
+                         name, bytes, k,
+                         labels != NULL && labels[k] != NULL ? labels[k] : "unnamed", have);
+  }
+  return KVS_OK;
+}
+
 kvs_status kvs_memory_inputs_check(const kvs_memory_input *in, const kvs_gpu_info *gpus,
                                    size_t n_gpus, kvs_error *err) {
   if (in == NULL || (gpus == NULL && n_gpus > 0)) {

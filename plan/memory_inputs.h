@@ -59,6 +59,17 @@ typedef struct kvs_memory_input {
 kvs_status kvs_memory_inputs_check(const kvs_memory_input *inputs, const kvs_gpu_info *gpus,
                                    size_t n_gpus, kvs_error *err);
 
+/* A host tier of host_bytes on every machine (--host-cache, named `name`)
+ * against each machine's own memory, memory[k] for machine k of
+ * n_machines (as hwloc reports it; 0: not known, not checked), labels[k]
+ * naming it (labels may be NULL): the tier is pinned in that memory, so
+ * more than it cannot be true. KVS_ERR_INVALID_ARGUMENT: "<name> <bytes>
+ * is more than the memory of machine <k> (<label>), <bytes> (as hwloc
+ * reports it): <why>". name NULL, or memory NULL with n_machines above 0,
+ * is KVS_ERR_INVALID_ARGUMENT naming it. */
+kvs_status kvs_memory_host_check(const char *name, uint64_t host_bytes, const uint64_t *memory,
+                                 const char *const *labels, size_t n_machines, kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

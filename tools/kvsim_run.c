@@ -346,8 +346,11 @@ static int check_memory(const run *r, const kvs_node_options *o) {
   }
   kvs_error err;
   kvs_error_clear(&err);
+  uint64_t host = r->a->deploy.host_cache;
   if (kvs_memory_inputs_check(in, kvs_cluster_gpus(r->cluster), kvs_cluster_gpu_count(r->cluster),
-                              &err) == KVS_OK) {
+                              &err) == KVS_OK &&
+      (host == 0 ||
+       kvs_cluster_host_tier_check(r->cluster, "--host-cache", host, &err) == KVS_OK)) {
     return 0;
   }
   if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);

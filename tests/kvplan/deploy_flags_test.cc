@@ -237,7 +237,8 @@ Said node_words(const std::vector<std::pair<std::string, std::string>> &words) {
   kvs_error_clear(&err);
   EXPECT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
   std::vector<std::string> flags = {"--topology=bundled", "--device=cpu"};
-  for (const auto &w : words) flags.push_back(w.first + "=" + w.second);
+  for (const auto &w : words)
+    flags.push_back(w.second.empty() ? w.first : w.first + "=" + w.second);
   std::vector<const char *> argv;
   for (const auto &f : flags) argv.push_back(f.c_str());
   kvs_node_t made = nullptr;
@@ -376,4 +377,23 @@ TEST(DeployFlags, memory_flags_above_the_gpus_memory_are_one_sentence_in_all_fou
                               "memory free before the weights load is part of the GPU's memory")
         << kToolNames[tool];
   }
+}
+
+// A host tier above the machine's own memory (the bundled server's 2 TiB,
+// as its export's NUMA nodes give it): the node and kvplan in one sentence.
+TEST(DeployFlags, a_host_tier_above_the_machines_memory_is_one_sentence) {
+  const std::string want =
+      "--host-cache 3072.00 GiB is more than the memory of machine 0 (bundled 8-GPU server (2 "
+      "sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB (as hwloc reports it): the host tier is "
+      "pinned in the machine's memory";
+  Said plan = kvplan_words(kPlan, {{"--host-cache", "3TiB"}});
+  EXPECT_EQ(plan.status, KVS_ERR_PARSE) << plan.sentence;
+  EXPECT_EQ(plan.sentence, want);
+  Said node = node_words({{"--prefix-cache", ""}, {"--host-cache", "3TiB"}});
+  EXPECT_EQ(node.status, KVS_ERR_INVALID_ARGUMENT) << node.sentence;
+  const std::string rank = "on rank 0: ";
+  size_t at = node.sentence.find(rank);
+  EXPECT_EQ(at == std::string::npos ? node.sentence : node.sentence.substr(at + rank.size()), want);
+  // The whole of it is possible.
+  EXPECT_EQ(kvplan_words(kPlan, {{"--host-cache", "2TiB"}}).status, KVS_OK);
 }

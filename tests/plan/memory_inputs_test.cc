@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "plan/cluster.h"
 #include "plan/memory_inputs.h"
 #include "plan/node_setup.h"
 #include "tests/topology/helpers.h"
+#include "topology/topology.h"
 
 namespace {
 
@@ -185,6 +187,35 @@ TEST(MemoryInputs, TheNodesBudgetStepRefusesThemToo) {
   EXPECT_EQ(std::string(err.message),
             "--free-before-load 100.00 GiB is more than --gpu-memory 80.00 GiB: memory free before "
             "the weights load is part of the GPU's memory");
+}
+
+// A host tier (--host-cache) against each machine's own memory.
+TEST(MemoryInputs, AHostTierAboveAMachinesMemory) {
+  const uint64_t memory[2] = {2048 * kGiB, 512 * kGiB};
+  const char *const labels[2] = {"a.xml", "b.xml"};
+  kvs_error err;
+  EXPECT_EQ(kvs_memory_host_check("--host-cache", 512 * kGiB, memory, labels, 2, &err), KVS_OK);
+  EXPECT_EQ(kvs_memory_host_check("--host-cache", 600 * kGiB, memory, labels, 2, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(err.message,
+               "--host-cache 600.00 GiB is more than the memory of machine 1 (b.xml), 512.00 GiB "
+               "(as hwloc reports it): the host tier is pinned in the machine's memory");
+  // A machine whose memory is not known is not checked.
+  const uint64_t unknown[1] = {0};
+  EXPECT_EQ(kvs_memory_host_check("--host-cache", 600 * kGiB, unknown, nullptr, 1, &err), KVS_OK);
+  // The bundled server's export: two NUMA nodes of 1 TiB.
+  kvs_cluster_t c = nullptr;
+  ASSERT_EQ(kvs_cluster_open("bundled", 0, &c, nullptr, 0, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_topology_memory_bytes(kvs_cluster_node(c, 0)), 2048 * kGiB);
+  EXPECT_EQ(kvs_cluster_host_tier_check(c, "--host-cache", 2048 * kGiB, &err), KVS_OK);
+  EXPECT_EQ(kvs_cluster_host_tier_check(c, "--host-cache", 3072 * kGiB, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message)
+                .find("--host-cache 3072.00 GiB is more than the memory of "
+                      "machine 0 (bundled 8-GPU server"),
+            std::string::npos)
+      << err.message;
+  kvs_cluster_destroy(c);
 }
 
 }  // namespace
