@@ -163,11 +163,27 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_EQ(run.status, 0) << run.err;
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
-  EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp", "ep",
-                                   "replicas", "tokens_per_group", "cluster_tokens", "nodes",
-                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
-                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages",
+                                                     "full_token",
+                                                     "n_win_pages",
+                                                     "tp",
+                                                     "pp",
+                                                     "dp",
+                                                     "ep",
+                                                     "replicas",
+                                                     "tokens_per_group",
+                                                     "cluster_tokens",
+                                                     "nodes",
+                                                     "cross_node_tp",
+                                                     "kv_dtype",
+                                                     "state_rings",
+                                                     "request_slots",
+                                                     "mtp_layers",
+                                                     "weights_source",
+                                                     "running_per_group",
+                                                     "max_seq_len",
+                                                     "limiting_rank",
+                                                     "ranks"}));
   json_t *nodes = json_object_get(root.get(), "nodes");
   ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
   EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
