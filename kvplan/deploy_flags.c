@@ -143,8 +143,8 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .value_at = AT(gpu_memory),
          .help =
              "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
-             "                          total its driver reports (H200: 143771MiB); decimals\n"
-             "                          take a unit (140.4GiB)\n"},
+             "                          total its driver reports (H200: 143771MiB), never above\n"
+             "                          them; decimals take a unit (140.4GiB)\n"},
     [KVS_DEPLOY_FREE_BEFORE_LOAD] =
         {.id = KVS_DEPLOY_FREE_BEFORE_LOAD,
          .name = "--free-before-load",
@@ -162,7 +162,8 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .zero = "%s needs a size above 0, got '%s' (leave the flag out for no host tier)",
          .value_at = AT(host_cache),
          .help = "  --host-cache BYTES      the prefix cache's host tier: BYTES of each machine's\n"
-                 "                          memory for pages evicted from its GPUs\n"},
+                 "                          memory (at most all of it) for pages evicted from its\n"
+                 "                          GPUs\n"},
 };
 
 void kvs_deploy_flags_init(kvs_deploy_flags *f) {
