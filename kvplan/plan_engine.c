@@ -228,25 +228,29 @@ void kvs_engine_memory_print(FILE *out, const kvs_engine_memory *m) {
 
 kvs_engine_hosts kvs_engine_hosts_of(const kvs_parallel *l, const kvs_rank_slot *slots,
                                      const kvs_gpu_info *gpus, size_t n_gpus, size_t n_hosts) {
-  size_t per_server = l->tp * l->pp * l->dp;
-  kvs_engine_hosts h = {n_hosts, per_server > 0 ? n_gpus / per_server : 0, 0, true};
-  for (size_t s = 0; s < h.servers && h.regular; s++) {
-    /* The server's ranks' hosts: their span, and whether every host of
-     * it has one (a span with a gap is not consecutive). */
-    size_t lo = SIZE_MAX, hi = 0, ranks = 0;
-    for (size_t r = 0; r < n_gpus; r++) {
-      if (slots[r].replica / (l->dp > 0 ? l->dp : 1) != s) continue;
-      size_t host = gpus[slots[r].gpu].node;
-      lo = host < lo ? host : lo;
-      hi = host > hi ? host : hi;
-      ranks++;
-    }
-    size_t span = ranks > 0 ? hi - lo + 1 : 0;
+  size_t per_server = l->tp * l->pp * l->dp, dp = l->dp > 0 ? l->dp : 1;
+  kvs_engine_hosts h = {n_hosts, per_server > 0 ? n_gpus / per_server : 0, 0, false};
+  /* Each server's span of hosts, in one pass over the ranks (fit asks
+   * this of every layout of clusters of thousands of GPUs). */
+  size_t *lo = calloc(h.servers + 1, sizeof *lo), *hi = calloc(h.servers + 1, sizeof *hi);
+  h.regular = h.servers > 0 && lo != NULL && hi != NULL;
+  for (size_t s = 0; h.regular && s < h.servers; s++) lo[s] = SIZE_MAX;
+  for (size_t r = 0; h.regular && r < n_gpus; r++) {
+    size_t s = slots[r].replica / dp, host = gpus[slots[r].gpu].node;
+    if (s >= h.servers) continue;
+    lo[s] = host < lo[s] ? host : lo[s];
+    hi[s] = host > hi[s] ? host : hi[s];
+  }
+  /* Regular: every server spans the same consecutive hosts, server s from
+   * host s x hosts / servers, and the servers cover every host. */
+  for (size_t s = 0; h.regular && s < h.servers; s++) {
+    size_t span = lo[s] != SIZE_MAX ? hi[s] - lo[s] + 1 : 0;
     if (s == 0) h.per_server = span;
-    h.regular = ranks > 0 && span == h.per_server && lo == s * n_hosts / h.servers &&
+    h.regular = span > 0 && span == h.per_server && lo[s] == s * n_hosts / h.servers &&
                 span * h.servers >= n_hosts;
   }
-  h.regular = h.regular && h.servers > 0;
+  free(lo);
+  free(hi);
   return h;
 }
 
@@ -310,7 +314,7 @@ void kvs_engine_launch_print(FILE *out, const char *model, const json_t *launch)
     return;
   }
   size_t nnodes = (size_t)json_integer_value(json_object_get(last, "nnodes"));
-  fprintf(out, "one line per host%s", nnodes > 1 ? "" : " (a server of its own on each)\n");
+  fprintf(out, "one line per host%s", nnodes > 1 ? "" : " (each SGLang server within one host)\n");
   if (nnodes > 1) {
     fprintf(out,
             ": each SGLang server spans %zu hosts (--nnodes), its rank 0 on the first; "
