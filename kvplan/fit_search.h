@@ -89,6 +89,7 @@ typedef struct fit_row {
   uint64_t sglang_full;         /* its full pool at sglang_fraction */
   uint64_t sglang_max_running;  /* --max-running-requests the answer needs */
   uint64_t sglang_max_requests; /* --max-concurrency: per DP group */
+  kvs_engine_hosts hosts;       /* where its servers run, for the launch */
   /* kvshard's answer's node buffers beside its carve (the rank that needs
    * the most), at the plan of that answer (fit_kvshard_buffers); priced
    * when buffers_priced. */

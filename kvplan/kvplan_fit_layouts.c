@@ -64,6 +64,8 @@ static int search_layout(fit_run *r, fit_cluster *c, const kvs_parallel *l, fit_
   row->requests = a->max_concurrency ? 1 : (a->concurrency + row->groups - 1) / row->groups;
   int rc = fit_size_row(c, row);
   if (rc != 0) return rc;
+  /* fit_size_row laid the ranks out in c->slots: where the servers run. */
+  row->hosts = kvs_engine_hosts_of(l, c->slots, c->gpus, c->n_gpus, c->nodes);
   if (a->max_concurrency) {
     fit_kvshard_capacity(c, row);
     if (!a->options.engine_sglang) fit_kvshard_buffers(c, row);

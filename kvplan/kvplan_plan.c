@@ -60,7 +60,10 @@ static void usage(FILE *out) {
           "  --ep N                  routed experts sharded over N GPUs, dividing tp x dp\n"
           "                          (default 1); needs the weights split by kind\n"
           "  --launch                with --engine sglang: the SGLang flags that reproduce\n"
-          "                          the plan (JSON: launch)\n"
+          "                          the plan (JSON: launch); over several hosts, one line\n"
+          "                          per host with --nnodes, --node-rank and --dist-init-addr\n"
+          "                          HOSTk:PORT (host k's address and a free port, for you\n"
+          "                          to fill in; k is the server's first host)\n"
           "  --prefix-cache          with a prefix cache: the retained window tails the\n"
           "                          window holds past the running requests' working set;\n"
           "                          --host-cache implies it (its slots, slot bytes, tokens)\n"
@@ -240,6 +243,13 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
                        sizeof why, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
+  }
+  /* Memory flags above what these GPUs have cannot be true: refused as
+   * bad usage, in the sentence fit, kvsim and the node use. */
+  if (kvs_deploy_flags_check_gpus(&a->deploy, PLAN_DEPLOY_FLAGS, kvs_cluster_gpus(*out),
+                                  kvs_cluster_gpu_count(*out), &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 2;
   }
   if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
   return 0;
@@ -556,13 +566,14 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   return 0;
 }
 
-/* First, so nobody reads a KV budget as if the weights were loaded. */
+/* First, so nobody reads a KV budget as if the weights were loaded. Said
+ * exactly when the plan's weights_source will be "none": by the same
+ * tests load_weights makes (measured, then layer_source's split, total or
+ * folder), so the note and the JSON never disagree. */
 static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
-  bool explicit_budget = a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.n_budgets > 0;
-  bool weights_given = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ||
-                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL];
-  if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
+  bool measured = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0;
+  if (explicit_budget(a) || measured || layer_source(a, p->m) != NULL) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
           "take the whole memory share; give --weights BYTES per GPU as the engine measured "
@@ -805,7 +816,9 @@ static void print_plan_json(plan_run *p) {
                                          p->n_hosts,
                                          p->layout.dp,
                                          p->layout.ep,
-                                         p->overheads};
+                                         p->overheads,
+                                         a->options.max_running,
+                                         a->options.max_seq_len};
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
@@ -906,6 +919,15 @@ static void print_plan_text(const plan_run *p) {
           "%llu over the %zu group%s\n",
           (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
           groups > 1 ? "s" : "");
+  /* The one rule plan and fit size by, with this plan's inputs: fit's
+   * answer for N requests of L is this plan at --max-running N
+   * --max-seq-len L, so the two never read as disagreeing. */
+  fprintf(kvs_tool_out(),
+          "running     sized for %llu running requests per DP group of up to %llu tokens "
+          "(--max-running, --max-seq-len): each a state-ring slot and its share of the window "
+          "floor; kvplan fit sizes a layout for the requests it counts, so its N requests of L "
+          "tokens are this plan at --max-running N --max-seq-len L\n",
+          (unsigned long long)a->options.max_running, (unsigned long long)a->options.max_seq_len);
   kvplan_prefix_text(p);
   if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);

@@ -93,6 +93,10 @@ json_t *kvs_plan_json(kvs_deployment_t plan, const kvs_gpu_info *gpus,
   json_object_set_new(root, "request_slots", kvs_json_u64(split->stages[0].sizes.n_req_slots));
   json_object_set_new(root, "mtp_layers", kvs_json_u64(context->mtp_layers));
   json_object_set_new(root, "weights_source", json_string(context->weights_source));
+  if (context->running_per_group != 0) {
+    json_object_set_new(root, "running_per_group", kvs_json_u64(context->running_per_group));
+    json_object_set_new(root, "max_seq_len", kvs_json_u64(context->max_seq_len));
+  }
   json_object_set_new(root, "limiting_rank", kvs_json_u64(kvs_deployment_limiting_rank(plan)));
   json_t *ranks = json_array();
   for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {

@@ -30,6 +30,12 @@ typedef struct kvs_plan_json_context {
    * kvs_node_deployment_planned): each rank's node_overhead_bytes. NULL:
    * the key is left out. */
   const uint64_t *node_overhead_bytes;
+  /* What the pool was sized for: running requests per DP group (each a
+   * state-ring slot and its share of the window floor) of up to
+   * max_seq_len tokens, kvplan plan's --max-running and --max-seq-len (0:
+   * the keys are left out). kvplan fit sizes a layout by the same rule
+   * for the requests it counts and says so under the same keys. */
+  uint64_t running_per_group, max_seq_len;
 } kvs_plan_json_context;
 
 /* A new object: num_pages, full_token, n_win_pages, tp, pp, dp, ep,
@@ -38,7 +44,8 @@ typedef struct kvs_plan_json_context {
  * group of every replica), nodes (each
  * node's label and GPU count), cross_host_tp, kv_dtype,
  * state_rings, request_slots (the dummy included; 0 per page), mtp_layers,
- * weights_source, limiting_rank and ranks (each rank's
+ * weights_source, running_per_group and max_seq_len (where the context
+ * gives them), limiting_rank and ranks (each rank's
  * node, tp_rank, pp_stage, gpu, layers, budget terms with its weights, pool,
  * control and padding bytes, tiers, and node_overhead_bytes where the
  * context gives them). budgets[g] is GPU g's budget

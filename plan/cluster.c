@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/memory_inputs.h"
 #include "plan/node_setup.h"
 
 #define LABEL_MAX 512
@@ -235,4 +236,21 @@ size_t kvs_cluster_local_index(const struct kvs_cluster *c, size_t gpu) {
   size_t before = 0;
   for (size_t i = 0; i < c->n_hosts && i < c->gpus[gpu].host; i++) before += c->host_gpus[i];
   return gpu - before;
+}
+
+kvs_status kvs_cluster_host_tier_check(const struct kvs_cluster *c, const char *name,
+                                       uint64_t host_bytes, kvs_error *err) {
+  if (c == NULL || name == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         c == NULL ? "cluster" : "name");
+  }
+  size_t n = kvs_cluster_host_count(c);
+  uint64_t memory[KVS_MAX_HOSTS] = {0};
+  const char *labels[KVS_MAX_HOSTS] = {NULL};
+  for (size_t k = 0; k < n && k < KVS_MAX_HOSTS; k++) {
+    memory[k] = kvs_topology_memory_bytes(kvs_cluster_host(c, k));
+    labels[k] = kvs_cluster_host_label(c, k);
+  }
+  return kvs_memory_host_check(name, host_bytes, memory, labels,
+                               n < KVS_MAX_HOSTS ? n : KVS_MAX_HOSTS, err);
 }

@@ -70,6 +70,15 @@ size_t kvs_cluster_local_index(const struct kvs_cluster *cluster, size_t gpu);
 /* The one host's label, or "N nodes: first, ..." */
 const char *kvs_cluster_label(const struct kvs_cluster *cluster);
 
+/* A host tier of host_bytes on every machine (given as `name`, e.g.
+ * "--host-cache") against the memory of each machine whose topology is
+ * loaded (kvs_topology_memory_bytes; one known only by its GPUs is not
+ * checked): more than a machine has cannot be true
+ * (kvs_memory_host_check's KVS_ERR_INVALID_ARGUMENT, naming both). A NULL
+ * cluster or name is KVS_ERR_INVALID_ARGUMENT naming it. */
+kvs_status kvs_cluster_host_tier_check(const struct kvs_cluster *cluster, const char *name,
+                                       uint64_t host_bytes, kvs_error *err);
+
 #ifdef __cplusplus
 }
 #endif

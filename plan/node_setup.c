@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/memory_inputs.h"
 #include "topology/source.h"
 
 /* ---- step 1 ---- */
@@ -181,10 +182,35 @@ static kvs_status gpu_budget(const kvs_budget_request *request, const kvs_gpu_in
   return status;
 }
 
+/* The request's bytes against each GPU's own memory (memory_inputs.h),
+ * named by the node's flags. Not with memory_bytes given: that figure is
+ * the caller's (kvplan --gpu-memory), whose flags it checks itself, and the
+ * default reserve a flag never named would then be held to it. */
+static kvs_status check_inputs(const kvs_budget_request *r, uint64_t memory_bytes,
+                               const kvs_gpu_info *gpus, size_t n_gpus, kvs_error *err) {
+  if (memory_bytes != 0) return KVS_OK;
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
+  if (r->budget_per_gpu != NULL) {
+    in[KVS_MEMORY_BUDGET] =
+        (kvs_memory_input){"--budget-per-gpu", 0, r->budget_per_gpu, r->n_budget_per_gpu};
+  } else if (r->budget_bytes != 0) {
+    in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget", r->budget_bytes, NULL, 0};
+  }
+  in[KVS_MEMORY_RESERVE] = (kvs_memory_input){"--reserve", r->reserve_bytes, NULL, 0};
+  if (r->weights_per_gpu != NULL) {
+    in[KVS_MEMORY_WEIGHTS] =
+        (kvs_memory_input){"--weights-per-gpu", 0, r->weights_per_gpu, r->n_weights_per_gpu};
+  } else if (r->weights_bytes != 0) {
+    in[KVS_MEMORY_WEIGHTS] = (kvs_memory_input){"--weights", r->weights_bytes, NULL, 0};
+  }
+  return kvs_memory_inputs_check(in, gpus, n_gpus, err);
+}
+
 kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                                size_t n_gpus, size_t index, kvs_memory_budget *out,
                                kvs_error *err) {
   kvs_status status = check_pointers(__func__, request, gpus, out, err);
+  if (status == KVS_OK && index < n_gpus) status = check_inputs(request, 0, gpus, n_gpus, err);
   return status != KVS_OK ? status : gpu_budget(request, gpus, n_gpus, index, 0, out, err);
 }
 
@@ -197,6 +223,8 @@ static kvs_status all_budgets(const char *fn, const kvs_budget_request *request,
   if (n_gpus == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: n_gpus is 0: no GPU to budget", fn);
   }
+  status = check_inputs(request, memory_bytes, gpus, n_gpus, err);
+  if (status != KVS_OK) return status;
   kvs_memory_budget *b = calloc(n_gpus, sizeof *b);
   if (b == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", n_gpus);
   for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {
@@ -269,6 +297,16 @@ kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, ui
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
   }
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  /* Free memory above the memory that holds it cannot be true. */
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
+  if (memory_bytes != 0)
+    in[KVS_MEMORY_GPU_MEMORY] = (kvs_memory_input){"--gpu-memory", memory_bytes, NULL, 0};
+  if (given_bytes != 0) {
+    in[KVS_MEMORY_FREE_BEFORE_LOAD] =
+        (kvs_memory_input){"--free-before-load", given_bytes, NULL, 0};
+  }
+  kvs_status checked = kvs_memory_inputs_check(in, gpus, n_gpus, err);
+  if (checked != KVS_OK) return checked;
   uint64_t *values = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *values);
   if (values == NULL)
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", n_gpus);

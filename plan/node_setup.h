@@ -89,13 +89,19 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
 
 /* Every GPU's budget, out[0..n_gpus). Refuses a per-GPU list of the wrong
  * length, both kinds of explicit bytes at once, and a ratio outside
- * (0, 1]. out is written only on success. */
+ * (0, 1]. A budget, the reserve or the weights above a GPU's own memory
+ * cannot be true: KVS_ERR_INVALID_ARGUMENT in memory_inputs.h's sentence,
+ * naming them by the node's flags (--budget, --budget-per-gpu, --reserve,
+ * --weights, --weights-per-gpu), here and in kvs_node_gpu_budget (which
+ * holds every GPU of the list to it, so each rank refuses alike). out is
+ * written only on success. */
 kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                             size_t n_gpus, kvs_memory_budget *out, kvs_error *err);
 
 /* kvs_node_budgets with every GPU's memory given (memory_bytes, as kvplan
  * --gpu-memory gives it): that figure is budgeted as nominal memory in
- * place of what was measured or what the table of known models says;
+ * place of what was measured or what the table of known models says
+ * (the caller holds its inputs to it: kvs_memory_inputs_check);
  * memory_bytes 0 is kvs_node_budgets itself. */
 kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_t memory_bytes,
                                       const kvs_gpu_info *gpus, size_t n_gpus,
@@ -114,8 +120,10 @@ kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_by
  * (explicit); else what CUDA measured free (measured); else the GPU's
  * total memory (kvs_node_gpu_total_memory) less
  * KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES (nominal). A total at or below that
- * overhead is KVS_ERR_BUDGET_TOO_SMALL naming the GPU. out is written only
- * on success. */
+ * overhead is KVS_ERR_BUDGET_TOO_SMALL naming the GPU; given_bytes above
+ * memory_bytes, or either above a GPU's own memory, cannot be true and is
+ * KVS_ERR_INVALID_ARGUMENT in memory_inputs.h's sentence (naming them
+ * --free-before-load and --gpu-memory). out is written only on success. */
 kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, uint64_t given_bytes,
                                      uint64_t memory_bytes, uint64_t *out,
                                      kvs_budget_source *sources, kvs_error *err);

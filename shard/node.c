@@ -665,6 +665,10 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
           (unsigned long long)o->host_cache_bytes,
           !o->prefix_cache ? "a host tier needs the prefix cache (prefix_cache)" : why.message);
     }
+    /* More than a machine has cannot be true: kvplan and kvsim's sentence. */
+    kvs_status held =
+        kvs_cluster_host_tier_check(node->cluster, "--host-cache", o->host_cache_bytes, err);
+    if (held != KVS_OK) return held;
     so.host_pages = slots;
   }
   const kvs_rank_plan *rp = kvs_deployment_rank(node->plan, (size_t)node->rank);

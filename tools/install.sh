@@ -21,9 +21,11 @@
 # PREFIX/share/kvshard/examples. The last line says which PYTHONPATH finds
 # the package.
 #
-# Exit 0 installed; 2 bad usage; 1 a failure: the build, a file that is not
-# the kvshard shared object it should be, a PREFIX that is not a directory
-# or cannot be created, a copy, or the closing report (a full disk).
+# Exit 0 installed; 2 bad usage (a PREFIX holding white space or one of
+# $ # \ " ' `, which kvshard.pc could not name usably, included); 1 a
+# failure: the build, a file that is not the kvshard shared object it
+# should be, a PREFIX that is not a directory or cannot be created, a
+# copy, or the closing report (a full disk).
 # Everything is checked before PREFIX is touched, and the files are staged
 # in PREFIX and renamed into place last: a refused install writes nothing,
 # and one that fails while copying leaves at most PREFIX itself.
@@ -70,6 +72,18 @@ done
 case $prefix in
   /*) ;;
   *) prefix=$PWD/$prefix ;;
+esac
+# kvshard.pc names PREFIX in Cflags and Libs, which engines read as
+# $(pkg-config --cflags --libs kvshard): the shell splits that output at
+# white space, so no escape survives it, and pkg-config reads $ as a
+# variable, # as a comment and \ and quotes as its own quoting. A PREFIX
+# holding any of them would install a kvshard.pc nothing can use: refused
+# before anything is written.
+case $prefix in
+  *[[:space:]\$\#\\\"\'\`]*)
+    printf 'install: PREFIX %q holds white space or one of $ # \\ " '"'"' `, which kvshard.pc cannot carry (pkg-config'"'"'s output is split at spaces by the shell that reads it); choose a PREFIX without them\n' "$prefix" >&2
+    exit 2
+    ;;
 esac
 [ ! -e "$prefix" ] || [ -d "$prefix" ] || fail "PREFIX $prefix exists and is not a directory"
 

@@ -12,12 +12,14 @@
 #include "core/geometry.h"
 #include "core/model_config.h"
 #include "core/mix.h"
+#include "plan/cluster.h"
 #include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
 #include "tools/workload.h"
 #include "shard/plan_overhead.h"
+#include "kvplan/deploy_flags.h"
 #include "kvplan/plan_json.h"
 
 /* ---- termination by the launcher ----
@@ -332,11 +334,35 @@ static int gather_cluster(run *r) {
   return 0;
 }
 
+/* Memory flags above what the cluster's GPUs have cannot be true: bad
+ * usage, in the sentence kvplan and the node use (--budget-mib named as
+ * given). Every rank reads the same flags and cluster, so only the
+ * speaker says it. */
+static int check_memory(const run *r, const kvs_node_options *o) {
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT];
+  kvs_deploy_memory_inputs(&r->a->deploy, KVSIM_DEPLOY_FLAGS, in);
+  if (r->a->have_budget_mib && r->budgets != NULL) {
+    in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget-mib", 0, r->budgets, o->n_budget_per_gpu};
+  }
+  kvs_error err;
+  kvs_error_clear(&err);
+  uint64_t host = r->a->deploy.host_cache;
+  if (kvs_memory_inputs_check(in, kvs_cluster_gpus(r->cluster), kvs_cluster_gpu_count(r->cluster),
+                              &err) == KVS_OK &&
+      (host == 0 ||
+       kvs_cluster_host_tier_check(r->cluster, "--host-cache", host, &err) == KVS_OK)) {
+    return 0;
+  }
+  if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+  return KVSIM_EXIT_USAGE;
+}
+
 /* The node itself (a collective): plan, agreement, pool and tables. */
 static int create_node(run *r, kvs_node_options *o) {
   kvs_error err;
   kvs_error_clear(&err);
   int rc = budget_request(r, o);
+  if (rc == 0) rc = check_memory(r, o);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create_in_cluster(r->comm, o, r->cluster, &r->node, &err);
   return status != KVS_OK ? setup_failed(r, "node setup", status, &err) : 0;
@@ -856,7 +882,9 @@ static json_t *plan_json(const run *r) {
                                          kvs_cluster_host_count(cluster),
                                          1,
                                          1,
-                                         overheads};
+                                         overheads,
+                                         r->a->max_running,
+                                         KVS_DEFAULT_MAX_SEQ_LEN};
   json_t *o = kvs_plan_json(plan, kvs_node_gpus(r->node), kvs_node_gpu_budgets(r->node), &context);
   free(overheads);
   return o;

@@ -153,6 +153,19 @@ expect 1 "exists and is not a directory" --lib "$LIB" "$T/file"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/fifo"
 expect 2 "unknown flag -5" --lib "$LIB" -5
 expect 1 "exists and is not a directory" --lib "$LIB" /dev/full
+# Issue 30, section 5: a PREFIX kvshard.pc cannot carry (pkg-config's
+# output is split at white space by the shell that reads it; $ and # are
+# pkg-config's own) is bad usage, and nothing is written: not even a
+# relative one under a folder whose name has a space.
+for bad in "$T/a b" "$T/a	tab" "$T/a\$x" "$T/a#x" "$T/a'q" "$T/a\\b"; do
+  expect 2 "which kvshard.pc cannot carry" --lib "$LIB" "$bad"
+  [ ! -e "$bad" ] || fail "a refused PREFIX '$bad' was created"
+done
+mkdir -p "$T/with space"
+abs_install=$(realpath "$INSTALL") abs_lib=$(realpath "$LIB")
+(cd "$T/with space" && "$abs_install" --lib "$abs_lib" rel >"$T/bad.out" 2>&1)
+[ $? -eq 2 ] || fail "a relative PREFIX under '$T/with space' was not refused: $(cat "$T/bad.out")"
+[ ! -e "$T/with space/rel" ] || fail "a refused relative PREFIX was created"
 [ ! -e "$T/a" ] || fail "a refused install left $T/a behind"
 grep -q "kvshard-install" <<<"$(ls -A "$P")" && fail "the staging folder was left in the prefix"
 "$INSTALL" --lib "$LIB" "$T/prefix2" >/dev/full 2>/dev/null

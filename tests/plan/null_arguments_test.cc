@@ -16,6 +16,7 @@
 #include "plan/device_layout.h"
 #include "plan/node_overhead.h"
 #include "plan/memory_budget.h"
+#include "plan/memory_inputs.h"
 #include "plan/deployment.h"
 #include "plan/node_setup.h"
 #include "plan/parallel.h"
@@ -191,6 +192,14 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("gpus", kvs_node_free_before_load(nullptr, 8, 0, 0, memory, nullptr, &err));
   EXPECT_NULL_REFUSED("out",
                       kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
+  const kvs_memory_input inputs[KVS_MEMORY_INPUT_COUNT] = {};
+  EXPECT_NULL_REFUSED("inputs", kvs_memory_inputs_check(nullptr, gpus.data(), 8, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_memory_inputs_check(inputs, nullptr, 8, &err));
+  EXPECT_EQ(kvs_memory_inputs_check(inputs, nullptr, 0, nullptr), KVS_OK);
+  EXPECT_NULL_REFUSED("name", kvs_memory_host_check(nullptr, 1, nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("memory",
+                      kvs_memory_host_check("--host-cache", 1, nullptr, nullptr, 2, &err));
+  EXPECT_EQ(kvs_memory_host_check("--host-cache", 1, nullptr, nullptr, 0, nullptr), KVS_OK);
   const kvs_parallel none{8, 1, 1, 1};
   EXPECT_NULL_REFUSED("p", kvs_parallel_check(nullptr, 8, &err));
   EXPECT_EQ(kvs_parallel_check(&none, 8, nullptr), KVS_OK);
@@ -287,6 +296,7 @@ TEST(NullArguments, cluster) {
   EXPECT_NULL_REFUSED("out",
                       kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, t, nullptr, &err));
   EXPECT_EQ(c, nullptr);
+  EXPECT_NULL_REFUSED("cluster", kvs_cluster_host_tier_check(nullptr, "--host-cache", 1, &err));
   EXPECT_EQ(kvs_cluster_host_count(nullptr), 0u);
   EXPECT_EQ(kvs_cluster_host(nullptr, 0), nullptr);
   EXPECT_STREQ(kvs_cluster_host_label(nullptr, 0), "");

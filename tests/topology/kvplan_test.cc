@@ -163,11 +163,27 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_EQ(run.status, 0) << run.err;
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
-  EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp", "ep",
-                                   "replicas", "tokens_per_group", "cluster_tokens", "nodes",
-                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
-                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages",
+                                                     "full_token",
+                                                     "n_win_pages",
+                                                     "tp",
+                                                     "pp",
+                                                     "dp",
+                                                     "ep",
+                                                     "replicas",
+                                                     "tokens_per_group",
+                                                     "cluster_tokens",
+                                                     "nodes",
+                                                     "cross_node_tp",
+                                                     "kv_dtype",
+                                                     "state_rings",
+                                                     "request_slots",
+                                                     "mtp_layers",
+                                                     "weights_source",
+                                                     "running_per_group",
+                                                     "max_seq_len",
+                                                     "limiting_rank",
+                                                     "ranks"}));
   json_t *nodes = json_object_get(root.get(), "nodes");
   ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
   EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
@@ -713,5 +729,5 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
   kvs_error err;
   EXPECT_EQ(kvs_deployment_overhead_most(nullptr, gpus.data(), &d, &rank, &o, &err),
             KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message, "kvs_node_plan_overhead_most: plan is NULL");
+  EXPECT_STREQ(err.message, "kvs_deployment_overhead_most: plan is NULL");
 }
