@@ -713,5 +713,5 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
   kvs_error err;
   EXPECT_EQ(kvs_deployment_overhead_most(nullptr, gpus.data(), &d, &rank, &o, &err),
             KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message, "kvs_node_plan_overhead_most: plan is NULL");
+  EXPECT_STREQ(err.message, "kvs_deployment_overhead_most: plan is NULL");
 }
