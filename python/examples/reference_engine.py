@@ -771,7 +771,8 @@ class Outcome:
     stats: object
     events: list
     steps: int
-    checked_rows: int
+    batch_rows: int  # the steps' batch rows (one rank's)
+    checked_rows: int  # the rows whose ring contexts were checked (every rank's)
     seconds: float
     failures: list  # what did not match
     deviations: dict  # rid -> (max |attn - dense|, max |logits - dense|) where not exact
@@ -841,13 +842,14 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
                 eng = RankEngine(node, model, rank, tp, group, rings, faults)
                 sched = Scheduler(node, phases, chunk, page_cap, max_running) if rank == 0 \
                     else None
-                steps = 0
+                steps = batch_rows = 0
                 while True:
                     plan = group.broadcast(rank, sched.plan() if rank == 0 else None)
                     if plan is None:
                         break
                     res = node.step(plan["batch"])
                     steps += 1
+                    batch_rows += len(plan["items"])
                     for it in plan["items"]:
                         it["ps"] = torch.arange(it["s"], it["e"])
                         it["pages_t"] = torch.tensor(it["pages"], dtype=torch.int64)
@@ -858,6 +860,7 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
                 node.step()  # the last frees and finishes land
                 report = node.check()
                 box[rank] = dict(report=report, steps=steps, rows=eng.checked_rows,
+                                 batch_rows=batch_rows,
                                  tables={k: v.clone() for k, v in eng.t.items()},
                                  stats=node.prefix_stats())
                 if rank == 0:
@@ -922,7 +925,8 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
         dl = (ref.logits[lo:] - dense[q.rid].logits[lo:]).abs().max().item()
         deviations[q.rid] = (da, dl)
     return Outcome(rings, tuple(faults), sched.done, refs, dense, box[0]["stats"], sched.events,
-                   box[0]["steps"], sum(box[r]["rows"] for r in range(tp)), seconds, failures,
+                   box[0]["steps"], box[0]["batch_rows"], sum(box[r]["rows"] for r in range(tp)),
+                   seconds, failures,
                    deviations)
 
 
