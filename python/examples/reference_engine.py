@@ -570,6 +570,7 @@ class Scheduler:
         # The last full page is the node's dummy.
         self.free = list(range(min(page_cap, node.num_pages - 1)))
         self.waiting, self.running, self.done = [], [], []
+        self.held = []  # requests waiting for another's prefill to end
         self.page_key = {}  # cached page -> its key
         self.gpu_provider, self.host_provider, self.tail_provider = {}, {}, {}
         self.events = []
@@ -661,13 +662,20 @@ class Scheduler:
 
     def plan(self):
         """The next step's work, or None when every phase is done."""
-        while not self.waiting and not self.running and self.phases:
+        while not self.waiting and not self.running and not self.held and self.phases:
             phase = self.phases.pop(0)
             if "evict" in phase:
                 n = self.node.num_pages if phase["evict"] == "all" else phase["evict"]
                 self.evicted(self.node.prefix_evict(n))
-            self.waiting.extend(Request(**spec) for spec in phase["requests"])
+            for spec in phase["requests"]:
+                spec = dict(spec)
+                after = spec.pop("after_prefill", None)
+                if after:
+                    self.held.append((after, Request(**spec)))
+                else:
+                    self.waiting.append(Request(**spec))
         if not self.waiting and not self.running:
+            assert not self.held, "a request waits for a prefill that never ends"
             return None
         while self.waiting and len(self.running) < self.max_running:
             if not self.admit(self.waiting[0]):
@@ -723,6 +731,8 @@ class Scheduler:
                 q.tokens.append(int(torch.argmax(logits[-1])))
             if q.next == len(q.prompt):
                 self.insert(q)
+                self.waiting += [h for after, h in self.held if after == q.rid]
+                self.held = [(after, h) for after, h in self.held if after != q.rid]
             lo = max(0, (q.next - P + 1) // P)
             if lo > q.freed_below:
                 node.free(np.concatenate([np.arange(pg * P, (pg + 1) * P)
@@ -757,6 +767,7 @@ class Scheduler:
         q.own = set()
         self.running.remove(q)
         self.done.append(q)
+        self.events.append(f"request {q.rid} finished")
 
 
 # ---- a run ----
@@ -775,13 +786,17 @@ class Outcome:
     checked_rows: int  # the rows whose ring contexts were checked (every rank's)
     seconds: float
     failures: list  # what did not match
-    deviations: dict  # rid -> (max |attn - dense|, max |logits - dense|) where not exact
+    # rid -> the largest |attention output - dense| and |logit - dense| over
+    # the positions computed, then each over the largest |dense| value there
+    deviations: dict
 
 
 def scenario(vocab, seed=7):
     """Phases of requests, each phase submitted once the ones before it
-    finished. A shared three-page prefix S: request 1 caches it keeping
-    its last page's window as the tail; requests 3 and 8 hit it exactly
+    finished (or once a request's prefill ended: after_prefill). A shared
+    three-page prefix S: request 1 caches it keeping its last page's
+    window as the tail, and request 11 hits it exactly while request 1
+    decodes on; requests 3 and 8 hit it exactly
     (together: one step restores both rings from one tail state); request
     4 hits two pages whose boundary has no tail and re-prefills it;
     request 6 hits exactly through the tail request 4 wrote; everything
@@ -794,8 +809,9 @@ def scenario(vocab, seed=7):
     tok = lambda n: g.integers(0, vocab, n).tolist()
     S, W = tok(384), tok(300)
     return [
-        {"requests": [dict(rid=1, prompt=S + tok(90), max_new=5),
-                      dict(rid=2, prompt=tok(300), max_new=8)]},
+        {"requests": [dict(rid=1, prompt=S + tok(90), max_new=8),
+                      dict(rid=2, prompt=tok(300), max_new=8),
+                      dict(rid=11, prompt=S + tok(30), max_new=3, after_prefill=1)]},
         {"requests": [dict(rid=3, prompt=S + tok(40), max_new=6),
                       dict(rid=8, prompt=S + tok(60), max_new=3),
                       dict(rid=4, prompt=S[:256] + tok(100), max_new=6),
@@ -923,7 +939,8 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
             failures.append(f"request {q.rid}: logits differ by {err:.3g}")
         da = (ref.out[:, lo:] - dense[q.rid].out[:, lo:]).abs().max().item()
         dl = (ref.logits[lo:] - dense[q.rid].logits[lo:]).abs().max().item()
-        deviations[q.rid] = (da, dl)
+        deviations[q.rid] = (da, dl, da / dense[q.rid].out[:, lo:].abs().max().item(),
+                             dl / dense[q.rid].logits[lo:].abs().max().item())
     return Outcome(rings, tuple(faults), sched.done, refs, dense, box[0]["stats"], sched.events,
                    box[0]["steps"], box[0]["batch_rows"], sum(box[r]["rows"] for r in range(tp)),
                    seconds, failures,
@@ -939,14 +956,16 @@ def describe(o):
                  f"{s.evictions}, tail drops {s.tail_drops}, spills {s.spills}, fetches "
                  f"{s.fetches}, host drops {s.host_drops} ({s.host_slots} host slots)")
     for e in o.events:
-        lines.append(f"  {e}")
+        if not e.endswith("finished"):
+            lines.append(f"  {e}")
     for q in sorted(o.requests, key=lambda q: q.rid):
         ref = o.refs[q.rid]
         n = len(q.tokens) - 1 - ref.start
         kind = ("fetched, re-prefill" if q.recipe.fetched else "re-prefill" if q.recipe.reprefill
                 else "exact hit" if q.recipe.H else "no hit")
         dev = o.deviations[q.rid]
-        how = (f"deviates from dense by {dev[0]:.3g} (attention), {dev[1]:.3g} (logits)"
+        how = (f"deviates from dense by {dev[0]:.3g} in attention ({dev[2]:.0%} of its largest "
+               f"value), {dev[1]:.3g} in logits ({dev[3]:.0%})"
                if max(dev) > ATOL else f"equals dense (within {max(dev):.1g})")
         lines.append(f"  request {q.rid}: {kind} at {q.recipe.H}, {n} positions computed, "
                      f"{how}")

@@ -2,10 +2,11 @@
 DSV4-style model computing with kvshard's tables gets dense attention's
 answer.
 
-Two thread ranks (tensor parallel, kvshard.loopback_comms) serve ten
+Two thread ranks (tensor parallel, kvshard.loopback_comms) serve eleven
 requests in six phases under each ring placement (per-request,
 hca-per-request, per-page): chunked prefill, batched decode, exact prefix
-hits through retained tails (two restored in one step), a re-prefill hit,
+hits through retained tails (one while the request that left the tail
+decodes on, two restored in one step), a re-prefill hit,
 an exact hit through a re-prefilled tail, evictions forced by the engine's
 page cap and spilled to the host tier, a hit fetched back whole and one
 that is half on the GPU, half fetched. Every attention output and logit
@@ -36,7 +37,7 @@ if torch is not None:
 MODES = ("per-request", "hca-per-request", "per-page")
 # Requests whose every row is their own or an exact copy of a dense
 # computation, and those downstream of a re-prefilled window.
-EXACT = {1, 2, 3, 5, 8}
+EXACT = {1, 2, 3, 5, 8, 11}
 REPREFILLED = {4: "re-prefill", 6: "exact hit through request 4's re-prefilled tail",
                7: "fetched, re-prefill", 9: "exact hit through request 7's re-prefilled tail",
                10: "half fetched, re-prefill"}
@@ -61,7 +62,7 @@ class ReferenceEngine(unittest.TestCase):
         for mode, o in self.outcomes.items():
             with self.subTest(mode=mode):
                 self.assertEqual(o.failures, [])
-                self.assertEqual(sorted(q.rid for q in o.requests), list(range(1, 11)))
+                self.assertEqual(sorted(q.rid for q in o.requests), list(range(1, 12)))
 
     def test_hits_whose_rows_are_exact_equal_dense_and_reprefills_are_measured(self):
         for mode, o in self.outcomes.items():
@@ -83,7 +84,11 @@ class ReferenceEngine(unittest.TestCase):
                                          3: (384, False, False), 4: (256, True, False),
                                          5: (0, False, False), 6: (256, False, False),
                                          7: (384, True, True), 8: (384, False, False),
-                                         9: (384, False, False), 10: (640, True, True)})
+                                         9: (384, False, False), 10: (640, True, True),
+                                         11: (384, False, False)})
+                self.assertEqual(by[11].recipe.tail, 1)
+                self.assertLess(o.events.index("request 11: exact hit of 384 tokens"),
+                                o.events.index("request 1 finished"), "request 1 decodes on")
                 self.assertEqual(by[6].recipe.tail, 4)
                 self.assertEqual(by[9].recipe.tail, 7)
                 self.assertIn("request 10: hit 640 tokens, 2 pages fetched from the host tier, "
