@@ -45,7 +45,12 @@ def _destroy(handle, comm, owned):
     lib().kvs_node_destroy(handle)
     comm._returned()
     if owned:
-        comm.close()
+        # Nothing runs over the node's own communicator once the C node is
+        # gone, even when its Node was never closed (one still alive at
+        # interpreter exit, where this runs as weakref.finalize's atexit
+        # hook): Comm.close()'s refusal under an open Node would only print
+        # a traceback at exit and leave the communicator undestroyed.
+        comm._close(refuse_open=False)
 
 
 class _Handle:

@@ -607,6 +607,19 @@ class Lifetimes(unittest.TestCase):
                     self.assertIn("comm closed", out.stdout)
         self.assertEqual(len(results), 14)
 
+    def test_a_node_never_closed_ends_at_exit_without_a_word(self):
+        # A node alive at exit (an engine's attribute, a module global),
+        # never closed, over the communicator it owns: the exit hook
+        # destroys both, and prints nothing (it raised Comm.close()'s
+        # refusal "close the node first" once).
+        code = ("import kvshard\n"
+                f"node = kvshard.Node(**{SMALL!r})\n"
+                "node.step()\n"
+                "print('end')\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual((out.returncode, out.stdout, out.stderr), (0, "end\n", ""))
+
     def test_a_comm_under_an_open_node_stays_until_every_node_over_it_goes(self):
         comm = kvshard.self_comm()
         node = kvshard.Node(comm, **SMALL)
