@@ -26,7 +26,7 @@ static size_t groups_per_machine(const plan_run *p) {
   size_t most = 1; /* out of memory: at least the one */
   for (size_t r = 0; seen != NULL && groups != NULL && r < n_ranks; r++) {
     const kvs_rank_plan *rp = kvs_deployment_rank(p->plan, r);
-    size_t machine = p->gpus[rp->gpu].node;
+    size_t machine = p->gpus[rp->gpu].host;
     if (machine >= p->n_hosts || rp->replica >= replicas) continue;
     unsigned char *mark = &seen[machine * replicas + rp->replica];
     if (*mark) continue;

@@ -236,7 +236,7 @@ kvs_engine_hosts kvs_engine_hosts_of(const kvs_parallel *l, const kvs_rank_slot 
   h.regular = h.servers > 0 && lo != NULL && hi != NULL;
   for (size_t s = 0; h.regular && s < h.servers; s++) lo[s] = SIZE_MAX;
   for (size_t r = 0; h.regular && r < n_gpus; r++) {
-    size_t s = slots[r].replica / dp, host = gpus[slots[r].gpu].node;
+    size_t s = slots[r].replica / dp, host = gpus[slots[r].gpu].host;
     if (s >= h.servers) continue;
     lo[s] = host < lo[s] ? host : lo[s];
     hi[s] = host > hi[s] ? host : hi[s];
