@@ -26,6 +26,52 @@ static size_t tightest_rank(const kvs_rank_slot *slots, const uint64_t *budgets,
   return best;
 }
 
+/* Each rank's plan from its slot and its stage, and the limiting rank. */
+static kvs_status place_ranks(const kvs_plan_request *req, struct kvs_deployment *plan,
+                              const kvs_rank_slot *slots, const uint64_t *budgets, size_t n_gpus,
+                              kvs_error *err) {
+  plan->ranks = calloc(n_gpus, sizeof *plan->ranks);
+  if (plan->ranks == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
+  }
+  plan->tp = req->tp;
+  plan->pp = req->pp;
+  plan->replicas = n_gpus / (req->tp * req->pp);
+  plan->n_ranks = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_stage_plan *stage = &plan->split.stages[slots[r].pp_stage];
+    kvs_rank_plan *rp = &plan->ranks[r];
+    rp->rank = r;
+    rp->replica = slots[r].replica;
+    rp->tp_rank = slots[r].tp_rank;
+    rp->pp_stage = slots[r].pp_stage;
+    rp->gpu = slots[r].gpu;
+    rp->first = stage->first;
+    rp->end = stage->end;
+    rp->weight_bytes = stage->weight_bytes;
+    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
+    rp->bytes = stage->bytes;
+    rp->device = stage->device;
+    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
+  }
+  /* The limit: among the stages that cannot take one more page with their
+   * layers (max_pages equals the common count; at least one does), the
+   * device with the smallest budget (the one a raise would help), then
+   * the least headroom, then the lowest rank. */
+  size_t limiting = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_rank_plan *rp = &plan->ranks[r];
+    if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
+    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
+    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
+        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
+      limiting = r;
+    }
+  }
+  plan->limiting_rank = limiting < n_gpus ? limiting : 0;
+  return KVS_OK;
+}
+
 kvs_status kvs_deployment_create(const kvs_plan_request *req, const kvs_gpu_info *gpus,
                                  size_t n_gpus, const uint64_t *budgets, kvs_deployment_t *out,
                                  kvs_plan_shortfall *shortfall, kvs_error *err) {
@@ -102,46 +148,7 @@ kvs_status kvs_deployment_create(const kvs_plan_request *req, const kvs_gpu_info
   }
   if (status != KVS_OK) goto fail;
 
-  plan->ranks = calloc(n_gpus, sizeof *plan->ranks);
-  if (plan->ranks == NULL) {
-    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
-    goto fail;
-  }
-  plan->tp = req->tp;
-  plan->pp = req->pp;
-  plan->replicas = n_gpus / (req->tp * req->pp);
-  plan->n_ranks = n_gpus;
-  for (size_t r = 0; r < n_gpus; r++) {
-    const kvs_stage_plan *stage = &plan->split.stages[slots[r].pp_stage];
-    kvs_rank_plan *rp = &plan->ranks[r];
-    rp->rank = r;
-    rp->replica = slots[r].replica;
-    rp->tp_rank = slots[r].tp_rank;
-    rp->pp_stage = slots[r].pp_stage;
-    rp->gpu = slots[r].gpu;
-    rp->first = stage->first;
-    rp->end = stage->end;
-    rp->weight_bytes = stage->weight_bytes;
-    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
-    rp->bytes = stage->bytes;
-    rp->device = stage->device;
-    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
-  }
-  /* The limit: among the stages that cannot take one more page with their
-   * layers (max_pages equals the common count; at least one does), the
-   * device with the smallest budget (the one a raise would help), then
-   * the least headroom, then the lowest rank. */
-  size_t limiting = n_gpus;
-  for (size_t r = 0; r < n_gpus; r++) {
-    const kvs_rank_plan *rp = &plan->ranks[r];
-    if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
-    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
-    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
-        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
-      limiting = r;
-    }
-  }
-  plan->limiting_rank = limiting < n_gpus ? limiting : 0;
+  if ((status = place_ranks(req, plan, slots, budgets, n_gpus, err)) != KVS_OK) goto fail;
   free(slots);
   *out = plan;
   return KVS_OK;
