@@ -121,7 +121,7 @@ class WorkedExample(unittest.TestCase):
         globs = dict(F)
         globs.update(kvshard=kvshard, numpy=np)
         parser = doctest.DocTestParser()
-        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        runner = doctest.DocTestRunner(verbose=False, optionflags=doctest.ELLIPSIS)
         for line, text in blocks:
             test = parser.get_doctest(text, globs, "the worked example", DOC, line - 1)
             runner.run(test, out=lambda s: self.fail(f"{DOC}, the worked example:\n{s}"),
