@@ -1,6 +1,7 @@
 #include "core/cost_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -402,6 +403,15 @@ static bool window_pages(uint64_t num_pages, uint64_t full_token, double swa_rat
   return true;
 }
 
+/* A ratio-4 layer's compress-state rings have 8 rows (kvs_ring_size_for_ratio),
+ * and every ring location is the position modulo 8 (per request slot) or
+ * the window slot's (per window page), which the tables derive from
+ * positions rebased by whole pages: a P that 8 does not divide would put a
+ * position in another ring row than its own. */
+#define CSA_RING_REFUSAL                                                                   \
+  "P=%llu must be a multiple of 8 on a model with ratio-4 layers%s: their compress-state " \
+  "rings have 8 rows, located by the position modulo 8 across whole pages"
+
 kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms *terms,
                                         double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                         kvs_pool_sizes *out, kvs_error *err) {
@@ -423,6 +433,10 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
         "compressed blocks",
         (unsigned long long)page,
         terms->n_hca > 0 && page % KVS_HCA_RATIO != 0 ? KVS_HCA_RATIO : KVS_CSA_RATIO);
+  }
+  if (terms->n_csa > 0 && page % RING_CSA != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL,
+                         (unsigned long long)page, "");
   }
   bool overflow = false;
   uint64_t full_token = kvs_mul(num_pages, page, &overflow);
@@ -457,6 +471,12 @@ kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geomet
                            "P=%llu must be divisible by ratio %u of layer %zu: each page "
                            "holds P/ratio compressed blocks",
                            (unsigned long long)page, ratio, layer);
+    }
+    if (ratio == KVS_CSA_RATIO && page % RING_CSA != 0) {
+      char where[40];
+      snprintf(where, sizeof where, " (layer %zu)", layer);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL,
+                           (unsigned long long)page, where);
     }
   }
   return kvs_pool_sizes_compute_terms(num_pages, &t, swa_ratio, page, n_win_pages, out, err);

@@ -332,6 +332,9 @@ typedef struct kvs_prefix_stats {
   uint64_t spills;      /* blocks copied to the host tier so far */
   uint64_t fetches;     /* blocks copied back so far */
   uint64_t host_drops;  /* blocks the host tier let go (its least recently used) */
+  /* Tails of unreferenced blocks nobody re-prefills: the window pages
+   * kvs_window_pool_prefix_evict's need_window_pages drops first. */
+  uint64_t droppable;
 } kvs_prefix_stats;
 
 /* Whether the pool keeps a prefix cache. */

@@ -549,6 +549,7 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
   out->spills = p->host.spills;
   out->fetches = p->host.fetches;
   out->host_drops = p->host.drops;
+  out->droppable = p->droppable;
   return KVS_OK;
 }
 

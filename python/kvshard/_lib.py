@@ -242,6 +242,8 @@ _PROTOTYPES = {
     "kvs_node_num_pages": (ctypes.c_uint64, [_P]),
     "kvs_node_window_pages": (ctypes.c_uint64, [_P]),
     "kvs_node_max_running": (ctypes.c_uint64, [_P]),
+    "kvs_node_usable_pages": (ctypes.c_uint64, [_P]),
+    "kvs_node_free_window_pages": (ctypes.c_uint64, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "kvs_node_device_of": (ctypes.c_int, [_P]),
     "kvs_node_cuda_device": (ctypes.c_int, [_P]),
     "kvs_node_admit": (_STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),

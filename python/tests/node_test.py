@@ -73,6 +73,87 @@ class OneRank(unittest.TestCase):
             self.assertEqual(r["own"][0], node.translate([P + 5])[0])
             self.assertEqual(r["own"][1], -1, "an idle row reads nothing")
 
+    def test_usable_pages_leave_the_dummy_out(self):
+        # num_pages counts the reserved dummy page (the last); an engine
+        # that allocates from range(num_pages) would meet it when its pool
+        # fills. usable_pages is the engine's range, and the dummy is named
+        # by its page and its locations when bound.
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            self.assertEqual(node.usable_pages, node.num_pages - 1)
+            node.admit(1)
+            node.bind(1, page_locs(P, node.usable_pages - 1, 1))  # the last usable page
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(1, page_locs(P, node.usable_pages, 1))
+            self.assertEqual(e.exception.status, "KVS_ERR_CONFLICT")
+            d = node.usable_pages
+            self.assertIn(f"full page {d} (locations {d * P}..{d * P + P - 1}) is the reserved "
+                          f"dummy page, bound for good; the engine's full pages are 0..{d - 1}",
+                          str(e.exception))
+            node.step()
+            np.testing.assert_array_equal(node.translate(page_locs(P, d, 1)),
+                                          (node.window_pages - 1) * P + np.arange(P))
+
+    def test_the_serve_loop_example_allocates_from_usable_pages(self):
+        sys.path.insert(0, os.path.join("python", "examples"))
+        try:
+            import serve_loop
+        finally:
+            sys.path.pop(0)
+        with kvshard.Node(**SMALL) as node:
+            sched = serve_loop.Scheduler(node, seed=1, max_running=node.max_running - 1)
+            self.assertEqual(sorted(sched.free_full), list(range(node.usable_pages)),
+                             "every page but the dummy")
+            for _ in range(40):
+                node.step(sched.schedule())
+            self.assertTrue(node.check()["ok"])
+
+    def test_free_window_pages_count_what_a_bind_can_take(self):
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            free = node.free_window_pages()
+            self.assertEqual(free, node.window_pages - 1, "every window page but the dummy")
+            self.assertEqual(node.free_window_pages(droppable=True), (free, 0))
+            node.admit(1)
+            node.bind(1, page_locs(P, 0, 3))
+            self.assertEqual(node.free_window_pages(), free - 3, "the leader's at once")
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(1, page_locs(P, 3, free - 2))
+            self.assertEqual(e.exception.status, "KVS_ERR_EXHAUSTED")
+            self.assertIn(f"kvs_node_bind for request 1: window free list out of slots: it needs "
+                          f"{free - 2} window pages, {free - 3} are free (of {free} the engine "
+                          f"can bind); no prefix cache holds any", str(e.exception))
+            self.assertEqual(node.free_window_pages(), free - 3, "nothing taken")
+            for v in ("yes", 1, None):
+                with self.assertRaisesRegex(TypeError, "droppable takes True or False"):
+                    node.free_window_pages(droppable=v)
+
+    def test_a_check_between_the_leaders_changes_and_the_step_is_refused(self):
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            node.admit(1)
+            node.bind(1, page_locs(P, 4, 2))
+            with self.assertRaises(kvshard.Error) as e:
+                node.check()
+            self.assertEqual(e.exception.status, "KVS_ERR_PENDING")
+            self.assertIn("3 entries pending on the leader (rank 0)", str(e.exception))
+            self.assertIn("step first, then check", str(e.exception))
+            node.step()
+            self.assertTrue(node.check()["ok"], "stepped: the same check agrees")
+
+    def test_a_batch_with_an_unknown_key_lists_the_keys_a_batch_takes(self):
+        with kvshard.Node(**SMALL) as node:
+            good = {"requests": [1], "positions": [0], "block_table": [[0]]}
+            with self.assertRaises(TypeError) as e:
+                node.step(dict(good, window_row=True))
+            self.assertEqual(str(e.exception), "batch has unknown keys ['window_row']; a batch "
+                             "takes requests, positions, block_table, window_rows (window_rows "
+                             "optional)")
+            with self.assertRaisesRegex(TypeError, r"batch lacks \['positions'\]; a batch takes "
+                                        "requests, positions, block_table, window_rows"):
+                node.step({"requests": [1], "block_table": [[0]]})
+            self.assertEqual(node.step()["step"], 0, "no refused batch stepped the node")
+
     def test_a_steps_host_arrays_are_not_rewritten_by_the_next_step(self):
         # kvshard.h: a host node's results are valid until its next step,
         # which rewrites them in place; the package's arrays are the
@@ -237,6 +318,8 @@ class PrefixCache(unittest.TestCase):
             short = node.prefix_match([7, 8], 2 * P)
             self.assertEqual((short.matched_pages, short.hit_tokens, short.truncated_tokens),
                              (2, 0, P))
+            # pages are what the hit reuses: none, though two keys matched.
+            self.assertEqual(short.pages.tolist(), [])
             node.prefix_acquire(5, hit)
             node.admit(5)
             with self.assertRaises(kvshard.Error) as e:
@@ -264,6 +347,27 @@ class PrefixCache(unittest.TestCase):
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.tails, c.evictions, c.tail_drops), (0, 0, 2, 1))
             self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1)
+            self.assertTrue(node.check()["ok"])
+
+    def test_a_full_window_names_the_tails_that_hold_it_and_the_remedy(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            free = node.free_window_pages()
+            self.write_and_finish(node)  # page 3's window page stays, a tail
+            self.assertEqual(node.free_window_pages(droppable=True), (free - 1, 1))
+            node.admit(6)
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(6, page_locs(P, 10, free))
+            self.assertEqual(e.exception.status, "KVS_ERR_EXHAUSTED")
+            self.assertIn(f"it needs {free} window pages, {free - 1} are free (of {free} the "
+                          f"engine can bind); retained prefix tails hold 1 window pages, 1 of "
+                          f"them droppable now: kvs_node_prefix_evict(node, 0, 1, ...) (Python: "
+                          f"node.prefix_evict(0, need_window_pages=1)) gives them back",
+                          str(e.exception))
+            self.assertEqual(node.prefix_evict(0, need_window_pages=1).tolist(), [])
+            self.assertEqual(node.free_window_pages(droppable=True), (free, 0))
+            node.bind(6, page_locs(P, 10, free))  # the remedy was enough
+            node.step()
             self.assertTrue(node.check()["ok"])
 
     def test_an_abandoned_reprefill_leaves_no_readable_tail(self):
@@ -333,6 +437,14 @@ class PrefixCache(unittest.TestCase):
             node.step()
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.holds, c.fetches), (2, 1, 2))
+            # Request 5 re-prefills page 21's window: no exact hit reads it
+            # until it releases, and pages names nothing a hit does not reuse.
+            before = node.prefix_match([7, 8], 3 * P)
+            self.assertEqual((before.matched_pages, before.hit_tokens, before.pages.tolist()),
+                             (2, 0, []))
+            node.prefix_release(5)
+            node.finish(5)
+            node.step()
             np.testing.assert_array_equal(node.prefix_match([7, 8], 3 * P).pages, [20, 21])
             self.assertTrue(node.check()["ok"])
 
@@ -684,6 +796,7 @@ PARAMETERS = {
     "Node.prefix_abandon": {"request": "uint64_t"},
     "Node.prefix_evict": {"need_pages": "uint64_t", "need_window_pages": "uint64_t"},
     "Node.prefix_stats": {},
+    "Node.free_window_pages": {"droppable": "bool"},
     "View.__dlpack__": {"stream": "uintptr_t"},
     "View.__dlpack_device__": {},
     "Comm.set_timeout_ms": {"timeout_ms": "int"},
@@ -942,6 +1055,27 @@ class ThreadRanks(unittest.TestCase):
         for r, e in enumerate(errors):
             if e is not None:
                 raise AssertionError(f"rank {r}: {e!r}") from e
+
+    def test_a_check_before_the_step_is_refused_on_every_rank(self):
+        # Not a divergence: the leader's changes reach the followers with
+        # the step. Every rank raises the same refusal, then agrees.
+        seen = {}
+
+        def body(rank, comm):
+            with kvshard.Node(comm, **dict(SMALL, tp=2)) as node:
+                if node.is_leader:
+                    node.admit(5)
+                    node.bind(5, page_locs(node.page, 4, 1))
+                with self.assertRaises(kvshard.Error) as e:
+                    node.check()
+                seen[rank] = (e.exception.status, str(e.exception))
+                node.step()
+                self.assertTrue(node.check()["ok"])
+
+        self.run_ranks(2, body)
+        self.assertEqual(seen[0], seen[1])
+        self.assertEqual(seen[0][0], "KVS_ERR_PENDING")
+        self.assertIn("2 entries pending on the leader", seen[0][1])
 
     def test_ranks_agree_and_a_followers_bind_is_refused(self):
         digests, windows = {}, {}
