@@ -9,7 +9,7 @@
  * those live in backends the library loads when asked for (a device
  * "cuda" node, an "nccl" or "mpi" communicator), each a shared object of
  * its own (libkvshard-cuda.so.1, libkvshard-nccl.so.1,
- * libkvshard-mpi.so.1) found beside libkvshard.so.1, in
+ * libkvshard-mpi.so.1) found beside libkvshard.so.2, in
  * KVSHARD_BACKEND_PATH, or on the loader's path. kvshard_cuda.h,
  * kvshard_nccl.h and kvshard_mpi.h add typed helpers for engines that
  * hold those libraries' handles.
@@ -33,12 +33,12 @@
 #include <stdint.h>
 
 #define KVS_VERSION_MAJOR 0
-#define KVS_VERSION_MINOR 6
+#define KVS_VERSION_MINOR 7
 #define KVS_VERSION_PATCH 0
-#define KVS_VERSION_STRING "0.6.0"
+#define KVS_VERSION_STRING "0.7.0"
 /* The ABI this header describes: the shared object's SONAME number
- * (libkvshard.so.1). */
-#define KVS_ABI_VERSION 1
+ * (libkvshard.so.2). */
+#define KVS_ABI_VERSION 2
 
 #if defined(__GNUC__) && !defined(KVS_NO_VISIBILITY)
 #define KVS_API __attribute__((visibility("default")))
@@ -76,7 +76,8 @@ typedef enum kvs_status {
   KVS_ERR_DIVERGENCE = 20,      /* ranks disagree on state that must be identical */
   KVS_ERR_UNSUPPORTED = 21,     /* not available on this machine (no GPU, say) */
   KVS_ERR_EPOCH = 22,           /* a step applied out of order or twice */
-  KVS_ERR_LIBRARY = 23          /* a shared library the call needs cannot be loaded */
+  KVS_ERR_LIBRARY = 23,         /* a shared library the call needs cannot be loaded */
+  KVS_ERR_PENDING = 24          /* the leader's changes are not stepped yet: step first */
 } kvs_status;
 
 #define KVS_ERROR_MESSAGE_MAX 512
@@ -370,13 +371,29 @@ KVS_API int kvs_node_rank(const struct kvs_node *node);
 KVS_API int kvs_node_size(const struct kvs_node *node);
 KVS_API bool kvs_node_is_leader(const struct kvs_node *node);
 KVS_API uint64_t kvs_node_page(const struct kvs_node *node);
-/* Full-history pages, identical on every rank, and the window's. */
+/* Full-history pages, identical on every rank, and the window's; both
+ * count their reserved dummy page, the last one (full page num_pages - 1,
+ * window page window_pages - 1), where graph-padded rows write. */
 KVS_API uint64_t kvs_node_num_pages(const struct kvs_node *node);
 KVS_API uint64_t kvs_node_window_pages(const struct kvs_node *node);
 KVS_API uint64_t kvs_node_max_running(const struct kvs_node *node);
 /* KVS_NODE_DEVICE_CPU or _CUDA, and the CUDA device (-1 on the host). */
 KVS_API kvs_node_device kvs_node_device_of(const struct kvs_node *node);
 KVS_API int kvs_node_cuda_device(const struct kvs_node *node);
+/* The full pages an engine allocates from: 0 .. usable_pages - 1, every
+ * full page but the dummy, whose number it is (kvs_node_num_pages - 1;
+ * binding or freeing the dummy is refused). 0 for NULL. */
+KVS_API uint64_t kvs_node_usable_pages(const struct kvs_node *node);
+/* Local, any rank: window pages free for kvs_node_bind now (on the leader
+ * its changes since the last step count at once; on a follower they count
+ * from the step that carries them). A prefix cache's retained tails are
+ * bound, not free: *droppable (may be NULL) gets how many of them
+ * kvs_node_prefix_evict(node, 0, need_window_pages, ...) could give back
+ * now (the tails of blocks no running request holds and none re-prefills;
+ * 0 without a prefix cache), so a bind of up to free + *droppable window
+ * pages succeeds once that eviction ran, without freeing any request's
+ * pages. 0 for NULL. */
+KVS_API uint64_t kvs_node_free_window_pages(const struct kvs_node *node, uint64_t *droppable);
 /* Leader-only mutations, between steps; a follower's call is refused
  * (KVS_ERR_INVALID_ARGUMENT naming the rank) and changes nothing. Each
  * is journaled and reaches every rank with the next step.
@@ -384,7 +401,10 @@ KVS_API int kvs_node_cuda_device(const struct kvs_node *node);
  *           KVS_ERR_EXHAUSTED when max_running requests run;
  *   bind:   window pages for whole full pages of the request's
  *           full-pool token locations (contiguous, ascending, whole
- *           pages), KVS_ERR_EXHAUSTED when the window is full;
+ *           pages), KVS_ERR_EXHAUSTED when the window is full (the
+ *           message says how many window pages retained prefix tails
+ *           hold and how many kvs_node_prefix_evict's need_window_pages
+ *           would give back);
  *   free:   those pages' window bindings back (idempotent);
  *   finish: the request's slot back. */
 KVS_API kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *slot, kvs_error *err);
@@ -512,7 +532,8 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
  * page after the slots' rings in the state_4 and index_state views) and
  * seeds an exact hit's ring slot from its tail's in the step after the
  * request holds both the hit and its slot (kvs_node_admit, either order);
- * every ring slot is cleared when it is bound. The window tokens before it are the window page of
+ * every ring slot is cleared when it is bound. docs/engines.md, "The
+ * tables' contract", gives every row and formula. The window tokens before it are the window page of
  * the hit's last page: retained by the cache (a "tail" left by the request that inserted it), or
  * re-prefilled by the hitting request (the engine's re-prefill length; the window page is then
  * bound for it alone, and nobody else hits through it until it releases): the match takes what
@@ -527,18 +548,28 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
  * names the cached block (KVS_DIVERGENCE_PREFIX_BLOCK: full_page the block,
  * leader_window_page and rank_window_page its references there, -1: not
  * cached). */
+/* The tail state of a window page (rings per request with a prefix
+ * cache): the first halves (kv and score) of the ratio-4 ring rows of the
+ * page's last KVS_TAIL_STATE_POSITIONS positions (P - 4 .. P - 1), in
+ * KVS_TAIL_STATE_ROWS ring-width rows of the state_4 and index_state
+ * views: window page w's at row (max_running + 1) x 8 + 2w, position
+ * P - 4 + i in row i / 2, half i % 2, each half [kv first half | score
+ * first half]. */
+#define KVS_TAIL_STATE_POSITIONS 4u
+#define KVS_TAIL_STATE_ROWS 2u
+
 typedef struct kvs_node_prefix_hit {
   size_t size;               /* sizeof(kvs_node_prefix_hit), set by the caller */
   uint64_t matched_pages;    /* consecutive cached pages of the keys */
   uint64_t hit_tokens;       /* positions [0, hit_tokens) are reused */
   uint64_t reprefill_tokens; /* window tokens recomputed before hit_tokens */
   uint64_t truncated_tokens; /* matched, aligned tokens recomputed for want of a tail */
-  int64_t node;              /* the hit's last page; -1: no hit */
+  int64_t block;             /* the hit's last block (its full page); -1: no hit */
   bool reprefill;
-  /* Blocks past `node` (-1: the root) found in the host tier: take the
+  /* Blocks past `block` (-1: the root) found in the host tier: take the
    * hit with kvs_node_prefix_fetch (it always re-prefills the window). */
   uint64_t host_pages;
-  /* Which block `node` was when matched: acquire and fetch refuse the hit
+  /* Which block `block` named when matched: acquire and fetch refuse the hit
    * ("match again") once that block left the index, even if its page came
    * back as another block. Copy hits whole; never make one up. */
   uint64_t stamp;
@@ -564,8 +595,11 @@ typedef struct kvs_node_prefix_counts {
 
 /* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens
  * (reprefill_tokens: what recomputing a missing window costs the engine,
- * 0 for exact hits only); pages (NULL, or n entries) gets each hit page's
- * cached full page. */
+ * 0 for exact hits only). pages (NULL, or n entries): entry i below
+ * hit_tokens / P is the full page the hit reuses for key i (-1: a block of
+ * the host tier, which kvs_node_prefix_fetch brings back into a page of
+ * the engine's); every other entry is -1, also the entries of keys that
+ * matched (matched_pages counts them) but that the hit does not reuse. */
 KVS_API kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *keys,
                                          size_t n, uint64_t prompt_tokens,
                                          uint64_t reprefill_tokens, kvs_node_prefix_hit *hit,
@@ -643,7 +677,11 @@ typedef struct kvs_node_report {
 
 /* Collective: every rank's bindings, ring contexts and tables compared in
  * one allreduce; a difference is located by bisection and named.
- * KVS_ERR_DIVERGENCE on every rank then. report may be NULL. */
+ * KVS_ERR_DIVERGENCE on every rank then. report may be NULL. Between the
+ * leader's changes (admit, bind, free, finish, the prefix calls) and the
+ * step that carries them the ranks cannot agree yet: the check is then
+ * KVS_ERR_PENDING on every rank ("N entries pending on the leader: step
+ * first"), report untouched, nothing compared; step, then check. */
 KVS_API kvs_status kvs_node_check(kvs_node_t node, kvs_node_report *report, kvs_error *err);
 
 #ifdef __cplusplus

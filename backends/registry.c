@@ -167,7 +167,7 @@ static void search_list(search *s, const char *list) {
   }
 }
 
-/* The object holding this code: the installed libkvshard.so.1, or the
+/* The object holding this code: the installed libkvshard.so.2, or the
  * program when the core is linked into it (*is_program). NULL when dladdr
  * cannot say. path (PATH_MAX) receives its file name as dladdr gives it. */
 static struct link_map *core_object(bool *is_program, char *path) {
@@ -328,7 +328,7 @@ static void search_loader(search *s) {
 }
 
 /* The folder of the object that holds this code: the installed
- * libkvshard.so.1's, or the program's own when the core is linked into it
+ * libkvshard.so.2's, or the program's own when the core is linked into it
  * (dladdr then names the program, whose real path /proc/self/exe gives). */
 static bool core_folder(char *out, size_t cap) {
   bool is_program = false;

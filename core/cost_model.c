@@ -1,6 +1,7 @@
 #include "core/cost_model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -296,6 +297,17 @@ kvs_status kvs_cost_window_floor_pages(uint64_t max_seq_len, uint64_t max_runnin
   return KVS_OK;
 }
 
+/* The checks every per-page price makes, then the geometry's terms. */
+static kvs_status unit_terms(const char *fn, const kvs_geometry *geometry, uint64_t page,
+                             const void *out, kvs_cost_terms *t, kvs_error *err) {
+  if (geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", fn);
+  }
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  kvs_status status = check_page(page, err);
+  return status != KVS_OK ? status : terms_all(fn, geometry, t, err);
+}
+
 kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_ratio, uint64_t page,
                                    uint64_t *out, kvs_error *err) {
   if (geometry == NULL) {
@@ -338,17 +350,9 @@ kvs_status kvs_cost_cache_per_page(const kvs_geometry *geometry, double swa_rati
 
 kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                   kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   bool overflow = false;
   uint64_t per_page = kvs_mul(page, KVS_INT64_BYTES, &overflow);
   uint64_t csa = kvs_mul(page / KVS_CSA_RATIO, t.widths.kv + t.widths.index, &overflow);
@@ -362,17 +366,9 @@ kvs_status kvs_cost_kv_unit_bytes(const kvs_geometry *geometry, uint64_t page, u
 
 kvs_status kvs_cost_window_unit_bytes(const kvs_geometry *geometry, uint64_t page, uint64_t *out,
                                       kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   bool overflow = false;
   uint64_t per_page = kvs_mul(kvs_mul(t.n_layers, page, &overflow), t.widths.kv, &overflow);
   uint64_t csa = kvs_state_rings_csa_per_request(t.widths.state_rings)
@@ -407,6 +403,15 @@ static bool window_pages(uint64_t num_pages, uint64_t full_token, double swa_rat
   return true;
 }
 
+/* A ratio-4 layer's compress-state rings have 8 rows (kvs_ring_size_for_ratio),
+ * and every ring location is the position modulo 8 (per request slot) or
+ * the window slot's (per window page), which the tables derive from
+ * positions rebased by whole pages: a P that 8 does not divide would put a
+ * position in another ring row than its own. */
+#define CSA_RING_REFUSAL                                                                   \
+  "P=%llu must be a multiple of 8 on a model with ratio-4 layers%s: their compress-state " \
+  "rings have 8 rows, located by the position modulo 8 across whole pages"
+
 kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms *terms,
                                         double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                         kvs_pool_sizes *out, kvs_error *err) {
@@ -428,6 +433,10 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
         "compressed blocks",
         (unsigned long long)page,
         terms->n_hca > 0 && page % KVS_HCA_RATIO != 0 ? KVS_HCA_RATIO : KVS_CSA_RATIO);
+  }
+  if (terms->n_csa > 0 && page % RING_CSA != 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL,
+                         (unsigned long long)page, "");
   }
   bool overflow = false;
   uint64_t full_token = kvs_mul(num_pages, page, &overflow);
@@ -451,17 +460,9 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
 kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geometry,
                                   double swa_ratio, uint64_t page, uint64_t n_win_pages,
                                   kvs_pool_sizes *out, kvs_error *err) {
-  if (geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   kvs_cost_terms t;
-  kvs_status status;
-  if ((status = check_page(page, err)) || (status = terms_all(__func__, geometry, &t, err))) {
-    return status;
-  }
+  kvs_status status = unit_terms(__func__, geometry, page, out, &t, err);
+  if (status != KVS_OK) return status;
   /* Name the first layer whose ratio does not divide P. */
   for (size_t layer = 0; layer < t.n_layers; layer++) {
     uint32_t ratio = geometry->compress_ratios[layer];
@@ -470,6 +471,12 @@ kvs_status kvs_pool_sizes_compute(uint64_t num_pages, const kvs_geometry *geomet
                            "P=%llu must be divisible by ratio %u of layer %zu: each page "
                            "holds P/ratio compressed blocks",
                            (unsigned long long)page, ratio, layer);
+    }
+    if (ratio == KVS_CSA_RATIO && page % RING_CSA != 0) {
+      char where[40];
+      snprintf(where, sizeof where, " (layer %zu)", layer);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL,
+                           (unsigned long long)page, where);
     }
   }
   return kvs_pool_sizes_compute_terms(num_pages, &t, swa_ratio, page, n_win_pages, out, err);

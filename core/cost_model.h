@@ -111,11 +111,11 @@ typedef struct kvs_row_widths {
   bool tail_states;
 } kvs_row_widths;
 
-/* The positions before a ratio-4 block boundary whose ring rows the next
- * block's overlapping compression reads (the ratio), and the ring-width
- * rows their first halves take in a window page's tail state. */
-#define KVS_TAIL_STATE_POSITIONS 4u
-#define KVS_TAIL_STATE_ROWS 2u
+/* KVS_TAIL_STATE_POSITIONS (4: the positions before a ratio-4 block
+ * boundary whose ring rows the next block's overlapping compression
+ * reads, the ratio) and KVS_TAIL_STATE_ROWS (2: the ring-width rows their
+ * first halves take in a window page's tail state) are kvshard.h's: an
+ * engine writes those rows. */
 
 /* Places the rings in w: `rings`, with a request slot per running request
  * and the dummy when some are per request, and tail states where a prefix

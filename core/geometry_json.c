@@ -44,14 +44,19 @@ static kvs_status read_uint(json_t *root, const char *field, uint64_t max, uint6
   return KVS_OK;
 }
 
+/* Every reader's arguments: what to read (called name) and somewhere to
+ * put it. */
+static kvs_status in_and_out(const char *fn, const void *in, const char *name, const void *out,
+                             kvs_error *err) {
+  if (in == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return KVS_OK;
+}
+
 kvs_status kvs_geometry_parse_json(const char *text, size_t len, kvs_geometry *out,
                                    kvs_error *err) {
-  if (text == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = in_and_out(__func__, text, "text", out, err);
+  if (checked != KVS_OK) return checked;
   json_error_t jerr;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (root == NULL) {
@@ -167,12 +172,8 @@ static kvs_status name_the_file(kvs_status status, const char *path, kvs_error *
 }
 
 kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error *err) {
-  if (path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: path is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = in_and_out(__func__, path, "path", out, err);
+  if (checked != KVS_OK) return checked;
   char *text = NULL;
   size_t len = 0;
   kvs_status status = read_config_text(path, &text, &len, err);
@@ -186,12 +187,8 @@ kvs_status kvs_geometry_load_file(const char *path, kvs_geometry *out, kvs_error
 
 kvs_status kvs_model_config_parse_json(const char *text, size_t len, kvs_model_config *out,
                                        kvs_error *err) {
-  if (text == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: text is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = in_and_out(__func__, text, "text", out, err);
+  if (checked != KVS_OK) return checked;
   kvs_model_config *m = calloc(1, sizeof *m);
   if (m == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a model config");
   kvs_status status = kvs_geometry_parse_json(text, len, &m->geometry, err);
@@ -348,12 +345,8 @@ static kvs_status name_the_builtins(kvs_status status, const char *name, kvs_err
 }
 
 kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs_error *err) {
-  if (name_or_path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name_or_path is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = in_and_out(__func__, name_or_path, "name_or_path", out, err);
+  if (checked != KVS_OK) return checked;
   for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {
       return kvs_geometry_builtin(name_or_path, out, err);
@@ -369,12 +362,8 @@ kvs_status kvs_geometry_resolve(const char *name_or_path, kvs_geometry *out, kvs
 
 kvs_status kvs_model_config_resolve(const char *name_or_path, kvs_model_config *out,
                                     kvs_error *err) {
-  if (name_or_path == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: name_or_path is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = in_and_out(__func__, name_or_path, "name_or_path", out, err);
+  if (checked != KVS_OK) return checked;
   for (size_t i = 0; i < N_BUILTINS; i++) {
     if (strcmp(name_or_path, builtins[i].name) == 0) {
       return kvs_model_config_parse_json(builtins[i].json, strlen(builtins[i].json), out, err);

@@ -53,6 +53,8 @@ const char *kvs_status_string(kvs_status status) {
       return "out-of-order step";
     case KVS_ERR_LIBRARY:
       return "library not loadable";
+    case KVS_ERR_PENDING:
+      return "changes pending: step first";
   }
   return "unknown status";
 }
@@ -81,7 +83,8 @@ const char *kvs_status_name(kvs_status status) {
                                       "KVS_ERR_DIVERGENCE",
                                       "KVS_ERR_UNSUPPORTED",
                                       "KVS_ERR_EPOCH",
-                                      "KVS_ERR_LIBRARY"};
+                                      "KVS_ERR_LIBRARY",
+                                      "KVS_ERR_PENDING"};
   unsigned i = (unsigned)status;
   return i < sizeof names / sizeof names[0] ? names[i] : "KVS_ERR_UNKNOWN";
 }

@@ -33,7 +33,7 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .name = "--nodes",
          .kind = KVS_DEPLOY_COUNT,
          .lo = 1,
-         .hi = KVS_MAX_NODES,
+         .hi = KVS_MAX_HOSTS,
          .want = "a node count in [1, 64]",
          .value_at = AT(nodes),
          .help = "  --nodes N               N identical nodes of that topology (1..64)\n"},
@@ -41,7 +41,7 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
         {.id = KVS_DEPLOY_ALLOW_CROSS_NODE_TP,
          .name = "--allow-cross-node-tp",
          .kind = KVS_DEPLOY_SWITCH,
-         .value_at = AT(allow_cross_node_tp),
+         .value_at = AT(allow_cross_host_tp),
          .help = "  --allow-cross-node-tp   let a tensor-parallel group span nodes (refused\n"
                  "                          otherwise)\n"},
     [KVS_DEPLOY_TP] =
@@ -143,8 +143,8 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .value_at = AT(gpu_memory),
          .help =
              "  --gpu-memory BYTES      every GPU's memory, instead of what CUDA measures or the\n"
-             "                          total its driver reports (H200: 143771MiB); decimals\n"
-             "                          take a unit (140.4GiB)\n"},
+             "                          total its driver reports (H200: 143771MiB), never above\n"
+             "                          them; decimals take a unit (140.4GiB)\n"},
     [KVS_DEPLOY_FREE_BEFORE_LOAD] =
         {.id = KVS_DEPLOY_FREE_BEFORE_LOAD,
          .name = "--free-before-load",
@@ -162,7 +162,8 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .zero = "%s needs a size above 0, got '%s' (leave the flag out for no host tier)",
          .value_at = AT(host_cache),
          .help = "  --host-cache BYTES      the prefix cache's host tier: BYTES of each machine's\n"
-                 "                          memory for pages evicted from its GPUs\n"},
+                 "                          memory (at most all of it) for pages evicted from its\n"
+                 "                          GPUs\n"},
 };
 
 void kvs_deploy_flags_init(kvs_deploy_flags *f) {
@@ -353,8 +354,8 @@ kvs_status kvs_deploy_flags_check(const kvs_deploy_flags *f, kvs_deploy_set set,
       f->given[KVS_DEPLOY_BUDGET] + f->given[KVS_DEPLOY_BUDGET_PER_GPU] + own_budget_given;
   if (explicit_budgets > 1) return give_one(budgets, n_budgets, NULL, err);
   kvs_status status = check_weights(f, set, err);
-  if (status != KVS_OK || explicit_budgets == 0) return status;
-  for (size_t i = 0; i < sizeof kMeasured / sizeof kMeasured[0]; i++) {
+  if (status != KVS_OK) return status;
+  for (size_t i = 0; explicit_budgets > 0 && i < sizeof kMeasured / sizeof kMeasured[0]; i++) {
     if (!f->given[kMeasured[i]]) continue;
     char list[128];
     join(budgets, n_budgets, list, sizeof list);
@@ -362,7 +363,49 @@ kvs_status kvs_deploy_flags_check(const kvs_deploy_flags *f, kvs_deploy_set set,
                          "%s applies to measured memory; %s give the bytes themselves",
                          f->said[kMeasured[i]], list);
   }
-  return KVS_OK;
+  /* The memory flags against each other, before any machine is loaded. */
+  return kvs_deploy_flags_check_gpus(f, set, NULL, 0, err);
+}
+
+void kvs_deploy_memory_inputs(const kvs_deploy_flags *f, kvs_deploy_set set,
+                              kvs_memory_input out[KVS_MEMORY_INPUT_COUNT]) {
+  /* Each input and the flags that give it, a one-value flag first: at
+   * most one of each pair is given (kvs_deploy_flags_check). */
+  static const struct {
+    kvs_memory_input_id input;
+    kvs_deploy_id one, list;
+  } kFrom[] = {
+      {KVS_MEMORY_GPU_MEMORY, KVS_DEPLOY_GPU_MEMORY, KVS_DEPLOY_FLAG_COUNT},
+      {KVS_MEMORY_FREE_BEFORE_LOAD, KVS_DEPLOY_FREE_BEFORE_LOAD, KVS_DEPLOY_FLAG_COUNT},
+      {KVS_MEMORY_BUDGET, KVS_DEPLOY_BUDGET, KVS_DEPLOY_BUDGET_PER_GPU},
+      {KVS_MEMORY_RESERVE, KVS_DEPLOY_RESERVE, KVS_DEPLOY_FLAG_COUNT},
+      {KVS_MEMORY_WEIGHTS, KVS_DEPLOY_WEIGHTS, KVS_DEPLOY_WEIGHTS_PER_GPU},
+  };
+  memset(out, 0, KVS_MEMORY_INPUT_COUNT * sizeof *out);
+  for (size_t i = 0; i < sizeof kFrom / sizeof kFrom[0]; i++) {
+    kvs_memory_input *in = &out[kFrom[i].input];
+    kvs_deploy_id one = kFrom[i].one, list = kFrom[i].list;
+    if ((set & KVS_DEPLOY_BIT(one)) && f->given[one]) {
+      in->name = f->said[one];
+      in->bytes = *(const uint64_t *)((const char *)f + kvs_deploy_flags_table[one].value_at);
+    } else if (list != KVS_DEPLOY_FLAG_COUNT && (set & KVS_DEPLOY_BIT(list)) && f->given[list]) {
+      const kvs_deploy_flag *t = &kvs_deploy_flags_table[list];
+      in->name = f->said[list];
+      in->per_gpu = (const uint64_t *)((const char *)f + t->value_at);
+      in->n_per_gpu = *(const size_t *)((const char *)f + t->count_at);
+    }
+  }
+}
+
+kvs_status kvs_deploy_flags_check_gpus(const kvs_deploy_flags *f, kvs_deploy_set set,
+                                       const kvs_gpu_info *gpus, size_t n_gpus, kvs_error *err) {
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT];
+  kvs_deploy_memory_inputs(f, set, in);
+  kvs_error inner;
+  kvs_error_clear(&inner);
+  if (kvs_memory_inputs_check(in, gpus, n_gpus, &inner) == KVS_OK) return KVS_OK;
+  /* Bad usage, as every other combination of flags refused here. */
+  return kvs_error_set(err, KVS_ERR_PARSE, "%s", inner.message);
 }
 
 void kvs_deploy_flags_help(FILE *out, kvs_deploy_set set) {

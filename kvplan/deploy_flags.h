@@ -22,6 +22,8 @@
 #include <stdio.h>
 
 #include "core/status.h"
+#include "plan/memory_inputs.h"
+#include "topology/gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,7 +102,7 @@ typedef struct kvs_deploy_flags {
   const char *text[KVS_DEPLOY_FLAG_COUNT]; /* its value as written */
   const char *topology;
   uint64_t nodes, tp, pp;
-  bool allow_cross_node_tp;
+  bool allow_cross_host_tp;
   uint64_t budget;
   uint64_t budgets[KVS_KVPLAN_MAX_GPUS];
   size_t n_budgets;
@@ -145,9 +147,25 @@ kvs_status kvs_deploy_size_parse(const kvs_deploy_flag *flag, const char *said, 
  * whether it was given); --expert-weights without --shared-weights or the
  * reverse; two kinds of weights of those in `set`; a flag that applies to
  * measured memory (the share, the reserve, weights, --gpu-memory,
- * --free-before-load) beside an explicit budget. KVS_ERR_PARSE. */
+ * --free-before-load) beside an explicit budget; memory flags that cannot
+ * be true together (kvs_deploy_flags_check_gpus with no GPUs). KVS_ERR_PARSE. */
 kvs_status kvs_deploy_flags_check(const kvs_deploy_flags *flags, kvs_deploy_set set,
                                   const char *own_budget, bool own_budget_given, kvs_error *err);
+
+/* The memory flags of `set` given in *flags (--gpu-memory,
+ * --free-before-load, --budget or --budget-per-gpu, --reserve, --weights
+ * or --weights-per-gpu) as memory_inputs.h's inputs, each named as it was
+ * said; the rest not given. For a tool that adds its own (kvsim's
+ * --budget-mib) before kvs_memory_inputs_check. */
+void kvs_deploy_memory_inputs(const kvs_deploy_flags *flags, kvs_deploy_set set,
+                              kvs_memory_input out[KVS_MEMORY_INPUT_COUNT]);
+
+/* Memory flags that cannot be true (plan/memory_inputs.h): one above
+ * another that holds it (kvs_deploy_flags_check asks this with no GPUs)
+ * or, with gpus[0..n_gpus) loaded, above a GPU's own memory. KVS_ERR_PARSE
+ * naming both sides, in the sentence the node uses. */
+kvs_status kvs_deploy_flags_check_gpus(const kvs_deploy_flags *flags, kvs_deploy_set set,
+                                       const kvs_gpu_info *gpus, size_t n_gpus, kvs_error *err);
 
 /* The help lines of the flags in `set`, in table order. */
 void kvs_deploy_flags_help(FILE *out, kvs_deploy_set set);

@@ -95,15 +95,15 @@ static kvs_plan_request request_of(const fit_cluster *c, const fit_row *row, boo
  * plan; heaviest (may be NULL) gets its heaviest rank's weights. */
 static bool holds_plan(fit_cluster *c, const fit_row *row, bool weights, uint64_t *heaviest) {
   kvs_plan_request request = request_of(c, row, weights);
-  kvs_node_plan_t plan = NULL;
+  kvs_deployment_t plan = NULL;
   bool ok =
-      kvs_node_plan_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) == KVS_OK &&
-      kvs_node_plan_split(plan)->num_pages >= row->pages;
-  for (size_t r = 0; ok && heaviest != NULL && r < kvs_node_plan_rank_count(plan); r++) {
-    uint64_t w = kvs_node_plan_rank(plan, r)->weight_bytes;
+      kvs_deployment_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) == KVS_OK &&
+      kvs_deployment_split(plan)->num_pages >= row->pages;
+  for (size_t r = 0; ok && heaviest != NULL && r < kvs_deployment_rank_count(plan); r++) {
+    uint64_t w = kvs_deployment_rank(plan, r)->weight_bytes;
     if (r == 0 || w > *heaviest) *heaviest = w;
   }
-  kvs_node_plan_destroy(plan);
+  kvs_deployment_destroy(plan);
   return ok;
 }
 
@@ -111,7 +111,7 @@ static bool holds_plan(fit_cluster *c, const fit_row *row, bool weights, uint64_
 static bool holds_stages(fit_cluster *c, const fit_row *row, bool weights) {
   kvs_plan_request request = request_of(c, row, weights);
   bool ok = false;
-  return kvs_node_plan_holds(&request, c->stage_budgets, row->pages, &ok, NULL) == KVS_OK && ok;
+  return kvs_deployment_holds(&request, c->stage_budgets, row->pages, &ok, NULL) == KVS_OK && ok;
 }
 
 /* Budgets at share f by the one rule, f not held to 1: floor(memory x f)
@@ -260,28 +260,28 @@ void fit_kvshard_buffers(fit_cluster *c, fit_row *row) {
       row->max_requests > 0 || row->min_fraction < c->fraction ? c->fraction : row->min_fraction;
   if (!set_fraction(c, f)) return;
   kvs_plan_request request = request_of(c, row, true);
-  kvs_node_plan_t plan = NULL;
-  if (kvs_node_plan_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) != KVS_OK) {
+  kvs_deployment_t plan = NULL;
+  if (kvs_deployment_make(&request, c->gpus, c->n_gpus, c->budgets, &plan, NULL, NULL) != KVS_OK) {
     return;
   }
   kvs_node_deployment d =
       kvs_node_deployment_planned(plan, c->n_gpus, row->requests, c->options->radix, c->context);
   size_t most = 0;
   if (!g_exhaustive &&
-      kvs_node_plan_overhead_most(plan, c->gpus, &d, &most, &row->buffers, NULL) == KVS_OK) {
+      kvs_deployment_overhead_most(plan, c->gpus, &d, &most, &row->buffers, NULL) == KVS_OK) {
     row->buffers_priced = true;
-    kvs_node_plan_destroy(plan);
+    kvs_deployment_destroy(plan);
     return;
   }
   /* Rank by rank (the reference; or where some rank cannot be priced:
    * the others answer). */
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
+  for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
     kvs_node_overhead o;
-    if (kvs_node_plan_overhead(plan, c->gpus, r, &d, &o, NULL) != KVS_OK) continue;
+    if (kvs_deployment_overhead(plan, c->gpus, r, &d, &o, NULL) != KVS_OK) continue;
     if (!row->buffers_priced || o.total_bytes > row->buffers.total_bytes) row->buffers = o;
     row->buffers_priced = true;
   }
-  kvs_node_plan_destroy(plan);
+  kvs_deployment_destroy(plan);
 }
 
 /* ---- SGLang's sizing ---- */

@@ -19,7 +19,7 @@
 #include "core/model_weights.h"
 #include "plan/memory_budget.h"
 #include "plan/node_overhead.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "plan/parallel.h"
 #include "plan/rank_layout.h"
 #include "plan/stage_split.h"
@@ -57,7 +57,7 @@ typedef struct fit_cluster {
    * (scratch, n_gpus), and per stage s the GPUs whose memory terms
    * (memory, reserve) differ, stage_gpus[stage_first[s] .. stage_first[s +
    * 1]) (scratch, n_gpus), so that a probe prices the stages' tightest
-   * budgets alone (kvs_node_plan_holds) instead of a whole plan. */
+   * budgets alone (kvs_deployment_holds) instead of a whole plan. */
   kvs_rank_slot *slots;
   size_t *stage_gpus;
   size_t stage_first[KVS_MAX_STAGES + 1];
@@ -89,6 +89,7 @@ typedef struct fit_row {
   uint64_t sglang_full;         /* its full pool at sglang_fraction */
   uint64_t sglang_max_running;  /* --max-running-requests the answer needs */
   uint64_t sglang_max_requests; /* --max-concurrency: per DP group */
+  kvs_engine_hosts hosts;       /* where its servers run, for the launch */
   /* kvshard's answer's node buffers beside its carve (the rank that needs
    * the most), at the plan of that answer (fit_kvshard_buffers); priced
    * when buffers_priced. */
@@ -101,9 +102,9 @@ typedef struct fit_row {
  * for the probes. Returns 0, or 2 after a message. */
 int fit_size_row(fit_cluster *c, fit_row *row);
 
-/* The searches answer every probe as kvs_node_plan_make's whole plan would
+/* The searches answer every probe as kvs_deployment_make's whole plan would
  * (a plan holds the demand at these budgets), but price only the stages'
- * tightest budgets (kvs_node_plan_holds) where no rank's figures are
+ * tightest budgets (kvs_deployment_holds) where no rank's figures are
  * read. With exhaustive set, every probe makes the whole plan instead, as
  * before: the reference //tests/kvplan:fit_search_test holds the fast
  * searches to, answer for answer. The setting is this thread's (kvplan

@@ -240,6 +240,15 @@ int fit_open_cluster(const fit_args *a, size_t nodes, FILE *notes, kvs_cluster_t
     *topo = NULL;
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
+  /* Memory flags above what these GPUs have cannot be true: refused as
+   * bad usage, in the sentence plan, kvsim and the node use. */
+  if (kvs_deploy_flags_check_gpus(&a->deploy, FIT_DEPLOY_FLAGS, kvs_cluster_gpus(*topo),
+                                  kvs_cluster_gpu_count(*topo), &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan fit: %s\n", err.message);
+    kvs_cluster_destroy(*topo);
+    *topo = NULL;
+    return 2;
+  }
   if (notes != NULL && why[0] != '\0') fprintf(notes, "kvplan: %s\n", why);
   return 0;
 }

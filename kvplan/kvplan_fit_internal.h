@@ -40,7 +40,7 @@ typedef struct fit_run {
   bool split;                 /* experts told apart: dp x ep layouts are tried */
   fit_row *rows;
   size_t n_rows;
-  size_t nodes_needed; /* a grown cluster that serves the demand; 0: none */
+  size_t hosts_needed; /* a grown cluster that serves the demand; 0: none */
 } fit_run;
 
 /* Allocation and release of a run's scratch (after r->topo is open). */

@@ -64,6 +64,8 @@ static int search_layout(fit_run *r, fit_cluster *c, const kvs_parallel *l, fit_
   row->requests = a->max_concurrency ? 1 : (a->concurrency + row->groups - 1) / row->groups;
   int rc = fit_size_row(c, row);
   if (rc != 0) return rc;
+  /* fit_size_row laid the ranks out in c->slots: where the servers run. */
+  row->hosts = kvs_engine_hosts_of(l, c->slots, c->gpus, c->n_gpus, c->nodes);
   if (a->max_concurrency) {
     fit_kvshard_capacity(c, row);
     if (!a->options.engine_sglang) fit_kvshard_buffers(c, row);
@@ -94,7 +96,7 @@ static int cluster_of(fit_run *r, kvs_cluster_t cluster, kvs_memory_budget *memo
       .options = &a->options,
       .gpus = gpus,
       .n_gpus = n,
-      .nodes = kvs_cluster_node_count(cluster),
+      .nodes = kvs_cluster_host_count(cluster),
       .memory = memory,
       .budgets = r->budgets,
       .weights = r->weights,
@@ -183,7 +185,7 @@ int fit_evaluate_all(fit_run *r) {
   bool fits_one = false;
   for (size_t i = 0; i < r->n_rows; i++) fits_one |= row_fits(r, &r->rows[i]);
   bool grow =
-      !fits_one && !r->a->deploy.given[KVS_DEPLOY_NODES] && kvs_cluster_node_count(r->topo) == 1;
+      !fits_one && !r->a->deploy.given[KVS_DEPLOY_NODES] && kvs_cluster_host_count(r->topo) == 1;
   for (size_t nodes = 2; grow && nodes <= 4; nodes *= 2) {
     kvs_cluster_t more = NULL;
     if ((rc = fit_open_cluster(r->a, nodes, NULL, &more)) != 0) return rc;
@@ -192,8 +194,8 @@ int fit_evaluate_all(fit_run *r) {
     kvs_cluster_destroy(more);
     if (rc == 0) rc = check_buffers(r, r->grown);
     if (rc != 0) return rc;
-    for (size_t i = before; i < r->n_rows && r->nodes_needed == 0; i++) {
-      if (row_fits(r, &r->rows[i])) r->nodes_needed = nodes;
+    for (size_t i = before; i < r->n_rows && r->hosts_needed == 0; i++) {
+      if (row_fits(r, &r->rows[i])) r->hosts_needed = nodes;
     }
   }
   return 0;

@@ -4,6 +4,7 @@
  * --nodes) serves it. */
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,19 +52,31 @@ static int compare_rows(const void *pa, const void *pb) {
 /* SGLang's launch for a row that it serves. */
 static json_t *row_launch(const fit_args *a, const fit_row *r) {
   kvs_sglang_options options = kvs_engine_options(&a->options, r->layout.dp, r->sglang_max_running);
-  json_t *launch = json_object();
-  json_object_set_new(launch, "engine", json_string("sglang"));
-  json_object_set_new(launch, "args",
-                      kvs_engine_launch_args(&r->layout, &options, r->sglang_fraction,
-                                             r->sglang_full, r->sglang_max_running, a->context));
-  return launch;
+  return kvs_engine_launch_json(
+      kvs_engine_launch_args(&r->layout, &options, r->sglang_fraction, r->sglang_full,
+                             r->sglang_max_running, a->context),
+      &r->hosts);
+}
+
+/* The --mem-fraction-static the launch line gives (3 decimals), as a
+ * number: the JSON carries the value the launch uses, never a finer one
+ * (a given --mem-fraction 0.8855 launches as 0.886). */
+static double launch_fraction(double fraction) {
+  char text[32];
+  snprintf(text, sizeof text, "%.3f", fraction);
+  return strtod(text, NULL);
 }
 
 static void row_engine_json(const fit_args *a, const fit_row *r, json_t *o) {
   bool found = r->sglang_found;
-  const char *fraction_key = a->max_concurrency ? "sglang_mem_fraction" : "mem_fraction_static";
-  json_object_set_new(o, fraction_key,
-                      found || a->max_concurrency ? json_real(r->sglang_fraction) : json_null());
+  /* mem_fraction_static: what the launch sets, in both modes (null where
+   * SGLang serves nothing and there is no launch); --max-concurrency also
+   * keeps sglang_mem_fraction, the fraction it counted at. */
+  json_object_set_new(o, "mem_fraction_static",
+                      found ? json_real(launch_fraction(r->sglang_fraction)) : json_null());
+  if (a->max_concurrency) {
+    json_object_set_new(o, "sglang_mem_fraction", json_real(r->sglang_fraction));
+  }
   json_object_set_new(o, "sglang_default_mem_fraction", json_real(r->sglang_default));
   json_object_set_new(o, "sglang_fits", json_boolean(r->sglang_fits));
   json_object_set_new(o, "sglang_why", found ? json_null() : json_string(r->sglang_why));
@@ -84,6 +97,10 @@ static json_t *row_json(const fit_args *a, const fit_row *r) {
   for (size_t i = 0; i < 7; i++) json_object_set_new(o, names[i], kvs_json_u64(counts[i]));
   json_object_set_new(o, "requests_per_group", kvs_json_u64(r->requests));
   json_object_set_new(o, "requests_per_replica", kvs_json_u64(r->requests * r->layout.dp));
+  /* What the layout was sized for, under plan's keys (plan_json.h): its
+   * requests all running, of --context tokens each. */
+  json_object_set_new(o, "running_per_group", kvs_json_u64(r->requests));
+  json_object_set_new(o, "max_seq_len", kvs_json_u64(a->context));
   json_object_set_new(o, "pages_needed", kvs_json_u64(r->pages));
   json_object_set_new(o, "floor_win_pages", kvs_json_u64(r->floor_pages));
   if (a->max_concurrency) {
@@ -125,7 +142,7 @@ static void print_json(const fit_run *r, bool any) {
   json_object_set_new(root, "engine", engine_of(a) ? json_string("sglang") : json_null());
   json_object_set_new(root, "fits", json_boolean(any));
   json_object_set_new(root, "nodes_needed",
-                      r->nodes_needed > 0 ? kvs_json_u64(r->nodes_needed) : json_null());
+                      r->hosts_needed > 0 ? kvs_json_u64(r->hosts_needed) : json_null());
   json_t *layouts = json_array();
   for (size_t i = 0; i < r->n_rows; i++) json_array_append_new(layouts, row_json(a, &r->rows[i]));
   json_object_set_new(root, "layouts", layouts);
@@ -203,6 +220,13 @@ static void fit_print_table(const fit_run *r) {
             "demand      %llu concurrent requests of %llu tokens, shared by every DP group\n",
             (unsigned long long)a->concurrency, (unsigned long long)a->context);
   }
+  /* The one rule plan sizes by too, with fit's inputs (plan's default
+   * --max-running of 64 prices 64 ring slots and holds fewer tokens). */
+  fprintf(kvs_tool_out(),
+          "sizing      each layout for the requests a DP group holds, all running: a state-ring "
+          "slot each and their window floor, as kvplan plan --max-running N --max-seq-len %llu "
+          "sizes N of them\n",
+          (unsigned long long)a->context);
   fprintf(kvs_tool_out(),
           "memory      kvshard's rule at mem-fraction %.4f, a %s reserve, weights %s%s\n\n",
           a->deploy.mem_fraction,
@@ -230,7 +254,7 @@ static void fit_print_table(const fit_run *r) {
  * on the last line, with the nodes it would take. */
 static int fit_headline(const fit_run *r, bool any) {
   const fit_args *a = r->a;
-  size_t planned = kvs_cluster_node_count(r->topo);
+  size_t planned = kvs_cluster_host_count(r->topo);
   const char *nodes = planned > 1 ? "these nodes" : "this node";
   if (any) {
     if (!a->json)
@@ -241,12 +265,12 @@ static int fit_headline(const fit_run *r, bool any) {
   if (a->max_concurrency) {
     fprintf(kvs_tool_err(), "kvplan fit: no layout of %s holds one request of %llu tokens\n", nodes,
             (unsigned long long)a->context);
-  } else if (r->nodes_needed > 0) {
+  } else if (r->hosts_needed > 0) {
     fprintf(kvs_tool_err(),
             "kvplan fit: no layout of one node serves %llu requests of %llu tokens; %zu nodes "
             "do (give --nodes %zu)\n",
-            (unsigned long long)a->concurrency, (unsigned long long)a->context, r->nodes_needed,
-            r->nodes_needed);
+            (unsigned long long)a->concurrency, (unsigned long long)a->context, r->hosts_needed,
+            r->hosts_needed);
   } else {
     fprintf(kvs_tool_err(),
             "kvplan fit: no layout of %s serves the demand (%llu requests of %llu tokens)%s\n",
@@ -262,7 +286,7 @@ int fit_report(fit_run *r) {
   qsort(r->rows, r->n_rows, sizeof *r->rows, compare_rows);
   /* The headline is one node's answer (or --nodes'): grown clusters only
    * say how many it would take. */
-  size_t planned = kvs_cluster_node_count(r->topo);
+  size_t planned = kvs_cluster_host_count(r->topo);
   bool any = false;
   for (size_t i = 0; i < r->n_rows; i++) {
     any |= r->rows[i].nodes == planned && row_fits(a, &r->rows[i]);

@@ -1,4 +1,4 @@
-/* kvplan plan: the per-rank KV plan of a serving node, the README's main
+/* kvplan plan: the per-rank KV plan of a deployment, docs/operators.md's main
  * job and what `kvplan` runs with no arguments.
  *
  * The plan is made through the node's own setup steps (plan/node_setup.h):
@@ -30,7 +30,7 @@
 #include "kvplan/plan_svg.h"
 #include "kvplan/plan_weights.h"
 #include "kvplan/sglang_report.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "plan/parallel.h"
 #include "shard/plan_overhead.h"
 #include "topology/source.h"
@@ -60,7 +60,10 @@ static void usage(FILE *out) {
           "  --ep N                  routed experts sharded over N GPUs, dividing tp x dp\n"
           "                          (default 1); needs the weights split by kind\n"
           "  --launch                with --engine sglang: the SGLang flags that reproduce\n"
-          "                          the plan (JSON: launch)\n"
+          "                          the plan (JSON: launch); over several hosts, one line\n"
+          "                          per host with --nnodes, --node-rank and --dist-init-addr\n"
+          "                          HOSTk:PORT (host k's address and a free port, for you\n"
+          "                          to fill in; k is the server's first host)\n"
           "  --prefix-cache          with a prefix cache: the retained window tails the\n"
           "                          window holds past the running requests' working set;\n"
           "                          --host-cache implies it (its slots, slot bytes, tokens)\n"
@@ -178,24 +181,24 @@ static const char *numa_text(int numa, char *buf, size_t len) {
   return buf;
 }
 
-static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                        const kvs_memory_budget *terms, size_t n_nodes) {
-  const kvs_split *split = kvs_node_plan_split(plan);
+static void print_table(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                        const kvs_memory_budget *terms, size_t n_hosts) {
+  const kvs_split *split = kvs_deployment_split(plan);
   static const char *const heads[] = {"window",    "compressed", "indexer", "state",
                                       "idx_state", "mapping",    "scratch", "ctl+pad",
                                       "pool",      "weights",    "budget",  "headroom"};
-  if (n_nodes > 1) fprintf(kvs_tool_out(), "%4s ", "node");
+  if (n_hosts > 1) fprintf(kvs_tool_out(), "%4s ", "node");
   fprintf(kvs_tool_out(), "%4s %3s %3s %4s %-12s %4s %-7s", "rank", "tp", "pp", "gpu", "pci_busid",
           "numa", "layers");
   for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
     fprintf(kvs_tool_out(), " %10s", heads[i]);
   fprintf(kvs_tool_out(), "\n");
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+  for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
     const kvs_gpu_info *gpu = &gpus[rp->gpu];
     char layers[32], numa[16], buf[32];
     snprintf(layers, sizeof layers, "%zu-%zu", rp->first, rp->end - 1);
-    if (n_nodes > 1) fprintf(kvs_tool_out(), "%4zu ", gpu->node);
+    if (n_hosts > 1) fprintf(kvs_tool_out(), "%4zu ", gpu->host);
     fprintf(kvs_tool_out(), "%4zu %3zu %3zu %4zu %-12s %4s %-7s", rp->rank, rp->tp_rank,
             rp->pp_stage, gpu->index, gpu->pci_busid, numa_text(gpu->numa_node, numa, sizeof numa),
             layers);
@@ -209,9 +212,9 @@ static void print_table(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
       fprintf(kvs_tool_out(), " %10s", kvs_format_bytes(cells[i], buf, sizeof buf));
     }
-    fprintf(kvs_tool_out(), "%s\n", r == kvs_node_plan_limiting_rank(plan) ? "  <- limit" : "");
+    fprintf(kvs_tool_out(), "%s\n", r == kvs_deployment_limiting_rank(plan) ? "  <- limit" : "");
   }
-  const kvs_rank_plan *lim = kvs_node_plan_rank(plan, kvs_node_plan_limiting_rank(plan));
+  const kvs_rank_plan *lim = kvs_deployment_rank(plan, kvs_deployment_limiting_rank(plan));
   const kvs_gpu_info *gpu = &gpus[lim->gpu];
   char numa[16], buf[32];
   fprintf(kvs_tool_out(),
@@ -241,6 +244,13 @@ static int load_topology(const plan_args *a, kvs_cluster_t *out, char *note, siz
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return err.status == KVS_ERR_INVALID_ARGUMENT ? 2 : 1;
   }
+  /* Memory flags above what these GPUs have cannot be true: refused as
+   * bad usage, in the sentence fit, kvsim and the node use. */
+  if (kvs_deploy_flags_check_gpus(&a->deploy, PLAN_DEPLOY_FLAGS, kvs_cluster_gpus(*out),
+                                  kvs_cluster_gpu_count(*out), &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+    return 2;
+  }
   if (why[0] != '\0') snprintf(note, note_len, "kvplan: %s", why);
   return 0;
 }
@@ -264,7 +274,7 @@ static void describe_nominal(const plan_args *a, kvs_cluster_t topo, const kvs_m
              "kvplan: no GPU memory measured (%s); budgets assume each GPU's memory as its "
              "driver reports it, %s (%llu MiB) per GPU (give --gpu-memory, --budget or "
              "--budget-per-gpu)",
-             kvs_topology_cuda_note(kvs_cluster_node(topo, 0)), memory,
+             kvs_topology_cuda_note(kvs_cluster_host(topo, 0)), memory,
              (unsigned long long)(terms[0].memory_bytes >> 20));
   }
 }
@@ -453,11 +463,11 @@ static void pick_layout(const plan_args *a, kvs_cluster_t cluster, kvs_parallel 
   l->pp = a->deploy.given[KVS_DEPLOY_PP] ? (size_t)a->deploy.pp : 0;
   size_t share = l->dp <= n && n % l->dp == 0 ? n / l->dp : n; /* GPUs of the groups' tp x pp */
   if (!a->deploy.given[KVS_DEPLOY_TP] && !a->deploy.given[KVS_DEPLOY_PP]) {
-    size_t per_node = 0;
-    for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
-      per_node = gcd(per_node, kvs_topology_gpu_count(kvs_cluster_node(cluster, k)));
+    size_t per_host = 0;
+    for (size_t k = 0; k < kvs_cluster_host_count(cluster); k++) {
+      per_host = gcd(per_host, kvs_topology_gpu_count(kvs_cluster_host(cluster, k)));
     }
-    l->tp = per_node > 0 ? per_node : n;
+    l->tp = per_host > 0 ? per_host : n;
     if (l->tp % l->dp == 0) l->tp /= l->dp;
     l->pp = share / (l->tp > 0 && share % l->tp == 0 ? l->tp : share);
   } else if (!a->deploy.given[KVS_DEPLOY_PP]) {
@@ -556,14 +566,14 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   return 0;
 }
 
-/* First, so nobody reads a KV budget as if the weights were loaded. */
+/* First, so nobody reads a KV budget as if the weights were loaded. Said
+ * exactly when the plan's weights_source will be "none": by the same
+ * tests load_weights makes (measured, then layer_source's split, total or
+ * folder), so the note and the JSON never disagree. */
 static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
-  bool explicit_budget = a->deploy.given[KVS_DEPLOY_BUDGET] || a->deploy.n_budgets > 0;
-  bool weights_given = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0 ||
-                       a->deploy.given[KVS_DEPLOY_WEIGHTS_TOTAL] ||
-                       a->deploy.given[KVS_DEPLOY_EXPERT_WEIGHTS];
-  if (explicit_budget || weights_given || (p->m->have_config && p->m->config.is_folder)) return;
+  bool measured = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0;
+  if (explicit_budget(a) || measured || layer_source(a, p->m) != NULL) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
           "take the whole memory share; give --weights BYTES per GPU as the engine measured "
@@ -604,7 +614,7 @@ static int budget_gpus(plan_run *p) {
   const plan_args *a = p->a;
   p->n = kvs_cluster_gpu_count(p->topo);
   p->gpus = kvs_cluster_gpus(p->topo);
-  p->n_nodes = kvs_cluster_node_count(p->topo);
+  p->n_hosts = kvs_cluster_host_count(p->topo);
   p->budgets = calloc(p->n, sizeof *p->budgets);
   p->terms = calloc(p->n, sizeof *p->terms);
   if (p->budgets == NULL || p->terms == NULL) {
@@ -643,11 +653,11 @@ static int make_plan(plan_run *p) {
                               /* Under SGLang's rule every GPU gets the same
                                * rest, the weights already off it. */
                               .layer_weight_bytes = p->engine_rule ? NULL : p->weights.layer,
-                              .allow_cross_node_tp = a->deploy.allow_cross_node_tp};
+                              .allow_cross_host_tp = a->deploy.allow_cross_host_tp};
   kvs_plan_shortfall shortfall;
   kvs_error err;
   kvs_status status =
-      kvs_node_plan_make(&request, p->gpus, p->n, p->budgets, &p->plan, &shortfall, &err);
+      kvs_deployment_make(&request, p->gpus, p->n, p->budgets, &p->plan, &shortfall, &err);
   if (status == KVS_ERR_BUDGET_TOO_SMALL && p->engine_rule &&
       shortfall.needed_bytes <= KVS_MAX_BYTE_COUNT && a->svg == NULL) {
     /* SGLang's answer does not depend on kvshard's pool fitting beside it. */
@@ -673,7 +683,7 @@ static int make_plan(plan_run *p) {
  * (its graphs and activations live in P x (1 - f)): no check. */
 static int price_buffers(plan_run *p) {
   const plan_args *a = p->a;
-  size_t n = kvs_node_plan_rank_count(p->plan);
+  size_t n = kvs_deployment_rank_count(p->plan);
   p->overheads = calloc(n, sizeof *p->overheads);
   if (p->overheads == NULL) {
     fprintf(kvs_tool_err(), "kvplan plan: out of memory\n");
@@ -682,7 +692,7 @@ static int price_buffers(plan_run *p) {
   kvs_node_deployment d = kvs_node_deployment_planned(p->plan, p->n, a->options.max_running,
                                                       a->options.radix, a->options.max_seq_len);
   kvs_error err;
-  if (kvs_node_plan_overheads(p->plan, p->gpus, &d, p->overheads, &err) != KVS_OK) {
+  if (kvs_deployment_overheads(p->plan, p->gpus, &d, p->overheads, &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -690,16 +700,16 @@ static int price_buffers(plan_run *p) {
   /* The rank that needs the most of its reserve, if any needs more. */
   size_t worst = n;
   for (size_t r = 0; r < n; r++) {
-    const kvs_memory_budget *b = &p->terms[kvs_node_plan_rank(p->plan, r)->gpu];
+    const kvs_memory_budget *b = &p->terms[kvs_deployment_rank(p->plan, r)->gpu];
     if (b->source != KVS_BUDGET_EXPLICIT && p->overheads[r] > b->reserve_bytes &&
         (worst == n || p->overheads[r] > p->overheads[worst])) {
       worst = r;
     }
   }
   if (worst == n) return 0;
-  const kvs_rank_plan *rp = kvs_node_plan_rank(p->plan, worst);
+  const kvs_rank_plan *rp = kvs_deployment_rank(p->plan, worst);
   kvs_node_overhead o;
-  if (kvs_node_plan_overhead(p->plan, p->gpus, worst, &d, &o, &err) != KVS_OK ||
+  if (kvs_deployment_overhead(p->plan, p->gpus, worst, &d, &o, &err) != KVS_OK ||
       kvs_node_overhead_check(&p->terms[rp->gpu], &o, "--reserve", &err) == KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
@@ -721,31 +731,31 @@ static int price_buffers(plan_run *p) {
 
 /* --svg: the memory map, titled with the layout and what it buys. */
 static int write_svg(const plan_run *p) {
-  const kvs_split *split = kvs_node_plan_split(p->plan);
+  const kvs_split *split = kvs_deployment_split(p->plan);
   char title[512], subtitle[512];
   snprintf(title, sizeof title, "%s · tp %zu x pp %zu x dp %zu%s · %zu GPUs · %s", p->m->name,
            p->layout.tp, p->layout.pp, p->layout.dp,
-           kvs_node_plan_replicas(p->plan) > p->layout.dp ? " (replicated)" : "", p->n,
+           kvs_deployment_replicas(p->plan) > p->layout.dp ? " (replicated)" : "", p->n,
            kvs_cluster_label(p->topo));
   snprintf(subtitle, sizeof subtitle,
            "%llu pages x %llu = %llu tokens of history on every rank · window %llu pages · "
            "budget %s · limited by rank %zu",
            (unsigned long long)split->num_pages, (unsigned long long)split->stages[0].sizes.page,
            (unsigned long long)split->full_token, (unsigned long long)split->n_win_pages,
-           p->budget_what, kvs_node_plan_limiting_rank(p->plan));
-  const char *svg_labels[KVS_MAX_NODES];
-  for (size_t k = 0; k < p->n_nodes; k++) svg_labels[k] = kvs_cluster_node_label(p->topo, k);
+           p->budget_what, kvs_deployment_limiting_rank(p->plan));
+  const char *svg_labels[KVS_MAX_HOSTS];
+  for (size_t k = 0; k < p->n_hosts; k++) svg_labels[k] = kvs_cluster_host_label(p->topo, k);
   kvs_plan_svg svg = {.title = title,
                       .subtitle = subtitle,
                       .plan = p->plan,
                       .gpus = p->gpus,
                       .n_gpus = p->n,
                       .terms = p->terms,
-                      .node_labels = svg_labels,
-                      .n_nodes = p->n_nodes};
+                      .host_labels = svg_labels,
+                      .n_hosts = p->n_hosts};
   kvs_error err;
   if (kvs_plan_svg_write(p->a->svg, &svg, &err) != KVS_OK) {
-    /* Output that cannot be written: exit 1, as the README says. */
+    /* Output that cannot be written: exit 1, as docs/flags.md says. */
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -797,16 +807,18 @@ static json_t *unplanned_json(const plan_run *p, const kvs_plan_json_context *co
 /* --json: the plan object (plan_json.h), with weights and SGLang's pools. */
 static void print_plan_json(plan_run *p) {
   const plan_args *a = p->a;
-  const char *labels[KVS_MAX_NODES];
-  for (size_t k = 0; k < p->n_nodes; k++) labels[k] = kvs_cluster_node_label(p->topo, k);
+  const char *labels[KVS_MAX_HOSTS];
+  for (size_t k = 0; k < p->n_hosts; k++) labels[k] = kvs_cluster_host_label(p->topo, k);
   const kvs_plan_json_context context = {kvs_kv_dtype_name(a->options.kv_dtype),
                                          a->options.mtp,
                                          p->weights.source,
                                          labels,
-                                         p->n_nodes,
+                                         p->n_hosts,
                                          p->layout.dp,
                                          p->layout.ep,
-                                         p->overheads};
+                                         p->overheads,
+                                         a->options.max_running,
+                                         a->options.max_seq_len};
   json_t *root = p->plan != NULL ? kvs_plan_json(p->plan, p->gpus, p->terms, &context)
                                  : unplanned_json(p, &context);
   if (p->weights.folder != NULL) json_object_set_new(root, "weights", weights_json(p));
@@ -835,15 +847,15 @@ static const char *weights_line(const char *source) {
  * and what holds it. */
 static void print_buffers_line(const plan_run *p) {
   uint64_t most = 0;
-  size_t n = kvs_node_plan_rank_count(p->plan);
+  size_t n = kvs_deployment_rank_count(p->plan);
   for (size_t r = 0; r < n; r++) {
     if (p->overheads[r] > most) most = p->overheads[r];
   }
-  const kvs_memory_budget *b = &p->terms[kvs_node_plan_rank(p->plan, 0)->gpu];
+  const kvs_memory_budget *b = &p->terms[kvs_deployment_rank(p->plan, 0)->gpu];
   char bytes[32], reserve[32];
   kvs_format_bytes(most, bytes, sizeof bytes);
   kvs_format_bytes(b->reserve_bytes, reserve, sizeof reserve);
-  const char *groups = kvs_node_plan_tp(p->plan) * kvs_node_plan_pp(p->plan) > 1
+  const char *groups = kvs_deployment_tp(p->plan) * kvs_deployment_pp(p->plan) > 1
                            ? "device tables' batch and step buffers, step messages over NCCL and "
                              "NCCL's own (estimated)"
                            : "device tables' batch and step buffers; one rank, no NCCL";
@@ -869,9 +881,9 @@ static void print_plan_text(const plan_run *p) {
   const plan_args *a = p->a;
   kvs_plan_model_print(kvs_tool_out(), p->m, &a->options);
   size_t packages = 0, numas = 0;
-  for (size_t k = 0; k < p->n_nodes; k++) {
-    packages += kvs_topology_package_count(kvs_cluster_node(p->topo, k));
-    numas += kvs_topology_numa_count(kvs_cluster_node(p->topo, k));
+  for (size_t k = 0; k < p->n_hosts; k++) {
+    packages += kvs_topology_package_count(kvs_cluster_host(p->topo, k));
+    numas += kvs_topology_numa_count(kvs_cluster_host(p->topo, k));
   }
   fprintf(kvs_tool_out(), "topology    %s: %zu GPUs (%s), %zu packages, %zu NUMA nodes\n",
           kvs_cluster_label(p->topo), p->n,
@@ -883,7 +895,7 @@ static void print_plan_text(const plan_run *p) {
           "%zu DP group%s of tp x pp%s\n",
           l->tp, l->pp, l->dp, l->tp * l->pp * l->dp, l->ep, replicas, replicas > 1 ? "s" : "",
           kvs_parallel_groups(l, p->n), kvs_parallel_groups(l, p->n) > 1 ? "s" : "",
-          kvs_node_plan_cross_node_tp(p->plan)
+          kvs_deployment_cross_host_tp(p->plan)
               ? "; tensor-parallel groups span nodes (--allow-cross-node-tp)"
               : "");
   fprintf(kvs_tool_out(), "budget      %s\n", p->budget_what);
@@ -899,14 +911,23 @@ static void print_plan_text(const plan_run *p) {
     kvplan_engine_text(p);
     return;
   }
-  print_table(p->plan, p->gpus, p->terms, p->n_nodes);
-  uint64_t tokens = kvs_node_plan_split(p->plan)->full_token;
+  print_table(p->plan, p->gpus, p->terms, p->n_hosts);
+  uint64_t tokens = kvs_deployment_split(p->plan)->full_token;
   size_t groups = kvs_parallel_groups(&p->layout, p->n);
   fprintf(kvs_tool_out(),
           "tokens      %llu tokens of history per DP group (the KV it holds for its requests), "
           "%llu over the %zu group%s\n",
           (unsigned long long)tokens, (unsigned long long)(tokens * groups), groups,
           groups > 1 ? "s" : "");
+  /* The one rule plan and fit size by, with this plan's inputs: fit's
+   * answer for N requests of L is this plan at --max-running N
+   * --max-seq-len L, so the two never read as disagreeing. */
+  fprintf(kvs_tool_out(),
+          "running     sized for %llu running requests per DP group of up to %llu tokens "
+          "(--max-running, --max-seq-len): each a state-ring slot and its share of the window "
+          "floor; kvplan fit sizes a layout for the requests it counts, so its N requests of L "
+          "tokens are this plan at --max-running N --max-seq-len L\n",
+          (unsigned long long)a->options.max_running, (unsigned long long)a->options.max_seq_len);
   kvplan_prefix_text(p);
   if (a->options.engine_sglang) kvplan_engine_text(p);
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);
@@ -916,7 +937,7 @@ static void release(plan_run *p) {
   json_decref(p->sglang_stages);
   json_decref(p->launch);
   free(p->overheads);
-  kvs_node_plan_destroy(p->plan);
+  kvs_deployment_destroy(p->plan);
   free(p->weights.folder);
   free(p->weights.layer);
   free(p->budgets);

@@ -40,6 +40,19 @@ static int refuse_no_kv(const plan_run *p) {
     kvs_engine_memory_print(kvs_tool_out(), e);
   }
   fflush(kvs_tool_out());
+  if (e->weights >= e->free_before_load) {
+    /* No fraction helps: the weights alone do not fit where they load
+     * (measured --weights above P are refused as usage before this; these
+     * are the layout's share of a total, a split or a folder). */
+    char p_text[32];
+    fprintf(kvs_tool_err(),
+            "kvplan plan: SGLang would refuse to start: %s of weights per GPU at tp %zu x pp %zu "
+            "x dp %zu (ep %zu) are more than the %s free before load, so they cannot load at any "
+            "--mem-fraction; spread them over more GPUs (a larger --pp, --ep or --nodes)\n",
+            kvs_format_bytes(e->weights, w, sizeof w), p->layout.tp, p->layout.pp, p->layout.dp,
+            p->layout.ep, kvs_format_bytes(e->free_before_load, p_text, sizeof p_text));
+    return 1;
+  }
   fprintf(kvs_tool_err(),
           "kvplan plan: SGLang would refuse to start: %s of weights per GPU leave %s, less than "
           "the %s free before load x (1 - %.3f) holds back for activations and CUDA graphs, so "
@@ -77,7 +90,7 @@ static void fill_budgets(plan_run *p) {
     snprintf(p->note, sizeof p->note,
              "kvplan: no GPU memory measured (%s); SGLang's free memory before load is taken as "
              "each GPU's memory less 2.5 GiB of context, %s (give --free-before-load)",
-             kvs_topology_cuda_note(kvs_cluster_node(p->topo, 0)), free_text);
+             kvs_topology_cuda_note(kvs_cluster_host(p->topo, 0)), free_text);
   }
 }
 
@@ -99,13 +112,36 @@ int kvplan_engine_budgets(plan_run *p) {
   return 0;
 }
 
+/* --launch: the flags, and where each server runs (the plan's own rank
+ * layout: kvshard's pool may not have been planned beside SGLang's). */
+static int make_launch(plan_run *p) {
+  const plan_args *a = p->a;
+  kvs_rank_slot *slots = calloc(p->n, sizeof *slots);
+  kvs_error err;
+  if (slots == NULL ||
+      kvs_rank_layout_cluster(p->gpus, p->n, p->layout.tp, p->layout.pp,
+                              a->deploy.allow_cross_host_tp, slots, NULL, &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: --launch: %s\n",
+            slots == NULL ? "out of memory" : err.message);
+    free(slots);
+    return 1;
+  }
+  kvs_engine_hosts hosts = kvs_engine_hosts_of(&p->layout, slots, p->gpus, p->n, p->n_hosts);
+  free(slots);
+  json_t *args =
+      kvs_engine_launch_args(&p->layout, &p->sglang_options, p->engine.fraction,
+                             p->sglang.least.full, p->sglang_max_running, a->options.max_seq_len);
+  p->launch = kvs_engine_launch_json(args, &hosts);
+  return 0;
+}
+
 /* Each stage's bytes for SGLang's pools: the rest under its rule, else
  * the stage's tightest explicit budget. */
 static void stage_bytes(const plan_run *p, uint64_t *out) {
   size_t pp = p->layout.pp;
   for (size_t s = 0; s < pp; s++) out[s] = p->engine_rule ? p->engine.rule.rest_bytes : UINT64_MAX;
-  for (size_t r = 0; !p->engine_rule && r < kvs_node_plan_rank_count(p->plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(p->plan, r);
+  for (size_t r = 0; !p->engine_rule && r < kvs_deployment_rank_count(p->plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(p->plan, r);
     if (p->budgets[rp->gpu] < out[rp->pp_stage]) out[rp->pp_stage] = p->budgets[rp->gpu];
   }
 }
@@ -130,11 +166,7 @@ int kvplan_engine_pools(plan_run *p) {
     fprintf(kvs_tool_err(), "kvplan plan: --engine sglang: %s\n", err.message);
     return 2;
   }
-  if (a->launch && !p->sglang.least.no_pool) {
-    p->launch =
-        kvs_engine_launch_args(&p->layout, &p->sglang_options, p->engine.fraction,
-                               p->sglang.least.full, p->sglang_max_running, a->options.max_seq_len);
-  }
+  if (a->launch && !p->sglang.least.no_pool) return make_launch(p);
   return 0;
 }
 
@@ -166,11 +198,8 @@ void kvplan_engine_json(plan_run *p, json_t *root) {
   }
   json_object_set_new(root, "sglang", sg);
   if (p->launch != NULL) {
-    json_t *launch = json_object();
-    json_object_set_new(launch, "engine", json_string("sglang"));
-    json_object_set_new(launch, "args", p->launch);
-    p->launch = NULL; /* launch owns them now */
-    json_object_set_new(root, "launch", launch);
+    json_object_set_new(root, "launch", p->launch);
+    p->launch = NULL; /* root owns it now */
   }
 }
 
@@ -184,7 +213,7 @@ static const char *model_path(const kvs_plan_model *m) {
 }
 
 void kvplan_engine_text(const plan_run *p) {
-  uint64_t tokens = p->plan != NULL ? kvs_node_plan_split(p->plan)->full_token : 0;
+  uint64_t tokens = p->plan != NULL ? kvs_deployment_split(p->plan)->full_token : 0;
   kvs_sglang_report_print(kvs_tool_out(), &p->sglang.least, &p->sglang_options, p->sglang.available,
                           tokens, p->a->options.kv_dtype);
   fprintf(kvs_tool_out(),

@@ -12,7 +12,7 @@
 #include "core/model_weights.h"
 #include "plan/cluster.h"
 #include "plan/memory_budget.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "plan/parallel.h"
 #include "kvplan/plan_engine.h"
 #include "kvplan/plan_options.h"
@@ -41,14 +41,14 @@ typedef struct plan_run {
   FILE *notes; /* stdout, or stderr under --json */
   kvs_cluster_t topo;
   const kvs_gpu_info *gpus;
-  size_t n, n_nodes;        /* GPUs, machines */
+  size_t n, n_hosts;        /* GPUs, machines */
   kvs_parallel layout;      /* tp x pp per DP group, dp, ep */
   uint64_t *budgets;        /* per GPU: the KV budget */
   kvs_memory_budget *terms; /* per GPU: the rule's terms behind it */
   char budget_what[256];    /* the budgets, for people */
   char note[1024];          /* a stand-in topology or nominal memory, said once */
   plan_weights weights;
-  kvs_node_plan_t plan;
+  kvs_deployment_t plan;
   /* Per plan rank: what the node puts on its GPU beside its carve in the
    * deployment planned (shard/plan_overhead.h); NULL without a plan. */
   uint64_t *overheads;
@@ -70,6 +70,9 @@ typedef struct plan_run {
    * and their cost per machine (--host-cache), and the window's room for
    * retained tails. */
   uint64_t host_slots, host_slot_bytes;
+  /* The DP groups (plan replicas) the busiest machine runs: each holds
+   * host_slots slots of its own pages, sharing the machine's bytes. */
+  size_t host_groups;
   kvs_retained_tails tails;
 } plan_run;
 
@@ -89,8 +92,8 @@ int kvplan_engine_pools(plan_run *p);
 int kvplan_engine_verdict(const plan_run *p);
 
 /* With --prefix-cache or --host-cache and a plan: the host tier's slots
- * (kvs_node_plan_host_slots, refused as the node refuses it: exit 2 naming
- * --host-cache) and the retained tails (kvs_node_plan_retained_tails).
+ * (kvs_deployment_host_slots, refused as the node refuses it: exit 2 naming
+ * --host-cache) and the retained tails (kvs_deployment_retained_tails).
  * Returns 0, 1 or 2 after a message. */
 int kvplan_prefix_price(plan_run *p);
 

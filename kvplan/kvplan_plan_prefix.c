@@ -1,15 +1,42 @@
 /* kvplan plan with a prefix cache: what its host tier holds (--host-cache)
  * and how many retained window tails the plan's window has room for. Both
- * come from the plan's own functions (plan/node_plan.h), the ones the node
+ * come from the plan's own functions (plan/deployment.h), the ones the node
  * and the window pool size themselves with. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "kvplan/args.h"
 #include "kvplan/kvplan_plan_internal.h"
 #include "kvplan/plan_json.h"
 #include "kvplan/tool_io.h"
+
+/* The most DP groups (the plan's replicas: DP groups and whole replicas
+ * alike) that run a rank on one machine. A host slot costs a machine one
+ * page's rows for every rank it runs, so with several groups there one
+ * slot holds a page of each: the slots count per group, and the groups
+ * share the machine's bytes. */
+static size_t groups_per_machine(const plan_run *p) {
+  size_t replicas = kvs_deployment_replicas(p->plan), n_ranks = kvs_deployment_rank_count(p->plan);
+  /* seen[machine x replicas + replica]: a replica's ranks on a machine
+   * need not be consecutive (its stages may leave and come back). */
+  unsigned char *seen = calloc(p->n_hosts * replicas + 1, 1);
+  size_t *groups = calloc(p->n_hosts + 1, sizeof *groups);
+  size_t most = 1; /* out of memory: at least the one */
+  for (size_t r = 0; seen != NULL && groups != NULL && r < n_ranks; r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(p->plan, r);
+    size_t machine = p->gpus[rp->gpu].host;
+    if (machine >= p->n_hosts || rp->replica >= replicas) continue;
+    unsigned char *mark = &seen[machine * replicas + rp->replica];
+    if (*mark) continue;
+    *mark = 1;
+    if (++groups[machine] > most) most = groups[machine];
+  }
+  free(seen);
+  free(groups);
+  return most;
+}
 
 int kvplan_prefix_price(plan_run *p) {
   const plan_args *a = p->a;
@@ -17,17 +44,24 @@ int kvplan_prefix_price(plan_run *p) {
   kvs_error err;
   if (a->deploy.host_cache > 0) {
     /* The node's own refusal (shard/node.c), before anything is printed. */
-    if (kvs_node_plan_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
-                                 &err) != KVS_OK) {
+    if (kvs_deployment_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
+                                  &err) != KVS_OK) {
       fprintf(kvs_tool_err(), "kvplan plan: --host-cache %s is %llu bytes per machine: %s\n",
               a->deploy.text[KVS_DEPLOY_HOST_CACHE], (unsigned long long)a->deploy.host_cache,
               err.message);
       return 2;
     }
-    p->host_slot_bytes = kvs_node_plan_host_slot_bytes(p->plan, p->gpus, p->n);
+    /* More than a machine has cannot be true (the node refuses the same). */
+    if (kvs_cluster_host_tier_check(p->topo, "--host-cache", a->deploy.host_cache, &err) !=
+        KVS_OK) {
+      fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
+      return 2;
+    }
+    p->host_slot_bytes = kvs_deployment_host_slot_bytes(p->plan, p->gpus, p->n);
+    p->host_groups = groups_per_machine(p);
   }
-  if (kvs_node_plan_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
-                                   &err) != KVS_OK) {
+  if (kvs_deployment_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
+                                    &err) != KVS_OK) {
     fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
     return 1;
   }
@@ -35,7 +69,7 @@ int kvplan_prefix_price(plan_run *p) {
 }
 
 static uint64_t page_tokens(const plan_run *p) {
-  return kvs_node_plan_split(p->plan)->stages[0].sizes.page;
+  return kvs_deployment_split(p->plan)->stages[0].sizes.page;
 }
 
 void kvplan_prefix_json(const plan_run *p, json_t *root) {
@@ -47,6 +81,10 @@ void kvplan_prefix_json(const plan_run *p, json_t *root) {
     json_object_set_new(h, "slot_bytes", kvs_json_u64(p->host_slot_bytes));
     json_object_set_new(h, "slots", kvs_json_u64(p->host_slots));
     json_object_set_new(h, "tokens", kvs_json_u64(p->host_slots * page_tokens(p)));
+    /* slots and tokens are one DP group's (with dp 1 and one group a
+     * machine, the machine's too); bytes is the machine's. */
+    json_object_set_new(h, "capacity_per", json_string("dp_group"));
+    json_object_set_new(h, "dp_groups_per_machine", kvs_json_u64(p->host_groups));
     json_object_set_new(root, "host_tier", h);
   }
   const kvs_retained_tails *t = &p->tails;
@@ -67,15 +105,24 @@ void kvplan_prefix_text(const plan_run *p) {
   if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
   char buf[32], slot[32], tail[32];
   if (a->deploy.host_cache > 0) {
+    kvs_format_bytes(a->deploy.host_cache, buf, sizeof buf);
+    char scope[224];
+    if (p->host_groups > 1) {
+      snprintf(scope, sizeof scope,
+               "per DP group: each of the %zu DP groups (of every replica) a machine runs "
+               "holds that many of its own pages, the groups sharing the machine's %s",
+               p->host_groups, buf);
+    } else {
+      snprintf(scope, sizeof scope, "per DP group (a machine runs one, so the machine's too)");
+    }
     fprintf(kvs_tool_out(),
             "host tier   %s per machine (--host-cache): %llu slots of %s (%llu bytes: one page's "
             "compressed and indexer rows for every rank the machine runs, each rank keeping its "
-            "own copy) = %llu tokens of cached prefix\n",
-            kvs_format_bytes(a->deploy.host_cache, buf, sizeof buf),
-            (unsigned long long)p->host_slots,
+            "own copy) = %llu tokens of cached prefix %s\n",
+            buf, (unsigned long long)p->host_slots,
             kvs_format_bytes(p->host_slot_bytes, slot, sizeof slot),
             (unsigned long long)p->host_slot_bytes,
-            (unsigned long long)(p->host_slots * page_tokens(p)));
+            (unsigned long long)(p->host_slots * page_tokens(p)), scope);
   }
   const kvs_retained_tails *t = &p->tails;
   fprintf(kvs_tool_out(),

@@ -226,10 +226,106 @@ void kvs_engine_memory_print(FILE *out, const kvs_engine_memory *m) {
           m->at_default.no_kv ? ", which leaves the pools nothing" : "");
 }
 
-void kvs_engine_launch_print(FILE *out, const char *model, const json_t *args) {
-  fprintf(out, "\nlaunch      sglang serve --model-path %s", model);
+kvs_engine_hosts kvs_engine_hosts_of(const kvs_parallel *l, const kvs_rank_slot *slots,
+                                     const kvs_gpu_info *gpus, size_t n_gpus, size_t n_hosts) {
+  size_t per_server = l->tp * l->pp * l->dp, dp = l->dp > 0 ? l->dp : 1;
+  kvs_engine_hosts h = {n_hosts, per_server > 0 ? n_gpus / per_server : 0, 0, false};
+  /* Each server's span of hosts, in one pass over the ranks (fit asks
+   * this of every layout of clusters of thousands of GPUs). */
+  size_t *lo = calloc(h.servers + 1, sizeof *lo), *hi = calloc(h.servers + 1, sizeof *hi);
+  h.regular = h.servers > 0 && lo != NULL && hi != NULL;
+  for (size_t s = 0; h.regular && s < h.servers; s++) lo[s] = SIZE_MAX;
+  for (size_t r = 0; h.regular && r < n_gpus; r++) {
+    size_t s = slots[r].replica / dp, host = gpus[slots[r].gpu].host;
+    if (s >= h.servers) continue;
+    lo[s] = host < lo[s] ? host : lo[s];
+    hi[s] = host > hi[s] ? host : hi[s];
+  }
+  /* Regular: every server spans the same consecutive hosts, server s from
+   * host s x hosts / servers, and the servers cover every host. */
+  for (size_t s = 0; h.regular && s < h.servers; s++) {
+    size_t span = lo[s] != SIZE_MAX ? hi[s] - lo[s] + 1 : 0;
+    if (s == 0) h.per_server = span;
+    h.regular = span > 0 && span == h.per_server && lo[s] == s * n_hosts / h.servers &&
+                span * h.servers >= n_hosts;
+  }
+  free(lo);
+  free(hi);
+  return h;
+}
+
+/* One host's entry: the server starting at host `first`, node rank `rank`
+ * of its `nnodes`. */
+static json_t *host_entry(const json_t *args, size_t host, size_t first, size_t nnodes,
+                          size_t rank) {
+  json_t *o = json_object();
+  json_t *own = json_deep_copy(args);
+  char addr[48];
+  snprintf(addr, sizeof addr, KVS_ENGINE_DIST_INIT_PLACEHOLDER, first);
+  if (nnodes > 1) {
+    add_count(own, "--nnodes", nnodes);
+    add_count(own, "--node-rank", rank);
+    add_arg(own, "--dist-init-addr", addr);
+  }
+  json_object_set_new(o, "host", kvs_json_u64(host));
+  json_object_set_new(o, "nnodes", kvs_json_u64(nnodes));
+  json_object_set_new(o, "node_rank", kvs_json_u64(rank));
+  json_object_set_new(o, "dist_init_addr", nnodes > 1 ? json_string(addr) : json_null());
+  json_object_set_new(o, "args", own);
+  return o;
+}
+
+json_t *kvs_engine_launch_json(json_t *args, const kvs_engine_hosts *h) {
+  json_t *launch = json_object();
+  json_t *hosts = h->regular ? json_array() : json_null();
+  for (size_t host = 0; h->regular && host < h->hosts; host++) {
+    /* Servers in host order: those whose hosts include this one. */
+    for (size_t s = 0; s < h->servers; s++) {
+      size_t first = s * h->hosts / h->servers;
+      if (host < first || host >= first + h->per_server) continue;
+      json_array_append_new(hosts, host_entry(args, host, first, h->per_server, host - first));
+    }
+  }
+  json_object_set_new(launch, "engine", json_string("sglang"));
+  json_object_set_new(launch, "args", args);
+  json_object_set_new(launch, "hosts", hosts);
+  return launch;
+}
+
+static void print_args(FILE *out, const char *model, const json_t *args) {
+  fprintf(out, "sglang serve --model-path %s", model);
   size_t i;
   json_t *arg;
   json_array_foreach(args, i, arg) fprintf(out, " %s", json_string_value(arg));
   fputc('\n', out);
+}
+
+void kvs_engine_launch_print(FILE *out, const char *model, const json_t *launch) {
+  const json_t *hosts = json_object_get(launch, "hosts");
+  size_t n = json_array_size(hosts);
+  json_t *last = json_array_get(hosts, n > 0 ? n - 1 : 0);
+  bool one_host = last == NULL || json_integer_value(json_object_get(last, "host")) == 0;
+  fputs("\nlaunch      ", out);
+  if (json_is_null(hosts)) {
+    fputs("(the servers straddle the machines unevenly: no per-host lines) ", out);
+  }
+  if (one_host) {
+    print_args(out, model, json_object_get(launch, "args"));
+    return;
+  }
+  size_t nnodes = (size_t)json_integer_value(json_object_get(last, "nnodes"));
+  fprintf(out, "one line per host%s", nnodes > 1 ? "" : " (each SGLang server within one host)\n");
+  if (nnodes > 1) {
+    fprintf(out,
+            ": each SGLang server spans %zu hosts (--nnodes), its rank 0 on the first; "
+            "HOSTk:PORT stands for host k's address and a free port there (--dist-init-addr), "
+            "which kvplan cannot know: write them in\n",
+            nnodes);
+  }
+  size_t i;
+  json_t *entry;
+  json_array_foreach(hosts, i, entry) {
+    fprintf(out, "  host %-4lld ", (long long)json_integer_value(json_object_get(entry, "host")));
+    print_args(out, model, json_object_get(entry, "args"));
+  }
 }

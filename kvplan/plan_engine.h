@@ -18,6 +18,7 @@
 #include "core/sglang_pools.h"
 #include "plan/memory_budget.h"
 #include "plan/parallel.h"
+#include "plan/rank_layout.h"
 #include "kvplan/plan_options.h"
 #include "topology/gpu.h"
 
@@ -132,8 +133,42 @@ void kvs_engine_memory_json(json_t *sglang, const kvs_engine_memory *memory);
 /* The same for people: one paragraph. */
 void kvs_engine_memory_print(FILE *out, const kvs_engine_memory *memory);
 
-/* The launch line: "sglang serve --model-path MODEL <args>". */
-void kvs_engine_launch_print(FILE *out, const char *model, const json_t *args);
+/* Where a layout's SGLang servers run: one server per replica (tp x pp x
+ * dp GPUs, its DP groups inside it), on the hosts its ranks' GPUs are on.
+ * regular: every server spans per_server consecutive hosts, server s
+ * starting at host s x hosts / servers (what a cluster of identical
+ * machines gives, the layout filling a machine before the next); the
+ * per-host launch lines are made only then. */
+typedef struct kvs_engine_hosts {
+  size_t hosts;      /* machines of the plan */
+  size_t servers;    /* replicas */
+  size_t per_server; /* hosts one server spans: SGLang's --nnodes */
+  bool regular;
+} kvs_engine_hosts;
+
+/* The hosts of `layout` laid out as slots[0..n_gpus) (kvs_rank_layout_*)
+ * over gpus[] (gpus[slot.gpu].node is the host), of n_hosts machines. */
+kvs_engine_hosts kvs_engine_hosts_of(const kvs_parallel *layout, const kvs_rank_slot *slots,
+                                     const kvs_gpu_info *gpus, size_t n_gpus, size_t n_hosts);
+
+/* The stand-in for SGLang's --dist-init-addr of a server whose rank 0 is
+ * on host h, "HOST<h>:PORT": that host's address and a free port, which
+ * kvplan cannot know; the operator writes them in. */
+#define KVS_ENGINE_DIST_INIT_PLACEHOLDER "HOST%zu:PORT"
+
+/* The `launch` object, taking args (kvs_engine_launch_args): {"engine":
+ * "sglang", "args": args (the flags every host gives), "hosts": one entry
+ * per host and server on it, in host order, each {"host", "nnodes",
+ * "node_rank", "dist_init_addr" (the placeholder above, null for a server
+ * of one host), "args" (args, then --nnodes N --node-rank I
+ * --dist-init-addr HOST<first>:PORT for a server of several hosts)}; null
+ * when the servers straddle hosts irregularly}. NULL when out of memory. */
+json_t *kvs_engine_launch_json(json_t *args, const kvs_engine_hosts *hosts);
+
+/* The launch for people: on one host the line "sglang serve --model-path
+ * MODEL <args>"; on several, a line saying how the servers sit and what
+ * the placeholder stands for, then one line per host (and server). */
+void kvs_engine_launch_print(FILE *out, const char *model, const json_t *launch);
 
 /* "explicit" free memory is "given" in the engine's words. */
 const char *kvs_engine_free_source_name(kvs_budget_source source);

@@ -34,7 +34,7 @@ static json_t *rank_json(const kvs_rank_plan *rp, const kvs_gpu_info *gpus,
                          const kvs_memory_budget *budget) {
   json_t *o = json_object();
   json_object_set_new(o, "rank", kvs_json_u64(rp->rank));
-  json_object_set_new(o, "node", kvs_json_u64(gpus[rp->gpu].node));
+  json_object_set_new(o, "node", kvs_json_u64(gpus[rp->gpu].host));
   json_object_set_new(o, "tp_rank", kvs_json_u64(rp->tp_rank));
   json_object_set_new(o, "pp_stage", kvs_json_u64(rp->pp_stage));
   json_object_set_new(o, "gpu", kvs_gpu_json(&gpus[rp->gpu]));
@@ -55,48 +55,52 @@ static json_t *rank_json(const kvs_rank_plan *rp, const kvs_gpu_info *gpus,
   return o;
 }
 
-json_t *kvs_plan_json(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+json_t *kvs_plan_json(kvs_deployment_t plan, const kvs_gpu_info *gpus,
                       const kvs_memory_budget *budgets, const kvs_plan_json_context *context) {
-  const kvs_split *split = kvs_node_plan_split(plan);
+  const kvs_split *split = kvs_deployment_split(plan);
   json_t *root = json_object();
   if (root == NULL) return NULL;
   json_object_set_new(root, "num_pages", kvs_json_u64(split->num_pages));
   json_object_set_new(root, "full_token", kvs_json_u64(split->full_token));
   json_object_set_new(root, "n_win_pages", kvs_json_u64(split->n_win_pages));
-  json_object_set_new(root, "tp", kvs_json_u64(kvs_node_plan_tp(plan)));
-  json_object_set_new(root, "pp", kvs_json_u64(kvs_node_plan_pp(plan)));
+  json_object_set_new(root, "tp", kvs_json_u64(kvs_deployment_tp(plan)));
+  json_object_set_new(root, "pp", kvs_json_u64(kvs_deployment_pp(plan)));
   /* The node plan lays out every DP group as one of its replicas. */
   size_t dp = context->dp > 0 ? context->dp : 1, ep = context->ep > 0 ? context->ep : 1;
-  size_t groups = kvs_node_plan_replicas(plan);
+  size_t groups = kvs_deployment_replicas(plan);
   json_object_set_new(root, "dp", kvs_json_u64(dp));
   json_object_set_new(root, "ep", kvs_json_u64(ep));
   json_object_set_new(root, "replicas", kvs_json_u64(groups / dp));
   json_object_set_new(root, "tokens_per_group", kvs_json_u64(split->full_token));
   json_object_set_new(root, "cluster_tokens", kvs_json_u64(split->full_token * groups));
   json_t *nodes = json_array();
-  for (size_t k = 0; k < context->n_nodes; k++) {
+  for (size_t k = 0; k < context->n_hosts; k++) {
     size_t count = 0;
-    for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-      count += gpus[kvs_node_plan_rank(plan, r)->gpu].node == k;
+    for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
+      count += gpus[kvs_deployment_rank(plan, r)->gpu].host == k;
     }
     json_t *node = json_object();
     json_object_set_new(node, "node", kvs_json_u64(k));
-    json_object_set_new(node, "label", json_string(context->node_labels[k]));
+    json_object_set_new(node, "label", json_string(context->host_labels[k]));
     json_object_set_new(node, "gpus", kvs_json_u64(count));
     json_array_append_new(nodes, node);
   }
   json_object_set_new(root, "nodes", nodes);
-  json_object_set_new(root, "cross_node_tp", json_boolean(kvs_node_plan_cross_node_tp(plan)));
+  json_object_set_new(root, "cross_node_tp", json_boolean(kvs_deployment_cross_host_tp(plan)));
   json_object_set_new(root, "kv_dtype", json_string(context->kv_dtype));
   json_object_set_new(root, "state_rings",
                       json_string(kvs_state_rings_name(split->stages[0].sizes.state_rings)));
   json_object_set_new(root, "request_slots", kvs_json_u64(split->stages[0].sizes.n_req_slots));
   json_object_set_new(root, "mtp_layers", kvs_json_u64(context->mtp_layers));
   json_object_set_new(root, "weights_source", json_string(context->weights_source));
-  json_object_set_new(root, "limiting_rank", kvs_json_u64(kvs_node_plan_limiting_rank(plan)));
+  if (context->running_per_group != 0) {
+    json_object_set_new(root, "running_per_group", kvs_json_u64(context->running_per_group));
+    json_object_set_new(root, "max_seq_len", kvs_json_u64(context->max_seq_len));
+  }
+  json_object_set_new(root, "limiting_rank", kvs_json_u64(kvs_deployment_limiting_rank(plan)));
   json_t *ranks = json_array();
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+  for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
     json_t *rank = rank_json(rp, gpus, &budgets[rp->gpu]);
     if (context->node_overhead_bytes != NULL) {
       json_object_set_new(rank, "node_overhead_bytes",

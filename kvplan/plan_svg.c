@@ -231,7 +231,7 @@ static kvs_status drawing_init(drawing *d, const kvs_plan_svg *svg, const char *
   size_t n = svg->n_gpus;
   memset(d, 0, sizeof *d);
   d->svg = svg;
-  d->limiting = kvs_node_plan_limiting_rank(svg->plan);
+  d->limiting = kvs_deployment_limiting_rank(svg->plan);
   d->by_gpu = calloc(n > 0 ? n : 1, sizeof *d->by_gpu);
   d->groups = calloc(n > 0 ? n : 1, sizeof *d->groups);
   d->members = calloc(n > 0 ? n : 1, sizeof *d->members);
@@ -239,8 +239,8 @@ static kvs_status drawing_init(drawing *d, const kvs_plan_svg *svg, const char *
     drawing_free(d);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory drawing %s", path);
   }
-  for (size_t r = 0; r < kvs_node_plan_rank_count(svg->plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(svg->plan, r);
+  for (size_t r = 0; r < kvs_deployment_rank_count(svg->plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(svg->plan, r);
     if (rp->gpu < n) d->by_gpu[rp->gpu] = rp;
     if (bar_bytes(svg, rp) > d->max_bytes) d->max_bytes = bar_bytes(svg, rp);
   }
@@ -248,7 +248,7 @@ static kvs_status drawing_init(drawing *d, const kvs_plan_svg *svg, const char *
 }
 
 static bool in_group(const group *gr, const kvs_gpu_info *gpu) {
-  return gr->node == gpu->node && gr->numa == gpu->numa_node && gr->package == gpu->package;
+  return gr->node == gpu->host && gr->numa == gpu->numa_node && gr->package == gpu->package;
 }
 
 /* Boxes: one per (node, NUMA node, package) holding a rank, in order of
@@ -261,7 +261,7 @@ static void group_gpus(drawing *d) {
     size_t g = 0;
     while (g < d->n_groups && !in_group(&d->groups[g], &gpus[i])) g++;
     if (g == d->n_groups) {
-      d->groups[g].node = gpus[i].node;
+      d->groups[g].node = gpus[i].host;
       d->groups[g].numa = gpus[i].numa_node;
       d->groups[g].package = gpus[i].package;
       d->groups[g].first_gpu = i;
@@ -389,14 +389,14 @@ static void draw_machine(FILE *f, const drawing *d, size_t node, double node_x, 
           node_x - 5, box_top - 5, end_x - node_x + 10, box_h + 26);
   char label[160];
   snprintf(label, sizeof label, "node %zu: %.120s", node,
-           node < d->svg->n_nodes ? d->svg->node_labels[node] : "?");
+           node < d->svg->n_hosts ? d->svg->host_labels[node] : "?");
   text_at(f, node_x, box_top + box_h + 16, "start", "box", label);
 }
 
 /* The boxes left to right; over a cluster, each machine's boxed too. */
 static void draw_groups(FILE *f, const drawing *d, double box_top) {
   const double box_h = caption_height(d) + TOP_LABELS + AREA + BOTTOM_LABELS + 20;
-  bool machines = d->svg->node_labels != NULL && d->svg->n_nodes > 1;
+  bool machines = d->svg->host_labels != NULL && d->svg->n_hosts > 1;
   double x = MARGIN, node_x = x;
   for (size_t g = 0; g < d->n_groups; g++) {
     const group *gr = &d->groups[g];

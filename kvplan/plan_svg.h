@@ -16,7 +16,7 @@
 #include "core/status.h"
 #include "topology/gpu.h"
 #include "plan/memory_budget.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,7 +25,7 @@ extern "C" {
 typedef struct kvs_plan_svg {
   const char *title;    /* e.g. "dsv4-flash · tp 4 x pp 2 · 8 GPUs" */
   const char *subtitle; /* e.g. the page count and the tokens it buys */
-  kvs_node_plan_t plan;
+  kvs_deployment_t plan;
   const kvs_gpu_info *gpus; /* the list the plan was made for */
   size_t n_gpus;
   /* Per GPU (gpus order): the budget rule's terms, which the whole-GPU
@@ -33,8 +33,8 @@ typedef struct kvs_plan_svg {
   const kvs_memory_budget *terms;
   /* Over a cluster: each node's label, one outer box per node (NULL or 1
    * node: none). */
-  const char *const *node_labels;
-  size_t n_nodes;
+  const char *const *host_labels;
+  size_t n_hosts;
 } kvs_plan_svg;
 
 /* Writes the picture to path. A regular file (or a new one) is replaced

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/memory_inputs.h"
 #include "topology/source.h"
 
 /* ---- step 1 ---- */
@@ -25,7 +26,7 @@ static kvs_status open_source(const kvs_topology_source *source,
   return KVS_OK;
 }
 
-kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
+kvs_status kvs_host_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err) {
   return kvs_topology_open_spec(spec, true, out, note, note_cap, err);
 }
@@ -181,10 +182,35 @@ static kvs_status gpu_budget(const kvs_budget_request *request, const kvs_gpu_in
   return status;
 }
 
+/* The request's bytes against each GPU's own memory (memory_inputs.h),
+ * named by the node's flags. Not with memory_bytes given: that figure is
+ * the caller's (kvplan --gpu-memory), whose flags it checks itself, and the
+ * default reserve a flag never named would then be held to it. */
+static kvs_status check_inputs(const kvs_budget_request *r, uint64_t memory_bytes,
+                               const kvs_gpu_info *gpus, size_t n_gpus, kvs_error *err) {
+  if (memory_bytes != 0) return KVS_OK;
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
+  if (r->budget_per_gpu != NULL) {
+    in[KVS_MEMORY_BUDGET] =
+        (kvs_memory_input){"--budget-per-gpu", 0, r->budget_per_gpu, r->n_budget_per_gpu};
+  } else if (r->budget_bytes != 0) {
+    in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget", r->budget_bytes, NULL, 0};
+  }
+  in[KVS_MEMORY_RESERVE] = (kvs_memory_input){"--reserve", r->reserve_bytes, NULL, 0};
+  if (r->weights_per_gpu != NULL) {
+    in[KVS_MEMORY_WEIGHTS] =
+        (kvs_memory_input){"--weights-per-gpu", 0, r->weights_per_gpu, r->n_weights_per_gpu};
+  } else if (r->weights_bytes != 0) {
+    in[KVS_MEMORY_WEIGHTS] = (kvs_memory_input){"--weights", r->weights_bytes, NULL, 0};
+  }
+  return kvs_memory_inputs_check(in, gpus, n_gpus, err);
+}
+
 kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                                size_t n_gpus, size_t index, kvs_memory_budget *out,
                                kvs_error *err) {
   kvs_status status = check_pointers(__func__, request, gpus, out, err);
+  if (status == KVS_OK && index < n_gpus) status = check_inputs(request, 0, gpus, n_gpus, err);
   return status != KVS_OK ? status : gpu_budget(request, gpus, n_gpus, index, 0, out, err);
 }
 
@@ -197,6 +223,8 @@ static kvs_status all_budgets(const char *fn, const kvs_budget_request *request,
   if (n_gpus == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: n_gpus is 0: no GPU to budget", fn);
   }
+  status = check_inputs(request, memory_bytes, gpus, n_gpus, err);
+  if (status != KVS_OK) return status;
   kvs_memory_budget *b = calloc(n_gpus, sizeof *b);
   if (b == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu budgets", n_gpus);
   for (size_t i = 0; i < n_gpus && status == KVS_OK; i++) {
@@ -269,6 +297,16 @@ kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, ui
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
   }
   if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
+  /* Free memory above the memory that holds it cannot be true. */
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT] = {{0}};
+  if (memory_bytes != 0)
+    in[KVS_MEMORY_GPU_MEMORY] = (kvs_memory_input){"--gpu-memory", memory_bytes, NULL, 0};
+  if (given_bytes != 0) {
+    in[KVS_MEMORY_FREE_BEFORE_LOAD] =
+        (kvs_memory_input){"--free-before-load", given_bytes, NULL, 0};
+  }
+  kvs_status checked = kvs_memory_inputs_check(in, gpus, n_gpus, err);
+  if (checked != KVS_OK) return checked;
   uint64_t *values = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *values);
   if (values == NULL)
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu GPUs", n_gpus);
@@ -299,9 +337,9 @@ static kvs_status device_footprint(void *ctx, const kvs_cost_terms *terms,
   return kvs_device_layout_footprint(terms, sizes, ctx, out, err);
 }
 
-kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
-                              size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
-                              kvs_plan_shortfall *shortfall, kvs_error *err) {
+kvs_status kvs_deployment_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, const uint64_t *budgets, kvs_deployment_t *out,
+                               kvs_plan_shortfall *shortfall, kvs_error *err) {
   if (request == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   }
@@ -309,11 +347,27 @@ kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_inf
   kvs_device_layout_options options = kvs_node_layout_options(request);
   r.footprint = device_footprint;
   r.footprint_ctx = &options;
-  return kvs_node_plan_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
+  return kvs_deployment_create(&r, gpus, n_gpus, budgets, out, shortfall, err);
 }
 
-kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
-                               uint64_t num_pages, bool *out, kvs_error *err) {
+/* The stage split's question for request over n_stages stages, each
+ * stage's device layout priced with options (stage budgets: the caller's). */
+static kvs_split_request split_request_of(const kvs_plan_request *request, size_t n_stages,
+                                          kvs_device_layout_options *options) {
+  return (kvs_split_request){.geometry = request->geometry,
+                             .widths = request->widths,
+                             .swa_ratio = request->swa_ratio,
+                             .page = request->page,
+                             .floor_win_pages = request->floor_win_pages,
+                             .n_scratch = request->n_scratch,
+                             .n_stages = n_stages,
+                             .footprint = device_footprint,
+                             .footprint_ctx = options,
+                             .layer_weight_bytes = request->layer_weight_bytes};
+}
+
+kvs_status kvs_deployment_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                                uint64_t num_pages, bool *out, kvs_error *err) {
   if (request == NULL || stage_budgets == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
                          request == NULL         ? "request"
@@ -321,17 +375,8 @@ kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *
                                                  : "out");
   }
   kvs_device_layout_options options = kvs_node_layout_options(request);
-  kvs_split_request r = {.geometry = request->geometry,
-                         .widths = request->widths,
-                         .swa_ratio = request->swa_ratio,
-                         .page = request->page,
-                         .floor_win_pages = request->floor_win_pages,
-                         .n_scratch = request->n_scratch,
-                         .n_stages = request->pp,
-                         .stage_budgets = stage_budgets,
-                         .footprint = device_footprint,
-                         .footprint_ctx = &options,
-                         .layer_weight_bytes = request->layer_weight_bytes};
+  kvs_split_request r = split_request_of(request, request->pp, &options);
+  r.stage_budgets = stage_budgets;
   return kvs_split_holds(&r, num_pages, out, err);
 }
 
@@ -341,20 +386,11 @@ kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, siz
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   }
   kvs_device_layout_options options = kvs_node_layout_options(request);
-  kvs_split_request r = {.geometry = request->geometry,
-                         .widths = request->widths,
-                         .swa_ratio = request->swa_ratio,
-                         .page = request->page,
-                         .floor_win_pages = request->floor_win_pages,
-                         .n_scratch = request->n_scratch,
-                         .n_stages = 1,
-                         .footprint = device_footprint,
-                         .footprint_ctx = &options,
-                         .layer_weight_bytes = request->layer_weight_bytes};
+  kvs_split_request r = split_request_of(request, 1, &options);
   return kvs_split_range_max_pages(&r, first, end, budget, out, err);
 }
 
-kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
+kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_deployment_t plan, size_t rank,
                                 kvs_device_layout *out, kvs_error *err) {
   if (request == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
@@ -365,12 +401,12 @@ kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
-  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  const kvs_rank_plan *rp = kvs_deployment_rank(plan, rank);
   if (rp == NULL) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "rank %zu of a %zu-rank plan", rank,
-                         kvs_node_plan_rank_count(plan));
+                         kvs_deployment_rank_count(plan));
   }
-  const kvs_stage_plan *stage = &kvs_node_plan_split(plan)->stages[rp->pp_stage];
+  const kvs_stage_plan *stage = &kvs_deployment_split(plan)->stages[rp->pp_stage];
   kvs_device_layout_options options = kvs_node_layout_options(request);
   kvs_device_layout *l = malloc(sizeof *l);
   if (l == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a device layout");

@@ -29,7 +29,7 @@
 #include "core/serving_defaults.h"
 #include "core/status.h"
 #include "plan/device_layout.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/topology.h"
 
 #ifdef __cplusplus
@@ -49,12 +49,12 @@ extern "C" {
  * kvs_topology_source_live) are KVS_ERR_UNSUPPORTED naming it: "auto"
  * does not fall back to the bundled server then. *out is written only on
  * success. */
-kvs_status kvs_node_topology_open(const char *spec, kvs_topology_t *out, char *note,
+kvs_status kvs_host_topology_open(const char *spec, kvs_topology_t *out, char *note,
                                   size_t note_cap, kvs_error *err);
 
 /* The same, measuring free memory on every visible GPU only when
  * measure_free (which creates this process's context on each): a planner
- * measures them all (kvs_node_topology_open), a serving rank none (it
+ * measures them all (kvs_host_topology_open), a serving rank none (it
  * measures its own GPU when it budgets). */
 kvs_status kvs_topology_open_spec(const char *spec, bool measure_free, kvs_topology_t *out,
                                   char *note, size_t note_cap, kvs_error *err);
@@ -89,13 +89,19 @@ kvs_status kvs_node_gpu_budget(const kvs_budget_request *request, const kvs_gpu_
 
 /* Every GPU's budget, out[0..n_gpus). Refuses a per-GPU list of the wrong
  * length, both kinds of explicit bytes at once, and a ratio outside
- * (0, 1]. out is written only on success. */
+ * (0, 1]. A budget, the reserve or the weights above a GPU's own memory
+ * cannot be true: KVS_ERR_INVALID_ARGUMENT in memory_inputs.h's sentence,
+ * naming them by the node's flags (--budget, --budget-per-gpu, --reserve,
+ * --weights, --weights-per-gpu), here and in kvs_node_gpu_budget (which
+ * holds every GPU of the list to it, so each rank refuses alike). out is
+ * written only on success. */
 kvs_status kvs_node_budgets(const kvs_budget_request *request, const kvs_gpu_info *gpus,
                             size_t n_gpus, kvs_memory_budget *out, kvs_error *err);
 
 /* kvs_node_budgets with every GPU's memory given (memory_bytes, as kvplan
  * --gpu-memory gives it): that figure is budgeted as nominal memory in
- * place of what was measured or what the table of known models says;
+ * place of what was measured or what the table of known models says
+ * (the caller holds its inputs to it: kvs_memory_inputs_check);
  * memory_bytes 0 is kvs_node_budgets itself. */
 kvs_status kvs_node_budgets_on_memory(const kvs_budget_request *request, uint64_t memory_bytes,
                                       const kvs_gpu_info *gpus, size_t n_gpus,
@@ -114,8 +120,10 @@ kvs_status kvs_node_gpu_total_memory(const kvs_gpu_info *gpu, uint64_t memory_by
  * (explicit); else what CUDA measured free (measured); else the GPU's
  * total memory (kvs_node_gpu_total_memory) less
  * KVS_DEFAULT_CONTEXT_OVERHEAD_BYTES (nominal). A total at or below that
- * overhead is KVS_ERR_BUDGET_TOO_SMALL naming the GPU. out is written only
- * on success. */
+ * overhead is KVS_ERR_BUDGET_TOO_SMALL naming the GPU; given_bytes above
+ * memory_bytes, or either above a GPU's own memory, cannot be true and is
+ * KVS_ERR_INVALID_ARGUMENT in memory_inputs.h's sentence (naming them
+ * --free-before-load and --gpu-memory). out is written only on success. */
 kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, uint64_t given_bytes,
                                      uint64_t memory_bytes, uint64_t *out,
                                      kvs_budget_source *sources, kvs_error *err);
@@ -126,31 +134,31 @@ kvs_status kvs_node_free_before_load(const kvs_gpu_info *gpus, size_t n_gpus, ui
  * and journal staging, the request's scratch rows. */
 kvs_device_layout_options kvs_node_layout_options(const kvs_plan_request *request);
 
-/* kvs_node_plan_create with every stage priced by the device layout's
+/* kvs_deployment_create with every stage priced by the device layout's
  * footprint (request->footprint is ignored): each rank's device.total_bytes
  * is what kvs_device_tables_create allocates for it. */
-kvs_status kvs_node_plan_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
-                              size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
-                              kvs_plan_shortfall *shortfall, kvs_error *err);
+kvs_status kvs_deployment_make(const kvs_plan_request *request, const kvs_gpu_info *gpus,
+                               size_t n_gpus, const uint64_t *budgets, kvs_deployment_t *out,
+                               kvs_plan_shortfall *shortfall, kvs_error *err);
 
-/* Whether the plan kvs_node_plan_make makes for request would hold
+/* Whether the plan kvs_deployment_make makes for request would hold
  * num_pages pages, given its stages' tightest budgets (request->pp of
  * them, each the smallest budget of the stage's GPUs, as the plan takes
  * them): kvs_split_holds under the plan's own pricing, without placing or
  * pricing a rank. *out is written only on success. */
-kvs_status kvs_node_plan_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
-                               uint64_t num_pages, bool *out, kvs_error *err);
+kvs_status kvs_deployment_holds(const kvs_plan_request *request, const uint64_t *stage_budgets,
+                                uint64_t num_pages, bool *out, kvs_error *err);
 
 /* The most pages a device holding layers [first, end) fits under budget,
- * priced as kvs_node_plan_make prices (0: not even the minimal pool). The
+ * priced as kvs_deployment_make prices (0: not even the minimal pool). The
  * node's ranks agree on the MIN of theirs. */
 kvs_status kvs_node_max_pages(const kvs_plan_request *request, size_t first, size_t end,
                               uint64_t budget, uint64_t *out, kvs_error *err);
 
-/* Rank `rank`'s device layout under a plan made by kvs_node_plan_make with
+/* Rank `rank`'s device layout under a plan made by kvs_deployment_make with
  * the same request; its total_bytes is checked against the plan's
  * (KVS_ERR_INTEGRITY if they ever differ). */
-kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_node_plan_t plan, size_t rank,
+kvs_status kvs_node_rank_layout(const kvs_plan_request *request, kvs_deployment_t plan, size_t rank,
                                 kvs_device_layout *out, kvs_error *err);
 
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The GPU list sorted by node, package (and NUMA node), then position,
+/* The GPU list sorted by host, package (and NUMA node), then position,
  * for first_with: qsort's comparator reads the list through this. */
 typedef struct by_place {
   const kvs_gpu_info *gpus;
@@ -15,14 +15,14 @@ static _Thread_local by_place g_place;
 static int compare_place(const void *a, const void *b) {
   size_t i = *(const size_t *)a, j = *(const size_t *)b;
   const kvs_gpu_info *x = &g_place.gpus[i], *y = &g_place.gpus[j];
-  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
   if (x->package != y->package) return x->package < y->package ? -1 : 1;
   if (g_place.by_numa && x->numa_node != y->numa_node) return x->numa_node < y->numa_node ? -1 : 1;
   return i < j ? -1 : i > j;
 }
 
 /* first[i]: the position of the first GPU (lowest list position) sharing
- * GPU i's node and package (and NUMA node), for every i at once: the list
+ * GPU i's host and package (and NUMA node), for every i at once: the list
  * sorted by that key and position, each run's head (O(n log n); a scan
  * per GPU made a 2,400-GPU cluster's layout 6 million comparisons).
  * order is scratch of n. */
@@ -34,7 +34,7 @@ static void first_with(const kvs_gpu_info *gpus, size_t n, bool by_numa, size_t 
   size_t head = 0;
   for (size_t k = 0; k < n; k++) {
     const kvs_gpu_info *x = &gpus[order[k]], *h = &gpus[order[head]];
-    bool same = x->node == h->node && x->package == h->package &&
+    bool same = x->host == h->host && x->package == h->package &&
                 (!by_numa || x->numa_node == h->numa_node);
     if (!same) head = k;
     first[order[k]] = order[head];
@@ -42,7 +42,7 @@ static void first_with(const kvs_gpu_info *gpus, size_t n, bool by_numa, size_t 
 }
 
 typedef struct order_key {
-  size_t node;          /* the cluster node */
+  size_t host;          /* the host (machine) holding it */
   size_t package_first; /* the package's lowest GPU position */
   size_t numa_first;    /* the NUMA node's lowest GPU position */
   size_t position;
@@ -50,7 +50,7 @@ typedef struct order_key {
 
 static int compare_keys(const void *a, const void *b) {
   const order_key *x = a, *y = b;
-  if (x->node != y->node) return x->node < y->node ? -1 : 1;
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
   if (x->package_first != y->package_first) return x->package_first < y->package_first ? -1 : 1;
   if (x->numa_first != y->numa_first) return x->numa_first < y->numa_first ? -1 : 1;
   if (x->position != y->position) return x->position < y->position ? -1 : 1;
@@ -74,7 +74,7 @@ kvs_status kvs_rank_layout(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, s
 }
 
 kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
-                                   bool allow_cross_node_tp, kvs_rank_slot *out, bool *crossed,
+                                   bool allow_cross_host_tp, kvs_rank_slot *out, bool *crossed,
                                    kvs_error *err) {
   if (gpus == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: gpus is NULL", __func__);
@@ -118,28 +118,28 @@ kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size
   first_with(gpus, n_gpus, false, run, package_first);
   first_with(gpus, n_gpus, true, run, numa_first);
   for (size_t i = 0; i < n_gpus; i++) {
-    keys[i].node = gpus[i].node;
+    keys[i].host = gpus[i].host;
     keys[i].package_first = package_first[i];
     keys[i].numa_first = numa_first[i];
     keys[i].position = i;
   }
   qsort(keys, n_gpus, sizeof *keys, compare_keys);
 
-  /* Walk cluster nodes, packages within them and NUMA nodes within those,
+  /* Walk hosts, packages within them and NUMA nodes within those,
    * in locality order: whole groups from a NUMA node first, a package's
    * leftovers next, a machine's leftovers then, and only the machines'
    * leftovers across the network. */
   size_t n_grouped = 0, n_host_rest = 0;
   size_t i = 0;
   while (i < n_gpus) {
-    size_t host = keys[i].node;
+    size_t host = keys[i].host;
     size_t n_package_rest = 0;
-    while (i < n_gpus && keys[i].node == host) {
+    while (i < n_gpus && keys[i].host == host) {
       size_t pkg = keys[i].package_first;
       size_t n_node_rest = 0;
-      while (i < n_gpus && keys[i].node == host && keys[i].package_first == pkg) {
+      while (i < n_gpus && keys[i].host == host && keys[i].package_first == pkg) {
         size_t numa = keys[i].numa_first, len = 0;
-        while (i < n_gpus && keys[i].node == host && keys[i].package_first == pkg &&
+        while (i < n_gpus && keys[i].host == host && keys[i].package_first == pkg &&
                keys[i].numa_first == numa) {
           run[len++] = keys[i++].position;
         }
@@ -149,17 +149,17 @@ kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size
     }
     cut_groups(package_rest, n_package_rest, tp, groups, &n_grouped, host_rest, &n_host_rest);
   }
-  /* Groups across nodes: n_host_rest is a multiple of tp since every other
+  /* Groups across hosts: n_host_rest is a multiple of tp since every other
    * group was whole and tp divides the GPU count. */
-  if (n_host_rest > 0 && !allow_cross_node_tp) {
+  if (n_host_rest > 0 && !allow_cross_host_tp) {
     size_t first_rank = n_grouped;
     status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "tp %zu: the tensor-parallel group of ranks %zu-%zu spans nodes %zu "
                            "and %zu (a node holds too few GPUs for it); it would all-reduce "
                            "across the network every layer: pick a tp that fits in a node, or "
                            "allow it (--allow-cross-node-tp)",
-                           tp, first_rank, first_rank + tp - 1, gpus[host_rest[0]].node,
-                           gpus[host_rest[tp - 1]].node);
+                           tp, first_rank, first_rank + tp - 1, gpus[host_rest[0]].host,
+                           gpus[host_rest[tp - 1]].host);
     goto done;
   }
   memcpy(groups + n_grouped, host_rest, n_host_rest * sizeof *groups);

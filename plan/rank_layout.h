@@ -2,7 +2,7 @@
  *
  * Ranks are numbered as Megatron-style engines do, tensor-parallel
  * innermost: rank = replica * (pp * tp) + pp_stage * tp + tp_rank. When
- * tp * pp is a proper divisor of the GPU count, the node runs
+ * tp * pp is a proper divisor of the GPU count, the host runs
  * gpus / (tp * pp) data-parallel replicas of the same layout.
  *
  * The GPUs are walked in locality order: packages in the order of their
@@ -43,12 +43,12 @@ typedef struct kvs_rank_slot {
 kvs_status kvs_rank_layout(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
                            kvs_rank_slot *out, kvs_error *err);
 
-/* The same with tensor-parallel groups allowed (allow_cross_node_tp) or
- * refused (KVS_ERR_INVALID_ARGUMENT naming the group's ranks and nodes)
- * across nodes; *crossed (may be NULL) says whether some group does.
+/* The same with tensor-parallel groups allowed (allow_cross_host_tp) or
+ * refused (KVS_ERR_INVALID_ARGUMENT naming the group's ranks and hosts)
+ * across hosts; *crossed (may be NULL) says whether some group does.
  * kvs_rank_layout refuses them. */
 kvs_status kvs_rank_layout_cluster(const kvs_gpu_info *gpus, size_t n_gpus, size_t tp, size_t pp,
-                                   bool allow_cross_node_tp, kvs_rank_slot *out, bool *crossed,
+                                   bool allow_cross_host_tp, kvs_rank_slot *out, bool *crossed,
                                    kvs_error *err);
 
 #ifdef __cplusplus

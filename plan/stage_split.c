@@ -219,17 +219,22 @@ static void ctx_free(split_ctx *c) {
   }
 }
 
+/* The arguments every sizing call needs: a request with a geometry and
+ * somewhere to put the answer. */
+static kvs_status request_and_out(const char *fn, const kvs_split_request *req, const void *out,
+                                  kvs_error *err) {
+  if (req == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", fn);
+  if (req->geometry == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", fn);
+  }
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return KVS_OK;
+}
+
 kvs_status kvs_split_window_pages(const kvs_split_request *req, uint64_t num_pages, uint64_t *out,
                                   kvs_error *err) {
-  if (req == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
-  }
-  if (req->geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = request_and_out(__func__, req, out, err);
+  if (checked != KVS_OK) return checked;
   kvs_cost_terms t;
   kvs_pool_sizes sizes;
   kvs_status status;
@@ -298,15 +303,8 @@ static uint64_t max_pages_alone(const split_ctx *c, size_t first, size_t end, ui
 
 kvs_status kvs_split_range_weights(const kvs_split_request *req, size_t first, size_t end,
                                    uint64_t *out, kvs_error *err) {
-  if (req == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
-  }
-  if (req->geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = request_and_out(__func__, req, out, err);
+  if (checked != KVS_OK) return checked;
   size_t L = kvs_geometry_layer_count(req->geometry);
   if (first >= end || end > L) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "layer range %zu-%zu outside the %zu layers",
@@ -326,15 +324,8 @@ kvs_status kvs_split_range_weights(const kvs_split_request *req, size_t first, s
 
 kvs_status kvs_split_range_max_pages(const kvs_split_request *req, size_t first, size_t end,
                                      uint64_t budget, uint64_t *out, kvs_error *err) {
-  if (req == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
-  }
-  if (req->geometry == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request->geometry is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
+  kvs_status checked = request_and_out(__func__, req, out, err);
+  if (checked != KVS_OK) return checked;
   uint64_t weights = 0;
   kvs_status wstatus = kvs_split_range_weights(req, first, end, &weights, err);
   if (wstatus != KVS_OK) return wstatus;
@@ -500,15 +491,20 @@ static uint64_t smallest_budget(const split_ctx *c) {
   return least;
 }
 
+/* What both solves check first, then their context (ctx_free's to free). */
+static kvs_status begin(const char *fn, const kvs_split_request *req, const void *out, split_ctx *c,
+                        kvs_error *err) {
+  kvs_status status = check_request(fn, req, err);
+  if (status != KVS_OK) return status;
+  if (out == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  return ctx_init(c, req, err);
+}
+
 kvs_status kvs_split_holds(const kvs_split_request *req, uint64_t num_pages, bool *out,
                            kvs_error *err) {
-  kvs_status status = check_request(__func__, req, err);
-  if (status != KVS_OK) return status;
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   split_ctx c;
-  if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
+  kvs_status status = begin(__func__, req, out, &c, err);
+  if (status != KVS_OK) return status;
   /* The solve's range: the minimal pool lo must fit, and it answers
    * below hi, the page count no stage's mapping can hold. */
   uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;
@@ -532,13 +528,9 @@ kvs_status kvs_split_holds(const kvs_split_request *req, uint64_t num_pages, boo
 
 kvs_status kvs_split_solve(const kvs_split_request *req, kvs_split *out,
                            kvs_split_shortfall *shortfall, kvs_error *err) {
-  kvs_status status = check_request(__func__, req, err);
-  if (status != KVS_OK) return status;
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   split_ctx c;
-  if ((status = ctx_init(&c, req, err)) != KVS_OK) return status;
+  kvs_status status = begin(__func__, req, out, &c, err);
+  if (status != KVS_OK) return status;
 
   /* The same minimal anchor as the single-device solve. */
   uint64_t lo = req->floor_win_pages > 2 ? req->floor_win_pages : 2;

@@ -177,10 +177,11 @@ void kvs_pool_prefix_free(kvs_pool_prefix *p) {
 kvs_status kvs_pool_prefix_check(const kvs_pool_prefix *p, const int64_t *mapping, kvs_error *err) {
   uint32_t *count = p->scratch; /* holds through each node, then children */
   memset(count, 0, (size_t)p->n * sizeof *count);
-  uint64_t nodes = 0, tails = 0, refs = 0;
+  uint64_t nodes = 0, tails = 0, refs = 0, droppable = 0;
   for (uint64_t fp = 0; fp < p->n; fp++) {
     const kvs_prefix_rec *r = &p->rec[fp];
     if (r->used == 0) continue;
+    droppable += r->in_tail;
     if (r->used != 1) {
       return kvs_error_set(err, KVS_ERR_INTEGRITY, "cached block %llu was started, never linked",
                            (unsigned long long)fp);
@@ -263,6 +264,11 @@ kvs_status kvs_pool_prefix_check(const kvs_pool_prefix *p, const int64_t *mappin
                          (unsigned long long)p->nodes, (unsigned long long)p->tails,
                          (unsigned long long)p->refs_sum, (unsigned long long)nodes,
                          (unsigned long long)tails, (unsigned long long)refs);
+  }
+  if (droppable != p->droppable) {
+    return kvs_error_set(err, KVS_ERR_INTEGRITY,
+                         "the prefix index counts %llu droppable tails, its list holds %llu",
+                         (unsigned long long)p->droppable, (unsigned long long)droppable);
   }
   /* Children counts. */
   memset(count, 0, (size_t)p->n * sizeof *count);

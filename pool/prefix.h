@@ -77,6 +77,7 @@ typedef struct kvs_pool_prefix {
   kvs_probe_map holds_map; /* request -> its hold (the item's value, an index) */
   uint64_t holds, max_holds;
   uint64_t nodes, tails, refs_sum, evictable;
+  uint64_t droppable; /* tails on the droppable list (kvs_window_pool_prefix_evict's first) */
   uint64_t evictions, tail_drops;
   uint64_t digest;
   uint64_t clock; /* operations applied: every rank's the same */

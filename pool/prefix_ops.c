@@ -170,10 +170,13 @@ static void relist(kvs_pool_prefix *p, int32_t n) {
     }
   }
   if (tail != (bool)r->in_tail) {
-    if (tail)
+    if (tail) {
       list_append(p, n, true);
-    else
+      p->droppable++;
+    } else {
       list_remove(p, n, true);
+      p->droppable--;
+    }
   }
 }
 
@@ -183,7 +186,10 @@ static void unlist(kvs_pool_prefix *p, int32_t n) {
     list_remove(p, n, false);
     p->evictable--;
   }
-  if (p->rec[n].in_tail) list_remove(p, n, true);
+  if (p->rec[n].in_tail) {
+    list_remove(p, n, true);
+    p->droppable--;
+  }
 }
 
 /* ---- what the operations share ---- */

@@ -376,8 +376,10 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *call, 
       if (loc < 0) continue;
       if ((uint64_t)loc >= pool->full_token) {
         return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                             "%s got loc %lld at index %zu, outside the %llu-token history", what,
-                             (long long)loc, i, (unsigned long long)pool->full_token);
+                             "%s got location %lld at index %zu, outside the history's %llu "
+                             "locations (full pages 0..%llu)",
+                             what, (long long)loc, i, (unsigned long long)pool->full_token,
+                             (unsigned long long)(pool->n_full_pages - 1));
       }
       uint64_t fp = (uint64_t)loc / page;
       if (pool->full_stamp[fp] != epoch) {
@@ -394,16 +396,16 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *call, 
       uint64_t fp = pool->touched[i];
       if (pool->full_count[fp] == page) continue;
       if (partial++ < 4) {
-        used += snprintf(listing + used, sizeof listing - (size_t)used, "%s(%llu, %u)",
-                         partial > 1 ? ", " : "", (unsigned long long)(fp * page),
-                         pool->full_count[fp]);
+        used += snprintf(listing + used, sizeof listing - (size_t)used,
+                         "%sfull page %llu (%u of its locations)", partial > 1 ? ", " : "",
+                         (unsigned long long)fp, pool->full_count[fp]);
         if (used >= (int)sizeof listing) used = (int)sizeof listing - 1;
       }
     }
     if (partial > 0) {
       return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
-                           "%s got partial pages (base, count): %s%s; pages are %llu slots "
-                           "and are released whole",
+                           "%s got partial pages: %s%s; a page is %llu locations and is "
+                           "released whole",
                            what, listing, partial > 4 ? ", ..." : "", (unsigned long long)page);
     }
   }
@@ -422,7 +424,7 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
   uint64_t page = pool->page;
   if (n % page != 0) {
     return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
-                         "alloc needs whole pages of %llu slots, got %zu slots",
+                         "alloc needs whole pages of %llu locations, got %zu locations",
                          (unsigned long long)page, n);
   }
   size_t n_pages = n / page;
@@ -432,44 +434,55 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
     int64_t base = chunk[0];
     if (base < 0 || (uint64_t)base % page != 0) {
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "alloc pages start at a page base, got %lld for page %zu",
-                           (long long)base, i);
+                           "alloc pages start at a page base (a location that is a multiple "
+                           "of %llu), got location %lld at index %zu",
+                           (unsigned long long)page, (long long)base, i * page);
     }
     if ((uint64_t)base >= pool->full_token) {
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "alloc got full page base %lld, outside the %llu-token history",
-                           (long long)base, (unsigned long long)pool->full_token);
+                           "alloc got location %lld (full page %llu), outside the history's "
+                           "%llu locations (full pages 0..%llu)",
+                           (long long)base, (unsigned long long)((uint64_t)base / page),
+                           (unsigned long long)pool->full_token,
+                           (unsigned long long)(pool->n_full_pages - 1));
     }
     if (!is_whole_page(chunk, page)) {
       uint64_t offset = 1;
       while (chunk[offset] == base + (int64_t)offset) offset++;
       return kvs_error_set(err, KVS_ERR_PARTIAL_PAGE,
-                           "alloc pages must be contiguous ascending: page %lld holds %lld at "
-                           "offset %llu",
-                           (long long)base, (long long)chunk[offset], (unsigned long long)offset);
+                           "alloc pages must be contiguous ascending: full page %llu (from "
+                           "location %lld) is given location %lld at offset %llu",
+                           (unsigned long long)((uint64_t)base / page), (long long)base,
+                           (long long)chunk[offset], (unsigned long long)offset);
     }
     uint64_t fp = (uint64_t)base / page;
     if ((uint64_t)base == pool->dummy_full_base) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %lld is the reserved dummy page; it is bound for good",
-                           (long long)base);
+                           "full page %llu (locations %lld..%lld) is the reserved dummy page, "
+                           "bound for good; the engine's full pages are 0..%llu",
+                           (unsigned long long)fp, (long long)base,
+                           (long long)(base + (int64_t)page - 1),
+                           (unsigned long long)(pool->n_full_pages - 2));
     }
     if (pool->full_stamp[fp] == epoch) {
-      return kvs_error_set(err, KVS_ERR_CONFLICT, "alloc names full page %lld twice",
-                           (long long)base);
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "alloc names full page %llu (from location %lld) twice",
+                           (unsigned long long)fp, (long long)base);
     }
     pool->full_stamp[fp] = epoch;
     if (kvs_pool_prefix_cached(&pool->prefix, fp)) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %lld is a cached prefix block (key %llu); a request "
-                           "cannot write it (a hit reads it, it never binds it)",
-                           (long long)base, (unsigned long long)pool->prefix.rec[fp].key);
+                           "full page %llu (from location %lld) is a cached prefix block (key "
+                           "%llu); a request cannot write it (a hit reads it, it never binds it)",
+                           (unsigned long long)fp, (long long)base,
+                           (unsigned long long)pool->prefix.rec[fp].key);
     }
     if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %lld already holds window slot %lld; binding over it "
-                           "would leak that window page",
-                           (long long)base, (long long)pool->map[base]);
+                           "full page %llu (from location %lld) already holds window page "
+                           "%lld; binding over it would leak that window page",
+                           (unsigned long long)fp, (long long)base,
+                           (long long)(pool->map[base] / (int64_t)page));
     }
   }
   status = journal_room(pool, n_pages, err);
@@ -505,8 +518,10 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
     uint64_t fp = pool->touched[i];
     if (fp * page == pool->dummy_full_base) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %llu is the reserved dummy page; it is never freed",
-                           (unsigned long long)(fp * page));
+                           "full page %llu (locations %llu..%llu) is the reserved dummy page; "
+                           "it is never freed",
+                           (unsigned long long)fp, (unsigned long long)(fp * page),
+                           (unsigned long long)(fp * page + page - 1));
     }
     int64_t wp = window_page_of(pool, fp);
     if (wp < 0) continue; /* already unbound: freeing it again is a no-op */
@@ -516,7 +531,7 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
       return kvs_error_set(err, KVS_ERR_INTEGRITY,
                            "full page %llu is bound to window page %lld, which is %s; "
                            "returning it would alias two requests",
-                           (unsigned long long)(fp * page), (long long)(wp * (int64_t)page),
+                           (unsigned long long)fp, (long long)wp,
                            (uint64_t)wp >= dummy_window_page ? "the dummy or outside the pool"
                            : pool->win_stamp[wp] == epoch    ? "bound to another freed page too"
                                                              : "already free");
@@ -587,8 +602,10 @@ kvs_status kvs_window_pool_translate(const struct kvs_window_pool *pool, int64_t
   }
   if ((uint64_t)full_loc > pool->full_token) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                         "full loc %lld is past the %llu-token history and its sentinel row",
-                         (long long)full_loc, (unsigned long long)pool->full_token);
+                         "location %lld is past the history's %llu locations and its sentinel "
+                         "row (location %llu, which reads -1)",
+                         (long long)full_loc, (unsigned long long)pool->full_token,
+                         (unsigned long long)pool->full_token);
   }
   *out = pool->map[full_loc];
   return KVS_OK;
@@ -661,7 +678,8 @@ kvs_status kvs_window_pool_window_ctx(const struct kvs_window_pool *pool, uint64
     for (uint64_t p = lo; p <= pos; p++) {
       if (full_locs[p] >= 0 && (uint64_t)full_locs[p] > sentinel) {
         return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                             "full loc %lld at position %llu is past the %llu-token history",
+                             "location %lld at position %llu is past the history's %llu "
+                             "locations",
                              (long long)full_locs[p], (unsigned long long)p,
                              (unsigned long long)sentinel);
       }
@@ -682,13 +700,14 @@ kvs_status kvs_window_pool_bind_raw(kvs_window_pool_t pool, uint64_t full_page_b
   uint64_t page = pool->page;
   if (full_page_base % page != 0 || window_page_base % page != 0) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                         "window bindings are page-aligned: full %llu, window %llu",
+                         "window bindings are page-aligned: full location %llu, window "
+                         "location %llu",
                          (unsigned long long)full_page_base, (unsigned long long)window_page_base);
   }
   if (full_page_base >= pool->full_token || window_page_base >= pool->n_win_slots) {
     return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                         "binding full %llu -> window %llu is outside the pool (%llu full, %llu "
-                         "window slots)",
+                         "binding full location %llu -> window location %llu is outside the "
+                         "pool (%llu full locations, %llu window slots)",
                          (unsigned long long)full_page_base, (unsigned long long)window_page_base,
                          (unsigned long long)pool->full_token,
                          (unsigned long long)pool->n_win_slots);

@@ -267,16 +267,16 @@ kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page,
  *
  * Full pages of finished or running requests stay cached under a prefix
  * index: a tree over page-aligned blocks whose identity the engine gives
- * (a key per page: a chained hash of its tokens, say), one node per cached
- * full page (the node is named by its page), with reference counts (the
- * running requests whose hit or inserted path runs through the node). A
+ * (a key per page: a chained hash of its tokens, say), one block per cached
+ * full page (the block is named by its page), with reference counts (the
+ * running requests whose hit or inserted path runs through the block). A
  * request that shares a prefix binds the cached pages instead of
  * recomputing their compressed and indexer rows.
  *
  * A hit ends on a boundary that is a multiple of lcm(P, prefix_align)
  * tokens and below the prompt's last token, so every compress-state ring
  * is empty there. The window tokens before the boundary are the window
- * page of the page ending there: either retained (the node's "tail", the
+ * page of the page ending there: either retained (the block's "tail", the
  * window binding a finished request left, kept as long as the cache keeps
  * it) or re-prefilled (the engine's re-prefill length, a window page bound
  * for the hitting request, which writes it alone: the tail is marked with
@@ -287,14 +287,14 @@ kvs_status kvs_state_loc(int64_t window_slot, uint64_t ring_size, uint64_t page,
  * and a tail's binding is the cache's (kvs_window_pool_free skips it).
  *
  * The leader decides everything (match, acquire, insert, release, evict:
- * LRU over unreferenced leaves, tails of unreferenced nodes first when the
+ * LRU over unreferenced leaves, tails of unreferenced blocks first when the
  * window needs pages); each decision is journaled in the pool's journal
  * (entries tagged KVS_JOURNAL_PREFIX_TAG) and replayed by kvs_window_pool_apply
  * on every rank, all or nothing. The pool digest covers the index (a term
- * per node: page, key, parent, refs, tail, writer), its index space grows
+ * per block: page, key, parent, refs, tail, writer), its index space grows
  * by one unit per full page, so a check's bisection names a diverging
  * cached block, and kvs_window_pool_check_integrity checks conservation:
- * every node's refs equal the holds through it, children counts, the key
+ * every block's refs equal the holds through it, children counts, the key
  * map, tails bound, writers held. */
 
 /* A prefix entry: in a pool with a prefix cache, entries whose two top
@@ -308,14 +308,14 @@ typedef struct kvs_prefix_hit {
   uint64_t hit_tokens;       /* the prefix the request reuses: its first uncomputed position */
   uint64_t reprefill_tokens; /* window tokens the request recomputes before hit_tokens */
   uint64_t truncated_tokens; /* matched (aligned, capped) tokens left to recompute */
-  int64_t node;              /* the deepest node of the hit (its page), -1 for no hit */
-  bool reprefill;            /* the request writes the window page of `node` */
-  /* Blocks past `node` (-1: the root) found in the host tier: the hit is
+  int64_t block;             /* the hit's deepest block (its full page), -1 for no hit */
+  bool reprefill;            /* the request writes the window page of `block` */
+  /* Blocks past `block` (-1: the root) found in the host tier: the hit is
    * taken with kvs_window_pool_prefix_fetch, which gives them GPU pages,
    * and always re-prefills the window (reprefill is true). */
   uint64_t host_pages;
-  /* Which block `node` was when matched (its birth in the index; 0 for
-   * the root): acquire and fetch refuse a hit whose node left the index
+  /* Which block `block` named when matched (its birth in the index; 0 for
+   * the root): acquire and fetch refuse a hit whose block left the index
    * since, even if its page came back as another block. */
   uint64_t stamp;
 } kvs_prefix_hit;
@@ -324,9 +324,9 @@ typedef struct kvs_prefix_stats {
   uint64_t nodes;       /* cached full pages */
   uint64_t tails;       /* retained window pages */
   uint64_t holds;       /* requests holding a path */
-  uint64_t refs;        /* sum of node reference counts */
+  uint64_t refs;        /* sum of block reference counts */
   uint64_t evictable;   /* unreferenced leaves */
-  uint64_t evictions;   /* nodes evicted so far (this rank's replay) */
+  uint64_t evictions;   /* blocks evicted so far (this rank's replay) */
   uint64_t tail_drops;  /* tails dropped so far */
   uint64_t digest;      /* the index's share of the pool digest */
   uint64_t host_slots;  /* the host tier's pages (0: none) */
@@ -334,6 +334,9 @@ typedef struct kvs_prefix_stats {
   uint64_t spills;      /* blocks copied to the host tier so far */
   uint64_t fetches;     /* blocks copied back so far */
   uint64_t host_drops;  /* blocks the host tier let go (its least recently used) */
+  /* Tails of unreferenced blocks nobody re-prefills: the window pages
+   * kvs_window_pool_prefix_evict's need_window_pages drops first. */
+  uint64_t droppable;
 } kvs_prefix_stats;
 
 /* Whether the pool keeps a prefix cache. */
@@ -354,8 +357,8 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
                                                uint64_t max_host_pages, kvs_prefix_hit *hit,
                                                int64_t *pages, kvs_error *err);
 /* Takes the hit for `request` (which holds nothing yet): refs on its
- * path, and with hit->reprefill a window page for the node's page, marked
- * as written by the request. A hit with no node holds nothing. */
+ * path, and with hit->reprefill a window page for the block's page, marked
+ * as written by the request. A hit with no block holds nothing. */
 kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t request,
                                           const kvs_prefix_hit *hit, kvs_error *err);
 /* Takes a hit that reaches into the host tier for `request` (which holds
@@ -372,9 +375,9 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
  * join the index below what the request holds (its hit, or what it
  * inserted last; the root when nothing): a key already cached there is
  * followed (the request's own page stays the engine's: taken[i] = 0),
- * another becomes a node owning that page (taken[i] = 1). tails[i] != 0
+ * another becomes a block owning that page (taken[i] = 1). tails[i] != 0
  * (tails may be NULL) keeps the page's window binding, which must be
- * bound, as the node's tail. The request then holds the deepest node. */
+ * bound, as the block's tail. The request then holds the deepest block. */
 kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t request,
                                          const uint64_t *keys, const int64_t *pages,
                                          const uint8_t *tails, size_t n, uint8_t *taken,
@@ -388,7 +391,7 @@ kvs_status kvs_window_pool_prefix_release(kvs_window_pool_t pool, uint64_t reque
  * readable. A request holding nothing, or writing no tail, is released
  * as by kvs_window_pool_prefix_release. */
 kvs_status kvs_window_pool_prefix_abandon(kvs_window_pool_t pool, uint64_t request, kvs_error *err);
-/* Leader: drops tails of unreferenced nodes (least recently released
+/* Leader: drops tails of unreferenced blocks (least recently released
  * first) until need_window_pages window pages came back, then evicts
  * unreferenced leaves (tails with them; with a host tier each block is
  * spilled there first unless a copy is there) until need_pages full pages
@@ -401,7 +404,7 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
                                         kvs_error *err);
 kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,
                                         kvs_error *err);
-/* The node of full page `page`: its key, parent (-1: the root), refs and
+/* The block of full page `page`: its key, parent (-1: the root), refs and
  * tail; KVS_ERR_NOT_FOUND when that page is not cached. */
 kvs_status kvs_window_pool_prefix_node(const struct kvs_window_pool *pool, uint64_t page,
                                        uint64_t *key, int64_t *parent, uint32_t *refs, bool *tail,
@@ -472,7 +475,7 @@ bool kvs_window_pool_restore_of(const kvs_journal_entry *entry, kvs_tail_restore
 /* Host slot `slot`'s block chain; KVS_ERR_NOT_FOUND when it holds none. */
 kvs_status kvs_window_pool_prefix_host_slot(const struct kvs_window_pool *pool, uint64_t slot,
                                             uint64_t *chain, kvs_error *err);
-/* Fault injection: adds delta to one cached node's refs on this rank,
+/* Fault injection: adds delta to one cached block's refs on this rank,
  * outside the journal (the digest follows, so a check names the block). */
 kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, int32_t delta,
                                          kvs_error *err);

@@ -58,9 +58,9 @@ static uint64_t stamp_of(const kvs_pool_prefix *p, int32_t node) {
  * then unchanged too: a node with children is never evicted. */
 static const char *stale_hit(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit) {
   const kvs_pool_prefix *p = &pool->prefix;
-  if (hit->node < 0) return hit->stamp == 0 ? NULL : "the root carries no stamp";
-  if ((uint64_t)hit->node >= p->n || p->rec[hit->node].used != 1) return "is not cached";
-  const kvs_prefix_rec *r = &p->rec[hit->node];
+  if (hit->block < 0) return hit->stamp == 0 ? NULL : "the root carries no stamp";
+  if ((uint64_t)hit->block >= p->n || p->rec[hit->block].used != 1) return "is not cached";
+  const kvs_prefix_rec *r = &p->rec[hit->block];
 #ifndef KVS_MUTANT_HIT_NO_STAMP /* defined: planted bug (tests/mutants), a stale hit accepted */
   if (r->born != hit->stamp) return "is another block than the match found";
 #endif
@@ -78,7 +78,7 @@ static kvs_status refuse_stale(const struct kvs_window_pool *pool, const kvs_pre
   if (stale == NULL) return KVS_OK;
   return kvs_error_set(err, KVS_ERR_NOT_FOUND,
                        "the hit %s block %lld, which %s (match again: the index changed since)",
-                       relation, (long long)hit->node, stale);
+                       relation, (long long)hit->block, stale);
 }
 
 bool kvs_window_pool_prefix_enabled(const struct kvs_window_pool *pool) {
@@ -107,7 +107,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
   const kvs_pool_prefix *p = &pool->prefix;
   uint64_t P = pool->page;
   memset(hit, 0, sizeof *hit);
-  hit->node = -1;
+  hit->block = -1;
   /* The boundary may not pass the prompt's last token: it is computed. */
   uint64_t cap = prompt_tokens > 0 ? (prompt_tokens - 1) / P : 0;
   int32_t cur = -1;
@@ -136,15 +136,15 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
                          kvs_pool_window_page_of(pool, (uint64_t)aligned_node) < 0 &&
                          reprefill_tokens <= aligned_pages * P;
     if (exact_pages == aligned_pages) {
-      hit->node = best_exact;
+      hit->block = best_exact;
       hit->hit_tokens = exact_pages * P;
     } else if (can_reprefill && reprefill_tokens < truncation) {
-      hit->node = aligned_node;
+      hit->block = aligned_node;
       hit->hit_tokens = aligned_pages * P;
       hit->reprefill_tokens = reprefill_tokens;
       hit->reprefill = true;
     } else {
-      hit->node = best_exact;
+      hit->block = best_exact;
       hit->hit_tokens = exact_pages * P;
       hit->truncated_tokens = truncation;
     }
@@ -153,7 +153,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
    * blocks come back into fresh pages and the window is re-prefilled, so
    * the deeper boundary is taken only when it gains more than that. */
   uint64_t gpu_depth = hit->matched_pages;
-  hit->stamp = stamp_of(p, (int32_t)hit->node);
+  hit->stamp = stamp_of(p, (int32_t)hit->block);
   if (p->host.n == 0 || reprefill_tokens == 0 || gpu_depth >= n) return KVS_OK;
   uint64_t chain = kvs_pool_prefix_chain_of(p, cur);
   uint64_t host_aligned = 0;
@@ -170,7 +170,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
       host_aligned * P - reprefill_tokens <= gpu_value) {
     return KVS_OK;
   }
-  hit->node = cur;
+  hit->block = cur;
   hit->stamp = stamp_of(p, cur);
   hit->host_pages = host_aligned - gpu_depth;
   hit->hit_tokens = host_aligned * P;
@@ -197,9 +197,9 @@ kvs_status kvs_window_pool_prefix_acquire(kvs_window_pool_t pool, uint64_t reque
                          (unsigned long long)hit->host_pages);
   }
   if ((status = refuse_stale(pool, hit, "names", err))) return status;
-  if (hit->node < 0) return KVS_OK;
+  if (hit->block < 0) return KVS_OK;
   if ((status = can_hold(p, request, err))) return status;
-  uint64_t fp = (uint64_t)hit->node;
+  uint64_t fp = (uint64_t)hit->block;
   const kvs_prefix_rec *r = &p->rec[fp];
   if (hit->reprefill) {
     if (r->tail || kvs_pool_window_page_of(pool, fp) >= 0) {
@@ -286,9 +286,9 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          "kvs_window_pool_prefix_acquire)",
                          __func__);
   }
-  int32_t parent = (int32_t)hit->node;
+  int32_t parent = (int32_t)hit->block;
   if ((status = refuse_stale(pool, hit, "hangs under", err))) return status;
-  uint64_t first = hit->node >= 0 ? (uint64_t)p->rec[hit->node].depth + 1 : 0;
+  uint64_t first = hit->block >= 0 ? (uint64_t)p->rec[hit->block].depth + 1 : 0;
   uint64_t k = hit->host_pages;
   if (first + k > n_keys) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -300,7 +300,7 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          "the hit's %llu tokens are not the end of its %llu host blocks under "
                          "block %lld (match again)",
                          (unsigned long long)hit->hit_tokens, (unsigned long long)k,
-                         (long long)hit->node);
+                         (long long)hit->block);
   }
   if ((status = can_hold(p, request, err))) return status;
   if (kvs_free_list_available(pool->free_list) < pool->page) {
@@ -557,6 +557,7 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
   out->spills = p->host.spills;
   out->fetches = p->host.fetches;
   out->host_drops = p->host.drops;
+  out->droppable = p->droppable;
   return KVS_OK;
 }
 

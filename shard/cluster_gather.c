@@ -98,8 +98,8 @@ enum {
   A_HOST,
   A_WORDS = A_HOST + KVS_HOST_NAME_MAX / 8
 };
-/* A node's label in the second round, before its GPUs. */
-enum { LABEL_WORDS = KVS_NODE_LABEL_MAX / 8 };
+/* A host's label in the second round, before its GPUs. */
+enum { LABEL_WORDS = KVS_HOST_LABEL_MAX / 8 };
 /* Far above any machine; keeps the second round's size arithmetic exact. */
 #define MAX_NODE_GPUS 4096
 
@@ -163,9 +163,9 @@ typedef struct own {
   size_t n_gpus;
 } own;
 
-static kvs_status open_own(own *me, const char *topology, size_t nodes, const char *host,
+static kvs_status open_own(own *me, const char *topology, size_t hosts, const char *host,
                            char *note, size_t note_cap, kvs_error *err) {
-  me->discover = nodes == 0 && (topology == NULL || strchr(topology, ',') == NULL);
+  me->discover = hosts == 0 && (topology == NULL || strchr(topology, ',') == NULL);
   kvs_status status = KVS_OK;
   if (host != NULL) {
     if ((status = check_host(host, err)) != KVS_OK) return status;
@@ -177,7 +177,7 @@ static kvs_status open_own(own *me, const char *topology, size_t nodes, const ch
   }
   me->boot = boot_id();
   if (!me->discover) {
-    status = kvs_cluster_open(topology, nodes, &me->described, note, note_cap, err);
+    status = kvs_cluster_open(topology, hosts, &me->described, note, note_cap, err);
     if (status != KVS_OK) return status;
     me->gpus = kvs_cluster_gpus(me->described);
     me->n_gpus = kvs_cluster_gpu_count(me->described);
@@ -200,13 +200,13 @@ static kvs_status open_own(own *me, const char *topology, size_t nodes, const ch
  * machine but the last must run one rank per GPU, and none more ranks
  * than it has GPUs. The machines are blocks of ranks (group_ranks checked
  * it), so machine k runs the ranks from first[k] to the next one's first. */
-static kvs_status check_rank_counts(const uint64_t *a, int size, const int *first, size_t n_nodes,
+static kvs_status check_rank_counts(const uint64_t *a, int size, const int *first, size_t n_hosts,
                                     kvs_error *err) {
   if (a[A_MODE] != MODE_DISCOVERED) return KVS_OK;
-  for (size_t k = 0; k < n_nodes; k++) {
-    size_t ranks = (size_t)((k + 1 < n_nodes ? first[k + 1] : size) - first[k]);
+  for (size_t k = 0; k < n_hosts; k++) {
+    size_t ranks = (size_t)((k + 1 < n_hosts ? first[k + 1] : size) - first[k]);
     uint64_t gpus = a[(size_t)first[k] * A_WORDS + A_COUNT];
-    if (ranks > gpus || (ranks < gpus && k + 1 < n_nodes)) {
+    if (ranks > gpus || (ranks < gpus && k + 1 < n_hosts)) {
       char host[KVS_HOST_NAME_MAX];
       get_text(host, a + (size_t)first[k] * A_WORDS + A_HOST, sizeof host);
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -223,10 +223,10 @@ static kvs_status check_rank_counts(const uint64_t *a, int size, const int *firs
   return KVS_OK;
 }
 
-/* The node that rank runs on: the last whose block starts at or before it. */
-static size_t node_of(const int *first, size_t n_nodes, int rank) {
+/* The host that rank runs on: the last whose block starts at or before it. */
+static size_t node_of(const int *first, size_t n_hosts, int rank) {
   size_t k = 0;
-  while (k + 1 < n_nodes && first[k + 1] <= rank) k++;
+  while (k + 1 < n_hosts && first[k + 1] <= rank) k++;
   return k;
 }
 
@@ -236,9 +236,9 @@ static size_t node_of(const int *first, size_t n_nodes, int rank) {
  * whose ranks are not one block or see different GPUs, too many machines,
  * and rank counts the plan cannot follow. The same words on every rank:
  * every rank decides alike. */
-static kvs_status group_ranks(const uint64_t *a, int size, int *first, size_t *n_nodes,
+static kvs_status group_ranks(const uint64_t *a, int size, int *first, size_t *n_hosts,
                               kvs_error *err) {
-  *n_nodes = 0;
+  *n_hosts = 0;
   for (int r = 0; r < size; r++) {
     const uint64_t *w = a + (size_t)r * A_WORDS;
     char host[KVS_HOST_NAME_MAX];
@@ -262,28 +262,28 @@ static kvs_status group_ranks(const uint64_t *a, int size, int *first, size_t *n
     size_t k = 0;
     const uint64_t *rep = NULL;
     char rep_host[KVS_HOST_NAME_MAX] = "";
-    for (; k < *n_nodes; k++) {
+    for (; k < *n_hosts; k++) {
       rep = a + (size_t)first[k] * A_WORDS;
       get_text(rep_host, rep + A_HOST, sizeof rep_host);
       if (strcmp(rep_host, host) == 0 && rep[A_BOOT] == w[A_BOOT]) break;
     }
-    if (k < *n_nodes && k + 1 != *n_nodes) {
+    if (k < *n_hosts && k + 1 != *n_hosts) {
       char last[KVS_HOST_NAME_MAX];
-      get_text(last, a + (size_t)first[*n_nodes - 1] * A_WORDS + A_HOST, sizeof last);
+      get_text(last, a + (size_t)first[*n_hosts - 1] * A_WORDS + A_HOST, sizeof last);
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "rank %d is on host %s again after rank %d on host %s: launch the "
                            "ranks in blocks, one machine after another (mpirun --map-by "
                            "ppr:GPUS:node, srun --distribution=block)",
                            r, host, r - 1, last);
     }
-    if (k == *n_nodes) {
-      if (k == KVS_MAX_NODES) {
+    if (k == *n_hosts) {
+      if (k == KVS_MAX_HOSTS) {
         return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                              "rank %d is on a host beyond the %d nodes a cluster plan holds "
                              "(%s)",
-                             r, KVS_MAX_NODES, host);
+                             r, KVS_MAX_HOSTS, host);
       }
-      first[(*n_nodes)++] = r;
+      first[(*n_hosts)++] = r;
     } else if (w[A_COUNT] != rep[A_COUNT] || w[A_DIGEST] != rep[A_DIGEST]) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "rank %d on host %s sees %llu GPUs and rank %d on the same host sees "
@@ -294,16 +294,16 @@ static kvs_status group_ranks(const uint64_t *a, int size, int *first, size_t *n
                            w[A_COUNT] == rep[A_COUNT] ? " with other identities or locality" : "");
     }
   }
-  return check_rank_counts(a, size, first, *n_nodes, err);
+  return check_rank_counts(a, size, first, *n_hosts, err);
 }
 
-/* The second round: every node's label and GPUs, written by its lowest
+/* The second round: every host's label and GPUs, written by its lowest
  * rank; then the cluster. */
 static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, const int *first,
-                               size_t n_nodes, size_t own_node, kvs_cluster_t *out,
+                               size_t n_hosts, size_t own_host, kvs_cluster_t *out,
                                kvs_error *err) {
-  size_t counts[KVS_MAX_NODES], offsets[KVS_MAX_NODES], total_gpus = 0, total_words = 0;
-  for (size_t k = 0; k < n_nodes; k++) {
+  size_t counts[KVS_MAX_HOSTS], offsets[KVS_MAX_HOSTS], total_gpus = 0, total_words = 0;
+  for (size_t k = 0; k < n_hosts; k++) {
     counts[k] = (size_t)a[(size_t)first[k] * A_WORDS + A_COUNT];
     offsets[k] = total_words;
     total_words += LABEL_WORDS + counts[k] * G_WORDS;
@@ -315,39 +315,39 @@ static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, cons
   if (status != KVS_OK) return status;
   uint64_t *w = buffer.host;
   memset(w, 0, total_words * sizeof *w);
-  if (first[own_node] == kvs_comm_rank(comm)) {
-    uint64_t *slice = w + offsets[own_node];
-    put_text(slice, kvs_topology_label(me->topology), KVS_NODE_LABEL_MAX);
+  if (first[own_host] == kvs_comm_rank(comm)) {
+    uint64_t *slice = w + offsets[own_host];
+    put_text(slice, kvs_topology_label(me->topology), KVS_HOST_LABEL_MAX);
     for (size_t i = 0; i < me->n_gpus; i++)
       pack_gpu(&me->gpus[i], slice + LABEL_WORDS + i * G_WORDS);
   }
   status = kvs_comm_allreduce_u64(comm, &buffer, total_words, KVS_COMM_SUM, err);
   kvs_gpu_info *gpus =
       status == KVS_OK ? calloc(total_gpus > 0 ? total_gpus : 1, sizeof *gpus) : NULL;
-  char(*labels)[KVS_NODE_LABEL_MAX] = status == KVS_OK ? calloc(n_nodes, sizeof *labels) : NULL;
+  char(*labels)[KVS_HOST_LABEL_MAX] = status == KVS_OK ? calloc(n_hosts, sizeof *labels) : NULL;
   if (status == KVS_OK && (gpus == NULL || labels == NULL)) {
     status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu gathered GPUs", total_gpus);
   }
   if (status == KVS_OK) {
-    const char *names[KVS_MAX_NODES];
+    const char *names[KVS_MAX_HOSTS];
     size_t at = 0;
-    for (size_t k = 0; k < n_nodes; k++) {
+    for (size_t k = 0; k < n_hosts; k++) {
       /* One machine is labelled as kvplan labels it; several by host. */
-      char topology_label[KVS_NODE_LABEL_MAX], host[KVS_HOST_NAME_MAX];
+      char topology_label[KVS_HOST_LABEL_MAX], host[KVS_HOST_NAME_MAX];
       get_text(topology_label, w + offsets[k], sizeof topology_label);
       get_text(host, a + (size_t)first[k] * A_WORDS + A_HOST, sizeof host);
-      if (n_nodes == 1) {
-        snprintf(labels[k], KVS_NODE_LABEL_MAX, "%s", topology_label);
+      if (n_hosts == 1) {
+        snprintf(labels[k], KVS_HOST_LABEL_MAX, "%s", topology_label);
       } else {
-        snprintf(labels[k], KVS_NODE_LABEL_MAX, "%.*s (%.*s)", KVS_NODE_LABEL_MAX / 2 - 2, host,
-                 KVS_NODE_LABEL_MAX / 2 - 2, topology_label);
+        snprintf(labels[k], KVS_HOST_LABEL_MAX, "%.*s (%.*s)", KVS_HOST_LABEL_MAX / 2 - 2, host,
+                 KVS_HOST_LABEL_MAX / 2 - 2, topology_label);
       }
       names[k] = labels[k];
       for (size_t i = 0; i < counts[k]; i++, at++) {
         unpack_gpu(w + offsets[k] + LABEL_WORDS + i * G_WORDS, &gpus[at]);
       }
     }
-    status = kvs_cluster_from_lists(n_nodes, counts, gpus, names, own_node, me->topology, out, err);
+    status = kvs_cluster_from_lists(n_hosts, counts, gpus, names, own_host, me->topology, out, err);
     if (status == KVS_OK) me->topology = NULL; /* the cluster owns it now */
   }
   free(gpus);
@@ -356,7 +356,7 @@ static kvs_status gather_lists(kvs_comm_t comm, own *me, const uint64_t *a, cons
   return status;
 }
 
-kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t nodes, const char *host,
+kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t hosts, const char *host,
                               kvs_cluster_t *out, char *note, size_t note_cap, kvs_error *err) {
   if (comm == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "communicator and output are required");
@@ -366,7 +366,7 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   memset(&me, 0, sizeof me);
   kvs_error local_err;
   kvs_error_clear(&local_err);
-  kvs_status local = open_own(&me, topology, nodes, host, note, note_cap, &local_err);
+  kvs_status local = open_own(&me, topology, hosts, host, note, note_cap, &local_err);
 
   size_t a_words = (size_t)size * A_WORDS;
   size_t bytes = a_words * sizeof(uint64_t);
@@ -394,15 +394,15 @@ kvs_status kvs_cluster_gather(kvs_comm_t comm, const char *topology, size_t node
   if ((status = kvs_comm_allreduce_u64(comm, &buffer, a_words, KVS_COMM_SUM, err)) != KVS_OK) {
     goto done;
   }
-  int first[KVS_MAX_NODES];
-  size_t n_nodes = 0;
-  if ((status = group_ranks(a, size, first, &n_nodes, err)) != KVS_OK) goto done;
+  int first[KVS_MAX_HOSTS];
+  size_t n_hosts = 0;
+  if ((status = group_ranks(a, size, first, &n_hosts, err)) != KVS_OK) goto done;
   if (!me.discover) {
     *out = me.described;
     me.described = NULL;
     goto done;
   }
-  status = gather_lists(comm, &me, a, first, n_nodes, node_of(first, n_nodes, kvs_comm_rank(comm)),
+  status = gather_lists(comm, &me, a, first, n_hosts, node_of(first, n_hosts, kvs_comm_rank(comm)),
                         out, err);
 done:
   kvs_comm_buffer_free(comm, &buffer);

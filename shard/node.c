@@ -78,7 +78,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
     h = kvs_mix64(kvs_mix64(h, gpu->pci.domain), gpu->pci.bus);
     h = kvs_mix64(kvs_mix64(h, gpu->pci.device), gpu->pci.function);
-    h = kvs_mix64(h, gpu->node);
+    h = kvs_mix64(h, gpu->host);
   }
   const kvs_budget_request *b = &node->budget;
   h = kvs_mix64(kvs_mix64(h, b->budget_bytes), b->budget_per_gpu != NULL);
@@ -211,14 +211,14 @@ static int launcher_local_rank(const char **from) {
  * order. local is this rank's position among the plan's ranks on its node. */
 static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error *err) {
   const kvs_node_options *o = &node->options;
-  size_t own = kvs_cluster_own_node(node->cluster);
-  if (own != SIZE_MAX && own != node->gpu.node) {
+  size_t own = kvs_cluster_own_host(node->cluster);
+  if (own != SIZE_MAX && own != node->gpu.host) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "rank %d runs on %s (node %zu), but the plan puts it on node %zu, %s "
                          "(GPU %zu %s): launch the ranks in blocks, one per GPU, in node order "
                          "(mpirun --map-by ppr:GPUS:node, srun --distribution=block)",
-                         node->rank, kvs_cluster_node_label(node->cluster, own), own,
-                         node->gpu.node, kvs_cluster_node_label(node->cluster, node->gpu.node),
+                         node->rank, kvs_cluster_host_label(node->cluster, own), own,
+                         node->gpu.host, kvs_cluster_host_label(node->cluster, node->gpu.host),
                          node->gpu.index, node->gpu.pci_busid);
   }
   const char *from = "the node options";
@@ -229,14 +229,14 @@ static kvs_status check_placement(const kvs_node_t node, size_t local, kvs_error
                          "rank %d is local rank %d on its machine (%s), but the plan runs it as "
                          "local rank %zu of node %zu (GPU %zu %s): launch one rank per GPU, in "
                          "node order (mpirun --map-by ppr:GPUS:node, srun --distribution=block)",
-                         node->rank, launcher, from, local, node->gpu.node, node->gpu.index,
+                         node->rank, launcher, from, local, node->gpu.host, node->gpu.index,
                          node->gpu.pci_busid);
   }
-  if (o->host_index >= 0 && (size_t)o->host_index != node->gpu.node) {
+  if (o->host_index >= 0 && (size_t)o->host_index != node->gpu.host) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "rank %d runs on node %d (the node options), but the plan puts it on "
                          "node %zu (GPU %zu %s): launch the ranks in node order",
-                         node->rank, o->host_index, node->gpu.node, node->gpu.index,
+                         node->rank, o->host_index, node->gpu.host, node->gpu.index,
                          node->gpu.pci_busid);
   }
   return KVS_OK;
@@ -255,13 +255,13 @@ static kvs_status local_setup(kvs_node_t node, bool *used, kvs_table_kind *kind,
   size_t local = 0;
   if (status == KVS_OK) {
     node->gpu = gpus[slots[node->rank].gpu];
-    for (int r = 0; r < node->rank; r++) local += gpus[slots[r].gpu].node == node->gpu.node;
+    for (int r = 0; r < node->rank; r++) local += gpus[slots[r].gpu].host == node->gpu.host;
     for (int r = 0; r < node->size; r++) used[slots[r].gpu] = true;
   }
   free(slots);
   if (status != KVS_OK) return status;
   if ((status = check_placement(node, local, err)) != KVS_OK) return status;
-  node->topology = kvs_cluster_node(node->cluster, node->gpu.node);
+  node->topology = kvs_cluster_host(node->cluster, node->gpu.host);
 
   if (o->bind_numa) {
     status = kvs_topology_bind_thread(node->topology,
@@ -346,7 +346,7 @@ void kvs_node_destroy(kvs_node_t node) {
   kvs_table_destroy(node->table);
   if (node->owns_step_comm) kvs_comm_destroy(node->step_comm);
   kvs_comm_buffer_free(node->comm, &node->words);
-  kvs_node_plan_destroy(node->plan);
+  kvs_deployment_destroy(node->plan);
   if (node->owns_cluster) kvs_cluster_destroy(node->cluster);
   free(node->budgets);
   free(node->layout);
@@ -402,7 +402,7 @@ static kvs_status prepare_request(kvs_node_t node, kvs_error *err) {
                         .n_scratch = o->n_scratch,
                         .tp = (size_t)o->tp,
                         .pp = (size_t)o->pp,
-                        .allow_cross_node_tp = o->allow_cross_host_tp};
+                        .allow_cross_host_tp = o->allow_cross_host_tp};
   node->request = r;
   node->max_batch = o->max_batch > 0 ? o->max_batch : (size_t)o->max_running;
   return KVS_OK;
@@ -458,8 +458,8 @@ static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, co
   if (status != KVS_OK) return status;
   for (size_t g = 0; g < node->n_gpus; g++) plain[g] = node->budgets[g].budget_bytes;
   kvs_plan_shortfall shortfall;
-  return kvs_node_plan_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus, plain,
-                            &node->plan, &shortfall, err);
+  return kvs_deployment_make(&node->request, kvs_cluster_gpus(node->cluster), node->n_gpus, plain,
+                             &node->plan, &shortfall, err);
 }
 
 /* Collective, step 4's agreement in one allreduce: the most pages each
@@ -468,7 +468,7 @@ static kvs_status plan_cluster(kvs_node_t node, const kvs_memory_budget *own, co
  * it is limited by every GPU of the topology, replicas no rank here runs
  * on included, as kvplan plans them. */
 static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, kvs_error *err) {
-  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
+  const kvs_rank_plan *rp = kvs_deployment_rank(node->plan, (size_t)node->rank);
   uint64_t own_pages = 0;
   if (kvs_node_max_pages(&node->request, rp->first, rp->end, own->budget_bytes, &own_pages, NULL) !=
       KVS_OK) {
@@ -483,9 +483,9 @@ static kvs_status agree_on_pages(kvs_node_t node, const kvs_memory_budget *own, 
   if (status != KVS_OK) return status;
   uint64_t agreed = kvs_rank_word_value(w[0]);
   int tightest = kvs_rank_word_rank(w[0]);
-  const kvs_split *split = kvs_node_plan_split(node->plan);
+  const kvs_split *split = kvs_deployment_split(node->plan);
   if (agreed >= split->num_pages) return KVS_OK;
-  const kvs_rank_plan *tp = kvs_node_plan_rank(node->plan, (size_t)tightest);
+  const kvs_rank_plan *tp = kvs_deployment_rank(node->plan, (size_t)tightest);
   return kvs_error_set(err, KVS_ERR_INTEGRITY,
                        "rank %d (GPU %zu, layers %zu-%zu) fits %llu pages in its budget, the "
                        "plan holds %llu: the plan and the devices disagree",
@@ -517,8 +517,8 @@ static kvs_status check_buffers(kvs_node_t node, kvs_table_kind kind, const kvs_
                            .max_seq_len = o->max_seq_len,
                            .agree_words = engine_device ? node->words_count : 0,
                            .nccl = NULL};
-  kvs_status status = kvs_node_plan_overhead(node->plan, kvs_cluster_gpus(node->cluster),
-                                             (size_t)node->rank, &d, &node->buffers, err);
+  kvs_status status = kvs_deployment_overhead(node->plan, kvs_cluster_gpus(node->cluster),
+                                              (size_t)node->rank, &d, &node->buffers, err);
   if (status != KVS_OK) return status;
   kvs_error why;
   kvs_error_clear(&why);
@@ -542,7 +542,7 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   kvs_prefix_stats s;
   status = kvs_window_pool_prefix_stats(pool, &s, err);
   if (status != KVS_OK) return status;
-  uint64_t priced = kvs_node_plan_rank_host_bytes(node->plan, (size_t)node->rank);
+  uint64_t priced = kvs_deployment_rank_host_bytes(node->plan, (size_t)node->rank);
   uint64_t slot = kvs_table_host_slot_bytes(node->layout);
   if (slot != priced) {
     return kvs_error_set(err, KVS_ERR_INTEGRITY,
@@ -658,17 +658,21 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
     kvs_error_clear(&why);
     uint64_t slots = 0;
     if (!o->prefix_cache ||
-        kvs_node_plan_host_slots(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node),
-                                 o->host_cache_bytes, &slots, &why) != KVS_OK) {
+        kvs_deployment_host_slots(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node),
+                                  o->host_cache_bytes, &slots, &why) != KVS_OK) {
       return kvs_error_set(
           err, KVS_ERR_INVALID_ARGUMENT, "options.host_cache_bytes (--host-cache) is %llu: %s",
           (unsigned long long)o->host_cache_bytes,
           !o->prefix_cache ? "a host tier needs the prefix cache (prefix_cache)" : why.message);
     }
+    /* More than a machine has cannot be true: kvplan and kvsim's sentence. */
+    kvs_status held =
+        kvs_cluster_host_tier_check(node->cluster, "--host-cache", o->host_cache_bytes, err);
+    if (held != KVS_OK) return held;
     so.host_pages = slots;
   }
-  const kvs_rank_plan *rp = kvs_node_plan_rank(node->plan, (size_t)node->rank);
-  const kvs_stage_plan *stage = &kvs_node_plan_split(node->plan)->stages[rp->pp_stage];
+  const kvs_rank_plan *rp = kvs_deployment_rank(node->plan, (size_t)node->rank);
+  const kvs_stage_plan *stage = &kvs_deployment_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);
 }
 
@@ -835,12 +839,12 @@ const kvs_gpu_info *kvs_node_gpus(const struct kvs_node *node) {
 size_t kvs_node_gpu_count(const struct kvs_node *node) { return node->n_gpus; }
 kvs_cluster_t kvs_node_cluster(const struct kvs_node *node) { return node->cluster; }
 const char *kvs_node_topology_note(const struct kvs_node *node) { return node->note; }
-kvs_node_plan_t kvs_node_plan(const struct kvs_node *node) { return node->plan; }
-const kvs_plan_request *kvs_node_plan_request(const struct kvs_node *node) {
+kvs_deployment_t kvs_deployment(const struct kvs_node *node) { return node->plan; }
+const kvs_plan_request *kvs_deployment_request(const struct kvs_node *node) {
   return &node->request;
 }
 const kvs_rank_plan *kvs_node_rank_plan(const struct kvs_node *node) {
-  return kvs_node_plan_rank(node->plan, (size_t)node->rank);
+  return kvs_deployment_rank(node->plan, (size_t)node->rank);
 }
 const kvs_memory_budget *kvs_node_gpu_budgets(const struct kvs_node *node) { return node->budgets; }
 const kvs_gpu_info *kvs_node_gpu(const struct kvs_node *node) { return &node->gpu; }

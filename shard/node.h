@@ -61,7 +61,7 @@
 #include "shard/shard.h"
 #include "shard/table.h"
 #include "topology/binding.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/topology.h"
 
 #ifdef __cplusplus
@@ -85,7 +85,7 @@ kvs_status kvs_node_create_in_cluster(kvs_comm_t comm, const kvs_node_options *o
 
 kvs_topology_t kvs_node_topology(const struct kvs_node *node);
 /* Every GPU the plan covers, over every node, in plan order (the list
- * kvs_node_plan's ranks index), and how many. */
+ * kvs_deployment's ranks index), and how many. */
 const kvs_gpu_info *kvs_node_gpus(const struct kvs_node *node);
 size_t kvs_node_gpu_count(const struct kvs_node *node);
 /* The cluster the node planned (one node on one machine). */
@@ -94,8 +94,8 @@ kvs_cluster_t kvs_node_cluster(const struct kvs_node *node);
 const char *kvs_node_topology_note(const struct kvs_node *node);
 /* The whole node's plan (every rank of every replica the topology holds),
  * identical on every rank; this rank is plan rank kvs_node_rank. */
-kvs_node_plan_t kvs_node_plan(const struct kvs_node *node);
-const kvs_plan_request *kvs_node_plan_request(const struct kvs_node *node);
+kvs_deployment_t kvs_deployment(const struct kvs_node *node);
+const kvs_plan_request *kvs_deployment_request(const struct kvs_node *node);
 const kvs_rank_plan *kvs_node_rank_plan(const struct kvs_node *node);
 /* Every GPU's budget as the plan used it (kvs_topology_gpu_count of them). */
 const kvs_memory_budget *kvs_node_gpu_budgets(const struct kvs_node *node);

@@ -25,7 +25,7 @@ struct kvs_node {
   char note[768];
   size_t n_gpus;
   kvs_memory_budget *budgets;
-  kvs_node_plan_t plan;
+  kvs_deployment_t plan;
   kvs_gpu_info gpu;
   kvs_binding_report binding;
   kvs_device_layout *layout;
@@ -49,7 +49,7 @@ struct kvs_node {
 };
 
 /* What a host slot costs the machine: one page's compressed and indexer
- * rows for every rank it runs (kvs_node_plan_host_slot_bytes). */
+ * rows for every rank it runs (kvs_deployment_host_slot_bytes). */
 uint64_t kvs_node_host_page_bytes(const struct kvs_node *node);
 
 #endif /* KVS_SHARD_NODE_INTERNAL_H */

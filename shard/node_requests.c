@@ -4,6 +4,7 @@
  * the next step's broadcast; a follower's pool changes only by that
  * broadcast, so a follower's call is refused before it touches anything. */
 #include <stdio.h>
+#include <string.h>
 
 #include "shard/node_internal.h"
 
@@ -39,6 +40,61 @@ kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *slot, kvs_
   return status;
 }
 
+/* The window pages retained prefix tails hold, and how many of them an
+ * eviction could give back now (0 and 0 without a prefix cache). */
+static void tail_pages(const struct kvs_node *node, uint64_t *tails, uint64_t *droppable) {
+  kvs_prefix_stats s;
+  *tails = *droppable = 0;
+  kvs_window_pool_t pool = pool_of(node);
+  if (!kvs_window_pool_prefix_enabled(pool) ||
+      kvs_window_pool_prefix_stats(pool, &s, NULL) != KVS_OK) {
+    return;
+  }
+  *tails = s.tails;
+  *droppable = s.droppable;
+}
+
+/* A window too full for `need` more pages, in the engine's words: what is
+ * free, what the prefix cache's tails hold, and what to call. */
+static kvs_status window_full(const struct kvs_node *node, const char *call, uint64_t request,
+                              uint64_t need, kvs_error *err) {
+  uint64_t page = node->options.page;
+  uint64_t free_pages = kvs_window_pool_swa_available(pool_of(node)) / page;
+  uint64_t tails, droppable;
+  tail_pages(node, &tails, &droppable);
+  char remedy[320];
+  if (!kvs_window_pool_prefix_enabled(pool_of(node))) {
+    snprintf(remedy, sizeof remedy,
+             "no prefix cache holds any (the node keeps none): free finished requests' pages "
+             "(kvs_node_free) first");
+  } else if (droppable > 0) {
+    uint64_t want = need - free_pages < droppable ? need - free_pages : droppable;
+    snprintf(remedy, sizeof remedy,
+             "retained prefix tails hold %llu window pages, %llu of them droppable now: "
+             "kvs_node_prefix_evict(node, 0, %llu, ...) (Python: node.prefix_evict(0, "
+             "need_window_pages=%llu)) gives them back%s",
+             (unsigned long long)tails, (unsigned long long)droppable, (unsigned long long)want,
+             (unsigned long long)want,
+             want < need - free_pages ? "; free finished requests' pages for the rest" : "");
+  } else if (tails == 0) {
+    snprintf(remedy, sizeof remedy,
+             "retained prefix tails hold none: free finished requests' pages (kvs_node_free) "
+             "first");
+  } else {
+    snprintf(remedy, sizeof remedy,
+             "retained prefix tails hold %llu window pages, none droppable now (their blocks "
+             "are held or re-prefilled): free finished requests' pages (kvs_node_free), or "
+             "release their holds (kvs_node_prefix_release) and evict with need_window_pages",
+             (unsigned long long)tails);
+  }
+  return kvs_error_set(err, KVS_ERR_EXHAUSTED,
+                       "%s for request %llu: window free list out of slots: it needs %llu window "
+                       "pages, %llu are free (of %llu the engine can bind); %s",
+                       call, (unsigned long long)request, (unsigned long long)need,
+                       (unsigned long long)free_pages,
+                       (unsigned long long)(kvs_node_window_pages(node) - 1), remedy);
+}
+
 kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs, size_t n,
                          kvs_error *err) {
   kvs_status status = leader_only(node, "kvs_node_bind", err);
@@ -50,7 +106,12 @@ kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs,
                          "gives it its ring slot first)",
                          (unsigned long long)request);
   }
-  return kvs_window_pool_alloc(pool_of(node), locs, n, NULL, err);
+  kvs_free_list_shortfall shortfall = {0, 0, 0, 0};
+  status = kvs_window_pool_alloc(pool_of(node), locs, n, &shortfall, err);
+  if (status == KVS_ERR_EXHAUSTED && shortfall.needed_units > 0) {
+    return window_full(node, "kvs_node_bind", request, shortfall.needed_units, err);
+  }
+  return status;
 }
 
 kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err) {
@@ -78,8 +139,10 @@ kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t *locs, 
   for (size_t i = 0; i < n; i++) {
     if (locs[i] > (int64_t)rows) {
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
-                           "locs[%zu] = %lld is past the pool's %llu full-history tokens", i,
-                           (long long)locs[i], (unsigned long long)rows);
+                           "locs[%zu] = %lld is past the history: its locations are 0..%llu, "
+                           "and location %llu (the sentinel row) reads -1",
+                           i, (long long)locs[i], (unsigned long long)(rows - 1),
+                           (unsigned long long)rows);
     }
   }
   const int64_t *mapping = kvs_window_pool_mapping(pool_of(node));
@@ -113,17 +176,23 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
   hit->hit_tokens = h.hit_tokens;
   hit->reprefill_tokens = h.reprefill_tokens;
   hit->truncated_tokens = h.truncated_tokens;
-  hit->node = h.node;
+  hit->block = h.block;
   hit->reprefill = h.reprefill;
   hit->host_pages = h.host_pages;
   hit->stamp = h.stamp;
+  /* pages names what the hit reuses, nothing else: the pool's walk also
+   * fills the matched pages past the hit (kvshard.h). */
+  uint64_t reused = h.hit_tokens / node->options.page;
+  for (size_t i = 0; pages != NULL && i < n; i++) {
+    if (i >= reused) pages[i] = -1;
+  }
   return KVS_OK;
 }
 
 /* The node's hit as the pool's. */
 static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
   kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
-                      hit->truncated_tokens, hit->node,       hit->reprefill,
+                      hit->truncated_tokens, hit->block,      hit->reprefill,
                       hit->host_pages,       hit->stamp};
   return h;
 }
@@ -151,7 +220,15 @@ kvs_status kvs_node_prefix_acquire(kvs_node_t node, uint64_t request,
                          "kvs_node_prefix_fetch, which gives them pages",
                          (unsigned long long)h.host_pages);
   }
-  return kvs_window_pool_prefix_acquire(pool_of(node), request, &h, err);
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = kvs_window_pool_prefix_acquire(pool_of(node), request, &h, &local);
+  if (status == KVS_ERR_EXHAUSTED && strstr(local.message, "no free window page") != NULL) {
+    /* No window page for the tail the hit re-prefills. */
+    return window_full(node, "kvs_node_prefix_acquire", request, 1, err);
+  }
+  if (status != KVS_OK && err != NULL) *err = local;
+  return status;
 }
 
 kvs_status kvs_node_prefix_fetch(kvs_node_t node, uint64_t request, const kvs_node_prefix_hit *hit,
@@ -225,7 +302,7 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
 
 uint64_t kvs_node_host_page_bytes(const struct kvs_node *node) {
   if (node == NULL) return 0;
-  return kvs_node_plan_host_slot_bytes(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node));
+  return kvs_deployment_host_slot_bytes(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node));
 }
 
 /* ---- what create decided ---- */
@@ -239,11 +316,22 @@ uint64_t kvs_node_page(const struct kvs_node *node) {
   return node != NULL ? node->options.page : 0;
 }
 uint64_t kvs_node_num_pages(const struct kvs_node *node) {
-  return node != NULL ? kvs_node_plan_split(node->plan)->num_pages : 0;
+  return node != NULL ? kvs_deployment_split(node->plan)->num_pages : 0;
 }
 /* The window's pages as the plan sized them, the dummy page included. */
 uint64_t kvs_node_window_pages(const struct kvs_node *node) {
   return node != NULL ? node->layout->sizes.n_win_pages : 0;
+}
+uint64_t kvs_node_usable_pages(const struct kvs_node *node) {
+  uint64_t n = kvs_node_num_pages(node);
+  return n > 0 ? n - 1 : 0; /* the last full page is the dummy */
+}
+uint64_t kvs_node_free_window_pages(const struct kvs_node *node, uint64_t *droppable) {
+  uint64_t tails = 0, drop = 0;
+  if (node != NULL) tail_pages(node, &tails, &drop);
+  if (droppable != NULL) *droppable = drop;
+  if (node == NULL || node->options.page == 0) return 0;
+  return kvs_window_pool_swa_available(pool_of(node)) / node->options.page;
 }
 uint64_t kvs_node_max_running(const struct kvs_node *node) {
   return node != NULL ? node->options.max_running : 0;

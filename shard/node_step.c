@@ -231,9 +231,14 @@ kvs_status kvs_node_check_report(kvs_node_t node, kvs_shard_report *report, kvs_
   kvs_error local;
   kvs_error_clear(&local);
   /* A stopped shard answers the check with its own status; its tables are
-   * not asked. */
-  kvs_status verdict =
-      kvs_shard_health(node->shard) == KVS_OK ? check_tables(node, &local) : KVS_OK;
+   * not asked. Nor are they on a leader whose changes since its last step
+   * have not reached them yet: the check refuses that on every rank
+   * (KVS_ERR_PENDING, kvs_shard_check_with). */
+  bool pending = node->rank == KVS_SHARD_LEADER &&
+                 kvs_window_pool_journal_pending(kvs_shard_pool(node->shard)) > 0;
+  kvs_status verdict = kvs_shard_health(node->shard) == KVS_OK && !pending
+                           ? check_tables(node, &local)
+                           : KVS_OK;
   return kvs_shard_check_with(node->shard, verdict, &local, report, err);
 }
 

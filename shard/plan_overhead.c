@@ -13,10 +13,10 @@ size_t kvs_node_agree_words(size_t n_gpus) {
   return gather > message ? gather : message;
 }
 
-kvs_node_deployment kvs_node_deployment_planned(kvs_node_plan_t plan, size_t n_gpus,
+kvs_node_deployment kvs_node_deployment_planned(kvs_deployment_t plan, size_t n_gpus,
                                                 uint64_t max_running, bool radix,
                                                 uint64_t max_seq_len) {
-  bool group = plan != NULL && kvs_node_plan_tp(plan) * kvs_node_plan_pp(plan) > 1;
+  bool group = plan != NULL && kvs_deployment_tp(plan) * kvs_deployment_pp(plan) > 1;
   kvs_node_deployment d = {.cuda_tables = true,
                            .device_comm = group,
                            .max_batch = (size_t)max_running,
@@ -32,15 +32,15 @@ kvs_node_deployment kvs_node_deployment_planned(kvs_node_plan_t plan, size_t n_g
 
 /* How many of rank's tp x pp group run on its cluster node, and whether
  * the group has ranks on another. */
-static size_t group_on_node(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
+static size_t group_on_node(kvs_deployment_t plan, const kvs_gpu_info *gpus, size_t rank,
                             bool *spans) {
-  const kvs_rank_plan *own = kvs_node_plan_rank(plan, rank);
-  size_t n = kvs_node_plan_rank_count(plan), local = 0;
+  const kvs_rank_plan *own = kvs_deployment_rank(plan, rank);
+  size_t n = kvs_deployment_rank_count(plan), local = 0;
   *spans = false;
   for (size_t r = 0; r < n; r++) {
-    const kvs_rank_plan *other = kvs_node_plan_rank(plan, r);
+    const kvs_rank_plan *other = kvs_deployment_rank(plan, r);
     if (other->replica != own->replica) continue;
-    if (gpus[other->gpu].node == gpus[own->gpu].node) {
+    if (gpus[other->gpu].host == gpus[own->gpu].host) {
       local++;
     } else {
       *spans = true;
@@ -51,10 +51,10 @@ static size_t group_on_node(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size
 
 /* Rank rp's buffers, its group having `local` ranks on its cluster node
  * and `spans` telling whether it has ranks on another. */
-static kvs_status overhead_of(kvs_node_plan_t plan, const kvs_rank_plan *rp, size_t local,
+static kvs_status overhead_of(kvs_deployment_t plan, const kvs_rank_plan *rp, size_t local,
                               bool spans, const kvs_node_deployment *d, kvs_node_overhead *out,
                               kvs_error *err) {
-  const kvs_pool_sizes *sizes = &kvs_node_plan_split(plan)->stages[rp->pp_stage].sizes;
+  const kvs_pool_sizes *sizes = &kvs_deployment_split(plan)->stages[rp->pp_stage].sizes;
   size_t capacity = 0;
   kvs_status status = kvs_shard_step_capacity_of(sizes, d->max_running, d->radix, d->prefix_cache,
                                                  d->step_capacity, &capacity, err);
@@ -82,7 +82,7 @@ static kvs_status overhead_of(kvs_node_plan_t plan, const kvs_rank_plan *rp, siz
   return kvs_node_overhead_compute(&r, out, err);
 }
 
-static const char *null_argument(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
+static const char *null_argument(kvs_deployment_t plan, const kvs_gpu_info *gpus,
                                  const kvs_node_deployment *d, const void *out) {
   return plan == NULL   ? "plan"
          : gpus == NULL ? "gpus"
@@ -91,52 +91,52 @@ static const char *null_argument(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
                         : NULL;
 }
 
-kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
-                                  const kvs_node_deployment *d, kvs_node_overhead *out,
-                                  kvs_error *err) {
+kvs_status kvs_deployment_overhead(kvs_deployment_t plan, const kvs_gpu_info *gpus, size_t rank,
+                                   const kvs_node_deployment *d, kvs_node_overhead *out,
+                                   kvs_error *err) {
   const char *null = null_argument(plan, gpus, d, out);
   if (null != NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
   }
-  const kvs_rank_plan *rp = kvs_node_plan_rank(plan, rank);
+  const kvs_rank_plan *rp = kvs_deployment_rank(plan, rank);
   if (rp == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu is past the plan's %zu", rank,
-                         kvs_node_plan_rank_count(plan));
+                         kvs_deployment_rank_count(plan));
   }
   bool spans = false;
   size_t local = d->nccl == NULL ? group_on_node(plan, gpus, rank, &spans) : 0;
   return overhead_of(plan, rp, local, spans, d, out, err);
 }
 
-kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                                       const kvs_node_deployment *d, size_t *rank,
-                                       kvs_node_overhead *out, kvs_error *err) {
+kvs_status kvs_deployment_overhead_most(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                                        const kvs_node_deployment *d, size_t *rank,
+                                        kvs_node_overhead *out, kvs_error *err) {
   const char *null = null_argument(plan, gpus, d, out);
   if (null == NULL && rank == NULL) null = "rank";
   if (null != NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__, null);
   }
-  size_t n = kvs_node_plan_rank_count(plan);
-  size_t replicas = kvs_node_plan_replicas(plan);
+  size_t n = kvs_deployment_rank_count(plan);
+  size_t replicas = kvs_deployment_replicas(plan);
   if (n == 0 || replicas == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: the plan has no rank", __func__);
   }
   /* Each replica's ranks per cluster node and how many nodes it touches,
    * in one pass: group_on_node's answer for every rank. */
-  size_t n_nodes = 0;
+  size_t n_hosts = 0;
   for (size_t r = 0; r < n; r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
     if (rp->replica >= replicas) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rank %zu: replica %zu of %zu", r,
                            rp->replica, replicas);
     }
-    if (gpus[rp->gpu].node >= n_nodes) n_nodes = gpus[rp->gpu].node + 1;
+    if (gpus[rp->gpu].host >= n_hosts) n_hosts = gpus[rp->gpu].host + 1;
   }
-  if (n_nodes > SIZE_MAX / sizeof(size_t) / replicas) {
+  if (n_hosts > SIZE_MAX / sizeof(size_t) / replicas) {
     return kvs_error_set(err, KVS_ERR_OVERFLOW, "%zu replicas over %zu cluster nodes", replicas,
-                         n_nodes);
+                         n_hosts);
   }
-  size_t *count = calloc(replicas * n_nodes, sizeof *count);
+  size_t *count = calloc(replicas * n_hosts, sizeof *count);
   size_t *nodes = calloc(replicas, sizeof *nodes);
   if (count == NULL || nodes == NULL) {
     free(count);
@@ -145,14 +145,14 @@ kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info 
                          replicas);
   }
   for (size_t r = 0; r < n; r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-    if (count[rp->replica * n_nodes + gpus[rp->gpu].node]++ == 0) nodes[rp->replica]++;
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
+    if (count[rp->replica * n_hosts + gpus[rp->gpu].host]++ == 0) nodes[rp->replica]++;
   }
   kvs_status status = KVS_OK;
   bool found = false;
   for (size_t r = 0; r < n && status == KVS_OK; r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-    size_t local = count[rp->replica * n_nodes + gpus[rp->gpu].node];
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
+    size_t local = count[rp->replica * n_hosts + gpus[rp->gpu].host];
     kvs_node_overhead o;
     status = overhead_of(plan, rp, local, nodes[rp->replica] > 1, d, &o, err);
     if (status == KVS_OK && (!found || o.total_bytes > out->total_bytes)) {
@@ -166,16 +166,16 @@ kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info 
   return status;
 }
 
-kvs_status kvs_node_plan_overheads(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                                   const kvs_node_deployment *d, uint64_t *out, kvs_error *err) {
+kvs_status kvs_deployment_overheads(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                                    const kvs_node_deployment *d, uint64_t *out, kvs_error *err) {
   if (plan == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
                          plan == NULL ? "plan" : "out");
   }
-  size_t n = kvs_node_plan_rank_count(plan);
+  size_t n = kvs_deployment_rank_count(plan);
   for (size_t r = 0; r < n; r++) {
     kvs_node_overhead o;
-    kvs_status status = kvs_node_plan_overhead(plan, gpus, r, d, &o, err);
+    kvs_status status = kvs_deployment_overhead(plan, gpus, r, d, &o, err);
     if (status != KVS_OK) return status;
     out[r] = o.total_bytes;
   }

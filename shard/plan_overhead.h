@@ -18,7 +18,7 @@
 
 #include "core/status.h"
 #include "plan/node_overhead.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/gpu.h"
 
 #ifdef __cplusplus
@@ -53,7 +53,7 @@ size_t kvs_node_agree_words(size_t n_gpus);
  * the agreement words are counted on the device), max_batch = max_running,
  * the shard's own step capacity (no prefix cache: kvplan plans none), NCCL's
  * default estimate. */
-kvs_node_deployment kvs_node_deployment_planned(kvs_node_plan_t plan, size_t n_gpus,
+kvs_node_deployment kvs_node_deployment_planned(kvs_deployment_t plan, size_t n_gpus,
                                                 uint64_t max_running, bool radix,
                                                 uint64_t max_seq_len);
 
@@ -61,22 +61,22 @@ kvs_node_deployment kvs_node_deployment_planned(kvs_node_plan_t plan, size_t n_g
  * plan was made for (its ranks' nodes tell a group that spans nodes).
  * A rank past the plan is KVS_ERR_INVALID_ARGUMENT; the rest as
  * kvs_shard_step_capacity_of and kvs_node_overhead_compute refuse. */
-kvs_status kvs_node_plan_overhead(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t rank,
-                                  const kvs_node_deployment *d, kvs_node_overhead *out,
-                                  kvs_error *err);
+kvs_status kvs_deployment_overhead(kvs_deployment_t plan, const kvs_gpu_info *gpus, size_t rank,
+                                   const kvs_node_deployment *d, kvs_node_overhead *out,
+                                   kvs_error *err);
 
 /* The rank whose buffers under d are the largest (the lowest of equals)
- * into *rank and its buffers into *out, as kvs_node_plan_overhead prices
+ * into *rank and its buffers into *out, as kvs_deployment_overhead prices
  * each, in one pass over the ranks (kvplan fit prices every layout of
  * thousands of GPUs). On failure, the first rank's refusal; *rank and
  * *out are then unspecified. */
-kvs_status kvs_node_plan_overhead_most(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                                       const kvs_node_deployment *d, size_t *rank,
-                                       kvs_node_overhead *out, kvs_error *err);
+kvs_status kvs_deployment_overhead_most(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                                        const kvs_node_deployment *d, size_t *rank,
+                                        kvs_node_overhead *out, kvs_error *err);
 
 /* total_bytes of every rank of the plan into out[0..rank count). */
-kvs_status kvs_node_plan_overheads(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                                   const kvs_node_deployment *d, uint64_t *out, kvs_error *err);
+kvs_status kvs_deployment_overheads(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                                    const kvs_node_deployment *d, uint64_t *out, kvs_error *err);
 
 #ifdef __cplusplus
 }

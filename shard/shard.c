@@ -27,7 +27,7 @@ enum {
   C_STEP,
   C_NOT_STEP,
   C_SEEN,      /* first step a follower saw itself differ << 16 | rank */
-  C_INTEGRITY, /* the rank whose integrity check failed */
+  C_INTEGRITY, /* the leader's pending entries, or the rank whose integrity check failed */
   C_WORDS
 };
 
@@ -592,6 +592,18 @@ static bool own_integrity(kvs_shard_t shard, kvs_status local, const kvs_error *
   return false;
 }
 
+/* The integrity word: a failing rank as INTEGRITY_FAILED | rank << 1 |
+ * kind, or the leader's journal entries not stepped yet as their count
+ * (below every failure, so the MIN carries it whatever else fails: a check
+ * between the leader's changes and their step compares nothing). */
+#define INTEGRITY_FAILED (UINT64_C(1) << 62)
+
+/* Entries the leader journaled since its last step (a follower journals
+ * nothing): the ranks cannot agree until a step carries them. */
+static uint64_t pending_entries(const struct kvs_shard *shard) {
+  return shard->leader ? (uint64_t)kvs_window_pool_journal_pending(shard->pool) : 0;
+}
+
 /* The check's words: every value with its complement, so one MIN gives
  * both the least and (complemented) the greatest over the ranks. */
 static void put_check_words(kvs_shard_t shard, bool integrity_ok, uint64_t integrity_kind) {
@@ -606,7 +618,10 @@ static void put_check_words(kvs_shard_t shard, bool integrity_ok, uint64_t integ
   w[C_STEP] = shard->next_step;
   w[C_NOT_STEP] = ~shard->next_step;
   w[C_SEEN] = shard->seen_step == NONE ? NONE : kvs_rank_word(shard->seen_step, shard->rank);
-  w[C_INTEGRITY] = integrity_ok ? NONE : (uint64_t)shard->rank << 1 | integrity_kind;
+  uint64_t pending = pending_entries(shard);
+  w[C_INTEGRITY] = pending > 0    ? (pending < INTEGRITY_FAILED ? pending : INTEGRITY_FAILED - 1)
+                   : integrity_ok ? NONE
+                                  : INTEGRITY_FAILED | (uint64_t)shard->rank << 1 | integrity_kind;
 }
 
 /* An agreeing report from the reduced words, nothing located yet. */
@@ -723,7 +738,7 @@ static kvs_status judge(kvs_shard_t shard, kvs_shard_report *r, bool integrity_o
   const uint64_t *w = shard->words.host;
   uint64_t step_min = w[C_STEP], step_max = ~w[C_NOT_STEP];
   bool aux_differs = w[C_AUX] != ~w[C_NOT_AUX] || w[C_AUX_STEP] != ~w[C_NOT_AUX_STEP];
-  uint64_t integrity_rank = w[C_INTEGRITY];
+  uint64_t integrity_word = w[C_INTEGRITY];
   char seen[96];
   seen_text(r, seen, sizeof seen);
   if (step_min != step_max) {
@@ -733,6 +748,20 @@ static kvs_status judge(kvs_shard_t shard, kvs_shard_report *r, bool integrity_o
                          "step and check in the same order",
                          (long long)step_min - 1, (long long)step_max - 1);
   }
+  if (integrity_word < INTEGRITY_FAILED) {
+    char since[48];
+    if (r->step == NONE) {
+      snprintf(since, sizeof since, "before the first step");
+    } else {
+      snprintf(since, sizeof since, "since step %llu", (unsigned long long)r->step);
+    }
+    return kvs_error_set(err, KVS_ERR_PENDING,
+                         "%llu entries pending on the leader (rank %d): its binds, frees, request "
+                         "slots and prefix decisions %s reach the other ranks and the tables "
+                         "with the next step; step first, then check",
+                         (unsigned long long)integrity_word, KVS_SHARD_LEADER, since);
+  }
+  uint64_t integrity_rank = integrity_word == NONE ? NONE : integrity_word & ~INTEGRITY_FAILED;
   if (r->digest_min != r->digest_max) return locate_bindings(shard, r, seen, err);
   if (aux_differs) return locate_aux(shard, r, seen, err);
   if (integrity_rank != NONE) {

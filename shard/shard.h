@@ -204,7 +204,11 @@ typedef struct kvs_shard_report {
  * message naming the step, the page, the leader's and the rank's window
  * pages; differing bindings are located by bisection over full-page
  * ranges (then request slots, which follow the pages in the digest) in
- * O(log pages) collectives. report may be NULL. */
+ * O(log pages) collectives. report may be NULL. With entries journaled on
+ * the leader since its last step (its pool is ahead of every mirror until
+ * the step carries them) nothing is compared: KVS_ERR_PENDING on every
+ * rank, naming how many, the report untouched (ranks at different steps
+ * are still reported as such first). */
 kvs_status kvs_shard_check(kvs_shard_t shard, kvs_shard_report *report, kvs_error *err);
 
 /* Collective: kvs_shard_check with this rank's verdict on state the pool

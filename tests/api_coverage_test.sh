@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every function libkvshard.so.1 exports has a NULL-and-zero case in
+# Every function libkvshard.so.2 exports has a NULL-and-zero case in
 # headers_c_test (which prints "called NAME" for each), and the test calls
 # nothing the library does not export: adding an export without a case,
 # or a case for a function that is no longer exported, fails here.

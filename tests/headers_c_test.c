@@ -43,6 +43,7 @@ static void nulls_of_status_and_model(void) {
   EXPECT(kvs_version, strcmp(kvs_version(), KVS_VERSION_STRING) == 0);
   EXPECT(kvs_status_string, strlen(kvs_status_string((kvs_status)999)) > 0);
   EXPECT(kvs_status_name, strcmp(kvs_status_name(KVS_ERR_LIBRARY), "KVS_ERR_LIBRARY") == 0 &&
+                              strcmp(kvs_status_name(KVS_ERR_PENDING), "KVS_ERR_PENDING") == 0 &&
                               strcmp(kvs_status_name((kvs_status)-1), "KVS_ERR_UNKNOWN") == 0);
   kvs_error_clear(NULL);
   CALLED(kvs_error_clear);
@@ -158,6 +159,13 @@ static void nulls_of_nodes(void) {
   EXPECT(kvs_node_num_pages, kvs_node_num_pages(NULL) == 0);
   EXPECT(kvs_node_window_pages, kvs_node_window_pages(NULL) == 0);
   EXPECT(kvs_node_max_running, kvs_node_max_running(NULL) == 0);
+  EXPECT(kvs_node_usable_pages, kvs_node_usable_pages(NULL) == 0);
+  {
+    uint64_t droppable = 7;
+    EXPECT(kvs_node_free_window_pages,
+           kvs_node_free_window_pages(NULL, NULL) == 0 &&
+               kvs_node_free_window_pages(NULL, &droppable) == 0 && droppable == 0);
+  }
   EXPECT(kvs_node_device_of, kvs_node_device_of(NULL) == KVS_NODE_DEVICE_AUTO);
   EXPECT(kvs_node_cuda_device, kvs_node_cuda_device(NULL) == -1);
   EXPECT(kvs_node_view_count, kvs_node_view_count(NULL) == 0);
@@ -200,8 +208,15 @@ static int one_node(void) {
   kvs_node_step_result r = {.size = sizeof r};
   kvs_node_report report = {.size = sizeof report};
   kvs_error_clear(&err);
-  int ok = kvs_node_admit(node, 3, &slot, &err) == KVS_OK && slot >= 0 &&
+  uint64_t free_window = kvs_node_free_window_pages(node, NULL), droppable = 1;
+  int ok = kvs_node_usable_pages(node) == kvs_node_num_pages(node) - 1 &&
+           free_window == kvs_node_window_pages(node) - 1 &&
+           kvs_node_admit(node, 3, &slot, &err) == KVS_OK && slot >= 0 &&
            kvs_node_bind(node, 3, locs, (size_t)(2 * page), &err) == KVS_OK &&
+           kvs_node_free_window_pages(node, &droppable) == free_window - 2 && droppable == 0 &&
+           /* Before the step that carries them the ranks cannot agree. */
+           kvs_node_check(node, &report, &err) == KVS_ERR_PENDING &&
+           strstr(err.message, "3 entries pending") != NULL &&
            kvs_node_step(node, NULL, &r, &err) == KVS_OK && r.binds == 3 &&
            kvs_node_translate(node, locs, (size_t)(2 * page), slots, &err) == KVS_OK &&
            slots[0] >= 0 && kvs_node_free(node, locs, (size_t)(2 * page), &err) == KVS_OK &&
@@ -226,8 +241,10 @@ static int one_node(void) {
          kvs_node_prefix_release(node, 4, &err) == KVS_OK &&
          kvs_node_finish(node, 4, &err) == KVS_OK &&
          kvs_node_step(node, NULL, &r, &err) == KVS_OK &&
+         /* Page 3's tail: retained, unreferenced, droppable. */
+         kvs_node_free_window_pages(node, &droppable) == free_window - 1 && droppable == 1 &&
          kvs_node_prefix_match(node, keys, 3, 3 * page + 1, 0, &hit, hit_pages, &err) == KVS_OK &&
-         hit.hit_tokens == 2 * page && hit.node == 3 && hit_pages[1] == 3 &&
+         hit.hit_tokens == 2 * page && hit.block == 3 && hit_pages[1] == 3 &&
          kvs_node_prefix_acquire(node, 5, &hit, &err) == KVS_OK &&
          kvs_node_admit(node, 5, &slot, &err) == KVS_OK &&
          kvs_node_bind(node, 5, w + page, (size_t)page, &err) == KVS_ERR_CONFLICT &&
@@ -243,7 +260,7 @@ static int one_node(void) {
          counts.refs == 0 && counts.tails == 1;
     if (!ok)
       fprintf(stderr, "prefix: hit %llu node %lld: %s\n", (unsigned long long)hit.hit_tokens,
-              (long long)hit.node, err.message);
+              (long long)hit.block, err.message);
   }
   /* The mapping seen in place: the pages just freed read -1 there. */
   kvs_node_view view = {.size = sizeof view};

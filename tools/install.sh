@@ -9,21 +9,23 @@
 # Then:  PKG_CONFIG_PATH=PREFIX/lib/pkgconfig \
 #          cc engine.c $(pkg-config --cflags --libs kvshard)
 #
-# Layout: PREFIX/lib/libkvshard.so.1 (SONAME libkvshard.so.1) and the
+# Layout: PREFIX/lib/libkvshard.so.2 (SONAME libkvshard.so.2) and the
 # libkvshard.so link to it; the backends PREFIX/lib/libkvshard-cuda.so.1,
 # libkvshard-nccl.so.1 and libkvshard-mpi.so.1, which the library loads
 # from its own folder when asked for a GPU, NCCL or MPI; PREFIX/include/
 # kvshard.h (the whole API) and kvshard_cuda.h, kvshard_nccl.h and
 # kvshard_mpi.h (typed helpers for engines holding those handles); and
 # PREFIX/lib/pkgconfig/kvshard.pc, which names no CUDA, NCCL or MPI folder;
-# the Python package in PREFIX/lib/python/kvshard, with a libkvshard.so.1
+# the Python package in PREFIX/lib/python/kvshard, with a libkvshard.so.2
 # link beside it to the installed library, and its example in
 # PREFIX/share/kvshard/examples. The last line says which PYTHONPATH finds
 # the package.
 #
-# Exit 0 installed; 2 bad usage; 1 a failure: the build, a file that is not
-# the kvshard shared object it should be, a PREFIX that is not a directory
-# or cannot be created, a copy, or the closing report (a full disk).
+# Exit 0 installed; 2 bad usage (a PREFIX holding white space or one of
+# $ # \ " ' `, which kvshard.pc could not name usably, included); 1 a
+# failure: the build, a file that is not the kvshard shared object it
+# should be, a PREFIX that is not a directory or cannot be created, a
+# copy, or the closing report (a full disk).
 # Everything is checked before PREFIX is touched, and the files are staged
 # in PREFIX and renamed into place last: a refused install writes nothing,
 # and one that fails while copying leaves at most PREFIX itself.
@@ -71,14 +73,26 @@ case $prefix in
   /*) ;;
   *) prefix=$PWD/$prefix ;;
 esac
+# kvshard.pc names PREFIX in Cflags and Libs, which engines read as
+# $(pkg-config --cflags --libs kvshard): the shell splits that output at
+# white space, so no escape survives it, and pkg-config reads $ as a
+# variable, # as a comment and \ and quotes as its own quoting. A PREFIX
+# holding any of them would install a kvshard.pc nothing can use: refused
+# before anything is written.
+case $prefix in
+  *[[:space:]\$\#\\\"\'\`]*)
+    printf 'install: PREFIX %q holds white space or one of $ # \\ " '"'"' `, which kvshard.pc cannot carry (pkg-config'"'"'s output is split at spaces by the shell that reads it); choose a PREFIX without them\n' "$prefix" >&2
+    exit 2
+    ;;
+esac
 [ ! -e "$prefix" ] || [ -d "$prefix" ] || fail "PREFIX $prefix exists and is not a directory"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "$lib" ]; then
-  (cd "$root" && bazel build //:libkvshard.so.1 //backends:shared_objects) ||
-    fail "bazel build //:libkvshard.so.1 //backends:shared_objects failed"
+  (cd "$root" && bazel build //:libkvshard.so.2 //backends:shared_objects) ||
+    fail "bazel build //:libkvshard.so.2 //backends:shared_objects failed"
   bin=$(cd "$root" && bazel info bazel-bin 2>/dev/null)
-  lib=$bin/libkvshard.so.1
+  lib=$bin/libkvshard.so.2
   backends=("$bin/backends/cuda/libkvshard-cuda.so.1" "$bin/backends/nccl/libkvshard-nccl.so.1"
     "$bin/backends/mpi/libkvshard-mpi.so.1")
 fi
@@ -91,7 +105,7 @@ check_object() {
     [ "$(readelf -d "$file" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')" = "$want" ] ||
     fail "$file is not $want (a kvshard shared object with that SONAME)"
 }
-check_object "$lib" libkvshard.so.1
+check_object "$lib" libkvshard.so.2
 names=()
 for b in "${backends[@]}"; do
   name=$(basename "$b")
@@ -123,15 +137,15 @@ for f in "$lib" "${backends[@]}"; do
   cp "$f" "$stage/lib/$(basename "$f")" && chmod 0755 "$stage/lib/$(basename "$f")" ||
     fail "copying $f failed"
 done
-ln -s libkvshard.so.1 "$stage/lib/libkvshard.so" || fail "linking libkvshard.so failed"
+ln -s libkvshard.so.2 "$stage/lib/libkvshard.so" || fail "linking libkvshard.so failed"
 (cd "$root" && cp kvshard.h kvshard_cuda.h kvshard_nccl.h kvshard_mpi.h "$stage/include/") ||
   fail "copying the headers failed"
 # The package finds the library beside itself: a link to the installed one
 # (the library then finds its backends in its own, real, folder).
 (cd "$root/python" && cp kvshard/*.py "$stage/python/kvshard/" &&
   cp examples/*.py "$stage/examples/") || fail "copying the Python package failed"
-ln -s ../../libkvshard.so.1 "$stage/python/kvshard/libkvshard.so.1" ||
-  fail "linking the package's libkvshard.so.1 failed"
+ln -s ../../libkvshard.so.2 "$stage/python/kvshard/libkvshard.so.2" ||
+  fail "linking the package's libkvshard.so.2 failed"
 cat >"$stage/lib/pkgconfig/kvshard.pc" <<PC || fail "writing kvshard.pc failed"
 prefix=$prefix
 libdir=\${prefix}/lib
@@ -158,7 +172,7 @@ rm -rf "$prefix/lib/python/kvshard" "$prefix/share/kvshard/examples" &&
   mv "$stage/python/kvshard" "$prefix/lib/python/kvshard" &&
   mv "$stage/examples" "$prefix/share/kvshard/examples" ||
   fail "moving the Python package into $prefix failed"
-echo "install: kvshard $version in $prefix (lib/libkvshard.so.1 and ${#backends[@]} backends," \
+echo "install: kvshard $version in $prefix (lib/libkvshard.so.2 and ${#backends[@]} backends," \
   "include/kvshard.h, lib/pkgconfig/kvshard.pc, lib/python/kvshard)" &&
   echo "install: for Python: export PYTHONPATH=$prefix/lib/python\${PYTHONPATH:+:\$PYTHONPATH}" ||
   exit 1

@@ -168,7 +168,7 @@ static bool parse_rank_step(const char *s, int *rank, uint64_t *step) {
   return true;
 }
 
-/* Every flag's default (the README's). */
+/* Every flag's default (docs/flags.md's). */
 static void set_defaults(kvsim_args *a, bool local) {
   memset(a, 0, sizeof *a);
   kvs_deploy_flags_init(&a->deploy); /* kvplan's memory share and reserve */
@@ -190,7 +190,7 @@ static void set_defaults(kvsim_args *a, bool local) {
   a->cuda_device = -1;
   a->state_rings = KVS_STATE_RINGS_PER_REQUEST;
   a->local_rank = KVS_NODE_FROM_LAUNCHER;
-  a->node_index = KVS_NODE_FROM_LAUNCHER;
+  a->host_index = KVS_NODE_FROM_LAUNCHER;
   a->bare_broadcasts = UINT64_MAX; /* min(steps, 2000), once --steps is known */
   a->trace_block = 512;
   a->step_ms = 50.0;
@@ -322,7 +322,7 @@ static int node_flag(parser *p, const char *flag, const char *value) {
   int rc;
   if (strcmp(flag, "--local-rank") == 0 || strcmp(flag, "--node") == 0) {
     rc = count_arg(p, flag, value, 0, 65535, "a non-negative integer up to 65535", &u);
-    if (rc == 0) *(flag[2] == 'l' ? &a->local_rank : &a->node_index) = (int)u;
+    if (rc == 0) *(flag[2] == 'l' ? &a->local_rank : &a->host_index) = (int)u;
     return rc;
   }
   if (strcmp(flag, "--host") == 0) {

@@ -90,7 +90,7 @@ typedef struct kvsim_args {
   bool verify; /* every step's table ring contexts against the pool's */
   /* The node: where this rank runs, the default budget, the device. */
   int local_rank;   /* --local-rank; KVS_NODE_FROM_LAUNCHER when not given */
-  int node_index;   /* --node; likewise */
+  int host_index;   /* --node; likewise */
   const char *host; /* --host: this rank's host name; NULL: gethostname */
   bool have_budget_mib;
   double budget_mib;

@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
    * rank thread has exited. A topology that does not load is the ranks'
    * own error to report. */
   kvs_topology_t held = NULL;
-  (void)kvs_node_topology_open(a.deploy.topology, &held, NULL, 0, NULL);
+  (void)kvs_host_topology_open(a.deploy.topology, &held, NULL, 0, NULL);
   if (kvs_comm_loopback_group_create(a.ranks, &group, &err) != KVS_OK) {
     fprintf(stderr, "kvsim_local: %s\n", err.message);
     kvs_topology_destroy(held);

@@ -12,12 +12,14 @@
 #include "core/geometry.h"
 #include "core/model_config.h"
 #include "core/mix.h"
+#include "plan/cluster.h"
 #include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "shard/step_message.h"
 #include "tools/workload.h"
 #include "shard/plan_overhead.h"
+#include "kvplan/deploy_flags.h"
 #include "kvplan/plan_json.h"
 
 /* ---- termination by the launcher ----
@@ -136,9 +138,9 @@ static int budget_request(run *r, kvs_node_options *b) {
 static void describe_rank(const run *r) {
   const kvs_rank_plan *rp = kvs_node_rank_plan(r->node);
   const kvs_gpu_info *gpu = kvs_node_gpu(r->node);
-  const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
+  const kvs_split *split = kvs_deployment_split(kvs_deployment(r->node));
   uint64_t alone = 0;
-  kvs_node_max_pages(kvs_node_plan_request(r->node), rp->first, rp->end, rp->budget_bytes, &alone,
+  kvs_node_max_pages(kvs_deployment_request(r->node), rp->first, rp->end, rp->budget_bytes, &alone,
                      NULL);
   fprintf(stderr,
           "kvsim: rank %d (tp rank %zu, stage %zu, layers [%zu, %zu), GPU %zu %s, NUMA %d, "
@@ -146,9 +148,9 @@ static void describe_rank(const run *r) {
           "tables): budget %" PRIu64 " B holds %" PRIu64 " pages alone; agreed %" PRIu64
           " (rank %zu limits); pool %" PRIu64 " B, %" PRIu64 " B padding; %s\n",
           r->rank, rp->tp_rank, rp->pp_stage, rp->first, rp->end, gpu->index, gpu->pci_busid,
-          gpu->numa_node, gpu->node,
+          gpu->numa_node, gpu->host,
           kvs_table_kind_name(kvs_table_kind_of(kvs_node_table(r->node))), rp->budget_bytes, alone,
-          split->num_pages, kvs_node_plan_limiting_rank(kvs_node_plan(r->node)),
+          split->num_pages, kvs_deployment_limiting_rank(kvs_deployment(r->node)),
           rp->device.total_bytes, rp->device.padding_bytes,
           kvs_node_binding(r->node)->cpu_bound ? "thread bound to its GPU's CPUs"
                                                : kvs_node_binding(r->node)->reason);
@@ -200,11 +202,11 @@ static int resolve_layout(run *r) {
   size_t tp = d->given[KVS_DEPLOY_TP] ? (size_t)d->tp : 0;
   size_t pp = d->given[KVS_DEPLOY_PP] ? (size_t)d->pp : 0;
   if (tp == 0 && pp == 0) {
-    size_t per_node = 0;
-    for (size_t k = 0; k < kvs_cluster_node_count(r->cluster); k++) {
-      per_node = gcd(per_node, kvs_cluster_node_gpu_count(r->cluster, k));
+    size_t per_host = 0;
+    for (size_t k = 0; k < kvs_cluster_host_count(r->cluster); k++) {
+      per_host = gcd(per_host, kvs_cluster_host_gpu_count(r->cluster, k));
     }
-    tp = gcd(per_node, world);
+    tp = gcd(per_host, world);
     pp = world / tp;
   } else if (pp == 0) {
     pp = world % tp == 0 ? world / tp : 1;
@@ -303,7 +305,7 @@ static void node_options(run *r, kvs_node_options *o) {
   o->local_rank =
       simulated && a->local_rank == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->local_rank;
   o->host_index =
-      simulated && a->node_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->node_index;
+      simulated && a->host_index == KVS_NODE_FROM_LAUNCHER ? KVS_NODE_UNCHECKED : a->host_index;
 }
 
 /* The cluster, once (a collective): its GPU count sizes the skewed
@@ -332,11 +334,35 @@ static int gather_cluster(run *r) {
   return 0;
 }
 
+/* Memory flags above what the cluster's GPUs have cannot be true: bad
+ * usage, in the sentence kvplan and the node use (--budget-mib named as
+ * given). Every rank reads the same flags and cluster, so only the
+ * speaker says it. */
+static int check_memory(const run *r, const kvs_node_options *o) {
+  kvs_memory_input in[KVS_MEMORY_INPUT_COUNT];
+  kvs_deploy_memory_inputs(&r->a->deploy, KVSIM_DEPLOY_FLAGS, in);
+  if (r->a->have_budget_mib && r->budgets != NULL) {
+    in[KVS_MEMORY_BUDGET] = (kvs_memory_input){"--budget-mib", 0, r->budgets, o->n_budget_per_gpu};
+  }
+  kvs_error err;
+  kvs_error_clear(&err);
+  uint64_t host = r->a->deploy.host_cache;
+  if (kvs_memory_inputs_check(in, kvs_cluster_gpus(r->cluster), kvs_cluster_gpu_count(r->cluster),
+                              &err) == KVS_OK &&
+      (host == 0 ||
+       kvs_cluster_host_tier_check(r->cluster, "--host-cache", host, &err) == KVS_OK)) {
+    return 0;
+  }
+  if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
+  return KVSIM_EXIT_USAGE;
+}
+
 /* The node itself (a collective): plan, agreement, pool and tables. */
 static int create_node(run *r, kvs_node_options *o) {
   kvs_error err;
   kvs_error_clear(&err);
   int rc = budget_request(r, o);
+  if (rc == 0) rc = check_memory(r, o);
   if (rc != 0) return rc;
   kvs_status status = kvs_node_create_in_cluster(r->comm, o, r->cluster, &r->node, &err);
   return status != KVS_OK ? setup_failed(r, "node setup", status, &err) : 0;
@@ -346,7 +372,7 @@ static int create_node(run *r, kvs_node_options *o) {
 static void announce(const run *r) {
   const kvsim_args *a = r->a;
   kvs_shard_t shard = kvs_node_shard(r->node);
-  const kvs_split *split = kvs_node_plan_split(kvs_node_plan(r->node));
+  const kvs_split *split = kvs_deployment_split(kvs_deployment(r->node));
   fprintf(stderr,
           "kvsim: %d ranks (tp %d x pp %d, backend %s, %s tables, topology %s): %" PRIu64
           " full pages, %" PRIu64
@@ -479,10 +505,10 @@ static int setup_node(run *r) {
     /* Every rank copies its own page rows over its GPU's own host link, at
      * once: a fetch takes as long as the largest share (the stage with
      * the most compressed and indexer rows), not the machine's sum. */
-    kvs_node_plan_t plan = kvs_node_plan(r->node);
+    kvs_deployment_t plan = kvs_deployment(r->node);
     uint64_t share = 0;
-    for (size_t k = 0; k < kvs_node_plan_rank_count(plan); k++) {
-      uint64_t bytes = kvs_node_plan_rank_host_bytes(plan, k);
+    for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
+      uint64_t bytes = kvs_deployment_rank_host_bytes(plan, k);
       if (bytes > share) share = bytes;
     }
     r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
@@ -828,9 +854,9 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
  * already excludes the engine's weights. */
 static json_t *plan_json(const run *r) {
   kvs_cluster_t cluster = kvs_node_cluster(r->node);
-  const char *labels[KVS_MAX_NODES];
-  for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
-    labels[k] = kvs_cluster_node_label(cluster, k);
+  const char *labels[KVS_MAX_HOSTS];
+  for (size_t k = 0; k < kvs_cluster_host_count(cluster); k++) {
+    labels[k] = kvs_cluster_host_label(cluster, k);
   }
   /* Each rank's buffers beside its carve as kvplan prices them for the
    * same flags: the deployment kvplan plans (device tables, NCCL between
@@ -838,13 +864,13 @@ static json_t *plan_json(const run *r) {
    * which kvsim does not take (its default; kvsim's own requests are
    * shorter). What this run's node put beside its carve, on its own device
    * and communicator, it checked at create (kvs_node_buffers). */
-  kvs_node_plan_t plan = kvs_node_plan(r->node);
-  size_t n = kvs_node_plan_rank_count(plan);
+  kvs_deployment_t plan = kvs_deployment(r->node);
+  size_t n = kvs_deployment_rank_count(plan);
   uint64_t *overheads = calloc(n > 0 ? n : 1, sizeof *overheads);
   kvs_node_deployment d = kvs_node_deployment_planned(
       plan, kvs_node_gpu_count(r->node), r->a->max_running, r->a->radix, KVS_DEFAULT_MAX_SEQ_LEN);
   if (overheads != NULL &&
-      kvs_node_plan_overheads(plan, kvs_node_gpus(r->node), &d, overheads, NULL) != KVS_OK) {
+      kvs_deployment_overheads(plan, kvs_node_gpus(r->node), &d, overheads, NULL) != KVS_OK) {
     free(overheads);
     overheads = NULL;
   }
@@ -853,17 +879,19 @@ static json_t *plan_json(const run *r) {
                                          0,
                                          "none",
                                          labels,
-                                         kvs_cluster_node_count(cluster),
+                                         kvs_cluster_host_count(cluster),
                                          1,
                                          1,
-                                         overheads};
+                                         overheads,
+                                         r->a->max_running,
+                                         KVS_DEFAULT_MAX_SEQ_LEN};
   json_t *o = kvs_plan_json(plan, kvs_node_gpus(r->node), kvs_node_gpu_budgets(r->node), &context);
   free(overheads);
   return o;
 }
 
-/* The one JSON object, the last line of stdout (keys as the README lists
- * them). */
+/* The one JSON object, the last line of stdout (keys as docs/simulation.md
+ * lists them). */
 static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool agree,
                         bool ring_agree, const double *us, double elapsed_s) {
   const kvsim_args *a = r->a;

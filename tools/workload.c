@@ -805,13 +805,13 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
         *status = take_host_hit(w, a, n_keys, reprefill, &hit, &proj_full, &win, &defer, err);
         if (*status != KVS_OK) return;
         if (defer) break; /* admitted at the next step, with its journal's whole room */
-      } else if ((hit.node >= 0 || hit.host_pages > 0) && hit.reprefill && short_window) {
+      } else if ((hit.block >= 0 || hit.host_pages > 0) && hit.reprefill && short_window) {
         /* No window page for the re-prefill: take the exact part. */
         *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, &hit,
                                                NULL, err);
         if (*status != KVS_OK) return;
       }
-      if (hit.node >= 0 && hit.host_pages == 0) {
+      if (hit.block >= 0 && hit.host_pages == 0) {
         *status = kvs_window_pool_prefix_acquire(pool, a->id, &hit, err);
         if (*status != KVS_OK) return;
       }
@@ -830,7 +830,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
       win += wfreed;
     }
     if (own > proj_full || win < need_win) {
-      if (hit.node >= 0 || hit.host_pages > 0) {
+      if (hit.block >= 0 || hit.host_pages > 0) {
         *status = kvs_window_pool_prefix_abandon(pool, a->id, err);
       }
       refused = true;

@@ -48,7 +48,7 @@ typedef struct kvs_gpu_info {
    * (a container without sysfs): locality is then unknown. */
   bool in_topology;
   int cuda_device;      /* CUDA ordinal, -1 when CUDA was not consulted */
-  size_t node;          /* the cluster node holding it, in node order; 0 on one machine */
+  size_t host;          /* the host (machine) holding it, in cluster order; 0 on one machine */
   uint64_t free_bytes;  /* cudaMemGetInfo, 0 when unknown */
   uint64_t total_bytes; /* cudaMemGetInfo, 0 when unknown */
 } kvs_gpu_info;

@@ -463,6 +463,11 @@ size_t kvs_topology_numa_count(kvs_topology_t t) {
   return n > 0 ? (size_t)n : 0;
 }
 
+uint64_t kvs_topology_memory_bytes(kvs_topology_t t) {
+  hwloc_obj_t root = t != NULL ? hwloc_get_root_obj(t->hwloc) : NULL;
+  return root != NULL ? (uint64_t)root->total_memory : 0;
+}
+
 size_t kvs_topology_package_count(kvs_topology_t t) {
   int n = t != NULL ? hwloc_get_nbobjs_by_type(t->hwloc, HWLOC_OBJ_PACKAGE) : 0;
   return n > 0 ? (size_t)n : 0;

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 #include "topology/gpu.h"
@@ -87,6 +88,11 @@ const char *kvs_topology_cuda_note(kvs_topology_t topology);
 /* NUMA nodes and packages in the topology. */
 size_t kvs_topology_numa_count(kvs_topology_t topology);
 size_t kvs_topology_package_count(kvs_topology_t topology);
+
+/* The machine's memory as hwloc reports it (the sum over its NUMA nodes:
+ * measured live, as exported in an XML); 0 for NULL or where it is not
+ * known. */
+uint64_t kvs_topology_memory_bytes(kvs_topology_t topology);
 
 /* The hwloc topology, borrowed (for binding and callers that walk it).
  * Typed as hwloc's struct so this header does not need hwloc.h. */

@@ -29,7 +29,9 @@ class Scheduler:
         self.node = node
         self.rng = np.random.default_rng(seed)
         self.page = node.page
-        self.free_full = list(range(node.num_pages - 1, -1, -1))
+        # The engine's full pages: num_pages counts the reserved dummy page
+        # (the last), which is never bound; usable_pages leaves it out.
+        self.free_full = list(range(node.usable_pages - 1, -1, -1))
         self.max_running = max_running
         self.running = {}  # request -> {"pages": [...], "pos": int, "end": int}
         self.next_id = 1
@@ -49,7 +51,12 @@ class Scheduler:
                 self.node.free(np.arange(full * P, (full + 1) * P, dtype=np.int64))
             self.free_full.extend(r["pages"])
             self.node.finish(request)
+        # Admission control from the node's own count: a request binds a
+        # window page now and holds at most three (the newest bound before
+        # the oldest is freed), so one is admitted only while three are free
+        # for it beyond what the running ones may still take (one each).
         while (len(self.running) < self.max_running and len(self.free_full) > 8
+               and self.node.free_window_pages() >= 3 + len(self.running)
                and self.rng.random() < 0.5):
             request = self.next_id
             self.next_id += 1

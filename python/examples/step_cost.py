@@ -1,21 +1,33 @@
 """What the Python package adds to a step, measured in one run:
 
-    python3 step_cost.py [--batch 16] [--steps 2000]
+    python3 step_cost.py [--batch 16,64] [--steps 2000] [--rounds 5]
 
-One rank on the host twin (bundled topology, device "cpu"). B requests are
-admitted and each bound one window page; then the same decode batch is
-stepped N times two ways, alternating in rounds so both see the same
-machine:
-  - baseline: kvs_node_step called directly through ctypes with a batch
-    struct built once (the library's step plus one foreign call);
-  - package: Node.step(dict), as an engine calls it (argument checks,
-    numpy conversions, the result dict with the ring contexts copied out).
-It prints the mean microseconds per step of each and their ratio.
+One rank on the host twin (bundled topology, device "cpu", DSV4-Flash).
+For each batch size B, B requests decode in an engine's loop: every step
+each request's position advances by one, a request entering a new page
+gets it bound and the page that left its window freed (the leader's calls
+between steps), a request reaching the end of its pages finishes and a new
+one is admitted in its place, and the step carries those bindings with
+the batch: the requests, their positions and their block-table rows
+(their pages from the first, as the reference engine passes them). The
+loop's steps go two ways, alternating in rounds of --steps steps each so
+both see the same machine and the same mix of bindings:
+  - baseline: kvs_node_step called directly through ctypes with the batch
+    struct prepared once over the loop's arrays, which the loop updates in
+    place (the library's step plus one foreign call);
+  - package: Node.step(dict) over the same arrays, as an engine calls it
+    (argument checks, numpy conversions, the result dict with the ring
+    contexts copied out).
+Only the step calls are timed, each alone. It prints, per batch, the
+median microseconds per step of each and their ratio (the median: on
+shared cores a step the scheduler preempts costs milliseconds, which a
+mean of a few thousand steps of microseconds cannot absorb), then the
+means.
 
 Exit status: 0 measured; 1 the library refused (its message on stderr) or
 the report could not be written; 2 bad usage (a flag given twice, a value
-out of range: --batch 1 to 256 (the node is a 16 GiB host twin), --steps 1 to 10,000,000, --rounds 1 to
-100).
+out of range: each --batch 1 to 256 (the node is a 16 GiB host twin),
+--steps 1 to 10,000,000, --rounds 1 to 100).
 """
 
 import argparse
@@ -28,10 +40,13 @@ import numpy as np
 import kvshard
 from kvshard._lib import CError, NodeBatch, StepResult, lib
 
+SPAN = 8  # pages a request runs through before it finishes
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", default="16,64",
+                    help="batch sizes, comma-separated (default 16,64)")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
     given = [w.split("=")[0] for w in sys.argv[1:] if w.startswith("--")]
@@ -39,12 +54,25 @@ def main():
     if twice:
         ap.error(f"{twice[0]} is given twice; give it once")
     a = ap.parse_args()
-    if a.batch < 1 or a.steps < 1 or a.rounds < 1:
+    try:
+        a.batches = [int(b) for b in a.batch.split(",")]
+    except ValueError:
+        ap.error(f"--batch takes sizes separated by commas, got {a.batch!r}")
+    if min(a.batches) < 1 or a.steps < 1 or a.rounds < 1:
         ap.error("--batch, --steps and --rounds must be at least 1")
-    if a.batch > 256 or a.steps > 10_000_000 or a.rounds > 100:
+    if max(a.batches) > 256 or a.steps > 10_000_000 or a.rounds > 100:
         ap.error("--batch is at most 256, --steps 10,000,000 and --rounds 100")
     try:
-        measure(a, ap)
+        with kvshard.Node(topology="bundled", device="cpu", budget="16GiB", tp=1, pp=1,
+                          max_running=max(64, *a.batches), bind_numa=False) as node:
+            if max(a.batches) * SPAN > node.num_pages - 1:
+                ap.error(f"--batch {max(a.batches)} needs {max(a.batches) * SPAN} pages; the "
+                         f"node has {node.num_pages - 1}")
+            print(f"step_cost: {a.rounds} rounds of {a.steps} steps each way, a decode loop on "
+                  f"one host-twin rank")
+            for b in a.batches:
+                measure(node, b, a.steps, a.rounds)
+            sys.stdout.flush()  # a full disk is found here, not at exit
     except kvshard.Error as e:
         print(f"step_cost: {e}", file=sys.stderr)
         return 1
@@ -54,54 +82,99 @@ def main():
     return 0
 
 
-def measure(a, ap):
-    with kvshard.Node(topology="bundled", device="cpu", budget="16GiB", tp=1, pp=1,
-                      max_running=max(64, a.batch), bind_numa=False) as node:
-        if a.batch > node.num_pages:
-            ap.error(f"--batch {a.batch} exceeds the node's {node.num_pages} pages")
-        P = node.page
-        for r in range(a.batch):
-            node.admit(r + 1)
-            node.bind(r + 1, np.arange(r * P, (r + 1) * P, dtype=np.int64))
-        node.step()  # the binds land
-        requests = np.arange(1, a.batch + 1, dtype=np.uint64)
-        positions = np.arange(a.batch, dtype=np.int64) * P + P - 1
-        table = np.arange(a.batch, dtype=np.int32).reshape(a.batch, 1)
-        batch = {"requests": requests, "positions": positions, "block_table": table}
-        raw = NodeBatch(ctypes.sizeof(NodeBatch), a.batch, requests.ctypes.data,
-                        positions.ctypes.data, table.ctypes.data, 1, False)
-        result = StepResult()
-        result.size = ctypes.sizeof(StepResult)
-        err = CError()
-        step = lib().kvs_node_step
-        handle = node._node
+class Loop:
+    """B requests decoding: request slot r owns full pages [r * SPAN,
+    (r + 1) * SPAN); its position starts one page in (staggered so pages
+    fill on different steps) and keeps the last two pages bound."""
 
-        def c_steps():
-            for _ in range(a.steps):
-                if step(handle, ctypes.byref(raw), ctypes.byref(result), ctypes.byref(err)):
-                    raise kvshard.Error("step", err.message.decode())
+    def __init__(self, node, batch, first_id):
+        self.node, self.B, self.P = node, batch, node.page
+        P = self.P
+        self.next_id = first_id
+        self.requests = np.zeros(batch, dtype=np.uint64)
+        self.positions = np.zeros(batch, dtype=np.int64)
+        self.table = (np.arange(batch, dtype=np.int32)[:, None] * SPAN
+                      + np.arange(SPAN, dtype=np.int32)[None, :])
+        for r in range(batch):
+            self.start(r, P + (r * 37) % P)
+        node.step()  # the admissions and binds land
 
-        def py_steps():
-            for _ in range(a.steps):
-                node.step(batch)
+    def locs(self, r, page):
+        full = int(self.table[r, page])
+        return np.arange(full * self.P, (full + 1) * self.P, dtype=np.int64)
 
-        c_best = py_best = float("inf")
-        for _ in range(a.rounds):
-            t = time.perf_counter()
-            c_steps()
-            c_best = min(c_best, time.perf_counter() - t)
-            t = time.perf_counter()
-            py_steps()
-            py_best = min(py_best, time.perf_counter() - t)
-        c_us = c_best / a.steps * 1e6
-        py_us = py_best / a.steps * 1e6
-        print(f"step_cost: batch {a.batch}, {a.steps} steps, best of {a.rounds} rounds")
-        print(f"  kvs_node_step via ctypes (baseline)  {c_us:9.2f} us/step")
-        print(f"  Node.step(dict)                      {py_us:9.2f} us/step")
-        print(f"  package / baseline                   {py_us / c_us:9.2f}x "
+    def start(self, r, pos):
+        self.requests[r] = self.next_id
+        self.next_id += 1
+        self.positions[r] = pos
+        self.node.admit(int(self.requests[r]))
+        for page in range(max(0, pos // self.P - 1), pos // self.P + 1):
+            self.node.bind(int(self.requests[r]), self.locs(r, page))
+
+    def advance(self):
+        """The leader's calls between two steps, then the next positions."""
+        P, node = self.P, self.node
+        self.positions += 1
+        for r in np.flatnonzero(self.positions % P == 0):
+            pos = int(self.positions[r])
+            if pos // P == SPAN:  # done: its pages back, a new request in its place
+                node.free(np.concatenate([self.locs(r, pos // P - 2), self.locs(r, pos // P - 1)]))
+                node.finish(int(self.requests[r]))
+                self.start(r, P)
+            else:
+                if pos // P >= 2:
+                    node.free(self.locs(r, pos // P - 2))
+                node.bind(int(self.requests[r]), self.locs(r, pos // P))
+
+    def close(self):
+        """Every request finished, its pages back."""
+        for r in range(self.B):
+            self.node.free(np.concatenate([self.locs(r, page) for page in range(SPAN)]))
+            self.node.finish(int(self.requests[r]))
+        self.node.step()
+
+
+def measure(node, batch, steps, rounds):
+    loop = Loop(node, batch, first_id=1 + batch * 1_000_000)
+    args = {"requests": loop.requests, "positions": loop.positions, "block_table": loop.table}
+    raw = NodeBatch(ctypes.sizeof(NodeBatch), batch, loop.requests.ctypes.data,
+                    loop.positions.ctypes.data, loop.table.ctypes.data, SPAN, False)
+    result = StepResult()
+    result.size = ctypes.sizeof(StepResult)
+    err = CError()
+    step = lib().kvs_node_step
+    handle = node._node
+    clock = time.perf_counter
+
+    def c_steps(out):
+        for i in range(steps):
+            loop.advance()
+            t = clock()
+            status = step(handle, ctypes.byref(raw), ctypes.byref(result), ctypes.byref(err))
+            out[i] = clock() - t
+            if status:
+                raise kvshard.Error("step", err.message.decode())
+
+    def py_steps(out):
+        for i in range(steps):
+            loop.advance()
+            t = clock()
+            node.step(args)
+            out[i] = clock() - t
+
+    c_times = np.zeros((rounds, steps))
+    py_times = np.zeros((rounds, steps))
+    for r in range(rounds):
+        c_steps(c_times[r])
+        py_steps(py_times[r])
+    loop.close()
+    print(f"batch {batch} (block-table rows of {SPAN} pages):")
+    for what, stat in (("median", np.median), ("mean", np.mean)):
+        c_us, py_us = stat(c_times) * 1e6, stat(py_times) * 1e6
+        print(f"  {what:6} kvs_node_step via ctypes (baseline)  {c_us:9.2f} us/step")
+        print(f"  {what:6} Node.step(dict)                      {py_us:9.2f} us/step")
+        print(f"  {what:6} package / baseline                   {py_us / c_us:9.2f}x "
               f"(+{py_us - c_us:.2f} us/step)")
-        sys.stdout.flush()  # a full disk is found here, not at exit
-
 
 if __name__ == "__main__":
     sys.exit(main())

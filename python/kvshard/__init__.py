@@ -1,5 +1,5 @@
 """kvshard for Python engines: plans as objects and the node over the C
-library (libkvshard.so.1, through ctypes: no compiler at install time).
+library (libkvshard.so.2, through ctypes: no compiler at install time).
 
     import kvshard
     print(kvshard.plan(topology="bundled").num_pages)
@@ -22,7 +22,7 @@ __all__ = [
     "self_comm",
 ]
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 
 def __getattr__(name):

@@ -1,4 +1,4 @@
-"""Loading libkvshard.so.1 and declaring the C calls the package makes.
+"""Loading libkvshard.so.2 and declaring the C calls the package makes.
 
 The library is looked for beside this package, then where KVSHARD_LIBRARY
 says (the file, or its folder), then on the loader's path; the error names
@@ -13,7 +13,7 @@ import os
 import pathlib
 import threading
 
-SONAME = "libkvshard.so.1"
+SONAME = "libkvshard.so.2"
 ERROR_MESSAGE_MAX = 512  # KVS_ERROR_MESSAGE_MAX
 NCCL_UNIQUE_ID_BYTES = 128  # KVS_NCCL_UNIQUE_ID_BYTES
 
@@ -184,7 +184,7 @@ class NodePrefixHit(ctypes.Structure):
         ("hit_tokens", ctypes.c_uint64),
         ("reprefill_tokens", ctypes.c_uint64),
         ("truncated_tokens", ctypes.c_uint64),
-        ("node", ctypes.c_int64),
+        ("block", ctypes.c_int64),
         ("reprefill", ctypes.c_bool),
         ("host_pages", ctypes.c_uint64),
         ("stamp", ctypes.c_uint64),
@@ -242,6 +242,8 @@ _PROTOTYPES = {
     "kvs_node_num_pages": (ctypes.c_uint64, [_P]),
     "kvs_node_window_pages": (ctypes.c_uint64, [_P]),
     "kvs_node_max_running": (ctypes.c_uint64, [_P]),
+    "kvs_node_usable_pages": (ctypes.c_uint64, [_P]),
+    "kvs_node_free_window_pages": (ctypes.c_uint64, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "kvs_node_device_of": (ctypes.c_int, [_P]),
     "kvs_node_cuda_device": (ctypes.c_int, [_P]),
     "kvs_node_admit": (_STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),

@@ -36,6 +36,8 @@ def _kind_name(kind):
     """The name a report gives a kind: the library's (kvs_divergence_name)."""
     return lib().kvs_divergence_name(int(kind)).decode()
 _NONE = (1 << 64) - 1
+# The keys a step's batch dict takes (kvs_node_batch's fields).
+_BATCH_KEYS = ("requests", "positions", "block_table", "window_rows")
 # numpy dtype -> the C type its arrays reach
 _CTYPES = {np.dtype(np.int64): "int64_t", np.dtype(np.uint64): "uint64_t",
            np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t"}
@@ -45,7 +47,12 @@ def _destroy(handle, comm, owned):
     lib().kvs_node_destroy(handle)
     comm._returned()
     if owned:
-        comm.close()
+        # Nothing runs over the node's own communicator once the C node is
+        # gone, even when its Node was never closed (one still alive at
+        # interpreter exit, where this runs as weakref.finalize's atexit
+        # hook): Comm.close()'s refusal under an open Node would only print
+        # a traceback at exit and leave the communicator undestroyed.
+        comm._close(refuse_open=False)
 
 
 class _Handle:
@@ -176,17 +183,19 @@ def _flags(values, name, n):
 @dataclasses.dataclass(frozen=True)
 class PrefixHit:
     """What prefix_match found (kvs_node_prefix_hit, fields as in C):
-    positions [0, hit_tokens) are reused; node is the hit's last page, -1
-    for no hit; host_pages > 0: blocks past node are in the host tier
-    (take the hit with prefix_fetch). stamp: which block node was when
+    positions [0, hit_tokens) are reused; block is the hit's last block
+    (its full page), -1 for no hit; host_pages > 0: blocks past it are in
+    the host tier (take the hit with prefix_fetch). stamp: which block it was when
     matched (acquire and fetch refuse the hit once it left the index).
-    pages: the cached full page of each matched key (matched_pages of
-    them; -1 for a host-tier block)."""
+    pages: the full pages the hit reuses, hit_tokens // page of them, from
+    the prompt's first page (-1: a host-tier block, which prefix_fetch
+    brings back into a page of the engine's); empty when hit_tokens is 0,
+    even when keys matched (matched_pages counts those)."""
     matched_pages: int
     hit_tokens: int
     reprefill_tokens: int
     truncated_tokens: int
-    node: int
+    block: int
     reprefill: bool
     host_pages: int
     stamp: int
@@ -194,13 +203,13 @@ class PrefixHit:
 
     def _c(self):
         """As the C struct, each field checked against its C type (ctypes
-        would cut an int past it: node 2**64 + 3 would name node 3)."""
+        would cut an int past it: block 2**64 + 3 would name block 3)."""
         fields = {}
         for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
                      "host_pages", "stamp"):
             fields[name] = _count(getattr(self, name), "hit." + name)
-        node = c_int(self.node, "hit.node", "int64_t")
-        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), node=node,
+        block = c_int(self.block, "hit.block", "int64_t")
+        return NodePrefixHit(ctypes.sizeof(NodePrefixHit), block=block,
                              reprefill=c_bool(self.reprefill, "hit.reprefill"), **fields)
 
 
@@ -304,6 +313,9 @@ class Node:
         self.page = lib().kvs_node_page(out)
         self.num_pages = lib().kvs_node_num_pages(out)
         self.window_pages = lib().kvs_node_window_pages(out)
+        # num_pages and window_pages count their reserved dummy page (the
+        # last); an engine allocates full pages from range(usable_pages).
+        self.usable_pages = lib().kvs_node_usable_pages(out)
         self.max_running = lib().kvs_node_max_running(out)
         self.is_leader = bool(lib().kvs_node_is_leader(out))
         self.device = "cuda" if lib().kvs_node_device_of(out) == 2 else "cpu"
@@ -340,6 +352,19 @@ class Node:
 
     def __exit__(self, *exc):
         self.close()
+
+    def free_window_pages(self, droppable=False):
+        """Window pages free for bind now (on the leader its changes count
+        at once, on a follower from the step that carries them). With
+        droppable=True, (free, droppable): droppable is how many window
+        pages retained prefix tails hold that prefix_evict(0,
+        need_window_pages=...) could give back now (0 without a prefix
+        cache), so binding up to free + droppable pages needs no request's
+        pages freed."""
+        droppable = c_bool(droppable, "droppable")
+        d = ctypes.c_uint64(0)
+        free = lib().kvs_node_free_window_pages(self._node, ctypes.byref(d))
+        return (free, d.value) if droppable else free
 
     # ---- the leader's calls ----
 
@@ -384,9 +409,9 @@ class Node:
         call("kvs_node_prefix_match", self._node, k.ctypes.data if k.size else None, k.size,
              prompt, reprefill, ctypes.byref(hit), pages.ctypes.data if k.size else None)
         return PrefixHit(hit.matched_pages, hit.hit_tokens, hit.reprefill_tokens,
-                         hit.truncated_tokens, hit.node, bool(hit.reprefill), hit.host_pages,
+                         hit.truncated_tokens, hit.block, bool(hit.reprefill), hit.host_pages,
                          hit.stamp,
-                         pages[:hit.matched_pages].copy())
+                         pages[:hit.hit_tokens // self.page].copy())
 
     def prefix_acquire(self, request, hit):
         """Leader: request takes a match's hit (one without host_pages)."""
@@ -478,12 +503,14 @@ class Node:
         if batch is not None:
             if not isinstance(batch, dict):
                 raise TypeError(f"batch must be a dict or None, got {type(batch).__name__}")
-            unknown = set(batch) - {"requests", "positions", "block_table", "window_rows"}
+            unknown = set(batch) - set(_BATCH_KEYS)
             if unknown:
-                raise TypeError(f"batch has unknown keys {sorted(unknown)}")
+                raise TypeError(f"batch has unknown keys {sorted(map(str, unknown))}; a batch "
+                                f"takes {', '.join(_BATCH_KEYS)} (window_rows optional)")
             missing = {"requests", "positions", "block_table"} - set(batch)
             if missing:
-                raise TypeError(f"batch lacks {sorted(missing)}")
+                raise TypeError(f"batch lacks {sorted(missing)}; a batch takes "
+                                f"{', '.join(_BATCH_KEYS)} (window_rows optional)")
             req = _int_array(batch["requests"], "batch['requests']", np.uint64)
             pos = _int_array(batch["positions"], "batch['positions']")
             bt = _int_array(batch["block_table"], "batch['block_table']", np.int32)

@@ -73,6 +73,87 @@ class OneRank(unittest.TestCase):
             self.assertEqual(r["own"][0], node.translate([P + 5])[0])
             self.assertEqual(r["own"][1], -1, "an idle row reads nothing")
 
+    def test_usable_pages_leave_the_dummy_out(self):
+        # num_pages counts the reserved dummy page (the last); an engine
+        # that allocates from range(num_pages) would meet it when its pool
+        # fills. usable_pages is the engine's range, and the dummy is named
+        # by its page and its locations when bound.
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            self.assertEqual(node.usable_pages, node.num_pages - 1)
+            node.admit(1)
+            node.bind(1, page_locs(P, node.usable_pages - 1, 1))  # the last usable page
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(1, page_locs(P, node.usable_pages, 1))
+            self.assertEqual(e.exception.status, "KVS_ERR_CONFLICT")
+            d = node.usable_pages
+            self.assertIn(f"full page {d} (locations {d * P}..{d * P + P - 1}) is the reserved "
+                          f"dummy page, bound for good; the engine's full pages are 0..{d - 1}",
+                          str(e.exception))
+            node.step()
+            np.testing.assert_array_equal(node.translate(page_locs(P, d, 1)),
+                                          (node.window_pages - 1) * P + np.arange(P))
+
+    def test_the_serve_loop_example_allocates_from_usable_pages(self):
+        sys.path.insert(0, os.path.join("python", "examples"))
+        try:
+            import serve_loop
+        finally:
+            sys.path.pop(0)
+        with kvshard.Node(**SMALL) as node:
+            sched = serve_loop.Scheduler(node, seed=1, max_running=node.max_running - 1)
+            self.assertEqual(sorted(sched.free_full), list(range(node.usable_pages)),
+                             "every page but the dummy")
+            for _ in range(40):
+                node.step(sched.schedule())
+            self.assertTrue(node.check()["ok"])
+
+    def test_free_window_pages_count_what_a_bind_can_take(self):
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            free = node.free_window_pages()
+            self.assertEqual(free, node.window_pages - 1, "every window page but the dummy")
+            self.assertEqual(node.free_window_pages(droppable=True), (free, 0))
+            node.admit(1)
+            node.bind(1, page_locs(P, 0, 3))
+            self.assertEqual(node.free_window_pages(), free - 3, "the leader's at once")
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(1, page_locs(P, 3, free - 2))
+            self.assertEqual(e.exception.status, "KVS_ERR_EXHAUSTED")
+            self.assertIn(f"kvs_node_bind for request 1: window free list out of slots: it needs "
+                          f"{free - 2} window pages, {free - 3} are free (of {free} the engine "
+                          f"can bind); no prefix cache holds any", str(e.exception))
+            self.assertEqual(node.free_window_pages(), free - 3, "nothing taken")
+            for v in ("yes", 1, None):
+                with self.assertRaisesRegex(TypeError, "droppable takes True or False"):
+                    node.free_window_pages(droppable=v)
+
+    def test_a_check_between_the_leaders_changes_and_the_step_is_refused(self):
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            node.admit(1)
+            node.bind(1, page_locs(P, 4, 2))
+            with self.assertRaises(kvshard.Error) as e:
+                node.check()
+            self.assertEqual(e.exception.status, "KVS_ERR_PENDING")
+            self.assertIn("3 entries pending on the leader (rank 0)", str(e.exception))
+            self.assertIn("step first, then check", str(e.exception))
+            node.step()
+            self.assertTrue(node.check()["ok"], "stepped: the same check agrees")
+
+    def test_a_batch_with_an_unknown_key_lists_the_keys_a_batch_takes(self):
+        with kvshard.Node(**SMALL) as node:
+            good = {"requests": [1], "positions": [0], "block_table": [[0]]}
+            with self.assertRaises(TypeError) as e:
+                node.step(dict(good, window_row=True))
+            self.assertEqual(str(e.exception), "batch has unknown keys ['window_row']; a batch "
+                             "takes requests, positions, block_table, window_rows (window_rows "
+                             "optional)")
+            with self.assertRaisesRegex(TypeError, r"batch lacks \['positions'\]; a batch takes "
+                                        "requests, positions, block_table, window_rows"):
+                node.step({"requests": [1], "block_table": [[0]]})
+            self.assertEqual(node.step()["step"], 0, "no refused batch stepped the node")
+
     def test_a_steps_host_arrays_are_not_rewritten_by_the_next_step(self):
         # kvshard.h: a host node's results are valid until its next step,
         # which rewrites them in place; the package's arrays are the
@@ -218,7 +299,7 @@ class PrefixCache(unittest.TestCase):
             self.assertIsInstance(empty, kvshard.PrefixCounts)
             self.assertEqual((empty.blocks, empty.tails, empty.holds, empty.refs), (0, 0, 0, 0))
             self.assertEqual(empty.host_slots, 0)
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1, "nothing cached")
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1, "nothing cached")
 
             taken = self.write_and_finish(node)
             np.testing.assert_array_equal(taken, [True, True])
@@ -228,7 +309,7 @@ class PrefixCache(unittest.TestCase):
 
             hit = node.prefix_match([7, 8, 9], 3 * P + 1)
             self.assertIsInstance(hit, kvshard.PrefixHit)
-            self.assertEqual((hit.matched_pages, hit.hit_tokens, hit.node, hit.reprefill,
+            self.assertEqual((hit.matched_pages, hit.hit_tokens, hit.block, hit.reprefill,
                               hit.host_pages, hit.truncated_tokens), (2, 2 * P, 3, False, 0, 0))
             np.testing.assert_array_equal(hit.pages, [2, 3])
             # The prompt's last token is computed: a prompt ending on the
@@ -237,6 +318,8 @@ class PrefixCache(unittest.TestCase):
             short = node.prefix_match([7, 8], 2 * P)
             self.assertEqual((short.matched_pages, short.hit_tokens, short.truncated_tokens),
                              (2, 0, P))
+            # pages are what the hit reuses: none, though two keys matched.
+            self.assertEqual(short.pages.tolist(), [])
             node.prefix_acquire(5, hit)
             node.admit(5)
             with self.assertRaises(kvshard.Error) as e:
@@ -263,7 +346,28 @@ class PrefixCache(unittest.TestCase):
             node.step()
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.tails, c.evictions, c.tail_drops), (0, 0, 2, 1))
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1)
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1)
+            self.assertTrue(node.check()["ok"])
+
+    def test_a_full_window_names_the_tails_that_hold_it_and_the_remedy(self):
+        with kvshard.Node(**PREFIX) as node:
+            P = node.page
+            free = node.free_window_pages()
+            self.write_and_finish(node)  # page 3's window page stays, a tail
+            self.assertEqual(node.free_window_pages(droppable=True), (free - 1, 1))
+            node.admit(6)
+            with self.assertRaises(kvshard.Error) as e:
+                node.bind(6, page_locs(P, 10, free))
+            self.assertEqual(e.exception.status, "KVS_ERR_EXHAUSTED")
+            self.assertIn(f"it needs {free} window pages, {free - 1} are free (of {free} the "
+                          f"engine can bind); retained prefix tails hold 1 window pages, 1 of "
+                          f"them droppable now: kvs_node_prefix_evict(node, 0, 1, ...) (Python: "
+                          f"node.prefix_evict(0, need_window_pages=1)) gives them back",
+                          str(e.exception))
+            self.assertEqual(node.prefix_evict(0, need_window_pages=1).tolist(), [])
+            self.assertEqual(node.free_window_pages(droppable=True), (free, 0))
+            node.bind(6, page_locs(P, 10, free))  # the remedy was enough
+            node.step()
             self.assertTrue(node.check()["ok"])
 
     def test_an_abandoned_reprefill_leaves_no_readable_tail(self):
@@ -278,7 +382,7 @@ class PrefixCache(unittest.TestCase):
             node.finish(4)
             node.step()
             hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
-            self.assertEqual((hit.reprefill, hit.node, hit.hit_tokens), (True, 3, 2 * P))
+            self.assertEqual((hit.reprefill, hit.block, hit.hit_tokens), (True, 3, 2 * P))
             node.prefix_acquire(5, hit)
             node.step()
             self.assertEqual(node.prefix_stats().tails, 1, "the tail request 5 writes")
@@ -317,10 +421,10 @@ class PrefixCache(unittest.TestCase):
             self.assertGreater(c.host_slots, 0)
             self.assertGreater(c.host_page_bytes, 0)
             self.assertEqual((c.blocks, c.host_blocks, c.spills), (0, 2, 2))
-            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).node, -1,
+            self.assertEqual(node.prefix_match([7, 8, 9], 3 * P + 1).block, -1,
                              "without a re-prefill length the host tier is not reached")
             hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
-            self.assertEqual((hit.host_pages, hit.hit_tokens, hit.reprefill, hit.node),
+            self.assertEqual((hit.host_pages, hit.hit_tokens, hit.reprefill, hit.block),
                              (2, 2 * P, True, -1))
             np.testing.assert_array_equal(hit.pages, [-1, -1])
             with self.assertRaises(kvshard.Error) as e:
@@ -333,6 +437,14 @@ class PrefixCache(unittest.TestCase):
             node.step()
             c = node.prefix_stats()
             self.assertEqual((c.blocks, c.holds, c.fetches), (2, 1, 2))
+            # Request 5 re-prefills page 21's window: no exact hit reads it
+            # until it releases, and pages names nothing a hit does not reuse.
+            before = node.prefix_match([7, 8], 3 * P)
+            self.assertEqual((before.matched_pages, before.hit_tokens, before.pages.tolist()),
+                             (2, 0, []))
+            node.prefix_release(5)
+            node.finish(5)
+            node.step()
             np.testing.assert_array_equal(node.prefix_match([7, 8], 3 * P).pages, [20, 21])
             self.assertTrue(node.check()["ok"])
 
@@ -358,7 +470,7 @@ class PrefixCache(unittest.TestCase):
             for keys in ([0, 2 ** 64 - 1], np.array([3, 2 ** 64 - 1], dtype=np.uint64),
                          np.array([1, 2], dtype=np.int32), (np.int64(5),), [], range(3)):
                 with self.subTest(keys=keys):
-                    self.assertEqual(node.prefix_match(keys, 4 * P).node, -1)
+                    self.assertEqual(node.prefix_match(keys, 4 * P).block, -1)
             torch = torch_or_none()
             if torch is not None:
                 node.prefix_match(torch.tensor([1, 2]), 4 * P)
@@ -403,7 +515,7 @@ class PrefixCache(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "request = 18446744073709551616 is outside"):
                 node.prefix_release(2 ** 64)
             with self.assertRaisesRegex(TypeError, "hit must be a kvshard.PrefixHit"):
-                node.prefix_acquire(1, {"node": 3})
+                node.prefix_acquire(1, {"block": 3})
             hit = node.prefix_match([1], 4 * P)
             with self.assertRaisesRegex(ValueError,
                                         "hit.hit_tokens = -1 is outside the range of uint64_t"):
@@ -423,23 +535,23 @@ class PrefixCache(unittest.TestCase):
             self.assertEqual(e.exception.status, "KVS_ERR_OUT_OF_RANGE")
             self.assertEqual(node.prefix_stats().blocks, 0, "a refusal changes nothing")
 
-    def test_a_hit_node_outside_int64_is_refused(self):
+    def test_a_hit_block_outside_int64_is_refused(self):
         # ctypes cuts an int to the field's 64 bits: node 2**64 + 3 would
         # reach C as node 3, a block the hit never named.
         with kvshard.Node(**PREFIX) as node:
             P = node.page
             self.write_and_finish(node)
             hit = node.prefix_match([7, 8, 9], 3 * P + 1)
-            self.assertEqual(hit.node, 3)
-            for bad in (hit.node + 2 ** 64, 2 ** 63, -(2 ** 63) - 1, hit.node - 2 ** 64):
-                forged = dataclasses.replace(hit, node=bad)
+            self.assertEqual(hit.block, 3)
+            for bad in (hit.block + 2 ** 64, 2 ** 63, -(2 ** 63) - 1, hit.block - 2 ** 64):
+                forged = dataclasses.replace(hit, block=bad)
                 wrapped = (bad + 2 ** 63) % 2 ** 64 - 2 ** 63
                 for take in (lambda: node.prefix_acquire(5, forged),
                              lambda: node.prefix_fetch(5, forged, [7, 8, 9], [])):
                     with self.assertRaisesRegex(
-                            ValueError, rf"^hit\.node = {bad} is outside the range of int64_t "
+                            ValueError, rf"^hit\.block = {bad} is outside the range of int64_t "
                             rf"\(-9223372036854775808 to 9223372036854775807\)$",
-                            msg=f"hit.node {bad} was taken as hit.node {wrapped}"):
+                            msg=f"hit.block {bad} was taken as hit.block {wrapped}"):
                         take()
             node.prefix_acquire(5, hit)  # nothing was taken before: request 5 holds nothing
             node.step()
@@ -607,6 +719,19 @@ class Lifetimes(unittest.TestCase):
                     self.assertIn("comm closed", out.stdout)
         self.assertEqual(len(results), 14)
 
+    def test_a_node_never_closed_ends_at_exit_without_a_word(self):
+        # A node alive at exit (an engine's attribute, a module global),
+        # never closed, over the communicator it owns: the exit hook
+        # destroys both, and prints nothing (it raised Comm.close()'s
+        # refusal "close the node first" once).
+        code = ("import kvshard\n"
+                f"node = kvshard.Node(**{SMALL!r})\n"
+                "node.step()\n"
+                "print('end')\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual((out.returncode, out.stdout, out.stderr), (0, "end\n", ""))
+
     def test_a_comm_under_an_open_node_stays_until_every_node_over_it_goes(self):
         comm = kvshard.self_comm()
         node = kvshard.Node(comm, **SMALL)
@@ -671,6 +796,7 @@ PARAMETERS = {
     "Node.prefix_abandon": {"request": "uint64_t"},
     "Node.prefix_evict": {"need_pages": "uint64_t", "need_window_pages": "uint64_t"},
     "Node.prefix_stats": {},
+    "Node.free_window_pages": {"droppable": "bool"},
     "View.__dlpack__": {"stream": "uintptr_t"},
     "View.__dlpack_device__": {},
     "Comm.set_timeout_ms": {"timeout_ms": "int"},
@@ -688,7 +814,7 @@ PARAMETERS = {
 }
 HIT_FIELDS = {"matched_pages": "uint64_t", "hit_tokens": "uint64_t",
               "reprefill_tokens": "uint64_t", "truncated_tokens": "uint64_t",
-              "node": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
+              "block": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
               "stamp": "uint64_t", "pages": "-"}
 BATCH_KEYS = {"requests": "uint64_t[]", "positions": "int64_t[]", "block_table": "int32_t[]",
               "window_rows": "bool"}
@@ -930,6 +1056,27 @@ class ThreadRanks(unittest.TestCase):
             if e is not None:
                 raise AssertionError(f"rank {r}: {e!r}") from e
 
+    def test_a_check_before_the_step_is_refused_on_every_rank(self):
+        # Not a divergence: the leader's changes reach the followers with
+        # the step. Every rank raises the same refusal, then agrees.
+        seen = {}
+
+        def body(rank, comm):
+            with kvshard.Node(comm, **dict(SMALL, tp=2)) as node:
+                if node.is_leader:
+                    node.admit(5)
+                    node.bind(5, page_locs(node.page, 4, 1))
+                with self.assertRaises(kvshard.Error) as e:
+                    node.check()
+                seen[rank] = (e.exception.status, str(e.exception))
+                node.step()
+                self.assertTrue(node.check()["ok"])
+
+        self.run_ranks(2, body)
+        self.assertEqual(seen[0], seen[1])
+        self.assertEqual(seen[0][0], "KVS_ERR_PENDING")
+        self.assertIn("2 entries pending on the leader", seen[0][1])
+
     def test_ranks_agree_and_a_followers_bind_is_refused(self):
         digests, windows = {}, {}
 
@@ -987,7 +1134,7 @@ class ThreadRanks(unittest.TestCase):
         self.assertEqual(seen[0], seen[1])
         counts, hit, held, ok = seen[0]
         self.assertEqual((counts.blocks, counts.tails, counts.holds), (2, 1, 0))
-        self.assertEqual((hit.node, hit.matched_pages), (3, 2))
+        self.assertEqual((hit.block, hit.matched_pages), (3, 2))
         self.assertEqual((held.holds, held.refs), (1, 2))
         self.assertTrue(ok)
 
@@ -1021,7 +1168,7 @@ class Loading(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, timeout=60)
         here = os.path.dirname(kvshard.__file__)
-        if os.path.exists(os.path.join(here, "libkvshard.so.1")):
+        if os.path.exists(os.path.join(here, "libkvshard.so.2")):
             self.skipTest("a library sits beside the package")
         self.assertIn("KVS_ERR_LIBRARY", out.stdout, out.stderr)
         self.assertIn("beside the package", out.stdout)

@@ -1,6 +1,6 @@
 """kvshard.plan() and kvshard.fit() against the kvplan program: the same
 options give the same JSON, key for key, and the same refusals in the same
-words, for the layouts in the README and for every kvplan plan/fit line of
+words, for the layouts in docs/operators.md and for every kvplan plan/fit line of
 the hostile list (tests/tools/hostile_cases.txt), all in one process, so
 nothing one call leaves behind may change the next one's answer.
 

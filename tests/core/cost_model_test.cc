@@ -243,6 +243,38 @@ TEST(CostModel, a_ratio_that_does_not_divide_the_page_is_refused_naming_the_laye
       << err.message;
 }
 
+// A ratio-4 ring has 8 rows, located by the position modulo 8: at a P that
+// 8 does not divide, a window row rebased by whole pages would put a
+// position in another ring row (its ratio 4 dividing P is not enough).
+TEST(CostModel, a_page_the_ratio_4_ring_does_not_divide_is_refused_naming_the_layer) {
+  kvs_geometry g = make_geometry(8, 4, 3, {0, 0, 4});
+  kvs_pool_sizes s;
+  kvs_error err;
+  for (uint64_t page : {4u, 12u, 36u}) {
+    EXPECT_EQ(kvs_pool_sizes_compute(8, &g, 0.5, page, KVS_WINDOW_FROM_RATIO, &s, &err),
+              KVS_ERR_INVALID_ARGUMENT)
+        << page;
+    EXPECT_NE(std::string(err.message)
+                  .find("P=" + std::to_string(page) +
+                        " must be a multiple of 8 on a model with ratio-4 layers (layer 2)"),
+              std::string::npos)
+        << err.message;
+  }
+  EXPECT_EQ(kvs_pool_sizes_compute(8, &g, 0.5, 8, KVS_WINDOW_FROM_RATIO, &s, &err), KVS_OK)
+      << err.message;
+  kvs_cost_terms t;
+  ASSERT_EQ(kvs_cost_terms_make(&g, 0, 3, nullptr, &t, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_pool_sizes_compute_terms(8, &t, 0.5, 20, KVS_WINDOW_FROM_RATIO, &s, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err.message).find("P=20 must be a multiple of 8"), std::string::npos)
+      << err.message;
+  // Without ratio-4 layers no ring asks anything of P.
+  kvs_geometry window_only = make_geometry(8, 4, 2, {0, 0});
+  EXPECT_EQ(kvs_pool_sizes_compute(8, &window_only, 0.5, 4, KVS_WINDOW_FROM_RATIO, &s, &err),
+            KVS_OK)
+      << err.message;
+}
+
 TEST(CostModel, dividing_the_budget_by_the_per_page_cost_overshoots_it) {
   kvs_geometry g = args();
   uint64_t floor = 21, available = 500000;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The library as an engine outside Bazel uses it: installed by
 # tools/install.sh, found by pkg-config alone, linked by a plain cc.
-#   - the installed libkvshard.so.1 has that SONAME and the libkvshard.so
+#   - the installed libkvshard.so.2 has that SONAME and the libkvshard.so
 #     link, exports at most 150 symbols, all kvs_, and needs no libcudart,
 #     libnccl or libmpi; the backends sit beside it;
 #   - kvshard.h compiles as strict C11 (-std=c11 -pedantic -Wall -Werror)
@@ -28,23 +28,23 @@ for b in "${BACKENDS[@]}"; do backend_flags+=(--backend "$b"); done
 "$INSTALL" --lib "$LIB" "${backend_flags[@]}" "$T/prefix" >"$T/out" 2>&1 ||
   fail "install exited $?: $(cat "$T/out")"
 P=$T/prefix
-for f in lib/libkvshard.so.1 lib/libkvshard-cuda.so.1 lib/libkvshard-nccl.so.1 \
+for f in lib/libkvshard.so.2 lib/libkvshard-cuda.so.1 lib/libkvshard-nccl.so.1 \
   lib/libkvshard-mpi.so.1 lib/pkgconfig/kvshard.pc include/kvshard.h include/kvshard_cuda.h \
   include/kvshard_nccl.h include/kvshard_mpi.h; do
   [ -f "$P/$f" ] || fail "$f was not installed"
 done
-[ "$(readlink "$P/lib/libkvshard.so")" = libkvshard.so.1 ] ||
-  fail "lib/libkvshard.so is not a link to libkvshard.so.1"
-soname=$(readelf -d "$P/lib/libkvshard.so.1" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libkvshard.so.1 ] || fail "SONAME is '$soname', not libkvshard.so.1"
+[ "$(readlink "$P/lib/libkvshard.so")" = libkvshard.so.2 ] ||
+  fail "lib/libkvshard.so is not a link to libkvshard.so.2"
+soname=$(readelf -d "$P/lib/libkvshard.so.2" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libkvshard.so.2 ] || fail "SONAME is '$soname', not libkvshard.so.2"
 
 # The ABI: at most 150 exports, every one kvs_.
-nm -D --defined-only "$P/lib/libkvshard.so.1" | awk '{print $3}' | sort >"$T/exports"
+nm -D --defined-only "$P/lib/libkvshard.so.2" | awk '{print $3}' | sort >"$T/exports"
 n=$(wc -l <"$T/exports")
 [ "$n" -le 150 ] || fail "$n exported symbols, more than 150"
 grep -v '^kvs_' "$T/exports" >"$T/foreign" && fail "exports that are not kvs_: $(head "$T/foreign")"
 # Its needs: no CUDA, NCCL or MPI library.
-needs=$(readelf -d "$P/lib/libkvshard.so.1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+needs=$(readelf -d "$P/lib/libkvshard.so.2" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 grep -qE 'libcudart|libnccl|libmpi|libcuda\.' <<<"$needs" && fail "the core needs: $needs"
 
 export PKG_CONFIG_PATH=$P/lib/pkgconfig
@@ -77,7 +77,7 @@ done
 [ "$(grep -o 'digest [0-9a-f]*' "$T/engine.out" | sort -u | wc -l)" -eq 1 ] ||
   fail "the ranks' digests differ: $(cat "$T/engine.out")"
 engine_ldd=$(ldd "$T/engine")
-grep -qF "libkvshard.so.1 => $P/lib/libkvshard.so.1 " <<<"$engine_ldd" ||
+grep -qF "libkvshard.so.2 => $P/lib/libkvshard.so.2 " <<<"$engine_ldd" ||
   fail "the engine does not load the installed library: $(grep kvshard <<<"$engine_ldd")"
 grep -qE 'libcudart|libnccl|libmpi' <<<"$engine_ldd" && fail "the engine loads $engine_ldd"
 
@@ -85,8 +85,8 @@ grep -qE 'libcudart|libnccl|libmpi' <<<"$engine_ldd" && fail "the engine loads $
 # PYTHONPATH the install's last line prints, by Debian's interpreter.
 grep -q "^install: for Python: export PYTHONPATH=$P/lib/python" "$T/out" ||
   fail "install did not print the PYTHONPATH line: $(cat "$T/out")"
-[ "$(readlink -f "$P/lib/python/kvshard/libkvshard.so.1")" = "$(readlink -f "$P/lib/libkvshard.so.1")" ] ||
-  fail "lib/python/kvshard/libkvshard.so.1 is not the installed library"
+[ "$(readlink -f "$P/lib/python/kvshard/libkvshard.so.2")" = "$(readlink -f "$P/lib/libkvshard.so.2")" ] ||
+  fail "lib/python/kvshard/libkvshard.so.2 is not the installed library"
 [ -f "$P/share/kvshard/examples/serve_loop.py" ] || fail "the Python example was not installed"
 PY=/usr/bin/python3
 python_env=(env -u KVSHARD_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$P/lib/python"
@@ -145,14 +145,27 @@ expect 2 "is given twice" --lib "$LIB" --backend "$CUDA" --backend "$CUDA" "$T/a
 expect 1 "is not a regular file" --lib "$T/missing.so" "$T/a"
 expect 1 "is not a regular file" --lib "$T/fifo" "$T/a"
 expect 1 "is not a regular file" --lib "$T" "$T/a"
-expect 1 "is not libkvshard.so.1" --lib "$T/file" "$T/a"
-expect 1 "is not libkvshard.so.1" --lib "$ENGINE" "$T/a"
-expect 1 "is not libkvshard.so.1" --lib "$CUDA" "$T/a"
+expect 1 "is not libkvshard.so.2" --lib "$T/file" "$T/a"
+expect 1 "is not libkvshard.so.2" --lib "$ENGINE" "$T/a"
+expect 1 "is not libkvshard.so.2" --lib "$CUDA" "$T/a"
 expect 1 "is not a kvshard backend" --lib "$LIB" --backend "$LIB" "$T/a"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/file"
 expect 1 "exists and is not a directory" --lib "$LIB" "$T/fifo"
 expect 2 "unknown flag -5" --lib "$LIB" -5
 expect 1 "exists and is not a directory" --lib "$LIB" /dev/full
+# Issue 30, section 5: a PREFIX kvshard.pc cannot carry (pkg-config's
+# output is split at white space by the shell that reads it; $ and # are
+# pkg-config's own) is bad usage, and nothing is written: not even a
+# relative one under a folder whose name has a space.
+for bad in "$T/a b" "$T/a	tab" "$T/a\$x" "$T/a#x" "$T/a'q" "$T/a\\b"; do
+  expect 2 "which kvshard.pc cannot carry" --lib "$LIB" "$bad"
+  [ ! -e "$bad" ] || fail "a refused PREFIX '$bad' was created"
+done
+mkdir -p "$T/with space"
+abs_install=$(realpath "$INSTALL") abs_lib=$(realpath "$LIB")
+(cd "$T/with space" && "$abs_install" --lib "$abs_lib" rel >"$T/bad.out" 2>&1)
+[ $? -eq 2 ] || fail "a relative PREFIX under '$T/with space' was not refused: $(cat "$T/bad.out")"
+[ ! -e "$T/with space/rel" ] || fail "a refused relative PREFIX was created"
 [ ! -e "$T/a" ] || fail "a refused install left $T/a behind"
 grep -q "kvshard-install" <<<"$(ls -A "$P")" && fail "the staging folder was left in the prefix"
 "$INSTALL" --lib "$LIB" "$T/prefix2" >/dev/full 2>/dev/null

@@ -13,6 +13,7 @@
 #include "kvplan/deploy_flags.h"
 #include "kvshard.h"
 #include "tools/kvsim_args.h"
+#include "tools/kvsim_run.h"
 
 namespace {
 
@@ -213,4 +214,186 @@ TEST(DeployFlags, kvplan_refuses_a_unitless_weights_total_and_keeps_a_bare_zero)
     Refusal r = kvplan(kPlan, zero, "0");
     EXPECT_FALSE(r.refused) << zero << " 0: " << r.sentence;
   }
+}
+
+// Issue 30, section 5: memory inputs that cannot be true. Words are given
+// to every tool that takes all of them (the node as --name=value, beside a
+// CPU device), on the bundled server (8 x H200, 140.40 GiB each as their
+// driver reports). A pair of flags is refused as usage at the flags
+// (KVS_ERR_PARSE; exit 2); one above a GPU's own memory when the machine
+// is loaded: usage for kvplan and kvsim (exit 2), KVS_ERR_INVALID_ARGUMENT
+// from the node, which meets the machine in kvs_node_create (after the
+// rank its setup names). One sentence.
+namespace {
+
+struct Said {
+  int status = 0;  // the node's kvs_status, or the tool's exit status
+  std::string sentence;
+};
+
+Said node_words(const std::vector<std::pair<std::string, std::string>> &words) {
+  kvs_comm_t comm = nullptr;
+  kvs_error err;
+  kvs_error_clear(&err);
+  EXPECT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+  std::vector<std::string> flags = {"--topology=bundled", "--device=cpu"};
+  for (const auto &w : words)
+    flags.push_back(w.second.empty() ? w.first : w.first + "=" + w.second);
+  std::vector<const char *> argv;
+  for (const auto &f : flags) argv.push_back(f.c_str());
+  kvs_node_t made = nullptr;
+  kvs_status status = kvs_node_create_flags(comm, argv.data(), argv.size(), &made, &err);
+  kvs_node_destroy(made);
+  kvs_comm_destroy(comm);
+  return {status, status == KVS_OK ? "" : err.message};
+}
+
+Said kvplan_words(Tool tool, const std::vector<std::pair<std::string, std::string>> &words) {
+  std::vector<std::string> argv = {"plan", "--topology", "bundled"};
+  if (tool == kFit) {
+    argv = {"fit",           "--topology", "bundled",      "--context", "1M",
+            "--concurrency", "1",          "--progress-s", "0"};
+  }
+  for (const auto &w : words) argv.insert(argv.end(), {w.first, w.second});
+  std::vector<const char *> args;
+  for (const auto &w : argv) args.push_back(w.c_str());
+  char *out = nullptr, *notes = nullptr;
+  kvs_error err;
+  kvs_status status = kvs_plan_run(args.data(), args.size(), &out, &notes, &err);
+  kvs_free(out);
+  kvs_free(notes);
+  std::string prefix = std::string(kToolNames[tool]) + ": ";
+  return {status, status == KVS_OK ? "" : without_prefix(err.message, prefix)};
+}
+
+// kvsim's whole setup on one rank in this process: the flags, then the
+// cluster it loads, where a machine's memory is first known.
+Said kvsim_words(const std::vector<std::pair<std::string, std::string>> &words) {
+  std::vector<std::string> argv = {"kvsim", "--tp",   "1", "--backend",  "self",   "--steps",
+                                   "5",     "--seed", "1", "--topology", "bundled"};
+  for (const auto &w : words) argv.insert(argv.end(), {w.first, w.second});
+  std::vector<char *> args;
+  for (auto &w : argv) args.push_back(&w[0]);
+  kvsim_args a;
+  testing::internal::CaptureStderr();
+  int rc = kvsim_parse(static_cast<int>(args.size()), args.data(), false, true, &a);
+  if (rc == 0) {
+    kvs_comm_t comm = nullptr;
+    kvs_error err;
+    EXPECT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
+    rc = kvsim_simulate(comm, &a, true);
+    kvs_comm_destroy(comm);
+  }
+  std::string said = testing::internal::GetCapturedStderr();
+  return {rc, rc == 0 ? "" : without_prefix(said, "kvsim: ")};
+}
+
+}  // namespace
+
+TEST(DeployFlags, memory_flags_that_contradict_each_other_are_one_sentence_in_plan_and_fit) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> words;
+    std::string sentence;
+  };
+  const std::vector<Case> cases = {
+      {{{"--engine", "sglang"}, {"--gpu-memory", "80GiB"}, {"--free-before-load", "100GiB"}},
+       "--free-before-load 100.00 GiB is more than --gpu-memory 80.00 GiB: memory free before "
+       "the weights load is part of the GPU's memory"},
+      {{{"--gpu-memory", "80GiB"}, {"--reserve", "100GiB"}},
+       "--reserve 100.00 GiB is more than --gpu-memory 80.00 GiB: the reserve is taken off the "
+       "GPU's memory"},
+  };
+  for (const Case &c : cases) {
+    for (Tool tool : {kPlan, kFit}) {
+      Said s = kvplan_words(tool, c.words);
+      EXPECT_EQ(s.status, KVS_ERR_PARSE) << kToolNames[tool] << ": " << s.sentence;
+      EXPECT_EQ(s.sentence, c.sentence) << kToolNames[tool];
+    }
+  }
+  Said w = kvplan_words(kPlan, {{"--gpu-memory", "80GiB"}, {"--weights", "100GiB"}});
+  EXPECT_EQ(w.status, KVS_ERR_PARSE);
+  EXPECT_EQ(w.sentence,
+            "--weights 100.00 GiB is more than --gpu-memory 80.00 GiB: the weights load into the "
+            "GPU's memory");
+  w = kvplan_words(
+      kPlan, {{"--engine", "sglang"}, {"--free-before-load", "100GiB"}, {"--weights", "120GiB"}});
+  EXPECT_EQ(w.status, KVS_ERR_PARSE);
+  EXPECT_EQ(w.sentence,
+            "--weights 120.00 GiB is more than --free-before-load 100.00 GiB: the weights load "
+            "into the memory free before load");
+}
+
+TEST(DeployFlags, memory_flags_above_the_gpus_memory_are_one_sentence_in_all_four) {
+  const std::string gpu0 =
+      " is more than the memory of GPU 0 (0000:1b:00.0), 140.40 GiB (the total its driver "
+      "reports): ";
+  struct Case {
+    std::string flag, value, sentence;
+    std::vector<Tool> tools;
+  };
+  const std::vector<Case> cases = {
+      {"--budget",
+       "200GiB",
+       "--budget 200.00 GiB" + gpu0 + "a KV budget is carved from the GPU's memory",
+       {kNode, kPlan, kKvsim}},
+      {"--reserve",
+       "150GiB",
+       "--reserve 150.00 GiB" + gpu0 + "the reserve is taken off the GPU's memory",
+       {kNode, kPlan, kFit, kKvsim}},
+      {"--weights",
+       "150GiB",
+       "--weights 150.00 GiB" + gpu0 + "the weights load into the GPU's memory",
+       {kNode, kPlan}},
+      {"--gpu-memory",
+       "1379GiB",
+       "--gpu-memory 1379.00 GiB" + gpu0 + "the GPU has no more memory than that",
+       {kPlan, kFit}},
+  };
+  for (const Case &c : cases) {
+    for (Tool tool : c.tools) {
+      Said s = tool == kNode    ? node_words({{c.flag, c.value}})
+               : tool == kKvsim ? kvsim_words({{c.flag, c.value}})
+                                : kvplan_words(tool, {{c.flag, c.value}});
+      const int usage = tool == kNode    ? static_cast<int>(KVS_ERR_INVALID_ARGUMENT)
+                        : tool == kKvsim ? static_cast<int>(KVSIM_EXIT_USAGE)
+                                         : static_cast<int>(KVS_ERR_PARSE);
+      EXPECT_EQ(s.status, usage) << kToolNames[tool] << " " << c.flag << ": " << s.sentence;
+      // The node says which rank failed its collective setup first
+      // ("node creation failed at topology, GPU and budget on rank 0: "),
+      // as for every setup failure; the sentence is the rest.
+      std::string said = s.sentence;
+      const std::string rank = "on rank 0: ";
+      if (tool == kNode && said.find(rank) != std::string::npos) {
+        said = said.substr(said.find(rank) + rank.size());
+      }
+      EXPECT_EQ(said, c.sentence) << kToolNames[tool] << " " << c.flag;
+    }
+  }
+  // The issue's typo, under SGLang's rule: plan and fit alike.
+  for (Tool tool : {kPlan, kFit}) {
+    Said s = kvplan_words(tool, {{"--engine", "sglang"}, {"--free-before-load", "1379GiB"}});
+    EXPECT_EQ(s.status, KVS_ERR_PARSE) << kToolNames[tool];
+    EXPECT_EQ(s.sentence, "--free-before-load 1379.00 GiB" + gpu0 +
+                              "memory free before the weights load is part of the GPU's memory")
+        << kToolNames[tool];
+  }
+}
+
+// A host tier above the machine's own memory (the bundled server's 2 TiB,
+// as its export's NUMA nodes give it): the node and kvplan in one sentence.
+TEST(DeployFlags, a_host_tier_above_the_machines_memory_is_one_sentence) {
+  const std::string want =
+      "--host-cache 3072.00 GiB is more than the memory of machine 0 (bundled 8-GPU server (2 "
+      "sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB (as hwloc reports it): the host tier is "
+      "pinned in the machine's memory";
+  Said plan = kvplan_words(kPlan, {{"--host-cache", "3TiB"}});
+  EXPECT_EQ(plan.status, KVS_ERR_PARSE) << plan.sentence;
+  EXPECT_EQ(plan.sentence, want);
+  Said node = node_words({{"--prefix-cache", ""}, {"--host-cache", "3TiB"}});
+  EXPECT_EQ(node.status, KVS_ERR_INVALID_ARGUMENT) << node.sentence;
+  const std::string rank = "on rank 0: ";
+  size_t at = node.sentence.find(rank);
+  EXPECT_EQ(at == std::string::npos ? node.sentence : node.sentence.substr(at + rank.size()), want);
+  // The whole of it is possible.
+  EXPECT_EQ(kvplan_words(kPlan, {{"--host-cache", "2TiB"}}).status, KVS_OK);
 }

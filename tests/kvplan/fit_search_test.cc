@@ -112,7 +112,7 @@ TEST(FitSearch, FastAnswersAreTheExhaustiveOnes) {
   expect_same({"--context", "1M", "--concurrency", "8", "--kv-dtype", "fp8", "--weights-total",
                "149GB", "--topology", "bundled"});
   expect_same({"--model", "dsv4-pro", "--context", "1M", "--concurrency", "8", "--kv-dtype", "fp8",
-               "--weights-total", "865GB", "--topology", "bundled"});
+               "--weights-total", "1005.2GiB", "--topology", "bundled"});
   // Split weights: the dp x ep layouts; and how many fit.
   expect_same({"--context", "200000", "--concurrency", "32", "--topology", "bundled", "--nodes",
                "4", "--expert-weights", "142GB", "--shared-weights", "7GB"});
@@ -129,7 +129,7 @@ TEST(FitSearch, FastAnswersAreTheExhaustiveOnes) {
                "--expert-weights", "142GB", "--shared-weights", "7GB", "--topology", "bundled"});
   // No layout of one node: 2 and 4 are tried, exit 1 naming 2.
   expect_same({"--model", "dsv4-pro", "--context", "1M", "--concurrency", "16", "--kv-dtype", "fp8",
-               "--weights-total", "865GB", "--topology", "bundled"});
+               "--weights-total", "1005.2GiB", "--topology", "bundled"});
   // Buffers past the reserve: exit 1 naming the layout.
   expect_same({"--context", "1M", "--concurrency", "8", "--topology", "bundled", "--reserve", "0"});
   // Many layouts of many GPUs: 300 on one node, and 16 nodes of 8.

@@ -65,12 +65,12 @@ def kvs_py_mutant_test(name, mutant, expect, tests, size = "small"):
         args = [
             mutant,
             "$(rootpath python/%s.patch)" % mutant,
-            "$(rootpath //:libkvshard.so.1)",
+            "$(rootpath //:libkvshard.so.2)",
             "python/tests/node_test.py",
         ] + tests,
         data = [
             "python/%s.patch" % mutant,
-            "//:libkvshard.so.1",
+            "//:libkvshard.so.2",
             "//python:package",
             "//python/tests:node_test_files",
         ],

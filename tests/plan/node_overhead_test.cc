@@ -163,7 +163,7 @@ TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
       << err.message;
   EXPECT_EQ(priced.reserve_bytes, 512 * MiB + 55587160u);
   kvs_topology_t t = nullptr;
-  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
   kvs_test::Topology topology(t);
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   kvs_memory_budget a{}, b{};

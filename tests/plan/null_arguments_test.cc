@@ -16,7 +16,8 @@
 #include "plan/device_layout.h"
 #include "plan/node_overhead.h"
 #include "plan/memory_budget.h"
-#include "plan/node_plan.h"
+#include "plan/memory_inputs.h"
+#include "plan/deployment.h"
 #include "plan/node_setup.h"
 #include "plan/parallel.h"
 #include "plan/rank_layout.h"
@@ -167,9 +168,9 @@ TEST(NullArguments, node_overhead) {
 
 TEST(NullArguments, node_setup_and_node_plan) {
   kvs_topology_t t = nullptr;
-  EXPECT_NULL_REFUSED("out", kvs_node_topology_open("bundled", nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("out", kvs_host_topology_open("bundled", nullptr, nullptr, 0, &err));
   EXPECT_NULL_REFUSED("out", kvs_topology_open_spec("bundled", false, nullptr, nullptr, 0, &err));
-  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
   kvs_test::Topology topology(t);
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   const kvs_budget_request budget = KVS_BUDGET_REQUEST_INIT;
@@ -191,6 +192,14 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("gpus", kvs_node_free_before_load(nullptr, 8, 0, 0, memory, nullptr, &err));
   EXPECT_NULL_REFUSED("out",
                       kvs_node_free_before_load(gpus.data(), 8, 0, 0, nullptr, nullptr, &err));
+  const kvs_memory_input inputs[KVS_MEMORY_INPUT_COUNT] = {};
+  EXPECT_NULL_REFUSED("inputs", kvs_memory_inputs_check(nullptr, gpus.data(), 8, &err));
+  EXPECT_NULL_REFUSED("gpus", kvs_memory_inputs_check(inputs, nullptr, 8, &err));
+  EXPECT_EQ(kvs_memory_inputs_check(inputs, nullptr, 0, nullptr), KVS_OK);
+  EXPECT_NULL_REFUSED("name", kvs_memory_host_check(nullptr, 1, nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("memory",
+                      kvs_memory_host_check("--host-cache", 1, nullptr, nullptr, 2, &err));
+  EXPECT_EQ(kvs_memory_host_check("--host-cache", 1, nullptr, nullptr, 0, nullptr), KVS_OK);
   const kvs_parallel none{8, 1, 1, 1};
   EXPECT_NULL_REFUSED("p", kvs_parallel_check(nullptr, 8, &err));
   EXPECT_EQ(kvs_parallel_check(&none, 8, nullptr), KVS_OK);
@@ -210,29 +219,29 @@ TEST(NullArguments, node_setup_and_node_plan) {
   r.tp = 8;
   r.pp = 1;
   std::vector<uint64_t> budgets(8, 80ull << 30);
-  kvs_node_plan_t plan = nullptr;
-  EXPECT_NULL_REFUSED("request", kvs_node_plan_create(nullptr, gpus.data(), 8, budgets.data(),
-                                                      &plan, nullptr, &err));
+  kvs_deployment_t plan = nullptr;
+  EXPECT_NULL_REFUSED("request", kvs_deployment_create(nullptr, gpus.data(), 8, budgets.data(),
+                                                       &plan, nullptr, &err));
   EXPECT_NULL_REFUSED("gpus",
-                      kvs_node_plan_create(&r, nullptr, 8, budgets.data(), &plan, nullptr, &err));
+                      kvs_deployment_create(&r, nullptr, 8, budgets.data(), &plan, nullptr, &err));
   EXPECT_NULL_REFUSED("budgets",
-                      kvs_node_plan_create(&r, gpus.data(), 8, nullptr, &plan, nullptr, &err));
+                      kvs_deployment_create(&r, gpus.data(), 8, nullptr, &plan, nullptr, &err));
   EXPECT_NULL_REFUSED(
-      "out", kvs_node_plan_create(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
+      "out", kvs_deployment_create(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_deployment_make(nullptr, gpus.data(), 8, budgets.data(), &plan,
+                                                     nullptr, &err));
   EXPECT_NULL_REFUSED(
-      "request", kvs_node_plan_make(nullptr, gpus.data(), 8, budgets.data(), &plan, nullptr, &err));
-  EXPECT_NULL_REFUSED(
-      "out", kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
+      "out", kvs_deployment_make(&r, gpus.data(), 8, budgets.data(), nullptr, nullptr, &err));
   EXPECT_EQ(plan, nullptr);
   uint64_t pages = 0;
   EXPECT_NULL_REFUSED("request", kvs_node_max_pages(nullptr, 0, 1, 80ull << 30, &pages, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_max_pages(&r, 0, 1, 80ull << 30, nullptr, &err));
   bool holds = true;
-  EXPECT_NULL_REFUSED("request", kvs_node_plan_holds(nullptr, budgets.data(), 8, &holds, &err));
-  EXPECT_NULL_REFUSED("stage_budgets", kvs_node_plan_holds(&r, nullptr, 8, &holds, &err));
-  EXPECT_NULL_REFUSED("out", kvs_node_plan_holds(&r, budgets.data(), 8, nullptr, &err));
+  EXPECT_NULL_REFUSED("request", kvs_deployment_holds(nullptr, budgets.data(), 8, &holds, &err));
+  EXPECT_NULL_REFUSED("stage_budgets", kvs_deployment_holds(&r, nullptr, 8, &holds, &err));
+  EXPECT_NULL_REFUSED("out", kvs_deployment_holds(&r, budgets.data(), 8, nullptr, &err));
   EXPECT_TRUE(holds);
-  ASSERT_EQ(kvs_node_plan_make(&r, gpus.data(), 8, budgets.data(), &plan, nullptr, nullptr),
+  ASSERT_EQ(kvs_deployment_make(&r, gpus.data(), 8, budgets.data(), &plan, nullptr, nullptr),
             KVS_OK);
   kvs_test::Plan owned(plan);
   kvs_device_layout *layout = new kvs_device_layout;
@@ -240,30 +249,31 @@ TEST(NullArguments, node_setup_and_node_plan) {
   EXPECT_NULL_REFUSED("plan", kvs_node_rank_layout(&r, nullptr, 0, layout, &err));
   EXPECT_NULL_REFUSED("out", kvs_node_rank_layout(&r, plan, 0, nullptr, &err));
   delete layout;
-  EXPECT_EQ(kvs_node_plan_host_slot_bytes(nullptr, gpus.data(), 8), 0u);
-  EXPECT_EQ(kvs_node_plan_host_slot_bytes(plan, nullptr, 8), 0u);
+  EXPECT_EQ(kvs_deployment_host_slot_bytes(nullptr, gpus.data(), 8), 0u);
+  EXPECT_EQ(kvs_deployment_host_slot_bytes(plan, nullptr, 8), 0u);
   uint64_t slots = 0;
   EXPECT_NULL_REFUSED("plan",
-                      kvs_node_plan_host_slots(nullptr, gpus.data(), 8, 1ull << 40, &slots, &err));
-  EXPECT_NULL_REFUSED("gpus", kvs_node_plan_host_slots(plan, nullptr, 8, 1ull << 40, &slots, &err));
+                      kvs_deployment_host_slots(nullptr, gpus.data(), 8, 1ull << 40, &slots, &err));
+  EXPECT_NULL_REFUSED("gpus",
+                      kvs_deployment_host_slots(plan, nullptr, 8, 1ull << 40, &slots, &err));
   EXPECT_NULL_REFUSED("slots",
-                      kvs_node_plan_host_slots(plan, gpus.data(), 8, 1ull << 40, nullptr, &err));
-  EXPECT_REFUSED("not one page", kvs_node_plan_host_slots(plan, gpus.data(), 8, 0, &slots, &err));
+                      kvs_deployment_host_slots(plan, gpus.data(), 8, 1ull << 40, nullptr, &err));
+  EXPECT_REFUSED("not one page", kvs_deployment_host_slots(plan, gpus.data(), 8, 0, &slots, &err));
   kvs_retained_tails tails;
-  EXPECT_NULL_REFUSED("plan", kvs_node_plan_retained_tails(nullptr, 64, true, &tails, &err));
-  EXPECT_NULL_REFUSED("out", kvs_node_plan_retained_tails(plan, 64, true, nullptr, &err));
+  EXPECT_NULL_REFUSED("plan", kvs_deployment_retained_tails(nullptr, 64, true, &tails, &err));
+  EXPECT_NULL_REFUSED("out", kvs_deployment_retained_tails(plan, 64, true, nullptr, &err));
 
-  kvs_node_plan_destroy(nullptr);
-  EXPECT_EQ(kvs_node_plan_split(nullptr), nullptr);
-  EXPECT_EQ(kvs_node_plan_rank_count(nullptr), 0u);
-  EXPECT_EQ(kvs_node_plan_rank(nullptr, 0), nullptr);
-  EXPECT_EQ(kvs_node_plan_tp(nullptr), 0u);
-  EXPECT_EQ(kvs_node_plan_pp(nullptr), 0u);
-  EXPECT_EQ(kvs_node_plan_replicas(nullptr), 0u);
-  EXPECT_EQ(kvs_node_plan_limiting_rank(nullptr), SIZE_MAX);
-  EXPECT_FALSE(kvs_node_plan_cross_node_tp(nullptr));
-  EXPECT_EQ(kvs_node_plan_host_slot_bytes(nullptr, nullptr, 0), 0u);
-  EXPECT_EQ(kvs_node_plan_rank_host_bytes(nullptr, 0), 0u);
+  kvs_deployment_destroy(nullptr);
+  EXPECT_EQ(kvs_deployment_split(nullptr), nullptr);
+  EXPECT_EQ(kvs_deployment_rank_count(nullptr), 0u);
+  EXPECT_EQ(kvs_deployment_rank(nullptr, 0), nullptr);
+  EXPECT_EQ(kvs_deployment_tp(nullptr), 0u);
+  EXPECT_EQ(kvs_deployment_pp(nullptr), 0u);
+  EXPECT_EQ(kvs_deployment_replicas(nullptr), 0u);
+  EXPECT_EQ(kvs_deployment_limiting_rank(nullptr), SIZE_MAX);
+  EXPECT_FALSE(kvs_deployment_cross_host_tp(nullptr));
+  EXPECT_EQ(kvs_deployment_host_slot_bytes(nullptr, nullptr, 0), 0u);
+  EXPECT_EQ(kvs_deployment_rank_host_bytes(nullptr, 0), 0u);
 }
 
 TEST(NullArguments, cluster) {
@@ -271,7 +281,7 @@ TEST(NullArguments, cluster) {
   EXPECT_NULL_REFUSED("out", kvs_cluster_open("bundled", 1, nullptr, nullptr, 0, &err));
   kvs_cluster_destroy(nullptr);
   kvs_topology_t t = nullptr;
-  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
+  ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
   kvs_test::Topology topology(t);
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   const size_t counts[1] = {8};
@@ -286,11 +296,12 @@ TEST(NullArguments, cluster) {
   EXPECT_NULL_REFUSED("out",
                       kvs_cluster_from_lists(1, counts, gpus.data(), labels, 0, t, nullptr, &err));
   EXPECT_EQ(c, nullptr);
-  EXPECT_EQ(kvs_cluster_node_count(nullptr), 0u);
-  EXPECT_EQ(kvs_cluster_node(nullptr, 0), nullptr);
-  EXPECT_STREQ(kvs_cluster_node_label(nullptr, 0), "");
-  EXPECT_EQ(kvs_cluster_node_gpu_count(nullptr, 0), 0u);
-  EXPECT_EQ(kvs_cluster_own_node(nullptr), SIZE_MAX);
+  EXPECT_NULL_REFUSED("cluster", kvs_cluster_host_tier_check(nullptr, "--host-cache", 1, &err));
+  EXPECT_EQ(kvs_cluster_host_count(nullptr), 0u);
+  EXPECT_EQ(kvs_cluster_host(nullptr, 0), nullptr);
+  EXPECT_STREQ(kvs_cluster_host_label(nullptr, 0), "");
+  EXPECT_EQ(kvs_cluster_host_gpu_count(nullptr, 0), 0u);
+  EXPECT_EQ(kvs_cluster_own_host(nullptr), SIZE_MAX);
   EXPECT_EQ(kvs_cluster_gpu_count(nullptr), 0u);
   EXPECT_EQ(kvs_cluster_gpus(nullptr), nullptr);
   EXPECT_EQ(kvs_cluster_local_index(nullptr, 0), SIZE_MAX);

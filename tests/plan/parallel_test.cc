@@ -1,7 +1,7 @@
 // Attention data parallelism and expert parallelism (plan/parallel.h), and
 // the memory a GPU has before the weights load (plan/node_setup.h's
 // kvs_node_free_before_load): refusals name the flag, and the counts are
-// the ones the README's 8 x H200 table uses.
+// the ones docs/operators.md's 8 x H200 layouts use.
 #include "plan/parallel.h"
 
 #include <gtest/gtest.h>
@@ -66,7 +66,7 @@ TEST(Parallel, BadCombinationsAreRefusedNamingTheFlag) {
 TEST(FreeBeforeLoad, NominalIsTheDriverTotalLessTheContext) {
   kvs_topology_t t = nullptr;
   kvs_error err;
-  ASSERT_EQ(kvs_node_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
+  ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
   kvs_test::Topology topology(t);
   const std::vector<kvs_gpu_info> gpus = kvs_test::gpus_of(t);
   std::vector<uint64_t> free(gpus.size());

@@ -157,7 +157,7 @@ TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
   std::vector<kvs_gpu_info> gpus;
   for (size_t node = 0; node < 2; node++) {
     for (kvs_gpu_info g : one) {
-      g.node = node;
+      g.host = node;
       g.index = gpus.size();
       gpus.push_back(g);
     }
@@ -177,16 +177,16 @@ TEST(Layout, cluster_groups_stay_in_a_node_and_stages_fill_nodes_in_order) {
     for (size_t r = 0; r < gpus.size(); r++) {
       // Every member of a TP group on its first member's node.
       size_t head = r - out[r].tp_rank;
-      EXPECT_EQ(gpus[out[r].gpu].node, gpus[out[head].gpu].node) << "rank " << r;
+      EXPECT_EQ(gpus[out[r].gpu].host, gpus[out[head].gpu].host) << "rank " << r;
       // Stages never go back to an earlier node within a replica.
       if (out[r].pp_stage > 0) {
         size_t before = r - tp;
-        EXPECT_LE(gpus[out[before].gpu].node, gpus[out[r].gpu].node) << "rank " << r;
+        EXPECT_LE(gpus[out[before].gpu].host, gpus[out[r].gpu].host) << "rank " << r;
       }
     }
     // Ranks in order: node 0's GPUs first.
-    EXPECT_EQ(gpus[out[0].gpu].node, 0u);
-    EXPECT_EQ(gpus[out[gpus.size() - 1].gpu].node, 1u);
+    EXPECT_EQ(gpus[out[0].gpu].host, 0u);
+    EXPECT_EQ(gpus[out[gpus.size() - 1].gpu].host, 1u);
   }
   std::vector<kvs_rank_slot> out(gpus.size());
   out[0].rank = 99;

@@ -139,7 +139,7 @@ class HitSearch {
               KVS_OK)
         << err.message;
     counts_->matches++;
-    if (k.hit.node < 0 && k.hit.host_pages == 0) return;
+    if (k.hit.block < 0 && k.hit.host_pages == 0) return;
     kept_.push_back(k);
     if (kept_.size() > 12) kept_.erase(kept_.begin());
   }
@@ -259,7 +259,7 @@ class HitSearch {
       if (status != KVS_OK) counts_->written_refused++;
     }
     if (k.stale) {
-      EXPECT_NE(status, KVS_OK) << what << " of a hit whose block " << k.hit.node
+      EXPECT_NE(status, KVS_OK) << what << " of a hit whose block " << k.hit.block
                                 << " left the index since its match succeeded";
       if (status != KVS_OK) {
         EXPECT_NE(std::string(err.message).find("match again"), std::string::npos) << err.message;
@@ -275,7 +275,7 @@ class HitSearch {
     kept_.erase(kept_.begin() + long(which));
     // What the request now holds: the deepest block, the match's keys.
     const uint64_t depth = k.hit.hit_tokens / ix_.P();
-    const int64_t deepest = k.hit.host_pages > 0 ? into.back() : k.hit.node;
+    const int64_t deepest = k.hit.host_pages > 0 ? into.back() : k.hit.block;
     std::vector<int64_t> pages;
     std::vector<uint64_t> keys;
     path_of(deepest, &pages, &keys);

@@ -76,7 +76,7 @@ TEST(PrefixCache, a_finished_requests_pages_hit_at_its_tail_and_never_past_the_p
   kvs_prefix_hit hit = match(pool, {10, 11, 12, 13}, 4 * P + 7);
   EXPECT_EQ(hit.matched_pages, 3u);
   EXPECT_EQ(hit.hit_tokens, 3 * P);
-  EXPECT_EQ(hit.node, 5);
+  EXPECT_EQ(hit.block, 5);
   EXPECT_FALSE(hit.reprefill);
   // A prompt that ends at exactly 3 pages computes its last token: the
   // boundary drops to 2 pages, where no tail is kept, so no exact hit.
@@ -89,7 +89,7 @@ TEST(PrefixCache, a_finished_requests_pages_hit_at_its_tail_and_never_past_the_p
   EXPECT_TRUE(hit.reprefill);
   EXPECT_EQ(hit.hit_tokens, 2 * P);
   EXPECT_EQ(hit.reprefill_tokens, P);
-  EXPECT_EQ(hit.node, 4);
+  EXPECT_EQ(hit.block, 4);
   // A different first key misses.
   EXPECT_EQ(match(pool, {99, 11, 12, 13}, 10 * P).matched_pages, 0u);
 }
@@ -105,7 +105,7 @@ TEST(PrefixCache, hits_end_on_multiples_of_every_compression_ratio) {
   kvs_prefix_hit hit = match(pool, {10, 11, 12, 13}, 10 * P);
   EXPECT_EQ(hit.matched_pages, 3u);
   EXPECT_EQ(hit.hit_tokens, 2 * P);  // not 3: 384 is no multiple of 256
-  EXPECT_EQ(hit.node, 2);
+  EXPECT_EQ(hit.block, 2);
 }
 
 TEST(PrefixCache, a_cached_page_is_never_bound_for_writing_and_a_reprefill_writer_is_alone) {
@@ -162,7 +162,7 @@ TEST(PrefixCache, a_reprefill_writer_that_abandons_leaves_no_readable_tail) {
   // No exact hit reads the unwritten tail; a re-prefill hit is taken again.
   kvs_prefix_hit again = match(pool, {10, 11, 12}, 5 * P, P);
   EXPECT_TRUE(again.reprefill);
-  EXPECT_EQ(again.node, 4);
+  EXPECT_EQ(again.block, 4);
   // Abandoning a request that holds nothing journals nothing.
   ASSERT_EQ(kvs_window_pool_prefix_abandon(pool, 9, &err), KVS_OK);
   EXPECT_EQ(kvs_window_pool_journal_pending(pool), 0u);
@@ -349,7 +349,7 @@ TEST(PrefixCache, a_random_workload_stays_conserved_and_replayed) {
     std::vector<uint64_t> keys;
     for (size_t i = 0; i < len; i++) keys.push_back(rnd(3) * 10 + i);
     kvs_prefix_hit hit = match(pool, keys, len * P + 1, rnd(2) ? P : 0);
-    if (hit.node >= 0 && kvs_window_pool_prefix_acquire(pool, request, &hit, nullptr) != KVS_OK) {
+    if (hit.block >= 0 && kvs_window_pool_prefix_acquire(pool, request, &hit, nullptr) != KVS_OK) {
       continue;
     }
     size_t first = hit.hit_tokens / P;

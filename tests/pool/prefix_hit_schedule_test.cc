@@ -80,7 +80,7 @@ struct PrefixPair {
 
 kvs_prefix_hit pool_hit(const kvs_node_prefix_hit &h) {
   kvs_prefix_hit p = {h.matched_pages, h.hit_tokens, h.reprefill_tokens, h.truncated_tokens,
-                      h.node,          h.reprefill,  h.host_pages,       h.stamp};
+                      h.block,         h.reprefill,  h.host_pages,       h.stamp};
   return p;
 }
 
@@ -109,7 +109,7 @@ struct PoolIndex {
                                h.hit_tokens,
                                h.reprefill_tokens,
                                h.truncated_tokens,
-                               h.node,
+                               h.block,
                                h.reprefill,
                                h.host_pages,
                                h.stamp};

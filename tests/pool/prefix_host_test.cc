@@ -75,7 +75,7 @@ TEST(PrefixHost, an_evicted_block_spills_and_a_later_prompt_fetches_it_back) {
   EXPECT_EQ(exact.hit_tokens, 0u);
   // With a re-prefill of one window the three blocks come back.
   kvs_prefix_hit hit = match(pool, {10, 11, 12, 13}, 4 * P + 1, P);
-  EXPECT_EQ(hit.node, -1);
+  EXPECT_EQ(hit.block, -1);
   EXPECT_EQ(hit.host_pages, 3u);
   EXPECT_EQ(hit.hit_tokens, 3 * P);
   EXPECT_TRUE(hit.reprefill);
@@ -113,7 +113,7 @@ TEST(PrefixHost, an_evicted_block_spills_and_a_later_prompt_fetches_it_back) {
   ASSERT_EQ(kvs_window_pool_prefix_release(pool, 2, nullptr), KVS_OK);
   pair.step();
   kvs_prefix_hit again = match(pool, {10, 11, 12, 13}, 4 * P + 1, 0);
-  EXPECT_EQ(again.node, 9);
+  EXPECT_EQ(again.block, 9);
   EXPECT_EQ(again.hit_tokens, 3 * P);
   EXPECT_EQ(again.host_pages, 0u);
   // Evicting the fetched blocks spills nothing: their copies are there.
@@ -352,7 +352,7 @@ TEST(PrefixHost, a_random_workload_with_a_small_tier_stays_conserved_and_replaye
         }
         continue;
       }
-    } else if (hit.node >= 0 &&
+    } else if (hit.block >= 0 &&
                kvs_window_pool_prefix_acquire(pool, request, &hit, nullptr) != KVS_OK) {
       continue;
     }

@@ -168,7 +168,7 @@ TEST(WindowPool, free_swa_refuses_partial_pages) {
   kvs_error err;
   EXPECT_EQ(release(p.get(), locs, &err), KVS_ERR_PARTIAL_PAGE);
   EXPECT_TRUE(contains(err.message, "partial pages")) << err.message;
-  EXPECT_TRUE(contains(err.message, "(0, 127)")) << err.message;
+  EXPECT_TRUE(contains(err.message, "full page 0 (127 of its locations)")) << err.message;
   EXPECT_EQ(kvs_window_pool_swa_available(p.get()), 3 * P) << "nothing was freed";
   EXPECT_GE(translate(p.get(), 0), 0);
   EXPECT_INTEGRITY(p.get());
@@ -374,7 +374,9 @@ TEST(WindowPool, binding_over_a_bound_page_is_refused_rather_than_leaked) {
   locs.insert(locs.end(), again.begin(), again.end());
   kvs_error err;
   EXPECT_EQ(alloc(p.get(), locs, &err), KVS_ERR_CONFLICT);
-  EXPECT_TRUE(contains(err.message, "full page 256 already holds")) << err.message;
+  // Named by its page (2) and, where the caller gave it, the location.
+  EXPECT_TRUE(contains(err.message, "full page 2 (from location 256) already holds window page"))
+      << err.message;
   EXPECT_EQ(translate(p.get(), int64_t(P)), KVS_NO_WINDOW_SLOT) << "all or nothing";
   EXPECT_EQ(translate(p.get(), int64_t(2 * P)), before);
   EXPECT_EQ(kvs_window_pool_swa_available(p.get()), 3 * P);
@@ -392,7 +394,9 @@ TEST(WindowPool, locations_outside_the_history_are_refused) {
   kvs_error err;
   EXPECT_EQ(alloc(p.get(), outside, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_EQ(release(p.get(), outside, &err), KVS_ERR_OUT_OF_RANGE);
-  EXPECT_TRUE(contains(err.message, "outside the 1024-token history")) << err.message;
+  EXPECT_TRUE(contains(err.message, "location 1024 at index 0, outside the history's 1024 "
+                                    "locations (full pages 0..7)"))
+      << err.message;
   std::vector<int64_t> unaligned = page_locs(0);
   for (int64_t &loc : unaligned) loc += 1;
   EXPECT_EQ(alloc(p.get(), unaligned, &err), KVS_ERR_OUT_OF_RANGE);

@@ -43,8 +43,8 @@ struct RankOutput {
   std::string message;
   std::vector<kvs_gpu_info> gpus;
   std::vector<std::string> labels;
-  std::vector<size_t> node_gpus;
-  size_t own_node = 0;
+  std::vector<size_t> host_gpus;
+  size_t own_host = 0;
   std::vector<bool> loaded;  // whether each node has its topology here
 };
 
@@ -64,12 +64,12 @@ std::vector<RankOutput> gather(const std::vector<RankInput> &in) {
     }
     const kvs_gpu_info *g = kvs_cluster_gpus(cluster);
     o.gpus.assign(g, g + kvs_cluster_gpu_count(cluster));
-    for (size_t k = 0; k < kvs_cluster_node_count(cluster); k++) {
-      o.labels.push_back(kvs_cluster_node_label(cluster, k));
-      o.node_gpus.push_back(kvs_cluster_node_gpu_count(cluster, k));
-      o.loaded.push_back(kvs_cluster_node(cluster, k) != nullptr);
+    for (size_t k = 0; k < kvs_cluster_host_count(cluster); k++) {
+      o.labels.push_back(kvs_cluster_host_label(cluster, k));
+      o.host_gpus.push_back(kvs_cluster_host_gpu_count(cluster, k));
+      o.loaded.push_back(kvs_cluster_host(cluster, k) != nullptr);
     }
-    o.own_node = kvs_cluster_own_node(cluster);
+    o.own_host = kvs_cluster_own_host(cluster);
     kvs_cluster_destroy(cluster);
   });
   return out;
@@ -78,7 +78,7 @@ std::vector<RankOutput> gather(const std::vector<RankInput> &in) {
 std::vector<kvs_gpu_info> read_gpus(const char *spec) {
   kvs_topology_t topo = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_node_topology_open(spec, &topo, nullptr, 0, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_host_topology_open(spec, &topo, nullptr, 0, &err), KVS_OK) << err.message;
   std::vector<kvs_gpu_info> gpus;
   if (topo == nullptr) return gpus;
   const kvs_gpu_info *g = kvs_topology_gpus(topo);
@@ -89,7 +89,7 @@ std::vector<kvs_gpu_info> read_gpus(const char *spec) {
 
 void expect_same_gpu(const kvs_gpu_info &got, const kvs_gpu_info &want, size_t index, size_t node) {
   EXPECT_EQ(got.index, index);
-  EXPECT_EQ(got.node, node);
+  EXPECT_EQ(got.host, node);
   EXPECT_EQ(kvs_pci_address_compare(&got.pci, &want.pci), 0);
   EXPECT_STREQ(got.pci_busid, want.pci_busid);
   EXPECT_EQ(got.vendor_id, want.vendor_id);
@@ -134,8 +134,8 @@ TEST(ClusterGather, ranks_on_three_machines_learn_every_machines_gpus) {
     const size_t own[] = {r / 8};
     ASSERT_EQ(out[r].status, KVS_OK) << out[r].message;
     ASSERT_EQ(out[r].gpus.size(), 32u);
-    EXPECT_EQ(out[r].node_gpus, (std::vector<size_t>{8, 8, 16}));
-    EXPECT_EQ(out[r].own_node, own[0]);
+    EXPECT_EQ(out[r].host_gpus, (std::vector<size_t>{8, 8, 16}));
+    EXPECT_EQ(out[r].own_host, own[0]);
     for (size_t k = 0; k < 3; k++) EXPECT_EQ(out[r].loaded[k], k == own[0]) << r << " " << k;
     EXPECT_TRUE(contains(out[r].labels[0], "gpu-a (bundled 8-GPU server")) << out[r].labels[0];
     EXPECT_EQ(out[r].labels[1], std::string("gpu-b (") + kEpyc + ")");
@@ -154,7 +154,7 @@ TEST(ClusterGather, one_host_is_one_node_labelled_by_its_topology) {
     ASSERT_EQ(o.status, KVS_OK) << o.message;
     EXPECT_EQ(o.labels, std::vector<std::string>{kEpyc});
     EXPECT_EQ(o.gpus.size(), 8u);
-    EXPECT_EQ(o.own_node, 0u);
+    EXPECT_EQ(o.own_host, 0u);
   }
 }
 
@@ -173,7 +173,7 @@ TEST(ClusterGather, ranks_out_of_machine_order_are_refused_naming_the_rank) {
   auto out = gather({{"y", kSmall}, {"y", kSmall}, {"y", kSmall}, {"x", kSmall}});
   for (const RankOutput &o : out) {
     ASSERT_EQ(o.status, KVS_OK) << o.message;
-    EXPECT_EQ(o.node_gpus, (std::vector<size_t>{3, 3}));
+    EXPECT_EQ(o.host_gpus, (std::vector<size_t>{3, 3}));
   }
 }
 
@@ -184,14 +184,14 @@ TEST(ClusterGather, a_described_cluster_is_the_same_on_every_rank) {
   for (const RankOutput &o : out) {
     ASSERT_EQ(o.status, KVS_OK) << o.message;
     EXPECT_EQ(o.gpus.size(), 16u);
-    EXPECT_EQ(o.own_node, SIZE_MAX);
+    EXPECT_EQ(o.own_host, SIZE_MAX);
     EXPECT_EQ(o.loaded, (std::vector<bool>{true, true}));
   }
   std::string list = std::string("bundled,") + kEpyc;
   out = gather({{"a", list.c_str()}, {"a", list.c_str()}});
   for (const RankOutput &o : out) {
     ASSERT_EQ(o.status, KVS_OK) << o.message;
-    EXPECT_EQ(o.node_gpus, (std::vector<size_t>{8, 8}));
+    EXPECT_EQ(o.host_gpus, (std::vector<size_t>{8, 8}));
   }
   expect_all_fail(gather({{"a", "bundled", 2}, {"a", "bundled", 3}}), KVS_ERR_INVALID_ARGUMENT,
                   "rank 1 opened another cluster than rank 0 (24 GPUs against 16");
@@ -238,13 +238,13 @@ TEST(ClusterGather, the_host_name_defaults_to_the_machines) {
   auto out = gather({{nullptr, "bundled"}, {name, "bundled"}});
   for (const RankOutput &o : out) {
     ASSERT_EQ(o.status, KVS_OK) << o.message;
-    EXPECT_EQ(o.node_gpus, std::vector<size_t>{8});  // one node: the same host
+    EXPECT_EQ(o.host_gpus, std::vector<size_t>{8});  // one node: the same host
   }
 }
 
 TEST(ClusterGather, more_machines_than_a_plan_holds_are_refused) {
   std::vector<std::string> names;
-  for (int r = 0; r <= KVS_MAX_NODES; r++) names.push_back("h" + std::to_string(r));
+  for (int r = 0; r <= KVS_MAX_HOSTS; r++) names.push_back("h" + std::to_string(r));
   std::vector<RankInput> in;
   for (const std::string &n : names) in.push_back({n.c_str(), "bundled"});
   expect_all_fail(gather(in), KVS_ERR_INVALID_ARGUMENT,
@@ -287,7 +287,7 @@ std::vector<NodeRun> run_nodes(int tp, int pp, const std::vector<RankInput> &in)
     run.status = kvs_node_create(comm, &o, &node, &err);
     run.message = err.message;
     if (node != nullptr) {
-      run.node = kvs_node_gpu(node)->node;
+      run.node = kvs_node_gpu(node)->host;
       run.local = kvs_cluster_local_index(kvs_node_cluster(node), kvs_node_gpu(node)->index);
     }
     kvs_node_destroy(node);

@@ -156,11 +156,11 @@ struct Engine {
         host_hits++;
       } else if (hit.host_pages > 0) {
         have = 0;  // no pages to fetch into: computed from scratch
-      } else if (hit.node >= 0) {
+      } else if (hit.block >= 0) {
         ASSERT_EQ(kvs_node_prefix_acquire(node, request, &hit, &err), KVS_OK) << err.message;
         gpu_hits++;
       }
-    } else if (hit.node >= 0) {
+    } else if (hit.block >= 0) {
       ASSERT_EQ(kvs_node_prefix_acquire(node, request, &hit, &err), KVS_OK) << err.message;
       gpu_hits++;
     }

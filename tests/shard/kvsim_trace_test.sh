@@ -1,7 +1,7 @@
 #!/bin/bash
 # kvsim --trace (issue 26): the first requests of the committed Mooncake
 # conversation trace on one rank, under each prefix policy on the same
-# pool: the JSON prefix object holds exactly the keys the README lists,
+# pool: the JSON prefix object holds exactly the keys docs/simulation.md lists,
 # the ideal hit rate comes from the trace alone, none reuses nothing,
 # kvshard reuses at least what the sglang and vllm policies do and never
 # more than the ideal; two loopback ranks agree on every digest and

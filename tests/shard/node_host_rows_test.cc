@@ -66,8 +66,8 @@ TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages
         ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
         EXPECT_EQ(slots, c.host_slots) << "a slot of rows for every slot of the index";
         EXPECT_EQ(slot_bytes, kvs_table_host_slot_bytes(kvs_node_layout(node)));
-        EXPECT_EQ(slot_bytes, kvs_node_plan_rank_host_bytes(
-                                  kvs_node_plan(node), static_cast<size_t>(kvs_node_rank(node))))
+        EXPECT_EQ(slot_bytes, kvs_deployment_rank_host_bytes(
+                                  kvs_deployment(node), static_cast<size_t>(kvs_node_rank(node))))
             << "what the table holds is what the plan priced for the rank";
         // The machine runs 8 ranks of the plan (8 / tp replicas), each with
         // its own copy: a slot costs the machine 8 of this rank's.

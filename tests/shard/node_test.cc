@@ -18,7 +18,7 @@
 #include "plan/node_setup.h"
 #include "tools/workload.h"
 #include "tests/shard/ranks.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/source.h"
 
 using kvs_test::run_ranks;
@@ -76,10 +76,10 @@ std::vector<uint64_t> skewed(uint64_t base_mib) {
 }
 
 // The plan kvplan makes: the same steps, no node.
-kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
+kvs_deployment_t kvplan_plan(const NodeSetup &s) {
   kvs_topology_t topo = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_node_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
+  EXPECT_EQ(kvs_host_topology_open("bundled", &topo, nullptr, 0, &err), KVS_OK) << err.message;
   uint64_t floor = 0;
   EXPECT_EQ(kvs_cost_window_floor_pages(s.options.max_seq_len, s.options.max_running,
                                         s.options.radix, s.options.page, &floor, &err),
@@ -92,9 +92,9 @@ kvs_node_plan_t kvplan_plan(const NodeSetup &s) {
   kvs_plan_request req{&s.geometry, &widths, s.options.swa_ratio,  s.options.page,
                        floor,       1,       (size_t)s.options.tp, (size_t)s.options.pp,
                        nullptr,     nullptr};
-  kvs_node_plan_t plan = nullptr;
-  EXPECT_EQ(kvs_node_plan_make(&req, kvs_topology_gpus(topo), kvs_topology_gpu_count(topo),
-                               s.budgets.data(), &plan, nullptr, &err),
+  kvs_deployment_t plan = nullptr;
+  EXPECT_EQ(kvs_deployment_make(&req, kvs_topology_gpus(topo), kvs_topology_gpu_count(topo),
+                                s.budgets.data(), &plan, nullptr, &err),
             KVS_OK)
       << err.message;
   kvs_topology_destroy(topo);
@@ -141,17 +141,17 @@ uint64_t run_workload(kvs_node_t node, const kvs_workload_options &wo, uint64_t 
 // the pool's own, and the ranks agree.
 TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
   NodeSetup s(4, 2, skewed(900));
-  kvs_node_plan_t expected = kvplan_plan(s);
+  kvs_deployment_t expected = kvplan_plan(s);
   ASSERT_NE(expected, nullptr);
   std::vector<uint64_t> digests(8);
   run_ranks(8, 20000, [&](int rank, kvs_comm_t comm) {
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
-    kvs_node_plan_t plan = kvs_node_plan(node);
-    EXPECT_EQ(kvs_node_plan_split(plan)->num_pages, kvs_node_plan_split(expected)->num_pages);
-    for (size_t r = 0; r < kvs_node_plan_rank_count(expected); r++) {
-      const kvs_rank_plan *a = kvs_node_plan_rank(plan, r), *b = kvs_node_plan_rank(expected, r);
+    kvs_deployment_t plan = kvs_deployment(node);
+    EXPECT_EQ(kvs_deployment_split(plan)->num_pages, kvs_deployment_split(expected)->num_pages);
+    for (size_t r = 0; r < kvs_deployment_rank_count(expected); r++) {
+      const kvs_rank_plan *a = kvs_deployment_rank(plan, r), *b = kvs_deployment_rank(expected, r);
       EXPECT_EQ(a->gpu, b->gpu);
       EXPECT_EQ(a->first, b->first);
       EXPECT_EQ(a->end, b->end);
@@ -178,7 +178,7 @@ TEST(Node, eight_ranks_run_the_plan_kvplan_prints_and_agree) {
     kvs_node_destroy(node);
   });
   for (int r = 1; r < 8; r++) EXPECT_EQ(digests[r], digests[0]) << "rank " << r;
-  kvs_node_plan_destroy(expected);
+  kvs_deployment_destroy(expected);
 }
 
 // A skewed stage (one GPU of stage 1 much smaller) moves layers to stage 0:
@@ -191,7 +191,7 @@ TEST(Node, heterogeneous_budgets_split_the_layers_unevenly) {
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
-    const kvs_split *split = kvs_node_plan_split(kvs_node_plan(node));
+    const kvs_split *split = kvs_deployment_split(kvs_deployment(node));
     size_t stage0 = split->stages[0].end - split->stages[0].first;
     EXPECT_GT(stage0, 22u) << "stage 1 holds the small GPU, so stage 0 takes more layers";
     const kvs_rank_plan *mine = kvs_node_rank_plan(node);
@@ -313,6 +313,132 @@ TEST(Node, a_table_that_falls_behind_its_pool_is_named_by_the_check) {
     detailed |= contains(msg, "rank 1's tables differ from its pool at full page 3");
   }
   EXPECT_TRUE(detailed) << "rank 1 itself names the page";
+}
+
+// A check between the leader's changes and the step that carries them is
+// no divergence: the leader's pool is ahead of every mirror and of its own
+// tables until then. Every rank refuses it alike (KVS_ERR_PENDING, the
+// count named, the report untouched); after the step the same check
+// agrees.
+TEST(Node, a_check_before_the_step_that_carries_the_leaders_changes_is_refused_on_every_rank) {
+  NodeSetup s(2, 1, std::vector<uint64_t>(8, 2000 * MiB));
+  std::mutex m;
+  std::vector<std::string> messages;
+  run_ranks(2, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    const uint64_t P = kvs_node_page(node);
+    std::vector<int64_t> locs(2 * P);
+    for (uint64_t i = 0; i < 2 * P; i++) locs[i] = (int64_t)(4 * P + i);
+    if (rank == 0) {
+      int64_t slot = -1;
+      ASSERT_EQ(kvs_node_admit(node, 9, &slot, &err), KVS_OK) << err.message;
+      ASSERT_EQ(kvs_node_bind(node, 9, locs.data(), locs.size(), &err), KVS_OK) << err.message;
+    }
+    kvs_node_report report{};
+    report.size = sizeof report;
+    report.step = 12345;
+    EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_ERR_PENDING) << err.message;
+    EXPECT_EQ(report.step, 12345u) << "a refused check leaves the report alone";
+    {
+      std::lock_guard<std::mutex> lock(m);
+      messages.push_back(err.message);
+    }
+    ASSERT_EQ(kvs_node_step(node, nullptr, nullptr, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
+    EXPECT_EQ(report.kind, KVS_DIVERGENCE_NONE);
+    // A free is a change too; so is a prefix-less finish.
+    if (rank == 0) {
+      ASSERT_EQ(kvs_node_free(node, locs.data(), locs.size(), &err), KVS_OK) << err.message;
+      ASSERT_EQ(kvs_node_finish(node, 9, &err), KVS_OK) << err.message;
+    }
+    EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_ERR_PENDING) << err.message;
+    EXPECT_TRUE(contains(err.message, "3 entries pending on the leader")) << err.message;
+    EXPECT_TRUE(contains(err.message, "since step 0")) << err.message;
+    ASSERT_EQ(kvs_node_step(node, nullptr, nullptr, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_node_check(node, nullptr, &err), KVS_OK) << err.message;
+    kvs_node_destroy(node);
+  });
+  ASSERT_EQ(messages.size(), 2u);
+  for (const std::string &msg : messages) {
+    EXPECT_TRUE(contains(msg, "3 entries pending on the leader (rank 0)")) << msg;
+    EXPECT_TRUE(contains(msg, "before the first step")) << msg;
+    EXPECT_TRUE(contains(msg, "step first, then check")) << msg;
+    EXPECT_FALSE(contains(msg, "differ")) << "not a divergence: " << msg;
+  }
+}
+
+// The engine's page counts: num_pages and window_pages count their dummy
+// (the last page), usable_pages does not, and free_window_pages follows
+// the leader's binds at once and a follower's from the step; a bind of
+// the dummy names it by its page and its locations.
+TEST(Node, usable_and_free_window_pages_leave_the_dummy_out) {
+  NodeSetup s(2, 1, std::vector<uint64_t>(8, 2000 * MiB));
+  run_ranks(2, 20000, [&](int rank, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    const uint64_t P = kvs_node_page(node);
+    const uint64_t usable = kvs_node_usable_pages(node);
+    EXPECT_EQ(usable, kvs_node_num_pages(node) - 1);
+    uint64_t droppable = 99;
+    const uint64_t free0 = kvs_node_free_window_pages(node, &droppable);
+    EXPECT_EQ(free0, kvs_node_window_pages(node) - 1) << "every window page but the dummy";
+    EXPECT_EQ(droppable, 0u) << "no prefix cache";
+    std::vector<int64_t> last(P), dummy(P);
+    for (uint64_t i = 0; i < P; i++) {
+      last[i] = (int64_t)((usable - 1) * P + i);
+      dummy[i] = (int64_t)(usable * P + i);
+    }
+    if (rank == 0) {
+      int64_t slot = -1;
+      ASSERT_EQ(kvs_node_admit(node, 1, &slot, &err), KVS_OK) << err.message;
+      EXPECT_EQ(kvs_node_bind(node, 1, dummy.data(), P, &err), KVS_ERR_CONFLICT);
+      const std::string want = "full page " + std::to_string(usable) + " (locations " +
+                               std::to_string(usable * P) + ".." +
+                               std::to_string(usable * P + P - 1) +
+                               ") is the reserved dummy page, bound for good; the engine's full "
+                               "pages are 0.." +
+                               std::to_string(usable - 1);
+      EXPECT_TRUE(contains(err.message, want)) << err.message;
+      EXPECT_EQ(kvs_node_free(node, dummy.data(), P, &err), KVS_ERR_CONFLICT);
+      EXPECT_TRUE(contains(err.message, "full page " + std::to_string(usable) + " (locations"))
+          << err.message;
+      ASSERT_EQ(kvs_node_bind(node, 1, last.data(), P, &err), KVS_OK) << err.message;
+      EXPECT_EQ(kvs_node_free_window_pages(node, nullptr), free0 - 1) << "the leader at once";
+    } else {
+      EXPECT_EQ(kvs_node_free_window_pages(node, nullptr), free0) << "a follower from the step";
+    }
+    ASSERT_EQ(kvs_node_step(node, nullptr, nullptr, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_node_free_window_pages(node, nullptr), free0 - 1);
+    kvs_node_destroy(node);
+  });
+}
+
+// A full window: bind says what is free, that no tail holds any (no
+// prefix cache here) and what to do; nothing changes.
+TEST(Node, a_full_window_is_refused_saying_what_is_free_and_what_to_do) {
+  NodeSetup s(1, 1, std::vector<uint64_t>(8, 2000 * MiB));
+  run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    const uint64_t P = kvs_node_page(node);
+    const uint64_t free0 = kvs_node_free_window_pages(node, nullptr);
+    std::vector<int64_t> locs((free0 + 1) * P);
+    for (size_t i = 0; i < locs.size(); i++) locs[i] = (int64_t)i;
+    int64_t slot = -1;
+    ASSERT_EQ(kvs_node_admit(node, 2, &slot, &err), KVS_OK) << err.message;
+    EXPECT_EQ(kvs_node_bind(node, 2, locs.data(), locs.size(), &err), KVS_ERR_EXHAUSTED);
+    const std::string want = "kvs_node_bind for request 2: window free list out of slots: it "
+                             "needs " + std::to_string(free0 + 1) + " window pages, " +
+                             std::to_string(free0) + " are free (of " + std::to_string(free0) +
+                             " the engine can bind); no prefix cache holds any";
+    EXPECT_TRUE(contains(err.message, want)) << err.message;
+    EXPECT_EQ(kvs_node_free_window_pages(node, nullptr), free0) << "nothing taken";
+    kvs_node_destroy(node);
+  });
 }
 
 // The node's memory in place: one view per span with regions, shaped and

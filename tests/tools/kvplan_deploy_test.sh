@@ -109,9 +109,16 @@ check "--weights 60GiB leaves floor(143771 MiB x 0.9) - 60 GiB - 512 MiB" \
   $((share - 60 * 1073741824 - 536870912)) "$(echo "$w" | jq '.ranks[5].budget_bytes')"
 check "--weights is recorded as measured" "measured 64424509440" \
   "$(echo "$w" | jq -r '"\(.weights_source) \(.ranks[5].weights_bytes)"')"
-"$kvplan" plan "${bundled[@]}" --weights 200GB >/dev/null 2>"$T/err"
+"$kvplan" plan "${bundled[@]}" --weights 130GiB >/dev/null 2>"$T/err"
 check "weights larger than the share exit 1" 1 $?
 grep -q "weights" "$T/err" || check "and say so" weights "$(cat "$T/err")"
+# Larger than the GPU itself (140.40 GiB) cannot be true: bad usage (issue
+# 30, section 5), naming both.
+"$kvplan" plan "${bundled[@]}" --weights 200GB >/dev/null 2>"$T/err"
+check "weights larger than the GPU exit 2" 2 $?
+check "and name the weights and the GPU's memory" \
+  "kvplan plan: --weights 186.26 GiB is more than the memory of GPU 0 (0000:1b:00.0), 140.40 GiB (the total its driver reports): the weights load into the GPU's memory" \
+  "$(tail -n 1 "$T/err")"
 
 # A total not yet measured: spread evenly over the 43 layers (100 B each),
 # each rank paying ceil(100 / tp) per layer it holds.
@@ -198,7 +205,7 @@ check "--allow-cross-node-tp lets it, and says so" true \
   "$("$kvplan" plan --topology bundled --nodes 2 --tp 16 --allow-cross-node-tp --json 2>/dev/null |
     jq .cross_node_tp)"
 j=$("$kvplan" fit --model dsv4-pro --context 1048576 --concurrency 16 --kv-dtype fp8 \
-  --weights-total 865GB "${bundled[@]}" --json 2>/dev/null)
+  --weights-total 1005.2GiB "${bundled[@]}" --json 2>/dev/null)
 check "fit: Pro does not fit one node; 2 and 4 nodes are compared" "false true true" \
   "$(echo "$j" | jq -r '[([.layouts[] | select(.nodes == 1) | .fits] | any),
      ([.layouts[] | select(.nodes == 2) | .fits] | any),

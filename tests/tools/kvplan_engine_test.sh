@@ -164,8 +164,9 @@ check "a layout SGLang cannot serve says why" true \
   "$(echo "$f" | jq '[.layouts[] | select(.mem_fraction_static == null) | .sglang_why | type == "string"] | all')"
 
 # ---- fit: the one-node headline, how many, token counts ----
-# DSV4-Pro, fp8, 865 GB of weights: 101 requests of 1M tokens take 2 nodes.
-pro=(--model dsv4-pro --kv-dtype fp8 --weights-total 865GB)
+# DSV4-Pro, fp8, 1005.2 GiB of weights (SGLang logs 125.65 GiB per GPU at tp 8):
+# 101 requests of 1M tokens take 4 nodes.
+pro=(--model dsv4-pro --kv-dtype fp8 --weights-total 1005.2GiB)
 "$kvplan" fit "${b[@]}" --context 1M --concurrency 101 "${pro[@]}" --progress-s 0 >"$T/out" 2>&1
 check "101 x 1M needs more than one node: exit 1" 1 $?
 tail -n 1 "$T/out" | grep -qE "no layout of one node serves 101 requests of 1048576 tokens; [0-9]+ nodes do \(give --nodes [0-9]+\)" ||

@@ -19,7 +19,9 @@ rows() { jq "(.ranks[$1].tiers.compressed + .ranks[$1].tiers.indexer) / .num_pag
 # ---- the host tier: slots, slot bytes, tokens ----
 # A host tier implies the prefix cache, whose carve keeps tail states.
 base=$(plan --prefix-cache | jq -c 'del(.retained_tails)')
-for bytes in 1099511627776 274877906944 3848290697216 123456789012 7045120 14090239; do
+# (Each at most the bundled export's 2 TiB of host memory, which a tier
+# cannot exceed.)
+for bytes in 1099511627776 274877906944 1848290697216 123456789012 7045120 14090239; do
   out=$(plan --host-cache "$bytes")
   read -r b sb s tok page < <(echo "$out" |
     jq -r '"\(.host_tier.bytes) \(.host_tier.slot_bytes) \(.host_tier.slots) \(.host_tier.tokens) \(.full_token / .num_pages)"')
@@ -64,7 +66,7 @@ check "two nodes, a stage each: the stages differ (the test means something)" ye
   "$([ "$a" -ne "$b" ] && echo yes || echo no)"
 
 # Doubling the bytes doubles the slots, within one.
-for bytes in 1TiB 333GiB 1234567890123; do
+for bytes in 1TiB 333GiB 834567890123; do
   s1=$(plan --host-cache "$bytes" | jq .host_tier.slots)
   b2=$(plan --host-cache "$bytes" | jq '.host_tier.bytes * 2')
   s2=$(plan --host-cache "$b2" | jq .host_tier.slots)
@@ -77,7 +79,7 @@ check "no flag: neither object" "false false" "$(plan | jq -r '"\(has("host_tier
 check "--prefix-cache: retained_tails, no host tier" "false true" \
   "$(plan --prefix-cache | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
 check "--host-cache: both" "true true" "$(echo "$tp8" | jq -r '"\(has("host_tier")) \(has("retained_tails"))"')"
-check "host_tier's keys" '["bytes","slot_bytes","slots","tokens"]' \
+check "host_tier's keys" '["bytes","slot_bytes","slots","tokens","capacity_per","dp_groups_per_machine"]' \
   "$(echo "$tp8" | jq -c '.host_tier | keys_unsorted')"
 check "retained_tails' keys" '["pages","bytes_per_tail","tails","window_pages","reserve_pages","left_pages","running_pages","max_running"]' \
   "$(echo "$tp8" | jq -c '.retained_tails | keys_unsorted')"
@@ -186,8 +188,20 @@ refused "below one slot" "not one page: a host slot" --host-cache 7045119B
 refused "below one slot, --json" "not one page: a host slot" --host-cache 1MiB --json
 check "below one slot, --json: nothing on stdout" 0 "$(wc -c <"$T/out")"
 refused "2^30 slots" "a host tier holds fewer than 2^30" --host-cache $((7045120 * (1 << 30)))
+# 2^30 - 1 slots are 7.5 PiB: the bundled server's export with 4 PiB on
+# each of its two NUMA nodes holds them.
+sed 's/local_memory="[0-9]*"/local_memory="4503599627370496"/' \
+  topology/data/hgx-h200-2socket-8gpu.xml >"$T/huge.xml"
 check "2^30 - 1 slots are taken" 1073741823 \
-  "$(plan --host-cache $((7045120 * (1 << 30) - 1)) | jq .host_tier.slots)"
+  "$("$kvplan" --topology "$T/huge.xml" --host-cache $((7045120 * (1 << 30) - 1)) --json 2>/dev/null |
+    jq .host_tier.slots)"
+# A tier above the machine's own memory (issue 30, section 5): the bundled
+# export's two NUMA nodes of 1 TiB hold 2 TiB and no more.
+refused "above the machine's memory" \
+  "--host-cache 3072.00 GiB is more than the memory of machine 0 (bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB" \
+  --host-cache 3TiB
+check "all of the machine's memory is taken" 2199023255552 \
+  "$(plan --host-cache 2TiB | jq .host_tier.bytes)"
 refused "past 4 EiB" "above the 4611686018427387904 bytes" --host-cache 5000000TiB
 refused "--prefix-cache twice" "--prefix-cache is given twice" --prefix-cache --prefix-cache
 "$kvplan" "${B[@]}" --host-cache 1TiB >/dev/full 2>"$T/err"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 #include "topology/source.h"
 #include "topology/topology.h"
 
@@ -33,9 +33,9 @@ struct TopologyDeleter {
 using Topology = std::unique_ptr<kvs_topology, TopologyDeleter>;
 
 struct PlanDeleter {
-  void operator()(kvs_node_plan *p) const { kvs_node_plan_destroy(p); }
+  void operator()(kvs_deployment *p) const { kvs_deployment_destroy(p); }
 };
-using Plan = std::unique_ptr<kvs_node_plan, PlanDeleter>;
+using Plan = std::unique_ptr<kvs_deployment, PlanDeleter>;
 
 inline Topology load_xml(const std::string &name) {
   std::string path = data_path(name);

@@ -20,7 +20,7 @@
 #include "tests/backends/cuda/gpu_gate.h"
 #include "shard/plan_overhead.h"
 #include "tests/topology/helpers.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 
 using namespace kvs_test;
 
@@ -144,10 +144,10 @@ Plan library_plan(const char *topology, size_t tp, size_t pp, uint64_t budget) {
   std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
   std::vector<uint64_t> budgets(gpus.size(), budget);
   kvs_plan_request req = default_request(tp, pp);
-  kvs_node_plan_t plan = nullptr;
+  kvs_deployment_t plan = nullptr;
   kvs_error err;
   EXPECT_EQ(
-      kvs_node_plan_make(&req, gpus.data(), gpus.size(), budgets.data(), &plan, nullptr, &err),
+      kvs_deployment_make(&req, gpus.data(), gpus.size(), budgets.data(), &plan, nullptr, &err),
       KVS_OK)
       << err.message;
   return Plan(plan);
@@ -163,11 +163,27 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   ASSERT_EQ(run.status, 0) << run.err;
   Json root = last_line_json(run);
   ASSERT_TRUE(root);
-  EXPECT_EQ(keys(root.get()),
-            (std::set<std::string>{"num_pages", "full_token", "n_win_pages", "tp", "pp", "dp", "ep",
-                                   "replicas", "tokens_per_group", "cluster_tokens", "nodes",
-                                   "cross_node_tp", "kv_dtype", "state_rings", "request_slots",
-                                   "mtp_layers", "weights_source", "limiting_rank", "ranks"}));
+  EXPECT_EQ(keys(root.get()), (std::set<std::string>{"num_pages",
+                                                     "full_token",
+                                                     "n_win_pages",
+                                                     "tp",
+                                                     "pp",
+                                                     "dp",
+                                                     "ep",
+                                                     "replicas",
+                                                     "tokens_per_group",
+                                                     "cluster_tokens",
+                                                     "nodes",
+                                                     "cross_node_tp",
+                                                     "kv_dtype",
+                                                     "state_rings",
+                                                     "request_slots",
+                                                     "mtp_layers",
+                                                     "weights_source",
+                                                     "running_per_group",
+                                                     "max_seq_len",
+                                                     "limiting_rank",
+                                                     "ranks"}));
   json_t *nodes = json_object_get(root.get(), "nodes");
   ASSERT_EQ(json_array_size(nodes), 1u) << "one machine is one node";
   EXPECT_EQ(u64(json_array_get(nodes, 0), "gpus"), 8u);
@@ -182,10 +198,10 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
   EXPECT_EQ(u64(root.get(), "full_token"), u64(root.get(), "num_pages") * 128);
   Plan lib = library_plan(kHgx, tp, pp, 80 * GiB);
   ASSERT_TRUE(lib);
-  const kvs_split *split = kvs_node_plan_split(lib.get());
+  const kvs_split *split = kvs_deployment_split(lib.get());
   EXPECT_EQ(u64(root.get(), "num_pages"), split->num_pages);
   EXPECT_EQ(u64(root.get(), "n_win_pages"), split->n_win_pages);
-  EXPECT_EQ(u64(root.get(), "limiting_rank"), kvs_node_plan_limiting_rank(lib.get()));
+  EXPECT_EQ(u64(root.get(), "limiting_rank"), kvs_deployment_limiting_rank(lib.get()));
   json_t *ranks = json_object_get(root.get(), "ranks");
   ASSERT_TRUE(json_is_array(ranks));
   ASSERT_EQ(json_array_size(ranks), 8u);
@@ -218,7 +234,7 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
       EXPECT_EQ(first, next_layer);
       next_layer = last + 1;
     }
-    const kvs_rank_plan *lr = kvs_node_plan_rank(lib.get(), r);
+    const kvs_rank_plan *lr = kvs_deployment_rank(lib.get(), r);
     EXPECT_EQ(first, lr->first);
     EXPECT_EQ(last, lr->end - 1);
     EXPECT_EQ(u64(rank, "budget_bytes"), 80 * GiB);
@@ -259,7 +275,7 @@ void check_plan_json(const RunResult &run, size_t tp, size_t pp) {
     kvs_node_deployment d = kvs_node_deployment_planned(lib.get(), gpus.size(), 64, true, 1 << 20);
     EXPECT_EQ(d.device_comm, tp * pp > 1);
     kvs_node_overhead o;
-    ASSERT_EQ(kvs_node_plan_overhead(lib.get(), gpus.data(), r, &d, &o, &err), KVS_OK)
+    ASSERT_EQ(kvs_deployment_overhead(lib.get(), gpus.data(), r, &d, &o, &err), KVS_OK)
         << err.message;
     EXPECT_EQ(u64(rank, "node_overhead_bytes"), o.total_bytes);
     EXPECT_EQ(o.table_bytes, 2165760u) << "64 rows of 8,192 blocks, six words, 128 ring slots";
@@ -346,7 +362,7 @@ TEST(Kvplan, no_arguments_plan_the_bundled_server_without_a_gpu) {
   const uint64_t budget = 135679338086ull - (512ull << 20);
   Plan lib = library_plan(kHgx, 8, 1, budget);  // the bundled server's XML
   ASSERT_TRUE(lib);
-  const uint64_t pages = kvs_node_plan_split(lib.get())->num_pages;
+  const uint64_t pages = kvs_deployment_split(lib.get())->num_pages;
   EXPECT_NE(run.out.find("num_pages   " + std::to_string(pages) + " pages"), std::string::npos)
       << run.out;
   // JSON keeps stdout to the one object; the note goes to stderr.
@@ -645,8 +661,8 @@ TEST(Kvplan, unmeasured_gpus_are_budgeted_by_their_own_model_or_refused) {
       << "an explicit budget plans it";
 }
 
-// kvs_node_plan_overhead_most, the one pass kvplan fit prices a layout's
-// buffers with, names the rank kvs_node_plan_overhead prices highest (the
+// kvs_deployment_overhead_most, the one pass kvplan fit prices a layout's
+// buffers with, names the rank kvs_deployment_overhead prices highest (the
 // lowest of equals) with the same buffers, over three HGX nodes in every
 // layout, tensor-parallel groups across nodes (NCCL's tree peers) and one
 // rank per group (no NCCL) included, with NCCL's default and a given
@@ -656,7 +672,7 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
   std::vector<kvs_gpu_info> one = gpus_of(t.get()), gpus;
   for (size_t node = 0; node < 3; node++) {
     for (kvs_gpu_info g : one) {
-      g.node = node;
+      g.host = node;
       g.index = gpus.size();
       gpus.push_back(g);
     }
@@ -675,15 +691,15 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
                         {24, 1},
                         {3, 8}}) {
     kvs_plan_request req = default_request(tp, pp);
-    req.allow_cross_node_tp = true;
-    kvs_node_plan_t raw = nullptr;
+    req.allow_cross_host_tp = true;
+    kvs_deployment_t raw = nullptr;
     kvs_error err;
     ASSERT_EQ(
-        kvs_node_plan_make(&req, gpus.data(), gpus.size(), budgets.data(), &raw, nullptr, &err),
+        kvs_deployment_make(&req, gpus.data(), gpus.size(), budgets.data(), &raw, nullptr, &err),
         KVS_OK)
         << tp << " x " << pp << ": " << err.message;
     Plan plan(raw);
-    spanning += kvs_node_plan_cross_node_tp(raw);
+    spanning += kvs_deployment_cross_host_tp(raw);
     const kvs_nccl_estimate *given_ptr = &given;
     for (const kvs_nccl_estimate *nccl : {(const kvs_nccl_estimate *)nullptr, given_ptr}) {
       kvs_node_deployment d = kvs_node_deployment_planned(raw, gpus.size(), 64, true, 1 << 20);
@@ -692,12 +708,12 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
       kvs_node_overhead want{};
       for (size_t r = 0; r < gpus.size(); r++) {
         kvs_node_overhead o;
-        ASSERT_EQ(kvs_node_plan_overhead(raw, gpus.data(), r, &d, &o, &err), KVS_OK);
+        ASSERT_EQ(kvs_deployment_overhead(raw, gpus.data(), r, &d, &o, &err), KVS_OK);
         if (r == 0 || o.total_bytes > want.total_bytes) want = o, want_rank = r;
       }
       size_t rank = SIZE_MAX;
       kvs_node_overhead got;
-      ASSERT_EQ(kvs_node_plan_overhead_most(raw, gpus.data(), &d, &rank, &got, &err), KVS_OK)
+      ASSERT_EQ(kvs_deployment_overhead_most(raw, gpus.data(), &d, &rank, &got, &err), KVS_OK)
           << err.message;
       SCOPED_TRACE("tp " + std::to_string(tp) + " x pp " + std::to_string(pp));
       EXPECT_EQ(rank, want_rank);
@@ -711,7 +727,7 @@ TEST(Kvplan, the_most_buffers_in_one_pass_are_the_rank_by_rank_ones) {
   kvs_node_overhead o;
   kvs_node_deployment d = kvs_node_deployment_planned(nullptr, 8, 64, true, 1 << 20);
   kvs_error err;
-  EXPECT_EQ(kvs_node_plan_overhead_most(nullptr, gpus.data(), &d, &rank, &o, &err),
+  EXPECT_EQ(kvs_deployment_overhead_most(nullptr, gpus.data(), &d, &rank, &o, &err),
             KVS_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message, "kvs_node_plan_overhead_most: plan is NULL");
+  EXPECT_STREQ(err.message, "kvs_deployment_overhead_most: plan is NULL");
 }

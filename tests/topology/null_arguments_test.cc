@@ -112,6 +112,7 @@ TEST(NullArguments, topology) {
   EXPECT_STREQ(kvs_topology_cuda_note(nullptr), "");
   EXPECT_EQ(kvs_topology_numa_count(nullptr), 0u);
   EXPECT_EQ(kvs_topology_package_count(nullptr), 0u);
+  EXPECT_EQ(kvs_topology_memory_bytes(nullptr), 0u);
   EXPECT_EQ(kvs_topology_hwloc(nullptr), nullptr);
   EXPECT_EQ(kvs_topology_gpu_locality(nullptr, 0), nullptr);
 }

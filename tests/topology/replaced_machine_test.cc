@@ -84,7 +84,7 @@ TEST(ReplacedMachine, live_and_auto_are_refused_and_auto_does_not_fall_back_to_t
       kvs_topology_t t = nullptr;
       char note[512] = "untouched";
       kvs_error err;
-      EXPECT_EQ(kvs_node_topology_open(spec, &t, note, sizeof note, &err), KVS_ERR_UNSUPPORTED)
+      EXPECT_EQ(kvs_host_topology_open(spec, &t, note, sizeof note, &err), KVS_ERR_UNSUPPORTED)
           << spec << " with " << r.name;
       EXPECT_EQ(t, nullptr);
       EXPECT_TRUE(contains(err.message, r.name)) << err.message;
@@ -92,7 +92,7 @@ TEST(ReplacedMachine, live_and_auto_are_refused_and_auto_does_not_fall_back_to_t
     }
     kvs_topology_t t = nullptr;
     kvs_error err;
-    EXPECT_EQ(kvs_node_topology_open(nullptr, &t, nullptr, 0, &err), KVS_ERR_UNSUPPORTED);
+    EXPECT_EQ(kvs_host_topology_open(nullptr, &t, nullptr, 0, &err), KVS_ERR_UNSUPPORTED);
     EXPECT_EQ(t, nullptr);
   }
 }
@@ -105,7 +105,7 @@ TEST(ReplacedMachine, exports_and_the_bundled_server_still_load_with_the_variabl
     for (const std::string &spec : {std::string("bundled"), hgx_path()}) {
       kvs_topology_t raw = nullptr;
       kvs_error err;
-      ASSERT_EQ(kvs_node_topology_open(spec.c_str(), &raw, nullptr, 0, &err), KVS_OK)
+      ASSERT_EQ(kvs_host_topology_open(spec.c_str(), &raw, nullptr, 0, &err), KVS_OK)
           << spec << " with " << r.name << ": " << err.message;
       Topology t(raw);
       EXPECT_EQ(kvs_topology_gpu_count(t.get()), 8u);
@@ -202,7 +202,7 @@ TEST(MissingBusId, a_gpu_without_pci_busid_is_refused_naming_it_from_a_buffer_an
   EXPECT_EQ(t, nullptr);
   EXPECT_TRUE(contains(err.message, "topology '" + path + "': NVIDIA GPU 1 in file order"))
       << err.message;
-  EXPECT_EQ(kvs_node_topology_open(path.c_str(), &t, nullptr, 0, &err), KVS_ERR_PARSE);
+  EXPECT_EQ(kvs_host_topology_open(path.c_str(), &t, nullptr, 0, &err), KVS_ERR_PARSE);
 }
 
 TEST(MissingBusId, the_last_gpu_is_named_by_its_place_and_other_devices_are_not_gpus) {

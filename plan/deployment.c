@@ -1,4 +1,4 @@
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,11 +6,11 @@
 #include "core/checked.h"
 #include "pool/window_pool.h"
 
-struct kvs_node_plan {
+struct kvs_deployment {
   size_t tp, pp, replicas;
   size_t n_ranks;
   size_t limiting_rank;
-  bool cross_node_tp;
+  bool cross_host_tp;
   kvs_split split;
   kvs_rank_plan *ranks;
 };
@@ -26,9 +26,55 @@ static size_t tightest_rank(const kvs_rank_slot *slots, const uint64_t *budgets,
   return best;
 }
 
-kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info *gpus,
-                                size_t n_gpus, const uint64_t *budgets, kvs_node_plan_t *out,
-                                kvs_plan_shortfall *shortfall, kvs_error *err) {
+/* Each rank's plan from its slot and its stage, and the limiting rank. */
+static kvs_status place_ranks(const kvs_plan_request *req, struct kvs_deployment *plan,
+                              const kvs_rank_slot *slots, const uint64_t *budgets, size_t n_gpus,
+                              kvs_error *err) {
+  plan->ranks = calloc(n_gpus, sizeof *plan->ranks);
+  if (plan->ranks == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
+  }
+  plan->tp = req->tp;
+  plan->pp = req->pp;
+  plan->replicas = n_gpus / (req->tp * req->pp);
+  plan->n_ranks = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_stage_plan *stage = &plan->split.stages[slots[r].pp_stage];
+    kvs_rank_plan *rp = &plan->ranks[r];
+    rp->rank = r;
+    rp->replica = slots[r].replica;
+    rp->tp_rank = slots[r].tp_rank;
+    rp->pp_stage = slots[r].pp_stage;
+    rp->gpu = slots[r].gpu;
+    rp->first = stage->first;
+    rp->end = stage->end;
+    rp->weight_bytes = stage->weight_bytes;
+    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
+    rp->bytes = stage->bytes;
+    rp->device = stage->device;
+    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
+  }
+  /* The limit: among the stages that cannot take one more page with their
+   * layers (max_pages equals the common count; at least one does), the
+   * device with the smallest budget (the one a raise would help), then
+   * the least headroom, then the lowest rank. */
+  size_t limiting = n_gpus;
+  for (size_t r = 0; r < n_gpus; r++) {
+    const kvs_rank_plan *rp = &plan->ranks[r];
+    if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
+    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
+    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
+        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
+      limiting = r;
+    }
+  }
+  plan->limiting_rank = limiting < n_gpus ? limiting : 0;
+  return KVS_OK;
+}
+
+kvs_status kvs_deployment_create(const kvs_plan_request *req, const kvs_gpu_info *gpus,
+                                 size_t n_gpus, const uint64_t *budgets, kvs_deployment_t *out,
+                                 kvs_plan_shortfall *shortfall, kvs_error *err) {
   if (req == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: request is NULL", __func__);
   }
@@ -43,18 +89,18 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
   }
   kvs_status status;
   kvs_rank_slot *slots = calloc(n_gpus > 0 ? n_gpus : 1, sizeof *slots);
-  struct kvs_node_plan *plan = calloc(1, sizeof *plan);
+  struct kvs_deployment *plan = calloc(1, sizeof *plan);
   uint64_t stage_budgets[KVS_MAX_STAGES];
   if (slots == NULL || plan == NULL) {
     status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
     goto fail;
   }
   bool crossed = false;
-  if ((status = kvs_rank_layout_cluster(gpus, n_gpus, req->tp, req->pp, req->allow_cross_node_tp,
+  if ((status = kvs_rank_layout_cluster(gpus, n_gpus, req->tp, req->pp, req->allow_cross_host_tp,
                                         slots, &crossed, err)) != KVS_OK) {
     goto fail;
   }
-  plan->cross_node_tp = crossed;
+  plan->cross_host_tp = crossed;
   if (req->pp > KVS_MAX_STAGES) {
     status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "pp %zu exceeds the %d stages planned",
                            req->pp, KVS_MAX_STAGES);
@@ -102,56 +148,17 @@ kvs_status kvs_node_plan_create(const kvs_plan_request *req, const kvs_gpu_info 
   }
   if (status != KVS_OK) goto fail;
 
-  plan->ranks = calloc(n_gpus, sizeof *plan->ranks);
-  if (plan->ranks == NULL) {
-    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "out of host memory for the plan");
-    goto fail;
-  }
-  plan->tp = req->tp;
-  plan->pp = req->pp;
-  plan->replicas = n_gpus / (req->tp * req->pp);
-  plan->n_ranks = n_gpus;
-  for (size_t r = 0; r < n_gpus; r++) {
-    const kvs_stage_plan *stage = &plan->split.stages[slots[r].pp_stage];
-    kvs_rank_plan *rp = &plan->ranks[r];
-    rp->rank = r;
-    rp->replica = slots[r].replica;
-    rp->tp_rank = slots[r].tp_rank;
-    rp->pp_stage = slots[r].pp_stage;
-    rp->gpu = slots[r].gpu;
-    rp->first = stage->first;
-    rp->end = stage->end;
-    rp->weight_bytes = stage->weight_bytes;
-    rp->budget_bytes = budgets[rp->gpu] - stage->weight_bytes;
-    rp->bytes = stage->bytes;
-    rp->device = stage->device;
-    rp->headroom_bytes = rp->budget_bytes - rp->device.total_bytes;
-  }
-  /* The limit: among the stages that cannot take one more page with their
-   * layers (max_pages equals the common count; at least one does), the
-   * device with the smallest budget (the one a raise would help), then
-   * the least headroom, then the lowest rank. */
-  size_t limiting = n_gpus;
-  for (size_t r = 0; r < n_gpus; r++) {
-    const kvs_rank_plan *rp = &plan->ranks[r];
-    if (plan->split.stages[rp->pp_stage].max_pages != plan->split.num_pages) continue;
-    const kvs_rank_plan *best = limiting < n_gpus ? &plan->ranks[limiting] : NULL;
-    if (best == NULL || rp->budget_bytes < best->budget_bytes ||
-        (rp->budget_bytes == best->budget_bytes && rp->headroom_bytes < best->headroom_bytes)) {
-      limiting = r;
-    }
-  }
-  plan->limiting_rank = limiting < n_gpus ? limiting : 0;
+  if ((status = place_ranks(req, plan, slots, budgets, n_gpus, err)) != KVS_OK) goto fail;
   free(slots);
   *out = plan;
   return KVS_OK;
 fail:
   free(slots);
-  kvs_node_plan_destroy(plan);
+  kvs_deployment_destroy(plan);
   return status;
 }
 
-void kvs_node_plan_destroy(kvs_node_plan_t plan) {
+void kvs_deployment_destroy(kvs_deployment_t plan) {
   if (plan == NULL) return;
   free(plan->ranks);
   free(plan);
@@ -159,27 +166,27 @@ void kvs_node_plan_destroy(kvs_node_plan_t plan) {
 
 /* The accessors read NULL or 0 for a NULL plan (the limiting rank:
  * SIZE_MAX, no rank). */
-const kvs_split *kvs_node_plan_split(kvs_node_plan_t plan) {
+const kvs_split *kvs_deployment_split(kvs_deployment_t plan) {
   return plan != NULL ? &plan->split : NULL;
 }
 
-size_t kvs_node_plan_rank_count(kvs_node_plan_t plan) { return plan != NULL ? plan->n_ranks : 0; }
+size_t kvs_deployment_rank_count(kvs_deployment_t plan) { return plan != NULL ? plan->n_ranks : 0; }
 
-const kvs_rank_plan *kvs_node_plan_rank(kvs_node_plan_t plan, size_t i) {
+const kvs_rank_plan *kvs_deployment_rank(kvs_deployment_t plan, size_t i) {
   return plan != NULL && i < plan->n_ranks ? &plan->ranks[i] : NULL;
 }
 
-size_t kvs_node_plan_tp(kvs_node_plan_t plan) { return plan != NULL ? plan->tp : 0; }
-size_t kvs_node_plan_pp(kvs_node_plan_t plan) { return plan != NULL ? plan->pp : 0; }
-size_t kvs_node_plan_replicas(kvs_node_plan_t plan) { return plan != NULL ? plan->replicas : 0; }
-size_t kvs_node_plan_limiting_rank(kvs_node_plan_t plan) {
+size_t kvs_deployment_tp(kvs_deployment_t plan) { return plan != NULL ? plan->tp : 0; }
+size_t kvs_deployment_pp(kvs_deployment_t plan) { return plan != NULL ? plan->pp : 0; }
+size_t kvs_deployment_replicas(kvs_deployment_t plan) { return plan != NULL ? plan->replicas : 0; }
+size_t kvs_deployment_limiting_rank(kvs_deployment_t plan) {
   return plan != NULL ? plan->limiting_rank : SIZE_MAX;
 }
-bool kvs_node_plan_cross_node_tp(kvs_node_plan_t plan) {
-  return plan != NULL && plan->cross_node_tp;
+bool kvs_deployment_cross_host_tp(kvs_deployment_t plan) {
+  return plan != NULL && plan->cross_host_tp;
 }
 
-uint64_t kvs_node_plan_rank_host_bytes(kvs_node_plan_t plan, size_t rank) {
+uint64_t kvs_deployment_rank_host_bytes(kvs_deployment_t plan, size_t rank) {
   if (plan == NULL || rank >= plan->n_ranks || plan->split.num_pages == 0) return 0;
   /* Each rank's page rows are whole (P is a multiple of every ratio), so
    * the division is exact. */
@@ -187,32 +194,32 @@ uint64_t kvs_node_plan_rank_host_bytes(kvs_node_plan_t plan, size_t rank) {
   return (rp->bytes.compressed + rp->bytes.indexer) / plan->split.num_pages;
 }
 
-uint64_t kvs_node_plan_host_slot_bytes(kvs_node_plan_t plan, const kvs_gpu_info *gpus,
-                                       size_t n_gpus) {
+uint64_t kvs_deployment_host_slot_bytes(kvs_deployment_t plan, const kvs_gpu_info *gpus,
+                                        size_t n_gpus) {
   if (plan == NULL || gpus == NULL || plan->split.num_pages == 0) return 0;
   uint64_t most = 0;
-  /* Machines are numbered from 0 in node order. */
+  /* Machines are numbered from 0 in host order. */
   for (size_t machine = 0; machine < n_gpus; machine++) {
     uint64_t sum = 0;
     for (size_t r = 0; r < plan->n_ranks; r++) {
       const kvs_rank_plan *rp = &plan->ranks[r];
-      if (rp->gpu >= n_gpus || gpus[rp->gpu].node != machine) continue;
-      sum += kvs_node_plan_rank_host_bytes(plan, r);
+      if (rp->gpu >= n_gpus || gpus[rp->gpu].host != machine) continue;
+      sum += kvs_deployment_rank_host_bytes(plan, r);
     }
     if (sum > most) most = sum;
   }
   return most;
 }
 
-kvs_status kvs_node_plan_host_slots(kvs_node_plan_t plan, const kvs_gpu_info *gpus, size_t n_gpus,
-                                    uint64_t host_bytes, uint64_t *slots, kvs_error *err) {
+kvs_status kvs_deployment_host_slots(kvs_deployment_t plan, const kvs_gpu_info *gpus, size_t n_gpus,
+                                     uint64_t host_bytes, uint64_t *slots, kvs_error *err) {
   if (plan == NULL || gpus == NULL || slots == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
                          plan == NULL   ? "plan"
                          : gpus == NULL ? "gpus"
                                         : "slots");
   }
-  uint64_t slot = kvs_node_plan_host_slot_bytes(plan, gpus, n_gpus);
+  uint64_t slot = kvs_deployment_host_slot_bytes(plan, gpus, n_gpus);
   if (slot == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "no host tier: the plan's pages hold no compressed or indexer rows");
@@ -233,8 +240,8 @@ kvs_status kvs_node_plan_host_slots(kvs_node_plan_t plan, const kvs_gpu_info *gp
   return KVS_OK;
 }
 
-kvs_status kvs_node_plan_retained_tails(kvs_node_plan_t plan, uint64_t max_running, bool radix,
-                                        kvs_retained_tails *out, kvs_error *err) {
+kvs_status kvs_deployment_retained_tails(kvs_deployment_t plan, uint64_t max_running, bool radix,
+                                         kvs_retained_tails *out, kvs_error *err) {
   if (plan == NULL || out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
                          plan == NULL ? "plan" : "out");

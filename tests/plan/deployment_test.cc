@@ -10,7 +10,7 @@
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "tests/topology/helpers.h"
-#include "plan/node_plan.h"
+#include "plan/deployment.h"
 
 using namespace kvs_test;
 
@@ -34,10 +34,10 @@ Fixture flash(size_t tp, size_t pp) {
 
 Plan make_plan(const Fixture &f, const std::vector<kvs_gpu_info> &gpus,
                const std::vector<uint64_t> &budgets) {
-  kvs_node_plan_t plan = nullptr;
+  kvs_deployment_t plan = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_node_plan_create(&f.request, gpus.data(), gpus.size(), budgets.data(), &plan,
-                                 nullptr, &err),
+  EXPECT_EQ(kvs_deployment_create(&f.request, gpus.data(), gpus.size(), budgets.data(), &plan,
+                                  nullptr, &err),
             KVS_OK)
       << err.message;
   return Plan(plan);
@@ -46,10 +46,10 @@ Plan make_plan(const Fixture &f, const std::vector<kvs_gpu_info> &gpus,
 // Each rank against core alone: the terms of its layers, the sizes at the
 // common page count and window, the exact bytes; and the single-device
 // solve of exactly those bytes lands on the common page count.
-void expect_bytes_are_core_exact(const Fixture &f, kvs_node_plan_t plan) {
-  const kvs_split *split = kvs_node_plan_split(plan);
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
+void expect_bytes_are_core_exact(const Fixture &f, kvs_deployment_t plan) {
+  const kvs_split *split = kvs_deployment_split(plan);
+  for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
     SCOPED_TRACE("rank " + std::to_string(r));
     kvs_cost_terms t;
     ASSERT_EQ(kvs_cost_terms_make(&f.geometry, rp->first, rp->end, nullptr, &t, nullptr), KVS_OK);
@@ -78,11 +78,11 @@ void expect_bytes_are_core_exact(const Fixture &f, kvs_node_plan_t plan) {
   }
 }
 
-void expect_tp_ranks_replicate(kvs_node_plan_t plan) {
-  size_t tp = kvs_node_plan_tp(plan);
-  for (size_t r = 0; r < kvs_node_plan_rank_count(plan); r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan, r);
-    const kvs_rank_plan *lead = kvs_node_plan_rank(plan, r - rp->tp_rank);
+void expect_tp_ranks_replicate(kvs_deployment_t plan) {
+  size_t tp = kvs_deployment_tp(plan);
+  for (size_t r = 0; r < kvs_deployment_rank_count(plan); r++) {
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan, r);
+    const kvs_rank_plan *lead = kvs_deployment_rank(plan, r - rp->tp_rank);
     EXPECT_EQ(lead->tp_rank, 0u);
     EXPECT_EQ(rp->first, lead->first);
     EXPECT_EQ(rp->end, lead->end);
@@ -101,14 +101,14 @@ TEST(NodePlan, hgx_tp8_every_rank_holds_every_layer) {
   kvs_pool_sizes s;
   ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
-  EXPECT_EQ(kvs_node_plan_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
+  EXPECT_EQ(kvs_deployment_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
   for (size_t r = 0; r < 8; r++) {
-    EXPECT_EQ(kvs_node_plan_rank(plan.get(), r)->first, 0u);
-    EXPECT_EQ(kvs_node_plan_rank(plan.get(), r)->end, 43u);
+    EXPECT_EQ(kvs_deployment_rank(plan.get(), r)->first, 0u);
+    EXPECT_EQ(kvs_deployment_rank(plan.get(), r)->end, 43u);
   }
   expect_bytes_are_core_exact(f, plan.get());
   expect_tp_ranks_replicate(plan.get());
-  EXPECT_EQ(kvs_node_plan_limiting_rank(plan.get()), 0u);
+  EXPECT_EQ(kvs_deployment_limiting_rank(plan.get()), 0u);
 }
 
 TEST(NodePlan, hgx_tp4_pp2_splits_by_socket) {
@@ -119,8 +119,8 @@ TEST(NodePlan, hgx_tp4_pp2_splits_by_socket) {
   ASSERT_TRUE(plan);
   expect_bytes_are_core_exact(f, plan.get());
   expect_tp_ranks_replicate(plan.get());
-  const kvs_rank_plan *r0 = kvs_node_plan_rank(plan.get(), 0);
-  const kvs_rank_plan *r4 = kvs_node_plan_rank(plan.get(), 4);
+  const kvs_rank_plan *r0 = kvs_deployment_rank(plan.get(), 0);
+  const kvs_rank_plan *r4 = kvs_deployment_rank(plan.get(), 4);
   EXPECT_EQ(r0->end, r4->first);
   EXPECT_EQ(gpus[r0->gpu].package, 0);
   EXPECT_EQ(gpus[r4->gpu].package, 1);
@@ -128,7 +128,7 @@ TEST(NodePlan, hgx_tp4_pp2_splits_by_socket) {
   kvs_pool_sizes s;
   ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
-  EXPECT_GT(kvs_node_plan_split(plan.get())->num_pages, 19 * kvs_pool_sizes_num_pages(&s) / 10);
+  EXPECT_GT(kvs_deployment_split(plan.get())->num_pages, 19 * kvs_pool_sizes_num_pages(&s) / 10);
 }
 
 TEST(NodePlan, hgx_pp8_one_layer_group_per_gpu) {
@@ -139,7 +139,7 @@ TEST(NodePlan, hgx_pp8_one_layer_group_per_gpu) {
   expect_bytes_are_core_exact(f, plan.get());
   size_t covered = 0;
   for (size_t r = 0; r < 8; r++) {
-    const kvs_rank_plan *rp = kvs_node_plan_rank(plan.get(), r);
+    const kvs_rank_plan *rp = kvs_deployment_rank(plan.get(), r);
     EXPECT_EQ(rp->pp_stage, r);
     EXPECT_EQ(rp->first, covered);
     covered = rp->end;
@@ -160,13 +160,13 @@ TEST(NodePlan, heterogeneous_budgets_move_layers_to_the_roomy_stage) {
   Plan plan = make_plan(f, gpus_of(t.get()), budgets);
   ASSERT_TRUE(plan);
   expect_bytes_are_core_exact(f, plan.get());
-  const kvs_rank_plan *r0 = kvs_node_plan_rank(plan.get(), 0);
-  const kvs_rank_plan *r5 = kvs_node_plan_rank(plan.get(), 5);
+  const kvs_rank_plan *r0 = kvs_deployment_rank(plan.get(), 0);
+  const kvs_rank_plan *r5 = kvs_deployment_rank(plan.get(), 5);
   EXPECT_GT(r0->end - r0->first, r5->end - r5->first);
   EXPECT_EQ(r5->budget_bytes, 80 * GiB);
-  const kvs_split *split = kvs_node_plan_split(plan.get());
+  const kvs_split *split = kvs_deployment_split(plan.get());
   const kvs_rank_plan *lim =
-      kvs_node_plan_rank(plan.get(), kvs_node_plan_limiting_rank(plan.get()));
+      kvs_deployment_rank(plan.get(), kvs_deployment_limiting_rank(plan.get()));
   EXPECT_EQ(split->stages[lim->pp_stage].max_pages, split->num_pages);
 }
 
@@ -178,11 +178,11 @@ TEST(NodePlan, tp8_limit_is_the_smallest_gpu) {
   budgets[5] = 80 * GiB;
   Plan plan = make_plan(f, gpus_of(t.get()), budgets);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(kvs_node_plan_limiting_rank(plan.get()), 5u);
+  EXPECT_EQ(kvs_deployment_limiting_rank(plan.get()), 5u);
   kvs_pool_sizes s;
   ASSERT_EQ(kvs_cost_solve_num_pages(80 * GiB, &f.geometry, 0.125, 331, P, 1, &s, nullptr, nullptr),
             KVS_OK);
-  EXPECT_EQ(kvs_node_plan_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
+  EXPECT_EQ(kvs_deployment_split(plan.get())->num_pages, kvs_pool_sizes_num_pages(&s));
 }
 
 // Two replicas of tp 2 x pp 2 run one split: a stage is as small as its
@@ -195,13 +195,13 @@ TEST(NodePlan, replicas_share_the_split_and_the_tightest_budget) {
   budgets[6] = 60 * GiB;  // replica 1, stage 1
   Plan plan = make_plan(f, gpus, budgets);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(kvs_node_plan_replicas(plan.get()), 2u);
+  EXPECT_EQ(kvs_deployment_replicas(plan.get()), 2u);
   expect_bytes_are_core_exact(f, plan.get());
   for (size_t r = 0; r < 4; r++) {
-    EXPECT_EQ(kvs_node_plan_rank(plan.get(), r)->first,
-              kvs_node_plan_rank(plan.get(), r + 4)->first);
+    EXPECT_EQ(kvs_deployment_rank(plan.get(), r)->first,
+              kvs_deployment_rank(plan.get(), r + 4)->first);
   }
-  EXPECT_EQ(kvs_node_plan_limiting_rank(plan.get()), 6u);
+  EXPECT_EQ(kvs_deployment_limiting_rank(plan.get()), 6u);
 }
 
 TEST(NodePlan, too_small_a_budget_names_the_gpu) {
@@ -210,11 +210,11 @@ TEST(NodePlan, too_small_a_budget_names_the_gpu) {
   std::vector<uint64_t> budgets(8, 80 * GiB);
   budgets[6] = 16ull << 20;  // below one layer's minimal pool
   std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
-  kvs_node_plan_t plan = nullptr;
+  kvs_deployment_t plan = nullptr;
   kvs_plan_shortfall shortfall;
   kvs_error err;
   ASSERT_EQ(
-      kvs_node_plan_create(&f.request, gpus.data(), 8, budgets.data(), &plan, &shortfall, &err),
+      kvs_deployment_create(&f.request, gpus.data(), 8, budgets.data(), &plan, &shortfall, &err),
       KVS_ERR_BUDGET_TOO_SMALL);
   EXPECT_EQ(plan, nullptr);
   EXPECT_EQ(shortfall.gpu, 6u);
@@ -232,14 +232,14 @@ TEST(NodePlan, layout_errors_pass_through) {
   Topology t = load_xml(kHgx);
   std::vector<kvs_gpu_info> gpus = gpus_of(t.get());
   std::vector<uint64_t> budgets(8, 80 * GiB);
-  kvs_node_plan_t plan = nullptr;
+  kvs_deployment_t plan = nullptr;
   kvs_error err;
   Fixture f = flash(4, 4);
-  EXPECT_EQ(kvs_node_plan_create(&f.request, gpus.data(), 8, budgets.data(), &plan, nullptr, &err),
+  EXPECT_EQ(kvs_deployment_create(&f.request, gpus.data(), 8, budgets.data(), &plan, nullptr, &err),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(err.message), "tp 4 x pp 4 = 16 ranks, more ranks than the 8 GPUs");
   EXPECT_EQ(plan, nullptr);
-  kvs_node_plan_destroy(nullptr);  // accepted
+  kvs_deployment_destroy(nullptr);  // accepted
 }
 
 // The DGX-2: 16 V100s at 32 GB, tp 8 x pp 2, one stage per socket.
@@ -252,6 +252,6 @@ TEST(NodePlan, dgx2_tp8_pp2) {
   expect_bytes_are_core_exact(f, plan.get());
   expect_tp_ranks_replicate(plan.get());
   for (size_t r = 0; r < 16; r++) {
-    EXPECT_EQ(gpus[kvs_node_plan_rank(plan.get(), r)->gpu].numa_node, static_cast<int>(r / 8));
+    EXPECT_EQ(gpus[kvs_deployment_rank(plan.get(), r)->gpu].numa_node, static_cast<int>(r / 8));
   }
 }
