@@ -384,7 +384,7 @@ TEST(StageSplit, bad_requests_are_refused) {
   r.n_stages = 0;
   EXPECT_EQ(kvs_split_solve(&r, &split, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
   r.n_stages = 2;
-  r.page = 100;  // not a multiple of 128: names the first HCA layer
+  r.page = 104;  // a multiple of 8, not of 128: names the first HCA layer
   EXPECT_EQ(kvs_split_solve(&r, &split, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("of layer 3"), std::string::npos) << err.message;
   EXPECT_EQ(kvs_split_solve(nullptr, &split, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
