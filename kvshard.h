@@ -533,8 +533,8 @@ KVS_API size_t kvs_view_dtype_bytes(kvs_view_dtype dtype);
  * seeds an exact hit's ring slot from its tail's in the step after the
  * request holds both the hit and its slot (kvs_node_admit, either order);
  * every ring slot is cleared when it is bound. docs/engines.md, "The
- * tables' contract", gives every row and formula. The window tokens before it are the window page of
- * the hit's last page: retained by the cache (a "tail" left by the request that inserted it), or
+ * tables' contract", gives every row and formula. The window tokens before it are the window page
+ * of the hit's last page: retained by the cache (a "tail" left by the request that inserted it), or
  * re-prefilled by the hitting request (the engine's re-prefill length; the window page is then
  * bound for it alone, and nobody else hits through it until it releases): the match takes what
  * costs less, or truncates to the deepest retained boundary. A cached

@@ -435,8 +435,8 @@ kvs_status kvs_pool_sizes_compute_terms(uint64_t num_pages, const kvs_cost_terms
         terms->n_hca > 0 && page % KVS_HCA_RATIO != 0 ? KVS_HCA_RATIO : KVS_CSA_RATIO);
   }
   if (terms->n_csa > 0 && page % RING_CSA != 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL,
-                         (unsigned long long)page, "");
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, CSA_RING_REFUSAL, (unsigned long long)page,
+                         "");
   }
   bool overflow = false;
   uint64_t full_token = kvs_mul(num_pages, page, &overflow);

@@ -236,9 +236,8 @@ kvs_status kvs_node_check_report(kvs_node_t node, kvs_shard_report *report, kvs_
    * (KVS_ERR_PENDING, kvs_shard_check_with). */
   bool pending = node->rank == KVS_SHARD_LEADER &&
                  kvs_window_pool_journal_pending(kvs_shard_pool(node->shard)) > 0;
-  kvs_status verdict = kvs_shard_health(node->shard) == KVS_OK && !pending
-                           ? check_tables(node, &local)
-                           : KVS_OK;
+  kvs_status verdict =
+      kvs_shard_health(node->shard) == KVS_OK && !pending ? check_tables(node, &local) : KVS_OK;
   return kvs_shard_check_with(node->shard, verdict, &local, report, err);
 }
 

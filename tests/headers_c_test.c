@@ -162,9 +162,9 @@ static void nulls_of_nodes(void) {
   EXPECT(kvs_node_usable_pages, kvs_node_usable_pages(NULL) == 0);
   {
     uint64_t droppable = 7;
-    EXPECT(kvs_node_free_window_pages,
-           kvs_node_free_window_pages(NULL, NULL) == 0 &&
-               kvs_node_free_window_pages(NULL, &droppable) == 0 && droppable == 0);
+    EXPECT(kvs_node_free_window_pages, kvs_node_free_window_pages(NULL, NULL) == 0 &&
+                                           kvs_node_free_window_pages(NULL, &droppable) == 0 &&
+                                           droppable == 0);
   }
   EXPECT(kvs_node_device_of, kvs_node_device_of(NULL) == KVS_NODE_DEVICE_AUTO);
   EXPECT(kvs_node_cuda_device, kvs_node_cuda_device(NULL) == -1);

@@ -252,9 +252,9 @@ static kvs_status take_hit(kvs_window_pool_t leader, leader_model *m, const snap
                            uint64_t r, const kvs_prefix_hit *hit, const uint64_t *keys, size_t n) {
   if (hit->host_pages == 0) {
     kvs_status st = kvs_window_pool_prefix_acquire(leader, r, hit, NULL);
-    if (st == KVS_OK && hit->node >= 0) {
+    if (st == KVS_OK && hit->block >= 0) {
       m->holds[r] = true;
-      if (hit->reprefill) m->writes[r] = hit->node;
+      if (hit->reprefill) m->writes[r] = hit->block;
     }
     return st;
   }

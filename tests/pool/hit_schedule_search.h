@@ -249,11 +249,11 @@ class HitSearch {
     const Held *writer = nullptr;
     if (!k.stale && k.hit.host_pages == 0 && !k.hit.reprefill) {
       for (const Held &h : held_) {
-        if (h.writes >= 0 && h.writes == k.hit.node) writer = &h;
+        if (h.writes >= 0 && h.writes == k.hit.block) writer = &h;
       }
     }
     if (writer != nullptr) {
-      EXPECT_NE(status, KVS_OK) << "an exact hit was taken through block " << k.hit.node
+      EXPECT_NE(status, KVS_OK) << "an exact hit was taken through block " << k.hit.block
                                 << "'s tail, which request " << writer->request
                                 << " is re-prefilling";
       if (status != KVS_OK) counts_->written_refused++;

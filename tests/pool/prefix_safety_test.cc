@@ -281,7 +281,7 @@ TEST(PrefixSafety, an_exact_hit_is_refused_on_a_tail_another_request_re_prefills
   kvs_window_pool *pool = pair.pool();
   two_blocks(pair, true);
   const kvs_prefix_hit exact = match(pool, {10, 11, 12}, 0);
-  ASSERT_EQ(exact.node, 4);
+  ASSERT_EQ(exact.block, 4);
   ASSERT_FALSE(exact.reprefill);
   ASSERT_EQ(exact.hit_tokens, 2 * P);
   // The window needs a page: block 4's tail goes.
@@ -292,7 +292,7 @@ TEST(PrefixSafety, an_exact_hit_is_refused_on_a_tail_another_request_re_prefills
   // Request 2 re-prefills it.
   const kvs_prefix_hit reprefill = match(pool, {10, 11, 12}, P);
   ASSERT_TRUE(reprefill.reprefill);
-  ASSERT_EQ(reprefill.node, 4);
+  ASSERT_EQ(reprefill.block, 4);
   kvs_error err;
   ASSERT_EQ(kvs_window_pool_prefix_acquire(pool, 2, &reprefill, &err), KVS_OK) << err.message;
   pair.step();

@@ -394,8 +394,9 @@ TEST(WindowPool, locations_outside_the_history_are_refused) {
   kvs_error err;
   EXPECT_EQ(alloc(p.get(), outside, &err), KVS_ERR_OUT_OF_RANGE);
   EXPECT_EQ(release(p.get(), outside, &err), KVS_ERR_OUT_OF_RANGE);
-  EXPECT_TRUE(contains(err.message, "location 1024 at index 0, outside the history's 1024 "
-                                    "locations (full pages 0..7)"))
+  EXPECT_TRUE(contains(err.message,
+                       "location 1024 at index 0, outside the history's 1024 "
+                       "locations (full pages 0..7)"))
       << err.message;
   std::vector<int64_t> unaligned = page_locs(0);
   for (int64_t &loc : unaligned) loc += 1;

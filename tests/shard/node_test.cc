@@ -431,10 +431,11 @@ TEST(Node, a_full_window_is_refused_saying_what_is_free_and_what_to_do) {
     int64_t slot = -1;
     ASSERT_EQ(kvs_node_admit(node, 2, &slot, &err), KVS_OK) << err.message;
     EXPECT_EQ(kvs_node_bind(node, 2, locs.data(), locs.size(), &err), KVS_ERR_EXHAUSTED);
-    const std::string want = "kvs_node_bind for request 2: window free list out of slots: it "
-                             "needs " + std::to_string(free0 + 1) + " window pages, " +
-                             std::to_string(free0) + " are free (of " + std::to_string(free0) +
-                             " the engine can bind); no prefix cache holds any";
+    const std::string want =
+        "kvs_node_bind for request 2: window free list out of slots: it "
+        "needs " +
+        std::to_string(free0 + 1) + " window pages, " + std::to_string(free0) + " are free (of " +
+        std::to_string(free0) + " the engine can bind); no prefix cache holds any";
     EXPECT_TRUE(contains(err.message, want)) << err.message;
     EXPECT_EQ(kvs_node_free_window_pages(node, nullptr), free0) << "nothing taken";
     kvs_node_destroy(node);
