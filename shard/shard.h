@@ -95,7 +95,7 @@ kvs_status kvs_shard_step_capacity_of(const kvs_pool_sizes *sizes, uint64_t max_
                                       kvs_error *err);
 
 /* Collective. Builds this rank's pool over sizes (the agreed ones, see
- * shard/budget.h) and the step buffers, and checks with one allreduce that
+ * the node's budget step) and the step buffers, and checks with one allreduce that
  * every rank built the same pool shape and capacity. The leader's pool
  * journals into a journal of step_capacity entries, so an operation that
  * would overflow a step is refused (KVS_ERR_JOURNAL_FULL) before it

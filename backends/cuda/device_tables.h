@@ -24,7 +24,7 @@
  * after earlier work on A only. Kernels that read the table on another
  * stream must wait for the apply (an event), and device entries must stay
  * unchanged until the apply has run (for entries in a communicator's
- * buffer, see kvs_comm_nccl_reads_done in backends/nccl/comm_nccl.h). */
+ * buffer, see kvs_comm_reads_done in shard/comm.h). */
 #ifndef KVS_BACKENDS_CUDA_DEVICE_TABLES_H
 #define KVS_BACKENDS_CUDA_DEVICE_TABLES_H
 

@@ -30,7 +30,7 @@
 typedef struct nccl_ctx {
   ncclComm_t comm;
   cudaStream_t stream;
-  /* Recorded on a consumer's stream by kvs_comm_nccl_reads_done; the
+  /* Recorded on a consumer's stream by the reads_done entry (kvs_comm_reads_done); the
    * communicator's stream waits for it before the next collective writes
    * a buffer. */
   cudaEvent_t reads_done;
