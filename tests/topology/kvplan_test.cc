@@ -513,7 +513,9 @@ TEST(Kvplan, errors_have_clear_messages_and_exit_codes) {
        "[flags]\n"},
       {hgx + " --svg", 2, "kvplan plan: --svg needs a value\n"},
       {hgx + " --model nope", 2, "kvplan plan: "},
-      {hgx + " --page 100", 2, "kvplan plan: P=100 must be divisible by ratio 128 of layer 3"},
+      {hgx + " --page 100", 2,
+       "kvplan plan: P=100 must be a multiple of 8 on a model with ratio-4 layers"},
+      {hgx + " --page 104", 2, "kvplan plan: P=104 must be divisible by ratio 128 of layer 3"},
       {hgx + " --budget 80GiB --svg /nonexistent/dir/x.svg", 1,
        "kvplan plan: cannot write SVG: /nonexistent/dir/x.svg: cannot write: No such file or "
        "directory\n"},
