@@ -39,6 +39,8 @@ MARKER = re.compile(r"^\s*<!--\s*(figures|recorded)\s*(?::\s*(.*?))?\s*-->\s*$")
 FENCE = re.compile(r"^( *)(```+|~~~+)")
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 README_MAX_LINES = 250
+# A relative path that starts by going up: checked against the tree's root.
+UPWARD = re.compile(r"(?<![\w./-])(?:\.\./)+[\w.-]+")
 
 
 def fail(msg):
@@ -94,6 +96,7 @@ def anchors(path):
     return out
 
 
+
 def prose_lines(path):
     """(line number, text) of the lines outside fenced blocks, inline code
     spans removed."""
@@ -129,8 +132,12 @@ def check_links(files):
                         failures += fail(where + ": %s has no heading #%s" % (dest, anchor))
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        if "../shared" in text:
-            failures += fail(path + " names ../shared, outside the repository")
+        for up in UPWARD.findall(text):
+            # Any relative path, link or not, that climbs: it must land on
+            # something in the tree.
+            dest = os.path.normpath(os.path.join(here, up))
+            if dest.startswith("..") or not os.path.exists(dest):
+                failures += fail("%s names %s, which is not in the repository" % (path, up))
         if os.path.basename(path) == "README.md" and os.path.dirname(path) in ("", "."):
             n = text.count("\n")
             if n > README_MAX_LINES:
