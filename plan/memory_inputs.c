@@ -124,8 +124,8 @@ kvs_status kvs_memory_host_check(const char *name, uint64_t host_bytes, const ui
     format_size(host_bytes, bytes, sizeof bytes);
     format_size(memory[k], have, sizeof have);
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%s %s is more than the memory of machine %zu (%s), %s (as hwloc reports "
-                         "it): the host tier is pinned in the machine's memory",
+                         "%s %s is more than the memory of host %zu (%s), %s (as hwloc reports "
+                         "it): the host tier is pinned in the host's memory",
                          name, bytes, k,
                          labels != NULL && labels[k] != NULL ? labels[k] : "unnamed", have);
   }

@@ -64,7 +64,7 @@ kvs_status kvs_memory_inputs_check(const kvs_memory_input *inputs, const kvs_gpu
  * n_machines (as hwloc reports it; 0: not known, not checked), labels[k]
  * naming it (labels may be NULL): the tier is pinned in that memory, so
  * more than it cannot be true. KVS_ERR_INVALID_ARGUMENT: "<name> <bytes>
- * is more than the memory of machine <k> (<label>), <bytes> (as hwloc
+ * is more than the memory of host <k> (<label>), <bytes> (as hwloc
  * reports it): <why>". name NULL, or memory NULL with n_machines above 0,
  * is KVS_ERR_INVALID_ARGUMENT naming it. */
 kvs_status kvs_memory_host_check(const char *name, uint64_t host_bytes, const uint64_t *memory,

@@ -383,9 +383,9 @@ TEST(DeployFlags, memory_flags_above_the_gpus_memory_are_one_sentence_in_all_fou
 // as its export's NUMA nodes give it): the node and kvplan in one sentence.
 TEST(DeployFlags, a_host_tier_above_the_machines_memory_is_one_sentence) {
   const std::string want =
-      "--host-cache 3072.00 GiB is more than the memory of machine 0 (bundled 8-GPU server (2 "
+      "--host-cache 3072.00 GiB is more than the memory of host 0 (bundled 8-GPU server (2 "
       "sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB (as hwloc reports it): the host tier is "
-      "pinned in the machine's memory";
+      "pinned in the host's memory";
   Said plan = kvplan_words(kPlan, {{"--host-cache", "3TiB"}});
   EXPECT_EQ(plan.status, KVS_ERR_PARSE) << plan.sentence;
   EXPECT_EQ(plan.sentence, want);

@@ -198,8 +198,8 @@ TEST(MemoryInputs, AHostTierAboveAMachinesMemory) {
   EXPECT_EQ(kvs_memory_host_check("--host-cache", 600 * kGiB, memory, labels, 2, &err),
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(err.message,
-               "--host-cache 600.00 GiB is more than the memory of machine 1 (b.xml), 512.00 GiB "
-               "(as hwloc reports it): the host tier is pinned in the machine's memory");
+               "--host-cache 600.00 GiB is more than the memory of host 1 (b.xml), 512.00 GiB "
+               "(as hwloc reports it): the host tier is pinned in the host's memory");
   // A machine whose memory is not known is not checked.
   const uint64_t unknown[1] = {0};
   EXPECT_EQ(kvs_memory_host_check("--host-cache", 600 * kGiB, unknown, nullptr, 1, &err), KVS_OK);
@@ -212,7 +212,7 @@ TEST(MemoryInputs, AHostTierAboveAMachinesMemory) {
             KVS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message)
                 .find("--host-cache 3072.00 GiB is more than the memory of "
-                      "machine 0 (bundled 8-GPU server"),
+                      "host 0 (bundled 8-GPU server"),
             std::string::npos)
       << err.message;
   kvs_cluster_destroy(c);

@@ -198,7 +198,7 @@ check "2^30 - 1 slots are taken" 1073741823 \
 # A tier above the machine's own memory (issue 30, section 5): the bundled
 # export's two NUMA nodes of 1 TiB hold 2 TiB and no more.
 refused "above the machine's memory" \
-  "--host-cache 3072.00 GiB is more than the memory of machine 0 (bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB" \
+  "--host-cache 3072.00 GiB is more than the memory of host 0 (bundled 8-GPU server (2 sockets x 4 H200, 4 NVSwitch)), 2048.00 GiB" \
   --host-cache 3TiB
 check "all of the machine's memory is taken" 2199023255552 \
   "$(plan --host-cache 2TiB | jq .host_tier.bytes)"
