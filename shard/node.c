@@ -605,7 +605,8 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
   }
   if (status != KVS_OK || (status = host_tier_rows(node, err))) return status;
   if ((status = kvs_node_results_adopt(node, o->result_buffers, err)) != KVS_OK) return status;
-  node->options.result_buffers = node->has_results ? &node->results : NULL; /* the caller's may go */
+  node->options.result_buffers =
+      node->has_results ? &node->results : NULL; /* the caller's may go */
   size_t ring_rows = node->max_batch * (size_t)o->page;
   node->h_own = malloc(node->max_batch * sizeof *node->h_own);
   node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);

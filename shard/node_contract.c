@@ -71,7 +71,8 @@ void kvs_node_contract_destroy(kvs_node_t node) {
 
 kvs_status kvs_node_results_adopt(kvs_node_t node, const kvs_node_result_buffers *b,
                                   kvs_error *err) {
-  if (b == NULL) return kvs_table_set_results(node->table, NULL, node->options.explicit_release, err);
+  if (b == NULL)
+    return kvs_table_set_results(node->table, NULL, node->options.explicit_release, err);
   if (b->size != sizeof *b) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "options.result_buffers->size is %zu, this build's "
@@ -207,12 +208,9 @@ size_t kvs_node_pack(kvs_node_t node, const kvs_node_batch *b, size_t n) {
   at += sizeof h;
   if (node->options.carry_batch) {
     for (size_t i = 0; i < n; i++) {
-      carried_row r = {b->requests[i],
-                       b->positions[i],
-                       b->lengths != NULL ? b->lengths[i] : 1,
-                       node->w_positions[i],
-                       node->w_blocks[2 * i],
-                       node->w_blocks[2 * i + 1]};
+      carried_row r = {
+          b->requests[i],       b->positions[i],       b->lengths != NULL ? b->lengths[i] : 1,
+          node->w_positions[i], node->w_blocks[2 * i], node->w_blocks[2 * i + 1]};
       memcpy(at, &r, sizeof r);
       at += sizeof r;
     }
@@ -221,9 +219,8 @@ size_t kvs_node_pack(kvs_node_t node, const kvs_node_batch *b, size_t n) {
   return (size_t)(at - node->app) + (size_t)h.payload_bytes;
 }
 
-kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size_t bytes,
-                           size_t *n, const void **payload, size_t *payload_bytes,
-                           kvs_error *err) {
+kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size_t bytes, size_t *n,
+                           const void **payload, size_t *payload_bytes, kvs_error *err) {
   carried_header h;
   const unsigned char *at = app;
   if (bytes < sizeof h) {
@@ -235,10 +232,9 @@ kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size
   size_t rows = node->options.carry_batch ? h.rows : 0;
   if (rows > node->max_batch ||
       bytes != sizeof h + rows * sizeof(carried_row) + (size_t)h.payload_bytes) {
-    return kvs_error_set(err, KVS_ERR_CORRUPT,
-                         "step %llu carried %zu bytes for %u rows and a %llu-byte payload",
-                         (unsigned long long)step, bytes, h.rows,
-                         (unsigned long long)h.payload_bytes);
+    return kvs_error_set(
+        err, KVS_ERR_CORRUPT, "step %llu carried %zu bytes for %u rows and a %llu-byte payload",
+        (unsigned long long)step, bytes, h.rows, (unsigned long long)h.payload_bytes);
   }
   int q = (int)(step & 1);
   node->rows_ranged[q] = h.ranges != 0;

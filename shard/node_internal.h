@@ -43,7 +43,7 @@ struct kvs_node {
   /* An engine's window rows, rebased for the tables (kvs_node_step). */
   int32_t *w_blocks;
   int64_t *w_positions;
-  size_t host_rows;   /* rows valid in the host copies; 0 when stale */
+  size_t host_rows; /* rows valid in the host copies; 0 when stale */
   /* The step's contract with the engine (node_contract.c): each step's
    * rows by step parity, as the result shows them; the engine's result
    * buffers; the last step released per parity (explicit_release); the
@@ -58,7 +58,7 @@ struct kvs_node {
   size_t app_capacity;
   unsigned char *app;
   int64_t *last_positions; /* range rows' last positions, for the tables */
-  int64_t *check_map; /* the tables' mapping, downloaded by checks */
+  int64_t *check_map;      /* the tables' mapping, downloaded by checks */
   kvs_node_stats stats;
 };
 
@@ -85,9 +85,8 @@ void kvs_node_keep_rows(kvs_node_t node, uint64_t step, const kvs_node_batch *b,
 size_t kvs_node_pack(kvs_node_t node, const kvs_node_batch *b, size_t n);
 /* A follower's: the carried rows into w_blocks, w_positions and the
  * step's row copies (*n of them), and where the payload is. */
-kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size_t bytes,
-                           size_t *n, const void **payload, size_t *payload_bytes,
-                           kvs_error *err);
+kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size_t bytes, size_t *n,
+                           const void **payload, size_t *payload_bytes, kvs_error *err);
 
 /* What a host slot costs the machine: one page's compressed and indexer
  * rows for every rank it runs (kvs_deployment_host_slot_bytes). */

@@ -65,9 +65,8 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
   node->host_rows = 0;
   kvs_shard_stats before, after;
   kvs_shard_stats_get(node->shard, &before);
-  kvs_status stepped =
-      kvs_shard_step_with(node->shard, step, carried != NULL ? carried->app : NULL,
-                          carried != NULL ? carried->app_bytes : 0, &r.info, err);
+  kvs_status stepped = kvs_shard_step_with(node->shard, step, carried != NULL ? carried->app : NULL,
+                                           carried != NULL ? carried->app_bytes : 0, &r.info, err);
   kvs_shard_stats_get(node->shard, &after);
   node->stats.broadcast_ns += after.broadcast_ns - before.broadcast_ns;
   node->stats.mirror_ns += after.mirror_ns - before.mirror_ns;
@@ -85,8 +84,8 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
                            (unsigned long long)step, local.message);
     }
     if (carried->rows_from_leader) {
-      kvs_ring_batch leader = {node->w_blocks, 2, node->w_positions, n, NULL,
-                               node->rows_requests[step & 1]};
+      kvs_ring_batch leader = {
+          node->w_blocks, 2, node->w_positions, n, NULL, node->rows_requests[step & 1]};
       rows = leader;
     }
   }
@@ -306,8 +305,8 @@ static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_bat
     const int64_t *positions = b->positions;
     if (b->lengths != NULL) {
       for (size_t i = 0; i < b->n; i++) {
-        node->last_positions[i] = b->positions[i] < 0 ? b->positions[i]
-                                                       : b->positions[i] + b->lengths[i] - 1;
+        node->last_positions[i] =
+            b->positions[i] < 0 ? b->positions[i] : b->positions[i] + b->lengths[i] - 1;
       }
       positions = node->last_positions;
     }
@@ -417,13 +416,26 @@ kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_
   }
   if (out != NULL) {
     int q = (int)(step & 1);
-    kvs_node_step_result r = {
-        sizeof r,        info.info.step,    info.info.entries,   info.info.binds, info.info.frees,
-        info.ring.n_req, info.ring.page,    info.ring.on_device, info.ring.own,   info.ring.prev,
-        info.ring.ring,  info.ring.csa_loc, info.ring.hca_loc,   event,           info.digest,
-        node->rows_requests[q], node->rows_positions[q],
-        node->rows_ranged[q] ? node->rows_lengths[q] : NULL, carried.payload,
-        carried.payload_bytes};
+    kvs_node_step_result r = {sizeof r,
+                              info.info.step,
+                              info.info.entries,
+                              info.info.binds,
+                              info.info.frees,
+                              info.ring.n_req,
+                              info.ring.page,
+                              info.ring.on_device,
+                              info.ring.own,
+                              info.ring.prev,
+                              info.ring.ring,
+                              info.ring.csa_loc,
+                              info.ring.hca_loc,
+                              event,
+                              info.digest,
+                              node->rows_requests[q],
+                              node->rows_positions[q],
+                              node->rows_ranged[q] ? node->rows_lengths[q] : NULL,
+                              carried.payload,
+                              carried.payload_bytes};
     size_t bytes = out->size;
     memcpy(out, &r, bytes);
     out->size = bytes;

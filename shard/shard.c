@@ -438,8 +438,8 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
   return kvs_shard_step_with(shard, step, NULL, 0, info, err);
 }
 
-kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app,
-                               size_t app_bytes, kvs_shard_step_info *info, kvs_error *err) {
+kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app, size_t app_bytes,
+                               kvs_shard_step_info *info, kvs_error *err) {
   kvs_status status = check_live(shard, err);
   if (status != KVS_OK) return status;
   if ((status = check_epoch(shard, step, err))) return status;
@@ -469,9 +469,8 @@ kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app
     if (info != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
       info->entries_at = kvs_step_message_entries(message->host);
       info->device_message = message->device;
-      kvs_status read = kvs_step_message_read_app(message->host, shard->capacity,
-                                                  shard->app_capacity, &info->app,
-                                                  &info->app_bytes, err);
+      kvs_status read = kvs_step_message_read_app(
+          message->host, shard->capacity, shard->app_capacity, &info->app, &info->app_bytes, err);
       if (read != KVS_OK) return poison(shard, read, err != NULL ? err->message : "");
     }
     return status;

@@ -154,8 +154,8 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
  * shard's app_capacity; a follower passes NULL and 0, and a follower's
  * bytes are refused before any communication), which every rank finds in
  * info->app. */
-kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app,
-                               size_t app_bytes, kvs_shard_step_info *info, kvs_error *err);
+kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app, size_t app_bytes,
+                               kvs_shard_step_info *info, kvs_error *err);
 size_t kvs_shard_app_capacity(const struct kvs_shard *shard);
 
 /* Collective, leader side: instead of step `step`, tells every follower

@@ -226,9 +226,9 @@ kvs_status kvs_table_set_results(kvs_table_t table, const kvs_table_results *int
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "result buffers need all five arrays (own, prev, ring, csa_loc, "
                          "hca_loc); %s is NULL",
-                         into->own == NULL    ? "own"
-                         : into->prev == NULL ? "prev"
-                         : into->ring == NULL ? "ring"
+                         into->own == NULL       ? "own"
+                         : into->prev == NULL    ? "prev"
+                         : into->ring == NULL    ? "ring"
                          : into->csa_loc == NULL ? "csa_loc"
                                                  : "hca_loc");
   }

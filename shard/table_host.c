@@ -130,8 +130,8 @@ static kvs_status host_step(void *impl, const kvs_table_step_args *args, kvs_rin
   return status;
 }
 
-static kvs_status host_set_results(void *impl, const kvs_table_results *into,
-                                   bool explicit_release, kvs_error *err) {
+static kvs_status host_set_results(void *impl, const kvs_table_results *into, bool explicit_release,
+                                   kvs_error *err) {
   (void)explicit_release; /* the host waits for nothing: the node keeps the rule */
   (void)err;
   host_table *t = impl;

@@ -58,11 +58,11 @@ kvs_status kvs_cuda_device_describe(int ordinal, kvs_cuda_device_facts *out, kvs
  * kvshard never joins another thread's capture (its step refuses a
  * capturing engine stream), so relaxed mode costs nothing. */
 typedef struct kvs_cuda_device_scope {
-  void *saved;    /* the thread's CUcontext on entry; NULL: it had none */
-  int previous;   /* the runtime's choice on entry (cudaGetDevice) when it had none; the
-                     fallback's device */
-  int switched;   /* whether enter changed the current context */
-  int use_driver; /* whether saved is the driver's answer */
+  void *saved;      /* the thread's CUcontext on entry; NULL: it had none */
+  int previous;     /* the runtime's choice on entry (cudaGetDevice) when it had none; the
+                       fallback's device */
+  int switched;     /* whether enter changed the current context */
+  int use_driver;   /* whether saved is the driver's answer */
   int capture_mode; /* the thread's stream capture mode on entry */
   int exchanged;    /* whether enter set relaxed mode (leave restores capture_mode) */
 } kvs_cuda_device_scope;

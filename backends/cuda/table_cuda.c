@@ -242,8 +242,8 @@ static kvs_status no_step(kvs_error *err) {
                        "this device table was opened without step options");
 }
 
-static kvs_status cuda_set_results(void *impl, const kvs_table_results *into,
-                                   bool explicit_release, kvs_error *err) {
+static kvs_status cuda_set_results(void *impl, const kvs_table_results *into, bool explicit_release,
+                                   kvs_error *err) {
   cuda_table *t = impl;
   if (t->step == NULL) return no_step(err);
   return kvs_cuda_step_set_results(t->step, into, explicit_release, err);

@@ -400,8 +400,8 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
                        step->s.dims.page, true,       side->csa,  side->hca};
   if (step->has_into) {
     const kvs_table_results *d = &step->into;
-    kvs_ring_result mine = {d->own, d->prev, d->ring, n, step->s.dims.page, true, d->csa_loc,
-                            d->hca_loc};
+    kvs_ring_result mine = {d->own, d->prev,    d->ring,   n, step->s.dims.page,
+                            true,   d->csa_loc, d->hca_loc};
     r = mine;
   }
   *out = r;

@@ -69,8 +69,7 @@ Rows copy_rows(const kvs_node_step_result &r) {
 }
 
 bool same(const Rows &a, const Rows &b) {
-  return a.own == b.own && a.prev == b.prev && a.ring == b.ring && a.csa == b.csa &&
-         a.hca == b.hca;
+  return a.own == b.own && a.prev == b.prev && a.ring == b.ring && a.csa == b.csa && a.hca == b.hca;
 }
 
 // Two requests of 4 pages each, admitted and bound on the leader.
@@ -253,13 +252,12 @@ TEST(NodeContract, capacity_is_the_same_on_every_rank_and_says_what_the_leader_a
       int64_t slot = -1;
       ASSERT_EQ(kvs_node_admit(node, 20, &slot, &err), KVS_OK) << err.message;
       std::vector<int64_t> too_many = locations(16, c.free_window_pages + 1, P);
-      EXPECT_EQ(kvs_node_bind(node, 20, too_many.data(), too_many.size(), &err),
-                KVS_ERR_EXHAUSTED);
+      EXPECT_EQ(kvs_node_bind(node, 20, too_many.data(), too_many.size(), &err), KVS_ERR_EXHAUSTED);
       kvs_node_capacity d = {sizeof d};
       ASSERT_EQ(kvs_node_capacity_of(node, &d, &err), KVS_OK);
       EXPECT_EQ(d.free_window_pages, c.free_window_pages) << "nothing taken";
-      uint64_t fit = c.free_window_pages < d.journal_room - 1 ? c.free_window_pages
-                                                               : d.journal_room - 1;
+      uint64_t fit =
+          c.free_window_pages < d.journal_room - 1 ? c.free_window_pages : d.journal_room - 1;
       std::vector<int64_t> exactly = locations(16, fit, P);
       ASSERT_EQ(kvs_node_bind(node, 20, exactly.data(), exactly.size(), &err), KVS_OK)
           << err.message;
@@ -287,8 +285,8 @@ TEST(NodeContract, results_land_in_the_engines_buffers_and_wait_for_its_release)
   s.options.explicit_release = true;
   run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
     std::vector<int64_t> own(4, -7), prev(4, -7), csa(4, -7), hca(4, -7), ring;
-    kvs_node_result_buffers buffers = {sizeof buffers, own.data(), prev.data(), nullptr,
-                                       csa.data(),     hca.data()};
+    kvs_node_result_buffers buffers = {sizeof buffers, own.data(), prev.data(),
+                                       nullptr,        csa.data(), hca.data()};
     s.options.result_buffers = &buffers;
     kvs_node_t node = nullptr;
     kvs_error err;
@@ -318,8 +316,9 @@ TEST(NodeContract, results_land_in_the_engines_buffers_and_wait_for_its_release)
 
     // One buffer: step 1 would overwrite step 0's results, not released.
     EXPECT_EQ(kvs_node_step(node, &b, &r, &err), KVS_ERR_INVALID_ARGUMENT);
-    EXPECT_TRUE(contains(err.message, "step 1 would overwrite step 0's results, which were not "
-                                      "released: call kvs_node_release(node, 0, stream)"))
+    EXPECT_TRUE(contains(err.message,
+                         "step 1 would overwrite step 0's results, which were not "
+                         "released: call kvs_node_release(node, 0, stream)"))
         << err.message;
     EXPECT_EQ(kvs_node_release(node, 1, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(contains(err.message, "step 1 has not run")) << err.message;

@@ -42,10 +42,10 @@ cudaError_t Engine::unsafe_call(const char *call) {
   for (auto &s : streams) {
     if (s->destroyed || s->capture == nullptr || s->capture_invalidated) continue;
     if (!s->capture_global && s->capture_thread != std::this_thread::get_id()) continue;
-    invalidate_capture(s.get(), std::string(call) + " on a thread in " +
-                                    (g_thread_mode == cudaStreamCaptureModeGlobal ? "global"
-                                                                                  : "thread-local") +
-                                    " capture mode during a global-mode capture");
+    invalidate_capture(
+        s.get(), std::string(call) + " on a thread in " +
+                     (g_thread_mode == cudaStreamCaptureModeGlobal ? "global" : "thread-local") +
+                     " capture mode during a global-mode capture");
     rc = cudaErrorStreamCaptureUnsupported;
   }
   return rc;
