@@ -350,9 +350,11 @@ static kvs_status check_before(kvs_node_t node, const kvs_node_batch *b, kvs_err
   uint64_t step = kvs_shard_next_step(node->shard);
   kvs_status status = kvs_node_release_check(node, step, err);
   if (status != KVS_OK) return status;
-  if (!node->options.no_stream && (status = kvs_table_check_stream(node->table, NULL, err))) {
+  kvs_error why;
+  kvs_error_clear(&why);
+  if (!node->options.no_stream && (status = kvs_table_check_stream(node->table, NULL, &why))) {
     return kvs_error_set(err, status, "rank %d, step %llu: %s", node->rank,
-                         (unsigned long long)step, err != NULL ? err->message : "");
+                         (unsigned long long)step, why.message);
   }
   if (b == NULL) return KVS_OK;
   bool follower = node->rank != 0;
