@@ -166,8 +166,8 @@ void overlap_rank(kvs_comm_t comm, uint64_t steps) {
     for (uint64_t k = 0; k < steps; k++) {
       Row row(k, P);
       kvs_node_step_result r = {sizeof r};
-      ASSERT_EQ(kvs_node_step(node, &row.batch, &r, &err), KVS_OK) << "step " << k << ": "
-                                                                    << err.message;
+      ASSERT_EQ(kvs_node_step(node, &row.batch, &r, &err), KVS_OK)
+          << "step " << k << ": " << err.message;
       ASSERT_EQ(r.own, buffers.own);
       const int64_t *own = nullptr, *prev = nullptr, *ring = nullptr, *csa = nullptr,
                     *hca = nullptr;
