@@ -474,9 +474,9 @@ typedef struct kvs_node_batch {
 
 /* What a step did and where its ring contexts are: n own and prev window
  * slots, n x page ring slots, the n ratio-4 and ratio-128 ring locations;
- * in device memory on a cuda node (valid until the step after next: the
- * results are double-buffered), else host memory (valid until the next
- * step). */
+ * in device memory on a cuda node, else host memory; valid until the step
+ * after next (the results are double-buffered), or until the next step in
+ * the engine's result_buffers. */
 typedef struct kvs_node_step_result {
   size_t size; /* sizeof(kvs_node_step_result), set by the caller */
   uint64_t step;
