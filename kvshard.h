@@ -336,7 +336,40 @@ typedef struct kvs_node_options {
    * after next; a host tier's copies then go on the tables' own stream.
    * Refused together with a non-NULL stream. */
   bool no_stream;
+  /* ---- the step's contract with an engine (docs/engines.md, "The step") */
+  /* Steps carry the leader's batch to every rank (false): a follower passes
+   * no batch (NULL) and its result holds the leader's rows (requests,
+   * positions, lengths), so the step is the engine's one collective. */
+  bool carry_batch;
+  /* Bytes of the engine's own a step carries from the leader to every rank
+   * (kvs_node_batch.payload; 0: none), at most KVS_NODE_MAX_PAYLOAD_BYTES. */
+  size_t max_payload_bytes;
+  /* The engine's result buffers (NULL: the node's own, which alternate by
+   * step parity, so a step's results stay valid until the step after
+   * next): every step's results are copied there, the same addresses
+   * every step, so a CUDA graph of the forward can read them. Read at
+   * create; device memory of the node's device on a cuda node. */
+  const struct kvs_node_result_buffers *result_buffers;
+  /* The engine says when it has read a step's results (kvs_node_release)
+   * instead of the node taking its stream's order (false). A step that
+   * would overwrite results not released (step k - 2's, or k - 1's with
+   * result_buffers) is refused before anything collective. For overlap
+   * schedulers, whose step k + 1 runs before the forward of step k. */
+  bool explicit_release;
 } kvs_node_options;
+
+#define KVS_NODE_MAX_PAYLOAD_BYTES (16u << 20)
+
+/* The engine's result buffers: own, prev, csa_loc and hca_loc hold
+ * max_batch rows, ring max_batch x page (kvs_node_step_result's arrays). */
+typedef struct kvs_node_result_buffers {
+  size_t size; /* sizeof(kvs_node_result_buffers) */
+  int64_t *own;
+  int64_t *prev;
+  int64_t *ring;
+  int64_t *csa_loc;
+  int64_t *hca_loc;
+} kvs_node_result_buffers;
 
 /* The defaults above, with size set. */
 KVS_API void kvs_node_options_init(kvs_node_options *options);
@@ -427,13 +460,23 @@ typedef struct kvs_node_batch {
   const int32_t *block_table;
   uint64_t stride; /* with window_rows, 2 */
   bool window_rows;
+  /* Range rows (NULL: every row is one position): row r covers positions
+   * positions[r] .. positions[r] + lengths[r] - 1 (lengths[r] >= 1), a
+   * prefill chunk in one row, within its block row (full rows only), and
+   * its results are those of its last position; the engine reads the
+   * other positions' rows from the mapping (docs/engines.md). */
+  const int64_t *lengths;
+  /* The leader's bytes for every rank (max_payload_bytes; a follower's
+   * must be NULL and 0). */
+  const void *payload;
+  size_t payload_bytes;
 } kvs_node_batch;
 
 /* What a step did and where its ring contexts are: n own and prev window
  * slots, n x page ring slots, the n ratio-4 and ratio-128 ring locations;
- * in device memory on a cuda node (valid until the step after next: the
- * results are double-buffered), else host memory (valid until the next
- * step). */
+ * in device memory on a cuda node, else host memory; valid until the step
+ * after next (the results are double-buffered), or until the next step in
+ * the engine's result_buffers. */
 typedef struct kvs_node_step_result {
   size_t size; /* sizeof(kvs_node_step_result), set by the caller */
   uint64_t step;
@@ -452,6 +495,15 @@ typedef struct kvs_node_step_result {
    * host): an engine's other streams wait for it. */
   void *event;
   uint64_t digest; /* of the ring contexts, with digest_steps; else 0 */
+  /* The step's rows as this rank stepped them (on a follower with
+   * carry_batch, the leader's) and the leader's payload: host memory,
+   * valid until the step after next. lengths is NULL when every row is
+   * one position. */
+  const uint64_t *requests;
+  const int64_t *positions;
+  const int64_t *lengths;
+  const void *payload;
+  size_t payload_bytes;
 } kvs_node_step_result;
 
 /* Collective, every rank, in order: the leader's bindings since the last
@@ -462,6 +514,47 @@ typedef struct kvs_node_step_result {
  * NULL. */
 KVS_API kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch,
                                  kvs_node_step_result *out, kvs_error *err);
+
+/* Local, any rank: the engine's reads of step `step`'s results are all
+ * queued on `stream` (a cudaStream_t; NULL: the legacy default stream)
+ * before this call, or done on the host. Needed with explicit_release (else
+ * accepted and ordering as said): the step that next writes those results
+ * waits for that stream's work on the device. Refused outside the two
+ * steps whose results the node holds, and on a stream that is capturing a
+ * CUDA graph (release between replays, after the graph's launch). */
+KVS_API kvs_status kvs_node_release(kvs_node_t node, uint64_t step, void *stream, kvs_error *err);
+
+/* What the leader will accept before its next step, as every rank knows it:
+ * on a follower the counts as of the last step it applied, which are the
+ * leader's just after that step, before its new changes. A scheduler that
+ * is not the leader (a replicated one on every rank, or a process of its
+ * own that is sent this struct) decides from them alone: admit succeeds
+ * while running < max_running; bind of k window pages while
+ * k <= free_window_pages (+ droppable_window_pages once the prefix cache's
+ * eviction gave them back); every admit, bind or free page, finish and
+ * prefix change journals entries, at most journal_room in one step (a
+ * bind of k pages takes k, a free of k pages up to k, admit and finish one
+ * each with per-request rings). */
+typedef struct kvs_node_capacity {
+  size_t size;   /* sizeof(kvs_node_capacity), set by the caller */
+  uint64_t step; /* the next step */
+  uint64_t running;
+  uint64_t max_running;
+  uint64_t free_window_pages;
+  uint64_t droppable_window_pages;
+  uint64_t usable_pages;
+  size_t journal_room; /* entries the next step can still carry */
+  size_t step_capacity;
+  size_t max_batch;
+  size_t max_payload_bytes;
+  /* Steps a result stays valid for: 2 (the node's own buffers) or 1 (the
+   * engine's result_buffers). */
+  unsigned result_depth;
+} kvs_node_capacity;
+
+/* Local, any rank. */
+KVS_API kvs_status kvs_node_capacity_of(const struct kvs_node *node, kvs_node_capacity *out,
+                                        kvs_error *err);
 
 /* Local, any rank: out[i] = the window slot of full-pool location
  * locs[i], -1 where unbound. */

@@ -43,7 +43,10 @@ enum {
   F_LOCAL_RANK,
   F_HOST_INDEX,
   F_HOST,
-  F_NO_STREAM
+  F_NO_STREAM,
+  F_CARRY_BATCH,
+  F_MAX_PAYLOAD_BYTES,
+  F_EXPLICIT_RELEASE
 };
 
 typedef struct node_flag {
@@ -72,6 +75,9 @@ static const node_flag kNodeFlags[] = {
     {"local-rank", true, F_LOCAL_RANK},
     {"host-index", true, F_HOST_INDEX},
     {"host", true, F_HOST},
+    {"carry-batch", false, F_CARRY_BATCH},
+    {"max-payload-bytes", true, F_MAX_PAYLOAD_BYTES},
+    {"explicit-release", false, F_EXPLICIT_RELEASE},
 };
 #define N_NODE_FLAGS (sizeof kNodeFlags / sizeof kNodeFlags[0])
 
@@ -112,6 +118,10 @@ static const char kNodeFlagsOwn[] =
     "                          --host-cache tier needs it\n"
     "  --max-batch N           rows a step's batch may have (default: max running)\n"
     "  --step-capacity N       journal entries per step (default: from the chunk budget)\n"
+    "  --carry-batch           steps carry the leader's batch: followers pass none\n"
+    "  --max-payload-bytes N   engine bytes a step carries from the leader (default 0,\n"
+    "                          at most 16777216)\n"
+    "  --explicit-release      the engine releases each step's results (kvs_node_release)\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
     "  --local-rank N --host-index N --host NAME  this rank's place among the hosts\n";
 
@@ -243,6 +253,17 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
     case F_NO_BIND_NUMA:
       o->bind_numa = id == F_BIND_NUMA;
       return KVS_OK;
+    case F_CARRY_BATCH:
+      o->carry_batch = true;
+      return KVS_OK;
+    case F_EXPLICIT_RELEASE:
+      o->explicit_release = true;
+      return KVS_OK;
+    case F_MAX_PAYLOAD_BYTES:
+      status = kvs_parse_u64_in("--max-payload-bytes", value, 0, KVS_NODE_MAX_PAYLOAD_BYTES,
+                                "a count of bytes in [0, 16777216]", &v, err);
+      if (status == KVS_OK) o->max_payload_bytes = (size_t)v;
+      return status;
     case F_LOCAL_RANK:
       return parse_int("--local-rank", value, 65535, &o->local_rank, err);
     case F_HOST_INDEX:

@@ -358,6 +358,7 @@ void kvs_node_destroy(kvs_node_t node) {
   free(node->h_slots);
   free(node->w_blocks);
   free(node->w_positions);
+  kvs_node_contract_destroy(node);
   free(node->check_map);
   free(node);
 }
@@ -603,6 +604,9 @@ static kvs_status create_tables(kvs_node_t node, kvs_table_kind kind, int ordina
     status = kvs_table_create_host(node->layout, &limits, &node->table, err);
   }
   if (status != KVS_OK || (status = host_tier_rows(node, err))) return status;
+  if ((status = kvs_node_results_adopt(node, o->result_buffers, err)) != KVS_OK) return status;
+  node->options.result_buffers =
+      node->has_results ? &node->results : NULL; /* the caller's may go */
   size_t ring_rows = node->max_batch * (size_t)o->page;
   node->h_own = malloc(node->max_batch * sizeof *node->h_own);
   node->h_prev = malloc(node->max_batch * sizeof *node->h_prev);
@@ -645,7 +649,10 @@ static uint64_t node_prefix_align(const kvs_geometry *g) {
 
 static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
   const kvs_node_options *o = &node->options;
+  kvs_status made = kvs_node_contract_create(node, err);
+  if (made != KVS_OK) return made;
   kvs_shard_options so = KVS_SHARD_OPTIONS_INIT;
+  so.app_capacity = node->app_capacity;
   so.max_running = o->max_running;
   so.radix = o->radix;
   so.step_capacity = o->step_capacity;

@@ -43,10 +43,50 @@ struct kvs_node {
   /* An engine's window rows, rebased for the tables (kvs_node_step). */
   int32_t *w_blocks;
   int64_t *w_positions;
-  size_t host_rows;   /* rows valid in the host copies; 0 when stale */
-  int64_t *check_map; /* the tables' mapping, downloaded by checks */
+  size_t host_rows; /* rows valid in the host copies; 0 when stale */
+  /* The step's contract with the engine (node_contract.c): each step's
+   * rows by step parity, as the result shows them; the engine's result
+   * buffers; the last step released per parity (explicit_release); the
+   * leader's staging of what a step carries. */
+  uint64_t *rows_requests[2];
+  int64_t *rows_positions[2], *rows_lengths[2];
+  size_t rows_n[2];
+  bool rows_ranged[2];
+  kvs_node_result_buffers results;
+  bool has_results;
+  uint64_t released[2];
+  size_t app_capacity;
+  unsigned char *app;
+  int64_t *last_positions; /* range rows' last positions, for the tables */
+  int64_t *check_map;      /* the tables' mapping, downloaded by checks */
   kvs_node_stats stats;
 };
+
+/* ---- node_contract.c ---- */
+
+/* Bytes a step message carries for the engine (0: none). */
+size_t kvs_node_app_capacity(bool carry_batch, size_t max_batch, size_t max_payload_bytes);
+/* The contract's buffers, before the shard (it sizes the message). */
+kvs_status kvs_node_contract_create(kvs_node_t node, kvs_error *err);
+void kvs_node_contract_destroy(kvs_node_t node);
+/* The engine's result buffers (NULL: the node's own) given to the tables. */
+kvs_status kvs_node_results_adopt(kvs_node_t node, const kvs_node_result_buffers *b,
+                                  kvs_error *err);
+/* With explicit_release: step `step` may overwrite the results it would. */
+kvs_status kvs_node_release_check(const struct kvs_node *node, uint64_t step, kvs_error *err);
+/* Range rows' bounds (a batch whose lengths are NULL passes). */
+kvs_status kvs_node_check_ranges(const struct kvs_node *node, const kvs_node_batch *b,
+                                 kvs_error *err);
+/* The engine's rows of step `step`, kept for its result (n of b). */
+void kvs_node_keep_rows(kvs_node_t node, uint64_t step, const kvs_node_batch *b, size_t n);
+/* The leader's application bytes for a step (n rows of b, whose window
+ * rows are in w_blocks and w_positions; b may be NULL), in node->app;
+ * returns their length. */
+size_t kvs_node_pack(kvs_node_t node, const kvs_node_batch *b, size_t n);
+/* A follower's: the carried rows into w_blocks, w_positions and the
+ * step's row copies (*n of them), and where the payload is. */
+kvs_status kvs_node_unpack(kvs_node_t node, uint64_t step, const void *app, size_t bytes, size_t *n,
+                           const void **payload, size_t *payload_bytes, kvs_error *err);
 
 /* What a host slot costs the machine: one page's compressed and indexer
  * rows for every rank it runs (kvs_deployment_host_slot_bytes). */

@@ -1,6 +1,7 @@
 /* The node's step and checks: the broadcast, the apply on every rank, the
  * ring contexts of the step's rows, and the checks that compare every
  * rank's bindings, ring contexts and tables. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,23 @@ static void window_row(kvs_node_t node, size_t i, int64_t pos, int32_t before, i
   node->w_positions[i] = block == 0 ? pos : pos - (block - 1) * page;
 }
 
+/* What a step carries from the leader (kvs_node_step: the engine's rows
+ * and payload) and what a follower found in it. */
+typedef struct carried_step {
+  const void *app; /* the leader's bytes to carry (NULL: none) */
+  size_t app_bytes;
+  bool rows_from_leader; /* a follower with carry_batch: the rows are the leader's */
+  size_t rows;           /* out: the rows stepped */
+  const void *payload;   /* out: the leader's payload, in the message */
+  size_t payload_bytes;
+} carried_step;
+
 /* The step with window rows (rows_of, window_rows_of): the broadcast and
  * the mirror's apply (the shard), then the tables' step (the journal and
  * the rows' ring contexts), in that order, each layer once. */
 static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, bool digest,
-                              kvs_node_step_info *out, void **event, kvs_error *err) {
+                              carried_step *carried, kvs_node_step_info *out, void **event,
+                              kvs_error *err) {
   uint64_t start = kvs_now_ns();
   uint64_t step = kvs_shard_next_step(node->shard);
   kvs_node_step_info r;
@@ -52,7 +65,8 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
   node->host_rows = 0;
   kvs_shard_stats before, after;
   kvs_shard_stats_get(node->shard, &before);
-  kvs_status stepped = kvs_shard_step(node->shard, step, &r.info, err);
+  kvs_status stepped = kvs_shard_step_with(node->shard, step, carried != NULL ? carried->app : NULL,
+                                           carried != NULL ? carried->app_bytes : 0, &r.info, err);
   kvs_shard_stats_get(node->shard, &after);
   node->stats.broadcast_ns += after.broadcast_ns - before.broadcast_ns;
   node->stats.mirror_ns += after.mirror_ns - before.mirror_ns;
@@ -61,6 +75,21 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
   kvs_error local;
   kvs_error_clear(&local);
   kvs_ring_batch rows = *window;
+  if (carried != NULL && node->app_capacity > 0 && r.info.app != NULL) {
+    size_t n = 0;
+    kvs_status read = kvs_node_unpack(node, step, r.info.app, r.info.app_bytes, &n,
+                                      &carried->payload, &carried->payload_bytes, &local);
+    if (read != KVS_OK) {
+      return kvs_error_set(err, read, "rank %d, step %llu: %s", node->rank,
+                           (unsigned long long)step, local.message);
+    }
+    if (carried->rows_from_leader) {
+      kvs_ring_batch leader = {
+          node->w_blocks, 2, node->w_positions, n, NULL, node->rows_requests[step & 1]};
+      rows = leader;
+    }
+  }
+  if (carried != NULL) carried->rows = rows.n_req;
   if (rows.requests != NULL) {
     /* Each rank's slots from its own mirror, now that the step applied:
      * a rank whose slot differs derives other ring locations, which the
@@ -143,7 +172,7 @@ kvs_status kvs_node_step_rows(kvs_node_t node, const kvs_ring_batch *batch, bool
   kvs_status refused = batch != NULL ? window_rows_of(node, batch, &rows, &bad) : KVS_OK;
   void *event = NULL;
   kvs_status stepped =
-      step_window(node, refused == KVS_OK ? &rows : &none, digest, out, &event, err);
+      step_window(node, refused == KVS_OK ? &rows : &none, digest, NULL, out, &event, err);
   if (refused != KVS_OK && (stepped == KVS_OK || stepped == KVS_ERR_DIVERGENCE)) {
     return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
   }
@@ -269,8 +298,19 @@ static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_bat
   if (b->n > 0 && b->stride == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "a block table with a stride of 0");
   }
+  kvs_status ranged = kvs_node_check_ranges(node, b, err);
+  if (ranged != KVS_OK) return ranged;
   if (!b->window_rows) {
-    kvs_ring_batch full = {b->block_table, b->stride, b->positions, b->n, NULL, b->requests};
+    /* A range row's results are its last position's. */
+    const int64_t *positions = b->positions;
+    if (b->lengths != NULL) {
+      for (size_t i = 0; i < b->n; i++) {
+        node->last_positions[i] =
+            b->positions[i] < 0 ? b->positions[i] : b->positions[i] + b->lengths[i] - 1;
+      }
+      positions = node->last_positions;
+    }
+    kvs_ring_batch full = {b->block_table, b->stride, positions, b->n, NULL, b->requests};
     return window_rows_of(node, &full, rows, err);
   }
   for (size_t i = 0; i < b->n; i++) {
@@ -281,40 +321,126 @@ static kvs_status rows_of(kvs_node_t node, const kvs_node_batch *b, kvs_ring_bat
   return KVS_OK;
 }
 
-kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_step_result *out,
-                         kvs_error *err) {
-  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
-  if (out != NULL && out->size != sizeof *out) {
+/* The sizes of kvs_node_batch and kvs_node_step_result a caller may set:
+ * this build's, or 0.7's (up to the first field 0.8 added), whose later
+ * fields then read as absent. */
+#define BATCH_0_7_BYTES offsetof(kvs_node_batch, lengths)
+#define RESULT_0_7_BYTES offsetof(kvs_node_step_result, requests)
+
+static kvs_status check_sizes(const kvs_node_batch *batch, const kvs_node_step_result *out,
+                              kvs_error *err) {
+  if (out != NULL && out->size != sizeof *out && out->size != RESULT_0_7_BYTES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "result.size is %zu, this build's kvs_node_step_result is %zu: set it "
                          "to sizeof(kvs_node_step_result)",
                          out->size, sizeof *out);
   }
-  if (batch != NULL && batch->size != sizeof *batch) {
+  if (batch != NULL && batch->size != sizeof *batch && batch->size != BATCH_0_7_BYTES) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "batch.size is %zu, this build's kvs_node_batch is %zu: set it to "
                          "sizeof(kvs_node_batch)",
                          batch->size, sizeof *batch);
   }
+  return KVS_OK;
+}
+
+/* What the engine's batch may not be, beyond its rows: refused before the
+ * step (nothing collective has happened). */
+static kvs_status check_before(kvs_node_t node, const kvs_node_batch *b, kvs_error *err) {
+  uint64_t step = kvs_shard_next_step(node->shard);
+  kvs_status status = kvs_node_release_check(node, step, err);
+  if (status != KVS_OK) return status;
+  kvs_error why;
+  kvs_error_clear(&why);
+  if (!node->options.no_stream && (status = kvs_table_check_stream(node->table, NULL, &why))) {
+    return kvs_error_set(err, status, "rank %d, step %llu: %s", node->rank,
+                         (unsigned long long)step, why.message);
+  }
+  if (b == NULL) return KVS_OK;
+  bool follower = node->rank != 0;
+  if (b->payload_bytes > 0 &&
+      (follower || b->payload == NULL || b->payload_bytes > node->options.max_payload_bytes)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         follower ? "rank %d is a follower: only the leader's batch carries a "
+                                    "payload (%zu bytes given; max_payload_bytes %zu)"
+                         : b->payload == NULL ? "rank %d: a payload of %zu bytes at NULL "
+                                                "(max_payload_bytes %zu)"
+                                              : "rank %d: a payload of %zu bytes, over "
+                                                "max_payload_bytes %zu",
+                         node->rank, b->payload_bytes, node->options.max_payload_bytes);
+  }
+  if (follower && node->options.carry_batch && b->n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d is a follower and steps carry the leader's batch "
+                         "(carry_batch): pass no batch (NULL)",
+                         node->rank);
+  }
+  return KVS_OK;
+}
+
+/* The 0.8 fields of a caller's batch, or none for a 0.7 one. */
+static kvs_node_batch batch_of(const kvs_node_batch *b) {
+  kvs_node_batch full;
+  memset(&full, 0, sizeof full);
+  if (b != NULL) memcpy(&full, b, b->size < sizeof full ? b->size : sizeof full);
+  full.size = sizeof full;
+  return full;
+}
+
+kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch, kvs_node_step_result *out,
+                         kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  kvs_status checked = check_sizes(batch, out, err);
+  if (checked != KVS_OK) return checked;
+  kvs_node_batch b = batch_of(batch);
+  const kvs_node_batch *given = batch != NULL ? &b : NULL;
+  if ((checked = check_before(node, given, err)) != KVS_OK) return checked;
+  uint64_t step = kvs_shard_next_step(node->shard);
   kvs_ring_batch none = {NULL, 0, NULL, 0, NULL, NULL}, rows = none;
   kvs_error bad;
   kvs_error_clear(&bad);
   /* A bad batch still steps (every rank is in the broadcast), then fails. */
-  kvs_status refused = batch != NULL ? rows_of(node, batch, &rows, &bad) : KVS_OK;
+  kvs_status refused = given != NULL ? rows_of(node, given, &rows, &bad) : KVS_OK;
+  size_t n = refused == KVS_OK ? rows.n_req : 0;
+  carried_step carried = {NULL, 0, node->options.carry_batch && node->rank != 0, 0, NULL, 0};
+  if (!carried.rows_from_leader) kvs_node_keep_rows(node, step, given, n);
+  if (node->rank == 0 && node->app_capacity > 0) {
+    carried.app = node->app;
+    carried.app_bytes = kvs_node_pack(node, refused == KVS_OK ? given : NULL, n);
+  }
   kvs_node_step_info info;
   void *event = NULL;
   kvs_status stepped = step_window(node, refused == KVS_OK ? &rows : &none,
-                                   node->options.digest_steps, &info, &event, err);
+                                   node->options.digest_steps, &carried, &info, &event, err);
   if (stepped != KVS_OK && stepped != KVS_ERR_DIVERGENCE) return stepped;
   if (refused != KVS_OK) {
     return kvs_error_set(err, refused, "rank %d: %s", node->rank, bad.message);
   }
   if (out != NULL) {
-    kvs_node_step_result r = {
-        sizeof r,        info.info.step,    info.info.entries,   info.info.binds, info.info.frees,
-        info.ring.n_req, info.ring.page,    info.ring.on_device, info.ring.own,   info.ring.prev,
-        info.ring.ring,  info.ring.csa_loc, info.ring.hca_loc,   event,           info.digest};
-    *out = r;
+    int q = (int)(step & 1);
+    kvs_node_step_result r = {sizeof r,
+                              info.info.step,
+                              info.info.entries,
+                              info.info.binds,
+                              info.info.frees,
+                              info.ring.n_req,
+                              info.ring.page,
+                              info.ring.on_device,
+                              info.ring.own,
+                              info.ring.prev,
+                              info.ring.ring,
+                              info.ring.csa_loc,
+                              info.ring.hca_loc,
+                              event,
+                              info.digest,
+                              node->rows_requests[q],
+                              node->rows_positions[q],
+                              node->rows_ranged[q] ? node->rows_lengths[q] : NULL,
+                              carried.payload,
+                              carried.payload_bytes};
+    size_t bytes = out->size;
+    memcpy(out, &r, bytes);
+    out->size = bytes;
   }
   return stepped;
 }

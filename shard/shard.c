@@ -40,7 +40,8 @@ struct kvs_shard {
   uint64_t page;
   uint64_t n_full_pages;
   size_t capacity;
-  size_t message_bytes;
+  size_t app_capacity;  /* the application area's bytes (0: none) */
+  size_t message_bytes; /* header, entries' room, application area */
   /* header + capacity entries, two of them: step k travels in
    * message[k % 2], so a device that still reads step k's message while
    * step k + 1 is broadcast reads it whole (shard.h). */
@@ -172,7 +173,9 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   shard->page = sizes->page;
   shard->n_full_pages = sizes->full_token / sizes->page;
   shard->capacity = capacity;
-  shard->message_bytes = kvs_step_message_bytes(capacity);
+  shard->app_capacity = options->app_capacity;
+  shard->message_bytes =
+      kvs_step_message_bytes(capacity) + kvs_step_app_area_bytes(options->app_capacity);
   shard->check_every = options->check_every;
   shard->check_integrity = options->check_integrity;
   shard->aux_step = NONE;
@@ -211,7 +214,7 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
       kvs_mix64(kvs_mix64(kvs_mix64(sizes->page, sizes->full_token), sizes->n_win_slots), capacity);
   fp = kvs_mix64(kvs_mix64(kvs_mix64(fp, options->max_running), options->radix),
                  options->check_every);
-  fp = kvs_mix64(fp, options->check_integrity);
+  fp = kvs_mix64(kvs_mix64(fp, options->check_integrity), options->app_capacity);
   uint64_t *w = shard->words.host;
   w[0] = local_status == KVS_OK ? fp : 0;
   w[1] = local_status == KVS_OK ? ~fp : ~(uint64_t)0;
@@ -245,6 +248,7 @@ int kvs_shard_rank(const struct kvs_shard *shard) { return shard->rank; }
 int kvs_shard_size(const struct kvs_shard *shard) { return shard->size; }
 bool kvs_shard_is_leader(const struct kvs_shard *shard) { return shard->leader; }
 size_t kvs_shard_step_capacity(const struct kvs_shard *shard) { return shard->capacity; }
+size_t kvs_shard_app_capacity(const struct kvs_shard *shard) { return shard->app_capacity; }
 uint64_t kvs_shard_next_step(const struct kvs_shard *shard) { return shard->next_step; }
 kvs_status kvs_shard_health(const struct kvs_shard *shard) { return shard->failed; }
 void kvs_shard_stats_get(const struct kvs_shard *shard, kvs_shard_stats *out) {
@@ -431,9 +435,23 @@ static kvs_status broadcast_message(kvs_shard_t shard, uint64_t step, kvs_error 
 
 kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info *info,
                           kvs_error *err) {
+  return kvs_shard_step_with(shard, step, NULL, 0, info, err);
+}
+
+kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app, size_t app_bytes,
+                               kvs_shard_step_info *info, kvs_error *err) {
   kvs_status status = check_live(shard, err);
   if (status != KVS_OK) return status;
   if ((status = check_epoch(shard, step, err))) return status;
+  if (app_bytes > 0 && (!shard->leader || app == NULL || app_bytes > shard->app_capacity)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         !shard->leader ? "rank %d is a follower: only the leader's step carries "
+                                          "bytes (%zu given, room for %zu)"
+                         : app == NULL  ? "rank %d: %zu bytes to carry at NULL (room for %zu)"
+                                        : "rank %d: %zu bytes to carry, the step message has "
+                                          "room for %zu",
+                         shard->rank, app_bytes, shard->app_capacity);
+  }
   if (info != NULL) memset(info, 0, sizeof *info), info->step = step;
 
   kvs_comm_buffer *message = message_of(shard, step);
@@ -451,6 +469,9 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
     if (info != NULL && (status == KVS_OK || status == KVS_ERR_DIVERGENCE)) {
       info->entries_at = kvs_step_message_entries(message->host);
       info->device_message = message->device;
+      kvs_status read = kvs_step_message_read_app(
+          message->host, shard->capacity, shard->app_capacity, &info->app, &info->app_bytes, err);
+      if (read != KVS_OK) return poison(shard, read, err != NULL ? err->message : "");
     }
     return status;
   }
@@ -471,12 +492,21 @@ kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info 
   kvs_window_pool_journal_drain(shard->pool, entries, shard->capacity, &n);
   h.count = (uint32_t)n;
   kvs_step_message_put_header(message->host, &h);
+  if (shard->app_capacity > 0) {
+    uint64_t *length = kvs_step_message_app_length(message->host, shard->capacity);
+    *length = app_bytes;
+    if (app_bytes > 0) memcpy(length + 1, app, app_bytes);
+  }
   if ((status = broadcast_message(shard, step, err))) return status;
   shard->next_step++;
   count_entries(shard, entries, n, info);
   if (info != NULL) {
     info->entries_at = entries;
     info->device_message = message->device;
+    if (shard->app_capacity > 0) {
+      info->app = kvs_step_message_app_length(message->host, shard->capacity) + 1;
+      info->app_bytes = app_bytes;
+    }
   }
   return KVS_OK;
 }

@@ -65,12 +65,15 @@ typedef struct kvs_shard_options {
   bool prefix_cache;     /* the pool keeps a prefix cache (pool/window_pool.h) */
   uint64_t prefix_align; /* its hits' alignment in tokens (the ratios' lcm) */
   uint64_t host_pages;   /* the prefix cache's host tier (0: none) */
+  /* Bytes of the application area each step message carries from the
+   * leader (kvs_shard_step_with; 0: none), the same on every rank. */
+  size_t app_capacity;
 } kvs_shard_options;
 
 #define KVS_SHARD_OPTIONS_INIT                                                                 \
   {                                                                                            \
     sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, false, \
-        128, 0                                                                                 \
+        128, 0, 0                                                                              \
   }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of
@@ -132,6 +135,10 @@ typedef struct kvs_shard_step_info {
    * next (steps alternate between two message buffers). */
   const kvs_journal_entry *entries_at;
   const void *device_message;
+  /* The leader's application bytes for this step (host memory, in the
+   * message: valid until the step after next); NULL and 0 without. */
+  const void *app;
+  size_t app_bytes;
 } kvs_shard_step_info;
 
 /* Collective: step `step` (must be kvs_shard_next_step; otherwise
@@ -143,6 +150,13 @@ typedef struct kvs_shard_step_info {
  * carry on to the next check. info may be NULL. */
 kvs_status kvs_shard_step(kvs_shard_t shard, uint64_t step, kvs_shard_step_info *info,
                           kvs_error *err);
+/* kvs_shard_step carrying the leader's application bytes (at most the
+ * shard's app_capacity; a follower passes NULL and 0, and a follower's
+ * bytes are refused before any communication), which every rank finds in
+ * info->app. */
+kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app, size_t app_bytes,
+                               kvs_shard_step_info *info, kvs_error *err);
+size_t kvs_shard_app_capacity(const struct kvs_shard *shard);
 
 /* Collective, leader side: instead of step `step`, tells every follower
  * that the leader stops, with `reason` and a short text; followers'

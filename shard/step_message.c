@@ -12,6 +12,32 @@ size_t kvs_step_message_bytes(size_t capacity) {
   return KVS_STEP_HEADER_BYTES + capacity * KVS_STEP_ENTRY_BYTES;
 }
 
+size_t kvs_step_app_area_bytes(size_t app_capacity) {
+  return app_capacity == 0 ? 0 : sizeof(uint64_t) + (app_capacity + 7) / 8 * 8;
+}
+
+uint64_t *kvs_step_message_app_length(void *buf, size_t capacity) {
+  return (uint64_t *)((char *)buf + kvs_step_message_bytes(capacity));
+}
+
+kvs_status kvs_step_message_read_app(const void *buf, size_t capacity, size_t app_capacity,
+                                     const void **app, size_t *bytes, kvs_error *err) {
+  *app = NULL;
+  *bytes = 0;
+  if (app_capacity == 0) return KVS_OK;
+  const char *area = (const char *)buf + kvs_step_message_bytes(capacity);
+  uint64_t length;
+  memcpy(&length, area, sizeof length);
+  if (length > app_capacity) {
+    return kvs_error_set(err, KVS_ERR_CORRUPT,
+                         "step message's application area says %llu bytes, its capacity is %zu",
+                         (unsigned long long)length, app_capacity);
+  }
+  *app = area + sizeof length;
+  *bytes = (size_t)length;
+  return KVS_OK;
+}
+
 size_t kvs_step_payload_bytes(size_t n) { return KVS_STEP_HEADER_BYTES + n * KVS_STEP_ENTRY_BYTES; }
 
 void kvs_step_message_put_header(void *buf, const kvs_step_header *header) {

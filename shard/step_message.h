@@ -10,9 +10,16 @@
  * status and a short reason in the entry area, so followers stop with the
  * leader's reason rather than waiting out a deadline.
  *
+ * After the entries' room a message may have an application area of a
+ * fixed capacity, which the shard carries and does not read (the node's
+ * carried batch and the engine's payload): a length word, then that many
+ * bytes. Without one (capacity 0) the message is the header and the
+ * entries' room only.
+ *
  * Ranks of one group run one build on one architecture: fields are in
  * host byte order. The payload is 48 bytes plus 16 per bound or freed
- * page. */
+ * page, plus the application area's length word and bytes when it has
+ * one. */
 #ifndef KVS_SHARD_STEP_MESSAGE_H
 #define KVS_SHARD_STEP_MESSAGE_H
 
@@ -48,6 +55,16 @@ typedef struct kvs_step_header {
 
 /* Bytes of a message buffer for `capacity` entries. */
 size_t kvs_step_message_bytes(size_t capacity);
+/* Bytes of an application area of app_capacity bytes: 0 for none, else
+ * its length word and the capacity rounded up to 8 bytes. */
+size_t kvs_step_app_area_bytes(size_t app_capacity);
+/* The application area of a message buffer for `capacity` entries: its
+ * length word (bytes used), then the bytes. */
+uint64_t *kvs_step_message_app_length(void *buf, size_t capacity);
+/* Reads a received message's application area: *bytes and *app point at
+ * what the leader wrote; a length past app_capacity is KVS_ERR_CORRUPT. */
+kvs_status kvs_step_message_read_app(const void *buf, size_t capacity, size_t app_capacity,
+                                     const void **app, size_t *bytes, kvs_error *err);
 /* Payload of a step with n entries: header + 16 * n. */
 size_t kvs_step_payload_bytes(size_t n);
 

@@ -217,3 +217,30 @@ kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err) {
   }
   return table->ops->digest(table->impl, out, err);
 }
+
+kvs_status kvs_table_set_results(kvs_table_t table, const kvs_table_results *into,
+                                 bool explicit_release, kvs_error *err) {
+  if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
+  if (into != NULL && (into->own == NULL || into->prev == NULL || into->ring == NULL ||
+                       into->csa_loc == NULL || into->hca_loc == NULL)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "result buffers need all five arrays (own, prev, ring, csa_loc, "
+                         "hca_loc); %s is NULL",
+                         into->own == NULL       ? "own"
+                         : into->prev == NULL    ? "prev"
+                         : into->ring == NULL    ? "ring"
+                         : into->csa_loc == NULL ? "csa_loc"
+                                                 : "hca_loc");
+  }
+  return table->ops->set_results(table->impl, into, explicit_release, err);
+}
+
+kvs_status kvs_table_release(kvs_table_t table, uint64_t step, void *stream, kvs_error *err) {
+  if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
+  return table->ops->release(table->impl, step, stream, err);
+}
+
+kvs_status kvs_table_check_stream(kvs_table_t table, void *stream, kvs_error *err) {
+  if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
+  return table->ops->check_stream(table->impl, stream, err);
+}

@@ -178,6 +178,35 @@ typedef struct kvs_table_step_timing {
 kvs_status kvs_table_step(kvs_table_t table, const kvs_table_step_args *args, kvs_ring_result *out,
                           void **event, kvs_table_step_timing *timing, kvs_error *err);
 
+/* ---- the step's contract with an engine (kvs_node_options) ---- */
+
+/* An engine's own result buffers, fixed for the table's life, where the
+ * table copies each step's results (device memory of the table's device,
+ * or host memory on the host twin): own, prev, csa_loc and hca_loc hold
+ * limits.max_requests rows, ring max_requests x P. */
+typedef struct kvs_table_results {
+  int64_t *own, *prev, *ring, *csa_loc, *hca_loc;
+} kvs_table_results;
+
+/* Before the first step: results copied into `into` (NULL: the table's
+ * own, alternating by step parity), and who says when the engine has read
+ * a step's results: the engine, by kvs_table_release (explicit), or the
+ * order of the engine's stream at the next step (not explicit). */
+kvs_status kvs_table_set_results(kvs_table_t table, const kvs_table_results *into,
+                                 bool explicit_release, kvs_error *err);
+
+/* The engine's reads of step `step`'s results are all queued on `stream`
+ * (a cudaStream_t; KVS_CUDA_LEGACY_STREAM for the legacy default stream)
+ * before this call: the step that next writes those results waits for
+ * them on the device. The host twin has nothing to wait for. */
+kvs_status kvs_table_release(kvs_table_t table, uint64_t step, void *stream, kvs_error *err);
+
+/* KVS_OK when work can be queued on `stream` now (and on the engine's
+ * stream, when stream is NULL): refused (KVS_ERR_INVALID_ARGUMENT naming
+ * the stream) while it is capturing a CUDA graph, which the node's step
+ * must never join. The host twin accepts every stream. */
+kvs_status kvs_table_check_stream(kvs_table_t table, void *stream, kvs_error *err);
+
 /* The table's binding digest: the sum of kvs_binding_digest_term over its
  * bound full pages (the dummy included), which equals the mirror pool's
  * page digest when the table follows it. On a device it is computed there
@@ -279,6 +308,12 @@ typedef struct kvs_table_ops {
   kvs_status (*host_alloc)(void *impl, uint64_t bytes, void **out, kvs_error *err);
   void (*host_free)(void *impl, void *memory);
   kvs_status (*copy_rows)(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err);
+  /* The step's contract with an engine (kvs_table_set_results, _release,
+   * _check_stream). */
+  kvs_status (*set_results)(void *impl, const kvs_table_results *into, bool explicit_release,
+                            kvs_error *err);
+  kvs_status (*release)(void *impl, uint64_t step, void *stream, kvs_error *err);
+  kvs_status (*check_stream)(void *impl, void *stream, kvs_error *err);
 } kvs_table_ops;
 
 /* Wraps an implementation: the table owns impl from here (destroy is

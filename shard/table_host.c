@@ -13,14 +13,25 @@
 #include "pool/window_pool.h"
 #include "shard/table.h"
 
-typedef struct host_table {
-  kvs_table_dims dims;
-  int64_t *map;  /* full_token + 1 rows */
+/* One set of results. The node's steps alternate between two (step
+ * parity), as a device table's do, so a step's results stay valid until
+ * the step after next on the host too. */
+typedef struct host_results {
   int64_t *own;  /* max_requests */
   int64_t *prev; /* max_requests */
   int64_t *ring; /* max_requests * P */
   int64_t *csa;  /* max_requests: ratio-4 ring locations */
   int64_t *hca;  /* max_requests: ratio-128 ring locations */
+} host_results;
+
+typedef struct host_table {
+  kvs_table_dims dims;
+  int64_t *map; /* full_token + 1 rows */
+  host_results side[2];
+  int q; /* the side the next ring context writes */
+  /* The engine's result buffers (kvs_table_set_results): has_into. */
+  kvs_table_results into;
+  bool has_into;
   kvs_state_placement placement;
   kvs_device_faults faults;
   uint64_t carve_bytes; /* the layout's total: the address range views see */
@@ -57,7 +68,8 @@ static void derivable(const kvs_state_placement *p, bool *csa, bool *hca) {
 static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_ring_result *out,
                                 kvs_error *err) {
   host_table *t = impl;
-  kvs_ring_result r = {t->own, t->prev, t->ring, batch->n_req, t->dims.page, false, t->csa, t->hca};
+  host_results *o = &t->side[t->q];
+  kvs_ring_result r = {o->own, o->prev, o->ring, batch->n_req, t->dims.page, false, o->csa, o->hca};
   if (batch->n_req > 0 && batch->slots == NULL && t->placement.rings != KVS_STATE_RINGS_PER_PAGE) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "a batch of %zu rows without request slots, for %s state rings",
@@ -67,7 +79,7 @@ static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
     kvs_block_tables bt = {batch->block_table, batch->stride, t->dims.page};
     kvs_batch_fault f = KVS_BATCH_FAULT_INIT;
     kvs_status status = kvs_host_ring_ctx(t->map, &t->dims, &bt, batch->positions, batch->n_req,
-                                          t->own, t->prev, t->ring, &f, err);
+                                          o->own, o->prev, o->ring, &f, err);
     if (status != KVS_OK) return status;
     fold(&t->faults.ring_ctx, &f);
     bool csa, hca;
@@ -75,14 +87,14 @@ static kvs_status host_ring_ctx(void *impl, const kvs_ring_batch *batch, kvs_rin
     if (csa || hca) {
       kvs_batch_fault g = KVS_BATCH_FAULT_INIT;
       status =
-          kvs_ref_batch_state_locs(&t->placement, t->own, batch->slots, batch->positions,
-                                   batch->n_req, csa ? t->csa : NULL, hca ? t->hca : NULL, &g, err);
+          kvs_ref_batch_state_locs(&t->placement, o->own, batch->slots, batch->positions,
+                                   batch->n_req, csa ? o->csa : NULL, hca ? o->hca : NULL, &g, err);
       if (status != KVS_OK) return status;
       fold(&t->faults.state_locs, &g);
     }
     for (size_t i = 0; i < batch->n_req; i++) {
-      if (!csa) t->csa[i] = -1;
-      if (!hca) t->hca[i] = -1;
+      if (!csa) o->csa[i] = -1;
+      if (!hca) o->hca[i] = -1;
     }
   }
   *out = r;
@@ -99,9 +111,43 @@ static kvs_status host_step(void *impl, const kvs_table_step_args *args, kvs_rin
   timing->apply_ns = applied - start;
   if (status != KVS_OK) return status;
   kvs_ring_batch none = {NULL, 0, NULL, 0, NULL, NULL};
+  host_table *t = impl;
+  t->q = (int)(args->step & 1);
   status = host_ring_ctx(impl, args->rows != NULL ? args->rows : &none, out, err);
+  t->q = 0;
+  if (status == KVS_OK && t->has_into) {
+    size_t n = out->n_req;
+    const kvs_table_results *d = &t->into;
+    memcpy(d->own, out->own, n * sizeof *d->own);
+    memcpy(d->prev, out->prev, n * sizeof *d->prev);
+    memcpy(d->ring, out->ring, n * t->dims.page * sizeof *d->ring);
+    memcpy(d->csa_loc, out->csa_loc, n * sizeof *d->csa_loc);
+    memcpy(d->hca_loc, out->hca_loc, n * sizeof *d->hca_loc);
+    kvs_ring_result r = {d->own, d->prev, d->ring, n, t->dims.page, false, d->csa_loc, d->hca_loc};
+    *out = r;
+  }
   timing->ring_ns = kvs_now_ns() - applied;
   return status;
+}
+
+static kvs_status host_set_results(void *impl, const kvs_table_results *into, bool explicit_release,
+                                   kvs_error *err) {
+  (void)explicit_release; /* the host waits for nothing: the node keeps the rule */
+  (void)err;
+  host_table *t = impl;
+  t->has_into = into != NULL;
+  if (into != NULL) t->into = *into;
+  return KVS_OK;
+}
+
+static kvs_status host_release(void *impl, uint64_t step, void *stream, kvs_error *err) {
+  (void)impl, (void)step, (void)stream, (void)err;
+  return KVS_OK; /* the engine's reads on the host are done when it says so */
+}
+
+static kvs_status host_check_stream(void *impl, void *stream, kvs_error *err) {
+  (void)impl, (void)stream, (void)err;
+  return KVS_OK;
 }
 
 /* The sum of the bound full pages' binding terms (the pool's page digest,
@@ -222,11 +268,13 @@ static void host_destroy(void *impl) {
   if (t == NULL) return;
   if (t->carve != NULL) munmap(t->carve, (size_t)t->carve_bytes);
   free(t->map);
-  free(t->own);
-  free(t->prev);
-  free(t->ring);
-  free(t->csa);
-  free(t->hca);
+  for (int q = 0; q < 2; q++) {
+    free(t->side[q].own);
+    free(t->side[q].prev);
+    free(t->side[q].ring);
+    free(t->side[q].csa);
+    free(t->side[q].hca);
+  }
   free(t);
 }
 
@@ -245,6 +293,9 @@ static const kvs_table_ops host_ops = {
     .host_alloc = host_tier_alloc,
     .host_free = host_tier_free,
     .copy_rows = host_copy_rows,
+    .set_results = host_set_results,
+    .release = host_release,
+    .check_stream = host_check_stream,
 };
 
 kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_table_limits *limits,
@@ -276,13 +327,18 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   t->carve_bytes = layout->total_bytes > 0 ? layout->total_bytes : 1;
   t->faults = kNoFaults;
   t->map = malloc((size_t)rows * sizeof *t->map);
-  t->own = malloc(req * sizeof *t->own);
-  t->prev = malloc(req * sizeof *t->prev);
-  t->ring = malloc((size_t)(ring_rows > 0 ? ring_rows : 1) * sizeof *t->ring);
-  t->csa = malloc(req * sizeof *t->csa);
-  t->hca = malloc(req * sizeof *t->hca);
-  if (t->map == NULL || t->own == NULL || t->prev == NULL || t->ring == NULL || t->csa == NULL ||
-      t->hca == NULL) {
+  bool allocated = t->map != NULL;
+  for (int q = 0; q < 2; q++) {
+    host_results *o = &t->side[q];
+    o->own = malloc(req * sizeof *o->own);
+    o->prev = malloc(req * sizeof *o->prev);
+    o->ring = malloc((size_t)(ring_rows > 0 ? ring_rows : 1) * sizeof *o->ring);
+    o->csa = malloc(req * sizeof *o->csa);
+    o->hca = malloc(req * sizeof *o->hca);
+    allocated = allocated && o->own != NULL && o->prev != NULL && o->ring != NULL &&
+                o->csa != NULL && o->hca != NULL;
+  }
+  if (!allocated) {
     host_destroy(t);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a host table of %llu rows",
                          (unsigned long long)rows);
@@ -293,6 +349,6 @@ kvs_status kvs_table_create_host(const kvs_device_layout *layout, const kvs_tabl
   for (uint64_t off = 0; off < dims.page; off++) {
     t->map[dims.full_token - dims.page + off] = (int64_t)(dims.n_win_slots - dims.page + off);
   }
-  uint64_t bytes = (rows + 4 * req + (ring_rows > 0 ? ring_rows : 1)) * sizeof(int64_t);
+  uint64_t bytes = (rows + 2 * (4 * req + (ring_rows > 0 ? ring_rows : 1))) * sizeof(int64_t);
   return kvs_table_wrap(&host_ops, t, dims, limits, -1, bytes, out, err);
 }

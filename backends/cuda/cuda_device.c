@@ -142,10 +142,27 @@ static kvs_status enter_by_runtime(int device, kvs_cuda_device_scope *s, kvs_err
   return KVS_OK;
 }
 
+/* Relaxed capture mode for the scope (the header says why). */
+static void relax_capture(kvs_cuda_device_scope *s) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+    s->capture_mode = (int)mode;
+    s->exchanged = 1;
+  }
+}
+
+static kvs_status enter_context(int device, kvs_cuda_device_scope *scope, kvs_error *err);
+
 kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_error *err) {
   if (scope == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "device scope is NULL");
+  kvs_status status = enter_context(device, scope, err);
+  if (status == KVS_OK) relax_capture(scope);
+  return status;
+}
+
+static kvs_status enter_context(int device, kvs_cuda_device_scope *scope, kvs_error *err) {
   (void)pthread_once(&g_driver_once, find_driver);
-  kvs_cuda_device_scope s = {NULL, 0, 0, 0};
+  kvs_cuda_device_scope s = {NULL, 0, 0, 0, 0, 0};
   CUcontext current = NULL;
   if (g_drv.ctx_get == NULL || g_drv.ctx_get(&current) != CUDA_SUCCESS) {
     kvs_status status = enter_by_runtime(device, &s, err);
@@ -176,6 +193,10 @@ kvs_status kvs_cuda_device_enter(int device, kvs_cuda_device_scope *scope, kvs_e
 
 void kvs_cuda_device_leave(const kvs_cuda_device_scope *scope) {
   if (scope == NULL) return;
+  if (scope->exchanged) {
+    enum cudaStreamCaptureMode mode = (enum cudaStreamCaptureMode)scope->capture_mode;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  }
   if (scope->use_driver) {
     if (scope->switched) (void)g_drv.ctx_set((CUcontext)scope->saved);
     if (scope->saved == NULL) restore_choice(scope->previous);

@@ -51,12 +51,20 @@ kvs_status kvs_cuda_device_describe(int ordinal, kvs_cuda_device_facts *out, kvs
  * context and the runtime's choice of this device, whose context is live:
  * no call creates a context the thread did not already have. Where the
  * driver cannot be asked, it falls back to cudaGetDevice / cudaSetDevice. */
+/* The scope also puts the calling thread in CUDA's relaxed capture mode
+ * for its length: an engine thread capturing a graph in global mode (torch's
+ * default) would otherwise see its capture invalidated by any of kvshard's
+ * event waits or queries on another thread, and kvshard's own calls refused.
+ * kvshard never joins another thread's capture (its step refuses a
+ * capturing engine stream), so relaxed mode costs nothing. */
 typedef struct kvs_cuda_device_scope {
-  void *saved;    /* the thread's CUcontext on entry; NULL: it had none */
-  int previous;   /* the runtime's choice on entry (cudaGetDevice) when it had none; the
-                     fallback's device */
-  int switched;   /* whether enter changed the current context */
-  int use_driver; /* whether saved is the driver's answer */
+  void *saved;      /* the thread's CUcontext on entry; NULL: it had none */
+  int previous;     /* the runtime's choice on entry (cudaGetDevice) when it had none; the
+                       fallback's device */
+  int switched;     /* whether enter changed the current context */
+  int use_driver;   /* whether saved is the driver's answer */
+  int capture_mode; /* the thread's stream capture mode on entry */
+  int exchanged;    /* whether enter set relaxed mode (leave restores capture_mode) */
 } kvs_cuda_device_scope;
 
 /* Makes `device`'s primary context current (nothing changes when it

@@ -237,6 +237,33 @@ static kvs_status cuda_digest(void *impl, uint64_t *out, kvs_error *err) {
   return kvs_cuda_step_digest(t->step, out, err);
 }
 
+static kvs_status no_step(kvs_error *err) {
+  return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                       "this device table was opened without step options");
+}
+
+static kvs_status cuda_set_results(void *impl, const kvs_table_results *into, bool explicit_release,
+                                   kvs_error *err) {
+  cuda_table *t = impl;
+  if (t->step == NULL) return no_step(err);
+  return kvs_cuda_step_set_results(t->step, into, explicit_release, err);
+}
+
+static kvs_status cuda_release(void *impl, uint64_t step, void *stream, kvs_error *err) {
+  cuda_table *t = impl;
+  if (t->step == NULL) return no_step(err);
+  if (stream == KVS_CUDA_LEGACY_STREAM) stream = (void *)cudaStreamLegacy;
+  return kvs_cuda_step_release(t->step, step, (cudaStream_t)stream, err);
+}
+
+static kvs_status cuda_check_stream(void *impl, void *stream, kvs_error *err) {
+  cuda_table *t = impl;
+  if (stream == KVS_CUDA_LEGACY_STREAM) stream = (void *)cudaStreamLegacy;
+  return kvs_cuda_stream_not_capturing(stream != NULL ? (cudaStream_t)stream : t->engine_stream,
+                                       stream != NULL ? "the stream given" : "the engine's stream",
+                                       err);
+}
+
 /* The one cudaMalloc: tiers at their layout offsets, the mapping in it. */
 static kvs_status cuda_memory(void *impl, void **base, int64_t **mapping, kvs_error *err) {
   (void)err;
@@ -348,6 +375,9 @@ static const kvs_table_ops cuda_ops = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .copy_rows = cuda_copy_rows,
+    .set_results = cuda_set_results,
+    .release = cuda_release,
+    .check_stream = cuda_check_stream,
 };
 
 /* With the device current: the node's step, over the table's own

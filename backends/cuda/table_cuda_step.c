@@ -46,6 +46,13 @@ struct cuda_step {
   cuda_step_setup s;
   size_t batch_bytes, message_bytes;
   step_side side[2];
+  /* The engine's result buffers (has_into): every step's results are
+   * copied there, after the engine's reads of the step before (into_read:
+   * its release, or its stream when the step was called). */
+  kvs_table_results into;
+  bool has_into, explicit_release;
+  cudaEvent_t into_read;
+  bool into_read_recorded;
   unsigned long long *d_digest, *h_digest;
   cudaEvent_t digest_done;
 };
@@ -76,6 +83,7 @@ void kvs_cuda_step_destroy(cuda_step *step) {
   if (step == NULL) return;
   for (int q = 0; q < 2; q++) destroy_side(&step->side[q]);
   if (step->digest_done != NULL) (void)cudaEventDestroy(step->digest_done);
+  if (step->into_read != NULL) (void)cudaEventDestroy(step->into_read);
   (void)cudaFree(step->d_digest);
   (void)cudaFreeHost(step->h_digest);
   free(step);
@@ -135,6 +143,10 @@ kvs_status kvs_cuda_step_create(const cuda_step_setup *setup, cuda_step **out, u
   if (status == KVS_OK) {
     status = kvs_cuda_status(cudaEventCreateWithFlags(&step->digest_done, cudaEventDisableTiming),
                              "cudaEventCreateWithFlags for the digest", err);
+  }
+  if (status == KVS_OK) {
+    status = kvs_cuda_status(cudaEventCreateWithFlags(&step->into_read, cudaEventDisableTiming),
+                             "cudaEventCreateWithFlags for the engine's result buffers", err);
   }
   if (status != KVS_OK) {
     kvs_cuda_step_destroy(step);
@@ -275,6 +287,37 @@ out:
   return status;
 }
 
+/* The side's results into the engine's buffers, after the engine's reads
+ * of the step before: not in the graph (the wait is on an event the
+ * engine's stream records), five copies of the step's rows. */
+static kvs_status copy_into(cuda_step *step, const step_side *side, size_t n, kvs_error *err) {
+  cudaStream_t st = step->s.stream;
+  cudaStream_t engine = (cudaStream_t)step->s.options.engine_stream;
+  kvs_status status = KVS_OK;
+  if (!step->explicit_release && engine != NULL) {
+    KVS_CUDA_GOTO(cudaEventRecord(step->into_read, engine),
+                  "cudaEventRecord of the engine's reads of its result buffers", err, status, out);
+    step->into_read_recorded = true;
+  }
+  if (step->into_read_recorded) {
+    KVS_CUDA_GOTO(cudaStreamWaitEvent(st, step->into_read, 0),
+                  "cudaStreamWaitEvent on the engine's reads of its result buffers", err, status,
+                  out);
+  }
+  if (n == 0) goto out;
+  const size_t word = sizeof(int64_t), page = (size_t)step->s.dims.page;
+  const kvs_table_results *d = &step->into;
+  const void *src[5] = {side->own, side->prev, side->ring, side->csa, side->hca};
+  void *dst[5] = {d->own, d->prev, d->ring, d->csa_loc, d->hca_loc};
+  for (int i = 0; i < 5; i++) {
+    KVS_CUDA_GOTO(cudaMemcpyAsync(dst[i], src[i], (i == 2 ? n * page : n) * word,
+                                  cudaMemcpyDeviceToDevice, st),
+                  "cudaMemcpyAsync of the results into the engine's buffers", err, status, out);
+  }
+out:
+  return status;
+}
+
 /* Orders what must follow the side's work after it, on the device. */
 static kvs_status order_after(cuda_step *step, int q, kvs_error *err) {
   step_side *side = &step->side[q], *other = &step->side[1 - q];
@@ -292,10 +335,14 @@ static kvs_status order_after(cuda_step *step, int q, kvs_error *err) {
   if (engine != NULL) {
     KVS_CUDA_GOTO(cudaStreamWaitEvent(engine, side->done, 0),
                   "cudaStreamWaitEvent of the engine's stream on the step", err, status, out);
-    /* What the engine queued so far read the other side's results. */
-    KVS_CUDA_GOTO(cudaEventRecord(other->engine_read, engine),
-                  "cudaEventRecord of the engine's reads", err, status, out);
-    other->engine_read_recorded = true;
+    /* What the engine queued so far read the other side's results (with
+     * explicit releases the engine says so itself; with its own result
+     * buffers it reads only those). */
+    if (!step->explicit_release && !step->has_into) {
+      KVS_CUDA_GOTO(cudaEventRecord(other->engine_read, engine),
+                    "cudaEventRecord of the engine's reads", err, status, out);
+      other->engine_read_recorded = true;
+    }
   }
 out:
   return status;
@@ -338,6 +385,8 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
       status = enqueue_work(step, side, message, err);
     }
   }
+  size_t n = a->rows != NULL ? a->rows->n_req : 0;
+  if (status == KVS_OK && step->has_into) status = copy_into(step, side, n, err);
   if (status == KVS_OK) status = order_after(step, q, err);
 #ifdef KVS_MUTANT_STEP_HOST_SYNC /* planted bug, test builds only (tests/mutants): a host sync */
   if (status == KVS_OK) status = kvs_cuda_status(cudaStreamSynchronize(step->s.stream), "", err);
@@ -347,9 +396,14 @@ kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *a, kvs_
   timing->apply_ns = kvs_now_ns() - start;
   timing->ring_ns = 0;
   if (status != KVS_OK) return status;
-  size_t n = a->rows != NULL ? a->rows->n_req : 0;
   kvs_ring_result r = {side->own,         side->prev, side->ring, n,
                        step->s.dims.page, true,       side->csa,  side->hca};
+  if (step->has_into) {
+    const kvs_table_results *d = &step->into;
+    kvs_ring_result mine = {d->own, d->prev,    d->ring,   n, step->s.dims.page,
+                            true,   d->csa_loc, d->hca_loc};
+    r = mine;
+  }
   *out = r;
   *event = (void *)side->done;
   return KVS_OK;
@@ -376,4 +430,46 @@ kvs_status kvs_cuda_step_digest(cuda_step *step, uint64_t *out, kvs_error *err) 
   kvs_cuda_device_leave(&scope);
   if (status == KVS_OK) *out = (uint64_t)*step->h_digest;
   return status;
+}
+
+kvs_status kvs_cuda_step_set_results(cuda_step *step, const kvs_table_results *into,
+                                     bool explicit_release, kvs_error *err) {
+  (void)err;
+  step->has_into = into != NULL;
+  if (into != NULL) step->into = *into;
+  step->explicit_release = explicit_release;
+  return KVS_OK;
+}
+
+kvs_status kvs_cuda_step_release(cuda_step *step, uint64_t step_number, cudaStream_t stream,
+                                 kvs_error *err) {
+  kvs_status status = kvs_cuda_stream_not_capturing(stream, "the stream of the release", err);
+  if (status != KVS_OK) return status;
+  kvs_cuda_device_scope scope;
+  if ((status = kvs_cuda_device_enter(step->s.device, &scope, err)) != KVS_OK) return status;
+  step_side *side = &step->side[step_number & 1];
+  cudaEvent_t event = step->has_into ? step->into_read : side->engine_read;
+  status = kvs_cuda_status(cudaEventRecord(event, stream), "cudaEventRecord of the release", err);
+  if (status == KVS_OK) {
+    if (step->has_into) {
+      step->into_read_recorded = true;
+    } else {
+      side->engine_read_recorded = true;
+    }
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+kvs_status kvs_cuda_stream_not_capturing(cudaStream_t stream, const char *what, kvs_error *err) {
+  if (stream == NULL) return KVS_OK;
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  kvs_status status =
+      kvs_cuda_status(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", err);
+  if (status != KVS_OK || capture == cudaStreamCaptureStatusNone) return status;
+  return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                       "%s is capturing a CUDA graph: kvshard's step and releases run outside "
+                       "capture (capture only the forward that reads the node's result "
+                       "buffers, then call kvs_node_step and kvs_node_release between replays)",
+                       what);
 }

@@ -45,6 +45,19 @@ void kvs_cuda_step_destroy(cuda_step *step);
 kvs_status kvs_cuda_step_run(cuda_step *step, const kvs_table_step_args *args, kvs_ring_result *out,
                              void **event, kvs_table_step_timing *timing, kvs_error *err);
 
+/* Before the first step (kvs_table_set_results): results copied into the
+ * engine's buffers, and releases said by the engine. */
+kvs_status kvs_cuda_step_set_results(cuda_step *step, const kvs_table_results *into,
+                                     bool explicit_release, kvs_error *err);
+/* The engine's reads of step `step`'s results queued on `stream`
+ * (kvs_table_release): an event there, which the step that next writes
+ * those results waits for. */
+kvs_status kvs_cuda_step_release(cuda_step *step, uint64_t step_number, cudaStream_t stream,
+                                 kvs_error *err);
+/* KVS_ERR_INVALID_ARGUMENT naming `what` when `stream` is capturing a
+ * graph (or its capture was invalidated); KVS_OK for NULL. */
+kvs_status kvs_cuda_stream_not_capturing(cudaStream_t stream, const char *what, kvs_error *err);
+
 /* The table's binding digest, computed on the table's stream; waits for
  * its 8 bytes. */
 kvs_status kvs_cuda_step_digest(cuda_step *step, uint64_t *out, kvs_error *err);

@@ -140,6 +140,9 @@ class NodeBatch(ctypes.Structure):
         ("block_table", ctypes.c_void_p),
         ("stride", ctypes.c_uint64),
         ("window_rows", ctypes.c_bool),
+        ("lengths", ctypes.c_void_p),
+        ("payload", ctypes.c_void_p),
+        ("payload_bytes", ctypes.c_size_t),
     ]
 
 
@@ -160,6 +163,28 @@ class StepResult(ctypes.Structure):
         ("hca_loc", ctypes.c_void_p),
         ("event", ctypes.c_void_p),
         ("digest", ctypes.c_uint64),
+        ("requests", ctypes.c_void_p),
+        ("positions", ctypes.c_void_p),
+        ("lengths", ctypes.c_void_p),
+        ("payload", ctypes.c_void_p),
+        ("payload_bytes", ctypes.c_size_t),
+    ]
+
+
+class NodeCapacity(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("step", ctypes.c_uint64),
+        ("running", ctypes.c_uint64),
+        ("max_running", ctypes.c_uint64),
+        ("free_window_pages", ctypes.c_uint64),
+        ("droppable_window_pages", ctypes.c_uint64),
+        ("usable_pages", ctypes.c_uint64),
+        ("journal_room", ctypes.c_size_t),
+        ("step_capacity", ctypes.c_size_t),
+        ("max_batch", ctypes.c_size_t),
+        ("max_payload_bytes", ctypes.c_size_t),
+        ("result_depth", ctypes.c_uint),
     ]
 
 
@@ -251,6 +276,8 @@ _PROTOTYPES = {
     "kvs_node_free": (_STATUS, [_P, _P, ctypes.c_size_t, _ERR]),
     "kvs_node_finish": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
     "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
+    "kvs_node_release": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_void_p, _ERR]),
+    "kvs_node_capacity_of": (_STATUS, [_P, ctypes.POINTER(NodeCapacity), _ERR]),
     "kvs_node_translate": (_STATUS, [_P, _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_check": (_STATUS, [_P, ctypes.POINTER(NodeReport), _ERR]),
     "kvs_node_prefix_match": (_STATUS, [_P, _P, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint64,

@@ -36,6 +36,7 @@ NODE_OPTIONS = dict(_MODEL, **_MACHINE, **{
     "step_backend": "str",
     "cuda_graphs": "switch", "check_every": "int", "check_integrity": "switch",
     "digest_steps": "flag", "prefix_cache": "flag", "host_cache": "bytes", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
+    "carry_batch": "flag", "max_payload_bytes": "int", "explicit_release": "flag",
     "local_rank": "int", "host_index": "int", "host": "str",
 })
 # Options the package itself takes, not the library's flags.

@@ -15,9 +15,9 @@ import weakref
 import numpy as np
 
 from . import _dlpack
-from ._lib import (CError, Error, NodeBatch, NodePrefixCounts, NodePrefixHit, NodeReport,
-                   NodeView, StepResult, c_bool, c_int, c_strings, call, check, is_bool, lib,
-                   refuse_outside)
+from ._lib import (CError, Error, NodeBatch, NodeCapacity, NodePrefixCounts, NodePrefixHit,
+                   NodeReport, NodeView, StepResult, c_bool, c_int, c_strings, call, check,
+                   is_bool, lib, refuse_outside)
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
 from .comm import comm_of
 
@@ -37,7 +37,7 @@ def _kind_name(kind):
     return lib().kvs_divergence_name(int(kind)).decode()
 _NONE = (1 << 64) - 1
 # The keys a step's batch dict takes (kvs_node_batch's fields).
-_BATCH_KEYS = ("requests", "positions", "block_table", "window_rows")
+_BATCH_KEYS = ("requests", "positions", "block_table", "window_rows", "lengths")
 # numpy dtype -> the C type its arrays reach
 _CTYPES = {np.dtype(np.int64): "int64_t", np.dtype(np.uint64): "uint64_t",
            np.dtype(np.int32): "int32_t", np.dtype(np.uint8): "uint8_t"}
@@ -488,11 +488,17 @@ class Node:
 
     # ---- every rank ----
 
-    def step(self, batch=None):
+    def step(self, batch=None, payload=None):
         """Collective: the leader's changes reach every rank, then the
         batch's ring contexts. batch: None, or a dict of "requests" (n),
         "positions" (n; negative: an idle row), "block_table" ([n, stride]
-        full-page numbers, -1 unassigned) and optional "window_rows".
+        full-page numbers, -1 unassigned) and optional "window_rows" and
+        "lengths" (range rows: row r covers positions[r] ..
+        positions[r] + lengths[r] - 1; its results are its last
+        position's). payload: the leader's bytes for every rank
+        (max_payload_bytes); with carry_batch a follower passes no batch
+        and gets the leader's rows ("requests", "positions", "lengths")
+        and "payload" in the result.
         Returns what the step did and the contexts: numpy arrays on the
         host (copies, the caller's to keep: the node's own buffers are
         rewritten by its next step), Views (DLPack) in device memory,
@@ -506,11 +512,12 @@ class Node:
             unknown = set(batch) - set(_BATCH_KEYS)
             if unknown:
                 raise TypeError(f"batch has unknown keys {sorted(map(str, unknown))}; a batch "
-                                f"takes {', '.join(_BATCH_KEYS)} (window_rows optional)")
+                                f"takes {', '.join(_BATCH_KEYS)} (window_rows and lengths "
+                                f"optional); the engine's own data goes in payload=")
             missing = {"requests", "positions", "block_table"} - set(batch)
             if missing:
                 raise TypeError(f"batch lacks {sorted(missing)}; a batch takes "
-                                f"{', '.join(_BATCH_KEYS)} (window_rows optional)")
+                                f"{', '.join(_BATCH_KEYS)} (window_rows and lengths optional)")
             req = _int_array(batch["requests"], "batch['requests']", np.uint64)
             pos = _int_array(batch["positions"], "batch['positions']")
             bt = _int_array(batch["block_table"], "batch['block_table']", np.int32)
@@ -526,6 +533,23 @@ class Node:
             keep = [req, pos, bt]
             b = NodeBatch(ctypes.sizeof(NodeBatch), n, req.ctypes.data, pos.ctypes.data,
                           bt.ctypes.data, stride, window_rows)
+            if batch.get("lengths") is not None:
+                lengths = _int_array(batch["lengths"], "batch['lengths']")
+                if lengths.size != n:
+                    raise Error("KVS_ERR_INVALID_ARGUMENT",
+                                f"batch has {n} requests and {lengths.size} lengths")
+                keep.append(lengths)
+                b.lengths = lengths.ctypes.data
+        if payload is not None:
+            if not isinstance(payload, (bytes, bytearray, memoryview)):
+                raise TypeError(f"payload takes bytes, got {type(payload).__name__}")
+            data = bytes(payload)
+            if b is None:
+                b = NodeBatch(ctypes.sizeof(NodeBatch), 0, None, None, None, 0, False)
+            buf = ctypes.create_string_buffer(data, len(data))
+            keep.append(buf)
+            b.payload = ctypes.addressof(buf)
+            b.payload_bytes = len(data)
         r = StepResult()
         r.size = ctypes.sizeof(StepResult)
         err = CError()
@@ -542,7 +566,34 @@ class Node:
                "event": r.event, "diverged": diverged,
                "message": err.message.decode(errors="replace") if diverged else ""}
         out.update(self._results(r, h))
+        n = r.n
+        out["requests"] = (np.frombuffer((ctypes.c_uint64 * n).from_address(r.requests),
+                                         dtype=np.uint64).copy() if n and r.requests
+                           else np.zeros(0, dtype=np.uint64))
+        for key in ("positions", "lengths"):
+            address = getattr(r, key)
+            out[key] = (np.frombuffer((ctypes.c_int64 * n).from_address(address),
+                                      dtype=np.int64).copy() if n and address else None)
+        out["payload"] = (ctypes.string_at(r.payload, r.payload_bytes) if r.payload_bytes
+                          else None)
         return out
+
+    def release(self, step, stream=None):
+        """Local: the engine's reads of step `step`'s results are queued on
+        `stream` (an object with .cuda_stream, an int address, or None:
+        the legacy default stream). Needed with explicit_release."""
+        address = getattr(stream, "cuda_stream", stream)
+        if address is not None:
+            address = c_int(address, "stream", "uintptr_t")
+        call("kvs_node_release", self._node, _count(step, "step"), address or None)
+
+    def capacity(self):
+        """Local, any rank: what the leader accepts before its next step
+        (kvs_node_capacity), the same on every rank just after a step."""
+        c = NodeCapacity()
+        c.size = ctypes.sizeof(NodeCapacity)
+        call("kvs_node_capacity_of", self._node, ctypes.byref(c))
+        return {name: getattr(c, name) for name, _ in NodeCapacity._fields_ if name != "size"}
 
     def _results(self, r, h):
         n, page = r.n, r.page

@@ -36,6 +36,76 @@ def page_locs(page, first, count):
     return np.arange(first * page, (first + count) * page, dtype=np.int64)
 
 
+class StepContract(unittest.TestCase):
+    """The step's contract from Python: the leader's batch and payload on
+    every rank in one collective, range rows, capacity, releases."""
+
+    def test_a_follower_gets_the_leaders_rows_and_payload(self):
+        comms = kvshard.loopback_comms(2, timeout_ms=20000)
+        results, errors = [None, None], [None, None]
+        options = dict(SMALL, tp=2, carry_batch=True, max_payload_bytes=32)
+
+        def rank(r):
+            try:
+                with kvshard.Node(comms[r], **options) as node:
+                    P = node.page
+                    if node.is_leader:
+                        node.admit(1)
+                        node.bind(1, page_locs(P, 0, 4))
+                    node.step()
+                    batch = {"requests": [1], "positions": [P + 2], "lengths": [200],
+                             "block_table": np.array([[0, 1, 2, 3]])}
+                    out = (node.step(batch, payload=b"tokens 5 9") if node.is_leader
+                           else node.step())
+                    results[r] = out
+                    results[r]["capacity"] = node.capacity()
+            except BaseException as e:  # reported below
+                errors[r] = e
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for c in comms:
+            c.close()
+        for e in errors:
+            if e is not None:
+                raise e
+        leader, follower = results
+        self.assertEqual(follower["payload"], b"tokens 5 9")
+        self.assertEqual(follower["requests"].tolist(), [1])
+        self.assertEqual(follower["lengths"].tolist(), [200])
+        self.assertEqual(follower["positions"].tolist(), leader["positions"].tolist())
+        self.assertTrue((follower["own"] == leader["own"]).all())
+        self.assertTrue((follower["ring"] == leader["ring"]).all())
+        self.assertEqual(follower["capacity"], leader["capacity"])
+
+    def test_releases_and_capacity_on_one_rank(self):
+        with kvshard.Node(**dict(SMALL, explicit_release=True)) as node:
+            P = node.page
+            node.admit(1)
+            node.bind(1, page_locs(P, 0, 2))
+            batch = {"requests": [1], "positions": [P + 1], "block_table": np.array([[0, 1]])}
+            node.step(batch)
+            node.step(batch)
+            with self.assertRaisesRegex(kvshard.Error, "step 2 would overwrite step 0's results"):
+                node.step(batch)
+            node.release(0)
+            self.assertEqual(node.step(batch)["step"], 2)
+            with self.assertRaisesRegex(kvshard.Error, "step 7 has not run"):
+                node.release(7)
+            with self.assertRaises(TypeError):
+                node.release(1, stream="0")
+            capacity = node.capacity()
+            self.assertEqual(capacity["step"], 3)
+            self.assertEqual(capacity["running"], 1)
+            self.assertEqual(capacity["result_depth"], 2)
+            self.assertEqual(capacity["free_window_pages"], node.free_window_pages())
+            with self.assertRaisesRegex(TypeError, "payload takes bytes"):
+                node.step(batch, payload="text")
+
+
 class OneRank(unittest.TestCase):
     def test_the_engine_calls_in_order(self):
         with kvshard.Node(**SMALL) as node:
@@ -147,8 +217,9 @@ class OneRank(unittest.TestCase):
             with self.assertRaises(TypeError) as e:
                 node.step(dict(good, window_row=True))
             self.assertEqual(str(e.exception), "batch has unknown keys ['window_row']; a batch "
-                             "takes requests, positions, block_table, window_rows (window_rows "
-                             "optional)")
+                             "takes requests, positions, block_table, window_rows, lengths "
+                             "(window_rows and lengths optional); the engine's own data goes "
+                             "in payload=")
             with self.assertRaisesRegex(TypeError, r"batch lacks \['positions'\]; a batch takes "
                                         "requests, positions, block_table, window_rows"):
                 node.step({"requests": [1], "block_table": [[0]]})
@@ -781,7 +852,9 @@ PARAMETERS = {
     "Node.free": {"locs": "int64_t[]"},
     "Node.finish": {"request": "uint64_t"},
     "Node.translate": {"locs": "int64_t[]"},
-    "Node.step": {"batch": "batch"},
+    "Node.step": {"batch": "batch", "payload": "bytes"},
+    "Node.release": {"step": "uint64_t", "stream": "uintptr_t"},
+    "Node.capacity": {},
     "Node.check": {},
     "Node.tables": {},
     "Node.close": {},
@@ -817,7 +890,7 @@ HIT_FIELDS = {"matched_pages": "uint64_t", "hit_tokens": "uint64_t",
               "block": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
               "stamp": "uint64_t", "pages": "-"}
 BATCH_KEYS = {"requests": "uint64_t[]", "positions": "int64_t[]", "block_table": "int32_t[]",
-              "window_rows": "bool"}
+              "window_rows": "bool", "lengths": "int64_t[]"}
 RANGES = {"int": (-(2 ** 31), 2 ** 31 - 1), "int32_t": (-(2 ** 31), 2 ** 31 - 1),
           "int64_t": (-(2 ** 63), 2 ** 63 - 1), "uint64_t": (0, 2 ** 64 - 1),
           "uintptr_t": (0, 2 ** 64 - 1)}
@@ -888,6 +961,7 @@ class ExactTypes(unittest.TestCase):
             "Node.prefix_abandon": lambda **k: node.prefix_abandon(**dict(dict(request=1), **k)),
             "Node.prefix_evict": lambda **k: node.prefix_evict(
                 **dict(dict(need_pages=0, need_window_pages=0), **k)),
+            "Node.release": lambda **k: node.release(**dict(dict(step=0, stream=None), **k)),
             "View.__dlpack__": lambda **k: view.__dlpack__(**k),
             "Comm.set_timeout_ms": lambda **k: node._comm.set_timeout_ms(**k),
             # Refused before any communicator is made (mpi4py and NCCL are

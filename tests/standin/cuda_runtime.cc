@@ -388,6 +388,7 @@ const char *cudaGetErrorString(cudaError_t error) { return error_text(error).tex
 cudaError_t cudaMalloc(void **pointer, size_t size) {
   Engine &e = engine();
   Lock lock(e.mutex);
+  if (cudaError_t c = e.unsafe_call("cudaMalloc")) return fail(c);
   if (pointer == nullptr) return fail(cudaErrorInvalidValue);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   int device = e.need_context();
@@ -422,6 +423,7 @@ cudaError_t cudaMalloc(void **pointer, size_t size) {
 cudaError_t cudaFree(void *pointer) {
   Engine &e = engine();
   Lock lock(e.mutex);
+  if (cudaError_t c = e.unsafe_call("cudaFree")) return fail(c);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   e.need_context();
   if (pointer == nullptr) return cudaSuccess;
@@ -444,6 +446,7 @@ cudaError_t cudaFree(void *pointer) {
 cudaError_t cudaMallocHost(void **pointer, size_t size) {
   Engine &e = engine();
   Lock lock(e.mutex);
+  if (cudaError_t c = e.unsafe_call("cudaMallocHost")) return fail(c);
   if (pointer == nullptr) return fail(cudaErrorInvalidValue);
   if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
   e.need_context();
@@ -464,6 +467,7 @@ cudaError_t cudaMallocHost(void **pointer, size_t size) {
 cudaError_t cudaFreeHost(void *pointer) {
   Engine &e = engine();
   Lock lock(e.mutex);
+  if (cudaError_t c = e.unsafe_call("cudaFreeHost")) return fail(c);
   if (pointer == nullptr) return cudaSuccess;
   auto it = e.allocs.find(reinterpret_cast<uintptr_t>(pointer));
   if (it == e.allocs.end() || it->second.device >= 0 || it->second.freed) {

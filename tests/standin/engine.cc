@@ -475,6 +475,7 @@ void Engine::invalidate_capture(CUstream_st *s, const std::string &why) {
 }
 
 cudaError_t Engine::host_sync(CUstream_st *s, const char *call) {
+  if (cudaError_t c = unsafe_call(call)) return c;
   if (s->capture != nullptr) {
     invalidate_capture(s, std::string(call) + " on the capturing stream");
     return cudaErrorStreamCaptureUnsupported;
@@ -484,6 +485,7 @@ cudaError_t Engine::host_sync(CUstream_st *s, const char *call) {
 }
 
 cudaError_t Engine::host_sync_device(int device, const char *call) {
+  if (cudaError_t c = unsafe_call(call)) return c;
   cudaError_t rc = cudaSuccess;
   for (auto &s : streams) {
     if (s->device != device || s->destroyed) continue;

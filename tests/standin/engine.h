@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/standin/standin.h"
@@ -82,6 +83,11 @@ struct CUstream_st {
   // event wait across the capture's edge invalidates it, as CUDA's does.
   CUgraph_st *capture = nullptr;
   bool capture_invalidated = false;
+  // Who captures and how: in global mode (CUDA's default, torch's) every
+  // other thread not in relaxed mode is barred from potentially unsafe
+  // calls while it lasts, and such a call invalidates the capture.
+  bool capture_global = false;
+  std::thread::id capture_thread;
   std::string capture_why;            // what invalidated it
   uint64_t host_syncs = 0;            // host calls that waited on (or polled) its work
   int64_t stuck_since_ms = -1;        // first unanswered poll (for KVS_STANDIN_TRACE)
@@ -225,6 +231,11 @@ class Engine {
   // Returns cudaSuccess when the call may go on.
   cudaError_t host_sync(CUstream_st *stream, const char *call);
   cudaError_t host_sync_device(int device, const char *call);
+  // A potentially unsafe call (a host wait or poll, an allocation or free)
+  // on this thread: refused, invalidating the captures it would break,
+  // while another thread (or this one) captures in global mode and this
+  // thread is not in relaxed mode (cudaThreadExchangeStreamCaptureMode).
+  cudaError_t unsafe_call(const char *call);
   // Ends a stream's capture as invalid, naming why.
   void invalidate_capture(CUstream_st *stream, const std::string &why);
   bool runnable(const CUstream_st *stream) const;

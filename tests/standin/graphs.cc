@@ -33,10 +33,35 @@ cudaStream_t stream_of_event(cudaEvent_t event) {
   return event != nullptr ? event->recorded_on : nullptr;
 }
 
+// The calling thread's capture mode (CUDA's default: global).
+thread_local cudaStreamCaptureMode g_thread_mode = cudaStreamCaptureModeGlobal;
+
+cudaError_t Engine::unsafe_call(const char *call) {
+  if (g_thread_mode == cudaStreamCaptureModeRelaxed) return cudaSuccess;
+  cudaError_t rc = cudaSuccess;
+  for (auto &s : streams) {
+    if (s->destroyed || s->capture == nullptr || s->capture_invalidated) continue;
+    if (!s->capture_global && s->capture_thread != std::this_thread::get_id()) continue;
+    invalidate_capture(
+        s.get(), std::string(call) + " on a thread in " +
+                     (g_thread_mode == cudaStreamCaptureModeGlobal ? "global" : "thread-local") +
+                     " capture mode during a global-mode capture");
+    rc = cudaErrorStreamCaptureUnsupported;
+  }
+  return rc;
+}
+
 }  // namespace kvs_standin
 
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  if (mode == nullptr) return kvs_standin::fail(cudaErrorInvalidValue);
+  cudaStreamCaptureMode previous = kvs_standin::g_thread_mode;
+  kvs_standin::g_thread_mode = *mode;
+  *mode = previous;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  (void)mode;
   Engine &e = engine();
   Lock lock(e.mutex);
   CUstream_st *s = e.resolve(stream, "cudaStreamBeginCapture");
@@ -46,6 +71,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
   e.graphs.emplace_back(new CUgraph_st);
   s->capture = e.graphs.back().get();
   s->capture_invalidated = false;
+  s->capture_global = mode == cudaStreamCaptureModeGlobal;
+  s->capture_thread = std::this_thread::get_id();
   s->capture_why.clear();
   return cudaSuccess;
 }
