@@ -103,6 +103,13 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   snprintf(what, sizeof what, "cudaMalloc of %llu bytes on device %d",
            (unsigned long long)layout->total_bytes, device);
   KVS_CUDA_GOTO(cudaMalloc((void **)&t->base, layout->total_bytes), what, err, status, fail);
+  /* Every kernel now, not at the first step: a lazy load then may wait on
+   * the whole context while the engine's NCCL kernels wait on a peer. */
+  const char *kernel = NULL;
+  cudaError_t loaded = kvs_kernels_load(&kernel);
+  snprintf(what, sizeof what, "cudaFuncGetAttributes of kernel %s (loading the kernels at create)",
+           kernel != NULL ? kernel : "?");
+  KVS_CUDA_GOTO(loaded, what, err, status, fail);
   t->map = (int64_t *)(t->base + layout->spans[0].offset);
   t->faults = (kvs_device_faults *)(t->base + layout->faults_offset);
   t->staging = (kvs_journal_entry *)(t->base + layout->journal_offset);

@@ -9,7 +9,8 @@
 // is never synchronised with the host by a step (the stand-in's counters:
 // a step may not wait on it, poll it, or copy pageable memory on it, which
 // would also have invalidated the capture). The last line says what ran:
-// "host syncs per step S, graph replays G, ranks R".
+// "host syncs per step S, graph replays G, ranks R". No step loads a
+// kernel (the stand-in's lazy loading): the tables loaded them at create.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -105,6 +106,9 @@ void run_rank(int rank, kvs_comm_t boot) {
   o.cuda_graphs = true;
   kvs_node_t node = nullptr;
   ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+  // Every kernel was loaded at create: none loads at a step (lazy loading
+  // would load it at its first launch, a wait on the whole context).
+  const uint64_t loads_at_create = kvs_standin::lazy_loads(rank);
   kvs_workload_t w = nullptr;
   ASSERT_EQ(kvs_workload_create(kvs_node_shard(node), &wo, &w, &err), KVS_OK) << err.message;
   int64_t *pinned = nullptr;
@@ -151,6 +155,8 @@ void run_rank(int rank, kvs_comm_t boot) {
   kvs_workload_counters_get(w, &c);
   EXPECT_GT(c.admitted, 2u);
   EXPECT_GT(c.contexts, kSteps);
+  EXPECT_EQ(kvs_standin::lazy_loads(rank) - loads_at_create, 0u)
+      << "rank " << rank << ": a step loaded a kernel its table's create did not";
   g_step_syncs += syncs;
   g_steps += kSteps - 1;  // the first step found the stream
   g_ranks++;
