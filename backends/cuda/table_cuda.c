@@ -172,9 +172,12 @@ done:
   return status;
 }
 
+/* A check that found the digests differ: after the table's own work, in
+ * its stream's order (the tables' kernels all run there), never a device
+ * synchronisation that would wait on the engine's and NCCL's streams. */
 static kvs_status cuda_download(void *impl, int64_t *mapping, size_t rows, kvs_error *err) {
   cuda_table *t = impl;
-  return kvs_device_tables_download_mapping(t->tables, mapping, rows, err);
+  return kvs_device_tables_read_mapping(t->tables, mapping, rows, t->stream, err);
 }
 
 static kvs_status cuda_faults(void *impl, kvs_device_faults *out, kvs_error *err) {
