@@ -234,9 +234,20 @@ kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layou
  * order, layer by layer). 0 for a layout without such rows. */
 uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout);
 
+/* What one allocation of the host tier holds at most, whole slots: a
+ * 128 GiB tier (1 TiB at tp 8) is 128 pinned allocations, not one the
+ * driver must find and pin at once. */
+#define KVS_TABLE_HOST_CHUNK_BYTES ((uint64_t)1 << 30)
+
 /* Gives the table a host tier of `slots` slots of
  * kvs_table_host_slot_bytes(layout) each (the layout the table was made
- * from): pinned host memory on a device. From then on every journal the
+ * from): pinned host memory on a device, allocated in chunks of
+ * KVS_TABLE_HOST_CHUNK_BYTES (kvs_table_host_tier_chunked), each a whole
+ * number of slots, so that no slot, and no copy, straddles two. On a
+ * device each chunk is pinned by the calling thread (the node's, bound to
+ * the GPU's NUMA node with bind_numa, whose memory policy the driver's
+ * pages follow); a chunk that fails frees the ones before it and names
+ * the chunk, the tier's bytes and RLIMIT_MEMLOCK. From then on every journal the
  * table applies (kvs_table_apply, kvs_table_step) first moves rows, in
  * journal order (kvs_window_pool_host_move_of): a spill copies its full
  * page's rows into its slot, a fetch its slot's rows into its full page.
@@ -247,11 +258,15 @@ uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout);
  * own. Once per table (KVS_ERR_CONFLICT after). */
 kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layout, uint64_t slots,
                                kvs_error *err);
+/* The same in chunks of at most chunk_bytes (at least one slot each). */
+kvs_status kvs_table_host_tier_chunked(kvs_table_t table, const kvs_device_layout *layout,
+                                       uint64_t slots, uint64_t chunk_bytes, kvs_error *err);
 
-/* The tier's memory (slots x slot bytes) and its shape; NULL without one.
- * Moves still queued on a device may be writing it: sync first. */
-const unsigned char *kvs_table_host_tier_memory(const struct kvs_table *table, uint64_t *slot_bytes,
-                                                uint64_t *slots);
+/* Slot `slot`'s memory (slot bytes) and the tier's shape; NULL without a
+ * tier or past its slots. Moves still queued on a device may be writing
+ * it: sync first. */
+const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
+                                              uint64_t *slot_bytes, uint64_t *slots);
 
 /* Rows moved so far (host-tier spills and fetches and their bytes, ring
  * clears, tail-state restores), and the host time spent queueing (or, on
@@ -303,10 +318,10 @@ typedef struct kvs_table_ops {
                      void **event, kvs_table_step_timing *timing, kvs_error *err);
   kvs_status (*digest)(void *impl, uint64_t *out, kvs_error *err);
   kvs_status (*memory)(void *impl, void **base, int64_t **mapping, kvs_error *err);
-  /* The host tier: its memory (pinned on a device) and the copies, run or
-   * queued in the order given. */
+  /* The host tier: its memory (pinned on a device), one chunk a call,
+   * and the copies, run or queued in the order given. */
   kvs_status (*host_alloc)(void *impl, uint64_t bytes, void **out, kvs_error *err);
-  void (*host_free)(void *impl, void *memory);
+  void (*host_free)(void *impl, void *memory, uint64_t bytes);
   kvs_status (*copy_rows)(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err);
   /* The step's contract with an engine (kvs_table_set_results, _release,
    * _check_stream). */

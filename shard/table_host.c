@@ -36,7 +36,6 @@ typedef struct host_table {
   kvs_device_faults faults;
   uint64_t carve_bytes; /* the layout's total: the address range views see */
   void *carve;          /* reserved on the first kvs_table_memory; NULL until then */
-  uint64_t tier_bytes;  /* the host tier's range (kvs_table_host_tier) */
 } host_table;
 
 static const kvs_device_faults kNoFaults = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
@@ -228,7 +227,7 @@ static kvs_status host_memory(void *impl, void **base, int64_t **mapping, kvs_er
 /* The host tier, reserved like the carve: slots cost memory once a
  * spill writes them. */
 static kvs_status host_tier_alloc(void *impl, uint64_t bytes, void **out, kvs_error *err) {
-  host_table *t = impl;
+  (void)impl;
   void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
@@ -236,14 +235,13 @@ static kvs_status host_tier_alloc(void *impl, uint64_t bytes, void **out, kvs_er
                          "no address range of %llu bytes for the host tier: %s",
                          (unsigned long long)bytes, strerror(errno));
   }
-  t->tier_bytes = bytes;
   *out = p;
   return KVS_OK;
 }
 
-static void host_tier_free(void *impl, void *memory) {
-  host_table *t = impl;
-  if (memory != NULL) munmap(memory, (size_t)t->tier_bytes);
+static void host_tier_free(void *impl, void *memory, uint64_t bytes) {
+  (void)impl;
+  if (memory != NULL) munmap(memory, (size_t)bytes);
 }
 
 static kvs_status host_copy_rows(void *impl, const kvs_row_copy *copies, size_t n, kvs_error *err) {

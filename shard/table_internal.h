@@ -42,8 +42,11 @@ struct kvs_table {
   uint64_t n_req_slots; /* the dummy included; 0 without per-request rings */
   kvs_table_ring_span rings[KVS_TABLE_RING_SPANS];
   size_t n_rings;
-  /* The host tier (none: tier NULL). */
-  unsigned char *tier;
+  /* The host tier (none: chunks NULL): n_chunks allocations of
+   * chunk_slots whole slots (the last may hold fewer). */
+  unsigned char **chunks;
+  size_t n_chunks;
+  uint64_t chunk_slots;
   uint64_t tier_slots, slot_bytes;
   kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
   size_t n_spans;

@@ -94,13 +94,29 @@ uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout) {
   return bytes;
 }
 
+/* Frees chunks [0, n) of a tier of `slots` slots. */
+static void free_chunks(struct kvs_table *t, unsigned char **chunks, size_t n, uint64_t chunk_slots,
+                        uint64_t slots, uint64_t slot_bytes) {
+  for (size_t c = 0; c < n; c++) {
+    uint64_t first = (uint64_t)c * chunk_slots;
+    uint64_t held = slots - first < chunk_slots ? slots - first : chunk_slots;
+    t->ops->host_free(t->impl, chunks[c], held * slot_bytes);
+  }
+  free(chunks);
+}
+
 kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layout, uint64_t slots,
                                kvs_error *err) {
+  return kvs_table_host_tier_chunked(table, layout, slots, KVS_TABLE_HOST_CHUNK_BYTES, err);
+}
+
+kvs_status kvs_table_host_tier_chunked(kvs_table_t table, const kvs_device_layout *layout,
+                                       uint64_t slots, uint64_t chunk_bytes, kvs_error *err) {
   if (table == NULL || layout == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_host_tier: %s is NULL",
                          table == NULL ? "table" : "layout");
   }
-  if (table->tier != NULL) {
+  if (table->chunks != NULL) {
     return kvs_error_set(err, KVS_ERR_CONFLICT, "the table has a host tier already");
   }
   if (table->ops->host_alloc == NULL) {
@@ -119,25 +135,59 @@ kvs_status kvs_table_host_tier(kvs_table_t table, const kvs_device_layout *layou
         (unsigned long long)slots, (unsigned long long)slot_bytes,
         slots == 0 || slot_bytes == 0 ? "nothing to hold" : "past the address space");
   }
-  void *tier = NULL;
-  if ((status = table->ops->host_alloc(table->impl, slots * slot_bytes, &tier, err))) return status;
-  table->tier = tier;
+  /* Whole slots a chunk: a slot's spans, and so every copy, lie in one. */
+  uint64_t chunk_slots = chunk_bytes / slot_bytes > 0 ? chunk_bytes / slot_bytes : 1;
+  if (chunk_slots > slots) chunk_slots = slots;
+  size_t n_chunks = (size_t)((slots + chunk_slots - 1) / chunk_slots);
+  unsigned char **chunks = calloc(n_chunks, sizeof *chunks);
+  if (chunks == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the host tier's %zu chunks",
+                         n_chunks);
+  }
+  for (size_t c = 0; c < n_chunks; c++) {
+    uint64_t first = (uint64_t)c * chunk_slots;
+    uint64_t held = slots - first < chunk_slots ? slots - first : chunk_slots;
+    kvs_error why;
+    kvs_error_clear(&why);
+    void *chunk = NULL;
+    status = table->ops->host_alloc(table->impl, held * slot_bytes, &chunk, &why);
+    if (status != KVS_OK) {
+      free_chunks(table, chunks, c, chunk_slots, slots, slot_bytes);
+      return kvs_error_set(err, status,
+                           "chunk %zu of %zu (%llu bytes) of a host tier of %llu bytes: %s", c + 1,
+                           n_chunks, (unsigned long long)(held * slot_bytes),
+                           (unsigned long long)(slots * slot_bytes), why.message);
+    }
+    chunks[c] = chunk;
+  }
+  table->chunks = chunks;
+  table->n_chunks = n_chunks;
+  table->chunk_slots = chunk_slots;
   table->tier_slots = slots;
   table->slot_bytes = slot_bytes;
   return KVS_OK;
 }
 
 void kvs_table_host_tier_free(struct kvs_table *table) {
-  if (table->tier != NULL) table->ops->host_free(table->impl, table->tier);
-  table->tier = NULL;
+  if (table->chunks != NULL) {
+    free_chunks(table, table->chunks, table->n_chunks, table->chunk_slots, table->tier_slots,
+                table->slot_bytes);
+  }
+  table->chunks = NULL;
+  table->n_chunks = 0;
 }
 
-const unsigned char *kvs_table_host_tier_memory(const struct kvs_table *table, uint64_t *slot_bytes,
-                                                uint64_t *slots) {
-  if (table == NULL || table->tier == NULL) return NULL;
+/* Slot s's memory: chunk s / chunk_slots, whole slots in each. */
+static unsigned char *slot_memory(const struct kvs_table *t, uint64_t slot) {
+  return t->chunks[slot / t->chunk_slots] + (slot % t->chunk_slots) * t->slot_bytes;
+}
+
+const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
+                                              uint64_t *slot_bytes, uint64_t *slots) {
+  if (table == NULL || table->chunks == NULL || slot >= table->tier_slots) return NULL;
   if (slot_bytes != NULL) *slot_bytes = table->slot_bytes;
   if (slots != NULL) *slots = table->tier_slots;
-  return table->tier;
+  return slot_memory(table, slot);
 }
 
 void kvs_table_row_stats_get(const struct kvs_table *table, kvs_table_row_stats *out) {
@@ -161,7 +211,7 @@ typedef struct row_entry {
 static row_entry decode(const struct kvs_table *t, const kvs_journal_entry *e) {
   row_entry r;
   memset(&r, 0, sizeof r);
-  if (t->tier != NULL && kvs_window_pool_host_move_of(e, &r.move)) {
+  if (t->chunks != NULL && kvs_window_pool_host_move_of(e, &r.move)) {
     r.work = WORK_MOVE;
   } else if (t->n_rings > 0 && kvs_window_pool_slot_bind_of(e, &r.slot)) {
     r.work = WORK_CLEAR;
@@ -221,7 +271,7 @@ static kvs_status queue(struct kvs_table *t, size_t *queued, kvs_row_copy c, kvs
 /* A spill or fetch: one strided copy per span, a run per layer. */
 static kvs_status queue_move(struct kvs_table *t, const kvs_host_move *m, size_t *queued,
                              kvs_error *err) {
-  unsigned char *slot = t->tier + m->slot * t->slot_bytes;
+  unsigned char *slot = slot_memory(t, m->slot);
   kvs_status status = KVS_OK;
   for (size_t s = 0; s < t->n_spans && status == KVS_OK; s++) {
     const kvs_table_span_rows *r = &t->spans[s];

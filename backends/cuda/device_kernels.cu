@@ -40,7 +40,29 @@ struct StreamLaunch {
   }
 };
 
+// cudaFuncGetAttributes on one kernel: under lazy loading it loads the
+// kernel (the documented way to load one before its launch).
+struct LoadKernel {
+  cudaError_t error = cudaSuccess;
+  const char *failed = nullptr;
+
+  template <typename... Params>
+  bool operator()(void (*kernel)(Params...), const char *name) {
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(kernel));
+    if (error != cudaSuccess) failed = name;
+    return error == cudaSuccess;
+  }
+};
+
 }  // namespace
+
+extern "C" cudaError_t kvs_kernels_load(const char **failed) {
+  LoadKernel load;
+  for_each_kernel(load);
+  if (failed != nullptr) *failed = load.failed;
+  return load.error;
+}
 
 extern "C" cudaError_t kvs_launch_apply_journal(int64_t *map, kvs_table_dims dims,
                                                 const kvs_journal_entry *entries, uint64_t n,

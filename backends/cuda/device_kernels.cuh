@@ -447,6 +447,21 @@ bool launch_ring_ctx(Launch &&launch, const int64_t *map, kvs_table_dims dims,
                 fault);
 }
 
+// Every kernel above, with its name: `visit(kernel, name)` for each until
+// one returns false. A table loads them all at create (kvs_kernels_load):
+// under CUDA's lazy loading (the default since CUDA 12.2) a kernel's module
+// is otherwise loaded at its first launch, the first step, and a load can
+// wait for the whole context, NCCL kernels blocked on a peer included. A
+// kernel added above and not here is loaded at a step, which the stand-in
+// counts (tests/standin: lazy_loads).
+template <typename Visit>
+bool for_each_kernel(Visit &&visit) {
+  return visit(apply_mark_kernel, "apply_mark") && visit(apply_write_kernel, "apply_write") &&
+         visit(translate_kernel, "translate") && visit(state_locs_kernel, "state_locs") &&
+         visit(batch_state_locs_kernel, "batch_state_locs") && visit(ring_ctx_kernel, "ring_ctx") &&
+         visit(table_digest_kernel, "table_digest");
+}
+
 }  // namespace kvs_kernels
 
 #endif  // KVS_BACKENDS_CUDA_DEVICE_KERNELS_CUH

@@ -67,6 +67,13 @@ cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
                                     unsigned long long *out, uint32_t max_blocks,
                                     cudaStream_t stream);
 
+/* Loads every kernel of the library into the current context now
+ * (cudaFuncGetAttributes on each), so that no launch loads a module under
+ * CUDA's lazy loading: a load at the first step can wait on the whole
+ * context while the engine's NCCL kernels wait on a peer. On failure
+ * *failed names the kernel (the caller's device current). */
+cudaError_t kvs_kernels_load(const char **failed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,8 +26,18 @@ struct kvs_device_tables {
    * different streams never share them while a copy or a kernel still
    * reads them. */
   cudaEvent_t journal_done;
+  /* A check's download (kvs_device_tables_read_mapping): two pinned halves
+   * of KVS_READ_HALF_BYTES, each with the event after its last copy, so the
+   * host copies one half out while the other fills, and waits for those
+   * events, never for the device. */
+  unsigned char *read_buffer;
+  cudaEvent_t read_done[2];
   uint32_t max_blocks; /* grid cap of the grid-stride kernels */
 };
+
+/* 512 KiB a half: an 80 MB table is 160 copies, each long enough (tens of
+ * microseconds) to hide the event wait of the one before. */
+#define KVS_READ_HALF_BYTES ((size_t)512 << 10)
 
 static const kvs_device_faults kFaultsInit = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
                                               KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT};
@@ -103,6 +113,13 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   snprintf(what, sizeof what, "cudaMalloc of %llu bytes on device %d",
            (unsigned long long)layout->total_bytes, device);
   KVS_CUDA_GOTO(cudaMalloc((void **)&t->base, layout->total_bytes), what, err, status, fail);
+  /* Every kernel now, not at the first step: a lazy load then may wait on
+   * the whole context while the engine's NCCL kernels wait on a peer. */
+  const char *kernel = NULL;
+  cudaError_t loaded = kvs_kernels_load(&kernel);
+  snprintf(what, sizeof what, "cudaFuncGetAttributes of kernel %s (loading the kernels at create)",
+           kernel != NULL ? kernel : "?");
+  KVS_CUDA_GOTO(loaded, what, err, status, fail);
   t->map = (int64_t *)(t->base + layout->spans[0].offset);
   t->faults = (kvs_device_faults *)(t->base + layout->faults_offset);
   t->staging = (kvs_journal_entry *)(t->base + layout->journal_offset);
@@ -132,6 +149,12 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
                 "cudaMemcpy of the fault records", err, status, fail);
   KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->journal_done, cudaEventDisableTiming),
                 "cudaEventCreateWithFlags", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->read_buffer, 2 * KVS_READ_HALF_BYTES),
+                "cudaMallocHost of the table's download buffer", err, status, fail);
+  for (int h = 0; h < 2; h++) {
+    KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->read_done[h], cudaEventDisableTiming),
+                  "cudaEventCreateWithFlags for the table's download", err, status, fail);
+  }
   int sms = 0;
   KVS_CUDA_GOTO(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                 "cudaDeviceGetAttribute(multiprocessor count)", err, status, fail);
@@ -147,6 +170,10 @@ kvs_status kvs_device_tables_create(int device, const kvs_device_layout *layout,
   return KVS_OK;
 
 fail:
+  for (int h = 0; h < 2; h++) {
+    if (t->read_done[h] != NULL) (void)cudaEventDestroy(t->read_done[h]);
+  }
+  if (t->read_buffer != NULL) (void)cudaFreeHost(t->read_buffer);
   if (t->journal_done != NULL) (void)cudaEventDestroy(t->journal_done);
   if (t->host_staging != NULL) (void)cudaFreeHost(t->host_staging);
   if (t->base != NULL) (void)cudaFree(t->base);
@@ -162,6 +189,9 @@ void kvs_device_tables_destroy(kvs_device_tables_t tables) {
   kvs_cuda_device_scope scope;
   if (enter(tables, &scope, NULL) == KVS_OK) {
     (void)cudaEventDestroy(tables->journal_done);
+    (void)cudaEventDestroy(tables->read_done[0]);
+    (void)cudaEventDestroy(tables->read_done[1]);
+    (void)cudaFreeHost(tables->read_buffer);
     (void)cudaFreeHost(tables->host_staging);
     (void)cudaFree(tables->base);
     kvs_cuda_device_leave(&scope);
@@ -225,6 +255,50 @@ kvs_status kvs_device_tables_upload_mapping(kvs_device_tables_t tables, const in
   return status;
 }
 
+/* Chunk c of the table into half c % 2 of the download buffer, on stream;
+ * the half's event after it. */
+static kvs_status read_chunk(const struct kvs_device_tables *t, size_t c, size_t rows,
+                             cudaStream_t stream, kvs_error *err) {
+  const size_t per = KVS_READ_HALF_BYTES / sizeof(int64_t);
+  size_t first = c * per, n = rows - first < per ? rows - first : per;
+  kvs_status status = kvs_cuda_status(
+      cudaMemcpyAsync(t->read_buffer + (c % 2) * KVS_READ_HALF_BYTES, t->map + first,
+                      n * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync of the mapping to the download buffer", err);
+  if (status != KVS_OK) return status;
+  return kvs_cuda_status(cudaEventRecord(t->read_done[c % 2], stream),
+                         "cudaEventRecord after a download chunk", err);
+}
+
+kvs_status kvs_device_tables_read_mapping(const struct kvs_device_tables *tables, int64_t *mapping,
+                                          size_t rows, cudaStream_t stream, kvs_error *err) {
+  kvs_status status = check_rows(tables, mapping, rows, err);
+  if (status != KVS_OK) return status;
+  kvs_cuda_device_scope scope;
+  if ((status = enter(tables, &scope, err))) return status;
+  const size_t per = KVS_READ_HALF_BYTES / sizeof(int64_t);
+  const size_t chunks = (rows + per - 1) / per;
+  /* Chunk c + 1 is queued before the host waits for chunk c and copies it
+   * out; half (c + 1) % 2 held chunk c - 1, copied out the round before. */
+  if (chunks > 0) status = read_chunk(tables, 0, rows, stream, err);
+  for (size_t c = 0; c < chunks && status == KVS_OK; c++) {
+    if (c + 1 < chunks && (status = read_chunk(tables, c + 1, rows, stream, err))) break;
+    status = kvs_cuda_status(cudaEventSynchronize(tables->read_done[c % 2]),
+                             "cudaEventSynchronize on a download chunk", err);
+    if (status != KVS_OK) break;
+    size_t n = rows - c * per < per ? rows - c * per : per;
+    memcpy(mapping + c * per, tables->read_buffer + (c % 2) * KVS_READ_HALF_BYTES,
+           n * sizeof(int64_t));
+  }
+  if (status != KVS_OK) {
+    /* Copies still queued would land in the buffer the next call fills. */
+    (void)cudaEventSynchronize(tables->read_done[0]);
+    (void)cudaEventSynchronize(tables->read_done[1]);
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *tables,
                                               int64_t *mapping, size_t rows, kvs_error *err) {
   kvs_status status = check_rows(tables, mapping, rows, err);
@@ -232,13 +306,9 @@ kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *ta
   kvs_cuda_device_scope scope;
   if ((status = enter(tables, &scope, err))) return status;
   status = kvs_cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download", err);
-  if (status == KVS_OK) {
-    status = kvs_cuda_status(
-        cudaMemcpy(mapping, tables->map, rows * sizeof *mapping, cudaMemcpyDeviceToHost),
-        "cudaMemcpy of the mapping to the host", err);
-  }
   kvs_cuda_device_leave(&scope);
-  return status;
+  if (status != KVS_OK) return status;
+  return kvs_device_tables_read_mapping(tables, mapping, rows, cudaStreamLegacy, err);
 }
 
 /* Launch results, named for the error message. */

@@ -73,8 +73,16 @@ kvs_status kvs_device_tables_region(const struct kvs_device_tables *tables, kvs_
  * written sentinel is refused before anything is copied. */
 kvs_status kvs_device_tables_upload_mapping(kvs_device_tables_t tables, const int64_t *mapping,
                                             size_t rows, kvs_error *err);
-/* Copies the table (rows == full_token + 1) to the host. Synchronous: it
- * waits for all work queued on the device. */
+/* Copies the table (rows == full_token + 1) to the host after the work
+ * queued on `stream` so far, in stream order: chunks through the tables'
+ * pinned download buffer, the host waiting on each chunk's event, never on
+ * the device (a check that found the digests differ must not stall the
+ * engine's other streams, nor the communicator's). Returns once `mapping`
+ * holds the table. */
+kvs_status kvs_device_tables_read_mapping(const struct kvs_device_tables *tables, int64_t *mapping,
+                                          size_t rows, cudaStream_t stream, kvs_error *err);
+/* The same after all work queued on the device (a device synchronisation
+ * first): for tests and tools, never a node's path. */
 kvs_status kvs_device_tables_download_mapping(const struct kvs_device_tables *tables,
                                               int64_t *mapping, size_t rows, kvs_error *err);
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_status.h"
@@ -172,9 +173,12 @@ done:
   return status;
 }
 
+/* A check that found the digests differ: after the table's own work, in
+ * its stream's order (the tables' kernels all run there), never a device
+ * synchronisation that would wait on the engine's and NCCL's streams. */
 static kvs_status cuda_download(void *impl, int64_t *mapping, size_t rows, kvs_error *err) {
   cuda_table *t = impl;
-  return kvs_device_tables_download_mapping(t->tables, mapping, rows, err);
+  return kvs_device_tables_read_mapping(t->tables, mapping, rows, t->stream, err);
 }
 
 static kvs_status cuda_faults(void *impl, kvs_device_faults *out, kvs_error *err) {
@@ -279,21 +283,32 @@ static cudaStream_t copy_stream(const cuda_table *t) {
   return t->engine_stream != NULL ? t->engine_stream : t->stream;
 }
 
-/* Pinned, so the copies are asynchronous DMA on the stream. */
+/* Pinned, so the copies are asynchronous DMA on the stream; one chunk of
+ * the tier a call (shard/table_rows.c), on the calling thread, whose
+ * memory binding (bind_numa) the driver's pages follow. The pages are the
+ * driver's, not counted against RLIMIT_MEMLOCK as mlock's are, so the
+ * limit refuses nothing up front; a failure names it, since a container
+ * that caps locked memory often caps pinned memory too. */
 static kvs_status cuda_host_alloc(void *impl, uint64_t bytes, void **out, kvs_error *err) {
   cuda_table *t = impl;
   kvs_cuda_device_scope scope;
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
-  char what[128];
-  snprintf(what, sizeof what, "cudaMallocHost of a host tier of %llu bytes",
-           (unsigned long long)bytes);
+  char limit[48] = "unlimited";
+  struct rlimit memlock;
+  if (getrlimit(RLIMIT_MEMLOCK, &memlock) == 0 && memlock.rlim_cur != RLIM_INFINITY) {
+    snprintf(limit, sizeof limit, "%llu bytes", (unsigned long long)memlock.rlim_cur);
+  }
+  char what[160];
+  snprintf(what, sizeof what, "cudaMallocHost of %llu bytes (RLIMIT_MEMLOCK, ulimit -l: %s)",
+           (unsigned long long)bytes, limit);
   status = kvs_cuda_status(cudaMallocHost(out, (size_t)bytes), what, err);
   kvs_cuda_device_leave(&scope);
   return status;
 }
 
-static void cuda_host_free(void *impl, void *memory) {
+static void cuda_host_free(void *impl, void *memory, uint64_t bytes) {
+  (void)bytes;
   cuda_table *t = impl;
   kvs_cuda_device_scope scope;
   if (memory == NULL || enter(t, &scope, NULL) != KVS_OK) return;

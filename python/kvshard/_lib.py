@@ -314,21 +314,33 @@ def _candidates():
     yield SONAME, "the loader's path"
 
 
-def pip_cuda_folders():
-    """The lib folders of pip's CUDA runtime and NCCL wheels (nvidia-cuda-
-    runtime-cu13, nvidia-nccl-cu13, as torch's wheels bring them) that hold
-    the libraries the backends load, in site-packages order."""
+# Where pip's wheels put each library the backends load: CUDA 13's wheels
+# (nvidia-cuda-runtime 13, torch's cu13 builds) in nvidia/cu13/lib, the
+# CUDA 12 era's in nvidia/cuda_runtime/lib and nvidia/nccl/lib.
+_PIP_LIBRARIES = (("libcudart.so.13", ("cu13", "cuda_runtime")),
+                  ("libnccl.so.2", ("cu13", "nccl")))
+
+
+def pip_cuda_folders(complete=False):
+    """The lib folders of pip's CUDA runtime and NCCL wheels that hold the
+    libraries the backends load, in site-packages order; with complete,
+    [] unless both libraries were found."""
     import site
     import sys
     roots = list(getattr(site, "getsitepackages", lambda: [])())
     roots += [site.getusersitepackages()] if hasattr(site, "getusersitepackages") else []
     roots += [p for p in sys.path if p.endswith("-packages")]
-    found = []
+    found, held = [], set()
     for root in roots:
-        for sub, soname in (("cuda_runtime", "libcudart.so.13"), ("nccl", "libnccl.so.2")):
-            folder = os.path.join(root, "nvidia", sub, "lib")
-            if os.path.exists(os.path.join(folder, soname)) and folder not in found:
-                found.append(folder)
+        for soname, subs in _PIP_LIBRARIES:
+            for sub in subs:
+                folder = os.path.join(root, "nvidia", sub, "lib")
+                if os.path.exists(os.path.join(folder, soname)):
+                    held.add(soname)
+                    if folder not in found:
+                        found.append(folder)
+    if complete and len(held) < len(_PIP_LIBRARIES):
+        return []
     return found
 
 
@@ -340,8 +352,8 @@ def _point_at_pip_cuda():
     # named, followed by the places the library would look anyway.
     if os.environ.get("KVSHARD_CUDA_PATH"):
         return
-    folders = pip_cuda_folders()
-    if len(folders) < 2:
+    folders = pip_cuda_folders(complete=True)
+    if not folders:
         return
     tail = [os.path.join(os.environ["CUDA_HOME"], "lib64")] if os.environ.get("CUDA_HOME") else []
     tail += ["/usr/local/cuda/lib64"] + os.environ.get("LD_LIBRARY_PATH", "").split(":")

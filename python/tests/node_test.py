@@ -1277,6 +1277,34 @@ class PipCuda(unittest.TestCase):
                                  text=True, timeout=60)
             self.assertEqual(out.stdout.strip(), "/mine", "the user's choice stands")
 
+    def test_cuda_13_wheels_cu13_folder_is_found(self):
+        # CUDA 13's wheels (nvidia-cuda-runtime 13, as torch's cu13 builds
+        # bring them) put libcudart in nvidia/cu13/lib, not
+        # nvidia/cuda_runtime/lib; NCCL's may sit there too, or in
+        # nvidia/nccl/lib.
+        import tempfile
+        for layout in ((("cu13", "libcudart.so.13"), ("cu13", "libnccl.so.2")),
+                       (("cu13", "libcudart.so.13"), ("nccl", "libnccl.so.2"))):
+            with tempfile.TemporaryDirectory() as root:
+                for sub, soname in layout:
+                    os.makedirs(os.path.join(root, "nvidia", sub, "lib"), exist_ok=True)
+                    open(os.path.join(root, "nvidia", sub, "lib", soname), "w").close()
+                link = root + "/x-packages"
+                os.symlink(root, link)
+                code = ("import sys, os; sys.path.insert(0, %r)\n"
+                        "from kvshard import _lib\n"
+                        "_lib._point_at_pip_cuda(); print(os.environ.get('KVSHARD_CUDA_PATH'))\n"
+                        % link)
+                env = {k: v for k, v in os.environ.items()
+                       if k not in ("KVSHARD_CUDA_PATH", "CUDA_HOME")}
+                out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                     text=True, timeout=60)
+                folders = out.stdout.strip().split(":")
+                want = [link + "/nvidia/" + sub + "/lib" for sub in
+                        dict.fromkeys(sub for sub, _ in layout)]
+                self.assertEqual(folders[:len(want) + 1], want + ["/usr/local/cuda/lib64"],
+                                 (layout, out.stdout, out.stderr))
+
 
 class StepCostExample(unittest.TestCase):
     def test_the_benchmark_runs_and_says_its_figures(self):

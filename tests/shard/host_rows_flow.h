@@ -150,10 +150,14 @@ inline std::vector<char> get_rows(const NodeMemory &m, const std::vector<PageRow
 // The slot of the tier holding exactly `bytes`, -1 for none.
 inline int64_t slot_holding(kvs_node_t node, const std::vector<char> &bytes) {
   uint64_t slot_bytes = 0, slots = 0;
-  const unsigned char *tier = kvs_table_host_tier_memory(kvs_node_table(node), &slot_bytes, &slots);
-  if (tier == nullptr || slot_bytes != bytes.size()) return -1;
+  kvs_table_t table = kvs_node_table(node);
+  if (kvs_table_host_tier_slot(table, 0, &slot_bytes, &slots) == nullptr ||
+      slot_bytes != bytes.size()) {
+    return -1;
+  }
   for (uint64_t s = 0; s < slots; s++) {
-    if (std::memcmp(tier + s * slot_bytes, bytes.data(), bytes.size()) == 0) {
+    if (std::memcmp(kvs_table_host_tier_slot(table, s, nullptr, nullptr), bytes.data(),
+                    bytes.size()) == 0) {
       return static_cast<int64_t>(s);
     }
   }

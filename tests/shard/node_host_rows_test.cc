@@ -60,7 +60,7 @@ TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages
         kvs_error err;
         ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
         uint64_t slot_bytes = 0, slots = 0;
-        ASSERT_NE(kvs_table_host_tier_memory(kvs_node_table(node), &slot_bytes, &slots), nullptr);
+        ASSERT_NE(kvs_table_host_tier_slot(kvs_node_table(node), 0, &slot_bytes, &slots), nullptr);
         kvs_node_prefix_counts c{};
         c.size = sizeof c;
         ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
@@ -86,7 +86,7 @@ TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages
 
 TEST(NodeHostRows, an_index_only_tier_agrees_on_its_slots_and_moves_no_rows) {
   with_node(true, [](kvs_node_t node) {
-    EXPECT_EQ(kvs_table_host_tier_memory(kvs_node_table(node), nullptr, nullptr), nullptr);
+    EXPECT_EQ(kvs_table_host_tier_slot(kvs_node_table(node), 0, nullptr, nullptr), nullptr);
     kvs_node_prefix_counts c{};
     c.size = sizeof c;
     kvs_error err;
@@ -103,12 +103,12 @@ TEST(NodeHostRows, the_table_refuses_a_second_tier_an_empty_one_and_a_foreign_la
     kvs_table_t table = kvs_node_table(node);
     const kvs_device_layout *layout = kvs_node_layout(node);
     uint64_t slot_bytes = 0, slots = 0;
-    const unsigned char *tier = kvs_table_host_tier_memory(table, &slot_bytes, &slots);
+    const unsigned char *tier = kvs_table_host_tier_slot(table, 0, &slot_bytes, &slots);
     kvs_error err;
     EXPECT_EQ(kvs_table_host_tier(table, layout, 4, &err), KVS_ERR_CONFLICT);
     EXPECT_EQ(kvs_table_host_tier(nullptr, layout, 4, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(kvs_table_host_tier(table, nullptr, 4, &err), KVS_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(kvs_table_host_tier_memory(table, &slot_bytes, &slots), tier) << "unchanged";
+    EXPECT_EQ(kvs_table_host_tier_slot(table, 0, &slot_bytes, &slots), tier) << "unchanged";
   });
   with_node(true, [](kvs_node_t node) {
     kvs_table_t table = kvs_node_table(node);
@@ -121,7 +121,7 @@ TEST(NodeHostRows, the_table_refuses_a_second_tier_an_empty_one_and_a_foreign_la
     EXPECT_EQ(kvs_table_host_tier(table, &other, 4, &err), KVS_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(err.message).find("is not the table's"), std::string::npos)
         << err.message;
-    EXPECT_EQ(kvs_table_host_tier_memory(table, nullptr, nullptr), nullptr) << "nothing taken";
+    EXPECT_EQ(kvs_table_host_tier_slot(table, 0, nullptr, nullptr), nullptr) << "nothing taken";
     EXPECT_EQ(kvs_table_host_slot_bytes(nullptr), 0u);
   });
 }

@@ -8,8 +8,12 @@
 // window pool's own); the ranks agree at every check; the tables' stream
 // is never synchronised with the host by a step (the stand-in's counters:
 // a step may not wait on it, poll it, or copy pageable memory on it, which
-// would also have invalidated the capture). The last line says what ran:
-// "host syncs per step S, graph replays G, ranks R".
+// would also have invalidated the capture). The communicator's stream is
+// waited on by every rank at every step (its broadcast's readback is polled
+// until it lands): those polls are counted and printed too. The last line
+// says what ran: "host syncs per step S on the tables' stream, Q polls of
+// the communicator's stream, graph replays G, ranks R". No step loads a
+// kernel (the stand-in's lazy loading): the tables loaded them at create.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "core/geometry.h"
+#include "shard/comm.h"
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tests/shard/ranks.h"
@@ -32,6 +37,7 @@ constexpr uint64_t kCheckEvery = 30;
 constexpr uint64_t MiB = 1ull << 20;
 
 std::atomic<uint64_t> g_step_syncs{0};
+std::atomic<uint64_t> g_comm_polls{0};
 std::atomic<uint64_t> g_steps{0};
 std::atomic<uint64_t> g_replays{0};
 std::atomic<int> g_ranks{0};
@@ -105,6 +111,9 @@ void run_rank(int rank, kvs_comm_t boot) {
   o.cuda_graphs = true;
   kvs_node_t node = nullptr;
   ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+  // Every kernel was loaded at create: none loads at a step (lazy loading
+  // would load it at its first launch, a wait on the whole context).
+  const uint64_t loads_at_create = kvs_standin::lazy_loads(rank);
   kvs_workload_t w = nullptr;
   ASSERT_EQ(kvs_workload_create(kvs_node_shard(node), &wo, &w, &err), KVS_OK) << err.message;
   int64_t *pinned = nullptr;
@@ -112,13 +121,20 @@ void run_rank(int rank, kvs_comm_t boot) {
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void **>(&pinned), pinned_rows * sizeof(int64_t)),
             cudaSuccess);
   cudaStream_t tables = nullptr;
-  uint64_t syncs = 0;
+  uint64_t syncs = 0, polls = 0;
+  // The communicator's stream, which every rank's broadcast polls until
+  // the step's message has landed: host waits too, counted apart.
+  void *comm_stream = nullptr;
+  int comm_device = -1;
+  ASSERT_EQ(kvs_comm_device_stream(comm, &comm_stream, &comm_device, &err), KVS_OK) << err.message;
+  cudaStream_t comm_s = static_cast<cudaStream_t>(comm_stream);
   for (uint64_t s = 0; s < kSteps; s++) {
     ASSERT_EQ(kvs_workload_schedule(w, s, &err), KVS_OK) << err.message;
     kvs_ring_batch batch;
     kvs_workload_batch(w, &batch);
     kvs_node_step_info r;
     uint64_t before = tables != nullptr ? kvs_standin::host_syncs(tables) : 0;
+    uint64_t polls_before = kvs_standin::host_syncs(comm_s);
     ASSERT_EQ(kvs_node_step_rows(node, &batch, false, &r, &err), KVS_OK)
         << "rank " << rank << " step " << s << ": " << err.message;
     ASSERT_TRUE(r.ring.on_device);
@@ -130,6 +146,7 @@ void run_rank(int rank, kvs_comm_t boot) {
       ASSERT_NE(tables, engine) << "the tables run on a stream of their own";
     } else {
       syncs += kvs_standin::host_syncs(tables) - before;
+      polls += kvs_standin::host_syncs(comm_s) - polls_before;
     }
     HostRows rows;
     read_back(r, static_cast<cudaEvent_t>(event), engine, pinned, &rows);
@@ -151,7 +168,11 @@ void run_rank(int rank, kvs_comm_t boot) {
   kvs_workload_counters_get(w, &c);
   EXPECT_GT(c.admitted, 2u);
   EXPECT_GT(c.contexts, kSteps);
+  EXPECT_EQ(kvs_standin::lazy_loads(rank) - loads_at_create, 0u)
+      << "rank " << rank << ": a step loaded a kernel its table's create did not";
+  EXPECT_GE(polls, kSteps - 1) << "rank " << rank << ": a step's broadcast went unpolled";
   g_step_syncs += syncs;
+  g_comm_polls += polls;
   g_steps += kSteps - 1;  // the first step found the stream
   g_ranks++;
   kvs_workload_destroy(w);
@@ -183,8 +204,10 @@ int main(int argc, char **argv) {
   std::fflush(stderr);
   uint64_t steps = g_steps.load();
   std::printf(
-      "host syncs per step %g, graph replays %llu, ranks %d\n",
+      "host syncs per step %g on the tables' stream, %.1f polls of the communicator's stream, "
+      "graph replays %llu, ranks %d\n",
       steps > 0 ? static_cast<double>(g_step_syncs.load()) / static_cast<double>(steps) : -1.0,
+      steps > 0 ? static_cast<double>(g_comm_polls.load()) / static_cast<double>(steps) : -1.0,
       static_cast<unsigned long long>(g_replays.load()), g_ranks.load());
   std::fflush(stdout);
   return rc;

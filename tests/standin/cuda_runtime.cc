@@ -210,6 +210,7 @@ cudaError_t cudaDeviceSynchronize(void) {
   int device = e.need_context();
   if (cudaError_t c = e.host_sync_device(device, "cudaDeviceSynchronize")) return fail(c);
   if (cudaError_t f = e.injected("cudaDeviceSynchronize")) return fail(f);
+  e.stats.device_syncs++;
   e.wait_until(
       lock, [&] { return e.idle(device); }, "cudaDeviceSynchronize");
   return cudaSuccess;
@@ -246,6 +247,22 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
       *value = 0;
       break;
   }
+  return cudaSuccess;
+}
+
+// Loads the kernel into the current context (under lazy loading, the
+// documented way to load one before its first launch). The attributes are
+// the stand-in's: what kvshard reads of them is nothing.
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  if (attr == nullptr || func == nullptr) return fail(cudaErrorInvalidDeviceFunction);
+  if (e.config.devices <= 0) return fail(cudaErrorNoDevice);
+  int device = e.need_context();
+  if (cudaError_t f = e.injected("cudaFuncGetAttributes")) return fail(f);
+  std::memset(attr, 0, sizeof *attr);
+  attr->maxThreadsPerBlock = 1024;
+  e.load_kernel(device, func, false);
   return cudaSuccess;
 }
 

@@ -90,6 +90,14 @@ void Engine::create_context(int device) {
   if (!context_live[static_cast<size_t>(device)]) {
     context_live[static_cast<size_t>(device)] = true;
     contexts_created[static_cast<size_t>(device)]++;
+    kernels_loaded[static_cast<size_t>(device)].clear();  // a new context loaded nothing
+  }
+}
+
+void Engine::load_kernel(int device, const void *kernel, bool at_launch) {
+  if (kernels_loaded[static_cast<size_t>(device)].insert(kernel).second && at_launch) {
+    lazy_loads[static_cast<size_t>(device)]++;
+    stats.lazy_loads++;
   }
 }
 
@@ -370,6 +378,8 @@ void Engine::reset_locked(const Config &c) {
   context_live.assign(n, false);
   contexts_created.assign(n, 0);
   primary_retains.assign(n, 0);
+  kernels_loaded.assign(n, std::set<const void *>());
+  lazy_loads.assign(n, 0);
   // A primary context's handle is the driver's for the life of the
   // process: a reset makes every context inactive (as cudaDeviceReset
   // does) but keeps the handles, so a library's cached handle stays a
@@ -397,6 +407,13 @@ int contexts_created(int device) {
   std::lock_guard<std::mutex> lock(e.mutex);
   if (device < 0 || static_cast<size_t>(device) >= e.contexts_created.size()) return 0;
   return e.contexts_created[static_cast<size_t>(device)];
+}
+
+uint64_t lazy_loads(int device) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  if (device < 0 || static_cast<size_t>(device) >= e.lazy_loads.size()) return 0;
+  return e.lazy_loads[static_cast<size_t>(device)];
 }
 
 int thread_device() {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -174,6 +175,8 @@ class Engine {
   std::vector<bool> context_live;
   std::vector<int> contexts_created;
   std::vector<int> primary_retains;  // per device: cuDevicePrimaryCtxRetain minus releases
+  std::vector<std::set<const void *>> kernels_loaded;  // per device, in its live context
+  std::vector<uint64_t> lazy_loads;                    // per device
   std::map<uintptr_t, Alloc> allocs;
   std::vector<std::string> violations;
   std::vector<CudaFault> cuda_faults;
@@ -210,6 +213,10 @@ class Engine {
   // needs a context when none is current: its last cudaSetDevice, else 0.
   int current_choice();
   std::vector<std::string> hosts;
+
+  // Loads `kernel` into device's context; at a launch, a kernel not loaded
+  // before counts a lazy load.
+  void load_kernel(int device, const void *kernel, bool at_launch);
 
   // A failure injected for this call, else cudaSuccess.
   cudaError_t injected(const char *call);

@@ -37,6 +37,8 @@ struct QueuedLaunch {
 
   template <typename... Params, typename... Args>
   bool operator()(unsigned grid, unsigned threads, void (*kernel)(Params...), Args... args) {
+    // Loaded at the call, in the launching context, as CUDA's lazy loading does.
+    e->load_kernel(s->device, reinterpret_cast<const void *>(kernel), true);
     Op op;
     op.what = name;
     uint64_t seed = e->rng() | 1;
@@ -83,7 +85,28 @@ cudaError_t launch(cudaStream_t stream, const char *name, std::vector<Range> ran
 
 const size_t kRow = sizeof(int64_t);
 
+// cudaFuncGetAttributes on one kernel, as device_kernels.cu's loader.
+struct LoadKernel {
+  cudaError_t error = cudaSuccess;
+  const char *failed = nullptr;
+
+  template <typename... Params>
+  bool operator()(void (*kernel)(Params...), const char *name) {
+    cudaFuncAttributes attributes;
+    error = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void *>(kernel));
+    if (error != cudaSuccess) failed = name;
+    return error == cudaSuccess;
+  }
+};
+
 }  // namespace
+
+cudaError_t kvs_kernels_load(const char **failed) {
+  LoadKernel load;
+  kvs_kernels::for_each_kernel(load);
+  if (failed != nullptr) *failed = load.failed;
+  return load.error;
+}
 
 // A launch that reads its count from device memory touches that word too.
 void add_count(std::vector<Range> &ranges, const void *count, size_t bytes) {

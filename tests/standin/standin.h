@@ -51,6 +51,8 @@
 //   is refused (cudaErrorStreamCaptureUnsupported) and invalidates the
 //   capture (cudaStreamEndCapture answers cudaErrorStreamCaptureInvalidated).
 //   host_syncs counts, per stream, the host waits a graph may not hold.
+// - Kernels are loaded lazily, per context: the first launch of a kernel
+//   not yet loaded (cudaFuncGetAttributes loads one) counts a lazy load.
 //
 // Where the real hardware differs in a way that matters, the comment at
 // the spot says so. One holds throughout: an operation (a copy, a kernel,
@@ -140,8 +142,17 @@ struct Stats {
   uint64_t reorders = 0;        // picks among two or more streams that could run
   uint64_t graph_launches = 0;  // cudaGraphLaunch calls accepted
   uint64_t captures = 0;        // captures ended into a valid graph
+  uint64_t lazy_loads = 0;      // kernels loaded by their first launch (all devices)
+  uint64_t device_syncs = 0;    // cudaDeviceSynchronize calls
 };
 Stats stats();
+
+// Kernels a launch on `device` loaded because nothing loaded them before
+// in its context: CUDA's lazy loading (the default since 12.2) loads a
+// kernel's module at its first launch, which can wait for the whole
+// context. cudaFuncGetAttributes on a kernel loads it; a context created
+// again starts with none loaded. Physical device, as contexts_created.
+uint64_t lazy_loads(int device);
 
 // Host calls that waited on, or polled, `stream`'s work: its
 // synchronisations and queries, syncs and queries of events last recorded
