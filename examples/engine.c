@@ -49,7 +49,13 @@ static kvs_node_batch batch_at(const uint64_t *request, const int64_t *pos, int3
   int64_t block = *pos / (int64_t)page;
   blocks[0] = block > 0 ? (int32_t)block : -1; /* full page = block + 1 */
   blocks[1] = (int32_t)(block + 1);
-  kvs_node_batch b = {sizeof b, 1, request, pos, blocks, 2, true};
+  kvs_node_batch b = {.size = sizeof b,
+                      .n = 1,
+                      .requests = request,
+                      .positions = pos,
+                      .block_table = blocks,
+                      .stride = 2,
+                      .window_rows = true};
   return b;
 }
 

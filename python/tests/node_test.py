@@ -226,9 +226,9 @@ class OneRank(unittest.TestCase):
             self.assertEqual(node.step()["step"], 0, "no refused batch stepped the node")
 
     def test_a_steps_host_arrays_are_not_rewritten_by_the_next_step(self):
-        # kvshard.h: a host node's results are valid until its next step,
-        # which rewrites them in place; the package's arrays are the
-        # caller's to keep.
+        # kvshard.h: a host node's results are valid until the step after
+        # next, which rewrites them in place (two buffers by step parity);
+        # the package's arrays are the caller's to keep.
         names = ("own", "prev", "ring", "csa_loc", "hca_loc")
         with kvshard.Node(**SMALL) as node:
             P = node.page
@@ -241,14 +241,16 @@ class OneRank(unittest.TestCase):
             first = node.step({"requests": [1, 2], "positions": [2 * P + 7, P + 3],
                                "block_table": table})
             kept = {name: first[name].copy() for name in names}
-            second = node.step({"requests": [2, 1], "positions": [2 * P - 1, 3 * P - 2],
-                                "block_table": table[::-1].copy()})
+            later = {"requests": [2, 1], "positions": [2 * P - 1, 3 * P - 2],
+                     "block_table": table[::-1].copy()}
+            second = node.step(later)
+            node.step(later)  # the same parity as the first: its buffers rewritten
             self.assertTrue(any(not np.array_equal(kept[name], second[name]) for name in names),
                             "the two steps read the same contexts: the check below proves nothing")
             for name in names:
                 np.testing.assert_array_equal(
                     first[name], kept[name],
-                    err_msg=f"step {first['step']}'s {name} was rewritten by the next step")
+                    err_msg=f"step {first['step']}'s {name} was rewritten by later steps")
 
     def test_locations_come_as_lists_arrays_or_tensors(self):
         with kvshard.Node(**SMALL) as node:
