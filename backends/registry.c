@@ -404,6 +404,34 @@ static void refuse(loaded *l, const search *s, const char *what) {
   }
 }
 
+/* A loaded object whose file is named `soname`, found among what the
+ * process holds (dl_iterate_phdr: nothing is opened, so no FIFO or broken
+ * file on the search path is touched), reopened by its own path (the
+ * loader then matches it without reading the file). NULL: none. */
+typedef struct held_search {
+  const char *soname;
+  char path[PATH_MAX];
+} held_search;
+
+static int find_held(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  held_search *h = arg;
+  const char *name = info->dlpi_name;
+  if (name == NULL || name[0] == '\0') return 0;
+  const char *base = strrchr(name, '/');
+  base = base != NULL ? base + 1 : name;
+  if (strcmp(base, h->soname) != 0) return 0;
+  snprintf(h->path, sizeof h->path, "%s", name);
+  return 1;
+}
+
+static void *held_by_process(const char *soname, int flags) {
+  held_search h = {soname, {0}};
+  if (dl_iterate_phdr(find_held, &h) == 0) return NULL;
+  (void)dlerror();
+  return dlopen(h.path, flags | RTLD_NOLOAD);
+}
+
 /* Loads kind's vendor libraries and file once; the lock is held. The
  * backend's file is found and checked first, so a broken one is named
  * before any vendor library is loaded (and on a machine without them). */
@@ -424,7 +452,11 @@ static void load_locked(kvs_backend_kind kind) {
   for (size_t i = 0; i < 2 && spec->deps[i] != NULL; i++) {
     trail td = {{0}, 0};
     search dep = {.file = spec->deps[i], .flags = spec->dep_flags, .load = true, .t = &td};
-    search_dep(spec, &dep);
+    /* One the process already holds (an engine's torch loaded its
+     * libcudart.so.13) is the one: a second copy from another folder would
+     * be a second runtime, with its own contexts' state, beside it. */
+    dep.handle = held_by_process(spec->deps[i], spec->dep_flags);
+    if (dep.handle == NULL) search_dep(spec, &dep);
     if (dep.handle == NULL) {
       char needs[160];
       snprintf(needs, sizeof needs, "the %s backend needs %s, which could not be loaded",

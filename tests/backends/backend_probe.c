@@ -4,8 +4,12 @@
  * whatever the answer (a crash is the signal the caller looks for), 2 on
  * bad usage. backend_registry_test runs it in the environments it sets
  * up, one load per process.
+ * With KVS_PROBE_PRELOAD set, that file is loaded first (RTLD_GLOBAL), as an
+ * engine's own libraries are before it asks.
  *   backend_probe cuda|nccl|mpi */
+#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/registry.h"
@@ -18,6 +22,11 @@ int main(int argc, char **argv) {
   }
   if (kind < 0) {
     fprintf(stderr, "usage: backend_probe cuda|nccl|mpi\n");
+    return 2;
+  }
+  const char *preload = getenv("KVS_PROBE_PRELOAD");
+  if (preload != NULL && dlopen(preload, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+    fprintf(stderr, "backend_probe: %s\n", dlerror());
     return 2;
   }
   const void *table = NULL;

@@ -203,6 +203,19 @@ TEST_F(BackendRegistry, BrokenVendorLibrariesAreRefusedNamingThem) {
   }
 }
 
+TEST_F(BackendRegistry, AVendorLibraryTheProcessHoldsIsUsedNotASecondCopy) {
+  // The engine loaded its runtime (soname libcudart.so.13) before asking:
+  // that one serves, and the broken copy KVSHARD_CUDA_PATH names is never
+  // opened beside it.
+  Answer a = probe("cuda",
+                   {"KVSHARD_BACKEND_PATH=" + dir_of("whole"), "KVSHARD_CUDA_PATH=" + dir_of("cut"),
+                    "KVS_PROBE_PRELOAD=tests/backends/held/libcudart.so.13"});
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_FALSE(a.broken) << a.message;
+  EXPECT_EQ(a.message,
+            "the cuda backend (libkvshard-cuda.so.1) has no entry point kvs_backend_probe_entry");
+}
+
 TEST_F(BackendRegistry, WholeFilesAreLoadedAndForeignOnesPassedOver) {
   // The vendor library found on the loader's path and the backend are
   // whole: both loaded, and the fixture's missing entry point is the
