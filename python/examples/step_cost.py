@@ -10,14 +10,17 @@ between steps), a request reaching the end of its pages finishes and a new
 one is admitted in its place, and the step carries those bindings with
 the batch: the requests, their positions and their block-table rows
 (their pages from the first, as the reference engine passes them). The
-loop's steps go two ways, alternating in rounds of --steps steps each so
-both see the same machine and the same mix of bindings:
+loop's steps go three ways, alternating in rounds of --steps steps each so
+all see the same machine and the same mix of bindings:
   - baseline: kvs_node_step called directly through ctypes with the batch
     struct prepared once over the loop's arrays, which the loop updates in
     place (the library's step plus one foreign call);
   - package: Node.step(dict) over the same arrays, as an engine calls it
     (argument checks, numpy conversions, the result dict with the ring
-    contexts copied out).
+    contexts copied out);
+  - stepper: Node.stepper's step(n) after the loop's rows are copied into
+    its arrays (untimed, as the baseline's arrays are filled untimed), its
+    ring contexts taken in place from the result.
 Only the step calls are timed, each alone. It prints, per batch, the
 median microseconds per step of each and their ratio (the median: on
 shared cores a step the scheduler preempts costs milliseconds, which a
@@ -162,19 +165,39 @@ def measure(node, batch, steps, rounds):
             node.step(args)
             out[i] = clock() - t
 
+    # The stepper's arrays are the loop's: it fills them in place.
+    fast = node.stepper(SPAN)
+    fast_step = fast.step
+
+    def fast_steps(out):
+        for i in range(steps):
+            loop.advance()
+            fast.requests[:batch] = loop.requests
+            fast.positions[:batch] = loop.positions
+            fast.block_table[:batch] = loop.table
+            t = clock()
+            rows = fast_step(batch)
+            rows.ring  # the results as an engine takes them (in place)
+            out[i] = clock() - t
+
     c_times = np.zeros((rounds, steps))
     py_times = np.zeros((rounds, steps))
+    fast_times = np.zeros((rounds, steps))
     for r in range(rounds):
         c_steps(c_times[r])
         py_steps(py_times[r])
+        fast_steps(fast_times[r])
     loop.close()
     print(f"batch {batch} (block-table rows of {SPAN} pages):")
     for what, stat in (("median", np.median), ("mean", np.mean)):
-        c_us, py_us = stat(c_times) * 1e6, stat(py_times) * 1e6
+        c_us, py_us, fast_us = (stat(t) * 1e6 for t in (c_times, py_times, fast_times))
         print(f"  {what:6} kvs_node_step via ctypes (baseline)  {c_us:9.2f} us/step")
         print(f"  {what:6} Node.step(dict)                      {py_us:9.2f} us/step")
-        print(f"  {what:6} package / baseline                   {py_us / c_us:9.2f}x "
+        print(f"  {what:6} Stepper.step(n)                      {fast_us:9.2f} us/step")
+        print(f"  {what:6} Node.step / baseline                 {py_us / c_us:9.2f}x "
               f"(+{py_us - c_us:.2f} us/step)")
+        print(f"  {what:6} Stepper.step / baseline              {fast_us / c_us:9.2f}x "
+              f"(+{fast_us - c_us:.2f} us/step)")
 
 if __name__ == "__main__":
     sys.exit(main())

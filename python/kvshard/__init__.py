@@ -15,7 +15,8 @@ from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, sel
 from .plan import Fit, Plan, fit, plan
 
 __all__ = [
-    "Comm", "Divergence", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "View",
+    "Comm", "Divergence", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "StepRows",
+    "Stepper", "View",
     "fit",
     "library_version",
     "loopback_comms", "mpi_comm", "nccl_comm", "nccl_unique_id", "node_options", "plan",
@@ -37,6 +38,9 @@ def __getattr__(name):
                               f"import ({e}); Debian's /usr/bin/python3 has it with "
                               "python3-numpy") from e
         return getattr(node, name)
+    if name in ("Stepper", "StepRows"):
+        from . import stepper
+        return getattr(stepper, name)
     raise AttributeError(f"module 'kvshard' has no attribute '{name}'")
 
 

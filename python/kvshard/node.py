@@ -595,7 +595,10 @@ class Node:
         call("kvs_node_capacity_of", self._node, ctypes.byref(c))
         return {name: getattr(c, name) for name, _ in NodeCapacity._fields_ if name != "size"}
 
-    def _results(self, r, h):
+    def _results(self, r, h, in_place=False):
+        """The five result arrays of a step: host ones copied out (the
+        node rewrites its buffers two steps on), or with in_place views of
+        the node's buffers that keep its memory alive (a Stepper's)."""
         n, page = r.n, r.page
         shapes = {"own": (n,), "prev": (n,), "ring": (n, page), "csa_loc": (n,), "hca_loc": (n,)}
         res = {}
@@ -612,11 +615,22 @@ class Node:
                               True, self.cuda_device, 0, count * 8)
                 res[name] = View(h, nv)
             else:
-                # A copy: the node's host results are valid only until the
-                # next step, which rewrites them; the arrays returned stay.
                 buf = (ctypes.c_int64 * count).from_address(address)
-                res[name] = np.frombuffer(buf, dtype=np.int64).reshape(shape).copy()
+                arr = np.frombuffer(buf, dtype=np.int64).reshape(shape)
+                if in_place:
+                    buf.keep = h  # the array's base: the node's memory stays
+                    res[name] = arr
+                else:
+                    # A copy: the node rewrites its host results two steps
+                    # on; the arrays returned stay.
+                    res[name] = arr.copy()
         return res
+
+    def stepper(self, stride, lengths=False, window_rows=False):
+        """A hot loop's step (kvshard.Stepper): batch arrays filled in
+        place, results read in place, one foreign call a step."""
+        from .stepper import Stepper
+        return Stepper(self, stride, lengths=lengths, window_rows=window_rows)
 
     def translate(self, locs):
         """Local: the window slot of each full-pool location, -1 unbound."""

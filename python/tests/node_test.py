@@ -106,6 +106,128 @@ class StepContract(unittest.TestCase):
                 node.step(batch, payload="text")
 
 
+class Stepping(unittest.TestCase):
+    """Node.stepper: the batch arrays filled in place, one foreign call a
+    step, the results read in place with the C results' lifetime."""
+
+    def loop(self, node):
+        P = node.page
+        for r in (1, 2):
+            node.admit(r)
+            node.bind(r, page_locs(P, 4 * (r - 1), 4))
+        node.step()
+        return {"requests": np.array([1, 2], dtype=np.uint64),
+                "positions": np.array([P + 5, 3 * P + 1]),
+                "block_table": np.array([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=np.int32)}
+
+    def test_its_results_are_the_dict_steps(self):
+        with kvshard.Node(**SMALL) as node:
+            batch = self.loop(node)
+            want = node.step(batch)
+            s = node.stepper(4)
+            self.assertEqual(s.rows, node.capacity()["max_batch"])
+            s.requests[:2] = batch["requests"]
+            s.positions[:2] = batch["positions"]
+            s.block_table[:2] = batch["block_table"]
+            got = s.step(2)
+            self.assertEqual((got.n, got.step, got.page), (2, want["step"] + 1, node.page))
+            for name in ("own", "prev", "ring", "csa_loc", "hca_loc"):
+                self.assertTrue(np.array_equal(getattr(got, name), want[name]), name)
+            self.assertFalse(got.diverged)
+            self.assertEqual(got.requests.tolist(), [1, 2])
+            # A position moves one row's ring context: read in place, the
+            # step after next's results are the first's buffers again.
+            first_ring = got.ring.copy()
+            s.positions[0] += 1
+            second = s.step(2)
+            self.assertTrue(np.array_equal(got.ring, first_ring),
+                            "a step's results held until the step after next")
+            self.assertFalse(np.array_equal(second.ring, first_ring))
+            third = s.step(1)
+            self.assertEqual(third.n, 1)
+            self.assertEqual(third.ring.shape, (1, node.page))
+            self.assertTrue(np.array_equal(third.ring[0], second.ring[0]))
+
+    def test_a_kept_array_outlives_the_node(self):
+        node = kvshard.Node(**SMALL)
+        s = node.stepper(4, lengths=True)
+        s.requests[:2] = self.loop(node)["requests"]
+        s.positions[:2] = [node.page + 5, 3 * node.page + 1]
+        s.block_table[:2] = [[0, 1, 2, 3], [4, 5, 6, 7]]
+        s.lengths[:2] = [3, 1]
+        ring = s.step(2).ring
+        want = ring.copy()
+        node.close()
+        with self.assertRaisesRegex(kvshard.Error, "the node is closed"):
+            s.step(2)
+        del s
+        gc.collect()
+        self.assertTrue(np.array_equal(ring, want))  # its memory kept by the array
+
+    def test_bad_rows_and_arguments_are_refused(self):
+        with kvshard.Node(**SMALL) as node:
+            self.loop(node)
+            s = node.stepper(4)
+            for bad in (-1, s.rows + 1):
+                with self.assertRaisesRegex(kvshard.Error, f"n is {bad}; the stepper's arrays"):
+                    s.step(bad)
+            for bad in (True, 1.0, "1"):
+                with self.assertRaises(TypeError):
+                    s.step(bad)
+            self.assertEqual(s.step(np.int64(0)).n, 0)
+            ranged = node.stepper(4, lengths=True)
+            ranged.requests[0] = 1
+            ranged.positions[0] = node.page + 5
+            ranged.block_table[0] = [0, 1, 2, 3]
+            ranged.lengths[0] = 0  # the library refuses the row, naming it
+            with self.assertRaisesRegex(kvshard.Error, "row 0"):
+                ranged.step(1)
+            for stride in (0, -1, node.num_pages + 1):
+                with self.assertRaises((kvshard.Error, ValueError)):
+                    node.stepper(stride)
+            with self.assertRaises(TypeError):
+                node.stepper(4, lengths=1)
+            with self.assertRaises(TypeError):
+                s.step(1, payload="text")
+
+    def test_a_follower_steps_with_no_rows(self):
+        comms = kvshard.loopback_comms(2, timeout_ms=20000)
+        results, errors = [None, None], [None, None]
+
+        def rank(r):
+            try:
+                with kvshard.Node(comms[r], **dict(SMALL, tp=2, carry_batch=True,
+                                                    max_payload_bytes=16)) as node:
+                    s = node.stepper(4)
+                    if node.is_leader:
+                        self.loop(node)
+                        s.requests[:1] = [2]
+                        s.positions[:1] = [3 * node.page + 1]
+                        s.block_table[0] = [4, 5, 6, 7]
+                        out = s.step(1, payload=b"go")
+                    else:
+                        node.step()
+                        out = s.step()
+                    results[r] = (out.requests.tolist(), out.payload, out.ring.copy())
+            except BaseException as e:  # reported below
+                errors[r] = e
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for c in comms:
+            c.close()
+        for e in errors:
+            if e is not None:
+                raise e
+        (lr, lp, lring), (fr, fp, fring) = results
+        self.assertEqual((fr, fp), ([2], b"go"))
+        self.assertEqual(lr, fr)
+        self.assertTrue(np.array_equal(lring, fring))
+
+
 class OneRank(unittest.TestCase):
     def test_the_engine_calls_in_order(self):
         with kvshard.Node(**SMALL) as node:
@@ -1317,7 +1439,8 @@ class StepCostExample(unittest.TestCase):
                               "--rounds", "1"], capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertRegex(out.stdout, r"kvs_node_step via ctypes \(baseline\) +[0-9.]+ us/step")
-        self.assertRegex(out.stdout, r"package / baseline +[0-9.]+x")
+        self.assertRegex(out.stdout, r"Node.step / baseline +[0-9.]+x")
+        self.assertRegex(out.stdout, r"Stepper.step / baseline +[0-9.]+x")
         bad = subprocess.run([sys.executable, example, "--batch", "0"], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(bad.returncode, 2)
