@@ -444,6 +444,17 @@ KVS_API kvs_status kvs_node_admit(kvs_node_t node, uint64_t request, int64_t *sl
 KVS_API kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs, size_t n,
                                  kvs_error *err);
 KVS_API kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err);
+/* The same in pages, the unit of block tables and the prefix cache: one
+ * full-page number per page (0 .. kvs_node_usable_pages - 1), bound or
+ * freed whole; a page named twice is refused, and free skips negative
+ * entries (a block table's unassigned -1). The units' rule: a location is
+ * a token's row of the full history (page number * page + offset), a page
+ * is a full page's number; errors name each as what it is ("location L",
+ * "full page F", "window page W"). */
+KVS_API kvs_status kvs_node_bind_pages(kvs_node_t node, uint64_t request, const int64_t *pages,
+                                       size_t n, kvs_error *err);
+KVS_API kvs_status kvs_node_free_pages(kvs_node_t node, const int64_t *pages, size_t n,
+                                       kvs_error *err);
 KVS_API kvs_status kvs_node_finish(kvs_node_t node, uint64_t request, kvs_error *err);
 
 /* A step's batch: the rows whose ring contexts the step computes. Row r

@@ -416,6 +416,72 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *call, 
 
 /* ---- allocation ---- */
 
+/* More pages than the history has (touched's room) name one twice. */
+static kvs_status too_many_pages(const struct kvs_window_pool *pool, size_t n, kvs_error *err) {
+  if (n <= pool->n_full_pages) return KVS_OK;
+  return kvs_error_set(err, KVS_ERR_CONFLICT,
+                       "alloc names %zu full pages; the history has %llu, so one is named twice", n,
+                       (unsigned long long)pool->n_full_pages);
+}
+
+/* The one bind path: a window page for each of pages[0..n), full-page
+ * numbers inside the history (the location form checked its shape and
+ * converted; the page form checked the range). All or nothing. */
+static kvs_status bind_pages(struct kvs_window_pool *pool, const uint64_t *pages, size_t n,
+                             bool from_locs, kvs_free_list_shortfall *shortfall, kvs_error *err) {
+  uint64_t page = pool->page;
+  uint32_t epoch = kvs_pool_next_epoch(pool);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t fp = pages[i];
+    uint64_t base = fp * page;
+    /* Named as the caller gave it: a page, or the location it came from. */
+    char at[48] = "";
+    if (from_locs) snprintf(at, sizeof at, " (from location %llu)", (unsigned long long)base);
+    if (base == pool->dummy_full_base) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %llu (locations %llu..%llu) is the reserved dummy page, "
+                           "bound for good; the engine's full pages are 0..%llu",
+                           (unsigned long long)fp, (unsigned long long)base,
+                           (unsigned long long)(base + page - 1),
+                           (unsigned long long)(pool->n_full_pages - 2));
+    }
+    if (pool->full_stamp[fp] == epoch) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT, "alloc names full page %llu%s twice",
+                           (unsigned long long)fp, at);
+    }
+    pool->full_stamp[fp] = epoch;
+    if (kvs_pool_prefix_cached(&pool->prefix, fp)) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %llu%s is a cached prefix block (key %llu); a request "
+                           "cannot write it (a hit reads it, it never binds it)",
+                           (unsigned long long)fp, at,
+                           (unsigned long long)pool->prefix.rec[fp].key);
+    }
+    if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT,
+                           "full page %llu%s already holds window page %lld; binding over "
+                           "it would leak that window page",
+                           (unsigned long long)fp, at,
+                           (long long)(pool->map[base] / (int64_t)page));
+    }
+  }
+  kvs_status status = journal_room(pool, n, err);
+  if (status != KVS_OK) return status;
+  uint64_t *wbases = pool->window_bases;
+  if ((status = kvs_free_list_alloc(pool->free_list, n, wbases, shortfall, err))) {
+    return status;
+  }
+  for (size_t i = 0; i < n; i++) {
+    write_page(pool, pages[i] * page, (int64_t)wbases[i]);
+    pool->digest += kvs_binding_digest_term(pages[i], wbases[i] / page);
+  }
+  /* Journaled top of the stack first, so a follower replaying it always
+   * takes its own top unit: O(1) per page and the same LIFO order. */
+  for (size_t i = n; i-- > 0;) journal(pool, pages[i], (int64_t)(wbases[i] / page));
+  pool->bound_pages += n;
+  return KVS_OK;
+}
+
 kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                  kvs_free_list_shortfall *shortfall, kvs_error *err) {
   kvs_status status = check_locs(pool, __func__, full_locs, n, err);
@@ -428,7 +494,6 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                          (unsigned long long)page, n);
   }
   size_t n_pages = n / page;
-  uint32_t epoch = kvs_pool_next_epoch(pool);
   for (size_t i = 0; i < n_pages; i++) {
     const int64_t *chunk = full_locs + i * page;
     int64_t base = chunk[0];
@@ -455,65 +520,49 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
                            (unsigned long long)((uint64_t)base / page), (long long)base,
                            (long long)chunk[offset], (unsigned long long)offset);
     }
-    uint64_t fp = (uint64_t)base / page;
-    if ((uint64_t)base == pool->dummy_full_base) {
-      return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %llu (locations %lld..%lld) is the reserved dummy page, "
-                           "bound for good; the engine's full pages are 0..%llu",
-                           (unsigned long long)fp, (long long)base,
-                           (long long)(base + (int64_t)page - 1),
-                           (unsigned long long)(pool->n_full_pages - 2));
-    }
-    if (pool->full_stamp[fp] == epoch) {
-      return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "alloc names full page %llu (from location %lld) twice",
-                           (unsigned long long)fp, (long long)base);
-    }
-    pool->full_stamp[fp] = epoch;
-    if (kvs_pool_prefix_cached(&pool->prefix, fp)) {
-      return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %llu (from location %lld) is a cached prefix block (key "
-                           "%llu); a request cannot write it (a hit reads it, it never binds it)",
-                           (unsigned long long)fp, (long long)base,
-                           (unsigned long long)pool->prefix.rec[fp].key);
-    }
-    if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
-      return kvs_error_set(err, KVS_ERR_CONFLICT,
-                           "full page %llu (from location %lld) already holds window page "
-                           "%lld; binding over it would leak that window page",
-                           (unsigned long long)fp, (long long)base,
-                           (long long)(pool->map[base] / (int64_t)page));
+  }
+  if ((status = too_many_pages(pool, n_pages, err))) return status; /* touched's room */
+  for (size_t i = 0; i < n_pages; i++) pool->touched[i] = (uint64_t)full_locs[i * page] / page;
+  return bind_pages(pool, pool->touched, n_pages, true, shortfall, err);
+}
+
+/* Pages given as numbers: each inside the history and not negative. */
+static kvs_status check_pages(const struct kvs_window_pool *pool, const char *call,
+                              const int64_t *pages, size_t n, bool skip_negative, kvs_error *err) {
+  if (pool == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pool is NULL", call);
+  if (pages == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: pages is NULL but n is %zu", call, n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (pages[i] < 0 && skip_negative) continue;
+    if (pages[i] < 0 || (uint64_t)pages[i] >= pool->n_full_pages) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "%s: pages[%zu] = %lld is not a full page (they are 0..%llu, the "
+                           "last the reserved dummy)",
+                           call, i, (long long)pages[i],
+                           (unsigned long long)(pool->n_full_pages - 1));
     }
   }
-  status = journal_room(pool, n_pages, err);
-  if (status != KVS_OK) return status;
-  uint64_t *wbases = pool->window_bases;
-  if ((status = kvs_free_list_alloc(pool->free_list, n_pages, wbases, shortfall, err))) {
-    return status;
-  }
-  for (size_t i = 0; i < n_pages; i++) {
-    uint64_t fbase = (uint64_t)full_locs[i * page];
-    write_page(pool, fbase, (int64_t)wbases[i]);
-    pool->digest += kvs_binding_digest_term(fbase / page, wbases[i] / page);
-  }
-  /* Journaled top of the stack first, so a follower replaying it always
-   * takes its own top unit: O(1) per page and the same LIFO order. */
-  for (size_t i = n_pages; i-- > 0;) {
-    journal(pool, (uint64_t)full_locs[i * page] / page, (int64_t)(wbases[i] / page));
-  }
-  pool->bound_pages += n_pages;
   return KVS_OK;
 }
 
-kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
-                                kvs_error *err) {
-  size_t n_pages;
-  kvs_status status = collect_pages(pool, __func__, "free", full_locs, n, &n_pages, err);
-  if (status != KVS_OK || n_pages == 0) return status;
+kvs_status kvs_window_pool_alloc_pages(kvs_window_pool_t pool, const int64_t *pages, size_t n,
+                                       kvs_free_list_shortfall *shortfall, kvs_error *err) {
+  kvs_status status = check_pages(pool, "alloc", pages, n, false, err);
+  if (status != KVS_OK || n == 0) return status;
+  if ((status = too_many_pages(pool, n, err))) return status;
+  for (size_t i = 0; i < n; i++) pool->touched[i] = (uint64_t)pages[i];
+  return bind_pages(pool, pool->touched, n, false, shortfall, err);
+}
+
+/* The one free path over pool->touched[0..n_pages), distinct full pages
+ * inside the history. */
+static kvs_status free_touched(struct kvs_window_pool *pool, size_t n_pages, kvs_error *err) {
   uint64_t page = pool->page;
   uint64_t dummy_window_page = pool->dummy_window_base / page;
   uint32_t epoch = kvs_pool_next_epoch(pool);
   size_t n_bound = 0;
+  kvs_status status;
   for (size_t i = 0; i < n_pages; i++) {
     uint64_t fp = pool->touched[i];
     if (fp * page == pool->dummy_full_base) {
@@ -553,6 +602,34 @@ kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs
   }
   pool->bound_pages -= n_bound;
   return KVS_OK;
+}
+
+kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
+                                kvs_error *err) {
+  size_t n_pages;
+  kvs_status status = collect_pages(pool, __func__, "free", full_locs, n, &n_pages, err);
+  if (status != KVS_OK || n_pages == 0) return status;
+  return free_touched(pool, n_pages, err);
+}
+
+kvs_status kvs_window_pool_free_pages(kvs_window_pool_t pool, const int64_t *pages, size_t n,
+                                      kvs_error *err) {
+  kvs_status status = check_pages(pool, "free", pages, n, true, err);
+  if (status != KVS_OK) return status;
+  uint32_t epoch = kvs_pool_next_epoch(pool);
+  size_t n_pages = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (pages[i] < 0) continue; /* a block table's unassigned entry */
+    uint64_t fp = (uint64_t)pages[i];
+    if (pool->full_stamp[fp] == epoch) {
+      return kvs_error_set(err, KVS_ERR_CONFLICT, "free names full page %llu twice (pages[%zu])",
+                           (unsigned long long)fp, i);
+    }
+    pool->full_stamp[fp] = epoch;
+    pool->touched[n_pages++] = fp;
+  }
+  if (n_pages == 0) return KVS_OK;
+  return free_touched(pool, n_pages, err);
 }
 
 /* ---- for the leader's prefix calls (window_pool_prefix.c) ---- */

@@ -108,6 +108,12 @@ uint64_t kvs_window_pool_prefill_chunk_budget(const struct kvs_window_pool *pool
 kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                  kvs_free_list_shortfall *shortfall, kvs_error *err);
 
+/* kvs_window_pool_alloc for full-page numbers: each in 0 .. full pages
+ * - 2 (the last is the dummy), none twice. The same checks, journal and
+ * order as the location form, which converts to this. */
+kvs_status kvs_window_pool_alloc_pages(kvs_window_pool_t pool, const int64_t *pages, size_t n,
+                                       kvs_free_list_shortfall *shortfall, kvs_error *err);
+
 /* Unbinds the full pages these locations cover and returns their window
  * pages. Negative locations are ignored. Every touched page must be
  * covered exactly once in full (KVS_ERR_PARTIAL_PAGE names up to four
@@ -116,6 +122,12 @@ kvs_status kvs_window_pool_alloc(kvs_window_pool_t pool, const int64_t *full_loc
  * in ascending order. The dummy page is refused. */
 kvs_status kvs_window_pool_free(kvs_window_pool_t pool, const int64_t *full_locs, size_t n,
                                 kvs_error *err);
+
+/* kvs_window_pool_free for full-page numbers, freed in the order given:
+ * negative entries are skipped (a block table's unassigned -1), a page
+ * named twice is refused, the rest as the location form. */
+kvs_status kvs_window_pool_free_pages(kvs_window_pool_t pool, const int64_t *pages, size_t n,
+                                      kvs_error *err);
 
 /* The window slot holding full_loc; -1 for a negative or unbound loc.
  * full_loc == full_tokens reads the sentinel row (-1); past it is

@@ -95,30 +95,56 @@ static kvs_status window_full(const struct kvs_node *node, const char *call, uin
                        (unsigned long long)(kvs_node_window_pages(node) - 1), remedy);
 }
 
-kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs, size_t n,
-                         kvs_error *err) {
-  kvs_status status = leader_only(node, "kvs_node_bind", err);
+typedef kvs_status (*pool_alloc_fn)(kvs_window_pool_t, const int64_t *, size_t,
+                                    kvs_free_list_shortfall *, kvs_error *);
+typedef kvs_status (*pool_free_fn)(kvs_window_pool_t, const int64_t *, size_t, kvs_error *);
+
+/* The one bind: locations or pages (`what`), the pool's form of each. */
+static kvs_status bind_with(kvs_node_t node, const char *call, pool_alloc_fn alloc,
+                            uint64_t request, const char *what, const int64_t *a, size_t n,
+                            kvs_error *err) {
+  kvs_status status = leader_only(node, call, err);
   if (status != KVS_OK) return status;
-  if (locs == NULL && n > 0) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "locs is NULL");
+  if (a == NULL && n > 0) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s is NULL", what);
   if (per_request_rings(node) && kvs_window_pool_slot_of(pool_of(node), request) < 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_node_bind for request %llu, which was not admitted (kvs_node_admit "
-                         "gives it its ring slot first)",
-                         (unsigned long long)request);
+                         "%s for request %llu, which was not admitted (kvs_node_admit gives it "
+                         "its ring slot first)",
+                         call, (unsigned long long)request);
   }
   kvs_free_list_shortfall shortfall = {0, 0, 0, 0};
-  status = kvs_window_pool_alloc(pool_of(node), locs, n, &shortfall, err);
+  status = alloc(pool_of(node), a, n, &shortfall, err);
   if (status == KVS_ERR_EXHAUSTED && shortfall.needed_units > 0) {
-    return window_full(node, "kvs_node_bind", request, shortfall.needed_units, err);
+    return window_full(node, call, request, shortfall.needed_units, err);
   }
   return status;
 }
 
-kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err) {
-  kvs_status status = leader_only(node, "kvs_node_free", err);
+static kvs_status free_with(kvs_node_t node, const char *call, pool_free_fn release,
+                            const char *what, const int64_t *a, size_t n, kvs_error *err) {
+  kvs_status status = leader_only(node, call, err);
   if (status != KVS_OK) return status;
-  if (locs == NULL && n > 0) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "locs is NULL");
-  return kvs_window_pool_free(pool_of(node), locs, n, err);
+  if (a == NULL && n > 0) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+  return release(pool_of(node), a, n, err);
+}
+
+kvs_status kvs_node_bind(kvs_node_t node, uint64_t request, const int64_t *locs, size_t n,
+                         kvs_error *err) {
+  return bind_with(node, "kvs_node_bind", kvs_window_pool_alloc, request, "locs", locs, n, err);
+}
+
+kvs_status kvs_node_bind_pages(kvs_node_t node, uint64_t request, const int64_t *pages, size_t n,
+                               kvs_error *err) {
+  return bind_with(node, "kvs_node_bind_pages", kvs_window_pool_alloc_pages, request, "pages",
+                   pages, n, err);
+}
+
+kvs_status kvs_node_free(kvs_node_t node, const int64_t *locs, size_t n, kvs_error *err) {
+  return free_with(node, "kvs_node_free", kvs_window_pool_free, "locs", locs, n, err);
+}
+
+kvs_status kvs_node_free_pages(kvs_node_t node, const int64_t *pages, size_t n, kvs_error *err) {
+  return free_with(node, "kvs_node_free_pages", kvs_window_pool_free_pages, "pages", pages, n, err);
 }
 
 kvs_status kvs_node_finish(kvs_node_t node, uint64_t request, kvs_error *err) {

@@ -128,6 +128,8 @@ static void nulls_of_nodes(void) {
   REFUSES(kvs_node_admit, kvs_node_admit(NULL, 1, &slot, &e_));
   REFUSES(kvs_node_bind, kvs_node_bind(NULL, 1, &loc, 1, &e_));
   REFUSES(kvs_node_free, kvs_node_free(NULL, &loc, 1, &e_));
+  REFUSES(kvs_node_bind_pages, kvs_node_bind_pages(NULL, 1, &loc, 1, &e_));
+  REFUSES(kvs_node_free_pages, kvs_node_free_pages(NULL, &loc, 1, &e_));
   REFUSES(kvs_node_finish, kvs_node_finish(NULL, 1, &e_));
   REFUSES(kvs_node_step, kvs_node_step(NULL, NULL, NULL, &e_));
   REFUSES(kvs_node_translate, kvs_node_translate(NULL, &loc, 1, &slot, &e_));

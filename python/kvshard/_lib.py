@@ -274,6 +274,8 @@ _PROTOTYPES = {
     "kvs_node_admit": (_STATUS, [_P, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),
     "kvs_node_bind": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, _ERR]),
     "kvs_node_free": (_STATUS, [_P, _P, ctypes.c_size_t, _ERR]),
+    "kvs_node_bind_pages": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, _ERR]),
+    "kvs_node_free_pages": (_STATUS, [_P, _P, ctypes.c_size_t, _ERR]),
     "kvs_node_finish": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
     "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
     "kvs_node_release": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_void_p, _ERR]),

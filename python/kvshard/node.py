@@ -383,6 +383,18 @@ class Node:
         a = _int_array(locs, "locs")
         call("kvs_node_free", self._node, a.ctypes.data, a.size)
 
+    def bind_pages(self, request, pages):
+        """bind in pages (the unit of block tables and the prefix cache):
+        full-page numbers, each bound whole; a block-table row of int32
+        is taken as it is."""
+        a = _int_array(pages, "pages")
+        call("kvs_node_bind_pages", self._node, _request_id(request), a.ctypes.data, a.size)
+
+    def free_pages(self, pages):
+        """free in pages; negative entries (a block table's -1) are skipped."""
+        a = _int_array(pages, "pages")
+        call("kvs_node_free_pages", self._node, a.ctypes.data, a.size)
+
     def finish(self, request):
         call("kvs_node_finish", self._node, _request_id(request))
 

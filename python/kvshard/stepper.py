@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from ._lib import CError, Error, NodeBatch, StepResult, c_int, check, lib
+from ._lib import CError, Error, NodeBatch, StepResult, c_bool, c_int, check, lib
 
 # KVS_ERR_DIVERGENCE: a check found the ranks differ; the step itself counted.
 _DIVERGENCE = 20
@@ -105,9 +105,8 @@ class Stepper:
             raise Error("KVS_ERR_INVALID_ARGUMENT",
                         f"stride is {stride}; a block-table row holds 1 to {node.num_pages} "
                         f"pages (the node's num_pages)")
-        for name, flag in (("lengths", lengths), ("window_rows", window_rows)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        lengths = c_bool(lengths, "lengths")
+        window_rows = c_bool(window_rows, "window_rows")
         rows = node.capacity()["max_batch"]
         self.rows = rows
         self.stride = stride

@@ -320,6 +320,30 @@ class OneRank(unittest.TestCase):
                 with self.assertRaisesRegex(TypeError, "droppable takes True or False"):
                     node.free_window_pages(droppable=v)
 
+    def test_pages_bind_and_free_as_their_locations_do(self):
+        with kvshard.Node(**SMALL) as node:
+            P = node.page
+            node.admit(1)
+            node.bind_pages(1, np.array([3, 5], dtype=np.int32))  # a block-table row
+            node.step()
+            slots = node.translate([3 * P, 5 * P + 7, 4 * P])
+            self.assertTrue(slots[0] >= 0 and slots[1] >= 0)
+            self.assertEqual(slots[2], -1)
+            with self.assertRaisesRegex(kvshard.Error, "full page 3 already holds window page"):
+                node.bind_pages(1, [3])
+            with self.assertRaisesRegex(kvshard.Error, r"pages\[0\] = -1 is not a full page"):
+                node.bind_pages(1, [-1])
+            dummy = node.usable_pages
+            with self.assertRaisesRegex(kvshard.Error, f"full page {dummy} .* reserved dummy"):
+                node.bind_pages(1, [dummy])
+            with self.assertRaisesRegex(kvshard.Error, "kvs_node_bind_pages for request 9, "
+                                                       "which was not admitted"):
+                node.bind_pages(9, [6])
+            node.free_pages([-1, 5, 3, -1])
+            node.step()
+            self.assertEqual(node.translate([3 * P, 5 * P]).tolist(), [-1, -1])
+            self.assertTrue(node.check()["ok"])
+
     def test_a_check_between_the_leaders_changes_and_the_step_is_refused(self):
         with kvshard.Node(**SMALL) as node:
             P = node.page
@@ -974,6 +998,9 @@ PARAMETERS = {
     "Node.admit": {"request": "uint64_t"},
     "Node.bind": {"request": "uint64_t", "locs": "int64_t[]"},
     "Node.free": {"locs": "int64_t[]"},
+    "Node.bind_pages": {"request": "uint64_t", "pages": "int64_t[]"},
+    "Node.free_pages": {"pages": "int64_t[]"},
+    "Node.stepper": {"stride": "uint64_t", "lengths": "bool", "window_rows": "bool"},
     "Node.finish": {"request": "uint64_t"},
     "Node.translate": {"locs": "int64_t[]"},
     "Node.step": {"batch": "batch", "payload": "bytes"},
@@ -1071,6 +1098,10 @@ class ExactTypes(unittest.TestCase):
             "Node.admit": lambda **k: node.admit(**dict(dict(request=1), **k)),
             "Node.bind": lambda **k: node.bind(**dict(dict(request=1, locs=[]), **k)),
             "Node.free": lambda **k: node.free(**dict(dict(locs=[]), **k)),
+            "Node.bind_pages": lambda **k: node.bind_pages(**dict(dict(request=1, pages=[]),
+                                                                  **k)),
+            "Node.free_pages": lambda **k: node.free_pages(**dict(dict(pages=[]), **k)),
+            "Node.stepper": lambda **k: node.stepper(**dict(dict(stride=1), **k)),
             "Node.finish": lambda **k: node.finish(**dict(dict(request=1), **k)),
             "Node.translate": lambda **k: node.translate(**dict(dict(locs=[]), **k)),
             "Node.prefix_match": lambda **k: node.prefix_match(
@@ -1171,6 +1202,11 @@ class ExactTypes(unittest.TestCase):
                         except kvshard.Error as e:  # C read the rows as v's truth says
                             raise AssertionError(f"window_rows={v!r} was read as {bool(v)}: "
                                                  f"{e}") from e
+                for switch in ("lengths", "window_rows"):
+                    with self.subTest(**{switch: v}):
+                        with self.assertRaisesRegex(TypeError, re.escape(
+                                f"{switch} takes True or False, got {type(v).__name__}")):
+                            node.stepper(1, **{switch: v})
                 with self.subTest(reprefill=v):
                     with self.assertRaisesRegex(TypeError, re.escape(
                             f"hit.reprefill takes True or False, got {type(v).__name__}")):

@@ -442,3 +442,77 @@ TEST(WindowPool, a_full_journal_refuses_the_operation_and_changes_nothing) {
   EXPECT_EQ(kvs_window_pool_journal_sequence(p.get()), 2u);
   ASSERT_EQ(alloc(p.get(), page_locs(2)), KVS_OK);
 }
+
+// Pages are the other unit of the same calls: binding full pages 3 and 1
+// by number leaves the mapping, digest and journal a location-form bind
+// of the same pages in the same order leaves.
+TEST(WindowPool, binding_by_page_number_is_binding_by_location) {
+  Pool by_loc = pool();
+  Pool by_page = pool();
+  std::vector<int64_t> locs = page_locs(3);
+  std::vector<int64_t> one = page_locs(1);
+  locs.insert(locs.end(), one.begin(), one.end());
+  ASSERT_EQ(alloc(by_loc.get(), locs), KVS_OK);
+  int64_t pages[] = {3, 1};
+  kvs_error err;
+  ASSERT_EQ(kvs_window_pool_alloc_pages(by_page.get(), pages, 2, nullptr, &err), KVS_OK)
+      << err.message;
+  for (int64_t loc = 0; loc < int64_t(8 * P); loc += int64_t(P) / 2) {
+    EXPECT_EQ(translate(by_page.get(), loc), translate(by_loc.get(), loc)) << "location " << loc;
+  }
+  EXPECT_EQ(kvs_window_pool_digest(by_page.get()), kvs_window_pool_digest(by_loc.get()));
+  EXPECT_EQ(kvs_window_pool_journal_pending(by_page.get()),
+            kvs_window_pool_journal_pending(by_loc.get()));
+  // Freed by page with a block table's -1 mixed in: both free again.
+  int64_t row[] = {-1, 1, 3, -1};
+  ASSERT_EQ(kvs_window_pool_free_pages(by_page.get(), row, 4, &err), KVS_OK) << err.message;
+  ASSERT_EQ(release(by_loc.get(), locs), KVS_OK);
+  EXPECT_EQ(kvs_window_pool_swa_available(by_page.get()), 4 * P);
+  EXPECT_EQ(kvs_window_pool_digest(by_page.get()), kvs_window_pool_digest(by_loc.get()));
+  EXPECT_INTEGRITY(by_page.get());
+}
+
+TEST(WindowPool, a_bad_page_number_is_refused_by_name_and_changes_nothing) {
+  Pool p = pool();
+  int64_t two = 2;
+  ASSERT_EQ(kvs_window_pool_alloc_pages(p.get(), &two, 1, nullptr, nullptr), KVS_OK);
+  uint64_t digest = kvs_window_pool_digest(p.get());
+  size_t pending = kvs_window_pool_journal_pending(p.get());
+  struct Case {
+    std::vector<int64_t> pages;
+    kvs_status status;
+    const char *says;
+  };
+  const Case cases[] = {
+      {{0, -1}, KVS_ERR_OUT_OF_RANGE, "pages[1] = -1 is not a full page (they are 0..7"},
+      {{8}, KVS_ERR_OUT_OF_RANGE, "pages[0] = 8 is not a full page"},
+      {{7}, KVS_ERR_CONFLICT, "full page 7 (locations 896..1023) is the reserved dummy page"},
+      {{0, 0}, KVS_ERR_CONFLICT, "alloc names full page 0 twice"},
+      {{0, 2}, KVS_ERR_CONFLICT, "full page 2 already holds window page"},
+      {{0, 1, 3, 4, 5}, KVS_ERR_EXHAUSTED, "out of"},
+      {{0, 1, 2, 3, 4, 5, 6, 0, 1}, KVS_ERR_CONFLICT, "so one is named twice"},
+  };
+  for (const Case &c : cases) {
+    kvs_error err;
+    EXPECT_EQ(kvs_window_pool_alloc_pages(p.get(), c.pages.data(), c.pages.size(), nullptr, &err),
+              c.status)
+        << c.says;
+    EXPECT_TRUE(contains(err.message, c.says)) << err.message;
+    EXPECT_EQ(kvs_window_pool_digest(p.get()), digest) << c.says;
+    EXPECT_EQ(kvs_window_pool_journal_pending(p.get()), pending) << c.says;
+  }
+  kvs_error err;
+  EXPECT_EQ(kvs_window_pool_alloc_pages(p.get(), nullptr, 1, nullptr, &err),
+            KVS_ERR_INVALID_ARGUMENT);
+  int64_t twice[] = {2, 2};
+  EXPECT_EQ(kvs_window_pool_free_pages(p.get(), twice, 2, &err), KVS_ERR_CONFLICT);
+  EXPECT_TRUE(contains(err.message, "free names full page 2 twice (pages[1])")) << err.message;
+  int64_t past[] = {9};
+  EXPECT_EQ(kvs_window_pool_free_pages(p.get(), past, 1, &err), KVS_ERR_OUT_OF_RANGE);
+  int64_t dummy[] = {7};
+  EXPECT_EQ(kvs_window_pool_free_pages(p.get(), dummy, 1, &err), KVS_ERR_CONFLICT);
+  EXPECT_TRUE(contains(err.message, "reserved dummy page; it is never freed")) << err.message;
+  EXPECT_EQ(kvs_window_pool_digest(p.get()), digest);
+  EXPECT_EQ(translate(p.get(), int64_t(2 * P)) >= 0, true) << "page 2 still bound";
+  EXPECT_INTEGRITY(p.get());
+}
