@@ -534,6 +534,13 @@ KVS_API kvs_status kvs_node_step(kvs_node_t node, const kvs_node_batch *batch,
  * steps whose results the node holds, and on a stream that is capturing a
  * CUDA graph (release between replays, after the graph's launch). */
 KVS_API kvs_status kvs_node_release(kvs_node_t node, uint64_t step, void *stream, kvs_error *err);
+/* Local: options.result_buffers for a node made without them (from flags,
+ * as Python's), or NULL for the node's own again; before the node's first
+ * step only (a step's results were handed out at the old addresses), the
+ * same choice on every rank (kvs_node_capacity's result_depth). */
+KVS_API kvs_status kvs_node_set_result_buffers(kvs_node_t node,
+                                               const kvs_node_result_buffers *buffers,
+                                               kvs_error *err);
 
 /* What the leader will accept before its next step, as every rank knows it:
  * on a follower the counts as of the last step it applied, which are the

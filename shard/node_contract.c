@@ -79,10 +79,33 @@ kvs_status kvs_node_results_adopt(kvs_node_t node, const kvs_node_result_buffers
                          "kvs_node_result_buffers is %zu",
                          b->size, sizeof *b);
   }
+  kvs_table_results into = {b->own, b->prev, b->ring, b->csa_loc, b->hca_loc};
+  kvs_status status =
+      kvs_table_set_results(node->table, &into, node->options.explicit_release, err);
+  if (status != KVS_OK) return status; /* (it names a NULL array; nothing changed) */
   node->results = *b;
   node->has_results = true;
-  kvs_table_results into = {b->own, b->prev, b->ring, b->csa_loc, b->hca_loc};
-  return kvs_table_set_results(node->table, &into, node->options.explicit_release, err);
+  return KVS_OK;
+}
+
+kvs_status kvs_node_set_result_buffers(kvs_node_t node, const kvs_node_result_buffers *buffers,
+                                       kvs_error *err) {
+  if (node == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "node is NULL");
+  uint64_t next = kvs_node_next_step(node);
+  if (next != 0) {
+    /* A step's results were handed out at the old addresses (and a graph
+     * may have baked them): moving them under the engine is refused. */
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "rank %d: result buffers are set before the node's first step (the "
+                         "next step is %llu)",
+                         node->rank, (unsigned long long)next);
+  }
+  /* (adopt checks everything before it changes anything) */
+  kvs_status status = kvs_node_results_adopt(node, buffers, err);
+  if (status != KVS_OK) return status;
+  if (buffers == NULL) node->has_results = false; /* the node's own again */
+  node->options.result_buffers = node->has_results ? &node->results : NULL;
+  return KVS_OK;
 }
 
 /* ---- releases ---- */

@@ -163,6 +163,7 @@ static void nulls_of_nodes(void) {
   EXPECT(kvs_node_max_running, kvs_node_max_running(NULL) == 0);
   EXPECT(kvs_node_usable_pages, kvs_node_usable_pages(NULL) == 0);
   REFUSES(kvs_node_release, kvs_node_release(NULL, 0, NULL, &e_));
+  REFUSES(kvs_node_set_result_buffers, kvs_node_set_result_buffers(NULL, NULL, &e_));
   {
     kvs_node_capacity capacity = {.size = sizeof capacity};
     REFUSES(kvs_node_capacity_of, kvs_node_capacity_of(NULL, &capacity, &e_));

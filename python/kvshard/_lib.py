@@ -171,6 +171,17 @@ class StepResult(ctypes.Structure):
     ]
 
 
+class NodeResultBuffers(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("own", ctypes.c_void_p),
+        ("prev", ctypes.c_void_p),
+        ("ring", ctypes.c_void_p),
+        ("csa_loc", ctypes.c_void_p),
+        ("hca_loc", ctypes.c_void_p),
+    ]
+
+
 class NodeCapacity(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -279,6 +290,7 @@ _PROTOTYPES = {
     "kvs_node_finish": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
     "kvs_node_step": (_STATUS, [_P, ctypes.POINTER(NodeBatch), ctypes.POINTER(StepResult), _ERR]),
     "kvs_node_release": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_void_p, _ERR]),
+    "kvs_node_set_result_buffers": (_STATUS, [_P, _P, _ERR]),
     "kvs_node_capacity_of": (_STATUS, [_P, ctypes.POINTER(NodeCapacity), _ERR]),
     "kvs_node_translate": (_STATUS, [_P, _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_check": (_STATUS, [_P, ctypes.POINTER(NodeReport), _ERR]),

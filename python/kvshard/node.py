@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _dlpack
 from ._lib import (CError, Error, NodeBatch, NodeCapacity, NodePrefixCounts, NodePrefixHit,
-                   NodeReport, NodeView, StepResult, c_bool, c_int, c_strings, call, check,
+                   NodeReport, NodeResultBuffers, NodeView, StepResult, c_bool, c_int, c_strings, call, check,
                    is_bool, lib, refuse_outside)
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
 from .comm import comm_of
@@ -69,6 +69,7 @@ class _Handle:
         self.comm = comm
         self.borrowed = borrowed  # the stream object an engine passed, kept as long
         self.last_event = None  # the last step's event, for a consumer's stream
+        self.result_buffers = None  # the engine's result arrays, which the C node borrows
         weakref.finalize(self, _destroy, handle, comm, owned)
 
 
@@ -598,6 +599,66 @@ class Node:
         if address is not None:
             address = c_int(address, "stream", "uintptr_t")
         call("kvs_node_release", self._node, _count(step, "step"), address or None)
+
+    def set_result_buffers(self, own=None, prev=None, ring=None, csa_loc=None, hca_loc=None):
+        """Before the first step, on every rank alike: each step's results
+        are copied into the engine's arrays, the same addresses every step
+        (a CUDA graph of the forward can bake them; valid until the next
+        step). int64, contiguous: own, prev, csa_loc, hca_loc max_batch
+        rows, ring max_batch x page. numpy arrays or CPU tensors on a host
+        node, CUDA tensors of the node's device on a device node; the node
+        keeps them alive. No arguments: the node's own buffers again."""
+        given = {"own": own, "prev": prev, "ring": ring, "csa_loc": csa_loc, "hca_loc": hca_loc}
+        if all(v is None for v in given.values()):
+            call("kvs_node_set_result_buffers", self._node, None)
+            self._h.result_buffers = None
+            return
+        rows = self.capacity()["max_batch"]
+        b = NodeResultBuffers(ctypes.sizeof(NodeResultBuffers))
+        for name, value in given.items():
+            need = rows * self.page if name == "ring" else rows
+            setattr(b, name, self._result_buffer(name, value, need))
+        call("kvs_node_set_result_buffers", self._node, ctypes.byref(b))
+        self._h.result_buffers = tuple(given.values())  # as long as the C node
+
+    def _result_buffer(self, name, value, need):
+        """The address of one engine result array, checked as the node
+        writes it: int64, contiguous, need entries, where the node is."""
+        if value is None:
+            raise TypeError(f"{name} is missing: set_result_buffers takes all five arrays "
+                            f"(own, prev, ring, csa_loc, hca_loc) or none")
+        on_cuda = type(value).__module__.startswith("torch") and value.is_cuda
+        if self.device == "cuda":
+            if not on_cuda:
+                raise TypeError(f"{name} must be a CUDA tensor on cuda:{self.cuda_device} (the "
+                                f"node's tables are on the device), got {type(value).__name__}")
+            if value.device.index != self.cuda_device:
+                raise ValueError(f"{name} is on {value.device}; the node is on "
+                                 f"cuda:{self.cuda_device}")
+            import torch
+            dtype_ok, contiguous, count = (value.dtype == torch.int64, value.is_contiguous(),
+                                           value.numel())
+            address = value.data_ptr()
+        else:
+            if on_cuda:
+                raise TypeError(f"{name} is a CUDA tensor; this node's results are on the host")
+            arr = _host(value, name)
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"{name} must be a numpy array or a tensor, got "
+                                f"{type(value).__name__}")
+            if not arr.flags.writeable:
+                raise ValueError(f"{name} is read-only; the node writes its results there")
+            dtype_ok, contiguous, count = (arr.dtype == np.int64, arr.flags.c_contiguous,
+                                           arr.size)
+            address = arr.ctypes.data
+        if not dtype_ok:
+            raise TypeError(f"{name} must hold int64, got {value.dtype}")
+        if not contiguous:
+            raise ValueError(f"{name} must be contiguous (the node writes it as one array)")
+        if count < need:
+            raise ValueError(f"{name} holds {count} entries; the node writes up to {need} "
+                             f"(max_batch{' x page' if name == 'ring' else ''})")
+        return address
 
     def capacity(self):
         """Local, any rank: what the leader accepts before its next step

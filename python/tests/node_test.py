@@ -190,6 +190,40 @@ class Stepping(unittest.TestCase):
             with self.assertRaises(TypeError):
                 s.step(1, payload="text")
 
+    def test_results_land_in_the_engines_arrays(self):
+        with kvshard.Node(**SMALL) as node:
+            rows, P = node.capacity()["max_batch"], node.page
+            arrays = {k: np.full(rows, -7, dtype=np.int64) for k in ("own", "prev", "csa_loc",
+                                                                      "hca_loc")}
+            arrays["ring"] = np.full((rows, P), -7, dtype=np.int64)
+            bad = [(dict(arrays, own=arrays["own"].astype(np.int32)), TypeError, "int64"),
+                   (dict(arrays, own=arrays["own"][:rows - 1]), ValueError,
+                    f"own holds {rows - 1} entries; the node writes up to {rows}"),
+                   (dict(arrays, ring=arrays["ring"][:, ::2]), ValueError, "contiguous"),
+                   (dict(arrays, prev=None), TypeError, "prev is missing"),
+                   (dict(arrays, hca_loc=[0] * rows), TypeError, "numpy array")]
+            frozen = np.zeros(rows, dtype=np.int64)
+            frozen.flags.writeable = False
+            bad.append((dict(arrays, own=frozen), ValueError, "read-only"))
+            for given, kind, says in bad:
+                with self.assertRaisesRegex(kind, says):
+                    node.set_result_buffers(**given)
+            self.assertEqual(node.capacity()["result_depth"], 2, "a refused set changes nothing")
+            node.set_result_buffers(**arrays)
+            self.assertEqual(node.capacity()["result_depth"], 1)
+            batch = self.loop(node)
+            s = node.stepper(4)
+            s.requests[:2] = batch["requests"]
+            s.positions[:2] = batch["positions"]
+            s.block_table[:2] = batch["block_table"]
+            got = s.step(2)
+            self.assertTrue(np.shares_memory(got.ring, arrays["ring"]))
+            self.assertTrue(np.array_equal(arrays["ring"][:2], got.ring))
+            self.assertTrue(np.array_equal(arrays["own"][:2], node.step(batch)["own"]))
+            self.assertEqual(arrays["own"][2], -7, "rows past the step's untouched")
+            with self.assertRaisesRegex(kvshard.Error, "before the node's first step"):
+                node.set_result_buffers()
+
     def test_a_follower_steps_with_no_rows(self):
         comms = kvshard.loopback_comms(2, timeout_ms=20000)
         results, errors = [None, None], [None, None]
@@ -990,7 +1024,8 @@ class Lifetimes(unittest.TestCase):
 # integer type (one value), "T[]" (an array of them), "bool", "text"
 # (reaches C as a string), "options" (kvplan's flags: bools, NUL-free
 # strings and text that kvplan's parsers range-check), or what is checked
-# otherwise ("hit", "batch", "comm", "id", "-": nothing of the caller's).
+# otherwise ("hit", "batch", "comm", "id", "buffer": an array the node
+# writes in place, "-": nothing of the caller's).
 # ExactTypes holds this table against the package's signatures, so a
 # parameter added later must be classed (and is then tested) here.
 PARAMETERS = {
@@ -1006,6 +1041,8 @@ PARAMETERS = {
     "Node.step": {"batch": "batch", "payload": "bytes"},
     "Node.release": {"step": "uint64_t", "stream": "uintptr_t"},
     "Node.capacity": {},
+    "Node.set_result_buffers": {"own": "buffer", "prev": "buffer", "ring": "buffer",
+                                "csa_loc": "buffer", "hca_loc": "buffer"},
     "Node.check": {},
     "Node.tables": {},
     "Node.close": {},

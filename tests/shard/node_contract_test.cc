@@ -334,6 +334,52 @@ TEST(NodeContract, results_land_in_the_engines_buffers_and_wait_for_its_release)
   });
 }
 
+// A node made from flags (as Python's) takes the engine's buffers after
+// create, before its first step; a refused set changes nothing.
+TEST(NodeContract, result_buffers_are_set_before_the_first_step_or_refused) {
+  Deployment s(1);
+  s.options.max_batch = 4;
+  run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+    kvs_node_t node = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_node_create(comm, &s.options, &node, &err), KVS_OK) << err.message;
+    const uint64_t P = kvs_node_page(node);
+    std::vector<int64_t> own(4, -7), prev(4, -7), csa(4, -7), hca(4, -7), ring(4 * P, -7);
+    kvs_node_result_buffers buffers = {sizeof buffers, own.data(), prev.data(),
+                                       nullptr,        csa.data(), hca.data()};
+    kvs_node_capacity c = {sizeof c};
+    EXPECT_EQ(kvs_node_set_result_buffers(node, &buffers, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(err.message, "ring is NULL")) << err.message;
+    ASSERT_EQ(kvs_node_capacity_of(node, &c, &err), KVS_OK);
+    EXPECT_EQ(c.result_depth, 2u) << "a refused set changes nothing";
+    buffers.ring = ring.data();
+    ASSERT_EQ(kvs_node_set_result_buffers(node, &buffers, &err), KVS_OK) << err.message;
+    ASSERT_EQ(kvs_node_capacity_of(node, &c, &err), KVS_OK);
+    EXPECT_EQ(c.result_depth, 1u);
+    admit_two(node, P);
+    std::vector<uint64_t> requests = {10, 11};
+    std::vector<int64_t> positions = {(int64_t)(P + 1), (int64_t)(3 * P + 9)};
+    std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+    kvs_node_batch b = {sizeof b};
+    b.n = 2;
+    b.requests = requests.data();
+    b.positions = positions.data();
+    b.block_table = table.data();
+    b.stride = 4;
+    kvs_node_step_result r = {sizeof r};
+    ASSERT_EQ(kvs_node_step(node, &b, &r, &err), KVS_OK) << err.message;
+    EXPECT_EQ(r.own, own.data());
+    EXPECT_EQ(r.ring, ring.data());
+    EXPECT_GE(own[1], 0);
+    EXPECT_EQ(kvs_node_set_result_buffers(node, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(err.message, "before the node's first step (the next step is 1)"))
+        << err.message;
+    ASSERT_EQ(kvs_node_step(node, &b, &r, &err), KVS_OK) << err.message;
+    EXPECT_EQ(r.own, own.data()) << "still the engine's buffers";
+    kvs_node_destroy(node);
+  });
+}
+
 TEST(NodeContract, the_nodes_own_results_stay_valid_until_the_step_after_next) {
   Deployment s(1);
   s.options.explicit_release = true;
