@@ -19,7 +19,10 @@ tables, written and read in place through the node's views
 step's ring contexts give. Ranks are threads over kvshard.loopback_comms
 (tp ranks; attention heads split, the output projection summed across
 ranks); rank 0 schedules: admits, binds, frees, finishes and runs the
-prefix cache, and every rank steps the same batch. Requests are prefilled
+prefix cache, and its step carries the batch and the step's work (the
+plan's items, pickled, as the step's payload) to every rank in the step's
+one collective (carry_batch): a follower steps with no batch and computes
+what the leader's payload says. Requests are prefilled
 in chunks, then decoded (greedy); prompts that share a prefix hit the
 cache (exact hits through retained tails, re-prefill hits, hits fetched
 from the host tier after eviction).
@@ -42,6 +45,7 @@ import argparse
 import dataclasses
 import hashlib
 import math
+import pickle
 import sys
 import threading
 import time
@@ -150,7 +154,8 @@ def compress_block(kv, score):
 # ---- ranks as threads: the engine's own collectives ----
 
 class Group:
-    """The engine's activations' collectives between rank threads."""
+    """The engine's activations' collectives between rank threads (its
+    schedule reaches every rank in kvshard's step)."""
 
     def __init__(self, n):
         self.n = n
@@ -167,16 +172,6 @@ class Group:
             total += self.slots[r]
         self.barrier.wait()
         return total
-
-    def broadcast(self, rank, obj):
-        if self.n == 1:
-            return obj
-        if rank == 0:
-            self.slots[0] = obj
-        self.barrier.wait()
-        got = self.slots[0]
-        self.barrier.wait()
-        return got
 
 
 # ---- one rank's engine: computes with kvshard's tables ----
@@ -855,10 +850,16 @@ def short_scenario(vocab, seed=7):
             {"requests": [dict(rid=2, prompt=S + tok(40), max_new=6)]}]
 
 
+# The step's payload: the leader's items, pickled (a chunk of 100 tokens
+# for each of a few requests is a few KiB).
+PAYLOAD_BYTES = 1 << 20
+
+
 def node_options(model, rings, tp, max_running):
     return dict(topology="bundled", device="cpu", budget="4MiB", tp=tp, pp=1, page=128,
                 max_seq_len=2048, max_running=max_running, bind_numa=False, prefix_cache=True,
-                host_cache="2MiB", state_rings=rings, check_every=16, **model.node_options())
+                host_cache="2MiB", state_rings=rings, check_every=16, carry_batch=True,
+                max_payload_bytes=PAYLOAD_BYTES, **model.node_options())
 
 
 def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100, page_cap=8,
@@ -883,20 +884,28 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
                     else None
                 steps = batch_rows = 0
                 while True:
-                    plan = group.broadcast(rank, sched.plan() if rank == 0 else None)
-                    if plan is None:
+                    # One collective a step: the leader's batch and its
+                    # items (the work every rank computes) ride in the
+                    # step; the step that says None lands the last frees.
+                    if rank == 0:
+                        plan = sched.plan()
+                        items = plan["items"] if plan is not None else None
+                        res = node.step(plan["batch"] if plan is not None else None,
+                                        payload=pickle.dumps(items))
+                    else:
+                        res = node.step()
+                        items = pickle.loads(res["payload"])
+                    if items is None:
                         break
-                    res = node.step(plan["batch"])
                     steps += 1
-                    batch_rows += len(plan["items"])
-                    for it in plan["items"]:
+                    batch_rows += len(items)
+                    for it in items:
                         it["ps"] = torch.arange(it["s"], it["e"])
                         it["pages_t"] = torch.tensor(it["pages"], dtype=torch.int64)
                         it["tokens_t"] = torch.tensor(it["tokens"], dtype=torch.int64)
-                    results = eng.compute(plan["items"], res)
+                    results = eng.compute(items, res)
                     if rank == 0:
                         sched.finish_step(plan, results)
-                node.step()  # the last frees and finishes land
                 report = node.check()
                 box[rank] = dict(report=report, steps=steps, rows=eng.checked_rows,
                                  batch_rows=batch_rows,
