@@ -116,11 +116,28 @@ static void lru_insert(kvs_pool_host *host, int32_t s) {
   }
 }
 
-int32_t kvs_pool_host_victim(const kvs_pool_host *host) {
+static bool kept(const uint64_t *keep, size_t n_keep, int32_t slot) {
+  size_t lo = 0, hi = n_keep;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (keep[mid] == (uint64_t)slot) return true;
+    if (keep[mid] < (uint64_t)slot) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return false;
+}
+
+int32_t kvs_pool_host_victim(const kvs_pool_host *host, const uint64_t *keep, size_t n_keep) {
   if (host->n == 0) return -1;
   /* Slots fill in order and are only freed again by undoing the latest
    * spill into a fresh one, so the used slots are always [0, used). */
-  return host->used < host->n ? (int32_t)host->used : host->head;
+  if (host->used < host->n) return (int32_t)host->used;
+  int32_t s = host->head;
+  while (s >= 0 && kept(keep, n_keep, s)) s = host->rec[s].next;
+  return s;
 }
 
 /* ---- the two operations and their undo ---- */
