@@ -270,8 +270,8 @@ kvs_status kvs_pool_seed_slot(struct kvs_window_pool *pool, uint64_t request, ui
  * tier and not on the GPU again. slots (may be NULL) gets their host
  * slots; *first the first fetched block's depth. */
 static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit,
-                            const uint64_t *keys, size_t n_keys, uint64_t *slots,
-                            uint64_t *first, kvs_error *err) {
+                            const uint64_t *keys, size_t n_keys, uint64_t *slots, uint64_t *first,
+                            kvs_error *err) {
   const kvs_pool_prefix *p = &pool->prefix;
   if (hit->host_pages == 0 || !hit->reprefill) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -576,17 +576,17 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
                window_pages_freed, err);
 }
 
-kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool,
-                                                  const kvs_prefix_hit *hit, const uint64_t *keys,
-                                                  size_t n_keys, uint64_t need_pages,
-                                                  int64_t *freed, size_t cap, size_t *n_freed,
-                                                  uint64_t *window_pages_freed, kvs_error *err) {
+kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool, const kvs_prefix_hit *hit,
+                                                  const uint64_t *keys, size_t n_keys,
+                                                  uint64_t need_pages, int64_t *freed, size_t cap,
+                                                  size_t *n_freed, uint64_t *window_pages_freed,
+                                                  kvs_error *err) {
   kvs_status status = need_prefix(pool, __func__, err);
   if (status != KVS_OK) return status;
   if (hit == NULL || keys == NULL || n_freed == NULL || (freed == NULL && cap > 0)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
-                         hit == NULL    ? "hit"
-                         : keys == NULL ? "keys"
+                         hit == NULL       ? "hit"
+                         : keys == NULL    ? "keys"
                          : n_freed == NULL ? "n_freed"
                                            : "freed");
   }
@@ -594,10 +594,9 @@ kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool,
    * full pages (a fetch needs a full page per block, so a hit with more
    * blocks than the pool has pages can never be taken). */
   if (hit->host_pages >= pool->n_full_pages) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "the hit fetches %llu blocks; the pool has %llu full pages",
-                         (unsigned long long)hit->host_pages,
-                         (unsigned long long)pool->n_full_pages);
+    return kvs_error_set(
+        err, KVS_ERR_INVALID_ARGUMENT, "the hit fetches %llu blocks; the pool has %llu full pages",
+        (unsigned long long)hit->host_pages, (unsigned long long)pool->n_full_pages);
   }
   uint64_t first = 0;
   if ((status = host_part(pool, hit, keys, n_keys, pool->touched, &first, err))) return status;

@@ -825,8 +825,9 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
       fprintf(human,
               "kvsim: host tier of %" PRIu64 " pages (%" PRIu64 " tokens): %" PRIu64
               " of the hit tokens came back from it (GPU %" PRIu64 "), %" PRIu64
-              " blocks spilled, %" PRIu64 " let go; its copies took %.1f simulated s at %g GB/s; %" PRIu64
-              " of %" PRIu64 " host hits fell back to their GPU part\n",
+              " blocks spilled, %" PRIu64
+              " let go; its copies took %.1f simulated s at %g GB/s; %" PRIu64 " of %" PRIu64
+              " host hits fell back to their GPU part\n",
               c.host_slots, c.host_slots * kvs_node_page(r->node), c.host_hit_tokens,
               c.hit_tokens - c.host_hit_tokens, c.spills, c.host_drops, c.host_copy_ms / 1000.0,
               r->a->host_bandwidth, c.host_hit_fallbacks, c.host_hit_attempts);

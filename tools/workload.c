@@ -642,8 +642,8 @@ static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64
   w->deferred = *defer ? a->id + 1 : 0;
   if (*defer) return KVS_OK;
   w->c.host_hit_attempts++;
-  kvs_status status = kvs_window_pool_prefix_match_within(
-      pool, w->keys, (size_t)n_keys, a->prompt, reprefill, max_host, hit, NULL, err);
+  kvs_status status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt,
+                                                          reprefill, max_host, hit, NULL, err);
   if (status != KVS_OK) return status;
   if (hit->host_pages > 0) {
     uint64_t own = pages_of(w, a->total) - hit->hit_tokens / P;
@@ -651,9 +651,9 @@ static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64
     size_t n_freed = 0;
     uint64_t wfreed = 0;
     kvs_error room_err;
-    status = kvs_window_pool_prefix_evict_for_fetch(pool, hit, w->keys, (size_t)n_keys, need,
-                                                    w->evicted, (size_t)w->max_pages, &n_freed,
-                                                    &wfreed, &room_err);
+    status =
+        kvs_window_pool_prefix_evict_for_fetch(pool, hit, w->keys, (size_t)n_keys, need, w->evicted,
+                                               (size_t)w->max_pages, &n_freed, &wfreed, &room_err);
     if (status != KVS_OK && status != KVS_ERR_JOURNAL_FULL) {
       if (err != NULL) *err = room_err;
       return status;
@@ -669,8 +669,8 @@ static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64
   /* Not a host hit after all (too deep for the step's room, or too few
    * blocks to evict): its GPU part. */
   w->c.host_hit_fallbacks++;
-  return kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
-                                             0, hit, NULL, err);
+  return kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill, 0,
+                                             hit, NULL, err);
 }
 
 /* The leader's decisions, journaled; nothing here changes the scheduler
