@@ -544,12 +544,12 @@ static kvs_status evict(kvs_window_pool_t pool, int32_t keep, const uint64_t *ke
       kvs_pool_unbind_page(pool, (uint64_t)n);
       wgot++;
     }
-    /* With a host tier the block's rows move there (unless a copy is
-     * there already: blocks never change once cached); a tier whose every
-     * slot a hit keeps lets the block go. */
-    int32_t slot = kvs_pool_host_find(&p->host, p->rec[n].chain) < 0
-                       ? kvs_pool_host_victim(&p->host, keep_slots, n_keep)
-                       : -1;
+    /* With a host tier the block's rows move there: into the slot of its
+     * copy when the tier kept one since its fetch (that slot becomes the
+     * most recent again), else a victim; a tier whose every slot a hit
+     * keeps lets the block go. */
+    int32_t slot = kvs_pool_host_find(&p->host, p->rec[n].chain);
+    if (slot < 0) slot = kvs_pool_host_victim(&p->host, keep_slots, n_keep);
     if (slot >= 0 && (status = lead(pool, KVS_PREFIX_OP_SPILL, (uint64_t)n, slot, err))) {
       return status;
     }
