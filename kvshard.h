@@ -752,6 +752,23 @@ KVS_API kvs_status kvs_node_prefix_abandon(kvs_node_t node, uint64_t request, kv
 KVS_API kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages,
                                          uint64_t need_window_pages, int64_t *freed, size_t cap,
                                          size_t *n_freed, kvs_error *err);
+/* Leader: the eviction a host hit needs, in one decision, so that it
+ * never falls back to its GPU part: as kvs_node_prefix_evict(node,
+ * need_pages, 0, ...), but it never evicts the hit's `block` (its GPU
+ * path stays) and no spill takes the host slot of a block the hit fetches,
+ * so the hit stays valid for kvs_node_prefix_fetch without a new match.
+ * need_pages is the scheduler's: hit->host_pages (the fetched blocks) plus
+ * the request's own pages past the hit (ceil(tokens / P) - hit_tokens / P)
+ * less the free full pages the engine has for them. The call is refused,
+ * changing nothing, when the hit is stale (match again) or the step's
+ * journal cannot hold the evictions and the fetch together (4 entries an
+ * eviction, 3 a fetched block, 3 more; KVS_ERR_JOURNAL_FULL: step, then
+ * match again). Fewer than need_pages in *n_freed means nothing more was
+ * evictable. */
+KVS_API kvs_status kvs_node_prefix_evict_for_fetch(kvs_node_t node, const kvs_node_prefix_hit *hit,
+                                                   const uint64_t *keys, size_t n_keys,
+                                                   uint64_t need_pages, int64_t *freed, size_t cap,
+                                                   size_t *n_freed, kvs_error *err);
 /* Any rank: the index's counts (identical on every rank after a step);
  * KVS_ERR_UNSUPPORTED on a node without a prefix cache, as every
  * kvs_node_prefix_* call there. */

@@ -116,11 +116,28 @@ static void lru_insert(kvs_pool_host *host, int32_t s) {
   }
 }
 
-int32_t kvs_pool_host_victim(const kvs_pool_host *host) {
+static bool kept(const uint64_t *keep, size_t n_keep, int32_t slot) {
+  size_t lo = 0, hi = n_keep;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (keep[mid] == (uint64_t)slot) return true;
+    if (keep[mid] < (uint64_t)slot) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return false;
+}
+
+int32_t kvs_pool_host_victim(const kvs_pool_host *host, const uint64_t *keep, size_t n_keep) {
   if (host->n == 0) return -1;
   /* Slots fill in order and are only freed again by undoing the latest
    * spill into a fresh one, so the used slots are always [0, used). */
-  return host->used < host->n ? (int32_t)host->used : host->head;
+  if (host->used < host->n) return (int32_t)host->used;
+  int32_t s = host->head;
+  while (s >= 0 && kept(keep, n_keep, s)) s = host->rec[s].next;
+  return s;
 }
 
 /* ---- the two operations and their undo ---- */
@@ -152,6 +169,16 @@ kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chai
                          s, holder);
   }
   kvs_host_rec *r = &host->rec[s];
+  if (holder == s) {
+    /* Its own copy, evicted again: the slot becomes the most recent (the
+     * rows are the same; the tables copy them anyway). */
+    *saved = *r;
+    lru_remove(host, s);
+    r->used_at = clock;
+    lru_insert(host, s);
+    host->spills++;
+    return KVS_OK;
+  }
   if (!r->used && slot != host->used) {
     return kvs_error_set(err, KVS_ERR_CONFLICT,
                          "prefix entry spills into host slot %d, but the tier fills slot %llu "
@@ -188,9 +215,22 @@ kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chai
                          (unsigned long long)slot, r->used ? "another block" : "nothing");
   }
   *saved = *r;
-  lru_remove(host, (int32_t)slot);
-  r->used_at = clock;
-  lru_insert(host, (int32_t)slot);
+  /* The block is on the GPU again: its slot is kept but goes first when a
+   * full tier takes one (the least recently used end, at the head's
+   * stamp), so a full tier holds each block once; until then an eviction
+   * finds the copy there. */
+  int32_t s = (int32_t)slot;
+  lru_remove(host, s);
+  (void)clock;
+  r->used_at = host->head >= 0 ? host->rec[host->head].used_at : r->used_at;
+  r->prev = -1;
+  r->next = host->head;
+  if (host->head >= 0) {
+    host->rec[host->head].prev = s;
+  } else {
+    host->tail = s;
+  }
+  host->head = s;
   host->fetches++;
   return KVS_OK;
 }
@@ -199,10 +239,14 @@ void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kv
   int32_t s = (int32_t)slot;
   kvs_host_rec *r = &host->rec[s];
   lru_remove(host, s);
-  if (!spill) {
+  if (!spill || (saved->used && saved->chain == r->chain)) {
     r->used_at = saved->used_at;
     lru_insert(host, s);
-    host->fetches--;
+    if (spill) {
+      host->spills--;
+    } else {
+      host->fetches--;
+    }
     return;
   }
   host->digest -= slot_term(slot, r);

@@ -10,6 +10,7 @@
 #define KVS_POOL_HOST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -42,8 +43,10 @@ uint64_t kvs_prefix_chain(uint64_t parent_chain, uint64_t key);
 kvs_status kvs_pool_host_init(kvs_pool_host *host, uint64_t slots, kvs_error *err);
 void kvs_pool_host_free(kvs_pool_host *host);
 int32_t kvs_pool_host_find(const kvs_pool_host *host, uint64_t chain);
-/* The slot a spill takes: a free one, else the least recently used. */
-int32_t kvs_pool_host_victim(const kvs_pool_host *host);
+/* The slot a spill takes: a free one, else the least recently used but
+ * the slots keep[0..n_keep) names (ascending; a hit about to fetch from
+ * them), -1 when every used slot is kept. */
+int32_t kvs_pool_host_victim(const kvs_pool_host *host, const uint64_t *keep, size_t n_keep);
 kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
                                kvs_host_rec *saved, kvs_error *err);
 kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,

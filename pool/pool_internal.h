@@ -84,6 +84,8 @@ void kvs_pool_journal(struct kvs_window_pool *pool, uint64_t a, int64_t b);
 int64_t kvs_pool_window_page_of(const struct kvs_window_pool *pool, uint64_t full_page);
 kvs_status kvs_pool_bind_page(struct kvs_window_pool *pool, uint64_t fp, kvs_error *err);
 void kvs_pool_unbind_page(struct kvs_window_pool *pool, uint64_t fp);
+/* pages[0..n) in ascending order (in place, allocating nothing). */
+void kvs_pool_sort_pages(uint64_t *pages, size_t n);
 /* A fresh validation epoch for the pages' and slots' stamps (a value no
  * stamp holds: on the counter's wrap every stamp is cleared once). */
 uint32_t kvs_pool_next_epoch(struct kvs_window_pool *pool);

@@ -327,7 +327,7 @@ static int compare_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void sort_pages(uint64_t *pages, size_t n) {
+void kvs_pool_sort_pages(uint64_t *pages, size_t n) {
   bool sorted = true;
   for (size_t i = 1; i < n && sorted; i++) sorted = pages[i - 1] < pages[i];
   if (!sorted) qsort(pages, n, sizeof *pages, compare_u64);
@@ -409,7 +409,7 @@ static kvs_status collect_pages(struct kvs_window_pool *pool, const char *call, 
                            what, listing, partial > 4 ? ", ..." : "", (unsigned long long)page);
     }
   }
-  sort_pages(pool->touched, touched);
+  kvs_pool_sort_pages(pool->touched, touched);
   *n_pages = touched;
   return KVS_OK;
 }

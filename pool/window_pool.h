@@ -414,6 +414,20 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
                                         uint64_t need_window_pages, int64_t *freed, size_t cap,
                                         size_t *n_freed, uint64_t *window_pages_freed,
                                         kvs_error *err);
+/* Leader: the eviction a host hit needs before its fetch: as
+ * kvs_window_pool_prefix_evict(need_pages, 0), but it never evicts the
+ * hit's block (so its GPU path stays) and no spill takes the host slot of
+ * a block the hit fetches, so the hit stays valid for
+ * kvs_window_pool_prefix_fetch without a new match. Refused, changing
+ * nothing, when the hit is stale (as fetch refuses it) or the journal lacks
+ * room for the evictions and the fetch together (4 entries an eviction, 3
+ * a fetched block and 3): step, then match again. *window_pages_freed
+ * (may be NULL): the evicted blocks' tails. */
+kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool, const kvs_prefix_hit *hit,
+                                                  const uint64_t *keys, size_t n_keys,
+                                                  uint64_t need_pages, int64_t *freed, size_t cap,
+                                                  size_t *n_freed, uint64_t *window_pages_freed,
+                                                  kvs_error *err);
 kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,
                                         kvs_error *err);
 /* The block of full page `page`: its key, parent (-1: the root), refs and

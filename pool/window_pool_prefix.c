@@ -264,6 +264,57 @@ kvs_status kvs_pool_seed_slot(struct kvs_window_pool *pool, uint64_t request, ui
   return status;
 }
 
+/* A hit reaching into the host tier, as fetch and the eviction for it
+ * check it: it still hangs under the block its match found, its keys
+ * reach its last host block, and each of its host_pages blocks is in the
+ * tier and not on the GPU again. slots (may be NULL) gets their host
+ * slots; *first the first fetched block's depth. */
+static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit,
+                            const uint64_t *keys, size_t n_keys, uint64_t *slots, uint64_t *first,
+                            kvs_error *err) {
+  const kvs_pool_prefix *p = &pool->prefix;
+  if (hit->host_pages == 0 || !hit->reprefill) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit has no host-tier blocks (take it with "
+                         "kvs_window_pool_prefix_acquire)");
+  }
+  kvs_status status = refuse_stale(pool, hit, "hangs under", err);
+  if (status != KVS_OK) return status;
+  uint64_t at = hit->block >= 0 ? (uint64_t)p->rec[hit->block].depth + 1 : 0;
+  uint64_t k = hit->host_pages;
+  if (at + k > n_keys) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit needs keys up to page %llu; %zu given",
+                         (unsigned long long)(at + k), n_keys);
+  }
+  if (hit->hit_tokens != (at + k) * pool->page) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "the hit's %llu tokens are not the end of its %llu host blocks under "
+                         "block %lld (match again)",
+                         (unsigned long long)hit->hit_tokens, (unsigned long long)k,
+                         (long long)hit->block);
+  }
+  uint64_t chain = kvs_pool_prefix_chain_of(p, (int32_t)hit->block);
+  for (uint64_t i = 0; i < k; i++) {
+    chain = kvs_prefix_chain(chain, keys[at + i]);
+    int32_t slot = kvs_pool_host_find(&p->host, chain);
+    if (slot < 0) {
+      return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                           "block %llu of the hit is not in the host tier (match again: the tier "
+                           "changed since)",
+                           (unsigned long long)(at + i));
+    }
+    if (slots != NULL) slots[i] = (uint64_t)slot;
+  }
+  if (kvs_pool_prefix_child(p, (int32_t)hit->block, keys[at]) >= 0) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "block %llu of the hit is on the GPU again (match again)",
+                         (unsigned long long)at);
+  }
+  *first = at;
+  return KVS_OK;
+}
+
 kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request,
                                         const kvs_prefix_hit *hit, const uint64_t *keys,
                                         size_t n_keys, const int64_t *pages, kvs_error *err) {
@@ -280,28 +331,10 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                          (unsigned long long)request);
   }
   kvs_pool_prefix *p = &pool->prefix;
-  if (hit->host_pages == 0 || !hit->reprefill) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%s: the hit has no host-tier blocks (take it with "
-                         "kvs_window_pool_prefix_acquire)",
-                         __func__);
-  }
   int32_t parent = (int32_t)hit->block;
-  if ((status = refuse_stale(pool, hit, "hangs under", err))) return status;
-  uint64_t first = hit->block >= 0 ? (uint64_t)p->rec[hit->block].depth + 1 : 0;
+  uint64_t first = 0;
+  if ((status = host_part(pool, hit, keys, n_keys, NULL, &first, err))) return status;
   uint64_t k = hit->host_pages;
-  if (first + k > n_keys) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "the hit needs keys up to page %llu; %zu given",
-                         (unsigned long long)(first + k), n_keys);
-  }
-  if (hit->hit_tokens != (first + k) * pool->page) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "the hit's %llu tokens are not the end of its %llu host blocks under "
-                         "block %lld (match again)",
-                         (unsigned long long)hit->hit_tokens, (unsigned long long)k,
-                         (long long)hit->block);
-  }
   if ((status = can_hold(p, request, err))) return status;
   if (kvs_free_list_available(pool->free_list) < pool->page) {
     return kvs_error_set(err, KVS_ERR_EXHAUSTED,
@@ -309,7 +342,6 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
   }
   /* Validate everything first: a refusal changes nothing. */
   uint32_t epoch = kvs_pool_next_epoch(pool);
-  uint64_t chain = kvs_pool_prefix_chain_of(p, parent);
   for (uint64_t i = 0; i < k; i++) {
     int64_t page = pages[i];
     const char *unusable = kvs_pool_prefix_unusable(&pool->prefix, page);
@@ -326,18 +358,6 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
                                                            : "bound to a window page");
     }
     pool->full_stamp[page] = epoch;
-    chain = kvs_prefix_chain(chain, keys[first + i]);
-    if (kvs_pool_host_find(&p->host, chain) < 0) {
-      return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                           "block %llu of the hit is not in the host tier (match again: the tier "
-                           "changed since)",
-                           (unsigned long long)(first + i));
-    }
-  }
-  if (kvs_pool_prefix_child(p, parent, keys[first]) >= 0) {
-    return kvs_error_set(err, KVS_ERR_CONFLICT,
-                         "block %llu of the hit is on the GPU again (match again)",
-                         (unsigned long long)first);
   }
   if ((status = kvs_pool_journal_room(pool, 3 * k + 3, err))) return status;
   int32_t cur = parent;
@@ -491,17 +511,16 @@ kvs_status kvs_window_pool_prefix_abandon(kvs_window_pool_t pool, uint64_t reque
   return status != KVS_OK ? status : let_go(pool, request, true, err);
 }
 
-kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pages,
-                                        uint64_t need_window_pages, int64_t *freed, size_t cap,
-                                        size_t *n_freed, uint64_t *window_pages_freed,
-                                        kvs_error *err) {
-  kvs_status status = need_prefix(pool, __func__, err);
-  if (status != KVS_OK) return status;
-  if (n_freed == NULL || (freed == NULL && cap > 0)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
-                         n_freed == NULL ? "n_freed" : "freed");
-  }
+/* The eviction (kvs_window_pool_prefix_evict's), keeping block `keep`
+ * (-1: none) and host slots keep_slots[0..n_keep) (ascending): a hit's
+ * block is the one node of its path that can be an unreferenced leaf (each
+ * node above it has it below), so keeping it keeps the path. */
+static kvs_status evict(kvs_window_pool_t pool, int32_t keep, const uint64_t *keep_slots,
+                        size_t n_keep, uint64_t need_pages, uint64_t need_window_pages,
+                        int64_t *freed, size_t cap, size_t *n_freed, uint64_t *window_pages_freed,
+                        kvs_error *err) {
   kvs_pool_prefix *p = &pool->prefix;
+  kvs_status status = KVS_OK;
   size_t got = 0;
   uint64_t wgot = 0;
   /* Tails first: a tail costs a truncation or a re-prefill, a block its
@@ -513,19 +532,25 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
     kvs_pool_unbind_page(pool, (uint64_t)n);
     wgot++;
   }
-  while (got < need_pages && got < cap && p->leaf_head >= 0 &&
-         kvs_pool_journal_room(pool, 4, NULL) == KVS_OK) {
+  for (;;) {
     int32_t n = p->leaf_head;
+    if (n >= 0 && n == keep) n = p->rec[n].leaf_next;
+    if (got >= need_pages || got >= cap || n < 0 ||
+        kvs_pool_journal_room(pool, 4, NULL) != KVS_OK) {
+      break;
+    }
     if (p->rec[n].tail) {
       if ((status = lead(pool, KVS_PREFIX_OP_UNTAIL, (uint64_t)n, -1, err))) return status;
       kvs_pool_unbind_page(pool, (uint64_t)n);
       wgot++;
     }
-    /* With a host tier the block's rows move there (unless a copy is
-     * there already: blocks never change once cached). */
-    if (p->host.n > 0 && kvs_pool_host_find(&p->host, p->rec[n].chain) < 0 &&
-        (status =
-             lead(pool, KVS_PREFIX_OP_SPILL, (uint64_t)n, kvs_pool_host_victim(&p->host), err))) {
+    /* With a host tier the block's rows move there: into the slot of its
+     * copy when the tier kept one since its fetch (that slot becomes the
+     * most recent again), else a victim; a tier whose every slot a hit
+     * keeps lets the block go. */
+    int32_t slot = kvs_pool_host_find(&p->host, p->rec[n].chain);
+    if (slot < 0) slot = kvs_pool_host_victim(&p->host, keep_slots, n_keep);
+    if (slot >= 0 && (status = lead(pool, KVS_PREFIX_OP_SPILL, (uint64_t)n, slot, err))) {
       return status;
     }
     if ((status = lead(pool, KVS_PREFIX_OP_EVICT, (uint64_t)n, (int64_t)p->rec[n].key, err)))
@@ -535,6 +560,53 @@ kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pa
   *n_freed = got;
   if (window_pages_freed != NULL) *window_pages_freed = wgot;
   return KVS_OK;
+}
+
+kvs_status kvs_window_pool_prefix_evict(kvs_window_pool_t pool, uint64_t need_pages,
+                                        uint64_t need_window_pages, int64_t *freed, size_t cap,
+                                        size_t *n_freed, uint64_t *window_pages_freed,
+                                        kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  if (n_freed == NULL || (freed == NULL && cap > 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         n_freed == NULL ? "n_freed" : "freed");
+  }
+  return evict(pool, -1, NULL, 0, need_pages, need_window_pages, freed, cap, n_freed,
+               window_pages_freed, err);
+}
+
+kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool, const kvs_prefix_hit *hit,
+                                                  const uint64_t *keys, size_t n_keys,
+                                                  uint64_t need_pages, int64_t *freed, size_t cap,
+                                                  size_t *n_freed, uint64_t *window_pages_freed,
+                                                  kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  if (hit == NULL || keys == NULL || n_freed == NULL || (freed == NULL && cap > 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         hit == NULL       ? "hit"
+                         : keys == NULL    ? "keys"
+                         : n_freed == NULL ? "n_freed"
+                                           : "freed");
+  }
+  /* The hit's host slots, kept from the spills: in the pool's scratch of
+   * full pages (a fetch needs a full page per block, so a hit with more
+   * blocks than the pool has pages can never be taken). */
+  if (hit->host_pages >= pool->n_full_pages) {
+    return kvs_error_set(
+        err, KVS_ERR_INVALID_ARGUMENT, "the hit fetches %llu blocks; the pool has %llu full pages",
+        (unsigned long long)hit->host_pages, (unsigned long long)pool->n_full_pages);
+  }
+  uint64_t first = 0;
+  if ((status = host_part(pool, hit, keys, n_keys, pool->touched, &first, err))) return status;
+  uint64_t evictions = need_pages < cap ? need_pages : cap;
+  if ((status = kvs_pool_journal_room(pool, 4 * evictions + 3 * hit->host_pages + 3, err))) {
+    return status;
+  }
+  kvs_pool_sort_pages(pool->touched, (size_t)hit->host_pages);
+  return evict(pool, (int32_t)hit->block, pool->touched, (size_t)hit->host_pages, need_pages, 0,
+               freed, cap, n_freed, window_pages_freed, err);
 }
 
 kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,

@@ -294,6 +294,17 @@ kvs_status kvs_node_prefix_evict(kvs_node_t node, uint64_t need_pages, uint64_t 
                                       n_freed, NULL, err);
 }
 
+kvs_status kvs_node_prefix_evict_for_fetch(kvs_node_t node, const kvs_node_prefix_hit *hit,
+                                           const uint64_t *keys, size_t n_keys, uint64_t need_pages,
+                                           int64_t *freed, size_t cap, size_t *n_freed,
+                                           kvs_error *err) {
+  kvs_prefix_hit h;
+  kvs_status status = leader_hit(node, hit, "kvs_node_prefix_evict_for_fetch", &h, err);
+  if (status != KVS_OK) return status;
+  return kvs_window_pool_prefix_evict_for_fetch(pool_of(node), &h, keys, n_keys, need_pages, freed,
+                                                cap, n_freed, NULL, err);
+}
+
 kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
                                  kvs_error *err) {
   if (node == NULL || out == NULL) {

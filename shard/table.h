@@ -229,6 +229,20 @@ kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layou
 
 /* ---- the host tier's rows (shard/table_rows.c) ---- */
 
+/* Where one span's rows of full page p lie: layer l's at
+ * base + offset + l x stride + p x page_step, width bytes. */
+typedef struct kvs_table_span_rows {
+  uint64_t offset, stride, count, width, page_step;
+} kvs_table_span_rows;
+
+/* Compressed (two ratios) and indexer. */
+#define KVS_TABLE_ROW_SPANS 3
+
+/* The spans a host slot holds, in slot order (out: KVS_TABLE_ROW_SPANS
+ * entries); returns how many. What a spill or fetch copies, for a
+ * benchmark's baseline to copy the same way. */
+size_t kvs_table_host_spans(const kvs_device_layout *layout, kvs_table_span_rows *out);
+
 /* What one host slot holds: one full page's compressed and indexer rows
  * (page / ratio rows of each such layer, packed span by span in carve
  * order, layer by layer). 0 for a layout without such rows. */

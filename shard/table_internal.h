@@ -5,15 +5,6 @@
 
 #include "shard/table.h"
 
-/* Where one span's rows of full page p lie: layer l's at
- * base + offset + l x stride + p x page_step, width bytes. */
-typedef struct kvs_table_span_rows {
-  uint64_t offset, stride, count, width, page_step;
-} kvs_table_span_rows;
-
-/* Compressed (two ratios) and indexer. */
-#define KVS_TABLE_ROW_SPANS 3
-
 /* A ring span (attention ratio 4 or 128, indexer) whose rings are per
  * request slot: slot s's `ring` rows of layer l at base + offset + l x
  * stride + s x ring x row_bytes; with tail states (ratio 4) window page

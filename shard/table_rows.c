@@ -85,6 +85,10 @@ kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layou
   return KVS_OK;
 }
 
+size_t kvs_table_host_spans(const kvs_device_layout *layout, kvs_table_span_rows *out) {
+  return layout == NULL || out == NULL ? 0 : row_spans(layout, out);
+}
+
 uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout) {
   if (layout == NULL) return 0;
   kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];

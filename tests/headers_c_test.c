@@ -152,6 +152,8 @@ static void nulls_of_nodes(void) {
     REFUSES(kvs_node_prefix_release, kvs_node_prefix_release(NULL, 1, &e_));
     REFUSES(kvs_node_prefix_abandon, kvs_node_prefix_abandon(NULL, 1, &e_));
     REFUSES(kvs_node_prefix_evict, kvs_node_prefix_evict(NULL, 1, 0, &freed, 1, &n_freed, &e_));
+    REFUSES(kvs_node_prefix_evict_for_fetch,
+            kvs_node_prefix_evict_for_fetch(NULL, &hit, &key, 1, 1, &freed, 1, &n_freed, &e_));
     REFUSES(kvs_node_prefix_stats, kvs_node_prefix_stats(NULL, &counts, &e_));
   }
   EXPECT(kvs_node_rank, kvs_node_rank(NULL) == -1);

@@ -9,6 +9,7 @@
 #include "kvplan/args.h"
 #include "tools/bench_block.h"
 #include "tools/bench_core.h"
+#include "tools/bench_tier.h"
 
 static void usage(FILE *out) {
   fputs(
@@ -54,7 +55,9 @@ static void print_table(json_t *results) {
   json_object_foreach(results, key, value) {
     printf("%-28s %14.3f\n", key, json_number_value(value));
   }
-  printf("(ns: mean per operation; gbps: GB/s of encoded block)\n");
+  printf(
+      "(ns: mean per operation; gbps: GB/s of encoded block, or of the host tier's slots "
+      "moved; tier_spill_vs_memcpy: the spill's GB/s over memcpy's of the same spans)\n");
 }
 
 /* Exit status: 0 measured and printed, 1 a workload failed or the results
@@ -65,6 +68,7 @@ static int run(int argc, char **argv) {
   if (rc != 0) return rc < 0 ? 0 : rc;
   json_t *results = json_object();
   int failed = kvs_bench_core(results, quick);
+  failed |= kvs_bench_tier(results, quick);
   kvs_bench_block(results, quick);
   json_t *block_error = json_object_get(results, "block_error");
   if (block_error != NULL) {

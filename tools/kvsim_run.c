@@ -825,10 +825,12 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
       fprintf(human,
               "kvsim: host tier of %" PRIu64 " pages (%" PRIu64 " tokens): %" PRIu64
               " of the hit tokens came back from it (GPU %" PRIu64 "), %" PRIu64
-              " blocks spilled, %" PRIu64 " let go; its copies took %.1f simulated s at %g GB/s\n",
+              " blocks spilled, %" PRIu64
+              " let go; its copies took %.1f simulated s at %g GB/s; %" PRIu64 " of %" PRIu64
+              " host hits fell back to their GPU part\n",
               c.host_slots, c.host_slots * kvs_node_page(r->node), c.host_hit_tokens,
               c.hit_tokens - c.host_hit_tokens, c.spills, c.host_drops, c.host_copy_ms / 1000.0,
-              r->a->host_bandwidth);
+              r->a->host_bandwidth, c.host_hit_fallbacks, c.host_hit_attempts);
     }
     fprintf(human,
             "kvsim: %.1f simulated s from the first arrival (%" PRIu64
@@ -951,6 +953,8 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
     json_object_set_new(p, "spills", kvs_json_u64(c.spills));
     json_object_set_new(p, "host_drops", kvs_json_u64(c.host_drops));
     json_object_set_new(p, "host_copy_s", json_real(c.host_copy_ms / 1000.0));
+    json_object_set_new(p, "host_hit_attempts", kvs_json_u64(c.host_hit_attempts));
+    json_object_set_new(p, "host_hit_fallbacks", kvs_json_u64(c.host_hit_fallbacks));
     json_object_set_new(p, "evictions", kvs_json_u64(c.evictions));
     json_object_set_new(p, "peak_cached_tokens",
                         kvs_json_u64(c.peak_cached_pages * kvs_node_page(r->node)));

@@ -608,63 +608,69 @@ static uint64_t running_reserve(const struct kvs_workload *w) {
   return sum;
 }
 
-/* A hit that reaches into the host tier: its blocks need GPU pages, which
- * come from evicting as many unreferenced GPU blocks (spilled to the tier
- * in turn): evicted pages go back on every rank's free list as the step is
- * learned and the fetch takes the same pages straight off it, so no rank
- * needs to guess which free page the leader meant. The eviction can take
- * the hit's own GPU path, so the prompt is matched again after it; a hit
- * whose blocks cannot all get pages (or whose prompt then has no room)
- * falls back to the exact part. proj_full and win count what came back. */
+/* A hit that reaches into the host tier, taken in one decision: the
+ * library's eviction for a fetch (kvs_window_pool_prefix_evict_for_fetch)
+ * frees, keeping the hit's GPU path and host slots, as many GPU blocks as
+ * the fetched blocks plus the request's own pages past what is free need;
+ * the fetch then takes its pages from those evicted ones. That last part
+ * is kvsim's policy, not the library's: evicted pages go back on every
+ * rank's free list as the step is learned and the FETCH entries take the
+ * same pages straight off it, so no follower's scheduler needs to guess
+ * which free page the leader meant (an engine whose followers replay the
+ * journal alone may fetch into any free page). A hit falls back to its GPU
+ * part only when fewer blocks than it fetches could be evicted.
+ * proj_full and win count what came back. */
 static kvs_status take_host_hit(struct kvs_workload *w, const arrival *a, uint64_t n_keys,
                                 uint64_t reprefill, kvs_prefix_hit *hit, uint64_t *proj_full,
                                 uint64_t *win, bool *defer, kvs_error *err) {
   kvs_window_pool_t pool = w->pool;
   uint64_t P = w->page;
-  size_t have = 0;
-  kvs_status status = KVS_OK;
   /* Each block fetched costs an eviction (up to 4 entries) and the fetch's
-   * 3; a few more evictions for re-matches and the acquire's own: the
-   * step's journal room bounds how deep into the tier this hit goes. A hit
-   * that a fresh step would hold whole waits for one (the request stays at
-   * the queue's head) rather than go shallower now. */
+   * 3, and each own page past the free ones an eviction more: the step's
+   * journal room bounds how deep into the tier this hit goes. A hit that a
+   * fresh step would hold whole waits for one (the request stays at the
+   * queue's head) rather than go shallower now; once only, so that a step
+   * that starts with little room again takes it shallower and no request
+   * waits at the head for good. */
   size_t capacity = kvs_window_pool_journal_capacity(pool);
   size_t room = capacity - kvs_window_pool_journal_pending(pool);
-  uint64_t max_host = room > 64 ? (room - 64) / 7 : 0;
-  uint64_t max_fresh = capacity > 64 ? (capacity - 64) / 7 : 0;
-  /* Once: a step that starts with little room again takes it shallower,
-   * so that no request waits at the head for good. */
+  uint64_t own_all = pages_of(w, a->total) - hit->hit_tokens / P;
+  uint64_t short_own = own_all > *proj_full ? 4 * (own_all - *proj_full) : 0;
+  uint64_t max_host = room > 64 + short_own ? (room - 64 - short_own) / 7 : 0;
+  uint64_t max_fresh = capacity > 64 + short_own ? (capacity - 64 - short_own) / 7 : 0;
   *defer = hit->host_pages > max_host && max_host < max_fresh && w->deferred != a->id + 1;
   w->deferred = *defer ? a->id + 1 : 0;
   if (*defer) return KVS_OK;
-  status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill,
-                                               max_host, hit, NULL, err);
+  w->c.host_hit_attempts++;
+  kvs_status status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt,
+                                                          reprefill, max_host, hit, NULL, err);
   if (status != KVS_OK) return status;
-  for (int round = 0; round < 4 && hit->host_pages > 0; round++) {
+  if (hit->host_pages > 0) {
     uint64_t own = pages_of(w, a->total) - hit->hit_tokens / P;
-    if (hit->host_pages <= have && own <= *proj_full + have - hit->host_pages) {
-      status =
-          kvs_window_pool_prefix_fetch(pool, a->id, hit, w->keys, (size_t)n_keys, w->evicted, err);
-      if (status != KVS_OK) return status;
-      *proj_full += have - hit->host_pages;
-      return KVS_OK;
-    }
+    uint64_t need = hit->host_pages + (own > *proj_full ? own - *proj_full : 0);
     size_t n_freed = 0;
     uint64_t wfreed = 0;
-    uint64_t need = hit->host_pages > have ? hit->host_pages - have : 1;
-    status = kvs_window_pool_prefix_evict(pool, need, 0, w->evicted + have,
-                                          (size_t)w->max_pages - have, &n_freed, &wfreed, err);
-    if (status != KVS_OK) return status;
-    have += n_freed;
+    kvs_error room_err;
+    status =
+        kvs_window_pool_prefix_evict_for_fetch(pool, hit, w->keys, (size_t)n_keys, need, w->evicted,
+                                               (size_t)w->max_pages, &n_freed, &wfreed, &room_err);
+    if (status != KVS_OK && status != KVS_ERR_JOURNAL_FULL) {
+      if (err != NULL) *err = room_err;
+      return status;
+    }
     *win += wfreed;
-    if (n_freed == 0) break;
-    status = kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt,
-                                                 reprefill, max_host, hit, NULL, err);
-    if (status != KVS_OK) return status;
+    *proj_full += n_freed;
+    if (status == KVS_OK && n_freed >= hit->host_pages) {
+      *proj_full -= hit->host_pages;
+      return kvs_window_pool_prefix_fetch(pool, a->id, hit, w->keys, (size_t)n_keys, w->evicted,
+                                          err);
+    }
   }
-  *proj_full += have;
-  if (hit->host_pages == 0) return KVS_OK; /* the hit after the evictions is the GPU's */
-  return kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, hit, NULL, err);
+  /* Not a host hit after all (too deep for the step's room, or too few
+   * blocks to evict): its GPU part. */
+  w->c.host_hit_fallbacks++;
+  return kvs_window_pool_prefix_match_within(pool, w->keys, (size_t)n_keys, a->prompt, reprefill, 0,
+                                             hit, NULL, err);
 }
 
 /* The leader's decisions, journaled; nothing here changes the scheduler
@@ -807,6 +813,8 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
         if (defer) break; /* admitted at the next step, with its journal's whole room */
       } else if ((hit.block >= 0 || hit.host_pages > 0) && hit.reprefill && short_window) {
         /* No window page for the re-prefill: take the exact part. */
+        w->c.host_hit_attempts += hit.host_pages > 0;
+        w->c.host_hit_fallbacks += hit.host_pages > 0;
         *status = kvs_window_pool_prefix_match(pool, w->keys, (size_t)n_keys, a->prompt, 0, &hit,
                                                NULL, err);
         if (*status != KVS_OK) return;

@@ -129,6 +129,11 @@ typedef struct kvs_workload_counters {
   uint64_t spills;          /* blocks the cache moved to the host tier */
   uint64_t host_drops;      /* blocks the host tier let go */
   uint64_t host_slots;      /* the host tier's pages */
+  /* The leader's admissions whose match reached into the host tier, and
+   * of them those taken as their GPU part instead (0 on a follower: the
+   * journal carries what was taken, not what was tried). */
+  uint64_t host_hit_attempts;
+  uint64_t host_hit_fallbacks;
 } kvs_workload_counters;
 
 /* Collective bookkeeping after each step, every rank: with a trace, the

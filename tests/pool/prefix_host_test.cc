@@ -33,9 +33,9 @@ kvs_prefix_stats stats_of(const kvs_window_pool *pool) {
 }
 
 // Request `request` wrote `pages` under `keys` (the last keeps its window
-// as the tail), finished, and everything it cached was evicted again.
-void cache_then_evict(kvs_window_pool *pool, uint64_t request, const std::vector<uint64_t> &keys,
-                      const std::vector<int64_t> &pages) {
+// as the tail) and finished: they are cached, unreferenced.
+void cache(kvs_window_pool *pool, uint64_t request, const std::vector<uint64_t> &keys,
+           const std::vector<int64_t> &pages) {
   for (int64_t page : pages) ASSERT_EQ(alloc(pool, page_locs(uint64_t(page))), KVS_OK);
   std::vector<uint8_t> tails(pages.size(), 0), taken(pages.size());
   tails.back() = 1;
@@ -48,6 +48,13 @@ void cache_then_evict(kvs_window_pool *pool, uint64_t request, const std::vector
   for (size_t i = 0; i + 1 < pages.size(); i++) {
     ASSERT_EQ(release(pool, page_locs(uint64_t(pages[i]))), KVS_OK);
   }
+}
+
+// The same, then everything it cached was evicted again.
+void cache_then_evict(kvs_window_pool *pool, uint64_t request, const std::vector<uint64_t> &keys,
+                      const std::vector<int64_t> &pages) {
+  cache(pool, request, keys, pages);
+  kvs_error err;
   std::vector<int64_t> freed(pages.size());
   size_t n_freed = 0;
   ASSERT_EQ(kvs_window_pool_prefix_evict(pool, pages.size(), 0, freed.data(), freed.size(),
@@ -116,13 +123,15 @@ TEST(PrefixHost, an_evicted_block_spills_and_a_later_prompt_fetches_it_back) {
   EXPECT_EQ(again.block, 9);
   EXPECT_EQ(again.hit_tokens, 3 * P);
   EXPECT_EQ(again.host_pages, 0u);
-  // Evicting the fetched blocks spills nothing: their copies are there.
+  // Evicting the fetched blocks spills each into its own copy's slot
+  // (issue 34: the tier kept them since the fetch, at its LRU end).
   std::vector<int64_t> freed(3);
   size_t n_freed = 0;
   ASSERT_EQ(kvs_window_pool_prefix_evict(pool, 3, 0, freed.data(), 3, &n_freed, nullptr, &err),
             KVS_OK);
   EXPECT_EQ(n_freed, 3u);
-  EXPECT_EQ(stats_of(pool).spills, 3u);
+  EXPECT_EQ(stats_of(pool).spills, 6u);
+  EXPECT_EQ(stats_of(pool).host_blocks, 3u);
   pair.step();
 }
 
@@ -143,22 +152,67 @@ TEST(PrefixHost, a_full_tier_lets_its_least_recently_used_block_go) {
   ASSERT_EQ(kvs_window_pool_prefix_fetch(pool, 3, &hit, keys.data(), 2, &page, &err), KVS_OK)
       << err.message;
   ASSERT_EQ(kvs_window_pool_prefix_release(pool, 3, nullptr), KVS_OK);
-  // The fetched block leaves the GPU again without a spill: its copy is there.
+  // The fetched block leaves the GPU again into its own slot (kept at the
+  // tier's LRU end since the fetch), which becomes the most recent.
   int64_t freed = -1;
   size_t n_freed = 0;
   ASSERT_EQ(kvs_window_pool_prefix_evict(pool, 1, 0, &freed, 1, &n_freed, nullptr, &err), KVS_OK);
   EXPECT_EQ(freed, 6);
-  EXPECT_EQ(stats_of(pool).spills, 2u);
+  EXPECT_EQ(stats_of(pool).spills, 3u);
+  EXPECT_EQ(stats_of(pool).host_drops, 0u);
   pair.step();
   cache_then_evict(pool, 4, {30}, {5});
   kvs_prefix_stats s = stats_of(pool);
-  EXPECT_EQ(s.spills, 3u);
+  EXPECT_EQ(s.spills, 4u);
   EXPECT_EQ(s.host_blocks, 2u);
   EXPECT_EQ(s.host_drops, 1u);
   EXPECT_EQ(match(pool, {20, 99}, 2 * P + 1, P / 2).host_pages, 0u);
   EXPECT_EQ(match(pool, {30, 99}, 2 * P + 1, P / 2).host_pages, 1u);
   EXPECT_EQ(match(pool, {10, 99}, 2 * P + 1, P / 2).host_pages, 1u);
   pair.step();
+}
+
+// Issue 34: a host hit takes the pages it needs in one decision. The
+// plain eviction would take the hit's own block (the least recently used
+// leaf) and spill it into the one slot the hit fetches from; the eviction
+// for the fetch keeps both, evicts the other block (dropping it: every
+// slot is the hit's), and the fetch then succeeds and replays.
+TEST(PrefixHost, the_eviction_for_a_fetch_keeps_the_hits_block_and_host_slots) {
+  Pair pair(1);
+  kvs_window_pool *pool = pair.leader.get();
+  kvs_error err;
+  cache(pool, 1, {10, 11}, {3, 4});
+  std::vector<int64_t> freed(2, -1);
+  size_t n_freed = 0;
+  ASSERT_EQ(kvs_window_pool_prefix_evict(pool, 1, 0, freed.data(), 1, &n_freed, nullptr, &err),
+            KVS_OK);
+  ASSERT_EQ(freed[0], 4);  // to the tier's one slot
+  cache(pool, 2, {20}, {5});
+  pair.step();
+  std::vector<uint64_t> keys = {10, 11, 99};
+  kvs_prefix_hit hit = match(pool, keys, 3 * P + 1, P / 2);
+  ASSERT_EQ(hit.block, 3);
+  ASSERT_EQ(hit.host_pages, 1u);
+  // Refused, changing nothing: keys whose block the tier does not hold.
+  std::vector<uint64_t> bad = {10, 12, 99};
+  EXPECT_EQ(kvs_window_pool_prefix_evict_for_fetch(pool, &hit, bad.data(), 3, 1, freed.data(), 2,
+                                                   &n_freed, nullptr, &err),
+            KVS_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(err.message).find("not in the host tier"), std::string::npos)
+      << err.message;
+  EXPECT_EQ(stats_of(pool).evictions, 1u) << "unchanged";
+  ASSERT_EQ(kvs_window_pool_prefix_evict_for_fetch(pool, &hit, keys.data(), 3, 1, freed.data(), 2,
+                                                   &n_freed, nullptr, &err),
+            KVS_OK)
+      << err.message;
+  ASSERT_EQ(n_freed, 1u);
+  EXPECT_EQ(freed[0], 5) << "block 3, the hit's, stays";
+  kvs_prefix_stats s = stats_of(pool);
+  EXPECT_EQ(s.host_blocks, 1u);
+  EXPECT_EQ(s.host_drops, 0u);
+  ASSERT_EQ(kvs_window_pool_prefix_fetch(pool, 3, &hit, keys.data(), 3, freed.data(), &err), KVS_OK)
+      << err.message;
+  pair.step();  // the follower replays the eviction and the fetch alike
 }
 
 TEST(PrefixHost, a_block_is_found_only_under_the_same_prefix) {

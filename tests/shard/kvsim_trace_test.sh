@@ -21,7 +21,7 @@ head -n 400 "$TRACE" >"$HEAD"
 # A pool of 4 GiB per GPU (the default): some 23,000 pages, so the cache
 # evicts under 400 requests of 12,000 tokens on average.
 COMMON=(--backend self --tp 1 --topology bundled --device cpu --progress-s 0 --json)
-KEYS='["evictions","gpu_hit_tokens","hit_rate","hit_tokens","host_copy_s","host_drops","host_hit_tokens","host_tier_tokens","ideal_hit_rate","idle_steps_skipped","peak_cached_tokens","policy","prompt_tokens","reprefill_tokens","requests","simulated_s","skipped_requests","spills","trace_requests"]'
+KEYS='["evictions","gpu_hit_tokens","hit_rate","hit_tokens","host_copy_s","host_drops","host_hit_attempts","host_hit_fallbacks","host_hit_tokens","host_tier_tokens","ideal_hit_rate","idle_steps_skipped","peak_cached_tokens","policy","prompt_tokens","reprefill_tokens","requests","simulated_s","skipped_requests","spills","trace_requests"]'
 declare -A HIT
 for policy in kvshard sglang vllm none; do
   timeout 600 "$KVSIM" "${COMMON[@]}" --trace "$HEAD" --prefix-cache "$policy" >"$OUT" 2>"$ERR"
@@ -59,6 +59,10 @@ json_check '.prefix.spills > 0 and .prefix.host_hit_tokens > 0 and .prefix.host_
 json_check '.prefix.hit_tokens == .prefix.gpu_hit_tokens + .prefix.host_hit_tokens'
 json_check '.prefix.hit_rate <= .prefix.ideal_hit_rate and .prefix.host_tier_tokens > 0'
 json_check ".prefix.hit_tokens > ${HIT[kvshard]} and .digests_agree == true"
+# Issue 34: every host hit is taken whole (its evictions for the fetched
+# blocks and the request's own pages in one decision); the old rule, four
+# rounds of one eviction each, fell back on 3 of these 4.
+json_check '.prefix.host_hit_attempts >= 3 and .prefix.host_hit_fallbacks == 0'
 grep -q "^kvsim: host tier of [0-9]* pages ([0-9]* tokens): [0-9]* of the hit tokens came back" \
   "$ERR" || fail "no host tier line: $(grep host "$ERR")"
 
@@ -84,6 +88,21 @@ rc=$?
 json_check '.ranks == 2 and .digests_agree == true and .prefix.spills > 0'
 for r in 0 1; do
   grep -q "^kvsim: rank $r: integrity ok after" "$ERR" || fail "rank $r (host tier)"
+done
+
+# Issue 34: the same host hits on two ranks as threads: the leader takes
+# each whole (the old rule fell back on 3 of 4 here) and the follower
+# replays its evictions and fetches to the same digests and checks.
+head -n 400 "$TRACE" >"$TEST_TMPDIR/head400.jsonl"
+timeout 600 "$KVSIM_LOCAL" --ranks 2 --tp 2 --topology bundled --device cpu --progress-s 0 \
+  --json --trace "$TEST_TMPDIR/head400.jsonl" --check-every 8 --host-cache 64GiB >"$OUT" 2>"$ERR"
+rc=$?
+[ $rc -eq 0 ] || fail "kvsim_local --host-cache 64GiB exited $rc: $(tail -3 "$ERR")"
+json_check '.ranks == 2 and .digests_agree == true and .ring_ctx_digest_agree == true'
+json_check '.prefix.host_hit_attempts >= 3 and .prefix.host_hit_fallbacks == 0'
+json_check '.prefix.host_hit_tokens > 0 and .prefix.requests == 400'
+for r in 0 1; do
+  grep -q "^kvsim: rank $r: integrity ok after" "$ERR" || fail "rank $r (host hits)"
 done
 
 # A cached block's reference count changed on rank 1: the next check
