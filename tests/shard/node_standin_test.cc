@@ -26,6 +26,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
+#include "tests/shard/engine_flows.h"
 #include "tests/shard/engine_memory.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/host_rows_random.h"
@@ -459,6 +460,18 @@ TEST(NodeStandin, row_copies_past_the_devices_largest_pitch_go_run_by_run) {
         });
         expect_no_violations();
       });
+}
+
+// The device check's carve case (tests/shard/engine_flows.h; at 100 GiB
+// in node_engine_gpu_test) at 12 MiB under the stand-in's 4 KiB pitch: its
+// premise (the ratio-4 stride past the pitch) and its round trip.
+TEST(NodeStandin, the_device_checks_carve_case_runs_under_a_low_pitch) {
+  kvs_standin::Config c;
+  c.max_pitch = 4096;
+  kvs_standin::reset(c);
+  kvs_test::run_ranks(1, 20000,
+                      [&](int, kvs_comm_t comm) { kvs_test::host_rows_at_carve(comm, 12 * MiB); });
+  expect_no_violations();
 }
 
 // torch's default stream is the legacy default stream, which an engine
