@@ -76,6 +76,11 @@ static void finish(struct kvs_cluster *c) {
 
 kvs_status kvs_cluster_open(const char *spec, size_t n_hosts, kvs_cluster_t *out, char *note,
                             size_t note_cap, kvs_error *err) {
+  return kvs_cluster_open_spec(spec, n_hosts, true, out, note, note_cap, err);
+}
+
+kvs_status kvs_cluster_open_spec(const char *spec, size_t n_hosts, bool measure_free,
+                                 kvs_cluster_t *out, char *note, size_t note_cap, kvs_error *err) {
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
   }
@@ -116,7 +121,7 @@ kvs_status kvs_cluster_open(const char *spec, size_t n_hosts, kvs_cluster_t *out
   for (size_t i = 0; i < c->n_hosts; i++) {
     const char *part = parts[n_parts > 1 ? i : 0];
     char why[768] = "";
-    if ((status = kvs_host_topology_open(part, &c->hosts[i], i == 0 ? why : NULL,
+    if ((status = kvs_topology_open_spec(part, measure_free, &c->hosts[i], i == 0 ? why : NULL,
                                          i == 0 ? sizeof why : 0, err)) != KVS_OK) {
       if (c->n_hosts > 1 && err != NULL) {
         kvs_error inner = *err;

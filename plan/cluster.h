@@ -13,6 +13,7 @@
 #ifndef KVS_PLAN_CLUSTER_H
 #define KVS_PLAN_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -39,6 +40,13 @@ typedef struct kvs_cluster *kvs_cluster_t;
  * does not load is refused naming it. note as kvs_host_topology_open's. */
 kvs_status kvs_cluster_open(const char *spec, size_t n_hosts, kvs_cluster_t *out, char *note,
                             size_t note_cap, kvs_error *err);
+
+/* The same, measuring free memory on every visible GPU of a live host only
+ * when measure_free (a context on each, as kvs_topology_open_spec): a
+ * planner measures them all (kvs_cluster_open), a serving rank none (it
+ * measures its own GPU when it budgets, shard/node.c). */
+kvs_status kvs_cluster_open_spec(const char *spec, size_t n_hosts, bool measure_free,
+                                 kvs_cluster_t *out, char *note, size_t note_cap, kvs_error *err);
 void kvs_cluster_destroy(kvs_cluster_t cluster);
 
 /* A cluster from GPU lists that were learned elsewhere (gathered from the

@@ -148,6 +148,14 @@ typedef struct kvs_device_layout_options {
         KVS_WINDOW_POOL_DEFAULT_JOURNAL                                                     \
   }
 
+/* Pinned host memory the device tables keep beside the carve
+ * (backends/cuda/device_tables.c), counted in the node's pinned bytes
+ * (plan/node_overhead.h): a check's download buffer, two halves of 512
+ * KiB (an 80 MB table is 160 copies, each long enough, tens of
+ * microseconds, to hide the event wait of the one before), and the
+ * journal staging of options.journal_capacity entries. */
+#define KVS_DEVICE_READ_HALF_BYTES ((uint64_t)512 << 10)
+
 /* The fault records at the head of the control area, one per kernel. */
 typedef struct kvs_device_faults {
   kvs_batch_fault apply_journal;

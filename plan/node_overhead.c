@@ -1,6 +1,7 @@
 #include "plan/node_overhead.h"
 
 #include "core/checked.h"
+#include "plan/device_layout.h"
 
 /* The shard's check words (shard/shard.c, C_WORDS) and the NCCL
  * communicator's barrier word (backends/nccl/comm_nccl.c): fixed buffers
@@ -70,6 +71,14 @@ kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_nod
     o.step_bytes = kvs_add(kvs_mul(side, 2, &of), WORD, &of);
     o.pinned_bytes = kvs_add(
         o.pinned_bytes, kvs_add(kvs_mul(kvs_add(batch, message, &of), 2, &of), WORD, &of), &of);
+    /* device_tables.c: a check's download buffer (two halves) and the
+     * journal staging of the node's layout (its default capacity). */
+    const kvs_device_layout_options layout = KVS_DEVICE_LAYOUT_OPTIONS_INIT;
+    o.pinned_bytes =
+        kvs_add(o.pinned_bytes,
+                kvs_add(2 * KVS_DEVICE_READ_HALF_BYTES,
+                        kvs_mul(layout.journal_capacity, sizeof(kvs_journal_entry), &of), &of),
+                &of);
   }
   if (r->device_comm) {
     /* Device buffers with pinned twins (comm_nccl.c's buffer_alloc): the

@@ -140,7 +140,10 @@ typedef struct kvs_node_overhead {
   uint64_t device_bytes; /* the three: what the node asks cudaMalloc for beside its carve */
   uint64_t nccl_bytes;   /* NCCL's buffers, estimated; 0 without a device communicator */
   uint64_t total_bytes;  /* device_bytes + nccl_bytes: what the plan takes off each GPU */
-  uint64_t pinned_bytes; /* pinned host memory beside it (not GPU memory; for the record) */
+  /* Pinned host memory beside it (not GPU memory; for the record): the
+   * staging above, the communicator's twins, and the device tables' check
+   * download buffer and journal staging (plan/device_layout.h). */
+  uint64_t pinned_bytes;
 } kvs_node_overhead;
 
 /* The node's device memory beside its carve, as above. A request of

@@ -176,15 +176,15 @@ static kvs_status open_own(own *me, const char *topology, size_t hosts, const ch
     return status;
   }
   me->boot = boot_id();
+  /* A serving rank reads its machine without a context on every GPU: it
+   * measures its own GPU when it budgets (shard/node.c). */
   if (!me->discover) {
-    status = kvs_cluster_open(topology, hosts, &me->described, note, note_cap, err);
+    status = kvs_cluster_open_spec(topology, hosts, false, &me->described, note, note_cap, err);
     if (status != KVS_OK) return status;
     me->gpus = kvs_cluster_gpus(me->described);
     me->n_gpus = kvs_cluster_gpu_count(me->described);
     return KVS_OK;
   }
-  /* A serving rank reads its machine without a context on every GPU: it
-   * measures its own GPU when it budgets (shard/node.c). */
   status = kvs_topology_open_spec(topology, false, &me->topology, note, note_cap, err);
   if (status != KVS_OK) return status;
   me->gpus = kvs_topology_gpus(me->topology);

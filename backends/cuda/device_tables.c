@@ -35,9 +35,8 @@ struct kvs_device_tables {
   uint32_t max_blocks; /* grid cap of the grid-stride kernels */
 };
 
-/* 512 KiB a half: an 80 MB table is 160 copies, each long enough (tens of
- * microseconds) to hide the event wait of the one before. */
-#define KVS_READ_HALF_BYTES ((size_t)512 << 10)
+/* plan/device_layout.h's half, which the node's overhead counts. */
+#define KVS_READ_HALF_BYTES ((size_t)KVS_DEVICE_READ_HALF_BYTES)
 
 static const kvs_device_faults kFaultsInit = {KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT,
                                               KVS_BATCH_FAULT_INIT, KVS_BATCH_FAULT_INIT};

@@ -2,7 +2,7 @@
 from kvshard's tables, checked against dense attention (issue 31).
 
     python3 reference_engine.py [--rings per-request|hca-per-request|per-page|all]
-                                [--tp 2] [--seed 1]
+                                [--tp 2] [--seed 1] [--device cpu|cuda]
 
 The model: 5 layers (window-only, CSA, HCA, CSA, HCA), a 32-wide MLA
 latent (V aliases K), 4 query heads, a sliding window of P = 128 tokens,
@@ -37,8 +37,17 @@ request's reference (its provenance), so a hit whose window was
 re-prefilled (not exact for DSV4) is compared with what a re-prefill
 computes, and its deviation from the dense answer is reported.
 
+With --device cuda the node's tables are on CUDA device 0 (every rank's,
+with torch's current stream as the engine's stream: on the default
+stream its cuda_stream is 0, the legacy default stream) and the engine
+reads and writes them there in place; the arithmetic stays on the CPU
+in float64 (each read is copied out, each write copied in, on that
+stream), so the comparisons are the CPU mode's, and what the device mode
+adds is the node's device tables, results and host-tier copies under an
+engine that reads and writes them on its stream.
+
 Exit status: 0 every comparison held; 1 one did not, or the library
-refused; 2 bad usage.
+refused; 2 bad usage; 3 --device cuda without a CUDA device torch can use.
 """
 
 import argparse
@@ -176,12 +185,47 @@ class Group:
 
 # ---- one rank's engine: computes with kvshard's tables ----
 
+class DeviceTable:
+    """A table on the GPU as the engine's float64 CPU arithmetic reaches
+    it: a read copies the indexed rows out, a write copies them in, both
+    on torch's current stream (the node's engine stream), indices moved to
+    the device."""
+
+    def __init__(self, t):
+        self.t = t
+        self.shape = t.shape
+        self.dtype = t.dtype
+
+    def _index(self, i):
+        if isinstance(i, tuple):
+            return tuple(self._index(x) for x in i)
+        return i.to(self.t.device) if isinstance(i, torch.Tensor) else i
+
+    def __getitem__(self, i):
+        return self.t[self._index(i)].cpu()
+
+    def __setitem__(self, i, v):
+        self.t[self._index(i)] = v.to(self.t.device) if isinstance(v, torch.Tensor) else v
+
+    def clone(self):
+        return self.t.cpu().clone()
+
+
+def host_results(res):
+    """A cuda node's step results are Views of device memory: the
+    contexts the engine checks, copied to the host."""
+    return {k: torch.from_dlpack(v).cpu().numpy() if isinstance(v, kvshard.View) else v
+            for k, v in res.items()}
+
+
 class RankEngine:
     def __init__(self, node, model, rank, tp, group, rings, faults=()):
         self.node, self.m, self.rank, self.tp, self.group = node, model, rank, tp, group
         self.P = node.page
         self.faults = set(faults)
         self.t = {name: torch.from_dlpack(v) for name, v in node.tables().items()}
+        if node.device == "cuda":
+            self.t = {name: DeviceTable(t) for name, t in self.t.items()}
         self.map = self.t["mapping"]
         self.csa_per_request = rings in ("per-request",)
         self.hca_per_request = rings in ("per-request", "hca-per-request")
@@ -855,15 +899,16 @@ def short_scenario(vocab, seed=7):
 PAYLOAD_BYTES = 1 << 20
 
 
-def node_options(model, rings, tp, max_running):
-    return dict(topology="bundled", device="cpu", budget="4MiB", tp=tp, pp=1, page=128,
+def node_options(model, rings, tp, max_running, device="cpu"):
+    on_gpu = {} if device == "cpu" else dict(cuda_device=0, stream=torch.cuda.current_stream())
+    return dict(topology="bundled", device=device, budget="4MiB", tp=tp, pp=1, page=128,
                 max_seq_len=2048, max_running=max_running, bind_numa=False, prefix_cache=True,
                 host_cache="2MiB", state_rings=rings, check_every=16, carry_batch=True,
-                max_payload_bytes=PAYLOAD_BYTES, **model.node_options())
+                max_payload_bytes=PAYLOAD_BYTES, **on_gpu, **model.node_options())
 
 
 def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100, page_cap=8,
-        max_running=4, references=None):
+        max_running=4, references=None, device="cpu"):
     """Serves the phases on tp thread ranks; returns an Outcome with every
     comparison made. references: a dict kept across runs of one model
     (the references of a history and provenance computed once)."""
@@ -878,7 +923,10 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
 
     def rank_main(rank):
         try:
-            with kvshard.Node(comms[rank], **node_options(model, rings, tp, max_running)) as node:
+            if device == "cuda":
+                torch.cuda.set_device(0)  # each rank thread's own current device
+            options = node_options(model, rings, tp, max_running, device)
+            with kvshard.Node(comms[rank], **options) as node:
                 eng = RankEngine(node, model, rank, tp, group, rings, faults)
                 sched = Scheduler(node, phases, chunk, page_cap, max_running) if rank == 0 \
                     else None
@@ -890,10 +938,10 @@ def run(rings="per-request", tp=2, faults=(), phases=None, model=None, chunk=100
                     if rank == 0:
                         plan = sched.plan()
                         items = plan["items"] if plan is not None else None
-                        res = node.step(plan["batch"] if plan is not None else None,
-                                        payload=pickle.dumps(items))
+                        res = host_results(node.step(plan["batch"] if plan is not None
+                                                     else None, payload=pickle.dumps(items)))
                     else:
-                        res = node.step()
+                        res = host_results(node.step())
                         items = pickle.loads(res["payload"])
                     if items is None:
                         break
@@ -1012,13 +1060,19 @@ def main():
                     choices=["all", "per-request", "hca-per-request", "per-page"])
     ap.add_argument("--tp", type=int, default=2, choices=[1, 2, 4])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="where the node's tables are (cuda: device 0, torch's current stream)")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("reference_engine: --device cuda, but torch sees no CUDA device "
+              f"(torch {torch.__version__}, built with CUDA {torch.version.cuda})", file=sys.stderr)
+        return 3
     rings = ["per-request", "hca-per-request", "per-page"] if a.rings == "all" else [a.rings]
     ok = True
     model, references = Model(seed=a.seed), {}
     try:
         for mode in rings:
-            o = run(mode, tp=a.tp, model=model, references=references)
+            o = run(mode, tp=a.tp, model=model, references=references, device=a.device)
             print(describe(o))
             ok = ok and not o.failures
     except kvshard.Error as e:

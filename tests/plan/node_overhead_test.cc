@@ -100,7 +100,12 @@ TEST(NodeOverhead, a_dsv4_node_over_nccl) {
   EXPECT_EQ(o.device_bytes, 2765144u) << "2.6 MiB beside the carve";
   EXPECT_EQ(o.nccl_bytes, 52822016u);
   EXPECT_EQ(o.total_bytes, 55587160u) << "53.0 MiB off each GPU";
-  EXPECT_EQ(o.pinned_bytes, (64u * 8192 * 4 + 64u * 16) + (2u * (8 + 64 * 24) + 8) + 461120u);
+  // Pinned: the block-table and word staging, both parities' batches and
+  // the digest word, the communicator's twins, and the tables' check
+  // download buffer (two 512 KiB halves) and journal staging (4,096
+  // entries of 16 bytes).
+  EXPECT_EQ(o.pinned_bytes, (64u * 8192 * 4 + 64u * 16) + (2u * (8 + 64 * 24) + 8) + 461120u +
+                                (1u << 20) + 4096u * 16);
 }
 
 TEST(NodeOverhead, a_host_communicator_copies_its_message_and_nccl_is_not_there) {

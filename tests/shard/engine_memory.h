@@ -57,11 +57,14 @@ class EngineMemory {
 
 // One rank of tests/shard/host_rows_flow.h's round trip on CUDA device 0
 // (every rank on it), a node of tp ranks with an engine stream of its own
-// through which the rows are written and read.
-inline void host_rows_on_engine_stream(kvs_comm_t comm, int tp) {
+// through which the rows are written and read; with legacy, the legacy
+// default stream (options.stream NULL, torch's default stream).
+inline void host_rows_on_engine_stream(kvs_comm_t comm, int tp, bool legacy = false) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaStream_t engine = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+  if (!legacy) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+  }
   SmallPrefixNode s(tp, KVS_NODE_DEVICE_CUDA, 4ull << 20);
   s.o.cuda_device = 0;
   s.o.stream = engine;
@@ -73,7 +76,9 @@ inline void host_rows_on_engine_stream(kvs_comm_t comm, int tp) {
     host_rows_round_trip(node, memory.memory());
   }
   kvs_node_destroy(node);
-  EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+  if (engine != nullptr) {
+    EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
+  }
 }
 
 }  // namespace kvs_test

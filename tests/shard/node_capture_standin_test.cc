@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "shard/node.h"
+#include "tests/shard/engine_flows.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/ranks.h"
 #include "tests/standin/harness.h"
@@ -32,35 +33,7 @@ bool contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }
 
-// A node on device 0 of the stand-in, one request of 4 pages admitted and
-// bound; *node is NULL when create failed (the test has then failed).
-void create_node(kvs_comm_t comm, kvs_test::SmallPrefixNode &s, kvs_node_t *node) {
-  kvs_error err;
-  ASSERT_EQ(kvs_node_create(comm, &s.o, node, &err), KVS_OK) << err.message;
-  const uint64_t P = kvs_node_page(*node);
-  int64_t slot = -1;
-  ASSERT_EQ(kvs_node_admit(*node, 1, &slot, &err), KVS_OK) << err.message;
-  std::vector<int64_t> locs;
-  for (uint64_t i = 0; i < 4 * P; i++) locs.push_back((int64_t)i);
-  ASSERT_EQ(kvs_node_bind(*node, 1, locs.data(), locs.size(), &err), KVS_OK) << err.message;
-}
-
-// Step k's one row: request 1 at a position that moves its window slot.
-struct Row {
-  uint64_t request = 1;
-  int64_t position = 0;
-  int32_t table[4] = {0, 1, 2, 3};
-  kvs_node_batch batch;
-  Row(uint64_t k, uint64_t P) {
-    position = (int64_t)((k % 4) * P + k % P);
-    batch = kvs_node_batch{sizeof batch};
-    batch.n = 1;
-    batch.requests = &request;
-    batch.positions = &position;
-    batch.block_table = table;
-    batch.stride = 4;
-  }
-};
+using kvs_test::StepRow;
 
 TEST(NodeCapture, a_step_or_release_on_a_capturing_engine_stream_is_refused_and_keeps_the_capture) {
   reset(1, 1);
@@ -72,10 +45,10 @@ TEST(NodeCapture, a_step_or_release_on_a_capturing_engine_stream_is_refused_and_
     s.o.cuda_device = 0;
     s.o.stream = engine;
     kvs_node_t node = nullptr;
-    create_node(comm, s, &node);
+    kvs_test::create_bound_node(comm, s, &node);
     if (node == nullptr) return;
     kvs_error err;
-    Row row(0, kvs_node_page(node));
+    StepRow row(0, kvs_node_page(node));
     ASSERT_EQ(kvs_node_step(node, &row.batch, nullptr, &err), KVS_OK) << err.message;
     ASSERT_EQ(cudaStreamBeginCapture(engine, cudaStreamCaptureModeGlobal), cudaSuccess);
     EXPECT_EQ(kvs_node_step(node, &row.batch, nullptr, &err), KVS_ERR_INVALID_ARGUMENT);
@@ -106,7 +79,7 @@ TEST(NodeCapture, another_threads_global_capture_survives_the_nodes_steps) {
     s.o.cuda_device = 0;
     s.o.no_stream = true;  // the node's own stream, its host waits on its own events
     kvs_node_t node = nullptr;
-    create_node(comm, s, &node);
+    kvs_test::create_bound_node(comm, s, &node);
     if (node == nullptr) return;
     std::atomic<int> phase{0};
     cudaError_t ended = cudaErrorUnknown;
@@ -125,7 +98,7 @@ TEST(NodeCapture, another_threads_global_capture_survives_the_nodes_steps) {
     while (phase.load() != 1) std::this_thread::yield();
     kvs_error err;
     for (uint64_t k = 0; k < 6; k++) {
-      Row row(k, kvs_node_page(node));
+      StepRow row(k, kvs_node_page(node));
       ASSERT_EQ(kvs_node_step(node, &row.batch, nullptr, &err), KVS_OK) << err.message;
     }
     kvs_node_report report = {sizeof report};
@@ -151,31 +124,24 @@ void overlap_rank(kvs_comm_t comm, uint64_t steps) {
   s.o.digest_steps = true;  // the node's own host copy of each step's results
   s.o.max_batch = 2;
   const size_t P = 128;
-  int64_t *d = nullptr;
-  ASSERT_EQ(cudaMalloc((void **)&d, (4 * 2 + 2 * P) * sizeof(int64_t)), cudaSuccess);
-  kvs_node_result_buffers buffers = {sizeof buffers, d, d + 2, d + 4, d + 4 + 2 * P, d + 6 + 2 * P};
+  kvs_test::ResultBuffers results(P);
+  const kvs_node_result_buffers &buffers = results.b;
   s.o.result_buffers = &buffers;
   int64_t *seen = nullptr;  // what the forward read of each step's own[0], csa_loc[0]
   ASSERT_EQ(cudaMallocHost((void **)&seen, 2 * steps * sizeof(int64_t)), cudaSuccess);
   std::vector<int64_t> want(2 * steps, -9);
   kvs_node_t node = nullptr;
-  create_node(comm, s, &node);
+  kvs_test::create_bound_node(comm, s, &node);
   if (node != nullptr) {
     ASSERT_EQ(kvs_node_page(node), P);
     kvs_error err;
     for (uint64_t k = 0; k < steps; k++) {
-      Row row(k, P);
+      StepRow row(k, P);
       kvs_node_step_result r = {sizeof r};
       ASSERT_EQ(kvs_node_step(node, &row.batch, &r, &err), KVS_OK)
           << "step " << k << ": " << err.message;
       ASSERT_EQ(r.own, buffers.own);
-      const int64_t *own = nullptr, *prev = nullptr, *ring = nullptr, *csa = nullptr,
-                    *hca = nullptr;
-      size_t n = 0;
-      ASSERT_EQ(kvs_node_host_ring(node, &own, &prev, &ring, &n, &err), KVS_OK);
-      ASSERT_EQ(kvs_node_host_state(node, &csa, &hca, &n, &err), KVS_OK);
-      want[2 * k] = own[0];
-      want[2 * k + 1] = csa[0];
+      kvs_test::host_results(node, &want[2 * k], &want[2 * k + 1]);
       // The forward of step k on its own stream, after the step's event;
       // its release says its reads are queued there.
       ASSERT_EQ(cudaStreamWaitEvent(forward, (cudaEvent_t)r.event, 0), cudaSuccess);
@@ -188,14 +154,10 @@ void overlap_rank(kvs_comm_t comm, uint64_t steps) {
       ASSERT_EQ(kvs_node_release(node, k, forward, &err), KVS_OK) << err.message;
     }
     ASSERT_EQ(cudaStreamSynchronize(forward), cudaSuccess);
-    for (uint64_t k = 0; k < steps; k++) {
-      EXPECT_EQ(seen[2 * k], want[2 * k]) << "step " << k << "'s own slot";
-      EXPECT_EQ(seen[2 * k + 1], want[2 * k + 1]) << "step " << k << "'s ratio-4 location";
-    }
+    kvs_test::expect_each_steps_results(seen, want, steps);
   }
   kvs_node_destroy(node);
   EXPECT_EQ(cudaFreeHost(seen), cudaSuccess);
-  EXPECT_EQ(cudaFree(d), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(forward), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(engine), cudaSuccess);
 }
@@ -206,6 +168,35 @@ TEST(NodeCapture, an_overlap_schedule_reads_each_steps_results_after_the_next_st
       [](uint64_t seed) {
         reset(1, seed);
         kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) { overlap_rank(comm, 24); });
+        expect_no_violations();
+      });
+}
+
+// The device check's engine cases (tests/shard/engine_flows.h; on a GPU
+// in node_engine_gpu_test) over seeded stream orders: a forward captured
+// once as a graph on the engine's stream reads each step's results from
+// the engine's fixed buffers on every replay; an engine on the legacy
+// default stream reads each step's results after the step's work.
+TEST(NodeCapture, an_engine_graph_replayed_after_each_step_reads_that_steps_results) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(30), [](uint64_t) { return 1; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+          kvs_test::results_in_an_engine_graph(comm, 24);
+        });
+        expect_no_violations();
+      });
+}
+
+TEST(NodeCapture, an_engine_on_the_legacy_stream_reads_each_steps_results) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(30), [](uint64_t) { return 1; },
+      [](uint64_t seed) {
+        reset(1, seed);
+        kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+          kvs_test::results_on_the_legacy_stream(comm, 24);
+        });
         expect_no_violations();
       });
 }

@@ -26,6 +26,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
+#include "tests/shard/engine_flows.h"
 #include "tests/shard/engine_memory.h"
 #include "tests/shard/host_rows_flow.h"
 #include "tests/shard/host_rows_random.h"
@@ -461,6 +462,18 @@ TEST(NodeStandin, row_copies_past_the_devices_largest_pitch_go_run_by_run) {
       });
 }
 
+// The device check's carve case (tests/shard/engine_flows.h; at 100 GiB
+// in node_engine_gpu_test) at 12 MiB under the stand-in's 4 KiB pitch: its
+// premise (the ratio-4 stride past the pitch) and its round trip.
+TEST(NodeStandin, the_device_checks_carve_case_runs_under_a_low_pitch) {
+  kvs_standin::Config c;
+  c.max_pitch = 4096;
+  kvs_standin::reset(c);
+  kvs_test::run_ranks(1, 20000,
+                      [&](int, kvs_comm_t comm) { kvs_test::host_rows_at_carve(comm, 12 * MiB); });
+  expect_no_violations();
+}
+
 // torch's default stream is the legacy default stream, which an engine
 // passes as a NULL stream (cuda_stream 0): the node must order its copies
 // and steps against it like any engine stream. The same random mix, each
@@ -656,4 +669,48 @@ TEST(NodeStandin, the_host_twin_puts_nothing_beside_its_carve) {
     EXPECT_EQ(a.buffers, 0u);
   }
   expect_no_violations();
+}
+
+// Issue 33 §7: a node in an engine rank whose device is known measures
+// only that device. On a live machine of four GPUs of the stand-in, a rank
+// on device 2 creates a context there and on no other GPU, whether the
+// node reads the machine from the ranks' host names (hosts 0) or as a
+// described host ("live" with hosts 1, which opened it as a planner does,
+// measuring every GPU). (Its budget is given: a measured one would price
+// the GPUs no rank runs on from their model, which the stand-in's is not.)
+TEST(NodeStandin, a_rank_on_a_known_device_makes_no_context_on_other_gpus) {
+  for (size_t hosts : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE("hosts " + std::to_string(hosts));
+    kvs_standin::Config c;
+    c.devices = 4;
+    c.seed = 3;
+    kvs_standin::reset(c);
+    kvs_test::run_ranks(1, 20000, [&](int, kvs_comm_t comm) {
+      kvs_geometry g = kvs_test::small_model();
+      kvs_node_options o;
+      kvs_node_options_init(&o);
+      o.geometry = &g;
+      o.swa_ratio = 0.04;
+      o.max_seq_len = 4096;
+      o.max_running = 4;
+      o.radix = false;
+      o.tp = 1;
+      o.topology = "live";
+      o.hosts = hosts;
+      o.device = KVS_NODE_DEVICE_CUDA;
+      o.cuda_device = 2;
+      o.bind_numa = false;
+      o.local_rank = KVS_NODE_UNCHECKED;
+      o.budget_bytes = 12 * MiB;
+      kvs_node_t node = nullptr;
+      kvs_error err;
+      ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+      EXPECT_EQ(kvs_node_cuda_device(node), 2);
+      kvs_node_destroy(node);
+    });
+    for (int d = 0; d < 4; d++) {
+      EXPECT_EQ(kvs_standin::contexts_created(d), d == 2 ? 1 : 0) << "device " << d;
+    }
+    expect_no_violations();
+  }
 }
