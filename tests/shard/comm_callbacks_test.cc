@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -16,57 +15,18 @@
 #include "core/geometry.h"
 #include "kvshard.h"
 #include "shard/comm.h"
+#include "tests/shard/callback_ranks.h"
 #include "tests/shard/ranks.h"
 
-using kvs_test::run_ranks;
+using kvs_test::Forward;
+using kvs_test::forwarding;
+using kvs_test::run_callback_ranks;
 using kvs_test::words;
 
 namespace {
 
 bool contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
-}
-
-// What the forwarding callbacks saw: the rank's loopback communicator they
-// forward to, how often each ran, and whether destroy gave user back.
-struct Forward {
-  kvs_comm_t inner = nullptr;
-  std::atomic<int> broadcasts{0}, allreduces{0}, barriers{0}, destroyed{0};
-};
-
-// The callbacks an engine writes over its own group: here, a loopback
-// rank's collectives over the engine's bytes.
-kvs_status forward_broadcast(void *user, void *bytes, size_t n, int root, int timeout_ms,
-                             kvs_error *err) {
-  (void)timeout_ms;  // the loopback rank has its own deadline
-  auto *f = static_cast<Forward *>(user);
-  f->broadcasts++;
-  kvs_comm_buffer b = {bytes, nullptr, n, nullptr};
-  return kvs_comm_broadcast(f->inner, &b, n, root, err);
-}
-
-kvs_status forward_allreduce(void *user, uint64_t *w, size_t count, int op, int timeout_ms,
-                             kvs_error *err) {
-  (void)timeout_ms;
-  auto *f = static_cast<Forward *>(user);
-  f->allreduces++;
-  kvs_comm_buffer b = {w, nullptr, count * sizeof *w, nullptr};
-  return kvs_comm_allreduce_u64(f->inner, &b, count, static_cast<kvs_comm_op>(op), err);
-}
-
-kvs_status forward_barrier(void *user, int timeout_ms, kvs_error *err) {
-  (void)timeout_ms;
-  auto *f = static_cast<Forward *>(user);
-  f->barriers++;
-  return kvs_comm_barrier(f->inner, err);
-}
-
-void forward_destroy(void *user) { static_cast<Forward *>(user)->destroyed++; }
-
-kvs_comm_callbacks forwarding(Forward *f) {
-  kvs_comm_callbacks cb = {sizeof cb,      f, forward_broadcast, forward_allreduce, forward_barrier,
-                           forward_destroy};
-  return cb;
 }
 
 kvs_comm_t sentinel() { return reinterpret_cast<kvs_comm_t>(0x1234); }
@@ -242,24 +202,8 @@ TEST(CommCallbacks, a_failing_or_lying_callback_poisons_with_what_it_said) {
   }
 }
 
-// Ranks as threads: each rank's callbacks communicator forwards to its
-// loopback rank, as an engine's would to its group.
-void run_callback_ranks(int n, const std::function<void(int, kvs_comm_t, Forward &)> &body) {
-  run_ranks(n, 20000, [&](int rank, kvs_comm_t loopback) {
-    Forward f;
-    f.inner = loopback;
-    kvs_comm_callbacks cb = forwarding(&f);
-    kvs_comm_t comm = nullptr;
-    kvs_error err;
-    ASSERT_EQ(kvs_comm_callbacks_create(&cb, rank, n, 20000, &comm, &err), KVS_OK) << err.message;
-    body(rank, comm, f);
-    kvs_comm_destroy(comm);
-    EXPECT_EQ(f.destroyed, 1);
-  });
-}
-
 TEST(CommCallbacks, collectives_move_every_ranks_data_through_the_callbacks) {
-  run_callback_ranks(3, [](int rank, kvs_comm_t comm, Forward &f) {
+  run_callback_ranks(3, 20000, [](int rank, kvs_comm_t comm, Forward &f) {
     kvs_comm_buffer b;
     kvs_error err;
     ASSERT_EQ(kvs_comm_buffer_alloc(comm, 24, &b, &err), KVS_OK);
@@ -321,7 +265,7 @@ TEST(CommCallbacks, a_tp2_node_steps_and_checks_over_the_callbacks) {
   o.budget_per_gpu = budgets.data();
   o.n_budget_per_gpu = budgets.size();
   std::vector<uint64_t> digests(2, 0);
-  run_callback_ranks(2, [&](int rank, kvs_comm_t comm, Forward &f) {
+  run_callback_ranks(2, 20000, [&](int rank, kvs_comm_t comm, Forward &f) {
     kvs_node_t node = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
