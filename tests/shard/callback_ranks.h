@@ -51,7 +51,7 @@ inline kvs_status forward_barrier(void *user, int timeout_ms, kvs_error *err) {
 inline void forward_destroy(void *user) { static_cast<Forward *>(user)->destroyed++; }
 
 inline kvs_comm_callbacks forwarding(Forward *f) {
-  kvs_comm_callbacks cb = {sizeof cb, f, forward_broadcast, forward_allreduce, forward_barrier,
+  kvs_comm_callbacks cb = {sizeof cb,      f, forward_broadcast, forward_allreduce, forward_barrier,
                            forward_destroy};
   return cb;
 }
