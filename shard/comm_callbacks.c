@@ -23,20 +23,6 @@ typedef struct callbacks_ctx {
   bool owns_user;
 } callbacks_ctx;
 
-static kvs_status cb_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
-  (void)ctx;
-  out->host = calloc(1, bytes);
-  if (out->host == NULL) {
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-byte comm buffer", bytes);
-  }
-  return KVS_OK;
-}
-
-static void cb_buffer_free(void *ctx, kvs_comm_buffer *buffer) {
-  (void)ctx;
-  free(buffer->host);
-}
-
 /* A callback's return as the wrapper takes it. A timeout stays one (the
  * node says "timed out" for it); any other failure, including
  * KVS_ERR_INVALID_ARGUMENT (which the wrapper would not poison on, yet the
@@ -100,8 +86,8 @@ static void cb_destroy(void *ctx) {
 
 static const kvs_comm_vtable callbacks_vtable = {
     .name = "callbacks",
-    .buffer_alloc = cb_buffer_alloc,
-    .buffer_free = cb_buffer_free,
+    .buffer_alloc = kvs_comm_host_buffer_alloc,
+    .buffer_free = kvs_comm_host_buffer_free,
     .broadcast = cb_broadcast,
     .allreduce_u64 = cb_allreduce,
     .barrier = cb_barrier,
