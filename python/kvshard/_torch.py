@@ -76,19 +76,22 @@ class TorchGroup:
             fn = self.dist.distributed_c10d._get_global_rank
         return fn(self.group, group_rank)
 
-    def reduce_in_place(self, tensor, op, what):
-        """Collective `what` on a CPU tensor, through the device for NCCL."""
+    def on_group(self, tensor, collective):
+        """collective(t) on a CPU tensor's bytes, through the device for
+        NCCL; the tensor holds the result after."""
         staged = tensor if self.device is None else tensor.to(self.device)
-        if what == "broadcast":
-            self.dist.broadcast(staged, src=self.global_rank(op), group=self.group)
-        else:
-            self.dist.all_reduce(staged, op=op, group=self.group)
+        collective(staged)
         if staged is not tensor:
             tensor.copy_(staged.cpu())  # the copy waits for the collective
 
+    def all_reduce(self, tensor, op):
+        self.on_group(tensor, lambda t: self.dist.all_reduce(t, op=op, group=self.group))
+
     def broadcast(self, address, n, root):
         buf = (ctypes.c_uint8 * n).from_address(address)
-        self.reduce_in_place(self.torch.frombuffer(buf, dtype=self.torch.uint8), root, "broadcast")
+        src = self.global_rank(root)
+        self.on_group(self.torch.frombuffer(buf, dtype=self.torch.uint8),
+                      lambda t: self.dist.broadcast(t, src=src, group=self.group))
 
     def allreduce_u64(self, address, count, op):
         np, torch, ReduceOp = self.np, self.torch, self.dist.ReduceOp
@@ -96,14 +99,13 @@ class TorchGroup:
         if op == COMM_REDUCE_SUM:
             halves = np.concatenate([words & np.uint64(0xFFFFFFFF), words >> np.uint64(32)])
             t = torch.from_numpy(halves.astype(np.int64))
-            self.reduce_in_place(t, ReduceOp.SUM, "allreduce")
+            self.all_reduce(t, ReduceOp.SUM)
             sums = t.numpy().astype(np.uint64)
             words[:] = sums[:count] + (sums[count:] << np.uint64(32))  # wraps mod 2**64
         elif op in (COMM_REDUCE_MIN, COMM_REDUCE_MAX):
             ordered = (words ^ np.uint64(_TOP)).view(np.int64).copy()
             t = torch.from_numpy(ordered)
-            self.reduce_in_place(t, ReduceOp.MIN if op == COMM_REDUCE_MIN else ReduceOp.MAX,
-                                 "allreduce")
+            self.all_reduce(t, ReduceOp.MIN if op == COMM_REDUCE_MIN else ReduceOp.MAX)
             words[:] = ordered.view(np.uint64) ^ np.uint64(_TOP)
         else:  # the C wrapper checked it; a guard, not a path
             raise ValueError(f"allreduce op {op} is none of min (0), max (1), sum (2)")
@@ -111,8 +113,7 @@ class TorchGroup:
     def barrier(self):
         # One word reduced on the group's device: a barrier that needs no
         # guess of the NCCL device (torch's barrier guesses it by rank).
-        self.reduce_in_place(self.torch.zeros(1, dtype=self.torch.int64),
-                             self.dist.ReduceOp.SUM, "allreduce")
+        self.all_reduce(self.torch.zeros(1, dtype=self.torch.int64), self.dist.ReduceOp.SUM)
 
     # ---- the C callbacks: nothing escapes ----
 
