@@ -194,11 +194,63 @@ KVS_API kvs_status kvs_comm_nccl_unique_id(unsigned char out[KVS_NCCL_UNIQUE_ID_
 KVS_API kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kvs_comm_t *out,
                                         kvs_error *err);
 
+/* An engine's own group through callbacks (torch.distributed's
+ * ProcessGroup, a framework's collectives; Python's kvshard.torch_comm is
+ * one): the "callbacks" backend. It is a host backend, as MPI is: every
+ * callback gets host memory, and a "cuda" node over it takes each step's
+ * entries from host memory and uploads them on its own stream (the node's
+ * device tables work over any host communicator; only a device
+ * communicator's buffers are read in place). Every rank calls the same
+ * collectives in the same order; a callback runs on the thread that made
+ * the kvshard call and must not call kvshard on this communicator or a
+ * node over it.
+ *
+ * Each callback returns KVS_OK once its collective is complete on this
+ * rank, or a failure with a message in err (err is cleared before the
+ * call). Any failure poisons the communicator as a backend's does: every
+ * later collective is refused with the first failure's message.
+ * KVS_ERR_TIMEOUT stays a timeout; every other status, and a value that is
+ * no kvs_status at all, becomes KVS_ERR_COMM naming the callback and what
+ * it returned. kvshard cannot interrupt a callback: timeout_ms is the
+ * deadline the callback is asked to keep, and waits inside it are the
+ * engine's group's own (torch's group timeout, say). */
+#define KVS_COMM_REDUCE_MIN 0
+#define KVS_COMM_REDUCE_MAX 1
+#define KVS_COMM_REDUCE_SUM 2 /* wraps modulo 2^64 */
+
+typedef struct kvs_comm_callbacks {
+  size_t size; /* sizeof(kvs_comm_callbacks); fields past it are NULL */
+  void *user;  /* handed to every callback */
+  /* Required. After it returns, every rank's first n bytes at `bytes`
+   * (n >= 1) are the root's. */
+  kvs_status (*broadcast)(void *user, void *bytes, size_t n, int root, int timeout_ms,
+                          kvs_error *err);
+  /* Required. In place over `count` >= 1 words, every rank's the same;
+   * op is KVS_COMM_REDUCE_MIN, _MAX or _SUM, unsigned 64-bit. */
+  kvs_status (*allreduce_u64)(void *user, uint64_t *words, size_t count, int op, int timeout_ms,
+                              kvs_error *err);
+  /* Required. Returns once every rank has called it. */
+  kvs_status (*barrier)(void *user, int timeout_ms, kvs_error *err);
+  /* Optional: called once with user by kvs_comm_destroy (never when the
+   * create failed: user is then still the caller's). */
+  void (*destroy)(void *user);
+} kvs_comm_callbacks;
+
+/* This rank (in [0, size)) of a group of `size` >= 1 ranks over the
+ * callbacks (copied: the struct may go after the call; user must live
+ * until destroy). Local: no callback runs here. A missing callback, a
+ * size field this build does not know, a rank outside the group or a
+ * timeout_ms <= 0 is KVS_ERR_INVALID_ARGUMENT naming it, and nothing is
+ * made. */
+KVS_API kvs_status kvs_comm_callbacks_create(const kvs_comm_callbacks *callbacks, int rank,
+                                             int size, int timeout_ms, kvs_comm_t *out,
+                                             kvs_error *err);
+
 KVS_API void kvs_comm_destroy(kvs_comm_t comm);
 /* 0 and -1 for NULL. */
 KVS_API int kvs_comm_rank(const struct kvs_comm *comm);
 KVS_API int kvs_comm_size(const struct kvs_comm *comm);
-/* "self", "loopback", "mpi", "nccl"; "" for NULL. */
+/* "self", "loopback", "mpi", "nccl", "callbacks"; "" for NULL. */
 KVS_API const char *kvs_comm_backend(const struct kvs_comm *comm);
 /* The deadline of every later wait; > 0. */
 KVS_API kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);

@@ -120,6 +120,21 @@ kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *e
   return KVS_OK;
 }
 
+kvs_status kvs_comm_host_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out,
+                                      kvs_error *err) {
+  (void)ctx;
+  out->host = calloc(1, bytes);
+  if (out->host == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-byte comm buffer", bytes);
+  }
+  return KVS_OK;
+}
+
+void kvs_comm_host_buffer_free(void *ctx, kvs_comm_buffer *buffer) {
+  (void)ctx;
+  free(buffer->host);
+}
+
 kvs_status kvs_comm_buffer_alloc(kvs_comm_t comm, size_t bytes, kvs_comm_buffer *out,
                                  kvs_error *err) {
   if (out == NULL || bytes == 0) {

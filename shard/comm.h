@@ -81,6 +81,12 @@ typedef struct kvs_comm_vtable {
   kvs_status (*reads_done)(void *ctx, void *stream, kvs_error *err);
 } kvs_comm_vtable;
 
+/* The host backends' buffer slots (self, loopback, callbacks): zeroed host
+ * memory and no device copy, one implementation for all of them. */
+kvs_status kvs_comm_host_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out,
+                                      kvs_error *err);
+void kvs_comm_host_buffer_free(void *ctx, kvs_comm_buffer *buffer);
+
 /* kvs_comm_t, KVS_COMM_DEFAULT_TIMEOUT_MS and kvs_comm_destroy, _rank,
  * _size, _backend and _set_timeout_ms are kvshard.h's. */
 

@@ -224,20 +224,6 @@ static kvs_status run(member *m, call c, int timeout_ms, kvs_error *err) {
   return status;
 }
 
-static kvs_status lb_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
-  (void)ctx;
-  out->host = calloc(1, bytes);
-  if (out->host == NULL) {
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-byte comm buffer", bytes);
-  }
-  return KVS_OK;
-}
-
-static void lb_buffer_free(void *ctx, kvs_comm_buffer *buffer) {
-  (void)ctx;
-  free(buffer->host);
-}
-
 static kvs_status lb_broadcast(void *ctx, kvs_comm_buffer *buffer, size_t bytes, int root,
                                int timeout_ms, kvs_error *err) {
   call c = {0, CALL_BROADCAST, buffer->host, bytes, root, KVS_COMM_MIN};
@@ -273,8 +259,8 @@ static void lb_destroy(void *ctx) {
 
 static const kvs_comm_vtable loopback_vtable = {
     .name = "loopback",
-    .buffer_alloc = lb_buffer_alloc,
-    .buffer_free = lb_buffer_free,
+    .buffer_alloc = kvs_comm_host_buffer_alloc,
+    .buffer_free = kvs_comm_host_buffer_free,
     .broadcast = lb_broadcast,
     .allreduce_u64 = lb_allreduce,
     .barrier = lb_barrier,

@@ -1,21 +1,4 @@
 #include "shard/comm_self.h"
-
-#include <stdlib.h>
-
-static kvs_status self_buffer_alloc(void *ctx, size_t bytes, kvs_comm_buffer *out, kvs_error *err) {
-  (void)ctx;
-  out->host = calloc(1, bytes);
-  if (out->host == NULL) {
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %zu-byte comm buffer", bytes);
-  }
-  return KVS_OK;
-}
-
-static void self_buffer_free(void *ctx, kvs_comm_buffer *buffer) {
-  (void)ctx;
-  free(buffer->host);
-}
-
 /* The wrapper answers size-1 collectives on host buffers itself; these
  * are never reached but keep the slots total. */
 static kvs_status self_broadcast(void *ctx, kvs_comm_buffer *buffer, size_t bytes, int root,
@@ -37,8 +20,8 @@ static kvs_status self_barrier(void *ctx, int timeout_ms, kvs_error *err) {
 
 static const kvs_comm_vtable self_vtable = {
     .name = "self",
-    .buffer_alloc = self_buffer_alloc,
-    .buffer_free = self_buffer_free,
+    .buffer_alloc = kvs_comm_host_buffer_alloc,
+    .buffer_free = kvs_comm_host_buffer_free,
     .broadcast = self_broadcast,
     .allreduce_u64 = self_allreduce,
     .barrier = self_barrier,

@@ -105,6 +105,10 @@ static void nulls_of_comms(void) {
   CALLED(kvs_comm_nccl_options_init);
   REFUSES(kvs_comm_nccl_unique_id, kvs_comm_nccl_unique_id(NULL, &e_));
   REFUSES(kvs_comm_nccl_create, kvs_comm_nccl_create(NULL, &comm, &e_));
+  REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(NULL, 0, 1, 1000, &comm, &e_));
+  kvs_comm_callbacks none = {sizeof none, NULL, NULL, NULL, NULL, NULL};
+  REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(&none, 0, 1, 1000, &comm, &e_));
+  REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(&none, 0, 0, 0, NULL, &e_));
   kvs_comm_destroy(NULL);
   CALLED(kvs_comm_destroy);
   EXPECT(kvs_comm_rank, kvs_comm_rank(NULL) == -1);

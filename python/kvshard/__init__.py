@@ -11,6 +11,7 @@ option of the wrong type or an unknown name raises TypeError naming it.
 """
 
 from ._lib import Error
+from ._torch import torch_comm
 from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, self_comm
 from .plan import Fit, Plan, fit, plan
 
@@ -20,7 +21,7 @@ __all__ = [
     "fit",
     "library_version",
     "loopback_comms", "mpi_comm", "nccl_comm", "nccl_unique_id", "node_options", "plan",
-    "self_comm",
+    "self_comm", "torch_comm",
 ]
 
 __version__ = "0.7.0"

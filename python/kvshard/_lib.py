@@ -246,6 +246,32 @@ class NcclOptions(ctypes.Structure):
     ]
 
 
+# kvshard.h's kvs_comm_callbacks: an engine's group as callbacks (_torch.py
+# fills it). Each callback returns a kvs_status; the pointers are ints.
+COMM_REDUCE_MIN, COMM_REDUCE_MAX, COMM_REDUCE_SUM = 0, 1, 2  # KVS_COMM_REDUCE_*
+STATUS_COMM, STATUS_TIMEOUT = 18, 19  # KVS_ERR_COMM, KVS_ERR_TIMEOUT
+BROADCAST_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(CError))
+ALLREDUCE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(CError))
+BARRIER_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                    ctypes.POINTER(CError))
+DESTROY_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class CommCallbacks(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("user", ctypes.c_void_p),
+        ("broadcast", BROADCAST_CALLBACK),
+        ("allreduce_u64", ALLREDUCE_CALLBACK),
+        ("barrier", BARRIER_CALLBACK),
+        ("destroy", DESTROY_CALLBACK),
+    ]
+
+
 _P = ctypes.c_void_p
 _ERR = ctypes.POINTER(CError)
 _STATUS = ctypes.c_int
@@ -262,6 +288,8 @@ _PROTOTYPES = {
     "kvs_comm_nccl_options_init": (None, [ctypes.POINTER(NcclOptions)]),
     "kvs_comm_nccl_unique_id": (_STATUS, [ctypes.c_ubyte * NCCL_UNIQUE_ID_BYTES, _ERR]),
     "kvs_comm_nccl_create": (_STATUS, [ctypes.POINTER(NcclOptions), ctypes.POINTER(_P), _ERR]),
+    "kvs_comm_callbacks_create": (_STATUS, [ctypes.POINTER(CommCallbacks), ctypes.c_int,
+                                            ctypes.c_int, ctypes.c_int, ctypes.POINTER(_P), _ERR]),
     "kvs_comm_destroy": (None, [_P]),
     "kvs_comm_rank": (ctypes.c_int, [_P]),
     "kvs_comm_size": (ctypes.c_int, [_P]),

@@ -1,5 +1,6 @@
 """Communicators a node runs over: one rank, an mpi4py communicator, a
-NCCL group bootstrapped from a unique id, or ranks as threads.
+NCCL group bootstrapped from a unique id, ranks as threads, or a
+torch.distributed group (_torch.py: torch_comm).
 
 A node borrows its communicator (kvshard.h: the comm must outlive the
 node), and a node's memory outlives Node.close() while a view of it is
@@ -11,6 +12,7 @@ the last of those nodes. Every node also keeps its Comm object alive, so
 dropping the Comm, the Node and their views in any order is safe."""
 
 import ctypes
+import sys
 import threading
 import weakref
 
@@ -216,5 +218,12 @@ def comm_of(comm, timeout_ms):
         return comm, False
     if type(comm).__module__.startswith("mpi4py"):
         return mpi_comm(comm, 30000 if timeout_ms is None else timeout_ms), True
-    raise TypeError("comm must be None, 'self', an mpi4py.MPI.Comm or a kvshard.Comm "
-                    f"(nccl_comm, loopback_comms), got {type(comm).__name__}")
+    # A ProcessGroup exists only once its program imported torch.distributed:
+    # asked of sys.modules, never importing torch (seconds) for the test.
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(comm, getattr(dist, "ProcessGroup", ())):
+        from ._torch import torch_comm
+        return torch_comm(comm, 30000 if timeout_ms is None else timeout_ms), True
+    raise TypeError("comm must be None, 'self', an mpi4py.MPI.Comm, a torch.distributed "
+                    "ProcessGroup or a kvshard.Comm (nccl_comm, loopback_comms, torch_comm), "
+                    f"got {type(comm).__name__}")

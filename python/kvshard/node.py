@@ -280,7 +280,8 @@ class View:
 
 class Node:
     """Node(comm=None, **options): comm is None or "self" (one rank), an
-    mpi4py.MPI.Comm, or a kvshard.Comm (nccl_comm, loopback_comms).
+    mpi4py.MPI.Comm, a torch.distributed ProcessGroup (through torch_comm),
+    or a kvshard.Comm (nccl_comm, loopback_comms, torch_comm).
     Options are kvplan's flags with underscores (budget="9GiB",
     kv_dtype="fp8", topology="bundled", max_running=64, ...) plus the
     node's own (device="cpu"|"cuda"|"auto", stream=..., check_every=...)

@@ -1068,6 +1068,7 @@ PARAMETERS = {
                   "timeout_ms": "int", "init_timeout_ms": "int"},
     "nccl_unique_id": {},
     "self_comm": {},
+    "torch_comm": {"group": "comm", "timeout_ms": "int"},
     "plan": {"options": "options"},
     "fit": {"options": "options"},
     "node_options": {},
@@ -1164,6 +1165,7 @@ class ExactTypes(unittest.TestCase):
                                                            **k)),
             "nccl_comm": lambda **k: kvshard.nccl_comm(
                 **dict(dict(unique_id=bytes(128), rank=0, size=1, device=0), **k)),
+            "torch_comm": lambda **k: kvshard.torch_comm(**dict(dict(group=None), **k)),
         }
         return args
 

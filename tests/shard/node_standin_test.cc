@@ -26,6 +26,7 @@
 #include "shard/comm_nccl.h"
 #include "shard/node.h"
 #include "tools/workload.h"
+#include "tests/shard/callback_ranks.h"
 #include "tests/shard/engine_flows.h"
 #include "tests/shard/engine_memory.h"
 #include "tests/shard/host_rows_flow.h"
@@ -359,6 +360,24 @@ TEST(NodeStandin, loopback_ranks_share_one_gpu_over_seeded_schedules) {
                                         expect_agree(digests, rings);
                                         expect_no_violations();
                                       });
+}
+
+// A device node over the callbacks backend (an engine's own host group,
+// as Python's torch_comm over gloo): a host communicator, so each rank's
+// tables take every step's entries from host memory, as over loopback.
+TEST(NodeStandin, callback_ranks_feed_device_tables_from_host_entries) {
+  kvs_standin_harness::over_schedules(
+      kvs_standin_harness::schedules(40 / kScale), ranks_of, [](uint64_t seed) {
+        int n = ranks_of(seed);
+        reset(1, seed);
+        std::vector<uint64_t> digests(n), rings(n);
+        kvs_test::run_callback_ranks(n, 20000, [&](int r, kvs_comm_t comm, kvs_test::Forward &f) {
+          run_node(comm, n, 0, seed, 24, &digests[r], &rings[r]);
+          EXPECT_GE(f.broadcasts, 24) << "every step went through the broadcast callback";
+        });
+        expect_agree(digests, rings);
+        expect_no_violations();
+      });
 }
 
 // The host tier's rows on device tables: two ranks sharing one GPU, each
