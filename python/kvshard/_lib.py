@@ -334,6 +334,8 @@ _PROTOTYPES = {
     "kvs_node_prefix_abandon": (_STATUS, [_P, ctypes.c_uint64, _ERR]),
     "kvs_node_prefix_evict": (_STATUS, [_P, ctypes.c_uint64, ctypes.c_uint64, _P, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_size_t), _ERR]),
+    "kvs_node_prefix_evict_for_fetch": (_STATUS, [_P, _P, _P, ctypes.c_size_t, ctypes.c_uint64,
+                                                  _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_prefix_stats": (_STATUS, [_P, ctypes.POINTER(NodePrefixCounts), _ERR]),
     "kvs_plan_run": (_STATUS, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
                                ctypes.POINTER(_P), ctypes.POINTER(_P), _ERR]),

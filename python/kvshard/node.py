@@ -491,6 +491,24 @@ class Node:
              freed.ctypes.data if freed.size else None, freed.size, ctypes.byref(n))
         return freed[:n.value].copy()
 
+    def prefix_evict_for_fetch(self, hit, keys, need_pages):
+        """Leader: the eviction a host hit needs, in one decision (its
+        fetched blocks plus the request's own pages past the hit, less the
+        free pages the engine has): as prefix_evict, but the hit's GPU
+        block and the host slots it fetches are kept, so prefix_fetch
+        takes the same hit after it. keys as matched. Returns the freed
+        pages (int64, the engine's again); fewer than need_pages when
+        nothing more was evictable."""
+        h = self._hit_arg(hit)
+        k = _keys(keys)
+        need = _count(need_pages, "need_pages")
+        freed = np.empty(min(need, self.num_pages), dtype=np.int64)
+        n = ctypes.c_size_t(0)
+        call("kvs_node_prefix_evict_for_fetch", self._node, ctypes.byref(h),
+             k.ctypes.data if k.size else None, k.size, need,
+             freed.ctypes.data if freed.size else None, freed.size, ctypes.byref(n))
+        return freed[:n.value].copy()
+
     def prefix_stats(self):
         """Any rank: the index's counts (the same on every rank after a
         step), a PrefixCounts."""

@@ -664,6 +664,27 @@ class PrefixCache(unittest.TestCase):
             np.testing.assert_array_equal(hit.pages, [2, 3, 12])
             self.assertEqual(node.prefix_evict(0).size, 0)
 
+    def test_a_host_hit_takes_its_pages_in_one_eviction(self):
+        with kvshard.Node(**dict(PREFIX, host_cache="64MiB")) as node:
+            P = node.page
+            self.write_and_finish(node)  # keys 7, 8 on pages 2, 3
+            self.assertEqual(sorted(node.prefix_evict(2).tolist()), [2, 3])
+            node.step()
+            # Another prompt's blocks hold the GPU pages a fetch could use.
+            self.write_and_finish(node, request=6, keys=(4, 5), pages=(10, 11))
+            hit = node.prefix_match([7, 8, 9], 3 * P + 1, reprefill_tokens=P)
+            self.assertEqual(hit.host_pages, 2)
+            freed = node.prefix_evict_for_fetch(hit, [7, 8, 9], 2)
+            self.assertEqual(sorted(freed.tolist()), [10, 11])
+            node.prefix_fetch(5, hit, [7, 8, 9], freed)  # the same hit, no new match
+            node.admit(5)
+            node.step()
+            c = node.prefix_stats()
+            self.assertEqual((c.blocks, c.fetches), (2, 2))
+            self.assertTrue(node.check()["ok"])
+            with self.assertRaises(kvshard.Error):
+                node.prefix_evict_for_fetch(hit, [7, 8, 9], 1)  # stale once taken
+
     def test_a_host_tier_hit_is_fetched_into_the_engines_pages(self):
         with kvshard.Node(**dict(PREFIX, host_cache="64MiB")) as node:
             P = node.page
@@ -1056,6 +1077,7 @@ PARAMETERS = {
     "Node.prefix_release": {"request": "uint64_t"},
     "Node.prefix_abandon": {"request": "uint64_t"},
     "Node.prefix_evict": {"need_pages": "uint64_t", "need_window_pages": "uint64_t"},
+    "Node.prefix_evict_for_fetch": {"hit": "hit", "keys": "uint64_t[]", "need_pages": "uint64_t"},
     "Node.prefix_stats": {},
     "Node.free_window_pages": {"droppable": "bool"},
     "View.__dlpack__": {"stream": "uintptr_t"},
@@ -1152,6 +1174,8 @@ class ExactTypes(unittest.TestCase):
                 **dict(dict(request=1, keys=[1], pages=[2], tails=None), **k)),
             "Node.prefix_release": lambda **k: node.prefix_release(**dict(dict(request=1), **k)),
             "Node.prefix_abandon": lambda **k: node.prefix_abandon(**dict(dict(request=1), **k)),
+            "Node.prefix_evict_for_fetch": lambda **k: node.prefix_evict_for_fetch(
+                **dict(dict(hit=hit, keys=[1], need_pages=0), **k)),
             "Node.prefix_evict": lambda **k: node.prefix_evict(
                 **dict(dict(need_pages=0, need_window_pages=0), **k)),
             "Node.release": lambda **k: node.release(**dict(dict(step=0, stream=None), **k)),
