@@ -44,9 +44,9 @@ static double median(double *v, int n) {
  * bit 56, the page; the slot as operand), checked by the pool's decoder. */
 static int move_entry(bool fetch, uint64_t page, uint64_t slot, kvs_journal_entry *out) {
   kvs_journal_entry e;
-  e.full_page = (int64_t)(KVS_JOURNAL_PREFIX_TAG |
-                          ((uint64_t)(fetch ? KVS_PREFIX_OP_FETCH : KVS_PREFIX_OP_SPILL) << 56) |
-                          page);
+  e.full_page =
+      (int64_t)(KVS_JOURNAL_PREFIX_TAG |
+                ((uint64_t)(fetch ? KVS_PREFIX_OP_FETCH : KVS_PREFIX_OP_SPILL) << 56) | page);
   e.window_page = (int64_t)slot;
   kvs_host_move m;
   if (!kvs_window_pool_host_move_of(&e, &m) || m.fetch != fetch || m.full_page != page ||
@@ -106,7 +106,8 @@ static int rig_make(tier_rig *r) {
   r->fetches = calloc(MAX_PAGES, sizeof *r->fetches);
   if (r->spills == NULL || r->fetches == NULL || r->n_spans == 0) return fail("memory", NULL);
   for (uint64_t i = 0; i < MAX_PAGES; i++) {
-    if (move_entry(false, i, i, &r->spills[i]) || move_entry(true, MAX_PAGES + i, i, &r->fetches[i]))
+    if (move_entry(false, i, i, &r->spills[i]) ||
+        move_entry(true, MAX_PAGES + i, i, &r->fetches[i]))
       return fail("the journal's host move entries", NULL);
   }
   return 0;

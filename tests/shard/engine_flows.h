@@ -125,9 +125,9 @@ inline void results_in_an_engine_graph(kvs_comm_t comm, uint64_t steps) {
     // Captured before the first step: the buffers' addresses are the
     // engine's, fixed, whatever the step.
     ASSERT_EQ(cudaStreamBeginCapture(engine, cudaStreamCaptureModeGlobal), cudaSuccess);
-    EXPECT_EQ(cudaMemcpyAsync(mirror, buffers.b.own, sizeof(int64_t), cudaMemcpyDeviceToDevice,
-                              engine),
-              cudaSuccess);
+    EXPECT_EQ(
+        cudaMemcpyAsync(mirror, buffers.b.own, sizeof(int64_t), cudaMemcpyDeviceToDevice, engine),
+        cudaSuccess);
     EXPECT_EQ(cudaMemcpyAsync(mirror + 1, buffers.b.csa_loc, sizeof(int64_t),
                               cudaMemcpyDeviceToDevice, engine),
               cudaSuccess);
@@ -184,9 +184,9 @@ inline void results_on_the_legacy_stream(kvs_comm_t comm, uint64_t steps) {
       ASSERT_EQ(kvs_node_step(node, &row.batch, &r, &err), KVS_OK)
           << "step " << k << ": " << err.message;
       host_results(node, &want[2 * k], &want[2 * k + 1]);
-      ASSERT_EQ(cudaMemcpyAsync(&seen[2 * k], r.own, sizeof(int64_t), cudaMemcpyDeviceToHost,
-                                nullptr),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpyAsync(&seen[2 * k], r.own, sizeof(int64_t), cudaMemcpyDeviceToHost, nullptr),
+          cudaSuccess);
       ASSERT_EQ(cudaMemcpyAsync(&seen[2 * k + 1], r.csa_loc, sizeof(int64_t),
                                 cudaMemcpyDeviceToHost, nullptr),
                 cudaSuccess);
@@ -235,8 +235,8 @@ inline void host_rows_at_carve(kvs_comm_t comm, uint64_t carve) {
       }
     }
     std::printf("carve %llu bytes: ratio-4 layer stride %llu bytes, device max pitch %d\n",
-                (unsigned long long)kvs_node_layout(node)->total_bytes,
-                (unsigned long long)stride, max_pitch);
+                (unsigned long long)kvs_node_layout(node)->total_bytes, (unsigned long long)stride,
+                max_pitch);
     EXPECT_GT(stride, (uint64_t)max_pitch) << "the stride fits the pitch: no fallback to test";
     EngineMemory memory(engine);
     host_rows_round_trip(node, memory.memory());

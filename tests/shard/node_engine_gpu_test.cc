@@ -14,16 +14,14 @@
 
 TEST(NodeEngineGpu, an_engine_graph_replayed_after_each_step_reads_that_steps_results) {
   KVS_NEED_GPU(kvs_gpu_gate::runtime());
-  kvs_test::run_ranks(1, 60000, [](int, kvs_comm_t comm) {
-    kvs_test::results_in_an_engine_graph(comm, 64);
-  });
+  kvs_test::run_ranks(1, 60000,
+                      [](int, kvs_comm_t comm) { kvs_test::results_in_an_engine_graph(comm, 64); });
 }
 
 TEST(NodeEngineGpu, an_engine_on_the_legacy_stream_reads_each_steps_results) {
   KVS_NEED_GPU(kvs_gpu_gate::runtime());
-  kvs_test::run_ranks(1, 60000, [](int, kvs_comm_t comm) {
-    kvs_test::results_on_the_legacy_stream(comm, 64);
-  });
+  kvs_test::run_ranks(
+      1, 60000, [](int, kvs_comm_t comm) { kvs_test::results_on_the_legacy_stream(comm, 64); });
 }
 
 TEST(NodeEngineGpu, host_rows_go_to_the_host_tier_and_back_on_the_legacy_stream) {
@@ -35,6 +33,6 @@ TEST(NodeEngineGpu, host_rows_go_to_the_host_tier_and_back_on_the_legacy_stream)
 
 TEST(NodeEngineGpu, host_rows_round_trip_at_a_100_gib_carve_past_the_largest_pitch) {
   KVS_NEED_GPU(kvs_gpu_gate::runtime());
-  kvs_test::run_ranks(1, 120000,
-                      [](int, kvs_comm_t comm) { kvs_test::host_rows_at_carve(comm, 100ull << 30); });
+  kvs_test::run_ranks(
+      1, 120000, [](int, kvs_comm_t comm) { kvs_test::host_rows_at_carve(comm, 100ull << 30); });
 }
