@@ -3,12 +3,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "blocks/block_codec.h"
 #include "blocks/block_layout.h"
 #include "blocks/block_signature.h"
 #include "blocks/block_signed.h"
+#include "tools/bench_time.h"
 
 /* DeepSeek-V4's KV for one block: one latent "head" 512 wide per layer. */
 #define DSV4_LAYERS 61
@@ -16,22 +16,6 @@
 #define DSV4_HEAD_DIM 512
 #define DSV4_TOKENS 128
 #define BATCHES 7
-
-static double now_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return v[n / 2];
-}
 
 /* Keeps the compiler from dropping a loop whose results are unused. */
 static volatile uint64_t sink;
@@ -86,11 +70,11 @@ static bool time_encode(const kvs_block_hash *key, kvs_block_t block, uint8_t *b
   if (kvs_block_encode(key, block, buf, size, NULL, err) != KVS_OK) return false;
   for (int b = 0; b < batches; b++) {
     int n = 0;
-    double start = now_seconds(), elapsed = 0;
+    double start = kvs_bench_seconds(), elapsed = 0;
     do {
       if (kvs_block_encode(key, block, buf, size, NULL, err) != KVS_OK) return false;
       n++;
-      elapsed = now_seconds() - start;
+      elapsed = kvs_bench_seconds() - start;
     } while (elapsed < batch_seconds);
     sink += buf[size - 1];
     gbps[b] = (double)size * n / elapsed / 1e9;
@@ -105,7 +89,7 @@ static bool time_decode(const uint8_t *buf, size_t size, const kvs_block_signatu
   kvs_block_layer views[DSV4_LAYERS];
   for (int b = 0; b < batches; b++) {
     int n = 0;
-    double start = now_seconds(), elapsed = 0;
+    double start = kvs_bench_seconds(), elapsed = 0;
     do {
       kvs_block_view view;
       kvs_block_signature actual;
@@ -116,7 +100,7 @@ static bool time_decode(const uint8_t *buf, size_t size, const kvs_block_signatu
       }
       sink += actual.tokens;
       n++;
-      elapsed = now_seconds() - start;
+      elapsed = kvs_bench_seconds() - start;
     } while (elapsed < batch_seconds);
     gbps[b] = (double)size * n / elapsed / 1e9;
   }
@@ -143,9 +127,10 @@ static const char *time_codec(json_t *results, const kvs_block_hash *key, kvs_bl
     failure = err->message;
   } else {
     json_object_set_new(results, "block_encoded_bytes", json_integer((json_int_t)size));
-    json_object_set_new(results, "block_encode_gbps", json_real(median(encode_gbps, batches)));
+    json_object_set_new(results, "block_encode_gbps",
+                        json_real(kvs_bench_median(encode_gbps, batches)));
     json_object_set_new(results, "block_decode_verify_gbps",
-                        json_real(median(decode_gbps, batches)));
+                        json_real(kvs_bench_median(decode_gbps, batches)));
   }
   free(buf);
   return failure;

@@ -11,34 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/cost_model.h"
 #include "core/geometry.h"
 #include "plan/device_layout.h"
 #include "pool/window_pool.h"
 #include "shard/table.h"
+#include "tools/bench_time.h"
 
 #define MAX_PAGES 1024u
 #define ROUNDS 7
-
-static double now_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* The median of n timings (sorted in place): a round the scheduler
- * preempted on shared cores does not move it. */
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return v[n / 2];
-}
 
 /* A host move as the pool journals it (the prefix tag, the operation at
  * bit 56, the page; the slot as operand), checked by the pool's decoder. */
@@ -149,18 +131,18 @@ static int measure(tier_rig *r, uint64_t pages, int rounds, double gbps[4]) {
     for (int way = 0; way < 4; way++) {
       bool fetch = way >= 2;
       kvs_error err;
-      double t0 = now_seconds();
+      double t0 = kvs_bench_seconds();
       if (way % 2 == 0) {
         memcpy_move(r, pages, fetch);
       } else if (kvs_table_apply(r->table, fetch ? r->fetches : r->spills, NULL, (size_t)pages,
                                  &err) != KVS_OK) {
         return fail(fetch ? "fetch" : "spill", &err);
       }
-      if (k > 0) t[way][k - 1] = now_seconds() - t0;
+      if (k > 0) t[way][k - 1] = kvs_bench_seconds() - t0;
     }
   }
   for (int way = 0; way < 4; way++) {
-    gbps[way] = (double)(pages * r->slot_bytes) / median(t[way], rounds) / 1e9;
+    gbps[way] = (double)(pages * r->slot_bytes) / kvs_bench_median(t[way], rounds) / 1e9;
   }
   return 0;
 }
