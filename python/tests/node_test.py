@@ -36,42 +36,53 @@ def page_locs(page, first, count):
     return np.arange(first * page, (first + count) * page, dtype=np.int64)
 
 
+def run_ranks(n, body):
+    """body(rank, comm) on n thread ranks over loopback communicators; a
+    rank's exception is raised here, naming the rank."""
+    comms = kvshard.loopback_comms(n, timeout_ms=20000)
+    errors = [None] * n
+
+    def rank(r):
+        try:
+            body(r, comms[r])
+        except BaseException as e:  # reported below
+            errors[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for c in comms:
+        c.close()
+    for r, e in enumerate(errors):
+        if e is not None:
+            raise AssertionError(f"rank {r}: {e!r}") from e
+
+
 class StepContract(unittest.TestCase):
     """The step's contract from Python: the leader's batch and payload on
     every rank in one collective, range rows, capacity, releases."""
 
     def test_a_follower_gets_the_leaders_rows_and_payload(self):
-        comms = kvshard.loopback_comms(2, timeout_ms=20000)
-        results, errors = [None, None], [None, None]
+        results = [None, None]
         options = dict(SMALL, tp=2, carry_batch=True, max_payload_bytes=32)
 
-        def rank(r):
-            try:
-                with kvshard.Node(comms[r], **options) as node:
-                    P = node.page
-                    if node.is_leader:
-                        node.admit(1)
-                        node.bind(1, page_locs(P, 0, 4))
-                    node.step()
-                    batch = {"requests": [1], "positions": [P + 2], "lengths": [200],
-                             "block_table": np.array([[0, 1, 2, 3]])}
-                    out = (node.step(batch, payload=b"tokens 5 9") if node.is_leader
-                           else node.step())
-                    results[r] = out
-                    results[r]["capacity"] = node.capacity()
-            except BaseException as e:  # reported below
-                errors[r] = e
+        def rank(r, comm):
+            with kvshard.Node(comm, **options) as node:
+                P = node.page
+                if node.is_leader:
+                    node.admit(1)
+                    node.bind(1, page_locs(P, 0, 4))
+                node.step()
+                batch = {"requests": [1], "positions": [P + 2], "lengths": [200],
+                         "block_table": np.array([[0, 1, 2, 3]])}
+                out = (node.step(batch, payload=b"tokens 5 9") if node.is_leader
+                       else node.step())
+                results[r] = out
+                results[r]["capacity"] = node.capacity()
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        for c in comms:
-            c.close()
-        for e in errors:
-            if e is not None:
-                raise e
+        run_ranks(2, rank)
         leader, follower = results
         self.assertEqual(follower["payload"], b"tokens 5 9")
         self.assertEqual(follower["requests"].tolist(), [1])
@@ -225,37 +236,24 @@ class Stepping(unittest.TestCase):
                 node.set_result_buffers()
 
     def test_a_follower_steps_with_no_rows(self):
-        comms = kvshard.loopback_comms(2, timeout_ms=20000)
-        results, errors = [None, None], [None, None]
+        results = [None, None]
 
-        def rank(r):
-            try:
-                with kvshard.Node(comms[r], **dict(SMALL, tp=2, carry_batch=True,
-                                                    max_payload_bytes=16)) as node:
-                    s = node.stepper(4)
-                    if node.is_leader:
-                        self.loop(node)
-                        s.requests[:1] = [2]
-                        s.positions[:1] = [3 * node.page + 1]
-                        s.block_table[0] = [4, 5, 6, 7]
-                        out = s.step(1, payload=b"go")
-                    else:
-                        node.step()
-                        out = s.step()
-                    results[r] = (out.requests.tolist(), out.payload, out.ring.copy())
-            except BaseException as e:  # reported below
-                errors[r] = e
+        def rank(r, comm):
+            with kvshard.Node(comm, **dict(SMALL, tp=2, carry_batch=True,
+                                           max_payload_bytes=16)) as node:
+                s = node.stepper(4)
+                if node.is_leader:
+                    self.loop(node)
+                    s.requests[:1] = [2]
+                    s.positions[:1] = [3 * node.page + 1]
+                    s.block_table[0] = [4, 5, 6, 7]
+                    out = s.step(1, payload=b"go")
+                else:
+                    node.step()
+                    out = s.step()
+                results[r] = (out.requests.tolist(), out.payload, out.ring.copy())
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        for c in comms:
-            c.close()
-        for e in errors:
-            if e is not None:
-                raise e
+        run_ranks(2, rank)
         (lr, lp, lring), (fr, fp, fring) = results
         self.assertEqual((fr, fp), ([2], b"go"))
         self.assertEqual(lr, fr)
@@ -1333,25 +1331,7 @@ class ExactTypes(unittest.TestCase):
 
 class ThreadRanks(unittest.TestCase):
     def run_ranks(self, n, body):
-        comms = kvshard.loopback_comms(n, timeout_ms=20000)
-        errors = [None] * n
-
-        def rank(r):
-            try:
-                body(r, comms[r])
-            except BaseException as e:  # reported below
-                errors[r] = e
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        for c in comms:
-            c.close()
-        for r, e in enumerate(errors):
-            if e is not None:
-                raise AssertionError(f"rank {r}: {e!r}") from e
+        run_ranks(n, body)
 
     def test_a_check_before_the_step_is_refused_on_every_rank(self):
         # Not a divergence: the leader's changes reach the followers with

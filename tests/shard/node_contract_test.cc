@@ -279,6 +279,22 @@ TEST(NodeContract, capacity_is_the_same_on_every_rank_and_says_what_the_leader_a
       << "free " << after[0].free_window_pages << " vs " << after[1].free_window_pages;
 }
 
+// admit_two's requests at a position each, as one batch.
+struct TwoRows {
+  std::vector<uint64_t> requests = {10, 11};
+  std::vector<int64_t> positions;
+  std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+  kvs_node_batch batch = {sizeof batch};
+
+  explicit TwoRows(uint64_t P) : positions{(int64_t)(P + 1), (int64_t)(3 * P + 9)} {
+    batch.n = 2;
+    batch.requests = requests.data();
+    batch.positions = positions.data();
+    batch.block_table = table.data();
+    batch.stride = 4;
+  }
+};
+
 TEST(NodeContract, results_land_in_the_engines_buffers_and_wait_for_its_release) {
   Deployment s(1);
   s.options.max_batch = 4;
@@ -298,15 +314,8 @@ TEST(NodeContract, results_land_in_the_engines_buffers_and_wait_for_its_release)
     const uint64_t P = kvs_node_page(node);
     ASSERT_EQ(P, 128u);
     admit_two(node, P);
-    std::vector<uint64_t> requests = {10, 11};
-    std::vector<int64_t> positions = {(int64_t)(P + 1), (int64_t)(3 * P + 9)};
-    std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
-    kvs_node_batch b = {sizeof b};
-    b.n = 2;
-    b.requests = requests.data();
-    b.positions = positions.data();
-    b.block_table = table.data();
-    b.stride = 4;
+    TwoRows rows(P);
+    kvs_node_batch &b = rows.batch;
     kvs_node_step_result r = {sizeof r};
     ASSERT_EQ(kvs_node_step(node, &b, &r, &err), KVS_OK) << err.message;
     EXPECT_EQ(r.own, own.data()) << "the engine's buffer, the same every step";
@@ -357,15 +366,8 @@ TEST(NodeContract, result_buffers_are_set_before_the_first_step_or_refused) {
     ASSERT_EQ(kvs_node_capacity_of(node, &c, &err), KVS_OK);
     EXPECT_EQ(c.result_depth, 1u);
     admit_two(node, P);
-    std::vector<uint64_t> requests = {10, 11};
-    std::vector<int64_t> positions = {(int64_t)(P + 1), (int64_t)(3 * P + 9)};
-    std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
-    kvs_node_batch b = {sizeof b};
-    b.n = 2;
-    b.requests = requests.data();
-    b.positions = positions.data();
-    b.block_table = table.data();
-    b.stride = 4;
+    TwoRows rows(P);
+    kvs_node_batch &b = rows.batch;
     kvs_node_step_result r = {sizeof r};
     ASSERT_EQ(kvs_node_step(node, &b, &r, &err), KVS_OK) << err.message;
     EXPECT_EQ(r.own, own.data());
