@@ -489,6 +489,8 @@ TEST(NullArguments, window_pool_refuses_a_null_pool_and_reads_zero) {
   uint64_t bound = 0;
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_alloc(nullptr, locs, 4, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_free(nullptr, locs, 4, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_alloc_pages(nullptr, locs, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_free_pages(nullptr, locs, 1, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_translate(nullptr, 0, &slot, &err));
   EXPECT_NULL_REFUSED("pool",
                       kvs_window_pool_window_ctx(nullptr, 0, locs, 4, &slot, &prev, ring, &err));
@@ -513,6 +515,8 @@ TEST(NullArguments, window_pool_refuses_null_arrays_and_outputs_changing_nothing
   uint64_t bound = 7;
   EXPECT_NULL_REFUSED("full_locs", kvs_window_pool_alloc(p, nullptr, 4, nullptr, &err));
   EXPECT_NULL_REFUSED("full_locs", kvs_window_pool_free(p, nullptr, 4, &err));
+  EXPECT_NULL_REFUSED("pages", kvs_window_pool_alloc_pages(p, nullptr, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("pages", kvs_window_pool_free_pages(p, nullptr, 1, &err));
   EXPECT_NULL_REFUSED("full_locs", kvs_window_pool_unbind_raw(p, nullptr, 4, &err));
   EXPECT_NULL_REFUSED("out", kvs_window_pool_translate(p, 0, nullptr, &err));
   EXPECT_NULL_REFUSED("full_locs",
@@ -557,6 +561,8 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_abandon(nullptr, 1, &err));
   EXPECT_NULL_REFUSED(
       "pool", kvs_window_pool_prefix_evict(nullptr, 1, 0, &freed, 1, &n_freed, nullptr, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_evict_for_fetch(
+                                  nullptr, &hit, &key, 1, 1, &freed, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_stats(nullptr, &stats, &err));
   EXPECT_NULL_REFUSED(
       "pool", kvs_window_pool_prefix_node(nullptr, 1, nullptr, nullptr, nullptr, nullptr, &err));
@@ -594,6 +600,8 @@ TEST(NullArguments, prefix_cache) {
       "n_freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, &freed, 1, nullptr, nullptr, &err));
   EXPECT_NULL_REFUSED(
       "freed", kvs_window_pool_prefix_evict(p.get(), 1, 0, nullptr, 1, &n_freed, nullptr, &err));
+  EXPECT_NULL_REFUSED("hit", kvs_window_pool_prefix_evict_for_fetch(
+                                 p.get(), nullptr, &key, 1, 1, &freed, 1, &n_freed, nullptr, &err));
   EXPECT_NULL_REFUSED("out", kvs_window_pool_prefix_stats(p.get(), nullptr, &err));
   EXPECT_NULL_REFUSED("hit",
                       kvs_window_pool_prefix_fetch(p.get(), 1, nullptr, &key, 1, &page, &err));

@@ -279,6 +279,7 @@ TEST(NullArguments, node_setup_and_node_plan) {
 TEST(NullArguments, cluster) {
   kvs_cluster_t c = nullptr;
   EXPECT_NULL_REFUSED("out", kvs_cluster_open("bundled", 1, nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("out", kvs_cluster_open_spec("bundled", 1, false, nullptr, nullptr, 0, &err));
   kvs_cluster_destroy(nullptr);
   kvs_topology_t t = nullptr;
   ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, nullptr), KVS_OK);
