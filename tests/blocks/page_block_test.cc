@@ -59,7 +59,8 @@ kvs_status read_as(const std::vector<uint8_t> &bytes, const kvs_page_signature &
   kvs_page_block_t b = nullptr;
   kvs_error err;
   kvs_error_clear(&err);
-  kvs_status st = kvs_page_block_decode(bytes.data(), bytes.size(), &reader, nullptr, &b, why, &err);
+  kvs_status st =
+      kvs_page_block_decode(bytes.data(), bytes.size(), &reader, nullptr, &b, why, &err);
   if (text != nullptr) *text = err.message;
   kvs_page_block_destroy(b);
   return st;
@@ -89,8 +90,9 @@ TEST(PageBlock, round_trip_is_canonical) {
     kvs_page_signature reader = p.reader();
     kvs_page_block_t b = nullptr;
     kvs_error err;
-    ASSERT_EQ(kvs_page_block_decode(bytes.data(), bytes.size(), &reader, nullptr, &b, nullptr, &err),
-              KVS_OK)
+    ASSERT_EQ(
+        kvs_page_block_decode(bytes.data(), bytes.size(), &reader, nullptr, &b, nullptr, &err),
+        KVS_OK)
         << err.message;
     EXPECT_TRUE(same_page(b, p));
     std::vector<uint8_t> out(kvs_page_block_encoded_size_of(&kChain, b));
@@ -169,7 +171,8 @@ TEST(PageBlock, every_refusal_names_its_field) {
   });
   add({"a tier twice", KVS_SIG_RAGGED_PAYLOAD, "section 1 (compressed ratio 4): tier"},
       [](Case &c) { c.sections[1].shape.tier = KVS_PAGE_TIER_COMPRESSED_4; });
-  add({"rows for another page", KVS_SIG_BLOCK_SIZE_MISMATCH, "rows is 2, expected 4 (page size 16)"},
+  add({"rows for another page", KVS_SIG_BLOCK_SIZE_MISMATCH,
+       "rows is 2, expected 4 (page size 16)"},
       [](Case &c) {
         c.sections[0].shape.rows = 2;
         c.sections[0].n_bytes /= 2;
@@ -179,15 +182,16 @@ TEST(PageBlock, every_refusal_names_its_field) {
       [](Case &c) { c.rec.sections[1].row_bytes = 256; });
   add({"stamp lies about the section count", KVS_SIG_PAYLOAD_MISMATCH, "n_sections=3"},
       [](Case &c) { c.rec.n_sections = 3; });
-  add({"altered rows", KVS_SIG_PAYLOAD_MISMATCH, "section 2 (tail state): digest"}, [](Case &c) {
-    c.sections[2].digest ^= 1;
-  });
-  add({"stamped for another depth", KVS_SIG_PAYLOAD_MISMATCH, "section 0 (compressed ratio 4): digest"},
+  add({"altered rows", KVS_SIG_PAYLOAD_MISMATCH, "section 2 (tail state): digest"},
+      [](Case &c) { c.sections[2].digest ^= 1; });
+  add({"stamped for another depth", KVS_SIG_PAYLOAD_MISMATCH,
+       "section 0 (compressed ratio 4): digest"},
       [](Case &c) {
         c.rec.id.depth = 4;
         c.reader.id.depth = 4;
       });
-  add({"another model", KVS_SIG_INCOMPATIBLE, "model is deepseek-ai/DeepSeek-V4-Flash, this reader needs other"},
+  add({"another model", KVS_SIG_INCOMPATIBLE,
+       "model is deepseek-ai/DeepSeek-V4-Flash, this reader needs other"},
       [](Case &c) { std::snprintf(c.reader.id.model, sizeof c.reader.id.model, "other"); });
   add({"weights", KVS_SIG_INCOMPATIBLE, "weights_fingerprint is none, this reader needs ab"},
       [](Case &c) {
@@ -258,9 +262,9 @@ TEST(PageBlock, rows_swapped_between_sections_or_pages_are_refused) {
   std::swap(swapped[0].digest, swapped[1].digest);
   kvs_signature_error why;
   kvs_error err;
-  EXPECT_EQ(kvs_page_verify_parts(&stamp, swapped.data(), swapped.size(), &reader, nullptr, &why,
-                                  &err),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(
+      kvs_page_verify_parts(&stamp, swapped.data(), swapped.size(), &reader, nullptr, &why, &err),
+      KVS_ERR_SIGNATURE);
   EXPECT_EQ(why.kind, KVS_SIG_PAYLOAD_MISMATCH);
   EXPECT_STREQ(why.field, "digest");
   EXPECT_TRUE(why.in_section);
@@ -337,8 +341,7 @@ TEST(PageBlock, the_other_version_is_refused_by_its_version) {
   kvs_block_signature layer_reader = reader_for(shape);
   kvs_block_t block = nullptr;
   kvs_error err;
-  EXPECT_EQ(kvs_unverified_block_verify(&ub, &layer_reader, &block, &why, &err),
-            KVS_ERR_SIGNATURE);
+  EXPECT_EQ(kvs_unverified_block_verify(&ub, &layer_reader, &block, &why, &err), KVS_ERR_SIGNATURE);
   EXPECT_EQ(why.kind, KVS_SIG_OTHER_FORMAT) << err.message;
   kvs_unverified_block_destroy(ub);
 
@@ -403,8 +406,9 @@ TEST(PageBlockStore, pages_and_layer_blocks_share_a_store_across_a_restart) {
   kvs_page_signature foreign = reader;
   foreign.sections[1].row_bytes = 256;
   EXPECT_EQ(kvs_block_store_get_page(s, &k3, &foreign, &got, &why, &err), KVS_ERR_SIGNATURE);
-  EXPECT_NE(std::string(err.message).find("section 1 (indexer): row_bytes 132 in the block, 256 "
-                                          "in the reader"),
+  EXPECT_NE(std::string(err.message)
+                .find("section 1 (indexer): row_bytes 132 in the block, 256 "
+                      "in the reader"),
             std::string::npos)
       << err.message;
   EXPECT_EQ(got, nullptr);
