@@ -60,7 +60,9 @@ kvs_status kvs_block_envelope_check(const uint8_t *src, size_t len, bool verify_
                                     uint64_t *body_len, uint64_t *stored, kvs_error *err) {
   if ((src == NULL && len > 0) || body_len == NULL || stored == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
-                         body_len == NULL ? "body_len" : stored == NULL ? "stored" : "src");
+                         body_len == NULL ? "body_len"
+                         : stored == NULL ? "stored"
+                                          : "src");
   }
   if (len >= 8 && memcmp(src, KVS_BLOCK_MAGIC, 8) != 0) {
     return kvs_block_corrupt(
@@ -70,8 +72,8 @@ kvs_status kvs_block_envelope_check(const uint8_t *src, size_t len, bool verify_
         src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7], KVS_BLOCK_MAGIC);
   }
   if (len < KVS_BLOCK_MIN_ENCODED) {
-    return kvs_block_corrupt(err, "truncated block: %zu bytes, less than the %u-byte envelope",
-                             len, KVS_BLOCK_MIN_ENCODED);
+    return kvs_block_corrupt(err, "truncated block: %zu bytes, less than the %u-byte envelope", len,
+                             KVS_BLOCK_MIN_ENCODED);
   }
   *body_len = kvs_rd64(src + 16);
   size_t present = len - KVS_BLOCK_MIN_ENCODED;

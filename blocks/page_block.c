@@ -168,7 +168,8 @@ static kvs_status check_sections_args(const char *function, const kvs_page_secti
   }
   for (size_t i = 0; i < n; i++) {
     const kvs_page_section *s = &sections[i];
-    if (row_unit(s->shape.encoding) == 0 || strcmp(kvs_page_tier_name(s->shape.tier), "unknown") == 0) {
+    if (row_unit(s->shape.encoding) == 0 ||
+        strcmp(kvs_page_tier_name(s->shape.tier), "unknown") == 0) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "%s: section %zu has tier code %u and encoding code %u; one is unknown",
                            function, i, (unsigned)s->shape.tier, (unsigned)s->shape.encoding);
@@ -254,10 +255,9 @@ static bool measure(const kvs_page_identity *id, const kvs_page_section *section
   return true;
 }
 
-kvs_status kvs_page_signature_measure(const kvs_page_identity *id,
-                                      const kvs_page_section *sections, size_t n_sections,
-                                      kvs_page_signature *out, kvs_signature_error *why,
-                                      kvs_error *err) {
+kvs_status kvs_page_signature_measure(const kvs_page_identity *id, const kvs_page_section *sections,
+                                      size_t n_sections, kvs_page_signature *out,
+                                      kvs_signature_error *why, kvs_error *err) {
   kvs_status st = check_id(__func__, id, err);
   if (st == KVS_OK) st = check_sections_args(__func__, sections, n_sections, err);
   if (st != KVS_OK) return st;

@@ -76,11 +76,11 @@ extern "C" {
 
 /* What a section holds; the values are the on-disk codes (u16). */
 typedef enum kvs_page_tier {
-  KVS_PAGE_TIER_COMPRESSED_4 = 1,   /* CSA compressed KV rows: page / 4 a layer */
-  KVS_PAGE_TIER_COMPRESSED_128 = 2, /* HCA compressed KV rows: page / 128 a layer */
-  KVS_PAGE_TIER_INDEXER = 3,        /* indexer key rows of ratio-4 layers: page / 4 */
-  KVS_PAGE_TIER_WINDOW = 4,         /* sliding-window KV rows: page a layer */
-  KVS_PAGE_TIER_TAIL_STATE = 5,     /* state_4 tail-state rows (any count) */
+  KVS_PAGE_TIER_COMPRESSED_4 = 1,    /* CSA compressed KV rows: page / 4 a layer */
+  KVS_PAGE_TIER_COMPRESSED_128 = 2,  /* HCA compressed KV rows: page / 128 a layer */
+  KVS_PAGE_TIER_INDEXER = 3,         /* indexer key rows of ratio-4 layers: page / 4 */
+  KVS_PAGE_TIER_WINDOW = 4,          /* sliding-window KV rows: page a layer */
+  KVS_PAGE_TIER_TAIL_STATE = 5,      /* state_4 tail-state rows (any count) */
   KVS_PAGE_TIER_INDEX_TAIL_STATE = 6 /* index_state tail-state rows (any count) */
 } kvs_page_tier;
 
@@ -121,13 +121,13 @@ typedef struct kvs_page_section {
 typedef struct kvs_page_identity {
   char model[KVS_BLOCK_MODEL_MAX + 1]; /* NUL-terminated, printable */
   uint8_t weights[KVS_BLOCK_WEIGHTS_MAX];
-  uint32_t weights_len;   /* 0: no fingerprint */
-  uint32_t page_size;     /* tokens per page, > 0 */
-  uint64_t geometry;      /* the geometry's fingerprint (its row widths, ratios, layers) */
-  uint32_t layer_begin;   /* the rank's layers [layer_begin, layer_end) */
+  uint32_t weights_len; /* 0: no fingerprint */
+  uint32_t page_size;   /* tokens per page, > 0 */
+  uint64_t geometry;    /* the geometry's fingerprint (its row widths, ratios, layers) */
+  uint32_t layer_begin; /* the rank's layers [layer_begin, layer_end) */
   uint32_t layer_end;
-  kvs_block_hash chain;   /* the page's position: its chain hash ... */
-  uint64_t depth;         /* ... and its index in the chain (0: the first page) */
+  kvs_block_hash chain; /* the page's position: its chain hash ... */
+  uint64_t depth;       /* ... and its index in the chain (0: the first page) */
 } kvs_page_identity;
 
 /* The identity and shape of a page block, compared field by field. */
@@ -155,10 +155,9 @@ uint64_t kvs_page_section_digest(const kvs_block_hash *chain, uint64_t depth, ui
  * order above: a refusal is KVS_ERR_SIGNATURE with *why; unknown tier or
  * encoding codes, too many sections or NULL bytes are
  * KVS_ERR_INVALID_ARGUMENT). Digests are not looked at. */
-kvs_status kvs_page_signature_measure(const kvs_page_identity *id,
-                                      const kvs_page_section *sections, size_t n_sections,
-                                      kvs_page_signature *out, kvs_signature_error *why,
-                                      kvs_error *err);
+kvs_status kvs_page_signature_measure(const kvs_page_identity *id, const kvs_page_section *sections,
+                                      size_t n_sections, kvs_page_signature *out,
+                                      kvs_signature_error *why, kvs_error *err);
 
 /* What a reader requires: its identity (the position it reads into
  * included) and the sections its geometry has, in order. Only ever the

@@ -198,8 +198,8 @@ kvs_status kvs_page_block_encode(const kvs_block_hash *key, const struct kvs_pag
   }
   size_t n;
   const kvs_page_section *sections = kvs_page_block_sections(block, &n);
-  return kvs_page_block_encode_parts(key, kvs_page_block_signature_of(block), sections, n, dst,
-                                     cap, written, err);
+  return kvs_page_block_encode_parts(key, kvs_page_block_signature_of(block), sections, n, dst, cap,
+                                     written, err);
 }
 
 size_t kvs_page_block_encoded_size_of(const kvs_block_hash *key,
@@ -235,8 +235,9 @@ static kvs_status need(const cursor *c, size_t bytes, const char *what, kvs_erro
 static kvs_status check_shape(const kvs_page_section_shape *s, const char *where, uint32_t i,
                               size_t offset, kvs_error *err) {
   if (!known_codes(s->tier, s->encoding)) {
-    return kvs_block_corrupt(err, "%s section %u at offset %zu: tier code %u or encoding code %u is unknown",
-                             where, (unsigned)i, offset, (unsigned)s->tier, (unsigned)s->encoding);
+    return kvs_block_corrupt(
+        err, "%s section %u at offset %zu: tier code %u or encoding code %u is unknown", where,
+        (unsigned)i, offset, (unsigned)s->tier, (unsigned)s->encoding);
   }
   return KVS_OK;
 }
@@ -265,9 +266,9 @@ static kvs_status parse_signature(cursor *c, kvs_page_signature *sig, kvs_error 
   sig->id.chain.low = kvs_rd64(s + 40);
   sig->id.depth = kvs_rd64(s + 48);
   if (sig->id.page_size == 0 || sig->id.layer_begin >= sig->id.layer_end) {
-    return kvs_block_corrupt(err, "page signature at offset %zu: page size %u or layer range [%u, %u) is empty",
-                             c->at, (unsigned)sig->id.page_size, (unsigned)sig->id.layer_begin,
-                             (unsigned)sig->id.layer_end);
+    return kvs_block_corrupt(
+        err, "page signature at offset %zu: page size %u or layer range [%u, %u) is empty", c->at,
+        (unsigned)sig->id.page_size, (unsigned)sig->id.layer_begin, (unsigned)sig->id.layer_end);
   }
   c->at += SIG_FIXED_BYTES;
   if ((st = need(c, (size_t)n * SIG_SECTION_BYTES, "page signature sections", err)) != KVS_OK) {
