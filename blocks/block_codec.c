@@ -264,28 +264,10 @@ static kvs_status parse_signature(cursor *c, uint32_t version, kvs_block_view *v
   uint32_t model_len = 0, weights_len = 0;
   kvs_status st = parse_signature_fixed(c, version, v, &model_len, &weights_len, err);
   if (st != KVS_OK) return st;
-  size_t text = (size_t)model_len + weights_len;
-  size_t padded = text + (size_t)kvs_pad8(text);
-  if (c->end - c->at < padded) {
-    return kvs_block_corrupt(
-        err,
-        "truncated signature: model and fingerprint need %zu bytes at offset %zu, "
-        "%zu left",
-        padded, c->at, c->end - c->at);
-  }
-  const uint8_t *at = c->src + c->at;
-  if (!kvs_block_model_valid((const char *)at, model_len)) {
-    return kvs_block_corrupt(err, "signature model at offset %zu holds control bytes", c->at);
-  }
-  memcpy(v->signature.model, at, model_len);
-  memcpy(v->signature.weights, at + model_len, weights_len);
-  v->signature.weights_len = weights_len;
-  if (!kvs_pad_is_zero(at + text, padded - text)) {
-    return kvs_block_corrupt(err, "nonzero padding after the signature at offset %zu",
-                             c->at + text);
-  }
-  c->at += padded;
-  return KVS_OK;
+  st = kvs_block_read_identity(c->src, &c->at, c->end, model_len, weights_len, v->signature.model,
+                               v->signature.weights, err);
+  if (st == KVS_OK) v->signature.weights_len = weights_len;
+  return st;
 }
 
 /* Step 4, the payload header and the layer table: the layer count bounded

@@ -1,5 +1,7 @@
 #include "blocks/block_envelope.h"
 
+#include "blocks/block_signature.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +28,37 @@ kvs_status kvs_block_corrupt(kvs_error *err, const char *fmt, ...) {
     va_end(args);
   }
   return KVS_ERR_CORRUPT;
+}
+
+kvs_status kvs_block_read_identity(const uint8_t *src, size_t *at, size_t end, uint32_t model_len,
+                                   uint32_t weights_len, char *model, uint8_t *weights,
+                                   kvs_error *err) {
+  if (src == NULL || at == NULL || model == NULL || weights == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", __func__,
+                         src == NULL     ? "src"
+                         : at == NULL    ? "at"
+                         : model == NULL ? "model"
+                                         : "weights");
+  }
+  size_t text = (size_t)model_len + weights_len;
+  size_t padded = text + (size_t)kvs_pad8(text);
+  if (*at > end || end - *at < padded) {
+    return kvs_block_corrupt(err,
+                             "truncated signature: model and fingerprint need %zu bytes at offset "
+                             "%zu, %zu left",
+                             padded, *at, *at > end ? (size_t)0 : end - *at);
+  }
+  const uint8_t *p = src + *at;
+  if (!kvs_block_model_valid((const char *)p, model_len)) {
+    return kvs_block_corrupt(err, "signature model at offset %zu holds control bytes", *at);
+  }
+  if (!kvs_pad_is_zero(p + text, padded - text)) {
+    return kvs_block_corrupt(err, "nonzero padding after the signature at offset %zu", *at + text);
+  }
+  memcpy(model, p, model_len);
+  memcpy(weights, p + model_len, weights_len);
+  *at += padded;
+  return KVS_OK;
 }
 
 void kvs_block_envelope_write(uint8_t *out, uint32_t version, uint32_t flags, uint64_t body_len) {

@@ -6,8 +6,8 @@
  * disagree on what an envelope is.
  *
  * NULL: kvs_block_corrupt takes a NULL err (it then only returns the
- * status); kvs_block_envelope_check refuses a NULL src or output with
- * KVS_ERR_INVALID_ARGUMENT; kvs_block_copy_section and
+ * status); kvs_block_envelope_check and kvs_block_read_identity refuse a
+ * NULL src or output with KVS_ERR_INVALID_ARGUMENT; kvs_block_copy_section and
  * kvs_block_envelope_write take their pointers from the encoders, which
  * checked them (a NULL there is a caller's bug: they do nothing). */
 #ifndef KVS_BLOCKS_BLOCK_ENVELOPE_H
@@ -90,6 +90,15 @@ kvs_status kvs_block_corrupt(kvs_error *err, const char *fmt, ...)
  * KVS_ERR_CORRUPT naming the field. */
 kvs_status kvs_block_envelope_check(const uint8_t *src, size_t len, bool verify_checksum,
                                     uint64_t *body_len, uint64_t *stored, kvs_error *err);
+
+/* Reads a signature's model and weights fingerprint (their lengths
+ * already bounded by the caller) and their zero padding from src[*at,
+ * end): the bytes present, the model printable. model and weights
+ * receive them (the caller zeroed model); *at moves past the padding.
+ * KVS_ERR_CORRUPT naming the offset otherwise, nothing written. */
+kvs_status kvs_block_read_identity(const uint8_t *src, size_t *at, size_t end, uint32_t model_len,
+                                   uint32_t weights_len, char *model, uint8_t *weights,
+                                   kvs_error *err);
 
 /* Writes the 24-byte envelope: magic, version, flags, body length. */
 void kvs_block_envelope_write(uint8_t *out, uint32_t version, uint32_t flags, uint64_t body_len);

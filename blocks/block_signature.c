@@ -535,6 +535,32 @@ static bool compare(const kvs_block_signature *left, const kvs_block_signature *
   return false;
 }
 
+bool kvs_signature_version_refused(bool marked, uint32_t version, uint32_t wanted,
+                                   kvs_signature_error *why) {
+  kvs_signature_error local;
+  if (why == NULL) why = &local;
+  if (!marked) {
+    start(why, KVS_SIG_UNMARKED);
+    return true;
+  }
+  if (!kvs_block_format_readable(version)) {
+    start(why, KVS_SIG_UNSUPPORTED_FORMAT);
+    why->format_found = version;
+    why->readable = kvs_block_readable_versions;
+    why->n_readable = kvs_block_readable_versions_count;
+    return true;
+  }
+  if (version != wanted) {
+    /* A readable version of the other kind: page blocks (version 3) are
+     * page_block.h's, K/V layers (version 2) this file's. */
+    start(why, KVS_SIG_OTHER_FORMAT);
+    why->format_found = version;
+    why->format_wanted = wanted;
+    return true;
+  }
+  return false;
+}
+
 kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers,
                                   const kvs_block_signature *expected, kvs_block_signature *actual,
@@ -543,17 +569,10 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
   if (st != KVS_OK) return st;
   kvs_signature_error local;
 
-  /* 1. Marked at all. */
-  if (recorded == NULL) {
-    start(&local, KVS_SIG_UNMARKED);
-    return kvs_signature_refuse(&local, why, err);
-  }
-  /* 2. A layout this build knows how to read. */
-  if (!kvs_block_format_readable(recorded->format_version)) {
-    start(&local, KVS_SIG_UNSUPPORTED_FORMAT);
-    local.format_found = recorded->format_version;
-    local.readable = kvs_block_readable_versions;
-    local.n_readable = kvs_block_readable_versions_count;
+  /* 1 and 2: marked at all, in a readable version of this kind. */
+  if (kvs_signature_version_refused(recorded != NULL,
+                                    recorded != NULL ? recorded->format_version : 0,
+                                    KVS_BLOCK_FORMAT_VERSION, &local)) {
     return kvs_signature_refuse(&local, why, err);
   }
   if (memchr(recorded->model, '\0', sizeof recorded->model) == NULL ||
@@ -561,14 +580,6 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "recorded signature has an unterminated model or an over-long "
                          "weights fingerprint");
-  }
-  /* A readable version of the other kind (a version 3 page block) is
-   * read by page_block.h, not measured as layers. */
-  if (recorded->format_version != KVS_BLOCK_FORMAT_VERSION) {
-    start(&local, KVS_SIG_OTHER_FORMAT);
-    local.format_found = recorded->format_version;
-    local.format_wanted = KVS_BLOCK_FORMAT_VERSION;
-    return kvs_signature_refuse(&local, why, err);
   }
   /* 3. Measure the payload. Model, fingerprint and layout come from the
    * stamp since tensors cannot attest to them; they are still checked:

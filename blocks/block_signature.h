@@ -246,6 +246,13 @@ kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers
  * "none" when empty. Returns buf. */
 const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf, size_t cap);
 
+/* Steps 1 and 2 of every kind's verification: a signature is recorded
+ * (marked; else UNMARKED), its version is readable (else
+ * UNSUPPORTED_FORMAT) and is `wanted`, the version this kind of reader
+ * reads (else OTHER_FORMAT). True, with *why filled, when refused. */
+bool kvs_signature_version_refused(bool marked, uint32_t version, uint32_t wanted,
+                                   kvs_signature_error *why);
+
 /* Hands a refusal to the caller: *why into *why_out (when non-NULL), its
  * message into err; returns KVS_ERR_SIGNATURE. */
 kvs_status kvs_signature_refuse(const kvs_signature_error *why, kvs_signature_error *why_out,

@@ -457,23 +457,10 @@ kvs_status kvs_page_verify_parts(const kvs_page_signature *recorded,
   kvs_status st = check_sections_args(__func__, sections, n_sections, err);
   if (st != KVS_OK) return st;
   kvs_signature_error local;
-  /* 1. Marked at all. */
-  if (recorded == NULL) {
-    start(&local, KVS_SIG_UNMARKED);
-    return kvs_signature_refuse(&local, why, err);
-  }
-  /* 2. A version this build reads, and this kind's. */
-  if (!kvs_block_format_readable(recorded->format_version)) {
-    start(&local, KVS_SIG_UNSUPPORTED_FORMAT);
-    local.format_found = recorded->format_version;
-    local.readable = kvs_block_readable_versions;
-    local.n_readable = kvs_block_readable_versions_count;
-    return kvs_signature_refuse(&local, why, err);
-  }
-  if (recorded->format_version != KVS_PAGE_BLOCK_FORMAT_VERSION) {
-    start(&local, KVS_SIG_OTHER_FORMAT);
-    local.format_found = recorded->format_version;
-    local.format_wanted = KVS_PAGE_BLOCK_FORMAT_VERSION;
+  /* 1 and 2: marked at all, in a readable version of this kind. */
+  if (kvs_signature_version_refused(recorded != NULL,
+                                    recorded != NULL ? recorded->format_version : 0,
+                                    KVS_PAGE_BLOCK_FORMAT_VERSION, &local)) {
     return kvs_signature_refuse(&local, why, err);
   }
   st = check_id(__func__, &recorded->id, err);

@@ -278,21 +278,10 @@ static kvs_status parse_signature(cursor *c, kvs_page_signature *sig, kvs_error 
     sig->sections[i] = read_shape(c->src + c->at);
     if ((st = check_shape(&sig->sections[i], "signature", i, c->at, err)) != KVS_OK) return st;
   }
-  size_t text = (size_t)model_len + weights_len, padded = text + (size_t)kvs_pad8(text);
-  if ((st = need(c, padded, "page signature model and fingerprint", err)) != KVS_OK) return st;
-  const uint8_t *at = c->src + c->at;
-  if (!kvs_block_model_valid((const char *)at, model_len)) {
-    return kvs_block_corrupt(err, "page signature model at offset %zu holds control bytes", c->at);
-  }
-  memcpy(sig->id.model, at, model_len);
-  memcpy(sig->id.weights, at + model_len, weights_len);
-  sig->id.weights_len = weights_len;
-  if (!kvs_pad_is_zero(at + text, padded - text)) {
-    return kvs_block_corrupt(err, "nonzero padding after the page signature at offset %zu",
-                             c->at + text);
-  }
-  c->at += padded;
-  return KVS_OK;
+  st = kvs_block_read_identity(c->src, &c->at, c->end, model_len, weights_len, sig->id.model,
+                               sig->id.weights, err);
+  if (st == KVS_OK) sig->id.weights_len = weights_len;
+  return st;
 }
 
 /* The payload: its table, then every section (bounded, padding zero),

@@ -291,6 +291,17 @@ TEST(NullArguments, block_envelope) {
   kvs_block_copy_section(nullptr, nullptr, nullptr, nullptr, 0);
   EXPECT_EQ(at, 0u);
   EXPECT_NULL_REFUSED("why", kvs_signature_refuse(nullptr, nullptr, &err));
+  EXPECT_TRUE(kvs_signature_version_refused(false, 2, 2, nullptr));  // unmarked, no why asked
+  EXPECT_FALSE(kvs_signature_version_refused(true, 2, 2, nullptr));
+  char model[8] = {0};
+  uint8_t weights[8];
+  EXPECT_NULL_REFUSED("src", kvs_block_read_identity(nullptr, &at, 8, 1, 0, model, weights, &err));
+  EXPECT_NULL_REFUSED("at", kvs_block_read_identity(bytes, nullptr, 8, 1, 0, model, weights, &err));
+  EXPECT_NULL_REFUSED("model",
+                      kvs_block_read_identity(bytes, &at, 8, 1, 0, nullptr, weights, &err));
+  EXPECT_NULL_REFUSED("weights",
+                      kvs_block_read_identity(bytes, &at, 8, 1, 0, model, nullptr, &err));
+  EXPECT_EQ(at, 0u);
   EXPECT_NULL_REFUSED("model", kvs_block_identity_check(nullptr, nullptr, nullptr, 0, &err));
   EXPECT_NULL_REFUSED("weights", kvs_block_identity_check("f", "m", nullptr, 4, &err));
 }
