@@ -103,26 +103,11 @@ kvs_status kvs_block_encode_parts(const kvs_block_hash *key, const kvs_block_sig
   uint64_t body;
   kvs_status st = size_parts(__func__, key, recorded, layers, n_layers, &body, err);
   if (st != KVS_OK) return st;
-  size_t total = (size_t)(body + KVS_BLOCK_MIN_ENCODED);
-  if (dst == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: dst is NULL", __func__);
-  }
-  if (cap < total) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "encoded block needs %zu bytes; the buffer holds %zu", total, cap);
-  }
   uint8_t *out = dst;
   size_t at = 0;
-  kvs_block_envelope_write(
-      out, KVS_BLOCK_FORMAT_VERSION,
-      (recorded != NULL ? KVS_BLOCK_FLAG_MARKED : 0u) | (key != NULL ? KVS_BLOCK_FLAG_KEYED : 0u),
-      body);
-  at = KVS_BLOCK_ENVELOPE_BYTES;
-  if (key != NULL) {
-    kvs_wr64(out + at, key->high);
-    kvs_wr64(out + at + 8, key->low);
-    at += KEY_BYTES;
-  }
+  st = kvs_block_encode_head(__func__, dst, cap, body, KVS_BLOCK_FORMAT_VERSION, key,
+                             recorded != NULL, &at, err);
+  if (st != KVS_OK) return st;
   if (recorded != NULL) {
     size_t model_len = strlen(recorded->model);
     kvs_wr32(out + at, (uint32_t)model_len);

@@ -69,6 +69,32 @@ void kvs_block_envelope_write(uint8_t *out, uint32_t version, uint32_t flags, ui
   kvs_wr64(out + 16, body_len);
 }
 
+kvs_status kvs_block_encode_head(const char *function, void *dst, size_t cap, uint64_t body,
+                                 uint32_t version, const kvs_block_hash *key, bool marked,
+                                 size_t *at, kvs_error *err) {
+  if (function == NULL) function = __func__;
+  if (dst == NULL || at == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", function,
+                         dst == NULL ? "dst" : "at");
+  }
+  size_t total = (size_t)(body + KVS_BLOCK_MIN_ENCODED);
+  if (cap < total) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "encoded block needs %zu bytes; the buffer holds %zu", total, cap);
+  }
+  uint8_t *out = dst;
+  kvs_block_envelope_write(
+      out, version,
+      (marked ? KVS_BLOCK_FLAG_MARKED : 0u) | (key != NULL ? KVS_BLOCK_FLAG_KEYED : 0u), body);
+  *at = KVS_BLOCK_ENVELOPE_BYTES;
+  if (key != NULL) {
+    kvs_wr64(out + *at, key->high);
+    kvs_wr64(out + *at + 8, key->low);
+    *at += 16;
+  }
+  return KVS_OK;
+}
+
 void kvs_block_copy_section(XXH3_state_t *state, uint8_t *out, size_t *at, const void *src,
                             size_t n) {
   if (state == NULL || out == NULL || at == NULL || (src == NULL && n > 0)) return;

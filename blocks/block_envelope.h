@@ -6,8 +6,9 @@
  * disagree on what an envelope is.
  *
  * NULL: kvs_block_corrupt takes a NULL err (it then only returns the
- * status); kvs_block_envelope_check and kvs_block_read_identity refuse a
- * NULL src or output with KVS_ERR_INVALID_ARGUMENT; kvs_block_copy_section and
+ * status); kvs_block_envelope_check, kvs_block_read_identity and
+ * kvs_block_encode_head refuse a NULL src, dst or output with
+ * KVS_ERR_INVALID_ARGUMENT (a NULL key is none); kvs_block_copy_section and
  * kvs_block_envelope_write take their pointers from the encoders, which
  * checked them (a NULL there is a caller's bug: they do nothing). */
 #ifndef KVS_BLOCKS_BLOCK_ENVELOPE_H
@@ -21,6 +22,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
 #include <xxhash.h>
 
+#include "blocks/block_hash.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -102,6 +104,14 @@ kvs_status kvs_block_read_identity(const uint8_t *src, size_t *at, size_t end, u
 
 /* Writes the 24-byte envelope: magic, version, flags, body length. */
 void kvs_block_envelope_write(uint8_t *out, uint32_t version, uint32_t flags, uint64_t body_len);
+
+/* The start every encoder shares: dst must hold the body and the
+ * envelope and checksum around it (else KVS_ERR_INVALID_ARGUMENT naming
+ * `function`, nothing written); writes the envelope (flags: marked, and
+ * keyed when key is non-NULL) and the key. *at: where the next part goes. */
+kvs_status kvs_block_encode_head(const char *function, void *dst, size_t cap, uint64_t body,
+                                 uint32_t version, const kvs_block_hash *key, bool marked,
+                                 size_t *at, kvs_error *err);
 
 /* Appends n bytes of src at out + *at, checksumming them in cache-sized
  * chunks as they are written, then zero padding to the next multiple

@@ -301,6 +301,11 @@ TEST(NullArguments, block_envelope) {
                       kvs_block_read_identity(bytes, &at, 8, 1, 0, nullptr, weights, &err));
   EXPECT_NULL_REFUSED("weights",
                       kvs_block_read_identity(bytes, &at, 8, 1, 0, model, nullptr, &err));
+  uint8_t out[64];
+  EXPECT_NULL_REFUSED("dst",
+                      kvs_block_encode_head("f", nullptr, 64, 0, 2, nullptr, true, &at, &err));
+  EXPECT_NULL_REFUSED("at",
+                      kvs_block_encode_head(nullptr, out, 64, 0, 2, nullptr, true, nullptr, &err));
   EXPECT_EQ(at, 0u);
   EXPECT_NULL_REFUSED("model", kvs_block_identity_check(nullptr, nullptr, nullptr, 0, &err));
   EXPECT_NULL_REFUSED("weights", kvs_block_identity_check("f", "m", nullptr, 4, &err));
