@@ -12,7 +12,9 @@
  * The 24-byte envelope and the trailing checksum are the same in every
  * version, so an unreadable version is recognised as such (and refused
  * by verification with UNSUPPORTED_FORMAT) instead of being mistaken for
- * corruption. Body of version 2, every section 8-byte aligned and every
+ * corruption. Version 3 (DSV4 page sections) is page_codec.h's; this
+ * codec's decoders validate it through that one and hand it on without
+ * layers. Body of version 2, every section 8-byte aligned and every
  * padding byte zero:
  *
  *   [key]        u64 high, u64 low                     (flag bit 1)
@@ -52,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blocks/block_envelope.h"
 #include "blocks/block_hash.h"
 #include "blocks/block_signature.h"
 #include "blocks/block_signed.h"
@@ -61,17 +64,11 @@
 extern "C" {
 #endif
 
-#define KVS_BLOCK_MAGIC "KVSBLOCK"
-#define KVS_BLOCK_ENVELOPE_BYTES 24u
-#define KVS_BLOCK_CHECKSUM_BYTES 8u
-/* The smallest input that can be a block: envelope and checksum. */
-#define KVS_BLOCK_MIN_ENCODED (KVS_BLOCK_ENVELOPE_BYTES + KVS_BLOCK_CHECKSUM_BYTES)
+/* KVS_BLOCK_MAGIC, the envelope's sizes and its flags are
+ * block_envelope.h's, shared by every version. */
 /* Most layers a block may have: far above any model, far below what a
  * corrupt count could make us walk. */
 #define KVS_BLOCK_MAX_LAYERS 65536u
-
-#define KVS_BLOCK_FLAG_MARKED 1u
-#define KVS_BLOCK_FLAG_KEYED 2u
 
 /* What decoding found, apart from the payload layers. */
 typedef struct kvs_block_view {
@@ -86,6 +83,10 @@ typedef struct kvs_block_view {
   size_t n_layers;   /* payload layers (0 when not readable) */
   uint64_t checksum; /* the stored (and matching) XXH3-64 */
   size_t encoded_bytes;
+  /* A version 3 page block (page_codec.h, validated whole): its section
+   * count; it has no layers, only format_version of its signature is
+   * filled, and a layer reader's verification refuses it (OTHER_FORMAT). */
+  size_t n_sections;
 } kvs_block_view;
 
 /* The exact encoded size of these parts (key NULL: unkeyed; recorded

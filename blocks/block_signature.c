@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-const uint32_t kvs_block_readable_versions[] = {2};
+const uint32_t kvs_block_readable_versions[] = {2, 3};
 const size_t kvs_block_readable_versions_count =
     sizeof kvs_block_readable_versions / sizeof kvs_block_readable_versions[0];
 
@@ -98,8 +98,48 @@ const char *kvs_signature_error_kind_name(kvs_signature_error_kind kind) {
       return "bad layout";
     case KVS_SIG_UNSUPPORTED_FORMAT:
       return "unsupported format";
+    case KVS_SIG_OTHER_FORMAT:
+      return "other format";
   }
   return "unknown";
+}
+
+/* What a readable version holds, for OTHER_FORMAT's message. */
+static const char *format_kind(uint32_t version) {
+  return version == 3 ? "DSV4 page sections" : version == 2 ? "K/V layers" : "unknown";
+}
+
+/* A page block's refusal about one section: "section 2 (indexer):
+ * row_bytes 132 in the block, 256 in the reader". */
+static size_t section_error_format(const kvs_signature_error *why, char *buf, size_t cap) {
+  char where[96];
+  snprintf(where, sizeof where, "section %u (%s)", (unsigned)why->section,
+           why->section_name != NULL ? why->section_name : "unknown");
+  const char *field = why->field != NULL ? why->field : "";
+  int n;
+  switch (why->kind) {
+    case KVS_SIG_INCOMPATIBLE:
+      n = snprintf(buf, cap,
+                   "KV page block is incompatible: %s: %s %s in the block, %s in the reader", where,
+                   field, why->found, why->expected);
+      break;
+    case KVS_SIG_PAYLOAD_MISMATCH:
+      n = snprintf(buf, cap,
+                   "KV page block's signature disagrees with its payload: %s: %s %s recorded, %s "
+                   "measured",
+                   where, field, why->recorded, why->actual);
+      break;
+    default:
+      n = snprintf(buf, cap, "KV page block payload refused (%s): %s: %s is %s, expected %s",
+                   kvs_signature_error_kind_name(why->kind), where, field, why->found,
+                   why->expected);
+      break;
+  }
+  if (n < 0) {
+    if (cap > 0) buf[0] = '\0';
+    return 0;
+  }
+  return (size_t)n;
 }
 
 size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, size_t cap) {
@@ -109,6 +149,7 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
     if (cap > 0) buf[0] = '\0';
     return 0;
   }
+  if (why->in_section) return section_error_format(why, buf, cap);
   switch (why->kind) {
     case KVS_SIG_NONE:
       n = snprintf(buf, cap, "KV block signature verified");
@@ -175,6 +216,12 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
                    (unsigned)why->format_found, list);
       break;
     }
+    case KVS_SIG_OTHER_FORMAT:
+      n = snprintf(buf, cap,
+                   "KV block is format version %u (%s); this reader reads version %u (%s)",
+                   (unsigned)why->format_found, format_kind(why->format_found),
+                   (unsigned)why->format_wanted, format_kind(why->format_wanted));
+      break;
   }
   if (n < 0) {
     if (cap > 0) buf[0] = '\0';
@@ -185,8 +232,11 @@ size_t kvs_signature_error_format(const kvs_signature_error *why, char *buf, siz
 
 /* Hands a refusal to the caller: the structured form into *why_out, its
  * message into err. */
-static kvs_status refuse(const kvs_signature_error *why, kvs_signature_error *why_out,
-                         kvs_error *err) {
+kvs_status kvs_signature_refuse(const kvs_signature_error *why, kvs_signature_error *why_out,
+                                kvs_error *err) {
+  if (why == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: why is NULL", __func__);
+  }
   if (err != NULL) {
     char message[KVS_ERROR_MESSAGE_MAX];
     kvs_signature_error_format(why, message, sizeof message);
@@ -326,8 +376,9 @@ static bool measure(const char *model, const uint8_t *weights, size_t weights_le
   return true;
 }
 
-static kvs_status check_identity(const char *function, const char *model, const uint8_t *weights,
-                                 size_t weights_len, kvs_error *err) {
+kvs_status kvs_block_identity_check(const char *function, const char *model, const uint8_t *weights,
+                                    size_t weights_len, kvs_error *err) {
+  if (function == NULL) function = __func__;
   if (model == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: model is NULL", function);
   }
@@ -372,7 +423,7 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
                                        const kvs_block_layer *layers, size_t n_layers,
                                        kvs_block_signature *out, kvs_signature_error *why,
                                        kvs_error *err) {
-  kvs_status st = check_identity(__func__, model, weights, weights_len, err);
+  kvs_status st = kvs_block_identity_check(__func__, model, weights, weights_len, err);
   if (st != KVS_OK) return st;
   st = kvs_block_layers_check(layers, n_layers, err);
   if (st != KVS_OK) return st;
@@ -382,7 +433,7 @@ kvs_status kvs_block_signature_measure(const char *model, const uint8_t *weights
   kvs_signature_error local;
   kvs_block_signature sig;
   if (!measure(model, weights, weights_len, layout, layers, n_layers, &sig, &local)) {
-    return refuse(&local, why, err);
+    return kvs_signature_refuse(&local, why, err);
   }
   *out = sig;
   return KVS_OK;
@@ -393,7 +444,7 @@ kvs_status kvs_block_signature_expected(const char *model, const uint8_t *weight
                                         uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim,
                                         kvs_dtype dtype, uint64_t tokens, kvs_block_signature *out,
                                         kvs_error *err) {
-  kvs_status st = check_identity(__func__, model, weights, weights_len, err);
+  kvs_status st = kvs_block_identity_check(__func__, model, weights, weights_len, err);
   if (st != KVS_OK) return st;
   if (out == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
@@ -484,6 +535,32 @@ static bool compare(const kvs_block_signature *left, const kvs_block_signature *
   return false;
 }
 
+bool kvs_signature_version_refused(bool marked, uint32_t version, uint32_t wanted,
+                                   kvs_signature_error *why) {
+  kvs_signature_error local;
+  if (why == NULL) why = &local;
+  if (!marked) {
+    start(why, KVS_SIG_UNMARKED);
+    return true;
+  }
+  if (!kvs_block_format_readable(version)) {
+    start(why, KVS_SIG_UNSUPPORTED_FORMAT);
+    why->format_found = version;
+    why->readable = kvs_block_readable_versions;
+    why->n_readable = kvs_block_readable_versions_count;
+    return true;
+  }
+  if (version != wanted) {
+    /* A readable version of the other kind: page blocks (version 3) are
+     * page_block.h's, K/V layers (version 2) this file's. */
+    start(why, KVS_SIG_OTHER_FORMAT);
+    why->format_found = version;
+    why->format_wanted = wanted;
+    return true;
+  }
+  return false;
+}
+
 kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
                                   const kvs_block_layer *layers, size_t n_layers,
                                   const kvs_block_signature *expected, kvs_block_signature *actual,
@@ -492,18 +569,11 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
   if (st != KVS_OK) return st;
   kvs_signature_error local;
 
-  /* 1. Marked at all. */
-  if (recorded == NULL) {
-    start(&local, KVS_SIG_UNMARKED);
-    return refuse(&local, why, err);
-  }
-  /* 2. A layout this build knows how to read. */
-  if (!kvs_block_format_readable(recorded->format_version)) {
-    start(&local, KVS_SIG_UNSUPPORTED_FORMAT);
-    local.format_found = recorded->format_version;
-    local.readable = kvs_block_readable_versions;
-    local.n_readable = kvs_block_readable_versions_count;
-    return refuse(&local, why, err);
+  /* 1 and 2: marked at all, in a readable version of this kind. */
+  if (kvs_signature_version_refused(recorded != NULL,
+                                    recorded != NULL ? recorded->format_version : 0,
+                                    KVS_BLOCK_FORMAT_VERSION, &local)) {
+    return kvs_signature_refuse(&local, why, err);
   }
   if (memchr(recorded->model, '\0', sizeof recorded->model) == NULL ||
       recorded->weights_len > KVS_BLOCK_WEIGHTS_MAX) {
@@ -518,15 +588,15 @@ kvs_status kvs_block_verify_parts(const kvs_block_signature *recorded,
   kvs_block_signature measured;
   if (!measure(recorded->model, recorded->weights, recorded->weights_len, recorded->layout, layers,
                n_layers, &measured, &local)) {
-    return refuse(&local, why, err);
+    return kvs_signature_refuse(&local, why, err);
   }
   /* 4. The stamp must be what the payload is. */
   if (!compare(recorded, &measured, KVS_SIG_PAYLOAD_MISMATCH, &local)) {
-    return refuse(&local, why, err);
+    return kvs_signature_refuse(&local, why, err);
   }
   /* 5. And what the payload is must be what the reader needs. */
   if (expected != NULL && !compare(expected, &measured, KVS_SIG_INCOMPATIBLE, &local)) {
-    return refuse(&local, why, err);
+    return kvs_signature_refuse(&local, why, err);
   }
   if (actual != NULL) *actual = measured;
   if (why != NULL) start(why, KVS_SIG_NONE);

@@ -16,7 +16,8 @@
  * a block (kvs_block_verify_parts) runs these checks, in this order, and
  * stops at the first failure:
  *   1. a signature is recorded at all            (UNMARKED);
- *   2. its format version is in the readable set (UNSUPPORTED_FORMAT);
+ *   2. its format version is in the readable set (UNSUPPORTED_FORMAT),
+ *      and is version 2, not a version 3 page block (OTHER_FORMAT);
  *   3. the payload measures coherently under the recorded layout
  *      (EMPTY_PAYLOAD, DEGENERATE_LAYER, SPLIT_KV_HEAD_WIDTH,
  *       RAGGED_PAYLOAD, BAD_LAYOUT, BLOCK_SIZE_MISMATCH);
@@ -51,7 +52,8 @@
 extern "C" {
 #endif
 
-/* The payload layout version this build writes. */
+/* The payload layout version this build writes for K/V layer blocks
+ * (version 3, DSV4 page sections, is page_block.h's). */
 #define KVS_BLOCK_FORMAT_VERSION 2u
 
 /* The versions this build reads. An explicit list rather than a range,
@@ -134,7 +136,11 @@ typedef enum kvs_signature_error_kind {
   /* The recorded layout is unusable (block size does not divide window). */
   KVS_SIG_BAD_LAYOUT,
   /* Written in a format version this build cannot read. */
-  KVS_SIG_UNSUPPORTED_FORMAT
+  KVS_SIG_UNSUPPORTED_FORMAT,
+  /* A readable version of the other kind: a version 3 DSV4 page block
+   * (page_block.h) handed to a K/V layer reader, or a version 2 block to
+   * a page reader. */
+  KVS_SIG_OTHER_FORMAT
 } kvs_signature_error_kind;
 
 /* Room for one rendered value: a model name or a fingerprint in hex. */
@@ -171,6 +177,15 @@ typedef struct kvs_signature_error {
   uint32_t format_found;
   const uint32_t *readable;
   size_t n_readable;
+  /* OTHER_FORMAT: the version this kind of reader reads (format_found is
+   * the block's). */
+  uint32_t format_wanted;
+  /* Page blocks (page_block.h): the refusal is about section `section`,
+   * of tier section_name (a static name); field, expected/found and
+   * recorded/actual then describe that section. */
+  bool in_section;
+  uint32_t section;
+  const char *section_name;
 } kvs_signature_error;
 
 /* A short static name of a kind ("unmarked", "payload mismatch", ...). */
@@ -230,6 +245,25 @@ kvs_status kvs_block_layers_check(const kvs_block_layer *layers, size_t n_layers
 /* Renders a weights fingerprint for messages: lowercase hex, or
  * "none" when empty. Returns buf. */
 const char *kvs_block_weights_describe(const uint8_t *weights, size_t len, char *buf, size_t cap);
+
+/* Steps 1 and 2 of every kind's verification: a signature is recorded
+ * (marked; else UNMARKED), its version is readable (else
+ * UNSUPPORTED_FORMAT) and is `wanted`, the version this kind of reader
+ * reads (else OTHER_FORMAT). True, with *why filled, when refused. */
+bool kvs_signature_version_refused(bool marked, uint32_t version, uint32_t wanted,
+                                   kvs_signature_error *why);
+
+/* Hands a refusal to the caller: *why into *why_out (when non-NULL), its
+ * message into err; returns KVS_ERR_SIGNATURE. */
+kvs_status kvs_signature_refuse(const kvs_signature_error *why, kvs_signature_error *why_out,
+                                kvs_error *err);
+
+/* Checks a writer's or reader's identity arguments: a non-NULL printable
+ * model of at most KVS_BLOCK_MODEL_MAX bytes, a fingerprint of at most
+ * KVS_BLOCK_WEIGHTS_MAX bytes (non-NULL when it has a length). The
+ * message names `function` (NULL: this one). */
+kvs_status kvs_block_identity_check(const char *function, const char *model, const uint8_t *weights,
+                                    size_t weights_len, kvs_error *err);
 
 /* Whether a model identity is acceptable: at most KVS_BLOCK_MODEL_MAX
  * bytes, no control characters (it ends up in one-line messages). */

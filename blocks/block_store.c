@@ -21,6 +21,7 @@
 #include "core/options.h"
 #include "blocks/atomic_file.h"
 #include "blocks/block_codec.h"
+#include "blocks/page_codec.h"
 #include "core/file_kind.h"
 
 #define LOCK_NAME ".lock"
@@ -517,21 +518,42 @@ void kvs_block_store_destroy(kvs_block_store_t s) {
   free(s);
 }
 
-kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
-                               const struct kvs_block *block, kvs_error *err) {
+/* Checks what every put needs: a writable store, a key, a block. */
+static kvs_status check_put(const char *function, const struct kvs_block_store *s,
+                            const kvs_block_hash *key, const void *block, kvs_error *err) {
   if (s == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", function);
   }
   if (key == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", function);
   }
   if (block == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: block is NULL", __func__);
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: block is NULL", function);
   }
   if (s->options.read_only) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "store is open read-only");
   }
-  size_t size = kvs_block_encoded_size_of(key, block);
+  return KVS_OK;
+}
+
+/* Encodes a block of either kind into a fresh buffer of exactly its size. */
+typedef kvs_status (*encode_fn)(const kvs_block_hash *key, const void *block, void *dst, size_t cap,
+                                kvs_error *err);
+
+static kvs_status encode_layers(const kvs_block_hash *key, const void *block, void *dst, size_t cap,
+                                kvs_error *err) {
+  return kvs_block_encode(key, block, dst, cap, NULL, err);
+}
+
+static kvs_status encode_page(const kvs_block_hash *key, const void *block, void *dst, size_t cap,
+                              kvs_error *err) {
+  return kvs_page_block_encode(key, block, dst, cap, NULL, err);
+}
+
+/* The put every kind of block shares, from its encoded size on: encode,
+ * stage, publish, index, evict, fsync the directory. */
+static kvs_status put_encoded(struct kvs_block_store *s, const kvs_block_hash *key,
+                              const void *block, size_t size, encode_fn encode, kvs_error *err) {
   if (size == 0) return kvs_error_set(err, KVS_ERR_OVERFLOW, "block does not fit the format");
   if (s->options.capacity_bytes > 0 && size > s->options.capacity_bytes) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -545,7 +567,7 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
     free(fresh);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to encode a %zu-byte block", size);
   }
-  kvs_status st = kvs_block_encode(key, block, buf, size, NULL, err);
+  kvs_status st = encode(key, block, buf, size, err);
   if (st != KVS_OK) {
     free(buf);
     free(fresh);
@@ -599,26 +621,69 @@ kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
   return KVS_OK;
 }
 
+kvs_status kvs_block_store_put(kvs_block_store_t s, const kvs_block_hash *key,
+                               const struct kvs_block *block, kvs_error *err) {
+  kvs_status st = check_put(__func__, s, key, block, err);
+  if (st != KVS_OK) return st;
+  return put_encoded(s, key, block, kvs_block_encoded_size_of(key, block), encode_layers, err);
+}
+
+kvs_status kvs_block_store_put_page(kvs_block_store_t s, const kvs_block_hash *key,
+                                    const struct kvs_page_block *block, kvs_error *err) {
+  kvs_status st = check_put(__func__, s, key, block, err);
+  if (st != KVS_OK) return st;
+  return put_encoded(s, key, block, kvs_page_block_encoded_size_of(key, block), encode_page, err);
+}
+
+/* Checks what every get needs and reads the key's file. */
+static kvs_status read_for_get(const char *function, struct kvs_block_store *s,
+                               const kvs_block_hash *key, const void *expected, const void *out,
+                               char *name, uint8_t **buf, size_t *len, kvs_error *err) {
+  if (s == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", function);
+  }
+  if (key == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", function);
+  }
+  if (expected == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: expected is NULL", function);
+  }
+  if (out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", function);
+  }
+  kvs_block_store_file_name(key, name);
+  return read_block_file(s->dirfd, name, buf, len, err);
+}
+
+/* A file whose recorded key is not its name's is misfiled: corrupt. */
+static kvs_status check_key(const char *name, bool readable, bool keyed,
+                            const kvs_block_hash *found, const kvs_block_hash *key,
+                            kvs_error *err) {
+  if (!readable || (keyed && kvs_block_hash_equal(found, key))) return KVS_OK;
+  char hex[KVS_BLOCK_HASH_HEX_LEN + 1];
+  if (keyed) kvs_block_hash_hex(found, hex);
+  return kvs_error_set(err, KVS_ERR_CORRUPT, "%s holds the block of key %s, not of its name", name,
+                       keyed ? hex : "(none recorded)");
+}
+
+/* A hit makes the block the most recently used. */
+static void touch(struct kvs_block_store *s, const kvs_block_hash *key) {
+  pthread_mutex_lock(&s->mu);
+  struct entry *e = index_find(s, key);
+  if (e != NULL) {
+    lru_unlink(s, e);
+    lru_push_front(s, e);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
 kvs_status kvs_block_store_get(kvs_block_store_t s, const kvs_block_hash *key,
                                const kvs_block_signature *expected, kvs_block_t *out,
                                kvs_signature_error *why, kvs_error *err) {
-  if (s == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: store is NULL", __func__);
-  }
-  if (key == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: key is NULL", __func__);
-  }
-  if (expected == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: expected is NULL", __func__);
-  }
-  if (out == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: out is NULL", __func__);
-  }
   char name[KVS_BLOCK_STORE_NAME_MAX];
-  kvs_block_store_file_name(key, name);
   uint8_t *buf = NULL;
   size_t len = 0;
-  kvs_status st = read_block_file(s->dirfd, name, &buf, &len, err);
+  kvs_status st = read_for_get(__func__, s, key, expected, out, name, &buf, &len, err);
   if (st != KVS_OK) return st;
   kvs_block_view view;
   kvs_unverified_block_t ub = NULL;
@@ -628,24 +693,45 @@ kvs_status kvs_block_store_get(kvs_block_store_t s, const kvs_block_hash *key,
     free(buf);
     return kvs_error_set(err, st, "%s: %s", name, derr.message);
   }
-  if (view.readable && (!view.keyed || !kvs_block_hash_equal(&view.key, key))) {
-    char found[KVS_BLOCK_HASH_HEX_LEN + 1];
-    if (view.keyed) kvs_block_hash_hex(&view.key, found);
+  st = check_key(name, view.readable, view.keyed, &view.key, key, err);
+  if (st != KVS_OK) {
     kvs_unverified_block_destroy(ub);
-    return kvs_error_set(err, KVS_ERR_CORRUPT, "%s holds the block of key %s, not of its name",
-                         name, view.keyed ? found : "(none recorded)");
+    return st;
   }
   kvs_block_t block = NULL;
   st = kvs_unverified_block_verify(&ub, expected, &block, why, err);
   kvs_unverified_block_destroy(ub); /* NULL when verify consumed it */
   if (st != KVS_OK) return st;
-  pthread_mutex_lock(&s->mu);
-  struct entry *e = index_find(s, key);
-  if (e != NULL) {
-    lru_unlink(s, e);
-    lru_push_front(s, e);
+  touch(s, key);
+  *out = block;
+  return KVS_OK;
+}
+
+kvs_status kvs_block_store_get_page(kvs_block_store_t s, const kvs_block_hash *key,
+                                    const kvs_page_signature *expected, kvs_page_block_t *out,
+                                    kvs_signature_error *why, kvs_error *err) {
+  char name[KVS_BLOCK_STORE_NAME_MAX];
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  kvs_status st = read_for_get(__func__, s, key, expected, out, name, &buf, &len, err);
+  if (st != KVS_OK) return st;
+  /* The key first (a misfiled file is corrupt, whatever it holds), then
+   * the decode that verifies against the reader. */
+  kvs_page_block_view view;
+  kvs_error derr;
+  st = kvs_page_block_decode_view(buf, len, &view, NULL, 0, &derr);
+  if (st != KVS_OK) {
+    free(buf);
+    return kvs_error_set(err, st, "%s: %s", name, derr.message);
   }
-  pthread_mutex_unlock(&s->mu);
+  st = check_key(name, view.readable, view.keyed, &view.key, key, err);
+  kvs_page_block_t block = NULL;
+  if (st == KVS_OK) st = kvs_page_block_decode_adopt(buf, len, expected, NULL, &block, why, err);
+  if (st != KVS_OK) {
+    free(buf);
+    return st;
+  }
+  touch(s, key);
   *out = block;
   return KVS_OK;
 }

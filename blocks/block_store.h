@@ -41,6 +41,7 @@
 #include "blocks/block_hash.h"
 #include "blocks/block_signature.h"
 #include "blocks/block_signed.h"
+#include "blocks/page_block.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -105,6 +106,21 @@ kvs_status kvs_block_store_put(kvs_block_store_t store, const kvs_block_hash *ke
 kvs_status kvs_block_store_get(kvs_block_store_t store, const kvs_block_hash *key,
                                const kvs_block_signature *expected, kvs_block_t *out,
                                kvs_signature_error *why, kvs_error *err);
+
+/* The same for DSV4 page blocks (format version 3, page_block.h): put
+ * writes exactly as kvs_block_store_put does (one file per chain hash,
+ * the same atomic steps, the same index and eviction, and the scan at
+ * open reads both versions alike); get reads, checks the recorded key,
+ * decodes and verifies against expected (page_block.h's order: a version
+ * 2 file is refused by its version, a block of another model, geometry,
+ * layer range, section shape or position by the first differing field,
+ * swapped or altered rows by their digest). Statuses as their version 2
+ * counterparts. */
+kvs_status kvs_block_store_put_page(kvs_block_store_t store, const kvs_block_hash *key,
+                                    const struct kvs_page_block *block, kvs_error *err);
+kvs_status kvs_block_store_get_page(kvs_block_store_t store, const kvs_block_hash *key,
+                                    const kvs_page_signature *expected, kvs_page_block_t *out,
+                                    kvs_signature_error *why, kvs_error *err);
 
 /* Deletes the block under key (also a corrupt one). KVS_ERR_NOT_FOUND
  * when there is none. */

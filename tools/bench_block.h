@@ -8,7 +8,17 @@
  *                               signature verification against a reader,
  * in GB/s (1e9 bytes of encoded block per second, median of several
  * timed batches), all in memory: no file system, no allocation in the
- * timed loops. It also sets "block_encoded_bytes". quick != 0 shortens
+ * timed loops. It also sets "block_encoded_bytes". For one DSV4-Flash
+ * page block (format version 3, blocks/page_block.h: a 256-token page's
+ * fp8 compressed and indexer rows and tail states, about 1.4 MB) it
+ * measures, interleaved batch by batch in GB/s of the page's rows,
+ *   "page_memcpy_gbps"          memcpy of the rows (the baseline),
+ *   "page_digest_gbps"          every section's position digest,
+ *   "page_encode_gbps"          encode (copy + checksum),
+ *   "page_decode_verify_gbps"   zero-copy decode + verification against
+ *                               a reader (checksum, measure, digests),
+ * and sets "page_digest_over_memcpy" (the digest's time over memcpy's),
+ * "page_encoded_bytes" and "page_row_bytes". quick != 0 shortens
  * the runs (for tests and smoke runs). On failure it sets "block_error"
  * to a message instead. */
 #ifndef KVS_TOOLS_BENCH_BLOCK_H

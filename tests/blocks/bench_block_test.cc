@@ -26,6 +26,17 @@ TEST(BenchBlock, reports_encode_and_decode_verify_throughput) {
   ASSERT_NE(bytes, nullptr);
   EXPECT_GT(json_integer_value(bytes), 61LL * 2 * 128 * 512 * 2);
   EXPECT_LT(json_integer_value(bytes), 61LL * 2 * 128 * 512 * 2 + 4096);
+  // Version 3: one DSV4-Flash page block, its digest against memcpy.
+  for (const char *key : {"page_memcpy_gbps", "page_digest_gbps", "page_encode_gbps",
+                          "page_decode_verify_gbps", "page_digest_over_memcpy"}) {
+    json_t *v = json_object_get(results, key);
+    ASSERT_NE(v, nullptr) << key;
+    EXPECT_GT(json_real_value(v), 0.0) << key;
+  }
+  json_t *rows = json_object_get(results, "page_row_bytes");
+  ASSERT_NE(rows, nullptr);
+  EXPECT_EQ(json_integer_value(rows),
+            21LL * 64 * 584 + 21LL * 64 * 132 + 20LL * 2 * 584 + 21LL * 2 * 8192 + 21LL * 2 * 2048);
   char *text = json_dumps(results, JSON_INDENT(2));
   std::printf("%s\n", text);
   free(text);

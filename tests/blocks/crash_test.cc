@@ -9,6 +9,10 @@
 // on the machine's speed). The summary counts the kills whose aftermath
 // was checked and found sound, not the number asked for.
 //
+// Every fourth block is a DSV4 page block (format version 3), put and got
+// through kvs_block_store_put_page / get_page: both versions share the
+// store's steps and its scan, and both are checked alike.
+//
 // SIGKILL keeps the page cache, so this test cannot see a missing fsync;
 // power_loss_test.cc covers that.
 #include <gtest/gtest.h>
@@ -29,6 +33,7 @@
 
 #include "blocks/block_codec.h"
 #include "blocks/block_store.h"
+#include "tests/blocks/page_test_util.h"
 #include "tests/blocks/store_test_util.h"
 
 using namespace kvs_test;
@@ -49,6 +54,32 @@ Shape shape_of(uint64_t index) {
 
 uint64_t seed_of(uint64_t index) { return 7 + index * 3; }
 
+// Every fourth block is a page block: 16-token pages mostly (a few KiB),
+// every eighth of them 256 tokens (about 100 KiB) for long writes.
+bool is_page(uint64_t index) { return index % 4 == 1; }
+
+Page page_of(uint64_t index) {
+  PageSpec spec;
+  spec.page_size = index % 32 == 1 ? 256 : 16;
+  spec.csa_layers = 1 + static_cast<uint32_t>(index % 3);
+  return make_page(spec, key_of(index), index, seed_of(index));
+}
+
+// Puts block `index` of either version; false when the put failed.
+bool put_index(kvs_block_store_t s, uint64_t index) {
+  kvs_block_hash key = key_of(index);
+  if (is_page(index)) {
+    kvs_page_block_t b = stamp_page(page_of(index));
+    bool ok = b != nullptr && kvs_block_store_put_page(s, &key, b, nullptr) == KVS_OK;
+    kvs_page_block_destroy(b);
+    return ok;
+  }
+  kvs_block_t b = make_block(shape_of(index), seed_of(index));
+  bool ok = b != nullptr && kvs_block_store_put(s, &key, b, nullptr) == KVS_OK;
+  kvs_block_destroy(b);
+  return ok;
+}
+
 // The child: opens the store and puts blocks first, first+1, ... forever,
 // reporting each index on `report` only after its put returned.
 [[noreturn]] void child(const std::string &dir, uint64_t first, int report) {
@@ -57,18 +88,30 @@ uint64_t seed_of(uint64_t index) { return 7 + index * 3; }
   kvs_block_store_t s = nullptr;
   if (kvs_block_store_create(dir.c_str(), &o, &s, nullptr, nullptr) != KVS_OK) _exit(3);
   for (uint64_t i = first; i < first + 100000; i++) {
-    kvs_block_t b = make_block(shape_of(i), seed_of(i));
-    kvs_block_hash key = key_of(i);
-    if (b == nullptr || kvs_block_store_put(s, &key, b, nullptr) != KVS_OK) _exit(4);
+    if (!put_index(s, i)) _exit(4);
     uint64_t done = i;
     if (write(report, &done, sizeof done) != static_cast<ssize_t>(sizeof done)) _exit(5);
-    kvs_block_destroy(b);
   }
   _exit(0);
 }
 
 // Gets block `index` and checks it is exactly what was put.
 bool intact(kvs_block_store_t s, uint64_t index, kvs_status *status) {
+  if (is_page(index)) {
+    Page page = page_of(index);
+    kvs_page_signature want = page.reader();
+    kvs_block_hash key = key_of(index);
+    kvs_page_block_t b = nullptr;
+    kvs_error err;
+    *status = kvs_block_store_get_page(s, &key, &want, &b, nullptr, &err);
+    bool ok = *status == KVS_OK && same_page(b, page);
+    if (*status != KVS_OK && *status != KVS_ERR_NOT_FOUND) {
+      ADD_FAILURE() << "page block " << index << ": " << kvs_status_string(*status) << ": "
+                    << err.message;
+    }
+    kvs_page_block_destroy(b);
+    return ok;
+  }
   Shape shape = shape_of(index);
   kvs_block_signature want = reader_for(shape);
   kvs_block_hash key = key_of(index);

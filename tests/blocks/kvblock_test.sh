@@ -134,6 +134,20 @@ $kvblock write "$work/s3.kvb" --model m $R --seed 6 >/dev/null
 cmp -s "$work/s1.kvb" "$work/s2.kvb" || fail "same seed, different files"
 cmp -s "$work/s1.kvb" "$work/s3.kvb" && fail "different seeds, same file"
 
+# A version 3 DSV4 page block (the fuzz corpus's seed): inspect shows its
+# identity and sections and checks the stamp and digests; verify, whose
+# flags describe version 2 readers, refuses it by its version.
+P="tests/blocks/fuzz_corpus/page_fp8_tails.kvb"
+expect 0 "format_version: 3 (DSV4 page sections)" $kvblock inspect "$P"
+expect 0 "section 1:      indexer, fp8+scales, 1 layers x 4 rows x 12 bytes" $kvblock inspect "$P"
+expect 0 "payload_check:  ok" $kvblock inspect "$P"
+expect 0 '"tier": "tail state"' $kvblock inspect "$P" --json
+expect 0 '"page_size": 16' $kvblock inspect "$P" --json
+expect 1 "other format: KV block is format version 3" $kvblock verify "$P" --model deepseek-ai/DeepSeek-V4-Flash $R
+expect 1 "this reader reads version 2" $kvblock verify "$P" --model deepseek-ai/DeepSeek-V4-Flash $R
+head -c 100 "$P" >"$work/page_cut.kvb"
+expect 1 "truncated" $kvblock inspect "$work/page_cut.kvb"
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures kvblock checks failed"
   exit 1

@@ -21,14 +21,17 @@
 #include "blocks/block_layout.h"
 #include "blocks/block_signature.h"
 #include "blocks/block_signed.h"
+#include "blocks/block_envelope.h"
 #include "blocks/block_store.h"
+#include "blocks/page_codec.h"
 #include "tests/null_arguments.h"
 
 namespace {
 
 const char *const kNoPointer[] = {
     "kvs_block_layout_check", "kvs_block_format_readable",     "kvs_dtype_name",
-    "kvs_dtype_size",         "kvs_signature_error_kind_name",
+    "kvs_dtype_size",         "kvs_signature_error_kind_name", "kvs_page_tier_name",
+    "kvs_page_encoding_name",
 };
 
 // One f32 layer of 4 positions, 1 head of width 2: a block of size 4.
@@ -65,7 +68,9 @@ TEST(NullArguments, the_no_pointer_list_names_real_functions) {
   EXPECT_STREQ(kvs_dtype_name(KVS_DTYPE_BF16), "bf16");
   EXPECT_EQ(kvs_dtype_size(KVS_DTYPE_F32), 4u);
   EXPECT_STREQ(kvs_signature_error_kind_name(KVS_SIG_UNMARKED), "unmarked");
-  EXPECT_EQ(sizeof kNoPointer / sizeof kNoPointer[0], 5u);
+  EXPECT_STREQ(kvs_page_tier_name(KVS_PAGE_TIER_INDEXER), "indexer");
+  EXPECT_STREQ(kvs_page_encoding_name(99), "unknown");
+  EXPECT_EQ(sizeof kNoPointer / sizeof kNoPointer[0], 7u);
 }
 
 TEST(NullArguments, atomic_file) {
@@ -269,6 +274,120 @@ TEST(NullArguments, block_store) {
   EXPECT_EQ(kvs_block_store_file_name(&key, nullptr), nullptr);
   EXPECT_STREQ(kvs_block_store_file_name(nullptr, name), "");
   kvs_block_destroy(block);
+  kvs_block_store_destroy(store);
+}
+
+TEST(NullArguments, block_envelope) {
+  EXPECT_EQ(kvs_block_corrupt(nullptr, "x %d", 1), KVS_ERR_CORRUPT);
+  uint64_t body = 0, stored = 0;
+  const uint8_t bytes[32] = {0};
+  EXPECT_NULL_REFUSED("src", kvs_block_envelope_check(nullptr, 32, true, &body, &stored, &err));
+  EXPECT_NULL_REFUSED("body_len",
+                      kvs_block_envelope_check(bytes, 32, true, nullptr, &stored, &err));
+  EXPECT_NULL_REFUSED("stored", kvs_block_envelope_check(bytes, 32, true, &body, nullptr, &err));
+  kvs_block_envelope_write(nullptr, 2, 0, 0);  // nothing to write into: nothing done
+  size_t at = 0;
+  kvs_block_copy_section(nullptr, nullptr, &at, bytes, 8);
+  kvs_block_copy_section(nullptr, nullptr, nullptr, nullptr, 0);
+  EXPECT_EQ(at, 0u);
+  EXPECT_NULL_REFUSED("why", kvs_signature_refuse(nullptr, nullptr, &err));
+  EXPECT_TRUE(kvs_signature_version_refused(false, 2, 2, nullptr));  // unmarked, no why asked
+  EXPECT_FALSE(kvs_signature_version_refused(true, 2, 2, nullptr));
+  char model[8] = {0};
+  uint8_t weights[8];
+  EXPECT_NULL_REFUSED("src", kvs_block_read_identity(nullptr, &at, 8, 1, 0, model, weights, &err));
+  EXPECT_NULL_REFUSED("at", kvs_block_read_identity(bytes, nullptr, 8, 1, 0, model, weights, &err));
+  EXPECT_NULL_REFUSED("model",
+                      kvs_block_read_identity(bytes, &at, 8, 1, 0, nullptr, weights, &err));
+  EXPECT_NULL_REFUSED("weights",
+                      kvs_block_read_identity(bytes, &at, 8, 1, 0, model, nullptr, &err));
+  uint8_t out[64];
+  EXPECT_NULL_REFUSED("dst",
+                      kvs_block_encode_head("f", nullptr, 64, 0, 2, nullptr, true, &at, &err));
+  EXPECT_NULL_REFUSED("at",
+                      kvs_block_encode_head(nullptr, out, 64, 0, 2, nullptr, true, nullptr, &err));
+  EXPECT_EQ(at, 0u);
+  EXPECT_NULL_REFUSED("model", kvs_block_identity_check(nullptr, nullptr, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("weights", kvs_block_identity_check("f", "m", nullptr, 4, &err));
+}
+
+TEST(NullArguments, page_block) {
+  const kvs_block_hash chain = {1, 2};
+  kvs_page_identity id;
+  EXPECT_NULL_REFUSED(
+      "model", kvs_page_identity_init(nullptr, nullptr, 0, 16, 0, 0, 1, &chain, 0, &id, &err));
+  EXPECT_NULL_REFUSED("chain",
+                      kvs_page_identity_init("m", nullptr, 0, 16, 0, 0, 1, nullptr, 0, &id, &err));
+  EXPECT_NULL_REFUSED(
+      "out", kvs_page_identity_init("m", nullptr, 0, 16, 0, 0, 1, &chain, 0, nullptr, &err));
+  ASSERT_EQ(kvs_page_identity_init("m", nullptr, 0, 16, 0, 0, 1, &chain, 0, &id, nullptr), KVS_OK);
+  // A NULL chain digests as zeros, NULL bytes as none.
+  EXPECT_EQ(kvs_page_section_digest(nullptr, 0, 0, 1, nullptr, 0),
+            kvs_page_section_digest(nullptr, 0, 0, 1, "", 0));
+  uint8_t rows[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  kvs_page_section section{};
+  section.shape = {KVS_PAGE_TIER_TAIL_STATE, KVS_PAGE_FP8_SCALED, 1, 1, 8};
+  section.bytes = rows;
+  section.n_bytes = 8;
+  kvs_page_signature sig;
+  kvs_signature_error why;
+  EXPECT_NULL_REFUSED("id", kvs_page_signature_measure(nullptr, &section, 1, &sig, &why, &err));
+  EXPECT_NULL_REFUSED("sections", kvs_page_signature_measure(&id, nullptr, 1, &sig, &why, &err));
+  EXPECT_NULL_REFUSED("out", kvs_page_signature_measure(&id, &section, 1, nullptr, &why, &err));
+  EXPECT_NULL_REFUSED("id", kvs_page_signature_expected(nullptr, &section.shape, 1, &sig, &err));
+  EXPECT_NULL_REFUSED("shapes", kvs_page_signature_expected(&id, nullptr, 1, &sig, &err));
+  EXPECT_NULL_REFUSED("out", kvs_page_signature_expected(&id, &section.shape, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("sections",
+                      kvs_page_verify_parts(&sig, nullptr, 1, nullptr, nullptr, &why, &err));
+  kvs_page_block_t block = nullptr;
+  EXPECT_NULL_REFUSED("id", kvs_page_block_stamp(nullptr, &section, 1, &block, &why, &err));
+  EXPECT_NULL_REFUSED("out", kvs_page_block_stamp(&id, &section, 1, nullptr, &why, &err));
+  ASSERT_EQ(kvs_page_block_stamp(&id, &section, 1, &block, &why, nullptr), KVS_OK);
+  void *storage = malloc(8);
+  EXPECT_NULL_REFUSED("storage", kvs_page_block_adopt(nullptr, &sig, &section, 1, &block, &err));
+  EXPECT_NULL_REFUSED("sig", kvs_page_block_adopt(storage, nullptr, &section, 1, &block, &err));
+  EXPECT_NULL_REFUSED("out", kvs_page_block_adopt(storage, &sig, &section, 1, nullptr, &err));
+  free(storage);
+  kvs_page_block_destroy(nullptr);
+  EXPECT_EQ(kvs_page_block_signature_of(nullptr), nullptr);
+  size_t n = 9;
+  EXPECT_EQ(kvs_page_block_sections(nullptr, &n), nullptr);
+  EXPECT_EQ(n, 0u);
+
+  size_t size = 0;
+  EXPECT_NULL_REFUSED("size",
+                      kvs_page_block_encoded_size(nullptr, nullptr, &section, 1, nullptr, &err));
+  EXPECT_NULL_REFUSED("sections",
+                      kvs_page_block_encoded_size(nullptr, nullptr, nullptr, 1, &size, &err));
+  EXPECT_NULL_REFUSED("dst", kvs_page_block_encode_parts(nullptr, nullptr, &section, 1, nullptr, 64,
+                                                         nullptr, &err));
+  EXPECT_NULL_REFUSED("block", kvs_page_block_encode(nullptr, nullptr, rows, 8, nullptr, &err));
+  EXPECT_EQ(kvs_page_block_encoded_size_of(nullptr, nullptr), 0u);
+  kvs_page_block_view view;
+  EXPECT_NULL_REFUSED("src", kvs_page_block_decode_view(nullptr, 8, &view, nullptr, 0, &err));
+  EXPECT_NULL_REFUSED("buf",
+                      kvs_page_block_decode_adopt(nullptr, 8, &sig, &view, &block, &why, &err));
+  EXPECT_NULL_REFUSED("expected",
+                      kvs_page_block_decode_adopt(rows, 8, nullptr, &view, &block, &why, &err));
+  EXPECT_NULL_REFUSED("out",
+                      kvs_page_block_decode_adopt(rows, 8, &sig, &view, nullptr, &why, &err));
+  EXPECT_NULL_REFUSED("src", kvs_page_block_decode(nullptr, 8, &sig, &view, &block, &why, &err));
+
+  const std::string dir = scratch_dir();
+  kvs_block_store_t store = nullptr;
+  ASSERT_EQ(kvs_block_store_create(dir.c_str(), nullptr, &store, nullptr, nullptr), KVS_OK);
+  EXPECT_NULL_REFUSED("store", kvs_block_store_put_page(nullptr, &chain, block, &err));
+  EXPECT_NULL_REFUSED("key", kvs_block_store_put_page(store, nullptr, block, &err));
+  EXPECT_NULL_REFUSED("block", kvs_block_store_put_page(store, &chain, nullptr, &err));
+  kvs_page_block_t got = nullptr;
+  EXPECT_NULL_REFUSED("store", kvs_block_store_get_page(nullptr, &chain, &sig, &got, &why, &err));
+  EXPECT_NULL_REFUSED("key", kvs_block_store_get_page(store, nullptr, &sig, &got, &why, &err));
+  EXPECT_NULL_REFUSED("expected",
+                      kvs_block_store_get_page(store, &chain, nullptr, &got, &why, &err));
+  EXPECT_NULL_REFUSED("out", kvs_block_store_get_page(store, &chain, &sig, nullptr, &why, &err));
+  EXPECT_EQ(kvs_block_store_count(store), 0u);
+  EXPECT_EQ(got, nullptr);
+  kvs_page_block_destroy(block);
   kvs_block_store_destroy(store);
 }
 

@@ -33,6 +33,8 @@
 // with only the removes' directory fsyncs taken out a removed block that
 // came back.
 //
+// Every fifth key holds DSV4 page blocks (format version 3) beside the
+// version 2 blocks, through the store's page calls.
 // KVS_POWER_SEED fixes the workload (printed, to replay a failure);
 // KVS_POWER_PUTS sets its length (default 200 puts).
 #include <gtest/gtest.h>
@@ -49,6 +51,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -61,6 +64,7 @@
 
 #include "blocks/block_codec.h"
 #include "blocks/block_store.h"
+#include "tests/blocks/page_test_util.h"
 #include "tests/blocks/store_test_util.h"
 
 using namespace kvs_test;
@@ -282,12 +286,24 @@ Shape shape_of(uint64_t key) {
   return s;
 }
 
+// Every fifth key holds DSV4 page blocks (format version 3), put and got
+// through the page calls: 16-token pages of 1 to 3 ratio-4 layers (fp8
+// compressed and indexer rows, f32 tail states), 1 to 3 file-system
+// blocks, checked against the pages regenerated from their seeds.
+bool is_page_key(uint64_t key) { return key % 5 == 2; }
+
+Page page_for(uint64_t key, uint64_t seed) {
+  PageSpec spec;
+  spec.csa_layers = 1 + static_cast<uint32_t>(key % 3);
+  return make_page(spec, key_of(key), key, seed);
+}
+
 struct Version {
   uint64_t key = 0;
   uint64_t seed = 0;
-  size_t begin = 0;  // ops recorded when the put was called
-  size_t end = 0;    // ops recorded when it returned
-  std::vector<Layer> payload;
+  size_t begin = 0;            // ops recorded when the put was called
+  size_t end = 0;              // ops recorded when it returned
+  std::vector<Layer> payload;  // version 2 keys; a page is regenerated from its seed
 };
 
 std::string name_of(uint64_t key) {
@@ -309,7 +325,7 @@ struct Workload {
   std::map<uint64_t, std::vector<size_t>> by_key;     // key -> indices into versions
   std::map<uint64_t, std::vector<Removal>> removals;  // key -> its removes, in call order
   std::map<std::string, uint64_t> key_of_name;
-  uint64_t puts = 0, overwrites = 0, removes = 0;
+  uint64_t puts = 0, overwrites = 0, removes = 0, page_puts = 0;
 };
 
 // What a crash after `point` operations may show for `key`: the versions
@@ -635,29 +651,37 @@ struct Checker {
       // A key with no file in the state and nothing promised: the listing
       // above already showed the scan conjured no file.
       if (!p.required && state.count(name_of(key)) == 0) continue;
-      Shape shape = shape_of(key);
-      kvs_block_signature reader = reader_for(shape);
       kvs_block_hash h = key_of(key);
-      kvs_block_t b = nullptr;
       kvs_error gerr;
-      kvs_status gs = kvs_block_store_get(s, &h, &reader, &b, nullptr, &gerr);
+      kvs_status gs;
+      // Whether what get returned is exactly version v (by kind).
+      std::function<bool(const Version &)> holds;
+      kvs_block_t b = nullptr;
+      kvs_page_block_t pb = nullptr;
+      if (is_page_key(key)) {
+        kvs_page_signature reader = page_for(key, 1).reader();
+        gs = kvs_block_store_get_page(s, &h, &reader, &pb, nullptr, &gerr);
+        holds = [&](const Version &v) { return same_page(pb, page_for(key, v.seed)); };
+      } else {
+        kvs_block_signature reader = reader_for(shape_of(key));
+        gs = kvs_block_store_get(s, &h, &reader, &b, nullptr, &gerr);
+        holds = [&](const Version &v) {
+          size_t n = 0;
+          const kvs_block_layer *got = kvs_block_layers(b, &n);
+          std::vector<kvs_block_layer> want = views(v.payload);
+          return same_payload(got, n, want.data(), want.size());
+        };
+      }
       std::string name = name_of(key);
       if (gs == KVS_OK) {
-        size_t n = 0;
-        const kvs_block_layer *got = kvs_block_layers(b, &n);
         bool known = false;
-        for (const Version *v : p.allowed) {
-          std::vector<kvs_block_layer> want = views(v->payload);
-          if (same_payload(got, n, want.data(), want.size())) known = true;
-        }
+        for (const Version *v : p.allowed) known = known || holds(*v);
         if (!known && p.removed != nullptr) {
           // Which version came back, to say so.
           std::string seed = "a version never put";
           for (size_t i : w.by_key.at(key)) {
-            std::vector<kvs_block_layer> want = views(w.versions[i].payload);
-            if (same_payload(got, n, want.data(), want.size())) {
+            if (holds(w.versions[i]))
               seed = "its put of seed " + std::to_string(w.versions[i].seed);
-            }
           }
           wrong.push_back("key " + std::to_string(key) + ": its remove returned after operation " +
                           std::to_string(p.removed->end) + ", and " + seed + " came back");
@@ -675,6 +699,7 @@ struct Checker {
         wrong.push_back("key " + std::to_string(key) + ": " + kvs_status_string(gs) + ": " +
                         gerr.message);
       }
+      kvs_page_block_destroy(pb);
       kvs_block_destroy(b);
     }
     if (kvs_block_store_capacity(s) > 0 && kvs_block_store_bytes(s) > w.capacity) {
@@ -748,21 +773,32 @@ void run_workload(const std::string &dir, uint64_t seed, uint64_t n_puts, Worklo
     Version v;
     v.key = key;
     v.seed = next_seed++;
-    Shape shape = shape_of(key);
-    v.payload = payload(shape.n_layers, shape.n_kv_heads, shape.head_dim, shape.block_size,
-                        shape.dtype, v.seed);
-    kvs_block_t b = make_block(shape, v.seed);
-    ASSERT_NE(b, nullptr);
     kvs_block_hash h = key_of(key);
-    v.begin = rec.ops.size();
-    kvs_status st = kvs_block_store_put(s, &h, b, &err);
-    v.end = rec.ops.size();
-    kvs_block_destroy(b);
+    kvs_status st;
+    if (is_page_key(key)) {
+      kvs_page_block_t b = stamp_page(page_for(key, v.seed));
+      ASSERT_NE(b, nullptr);
+      v.begin = rec.ops.size();
+      st = kvs_block_store_put_page(s, &h, b, &err);
+      v.end = rec.ops.size();
+      kvs_page_block_destroy(b);
+    } else {
+      Shape shape = shape_of(key);
+      v.payload = payload(shape.n_layers, shape.n_kv_heads, shape.head_dim, shape.block_size,
+                          shape.dtype, v.seed);
+      kvs_block_t b = make_block(shape, v.seed);
+      ASSERT_NE(b, nullptr);
+      v.begin = rec.ops.size();
+      st = kvs_block_store_put(s, &h, b, &err);
+      v.end = rec.ops.size();
+      kvs_block_destroy(b);
+    }
     ASSERT_EQ(st, KVS_OK) << err.message;
     w->by_key[key].push_back(w->versions.size());
     w->key_of_name[name_of(key)] = key;
     w->versions.push_back(std::move(v));
     w->puts++;
+    if (is_page_key(key)) w->page_puts++;
   }
   kvs_block_store_destroy(s);
   rec.mode = Mode::kOff;
@@ -893,6 +929,7 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
   // Without the removes' directory fsyncs only, a removed block comes back.
   // The log up to 400 operations past the first remove holds several.
   ASSERT_GT(w.removes, 0u) << "the workload removed nothing";
+  ASSERT_GT(w.page_puts, 0u) << "the workload put no page block (format version 3)";
   size_t first_remove_end = ops.size();
   for (const auto &entry : w.removals) {
     first_remove_end = std::min(first_remove_end, entry.second.front().end);
@@ -930,15 +967,16 @@ TEST(BlockStorePowerLoss, every_crash_state_keeps_returned_puts_and_shows_nothin
   std::printf(
       "power loss: %llu crash states explored (%llu of %llu generated were repeats; %llu "
       "distinct disk images) at %llu crash points over %zu file-system operations (%zu file "
-      "fsyncs, %zu directory fsyncs) of %llu puts (%llu overwrites) and %llu removes; %llu "
+      "fsyncs, %zu directory fsyncs) of %llu puts (%llu of page blocks, %llu overwrites) and %llu "
+      "removes; %llu "
       "verified gets, %llu temporary files cleaned, %llu blocks evicted at reopen; %llu "
       "unsound; %.1f s\n",
       static_cast<unsigned long long>(e.checked),
       static_cast<unsigned long long>(e.generated - e.checked),
       static_cast<unsigned long long>(e.generated), static_cast<unsigned long long>(e.images),
       static_cast<unsigned long long>(e.points), ops.size(), file_syncs, dir_syncs,
-      static_cast<unsigned long long>(w.puts), static_cast<unsigned long long>(w.overwrites),
-      static_cast<unsigned long long>(w.removes),
+      static_cast<unsigned long long>(w.puts), static_cast<unsigned long long>(w.page_puts),
+      static_cast<unsigned long long>(w.overwrites), static_cast<unsigned long long>(w.removes),
       static_cast<unsigned long long>(checker.verified_gets),
       static_cast<unsigned long long>(checker.temp_removed),
       static_cast<unsigned long long>(checker.evicted),

@@ -534,7 +534,7 @@ TEST(BlockSignature, every_refusal_has_a_message_naming_its_values) {
   e.format_found = 7;
   e.readable = kvs_block_readable_versions;
   e.n_readable = kvs_block_readable_versions_count;
-  cases.push_back({e, {"version 7", "readable: [2]"}});
+  cases.push_back({e, {"version 7", "readable: [2, 3]"}});
   for (const Case &c : cases) {
     std::string text = message(c.why);
     EXPECT_EQ(text.find('\n'), std::string::npos) << text;
