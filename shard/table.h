@@ -230,9 +230,13 @@ kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layou
 /* ---- the host tier's rows (shard/table_rows.c) ---- */
 
 /* Where one span's rows of full page p lie: layer l's at
- * base + offset + l x stride + p x page_step, width bytes. */
+ * base + offset + l x stride + p x page_step, width bytes (rows of
+ * row_bytes); which tier (and ratio, compressed) they are. */
 typedef struct kvs_table_span_rows {
   uint64_t offset, stride, count, width, page_step;
+  kvs_device_tier tier;
+  uint32_t ratio;
+  uint64_t row_bytes;
 } kvs_table_span_rows;
 
 /* Compressed (two ratios) and indexer. */

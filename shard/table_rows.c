@@ -23,12 +23,12 @@ static size_t row_spans(const kvs_device_layout *layout, kvs_table_span_rows *ou
     uint64_t ratio = s->tier == KVS_DEVICE_TIER_INDEXER ? 4 : s->ratio;
     uint64_t rows = s->page_rows != 0 ? s->page_rows : layout->sizes.page / ratio;
 #ifndef KVS_MUTANT_HOST_ROWS_FP8_STRIDE /* defined: planted bug (tests/mutants), pads ignored */
-    kvs_table_span_rows r = {s->offset, s->stride, s->count, rows * s->row_bytes,
-                             s->page_rows != 0 ? s->page_bytes : rows * s->row_bytes};
+    uint64_t page_step = s->page_rows != 0 ? s->page_bytes : rows * s->row_bytes;
 #else
-    kvs_table_span_rows r = {s->offset, s->stride, s->count, rows * s->row_bytes,
-                             rows * s->row_bytes};
+    uint64_t page_step = rows * s->row_bytes;
 #endif
+    kvs_table_span_rows r = {s->offset, s->stride, s->count,        rows * s->row_bytes,
+                             page_step, s->tier,   (uint32_t)ratio, s->row_bytes};
     out[n++] = r;
   }
   return n;

@@ -6,7 +6,8 @@
 #                                       references read pool/journal.h alone)
 #   pool, blocks, abi                   abi: backends/registry.*,
 #                                       shared_object.*, each plugin's entry.h
-#   topology < plan < shard             the runtime
+#   topology < plan < shard             the runtime (shard stores pages as
+#                                       blocks' page blocks: the disk tier)
 #   plugins                             backends/{cuda,nccl,mpi}, the rest
 #   kvplan                              the planner the library runs
 #   tools                               the programs: anything
@@ -40,8 +41,8 @@ declare -A allowed=(
   [pool]="core" [blocks]="core" [abi]="core"
   [topology]="core abi"
   [plan]="core pool abi topology"
-  [shard]="core pool abi topology plan"
-  [plugins]="core pool abi topology plan shard"
+  [shard]="core pool blocks abi topology plan"
+  [plugins]="core pool blocks abi topology plan shard"
   [kvplan]="core pool blocks abi topology plan shard"
   [tools]="core pool blocks abi topology plan shard plugins kvplan"
 )
