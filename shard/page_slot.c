@@ -12,8 +12,8 @@
 static kvs_page_section_shape shape_of(const kvs_table_span_rows *s, kvs_kv_dtype dtype) {
   kvs_page_section_shape shape;
   shape.tier = s->tier == KVS_DEVICE_TIER_INDEXER ? KVS_PAGE_TIER_INDEXER
-               : s->ratio == 4                   ? KVS_PAGE_TIER_COMPRESSED_4
-                                                 : KVS_PAGE_TIER_COMPRESSED_128;
+               : s->ratio == 4                    ? KVS_PAGE_TIER_COMPRESSED_4
+                                                  : KVS_PAGE_TIER_COMPRESSED_128;
   shape.encoding = dtype == KVS_KV_FP8 ? KVS_PAGE_FP8_SCALED : KVS_PAGE_BF16;
   shape.layers = (uint32_t)s->count;
   shape.rows = (uint32_t)(s->width / s->row_bytes);
@@ -51,10 +51,9 @@ kvs_status kvs_page_slot_identity(const kvs_device_layout *layout, kvs_kv_dtype 
                                   const char *model, const kvs_block_hash *chain, uint64_t depth,
                                   kvs_page_identity *out, kvs_error *err) {
   if (layout == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "layout is NULL");
-  return kvs_page_identity_init(model, NULL, 0, (uint32_t)layout->sizes.page,
-                                kvs_page_slot_geometry(layout, dtype),
-                                (uint32_t)layout->first_layer, (uint32_t)layout->end_layer, chain,
-                                depth, out, err);
+  return kvs_page_identity_init(
+      model, NULL, 0, (uint32_t)layout->sizes.page, kvs_page_slot_geometry(layout, dtype),
+      (uint32_t)layout->first_layer, (uint32_t)layout->end_layer, chain, depth, out, err);
 }
 
 kvs_status kvs_page_slot_sections(const kvs_device_layout *layout, kvs_kv_dtype dtype,
@@ -87,7 +86,9 @@ kvs_status kvs_page_slot_fill(const kvs_device_layout *layout, kvs_kv_dtype dtyp
                               const struct kvs_page_block *block, void *slot, kvs_error *err) {
   if (layout == NULL || block == NULL || slot == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s is NULL",
-                         layout == NULL ? "layout" : block == NULL ? "block" : "slot");
+                         layout == NULL  ? "layout"
+                         : block == NULL ? "block"
+                                         : "slot");
   }
   kvs_page_section_shape want[KVS_PAGE_MAX_SECTIONS];
   size_t n_want = kvs_page_slot_shapes(layout, dtype, want);

@@ -172,8 +172,8 @@ TEST(PageSlot, a_spilled_page_is_stored_found_after_a_reopen_and_fetched_byte_fo
   kvs_page_block_t back = nullptr;
   ASSERT_EQ(kvs_block_store_get_page(store, &chain, &want, &back, &why, &err), KVS_OK)
       << err.message;
-  void *slot2 = const_cast<unsigned char *>(kvs_table_host_tier_slot(table.get(), 2, nullptr,
-                                                                      nullptr));
+  void *slot2 =
+      const_cast<unsigned char *>(kvs_table_host_tier_slot(table.get(), 2, nullptr, nullptr));
   ASSERT_EQ(kvs_page_slot_fill(&l, KVS_KV_FP8, back, slot2, &err), KVS_OK) << err.message;
   kvs_journal_entry fetch = move(true, 5, 2);
   ASSERT_EQ(kvs_table_apply(table.get(), &fetch, nullptr, 1, &err), KVS_OK) << err.message;
