@@ -104,6 +104,8 @@ def _int_array(values, name, dtype=np.int64):
     """Host integers as a contiguous array of `dtype` (a copy only where
     the type or layout needs one). CUDA tensors are refused: these calls
     read host memory. A value `dtype` cannot hold is refused, not cast."""
+    if type(values) is np.ndarray and values.dtype == dtype and values.flags.c_contiguous:
+        return values  # (a step's arrays, as an engine keeps them: nothing to check)
     values = _host(values, name)
     arr = np.asarray(values)
     if arr.size == 0:
@@ -231,6 +233,28 @@ class PrefixCounts:
     fetches: int
     host_drops: int
     host_page_bytes: int
+
+
+_RESULT_NAMES = ("own", "prev", "ring", "csa_loc", "hca_loc")
+
+
+def _host_results(r, n, page):
+    """A host step's five result arrays, copied out in one allocation (the
+    node rewrites its buffers two steps on; the arrays returned stay)."""
+    sizes = (n, n, n * page, n, n)
+    total = sum(sizes)
+    block = np.zeros(total, dtype=np.int64)
+    at = block.ctypes.data
+    res = {}
+    offset = 0
+    for name, size in zip(_RESULT_NAMES, sizes):
+        address = getattr(r, name)
+        if address and size:
+            ctypes.memmove(at + 8 * offset, address, 8 * size)
+        part = block[offset:offset + size]
+        res[name] = part.reshape(n, page) if name == "ring" else part
+        offset += size
+    return res
 
 
 def _order_after_step(handle, stream):
@@ -599,13 +623,17 @@ class Node:
                "message": err.message.decode(errors="replace") if diverged else ""}
         out.update(self._results(r, h))
         n = r.n
-        out["requests"] = (np.frombuffer((ctypes.c_uint64 * n).from_address(r.requests),
-                                         dtype=np.uint64).copy() if n and r.requests
-                           else np.zeros(0, dtype=np.uint64))
-        for key in ("positions", "lengths"):
+        # The step's rows, copied out in one allocation as the results are.
+        rows = np.empty(3 * n, dtype=np.int64) if n else None
+        at = rows.ctypes.data if n else 0
+        for i, key in enumerate(("requests", "positions", "lengths")):
             address = getattr(r, key)
-            out[key] = (np.frombuffer((ctypes.c_int64 * n).from_address(address),
-                                      dtype=np.int64).copy() if n and address else None)
+            if n and address:
+                ctypes.memmove(at + 8 * n * i, address, 8 * n)
+                part = rows[n * i:n * (i + 1)]
+                out[key] = part.view(np.uint64) if key == "requests" else part
+            else:
+                out[key] = np.zeros(0, dtype=np.uint64) if key == "requests" else None
         out["payload"] = (ctypes.string_at(r.payload, r.payload_bytes) if r.payload_bytes
                           else None)
         return out
@@ -692,6 +720,8 @@ class Node:
         node rewrites its buffers two steps on), or with in_place views of
         the node's buffers that keep its memory alive (a Stepper's)."""
         n, page = r.n, r.page
+        if not r.on_device and not in_place:
+            return _host_results(r, n, page)
         shapes = {"own": (n,), "prev": (n,), "ring": (n, page), "csa_loc": (n,), "hca_loc": (n,)}
         res = {}
         for name, shape in shapes.items():
@@ -708,14 +738,8 @@ class Node:
                 res[name] = View(h, nv)
             else:
                 buf = (ctypes.c_int64 * count).from_address(address)
-                arr = np.frombuffer(buf, dtype=np.int64).reshape(shape)
-                if in_place:
-                    buf.keep = h  # the array's base: the node's memory stays
-                    res[name] = arr
-                else:
-                    # A copy: the node rewrites its host results two steps
-                    # on; the arrays returned stay.
-                    res[name] = arr.copy()
+                buf.keep = h  # the array's base: the node's memory stays
+                res[name] = np.frombuffer(buf, dtype=np.int64).reshape(shape)
         return res
 
     def stepper(self, stride, lengths=False, window_rows=False):
