@@ -46,8 +46,10 @@ stream), so the comparisons are the CPU mode's, and what the device mode
 adds is the node's device tables, results and host-tier copies under an
 engine that reads and writes them on its stream.
 
-Exit status: 0 every comparison held; 1 one did not, or the library
-refused; 2 bad usage; 3 --device cuda without a CUDA device torch can use.
+Exit status: 0 every comparison held; 1 one did not, the library
+refused, or the report could not be written; 2 bad usage (an unknown
+value, a flag given twice, --seed outside 0 to 2**63 - 1); 3 --device cuda
+without a CUDA device torch can use.
 """
 
 import argparse
@@ -63,6 +65,7 @@ import numpy as np
 import torch
 
 import kvshard
+from _cli import parse_once, unwritable
 
 F64 = torch.float64
 RING4 = 8  # rows of a ratio-4 ring (attention and indexer)
@@ -1062,7 +1065,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="where the node's tables are (cuda: device 0, torch's current stream)")
-    a = ap.parse_args()
+    a = parse_once(ap)
+    if not 0 <= a.seed < 2 ** 63:
+        ap.error(f"--seed is 0 to 2**63 - 1 (torch's and numpy's seeds), got {a.seed}")
     if a.device == "cuda" and not torch.cuda.is_available():
         print("reference_engine: --device cuda, but torch sees no CUDA device "
               f"(torch {torch.__version__}, built with CUDA {torch.version.cuda})", file=sys.stderr)
@@ -1075,9 +1080,12 @@ def main():
             o = run(mode, tp=a.tp, model=model, references=references, device=a.device)
             print(describe(o))
             ok = ok and not o.failures
+        sys.stdout.flush()  # a full disk is found here, not at exit
     except kvshard.Error as e:
         print(f"reference_engine: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        return unwritable("reference_engine", e)
     return 0 if ok else 1
 
 

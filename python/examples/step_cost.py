@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 import kvshard
+from _cli import parse_once, unwritable
 from kvshard._lib import CError, NodeBatch, StepResult, lib
 
 SPAN = 8  # pages a request runs through before it finishes
@@ -52,11 +53,7 @@ def main():
                     help="batch sizes, comma-separated (default 16,64)")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
-    given = [w.split("=")[0] for w in sys.argv[1:] if w.startswith("--")]
-    twice = sorted({w for w in given if given.count(w) > 1})
-    if twice:
-        ap.error(f"{twice[0]} is given twice; give it once")
-    a = ap.parse_args()
+    a = parse_once(ap)
     try:
         a.batches = [int(b) for b in a.batch.split(",")]
     except ValueError:
@@ -80,8 +77,7 @@ def main():
         print(f"step_cost: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"step_cost: writing the report: {e.strerror}", file=sys.stderr)
-        return 1
+        return unwritable("step_cost", e)
     return 0
 
 

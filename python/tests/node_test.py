@@ -1520,6 +1520,13 @@ class StepCostExample(unittest.TestCase):
         self.assertRegex(out.stdout, r"kvs_node_step via ctypes \(baseline\) +[0-9.]+ us/step")
         self.assertRegex(out.stdout, r"Node.step / baseline +[0-9.]+x")
         self.assertRegex(out.stdout, r"Stepper.step / baseline +[0-9.]+x")
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([sys.executable, example, "--batch", "4", "--steps", "5",
+                                  "--rounds", "1"], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=120)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("step_cost: writing the report: No space left on device", out.stderr)
+        self.assertNotIn("Traceback", out.stderr)
         bad = subprocess.run([sys.executable, example, "--batch", "0"], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(bad.returncode, 2)

@@ -119,5 +119,34 @@ class ReferenceEngine(unittest.TestCase):
                       file=sys.stderr)
 
 
+@unittest.skipIf(torch is None, f"{sys.executable} cannot import torch")
+class CommandLine(unittest.TestCase):
+    """The program's refusals, each with its documented exit status."""
+
+    def run_engine(self, *words, stdout=None):
+        import subprocess
+        example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                               "reference_engine.py")
+        return subprocess.run([sys.executable, example, *words], stdout=stdout or subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+
+    def test_bad_usage_is_refused_with_status_2(self):
+        for words, says in ((["--device", "cpu", "--device=cpu"], "--device is given twice"),
+                            (["--seed", "-1"], "--seed is 0 to 2**63 - 1"),
+                            (["--seed", str(2 ** 63)], "--seed is 0 to 2**63 - 1"),
+                            (["--tp", "0"], "invalid choice"),
+                            (["--device", ""], "invalid choice")):
+            out = self.run_engine(*words)
+            self.assertEqual(out.returncode, 2, words)
+            self.assertIn(says, out.stderr)
+
+    def test_a_report_that_cannot_be_written_is_status_1(self):
+        with open("/dev/full", "w") as full:
+            out = self.run_engine("--tp", "1", "--rings", "per-page", stdout=full)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("reference_engine: writing the report: No space left on device", out.stderr)
+        self.assertNotIn("Traceback", out.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
