@@ -94,6 +94,8 @@
 #        bench.json                the benchmark alone
 #        device_kernels_test.log   the device test's output
 #        logs.tar.gz               every step's log, packed at the end
+#      Bad usage (a mode other than stage or run, or more than one word)
+#      exits 2 before anything runs.
 #      The exit status is 0 only when every step passed and the device tests
 #      ran (a skip on a GPU machine means the GPU was not usable: a failure):
 #      the kernels against the references, and the NCCL backend at one rank
@@ -126,6 +128,10 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 1
 MODE=${1:-run}
+if (($# > 1)); then
+  echo "device-check: one mode ('stage' or 'run'), got $#: $*" >&2
+  exit 2
+fi
 STAGE=${KVS_DEVICE_CHECK_DIR:-out/device-check}
 # What is staged, as Bazel labels: the programs into bin/ ...
 PROGRAMS=(
