@@ -424,6 +424,14 @@ static kvs_status too_many_pages(const struct kvs_window_pool *pool, size_t n, k
                        (unsigned long long)pool->n_full_pages);
 }
 
+/* A page named as the caller gave it: by its number alone, or with the
+ * location it came from. Returns buf. */
+static const char *given_as(char *buf, size_t cap, bool from_locs, uint64_t base) {
+  buf[0] = '\0';
+  if (from_locs) snprintf(buf, cap, " (from location %llu)", (unsigned long long)base);
+  return buf;
+}
+
 /* The one bind path: a window page for each of pages[0..n), full-page
  * numbers inside the history (the location form checked its shape and
  * converted; the page form checked the range). All or nothing. */
@@ -434,9 +442,7 @@ static kvs_status bind_pages(struct kvs_window_pool *pool, const uint64_t *pages
   for (size_t i = 0; i < n; i++) {
     uint64_t fp = pages[i];
     uint64_t base = fp * page;
-    /* Named as the caller gave it: a page, or the location it came from. */
-    char at[48] = "";
-    if (from_locs) snprintf(at, sizeof at, " (from location %llu)", (unsigned long long)base);
+    char at[48]; /* formatted only for an error (this loop is every bind's) */
     if (base == pool->dummy_full_base) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "full page %llu (locations %llu..%llu) is the reserved dummy page, "
@@ -447,21 +453,21 @@ static kvs_status bind_pages(struct kvs_window_pool *pool, const uint64_t *pages
     }
     if (pool->full_stamp[fp] == epoch) {
       return kvs_error_set(err, KVS_ERR_CONFLICT, "alloc names full page %llu%s twice",
-                           (unsigned long long)fp, at);
+                           (unsigned long long)fp, given_as(at, sizeof at, from_locs, base));
     }
     pool->full_stamp[fp] = epoch;
     if (kvs_pool_prefix_cached(&pool->prefix, fp)) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "full page %llu%s is a cached prefix block (key %llu); a request "
                            "cannot write it (a hit reads it, it never binds it)",
-                           (unsigned long long)fp, at,
+                           (unsigned long long)fp, given_as(at, sizeof at, from_locs, base),
                            (unsigned long long)pool->prefix.rec[fp].key);
     }
     if (pool->map[base] != KVS_NO_WINDOW_SLOT) {
       return kvs_error_set(err, KVS_ERR_CONFLICT,
                            "full page %llu%s already holds window page %lld; binding over "
                            "it would leak that window page",
-                           (unsigned long long)fp, at,
+                           (unsigned long long)fp, given_as(at, sizeof at, from_locs, base),
                            (long long)(pool->map[base] / (int64_t)page));
     }
   }
