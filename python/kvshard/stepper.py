@@ -149,18 +149,9 @@ class Stepper:
             self._b.n = n
             bref = self._bref
         if payload is not None:
-            return self._step_with(bref, n, payload)
+            return self._step_with(bref, payload)
         k = self._k = self._k ^ 1
-        r = self._r[k]
-        status = self._fn(self._raw, bref, self._rref[k], self._eref)
-        if status:
-            return self._failed(status, r)
-        self._handle.last_event = r.event
-        s = self._sides.get((r.own, r.n))
-        if s is None:
-            return self._new_side(r)
-        s._r = r
-        return s
+        return self._done(self._fn(self._raw, bref, self._rref[k], self._eref), self._r[k])
 
     def _rows(self, n):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral):
@@ -172,7 +163,7 @@ class Stepper:
                         f"(the node's max_batch)")
         return n
 
-    def _step_with(self, bref, n, payload):
+    def _step_with(self, bref, payload):
         """A step carrying the leader's payload (max_payload_bytes)."""
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"payload takes bytes, got {type(payload).__name__}")
@@ -182,26 +173,23 @@ class Stepper:
         buf = ctypes.create_string_buffer(data, len(data))
         b.payload, b.payload_bytes = ctypes.addressof(buf), len(data)
         k = self._k = self._k ^ 1
-        r = self._r[k]
         try:
             status = self._fn(self._raw, ctypes.byref(b), self._rref[k], self._eref)
         finally:
             b.payload, b.payload_bytes = None, 0
+        return self._done(status, self._r[k])
+
+    def _done(self, status, r):
+        """A step's StepRows: the cached views of its result buffer at its
+        batch size, or, when the step refused or diverged, fresh ones."""
+        if status and status != _DIVERGENCE:
+            check(status, self._err)  # raises: a refused step hands out nothing
+        self._handle.last_event = r.event
         if status:
-            return self._failed(status, r)
-        self._handle.last_event = r.event
-        return self._side(r)
-
-    def _failed(self, status, r):
-        if status != _DIVERGENCE:
-            check(status, self._err)
-        self._handle.last_event = r.event
-        s = self._new_side(r, cache=False)
-        s._status = status
-        s._message = self._err.message.decode(errors="replace")
-        return s
-
-    def _side(self, r):
+            s = self._new_side(r, cache=False)
+            s._status = status
+            s._message = self._err.message.decode(errors="replace")
+            return s
         s = self._sides.get((r.own, r.n))
         if s is None:
             return self._new_side(r)
