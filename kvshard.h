@@ -408,6 +408,21 @@ typedef struct kvs_node_options {
    * result_buffers) is refused before anything collective. For overlap
    * schedulers, whose step k + 1 runs before the forward of step k. */
   bool explicit_release;
+  /* ---- the prefix cache's disk tier (docs/operators.md, "Tiers") */
+  /* Bytes of disk for it (0: none), priced as the host tier is: every rank
+   * keeps its own blocks (its layers' rows of each page), so a block costs
+   * the sum over the ranks a machine runs. Cached blocks are written
+   * through, once each, soon after they are cached; a match reaches into
+   * the tier past the GPU index and the host tier, and a restarted node
+   * finds the blocks every rank holds. Needs prefix_cache and disk_path. */
+  uint64_t disk_cache_bytes;
+  /* The tier's folder: rank r keeps its blocks in `disk_path/rank-r`
+   * (made when missing). */
+  const char *disk_path;
+  /* The model's weights, by a name the engine chooses: every stored block
+   * is signed with it, and a block of another name is refused. Required
+   * with a disk tier. */
+  const char *model_name;
 } kvs_node_options;
 
 #define KVS_NODE_MAX_PAYLOAD_BYTES (16u << 20)
@@ -736,6 +751,9 @@ typedef struct kvs_node_prefix_hit {
    * ("match again") once that block left the index, even if its page came
    * back as another block. Copy hits whole; never make one up. */
   uint64_t stamp;
+  /* Of the host_pages blocks, those the fetch reads from the disk tier
+   * (the rest come from the host tier). */
+  uint64_t disk_pages;
 } kvs_node_prefix_hit;
 
 typedef struct kvs_node_prefix_counts {
@@ -754,6 +772,16 @@ typedef struct kvs_node_prefix_counts {
   uint64_t fetches;         /* blocks fetched back so far */
   uint64_t host_drops;      /* blocks the full tier let go, least recently used first */
   uint64_t host_page_bytes; /* a host slot's cost to the machine: one page's rows per rank */
+  uint64_t disk_slots;      /* the disk tier's pages (0: none) */
+  uint64_t disk_blocks;     /* of them, holding a block */
+  uint64_t stores;          /* blocks written to it so far (every rank wrote its own) */
+  uint64_t loads;           /* blocks read back from it so far */
+  uint64_t disk_drops;      /* blocks it let go, least recently used first */
+  uint64_t store_missed;    /* leader: blocks evicted before their write */
+  uint64_t disk_found;      /* this rank's blocks found at creation */
+  uint64_t disk_refused;    /* ... refused (another model, geometry or layer range) */
+  uint64_t disk_agreed;     /* the blocks every rank held, seeded at creation */
+  uint64_t disk_failures;   /* this rank's failed reads and writes */
 } kvs_node_prefix_counts;
 
 /* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens

@@ -773,6 +773,15 @@ bool kvs_block_store_contains(kvs_block_store_t s, const kvs_block_hash *key) {
   return fstatat(s->dirfd, name, &sb, 0) == 0;
 }
 
+size_t kvs_block_store_keys(kvs_block_store_t s, kvs_block_hash *out, size_t cap) {
+  if (s == NULL || out == NULL) return 0;
+  pthread_mutex_lock(&s->mu);
+  size_t n = 0;
+  for (struct entry *e = s->tail; e != NULL && n < cap; e = e->newer) out[n++] = e->key;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 uint64_t kvs_block_store_count(kvs_block_store_t s) {
   if (s == NULL) return 0;
   pthread_mutex_lock(&s->mu);

@@ -131,6 +131,9 @@ kvs_status kvs_block_store_remove(kvs_block_store_t store, const kvs_block_hash 
 bool kvs_block_store_contains(kvs_block_store_t store, const kvs_block_hash *key);
 
 uint64_t kvs_block_store_count(kvs_block_store_t store); /* indexed blocks */
+/* The indexed blocks' keys, least recently used first (at most cap);
+ * returns how many (0 for a NULL store or out). */
+size_t kvs_block_store_keys(kvs_block_store_t store, kvs_block_hash *out, size_t cap);
 uint64_t kvs_block_store_bytes(kvs_block_store_t store); /* their encoded bytes */
 uint64_t kvs_block_store_capacity(kvs_block_store_t store);
 

@@ -164,6 +164,15 @@ const kvs_deploy_flag kvs_deploy_flags_table[KVS_DEPLOY_FLAG_COUNT] = {
          .help = "  --host-cache BYTES      the prefix cache's host tier: BYTES of each machine's\n"
                  "                          memory (at most all of it) for pages evicted from its\n"
                  "                          GPUs\n"},
+    [KVS_DEPLOY_DISK_CACHE] =
+        {.id = KVS_DEPLOY_DISK_CACHE,
+         .name = "--disk-cache",
+         .kind = KVS_DEPLOY_SIZE,
+         .zero = "%s needs a size above 0, got '%s' (leave the flag out for no disk tier)",
+         .value_at = AT(disk_cache),
+         .help = "  --disk-cache BYTES      the prefix cache's disk tier: BYTES of each machine's\n"
+                 "                          disk for cached pages, written through as they are\n"
+                 "                          cached and found again after a restart\n"},
 };
 
 void kvs_deploy_flags_init(kvs_deploy_flags *f) {

@@ -51,6 +51,7 @@ typedef enum kvs_deploy_id {
   KVS_DEPLOY_GPU_MEMORY,
   KVS_DEPLOY_FREE_BEFORE_LOAD,
   KVS_DEPLOY_HOST_CACHE,
+  KVS_DEPLOY_DISK_CACHE,
   KVS_DEPLOY_FLAG_COUNT
 } kvs_deploy_id;
 
@@ -114,6 +115,7 @@ typedef struct kvs_deploy_flags {
   uint64_t weights_total, expert_weights, shared_weights;
   uint64_t gpu_memory, free_before_load;
   uint64_t host_cache;
+  uint64_t disk_cache;
 } kvs_deploy_flags;
 
 void kvs_deploy_flags_init(kvs_deploy_flags *flags);

@@ -22,7 +22,8 @@
    KVS_DEPLOY_BIT(KVS_DEPLOY_PP) | KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET) |                   \
    KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET_PER_GPU) | KVS_DEPLOY_BIT(KVS_DEPLOY_MEM_FRACTION) | \
    KVS_DEPLOY_BIT(KVS_DEPLOY_RESERVE) | KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS) |             \
-   KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS_PER_GPU) | KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE))
+   KVS_DEPLOY_BIT(KVS_DEPLOY_WEIGHTS_PER_GPU) | KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE) |  \
+   KVS_DEPLOY_BIT(KVS_DEPLOY_DISK_CACHE))
 
 enum {
   F_DEVICE = 1,
@@ -46,7 +47,9 @@ enum {
   F_NO_STREAM,
   F_CARRY_BATCH,
   F_MAX_PAYLOAD_BYTES,
-  F_EXPLICIT_RELEASE
+  F_EXPLICIT_RELEASE,
+  F_DISK_PATH,
+  F_DISK_MODEL
 };
 
 typedef struct node_flag {
@@ -78,6 +81,8 @@ static const node_flag kNodeFlags[] = {
     {"carry-batch", false, F_CARRY_BATCH},
     {"max-payload-bytes", true, F_MAX_PAYLOAD_BYTES},
     {"explicit-release", false, F_EXPLICIT_RELEASE},
+    {"disk-path", true, F_DISK_PATH},
+    {"disk-model", true, F_DISK_MODEL},
 };
 #define N_NODE_FLAGS (sizeof kNodeFlags / sizeof kNodeFlags[0])
 
@@ -122,6 +127,9 @@ static const char kNodeFlagsOwn[] =
     "  --max-payload-bytes N   engine bytes a step carries from the leader (default 0,\n"
     "                          at most 16777216)\n"
     "  --explicit-release      the engine releases each step's results (kvs_node_release)\n"
+    "  --disk-path DIR         the --disk-cache tier's folder (rank r: DIR/rank-r)\n"
+    "  --disk-model NAME       the name the disk tier's blocks are signed with (default:\n"
+    "                          --model's value); a block of another name is refused\n"
     "  --bind-numa | --no-bind-numa  bind the calling thread to its GPU's CPUs\n"
     "  --local-rank N --host-index N --host NAME  this rank's place among the hosts\n";
 
@@ -153,6 +161,8 @@ typedef struct parsed {
   char seen_names[KVS_FLAGS_SEEN_MAX][72]; /* what seen points at */
   char host[256];
   char step_backend[16];
+  char disk_path[4096];
+  char disk_model[256];
   kvs_plan_model model;
 } parsed;
 
@@ -271,6 +281,12 @@ static kvs_status apply_runtime(parsed *p, int id, const char *value, kvs_error 
     case F_HOST:
       o->host = p->host;
       return copy_text("--host", value, p->host, sizeof p->host, err);
+    case F_DISK_PATH:
+      o->disk_path = p->disk_path;
+      return copy_text("--disk-path", value, p->disk_path, sizeof p->disk_path, err);
+    case F_DISK_MODEL:
+      o->model_name = p->disk_model;
+      return copy_text("--disk-model", value, p->disk_model, sizeof p->disk_model, err);
     default:
       return KVS_ERR_NOT_FOUND;
   }
@@ -386,6 +402,7 @@ static void apply_deploy(parsed *p) {
     o->n_weights_per_gpu = d->n_weights;
   }
   if (d->given[KVS_DEPLOY_HOST_CACHE]) o->host_cache_bytes = d->host_cache;
+  if (d->given[KVS_DEPLOY_DISK_CACHE]) o->disk_cache_bytes = d->disk_cache;
 }
 
 /* kvplan's combinations refused as kvplan refuses them, then the model
@@ -410,6 +427,9 @@ static kvs_status resolve(parsed *p, kvs_error *err) {
   o->radix = po->radix;
   o->floor_win_pages = p->model.floor_pages;
   o->n_scratch = po->scratch;
+  /* The disk tier's blocks are signed with the model's name unless the
+   * engine names its weights itself. */
+  if (o->model_name == NULL) o->model_name = po->model != NULL ? po->model : "dsv4-flash";
   return KVS_OK;
 }
 

@@ -235,6 +235,47 @@ kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chai
   return KVS_OK;
 }
 
+kvs_status kvs_pool_host_touch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err) {
+  kvs_status status = check_slot(host, slot, "reads back", err);
+  if (status != KVS_OK) return status;
+  kvs_host_rec *r = &host->rec[slot];
+  if (!r->used || r->chain != chain) {
+    return kvs_error_set(err, KVS_ERR_CONFLICT,
+                         "prefix entry reads a block back from slot %llu, which holds %s",
+                         (unsigned long long)slot, r->used ? "another block" : "nothing");
+  }
+  *saved = *r;
+  lru_remove(host, (int32_t)slot);
+  r->used_at = clock;
+  lru_insert(host, (int32_t)slot);
+  host->fetches++;
+  return KVS_OK;
+}
+
+kvs_status kvs_pool_host_seed(kvs_pool_host *host, const uint64_t *chains, size_t n,
+                              kvs_error *err) {
+  if (host->used != 0 || n > host->n) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "seeding %zu blocks into a tier of %llu slots holding %llu", n,
+                         (unsigned long long)host->n, (unsigned long long)host->used);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (kvs_pool_host_find(host, chains[i]) >= 0) {
+      kvs_host_rec none = {0, 0, -1, -1, 0};
+      for (size_t j = i; j-- > 0;) kvs_pool_host_undo(host, j, true, &none);
+      host->spills = 0;
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "block chain %016llx is seeded twice",
+                           (unsigned long long)chains[i]);
+    }
+    kvs_host_rec saved;
+    kvs_status status = kvs_pool_host_spill(host, i, chains[i], 0, &saved, err);
+    if (status != KVS_OK) return status; /* checked above: unreachable */
+  }
+  host->spills = 0; /* found, not written */
+  return KVS_OK;
+}
+
 void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kvs_host_rec *saved) {
   int32_t s = (int32_t)slot;
   kvs_host_rec *r = &host->rec[s];

@@ -51,6 +51,16 @@ kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chai
                                kvs_host_rec *saved, kvs_error *err);
 kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
                                kvs_host_rec *saved, kvs_error *err);
+/* A block read back from a write-through tier (the disk tier, which keeps
+ * its copy): slot's record becomes the most recently used. Undone as a
+ * fetch (kvs_pool_host_undo with spill false). */
+kvs_status kvs_pool_host_touch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
+                               kvs_host_rec *saved, kvs_error *err);
+/* Fills an empty tier's slots [0, n) with chains[0..n) in that order
+ * (least recently used first), outside the journal: a disk tier found again
+ * at creation, the same list on every rank. */
+kvs_status kvs_pool_host_seed(kvs_pool_host *host, const uint64_t *chains, size_t n,
+                              kvs_error *err);
 void kvs_pool_host_undo(kvs_pool_host *host, uint64_t slot, bool spill, const kvs_host_rec *saved);
 uint64_t kvs_pool_host_digest_range(const kvs_pool_host *host, uint64_t first, uint64_t end);
 kvs_status kvs_pool_host_check(const kvs_pool_host *host, kvs_error *err);

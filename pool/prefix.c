@@ -4,6 +4,7 @@
  * it is one operation of prefix_ops.c. */
 #include "pool/prefix.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,9 +122,10 @@ static uint64_t gcd_u64(uint64_t a, uint64_t b) {
 
 kvs_status kvs_pool_prefix_init(kvs_pool_prefix *p, const kvs_prefix_shape *shape,
                                 uint64_t align_tokens, uint64_t max_running, size_t undo_cap,
-                                uint64_t host_slots, kvs_error *err) {
+                                const kvs_prefix_tiers *tiers, kvs_error *err) {
   memset(p, 0, sizeof *p);
   p->host.head = p->host.tail = -1;
+  p->disk.head = p->disk.tail = -1;
   p->shape = *shape;
   if (shape->full_pages >= (UINT64_C(1) << 30)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -155,8 +157,25 @@ kvs_status kvs_pool_prefix_init(kvs_pool_prefix *p, const kvs_prefix_shape *shap
     p->rec[i].tail_prev = p->rec[i].tail_next = -1;
   }
   p->leaf_head = p->leaf_tail = p->tail_head = p->tail_tail = -1;
-  kvs_status status = kvs_pool_host_init(&p->host, host_slots, err);
+  kvs_status status = kvs_pool_host_init(&p->host, tiers->host_slots, err);
   if (status != KVS_OK) return status;
+  if (tiers->disk_slots > 0) {
+    if (tiers->staging_slots == 0 || tiers->staging_slots >= KVS_HOST_SLOTS_LIMIT) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "a disk tier needs 1 to 2^30 staging slots a step, %llu asked",
+                           (unsigned long long)tiers->staging_slots);
+    }
+    if ((status = kvs_pool_host_init(&p->disk, tiers->disk_slots, err)) != KVS_OK) {
+      return status;
+    }
+    p->staging_base = tiers->host_slots;
+    p->staging_slots = tiers->staging_slots;
+    p->pending_cap = n;
+    p->pending = calloc((size_t)n, sizeof *p->pending);
+    if (p->pending == NULL) {
+      return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for the disk tier's write queue");
+    }
+  }
   p->n = n;
   return KVS_OK;
 }
@@ -169,6 +188,8 @@ void kvs_pool_prefix_free(kvs_pool_prefix *p) {
   free(p->scratch);
   free(p->undo);
   kvs_pool_host_free(&p->host);
+  kvs_pool_host_free(&p->disk);
+  free(p->pending);
   memset(p, 0, sizeof *p);
 }
 
@@ -282,7 +303,15 @@ kvs_status kvs_pool_prefix_check(const kvs_pool_prefix *p, const int64_t *mappin
                            (unsigned long long)fp, p->rec[fp].children, count[fp]);
     }
   }
-  return kvs_pool_host_check(&p->host, err);
+  kvs_status status = kvs_pool_host_check(&p->host, err);
+  if (status != KVS_OK || p->disk.n == 0) return status;
+  status = kvs_pool_host_check(&p->disk, err);
+  if (status != KVS_OK && err != NULL) {
+    char message[KVS_ERROR_MESSAGE_MAX];
+    snprintf(message, sizeof message, "%s", err->message);
+    kvs_error_set(err, status, "the disk tier: %s", message);
+  }
+  return status;
 }
 
 /* ---- fault injection ---- */

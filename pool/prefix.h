@@ -60,6 +60,13 @@ typedef struct kvs_prefix_hold {
   int32_t writing; /* -1: writes none */
 } kvs_prefix_hold;
 
+/* A block waiting to be written through: its page and birth (a page that
+ * holds another block by its turn is not it). */
+typedef struct kvs_prefix_pending {
+  uint64_t born;
+  int32_t page;
+} kvs_prefix_pending;
+
 /* What undoing one applied entry needs. */
 typedef struct kvs_prefix_undo {
   kvs_journal_entry entry;
@@ -86,6 +93,21 @@ typedef struct kvs_pool_prefix {
   kvs_prefix_undo *undo;
   size_t undo_cap;
   kvs_pool_host host;
+  /* The disk tier's index (n 0: none): the same records as the host
+   * tier's, but written through (a block is stored once, soon after it is
+   * cached, and keeps its copy when read back). */
+  kvs_pool_host disk;
+  /* Staging slots of the tables' host memory through which one step's
+   * disk reads and writes pass, after the host tier's slots: the slots
+   * [staging_base, staging_base + staging_slots); staging_used of them
+   * taken by the step the journal is gathering (the leader's). */
+  uint64_t staging_base, staging_slots, staging_used;
+  /* Leader: blocks cached and not yet stored, oldest first (a ring of
+   * pending_cap; a block evicted before its turn is passed over and
+   * counted in store_missed). */
+  kvs_prefix_pending *pending;
+  uint64_t pending_cap, pending_head, pending_len;
+  uint64_t store_missed;
   kvs_prefix_shape shape;
 } kvs_pool_prefix;
 
@@ -96,14 +118,23 @@ typedef struct kvs_pool_prefix {
 #define KVS_RESTORE_MAX_SLOTS (UINT64_C(1) << 29)
 #define KVS_RESTORE_MAX_WINDOW_PAGES (UINT64_C(1) << 32)
 
+/* The lower tiers of an index: a host tier of host_slots slots and a
+ * disk tier of disk_slots (0: none), whose reads and writes pass through
+ * staging_slots staging slots a step (at least 1 with a disk tier). */
+typedef struct kvs_prefix_tiers {
+  uint64_t host_slots;
+  uint64_t disk_slots;
+  uint64_t staging_slots;
+} kvs_prefix_tiers;
+
 /* An index for a pool of `shape` (n 0 until it succeeds): hits end on
  * multiples of lcm(P, align_tokens) tokens, at most 2 x max_running + 2
  * requests hold paths, a replayed batch carries at most undo_cap entries
- * (0: 4096), and a host tier of host_slots slots (0: none). On failure
- * what was allocated is left for kvs_pool_prefix_free. */
+ * (0: 4096), and the lower tiers `tiers`. On failure what was allocated
+ * is left for kvs_pool_prefix_free. */
 kvs_status kvs_pool_prefix_init(kvs_pool_prefix *p, const kvs_prefix_shape *shape,
                                 uint64_t align_tokens, uint64_t max_running, size_t undo_cap,
-                                uint64_t host_slots, kvs_error *err);
+                                const kvs_prefix_tiers *tiers, kvs_error *err);
 void kvs_pool_prefix_free(kvs_pool_prefix *p);
 
 /* The journal entry of one operation: `page` the node (its full page),
@@ -136,6 +167,14 @@ const char *kvs_pool_prefix_unusable(const kvs_pool_prefix *p, int64_t page);
  * window_page) into request slot `slot`. */
 int64_t kvs_pool_prefix_restore_operand(const kvs_pool_prefix *p, int32_t node, uint64_t slot,
                                         uint64_t window_page);
+
+/* Leader: queues block `page` (just cached, or back from the host tier)
+ * for a write to the disk tier unless the tier has it (no disk tier:
+ * nothing). */
+void kvs_pool_prefix_queue_store(kvs_pool_prefix *p, int32_t page);
+
+/* A store's or load's operand (KVS_PREFIX_OP_STORE, _LOAD). */
+int64_t kvs_pool_prefix_disk_operand(uint64_t disk_slot, uint64_t staging_slot);
 
 /* The index's digest over full pages [first, end): a term per node. */
 uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *p, uint64_t first, uint64_t end);

@@ -21,9 +21,9 @@ uint64_t kvs_binding_digest_term(uint64_t full_page, uint64_t window_page) {
 }
 
 uint64_t kvs_window_pool_digest(const struct kvs_window_pool *pool) {
-  return pool != NULL
-             ? pool->digest + pool->slots.digest + pool->prefix.digest + pool->prefix.host.digest
-             : 0;
+  return pool != NULL ? pool->digest + pool->slots.digest + pool->prefix.digest +
+                            pool->prefix.host.digest + pool->prefix.disk.digest
+                      : 0;
 }
 
 uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
@@ -31,7 +31,8 @@ uint64_t kvs_window_pool_page_digest(const struct kvs_window_pool *pool) {
 }
 
 uint64_t kvs_window_pool_digest_units(const struct kvs_window_pool *pool) {
-  return pool != NULL ? pool->n_full_pages + pool->slots.n + pool->prefix.n + pool->prefix.host.n
+  return pool != NULL ? pool->n_full_pages + pool->slots.n + pool->prefix.n + pool->prefix.host.n +
+                            pool->prefix.disk.n
                       : 0;
 }
 
@@ -66,6 +67,12 @@ uint64_t kvs_window_pool_digest_range(const struct kvs_window_pool *pool, uint64
   if (end > host_base) {
     uint64_t slot_first = first > host_base ? first - host_base : 0;
     digest += kvs_pool_host_digest_range(&pool->prefix.host, slot_first, end - host_base);
+  }
+  /* Then the disk tier's slots, one unit each. */
+  uint64_t disk_base = host_base + pool->prefix.host.n;
+  if (end > disk_base) {
+    uint64_t slot_first = first > disk_base ? first - disk_base : 0;
+    digest += kvs_pool_host_digest_range(&pool->prefix.disk, slot_first, end - disk_base);
   }
   return digest;
 }
@@ -133,8 +140,9 @@ static kvs_status prefix_init(struct kvs_window_pool *pool, const kvs_window_poo
   kvs_prefix_shape shape = {pool->page, pool->n_full_pages, pool->n_win_pages, pool->slots.n};
   size_t undo_cap =
       options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity;
+  kvs_prefix_tiers tiers = {options->host_pages, options->disk_pages, options->disk_staging};
   return kvs_pool_prefix_init(&pool->prefix, &shape, options->prefix_align, options->max_running,
-                              undo_cap, options->host_pages, err);
+                              undo_cap, &tiers, err);
 }
 
 kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
@@ -157,6 +165,12 @@ kvs_status kvs_window_pool_create(const kvs_pool_sizes *sizes,
                          "host_pages is %llu but prefix_cache is off: the host tier holds what "
                          "the prefix cache evicts",
                          (unsigned long long)options->host_pages);
+  }
+  if (options->disk_pages > 0 && !options->prefix_cache) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "disk_pages is %llu but prefix_cache is off: the disk tier holds what "
+                         "the prefix cache caches",
+                         (unsigned long long)options->disk_pages);
   }
   uint64_t page = sizes->page;
   if (page == 0) {
@@ -281,6 +295,8 @@ uint64_t kvs_window_pool_journal_sequence(const struct kvs_window_pool *pool) {
 void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *out, size_t cap,
                                    size_t *n_out) {
   kvs_journal_drain(pool != NULL ? pool->journal : NULL, out, cap, n_out);
+  /* A new step gathers: its staging slots are free again. */
+  if (pool != NULL) pool->prefix.staging_used = 0;
 }
 
 /* ---- validation helpers ---- */

@@ -63,6 +63,14 @@ typedef struct kvs_window_pool_options {
    * journals nothing, is given the leader's step capacity here: its
    * replay must take every batch the leader can journal. */
   size_t replay_capacity;
+  /* The prefix cache's disk tier: full pages it holds (0: none; fewer
+   * than KVS_HOST_SLOTS_LIMIT). Written through: each cached block is
+   * stored once (kvs_window_pool_prefix_write_back), and a match reaches
+   * into it past the GPU index and the host tier. */
+  uint64_t disk_pages;
+  /* A step's disk reads and writes at most (>= 1 with a disk tier): the
+   * staging slots the tables keep after the host tier's. */
+  uint64_t disk_staging;
 } kvs_window_pool_options;
 
 /* A host tier holds fewer slots (full pages) than this: 2^30. */
@@ -72,7 +80,7 @@ typedef struct kvs_window_pool_options {
 #define KVS_WINDOW_POOL_OPTIONS_INIT                                                               \
   {                                                                                                \
     sizeof(kvs_window_pool_options), 0, KVS_DEFAULT_RADIX, KVS_WINDOW_POOL_DEFAULT_JOURNAL, false, \
-        128, 0, 0                                                                                  \
+        128, 0, 0, 0, 0                                                                            \
   }
 
 /* Builds the mapping (all -1 plus the sentinel row), the free list over
@@ -330,6 +338,9 @@ typedef struct kvs_prefix_hit {
    * the root): acquire and fetch refuse a hit whose block left the index
    * since, even if its page came back as another block. */
   uint64_t stamp;
+  /* Of the host_pages blocks, those read from the disk tier (the rest
+   * come from the host tier). */
+  uint64_t disk_pages;
 } kvs_prefix_hit;
 
 typedef struct kvs_prefix_stats {
@@ -349,6 +360,13 @@ typedef struct kvs_prefix_stats {
   /* Tails of unreferenced blocks nobody re-prefills: the window pages
    * kvs_window_pool_prefix_evict's need_window_pages drops first. */
   uint64_t droppable;
+  uint64_t disk_slots;    /* the disk tier's pages (0: none) */
+  uint64_t disk_blocks;   /* of them, holding a block */
+  uint64_t stores;        /* blocks written to the disk tier so far */
+  uint64_t loads;         /* blocks read back from it */
+  uint64_t disk_drops;    /* blocks the disk tier let go (its least recently used) */
+  uint64_t store_pending; /* leader: cached blocks waiting for their write */
+  uint64_t store_missed;  /* leader: blocks that left the index before their write */
 } kvs_prefix_stats;
 
 /* Whether the pool keeps a prefix cache. */
@@ -428,6 +446,28 @@ kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool, const 
                                                   uint64_t need_pages, int64_t *freed, size_t cap,
                                                   size_t *n_freed, uint64_t *window_pages_freed,
                                                   kvs_error *err);
+/* Leader, before a step's journal is drained (the shard calls it): writes
+ * cached blocks the disk tier lacks, oldest first, within the step's
+ * staging slots and the journal's room, each a journaled store (into the
+ * tier's least recently used slot). A block that left the index before
+ * its turn is passed over (stats.store_missed). *stored (may be NULL):
+ * how many. A pool without a disk tier writes nothing. */
+kvs_status kvs_window_pool_prefix_write_back(kvs_window_pool_t pool, size_t *stored,
+                                             kvs_error *err);
+/* Fills the empty disk tier with chains[0..n) (least recently used
+ * first), outside the journal: what every rank found and agreed on at
+ * creation. */
+kvs_status kvs_window_pool_prefix_disk_seed(kvs_window_pool_t pool, const uint64_t *chains,
+                                            size_t n, kvs_error *err);
+/* Disk slot `slot`'s block chain; KVS_ERR_NOT_FOUND when it holds none. */
+kvs_status kvs_window_pool_prefix_disk_slot(const struct kvs_window_pool *pool, uint64_t slot,
+                                            uint64_t *chain, kvs_error *err);
+/* The disk tier's chains, least recently used first (at most cap). */
+size_t kvs_window_pool_prefix_disk_chains(const struct kvs_window_pool *pool, uint64_t *out,
+                                          size_t cap);
+/* The cached block of full page `page`: its chain and depth. */
+kvs_status kvs_window_pool_prefix_block(const struct kvs_window_pool *pool, uint64_t page,
+                                        uint64_t *chain, uint64_t *depth, kvs_error *err);
 kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_prefix_stats *out,
                                         kvs_error *err);
 /* The block of full page `page`: its key, parent (-1: the root), refs and
@@ -454,7 +494,14 @@ typedef enum kvs_prefix_op {
   /* An exact hit through page's tail: its tail state seeds a request's
    * ring (operand: kvs_restore_operand's packing; kvs_window_pool_restore_of
    * decodes it). */
-  KVS_PREFIX_OP_RESTORE
+  KVS_PREFIX_OP_RESTORE,
+  /* The disk tier (written through): page's rows are written to disk slot
+   * operand >> 32, through staging slot operand & 0xffffffff (the block
+   * stays cached); or read back from that disk slot into page (just
+   * linked) through the staging slot. kvs_window_pool_disk_io_of decodes
+   * both. */
+  KVS_PREFIX_OP_STORE,
+  KVS_PREFIX_OP_LOAD
 } kvs_prefix_op;
 
 /* A journal entry's prefix operation, its full page and its operand
@@ -474,6 +521,22 @@ typedef struct kvs_host_move {
 /* Whether a journal entry moves rows, and which (false for every other
  * entry, prefix or not). Tables run the moves in journal order. */
 bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out);
+
+/* A disk tier's read or write, as a step's journal orders it. Its rows
+ * pass through a staging slot of the tables' host memory, used once a
+ * step: a write is a spill into the staging slot (then the node writes the
+ * slot to its store, once the copy is done), a read a fetch from it (the
+ * node fills the slot from its store before the step's copies run), so
+ * kvs_window_pool_host_move_of reports both as host moves too. */
+typedef struct kvs_disk_io {
+  bool load;          /* read back (true) or written (false) */
+  uint64_t full_page; /* the block's page */
+  uint64_t disk_slot;
+  uint64_t staging_slot;
+} kvs_disk_io;
+
+/* Whether a journal entry reads or writes the disk tier, and which. */
+bool kvs_window_pool_disk_io_of(const kvs_journal_entry *entry, kvs_disk_io *out);
 
 /* Whether a journal entry binds a request slot to a request (its rings
  * start cleared), and which slot (false for every other entry: frees,

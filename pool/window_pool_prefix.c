@@ -154,16 +154,26 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
    * the deeper boundary is taken only when it gains more than that. */
   uint64_t gpu_depth = hit->matched_pages;
   hit->stamp = stamp_of(p, (int32_t)hit->block);
-  if (p->host.n == 0 || reprefill_tokens == 0 || gpu_depth >= n) return KVS_OK;
+  if ((p->host.n == 0 && p->disk.n == 0) || reprefill_tokens == 0 || gpu_depth >= n) {
+    return KVS_OK;
+  }
   uint64_t chain = kvs_pool_prefix_chain_of(p, cur);
-  uint64_t host_aligned = 0;
+  uint64_t host_aligned = 0, disk_aligned = 0, disk_blocks = 0;
+  /* A block read from disk passes through a staging slot of this step. */
+  uint64_t staging_room = p->staging_slots - p->staging_used;
   for (size_t i = (size_t)gpu_depth; i < n && i - gpu_depth < max_host_pages; i++) {
     chain = kvs_prefix_chain(chain, keys[i]);
-    if (kvs_pool_host_find(&p->host, chain) < 0) break;
+    if (kvs_pool_host_find(&p->host, chain) < 0) {
+      if (disk_blocks == staging_room || kvs_pool_host_find(&p->disk, chain) < 0) break;
+      disk_blocks++;
+    }
     if (pages != NULL) pages[i] = -1;
     uint64_t depth = i + 1;
     hit->matched_pages = depth;
-    if (depth <= cap && depth % p->align_pages == 0) host_aligned = depth;
+    if (depth <= cap && depth % p->align_pages == 0) {
+      host_aligned = depth;
+      disk_aligned = disk_blocks;
+    }
   }
   uint64_t gpu_value = hit->hit_tokens - (hit->reprefill ? hit->reprefill_tokens : 0);
   if (host_aligned == 0 || reprefill_tokens > host_aligned * P ||
@@ -173,6 +183,7 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
   hit->block = cur;
   hit->stamp = stamp_of(p, cur);
   hit->host_pages = host_aligned - gpu_depth;
+  hit->disk_pages = disk_aligned;
   hit->hit_tokens = host_aligned * P;
   hit->reprefill_tokens = reprefill_tokens;
   hit->reprefill = true;
@@ -264,11 +275,13 @@ kvs_status kvs_pool_seed_slot(struct kvs_window_pool *pool, uint64_t request, ui
   return status;
 }
 
-/* A hit reaching into the host tier, as fetch and the eviction for it
+/* A hit reaching into the lower tiers, as fetch and the eviction for it
  * check it: it still hangs under the block its match found, its keys
- * reach its last host block, and each of its host_pages blocks is in the
- * tier and not on the GPU again. slots (may be NULL) gets their host
- * slots; *first the first fetched block's depth. */
+ * reach its last block, each of its host_pages blocks is in the host
+ * tier or (disk_pages of them, within this step's staging room) the disk
+ * tier, and none is on the GPU again. slots (may be NULL) gets their host
+ * slots (UINT64_MAX for a block read from disk); *first the first fetched
+ * block's depth. */
 static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit,
                             const uint64_t *keys, size_t n_keys, uint64_t *slots, uint64_t *first,
                             kvs_error *err) {
@@ -295,16 +308,25 @@ static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix
                          (long long)hit->block);
   }
   uint64_t chain = kvs_pool_prefix_chain_of(p, (int32_t)hit->block);
+  uint64_t from_disk = 0;
   for (uint64_t i = 0; i < k; i++) {
     chain = kvs_prefix_chain(chain, keys[at + i]);
     int32_t slot = kvs_pool_host_find(&p->host, chain);
-    if (slot < 0) {
+    if (slot < 0 && kvs_pool_host_find(&p->disk, chain) < 0) {
       return kvs_error_set(err, KVS_ERR_NOT_FOUND,
-                           "block %llu of the hit is not in the host tier (match again: the tier "
-                           "changed since)",
-                           (unsigned long long)(at + i));
+                           "block %llu of the hit is not in the host tier%s (match again: the "
+                           "tiers changed since)",
+                           (unsigned long long)(at + i), p->disk.n > 0 ? " nor the disk tier" : "");
     }
-    if (slots != NULL) slots[i] = (uint64_t)slot;
+    if (slot < 0) from_disk++;
+    if (slots != NULL) slots[i] = slot >= 0 ? (uint64_t)slot : UINT64_MAX;
+  }
+  if (from_disk > p->staging_slots - p->staging_used) {
+    return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
+                         "the hit reads %llu blocks from disk; this step has %llu staging slots "
+                         "left (step, then match again)",
+                         (unsigned long long)from_disk,
+                         (unsigned long long)(p->staging_slots - p->staging_used));
   }
   if (kvs_pool_prefix_child(p, (int32_t)hit->block, keys[at]) >= 0) {
     return kvs_error_set(err, KVS_ERR_CONFLICT,
@@ -368,7 +390,17 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
       return status; /* validated above: unreachable */
     }
     int32_t slot = kvs_pool_host_find(&p->host, p->rec[page].chain);
-    if ((status = lead(pool, KVS_PREFIX_OP_FETCH, page, slot, err))) return status;
+    if (slot >= 0) {
+      status = lead(pool, KVS_PREFIX_OP_FETCH, page, slot, err);
+      /* Back from the host tier but gone from the disk tier: stored again. */
+      kvs_pool_prefix_queue_store(p, (int32_t)page);
+    } else {
+      int32_t disk = kvs_pool_host_find(&p->disk, p->rec[page].chain);
+      int64_t operand =
+          kvs_pool_prefix_disk_operand((uint64_t)disk, p->staging_base + p->staging_used++);
+      status = lead(pool, KVS_PREFIX_OP_LOAD, page, operand, err);
+    }
+    if (status != KVS_OK) return status;
     cur = (int32_t)page;
   }
   if ((status = lead(pool, KVS_PREFIX_OP_ACQUIRE, (uint64_t)cur, (int64_t)request, err)) ||
@@ -462,6 +494,7 @@ kvs_status kvs_window_pool_prefix_insert(kvs_window_pool_t pool, uint64_t reques
     }
     taken[i] = 1;
     cur = (int32_t)page;
+    kvs_pool_prefix_queue_store(p, cur);
   }
   if (cur != start) {
     if (start >= 0 &&
@@ -623,12 +656,19 @@ kvs_status kvs_window_pool_prefix_stats(const struct kvs_window_pool *pool, kvs_
   out->evictable = p->evictable;
   out->evictions = p->evictions;
   out->tail_drops = p->tail_drops;
-  out->digest = p->digest + p->host.digest;
+  out->digest = p->digest + p->host.digest + p->disk.digest;
   out->host_slots = p->host.n;
   out->host_blocks = p->host.used;
   out->spills = p->host.spills;
   out->fetches = p->host.fetches;
   out->host_drops = p->host.drops;
+  out->disk_slots = p->disk.n;
+  out->disk_blocks = p->disk.used;
+  out->stores = p->disk.spills;
+  out->loads = p->disk.fetches;
+  out->disk_drops = p->disk.drops;
+  out->store_pending = p->pending_len;
+  out->store_missed = p->store_missed;
   out->droppable = p->droppable;
   return KVS_OK;
 }
@@ -674,5 +714,100 @@ kvs_status kvs_window_pool_prefix_inject(kvs_window_pool_t pool, uint64_t page, 
                          (unsigned long long)page);
   }
   kvs_pool_prefix_add_refs(p, page, delta);
+  return KVS_OK;
+}
+
+/* ---- the disk tier's writes ---- */
+
+void kvs_pool_prefix_queue_store(kvs_pool_prefix *p, int32_t page) {
+  if (p->disk.n == 0 || kvs_pool_host_find(&p->disk, p->rec[page].chain) >= 0) return;
+  if (p->pending_len == p->pending_cap) { /* the oldest waited too long */
+    p->pending_head = (p->pending_head + 1) % p->pending_cap;
+    p->pending_len--;
+    p->store_missed++;
+  }
+  kvs_prefix_pending w = {p->rec[page].born, page};
+  p->pending[(p->pending_head + p->pending_len) % p->pending_cap] = w;
+  p->pending_len++;
+}
+
+kvs_status kvs_window_pool_prefix_write_back(kvs_window_pool_t pool, size_t *stored,
+                                             kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (stored != NULL) *stored = 0;
+  if (status != KVS_OK) return status;
+  kvs_pool_prefix *p = &pool->prefix;
+  while (p->pending_len > 0 && p->staging_used < p->staging_slots) {
+    kvs_prefix_pending w = p->pending[p->pending_head];
+    const kvs_prefix_rec *r = &p->rec[w.page];
+    bool same = r->used == 1 && r->born == w.born;
+    if (same && kvs_pool_host_find(&p->disk, r->chain) < 0) {
+      if (kvs_pool_journal_room(pool, 1, NULL) != KVS_OK) return KVS_OK; /* next step */
+      int32_t slot = kvs_pool_host_victim(&p->disk, NULL, 0);
+      int64_t operand =
+          kvs_pool_prefix_disk_operand((uint64_t)slot, p->staging_base + p->staging_used);
+      if ((status = lead(pool, KVS_PREFIX_OP_STORE, (uint64_t)w.page, operand, err))) {
+        return status; /* a used block and a victim: unreachable */
+      }
+      p->staging_used++;
+      if (stored != NULL) (*stored)++;
+    } else if (!same) {
+      p->store_missed++; /* left the index before its turn */
+    }
+    p->pending_head = (p->pending_head + 1) % p->pending_cap;
+    p->pending_len--;
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_window_pool_prefix_disk_seed(kvs_window_pool_t pool, const uint64_t *chains,
+                                            size_t n, kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  if (chains == NULL && n > 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: chains is NULL but n is %zu", __func__,
+                         n);
+  }
+  if (pool->prefix.disk.n == 0) {
+    return n == 0 ? KVS_OK
+                  : kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                                  "%s: this pool has no disk tier (disk_pages)", __func__);
+  }
+  return kvs_pool_host_seed(&pool->prefix.disk, chains, n, err);
+}
+
+kvs_status kvs_window_pool_prefix_disk_slot(const struct kvs_window_pool *pool, uint64_t slot,
+                                            uint64_t *chain, kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  const kvs_pool_host *d = &pool->prefix.disk;
+  if (slot >= d->n || !d->rec[slot].used) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND,
+                         "disk slot %llu holds no block (the tier has %llu)",
+                         (unsigned long long)slot, (unsigned long long)d->n);
+  }
+  if (chain != NULL) *chain = d->rec[slot].chain;
+  return KVS_OK;
+}
+
+size_t kvs_window_pool_prefix_disk_chains(const struct kvs_window_pool *pool, uint64_t *out,
+                                          size_t cap) {
+  if (pool == NULL || out == NULL) return 0;
+  const kvs_pool_host *d = &pool->prefix.disk;
+  size_t n = 0;
+  for (int32_t s = d->head; s >= 0 && n < cap; s = d->rec[s].next) out[n++] = d->rec[s].chain;
+  return n;
+}
+
+kvs_status kvs_window_pool_prefix_block(const struct kvs_window_pool *pool, uint64_t page,
+                                        uint64_t *chain, uint64_t *depth, kvs_error *err) {
+  kvs_status status = need_prefix(pool, __func__, err);
+  if (status != KVS_OK) return status;
+  if (!kvs_pool_prefix_cached(&pool->prefix, page)) {
+    return kvs_error_set(err, KVS_ERR_NOT_FOUND, "full page %llu holds no cached block",
+                         (unsigned long long)page);
+  }
+  if (chain != NULL) *chain = pool->prefix.rec[page].chain;
+  if (depth != NULL) *depth = pool->prefix.rec[page].depth;
   return KVS_OK;
 }

@@ -13,6 +13,7 @@
 #include "shard/cluster_gather.h"
 #include "shard/comm_nccl.h"
 #include "shard/rank_word.h"
+#include "shard/node_disk.h"
 #include "shard/node_internal.h"
 #include "shard/plan_overhead.h"
 #include "topology/cuda_probe.h"
@@ -38,8 +39,8 @@ static uint64_t *words(kvs_node_t node) { return node->words.host; }
 /* Collective: every rank says whether its local part succeeded; when any
  * failed, every rank returns the lowest failing rank's status and message,
  * naming that rank and the stage. */
-static kvs_status agree(kvs_node_t node, const char *stage, kvs_status local,
-                        const kvs_error *local_err, kvs_error *err) {
+kvs_status kvs_node_agree(kvs_node_t node, const char *stage, kvs_status local,
+                          const kvs_error *local_err, kvs_error *err) {
   int root = -1;
   kvs_error reason;
   kvs_error_clear(&reason);
@@ -73,6 +74,7 @@ static uint64_t fingerprint(const struct kvs_node *node) {
   h = kvs_mix64(kvs_mix64(h, o->check_integrity), node->max_batch);
   h = kvs_mix64(kvs_mix64(h, o->prefix_cache), o->host_cache_bytes);
   h = kvs_mix64(h, o->index_only);
+  h = kvs_mix64(h, o->disk_cache_bytes);
   h = kvs_mix64(kvs_mix64(h, node->n_gpus), o->allow_cross_host_tp);
   for (size_t i = 0; i < node->n_gpus; i++) {
     const kvs_gpu_info *gpu = &kvs_cluster_gpus(node->cluster)[i];
@@ -335,13 +337,14 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
     b->source = (kvs_budget_source)w[i * B_WORDS + B_SOURCE];
     b->memory_ratio = b->source == KVS_BUDGET_EXPLICIT ? 1.0 : node->budget.memory_ratio;
   }
-  return agree(node, "the budget gather", local, &local_err, err);
+  return kvs_node_agree(node, "the budget gather", local, &local_err, err);
 }
 
 /* ---- create / destroy ---- */
 
 void kvs_node_destroy(kvs_node_t node) {
   if (node == NULL) return;
+  kvs_node_disk_close(node);
   kvs_shard_destroy(node->shard);
   kvs_table_destroy(node->table);
   if (node->owns_step_comm) kvs_comm_destroy(node->step_comm);
@@ -539,10 +542,15 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   if (node->options.index_only) return KVS_OK;
   /* The rows each journal moves: ring clears, tail-state restores. */
   kvs_status status = kvs_table_keep_rows(node->table, node->layout, err);
-  if (status != KVS_OK || node->options.host_cache_bytes == 0) return status;
+  if (status != KVS_OK ||
+      (node->options.host_cache_bytes == 0 && node->options.disk_cache_bytes == 0)) {
+    return status;
+  }
   kvs_prefix_stats s;
   status = kvs_window_pool_prefix_stats(pool, &s, err);
   if (status != KVS_OK) return status;
+  /* The disk tier's staging slots follow the host tier's. */
+  uint64_t slots = s.host_slots + (s.disk_slots > 0 ? KVS_NODE_DISK_STAGING : 0);
   uint64_t priced = kvs_deployment_rank_host_bytes(node->plan, (size_t)node->rank);
   uint64_t slot = kvs_table_host_slot_bytes(node->layout);
   if (slot != priced) {
@@ -553,11 +561,11 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   }
   kvs_error why;
   kvs_error_clear(&why);
-  status = kvs_table_host_tier(node->table, node->layout, s.host_slots, &why);
+  status = kvs_table_host_tier(node->table, node->layout, slots, &why);
   if (status != KVS_OK) {
     return kvs_error_set(err, status, "rank %d's host tier of %llu slots (%llu bytes): %s",
-                         node->rank, (unsigned long long)s.host_slots,
-                         (unsigned long long)(s.host_slots * slot), why.message);
+                         node->rank, (unsigned long long)slots, (unsigned long long)(slots * slot),
+                         why.message);
   }
   return KVS_OK;
 }
@@ -678,6 +686,27 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
     if (held != KVS_OK) return held;
     so.host_pages = slots;
   }
+  if (o->disk_cache_bytes > 0) {
+    kvs_error why;
+    kvs_error_clear(&why);
+    uint64_t slots = 0;
+    const char *missing = !o->prefix_cache ? "a disk tier needs the prefix cache (prefix_cache)"
+                          : o->disk_path == NULL || o->disk_path[0] == '\0'
+                              ? "a disk tier needs its folder (disk_path, --disk-path)"
+                          : o->model_name == NULL || o->model_name[0] == '\0'
+                              ? "a disk tier needs the model's name (model_name): its blocks are "
+                                "signed with it"
+                              : NULL;
+    if (missing != NULL ||
+        kvs_deployment_host_slots(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node),
+                                  o->disk_cache_bytes, &slots, &why) != KVS_OK) {
+      return kvs_error_set(
+          err, KVS_ERR_INVALID_ARGUMENT, "options.disk_cache_bytes (--disk-cache) is %llu: %s",
+          (unsigned long long)o->disk_cache_bytes, missing != NULL ? missing : why.message);
+    }
+    so.disk_pages = slots;
+    so.disk_staging = KVS_NODE_DISK_STAGING;
+  }
   const kvs_rank_plan *rp = kvs_deployment_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_deployment_split(node->plan)->stages[rp->pp_stage];
   return kvs_shard_create(node->step_comm, &stage->sizes, &so, &node->shard, err);
@@ -705,7 +734,7 @@ static kvs_status open_step_comm(kvs_node_t node, kvs_table_kind kind, int ordin
                           "are on the host (device cpu, or no GPU)",
                           node->rank);
   }
-  kvs_status status = agree(node, "the steps' communicator", local, &local_err, err);
+  kvs_status status = kvs_node_agree(node, "the steps' communicator", local, &local_err, err);
   if (status != KVS_OK) return status;
   int timeout = kvs_comm_timeout_ms(node->comm);
   status = kvs_comm_nccl_bootstrap(node->comm, ordinal, timeout > 30000 ? timeout : 30000, timeout,
@@ -726,7 +755,7 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   kvs_error_clear(&local_err);
   kvs_status local = prepare_request(node, &local_err), status;
   if ((status = grow_words(node, 1, err))) return status;
-  if ((status = agree(node, "the options", local, &local_err, err))) return status;
+  if ((status = kvs_node_agree(node, "the options", local, &local_err, err))) return status;
   if ((status = open_cluster(node, err))) return status;
 
   kvs_table_kind kind = KVS_TABLE_HOST;
@@ -747,7 +776,8 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
    * fail before the budget gather sizes its words by it. */
   uint64_t fp = local == KVS_OK ? fingerprint(node) : 0;
   if ((status = grow_words(node, node->n_gpus, err)) == KVS_OK &&
-      (status = agree(node, "topology, GPU and budget", local, &local_err, err)) == KVS_OK &&
+      (status = kvs_node_agree(node, "topology, GPU and budget", local, &local_err, err)) ==
+          KVS_OK &&
       (status = check_same_shape(node, fp, err)) == KVS_OK) {
     status = plan_cluster(node, &own, used, plain, err);
   }
@@ -755,13 +785,14 @@ static kvs_status build(kvs_node_t node, kvs_error *err) {
   free(plain);
   if (status != KVS_OK || (status = agree_on_pages(node, &own, err))) return status;
   local = check_buffers(node, kind, &own, &local_err);
-  if ((status = agree(node, "the node's buffers", local, &local_err, err))) return status;
+  if ((status = kvs_node_agree(node, "the node's buffers", local, &local_err, err))) return status;
 
   if ((status = open_step_comm(node, kind, ordinal, err)) || (status = create_shard(node, err))) {
     return status;
   }
   local = create_tables(node, kind, ordinal, &local_err);
-  return agree(node, "the tables", local, &local_err, err);
+  if ((status = kvs_node_agree(node, "the tables", local, &local_err, err))) return status;
+  return kvs_node_disk_open(node, err);
 }
 
 void kvs_node_options_init(kvs_node_options *o) {

@@ -60,7 +60,14 @@ struct kvs_node {
   int64_t *last_positions; /* range rows' last positions, for the tables */
   int64_t *check_map;      /* the tables' mapping, downloaded by checks */
   kvs_node_stats stats;
+  struct kvs_node_disk *disk; /* the disk tier (node_disk.c); NULL: none */
 };
+
+/* Collective (node.c): every rank says whether its local part of `stage`
+ * succeeded; when any failed, every rank returns the lowest failing rank's
+ * status and message. */
+kvs_status kvs_node_agree(kvs_node_t node, const char *stage, kvs_status local,
+                          const kvs_error *local_err, kvs_error *err);
 
 /* ---- node_contract.c ---- */
 

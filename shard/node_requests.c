@@ -4,8 +4,10 @@
  * the next step's broadcast; a follower's pool changes only by that
  * broadcast, so a follower's call is refused before it touches anything. */
 #include <stdio.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "shard/node_disk.h"
 #include "shard/node_internal.h"
 
 /* A follower refuses every mutation: it would desynchronise the ranks. */
@@ -180,6 +182,13 @@ kvs_status kvs_node_translate(const struct kvs_node *node, const int64_t *locs, 
 
 static kvs_status sized(size_t given, size_t want, const char *what, kvs_error *err) {
   if (given == want) return KVS_OK;
+  /* The sizes before the disk tier's fields, which a 0.8 caller's struct ends at. */
+  if ((strcmp(what, "kvs_node_prefix_hit") == 0 &&
+       given == offsetof(kvs_node_prefix_hit, disk_pages)) ||
+      (strcmp(what, "kvs_node_prefix_counts") == 0 &&
+       given == offsetof(kvs_node_prefix_counts, disk_slots))) {
+    return KVS_OK;
+  }
   return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                        "%s.size is %zu, this build's is %zu: set it to sizeof(%s)", what, given,
                        want, what);
@@ -206,6 +215,7 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
   hit->reprefill = h.reprefill;
   hit->host_pages = h.host_pages;
   hit->stamp = h.stamp;
+  if (hit->size > offsetof(kvs_node_prefix_hit, disk_pages)) hit->disk_pages = h.disk_pages;
   /* pages names what the hit reuses, nothing else: the pool's walk also
    * fills the matched pages past the hit (kvshard.h). */
   uint64_t reused = h.hit_tokens / node->options.page;
@@ -219,7 +229,8 @@ kvs_status kvs_node_prefix_match(const struct kvs_node *node, const uint64_t *ke
 static kvs_prefix_hit pool_hit(const kvs_node_prefix_hit *hit) {
   kvs_prefix_hit h = {hit->matched_pages,    hit->hit_tokens, hit->reprefill_tokens,
                       hit->truncated_tokens, hit->block,      hit->reprefill,
-                      hit->host_pages,       hit->stamp};
+                      hit->host_pages,       hit->stamp,      0};
+  /* disk_pages is the match's report; fetch finds each block's tier again. */
   return h;
 }
 
@@ -334,6 +345,20 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
   out->fetches = s.fetches;
   out->host_drops = s.host_drops;
   out->host_page_bytes = s.host_slots > 0 ? kvs_node_host_page_bytes(node) : 0;
+  if (out->size > offsetof(kvs_node_prefix_counts, disk_slots)) {
+    kvs_node_disk_counts d;
+    kvs_node_disk_counts_get(node, &d);
+    out->disk_slots = s.disk_slots;
+    out->disk_blocks = s.disk_blocks;
+    out->stores = s.stores;
+    out->loads = s.loads;
+    out->disk_drops = s.disk_drops;
+    out->store_missed = s.store_missed;
+    out->disk_found = d.found;
+    out->disk_refused = d.refused;
+    out->disk_agreed = d.agreed;
+    out->disk_failures = d.read_failures + d.write_failures;
+  }
   return KVS_OK;
 }
 

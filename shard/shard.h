@@ -65,6 +65,8 @@ typedef struct kvs_shard_options {
   bool prefix_cache;     /* the pool keeps a prefix cache (pool/window_pool.h) */
   uint64_t prefix_align; /* its hits' alignment in tokens (the ratios' lcm) */
   uint64_t host_pages;   /* the prefix cache's host tier (0: none) */
+  uint64_t disk_pages;   /* its disk tier (0: none) */
+  uint64_t disk_staging; /* a step's disk reads and writes at most */
   /* Bytes of the application area each step message carries from the
    * leader (kvs_shard_step_with; 0: none), the same on every rank. */
   size_t app_capacity;
@@ -73,7 +75,7 @@ typedef struct kvs_shard_options {
 #define KVS_SHARD_OPTIONS_INIT                                                                 \
   {                                                                                            \
     sizeof(kvs_shard_options), KVS_DEFAULT_MAX_RUNNING, KVS_DEFAULT_RADIX, 0, 64, true, false, \
-        128, 0, 0                                                                              \
+        128, 0, 0, 0, 0                                                                        \
   }
 
 /* Entries one step can carry for a scheduler that binds a prefill chunk of

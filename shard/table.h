@@ -283,6 +283,9 @@ kvs_status kvs_table_host_tier_chunked(kvs_table_t table, const kvs_device_layou
 /* Slot `slot`'s memory (slot bytes) and the tier's shape; NULL without a
  * tier or past its slots. Moves still queued on a device may be writing
  * it: sync first. */
+/* The same, writable: a staging slot the node fills from its disk tier
+ * before the step's copies read it. */
+unsigned char *kvs_table_host_tier_slot_mut(struct kvs_table *table, uint64_t slot);
 const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
                                               uint64_t *slot_bytes, uint64_t *slots);
 

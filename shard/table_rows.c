@@ -186,6 +186,11 @@ static unsigned char *slot_memory(const struct kvs_table *t, uint64_t slot) {
   return t->chunks[slot / t->chunk_slots] + (slot % t->chunk_slots) * t->slot_bytes;
 }
 
+unsigned char *kvs_table_host_tier_slot_mut(struct kvs_table *table, uint64_t slot) {
+  if (table == NULL || table->chunks == NULL || slot >= table->tier_slots) return NULL;
+  return slot_memory(table, slot);
+}
+
 const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
                                               uint64_t *slot_bytes, uint64_t *slots) {
   if (table == NULL || table->chunks == NULL || slot >= table->tier_slots) return NULL;

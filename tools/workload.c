@@ -797,7 +797,7 @@ static void decide(struct kvs_workload *w, kvs_status *status, kvs_error *err) {
     if (journal_room(w) < 32) break;
     const arrival *a = &w->queue[(w->queue_head + admitted) % w->o.max_waiting];
     uint64_t n_pages = pages_of(w, a->total);
-    kvs_prefix_hit hit = {0, 0, 0, 0, -1, false, 0, 0};
+    kvs_prefix_hit hit = {0, 0, 0, 0, -1, false, 0, 0, 0};
     if (cache) {
       uint64_t n_keys = trace_keys(w, a->id);
       uint64_t reprefill =

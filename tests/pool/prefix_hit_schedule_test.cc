@@ -79,8 +79,9 @@ struct PrefixPair {
 };
 
 kvs_prefix_hit pool_hit(const kvs_node_prefix_hit &h) {
-  kvs_prefix_hit p = {h.matched_pages, h.hit_tokens, h.reprefill_tokens, h.truncated_tokens,
-                      h.block,         h.reprefill,  h.host_pages,       h.stamp};
+  kvs_prefix_hit p = {h.matched_pages,    h.hit_tokens, h.reprefill_tokens,
+                      h.truncated_tokens, h.block,      h.reprefill,
+                      h.host_pages,       h.stamp,      0};
   return p;
 }
 
