@@ -561,7 +561,7 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
   }
   /* A node with a prefix cache (a host tier has one) carves tail states:
    * priced as it carves them. */
-  m->prefix_cache = a->prefix_cache || a->deploy.host_cache > 0;
+  m->prefix_cache = a->prefix_cache || a->deploy.host_cache > 0 || a->deploy.disk_cache > 0;
   kvs_plan_model_place_rings(m, m->widths.state_rings, a->options.max_running);
   return 0;
 }

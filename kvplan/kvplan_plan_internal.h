@@ -70,6 +70,7 @@ typedef struct plan_run {
    * and their cost per machine (--host-cache), and the window's room for
    * retained tails. */
   uint64_t host_slots, host_slot_bytes;
+  uint64_t disk_slots; /* the disk tier's (--disk-cache), slots of host_slot_bytes */
   /* The DP groups (plan replicas) the busiest machine runs: each holds
    * host_slots slots of its own pages, sharing the machine's bytes. */
   size_t host_groups;

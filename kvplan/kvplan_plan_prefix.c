@@ -1,7 +1,7 @@
-/* kvplan plan with a prefix cache: what its host tier holds (--host-cache)
- * and how many retained window tails the plan's window has room for. Both
- * come from the plan's own functions (plan/deployment.h), the ones the node
- * and the window pool size themselves with. */
+/* kvplan plan with a prefix cache: what its host and disk tiers hold
+ * (--host-cache, --disk-cache) and how many retained window tails the plan's window has room for.
+ * Both come from the plan's own functions (plan/deployment.h), the ones the node and the window
+ * pool size themselves with. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,27 +38,41 @@ static size_t groups_per_machine(const plan_run *p) {
   return most;
 }
 
+/* A lower tier's slots for `bytes` per machine, refused as the node
+ * refuses it (shard/node.c), before anything is printed: 0, or the exit. */
+static int price_tier(plan_run *p, const char *flag, kvs_deploy_id id, uint64_t bytes,
+                      uint64_t *slots) {
+  const plan_args *a = p->a;
+  kvs_error err;
+  if (kvs_deployment_host_slots(p->plan, p->gpus, p->n, bytes, slots, &err) != KVS_OK) {
+    fprintf(kvs_tool_err(), "kvplan plan: %s %s is %llu bytes per machine: %s\n", flag,
+            a->deploy.text[id], (unsigned long long)bytes, err.message);
+    return 2;
+  }
+  p->host_slot_bytes = kvs_deployment_host_slot_bytes(p->plan, p->gpus, p->n);
+  p->host_groups = groups_per_machine(p);
+  return 0;
+}
+
 int kvplan_prefix_price(plan_run *p) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return 0;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0 || a->deploy.disk_cache > 0))
+    return 0;
   kvs_error err;
+  int rc = 0;
   if (a->deploy.host_cache > 0) {
-    /* The node's own refusal (shard/node.c), before anything is printed. */
-    if (kvs_deployment_host_slots(p->plan, p->gpus, p->n, a->deploy.host_cache, &p->host_slots,
-                                  &err) != KVS_OK) {
-      fprintf(kvs_tool_err(), "kvplan plan: --host-cache %s is %llu bytes per machine: %s\n",
-              a->deploy.text[KVS_DEPLOY_HOST_CACHE], (unsigned long long)a->deploy.host_cache,
-              err.message);
-      return 2;
-    }
+    rc = price_tier(p, "--host-cache", KVS_DEPLOY_HOST_CACHE, a->deploy.host_cache, &p->host_slots);
+    if (rc != 0) return rc;
     /* More than a machine has cannot be true (the node refuses the same). */
     if (kvs_cluster_host_tier_check(p->topo, "--host-cache", a->deploy.host_cache, &err) !=
         KVS_OK) {
       fprintf(kvs_tool_err(), "kvplan plan: %s\n", err.message);
       return 2;
     }
-    p->host_slot_bytes = kvs_deployment_host_slot_bytes(p->plan, p->gpus, p->n);
-    p->host_groups = groups_per_machine(p);
+  }
+  if (a->deploy.disk_cache > 0) {
+    rc = price_tier(p, "--disk-cache", KVS_DEPLOY_DISK_CACHE, a->deploy.disk_cache, &p->disk_slots);
+    if (rc != 0) return rc;
   }
   if (kvs_deployment_retained_tails(p->plan, a->options.max_running, a->options.radix, &p->tails,
                                     &err) != KVS_OK) {
@@ -74,18 +88,23 @@ static uint64_t page_tokens(const plan_run *p) {
 
 void kvplan_prefix_json(const plan_run *p, json_t *root) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
-  if (a->deploy.host_cache > 0) {
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0 || a->deploy.disk_cache > 0))
+    return;
+  const char *names[2] = {"host_tier", "disk_tier"};
+  uint64_t bytes[2] = {a->deploy.host_cache, a->deploy.disk_cache};
+  uint64_t slots[2] = {p->host_slots, p->disk_slots};
+  for (int k = 0; k < 2; k++) {
+    if (bytes[k] == 0) continue;
     json_t *h = json_object();
-    json_object_set_new(h, "bytes", kvs_json_u64(a->deploy.host_cache));
+    json_object_set_new(h, "bytes", kvs_json_u64(bytes[k]));
     json_object_set_new(h, "slot_bytes", kvs_json_u64(p->host_slot_bytes));
-    json_object_set_new(h, "slots", kvs_json_u64(p->host_slots));
-    json_object_set_new(h, "tokens", kvs_json_u64(p->host_slots * page_tokens(p)));
+    json_object_set_new(h, "slots", kvs_json_u64(slots[k]));
+    json_object_set_new(h, "tokens", kvs_json_u64(slots[k] * page_tokens(p)));
     /* slots and tokens are one DP group's (with dp 1 and one group a
      * machine, the machine's too); bytes is the machine's. */
     json_object_set_new(h, "capacity_per", json_string("dp_group"));
     json_object_set_new(h, "dp_groups_per_machine", kvs_json_u64(p->host_groups));
-    json_object_set_new(root, "host_tier", h);
+    json_object_set_new(root, names[k], h);
   }
   const kvs_retained_tails *t = &p->tails;
   json_t *r = json_object();
@@ -102,10 +121,19 @@ void kvplan_prefix_json(const plan_run *p, json_t *root) {
 
 void kvplan_prefix_text(const plan_run *p) {
   const plan_args *a = p->a;
-  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0)) return;
+  if (p->plan == NULL || !(a->prefix_cache || a->deploy.host_cache > 0 || a->deploy.disk_cache > 0))
+    return;
   char buf[32], slot[32], tail[32];
-  if (a->deploy.host_cache > 0) {
-    kvs_format_bytes(a->deploy.host_cache, buf, sizeof buf);
+  static const char *const labels[2] = {"host tier", "disk tier"};
+  static const char *const flags[2] = {"--host-cache", "--disk-cache"};
+  static const char *const where[2] = {"",
+                                       "; written through once as each block is cached, a "
+                                       "block file per rank"};
+  uint64_t bytes[2] = {a->deploy.host_cache, a->deploy.disk_cache};
+  uint64_t slots[2] = {p->host_slots, p->disk_slots};
+  for (int k = 0; k < 2; k++) {
+    if (bytes[k] == 0) continue;
+    kvs_format_bytes(bytes[k], buf, sizeof buf);
     char scope[224];
     if (p->host_groups > 1) {
       snprintf(scope, sizeof scope,
@@ -116,13 +144,13 @@ void kvplan_prefix_text(const plan_run *p) {
       snprintf(scope, sizeof scope, "per DP group (a machine runs one, so the machine's too)");
     }
     fprintf(kvs_tool_out(),
-            "host tier   %s per machine (--host-cache): %llu slots of %s (%llu bytes: one page's "
+            "%s   %s per machine (%s): %llu slots of %s (%llu bytes: one page's "
             "compressed and indexer rows for every rank the machine runs, each rank keeping its "
-            "own copy) = %llu tokens of cached prefix %s\n",
-            buf, (unsigned long long)p->host_slots,
+            "own copy) = %llu tokens of cached prefix %s%s\n",
+            labels[k], buf, flags[k], (unsigned long long)slots[k],
             kvs_format_bytes(p->host_slot_bytes, slot, sizeof slot),
-            (unsigned long long)p->host_slot_bytes,
-            (unsigned long long)(p->host_slots * page_tokens(p)), scope);
+            (unsigned long long)p->host_slot_bytes, (unsigned long long)(slots[k] * page_tokens(p)),
+            scope, where[k]);
   }
   const kvs_retained_tails *t = &p->tails;
   fprintf(kvs_tool_out(),

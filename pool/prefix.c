@@ -160,16 +160,15 @@ kvs_status kvs_pool_prefix_init(kvs_pool_prefix *p, const kvs_prefix_shape *shap
   kvs_status status = kvs_pool_host_init(&p->host, tiers->host_slots, err);
   if (status != KVS_OK) return status;
   if (tiers->disk_slots > 0) {
-    if (tiers->staging_slots == 0 || tiers->staging_slots >= KVS_HOST_SLOTS_LIMIT) {
+    if (tiers->stores_per_step == 0 || tiers->stores_per_step >= KVS_HOST_SLOTS_LIMIT) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "a disk tier needs 1 to 2^30 staging slots a step, %llu asked",
-                           (unsigned long long)tiers->staging_slots);
+                           "a disk tier writes 1 to 2^30 blocks a step, %llu asked",
+                           (unsigned long long)tiers->stores_per_step);
     }
     if ((status = kvs_pool_host_init(&p->disk, tiers->disk_slots, err)) != KVS_OK) {
       return status;
     }
-    p->staging_base = tiers->host_slots;
-    p->staging_slots = tiers->staging_slots;
+    p->stores_per_step = tiers->stores_per_step;
     p->pending_cap = n;
     p->pending = calloc((size_t)n, sizeof *p->pending);
     if (p->pending == NULL) {

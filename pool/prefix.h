@@ -97,11 +97,10 @@ typedef struct kvs_pool_prefix {
    * tier's, but written through (a block is stored once, soon after it is
    * cached, and keeps its copy when read back). */
   kvs_pool_host disk;
-  /* Staging slots of the tables' host memory through which one step's
-   * disk reads and writes pass, after the host tier's slots: the slots
-   * [staging_base, staging_base + staging_slots); staging_used of them
-   * taken by the step the journal is gathering (the leader's). */
-  uint64_t staging_base, staging_slots, staging_used;
+  /* Blocks one step writes at most, and how many the step the journal is
+   * gathering writes (the leader's): writes wait for later steps rather
+   * than make one step long. */
+  uint64_t stores_per_step, stores_this_step;
   /* Leader: blocks cached and not yet stored, oldest first (a ring of
    * pending_cap; a block evicted before its turn is passed over and
    * counted in store_missed). */
@@ -119,12 +118,12 @@ typedef struct kvs_pool_prefix {
 #define KVS_RESTORE_MAX_WINDOW_PAGES (UINT64_C(1) << 32)
 
 /* The lower tiers of an index: a host tier of host_slots slots and a
- * disk tier of disk_slots (0: none), whose reads and writes pass through
- * staging_slots staging slots a step (at least 1 with a disk tier). */
+ * disk tier of disk_slots (0: none), which writes at most stores_per_step
+ * blocks a step (at least 1 with a disk tier). */
 typedef struct kvs_prefix_tiers {
   uint64_t host_slots;
   uint64_t disk_slots;
-  uint64_t staging_slots;
+  uint64_t stores_per_step;
 } kvs_prefix_tiers;
 
 /* An index for a pool of `shape` (n 0 until it succeeds): hits end on
@@ -172,9 +171,6 @@ int64_t kvs_pool_prefix_restore_operand(const kvs_pool_prefix *p, int32_t node, 
  * for a write to the disk tier unless the tier has it (no disk tier:
  * nothing). */
 void kvs_pool_prefix_queue_store(kvs_pool_prefix *p, int32_t page);
-
-/* A store's or load's operand (KVS_PREFIX_OP_STORE, _LOAD). */
-int64_t kvs_pool_prefix_disk_operand(uint64_t disk_slot, uint64_t staging_slot);
 
 /* The index's digest over full pages [first, end): a term per node. */
 uint64_t kvs_pool_prefix_digest_range(const kvs_pool_prefix *p, uint64_t first, uint64_t end);

@@ -63,31 +63,16 @@ bool kvs_window_pool_disk_io_of(const kvs_journal_entry *entry, kvs_disk_io *out
   kvs_prefix_op op = kvs_window_pool_prefix_entry(entry, &page, &operand);
   if ((op != KVS_PREFIX_OP_STORE && op != KVS_PREFIX_OP_LOAD) || operand < 0) return false;
   if (out != NULL) {
-    kvs_disk_io io = {op == KVS_PREFIX_OP_LOAD, page, (uint64_t)operand >> 32,
-                      (uint64_t)operand & UINT32_MAX};
+    kvs_disk_io io = {op == KVS_PREFIX_OP_LOAD, page, (uint64_t)operand};
     *out = io;
   }
   return true;
-}
-
-int64_t kvs_pool_prefix_disk_operand(uint64_t disk_slot, uint64_t staging_slot) {
-  return (int64_t)((disk_slot << 32) | staging_slot);
 }
 
 bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out) {
   uint64_t page = 0;
   int64_t slot = -1;
   kvs_prefix_op op = kvs_window_pool_prefix_entry(entry, &page, &slot);
-  kvs_disk_io io;
-  if (kvs_window_pool_disk_io_of(entry, &io)) {
-    /* A disk write is first a spill into its staging slot, a read a fetch
-     * from it: the same copies, in the same journal order. */
-    if (out != NULL) {
-      kvs_host_move m = {io.load, io.full_page, io.staging_slot};
-      *out = m;
-    }
-    return true;
-  }
   if ((op != KVS_PREFIX_OP_SPILL && op != KVS_PREFIX_OP_FETCH) || slot < 0) return false;
   if (out != NULL) {
     kvs_host_move m = {op == KVS_PREFIX_OP_FETCH, page, (uint64_t)slot};
@@ -548,24 +533,22 @@ static void undo_move(kvs_pool_prefix *p, const op_call *c) {
   kvs_pool_host_undo(&p->host, (uint64_t)c->b, c->op == OP_SPILL, &c->u->host_saved);
 }
 
-/* n's rows are written to disk slot b >> 32 through staging slot b's low
- * half (a store: the block stays cached, the disk tier gains it and drops
- * its least recently used), or read back from it into n (a load: n was
- * just linked; the disk tier keeps its copy). */
+/* n's rows are written to disk slot b (a store: the block stays cached,
+ * the disk tier gains it and drops its least recently used), or read back
+ * from it into n (a load: n was just linked; the disk tier keeps its
+ * copy). */
 static kvs_status run_disk(kvs_pool_prefix *p, const op_call *c, kvs_error *err) {
   kvs_prefix_rec *r = c->r;
   bool store = c->op == OP_STORE;
-  uint64_t staging = (uint64_t)c->b & UINT32_MAX, slot = (uint64_t)c->b >> 32;
+  uint64_t slot = (uint64_t)c->b;
   if (p->disk.n == 0) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
                          "prefix entry %s the disk tier; this rank's pool has none",
                          store ? "writes to" : "reads from");
   }
-  if (r->used != 1 || c->b < 0 || staging < p->staging_base ||
-      staging >= p->staging_base + p->staging_slots) {
-    return REFUSE("prefix entry %s block %d through staging slot %llu, but %s",
-                  store ? "stores" : "loads", c->n, (unsigned long long)staging,
-                  r->used != 1 ? "the block is not cached" : "that is no staging slot");
+  if (r->used != 1 || c->b < 0) {
+    return REFUSE("prefix entry %s block %d, which is not cached", store ? "stores" : "loads",
+                  c->n);
   }
   kvs_host_rec saved;
   kvs_status status = store ? kvs_pool_host_spill(&p->disk, slot, r->chain, p->clock, &saved, err)
@@ -574,7 +557,7 @@ static kvs_status run_disk(kvs_pool_prefix *p, const op_call *c, kvs_error *err)
   return status;
 }
 static void undo_disk(kvs_pool_prefix *p, const op_call *c) {
-  kvs_pool_host_undo(&p->disk, (uint64_t)c->b >> 32, c->op == OP_STORE, &c->u->host_saved);
+  kvs_pool_host_undo(&p->disk, (uint64_t)c->b, c->op == OP_STORE, &c->u->host_saved);
 }
 
 /* n's tail state seeds a request slot's ring. The slot is the pool's

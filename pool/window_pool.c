@@ -140,7 +140,8 @@ static kvs_status prefix_init(struct kvs_window_pool *pool, const kvs_window_poo
   kvs_prefix_shape shape = {pool->page, pool->n_full_pages, pool->n_win_pages, pool->slots.n};
   size_t undo_cap =
       options->replay_capacity > 0 ? options->replay_capacity : options->journal_capacity;
-  kvs_prefix_tiers tiers = {options->host_pages, options->disk_pages, options->disk_staging};
+  kvs_prefix_tiers tiers = {options->host_pages, options->disk_pages,
+                            options->disk_stores_per_step};
   return kvs_pool_prefix_init(&pool->prefix, &shape, options->prefix_align, options->max_running,
                               undo_cap, &tiers, err);
 }
@@ -295,8 +296,8 @@ uint64_t kvs_window_pool_journal_sequence(const struct kvs_window_pool *pool) {
 void kvs_window_pool_journal_drain(kvs_window_pool_t pool, kvs_journal_entry *out, size_t cap,
                                    size_t *n_out) {
   kvs_journal_drain(pool != NULL ? pool->journal : NULL, out, cap, n_out);
-  /* A new step gathers: its staging slots are free again. */
-  if (pool != NULL) pool->prefix.staging_used = 0;
+  /* A new step gathers: it writes its own share of blocks. */
+  if (pool != NULL) pool->prefix.stores_this_step = 0;
 }
 
 /* ---- validation helpers ---- */

@@ -68,9 +68,8 @@ typedef struct kvs_window_pool_options {
    * stored once (kvs_window_pool_prefix_write_back), and a match reaches
    * into it past the GPU index and the host tier. */
   uint64_t disk_pages;
-  /* A step's disk reads and writes at most (>= 1 with a disk tier): the
-   * staging slots the tables keep after the host tier's. */
-  uint64_t disk_staging;
+  /* Blocks one step writes to the disk tier at most (>= 1 with one). */
+  uint64_t disk_stores_per_step;
 } kvs_window_pool_options;
 
 /* A host tier holds fewer slots (full pages) than this: 2^30. */
@@ -448,7 +447,7 @@ kvs_status kvs_window_pool_prefix_evict_for_fetch(kvs_window_pool_t pool, const 
                                                   kvs_error *err);
 /* Leader, before a step's journal is drained (the shard calls it): writes
  * cached blocks the disk tier lacks, oldest first, within the step's
- * staging slots and the journal's room, each a journaled store (into the
+ * share of writes (disk_stores_per_step) and the journal's room, each a journaled store (into the
  * tier's least recently used slot). A block that left the index before
  * its turn is passed over (stats.store_missed). *stored (may be NULL):
  * how many. A pool without a disk tier writes nothing. */
@@ -496,10 +495,8 @@ typedef enum kvs_prefix_op {
    * decodes it). */
   KVS_PREFIX_OP_RESTORE,
   /* The disk tier (written through): page's rows are written to disk slot
-   * operand >> 32, through staging slot operand & 0xffffffff (the block
-   * stays cached); or read back from that disk slot into page (just
-   * linked) through the staging slot. kvs_window_pool_disk_io_of decodes
-   * both. */
+   * `operand` (the block stays cached); or read back from that disk slot
+   * into page (just linked). kvs_window_pool_disk_io_of decodes both. */
   KVS_PREFIX_OP_STORE,
   KVS_PREFIX_OP_LOAD
 } kvs_prefix_op;
@@ -522,17 +519,15 @@ typedef struct kvs_host_move {
  * entry, prefix or not). Tables run the moves in journal order. */
 bool kvs_window_pool_host_move_of(const kvs_journal_entry *entry, kvs_host_move *out);
 
-/* A disk tier's read or write, as a step's journal orders it. Its rows
- * pass through a staging slot of the tables' host memory, used once a
- * step: a write is a spill into the staging slot (then the node writes the
- * slot to its store, once the copy is done), a read a fetch from it (the
- * node fills the slot from its store before the step's copies run), so
- * kvs_window_pool_host_move_of reports both as host moves too. */
+/* A disk tier's read or write, as a step's journal orders it. The node
+ * does both after the step's row moves (a load's page may be one the same
+ * step spilled from; a store's block is its step's last word on that
+ * page, and a loaded block is held, so nothing later in the step touches
+ * either). */
 typedef struct kvs_disk_io {
   bool load;          /* read back (true) or written (false) */
   uint64_t full_page; /* the block's page */
   uint64_t disk_slot;
-  uint64_t staging_slot;
 } kvs_disk_io;
 
 /* Whether a journal entry reads or writes the disk tier, and which. */

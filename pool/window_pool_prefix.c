@@ -159,12 +159,10 @@ kvs_status kvs_window_pool_prefix_match_within(const struct kvs_window_pool *poo
   }
   uint64_t chain = kvs_pool_prefix_chain_of(p, cur);
   uint64_t host_aligned = 0, disk_aligned = 0, disk_blocks = 0;
-  /* A block read from disk passes through a staging slot of this step. */
-  uint64_t staging_room = p->staging_slots - p->staging_used;
   for (size_t i = (size_t)gpu_depth; i < n && i - gpu_depth < max_host_pages; i++) {
     chain = kvs_prefix_chain(chain, keys[i]);
     if (kvs_pool_host_find(&p->host, chain) < 0) {
-      if (disk_blocks == staging_room || kvs_pool_host_find(&p->disk, chain) < 0) break;
+      if (kvs_pool_host_find(&p->disk, chain) < 0) break;
       disk_blocks++;
     }
     if (pages != NULL) pages[i] = -1;
@@ -278,8 +276,7 @@ kvs_status kvs_pool_seed_slot(struct kvs_window_pool *pool, uint64_t request, ui
 /* A hit reaching into the lower tiers, as fetch and the eviction for it
  * check it: it still hangs under the block its match found, its keys
  * reach its last block, each of its host_pages blocks is in the host
- * tier or (disk_pages of them, within this step's staging room) the disk
- * tier, and none is on the GPU again. slots (may be NULL) gets their host
+ * tier or the disk tier, and none is on the GPU again. slots (may be NULL) gets their host
  * slots (UINT64_MAX for a block read from disk); *first the first fetched
  * block's depth. */
 static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix_hit *hit,
@@ -308,7 +305,6 @@ static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix
                          (long long)hit->block);
   }
   uint64_t chain = kvs_pool_prefix_chain_of(p, (int32_t)hit->block);
-  uint64_t from_disk = 0;
   for (uint64_t i = 0; i < k; i++) {
     chain = kvs_prefix_chain(chain, keys[at + i]);
     int32_t slot = kvs_pool_host_find(&p->host, chain);
@@ -318,15 +314,7 @@ static kvs_status host_part(const struct kvs_window_pool *pool, const kvs_prefix
                            "tiers changed since)",
                            (unsigned long long)(at + i), p->disk.n > 0 ? " nor the disk tier" : "");
     }
-    if (slot < 0) from_disk++;
     if (slots != NULL) slots[i] = slot >= 0 ? (uint64_t)slot : UINT64_MAX;
-  }
-  if (from_disk > p->staging_slots - p->staging_used) {
-    return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
-                         "the hit reads %llu blocks from disk; this step has %llu staging slots "
-                         "left (step, then match again)",
-                         (unsigned long long)from_disk,
-                         (unsigned long long)(p->staging_slots - p->staging_used));
   }
   if (kvs_pool_prefix_child(p, (int32_t)hit->block, keys[at]) >= 0) {
     return kvs_error_set(err, KVS_ERR_CONFLICT,
@@ -396,9 +384,7 @@ kvs_status kvs_window_pool_prefix_fetch(kvs_window_pool_t pool, uint64_t request
       kvs_pool_prefix_queue_store(p, (int32_t)page);
     } else {
       int32_t disk = kvs_pool_host_find(&p->disk, p->rec[page].chain);
-      int64_t operand =
-          kvs_pool_prefix_disk_operand((uint64_t)disk, p->staging_base + p->staging_used++);
-      status = lead(pool, KVS_PREFIX_OP_LOAD, page, operand, err);
+      status = lead(pool, KVS_PREFIX_OP_LOAD, page, disk, err);
     }
     if (status != KVS_OK) return status;
     cur = (int32_t)page;
@@ -737,19 +723,17 @@ kvs_status kvs_window_pool_prefix_write_back(kvs_window_pool_t pool, size_t *sto
   if (stored != NULL) *stored = 0;
   if (status != KVS_OK) return status;
   kvs_pool_prefix *p = &pool->prefix;
-  while (p->pending_len > 0 && p->staging_used < p->staging_slots) {
+  while (p->pending_len > 0 && p->stores_this_step < p->stores_per_step) {
     kvs_prefix_pending w = p->pending[p->pending_head];
     const kvs_prefix_rec *r = &p->rec[w.page];
     bool same = r->used == 1 && r->born == w.born;
     if (same && kvs_pool_host_find(&p->disk, r->chain) < 0) {
       if (kvs_pool_journal_room(pool, 1, NULL) != KVS_OK) return KVS_OK; /* next step */
       int32_t slot = kvs_pool_host_victim(&p->disk, NULL, 0);
-      int64_t operand =
-          kvs_pool_prefix_disk_operand((uint64_t)slot, p->staging_base + p->staging_used);
-      if ((status = lead(pool, KVS_PREFIX_OP_STORE, (uint64_t)w.page, operand, err))) {
+      if ((status = lead(pool, KVS_PREFIX_OP_STORE, (uint64_t)w.page, slot, err))) {
         return status; /* a used block and a victim: unreachable */
       }
-      p->staging_used++;
+      p->stores_this_step++;
       if (stored != NULL) (*stored)++;
     } else if (!same) {
       p->store_missed++; /* left the index before its turn */

@@ -549,8 +549,8 @@ static kvs_status host_tier_rows(kvs_node_t node, kvs_error *err) {
   kvs_prefix_stats s;
   status = kvs_window_pool_prefix_stats(pool, &s, err);
   if (status != KVS_OK) return status;
-  /* The disk tier's staging slots follow the host tier's. */
-  uint64_t slots = s.host_slots + (s.disk_slots > 0 ? KVS_NODE_DISK_STAGING : 0);
+  uint64_t slots = s.host_slots;
+  if (slots == 0) return KVS_OK; /* a disk tier alone moves rows through its own buffer */
   uint64_t priced = kvs_deployment_rank_host_bytes(node->plan, (size_t)node->rank);
   uint64_t slot = kvs_table_host_slot_bytes(node->layout);
   if (slot != priced) {
@@ -705,7 +705,7 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
           (unsigned long long)o->disk_cache_bytes, missing != NULL ? missing : why.message);
     }
     so.disk_pages = slots;
-    so.disk_staging = KVS_NODE_DISK_STAGING;
+    so.disk_stores_per_step = KVS_NODE_DISK_STORES_PER_STEP;
   }
   const kvs_rank_plan *rp = kvs_deployment_rank(node->plan, (size_t)node->rank);
   const kvs_stage_plan *stage = &kvs_deployment_split(node->plan)->stages[rp->pp_stage];

@@ -343,101 +343,79 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
 
 /* ---- the step's loads and stores ---- */
 
-/* The staging slot's memory, and the step's block at `page`. */
-static kvs_status block_of(struct kvs_node *node, const kvs_disk_io *io, unsigned char **slot,
-                           uint64_t *chain, uint64_t *depth, kvs_error *err) {
-  *slot = kvs_table_host_tier_slot_mut(node->table, io->staging_slot);
-  if (*slot == NULL) {
-    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "staging slot %llu is past the tables' tier",
-                         (unsigned long long)io->staging_slot);
-  }
-  return kvs_window_pool_prefix_block(pool_of(node), io->full_page, chain, depth, err);
-}
-
-static kvs_status load_one(struct kvs_node *node, const kvs_disk_io *io, kvs_error *err) {
-  unsigned char *slot = NULL;
+/* Reads the block of the just-linked page io->full_page from this rank's
+ * store, verified at its position, into the page. On a refusal the page
+ * gets zeroed rows and the block's file goes (it would be refused again),
+ * and the error names the block. */
+static kvs_status load_one(struct kvs_node *node, const kvs_disk_io *io, unsigned char *bounce,
+                           kvs_error *err) {
   uint64_t chain = 0, depth = 0;
-  kvs_status status = block_of(node, io, &slot, &chain, &depth, err);
-  if (status != KVS_OK) return status;
-  uint64_t slot_bytes = kvs_table_host_slot_bytes(node->layout);
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status status =
+      kvs_window_pool_prefix_block(pool_of(node), io->full_page, &chain, &depth, &local);
   kvs_page_signature want;
   kvs_page_block_t block = NULL;
   kvs_signature_error why;
-  kvs_error local;
-  kvs_error_clear(&local);
   kvs_block_hash key = key_of(chain);
-  status = expected_at(node, chain, depth, &want, &local);
+  if (status == KVS_OK) status = expected_at(node, chain, depth, &want, &local);
   if (status == KVS_OK) {
     status = kvs_block_store_get_page(node->disk->store, &key, &want, &block, &why, &local);
   }
   if (status == KVS_OK) {
-    status = kvs_page_slot_fill(node->layout, node->options.kv_dtype, block, slot, &local);
+    status = kvs_page_slot_fill(node->layout, node->options.kv_dtype, block, bounce, &local);
   }
   kvs_page_block_destroy(block);
   if (status == KVS_OK) {
     node->disk->counts.read++;
-    return KVS_OK;
+    return kvs_table_page_rows(node->table, io->full_page, bounce, true, err);
   }
-  /* Nothing of it is used: zeroed rows and the block's file gone, and the
-   * rank says which block. */
-  memset(slot, 0, (size_t)slot_bytes);
-  if (status != KVS_ERR_NOT_FOUND) {
-    kvs_error ignored;
-    kvs_block_store_remove(node->disk->store, &key, &ignored);
-  }
+  memset(bounce, 0, (size_t)kvs_table_host_slot_bytes(node->layout));
+  kvs_error ignored;
+  kvs_table_page_rows(node->table, io->full_page, bounce, true, &ignored);
+  if (status != KVS_ERR_NOT_FOUND) kvs_block_store_remove(node->disk->store, &key, &ignored);
   node->disk->counts.read_failures++;
   return kvs_error_set(err, status == KVS_ERR_NOT_FOUND ? KVS_ERR_CORRUPT : status,
-                       "rank %d: disk block of chain %016llx (depth %llu, into full page %llu): "
-                       "%s",
+                       "rank %d: disk block of chain %016llx (depth %llu, into full page %llu) "
+                       "not used: %s",
                        node->rank, (unsigned long long)chain, (unsigned long long)depth,
                        (unsigned long long)io->full_page, local.message);
 }
 
-kvs_status kvs_node_disk_before(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
-                                kvs_error *err) {
-  if (node->disk == NULL || node->disk->store == NULL) return KVS_OK;
-  kvs_status first = KVS_OK;
-  for (size_t i = 0; i < n; i++) {
-    kvs_disk_io io;
-    if (!kvs_window_pool_disk_io_of(&entries[i], &io) || !io.load) continue;
-    kvs_error local;
-    kvs_error_clear(&local);
-    kvs_status status = load_one(node, &io, &local);
-    if (status != KVS_OK && first == KVS_OK) {
-      first = status;
-      if (err != NULL) *err = local;
-    }
-  }
-  return first;
-}
-
-static void store_one(struct kvs_node *node, const kvs_disk_io *io) {
+/* Writes the cached block of io->full_page to disk slot io->disk_slot's
+ * file, after removing the block that slot held. A failure is counted and
+ * said on stderr: the tier then lacks the block on this rank, which a read
+ * of it would report. */
+static void store_one(struct kvs_node *node, const kvs_disk_io *io, unsigned char *bounce) {
   struct kvs_node_disk *d = node->disk;
-  unsigned char *slot = NULL;
-  uint64_t chain = 0, depth = 0;
   kvs_error why;
   kvs_error_clear(&why);
-  kvs_page_section sections[KVS_PAGE_MAX_SECTIONS];
-  size_t n = 0;
-  kvs_block_hash key = key_of(chain);
-  kvs_page_identity id;
-  kvs_page_block_t block = NULL;
-  kvs_signature_error sig_why;
   if (io->disk_slot < d->slots && d->held_used[io->disk_slot]) {
-    /* The slot's block leaves the tier with this write. */
     kvs_block_hash old = key_of(d->held[io->disk_slot]);
     kvs_block_store_remove(d->store, &old, &why);
     d->held_used[io->disk_slot] = 0;
   }
-  kvs_status status = block_of(node, io, &slot, &chain, &depth, &why);
-  key = key_of(chain);
+  uint64_t chain = 0, depth = 0;
+  kvs_page_section sections[KVS_PAGE_MAX_SECTIONS];
+  size_t n = 0;
+  kvs_page_identity id;
+  kvs_page_block_t block = NULL;
+  kvs_signature_error sig_why;
+  kvs_status status =
+      kvs_window_pool_prefix_block(pool_of(node), io->full_page, &chain, &depth, &why);
+  kvs_block_hash key = key_of(chain);
+  if (status == KVS_OK)
+    status = kvs_table_page_rows(node->table, io->full_page, bounce, false, &why);
   if (status == KVS_OK) {
-    status = kvs_page_slot_sections(node->layout, node->options.kv_dtype, slot, sections, &n, &why);
+    status =
+        kvs_page_slot_sections(node->layout, node->options.kv_dtype, bounce, sections, &n, &why);
   }
   if (status == KVS_OK) {
     status = kvs_page_slot_identity(node->layout, node->options.kv_dtype, model_of(node), &key,
                                     depth, &id, &why);
   }
+  /* The position digests are computed here, from the rows that left the
+   * GPU; every read checks them. */
   if (status == KVS_OK) status = kvs_page_block_stamp(&id, sections, n, &block, &sig_why, &why);
   if (status == KVS_OK) status = kvs_block_store_put_page(d->store, &key, block, &why);
   kvs_page_block_destroy(block);
@@ -454,22 +432,30 @@ static void store_one(struct kvs_node *node, const kvs_disk_io *io) {
   }
 }
 
-kvs_status kvs_node_disk_after(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
-                               kvs_error *err) {
+kvs_status kvs_node_disk_io(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
+                            kvs_error *err) {
   if (node->disk == NULL || node->disk->store == NULL) return KVS_OK;
-  bool synced = false;
+  unsigned char *bounce = NULL;
+  kvs_status first = KVS_OK;
   for (size_t i = 0; i < n; i++) {
     kvs_disk_io io;
-    if (!kvs_window_pool_disk_io_of(&entries[i], &io) || io.load) continue;
-    if (!synced) {
-      /* The step's copies filled the staging slots: done before a write. */
-      kvs_status status = kvs_table_sync(node->table, err);
-      if (status != KVS_OK) return status;
-      synced = true;
+    if (!kvs_window_pool_disk_io_of(&entries[i], &io)) continue;
+    if (bounce == NULL && (bounce = kvs_table_bounce(node->table, err)) == NULL) {
+      return err != NULL && err->status != KVS_OK ? err->status : KVS_ERR_NO_MEMORY;
     }
-    store_one(node, &io);
+    if (!io.load) {
+      store_one(node, &io, bounce);
+      continue;
+    }
+    kvs_error local;
+    kvs_error_clear(&local);
+    kvs_status status = load_one(node, &io, bounce, &local);
+    if (status != KVS_OK && first == KVS_OK) {
+      first = status;
+      if (err != NULL) *err = local;
+    }
   }
-  return KVS_OK;
+  return first;
 }
 
 void kvs_node_disk_counts_get(const struct kvs_node *node, kvs_node_disk_counts *out) {

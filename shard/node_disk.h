@@ -6,12 +6,12 @@
  * The pool decides (pool/window_pool.h: a store is journaled when a
  * cached block's turn comes, a load when a hit reaches a block only the
  * disk tier has); every rank replays the same entries, and this file does
- * the rank's part of each in journal order: a load reads its block from
- * the rank's store, verifies it against the reader (model, geometry, layer
- * range, the page's position: chain and depth) and fills the entry's
- * staging slot before the step's copies run; a store writes the staging
- * slot, which the step's copies filled from the page, as a block once they
- * are done, removing the block its disk slot held before. Only blocks the
+ * the rank's part of each in journal order, after the step's row moves:
+ * a load reads its block from the rank's store, verifies it against the
+ * reader (model, geometry, layer range, the page's position: chain and
+ * depth) and copies it into its page; a store copies the page out and
+ * writes it as a block (its position digests computed from the rows that
+ * left the GPU), removing the block its disk slot held before. Only blocks the
  * tier lacks are written, so a block is written once however often it is
  * cached again.
  *
@@ -38,9 +38,9 @@
 
 struct kvs_node;
 
-/* A step's disk reads and writes at most: staging slots of the tables'
- * host memory, after the host tier's. */
-#define KVS_NODE_DISK_STAGING 32u
+/* Blocks one step writes at most: the rest wait for the next steps, so a
+ * long prefill's blocks do not make one step long. */
+#define KVS_NODE_DISK_STORES_PER_STEP 32u
 
 /* The store key of a pool chain (the pool names blocks by 64 bits). */
 #define KVS_NODE_DISK_KEY_HIGH UINT64_C(0x6b76736469736b31)
@@ -60,16 +60,14 @@ typedef struct kvs_node_disk_counts {
  * folder and seeds the pool's disk tier with the agreed list. Nothing when
  * the pool has no disk tier. */
 kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err);
-/* The step's loads, before its copies; the first failure is returned
- * (KVS_ERR_CORRUPT naming the block) after every load was tried, its
- * staging slot zeroed and its file removed. */
-kvs_status kvs_node_disk_before(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
-                                kvs_error *err);
-/* The step's stores, after its copies (waits for them on a device). A
+/* The step's disk reads and writes, in journal order, after its row moves
+ * (each through the tables' bounce buffer, waited for). A read that fails
+ * leaves zeroed rows in its page, removes the block's file and is
+ * returned (KVS_ERR_CORRUPT naming the block) after every entry ran; a
  * failed write is counted (write_failures), not returned: the block is
  * then missing on this rank, which its read would report. */
-kvs_status kvs_node_disk_after(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
-                               kvs_error *err);
+kvs_status kvs_node_disk_io(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
+                            kvs_error *err);
 /* The counts (zero without a disk tier). */
 void kvs_node_disk_counts_get(const struct kvs_node *node, kvs_node_disk_counts *out);
 /* Writes the index-only list (index_only) and frees the tier. */

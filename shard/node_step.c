@@ -101,22 +101,13 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
     }
     rows.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
   }
-  /* The disk tier's reads fill their staging slots before the copies. */
-  kvs_status disk = kvs_node_disk_before(node, r.info.entries_at, r.info.entries, &local);
-  kvs_error disk_err = local;
-  kvs_error_clear(&local);
   kvs_table_step_args args = {step, r.info.entries_at, r.info.entries,
                               node->table_reads_device_entries ? r.info.device_message : NULL,
                               &rows};
   kvs_table_step_timing timing = {0, 0};
   kvs_status status = kvs_table_step(node->table, &args, &r.ring, &r.event, &timing, &local);
-  if (status == KVS_OK)
-    status = kvs_node_disk_after(node, r.info.entries_at, r.info.entries, &local);
-  if (status == KVS_OK && disk != KVS_OK) {
-    /* The step is whole on this rank, but a block it read is not: say which. */
-    status = disk;
-    local = disk_err;
-  }
+  /* The disk tier's reads and writes, after the step's row moves. */
+  if (status == KVS_OK) status = kvs_node_disk_io(node, r.info.entries_at, r.info.entries, &local);
   if (event != NULL) *event = r.event;
   node->stats.apply_ns += timing.apply_ns;
   node->stats.ring_ns += timing.ring_ns;

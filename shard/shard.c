@@ -189,7 +189,7 @@ kvs_status kvs_shard_create(kvs_comm_t comm, const kvs_pool_sizes *sizes,
   pool_options.prefix_align = options->prefix_align;
   pool_options.host_pages = options->host_pages;
   pool_options.disk_pages = options->disk_pages;
-  pool_options.disk_staging = options->disk_staging;
+  pool_options.disk_stores_per_step = options->disk_stores_per_step;
   /* Only the leader journals; a follower's changes arrive by step. */
   pool_options.journal_capacity = shard->leader ? capacity : 0;
   /* Every rank replays whatever the leader journals: a follower's replay
@@ -479,7 +479,8 @@ kvs_status kvs_shard_step_with(kvs_shard_t shard, uint64_t step, const void *app
   }
 
   /* Leader: cached blocks the disk tier lacks are written with this step,
-   * within its staging slots and the journal's room (no disk tier: none). */
+   * within a step's share of writes and the journal's room (no disk tier:
+   * none). */
   if (kvs_window_pool_prefix_enabled(shard->pool)) {
     status = kvs_window_pool_prefix_write_back(shard->pool, NULL, err);
     if (status != KVS_OK) return status;

@@ -56,17 +56,17 @@ typedef struct kvs_shard *kvs_shard_t;
 #define KVS_SHARD_MAX_RANKS 65535
 
 typedef struct kvs_shard_options {
-  size_t size;           /* sizeof(kvs_shard_options) */
-  uint64_t max_running;  /* concurrent requests: the pool's reserve, the capacity */
-  bool radix;            /* the pool's cache mode */
-  size_t step_capacity;  /* journal entries per step; 0: kvs_shard_step_capacity_for */
-  uint64_t check_every;  /* steps between digest checks; 0: on demand only */
-  bool check_integrity;  /* each check also runs the pool's integrity check */
-  bool prefix_cache;     /* the pool keeps a prefix cache (pool/window_pool.h) */
-  uint64_t prefix_align; /* its hits' alignment in tokens (the ratios' lcm) */
-  uint64_t host_pages;   /* the prefix cache's host tier (0: none) */
-  uint64_t disk_pages;   /* its disk tier (0: none) */
-  uint64_t disk_staging; /* a step's disk reads and writes at most */
+  size_t size;                   /* sizeof(kvs_shard_options) */
+  uint64_t max_running;          /* concurrent requests: the pool's reserve, the capacity */
+  bool radix;                    /* the pool's cache mode */
+  size_t step_capacity;          /* journal entries per step; 0: kvs_shard_step_capacity_for */
+  uint64_t check_every;          /* steps between digest checks; 0: on demand only */
+  bool check_integrity;          /* each check also runs the pool's integrity check */
+  bool prefix_cache;             /* the pool keeps a prefix cache (pool/window_pool.h) */
+  uint64_t prefix_align;         /* its hits' alignment in tokens (the ratios' lcm) */
+  uint64_t host_pages;           /* the prefix cache's host tier (0: none) */
+  uint64_t disk_pages;           /* its disk tier (0: none) */
+  uint64_t disk_stores_per_step; /* blocks a step writes to it at most */
   /* Bytes of the application area each step message carries from the
    * leader (kvs_shard_step_with; 0: none), the same on every rank. */
   size_t app_capacity;

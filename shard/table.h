@@ -283,9 +283,17 @@ kvs_status kvs_table_host_tier_chunked(kvs_table_t table, const kvs_device_layou
 /* Slot `slot`'s memory (slot bytes) and the tier's shape; NULL without a
  * tier or past its slots. Moves still queued on a device may be writing
  * it: sync first. */
-/* The same, writable: a staging slot the node fills from its disk tier
- * before the step's copies read it. */
-unsigned char *kvs_table_host_tier_slot_mut(struct kvs_table *table, uint64_t slot);
+/* One slot's worth of the table's host memory (pinned on a device), made
+ * once and kept until the table goes: the disk tier's buffer, through
+ * which a block's rows pass between a page and the store. NULL when the
+ * table keeps no rows or cannot allocate it (err says why). */
+unsigned char *kvs_table_bounce(struct kvs_table *table, kvs_error *err);
+/* Copies full page `full_page`'s rows (every span of a slot, in slot
+ * order) into `buffer` (into_page false) or from it into the page, and
+ * waits for the copy: the page's earlier work is done first, and the
+ * buffer may be reused at once. */
+kvs_status kvs_table_page_rows(struct kvs_table *table, uint64_t full_page, unsigned char *buffer,
+                               bool into_page, kvs_error *err);
 const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
                                               uint64_t *slot_bytes, uint64_t *slots);
 

@@ -41,6 +41,8 @@ struct kvs_table {
   uint64_t tier_slots, slot_bytes;
   kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
   size_t n_spans;
+  unsigned char *bounce; /* kvs_table_bounce's slot (NULL: not made) */
+  uint64_t bounce_bytes;
   kvs_row_copy copies[KVS_TABLE_COPY_BATCH];
   kvs_table_row_stats row_stats;
 };

@@ -172,7 +172,24 @@ kvs_status kvs_table_host_tier_chunked(kvs_table_t table, const kvs_device_layou
   return KVS_OK;
 }
 
+unsigned char *kvs_table_bounce(struct kvs_table *t, kvs_error *err) {
+  if (t == NULL || t->base == NULL || t->ops->host_alloc == NULL) {
+    kvs_error_set(err, KVS_ERR_UNSUPPORTED, "the table keeps no rows to move");
+    return NULL;
+  }
+  if (t->bounce != NULL) return t->bounce;
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < t->n_spans; s++) bytes += t->spans[s].count * t->spans[s].width;
+  void *memory = NULL;
+  if (bytes == 0 || t->ops->host_alloc(t->impl, bytes, &memory, err) != KVS_OK) return NULL;
+  t->bounce = memory;
+  t->bounce_bytes = bytes;
+  return t->bounce;
+}
+
 void kvs_table_host_tier_free(struct kvs_table *table) {
+  if (table->bounce != NULL) table->ops->host_free(table->impl, table->bounce, table->bounce_bytes);
+  table->bounce = NULL;
   if (table->chunks != NULL) {
     free_chunks(table, table->chunks, table->n_chunks, table->chunk_slots, table->tier_slots,
                 table->slot_bytes);
@@ -184,11 +201,6 @@ void kvs_table_host_tier_free(struct kvs_table *table) {
 /* Slot s's memory: chunk s / chunk_slots, whole slots in each. */
 static unsigned char *slot_memory(const struct kvs_table *t, uint64_t slot) {
   return t->chunks[slot / t->chunk_slots] + (slot % t->chunk_slots) * t->slot_bytes;
-}
-
-unsigned char *kvs_table_host_tier_slot_mut(struct kvs_table *table, uint64_t slot) {
-  if (table == NULL || table->chunks == NULL || slot >= table->tier_slots) return NULL;
-  return slot_memory(table, slot);
 }
 
 const unsigned char *kvs_table_host_tier_slot(const struct kvs_table *table, uint64_t slot,
@@ -277,10 +289,10 @@ static kvs_status queue(struct kvs_table *t, size_t *queued, kvs_row_copy c, kvs
   return *queued == KVS_TABLE_COPY_BATCH ? flush(t, queued, err) : KVS_OK;
 }
 
-/* A spill or fetch: one strided copy per span, a run per layer. */
-static kvs_status queue_move(struct kvs_table *t, const kvs_host_move *m, size_t *queued,
-                             kvs_error *err) {
-  unsigned char *slot = slot_memory(t, m->slot);
+/* A spill or fetch between a page and `slot` (a host slot, or the
+ * bounce): one strided copy per span, a run per layer. */
+static kvs_status queue_page(struct kvs_table *t, const kvs_host_move *m, unsigned char *slot,
+                             size_t *queued, kvs_error *err) {
   kvs_status status = KVS_OK;
   for (size_t s = 0; s < t->n_spans && status == KVS_OK; s++) {
     const kvs_table_span_rows *r = &t->spans[s];
@@ -295,6 +307,12 @@ static kvs_status queue_move(struct kvs_table *t, const kvs_host_move *m, size_t
     status = queue(t, queued, c, err);
     slot += r->count * r->width;
   }
+  return status;
+}
+
+static kvs_status queue_move(struct kvs_table *t, const kvs_host_move *m, size_t *queued,
+                             kvs_error *err) {
+  kvs_status status = queue_page(t, m, slot_memory(t, m->slot), queued, err);
   if (m->fetch) {
     t->row_stats.fetches++;
   } else {
@@ -353,6 +371,27 @@ static kvs_status queue_ring(struct kvs_table *t, const row_entry *e, size_t *qu
   } else {
     t->row_stats.restores++;
   }
+  return status;
+}
+
+kvs_status kvs_table_page_rows(struct kvs_table *t, uint64_t full_page, unsigned char *buffer,
+                               bool into_page, kvs_error *err) {
+  if (t == NULL || buffer == NULL || t->base == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_page_rows: %s",
+                         t == NULL || t->base == NULL ? "the table keeps no rows" : "no buffer");
+  }
+  if (full_page >= t->dims.full_token / t->dims.page) {
+    return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE, "full page %llu is past the table's %llu",
+                         (unsigned long long)full_page,
+                         (unsigned long long)(t->dims.full_token / t->dims.page));
+  }
+  kvs_host_move m = {into_page, full_page, 0};
+  size_t queued = 0;
+  uint64_t start = kvs_now_ns();
+  kvs_status status = queue_page(t, &m, buffer, &queued, err);
+  if (status == KVS_OK) status = flush(t, &queued, err);
+  if (status == KVS_OK && t->ops->sync != NULL) status = t->ops->sync(t->impl, err);
+  t->row_stats.copy_ns += kvs_now_ns() - start;
   return status;
 }
 

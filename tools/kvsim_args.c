@@ -84,6 +84,11 @@ static const char usage_flags[] =
     "                          prefix policy the trace's requests reuse pages under\n"
     "  --host-bandwidth GBPS   each GPU's host link for those copies, (0, 10000] GB/s\n"
     "                          (default 50); a fetching request waits for its copy\n"
+    "  --disk-path DIR         the --disk-cache tier's folder: each rank's index of it\n"
+    "                          (DIR/rank-r) is kept there and found again by the next run\n"
+    "  --disk-bandwidth GBPS   each machine's disk read rate for the tier, (0, 10000] GB/s\n"
+    "                          (default 5); a block read from disk waits for it, then\n"
+    "                          for its host copy\n"
     "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
     "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"
     "                          after step S (S < --steps); the next check must name it\n"
@@ -196,6 +201,7 @@ static void set_defaults(kvsim_args *a, bool local) {
   a->step_ms = 50.0;
   a->prefix_cache = KVS_PREFIX_POLICY_KVSHARD;
   a->host_bandwidth = 50.0;
+  a->disk_bandwidth = 5.0;
   a->kv_dtype = KVS_KV_BF16;
 }
 
@@ -372,7 +378,9 @@ static int deploy_flag(parser *p, const kvs_deploy_flag *f, const char *flag, co
   if (value == NULL || kvs_deploy_flag_apply(&p->a->deploy, f, said, value, &err) != KVS_OK) {
     return parse_error(p, flag, &err, value);
   }
-  if (f->id == KVS_DEPLOY_HOST_CACHE) p->a->have_trace_flags = true;
+  if (f->id == KVS_DEPLOY_HOST_CACHE || f->id == KVS_DEPLOY_DISK_CACHE) {
+    p->a->have_trace_flags = true;
+  }
   return 0;
 }
 
@@ -407,6 +415,17 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
   if (strcmp(flag, "--step-ms") == 0) {
     a->have_trace_flags = true;
     return number_arg(p, flag, value, 1e-6, 3600000.0, "milliseconds in (0, 3600000]", &a->step_ms);
+  }
+  if (strcmp(flag, "--disk-bandwidth") == 0) {
+    a->have_trace_flags = true;
+    a->have_disk_bandwidth = true;
+    return number_arg(p, flag, value, 1e-3, 10000.0, "GB/s in (0, 10000]", &a->disk_bandwidth);
+  }
+  if (strcmp(flag, "--disk-path") == 0) {
+    a->have_trace_flags = true;
+    if (value == NULL || value[0] == '\0') return bad_arg(p, flag, value, "a folder");
+    a->disk_path = value;
+    return 0;
   }
   if (strcmp(flag, "--host-bandwidth") == 0) {
     a->have_trace_flags = true;
@@ -478,6 +497,8 @@ static const struct {
     {"--step-ms", BOTH},
     {"--prefix-cache", BOTH},
     {"--host-bandwidth", BOTH},
+    {"--disk-path", BOTH},
+    {"--disk-bandwidth", BOTH},
     {"--kv-dtype", BOTH},
     {"--inject-cache-divergence", BOTH},
 };
@@ -579,8 +600,9 @@ static int check_conflicts(const parser *p) {
     conflict = "--inject-slot-divergence moves a request slot; per-page rings have none";
   } else if (a->trace == NULL && (a->have_trace_flags || a->inject_cache)) {
     conflict =
-        "--trace-block, --step-ms, --prefix-cache, --host-cache, --host-bandwidth and "
-        "--inject-cache-divergence need --trace FILE";
+        "--trace-block, --step-ms, --prefix-cache, --host-cache, --host-bandwidth, "
+        "--disk-cache, --disk-path, --disk-bandwidth and --inject-cache-divergence need --trace "
+        "FILE";
   } else if (a->trace != NULL && p->have_arrival_rate) {
     conflict =
         "--arrival-rate has no effect under --trace (the trace's timestamps are the arrivals): "
@@ -601,6 +623,13 @@ static int check_conflicts(const parser *p) {
     conflict = "--host-cache is kvshard's tier: it needs --prefix-cache kvshard";
   } else if (a->have_host_bandwidth && host_cache == 0) {
     conflict = "--host-bandwidth prices the host tier's copies: give --host-cache too";
+  } else if (a->deploy.disk_cache > 0 && a->prefix_cache != KVS_PREFIX_POLICY_KVSHARD) {
+    conflict = "--disk-cache is kvshard's tier: it needs --prefix-cache kvshard";
+  } else if ((a->deploy.disk_cache > 0) != (a->disk_path != NULL)) {
+    conflict = a->disk_path != NULL ? "--disk-path is the disk tier's folder: give --disk-cache too"
+                                    : "--disk-cache needs its folder: give --disk-path DIR";
+  } else if (a->have_disk_bandwidth && a->deploy.disk_cache == 0) {
+    conflict = "--disk-bandwidth prices the disk tier's reads: give --disk-cache too";
   }
   if (conflict == NULL) return check_requests(p);
   if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);

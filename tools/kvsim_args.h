@@ -56,7 +56,7 @@ enum {
    KVS_DEPLOY_BIT(KVS_DEPLOY_TP) | KVS_DEPLOY_BIT(KVS_DEPLOY_PP) |                 \
    KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET) | KVS_DEPLOY_BIT(KVS_DEPLOY_BUDGET_PER_GPU) | \
    KVS_DEPLOY_BIT(KVS_DEPLOY_MEM_FRACTION) | KVS_DEPLOY_BIT(KVS_DEPLOY_RESERVE) |  \
-   KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE))
+   KVS_DEPLOY_BIT(KVS_DEPLOY_HOST_CACHE) | KVS_DEPLOY_BIT(KVS_DEPLOY_DISK_CACHE))
 
 typedef struct kvsim_args {
   kvs_deploy_flags deploy; /* --topology, --nodes, --tp, --pp, budgets, --host-cache */
@@ -105,6 +105,9 @@ typedef struct kvsim_args {
   int prefix_cache;      /* KVS_PREFIX_POLICY_* (kvshard with a trace) */
   double host_bandwidth; /* GB/s of the host link the tier's copies take (50) */
   bool have_host_bandwidth;
+  const char *disk_path; /* --disk-path: the disk tier's folder */
+  double disk_bandwidth; /* GB/s a machine's disk reads the tier at (5) */
+  bool have_disk_bandwidth;
   bool have_trace_flags; /* --trace-block, --step-ms, --prefix-cache or a host flag given */
   kvs_kv_dtype kv_dtype; /* --kv-dtype (bf16) */
   bool inject_cache;     /* --inject-cache-divergence RANK:STEP */

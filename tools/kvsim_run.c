@@ -273,6 +273,9 @@ static void node_options(run *r, kvs_node_options *o) {
   o->kv_dtype = a->kv_dtype;
   o->prefix_cache = a->trace != NULL && a->prefix_cache != KVS_PREFIX_POLICY_NONE;
   o->host_cache_bytes = a->deploy.host_cache;
+  o->disk_cache_bytes = a->deploy.disk_cache;
+  o->disk_path = a->disk_path;
+  o->model_name = a->model != NULL ? a->model : "dsv4-flash";
   /* kvsim prices the copies by --host-bandwidth; its tables hold no KV. */
   o->index_only = true;
   o->state_rings = a->state_rings;
@@ -512,6 +515,26 @@ static int setup_node(run *r) {
       if (bytes > share) share = bytes;
     }
     r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
+  }
+  if (r->a->deploy.disk_cache > 0) {
+    /* A machine's disk reads every one of its ranks' share of a block:
+     * the deployment's bytes a block over its machines. */
+    kvs_deployment_t plan = kvs_deployment(r->node);
+    uint64_t total = 0;
+    for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
+      total += kvs_deployment_rank_host_bytes(plan, k);
+    }
+    uint64_t hosts = r->a->deploy.nodes > 0 ? r->a->deploy.nodes : 1;
+    r->wo.disk_ms_per_page = (double)total / (double)hosts / (r->a->disk_bandwidth * 1e6);
+    if (r->a->deploy.host_cache == 0) {
+      /* The read block's copy to the GPU takes the host link all the same. */
+      uint64_t share = 0;
+      for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
+        uint64_t bytes = kvs_deployment_rank_host_bytes(plan, k);
+        if (bytes > share) share = bytes;
+      }
+      r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
+    }
   }
   if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
     if (r->speaker) fprintf(stderr, "kvsim: %s\n", err.message);
@@ -832,6 +855,20 @@ static void print_summary(run *r, const kvs_shard_stats *s, const double *us, do
               c.hit_tokens - c.host_hit_tokens, c.spills, c.host_drops, c.host_copy_ms / 1000.0,
               r->a->host_bandwidth, c.host_hit_fallbacks, c.host_hit_attempts);
     }
+    if (c.disk_slots > 0) {
+      kvs_node_prefix_counts pc;
+      pc.size = sizeof pc;
+      kvs_node_prefix_stats(r->node, &pc, NULL);
+      fprintf(human,
+              "kvsim: disk tier of %" PRIu64 " pages (%" PRIu64 " tokens): %" PRIu64
+              " found at start (%" PRIu64 " refused), %" PRIu64
+              " of the hit tokens read from it"
+              " (%.1f simulated s at %g GB/s), %" PRIu64 " blocks written (%" PRIu64
+              " evicted before their write), %" PRIu64 " let go\n",
+              c.disk_slots, c.disk_slots * kvs_node_page(r->node), pc.disk_agreed, pc.disk_refused,
+              c.disk_hit_tokens, c.disk_read_ms / 1000.0, r->a->disk_bandwidth, c.stores,
+              c.store_missed, c.disk_drops);
+    }
     fprintf(human,
             "kvsim: %.1f simulated s from the first arrival (%" PRIu64
             " steps of %g ms run, %" PRIu64
@@ -955,6 +992,27 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
     json_object_set_new(p, "host_copy_s", json_real(c.host_copy_ms / 1000.0));
     json_object_set_new(p, "host_hit_attempts", kvs_json_u64(c.host_hit_attempts));
     json_object_set_new(p, "host_hit_fallbacks", kvs_json_u64(c.host_hit_fallbacks));
+    if (c.disk_slots > 0) {
+      kvs_node_prefix_counts pc;
+      pc.size = sizeof pc;
+      kvs_node_prefix_stats(r->node, &pc, NULL);
+      json_t *d = json_object();
+      json_object_set_new(d, "pages", kvs_json_u64(c.disk_slots));
+      json_object_set_new(d, "tokens", kvs_json_u64(c.disk_slots * kvs_node_page(r->node)));
+      json_object_set_new(d, "blocks", kvs_json_u64(c.disk_blocks));
+      json_object_set_new(d, "found_at_start", kvs_json_u64(pc.disk_found));
+      json_object_set_new(d, "refused_at_start", kvs_json_u64(pc.disk_refused));
+      json_object_set_new(d, "agreed_at_start", kvs_json_u64(pc.disk_agreed));
+      json_object_set_new(d, "stores", kvs_json_u64(c.stores));
+      json_object_set_new(d, "store_missed", kvs_json_u64(c.store_missed));
+      json_object_set_new(d, "drops", kvs_json_u64(c.disk_drops));
+      json_object_set_new(d, "hit_tokens", kvs_json_u64(c.disk_hit_tokens));
+      json_object_set_new(d, "read_s", json_real(c.disk_read_ms / 1000.0));
+      json_object_set_new(d, "bandwidth_gbps", json_real(r->a->disk_bandwidth));
+      double sim_s = simulated_s(r, &c);
+      json_object_set_new(d, "stores_per_s", json_real(sim_s > 0 ? (double)c.stores / sim_s : 0));
+      json_object_set_new(p, "disk", d);
+    }
     json_object_set_new(p, "evictions", kvs_json_u64(c.evictions));
     json_object_set_new(p, "peak_cached_tokens",
                         kvs_json_u64(c.peak_cached_pages * kvs_node_page(r->node)));

@@ -82,6 +82,8 @@ struct kvs_workload {
   uint64_t fetched;     /* host-tier blocks fetched since the last acquire learned */
   uint64_t fetch_for;   /* the request that acquire was for (+ 1; 0: none) */
   uint64_t fetch_count; /* and how many blocks it fetched */
+  uint64_t load_count;  /* of them, read from the disk tier */
+  uint64_t loaded;      /* disk reads journaled since the last acquire */
   uint64_t deferred;    /* the request whose host hit last waited a step (+ 1; 0: none) */
 };
 
@@ -971,7 +973,13 @@ static kvs_status start_request(struct kvs_workload *w, uint64_t id, uint64_t sl
   r->reprefill_left = writes ? w->o.reprefill_tokens : 0;
   /* Its blocks from the host tier are copied back before it computes. */
   uint64_t fetched = w->fetch_for == id + 1 ? w->fetch_count : 0;
-  double copy_ms = (double)fetched * w->o.host_ms_per_page;
+  uint64_t loaded = w->fetch_for == id + 1 ? w->load_count : 0;
+  /* A block from disk is read into host memory, then copied back as a
+   * host block is. */
+  double read_ms = (double)loaded * w->o.disk_ms_per_page;
+  double copy_ms = (double)fetched * w->o.host_ms_per_page + read_ms;
+  w->c.disk_hit_tokens += loaded * P;
+  w->c.disk_read_ms += read_ms;
   r->copy_steps = copy_ms > 0 ? (uint64_t)ceil(copy_ms / w->o.step_ms) : 0;
   w->c.host_hit_tokens += fetched * P;
   w->c.host_copy_ms += copy_ms;
@@ -1006,7 +1014,7 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
         uint64_t base = page * w->page;
         w->cached[page] = 0;
         kvs_free_list_free(w->full_free, &base, 1, NULL);
-      } else if (op == KVS_PREFIX_OP_FETCH) {
+      } else if (op == KVS_PREFIX_OP_FETCH || op == KVS_PREFIX_OP_LOAD) {
         /* A page the same step's eviction just gave back. */
         uint64_t base = page * w->page;
         if (kvs_free_list_take(w->full_free, base, NULL) != KVS_OK) {
@@ -1016,11 +1024,14 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
                                (unsigned long long)page);
         }
         w->fetched++;
+        if (op == KVS_PREFIX_OP_LOAD) w->loaded++;
       } else if (op == KVS_PREFIX_OP_ACQUIRE && operand >= 0) {
         note_acquire(w, (uint64_t)operand, (int64_t)page, false);
         w->fetch_for = (uint64_t)operand + 1;
         w->fetch_count = w->fetched;
+        w->load_count = w->loaded;
         w->fetched = 0;
+        w->loaded = 0;
       } else if (op == KVS_PREFIX_OP_TAIL && operand >= 0) {
         note_acquire(w, (uint64_t)operand, -1, true);
       }
@@ -1046,6 +1057,11 @@ kvs_status kvs_workload_learn(kvs_workload_t w, const kvs_journal_entry *entries
     w->c.spills = stats.spills;
     w->c.host_drops = stats.host_drops;
     w->c.host_slots = stats.host_slots;
+    w->c.disk_slots = stats.disk_slots;
+    w->c.disk_blocks = stats.disk_blocks;
+    w->c.stores = stats.stores;
+    w->c.disk_drops = stats.disk_drops;
+    w->c.store_missed = stats.store_missed;
     if (stats.nodes > w->c.peak_cached_pages) w->c.peak_cached_pages = stats.nodes;
   }
   return KVS_OK;

@@ -69,6 +69,9 @@ typedef struct kvs_workload_options {
    * (its bytes over the host link's bandwidth; 0: free). A request whose
    * hit fetched blocks computes nothing for the steps that copy takes. */
   double host_ms_per_page;
+  /* Simulated milliseconds to read one full page from the disk tier into
+   * its staging slot (then copied back as a host block). */
+  double disk_ms_per_page;
 } kvs_workload_options;
 
 enum {
@@ -79,7 +82,7 @@ enum {
 };
 
 #define KVS_WORKLOAD_OPTIONS_INIT \
-  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0, 0.0 }
+  { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0, 0.0, 0.0 }
 
 /* Longest request the options can produce (prompt_max + gen_max): the
  * max_seq_len the budget's working-set floor needs. */
@@ -134,6 +137,12 @@ typedef struct kvs_workload_counters {
    * journal carries what was taken, not what was tried). */
   uint64_t host_hit_attempts;
   uint64_t host_hit_fallbacks;
+  /* The disk tier: of host_hit_tokens, those read from it; the simulated
+   * time those reads took; its pages, blocks, writes and drops, and the
+   * leader's blocks evicted before their write. */
+  uint64_t disk_hit_tokens;
+  double disk_read_ms;
+  uint64_t disk_slots, disk_blocks, stores, disk_drops, store_missed;
 } kvs_workload_counters;
 
 /* Collective bookkeeping after each step, every rank: with a trace, the

@@ -35,7 +35,8 @@ NODE_OPTIONS = dict(_MODEL, **_MACHINE, **{
     "device": "str", "cuda_device": "int", "stream": "stream", "no_stream": "flag",
     "step_backend": "str",
     "cuda_graphs": "switch", "check_every": "int", "check_integrity": "switch",
-    "digest_steps": "flag", "prefix_cache": "flag", "host_cache": "bytes", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
+    "digest_steps": "flag", "prefix_cache": "flag", "host_cache": "bytes", "disk_cache": "bytes", "disk_path": "str",
+    "disk_model": "str", "max_batch": "int", "step_capacity": "int", "bind_numa": "switch",
     "carry_batch": "flag", "max_payload_bytes": "int", "explicit_release": "flag",
     "local_rank": "int", "host_index": "int", "host": "str",
 })

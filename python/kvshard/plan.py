@@ -74,6 +74,7 @@ PLAN_OPTIONS = dict(_MODEL, **_MEMORY, **{
     "budget": "bytes", "budget_per_gpu": "bytes_list", "weights": "bytes",
     "weights_per_gpu": "bytes_list", "launch": "flag", "prefix_cache": "flag",
     "host_cache": "bytes",
+    "disk_cache": "bytes",
 })
 FIT_OPTIONS = dict(_MODEL, **_MEMORY, **{
     "context": "tokens", "concurrency": "int", "max_concurrency": "flag",

@@ -197,8 +197,8 @@ TEST(DeployFlags, every_size_flag_follows_the_unit_rule) {
       EXPECT_NE(std::string(err.message).find("above 0"), std::string::npos) << err.message;
     }
   }
-  EXPECT_EQ(sizes,
-            11u);  // budget(s), reserve, weights (5), gpu memory, free before load, host tier
+  EXPECT_EQ(sizes, 12u);  // budget(s), reserve, weights (5), gpu memory, free before load, host
+                          // and disk tiers
 }
 
 // The planner example: a bare --weights-total 149 counted 149 bytes
