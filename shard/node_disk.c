@@ -33,6 +33,7 @@ struct kvs_node_disk {
   uint64_t slots;
   uint64_t *held;     /* disk slot -> the chain its file holds (rows only) */
   uint8_t *held_used; /* ... when it holds one */
+  bool seeded;        /* the pool's tier holds the agreed list: a list to write at the end */
   kvs_node_disk_counts counts;
 };
 
@@ -133,7 +134,10 @@ static kvs_status read_manifest(struct kvs_node *node, uint64_t **chains, size_t
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof m ||
       read(fd, &m, sizeof m) != (ssize_t)sizeof m || m.magic != MANIFEST_MAGIC ||
       m.count > ((uint64_t)st.st_size - sizeof m) / sizeof(uint64_t)) {
-    status = kvs_error_set(err, KVS_ERR_CORRUPT, "%s is not a disk tier's index-only list", path);
+    /* Nothing of it is used; the run starts with an empty tier and
+     * writes a whole list when it ends. */
+    fprintf(stderr, "kvshard: rank %d: %s is not a disk tier's index-only list: ignored\n",
+            node->rank, path);
   } else if (m.geometry != want.geometry || m.page != want.page || m.layers != want.layers ||
              m.model != want.model) {
     fprintf(stderr, "kvshard: rank %d: %s: %llu blocks refused: cached under another %s\n",
@@ -150,9 +154,12 @@ static kvs_status read_manifest(struct kvs_node *node, uint64_t **chains, size_t
       status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu chains",
                              (unsigned long long)m.count);
     } else if (read(fd, *chains, want_bytes) != (ssize_t)want_bytes) {
-      status = kvs_error_set(err, KVS_ERR_CORRUPT, "%s is truncated", path);
+      fprintf(stderr, "kvshard: rank %d: %s is truncated: ignored\n", node->rank, path);
+      free(*chains);
+      *chains = NULL;
     } else {
       *n = (size_t)m.count;
+      node->disk->counts.found = m.count;
     }
   }
   close(fd);
@@ -334,6 +341,7 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
     status = kvs_window_pool_prefix_disk_seed(pool_of(node), chains + skip, n - skip, err);
     if (status == KVS_OK) {
       d->counts.agreed = n - skip;
+      d->seeded = true;
       settle_files(node, chains + skip, n - skip);
     }
   }
@@ -490,7 +498,7 @@ static void write_manifest(struct kvs_node *node) {
 void kvs_node_disk_close(struct kvs_node *node) {
   struct kvs_node_disk *d = node->disk;
   if (d == NULL) return;
-  if (node->options.index_only && node->shard != NULL) write_manifest(node);
+  if (node->options.index_only && d->seeded) write_manifest(node);
   kvs_block_store_destroy(d->store);
   free(d->held);
   free(d->held_used);

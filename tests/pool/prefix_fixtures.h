@@ -17,7 +17,7 @@ namespace kvs_test {
 // cache whose hits align to `align` tokens, a journal of `journal`
 // entries (0: none, as a follower's) and `host` host-tier pages.
 inline Pool prefix_pool(uint64_t pages, uint64_t win_pages, uint64_t align, size_t journal,
-                        uint64_t host = 0) {
+                        uint64_t host = 0, uint64_t disk = 0, uint64_t stores_per_step = 32) {
   kvs_pool_sizes s = sizes(pages, args(), 0.5, win_pages);
   kvs_window_pool_options options = KVS_WINDOW_POOL_OPTIONS_INIT;
   options.max_running = 4;
@@ -25,6 +25,8 @@ inline Pool prefix_pool(uint64_t pages, uint64_t win_pages, uint64_t align, size
   options.prefix_cache = true;
   options.prefix_align = align;
   options.host_pages = host;
+  options.disk_pages = disk;
+  options.disk_stores_per_step = disk > 0 ? stores_per_step : 0;
   kvs_window_pool_t pool = nullptr;
   kvs_error err;
   EXPECT_EQ(kvs_window_pool_create(&s, &options, &pool, &err), KVS_OK) << err.message;
@@ -33,9 +35,10 @@ inline Pool prefix_pool(uint64_t pages, uint64_t win_pages, uint64_t align, size
 
 struct PrefixPair {
   Pool leader, follower;
-  PrefixPair(uint64_t align, uint64_t pages, uint64_t win, uint64_t host = 0)
-      : leader(prefix_pool(pages, win, align, 4096, host)),
-        follower(prefix_pool(pages, win, align, 0, host)) {}
+  PrefixPair(uint64_t align, uint64_t pages, uint64_t win, uint64_t host = 0, uint64_t disk = 0,
+             uint64_t stores_per_step = 32)
+      : leader(prefix_pool(pages, win, align, 4096, host, disk, stores_per_step)),
+        follower(prefix_pool(pages, win, align, 0, host, disk, stores_per_step)) {}
   // What the leader journaled since the last drain.
   std::vector<kvs_journal_entry> drain() {
     std::vector<kvs_journal_entry> entries(4096);
@@ -44,8 +47,10 @@ struct PrefixPair {
     entries.resize(n);
     return entries;
   }
-  // Ships the leader's journal to the follower; both must agree after.
+  // Ships the leader's journal to the follower (after the leader's disk
+  // writes, as the shard does before each step); both must agree after.
   void step() {
+    ASSERT_EQ(kvs_window_pool_prefix_write_back(leader.get(), nullptr, nullptr), KVS_OK);
     std::vector<kvs_journal_entry> entries = drain();
     kvs_error err;
     ASSERT_EQ(kvs_window_pool_apply(follower.get(), entries.data(), entries.size(), &err), KVS_OK)
