@@ -224,13 +224,16 @@ class NodePrefixHit(ctypes.Structure):
         ("reprefill", ctypes.c_bool),
         ("host_pages", ctypes.c_uint64),
         ("stamp", ctypes.c_uint64),
+        ("disk_pages", ctypes.c_uint64),
     ]
 
 
 class NodePrefixCounts(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
         "blocks", "tails", "holds", "refs", "evictable", "evictions", "tail_drops", "digest",
-        "host_slots", "host_blocks", "spills", "fetches", "host_drops", "host_page_bytes")]
+        "host_slots", "host_blocks", "spills", "fetches", "host_drops", "host_page_bytes",
+        "disk_slots", "disk_blocks", "stores", "loads", "disk_drops", "store_missed", "disk_found",
+        "disk_refused", "disk_agreed", "disk_failures")]
 
 
 class NcclOptions(ctypes.Structure):

@@ -188,7 +188,8 @@ class PrefixHit:
     """What prefix_match found (kvs_node_prefix_hit, fields as in C):
     positions [0, hit_tokens) are reused; block is the hit's last block
     (its full page), -1 for no hit; host_pages > 0: blocks past it are in
-    the host tier (take the hit with prefix_fetch). stamp: which block it was when
+    the host tier or the disk tier (disk_pages of them; take the hit with
+    prefix_fetch). stamp: which block it was when
     matched (acquire and fetch refuse the hit once it left the index).
     pages: the full pages the hit reuses, hit_tokens // page of them, from
     the prompt's first page (-1: a host-tier block, which prefix_fetch
@@ -203,13 +204,15 @@ class PrefixHit:
     host_pages: int
     stamp: int
     pages: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
+    # Of the host_pages blocks, those prefix_fetch reads from the disk tier.
+    disk_pages: int = 0
 
     def _c(self):
         """As the C struct, each field checked against its C type (ctypes
         would cut an int past it: block 2**64 + 3 would name block 3)."""
         fields = {}
         for name in ("matched_pages", "hit_tokens", "reprefill_tokens", "truncated_tokens",
-                     "host_pages", "stamp"):
+                     "host_pages", "stamp", "disk_pages"):
             fields[name] = _count(getattr(self, name), "hit." + name)
         block = c_int(self.block, "hit.block", "int64_t")
         return NodePrefixHit(ctypes.sizeof(NodePrefixHit), block=block,
@@ -233,6 +236,16 @@ class PrefixCounts:
     fetches: int
     host_drops: int
     host_page_bytes: int
+    disk_slots: int
+    disk_blocks: int
+    stores: int
+    loads: int
+    disk_drops: int
+    store_missed: int
+    disk_found: int
+    disk_refused: int
+    disk_agreed: int
+    disk_failures: int
 
 
 _RESULT_NAMES = ("own", "prev", "ring", "csa_loc", "hca_loc")
@@ -449,7 +462,7 @@ class Node:
         return PrefixHit(hit.matched_pages, hit.hit_tokens, hit.reprefill_tokens,
                          hit.truncated_tokens, hit.block, bool(hit.reprefill), hit.host_pages,
                          hit.stamp,
-                         pages[:hit.hit_tokens // self.page].copy())
+                         pages[:hit.hit_tokens // self.page].copy(), hit.disk_pages)
 
     def prefix_acquire(self, request, hit):
         """Leader: request takes a match's hit (one without host_pages)."""

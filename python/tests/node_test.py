@@ -1097,7 +1097,7 @@ PARAMETERS = {
 HIT_FIELDS = {"matched_pages": "uint64_t", "hit_tokens": "uint64_t",
               "reprefill_tokens": "uint64_t", "truncated_tokens": "uint64_t",
               "block": "int64_t", "reprefill": "bool", "host_pages": "uint64_t",
-              "stamp": "uint64_t", "pages": "-"}
+              "stamp": "uint64_t", "pages": "-", "disk_pages": "uint64_t"}
 BATCH_KEYS = {"requests": "uint64_t[]", "positions": "int64_t[]", "block_table": "int32_t[]",
               "window_rows": "bool", "lengths": "int64_t[]"}
 RANGES = {"int": (-(2 ** 31), 2 ** 31 - 1), "int32_t": (-(2 ** 31), 2 ** 31 - 1),
