@@ -782,6 +782,10 @@ typedef struct kvs_node_prefix_counts {
   uint64_t disk_refused;    /* ... refused (another model, geometry or layer range) */
   uint64_t disk_agreed;     /* the blocks every rank held, seeded at creation */
   uint64_t disk_failures;   /* this rank's failed reads and writes */
+  /* This rank's host-tier fetches refused by their seal (the rows' digest
+   * taken at the spill, seeded by the block's chain): their pages got
+   * zeroed rows and the step said which block. */
+  uint64_t host_failures;
 } kvs_node_prefix_counts;
 
 /* Any rank, read-only: the hit keys[0..n) give a prompt of prompt_tokens

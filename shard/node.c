@@ -15,6 +15,7 @@
 #include "shard/rank_word.h"
 #include "shard/node_disk.h"
 #include "shard/node_internal.h"
+#include "shard/node_seal.h"
 #include "shard/plan_overhead.h"
 #include "topology/cuda_probe.h"
 
@@ -345,6 +346,7 @@ static kvs_status gather_budgets(kvs_node_t node, const kvs_memory_budget *own, 
 void kvs_node_destroy(kvs_node_t node) {
   if (node == NULL) return;
   kvs_node_disk_close(node);
+  kvs_node_seal_free(node);
   kvs_shard_destroy(node->shard);
   kvs_table_destroy(node->table);
   if (node->owns_step_comm) kvs_comm_destroy(node->step_comm);

@@ -60,7 +60,8 @@ struct kvs_node {
   int64_t *last_positions; /* range rows' last positions, for the tables */
   int64_t *check_map;      /* the tables' mapping, downloaded by checks */
   kvs_node_stats stats;
-  struct kvs_node_disk *disk; /* the disk tier (node_disk.c); NULL: none */
+  struct kvs_node_disk *disk;   /* the disk tier (node_disk.c); NULL: none */
+  struct kvs_node_seals *seals; /* the host tier's seals (node_seal.c); NULL: none yet */
 };
 
 /* Collective (node.c): every rank says whether its local part of `stage`

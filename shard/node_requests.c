@@ -9,6 +9,7 @@
 
 #include "shard/node_disk.h"
 #include "shard/node_internal.h"
+#include "shard/node_seal.h"
 
 /* A follower refuses every mutation: it would desynchronise the ranks. */
 static kvs_status leader_only(const struct kvs_node *node, const char *call, kvs_error *err) {
@@ -358,6 +359,9 @@ kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_co
     out->disk_refused = d.refused;
     out->disk_agreed = d.agreed;
     out->disk_failures = d.read_failures + d.write_failures;
+    kvs_node_seal_counts seals;
+    kvs_node_seal_counts_get(node, &seals);
+    out->host_failures = seals.failures;
   }
   return KVS_OK;
 }

@@ -11,6 +11,7 @@
 #include "core/mix.h"
 #include "shard/node_disk.h"
 #include "shard/node_internal.h"
+#include "shard/node_seal.h"
 
 /* The ring contexts' digest: rows in batch order, identical on every rank
  * that derived identical slots. */
@@ -101,13 +102,30 @@ static kvs_status step_window(kvs_node_t node, const kvs_ring_batch *window, boo
     }
     rows.slots = kvs_window_pool_request_slots(pool) > 0 ? node->h_slots : NULL;
   }
+  /* The host tier's fetches are checked against their seals first. */
+  kvs_status sealed = kvs_node_seal_check(node, r.info.entries_at, r.info.entries, &local);
+  if (sealed != KVS_OK) {
+    return kvs_error_set(err, sealed, "rank %d, step %llu: %s", node->rank,
+                         (unsigned long long)step, local.message);
+  }
   kvs_table_step_args args = {step, r.info.entries_at, r.info.entries,
                               node->table_reads_device_entries ? r.info.device_message : NULL,
                               &rows};
   kvs_table_step_timing timing = {0, 0};
   kvs_status status = kvs_table_step(node->table, &args, &r.ring, &r.event, &timing, &local);
-  /* The disk tier's reads and writes, after the step's row moves. */
-  if (status == KVS_OK) status = kvs_node_disk_io(node, r.info.entries_at, r.info.entries, &local);
+  /* The host tier's seals, then the disk tier's reads and writes, after
+   * the step's row moves; the first refused block is the step's error
+   * (every entry ran). */
+  if (status == KVS_OK) {
+    kvs_error seal_err;
+    kvs_error_clear(&seal_err);
+    kvs_status seal = kvs_node_seal_take(node, r.info.entries_at, r.info.entries, &seal_err);
+    status = kvs_node_disk_io(node, r.info.entries_at, r.info.entries, &local);
+    if (seal != KVS_OK) {
+      status = seal;
+      local = seal_err;
+    }
+  }
   if (event != NULL) *event = r.event;
   node->stats.apply_ns += timing.apply_ns;
   node->stats.ring_ns += timing.ring_ns;

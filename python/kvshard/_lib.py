@@ -233,7 +233,7 @@ class NodePrefixCounts(ctypes.Structure):
         "blocks", "tails", "holds", "refs", "evictable", "evictions", "tail_drops", "digest",
         "host_slots", "host_blocks", "spills", "fetches", "host_drops", "host_page_bytes",
         "disk_slots", "disk_blocks", "stores", "loads", "disk_drops", "store_missed", "disk_found",
-        "disk_refused", "disk_agreed", "disk_failures")]
+        "disk_refused", "disk_agreed", "disk_failures", "host_failures")]
 
 
 class NcclOptions(ctypes.Structure):

@@ -246,6 +246,7 @@ class PrefixCounts:
     disk_refused: int
     disk_agreed: int
     disk_failures: int
+    host_failures: int
 
 
 _RESULT_NAMES = ("own", "prev", "ring", "csa_loc", "hca_loc")

@@ -165,7 +165,10 @@ inline int64_t slot_holding(kvs_node_t node, const std::vector<char> &bytes) {
 }
 
 // One rank of the flow over a created node (every rank calls it).
-inline void host_rows_round_trip(kvs_node_t node, const NodeMemory &m) {
+// tamper_rank >= 0: that rank flips one byte of page 2's host slot between
+// the spill and the fetch; its fetch step must then refuse the block by its
+// seal (KVS_ERR_CORRUPT naming the slot), zero page 5, and fetch page 6 whole.
+inline void host_rows_round_trip(kvs_node_t node, const NodeMemory &m, int tamper_rank = -1) {
   const int rank = kvs_node_rank(node);
   const bool leader = kvs_node_is_leader(node);
   const uint64_t P = kvs_node_page(node);
@@ -210,6 +213,13 @@ inline void host_rows_round_trip(kvs_node_t node, const NodeMemory &m) {
   EXPECT_GE(slot2, 0) << "rank " << rank << ": page 2's rows are in a slot";
   EXPECT_GE(slot3, 0) << "rank " << rank << ": page 3's rows are in a slot";
   EXPECT_NE(slot2, slot3);
+  const bool tampered = rank == tamper_rank && slot2 >= 0;
+  if (tampered) {
+    uint64_t bytes = 0;
+    unsigned char *memory = const_cast<unsigned char *>(
+        kvs_table_host_tier_slot(kvs_node_table(node), uint64_t(slot2), &bytes, nullptr));
+    memory[bytes / 2] ^= 0x40;
+  }
   // The freed pages are reused: their rows are overwritten.
   const std::vector<char> zeros(want2.size(), 0);
   put_rows(m, p2, zeros);
@@ -227,12 +237,28 @@ inline void host_rows_round_trip(kvs_node_t node, const NodeMemory &m) {
     ASSERT_EQ(kvs_node_admit(node, 2, &slot, &err), KVS_OK) << err.message;
     ASSERT_EQ(kvs_node_prefix_fetch(node, 2, &hit, keys, 3, into, &err), KVS_OK) << err.message;
   }
-  ASSERT_EQ(kvs_node_step(node, nullptr, &r, &err), KVS_OK) << err.message;
+  kvs_status fetched = kvs_node_step(node, nullptr, &r, &err);
   m.sync();
-  EXPECT_TRUE(get_rows(m, page_rows(node, 5)) == want2)
-      << "rank " << rank << ": page 5 holds page 2's rows again";
-  EXPECT_TRUE(get_rows(m, page_rows(node, 6)) == want3)
-      << "rank " << rank << ": page 6 holds page 3's rows again";
+  if (tampered) {
+    ASSERT_EQ(fetched, KVS_ERR_CORRUPT) << err.message;
+    const std::string says = "host slot " + std::to_string(slot2) + " fetched into full page 5";
+    EXPECT_NE(std::string(err.message).find(says), std::string::npos) << err.message;
+    EXPECT_NE(std::string(err.message).find("its rows changed since they were sealed"),
+              std::string::npos)
+        << err.message;
+    EXPECT_TRUE(get_rows(m, page_rows(node, 5)) == zeros) << "refused rows are not used";
+    EXPECT_TRUE(get_rows(m, page_rows(node, 6)) == want3) << "the other block is whole";
+    kvs_node_prefix_counts c{};
+    c.size = sizeof c;
+    ASSERT_EQ(kvs_node_prefix_stats(node, &c, &err), KVS_OK) << err.message;
+    EXPECT_EQ(c.host_failures, 1u);
+  } else {
+    ASSERT_EQ(fetched, KVS_OK) << err.message;
+    EXPECT_TRUE(get_rows(m, page_rows(node, 5)) == want2)
+        << "rank " << rank << ": page 5 holds page 2's rows again";
+    EXPECT_TRUE(get_rows(m, page_rows(node, 6)) == want3)
+        << "rank " << rank << ": page 6 holds page 3's rows again";
+  }
   EXPECT_TRUE(get_rows(m, p2) == zeros) << "a fetch writes only its own pages";
   kvs_node_prefix_counts c{};
   c.size = sizeof c;

@@ -84,6 +84,22 @@ TEST(NodeHostRows, each_rank_spills_its_own_rows_and_fetches_them_into_new_pages
   }
 }
 
+// The seal: rows changed in host memory between the spill and the fetch
+// are refused on the rank that holds them, naming the slot and the page.
+TEST(NodeHostRows, a_slot_changed_after_its_spill_is_refused_by_its_seal) {
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    kvs_test::run_ranks(tp, 20000, [&](int, kvs_comm_t comm) {
+      Small s(tp, KVS_KV_FP8);
+      kvs_node_t node = nullptr;
+      kvs_error err;
+      ASSERT_EQ(kvs_node_create(comm, &s.o, &node, &err), KVS_OK) << err.message;
+      kvs_test::host_rows_round_trip(node, host_memory(), tp - 1);
+      kvs_node_destroy(node);
+    });
+  }
+}
+
 TEST(NodeHostRows, an_index_only_tier_agrees_on_its_slots_and_moves_no_rows) {
   with_node(true, [](kvs_node_t node) {
     EXPECT_EQ(kvs_table_host_tier_slot(kvs_node_table(node), 0, nullptr, nullptr), nullptr);
