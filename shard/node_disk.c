@@ -34,6 +34,10 @@ struct kvs_node_disk {
   uint64_t *held;     /* disk slot -> the chain its file holds (rows only) */
   uint8_t *held_used; /* ... when it holds one */
   kvs_node_disk_counts counts;
+  /* The name every block is signed with, copied at open: the options'
+   * string is the caller's and may go once the node is made (the flags'
+   * copy does, kvs_node_create_flags frees it). */
+  char model[KVS_BLOCK_MODEL_MAX + 1];
 };
 
 static kvs_window_pool_t pool_of(struct kvs_node *node) { return kvs_shard_pool(node->shard); }
@@ -44,9 +48,7 @@ static kvs_block_hash key_of(uint64_t chain) {
 }
 
 /* The model the blocks are signed with: the engine's name for its weights. */
-static const char *model_of(const struct kvs_node *node) {
-  return node->options.model_name != NULL ? node->options.model_name : "";
-}
+static const char *model_of(const struct kvs_node *node) { return node->disk->model; }
 
 /* What this rank requires of a block at `chain` and `depth`. */
 static kvs_status expected_at(const struct kvs_node *node, uint64_t chain, uint64_t depth,
@@ -298,9 +300,22 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
   d->held = calloc((size_t)d->slots, sizeof *d->held);
   d->held_used = calloc((size_t)d->slots, 1);
   int made = snprintf(d->dir, sizeof d->dir, "%s/rank-%d", node->options.disk_path, node->rank);
+  const char *model = node->options.model_name != NULL ? node->options.model_name : "";
+  kvs_block_hash probe = key_of(0);
+  kvs_page_identity id;
+  kvs_error why;
+  kvs_error_clear(&why);
   if (d->held == NULL || d->held_used == NULL) {
     local = kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %llu disk slots",
                           (unsigned long long)d->slots);
+  } else if (strlen(model) >= sizeof d->model ||
+             kvs_page_slot_identity(node->layout, node->options.kv_dtype, model, &probe, 0, &id,
+                                    &why) != KVS_OK) {
+    /* Refused now rather than by every write. */
+    local = kvs_error_set(
+        &local_err, KVS_ERR_INVALID_ARGUMENT,
+        "options.model_name (--disk-model) cannot sign the disk tier's blocks: %s",
+        strlen(model) >= sizeof d->model ? "it is longer than 255 bytes" : why.message);
   } else if (made < 0 || (size_t)made >= sizeof d->dir) {
     local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
                           "options.disk_path (--disk-path) is too long");
@@ -313,13 +328,12 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
     }
   } else {
     kvs_block_store_options so = KVS_BLOCK_STORE_OPTIONS_INIT;
-    kvs_error why;
-    kvs_error_clear(&why);
     if (kvs_block_store_create(d->dir, &so, &d->store, NULL, &why) != KVS_OK) {
       local =
           kvs_error_set(&local_err, why.status, "options.disk_path (--disk-path): %s", why.message);
     }
   }
+  if (local == KVS_OK) memcpy(d->model, model, strlen(model) + 1);
   uint64_t *chains = NULL;
   size_t n = 0;
   if (local == KVS_OK) local = local_chains(node, &chains, &n, &local_err);
