@@ -66,8 +66,10 @@ static kvs_status expected_at(const struct kvs_node *node, uint64_t chain, uint6
 /* ---- this rank's blocks at creation ---- */
 
 /* Whether the block file of `chain` is this rank's kind (the reason in
- * *err when not): decoded and verified as stored (inspection), then held
- * against what this rank reads at the block's own position. */
+ * *err when not), by the rules a read of it applies
+ * (kvs_block_store_get_page): decoded, filed under its own key, and
+ * verified against what this rank reads at the block's own position (its
+ * depth, recorded in it: the name gives the chain alone). */
 static bool ours(const struct kvs_node *node, uint64_t chain, kvs_error *err) {
   kvs_block_hash key = key_of(chain);
   char name[KVS_BLOCK_STORE_NAME_MAX], path[PATH_MAX + KVS_BLOCK_STORE_NAME_MAX + 2];
@@ -76,20 +78,28 @@ static bool ours(const struct kvs_node *node, uint64_t chain, kvs_error *err) {
   size_t len = 0;
   if (kvs_block_store_read_file(path, &bytes, &len, err) != KVS_OK) return false;
   kvs_page_block_view view;
-  kvs_page_block_t block = NULL;
+  memset(&view, 0, sizeof view);
+  kvs_page_section sections[KVS_PAGE_MAX_SECTIONS];
+  bool good =
+      kvs_page_block_decode_view(bytes, len, &view, sections, KVS_PAGE_MAX_SECTIONS, err) == KVS_OK;
+  if (good && view.readable && (!view.keyed || !kvs_block_hash_equal(&view.key, &key))) {
+    kvs_error_set(err, KVS_ERR_CORRUPT, "%s holds another key's block", name);
+    good = false;
+  }
+  /* Another version carries no page signature: verification refuses it
+   * by what it has (unmarked, unreadable, or version 2's layers). */
+  kvs_page_signature other, want;
+  memset(&other, 0, sizeof other);
+  other.format_version = view.format_version;
+  const kvs_page_signature *recorded = !view.marked    ? NULL
+                                       : view.readable ? &view.signature
+                                                       : &other;
+  uint64_t depth = recorded == &view.signature ? view.signature.id.depth : 0;
   kvs_signature_error why;
-  bool good = kvs_page_block_decode(bytes, len, NULL, &view, &block, &why, err) == KVS_OK;
+  good =
+      good && expected_at(node, chain, depth, &want, err) == KVS_OK &&
+      kvs_page_verify_parts(recorded, sections, view.n_sections, &want, NULL, &why, err) == KVS_OK;
   free(bytes);
-  if (!good) return false;
-  const kvs_page_signature *sig = kvs_page_block_signature_of(block);
-  kvs_page_signature want;
-  size_t n = 0;
-  const kvs_page_section *sections = kvs_page_block_sections(block, &n);
-  /* The block's own position (a block filed under another chain is the
-   * store's to refuse: it checks the key inside the file). */
-  good = expected_at(node, chain, sig->id.depth, &want, err) == KVS_OK &&
-         kvs_page_verify_parts(sig, sections, n, &want, NULL, &why, err) == KVS_OK;
-  kvs_page_block_destroy(block);
   return good;
 }
 
