@@ -397,9 +397,13 @@ static kvs_status load_one(struct kvs_node *node, const kvs_disk_io *io, unsigne
   memset(bounce, 0, (size_t)kvs_table_host_slot_bytes(node->layout));
   kvs_error ignored;
   kvs_table_page_rows(node->table, io->full_page, bounce, true, &ignored);
-  if (status != KVS_ERR_NOT_FOUND) kvs_block_store_remove(node->disk->store, &key, &ignored);
+  /* A block read and refused (damaged, or foreign: another's file put
+   * there since the agreement) would be refused again: it goes. One that
+   * could not be read (an I/O error, no memory) may read next time. */
+  bool refused = status == KVS_ERR_CORRUPT || status == KVS_ERR_SIGNATURE;
+  if (refused) kvs_block_store_remove(node->disk->store, &key, &ignored);
   node->disk->counts.read_failures++;
-  return kvs_error_set(err, status == KVS_ERR_NOT_FOUND ? KVS_ERR_CORRUPT : status,
+  return kvs_error_set(err, refused || status == KVS_ERR_NOT_FOUND ? KVS_ERR_CORRUPT : status,
                        "rank %d: disk block of chain %016llx (depth %llu, into full page %llu) "
                        "not used: %s",
                        node->rank, (unsigned long long)chain, (unsigned long long)depth,
