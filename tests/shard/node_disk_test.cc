@@ -16,10 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -117,8 +118,9 @@ void first_life(const DiskSetup &s, kvs_comm_t comm, std::vector<RankView> *view
 }
 
 // One rank of a life after a restart: the counts at creation, then the
-// prompt fetched into fresh pages (junk first); the step's status in
-// *stepped. fiddle runs on this rank after creation, before the fetch.
+// prompt fetched into fresh pages (junk first) and stepped; check gets the
+// step's status and error and the leader's hit. fiddle (may be empty) runs
+// on this rank after creation, before the fetch.
 void after_restart(const DiskSetup &s, kvs_comm_t comm, std::vector<RankView> *views,
                    const std::function<void(kvs_node_t)> &fiddle,
                    const std::function<void(kvs_node_t, kvs_status, const kvs_error &,
