@@ -77,7 +77,7 @@ inline std::vector<std::string> disk_flags(const DiskSetup &s) {
                                 "--no-bind-numa",
                                 "--budget=12MiB",
                                 "--prefix-cache",
-                                "--disk-cache=" + std::to_string(s.disk_bytes),
+                                "--disk-cache=" + std::to_string(s.disk_bytes) + "B",
                                 "--disk-path=" + s.path,
                                 "--disk-model=" + s.model};
   f.insert(f.end(), s.extra.begin(), s.extra.end());
