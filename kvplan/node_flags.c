@@ -413,6 +413,14 @@ static kvs_status resolve(parsed *p, kvs_error *err) {
     return KVS_ERR_PARSE;
   }
   apply_deploy(p);
+  /* The disk tier's own flags without the tier would do nothing: kvsim's
+   * words for them. */
+  if (o->disk_cache_bytes == 0 && (o->disk_path != NULL || o->model_name != NULL)) {
+    return kvs_error_set(err, KVS_ERR_PARSE, "%s: give --disk-cache too",
+                         o->disk_path != NULL
+                             ? "--disk-path is the disk tier's folder"
+                             : "--disk-model names what the disk tier's blocks are signed with");
+  }
   kvs_status status = kvs_plan_options_resolve(&p->plan, &p->model, err);
   if (status != KVS_OK) return status;
   const kvs_plan_options *po = &p->plan;

@@ -692,13 +692,14 @@ static kvs_status create_shard(kvs_node_t node, kvs_error *err) {
     kvs_error why;
     kvs_error_clear(&why);
     uint64_t slots = 0;
-    const char *missing = !o->prefix_cache ? "a disk tier needs the prefix cache (prefix_cache)"
-                          : o->disk_path == NULL || o->disk_path[0] == '\0'
-                              ? "a disk tier needs its folder (disk_path, --disk-path)"
-                          : o->model_name == NULL || o->model_name[0] == '\0'
-                              ? "a disk tier needs the model's name (model_name): its blocks are "
-                                "signed with it"
-                              : NULL;
+    const char *missing =
+        !o->prefix_cache ? "a disk tier needs the prefix cache (prefix_cache, --prefix-cache)"
+        : o->disk_path == NULL || o->disk_path[0] == '\0'
+            ? "a disk tier needs its folder (disk_path, --disk-path)"
+        : o->model_name == NULL || o->model_name[0] == '\0'
+            ? "a disk tier needs the model's name (model_name, --disk-model): its blocks are "
+              "signed with it"
+            : NULL;
     if (missing != NULL ||
         kvs_deployment_host_slots(node->plan, kvs_node_gpus(node), kvs_node_gpu_count(node),
                                   o->disk_cache_bytes, &slots, &why) != KVS_OK) {

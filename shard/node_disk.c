@@ -35,6 +35,10 @@ struct kvs_node_disk {
   uint8_t *held_used; /* ... when it holds one */
   bool seeded;        /* the pool's tier holds the agreed list: a list to write at the end */
   kvs_node_disk_counts counts;
+  /* The name every block is signed with, copied at open: the options'
+   * string is the caller's and may go once the node is made (the flags'
+   * copy does, kvs_node_create_flags frees it). */
+  char model[KVS_BLOCK_MODEL_MAX + 1];
 };
 
 static kvs_window_pool_t pool_of(struct kvs_node *node) { return kvs_shard_pool(node->shard); }
@@ -45,9 +49,7 @@ static kvs_block_hash key_of(uint64_t chain) {
 }
 
 /* The model the blocks are signed with: the engine's name for its weights. */
-static const char *model_of(const struct kvs_node *node) {
-  return node->options.model_name != NULL ? node->options.model_name : "";
-}
+static const char *model_of(const struct kvs_node *node) { return node->disk->model; }
 
 /* What this rank requires of a block at `chain` and `depth`. */
 static kvs_status expected_at(const struct kvs_node *node, uint64_t chain, uint64_t depth,
@@ -65,8 +67,10 @@ static kvs_status expected_at(const struct kvs_node *node, uint64_t chain, uint6
 /* ---- this rank's blocks at creation ---- */
 
 /* Whether the block file of `chain` is this rank's kind (the reason in
- * *err when not): decoded and verified as stored (inspection), then held
- * against what this rank reads at the block's own position. */
+ * *err when not), by the rules a read of it applies
+ * (kvs_block_store_get_page): decoded, filed under its own key, and
+ * verified against what this rank reads at the block's own position (its
+ * depth, recorded in it: the name gives the chain alone). */
 static bool ours(const struct kvs_node *node, uint64_t chain, kvs_error *err) {
   kvs_block_hash key = key_of(chain);
   char name[KVS_BLOCK_STORE_NAME_MAX], path[PATH_MAX + KVS_BLOCK_STORE_NAME_MAX + 2];
@@ -75,20 +79,28 @@ static bool ours(const struct kvs_node *node, uint64_t chain, kvs_error *err) {
   size_t len = 0;
   if (kvs_block_store_read_file(path, &bytes, &len, err) != KVS_OK) return false;
   kvs_page_block_view view;
-  kvs_page_block_t block = NULL;
+  memset(&view, 0, sizeof view);
+  kvs_page_section sections[KVS_PAGE_MAX_SECTIONS];
+  bool good =
+      kvs_page_block_decode_view(bytes, len, &view, sections, KVS_PAGE_MAX_SECTIONS, err) == KVS_OK;
+  if (good && view.readable && (!view.keyed || !kvs_block_hash_equal(&view.key, &key))) {
+    kvs_error_set(err, KVS_ERR_CORRUPT, "%s holds another key's block", name);
+    good = false;
+  }
+  /* Another version carries no page signature: verification refuses it
+   * by what it has (unmarked, unreadable, or version 2's layers). */
+  kvs_page_signature other, want;
+  memset(&other, 0, sizeof other);
+  other.format_version = view.format_version;
+  const kvs_page_signature *recorded = !view.marked    ? NULL
+                                       : view.readable ? &view.signature
+                                                       : &other;
+  uint64_t depth = recorded == &view.signature ? view.signature.id.depth : 0;
   kvs_signature_error why;
-  bool good = kvs_page_block_decode(bytes, len, NULL, &view, &block, &why, err) == KVS_OK;
+  good =
+      good && expected_at(node, chain, depth, &want, err) == KVS_OK &&
+      kvs_page_verify_parts(recorded, sections, view.n_sections, &want, NULL, &why, err) == KVS_OK;
   free(bytes);
-  if (!good) return false;
-  const kvs_page_signature *sig = kvs_page_block_signature_of(block);
-  kvs_page_signature want;
-  size_t n = 0;
-  const kvs_page_section *sections = kvs_page_block_sections(block, &n);
-  /* The block's own position (a block filed under another chain is the
-   * store's to refuse: it checks the key inside the file). */
-  good = expected_at(node, chain, sig->id.depth, &want, err) == KVS_OK &&
-         kvs_page_verify_parts(sig, sections, n, &want, NULL, &why, err) == KVS_OK;
-  kvs_page_block_destroy(block);
   return good;
 }
 
@@ -305,9 +317,22 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
   d->held = calloc((size_t)d->slots, sizeof *d->held);
   d->held_used = calloc((size_t)d->slots, 1);
   int made = snprintf(d->dir, sizeof d->dir, "%s/rank-%d", node->options.disk_path, node->rank);
+  const char *model = node->options.model_name != NULL ? node->options.model_name : "";
+  kvs_block_hash probe = key_of(0);
+  kvs_page_identity id;
+  kvs_error why;
+  kvs_error_clear(&why);
   if (d->held == NULL || d->held_used == NULL) {
     local = kvs_error_set(&local_err, KVS_ERR_NO_MEMORY, "no memory for %llu disk slots",
                           (unsigned long long)d->slots);
+  } else if (strlen(model) >= sizeof d->model ||
+             kvs_page_slot_identity(node->layout, node->options.kv_dtype, model, &probe, 0, &id,
+                                    &why) != KVS_OK) {
+    /* Refused now rather than by every write. */
+    local = kvs_error_set(
+        &local_err, KVS_ERR_INVALID_ARGUMENT,
+        "options.model_name (--disk-model) cannot sign the disk tier's blocks: %s",
+        strlen(model) >= sizeof d->model ? "it is longer than 255 bytes" : why.message);
   } else if (made < 0 || (size_t)made >= sizeof d->dir) {
     local = kvs_error_set(&local_err, KVS_ERR_INVALID_ARGUMENT,
                           "options.disk_path (--disk-path) is too long");
@@ -320,13 +345,12 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
     }
   } else {
     kvs_block_store_options so = KVS_BLOCK_STORE_OPTIONS_INIT;
-    kvs_error why;
-    kvs_error_clear(&why);
     if (kvs_block_store_create(d->dir, &so, &d->store, NULL, &why) != KVS_OK) {
       local =
           kvs_error_set(&local_err, why.status, "options.disk_path (--disk-path): %s", why.message);
     }
   }
+  if (local == KVS_OK) memcpy(d->model, model, strlen(model) + 1);
   uint64_t *chains = NULL;
   size_t n = 0;
   if (local == KVS_OK) local = local_chains(node, &chains, &n, &local_err);
@@ -381,9 +405,13 @@ static kvs_status load_one(struct kvs_node *node, const kvs_disk_io *io, unsigne
   memset(bounce, 0, (size_t)kvs_table_host_slot_bytes(node->layout));
   kvs_error ignored;
   kvs_table_page_rows(node->table, io->full_page, bounce, true, &ignored);
-  if (status != KVS_ERR_NOT_FOUND) kvs_block_store_remove(node->disk->store, &key, &ignored);
+  /* A block read and refused (damaged, or foreign: another's file put
+   * there since the agreement) would be refused again: it goes. One that
+   * could not be read (an I/O error, no memory) may read next time. */
+  bool refused = status == KVS_ERR_CORRUPT || status == KVS_ERR_SIGNATURE;
+  if (refused) kvs_block_store_remove(node->disk->store, &key, &ignored);
   node->disk->counts.read_failures++;
-  return kvs_error_set(err, status == KVS_ERR_NOT_FOUND ? KVS_ERR_CORRUPT : status,
+  return kvs_error_set(err, refused || status == KVS_ERR_NOT_FOUND ? KVS_ERR_CORRUPT : status,
                        "rank %d: disk block of chain %016llx (depth %llu, into full page %llu) "
                        "not used: %s",
                        node->rank, (unsigned long long)chain, (unsigned long long)depth,

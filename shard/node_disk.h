@@ -62,8 +62,10 @@ typedef struct kvs_node_disk_counts {
 kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err);
 /* The step's disk reads and writes, in journal order, after its row moves
  * (each through the tables' bounce buffer, waited for). A read that fails
- * leaves zeroed rows in its page, removes the block's file and is
- * returned (KVS_ERR_CORRUPT naming the block) after every entry ran; a
+ * leaves zeroed rows in its page and is returned after every entry ran,
+ * naming the block: KVS_ERR_CORRUPT for a block missing, damaged or
+ * foreign (its file then goes: it would be refused again), the status
+ * itself when it could not be read (an I/O error: the file stays); a
  * failed write is counted (write_failures), not returned: the block is
  * then missing on this rank, which its read would report. */
 kvs_status kvs_node_disk_io(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
