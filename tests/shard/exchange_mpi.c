@@ -39,14 +39,14 @@
 static int g_rank = -1, g_size = 0, g_failures = 0;
 static uint64_t g_compared = 0;
 
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
       fprintf(stderr, "FAIL: rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, "\n");                                            \
-      g_failures++;                                                     \
-    }                                                                   \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fprintf(stderr, "\n");                                                 \
+      g_failures++;                                                          \
+    }                                                                        \
   } while (0)
 
 static uint8_t byte_of(int src, int dst, int k, size_t i) {
@@ -94,7 +94,8 @@ static void case_pairs(kvs_comm_t comm) {
   int n = g_size;
   for (int round = 0; round < 3; round++) {
     size_t per = (size_t)(2 * n);
-    kvs_comm_transfer *sends = calloc(per, sizeof *sends), *receives = calloc(per, sizeof *receives);
+    kvs_comm_transfer *sends = calloc(per, sizeof *sends),
+                      *receives = calloc(per, sizeof *receives);
     kvs_comm_transfer *batch = calloc(3 * per, sizeof *batch);
     if (sends == NULL || receives == NULL || batch == NULL) exit(1);
     for (int p = 0; p < n; p++) {
