@@ -284,6 +284,34 @@ TEST(CommCallbacks, an_exchange_moves_every_pairs_bytes_through_the_callback) {
   });
 }
 
+// 64 MiB each way through the callbacks, and a silent peer: rank 2 never
+// calls, so rank 0's forwarded exchange times out on its loopback rank
+// (3 s, ten times what the rest needs on a loaded 2-core machine); the
+// timeout stays one, names the callback's transfers, and poisons.
+TEST(CommCallbacks, an_exchange_of_64_MiB_and_a_silent_peer_through_the_callbacks) {
+  const size_t big = size_t(64) << 20;
+  run_callback_ranks(3, 3000, [big](int rank, kvs_comm_t comm, Forward &) {
+    kvs_error err;
+    if (rank == 2) return;  // silent
+    std::vector<uint8_t> out = bytes_of(rank, 1 - rank, big), in(big);
+    kvs_comm_transfer pair[2] = {{1 - rank, true, out.data(), big},
+                                 {1 - rank, false, in.data(), big}};
+    ASSERT_EQ(kvs_comm_exchange(comm, pair, 2, &err), KVS_OK) << err.message;
+    EXPECT_TRUE(in == bytes_of(1 - rank, rank, big)) << "rank " << rank << ": 64 MiB differ";
+    if (rank == 1) return;
+    std::vector<uint8_t> from2(999);
+    kvs_comm_transfer silent = {2, false, from2.data(), from2.size()};
+    EXPECT_EQ(kvs_comm_exchange(comm, &silent, 1, &err), KVS_ERR_TIMEOUT);
+    EXPECT_TRUE(contains(err.message,
+                         "callbacks exchange (receive of 999 bytes from rank 2) on rank 0 of 3 "
+                         "failed (the callback returned KVS_ERR_TIMEOUT): loopback exchange on "
+                         "rank 0 of 3 timed out after 3000 ms"))
+        << err.message;
+    EXPECT_EQ(kvs_comm_exchange(comm, pair, 2, &err), KVS_ERR_COMM);
+    EXPECT_TRUE(contains(err.message, "failed earlier (timed out)")) << err.message;
+  });
+}
+
 kvs_status failing_exchange(void *user, const kvs_comm_transfer *, size_t, int, kvs_error *err) {
   return fail_with(user, err);
 }

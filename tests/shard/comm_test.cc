@@ -213,8 +213,9 @@ TEST(CommSelf, an_exchange_lands_each_send_to_itself_in_its_receive_in_order) {
   kvs_comm_t comm = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_comm_self_create(&comm, &err), KVS_OK);
-  std::vector<uint8_t> a = payload(0, 0, 0, 16), b = payload(0, 0, 1, 300000);
-  std::vector<uint8_t> x(16), y(300000), none;
+  const size_t large = size_t(64) << 20;
+  std::vector<uint8_t> a = payload(0, 0, 0, 16), b = payload(0, 0, 1, large);
+  std::vector<uint8_t> x(16), y(large), none;
   // Receives before and between the sends, and a zero-byte transfer with
   // no data at all: the k-th send lands in the k-th receive.
   std::vector<kvs_comm_transfer> batch = {receive_of(0, x), send_of(0, a), receive_of(0, none),
@@ -225,7 +226,7 @@ TEST(CommSelf, an_exchange_lands_each_send_to_itself_in_its_receive_in_order) {
   kvs_comm_stats stats;
   kvs_comm_stats_get(comm, &stats);
   EXPECT_EQ(stats.exchanges, 1u);
-  EXPECT_EQ(stats.exchange_bytes, 2u * (16 + 300000));
+  EXPECT_EQ(stats.exchange_bytes, 2u * (16 + large));
   EXPECT_EQ(stats.collectives, 0u) << "an exchange is no collective";
   EXPECT_EQ(kvs_comm_exchange(comm, nullptr, 0, &err), KVS_OK) << "an empty batch";
 
