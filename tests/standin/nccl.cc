@@ -270,7 +270,7 @@ void Engine::arrive_p2p(CUstream_st *s) {
                   static_cast<unsigned long long>(send.seq), src, dst);
     std::string why;
     if (send.bytes != recv.bytes || send.type != recv.type) {
-      char text[300];
+      char text[400];
       std::snprintf(text, sizeof text,
                     "%s: %zu bytes of type %d, its ncclRecv %zu bytes of type %d (NCCL needs the "
                     "same count and type on both sides)",
