@@ -218,6 +218,17 @@ KVS_API kvs_status kvs_comm_nccl_create(const kvs_comm_nccl_options *options, kv
 #define KVS_COMM_REDUCE_MAX 1
 #define KVS_COMM_REDUCE_SUM 2 /* wraps modulo 2^64 */
 
+/* One point-to-point transfer of a batch (kvs_comm_exchange): `bytes` at
+ * `data` to (send) or from (a receive) rank `peer` of the communicator.
+ * data is device memory on a device communicator (nccl), host memory on
+ * the host ones (self, loopback, mpi, callbacks). */
+typedef struct kvs_comm_transfer {
+  int peer;
+  bool send;
+  void *data;
+  size_t bytes;
+} kvs_comm_transfer;
+
 typedef struct kvs_comm_callbacks {
   size_t size; /* sizeof(kvs_comm_callbacks); fields past it are NULL */
   void *user;  /* handed to every callback */
@@ -234,6 +245,14 @@ typedef struct kvs_comm_callbacks {
   /* Optional: called once with user by kvs_comm_destroy (never when the
    * create failed: user is then still the caller's). */
   void (*destroy)(void *user);
+  /* Optional (added in 0.7, after destroy: a shorter struct has none):
+   * kvs_comm_exchange's batch of n >= 1 transfers, every one of at least
+   * one byte with its peer in range (the call checked them), run as one
+   * group so that no order of sends and receives deadlocks; returns once
+   * every transfer of the batch completed on this rank. Without it
+   * kvs_comm_exchange is KVS_ERR_UNSUPPORTED. */
+  kvs_status (*exchange)(void *user, const kvs_comm_transfer *transfers, size_t n, int timeout_ms,
+                         kvs_error *err);
 } kvs_comm_callbacks;
 
 /* This rank (in [0, size)) of a group of `size` >= 1 ranks over the
@@ -254,6 +273,43 @@ KVS_API int kvs_comm_size(const struct kvs_comm *comm);
 KVS_API const char *kvs_comm_backend(const struct kvs_comm *comm);
 /* The deadline of every later wait; > 0. */
 KVS_API kvs_status kvs_comm_set_timeout_ms(kvs_comm_t comm, int timeout_ms, kvs_error *err);
+
+/* Point to point: this rank's batch of n transfers (a send to, or a receive
+ * from, each one's peer; prefill ranks handing a request's KV rows to
+ * decode ranks), run as one group (NCCL: one ncclGroupStart/End; MPI:
+ * every Isend and Irecv posted, then one wait), so that sends and
+ * receives between the same ranks, in either order, never deadlock, and a
+ * send to this rank itself with its receive in the same batch is allowed.
+ * Returns once every transfer of the batch completed on this rank: sent
+ * data may be reused and received data is in place. On nccl that means
+ * the communicator's own stream ran the group and the call waited for it
+ * against the deadline, as for its collectives, so later work on any
+ * stream reads the received bytes; device work that writes the sent data
+ * must be complete before the call (the communicator's stream is not the
+ * engine's). MPI moves a transfer above 1 GiB in pieces of 1 GiB, so
+ * sizes past INT_MAX work there too.
+ *
+ * Matching: the k-th send from rank A to rank B matches B's k-th receive
+ * from A, counted over the communicator's life (not per batch), and the
+ * two must have the same size. Transfers of 0 bytes move nothing and take
+ * no part in matching (their data may be NULL). Not collective: only the
+ * ranks named as peers take part, each with its own batch.
+ *
+ * Refused with KVS_ERR_INVALID_ARGUMENT, changing nothing: a NULL comm, a
+ * NULL array with n > 0, a peer outside [0, size), NULL data with bytes >
+ * 0 (naming the transfer). A communicator without point-to-point (a
+ * callbacks communicator without `exchange`) is KVS_ERR_UNSUPPORTED naming
+ * its backend, also changing nothing. A failure, a size mismatch with the
+ * peer or the communicator's deadline (KVS_ERR_TIMEOUT, or KVS_ERR_COMM
+ * when the backend noticed the failure) names the exchange, the peers and
+ * the bytes, and poisons the communicator as a failed collective does.
+ * After such a failure, self, loopback and nccl (which aborted its NCCL
+ * communicator) touch no transfer's memory again; on mpi a send that did
+ * not complete may still read its data, and a receive MPI had already
+ * matched may still write its, until MPI ends; on callbacks, what the
+ * engine's callback left running is the engine's. */
+KVS_API kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
+                                     kvs_error *err);
 
 /* ---- kvplan, in process ----
  *

@@ -14,6 +14,11 @@ struct kvs_comm {
   kvs_status health;                   /* sticky: the first failure */
   char failure[KVS_ERROR_MESSAGE_MAX]; /* its message */
   kvs_comm_stats stats;
+  /* An exchange's transfers of at least one byte, handed to the backend:
+   * grown to the largest batch seen, never shrunk, so a steady stream of
+   * exchanges allocates nothing. */
+  kvs_comm_transfer *moving;
+  size_t moving_cap;
 };
 
 const char *kvs_comm_op_name(kvs_comm_op op) {
@@ -67,6 +72,7 @@ kvs_status kvs_comm_create(const kvs_comm_vtable *vtable, void *ctx, int rank, i
 void kvs_comm_destroy(kvs_comm_t comm) {
   if (comm == NULL) return;
   if (comm->vtable->destroy != NULL) comm->vtable->destroy(comm->ctx);
+  free(comm->moving);
   free(comm);
 }
 
@@ -242,6 +248,97 @@ kvs_status kvs_comm_barrier(kvs_comm_t comm, kvs_error *err) {
   kvs_error local;
   kvs_error_clear(&local);
   status = comm->vtable->barrier(comm->ctx, comm->timeout_ms, &local);
+  return finish(comm, status, &local, err);
+}
+
+void kvs_comm_transfer_describe(const kvs_comm_transfer *t, char *out, size_t cap) {
+  snprintf(out, cap, "%s of %zu bytes %s rank %d", t->send ? "send" : "receive", t->bytes,
+           t->send ? "to" : "from", t->peer);
+}
+
+void kvs_comm_transfers_describe(const kvs_comm_transfer *t, size_t n, char *out, size_t cap) {
+  if (cap == 0) return;
+  out[0] = '\0';
+  size_t used = 0;
+  for (size_t i = 0; i < n; i++) {
+    char one[96], more[48];
+    kvs_comm_transfer_describe(&t[i], one, sizeof one);
+    snprintf(more, sizeof more, ", and %zu more", n - i);
+    /* Room for this one and, should the next not fit, the tail. */
+    size_t need = strlen(one) + (used > 0 ? 2 : 0) + (i + 1 < n ? strlen(more) + 2 : 0);
+    if (used + need >= cap) {
+      if (used + strlen(more) < cap) snprintf(out + used, cap - used, "%s", more);
+      return;
+    }
+    used += (size_t)snprintf(out + used, cap - used, "%s%s", used > 0 ? ", " : "", one);
+  }
+}
+
+/* The batch's refusals: what the backend would otherwise be handed. */
+static kvs_status check_transfers(const struct kvs_comm *comm, const kvs_comm_transfer *t, size_t n,
+                                  kvs_error *err) {
+  if (n > 0 && t == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "exchange of %zu transfers needs their array (got NULL)", n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].peer < 0 || t[i].peer >= comm->size) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "exchange transfer %zu of %zu (a %s of %zu bytes): peer %d is outside "
+                           "a group of %d ranks",
+                           i, n, t[i].send ? "send" : "receive", t[i].bytes, t[i].peer, comm->size);
+    }
+    if (t[i].data == NULL && t[i].bytes > 0) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "exchange transfer %zu of %zu (a %s of %zu bytes %s rank %d) has NULL "
+                           "data",
+                           i, n, t[i].send ? "send" : "receive", t[i].bytes,
+                           t[i].send ? "to" : "from", t[i].peer);
+    }
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
+                             kvs_error *err) {
+  if (comm == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "exchange: comm is NULL");
+  kvs_status status = check_live(comm, "exchange", err);
+  if (status != KVS_OK) return status;
+  if ((status = check_transfers(comm, transfers, n, err)) != KVS_OK) return status;
+  if (comm->vtable->exchange == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "the '%s' communicator has no point-to-point exchange%s",
+                         kvs_comm_backend(comm),
+                         strcmp(kvs_comm_backend(comm), "callbacks") == 0
+                             ? " (its kvs_comm_callbacks has no exchange)"
+                             : "");
+  }
+  /* Zero-byte transfers move nothing and match nothing: the backend never
+   * sees them. */
+  size_t moving = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    moving += transfers[i].bytes > 0;
+    bytes += transfers[i].bytes;
+  }
+  if (moving > comm->moving_cap) {
+    kvs_comm_transfer *grown = realloc(comm->moving, moving * sizeof *grown);
+    if (grown == NULL) {
+      return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for an exchange of %zu transfers",
+                           moving);
+    }
+    comm->moving = grown;
+    comm->moving_cap = moving;
+  }
+  for (size_t i = 0, k = 0; i < n; i++) {
+    if (transfers[i].bytes > 0) comm->moving[k++] = transfers[i];
+  }
+  comm->stats.exchanges++;
+  comm->stats.exchange_bytes += bytes;
+  if (moving == 0) return KVS_OK;
+  kvs_error local;
+  kvs_error_clear(&local);
+  status = comm->vtable->exchange(comm->ctx, comm->moving, moving, comm->timeout_ms, &local);
   return finish(comm, status, &local, err);
 }
 

@@ -3,7 +3,10 @@
  * self: one rank), plus an in-process loopback group for tests.
  *
  * Only what the runtime needs: broadcast, allreduce (min, max, sum) on
- * 64-bit unsigned words, barrier, abort. Every wait has a deadline
+ * 64-bit unsigned words, barrier, abort, and one optional batched
+ * point-to-point exchange (kvshard.h's kvs_comm_exchange: the KV rows of a
+ * request moving from a prefill rank to a decode rank, on the engine's own
+ * memory rather than a comm buffer). Every wait has a deadline
  * (timeout_ms of the communicator): a peer that died or stalled turns into
  * KVS_ERR_TIMEOUT (or KVS_ERR_COMM when the backend noticed the failure
  * itself) naming the operation, the rank and the wait, never a silent hang.
@@ -79,7 +82,25 @@ typedef struct kvs_comm_vtable {
    * the communicator's buffers; every later collective waits for it (on
    * the device) before it writes one. */
   kvs_status (*reads_done)(void *ctx, void *stream, kvs_error *err);
+  /* Optional (NULL: kvs_comm_exchange is KVS_ERR_UNSUPPORTED): this rank's
+   * batch of point-to-point transfers as one group, returning once all
+   * completed or the deadline passed. The wrapper hands it n >= 1
+   * transfers, each of at least one byte, non-NULL data and an in-range
+   * peer (zero-byte ones dropped: they match nothing). The k-th send from
+   * A to B matches B's k-th receive from A over the communicator's life;
+   * matched sizes must agree (a mismatch is a failure). A failed slot
+   * leaves no transfer of the batch touching memory after it returns,
+   * where the backend can stop it (kvshard.h says where it cannot). */
+  kvs_status (*exchange)(void *ctx, const kvs_comm_transfer *transfers, size_t n, int timeout_ms,
+                         kvs_error *err);
 } kvs_comm_vtable;
+
+/* "send of 4096 bytes to rank 1", "receive of 4096 bytes from rank 1":
+ * one transfer as every backend's message names it. */
+void kvs_comm_transfer_describe(const kvs_comm_transfer *t, char *out, size_t cap);
+/* The batch's transfers described ("send of ... to rank 1, receive of ...
+ * from rank 2"), as many as fit in cap, then "and N more". */
+void kvs_comm_transfers_describe(const kvs_comm_transfer *t, size_t n, char *out, size_t cap);
 
 /* The host backends' buffer slots (self, loopback, callbacks): zeroed host
  * memory and no device copy, one implementation for all of them. */
@@ -132,6 +153,8 @@ kvs_status kvs_comm_broadcast(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t b
 kvs_status kvs_comm_allreduce_u64(kvs_comm_t comm, kvs_comm_buffer *buffer, size_t count,
                                   kvs_comm_op op, kvs_error *err);
 kvs_status kvs_comm_barrier(kvs_comm_t comm, kvs_error *err);
+/* kvs_comm_exchange (point to point, not collective) and its transfer,
+ * kvs_comm_transfer, are kvshard.h's: the vtable's exchange slot above. */
 
 /* Collective: whether every rank's local part succeeded (local, with its
  * message in local_err). KVS_OK when all did; otherwise every rank returns
@@ -149,13 +172,17 @@ kvs_status kvs_comm_agree(kvs_comm_t comm, kvs_comm_buffer *scratch, kvs_status 
 void kvs_comm_abort(kvs_comm_t comm, int code);
 
 /* What this communicator has moved: collectives issued (successful or
- * not) and the bytes they covered on this rank. */
+ * not) and the bytes they covered on this rank; and, apart from them (an
+ * exchange is no collective), the exchanges it ran and the bytes their
+ * transfers named, sent and received. */
 typedef struct kvs_comm_stats {
   uint64_t collectives;
   uint64_t broadcasts;
   uint64_t allreduces;
   uint64_t barriers;
   uint64_t bytes;
+  uint64_t exchanges;
+  uint64_t exchange_bytes;
 } kvs_comm_stats;
 
 void kvs_comm_stats_get(const struct kvs_comm *comm, kvs_comm_stats *out);

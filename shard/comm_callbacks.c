@@ -77,6 +77,19 @@ static kvs_status cb_barrier(void *ctx, int timeout_ms, kvs_error *err) {
   return outcome(c, "barrier", returned, &got, err);
 }
 
+static kvs_status cb_exchange(void *ctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                              kvs_error *err) {
+  callbacks_ctx *c = ctx;
+  kvs_error got;
+  kvs_error_clear(&got);
+  kvs_status returned = c->cb.exchange(c->cb.user, t, n, timeout_ms, &got);
+  if (returned == KVS_OK) return KVS_OK;
+  char list[160], what[224];
+  kvs_comm_transfers_describe(t, n, list, sizeof list);
+  snprintf(what, sizeof what, "exchange (%s)", list);
+  return outcome(c, what, returned, &got, err);
+}
+
 static void cb_destroy(void *ctx) {
   callbacks_ctx *c = ctx;
   if (c == NULL) return;
@@ -93,6 +106,20 @@ static const kvs_comm_vtable callbacks_vtable = {
     .barrier = cb_barrier,
     /* no abort: the engine's group is the engine's to tear down */
     .destroy = cb_destroy,
+};
+
+/* The same with point to point, for callbacks that give an exchange: a
+ * communicator without one has no exchange slot, so kvs_comm_exchange is
+ * the wrapper's KVS_ERR_UNSUPPORTED and poisons nothing. */
+static const kvs_comm_vtable callbacks_p2p_vtable = {
+    .name = "callbacks",
+    .buffer_alloc = kvs_comm_host_buffer_alloc,
+    .buffer_free = kvs_comm_host_buffer_free,
+    .broadcast = cb_broadcast,
+    .allreduce_u64 = cb_allreduce,
+    .barrier = cb_barrier,
+    .destroy = cb_destroy,
+    .exchange = cb_exchange,
 };
 
 /* The first required callback left NULL, or NULL when all are set. */
@@ -114,7 +141,7 @@ kvs_status kvs_comm_callbacks_create(const kvs_comm_callbacks *callbacks, int ra
   }
   /* An older caller's shorter struct gets NULL for what it lacks; a newer
    * caller's longer one is refused (core/options.h). */
-  const kvs_comm_callbacks none = {sizeof none, NULL, NULL, NULL, NULL, NULL};
+  const kvs_comm_callbacks none = {sizeof none, NULL, NULL, NULL, NULL, NULL, NULL};
   if (callbacks->size < sizeof callbacks->size || callbacks->size > sizeof none) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "kvs_comm_callbacks.size is %zu, but this build's struct is %zu bytes "
@@ -147,7 +174,8 @@ kvs_status kvs_comm_callbacks_create(const kvs_comm_callbacks *callbacks, int ra
   c->size = size;
   /* kvs_comm_create frees c if it fails; owns_user is still false then. */
   kvs_comm_t comm = NULL;
-  status = kvs_comm_create(&callbacks_vtable, c, rank, size, timeout_ms, &comm, err);
+  status = kvs_comm_create(cb.exchange != NULL ? &callbacks_p2p_vtable : &callbacks_vtable, c, rank,
+                           size, timeout_ms, &comm, err);
   if (status != KVS_OK) return status;
   c->owns_user = true;
   *out = comm;

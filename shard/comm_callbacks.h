@@ -6,7 +6,9 @@
  * what they return is read as a status only when it is one, and every
  * failure, whatever its status, poisons the communicator (the wrapper
  * spares argument errors, but a callback's failure may leave ranks
- * anywhere in the collective). */
+ * anywhere in the collective). The optional `exchange` callback (a struct
+ * of an older size has none) carries kvs_comm_exchange's batches; without
+ * it the communicator has no exchange slot. */
 #ifndef KVS_SHARD_COMM_CALLBACKS_H
 #define KVS_SHARD_COMM_CALLBACKS_H
 

@@ -19,6 +19,17 @@ typedef struct call {
   kvs_comm_op op;
 } call;
 
+/* One rank's transfer of an exchange, posted to the group until its
+ * counterpart (the same seq of the same src -> dst pair) is posted too. */
+typedef struct post {
+  struct member *owner;
+  int src, dst;
+  uint64_t seq; /* the k-th transfer from src to dst, over the group's life */
+  bool send;
+  void *data;
+  size_t bytes;
+} post;
+
 struct kvs_comm_loopback_group {
   pthread_mutex_t mutex;
   pthread_cond_t cond;
@@ -33,12 +44,24 @@ struct kvs_comm_loopback_group {
   kvs_status failure_status;
   char failure[KVS_ERROR_MESSAGE_MAX];
   call *slots;
+  /* Point to point: the transfers posted and not yet matched, and per
+   * ordered pair (src * size + dst) the sends src posted to dst and the
+   * receives dst posted from src. */
+  post **pending;
+  size_t n_pending, pending_cap;
+  uint64_t *sends_posted;
+  uint64_t *receives_posted;
 };
 
 typedef struct member {
   struct kvs_comm_loopback_group *group;
   int rank;
   uint64_t rounds; /* collectives this rank has entered */
+  /* Its exchange's posts (none pending between calls) and how many of
+   * them are still unmatched. */
+  post *posts;
+  size_t posts_cap;
+  size_t left;
 } member;
 
 static void group_release(struct kvs_comm_loopback_group *group) {
@@ -49,6 +72,9 @@ static void group_release(struct kvs_comm_loopback_group *group) {
   pthread_cond_destroy(&group->cond);
   pthread_mutex_destroy(&group->mutex);
   free(group->slots);
+  free(group->pending);
+  free(group->sends_posted);
+  free(group->receives_posted);
   free(group);
 }
 
@@ -60,11 +86,15 @@ kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *o
   }
   struct kvs_comm_loopback_group *group = calloc(1, sizeof *group);
   call *slots = calloc((size_t)size, sizeof *slots);
+  uint64_t *sends = calloc((size_t)size * (size_t)size, sizeof *sends);
+  uint64_t *receives = calloc((size_t)size * (size_t)size, sizeof *receives);
   pthread_condattr_t attr;
   bool attr_ok = pthread_condattr_init(&attr) == 0;
-  if (group == NULL || slots == NULL || !attr_ok) {
+  if (group == NULL || slots == NULL || sends == NULL || receives == NULL || !attr_ok) {
     free(group);
     free(slots);
+    free(sends);
+    free(receives);
     if (attr_ok) pthread_condattr_destroy(&attr);
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a %d-rank loopback group", size);
   }
@@ -75,6 +105,8 @@ kvs_status kvs_comm_loopback_group_create(int size, kvs_comm_loopback_group_t *o
   pthread_condattr_destroy(&attr);
   for (int i = 0; i < size; i++) slots[i].round = UINT64_MAX;
   group->slots = slots;
+  group->sends_posted = sends;
+  group->receives_posted = receives;
   group->size = size;
   group->refs = 1;
   *out = group;
@@ -241,6 +273,131 @@ static kvs_status lb_barrier(void *ctx, int timeout_ms, kvs_error *err) {
   return run(ctx, c, timeout_ms, err);
 }
 
+/* ---- point to point ---- */
+
+/* Drops m's posts from the group's unmatched ones: after a failure no
+ * peer may copy into (or out of) memory whose owner has returned. */
+static void withdraw(struct kvs_comm_loopback_group *group, const member *m) {
+  for (size_t i = 0; i < group->n_pending;) {
+    if (group->pending[i]->owner == m) {
+      group->pending[i] = group->pending[--group->n_pending];
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Posts p: completes it against its counterpart when that is already
+ * posted (the copy runs here, under the group's lock, while both owners
+ * are inside their exchange), else leaves it pending. False when the
+ * pair's sizes differ, which fails the group. */
+static bool post_one(struct kvs_comm_loopback_group *group, post *p) {
+  for (size_t i = 0; i < group->n_pending; i++) {
+    post *q = group->pending[i];
+    if (q->send == p->send || q->src != p->src || q->dst != p->dst || q->seq != p->seq) continue;
+    const post *send = p->send ? p : q;
+    const post *receive = p->send ? q : p;
+    if (send->bytes != receive->bytes) {
+      char message[KVS_ERROR_MESSAGE_MAX];
+      snprintf(message, sizeof message,
+               "loopback exchange mismatched: rank %d's send %llu to rank %d is %zu bytes, rank "
+               "%d's receive %llu from rank %d is %zu bytes (matched transfers must be the same "
+               "size)",
+               send->src, (unsigned long long)send->seq, send->dst, send->bytes, receive->dst,
+               (unsigned long long)receive->seq, receive->src, receive->bytes);
+      fail_group(group, KVS_ERR_COMM, message);
+      return false;
+    }
+    memcpy(receive->data, send->data, send->bytes);
+    q->owner->left--;
+    p->owner->left--;
+    group->pending[i] = group->pending[--group->n_pending];
+    return true;
+  }
+  if (group->n_pending == group->pending_cap) {
+    size_t cap = group->pending_cap > 0 ? 2 * group->pending_cap : 16;
+    post **grown = realloc(group->pending, cap * sizeof *grown);
+    if (grown == NULL) {
+      fail_group(group, KVS_ERR_NO_MEMORY, "loopback exchange: no memory to post a transfer");
+      return false;
+    }
+    group->pending = grown;
+    group->pending_cap = cap;
+  }
+  group->pending[group->n_pending++] = p;
+  return true;
+}
+
+/* Names this rank's transfers still unmatched, after a timeout. */
+static void describe_left(const member *m, size_t n, char *out, size_t cap) {
+  kvs_comm_transfer left[8];
+  size_t k = 0, more = 0;
+  const struct kvs_comm_loopback_group *group = m->group;
+  for (size_t i = 0; i < group->n_pending; i++) {
+    const post *p = group->pending[i];
+    if (p->owner != m) continue;
+    if (k < sizeof left / sizeof *left) {
+      left[k++] = (kvs_comm_transfer){p->send ? p->dst : p->src, p->send, p->data, p->bytes};
+    } else {
+      more++;
+    }
+  }
+  char list[KVS_ERROR_MESSAGE_MAX / 2];
+  kvs_comm_transfers_describe(left, k, list, sizeof list);
+  snprintf(out, cap, "%zu of %zu transfers unmatched: %s%s", m->left, n, list,
+           more > 0 ? ", and more" : "");
+}
+
+static kvs_status lb_exchange(void *ctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                              kvs_error *err) {
+  member *m = ctx;
+  struct kvs_comm_loopback_group *group = m->group;
+  /* None of m's posts is pending between calls, so growing them is safe. */
+  if (n > m->posts_cap) {
+    post *grown = realloc(m->posts, n * sizeof *grown);
+    if (grown == NULL) {
+      return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a loopback exchange of %zu", n);
+    }
+    m->posts = grown;
+    m->posts_cap = n;
+  }
+  struct timespec deadline = deadline_after(timeout_ms);
+  pthread_mutex_lock(&group->mutex);
+  m->left = n;
+  /* Every transfer is posted before this rank waits for any: no order of
+   * sends and receives between two ranks can deadlock. */
+  for (size_t i = 0; i < n && !group->failed; i++) {
+    post *p = &m->posts[i];
+    int src = t[i].send ? m->rank : t[i].peer, dst = t[i].send ? t[i].peer : m->rank;
+    uint64_t *counter = t[i].send
+                            ? &group->sends_posted[(size_t)src * (size_t)group->size + dst]
+                            : &group->receives_posted[(size_t)src * (size_t)group->size + dst];
+    *p = (post){m, src, dst, (*counter)++, t[i].send, t[i].data, t[i].bytes};
+    if (!post_one(group, p)) break;
+  }
+  pthread_cond_broadcast(&group->cond);
+  bool timed_out = false;
+  while (!group->failed && m->left > 0 && !timed_out) {
+    timed_out = pthread_cond_timedwait(&group->cond, &group->mutex, &deadline) == ETIMEDOUT;
+  }
+  if (!group->failed && m->left > 0) {
+    char left[KVS_ERROR_MESSAGE_MAX / 2 + 64], message[KVS_ERROR_MESSAGE_MAX];
+    describe_left(m, n, left, sizeof left);
+    snprintf(message, sizeof message,
+             "loopback exchange on rank %d of %d timed out after %d ms with %s: a peer failed "
+             "or stalled",
+             m->rank, group->size, timeout_ms, left);
+    fail_group(group, KVS_ERR_TIMEOUT, message);
+  }
+  kvs_status status = KVS_OK;
+  if (group->failed) {
+    withdraw(group, m);
+    status = kvs_error_set(err, group->failure_status, "%s", group->failure);
+  }
+  pthread_mutex_unlock(&group->mutex);
+  return status;
+}
+
 static void lb_abort(void *ctx, int code) {
   member *m = ctx;
   char message[KVS_ERROR_MESSAGE_MAX];
@@ -254,6 +411,7 @@ static void lb_destroy(void *ctx) {
   member *m = ctx;
   if (m == NULL) return;
   group_release(m->group);
+  free(m->posts);
   free(m);
 }
 
@@ -266,6 +424,7 @@ static const kvs_comm_vtable loopback_vtable = {
     .barrier = lb_barrier,
     .abort = lb_abort,
     .destroy = lb_destroy,
+    .exchange = lb_exchange,
 };
 
 kvs_status kvs_comm_loopback_create(kvs_comm_loopback_group_t group, int rank, int timeout_ms,

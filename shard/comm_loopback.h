@@ -9,7 +9,16 @@
  * group naming both ranks' calls. A rank that times out (or aborts)
  * fails the whole group: every waiter wakes with that message, because a
  * late peer could otherwise complete a collective into a buffer whose
- * owner has given up on it. */
+ * owner has given up on it.
+ *
+ * Point to point (kvs_comm_exchange): each rank posts its whole batch to
+ * the group, and a transfer completes, copied under the group's lock,
+ * when its counterpart is posted (the k-th send from A to B with B's k-th
+ * receive from A; a rank's send to itself with its own receive). A size
+ * mismatch fails the group naming both transfers; a rank whose batch is
+ * not complete by its deadline fails the group naming the transfers left
+ * and their peers, as a collective's timeout does, and its posts are
+ * withdrawn so no peer writes into them afterwards. */
 #ifndef KVS_SHARD_COMM_LOOPBACK_H
 #define KVS_SHARD_COMM_LOOPBACK_H
 

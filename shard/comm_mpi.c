@@ -25,6 +25,12 @@ kvs_status kvs_comm_mpi_create(const void *handle, size_t handle_bytes, int time
   const kvs_comm_vtable *vtable = NULL;
   void *ctx = NULL;
   int rank = 0, size = 0;
+  if (t->vtable_bytes < sizeof(kvs_comm_vtable)) {
+    return kvs_error_set(err, KVS_ERR_LIBRARY,
+                         "the mpi backend's communicator vtable is %zu bytes, this build's %zu: "
+                         "install the backend of the same kvshard build",
+                         t->vtable_bytes, sizeof(kvs_comm_vtable));
+  }
   status = t->open(handle, handle_bytes, timeout_ms, &vtable, &ctx, &rank, &size, err);
   if (status != KVS_OK) return status;
   return kvs_comm_create(vtable, ctx, rank, size, timeout_ms, out, err);

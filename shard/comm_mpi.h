@@ -10,7 +10,11 @@
  * deadline: MPI has no portable way to learn that a peer died, so a dead
  * peer shows up as KVS_ERR_TIMEOUT naming the collective. The request
  * cannot be cancelled then, so the communicator is poisoned;
- * kvs_comm_abort calls MPI_Abort. */
+ * kvs_comm_abort calls MPI_Abort. An exchange (kvs_comm_exchange) posts
+ * every transfer as MPI_Isend or MPI_Irecv, in pieces of at most 1 GiB
+ * (MPI's counts are int), and waits for all of them against the same
+ * deadline; on a timeout it names the transfers still pending, cancels
+ * their requests and poisons the communicator. */
 #ifndef KVS_SHARD_COMM_MPI_H
 #define KVS_SHARD_COMM_MPI_H
 

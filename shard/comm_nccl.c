@@ -60,6 +60,12 @@ static kvs_status open_comm(const kvs_nccl_table *t, const kvs_nccl_open_args *a
   const kvs_comm_vtable *vtable = NULL;
   void *ctx = NULL;
   int rank = 0, nranks = 0;
+  if (t->vtable_bytes < sizeof(kvs_comm_vtable)) {
+    return kvs_error_set(err, KVS_ERR_LIBRARY,
+                         "the nccl backend's communicator vtable is %zu bytes, this build's %zu: "
+                         "install the backend of the same kvshard build",
+                         t->vtable_bytes, sizeof(kvs_comm_vtable));
+  }
   kvs_status status = t->open(args, &vtable, &ctx, &rank, &nranks, err);
   if (status != KVS_OK) return status;
   return kvs_comm_create(vtable, ctx, rank, nranks, args->timeout_ms, out, err);

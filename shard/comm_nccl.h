@@ -20,7 +20,9 @@
  * `device`, stages through pinned host memory, and polls its own stream
  * and ncclCommGetAsyncError against timeout_ms; on any failure it aborts
  * the NCCL communicator (peers then fail instead of waiting) and poisons
- * the kvs communicator. */
+ * the kvs communicator. An exchange (kvs_comm_exchange) is one
+ * ncclGroupStart/End of ncclSend and ncclRecv on the engine's device
+ * memory, on the same stream, waited for the same way. */
 #ifndef KVS_SHARD_COMM_NCCL_H
 #define KVS_SHARD_COMM_NCCL_H
 

@@ -1,4 +1,5 @@
-/* The one-rank backend: every collective is the identity, nothing waits.
+/* The one-rank backend: every collective is the identity, nothing waits;
+ * an exchange copies each send to itself into the receive it matches.
  * For single-GPU serving and for tests of the runtime without a group. */
 #ifndef KVS_SHARD_COMM_SELF_H
 #define KVS_SHARD_COMM_SELF_H

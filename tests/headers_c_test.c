@@ -106,7 +106,7 @@ static void nulls_of_comms(void) {
   REFUSES(kvs_comm_nccl_unique_id, kvs_comm_nccl_unique_id(NULL, &e_));
   REFUSES(kvs_comm_nccl_create, kvs_comm_nccl_create(NULL, &comm, &e_));
   REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(NULL, 0, 1, 1000, &comm, &e_));
-  kvs_comm_callbacks none = {sizeof none, NULL, NULL, NULL, NULL, NULL};
+  kvs_comm_callbacks none = {sizeof none, NULL, NULL, NULL, NULL, NULL, NULL};
   REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(&none, 0, 1, 1000, &comm, &e_));
   REFUSES(kvs_comm_callbacks_create, kvs_comm_callbacks_create(&none, 0, 0, 0, NULL, &e_));
   kvs_comm_destroy(NULL);
@@ -115,6 +115,18 @@ static void nulls_of_comms(void) {
   EXPECT(kvs_comm_size, kvs_comm_size(NULL) == 0);
   EXPECT(kvs_comm_backend, strcmp(kvs_comm_backend(NULL), "") == 0);
   REFUSES(kvs_comm_set_timeout_ms, kvs_comm_set_timeout_ms(NULL, 1000, &e_));
+  REFUSES(kvs_comm_exchange, kvs_comm_exchange(NULL, NULL, 0, &e_));
+  /* On one rank: a batch without its array, and a send to itself with its
+   * receive moving the bytes. */
+  kvs_comm_t self = NULL;
+  if (kvs_comm_self_create(&self, NULL) == KVS_OK) {
+    REFUSES(kvs_comm_exchange, kvs_comm_exchange(self, NULL, 1, &e_));
+    char from[4] = "abc", to[4] = "";
+    kvs_comm_transfer both[2] = {{0, true, from, sizeof from}, {0, false, to, sizeof to}};
+    EXPECT(kvs_comm_exchange,
+           kvs_comm_exchange(self, both, 2, NULL) == KVS_OK && strcmp(to, "abc") == 0);
+    kvs_comm_destroy(self);
+  }
 }
 
 static void nulls_of_nodes(void) {

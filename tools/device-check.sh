@@ -24,7 +24,10 @@
 #        bin/  the probe (tools/device_probe.c), the CUDA tests
 #              (tests/backends/cuda: device_kernels_test, cuda_status_test),
 #              the NCCL backend's test
-#              (tests/shard/nccl_test), the host tier's rows on the device
+#              (tests/shard/nccl_test, with its point-to-point case: one
+#              rank's send of 256 MiB to itself and its receive in one NCCL
+#              group, compared byte for byte, at the GB/s it prints), the
+#              host tier's rows on the device
 #              (tests/shard/node_host_rows_gpu_test: pages spilled to pinned
 #              slots and fetched back on the engine's stream), issue 33's
 #              engine cases (tests/shard/node_engine_gpu_test: a forward
@@ -101,9 +104,11 @@
 #      the kernels against the references, and the NCCL backend at one rank
 #      (nccl_test: collectives and a shard over device buffers, split mode
 #      leaving the engine's communicator and device alone, a consumer stream
-#      and a thread without a device). A compute-sanitizer that does not
-#      support the device (as under gVisor) counts as not run, not as
-#      failed.
+#      and a thread without a device, and an exchange of 256 MiB to itself
+#      in one group, whose GB/s summary.json keeps as
+#      tests.nccl_test.exchange_gbs, null where it did not run). A
+#      compute-sanitizer that does not support the device (as under gVisor)
+#      counts as not run, not as failed.
 #
 #   Environment (all optional):
 #     KVS_DEVICE_CHECK_DIR        staged folder (default out/device-check)
@@ -644,7 +649,11 @@ run() {
     log "nccl_test skipped $skipped_gpu GPU tests: $(grep -m1 'no CUDA device visible' "$logs/nccl_test.log")"
   fi
   ((nccl_ok)) || all_pass=0
-  nccl_json="{\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"ok\": $( ((nccl_ok)) && echo true || echo false)}"
+  # The point-to-point case's rate: "exchange to itself: 256 MiB ..., X GB/s (...)".
+  local exchange_gbs
+  exchange_gbs=$(sed -n 's/^exchange to itself: .*, \([0-9.]*\) GB\/s (.*/\1/p' "$logs/nccl_test.log" | head -1)
+  [[ -n $exchange_gbs ]] && log "nccl_test: $(grep -m1 '^exchange to itself: ' "$logs/nccl_test.log")"
+  nccl_json="{\"exit\": $rc, \"seconds\": $STEP_SECONDS, \"passed\": $p, \"failed\": $x, \"skipped\": $s, \"exchange_gbs\": ${exchange_gbs:-null}, \"ok\": $( ((nccl_ok)) && echo true || echo false)}"
   json_tests+=", \"nccl_test\": $nccl_json"
   fi
 

@@ -12,10 +12,40 @@
 #include "shard/comm_mpi.h"
 #include "shard/wait.h"
 
+/* An exchange moves a transfer in pieces of at most this many bytes, each
+ * one message of MPI_BYTE: MPI's counts are int, so a transfer above
+ * INT_MAX bytes (a long request's KV rows) cannot be one message. The
+ * k-th piece from A to B matches B's k-th (MPI keeps one sender's
+ * messages of one tag in order), so pieces reassemble in place. A test
+ * build sets it small to run the pieces' arithmetic on small buffers. */
+#ifndef KVS_MPI_CHUNK_BYTES
+#define KVS_MPI_CHUNK_BYTES ((size_t)1 << 30)
+#endif
+_Static_assert(KVS_MPI_CHUNK_BYTES > 0 && KVS_MPI_CHUNK_BYTES <= (size_t)INT32_MAX,
+               "an exchange piece must be an int count of MPI_BYTE");
+
+/* The exchange's tag, apart from the roll call's: on our duplicate, so no
+ * message of the program's own can match it. */
+#define EXCHANGE_TAG 0x6b77
+
+/* One posted piece of an exchange. */
+typedef struct piece {
+  size_t transfer; /* its transfer's index in the batch */
+  int bytes;
+} piece;
+
 typedef struct mpi_ctx {
   MPI_Comm comm; /* our duplicate */
   int rank;
   int size;
+  /* An exchange's requests and their pieces, grown to the largest batch
+   * seen (an exchange allocates only when it is larger than every one
+   * before it). */
+  MPI_Request *requests;
+  piece *pieces;
+  int *completed;
+  MPI_Status *statuses;
+  size_t capacity;
 } mpi_ctx;
 
 static void mpi_message(int code, char *out, size_t cap) {
@@ -165,6 +195,179 @@ static kvs_status mpi_barrier(void *vctx, int timeout_ms, kvs_error *err) {
   return wait_request(ctx, &request, "barrier", timeout_ms, err);
 }
 
+/* ---- point to point ---- */
+
+static size_t pieces_of(size_t bytes) {
+  return bytes / KVS_MPI_CHUNK_BYTES + (bytes % KVS_MPI_CHUNK_BYTES != 0);
+}
+
+static kvs_status make_room(mpi_ctx *ctx, size_t n, kvs_error *err) {
+  if (n <= ctx->capacity) return KVS_OK;
+  MPI_Request *requests = realloc(ctx->requests, n * sizeof *requests);
+  if (requests != NULL) ctx->requests = requests;
+  piece *pieces = realloc(ctx->pieces, n * sizeof *pieces);
+  if (pieces != NULL) ctx->pieces = pieces;
+  int *completed = realloc(ctx->completed, n * sizeof *completed);
+  if (completed != NULL) ctx->completed = completed;
+  MPI_Status *statuses = realloc(ctx->statuses, n * sizeof *statuses);
+  if (statuses != NULL) ctx->statuses = statuses;
+  if (requests == NULL || pieces == NULL || completed == NULL || statuses == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY,
+                         "mpi exchange on rank %d: no memory for %zu requests", ctx->rank, n);
+  }
+  ctx->capacity = n;
+  return KVS_OK;
+}
+
+/* The transfers with a piece still pending (requests[i] not yet
+ * MPI_REQUEST_NULL), described for a message. */
+static void describe_pending(const mpi_ctx *ctx, const kvs_comm_transfer *t, int n_requests,
+                             char *out, size_t cap) {
+  kvs_comm_transfer pending[8];
+  size_t k = 0, more = 0, last = (size_t)-1;
+  for (int i = 0; i < n_requests; i++) {
+    if (ctx->requests[i] == MPI_REQUEST_NULL || ctx->pieces[i].transfer == last) continue;
+    last = ctx->pieces[i].transfer;
+    if (k < sizeof pending / sizeof *pending) {
+      pending[k++] = t[last];
+    } else {
+      more++;
+    }
+  }
+  char list[KVS_ERROR_MESSAGE_MAX / 2];
+  kvs_comm_transfers_describe(pending, k, list, sizeof list);
+  snprintf(out, cap, "%s%s", list, more > 0 ? ", and more" : "");
+}
+
+/* After a failure: cancels the pieces still pending and frees their
+ * requests, so nothing is left for MPI to match into this batch's memory
+ * once it is cancelled (a receive not yet matched is; a send, or a
+ * receive already matched, may still complete: kvshard.h says so). */
+static void cancel_pending(mpi_ctx *ctx, int n_requests) {
+  for (int i = 0; i < n_requests; i++) {
+    if (ctx->requests[i] != MPI_REQUEST_NULL) MPI_Cancel(&ctx->requests[i]);
+  }
+  /* A cancelled receive completes at once; give the rest a moment. */
+  kvs_wait w = kvs_wait_begin(100);
+  for (;;) {
+    int flag = 0;
+    if (MPI_Testall(n_requests, ctx->requests, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS || flag ||
+        !kvs_wait_again(&w)) {
+      break;
+    }
+  }
+  for (int i = 0; i < n_requests; i++) {
+    if (ctx->requests[i] != MPI_REQUEST_NULL) MPI_Request_free(&ctx->requests[i]);
+  }
+}
+
+/* A failed piece (or a receive that got another size than its transfer's
+ * piece: the peer's matching send differs in size), named with its
+ * transfer. */
+static kvs_status piece_failed(mpi_ctx *ctx, const kvs_comm_transfer *t, int at, int code, int got,
+                               kvs_error *err) {
+  char one[96];
+  kvs_comm_transfer_describe(&t[ctx->pieces[at].transfer], one, sizeof one);
+  if (code != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    mpi_message(code, text, sizeof text);
+    return kvs_error_set(err, KVS_ERR_COMM,
+                         "mpi exchange on rank %d of %d failed in its %s (transfer %zu): %s%s",
+                         ctx->rank, ctx->size, one, ctx->pieces[at].transfer, text,
+                         code == MPI_ERR_TRUNCATE
+                             ? " (the peer's matching send is larger: matched transfers must be "
+                               "the same size)"
+                             : "");
+  }
+  return kvs_error_set(err, KVS_ERR_COMM,
+                       "mpi exchange on rank %d of %d: its %s (transfer %zu) got a piece of %d "
+                       "bytes where it expected %d: the peer's matching send differs in size",
+                       ctx->rank, ctx->size, one, ctx->pieces[at].transfer, got,
+                       ctx->pieces[at].bytes);
+}
+
+/* Every piece posted (Irecv and Isend, nonblocking: no order of sends and
+ * receives between two ranks can deadlock, a send to this rank matches its
+ * receive here), then one wait over all of them against the deadline. */
+static kvs_status mpi_exchange(void *vctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                               kvs_error *err) {
+  mpi_ctx *ctx = vctx;
+  size_t total = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    total += pieces_of(t[i].bytes);
+    bytes += t[i].bytes;
+  }
+  if (total > (size_t)INT32_MAX) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "mpi exchange of %zu pieces: MPI waits on at most %d requests at once",
+                         total, INT32_MAX);
+  }
+  kvs_status status = make_room(ctx, total, err);
+  if (status != KVS_OK) return status;
+  int posted = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t at = 0; at < t[i].bytes; at += KVS_MPI_CHUNK_BYTES) {
+      size_t left = t[i].bytes - at;
+      int len = (int)(left < KVS_MPI_CHUNK_BYTES ? left : KVS_MPI_CHUNK_BYTES);
+      char *p = (char *)t[i].data + at;
+      int code = t[i].send ? MPI_Isend(p, len, MPI_BYTE, t[i].peer, EXCHANGE_TAG, ctx->comm,
+                                       &ctx->requests[posted])
+                           : MPI_Irecv(p, len, MPI_BYTE, t[i].peer, EXCHANGE_TAG, ctx->comm,
+                                       &ctx->requests[posted]);
+      if (code != MPI_SUCCESS) {
+        cancel_pending(ctx, posted);
+        char one[96], what[128];
+        kvs_comm_transfer_describe(&t[i], one, sizeof one);
+        snprintf(what, sizeof what, "exchange's %s", one);
+        return start_failed(ctx, code, what, err);
+      }
+      ctx->pieces[posted++] = (piece){i, len};
+    }
+  }
+  kvs_wait w = kvs_wait_begin_bytes(timeout_ms, bytes);
+  int left = posted;
+  while (left > 0) {
+    int done = 0;
+    int code = MPI_Testsome(posted, ctx->requests, &done, ctx->completed, ctx->statuses);
+    if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
+      char text[MPI_MAX_ERROR_STRING], list[KVS_ERROR_MESSAGE_MAX / 2];
+      mpi_message(code, text, sizeof text);
+      kvs_comm_transfers_describe(t, n, list, sizeof list);
+      cancel_pending(ctx, posted);
+      return kvs_error_set(err, KVS_ERR_COMM, "mpi exchange on rank %d of %d (%s) failed: %s",
+                           ctx->rank, ctx->size, list, text);
+    }
+    if (done == MPI_UNDEFINED) break; /* none active: all complete */
+    for (int j = 0; j < done; j++) {
+      int at = ctx->completed[j];
+      const MPI_Status *st = &ctx->statuses[j];
+      int piece_code = code == MPI_ERR_IN_STATUS ? st->MPI_ERROR : MPI_SUCCESS;
+      int got = ctx->pieces[at].bytes;
+      if (piece_code == MPI_SUCCESS && !t[ctx->pieces[at].transfer].send) {
+        MPI_Get_count(st, MPI_BYTE, &got);
+      }
+      if (piece_code != MPI_SUCCESS || got != ctx->pieces[at].bytes) {
+        status = piece_failed(ctx, t, at, piece_code, got, err);
+        cancel_pending(ctx, posted);
+        return status;
+      }
+    }
+    left -= done;
+    if (left > 0 && done == 0 && !kvs_wait_again(&w)) {
+      char pending[KVS_ERROR_MESSAGE_MAX / 2 + 16];
+      describe_pending(ctx, t, posted, pending, sizeof pending);
+      kvs_error_set(err, KVS_ERR_TIMEOUT,
+                    "mpi exchange on rank %d of %d did not complete within %d ms, still pending: "
+                    "%s: a peer rank failed or stalled (its pending requests were cancelled)",
+                    ctx->rank, ctx->size, timeout_ms, pending);
+      cancel_pending(ctx, posted);
+      return KVS_ERR_TIMEOUT;
+    }
+  }
+  return KVS_OK;
+}
+
 static void mpi_abort(void *vctx, int code) {
   mpi_ctx *ctx = vctx;
   /* Takes every process of the job down: the only way MPI offers to stop
@@ -178,6 +381,10 @@ static void mpi_destroy(void *vctx) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && ctx->comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->comm);
+  free(ctx->requests);
+  free(ctx->pieces);
+  free(ctx->completed);
+  free(ctx->statuses);
   free(ctx);
 }
 
@@ -190,6 +397,7 @@ static const kvs_comm_vtable mpi_vtable = {
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
+    .exchange = mpi_exchange,
 };
 
 /* Duplicates parent (a collective: nonblocking, so a peer that never
@@ -292,6 +500,7 @@ const void *kvs_backend_mpi_v1(void) {
       .init = mpi_init,
       .finalize = mpi_finalize,
       .open = mpi_open,
+      .vtable_bytes = sizeof(kvs_comm_vtable),
   };
   return &table;
 }

@@ -26,6 +26,12 @@ typedef struct kvs_mpi_table {
   kvs_status (*open)(const void *handle, size_t handle_bytes, int timeout_ms,
                      const struct kvs_comm_vtable **vtable, void **ctx, int *rank, int *size,
                      kvs_error *err);
+  /* sizeof(kvs_comm_vtable) as the backend was built: the vtable open
+   * hands out has every slot of a vtable that size. The field itself is
+   * what a core whose vtable grew (the exchange slot) needs: the registry
+   * refuses a table smaller than this struct, so an older backend, whose
+   * vtable ends before that slot, is refused rather than read past. */
+  size_t vtable_bytes;
 } kvs_mpi_table;
 
 /* The table: the backend linked into the program, else loaded. */

@@ -10,7 +10,9 @@
  * caller's back). It stages host -> device on the stream, runs on the
  * device, stages back, and then polls its own stream and
  * ncclCommGetAsyncError until it is done, NCCL reports an error, or the
- * deadline passes. On any failure (NCCL's, a CUDA call's, the deadline)
+ * deadline passes. An exchange (point to point) runs the same way on the
+ * engine's device memory: one group of ncclSend and ncclRecv, then the
+ * same wait. On any failure (NCCL's, a CUDA call's, the deadline)
  * the communicator is aborted, so peers in a collective with this rank get
  * an error instead of waiting out their deadline. */
 #include <cuda_runtime_api.h>
@@ -255,6 +257,52 @@ static kvs_status nccl_barrier(void *vctx, int timeout_ms, kvs_error *err) {
   return nccl_allreduce(ctx, &ctx->barrier_word, 1, KVS_COMM_SUM, timeout_ms, err);
 }
 
+/* ---- point to point ---- */
+
+/* The batch as one group on the communicator's stream: ncclGroupStart,
+ * a ncclSend or ncclRecv per transfer (bytes as ncclUint8: NCCL's counts
+ * are size_t, so no piece is needed), ncclGroupEnd. In one group NCCL
+ * runs the sends and receives together, so none waits for another queued
+ * behind it: both directions between two ranks, and a send to this rank
+ * with its own receive, complete (outside a group a send to oneself waits
+ * for a receive queued after it, forever). Then, as for a collective,
+ * the stream is polled with NCCL's async error against one deadline, so
+ * the call returns once the bytes moved, and any failure aborts the
+ * communicator. */
+static kvs_status exchange_on_device(nccl_ctx *ctx, const kvs_comm_transfer *t, size_t n,
+                                     const char *what, kvs_wait *w, kvs_error *err) {
+  ncclResult_t rc = ncclGroupStart();
+  if (rc != ncclSuccess) return nccl_failed(ctx, rc, what, err);
+  ncclResult_t queued = ncclSuccess;
+  for (size_t i = 0; i < n && (queued == ncclSuccess || queued == ncclInProgress); i++) {
+    queued = t[i].send
+                 ? ncclSend(t[i].data, t[i].bytes, ncclUint8, t[i].peer, ctx->comm, ctx->stream)
+                 : ncclRecv(t[i].data, t[i].bytes, ncclUint8, t[i].peer, ctx->comm, ctx->stream);
+  }
+  /* The group is closed whatever happened inside it. */
+  rc = ncclGroupEnd();
+  if (queued != ncclSuccess && queued != ncclInProgress) return nccl_failed(ctx, queued, what, err);
+  kvs_status status = settle(ctx, rc, what, w, err);
+  if (status != KVS_OK) return status;
+  return wait_stream(ctx, what, w, err);
+}
+
+static kvs_status nccl_exchange(void *vctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                                kvs_error *err) {
+  nccl_ctx *ctx = vctx;
+  ctx->timeout_ms = timeout_ms;
+  kvs_wait w = kvs_wait_begin(timeout_ms);
+  char list[KVS_ERROR_MESSAGE_MAX / 2], what[KVS_ERROR_MESSAGE_MAX / 2 + 32];
+  kvs_comm_transfers_describe(t, n, list, sizeof list);
+  snprintf(what, sizeof what, "exchange (%s)", list);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  status = exchange_on_device(ctx, t, n, what, &w, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 /* kvs_comm_abort: aborts the communicator (its own, also when split from
  * an engine's: the engine's parent is untouched). */
 static void nccl_abort(void *vctx, int code) {
@@ -338,6 +386,7 @@ static const kvs_comm_vtable nccl_vtable = {
     .destroy = nccl_destroy,
     .device_stream = nccl_device_stream,
     .reads_done = nccl_reads_done,
+    .exchange = nccl_exchange,
 };
 
 /* ---- creation ---- */
@@ -481,6 +530,7 @@ const void *kvs_backend_nccl_v1(void) {
       .device_count = kvs_cuda_device_count,
       .open = nccl_open,
       .version = nccl_version,
+      .vtable_bytes = sizeof(kvs_comm_vtable),
   };
   return &table;
 }

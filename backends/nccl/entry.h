@@ -33,6 +33,9 @@ typedef struct kvs_nccl_table {
   kvs_status (*open)(const kvs_nccl_open_args *args, const struct kvs_comm_vtable **vtable,
                      void **ctx, int *rank, int *nranks, kvs_error *err);
   int (*version)(void); /* ncclGetVersion's */
+  /* sizeof(kvs_comm_vtable) as the backend was built (kvs_mpi_table's
+   * vtable_bytes says why). */
+  size_t vtable_bytes;
 } kvs_nccl_table;
 
 /* The table: the backend linked into the program, else loaded. */

@@ -264,6 +264,20 @@ BARRIER_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
 DESTROY_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+class CommTransfer(ctypes.Structure):
+    """kvshard.h's kvs_comm_transfer: one send or receive of an exchange."""
+    _fields_ = [
+        ("peer", ctypes.c_int),
+        ("send", ctypes.c_bool),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_size_t),
+    ]
+
+
+EXCHANGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(CommTransfer),
+                                     ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(CError))
+
+
 class CommCallbacks(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -272,6 +286,7 @@ class CommCallbacks(ctypes.Structure):
         ("allreduce_u64", ALLREDUCE_CALLBACK),
         ("barrier", BARRIER_CALLBACK),
         ("destroy", DESTROY_CALLBACK),
+        ("exchange", EXCHANGE_CALLBACK),  # optional: NULL, no point to point
     ]
 
 
@@ -298,6 +313,7 @@ _PROTOTYPES = {
     "kvs_comm_size": (ctypes.c_int, [_P]),
     "kvs_comm_backend": (ctypes.c_char_p, [_P]),
     "kvs_comm_set_timeout_ms": (_STATUS, [_P, ctypes.c_int, _ERR]),
+    "kvs_comm_exchange": (_STATUS, [_P, ctypes.POINTER(CommTransfer), ctypes.c_size_t, _ERR]),
     "kvs_node_create_flags": (
         _STATUS, [_P, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.POINTER(_P), _ERR]),
     "kvs_node_flags_help": (ctypes.c_char_p, []),

@@ -11,6 +11,13 @@ never relying on int64 overflow. A gloo (or other CPU) group reduces the C
 buffers in place; an NCCL group stages them through a CUDA tensor on the
 device that was current at torch_comm().
 
+Point to point (kvshard's exchange) is torch.distributed.batch_isend_irecv
+over uint8 tensors on the C memory, every request then waited for; sends
+and receives of a rank to itself are matched by it in batch order and
+copied (gloo crashes on a send to itself in torch 1.13), so they need their
+counterparts in the same batch. An NCCL group's transfers are staged
+through tensors on that device, as its collectives are.
+
 A callback runs on the thread that made the kvshard call (which released
 the GIL; the callback takes it back). Whatever it raises (BaseException
 included: an exception that escaped into ctypes would read as success)
@@ -24,7 +31,8 @@ import re
 
 from ._lib import (ALLREDUCE_CALLBACK, BARRIER_CALLBACK, BROADCAST_CALLBACK, COMM_REDUCE_MAX,
                    COMM_REDUCE_MIN, COMM_REDUCE_SUM, DESTROY_CALLBACK, ERROR_MESSAGE_MAX,
-                   STATUS_COMM, STATUS_TIMEOUT, CommCallbacks, Error, c_int, call)
+                   EXCHANGE_CALLBACK, STATUS_COMM, STATUS_TIMEOUT, CommCallbacks, Error, c_int,
+                   call)
 from .comm import Comm
 
 _TOP = 1 << 63
@@ -63,7 +71,8 @@ class TorchGroup:
             broadcast=BROADCAST_CALLBACK(self._broadcast),
             allreduce_u64=ALLREDUCE_CALLBACK(self._allreduce),
             barrier=BARRIER_CALLBACK(self._barrier),
-            destroy=DESTROY_CALLBACK())  # NULL: Python's keep ends with the Comm
+            destroy=DESTROY_CALLBACK(),  # NULL: Python's keep ends with the Comm
+            exchange=EXCHANGE_CALLBACK(self._exchange))
 
     # ---- the collectives over C memory ----
 
@@ -110,6 +119,48 @@ class TorchGroup:
         else:  # the C wrapper checked it; a guard, not a path
             raise ValueError(f"allreduce op {op} is none of min (0), max (1), sum (2)")
 
+    def exchange(self, transfers, n):
+        """kvshard's batch of n transfers (C kvs_comm_transfer structs, each
+        of at least one byte, on host memory: this is a host backend) as
+        one batch_isend_irecv, every request waited for; an NCCL group's
+        go through tensors on the current device, received ones copied
+        back. This rank's sends to itself land in its receives from itself,
+        k-th in k-th, by a copy: torch's gloo cannot send to its own rank."""
+        torch, dist = self.torch, self.dist
+        rank = dist.get_rank(self.group)
+        own_sends, own_receives, ops, back = [], [], [], []
+        for i in range(n):
+            t = transfers[i]
+            if t.peer == rank:
+                (own_sends if t.send else own_receives).append(t)
+                continue
+            host = torch.frombuffer((ctypes.c_uint8 * t.bytes).from_address(t.data),
+                                    dtype=torch.uint8)
+            tensor = host
+            if self.device is not None:  # NCCL moves device memory only
+                tensor = host.to(self.device) if t.send else torch.empty(
+                    t.bytes, dtype=torch.uint8, device=self.device)
+                if not t.send:
+                    back.append((host, tensor))
+            op = dist.isend if t.send else dist.irecv
+            ops.append(dist.P2POp(op, tensor, self.global_rank(t.peer), self.group))
+        if len(own_sends) != len(own_receives):
+            raise ValueError(f"rank {rank}'s batch has {len(own_sends)} sends to itself and "
+                             f"{len(own_receives)} receives from itself: torch_comm matches "
+                             "them within one batch")
+        for k, (send, receive) in enumerate(zip(own_sends, own_receives)):
+            if send.bytes != receive.bytes:
+                raise ValueError(f"rank {rank}'s send {k} to itself is {send.bytes} bytes, its "
+                                 f"receive {receive.bytes}: matched transfers must be the same "
+                                 "size")
+        if ops:
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+        for host, tensor in back:
+            host.copy_(tensor.cpu())  # the copy waits for the receive
+        for send, receive in zip(own_sends, own_receives):
+            ctypes.memmove(receive.data, send.data, send.bytes)
+
     def barrier(self):
         # One word reduced on the group's device: a barrier that needs no
         # guess of the NCCL device (torch's barrier guesses it by rank).
@@ -136,6 +187,9 @@ class TorchGroup:
 
     def _barrier(self, user, timeout_ms, err):
         return self._run("barrier", err, self.barrier)
+
+    def _exchange(self, user, transfers, n, timeout_ms, err):
+        return self._run("batch_isend_irecv", err, self.exchange, transfers, n)
 
 
 def torch_comm(group=None, timeout_ms=30000):

@@ -16,7 +16,7 @@ import sys
 import threading
 import weakref
 
-from ._lib import NCCL_UNIQUE_ID_BYTES, Error, NcclOptions, c_int, call, lib
+from ._lib import NCCL_UNIQUE_ID_BYTES, CommTransfer, Error, NcclOptions, c_int, call, lib
 
 
 class Comm:
@@ -55,6 +55,36 @@ class Comm:
     def set_timeout_ms(self, timeout_ms):
         """Every later collective's deadline."""
         call("kvs_comm_set_timeout_ms", self.handle, c_int(timeout_ms, "timeout_ms", "int"))
+
+    def exchange(self, transfers):
+        """Point to point (kvs_comm_exchange): this rank's batch of
+        transfers, each (peer, "send" or "recv", buffer), run as one group
+        and returned from once all completed. A buffer is host memory with
+        the buffer protocol (a numpy array, a bytearray; a receive's
+        writable), C-contiguous, its whole bytes moved; on an NCCL
+        communicator it is device memory, given as an object with
+        data_ptr() and nbytes (a contiguous CUDA tensor). The k-th send
+        from rank A to rank B matches B's k-th receive from A, of the same
+        size; transfers of 0 bytes move nothing. kvshard.Error on a
+        refusal (KVS_ERR_INVALID_ARGUMENT: nothing moved) or a failure
+        (which poisons the communicator, as a failed collective does)."""
+        transfers = list(transfers)
+        batch = (CommTransfer * max(len(transfers), 1))()
+        held = []  # what the addresses point into, alive through the call
+        for i, item in enumerate(transfers):
+            if not isinstance(item, (tuple, list)) or len(item) != 3:
+                raise TypeError(f"exchange(): transfer {i} must be (peer, 'send' or 'recv', "
+                                f"buffer), got {item!r}")
+            peer, kind, buffer = item
+            if kind not in ("send", "recv"):
+                raise ValueError(f"exchange(): transfer {i}'s kind must be 'send' or 'recv', "
+                                 f"got {kind!r}")
+            address, nbytes = _address_of(buffer, writable=kind == "recv",
+                                          what=f"exchange(): transfer {i}'s buffer")
+            held.append(buffer)
+            batch[i] = CommTransfer(c_int(peer, f"exchange(): transfer {i}'s peer", "int"),
+                                    kind == "send", address, nbytes)
+        call("kvs_comm_exchange", self.handle, batch, len(transfers))
 
     def close(self):
         """Ends the communicator; idempotent. Refused (kvshard.Error,
@@ -126,6 +156,28 @@ class Comm:
             self._close(refuse_open=False)
         except Exception:
             pass
+
+
+def _address_of(buffer, writable, what):
+    """(address, bytes) of a transfer's memory: a device tensor's
+    (data_ptr(), nbytes), else a C-contiguous buffer's."""
+    if hasattr(buffer, "data_ptr") and hasattr(buffer, "nbytes"):
+        if hasattr(buffer, "is_contiguous") and not buffer.is_contiguous():
+            raise ValueError(f"{what} is not contiguous")
+        return (buffer.data_ptr() or None), int(buffer.nbytes)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"{what} must support the buffer protocol (a numpy array, a bytearray) "
+                        f"or be a device tensor, got {type(buffer).__name__}") from None
+    if not view.c_contiguous:
+        raise ValueError(f"{what} is not C-contiguous")
+    if writable and view.readonly:
+        raise ValueError(f"{what} is read-only, and a receive writes it")
+    if view.nbytes == 0:
+        return None, 0
+    import numpy
+    return numpy.frombuffer(view.cast("B"), dtype=numpy.uint8).ctypes.data, view.nbytes
 
 
 def self_comm():

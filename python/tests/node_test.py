@@ -1081,6 +1081,8 @@ PARAMETERS = {
     "View.__dlpack__": {"stream": "uintptr_t"},
     "View.__dlpack_device__": {},
     "Comm.set_timeout_ms": {"timeout_ms": "int"},
+    # (peer, kind, buffer) each; a peer past int is torch_comm_test's case.
+    "Comm.exchange": {"transfers": "transfers"},
     "Comm.close": {},
     "loopback_comms": {"size": "int", "timeout_ms": "int"},
     "mpi_comm": {"comm": "comm", "timeout_ms": "int"},

@@ -5,11 +5,16 @@ and its check agrees on both ranks; the adapter's unsigned reductions are
 exact at the words' extremes; a callback that raises (Exception or
 BaseException) becomes kvshard.Error with its text and poisons the
 communicator, never a crash; a peer that dies makes the survivor raise.
-Skipped, with the reason, where torch or torch.distributed's gloo is
-missing."""
+Point to point (Comm.exchange through torch_comm's batch_isend_irecv):
+sends and receives both ways and to itself with zero-byte ones between,
+64 MiB each way byte for byte, refusals that change nothing, a raising
+callback that poisons, and a peer that dies mid-exchange. Skipped, with the
+reason, where torch or torch.distributed's gloo is missing; the same
+exchange over loopback ranks (threads) runs without torch."""
 
 import ctypes
 import datetime
+import threading
 import json
 import os
 import subprocess
@@ -162,10 +167,116 @@ def mode_dies(rank, folder):
     return out
 
 
+def message(src, dst, k, n):
+    """The k-th message from src to dst: n bytes, different for every
+    position, pair and k."""
+    i = np.arange(n, dtype=np.uint64)
+    x = (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(
+        (src << 48) | (dst << 32) | (k << 16))
+    return ((x ^ (x >> np.uint64(29))) >> np.uint64(24)).astype(np.uint8)
+
+
+def pairs_batch(comm, sizes):
+    """Every rank sends two messages to every rank (itself included) and
+    receives two from each, with zero-byte transfers between; even ranks
+    receive first. Returns the batch and what each receive must hold."""
+    rank, n = comm.rank, comm.size
+    sends, receives, expect = [], [], []
+    for peer in range(n):
+        for k in range(2):
+            sends.append((peer, "send", message(rank, peer, k, sizes(rank, peer, k))))
+            buf = np.zeros(sizes(peer, rank, k), dtype=np.uint8)
+            receives.append((peer, "recv", buf))
+            expect.append((buf, message(peer, rank, k, buf.size)))
+    first, second = (receives, sends) if rank % 2 == 0 else (sends, receives)
+    batch = []
+    for i, t in enumerate(first):
+        batch += [t, ((rank + i) % n, "send", bytearray())]
+    return batch + second, expect
+
+
+def wrong(expect):
+    """Which receives differ from their message: [(index, first wrong byte)]."""
+    out = []
+    for i, (got, want) in enumerate(expect):
+        if not np.array_equal(got, want):
+            out.append((i, int(np.flatnonzero(got != want)[0])))
+    return out
+
+
+def mode_exchange(rank, folder):
+    dist = start_group(rank, folder, 60)
+    out = {}
+    comm = kvshard.torch_comm(timeout_ms=20000)
+    batch, expect = pairs_batch(comm, lambda s, d, k: 1000 + 37 * s + 11 * d + 5 * k)
+    comm.exchange(batch)
+    out["pairs_wrong"] = wrong(expect)
+    big = 64 << 20
+    got = np.zeros(big, dtype=np.uint8)
+    start = time.monotonic()
+    comm.exchange([(1 - rank, "recv", got), (1 - rank, "send", message(rank, 1 - rank, 9, big))])
+    out["large_seconds"] = time.monotonic() - start
+    out["large_equal"] = bool(np.array_equal(got, message(1 - rank, rank, 9, big)))
+    # Refusals change nothing: the next batch matches as if they never were.
+    buf = np.zeros(64, dtype=np.uint8)
+    refusals = []
+    for bad in ([(2, "recv", buf)], [(1 - rank, "recv", b"read-only")],
+                [(1 - rank, "both", buf)], [(1 - rank, "send")]):
+        try:
+            comm.exchange(bad)
+            refusals.append(None)
+        except (kvshard.Error, ValueError, TypeError) as e:
+            refusals.append([type(e).__name__, getattr(e, "status", None), str(e)])
+    out["refusals"] = refusals
+    comm.exchange([(1 - rank, "send", message(rank, 1 - rank, 10, 64)), (1 - rank, "recv", buf)])
+    out["after_refusals"] = bool(np.array_equal(buf, message(1 - rank, rank, 10, 64)))
+    # The node's collectives still run over the same communicator.
+    out["check"] = steps_and_check(comm, rank)
+
+    # A raising exchange poisons, naming the call and its text.
+    def boom(*args):
+        raise RuntimeError(f"injected exchange failure on rank {rank}")
+
+    comm._keep.exchange = boom
+    for attempt in ("first", "later"):
+        try:
+            comm.exchange([(1 - rank, "send", buf)])
+            out[attempt] = None
+        except kvshard.Error as e:
+            out[attempt] = [e.status, str(e)]
+    comm.close()
+    dist.destroy_process_group()
+    return out
+
+
+def mode_exchange_dies(rank, folder):
+    start_group(rank, folder, 10)
+    out = {}
+    comm = kvshard.torch_comm(timeout_ms=5000)
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    comm.exchange([(1 - rank, "send", buf), (1 - rank, "recv", buf.copy())])
+    if rank == 1:
+        os._exit(0)  # dies between exchanges, its sockets closed by the kernel
+    start = time.monotonic()
+    try:
+        comm.exchange([(1, "recv", buf), (1, "send", buf.copy())])
+        out["error"] = None
+    except kvshard.Error as e:
+        out["error"] = [e.status, str(e)]
+    out["elapsed"] = time.monotonic() - start
+    try:
+        comm.exchange([(0, "send", buf), (0, "recv", buf.copy())])
+    except kvshard.Error as e:
+        out["after"] = [e.status, str(e)]
+    return out
+
+
 def worker(mode, rank, folder):
     rank = int(rank)
     try:
-        out = {"node": mode_node, "raise": mode_raise, "dies": mode_dies}[mode](rank, folder)
+        out = {"node": mode_node, "raise": mode_raise, "dies": mode_dies,
+               "exchange": mode_exchange,
+               "exchange_dies": mode_exchange_dies}[mode](rank, folder)
     except BaseException:
         out = {"exception": traceback.format_exc()}
     with open(os.path.join(folder, f"out{rank}.json"), "w") as f:
@@ -242,6 +353,85 @@ class TorchComm(unittest.TestCase):
         self.assertIn("torch.distributed", message)
         self.assertLess(out["elapsed"], 60, "bounded by the group's 10 s timeout")
         self.assertIn("stopped earlier", out["after"][1])
+
+
+    def test_an_exchange_moves_every_pairs_bytes_through_batch_isend_irecv(self):
+        for rank, out in enumerate(self.run_pair("exchange")):
+            self.assertEqual(out["pairs_wrong"], [], "receives that differ (index, first byte)")
+            self.assertTrue(out["large_equal"], "64 MiB each way")
+            self.assertLess(out["large_seconds"], 60)
+            bad_peer, read_only, bad_kind, short = out["refusals"]
+            self.assertEqual(bad_peer[:2], ["Error", "KVS_ERR_INVALID_ARGUMENT"])
+            self.assertIn("peer 2 is outside a group of 2 ranks", bad_peer[2])
+            self.assertEqual(read_only[0], "ValueError")
+            self.assertIn("is read-only, and a receive writes it", read_only[2])
+            self.assertEqual(bad_kind[0], "ValueError")
+            self.assertIn("kind must be 'send' or 'recv', got 'both'", bad_kind[2])
+            self.assertEqual(short[0], "TypeError")
+            self.assertTrue(out["after_refusals"], "a refusal moved something")
+            self.assertTrue(out["check"]["ok"], out["check"])
+            status, text = out["first"]
+            self.assertEqual(status, "KVS_ERR_COMM")
+            self.assertIn("callbacks exchange (send of 64 bytes to rank", text)
+            self.assertIn("torch.distributed batch_isend_irecv (gloo) raised RuntimeError: "
+                          f"injected exchange failure on rank {rank}", text)
+            status, text = out["later"]
+            self.assertEqual(status, "KVS_ERR_COMM")
+            self.assertIn("failed earlier", text)
+
+    def test_a_peer_that_dies_fails_the_survivors_exchange(self):
+        (out,) = self.run_pair("exchange_dies", ranks=(0,))
+        self.assertIsNotNone(out["error"], "the exchange with a dead peer succeeded")
+        status, text = out["error"]
+        self.assertIn(status, ("KVS_ERR_COMM", "KVS_ERR_TIMEOUT"))
+        self.assertIn("receive of 1048576 bytes from rank 1", text)
+        self.assertIn("torch.distributed batch_isend_irecv", text)
+        self.assertLess(out["elapsed"], 60, "bounded by the group's 10 s timeout")
+        self.assertIn("failed earlier", out["after"][1])
+
+
+class LoopbackExchange(unittest.TestCase):
+    """Comm.exchange over ranks as threads: no torch needed."""
+
+    def test_every_pair_both_ways_and_to_itself(self):
+        for n in (2, 3):
+            comms = kvshard.loopback_comms(n, timeout_ms=20000)
+            results = [None] * n
+
+            def rank_body(comm):
+                batch, expect = pairs_batch(comm, lambda s, d, k: 1 + (s * 131 + d * 17 + k) % 700)
+                comm.exchange(batch)
+                results[comm.rank] = wrong(expect)
+
+            threads = [threading.Thread(target=rank_body, args=(c,)) for c in comms]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(results, [[]] * n)
+            for c in comms:
+                c.close()
+
+    def test_refusals_name_what_is_wrong(self):
+        comm = kvshard.self_comm()
+        with self.assertRaisesRegex(TypeError, r"transfer 0 must be \(peer, 'send' or 'recv', "
+                                    r"buffer\)"):
+            comm.exchange([(0, "send")])
+        with self.assertRaisesRegex(TypeError, "transfer 0's buffer must support the buffer "
+                                    "protocol"):
+            comm.exchange([(0, "send", 5)])
+        with self.assertRaisesRegex(ValueError, "not C-contiguous"):
+            comm.exchange([(0, "send", np.zeros((4, 4))[:, 1])])
+        with self.assertRaisesRegex(ValueError, "transfer 0's peer = 2147483648 is outside"):
+            comm.exchange([(2 ** 31, "send", b"x")])
+        with self.assertRaises(kvshard.Error) as e:
+            comm.exchange([(0, "send", b"abc")])
+        self.assertEqual(e.exception.status, "KVS_ERR_INVALID_ARGUMENT")
+        self.assertIn("every send is to itself and needs its receive", str(e.exception))
+        got = bytearray(3)
+        comm.exchange([(0, "recv", got), (0, "send", b"abc"), (0, "send", b"")])
+        self.assertEqual(bytes(got), b"abc")
+        comm.close()
 
 
 class Refusals(unittest.TestCase):

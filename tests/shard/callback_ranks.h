@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 
 #include "kvshard.h"
@@ -20,7 +21,10 @@ namespace kvs_test {
 // forward to, how often each ran, and whether destroy gave user back.
 struct Forward {
   kvs_comm_t inner = nullptr;
-  std::atomic<int> broadcasts{0}, allreduces{0}, barriers{0}, destroyed{0};
+  std::atomic<int> broadcasts{0}, allreduces{0}, barriers{0}, destroyed{0}, exchanges{0};
+  // Every transfer the exchange callback was handed (its batches' sizes
+  // and the smallest transfer seen), to check what the wrapper passes on.
+  std::atomic<size_t> exchanged{0}, smallest{SIZE_MAX};
 };
 
 inline kvs_status forward_broadcast(void *user, void *bytes, size_t n, int root, int timeout_ms,
@@ -50,9 +54,22 @@ inline kvs_status forward_barrier(void *user, int timeout_ms, kvs_error *err) {
 
 inline void forward_destroy(void *user) { static_cast<Forward *>(user)->destroyed++; }
 
+inline kvs_status forward_exchange(void *user, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                                   kvs_error *err) {
+  (void)timeout_ms;
+  auto *f = static_cast<Forward *>(user);
+  f->exchanges++;
+  f->exchanged += n;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i].bytes < f->smallest) f->smallest = t[i].bytes;
+  }
+  return kvs_comm_exchange(f->inner, t, n, err);
+}
+
 inline kvs_comm_callbacks forwarding(Forward *f) {
-  kvs_comm_callbacks cb = {sizeof cb,      f, forward_broadcast, forward_allreduce, forward_barrier,
-                           forward_destroy};
+  kvs_comm_callbacks cb = {
+      sizeof cb,       f, forward_broadcast, forward_allreduce, forward_barrier, forward_destroy,
+      forward_exchange};
   return cb;
 }
 

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -150,8 +152,8 @@ TEST(CommCallbacks, a_failing_or_lying_callback_poisons_with_what_it_said) {
   };
   for (const Case &c : cases) {
     Failing f{c.returned, c.message, c.terminate};
-    kvs_comm_callbacks cb = {sizeof cb,       &f,     failing_broadcast, failing_allreduce,
-                             failing_barrier, nullptr};
+    kvs_comm_callbacks cb = {
+        sizeof cb, &f, failing_broadcast, failing_allreduce, failing_barrier, nullptr, nullptr};
     kvs_comm_t comm = nullptr;
     kvs_error err;
     ASSERT_EQ(kvs_comm_callbacks_create(&cb, 0, 2, 1000, &comm, &err), KVS_OK) << err.message;
@@ -178,8 +180,8 @@ TEST(CommCallbacks, a_failing_or_lying_callback_poisons_with_what_it_said) {
 
   // Allreduce and barrier failures name their call.
   Failing f{KVS_ERR_NO_MEMORY, "no staging tensor"};
-  kvs_comm_callbacks cb = {sizeof cb,       &f,     failing_broadcast, failing_allreduce,
-                           failing_barrier, nullptr};
+  kvs_comm_callbacks cb = {sizeof cb, &f,     failing_broadcast, failing_allreduce, failing_barrier,
+                           nullptr,   nullptr};
   for (int which = 0; which < 2; which++) {
     kvs_comm_t comm = nullptr;
     kvs_error err;
@@ -236,6 +238,137 @@ TEST(CommCallbacks, collectives_move_every_ranks_data_through_the_callbacks) {
     EXPECT_EQ(f.barriers, 1);
     kvs_comm_buffer_free(comm, &b);
   });
+}
+
+// ---- point to point through the callbacks ----
+
+std::vector<uint8_t> bytes_of(int src, int dst, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = uint8_t(i * 131 + size_t(src) * 17 + size_t(dst) * 5 + 1);
+  return v;
+}
+
+// Every rank sends to and receives from every rank (itself included)
+// through its exchange callback, which forwards to its loopback rank; the
+// callback is handed the batch without its zero-byte transfers.
+TEST(CommCallbacks, an_exchange_moves_every_pairs_bytes_through_the_callback) {
+  const int n = 3;
+  run_callback_ranks(n, 20000, [n](int rank, kvs_comm_t comm, Forward &f) {
+    std::vector<std::vector<uint8_t>> out, in;
+    out.reserve(n);
+    in.reserve(n);
+    std::vector<kvs_comm_transfer> batch;
+    for (int peer = 0; peer < n; peer++) {
+      in.emplace_back(size_t(100 + 10 * peer + rank));
+      batch.push_back({peer, false, in.back().data(), in.back().size()});
+      batch.push_back({peer, true, nullptr, 0});  // moves nothing
+    }
+    for (int peer = n - 1; peer >= 0; peer--) {
+      out.push_back(bytes_of(rank, peer, size_t(100 + 10 * rank + peer)));
+      batch.push_back({peer, true, out.back().data(), out.back().size()});
+    }
+    kvs_error err;
+    ASSERT_EQ(kvs_comm_exchange(comm, batch.data(), batch.size(), &err), KVS_OK) << err.message;
+    for (int peer = 0; peer < n; peer++) {
+      EXPECT_EQ(in[size_t(peer)], bytes_of(peer, rank, in[size_t(peer)].size()))
+          << "rank " << rank << " from rank " << peer;
+    }
+    EXPECT_EQ(f.exchanges, 1);
+    EXPECT_EQ(f.exchanged, size_t(2 * n)) << "zero-byte transfers never reach the callback";
+    EXPECT_GE(f.smallest, size_t(100));
+    // Argument errors reach no callback.
+    batch[0].peer = n;
+    EXPECT_EQ(kvs_comm_exchange(comm, batch.data(), batch.size(), &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(f.exchanges, 1);
+    EXPECT_EQ(kvs_comm_health(comm), KVS_OK);
+  });
+}
+
+// 64 MiB each way through the callbacks, and a silent peer: rank 2 never
+// calls, so rank 0's forwarded exchange times out on its loopback rank
+// (3 s, ten times what the rest needs on a loaded 2-core machine); the
+// timeout stays one, names the callback's transfers, and poisons.
+TEST(CommCallbacks, an_exchange_of_64_MiB_and_a_silent_peer_through_the_callbacks) {
+  const size_t big = size_t(64) << 20;
+  run_callback_ranks(3, 3000, [big](int rank, kvs_comm_t comm, Forward &) {
+    kvs_error err;
+    if (rank == 2) return;  // silent
+    std::vector<uint8_t> out = bytes_of(rank, 1 - rank, big), in(big);
+    kvs_comm_transfer pair[2] = {{1 - rank, true, out.data(), big},
+                                 {1 - rank, false, in.data(), big}};
+    ASSERT_EQ(kvs_comm_exchange(comm, pair, 2, &err), KVS_OK) << err.message;
+    EXPECT_TRUE(in == bytes_of(1 - rank, rank, big)) << "rank " << rank << ": 64 MiB differ";
+    if (rank == 1) return;
+    std::vector<uint8_t> from2(999);
+    kvs_comm_transfer silent = {2, false, from2.data(), from2.size()};
+    EXPECT_EQ(kvs_comm_exchange(comm, &silent, 1, &err), KVS_ERR_TIMEOUT);
+    EXPECT_TRUE(contains(err.message,
+                         "callbacks exchange (receive of 999 bytes from rank 2) on rank 0 of 3 "
+                         "failed (the callback returned KVS_ERR_TIMEOUT): loopback exchange on "
+                         "rank 0 of 3 timed out after 3000 ms"))
+        << err.message;
+    EXPECT_EQ(kvs_comm_exchange(comm, pair, 2, &err), KVS_ERR_COMM);
+    EXPECT_TRUE(contains(err.message, "failed earlier (timed out)")) << err.message;
+  });
+}
+
+kvs_status failing_exchange(void *user, const kvs_comm_transfer *, size_t, int, kvs_error *err) {
+  return fail_with(user, err);
+}
+
+TEST(CommCallbacks, without_an_exchange_callback_exchange_is_unsupported_and_not_poisoned) {
+  Forward f;
+  kvs_comm_callbacks cb = forwarding(&f);
+  cb.exchange = nullptr;
+  // And an older caller's struct, which ends before the field.
+  kvs_comm_callbacks older = forwarding(&f);
+  older.size = offsetof(kvs_comm_callbacks, exchange);
+  for (const kvs_comm_callbacks *c : {&cb, &older}) {
+    kvs_comm_t comm = nullptr;
+    kvs_error err;
+    ASSERT_EQ(kvs_comm_callbacks_create(c, 0, 2, 1000, &comm, &err), KVS_OK) << err.message;
+    std::vector<uint8_t> a(8);
+    kvs_comm_transfer t = {1, true, a.data(), a.size()};
+    EXPECT_EQ(kvs_comm_exchange(comm, &t, 1, &err), KVS_ERR_UNSUPPORTED);
+    EXPECT_STREQ(err.message,
+                 "the 'callbacks' communicator has no point-to-point exchange (its "
+                 "kvs_comm_callbacks has no exchange)");
+    EXPECT_EQ(kvs_comm_health(comm), KVS_OK);
+    kvs_comm_destroy(comm);
+  }
+  EXPECT_EQ(f.exchanges, 0);
+}
+
+TEST(CommCallbacks, a_failing_exchange_callback_poisons_naming_the_transfers) {
+  Failing f{KVS_ERR_IO, "wire cut"};
+  kvs_comm_callbacks cb = {sizeof cb,       &f,      failing_broadcast, failing_allreduce,
+                           failing_barrier, nullptr, failing_exchange};
+  kvs_comm_t comm = nullptr;
+  kvs_error err;
+  ASSERT_EQ(kvs_comm_callbacks_create(&cb, 0, 2, 1000, &comm, &err), KVS_OK) << err.message;
+  std::vector<uint8_t> a(64), b(32);
+  kvs_comm_transfer t[2] = {{1, true, a.data(), a.size()}, {1, false, b.data(), b.size()}};
+  EXPECT_EQ(kvs_comm_exchange(comm, t, 2, &err), KVS_ERR_COMM);
+  EXPECT_STREQ(err.message,
+               "callbacks exchange (send of 64 bytes to rank 1, receive of 32 bytes from rank 1) "
+               "on rank 0 of 2 failed (the callback returned KVS_ERR_IO): wire cut");
+  EXPECT_EQ(kvs_comm_health(comm), KVS_ERR_COMM);
+  EXPECT_EQ(kvs_comm_exchange(comm, t, 2, &err), KVS_ERR_COMM);
+  EXPECT_TRUE(contains(err.message,
+                       "callbacks comm exchange on rank 0 of 2 refused: the "
+                       "communicator failed earlier"))
+      << err.message;
+  kvs_comm_destroy(comm);
+  // A timeout stays one.
+  f.returned = KVS_ERR_TIMEOUT;
+  ASSERT_EQ(kvs_comm_callbacks_create(&cb, 1, 2, 1000, &comm, &err), KVS_OK) << err.message;
+  t[0].peer = t[1].peer = 0;
+  EXPECT_EQ(kvs_comm_exchange(comm, t, 2, &err), KVS_ERR_TIMEOUT);
+  EXPECT_TRUE(contains(err.message,
+                       "callbacks exchange (send of 64 bytes to rank 0, receive of "
+                       "32 bytes from rank 0) on rank 1 of 2 failed"))
+      << err.message;
+  kvs_comm_destroy(comm);
 }
 
 // Full pages first .. first + n - 1 as locations.

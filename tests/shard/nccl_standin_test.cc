@@ -19,7 +19,11 @@
 //     succeeded fails every rank at once with that rank's message and
 //     leaves no live communicator; no device fails every rank saying why;
 //   - separate deadlines for the initialisation and for collectives;
-//   - the device stream only a device communicator has.
+//   - the device stream only a device communicator has;
+//   - point to point (kvs_comm_exchange: one ncclGroupStart/End of
+//     ncclSend and ncclRecv): every pair both ways and to itself, 64 MiB
+//     byte for byte, refusals that queue nothing, a silent or failed peer,
+//     sizes that differ.
 //
 // KVS_STANDIN_SCHEDULES=100000 runs longer.
 #include <gtest/gtest.h>
@@ -29,6 +33,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
@@ -1126,4 +1131,254 @@ TEST(NcclStandin, collectives_and_shard_steps_over_seeded_schedules) {
         });
         expect_no_violations();
       });
+}
+
+// ---- point to point: kvs_comm_exchange over ncclSend and ncclRecv ----
+
+namespace {
+
+uint8_t p2p_byte(int src, int dst, size_t i) {
+  uint64_t x = (uint64_t(i) + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t(src) << 40 | uint64_t(dst));
+  return uint8_t((x ^ x >> 31) * 0xbf58476d1ce4e5b9ull >> 56);
+}
+
+// A device buffer of one rank, written and read with the device idle: an
+// exchange reads what was written before it on any stream only once that
+// work is done (kvshard.h), so the writes are synchronised.
+class DeviceBytes {
+ public:
+  DeviceBytes(int device, size_t bytes) : device_(device), bytes_(bytes) {
+    on_device(device_, [&] { EXPECT_EQ(cudaMalloc(&p_, bytes_ + 1), cudaSuccess); });
+  }
+  ~DeviceBytes() {
+    on_device(device_, [&] { EXPECT_EQ(cudaFree(p_), cudaSuccess); });
+  }
+  DeviceBytes(const DeviceBytes &) = delete;
+  DeviceBytes &operator=(const DeviceBytes &) = delete;
+  void *get() const { return p_; }
+  size_t size() const { return bytes_; }
+  void fill(int src, int dst) {
+    std::vector<uint8_t> v(bytes_);
+    for (size_t i = 0; i < bytes_; i++) v[i] = p2p_byte(src, dst, i);
+    on_device(device_, [&] {
+      EXPECT_EQ(cudaMemcpy(p_, v.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    });
+  }
+  // The first byte that is not the message src -> dst's, or -1.
+  long first_wrong(int src, int dst) const {
+    std::vector<uint8_t> v(bytes_);
+    on_device(device_, [&] {
+      EXPECT_EQ(cudaMemcpy(v.data(), p_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+    });
+    for (size_t i = 0; i < bytes_; i++) {
+      if (v[i] != p2p_byte(src, dst, i)) return long(i);
+    }
+    return -1;
+  }
+
+ private:
+  int device_;
+  size_t bytes_;
+  void *p_ = nullptr;
+};
+
+size_t pair_bytes(int src, int dst, uint64_t seed) {
+  return size_t(1 + (uint64_t(src) * 7919 + uint64_t(dst) * 104729 + seed * 31) % 5000);
+}
+
+}  // namespace
+
+// Every rank sends to every rank (itself included) and receives from
+// every rank in one batch, device memory each, in an order that differs by
+// rank (sends or receives first, peers up or down) with zero-byte
+// transfers between: one group per rank, so no order deadlocks, and every
+// byte lands where the pair's matching says, over seeded schedules of 2,
+// 4 and 8 ranks. The stand-in would report a send to itself outside a
+// group, a size mismatch or foreign memory as a violation.
+TEST(NcclStandin, an_exchange_moves_every_pairs_device_bytes_in_one_group) {
+  kvs_standin_harness::over_schedules(30, ranks_of, [](uint64_t seed) {
+    int n = ranks_of(seed);
+    reset(n, seed);
+    kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t boot) {
+      kvs_comm_t comm = nullptr;
+      kvs_error err;
+      ASSERT_EQ(bootstrap(boot, r, 20000, &comm, &err), KVS_OK) << err.message;
+      std::vector<std::unique_ptr<DeviceBytes>> out, in;
+      std::vector<kvs_comm_transfer> sends, receives;
+      for (int p = 0; p < n; p++) {
+        out.emplace_back(new DeviceBytes(r, pair_bytes(r, p, seed)));
+        out.back()->fill(r, p);
+        sends.push_back({p, true, out.back()->get(), out.back()->size()});
+        in.emplace_back(new DeviceBytes(r, pair_bytes(p, r, seed)));
+        receives.push_back({p, false, in.back()->get(), in.back()->size()});
+      }
+      if ((uint64_t(r) + seed) % 2 == 0) {
+        std::reverse(sends.begin(), sends.end());
+      } else {
+        std::reverse(receives.begin(), receives.end());
+      }
+      std::vector<kvs_comm_transfer> batch;
+      const auto &first = r % 2 == 0 ? sends : receives;
+      const auto &second = r % 2 == 0 ? receives : sends;
+      for (size_t i = 0; i < first.size(); i++) {
+        batch.push_back(first[i]);
+        batch.push_back({int(i) % n, i % 2 == 0, nullptr, 0});
+        batch.push_back(second[i]);
+      }
+      ASSERT_EQ(kvs_comm_exchange(comm, batch.data(), batch.size(), &err), KVS_OK)
+          << "rank " << r << ": " << err.message;
+      for (int p = 0; p < n; p++) {
+        EXPECT_EQ(in[size_t(p)]->first_wrong(p, r), -1) << "rank " << r << " from rank " << p;
+      }
+      // A collective after it matches as before.
+      collectives(comm, r, n, seed);
+      in.clear();
+      out.clear();
+      kvs_comm_destroy(comm);
+    });
+    expect_no_violations();
+    EXPECT_EQ(kvs_standin::stats().p2p, uint64_t(n) * uint64_t(n)) << "one met send per pair";
+  });
+}
+
+// 64 MiB each way between two ranks at once, and the send and receive of
+// one rank to itself in the same group (what NCCL allows inside a group
+// and hangs on outside one), compared byte for byte.
+TEST(NcclStandin, an_exchange_of_64_MiB_each_way_and_to_itself_arrives_byte_for_byte) {
+  reset(2, 1);
+  const size_t bytes = size_t(64) << 20;
+  kvs_test::run_ranks(2, 20000, [&](int r, kvs_comm_t boot) {
+    kvs_comm_t comm = nullptr;
+    kvs_error err;
+    ASSERT_EQ(bootstrap(boot, r, 20000, &comm, &err), KVS_OK) << err.message;
+    DeviceBytes out(r, bytes), in(r, bytes), self_out(r, 4096), self_in(r, 4096);
+    out.fill(r, 1 - r);
+    self_out.fill(r, r);
+    kvs_comm_transfer batch[4] = {{1 - r, false, in.get(), bytes},
+                                  {r, false, self_in.get(), 4096},
+                                  {r, true, self_out.get(), 4096},
+                                  {1 - r, true, out.get(), bytes}};
+    ASSERT_EQ(kvs_comm_exchange(comm, batch, 4, &err), KVS_OK) << err.message;
+    EXPECT_EQ(in.first_wrong(1 - r, r), -1) << "rank " << r;
+    EXPECT_EQ(self_in.first_wrong(r, r), -1) << "rank " << r << " to itself";
+    kvs_comm_destroy(comm);
+  });
+  expect_no_violations();
+}
+
+// Refusals queue nothing on the device and poison nothing: the batch
+// after them matches as if they never were.
+TEST(NcclStandin, exchange_refusals_queue_nothing) {
+  reset(2, 2);
+  kvs_test::run_ranks(2, 20000, [&](int r, kvs_comm_t boot) {
+    kvs_comm_t comm = nullptr;
+    kvs_error err;
+    ASSERT_EQ(bootstrap(boot, r, 20000, &comm, &err), KVS_OK) << err.message;
+    DeviceBytes out(r, 512), in(r, 512);
+    out.fill(r, 1 - r);
+    kvs_comm_transfer bad[2] = {{1 - r, true, out.get(), 512}, {2, false, in.get(), 512}};
+    EXPECT_EQ(kvs_comm_exchange(comm, bad, 2, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_STREQ(err.message,
+                 "exchange transfer 1 of 2 (a receive of 512 bytes): peer 2 is outside a group "
+                 "of 2 ranks");
+    bad[1] = {1 - r, false, nullptr, 512};
+    EXPECT_EQ(kvs_comm_exchange(comm, bad, 2, &err), KVS_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(kvs_comm_health(comm), KVS_OK);
+    kvs_comm_transfer good[2] = {{1 - r, true, out.get(), 512}, {1 - r, false, in.get(), 512}};
+    ASSERT_EQ(kvs_comm_exchange(comm, good, 2, &err), KVS_OK) << err.message;
+    EXPECT_EQ(in.first_wrong(1 - r, r), -1);
+    kvs_comm_destroy(comm);
+  });
+  expect_no_violations();
+  EXPECT_EQ(kvs_standin::stats().p2p, 2u) << "the refused sends never reached NCCL";
+}
+
+// The last rank never calls: the others' exchanges with it give up after
+// the deadline (2 s, ten times what a healthy exchange needs on a loaded
+// 2-core machine), naming the exchange's peers and bytes, abort the
+// communicator (so peers that wait on this rank hear of it) and poison it.
+// Or the last rank's link fails (an injected async error): it fails at
+// once, aborts, and the others hear of it long before their deadline.
+TEST(NcclStandin, a_silent_or_failed_peer_fails_the_exchange_naming_it) {
+  kvs_standin_harness::over_schedules(6, ranks_of, [](uint64_t seed) {
+    int n = ranks_of(seed);
+    reset(n, seed);
+    const bool silent = seed % 2 == 1;
+    const int timeout_ms = silent ? 2000 : 60000;
+    Latch done(n);
+    kvs_test::run_ranks(n, 20000, [&](int r, kvs_comm_t boot) {
+      kvs_comm_t comm = nullptr;
+      kvs_error err;
+      ASSERT_EQ(bootstrap(boot, r, timeout_ms, &comm, &err), KVS_OK) << err.message;
+      const int last = n - 1;
+      DeviceBytes out(r, 4096), in(r, 4096);
+      kvs_comm_transfer batch[2] = {{last, true, out.get(), 4096}, {last, false, in.get(), 4096}};
+      if (r == last) batch[0].peer = batch[1].peer = 0;
+      if (r == last && silent) {
+        done.arrive_and_wait();  // never calls until the others are done
+        kvs_comm_destroy(comm);
+        return;
+      }
+      if (r == last)
+        kvs_standin::inject_nccl_async_error(kvs_standin::latest_comm(r), ncclSystemError);
+      auto start = std::chrono::steady_clock::now();
+      kvs_status st = kvs_comm_exchange(comm, batch, 2, &err);
+      long ms = ms_since(start);
+      if (silent) {
+        EXPECT_TRUE(st == KVS_ERR_TIMEOUT || st == KVS_ERR_COMM) << err.message;
+        EXPECT_LT(ms, 20 * timeout_ms) << "the deadline held";
+        if (st == KVS_ERR_TIMEOUT) {
+          EXPECT_GE(ms, timeout_ms);
+          EXPECT_EQ(std::string(err.message),
+                    "nccl exchange (send of 4096 bytes to rank " + std::to_string(last) +
+                        ", receive of 4096 bytes from rank " + std::to_string(last) + ") on rank " +
+                        std::to_string(r) + " of " + std::to_string(n) +
+                        " did not complete within 2000 ms: a peer rank failed or stalled; the "
+                        "communicator was aborted");
+        }
+      } else if (r == last) {
+        EXPECT_EQ(st, KVS_ERR_COMM) << err.message;
+      } else if (r == 0) {
+        // Rank 0 exchanges with the failed rank: told by its abort.
+        EXPECT_EQ(st, KVS_ERR_COMM) << err.message;
+        EXPECT_TRUE(contains(err.message,
+                             "nccl exchange (send of 4096 bytes to rank " + std::to_string(last)))
+            << err.message;
+        EXPECT_LT(ms, timeout_ms / 2) << "rank 0 waited for its deadline";
+      } else {
+        // The others exchange with the failed rank too, without its
+        // counterpart: they hear of its abort just the same.
+        EXPECT_EQ(st, KVS_ERR_COMM) << err.message;
+        EXPECT_LT(ms, timeout_ms / 2) << "rank " << r << " waited for its deadline";
+      }
+      EXPECT_EQ(kvs_comm_health(comm), st);
+      kvs_error again;
+      EXPECT_EQ(kvs_comm_exchange(comm, batch, 2, &again), KVS_ERR_COMM);
+      EXPECT_TRUE(contains(again.message, "refused: the communicator failed earlier"))
+          << again.message;
+      done.arrive_and_wait();
+      kvs_comm_destroy(comm);
+    });
+    expect_no_violations();
+  });
+}
+
+// Matched transfers of different sizes: NCCL needs the same count on both
+// sides. The stand-in reports it (a violation here is the point), and both
+// ranks fail and poison instead of reading past a buffer.
+TEST(NcclStandin, an_exchange_whose_sizes_differ_fails_both_ranks) {
+  reset(2, 4);
+  kvs_test::run_ranks(2, 20000, [&](int r, kvs_comm_t boot) {
+    kvs_comm_t comm = nullptr;
+    kvs_error err;
+    ASSERT_EQ(bootstrap(boot, r, 20000, &comm, &err), KVS_OK) << err.message;
+    DeviceBytes buffer(r, r == 0 ? 100 : 200);
+    kvs_comm_transfer t = {1 - r, r == 0, buffer.get(), buffer.size()};
+    EXPECT_EQ(kvs_comm_exchange(comm, &t, 1, &err), KVS_ERR_COMM) << err.message;
+    EXPECT_TRUE(contains(err.message, "invalid usage")) << err.message;
+    EXPECT_EQ(kvs_comm_health(comm), KVS_ERR_COMM);
+    kvs_comm_destroy(comm);
+  });
+  EXPECT_TRUE(has_violation("NCCL needs the same count and type on both sides"));
 }

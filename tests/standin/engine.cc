@@ -314,6 +314,20 @@ std::string Engine::describe() const {
     out += line;
   }
   for (const auto &c : cliques) {
+    for (const auto &entry : c->p2p_sends) {
+      std::snprintf(line, sizeof line,
+                    "clique of %d: send %llu from rank %d to rank %d waits for its receive\n",
+                    c->nranks, static_cast<unsigned long long>(std::get<2>(entry.first)),
+                    std::get<0>(entry.first), std::get<1>(entry.first));
+      out += line;
+    }
+    for (const auto &entry : c->p2p_receives) {
+      std::snprintf(line, sizeof line,
+                    "clique of %d: receive %llu at rank %d from rank %d waits for its send\n",
+                    c->nranks, static_cast<unsigned long long>(std::get<2>(entry.first)),
+                    std::get<1>(entry.first), std::get<0>(entry.first));
+      out += line;
+    }
     for (const auto &entry : c->arrived) {
       std::snprintf(line, sizeof line, "clique of %d: collective %llu has %zu of %d ranks%s\n",
                     c->nranks, static_cast<unsigned long long>(entry.first), entry.second.size(),

@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tests/standin/standin.h"
@@ -33,9 +34,20 @@ struct Done {
 };
 using DonePtr = std::shared_ptr<Done>;
 
+// One ncclSend or ncclRecv of a point-to-point operation.
+struct P2P {
+  bool send = false;
+  int peer = 0;
+  void *buffer = nullptr;  // const for a send
+  size_t bytes = 0;
+  ncclDataType_t type = ncclUint8;
+  uint64_t seq = 0;  // its place among this pair's sends (or receives), from 0
+  bool done = false;
+};
+
 // A rank's part of a collective, as it called it.
 struct Part {
-  const char *kind = "";  // "broadcast", "allreduce"
+  const char *kind = "";  // "broadcast", "allreduce", "p2p"
   const void *send = nullptr;
   void *recv = nullptr;
   size_t count = 0;
@@ -57,6 +69,10 @@ struct Op {
   uint64_t seq = 0;
   bool arrived = false;
   bool cancelled = false;  // its communicator was aborted: completes doing nothing
+  // Point to point (part.kind "p2p"): a group's sends and receives, or a
+  // lone one called outside a group. It arrives at the head of its stream
+  // and completes once every one of them met its peer's counterpart.
+  std::vector<P2P> p2p;
 };
 
 }  // namespace kvs_standin
@@ -121,6 +137,10 @@ struct ncclComm {
   uint64_t next_seq = 0;
   uint64_t splits = 0;  // ncclCommSplit calls made on it
   int outstanding = 0;  // collectives enqueued, not complete
+  // Point to point: sends queued to each peer, receives queued from each,
+  // which number them for matching (the k-th send from A to B meets B's
+  // k-th receive from A).
+  std::vector<uint64_t> sends_to, receives_from;
   std::string last_error;
 };
 
@@ -136,6 +156,15 @@ struct Clique {
   std::string init_error;
   bool broken = false;                                     // a rank aborted
   std::map<uint64_t, std::vector<CUstream_st *>> arrived;  // seq -> streams holding that part
+  // Point to point: the streams whose head is an arrived p2p operation
+  // still waiting for a counterpart, and each arrived send or receive not
+  // yet met, by (src, dst, seq).
+  std::set<CUstream_st *> p2p_arrived;
+  struct Waiting {
+    CUstream_st *stream;
+    size_t index;  // into the head operation's p2p
+  };
+  std::map<std::tuple<int, int, uint64_t>, Waiting> p2p_sends, p2p_receives;
 };
 
 struct Alloc {
@@ -261,6 +290,9 @@ class Engine {
   void arrive(CUstream_st *stream);
   void complete_part(CUstream_st *stream, ncclResult_t error, const std::string &why);
   void run_collective(Clique *clique, uint64_t seq);
+  void arrive_p2p(CUstream_st *stream);
+  // Fails every arrived p2p operation of the clique (an abort).
+  void fail_p2p(Clique *clique, const std::string &why);
   void check_init(Clique *clique);
 };
 

@@ -2,6 +2,19 @@
 // collective is one operation per rank on that rank's stream, completing
 // when every rank's has reached the head of its stream.
 //
+// Point to point (ncclSend, ncclRecv): each call is numbered per pair at
+// the call, the k-th send from A to B meeting B's k-th receive from A,
+// which must have the same count and type. Between ncclGroupStart and
+// ncclGroupEnd the calls are held; ncclGroupEnd queues one operation per
+// communicator holding them all, which completes once every one met its
+// counterpart, as a group's kernels run together. A call outside a group
+// is an operation of its own that blocks its stream until its counterpart
+// arrives, so two ranks that both send first deadlock, as real NCCL may
+// for a message above its buffers; a send or receive to the rank itself
+// outside a group, which real NCCL hangs on (its counterpart is queued
+// behind it), is refused as a violation (ncclInvalidUsage). A collective
+// inside a group, which kvshard never makes, is refused the same way.
+//
 // Where real NCCL differs in a way that matters:
 // - An abort here makes the peers' pending and later collectives fail at
 //   once with ncclRemoteError. Real NCCL learns of a dead peer from its
@@ -14,8 +27,11 @@
 
 #include <climits>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -69,7 +85,28 @@ size_t type_bytes(ncclDataType_t type) {
   }
 }
 
+using kvs_standin::P2P;
 using kvs_standin::Part;
+
+// This thread's open group (ncclGroupStart ... ncclGroupEnd): its depth
+// and the point-to-point calls it holds. NCCL's group state is per thread
+// too. Forgotten by a reset of the machine (generation).
+struct GroupCall {
+  ncclComm *comm;
+  CUstream_st *stream;
+  P2P p2p;
+};
+struct GroupState {
+  int depth = 0;
+  uint64_t generation = 0;
+  std::vector<GroupCall> calls;
+};
+thread_local GroupState group_state;
+
+GroupState &group_of(Engine &e) {
+  if (group_state.generation != e.generation) group_state = GroupState{0, e.generation, {}};
+  return group_state;
+}
 
 ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t stream, const Part &part,
                                 const char *call) {
@@ -80,6 +117,12 @@ ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t strea
     return ncclInvalidUsage;
   }
   if (c->async != ncclSuccess) return c->async;
+  if (group_of(e).depth > 0) {
+    e.violation(std::string(call) +
+                " inside ncclGroupStart/ncclGroupEnd: the stand-in groups only ncclSend and "
+                "ncclRecv");
+    return ncclInvalidUsage;
+  }
   size_t width = type_bytes(part.type);
   if (width == 0) return ncclInvalidArgument;
   CUstream_st *s = e.resolve(stream, call);
@@ -114,9 +157,163 @@ ncclResult_t enqueue_collective(Engine &e, ncclComm_t handle, cudaStream_t strea
   return ncclSuccess;
 }
 
+// Queues a point-to-point operation (a group's calls on one communicator,
+// or one call outside a group) on its stream.
+ncclResult_t enqueue_p2p(Engine &e, ncclComm *c, CUstream_st *s, std::vector<P2P> calls,
+                         const char *what) {
+  Op op;
+  op.what = what;
+  op.comm = c;
+  op.part.kind = "p2p";
+  op.p2p = std::move(calls);
+  c->outstanding++;
+  e.enqueue(s, std::move(op));
+  if (!c->blocking && e.chance(30)) {
+    c->polls = 1 + static_cast<int>(e.random(3));
+    return ncclInProgress;
+  }
+  return ncclSuccess;
+}
+
+// ncclSend and ncclRecv: checked at the call, as NCCL checks them, then
+// held by the open group or queued alone.
+ncclResult_t p2p_call(bool send, void *buffer, size_t count, ncclDataType_t type, int peer,
+                      ncclComm_t handle, cudaStream_t stream) {
+  const char *call = send ? "ncclSend" : "ncclRecv";
+  Engine &e = engine();
+  std::unique_lock<std::mutex> lock(e.mutex);
+  e.background();
+  ncclComm *c = valid(e, handle, call);
+  if (c == nullptr) return ncclInvalidArgument;
+  if (c->state != CommState::kReady) {
+    e.violation(std::string(call) + " on a communicator whose initialisation has not finished");
+    return ncclInvalidUsage;
+  }
+  if (c->async != ncclSuccess) return c->async;
+  size_t width = type_bytes(type);
+  if (width == 0 || peer < 0 || peer >= c->clique->nranks) return ncclInvalidArgument;
+  CUstream_st *s = e.resolve(stream, call);
+  if (s == nullptr) return ncclInvalidArgument;
+  char who[200];
+  std::snprintf(who, sizeof who, "%s of %zu bytes %s rank %d on rank %d (device %d)", call,
+                count * width, send ? "to" : "from", peer, c->rank, e.ordinal(c->device));
+  if (s->device != c->device) {
+    e.violation(std::string(who) + ": its stream belongs to device " +
+                std::to_string(e.ordinal(s->device)));
+    return ncclInvalidArgument;
+  }
+  size_t bytes = count * width;
+  if (bytes > 0 && !e.check_device({buffer, bytes, send ? "the send buffer" : "the receive buffer"},
+                                   c->device, who)) {
+    return ncclInvalidArgument;
+  }
+  GroupState &g = group_of(e);
+  if (g.depth == 0 && peer == c->rank) {
+    e.violation(std::string(who) +
+                " outside ncclGroupStart/ncclGroupEnd: alone on its stream it waits for its "
+                "counterpart queued behind it, which real NCCL never runs (a hang)");
+    return ncclInvalidUsage;
+  }
+  size_t n = static_cast<size_t>(c->clique->nranks);
+  if (c->sends_to.size() != n) c->sends_to.assign(n, 0);
+  if (c->receives_from.size() != n) c->receives_from.assign(n, 0);
+  P2P x;
+  x.send = send;
+  x.peer = peer;
+  x.buffer = buffer;
+  x.bytes = bytes;
+  x.type = type;
+  x.seq = send ? c->sends_to[static_cast<size_t>(peer)]++
+               : c->receives_from[static_cast<size_t>(peer)]++;
+  if (g.depth > 0) {
+    g.calls.push_back({c, s, x});
+    return ncclSuccess;
+  }
+  return enqueue_p2p(e, c, s, {x}, call);
+}
+
 }  // namespace
 
 namespace kvs_standin {
+
+// A p2p operation at the head of its stream: each of its sends and
+// receives meets the counterpart already arrived (copying the bytes) or
+// waits for it; an operation whose every one has met completes.
+void Engine::arrive_p2p(CUstream_st *s) {
+  Op &op = s->queue.front();
+  ncclComm *c = op.comm;
+  Clique *clique = c->clique;
+  op.arrived = true;
+  clique->p2p_arrived.insert(s);
+  std::set<CUstream_st *> touched = {s};
+  for (size_t i = 0; i < op.p2p.size(); i++) {
+    P2P &x = op.p2p[i];
+    int src = x.send ? c->rank : x.peer, dst = x.send ? x.peer : c->rank;
+    auto key = std::make_tuple(src, dst, x.seq);
+    auto &mine = x.send ? clique->p2p_sends : clique->p2p_receives;
+    auto &theirs = x.send ? clique->p2p_receives : clique->p2p_sends;
+    auto it = theirs.find(key);
+    if (it == theirs.end()) {
+      mine[key] = Clique::Waiting{s, i};
+      continue;
+    }
+    Clique::Waiting w = it->second;
+    theirs.erase(it);
+    Op &other = w.stream->queue.front();
+    P2P &y = other.p2p[w.index];
+    const P2P &send = x.send ? x : y;
+    const P2P &recv = x.send ? y : x;
+    ncclComm *sender = x.send ? c : other.comm;
+    ncclComm *receiver = x.send ? other.comm : c;
+    char who[200];
+    std::snprintf(who, sizeof who, "ncclSend %llu from rank %d to rank %d when it ran",
+                  static_cast<unsigned long long>(send.seq), src, dst);
+    std::string why;
+    if (send.bytes != recv.bytes || send.type != recv.type) {
+      char text[400];
+      std::snprintf(text, sizeof text,
+                    "%s: %zu bytes of type %d, its ncclRecv %zu bytes of type %d (NCCL needs the "
+                    "same count and type on both sides)",
+                    who, send.bytes, static_cast<int>(send.type), recv.bytes,
+                    static_cast<int>(recv.type));
+      violation(text);
+      why = "a send and its receive differ in size or type";
+    } else if (!check_device({send.buffer, send.bytes, "the send buffer"}, sender->device, who) ||
+               !check_device({recv.buffer, recv.bytes, "the receive buffer"}, receiver->device,
+                             who)) {
+      why = "a buffer of a send or receive was not live device memory of its rank";
+    } else {
+      std::memmove(recv.buffer, send.buffer, send.bytes);
+      stats.p2p++;
+    }
+    if (!why.empty()) {
+      for (ncclComm *k : {sender, receiver}) {
+        if (k->async == ncclSuccess && k->state != CommState::kAborted) {
+          k->async = ncclInvalidUsage;
+          k->last_error = why;
+        }
+      }
+    }
+    x.done = y.done = true;
+    touched.insert(w.stream);
+  }
+  for (CUstream_st *t : touched) {
+    const Op &head = t->queue.front();
+    bool all = true;
+    for (const P2P &x : head.p2p) all = all && x.done;
+    if (!all) continue;
+    clique->p2p_arrived.erase(t);
+    complete_part(t, ncclSuccess, "");
+  }
+}
+
+void Engine::fail_p2p(Clique *clique, const std::string &why) {
+  std::set<CUstream_st *> waiting;
+  waiting.swap(clique->p2p_arrived);
+  clique->p2p_sends.clear();
+  clique->p2p_receives.clear();
+  for (CUstream_st *s : waiting) complete_part(s, ncclRemoteError, why);
+}
 
 // Initialisation finishes once every rank joined: two ranks of one host on
 // one device are refused, as NCCL's duplicate GPU check refuses them.
@@ -163,6 +360,10 @@ void Engine::arrive(CUstream_st *s) {
   }
   if (clique->broken) {
     complete_part(s, ncclRemoteError, "a peer rank aborted the communicator");
+    return;
+  }
+  if (std::strcmp(op.part.kind, "p2p") == 0) {
+    arrive_p2p(s);
     return;
   }
   op.arrived = true;
@@ -474,8 +675,65 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
       e.complete_part(s, ncclRemoteError, "a peer rank aborted the communicator");
     }
   }
+  e.fail_p2p(clique, "a peer rank aborted the communicator");
   e.changed.notify_all();
   return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return p2p_call(true, const_cast<void *>(sendbuff), count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return p2p_call(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclGroupStart() {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  GroupState &g = group_of(e);
+  if (g.depth++ == 0) g.calls.clear();
+  return ncclSuccess;
+}
+
+// The outermost end queues, per communicator, one operation with the
+// group's calls on it, in call order.
+ncclResult_t ncclGroupEnd() {
+  Engine &e = engine();
+  Lock lock(e.mutex);
+  GroupState &g = group_of(e);
+  if (g.depth == 0) {
+    e.violation("ncclGroupEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (--g.depth > 0) return ncclSuccess;
+  std::vector<GroupCall> calls;
+  calls.swap(g.calls);
+  ncclResult_t result = ncclSuccess;
+  std::vector<ncclComm *> order;
+  for (const GroupCall &k : calls) {
+    if (std::find(order.begin(), order.end(), k.comm) == order.end()) order.push_back(k.comm);
+  }
+  for (ncclComm *c : order) {
+    CUstream_st *stream = nullptr;
+    std::vector<P2P> mine;
+    for (const GroupCall &k : calls) {
+      if (k.comm != c) continue;
+      if (stream != nullptr && k.stream != stream) {
+        e.violation("a group's calls on rank " + std::to_string(c->rank) +
+                    "'s communicator on two streams: the stand-in runs a group on one");
+        return ncclInvalidUsage;
+      }
+      stream = k.stream;
+      mine.push_back(k.p2p);
+    }
+    if (valid(e, c, "ncclGroupEnd") == nullptr) return ncclInvalidArgument;
+    ncclResult_t rc = enqueue_p2p(e, c, stream, std::move(mine), "ncclGroupEnd");
+    if (rc != ncclSuccess) result = rc;
+  }
+  return result;
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {

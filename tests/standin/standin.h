@@ -41,7 +41,12 @@
 //   an abort makes the peers' pending and later collectives fail with
 //   ncclRemoteError, and async errors can be injected. ncclCommSplit joins
 //   the parent's ranks into a new communicator (one color, the parent's
-//   rank as the key).
+//   rank as the key). ncclSend and ncclRecv match per pair in call order
+//   (the k-th send from A to B with B's k-th receive from A, same count
+//   and type); a group (ncclGroupStart/End) runs its calls together, a
+//   call outside one blocks its stream until its counterpart arrives, and
+//   a send or receive to the rank itself outside a group (a hang in real
+//   NCCL) is a violation.
 // - Stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture) records
 //   a stream's operations into a graph instead of queueing them, and
 //   cudaGraphLaunch queues them again, in order, on any stream of the
@@ -144,6 +149,7 @@ struct Stats {
   uint64_t captures = 0;        // captures ended into a valid graph
   uint64_t lazy_loads = 0;      // kernels loaded by their first launch (all devices)
   uint64_t device_syncs = 0;    // cudaDeviceSynchronize calls
+  uint64_t p2p = 0;             // ncclSends that met their ncclRecv and moved their bytes
 };
 Stats stats();
 

@@ -455,3 +455,146 @@ TEST(StandinNccl, finalize_with_a_collective_outstanding_and_use_after_abort_are
   EXPECT_TRUE(any_violation_has("ncclCommFinalize on rank 1 with 1 collective(s) outstanding"));
   EXPECT_TRUE(any_violation_has("ncclCommCount on rank 1's communicator after it was aborted"));
 }
+
+// ---- point to point ----
+
+namespace {
+
+ncclComm_t init_blocking(int n, ncclUniqueId id, int rank) {
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&comm, n, id, rank), ncclSuccess);
+  return comm;
+}
+
+}  // namespace
+
+// In one group a rank's sends and receives run together: two ranks each
+// send to the other and to themselves, in opposite orders, and every
+// message lands where the k-th send meets the k-th receive.
+TEST(StandinNccl, a_group_of_sends_and_receives_runs_both_ways_and_to_itself) {
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    kvs_standin::reset(with(2, seed));
+    ranks(2, {}, [](int r, ncclUniqueId id) {
+      ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+      ncclComm_t comm = init_nonblocking(2, id, r);
+      cudaStream_t s;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      uint64_t *d = nullptr;
+      ASSERT_EQ(cudaMalloc(&d, 8 * 8), cudaSuccess);
+      // Words 0, 1: to the peer; 2: to itself; 3, 4: from the peer; 5: from itself.
+      uint64_t h[8] = {uint64_t(10 * r + 1), uint64_t(10 * r + 2), uint64_t(10 * r + 3)};
+      ASSERT_EQ(cudaMemcpy(d, h, 64, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      int peer = 1 - r;
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      if (r == 0) {
+        EXPECT_EQ(ncclSend(d, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclSend(d + 1, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclRecv(d + 5, 1, ncclUint64, r, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclSend(d + 2, 1, ncclUint64, r, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclRecv(d + 3, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclRecv(d + 4, 1, ncclUint64, peer, comm, s), ncclSuccess);
+      } else {
+        EXPECT_EQ(ncclRecv(d + 3, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclSend(d + 2, 1, ncclUint64, r, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclRecv(d + 4, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclSend(d, 1, ncclUint64, peer, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclRecv(d + 5, 1, ncclUint64, r, comm, s), ncclSuccess);
+        EXPECT_EQ(ncclSend(d + 1, 1, ncclUint64, peer, comm, s), ncclSuccess);
+      }
+      settle(comm, ncclGroupEnd());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(h[3], uint64_t(10 * peer + 1)) << "the peer's first send";
+      EXPECT_EQ(h[4], uint64_t(10 * peer + 2)) << "the peer's second send";
+      EXPECT_EQ(h[5], uint64_t(10 * r + 3)) << "its own send to itself";
+      settle(comm, ncclCommFinalize(comm));
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    });
+    EXPECT_TRUE(kvs_standin::violations().empty());
+    EXPECT_EQ(kvs_standin::stats().p2p, 6u);
+  }
+}
+
+// Outside a group a send to the rank itself waits for its receive queued
+// behind it: real NCCL hangs. The stand-in refuses it.
+TEST(StandinNccl, a_send_or_receive_to_itself_outside_a_group_is_refused) {
+  kvs_standin::reset(with(1, 1));
+  ranks(1, {}, [](int, ncclUniqueId id) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ncclComm_t comm = init_blocking(1, id, 0);
+    uint64_t *d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 16), cudaSuccess);
+    EXPECT_EQ(ncclSend(d, 1, ncclUint64, 0, comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclRecv(d + 1, 1, ncclUint64, 0, comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage) << "no group is open";
+    // A collective inside a group is not modelled: refused too.
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(d, d, 1, ncclUint64, ncclSum, comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  });
+  EXPECT_TRUE(
+      any_violation_has("ncclSend of 8 bytes to rank 0 on rank 0 (device 0) outside "
+                        "ncclGroupStart/ncclGroupEnd"));
+  EXPECT_TRUE(any_violation_has("ncclRecv of 8 bytes from rank 0 on rank 0 (device 0) outside"));
+  EXPECT_TRUE(any_violation_has("ncclGroupEnd without ncclGroupStart"));
+  EXPECT_TRUE(any_violation_has("ncclAllReduce inside ncclGroupStart/ncclGroupEnd"));
+}
+
+// Outside a group each call is an operation of its own that blocks its
+// stream until its counterpart arrives: two ranks that both send first
+// wait for each other forever (what real NCCL may do past its buffers),
+// which the stand-in reports when asked to run everything.
+TEST(StandinNccl, sends_outside_a_group_that_both_go_first_deadlock) {
+  kvs_standin::reset(with(2, 3));
+  std::atomic<int> queued{0};
+  std::atomic<bool> drained{false}, checked{false};
+  ranks(2, {}, [&](int r, ncclUniqueId id) {
+    ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+    ncclComm_t comm = init_blocking(2, id, r);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    uint64_t *d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 16), cudaSuccess);
+    EXPECT_EQ(ncclSend(d, 1, ncclUint64, 1 - r, comm, s), ncclSuccess);
+    EXPECT_EQ(ncclRecv(d + 1, 1, ncclUint64, 1 - r, comm, s), ncclSuccess);
+    queued++;
+    if (r == 0) {
+      while (queued < 2) std::this_thread::yield();
+      drained = kvs_standin::drain();
+      EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+      checked = true;
+    }
+    while (!checked) std::this_thread::yield();
+    ncclCommAbort(comm);
+  });
+  EXPECT_FALSE(drained) << "the crossed sends completed";
+  EXPECT_TRUE(any_violation_has("drain: queued work can never run"));
+}
+
+// NCCL needs a send and its receive to have the same count and type.
+TEST(StandinNccl, a_send_and_receive_of_different_sizes_is_a_violation) {
+  kvs_standin::reset(with(2, 4));
+  ranks(2, {}, [](int r, ncclUniqueId id) {
+    ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+    ncclComm_t comm = init_nonblocking(2, id, r);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    uint64_t *d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 16), cudaSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    if (r == 0) {
+      EXPECT_EQ(ncclSend(d, 1, ncclUint64, 1, comm, s), ncclSuccess);
+    } else {
+      EXPECT_EQ(ncclRecv(d, 2, ncclUint64, 0, comm, s), ncclSuccess);
+    }
+    ncclResult_t state = ncclGroupEnd();
+    while (state == ncclInProgress) EXPECT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    EXPECT_EQ(state, ncclInvalidUsage);
+    ncclCommAbort(comm);
+  });
+  EXPECT_TRUE(any_violation_has("ncclSend 0 from rank 0 to rank 1 when it ran: 8 bytes of type"));
+}
