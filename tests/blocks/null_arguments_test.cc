@@ -244,6 +244,8 @@ TEST(NullArguments, block_store) {
   EXPECT_NULL_REFUSED("store", kvs_block_store_remove(nullptr, &key, &err));
   EXPECT_FALSE(kvs_block_store_contains(nullptr, &key));
   EXPECT_EQ(kvs_block_store_count(nullptr), 0u);
+  kvs_block_hash keys[1];
+  EXPECT_EQ(kvs_block_store_keys(nullptr, keys, 1), 0u);
   EXPECT_EQ(kvs_block_store_bytes(nullptr), 0u);
   EXPECT_EQ(kvs_block_store_capacity(nullptr), 0u);
 
@@ -262,6 +264,7 @@ TEST(NullArguments, block_store) {
   EXPECT_NULL_REFUSED("key", kvs_block_store_remove(store, nullptr, &err));
   EXPECT_FALSE(kvs_block_store_contains(store, nullptr));
   EXPECT_EQ(kvs_block_store_count(store), 0u);  // nothing put
+  EXPECT_EQ(kvs_block_store_keys(store, nullptr, 1), 0u);
   EXPECT_EQ(got, nullptr);
 
   uint8_t *bytes = nullptr;

@@ -569,6 +569,12 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_inject(nullptr, 1, 1, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_fetch(nullptr, 1, &hit, &key, 1, &page, &err));
   EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_host_slot(nullptr, 0, &key, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_write_back(nullptr, nullptr, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_disk_seed(nullptr, &key, 1, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_disk_slot(nullptr, 0, &key, &err));
+  EXPECT_NULL_REFUSED("pool", kvs_window_pool_prefix_block(nullptr, 0, &key, &key, &err));
+  EXPECT_EQ(kvs_window_pool_prefix_disk_chains(nullptr, &key, 1), 0u);
+  EXPECT_FALSE(kvs_window_pool_disk_io_of(nullptr, nullptr));
   EXPECT_FALSE(kvs_window_pool_host_move_of(nullptr, nullptr));
   EXPECT_FALSE(kvs_window_pool_restore_of(nullptr, nullptr));
   EXPECT_FALSE(kvs_window_pool_slot_bind_of(nullptr, nullptr));
@@ -610,6 +616,13 @@ TEST(NullArguments, prefix_cache) {
   EXPECT_NULL_REFUSED("pages",
                       kvs_window_pool_prefix_fetch(p.get(), 1, &hit, &key, 1, nullptr, &err));
   EXPECT_EQ(kvs_window_pool_prefix_host_slot(p.get(), 0, nullptr, &err), KVS_ERR_NOT_FOUND);
+  EXPECT_NULL_REFUSED("chains", kvs_window_pool_prefix_disk_seed(p.get(), nullptr, 1, &err));
+  EXPECT_EQ(kvs_window_pool_prefix_disk_slot(p.get(), 0, nullptr, &err), KVS_ERR_NOT_FOUND);
+  EXPECT_EQ(kvs_window_pool_prefix_block(p.get(), 1, nullptr, nullptr, &err), KVS_ERR_NOT_FOUND);
+  EXPECT_EQ(kvs_window_pool_prefix_disk_chains(p.get(), nullptr, 1), 0u);
+  size_t stored = 9;
+  EXPECT_EQ(kvs_window_pool_prefix_write_back(p.get(), &stored, &err), KVS_OK);
+  EXPECT_EQ(stored, 0u) << "no disk tier: nothing written";
   EXPECT_EQ(kvs_window_pool_prefix_node(p.get(), 1, nullptr, nullptr, nullptr, nullptr, &err),
             KVS_ERR_NOT_FOUND);
   EXPECT_EQ(kvs_window_pool_prefix_inject(p.get(), 1, 1, &err), KVS_ERR_NOT_FOUND);
