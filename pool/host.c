@@ -96,15 +96,11 @@ static void lru_remove(kvs_pool_host *host, int32_t s) {
 }
 
 /* In used_at order from the tail (a new use goes last; an undo puts a
- * slot back where its stamp belongs); below: before the slots of the same
- * stamp (a block under its parent goes before it). */
-static void lru_insert_at(kvs_pool_host *host, int32_t s, bool below) {
+ * slot back where its stamp belongs). */
+static void lru_insert(kvs_pool_host *host, int32_t s) {
   kvs_host_rec *r = &host->rec[s];
   int32_t after = host->tail;
-  while (after >= 0 && (host->rec[after].used_at > r->used_at ||
-                        (below && host->rec[after].used_at == r->used_at))) {
-    after = host->rec[after].prev;
-  }
+  while (after >= 0 && host->rec[after].used_at > r->used_at) after = host->rec[after].prev;
   int32_t next = after >= 0 ? host->rec[after].next : host->head;
   r->prev = after;
   r->next = next;
@@ -119,8 +115,6 @@ static void lru_insert_at(kvs_pool_host *host, int32_t s, bool below) {
     host->tail = s;
   }
 }
-
-static void lru_insert(kvs_pool_host *host, int32_t s) { lru_insert_at(host, s, false); }
 
 static bool kept(const uint64_t *keep, size_t n_keep, int32_t slot) {
   size_t lo = 0, hi = n_keep;
@@ -164,12 +158,6 @@ static kvs_status check_slot(const kvs_pool_host *host, uint64_t slot, const cha
 
 kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
                                kvs_host_rec *saved, kvs_error *err) {
-  return kvs_pool_host_spill_below(host, slot, chain, clock, false, saved, err);
-}
-
-kvs_status kvs_pool_host_spill_below(kvs_pool_host *host, uint64_t slot, uint64_t chain,
-                                     uint64_t clock, bool below, kvs_host_rec *saved,
-                                     kvs_error *err) {
   kvs_status status = check_slot(host, slot, "spills into", err);
   if (status != KVS_OK) return status;
   int32_t s = (int32_t)slot;
@@ -187,7 +175,7 @@ kvs_status kvs_pool_host_spill_below(kvs_pool_host *host, uint64_t slot, uint64_
     *saved = *r;
     lru_remove(host, s);
     r->used_at = clock;
-    lru_insert_at(host, s, below);
+    lru_insert(host, s);
     host->spills++;
     return KVS_OK;
   }
@@ -210,7 +198,7 @@ kvs_status kvs_pool_host_spill_below(kvs_pool_host *host, uint64_t slot, uint64_
   r->chain = chain;
   r->used_at = clock;
   map_insert(host, s);
-  lru_insert_at(host, s, below);
+  lru_insert(host, s);
   host->digest += slot_term(slot, r);
   host->spills++;
   return KVS_OK;
@@ -248,7 +236,7 @@ kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chai
 }
 
 kvs_status kvs_pool_host_touch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
-                               bool below, kvs_host_rec *saved, kvs_error *err) {
+                               kvs_host_rec *saved, kvs_error *err) {
   kvs_status status = check_slot(host, slot, "reads back", err);
   if (status != KVS_OK) return status;
   kvs_host_rec *r = &host->rec[slot];
@@ -260,7 +248,7 @@ kvs_status kvs_pool_host_touch(kvs_pool_host *host, uint64_t slot, uint64_t chai
   *saved = *r;
   lru_remove(host, (int32_t)slot);
   r->used_at = clock;
-  lru_insert_at(host, (int32_t)slot, below);
+  lru_insert(host, (int32_t)slot);
   host->fetches++;
   return KVS_OK;
 }

@@ -51,18 +51,11 @@ kvs_status kvs_pool_host_spill(kvs_pool_host *host, uint64_t slot, uint64_t chai
                                kvs_host_rec *saved, kvs_error *err);
 kvs_status kvs_pool_host_fetch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
                                kvs_host_rec *saved, kvs_error *err);
-/* A spill stamped `clock`; below: placed before the slots of the same
- * stamp (the disk tier stamps a block with its parent's stamp, below it,
- * so that a full tier lets descendants go before their ancestors: a block
- * whose parent is gone can never be hit). */
-kvs_status kvs_pool_host_spill_below(kvs_pool_host *host, uint64_t slot, uint64_t chain,
-                                     uint64_t clock, bool below, kvs_host_rec *saved,
-                                     kvs_error *err);
 /* A block read back from a write-through tier (the disk tier, which keeps
- * its copy): slot's record is stamped `clock` (below as for a spill).
- * Undone as a fetch (kvs_pool_host_undo with spill false). */
+ * its copy): slot's record becomes the most recently used. Undone as a
+ * fetch (kvs_pool_host_undo with spill false). */
 kvs_status kvs_pool_host_touch(kvs_pool_host *host, uint64_t slot, uint64_t chain, uint64_t clock,
-                               bool below, kvs_host_rec *saved, kvs_error *err);
+                               kvs_host_rec *saved, kvs_error *err);
 /* Fills an empty tier's slots [0, n) with chains[0..n) in that order
  * (least recently used first), outside the journal: a disk tier found again
  * at creation, the same list on every rank. */

@@ -550,22 +550,9 @@ static kvs_status run_disk(kvs_pool_prefix *p, const op_call *c, kvs_error *err)
     return REFUSE("prefix entry %s block %d, which is not cached", store ? "stores" : "loads",
                   c->n);
   }
-  /* Under a parent the tier holds, the block takes the parent's stamp and
-   * goes before it: a full tier lets it go first (its parent gone, it could
-   * never be hit again). */
-  uint64_t stamp = p->clock;
-  bool below = false;
-  if (r->parent >= 0) {
-    int32_t up = kvs_pool_host_find(&p->disk, p->rec[r->parent].chain);
-    if (up >= 0 && (uint64_t)up != slot) {
-      stamp = p->disk.rec[up].used_at;
-      below = true;
-    }
-  }
   kvs_host_rec saved;
-  kvs_status status =
-      store ? kvs_pool_host_spill_below(&p->disk, slot, r->chain, stamp, below, &saved, err)
-            : kvs_pool_host_touch(&p->disk, slot, r->chain, stamp, below, &saved, err);
+  kvs_status status = store ? kvs_pool_host_spill(&p->disk, slot, r->chain, p->clock, &saved, err)
+                            : kvs_pool_host_touch(&p->disk, slot, r->chain, p->clock, &saved, err);
   if (status == KVS_OK && c->u != NULL) c->u->host_saved = saved;
   return status;
 }

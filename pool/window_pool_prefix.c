@@ -729,22 +729,12 @@ kvs_status kvs_window_pool_prefix_write_back(kvs_window_pool_t pool, size_t *sto
     bool same = r->used == 1 && r->born == w.born;
     if (same && kvs_pool_host_find(&p->disk, r->chain) < 0) {
       if (kvs_pool_journal_room(pool, 1, NULL) != KVS_OK) return KVS_OK; /* next step */
-      /* Never the block's own parent: it would leave the block unreachable. */
-      uint64_t parent_slot = 0;
-      size_t keep = 0;
-      if (r->parent >= 0) {
-        int32_t up = kvs_pool_host_find(&p->disk, p->rec[r->parent].chain);
-        if (up >= 0) parent_slot = (uint64_t)up, keep = 1;
-      }
-      int32_t slot = kvs_pool_host_victim(&p->disk, &parent_slot, keep);
-      if (slot < 0) {
-        p->store_missed++; /* a tier of one slot, holding the parent */
-      } else if ((status = lead(pool, KVS_PREFIX_OP_STORE, (uint64_t)w.page, slot, err))) {
+      int32_t slot = kvs_pool_host_victim(&p->disk, NULL, 0);
+      if ((status = lead(pool, KVS_PREFIX_OP_STORE, (uint64_t)w.page, slot, err))) {
         return status; /* a used block and a victim: unreachable */
-      } else {
-        p->stores_this_step++;
-        if (stored != NULL) (*stored)++;
       }
+      p->stores_this_step++;
+      if (stored != NULL) (*stored)++;
     } else if (!same) {
       p->store_missed++; /* left the index before its turn */
     }
