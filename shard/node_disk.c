@@ -238,8 +238,8 @@ static kvs_status agree_chains(struct kvs_node *node, uint64_t **chains, size_t 
   uint64_t *mine = *chains, *list = malloc((total > 0 ? total : 1) * sizeof *list);
   uint8_t *have = malloc(total > 0 ? total : 1);
   bool fed = list != NULL && have != NULL;
-  if (fed && leader) memcpy(list, mine, (size_t)total * sizeof *list);
-  qsort(mine, *n, sizeof *mine, cmp_u64); /* searched below */
+  if (fed && leader && total > 0) memcpy(list, mine, (size_t)total * sizeof *list);
+  if (*n > 0) qsort(mine, *n, sizeof *mine, cmp_u64); /* searched below */
   /* Every rank joins every round, also one that could not allocate: it
    * says it holds nothing, and fails after. */
   for (uint64_t at = 0; at < total && status == KVS_OK; at += AGREE_CHUNK) {
@@ -249,7 +249,7 @@ static kvs_status agree_chains(struct kvs_node *node, uint64_t **chains, size_t 
     if (status != KVS_OK) break;
     if (fed && !leader) memcpy(list + at, w, m * sizeof *w);
     for (size_t i = 0; i < m; i++) {
-      w[i] = fed && bsearch(&list[at + i], mine, *n, sizeof *mine, cmp_u64) != NULL;
+      w[i] = fed && *n > 0 && bsearch(&list[at + i], mine, *n, sizeof *mine, cmp_u64) != NULL;
     }
     status = kvs_comm_allreduce_u64(comm, &buf, m, KVS_COMM_MIN, err);
     for (size_t i = 0; status == KVS_OK && fed && i < m; i++) have[at + i] = w[i] != 0;
@@ -287,12 +287,14 @@ static void settle_files(struct kvs_node *node, const uint64_t *agreed, size_t n
   kvs_block_hash *keys = malloc((count > 0 ? count : 1) * sizeof *keys);
   uint64_t *sorted = malloc((n > 0 ? n : 1) * sizeof *sorted);
   if (keys != NULL && sorted != NULL) {
-    memcpy(sorted, agreed, n * sizeof *sorted);
-    qsort(sorted, n, sizeof *sorted, cmp_u64);
+    if (n > 0) {
+      memcpy(sorted, agreed, n * sizeof *sorted);
+      qsort(sorted, n, sizeof *sorted, cmp_u64);
+    }
     count = kvs_block_store_keys(d->store, keys, count);
     for (size_t i = 0; i < count; i++) {
       if (keys[i].high != KVS_NODE_DISK_KEY_HIGH) continue; /* not ours: left alone */
-      if (bsearch(&keys[i].low, sorted, n, sizeof *sorted, cmp_u64) != NULL) continue;
+      if (n > 0 && bsearch(&keys[i].low, sorted, n, sizeof *sorted, cmp_u64) != NULL) continue;
       kvs_error ignored;
       uint64_t chain = keys[i].low;
       kvs_block_hash key = key_of(chain);
@@ -362,11 +364,12 @@ kvs_status kvs_node_disk_open(struct kvs_node *node, kvs_error *err) {
   if (status == KVS_OK) {
     /* The most recently used the tier has room for. */
     size_t skip = n > d->slots ? n - (size_t)d->slots : 0;
-    status = kvs_window_pool_prefix_disk_seed(pool_of(node), chains + skip, n - skip, err);
+    const uint64_t *kept = n > 0 ? chains + skip : NULL;
+    status = kvs_window_pool_prefix_disk_seed(pool_of(node), kept, n - skip, err);
     if (status == KVS_OK) {
       d->counts.agreed = n - skip;
       d->seeded = true;
-      settle_files(node, chains + skip, n - skip);
+      settle_files(node, kept, n - skip);
     }
   }
   free(chains);

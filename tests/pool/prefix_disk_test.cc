@@ -24,30 +24,6 @@ struct Pair : PrefixPair {
       : PrefixPair(128, 32, 12, host, disk, stores_per_step) {}
 };
 
-kvs_prefix_stats stats_of(const kvs_window_pool *pool) {
-  kvs_prefix_stats s;
-  EXPECT_EQ(kvs_window_pool_prefix_stats(pool, &s, nullptr), KVS_OK);
-  return s;
-}
-
-// Request `request` wrote `pages` under `keys` (the last keeps its window
-// as the tail) and finished: they are cached, unreferenced.
-void cache(kvs_window_pool *pool, uint64_t request, const std::vector<uint64_t> &keys,
-           const std::vector<int64_t> &pages) {
-  for (int64_t page : pages) ASSERT_EQ(alloc(pool, page_locs(uint64_t(page))), KVS_OK);
-  std::vector<uint8_t> tails(pages.size(), 0), taken(pages.size());
-  tails.back() = 1;
-  kvs_error err;
-  ASSERT_EQ(kvs_window_pool_prefix_insert(pool, request, keys.data(), pages.data(), tails.data(),
-                                          keys.size(), taken.data(), &err),
-            KVS_OK)
-      << err.message;
-  ASSERT_EQ(kvs_window_pool_prefix_release(pool, request, nullptr), KVS_OK);
-  for (size_t i = 0; i + 1 < pages.size(); i++) {
-    ASSERT_EQ(release(pool, page_locs(uint64_t(pages[i]))), KVS_OK);
-  }
-}
-
 void evict_all(kvs_window_pool *pool, size_t n) {
   std::vector<int64_t> freed(n);
   size_t n_freed = 0;
