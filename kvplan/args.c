@@ -343,12 +343,22 @@ const char *kvs_format_bytes(uint64_t bytes, char *buf, size_t len) {
   return buf;
 }
 
+/* The reason of stdout's first failed write, kept by kvs_flush_stdout
+ * (0: none kept). */
+static int stdout_errno;
+
+void kvs_flush_stdout(void) {
+  if ((fflush(stdout) != 0 || ferror(stdout)) && stdout_errno == 0) stdout_errno = errno;
+}
+
 int kvs_finish_stdout(const char *tool, int rc, int failed_rc) {
   if (fflush(stdout) != 0 || ferror(stdout)) {
     /* errno still holds the failed write's reason unless a later call
-     * cleared it; "Success" would be no reason at all. */
+     * changed it (then the reason kept at the report's flush names it);
+     * "Success" would be no reason at all. */
+    int why = stdout_errno != 0 ? stdout_errno : errno;
     fprintf(stderr, "%s: writing standard output: %s\n", tool,
-            errno != 0 ? strerror(errno) : "an earlier write failed");
+            why != 0 ? strerror(why) : "an earlier write failed");
     fclose(stdout);
     return rc != 0 ? rc : failed_rc;
   }

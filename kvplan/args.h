@@ -80,6 +80,10 @@ kvs_status kvs_parse_u32_list(const char *flag, const char *text, uint32_t *out,
  * stderr, naming the tool, and returns failed_rc when rc was 0 (a failure
  * already reported keeps its own status). Returns rc otherwise. */
 int kvs_finish_stdout(const char *tool, int rc, int failed_rc);
+/* For a tool that works on after its report (a node's teardown writes
+ * files, which sets errno): flushes stdout now and keeps the reason of a
+ * failed write for kvs_finish_stdout to name. */
+void kvs_flush_stdout(void);
 
 /* The flag of names[0..n) a mistyped one most likely meant: leading dashes
  * and any "=value" are ignored on both sides; the name fewest

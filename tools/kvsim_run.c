@@ -19,6 +19,7 @@
 #include "shard/step_message.h"
 #include "tools/workload.h"
 #include "shard/plan_overhead.h"
+#include "kvplan/args.h"
 #include "kvplan/deploy_flags.h"
 #include "kvplan/plan_json.h"
 
@@ -1022,7 +1023,7 @@ static void report_json(run *r, const kvs_shard_stats *s, uint64_t digest, bool 
   json_decref(o);
   if (text != NULL) printf("%s\n", text);
   free(text);
-  fflush(stdout);
+  kvs_flush_stdout(); /* the node's teardown comes after: keep a failure's reason */
 }
 
 /* A divergence drill that could not run (nothing bound on its rank at its

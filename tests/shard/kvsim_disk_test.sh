@@ -101,4 +101,10 @@ expect 2 "--disk-path" -- "$KVSIM" "${F[@]}" --disk-cache 64GiB --disk-path ""
 touch "$TEST_TMPDIR/a-file"
 expect 4 "node creation failed at the disk tier on rank 0" -- "$KVSIM" "${F[@]}" --disk-cache 64GiB \
   --disk-path "$TEST_TMPDIR/a-file"
+# A report lost to a full disk is exit 4 naming the reason, though the
+# node's teardown writes the tier's list after the report.
+"$KVSIM" "${F[@]}" --disk-cache 64GiB --disk-path "$TEST_TMPDIR/full" --json >/dev/full 2>"$ERR"
+rc=$?
+[ $rc -eq 4 ] || fail ">/dev/full exited $rc, expected 4"
+grep -q "writing standard output: No space left on device" "$ERR" || fail "no reason for the lost report"
 echo "PASS"
