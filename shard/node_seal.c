@@ -12,7 +12,7 @@
 #include "shard/table.h"
 
 struct kvs_node_seals {
-  uint64_t slots;
+  uint64_t slots, slot_bytes;
   uint64_t *digest; /* per host slot */
   uint64_t *chain;  /* the block it was taken for */
   uint8_t *sealed;
@@ -58,14 +58,14 @@ static struct kvs_node_seals *seals_of(struct kvs_node *node, kvs_error *err) {
     return NULL;
   }
   s->slots = slots;
+  s->slot_bytes = slot_bytes;
   node->seals = s;
   return s;
 }
 
 static uint64_t seal_of(const struct kvs_node *node, uint64_t slot, uint64_t chain) {
-  uint64_t bytes = 0;
-  const unsigned char *memory = kvs_table_host_tier_slot(node->table, slot, &bytes, NULL);
-  return XXH3_64bits_withSeed(memory, (size_t)bytes, chain);
+  const unsigned char *memory = kvs_table_host_tier_slot(node->table, slot, NULL, NULL);
+  return XXH3_64bits_withSeed(memory, (size_t)node->seals->slot_bytes, chain);
 }
 
 kvs_status kvs_node_seal_check(struct kvs_node *node, const kvs_journal_entry *entries, size_t n,
@@ -105,7 +105,7 @@ kvs_status kvs_node_seal_check(struct kvs_node *node, const kvs_journal_entry *e
                       : seal_of(node, m.slot, chain) != s->digest[m.slot]
                           ? "its rows changed since they were sealed"
                           : NULL;
-    s->counts.bytes += kvs_table_host_slot_bytes(node->layout);
+    s->counts.bytes += s->slot_bytes;
     if (why == NULL) continue;
     if (s->n_bad == 0) {
       snprintf(s->first, sizeof s->first,
@@ -136,14 +136,14 @@ kvs_status kvs_node_seal_take(struct kvs_node *node, const kvs_journal_entry *en
     s->digest[m.slot] = seal_of(node, m.slot, chain);
     s->chain[m.slot] = chain;
     s->sealed[m.slot] = 1;
-    s->counts.bytes += kvs_table_host_slot_bytes(node->layout);
+    s->counts.bytes += s->slot_bytes;
   }
   s->counts.ns += kvs_now_ns() - start;
   if (status != KVS_OK || s->n_bad == 0) return status;
   /* Rows that failed their seal are not used: the pages get zeros. */
   unsigned char *bounce = kvs_table_bounce(node->table, err);
   if (bounce == NULL) return KVS_ERR_NO_MEMORY;
-  memset(bounce, 0, (size_t)kvs_table_host_slot_bytes(node->layout));
+  memset(bounce, 0, (size_t)s->slot_bytes);
   for (size_t i = 0; i < s->n_bad && status == KVS_OK; i++) {
     status = kvs_table_page_rows(node->table, (uint64_t)s->bad_pages[i], bounce, true, err);
   }

@@ -89,13 +89,17 @@ size_t kvs_table_host_spans(const kvs_device_layout *layout, kvs_table_span_rows
   return layout == NULL || out == NULL ? 0 : row_spans(layout, out);
 }
 
-uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout) {
-  if (layout == NULL) return 0;
-  kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
-  size_t n = row_spans(layout, spans);
+/* What one slot of these spans holds. */
+static uint64_t spans_bytes(const kvs_table_span_rows *spans, size_t n) {
   uint64_t bytes = 0;
   for (size_t i = 0; i < n; i++) bytes += spans[i].count * spans[i].width;
   return bytes;
+}
+
+uint64_t kvs_table_host_slot_bytes(const kvs_device_layout *layout) {
+  if (layout == NULL) return 0;
+  kvs_table_span_rows spans[KVS_TABLE_ROW_SPANS];
+  return spans_bytes(spans, row_spans(layout, spans));
 }
 
 /* Frees chunks [0, n) of a tier of `slots` slots. */
@@ -178,8 +182,7 @@ unsigned char *kvs_table_bounce(struct kvs_table *t, kvs_error *err) {
     return NULL;
   }
   if (t->bounce != NULL) return t->bounce;
-  uint64_t bytes = 0;
-  for (size_t s = 0; s < t->n_spans; s++) bytes += t->spans[s].count * t->spans[s].width;
+  uint64_t bytes = spans_bytes(t->spans, t->n_spans);
   void *memory = NULL;
   if (bytes == 0 || t->ops->host_alloc(t->impl, bytes, &memory, err) != KVS_OK) return NULL;
   t->bounce = memory;

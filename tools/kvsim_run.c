@@ -505,36 +505,24 @@ static int setup_node(run *r) {
   /* A kvshard hit may re-prefill one window (P tokens) before its
    * boundary rather than recompute down to the deepest retained tail. */
   r->wo.reprefill_tokens = kvs_node_page(r->node);
-  if (r->a->deploy.host_cache > 0) {
+  if (r->a->deploy.host_cache > 0 || r->a->deploy.disk_cache > 0) {
     /* Every rank copies its own page rows over its GPU's own host link, at
-     * once: a fetch takes as long as the largest share (the stage with
-     * the most compressed and indexer rows), not the machine's sum. */
+     * once (a host fetch, and a block read from disk on its way to the
+     * GPU): a copy takes as long as the largest share (the stage with the
+     * most compressed and indexer rows), not the machine's sum. A
+     * machine's disk reads every one of its ranks' share of a block: the
+     * deployment's bytes a block over its machines. */
     kvs_deployment_t plan = kvs_deployment(r->node);
-    uint64_t share = 0;
+    uint64_t share = 0, total = 0;
     for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
       uint64_t bytes = kvs_deployment_rank_host_bytes(plan, k);
       if (bytes > share) share = bytes;
+      total += bytes;
     }
     r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
-  }
-  if (r->a->deploy.disk_cache > 0) {
-    /* A machine's disk reads every one of its ranks' share of a block:
-     * the deployment's bytes a block over its machines. */
-    kvs_deployment_t plan = kvs_deployment(r->node);
-    uint64_t total = 0;
-    for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
-      total += kvs_deployment_rank_host_bytes(plan, k);
-    }
     uint64_t hosts = r->a->deploy.nodes > 0 ? r->a->deploy.nodes : 1;
-    r->wo.disk_ms_per_page = (double)total / (double)hosts / (r->a->disk_bandwidth * 1e6);
-    if (r->a->deploy.host_cache == 0) {
-      /* The read block's copy to the GPU takes the host link all the same. */
-      uint64_t share = 0;
-      for (size_t k = 0; k < kvs_deployment_rank_count(plan); k++) {
-        uint64_t bytes = kvs_deployment_rank_host_bytes(plan, k);
-        if (bytes > share) share = bytes;
-      }
-      r->wo.host_ms_per_page = (double)share / (r->a->host_bandwidth * 1e6);
+    if (r->a->deploy.disk_cache > 0) {
+      r->wo.disk_ms_per_page = (double)total / (double)hosts / (r->a->disk_bandwidth * 1e6);
     }
   }
   if (kvs_workload_create(kvs_node_shard(r->node), &r->wo, &r->workload, &err) != KVS_OK) {
