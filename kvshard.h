@@ -915,6 +915,111 @@ KVS_API kvs_status kvs_node_prefix_evict_for_fetch(kvs_node_t node, const kvs_no
 KVS_API kvs_status kvs_node_prefix_stats(const struct kvs_node *node, kvs_node_prefix_counts *out,
                                          kvs_error *err);
 
+/* ---- prefill/decode: a request's rows from one node to another ----
+ *
+ * A request prefilled on one node (its prefill ranks) decodes on another
+ * (its decode ranks), of another layout (prefill tp 1 x pp 4, decode tp 4;
+ * the same tp on both). Its state is every pool's rows of its tokens
+ * (docs/engines.md, "Prefill/decode"): the compressed and indexer rows of
+ * each full page of its block table, the window rows of its tail pages,
+ * its compress-state rings and (rings per request, with a prefix cache)
+ * its tail pages' tail states; fp8 scales travel inside their pages. A
+ * decode side whose prefix cache already holds the request's first H
+ * tokens (an exact hit it acquired) receives only the rows past them. */
+
+/* One unit of a request's rows on this rank: `bytes` of view `view`'s
+ * layer `layer` at `address` (device memory on a cuda node), `offset`
+ * bytes from the carve's start (kvs_node_view's offset), holding the
+ * state of positions [first_token, end_token): what a transfer engine an
+ * engine already runs (NIXL, Mooncake's, UCX) registers and moves. */
+typedef struct kvs_node_rows {
+  const char *view; /* "window", "compressed_4", "compressed_128", "indexer",
+                       "state_4", "state_128", "index_state" */
+  uint32_t layer;   /* the model's layer */
+  bool tail_state;  /* a tail page's tail-state rows (state_4, index_state) */
+  void *address;
+  uint64_t offset;
+  uint64_t bytes;
+  uint64_t first_token, end_token;
+} kvs_node_rows;
+
+/* A request on one side of a transfer: its block table's pages (at least
+ * ceil(tokens / page) of them, from its first; the decode side's own
+ * pages, whose first reuse_tokens / page are the hit's), its tokens, and
+ * on the decode side the tokens its cache already holds (a multiple of
+ * the page; 0 without a hit). peers are the other side's ranks in the
+ * link communicator: every rank of the other node. */
+typedef struct kvs_node_transfer {
+  size_t size; /* sizeof(kvs_node_transfer) */
+  uint64_t request;
+  const int64_t *pages;
+  size_t n_pages;
+  uint64_t tokens;
+  uint64_t reuse_tokens;
+  const int *peers;
+  size_t n_peers;
+} kvs_node_transfer;
+
+/* What a transfer moved, on this rank. On the decode side after a refusal
+ * `view`, `layer` and the token range name the first unit whose digest
+ * differed (view NULL: none differed; the transfer failed otherwise). */
+typedef struct kvs_node_transfer_report {
+  size_t size;           /* sizeof(kvs_node_transfer_report), set by the caller */
+  uint64_t units;        /* units moved and digested (this rank's share) */
+  uint64_t bytes;        /* their rows' bytes, exactly */
+  uint64_t wire_bytes;   /* what the link carried: the rows, the page padding
+                            inside runs of consecutive pages, headers, digests */
+  uint64_t reused_bytes; /* rows not moved: the decode side's prefix */
+  uint64_t messages;     /* point-to-point messages of the rows */
+  double seconds;        /* the call's time on this rank */
+  const char *view;
+  uint32_t layer;
+  uint64_t first_token, end_token;
+} kvs_node_transfer_report;
+
+/* Local, any rank: this rank's units of the request (pages as in
+ * kvs_node_transfer, tokens, reuse_tokens), in travel order (pool, layer,
+ * page), into out[0..cap); *n the units there are (out may be NULL to
+ * count). A page, window page or slot the request lacks on this rank is
+ * KVS_ERR_INVALID_ARGUMENT naming it (a tail page not bound, no slot). */
+KVS_API kvs_status kvs_node_request_rows(kvs_node_t node, uint64_t request, const int64_t *pages,
+                                         size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+                                         kvs_node_rows *out, size_t cap, size_t *n, kvs_error *err);
+
+/* Leader of the decode node: admits the request (its slot, *slot; -1 with
+ * rings per window page) and binds its tail pages past reuse_tokens to
+ * window pages, all or nothing (refused, changing nothing, when slots or
+ * window pages run short). After the next step every decode rank holds
+ * them; then every decode rank calls kvs_node_receive_request. A hit
+ * (reuse_tokens > 0) is acquired first, with kvs_node_prefix_acquire. */
+KVS_API kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_t *pages,
+                                         size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+                                         int64_t *slot, kvs_error *err);
+
+/* Every prefill rank, paired with the decode ranks' receive: sends this
+ * rank's layers' rows of the request to the decode ranks that need them
+ * (every decode rank receives the rows of its layers once, from one
+ * prefill rank holding them) over `link` (kvs_comm_exchange), with a
+ * digest of each unit computed over its logical positions. The request
+ * stays the prefill node's (finish it after). */
+KVS_API kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
+                                         const kvs_node_transfer *transfer,
+                                         kvs_node_transfer_report *report, kvs_error *err);
+
+/* Collective over the decode node, every rank, after the step that
+ * carried kvs_node_import_admit: receives this rank's layers' rows into
+ * the request's pages, recomputes each unit's digest from this rank's
+ * own tables (the views, the mapping, the slot, as an engine reads them)
+ * and compares it with the prefill side's before returning, then every
+ * decode rank agrees. A mismatch (KVS_ERR_CORRUPT naming the view, layer
+ * and token range), a prefill rank that fails or misses the link's
+ * deadline (naming it), or any disagreement refuses the request on every
+ * decode rank: the leader frees its window pages, releases its hit and
+ * finishes it (journaled: the next step returns them everywhere). */
+KVS_API kvs_status kvs_node_receive_request(kvs_node_t node, kvs_comm_t link,
+                                            const kvs_node_transfer *transfer,
+                                            kvs_node_transfer_report *report, kvs_error *err);
+
 /* What a check found differing between the ranks (Python's
  * kvshard.Divergence has the same names and values). */
 typedef enum kvs_divergence {

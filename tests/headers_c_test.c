@@ -172,6 +172,19 @@ static void nulls_of_nodes(void) {
             kvs_node_prefix_evict_for_fetch(NULL, &hit, &key, 1, 1, &freed, 1, &n_freed, &e_));
     REFUSES(kvs_node_prefix_stats, kvs_node_prefix_stats(NULL, &counts, &e_));
   }
+  {
+    int64_t page = 0, slot = 0;
+    size_t n_rows = 0;
+    kvs_node_rows rows;
+    int peer = 1;
+    kvs_node_transfer t = {sizeof t, 1, &page, 1, 1, 0, &peer, 1};
+    kvs_node_transfer_report r = {.size = sizeof r};
+    REFUSES(kvs_node_request_rows,
+            kvs_node_request_rows(NULL, 1, &page, 1, 1, 0, &rows, 1, &n_rows, &e_));
+    REFUSES(kvs_node_import_admit, kvs_node_import_admit(NULL, 1, &page, 1, 1, 0, &slot, &e_));
+    REFUSES(kvs_node_send_request, kvs_node_send_request(NULL, NULL, &t, &r, &e_));
+    REFUSES(kvs_node_receive_request, kvs_node_receive_request(NULL, NULL, &t, &r, &e_));
+  }
   EXPECT(kvs_node_rank, kvs_node_rank(NULL) == -1);
   EXPECT(kvs_node_size, kvs_node_size(NULL) == 0);
   EXPECT(kvs_node_is_leader, !kvs_node_is_leader(NULL));

@@ -1,0 +1,964 @@
+/* Prefill/decode: a request's rows from its prefill node to its decode
+ * node (kvshard.h, "prefill/decode").
+ *
+ * Three exchanges over the link, every pair of a prefill rank and a
+ * decode rank in each:
+ *   1. prefill -> decode: a header (the request, its tokens, the layers the
+ *      rank holds, the rows' shape, its tail's window pages and its slot)
+ *      and its block table;
+ *   2. decode -> prefill: the decode rank's header (the same, with the
+ *      tokens its cache holds and the layers it wants from this prefill
+ *      rank: each of its layers from one prefill rank holding it) and its
+ *      block table;
+ *   3. prefill -> decode: one digest per unit, then the rows, one message
+ *      per run of units whose pages are consecutive on both sides.
+ * Both sides compute the units and the runs from the two headers alone, so
+ * every message is matched by size and order. The digests are taken
+ * through the node's contract (its views, the mapping, the slot, as an
+ * engine addresses rows), not through the units' offsets that placed the
+ * rows: a transfer that wrote one pool's rows to a wrong page is caught
+ * by the decode side, which names the pool, layer and positions, and
+ * every decode rank refuses the request. */
+#include "shard/node_transfer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/clock.h"
+#include "core/device_ref.h"
+#include "core/geometry.h"
+#include "core/mix.h"
+#include "pool/window_pool.h"
+#include "shard/comm.h"
+#include "shard/node_internal.h"
+#include "shard/table.h"
+
+#define WIRE_MAGIC 0x3172656678737666ull /* "kvsxfer1", little-endian */
+#define REASON_BYTES KVS_ERROR_MESSAGE_MAX
+
+/* A header, then the sender's block table (ceil(tokens / page) pages). */
+typedef struct wire_header {
+  uint64_t magic;
+  uint64_t request, tokens, reuse, page;
+  uint64_t kv_dtype, state_rings, tail_states, shape; /* the rows' shape */
+  uint32_t first_layer, end_layer;
+  int64_t window[2];
+  int64_t slot;
+  uint32_t status, rank; /* status != 0: the sender refuses; reason says why */
+  char reason[REASON_BYTES];
+} wire_header;
+
+static kvs_window_pool_t pool_of(const struct kvs_node *node) {
+  return kvs_shard_pool(node->shard);
+}
+
+/* The rows' shape apart from the layer range: what two nodes must share
+ * for a unit of one to be a unit of the other. */
+static uint64_t rows_shape(const struct kvs_node *node) {
+  const kvs_geometry *g = &node->geometry;
+  size_t layers = kvs_geometry_layer_count(g);
+  uint64_t h = kvs_mix64(0x6b76737368617065ull, g->head_dim);
+  h = kvs_mix64(kvs_mix64(h, g->index_head_dim), layers);
+  for (size_t i = 0; i < layers; i++) h = kvs_mix64(h, g->compress_ratios[i]);
+  const kvs_row_widths *w = &node->widths;
+  h = kvs_mix64(kvs_mix64(kvs_mix64(h, w->kv), w->index), w->csa_state);
+  return kvs_mix64(kvs_mix64(h, w->hca_state), w->idx_state);
+}
+
+static void header_init(const struct kvs_node *node, const kvs_node_transfer *t, wire_header *h) {
+  memset(h, 0, sizeof *h);
+  h->magic = WIRE_MAGIC;
+  h->request = t->request;
+  h->tokens = t->tokens;
+  h->reuse = t->reuse_tokens;
+  h->page = node->options.page;
+  h->kv_dtype = (uint64_t)node->options.kv_dtype;
+  h->state_rings = (uint64_t)node->layout->sizes.state_rings;
+  h->tail_states = node->layout->sizes.tail_states;
+  h->shape = rows_shape(node);
+  h->first_layer = (uint32_t)node->layout->first_layer;
+  h->end_layer = (uint32_t)node->layout->end_layer;
+  h->window[0] = h->window[1] = -1;
+  h->slot = -1;
+  h->rank = (uint32_t)node->rank;
+}
+
+/* Why two headers cannot pair (NULL: they can). */
+static const char *mismatch(const wire_header *a, const wire_header *b) {
+  if (a->magic != WIRE_MAGIC || b->magic != WIRE_MAGIC) return "not a transfer header";
+  if (a->request != b->request) return "request";
+  if (a->tokens != b->tokens) return "tokens";
+  if (a->page != b->page) return "page size";
+  if (a->kv_dtype != b->kv_dtype) return "kv dtype";
+  if (a->state_rings != b->state_rings) return "state rings";
+  if (a->tail_states != b->tail_states) return "tail states (a prefix cache on one side only)";
+  if (a->shape != b->shape) return "model (head dims, layers and ratios, row widths)";
+  return NULL;
+}
+
+static kvs_xfer_shape shape_of(const struct kvs_node *node, uint64_t tokens, uint64_t reuse) {
+  kvs_xfer_shape s = {tokens, reuse, node->options.page};
+  return s;
+}
+
+/* This rank's side of the request: its pages checked, its tail's window
+ * pages and its slot from its own mirror pool. */
+static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *t, uint64_t reuse,
+                          bool need_bound, kvs_xfer_side *side, kvs_error *err) {
+  uint64_t P = node->options.page;
+  kvs_xfer_shape shape = shape_of(node, t->tokens, reuse);
+  if (t->tokens == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu: tokens is 0",
+                         (unsigned long long)t->request);
+  }
+  if (reuse % P != 0 || reuse >= t->tokens) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu: reuse_tokens %llu must be a multiple of the page (%llu) "
+                         "below its %llu tokens",
+                         (unsigned long long)t->request, (unsigned long long)reuse,
+                         (unsigned long long)P, (unsigned long long)t->tokens);
+  }
+  uint64_t need = kvs_xfer_pages(&shape);
+  if (t->pages == NULL || t->n_pages < need) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu: %llu tokens fill %llu pages of %llu; its block table "
+                         "has %zu",
+                         (unsigned long long)t->request, (unsigned long long)t->tokens,
+                         (unsigned long long)need, (unsigned long long)P,
+                         t->pages == NULL ? (size_t)0 : t->n_pages);
+  }
+  uint64_t usable = kvs_node_usable_pages(node);
+  for (uint64_t b = 0; b < need; b++) {
+    if (t->pages[b] < 0 || (uint64_t)t->pages[b] >= usable) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: block %llu of its block table is full page %lld, not "
+                           "one of the engine's 0..%llu",
+                           (unsigned long long)t->request, (unsigned long long)b,
+                           (long long)t->pages[b], (unsigned long long)(usable - 1));
+    }
+    for (uint64_t c = 0; c < b; c++) {
+      if (t->pages[c] == t->pages[b]) {
+        return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                             "request %llu: full page %lld is both block %llu and block %llu",
+                             (unsigned long long)t->request, (long long)t->pages[b],
+                             (unsigned long long)c, (unsigned long long)b);
+      }
+    }
+  }
+  side->pages = t->pages;
+  side->n_pages = (size_t)need;
+  side->window[0] = side->window[1] = -1;
+  const int64_t *mapping = kvs_window_pool_mapping(pool_of(node));
+  uint64_t first, tails = kvs_xfer_tail(&shape, &first);
+  for (uint64_t i = 0; i < tails; i++) {
+    int64_t slot = mapping[(uint64_t)t->pages[first + i] * P];
+    if (slot < 0 && need_bound) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: full page %lld (block %llu, positions %llu..%llu of "
+                           "its window) is not bound to a window page on rank %d",
+                           (unsigned long long)t->request, (long long)t->pages[first + i],
+                           (unsigned long long)(first + i), (unsigned long long)((first + i) * P),
+                           (unsigned long long)((first + i + 1) * P - 1), node->rank);
+    }
+    side->window[i] = slot < 0 ? -1 : slot / (int64_t)P;
+  }
+  side->slot = kvs_window_pool_slot_of(pool_of(node), t->request);
+  if (side->slot < 0 && kvs_window_pool_request_slots(pool_of(node)) > 0 && need_bound) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu holds no request slot on rank %d (admit it first)",
+                         (unsigned long long)t->request, node->rank);
+  }
+  return KVS_OK;
+}
+
+static kvs_status check_transfer(const struct kvs_node *node, kvs_comm_t link,
+                                 const kvs_node_transfer *t, const char *call, kvs_error *err) {
+  if (node == NULL || t == NULL || link == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", call,
+                         node == NULL ? "node" : t == NULL ? "transfer" : "link");
+  }
+  if (t->size != sizeof *t) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: transfer.size is %zu, this build's kvs_node_transfer is %zu", call,
+                         t->size, sizeof *t);
+  }
+  if (t->peers == NULL || t->n_peers == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: no peers (the other node's ranks)",
+                         call);
+  }
+  int size = kvs_comm_size(link), me = kvs_comm_rank(link);
+  for (size_t i = 0; i < t->n_peers; i++) {
+    if (t->peers[i] < 0 || t->peers[i] >= size || t->peers[i] == me) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "%s: peer %zu is link rank %d: the link's ranks are 0..%d and this "
+                           "rank is %d",
+                           call, i, t->peers[i], size - 1, me);
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (t->peers[j] == t->peers[i]) {
+        return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: link rank %d is peer %zu and %zu",
+                             call, t->peers[i], j, i);
+      }
+    }
+  }
+  if (kvs_table_kind_of(node->table) != KVS_TABLE_HOST) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "%s: a transfer digests rows on the host; this node's tables are on a "
+                         "GPU (kvs_node_request_rows gives their descriptors to a transfer "
+                         "engine)",
+                         call);
+  }
+  if (node->options.index_only) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "%s: an index_only node holds no rows", call);
+  }
+  return KVS_OK;
+}
+
+/* ---- the digests, through the node's contract ---- */
+
+typedef struct views {
+  kvs_node_view v[KVS_XFER_POOLS];
+  bool have[KVS_XFER_POOLS];
+} views;
+
+static void views_of(kvs_node_t node, views *out) {
+  memset(out, 0, sizeof *out);
+  size_t n = kvs_node_view_count(node);
+  for (size_t i = 0; i < n; i++) {
+    kvs_node_view v;
+    v.size = sizeof v;
+    if (kvs_node_view_at(node, i, &v, NULL) != KVS_OK) continue;
+    for (int p = 0; p < KVS_XFER_POOLS; p++) {
+      if (strcmp(v.name, kvs_xfer_pool_name((kvs_xfer_pool)p)) == 0) {
+        out->v[p] = v;
+        out->have[p] = true;
+      }
+    }
+  }
+}
+
+/* Index of model layer `layer` on axis 0 of a view of `pool`: the window
+ * holds every layer of the rank, the others its layers of their ratio. */
+static int64_t view_layer(const struct kvs_node *node, kvs_xfer_pool pool, uint32_t layer) {
+  size_t first = node->layout->first_layer;
+  if (pool == KVS_XFER_WINDOW) return (int64_t)(layer - first);
+  uint32_t ratio = pool == KVS_XFER_COMPRESSED_128 || pool == KVS_XFER_STATE_128 ? KVS_HCA_RATIO
+                                                                                  : KVS_CSA_RATIO;
+  int64_t k = 0;
+  for (size_t l = first; l < layer; l++) k += node->geometry.compress_ratios[l] == ratio;
+  return k;
+}
+
+/* Where a unit's rows are as an engine finds them: the view, the block
+ * table's page of its positions, the mapping, the slot. NULL: nowhere. */
+static const unsigned char *contract_rows(const struct kvs_node *node, const views *vs,
+                                          const kvs_xfer_side *side, const kvs_xfer_unit *u) {
+  kvs_xfer_pool pool = (kvs_xfer_pool)u->pool;
+  if (!vs->have[pool]) return NULL;
+  const kvs_node_view *v = &vs->v[pool];
+  uint64_t P = node->options.page, b = u->first_token / P;
+  int64_t k = view_layer(node, pool, u->layer);
+  size_t e = kvs_view_dtype_bytes(v->dtype);
+  bool paged = v->dtype == KVS_VIEW_UINT8; /* fp8: [layers, pages, page bytes] */
+  const unsigned char *base = (const unsigned char *)v->data + (uint64_t)(k * v->strides[0]) * e;
+  const int64_t *mapping = kvs_window_pool_mapping(pool_of(node));
+  int64_t page = b < side->n_pages ? side->pages[b] : -1;
+  int64_t wslot = page < 0 ? -1 : mapping[(uint64_t)page * P];
+  int64_t row;
+  switch (pool) {
+    case KVS_XFER_WINDOW:
+      if (wslot < 0) return NULL;
+      return base + (uint64_t)(paged ? wslot / (int64_t)P * v->strides[1]
+                                     : wslot * v->strides[1] * (int64_t)e);
+    case KVS_XFER_COMPRESSED_4:
+    case KVS_XFER_COMPRESSED_128:
+    case KVS_XFER_INDEXER: {
+      if (page < 0) return NULL;
+      int64_t r = pool == KVS_XFER_COMPRESSED_128 ? KVS_HCA_RATIO : KVS_CSA_RATIO;
+      return base + (uint64_t)(paged ? page * v->strides[1]
+                                     : page * (int64_t)P / r * v->strides[1] * (int64_t)e);
+    }
+    default:
+      break;
+  }
+  bool csa = pool != KVS_XFER_STATE_128;
+  int64_t ring = csa ? KVS_RING_SLOTS_CSA : KVS_RING_SLOTS_HCA;
+  kvs_state_rings rings = node->options.state_rings;
+  bool per_request = csa ? rings == KVS_STATE_RINGS_PER_REQUEST
+                         : rings != KVS_STATE_RINGS_PER_PAGE;
+  if (u->tail) {
+    /* After the slots' rings: window page w's two rows at 2w. */
+    if (wslot < 0) return NULL;
+    row = ((int64_t)kvs_node_max_running(node) + 1) * ring +
+          (int64_t)KVS_TAIL_STATE_ROWS * (wslot / (int64_t)P);
+  } else if (per_request) {
+    if (side->slot < 0) return NULL;
+    row = side->slot * ring;
+  } else {
+    if (wslot < 0) return NULL;
+    row = wslot / (int64_t)P * ring;
+  }
+  return base + (uint64_t)(row * v->strides[1] * (int64_t)e);
+}
+
+static uint64_t unit_seed(const kvs_xfer_unit *u) {
+  uint64_t h = kvs_mix64(0x6b76737864696731ull, u->pool);
+  h = kvs_mix64(kvs_mix64(h, u->tail), u->layer);
+  return kvs_mix64(kvs_mix64(h, u->first_token), u->end_token);
+}
+
+/* The digests of units[0..n) through the contract; false (with *bad the
+ * unit) when one has no rows on this rank. */
+static bool digests_of(const struct kvs_node *node, const views *vs, const kvs_xfer_side *side,
+                       const kvs_xfer_unit *units, size_t n, uint64_t *out, size_t *bad) {
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *rows = contract_rows(node, vs, side, &units[i]);
+    if (rows == NULL) {
+      *bad = i;
+      return false;
+    }
+    out[i] = XXH3_64bits_withSeed(rows, (size_t)units[i].bytes, unit_seed(&units[i]));
+  }
+  return true;
+}
+
+/* ---- a pair's units and runs ---- */
+
+typedef struct pair {
+  int peer;              /* link rank */
+  wire_header *theirs;   /* the peer's header, then its pages */
+  bool ok;               /* the two headers pair and rows move */
+  size_t lo, hi;         /* the layers that move */
+  kvs_xfer_unit *mine;   /* this side's units */
+  kvs_xfer_unit *peer_u; /* the peer's, for their indices */
+  size_t n;
+  uint64_t *digests; /* the prefill side's, one per unit */
+} pair;
+
+static const int64_t *header_pages(const wire_header *h) {
+  return (const int64_t *)(const void *)(h + 1);
+}
+
+static size_t header_bytes(uint64_t pages) { return sizeof(wire_header) + pages * sizeof(int64_t); }
+
+static kvs_xfer_side side_from(const wire_header *h, uint64_t pages) {
+  kvs_xfer_side s = {header_pages(h), (size_t)pages, {h->window[0], h->window[1]}, h->slot};
+  return s;
+}
+
+static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *shape,
+                            const kvs_xfer_side *mine, const kvs_xfer_side *theirs, pair *p,
+                            kvs_error *err) {
+  size_t n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, NULL, 0);
+  p->mine = calloc(n ? n : 1, sizeof *p->mine);
+  p->peer_u = calloc(n ? n : 1, sizeof *p->peer_u);
+  p->digests = calloc(n ? n : 1, sizeof *p->digests);
+  if (p->mine == NULL || p->peer_u == NULL || p->digests == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", n);
+  }
+  p->n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, p->mine, n);
+  kvs_xfer_units(node->layout, shape, theirs, p->lo, p->hi, p->peer_u, n);
+  for (size_t i = 0; i < n; i++) {
+    if (p->peer_u[i].index < 0) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "link rank %d sent no %s%s rows of layer %u for positions %llu..%llu",
+                           p->peer, kvs_xfer_pool_name((kvs_xfer_pool)p->mine[i].pool),
+                           p->mine[i].tail ? " tail-state" : "", p->mine[i].layer,
+                           (unsigned long long)p->mine[i].first_token,
+                           (unsigned long long)p->mine[i].end_token);
+    }
+  }
+  return KVS_OK;
+}
+
+static void pair_free(pair *p) {
+  free(p->mine);
+  free(p->peer_u);
+  free(p->digests);
+  p->mine = p->peer_u = NULL;
+  p->digests = NULL;
+}
+
+/* Units i and i + 1 lie one step apart on both sides: one message. */
+static bool joins(const pair *p, size_t i) {
+  const kvs_xfer_unit *a = &p->mine[i], *b = &p->mine[i + 1];
+  return a->pool == b->pool && a->tail == b->tail && a->layer == b->layer &&
+         a->step == b->step && b->index == a->index + 1 &&
+         p->peer_u[i + 1].index == p->peer_u[i].index + 1;
+}
+
+/* Appends the pair's messages (digests, then runs) to t; returns how many
+ * runs. */
+static size_t pair_transfers(const pair *p, bool send, unsigned char *base, kvs_comm_transfer *t,
+                             size_t *nt, uint64_t *wire) {
+  t[(*nt)++] = (kvs_comm_transfer){p->peer, send, p->digests, p->n * sizeof(uint64_t)};
+  *wire += p->n * sizeof(uint64_t);
+  size_t runs = 0;
+  for (size_t i = 0; i < p->n;) {
+    size_t j = i;
+    while (j + 1 < p->n && joins(p, j)) j++;
+    uint64_t bytes = (j - i) * p->mine[i].step + p->mine[j].bytes;
+    t[(*nt)++] = (kvs_comm_transfer){p->peer, send, base + p->mine[i].offset, (size_t)bytes};
+    *wire += bytes;
+    runs++;
+    i = j + 1;
+  }
+  return runs;
+}
+
+/* The rows the decode side keeps of its prefix (what reuse saves), for
+ * layers [lo, hi). */
+static uint64_t reused_bytes(const struct kvs_node *node, uint64_t tokens, uint64_t reuse,
+                             size_t lo, size_t hi) {
+  kvs_xfer_shape all = shape_of(node, tokens, 0), past = shape_of(node, tokens, reuse);
+  uint64_t a[KVS_XFER_POOLS], b[KVS_XFER_POOLS], sum = 0;
+  kvs_xfer_pool_bytes(node->layout, &all, lo, hi, a);
+  kvs_xfer_pool_bytes(node->layout, &past, lo, hi, b);
+  for (int i = 0; i < KVS_XFER_POOLS; i++) sum += a[i] - b[i];
+  return sum;
+}
+
+static void report_init(kvs_node_transfer_report *r) {
+  size_t size = r->size;
+  memset(r, 0, sizeof *r);
+  r->size = size;
+}
+
+static kvs_status check_report(kvs_node_transfer_report *r, const char *call, kvs_error *err) {
+  if (r != NULL && r->size != sizeof *r) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: report.size is %zu, this build's kvs_node_transfer_report is %zu",
+                         call, r->size, sizeof *r);
+  }
+  return KVS_OK;
+}
+
+static void refuse_header(wire_header *h, kvs_status status, const kvs_error *e) {
+  h->status = (uint32_t)status;
+  snprintf(h->reason, sizeof h->reason, "%s", e->message);
+}
+
+/* Everything a call allocates, freed in one place. */
+typedef struct session {
+  pair *pairs;
+  size_t n_pairs;
+  unsigned char *headers; /* the peers' headers, each header_bytes(pages) */
+  unsigned char *own;     /* this side's header and pages */
+  kvs_comm_transfer *t;
+} session;
+
+static void session_free(session *s) {
+  for (size_t i = 0; i < s->n_pairs && s->pairs != NULL; i++) pair_free(&s->pairs[i]);
+  free(s->pairs);
+  free(s->headers);
+  free(s->own);
+  free(s->t);
+}
+
+static kvs_status session_open(session *s, const kvs_node_transfer *t, uint64_t pages,
+                               kvs_error *err) {
+  memset(s, 0, sizeof *s);
+  size_t hb = header_bytes(pages);
+  s->n_pairs = t->n_peers;
+  s->pairs = calloc(t->n_peers, sizeof *s->pairs);
+  s->headers = calloc(t->n_peers, hb);
+  s->own = calloc(1, hb);
+  s->t = calloc(t->n_peers, sizeof *s->t);
+  if (s->pairs == NULL || s->headers == NULL || s->own == NULL || s->t == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a transfer with %zu peers",
+                         t->n_peers);
+  }
+  for (size_t i = 0; i < t->n_peers; i++) {
+    s->pairs[i].peer = t->peers[i];
+    s->pairs[i].theirs = (wire_header *)(void *)(s->headers + i * hb);
+  }
+  return KVS_OK;
+}
+
+/* One header exchange: this side's to every peer, or every peer's in. */
+static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t pages,
+                               uint64_t *wire, kvs_error *err) {
+  size_t hb = header_bytes(pages);
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    s->t[i] = (kvs_comm_transfer){s->pairs[i].peer, send,
+                                  send ? (void *)s->own : (void *)s->pairs[i].theirs, hb};
+  }
+  *wire += s->n_pairs * hb;
+  return kvs_comm_exchange(link, s->t, s->n_pairs, err);
+}
+
+/* The rows' messages of every pair that moves, in one exchange. */
+static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send,
+                            uint64_t *wire, uint64_t *messages, kvs_error *err) {
+  size_t cap = 0;
+  for (size_t i = 0; i < s->n_pairs; i++) cap += s->pairs[i].ok ? 1 + s->pairs[i].n : 0;
+  kvs_comm_transfer *t = calloc(cap ? cap : 1, sizeof *t);
+  if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu messages", cap);
+  void *base = NULL;
+  int64_t *mapping = NULL;
+  kvs_status status = kvs_table_memory(node->table, &base, &mapping, err);
+  size_t nt = 0;
+  for (size_t i = 0; status == KVS_OK && i < s->n_pairs; i++) {
+    if (s->pairs[i].ok) {
+      *messages += pair_transfers(&s->pairs[i], send, (unsigned char *)base, t, &nt, wire);
+    }
+  }
+  if (status == KVS_OK) status = kvs_comm_exchange(link, t, nt, err);
+  free(t);
+  return status;
+}
+
+static void count_units(const session *s, kvs_node_transfer_report *r) {
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    if (!s->pairs[i].ok) continue;
+    r->units += s->pairs[i].n;
+    for (size_t u = 0; u < s->pairs[i].n; u++) r->bytes += s->pairs[i].mine[u].bytes;
+  }
+}
+
+/* ---- the prefill side ---- */
+
+kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
+                                 const kvs_node_transfer *transfer,
+                                 kvs_node_transfer_report *report, kvs_error *err) {
+  uint64_t t0 = kvs_now_ns();
+  kvs_status status = check_transfer(node, link, transfer, "kvs_node_send_request", err);
+  if (status == KVS_OK) status = check_report(report, "kvs_node_send_request", err);
+  if (status != KVS_OK) return status;
+  kvs_node_transfer_report r = {.size = sizeof r};
+  report_init(&r);
+  uint64_t pages = (transfer->tokens + node->options.page - 1) / node->options.page;
+  session s;
+  status = session_open(&s, transfer, pages, err);
+  if (status != KVS_OK) {
+    session_free(&s);
+    return status;
+  }
+  wire_header *own = (wire_header *)(void *)s.own;
+  header_init(node, transfer, own);
+  kvs_xfer_side side;
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status mine = side_of(node, transfer, 0, true, &side, &local);
+  if (mine != KVS_OK) {
+    refuse_header(own, mine, &local);
+  } else {
+    memcpy((void *)(own + 1), transfer->pages, pages * sizeof(int64_t));
+    own->window[0] = side.window[0];
+    own->window[1] = side.window[1];
+    own->slot = side.slot;
+  }
+  status = headers_move(&s, link, true, pages, &r.wire_bytes, err);
+  if (status == KVS_OK) status = headers_move(&s, link, false, pages, &r.wire_bytes, err);
+  views vs;
+  if (status == KVS_OK) views_of(node, &vs);
+  for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
+    pair *p = &s.pairs[i];
+    const wire_header *d = p->theirs;
+    p->ok = mine == KVS_OK && d->status == 0 && mismatch(own, d) == NULL &&
+            d->first_layer < d->end_layer;
+    if (!p->ok) continue;
+    p->lo = d->first_layer;
+    p->hi = d->end_layer;
+    r.reused_bytes += reused_bytes(node, transfer->tokens, d->reuse, p->lo, p->hi);
+    kvs_xfer_shape shape = shape_of(node, transfer->tokens, d->reuse);
+    kvs_xfer_side at, theirs = side_from(d, pages);
+    status = side_of(node, transfer, d->reuse, true, &at, err);
+    if (status == KVS_OK) status = plan_pair(node, &shape, &at, &theirs, p, err);
+    size_t bad = 0;
+    if (status == KVS_OK && !digests_of(node, &vs, &at, p->mine, p->n, p->digests, &bad)) {
+      status = kvs_error_set(err, KVS_ERR_INTEGRITY, "request %llu: unit %zu has no rows here",
+                             (unsigned long long)transfer->request, bad);
+    }
+  }
+  if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
+  if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
+  count_units(&s, &r);
+  r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;
+  if (report != NULL) *report = r;
+  session_free(&s);
+  return status;
+}
+
+/* ---- the decode side ---- */
+
+/* Every decode rank's reuse is the same, and this rank's mirror holds the
+ * hit the leader acquired: the first reuse / P pages are cached blocks at
+ * their depths (collective: one allreduce). */
+static kvs_status check_reuse(kvs_node_t node, const kvs_node_transfer *t, kvs_status local,
+                              kvs_error *err) {
+  uint64_t *w = (uint64_t *)node->words.host;
+  w[0] = t->reuse_tokens;
+  w[1] = ~t->reuse_tokens;
+  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 2, KVS_COMM_MIN, err);
+  if (status != KVS_OK) return status;
+  if (local != KVS_OK) return local;
+  if (w[0] != ~w[1]) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu: the decode ranks disagree on reuse_tokens (%llu to %llu)",
+                         (unsigned long long)t->request, (unsigned long long)w[0],
+                         (unsigned long long)~w[1]);
+  }
+  uint64_t P = node->options.page;
+  for (uint64_t b = 0; b < t->reuse_tokens / P; b++) {
+    uint64_t chain = 0, depth = 0;
+    if (kvs_window_pool_prefix_block(pool_of(node), (uint64_t)t->pages[b], &chain, &depth, NULL) !=
+            KVS_OK ||
+        depth != b) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: its reused prefix's block %llu (full page %lld) is not "
+                           "a cached block at that depth on rank %d: acquire the hit on the "
+                           "leader and step before the transfer",
+                           (unsigned long long)t->request, (unsigned long long)b,
+                           (long long)t->pages[b], node->rank);
+    }
+  }
+  return KVS_OK;
+}
+
+/* Which prefill peer sends each of this rank's layers: one holding it,
+ * spreading decode ranks over replicas (rank modulo their count); each
+ * peer's layers must be one range. */
+static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *own,
+                                kvs_error *err) {
+  for (size_t i = 0; i < s->n_pairs; i++) s->pairs[i].lo = s->pairs[i].hi = 0;
+  for (size_t l = node->layout->first_layer; l < node->layout->end_layer; l++) {
+    size_t holders = 0;
+    const char *why = NULL;
+    int why_rank = -1;
+    bool why_refused = false;
+    for (size_t i = 0; i < s->n_pairs; i++) {
+      const wire_header *h = s->pairs[i].theirs;
+      const char *m = h->status != 0 ? h->reason : mismatch(own, h);
+      if (m != NULL) {
+        if (why == NULL) why = m, why_rank = s->pairs[i].peer, why_refused = h->status != 0;
+        continue;
+      }
+      holders += h->first_layer <= l && l < h->end_layer;
+    }
+    if (holders == 0) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: layer %zu of decode rank %d is held by no prefill peer "
+                           "that can send it%s%d%s%s%s",
+                           (unsigned long long)own->request, l, node->rank,
+                           why ? " (link rank " : "", why ? why_rank : 0,
+                           why ? (why_refused ? " refused: " : "'s differs from this rank's: ") : "",
+                           why ? why : "", why ? ")" : "");
+    }
+    size_t pick = (size_t)node->rank % holders, seen = 0;
+    for (size_t i = 0; i < s->n_pairs; i++) {
+      const wire_header *h = s->pairs[i].theirs;
+      if (h->status != 0 || mismatch(own, h) != NULL || !(h->first_layer <= l && l < h->end_layer))
+        continue;
+      if (seen++ != pick) continue;
+      pair *p = &s->pairs[i];
+      if (p->hi == p->lo) {
+        p->lo = l;
+      } else if (p->hi != l) {
+        return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                             "request %llu: decode rank %d would take layers %zu..%zu and %zu from "
+                             "link rank %d: a peer's layers must be one range",
+                             (unsigned long long)own->request, node->rank, p->lo, p->hi - 1, l,
+                             p->peer);
+      }
+      p->hi = l + 1;
+    }
+  }
+  return KVS_OK;
+}
+
+/* The first unit whose digest differs, named; KVS_OK when none does. */
+static kvs_status verify(kvs_node_t node, const session *s, const kvs_xfer_side *side,
+                         const kvs_node_transfer *t, kvs_node_transfer_report *r,
+                         kvs_error *err) {
+  views vs;
+  views_of(node, &vs);
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    const pair *p = &s->pairs[i];
+    if (!p->ok) continue;
+    for (size_t u = 0; u < p->n; u++) {
+      const kvs_xfer_unit *unit = &p->mine[u];
+      const unsigned char *rows = contract_rows(node, &vs, side, unit);
+      uint64_t here = rows == NULL ? 0 : XXH3_64bits_withSeed(rows, (size_t)unit->bytes,
+                                                              unit_seed(unit));
+      if (rows != NULL && here == p->digests[u]) continue;
+      r->view = kvs_xfer_pool_name((kvs_xfer_pool)unit->pool);
+      r->layer = unit->layer;
+      r->first_token = unit->first_token;
+      r->end_token = unit->end_token;
+      return kvs_error_set(err, KVS_ERR_CORRUPT,
+                           "request %llu: its %s%s rows of layer %u (positions %llu..%llu) on "
+                           "decode rank %d differ from what prefill link rank %d sent (digest "
+                           "%016llx here, %016llx there)",
+                           (unsigned long long)t->request, r->view,
+                           unit->tail ? " tail-state" : "", unit->layer,
+                           (unsigned long long)unit->first_token,
+                           (unsigned long long)(unit->end_token - 1), node->rank, p->peer,
+                           (unsigned long long)here, (unsigned long long)p->digests[u]);
+    }
+  }
+  return KVS_OK;
+}
+
+/* The leader gives a refused request's rows back: its window pages past
+ * the reused prefix, its hit, its slot (journaled). */
+static void refuse(kvs_node_t node, const kvs_node_transfer *t) {
+  if (!kvs_node_is_leader(node) || t->pages == NULL) return;
+  uint64_t first = t->reuse_tokens / node->options.page;
+  if (first < t->n_pages) kvs_node_free_pages(node, t->pages + first, t->n_pages - first, NULL);
+  if (kvs_window_pool_prefix_enabled(pool_of(node))) {
+    kvs_node_prefix_release(node, t->request, NULL);
+  }
+  if (kvs_window_pool_slot_of(pool_of(node), t->request) >= 0) {
+    kvs_node_finish(node, t->request, NULL);
+  }
+}
+
+/* Where the planted unit's rows would have gone: saved before the
+ * receive so the fault can be made after it. */
+typedef struct planted {
+  unsigned char *right, *wrong, *saved;
+  uint64_t bytes;
+} planted;
+
+static void plant_find(kvs_node_t node, const session *s, const kvs_transfer_plant *plant,
+                       planted *out) {
+  memset(out, 0, sizeof *out);
+  if (plant == NULL) return;
+  void *base = NULL;
+  int64_t *mapping = NULL;
+  if (kvs_table_memory(node->table, &base, &mapping, NULL) != KVS_OK) return;
+  uint64_t seen = 0;
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    for (size_t u = 0; s->pairs[i].ok && u < s->pairs[i].n; u++) {
+      const kvs_xfer_unit *unit = &s->pairs[i].mine[u];
+      if (unit->pool != plant->pool || seen++ != plant->unit) continue;
+      out->bytes = unit->bytes;
+      out->right = (unsigned char *)base + unit->offset;
+      out->wrong = out->right + plant->shift * (int64_t)unit->step;
+      out->saved = malloc((size_t)unit->bytes);
+      if (out->saved != NULL) memcpy(out->saved, out->right, (size_t)unit->bytes);
+      return;
+    }
+  }
+}
+
+/* The rows landed on the wrong page; the right one keeps what it held. */
+static void plant_apply(planted *p) {
+  if (p->saved == NULL) return;
+  memmove(p->wrong, p->right, (size_t)p->bytes);
+  memcpy(p->right, p->saved, (size_t)p->bytes);
+  free(p->saved);
+  p->saved = NULL;
+}
+
+kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
+                                    const kvs_node_transfer *transfer,
+                                    const kvs_transfer_plant *plant,
+                                    kvs_node_transfer_report *report, kvs_error *err) {
+  uint64_t t0 = kvs_now_ns();
+  kvs_status status = check_transfer(node, link, transfer, "kvs_node_receive_request", err);
+  if (status == KVS_OK) status = check_report(report, "kvs_node_receive_request", err);
+  if (status != KVS_OK) return status;
+  kvs_node_transfer_report r = {.size = sizeof r};
+  report_init(&r);
+  uint64_t pages = (transfer->tokens + node->options.page - 1) / node->options.page;
+  session s;
+  kvs_error local;
+  kvs_error_clear(&local);
+  kvs_status mine = session_open(&s, transfer, pages, &local);
+  wire_header *own = (wire_header *)(void *)s.own;
+  kvs_xfer_side side;
+  memset(&side, 0, sizeof side);
+  if (mine == KVS_OK) {
+    header_init(node, transfer, own);
+    mine = side_of(node, transfer, transfer->reuse_tokens, true, &side, &local);
+  }
+  mine = check_reuse(node, transfer, mine, &local);
+  bool link_ok = s.own != NULL;
+  if (link_ok) {
+    /* Phase 1: the prefill ranks' headers. */
+    kvs_status moved = headers_move(&s, link, false, pages, &r.wire_bytes, &local);
+    if (moved != KVS_OK) {
+      mine = moved;
+      link_ok = false;
+    }
+  }
+  if (link_ok) {
+    if (mine == KVS_OK) mine = assign_layers(node, &s, own, &local);
+    if (mine == KVS_OK) {
+      memcpy((void *)(own + 1), transfer->pages, pages * sizeof(int64_t));
+      own->window[0] = side.window[0];
+      own->window[1] = side.window[1];
+      own->slot = side.slot;
+    }
+    kvs_xfer_shape shape = shape_of(node, transfer->tokens, transfer->reuse_tokens);
+    for (size_t i = 0; mine == KVS_OK && i < s.n_pairs; i++) {
+      pair *p = &s.pairs[i];
+      p->ok = p->hi > p->lo;
+      if (!p->ok) continue;
+      kvs_xfer_side theirs = side_from(p->theirs, pages);
+      mine = plan_pair(node, &shape, &side, &theirs, p, &local);
+      r.reused_bytes += reused_bytes(node, transfer->tokens, transfer->reuse_tokens, p->lo, p->hi);
+    }
+    if (mine != KVS_OK) {
+      refuse_header(own, mine, &local);
+      for (size_t i = 0; i < s.n_pairs; i++) s.pairs[i].ok = false;
+    }
+    /* Phase 2: this rank's header to every prefill rank, each with the
+     * layers it wants from that one. */
+    kvs_status moved = KVS_OK;
+    {
+      size_t hb = header_bytes(pages);
+      unsigned char *each = calloc(s.n_pairs, hb);
+      if (each == NULL) {
+        moved = kvs_error_set(&local, KVS_ERR_NO_MEMORY, "no memory for %zu headers", s.n_pairs);
+      } else {
+        for (size_t i = 0; i < s.n_pairs; i++) {
+          wire_header *h = (wire_header *)(void *)(each + i * hb);
+          memcpy(h, own, hb);
+          h->first_layer = (uint32_t)s.pairs[i].lo;
+          h->end_layer = (uint32_t)s.pairs[i].hi;
+          s.t[i] = (kvs_comm_transfer){s.pairs[i].peer, true, h, hb};
+        }
+        r.wire_bytes += s.n_pairs * hb;
+        moved = kvs_comm_exchange(link, s.t, s.n_pairs, &local);
+        free(each);
+      }
+    }
+    if (moved != KVS_OK) mine = moved;
+    /* Phase 3: digests and rows. */
+    if (mine == KVS_OK) {
+      planted pl;
+      plant_find(node, &s, plant, &pl);
+      mine = rows_move(&s, node, link, false, &r.wire_bytes, &r.messages, &local);
+      plant_apply(&pl);
+      free(pl.saved);
+    }
+    if (mine == KVS_OK) mine = verify(node, &s, &side, transfer, &r, &local);
+  }
+  count_units(&s, &r);
+  /* Every decode rank's verdict, the same everywhere. */
+  int failed = -1;
+  kvs_error reason;
+  kvs_error_clear(&reason);
+  status = kvs_comm_agree(node->comm, &node->words, mine, &local, &failed, &reason);
+  if (status != KVS_OK) {
+    refuse(node, transfer);
+    status = failed < 0 ? kvs_error_set(err, status, "request %llu refused: %s",
+                                        (unsigned long long)transfer->request, reason.message)
+                        : kvs_error_set(err, status,
+                                        "request %llu refused on every decode rank (decode rank "
+                                        "%d: %s)",
+                                        (unsigned long long)transfer->request, failed,
+                                        reason.message);
+  }
+  r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;
+  if (report != NULL) *report = r;
+  session_free(&s);
+  return status;
+}
+
+kvs_status kvs_node_receive_request(kvs_node_t node, kvs_comm_t link,
+                                    const kvs_node_transfer *transfer,
+                                    kvs_node_transfer_report *report, kvs_error *err) {
+  return kvs_node_receive_planted(node, link, transfer, NULL, report, err);
+}
+
+/* ---- descriptors and the decode side's admission ---- */
+
+kvs_status kvs_node_request_rows(kvs_node_t node, uint64_t request, const int64_t *pages,
+                                 size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+                                 kvs_node_rows *out, size_t cap, size_t *n, kvs_error *err) {
+  if (node == NULL || n == NULL || (out == NULL && cap > 0)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_request_rows: %s is NULL",
+                         node == NULL ? "node" : n == NULL ? "n" : "out");
+  }
+  kvs_node_transfer t = {sizeof t, request, pages, n_pages, tokens, reuse_tokens, NULL, 0};
+  kvs_xfer_side side;
+  kvs_status status = side_of(node, &t, reuse_tokens, true, &side, err);
+  if (status != KVS_OK) return status;
+  void *base = NULL;
+  int64_t *mapping = NULL;
+  if ((status = kvs_table_memory(node->table, &base, &mapping, err)) != KVS_OK) return status;
+  kvs_xfer_shape shape = shape_of(node, tokens, reuse_tokens);
+  size_t lo = node->layout->first_layer, hi = node->layout->end_layer;
+  size_t count = kvs_xfer_units(node->layout, &shape, &side, lo, hi, NULL, 0);
+  kvs_xfer_unit *units = calloc(count ? count : 1, sizeof *units);
+  if (units == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", count);
+  kvs_xfer_units(node->layout, &shape, &side, lo, hi, units, count);
+  for (size_t i = 0; i < count && i < cap; i++) {
+    kvs_node_rows r = {kvs_xfer_pool_name((kvs_xfer_pool)units[i].pool),
+                       units[i].layer,
+                       units[i].tail,
+                       (unsigned char *)base + units[i].offset,
+                       units[i].offset,
+                       units[i].bytes,
+                       units[i].first_token,
+                       units[i].end_token};
+    out[i] = r;
+  }
+  free(units);
+  *n = count;
+  return KVS_OK;
+}
+
+kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_t *pages,
+                                 size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+                                 int64_t *slot, kvs_error *err) {
+  if (node == NULL || slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_import_admit: %s is NULL",
+                         node == NULL ? "node" : "slot");
+  }
+  if (!kvs_node_is_leader(node)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "kvs_node_import_admit on rank %d: only the leader (rank 0) admits; "
+                         "the others receive its decisions with the next step",
+                         node->rank);
+  }
+  kvs_node_transfer t = {sizeof t, request, pages, n_pages, tokens, reuse_tokens, NULL, 0};
+  kvs_xfer_side side;
+  kvs_status status = side_of(node, &t, reuse_tokens, false, &side, err);
+  if (status != KVS_OK) return status;
+  kvs_xfer_shape shape = shape_of(node, tokens, reuse_tokens);
+  uint64_t first, tails = kvs_xfer_tail(&shape, &first);
+  int64_t bind[2];
+  size_t n_bind = 0;
+  for (uint64_t i = 0; i < tails; i++) {
+    if (side.window[i] < 0) bind[n_bind++] = pages[first + i];
+  }
+  kvs_node_capacity c = {.size = sizeof c};
+  if ((status = kvs_node_capacity_of(node, &c, err)) != KVS_OK) return status;
+  bool slots = kvs_window_pool_request_slots(pool_of(node)) > 0;
+  bool has_slot = kvs_window_pool_slot_of(pool_of(node), request) >= 0;
+  if (slots && !has_slot && c.running >= c.max_running) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED,
+                         "kvs_node_import_admit: request %llu needs a slot and all %llu are "
+                         "running",
+                         (unsigned long long)request, (unsigned long long)c.max_running);
+  }
+  if (n_bind > c.free_window_pages) {
+    return kvs_error_set(err, KVS_ERR_EXHAUSTED,
+                         "kvs_node_import_admit: request %llu needs %zu window pages, %llu are "
+                         "free",
+                         (unsigned long long)request, n_bind,
+                         (unsigned long long)c.free_window_pages);
+  }
+  if (n_bind + (slots && !has_slot) > c.journal_room) {
+    return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
+                         "kvs_node_import_admit: request %llu needs %zu journal entries, the next "
+                         "step has room for %zu: step first",
+                         (unsigned long long)request, n_bind + 1, c.journal_room);
+  }
+  *slot = side.slot;
+  if (slots && !has_slot && (status = kvs_node_admit(node, request, slot, err)) != KVS_OK) {
+    return status;
+  }
+  if (n_bind > 0 && (status = kvs_node_bind_pages(node, request, bind, n_bind, err)) != KVS_OK) {
+    if (slots && !has_slot) kvs_node_finish(node, request, NULL);
+    return status;
+  }
+  return KVS_OK;
+}
