@@ -177,7 +177,9 @@ static kvs_status check_transfer(const struct kvs_node *node, kvs_comm_t link,
                                  const kvs_node_transfer *t, const char *call, kvs_error *err) {
   if (node == NULL || t == NULL || link == NULL) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: %s is NULL", call,
-                         node == NULL ? "node" : t == NULL ? "transfer" : "link");
+                         node == NULL ? "node"
+                         : t == NULL  ? "transfer"
+                                      : "link");
   }
   if (t->size != sizeof *t) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
@@ -244,8 +246,8 @@ static void views_of(kvs_node_t node, views *out) {
 static int64_t view_layer(const struct kvs_node *node, kvs_xfer_pool pool, uint32_t layer) {
   size_t first = node->layout->first_layer;
   if (pool == KVS_XFER_WINDOW) return (int64_t)(layer - first);
-  uint32_t ratio = pool == KVS_XFER_COMPRESSED_128 || pool == KVS_XFER_STATE_128 ? KVS_HCA_RATIO
-                                                                                  : KVS_CSA_RATIO;
+  uint32_t ratio =
+      pool == KVS_XFER_COMPRESSED_128 || pool == KVS_XFER_STATE_128 ? KVS_HCA_RATIO : KVS_CSA_RATIO;
   int64_t k = 0;
   for (size_t l = first; l < layer; l++) k += node->geometry.compress_ratios[l] == ratio;
   return k;
@@ -286,8 +288,7 @@ static const unsigned char *contract_rows(const struct kvs_node *node, const vie
   bool csa = pool != KVS_XFER_STATE_128;
   int64_t ring = csa ? KVS_RING_SLOTS_CSA : KVS_RING_SLOTS_HCA;
   kvs_state_rings rings = node->options.state_rings;
-  bool per_request = csa ? rings == KVS_STATE_RINGS_PER_REQUEST
-                         : rings != KVS_STATE_RINGS_PER_PAGE;
+  bool per_request = csa ? rings == KVS_STATE_RINGS_PER_REQUEST : rings != KVS_STATE_RINGS_PER_PAGE;
   if (u->tail) {
     /* After the slots' rings: window page w's two rows at 2w. */
     if (wslot < 0) return NULL;
@@ -384,9 +385,8 @@ static void pair_free(pair *p) {
 /* Units i and i + 1 lie one step apart on both sides: one message. */
 static bool joins(const pair *p, size_t i) {
   const kvs_xfer_unit *a = &p->mine[i], *b = &p->mine[i + 1];
-  return a->pool == b->pool && a->tail == b->tail && a->layer == b->layer &&
-         a->step == b->step && b->index == a->index + 1 &&
-         p->peer_u[i + 1].index == p->peer_u[i].index + 1;
+  return a->pool == b->pool && a->tail == b->tail && a->layer == b->layer && a->step == b->step &&
+         b->index == a->index + 1 && p->peer_u[i + 1].index == p->peer_u[i].index + 1;
 }
 
 /* Appends the pair's messages (digests, then runs) to t; returns how many
@@ -490,8 +490,8 @@ static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t 
 }
 
 /* The rows' messages of every pair that moves, in one exchange. */
-static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send,
-                            uint64_t *wire, uint64_t *messages, kvs_error *err) {
+static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send, uint64_t *wire,
+                            uint64_t *messages, kvs_error *err) {
   size_t cap = 0;
   for (size_t i = 0; i < s->n_pairs; i++) cap += s->pairs[i].ok ? 1 + s->pairs[i].n : 0;
   kvs_comm_transfer *t = calloc(cap ? cap : 1, sizeof *t);
@@ -639,13 +639,14 @@ static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *
       holders += h->first_layer <= l && l < h->end_layer;
     }
     if (holders == 0) {
-      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "request %llu: layer %zu of decode rank %d is held by no prefill peer "
-                           "that can send it%s%d%s%s%s",
-                           (unsigned long long)own->request, l, node->rank,
-                           why ? " (link rank " : "", why ? why_rank : 0,
-                           why ? (why_refused ? " refused: " : "'s differs from this rank's: ") : "",
-                           why ? why : "", why ? ")" : "");
+      return kvs_error_set(
+          err, KVS_ERR_INVALID_ARGUMENT,
+          "request %llu: layer %zu of decode rank %d is held by no prefill peer "
+          "that can send it%s%d%s%s%s",
+          (unsigned long long)own->request, l, node->rank, why ? " (link rank " : "",
+          why ? why_rank : 0,
+          why ? (why_refused ? " refused: " : "'s differs from this rank's: ") : "", why ? why : "",
+          why ? ")" : "");
     }
     size_t pick = (size_t)node->rank % holders, seen = 0;
     for (size_t i = 0; i < s->n_pairs; i++) {
@@ -671,8 +672,7 @@ static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *
 
 /* The first unit whose digest differs, named; KVS_OK when none does. */
 static kvs_status verify(kvs_node_t node, const session *s, const kvs_xfer_side *side,
-                         const kvs_node_transfer *t, kvs_node_transfer_report *r,
-                         kvs_error *err) {
+                         const kvs_node_transfer *t, kvs_node_transfer_report *r, kvs_error *err) {
   views vs;
   views_of(node, &vs);
   for (size_t i = 0; i < s->n_pairs; i++) {
@@ -681,8 +681,8 @@ static kvs_status verify(kvs_node_t node, const session *s, const kvs_xfer_side 
     for (size_t u = 0; u < p->n; u++) {
       const kvs_xfer_unit *unit = &p->mine[u];
       const unsigned char *rows = contract_rows(node, &vs, side, unit);
-      uint64_t here = rows == NULL ? 0 : XXH3_64bits_withSeed(rows, (size_t)unit->bytes,
-                                                              unit_seed(unit));
+      uint64_t here =
+          rows == NULL ? 0 : XXH3_64bits_withSeed(rows, (size_t)unit->bytes, unit_seed(unit));
       if (rows != NULL && here == p->digests[u]) continue;
       r->view = kvs_xfer_pool_name((kvs_xfer_pool)unit->pool);
       r->layer = unit->layer;
@@ -692,9 +692,8 @@ static kvs_status verify(kvs_node_t node, const session *s, const kvs_xfer_side 
                            "request %llu: its %s%s rows of layer %u (positions %llu..%llu) on "
                            "decode rank %d differ from what prefill link rank %d sent (digest "
                            "%016llx here, %016llx there)",
-                           (unsigned long long)t->request, r->view,
-                           unit->tail ? " tail-state" : "", unit->layer,
-                           (unsigned long long)unit->first_token,
+                           (unsigned long long)t->request, r->view, unit->tail ? " tail-state" : "",
+                           unit->layer, (unsigned long long)unit->first_token,
                            (unsigned long long)(unit->end_token - 1), node->rank, p->peer,
                            (unsigned long long)here, (unsigned long long)p->digests[u]);
     }
@@ -847,13 +846,13 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
   status = kvs_comm_agree(node->comm, &node->words, mine, &local, &failed, &reason);
   if (status != KVS_OK) {
     refuse(node, transfer);
-    status = failed < 0 ? kvs_error_set(err, status, "request %llu refused: %s",
-                                        (unsigned long long)transfer->request, reason.message)
-                        : kvs_error_set(err, status,
-                                        "request %llu refused on every decode rank (decode rank "
-                                        "%d: %s)",
-                                        (unsigned long long)transfer->request, failed,
-                                        reason.message);
+    status = failed < 0
+                 ? kvs_error_set(err, status, "request %llu refused: %s",
+                                 (unsigned long long)transfer->request, reason.message)
+                 : kvs_error_set(err, status,
+                                 "request %llu refused on every decode rank (decode rank "
+                                 "%d: %s)",
+                                 (unsigned long long)transfer->request, failed, reason.message);
   }
   r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;
   if (report != NULL) *report = r;
@@ -874,7 +873,9 @@ kvs_status kvs_node_request_rows(kvs_node_t node, uint64_t request, const int64_
                                  kvs_node_rows *out, size_t cap, size_t *n, kvs_error *err) {
   if (node == NULL || n == NULL || (out == NULL && cap > 0)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_request_rows: %s is NULL",
-                         node == NULL ? "node" : n == NULL ? "n" : "out");
+                         node == NULL ? "node"
+                         : n == NULL  ? "n"
+                                      : "out");
   }
   kvs_node_transfer t = {sizeof t, request, pages, n_pages, tokens, reuse_tokens, NULL, 0};
   kvs_xfer_side side;

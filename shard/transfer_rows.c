@@ -34,8 +34,8 @@ uint64_t kvs_xfer_tail(const kvs_xfer_shape *shape, uint64_t *first) {
 /* Which tier a pool reads and the layer ratio it needs. */
 static kvs_device_tier pool_tier(kvs_xfer_pool pool, uint32_t *ratio) {
   static const kvs_device_tier tiers[KVS_XFER_POOLS] = {
-      KVS_DEVICE_TIER_WINDOW, KVS_DEVICE_TIER_COMPRESSED, KVS_DEVICE_TIER_COMPRESSED,
-      KVS_DEVICE_TIER_INDEXER, KVS_DEVICE_TIER_STATE, KVS_DEVICE_TIER_STATE,
+      KVS_DEVICE_TIER_WINDOW,     KVS_DEVICE_TIER_COMPRESSED, KVS_DEVICE_TIER_COMPRESSED,
+      KVS_DEVICE_TIER_INDEXER,    KVS_DEVICE_TIER_STATE,      KVS_DEVICE_TIER_STATE,
       KVS_DEVICE_TIER_INDEX_STATE};
   static const uint32_t ratios[KVS_XFER_POOLS] = {0, 4, 128, 4, 4, 128, 4};
   *ratio = ratios[pool];
@@ -49,12 +49,12 @@ typedef struct sink {
   uint64_t *sum; /* bytes per pool, or NULL */
 } sink;
 
-static void put(sink *s, kvs_xfer_pool pool, bool tail, size_t layer, int64_t index,
-                uint64_t base, uint64_t bytes, uint64_t step, uint64_t first, uint64_t end) {
+static void put(sink *s, kvs_xfer_pool pool, bool tail, size_t layer, int64_t index, uint64_t base,
+                uint64_t bytes, uint64_t step, uint64_t first, uint64_t end) {
   if (s->out != NULL && s->n < s->cap) {
-    kvs_xfer_unit u = {(uint8_t)pool, tail, (uint32_t)layer, index,
-                       index < 0 ? 0 : base + (uint64_t)index * step,
-                       bytes, step, first, end};
+    kvs_xfer_unit u = {
+        (uint8_t)pool, tail, (uint32_t)layer, index, index < 0 ? 0 : base + (uint64_t)index * step,
+        bytes,         step, first,           end};
     s->out[s->n] = u;
   }
   if (s->sum != NULL) s->sum[pool] += bytes;
@@ -106,8 +106,8 @@ static void layer_units(const kvs_device_layout *layout, const kvs_xfer_shape *s
   /* A compress-state ring: per request slot or per window page. */
   bool csa = need == KVS_CSA_RATIO;
   kvs_state_rings rings = layout->sizes.state_rings;
-  bool per_request = csa ? kvs_state_rings_csa_per_request(rings)
-                         : kvs_state_rings_hca_per_request(rings);
+  bool per_request =
+      csa ? kvs_state_rings_csa_per_request(rings) : kvs_state_rings_hca_per_request(rings);
   uint64_t ring = csa ? KVS_RING_SLOTS_CSA : KVS_RING_SLOTS_HCA;
   bytes = ring * r.row_bytes;
   if (per_request) {
