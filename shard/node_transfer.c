@@ -575,6 +575,21 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   }
   if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
   if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
+  /* A decode rank that refused, or whose request is another, is this
+   * call's failure too (the others got their rows). */
+  for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
+    const wire_header *d = s.pairs[i].theirs;
+    const char *m = d->status == 0 ? mismatch(own, d) : NULL;
+    if (d->status != 0) {
+      status = kvs_error_set(err, (kvs_status)d->status,
+                             "request %llu: decode link rank %d refused it: %s",
+                             (unsigned long long)transfer->request, s.pairs[i].peer, d->reason);
+    } else if (m != NULL) {
+      status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                             "request %llu: decode link rank %d differs in its %s",
+                             (unsigned long long)transfer->request, s.pairs[i].peer, m);
+    }
+  }
   count_units(&s, &r);
   r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;
   if (report != NULL) *report = r;

@@ -16,8 +16,8 @@ from .comm import Comm, loopback_comms, mpi_comm, nccl_comm, nccl_unique_id, sel
 from .plan import Fit, Plan, fit, plan
 
 __all__ = [
-    "Comm", "Divergence", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "StepRows",
-    "Stepper", "View",
+    "Comm", "Divergence", "Error", "Fit", "Node", "Plan", "PrefixCounts", "PrefixHit", "Rows",
+    "StepRows", "Stepper", "TransferReport", "View",
     "fit",
     "library_version",
     "loopback_comms", "mpi_comm", "nccl_comm", "nccl_unique_id", "node_options", "plan",
@@ -30,7 +30,8 @@ __version__ = "0.7.0"
 def __getattr__(name):
     # The node needs numpy; planning does not, so an interpreter without
     # numpy still plans.
-    if name in ("Divergence", "Node", "PrefixCounts", "PrefixHit", "View"):
+    if name in ("Divergence", "Node", "PrefixCounts", "PrefixHit", "Rows", "TransferReport",
+                "View"):
         try:
             from . import node
         except ImportError as e:

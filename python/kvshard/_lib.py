@@ -236,6 +236,45 @@ class NodePrefixCounts(ctypes.Structure):
         "disk_refused", "disk_agreed", "disk_failures", "host_failures")]
 
 
+class NodeRows(ctypes.Structure):
+    """kvshard.h's kvs_node_rows: one unit of a request's rows."""
+    _fields_ = [
+        ("view", ctypes.c_char_p),
+        ("layer", ctypes.c_uint32),
+        ("tail_state", ctypes.c_bool),
+        ("address", ctypes.c_void_p),
+        ("offset", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("first_token", ctypes.c_uint64),
+        ("end_token", ctypes.c_uint64),
+    ]
+
+
+class NodeTransfer(ctypes.Structure):
+    """kvshard.h's kvs_node_transfer: a request on one side of a move."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("request", ctypes.c_uint64),
+        ("pages", ctypes.c_void_p),
+        ("n_pages", ctypes.c_size_t),
+        ("tokens", ctypes.c_uint64),
+        ("reuse_tokens", ctypes.c_uint64),
+        ("peers", ctypes.c_void_p),
+        ("n_peers", ctypes.c_size_t),
+    ]
+
+
+class NodeTransferReport(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in (
+        "units", "bytes", "wire_bytes", "reused_bytes", "messages")] + [
+        ("seconds", ctypes.c_double),
+        ("view", ctypes.c_char_p),
+        ("layer", ctypes.c_uint32),
+        ("first_token", ctypes.c_uint64),
+        ("end_token", ctypes.c_uint64),
+    ]
+
+
 class NcclOptions(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -356,6 +395,15 @@ _PROTOTYPES = {
     "kvs_node_prefix_evict_for_fetch": (_STATUS, [_P, _P, _P, ctypes.c_size_t, ctypes.c_uint64,
                                                   _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_prefix_stats": (_STATUS, [_P, ctypes.POINTER(NodePrefixCounts), _ERR]),
+    "kvs_node_request_rows": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, ctypes.c_uint64,
+                                        ctypes.c_uint64, ctypes.POINTER(NodeRows), ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t), _ERR]),
+    "kvs_node_import_admit": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, ctypes.c_uint64,
+                                        ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),
+    "kvs_node_send_request": (_STATUS, [_P, _P, ctypes.POINTER(NodeTransfer),
+                                        ctypes.POINTER(NodeTransferReport), _ERR]),
+    "kvs_node_receive_request": (_STATUS, [_P, _P, ctypes.POINTER(NodeTransfer),
+                                           ctypes.POINTER(NodeTransferReport), _ERR]),
     "kvs_plan_run": (_STATUS, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
                                ctypes.POINTER(_P), ctypes.POINTER(_P), _ERR]),
     "kvs_free": (None, [_P]),

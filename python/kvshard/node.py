@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _dlpack
 from ._lib import (CError, Error, NodeBatch, NodeCapacity, NodePrefixCounts, NodePrefixHit,
+                   NodeRows, NodeTransfer, NodeTransferReport,
                    NodeReport, NodeResultBuffers, NodeView, StepResult, c_bool, c_int, c_strings, call, check,
                    is_bool, lib, refuse_outside)
 from ._options import NODE_OPTIONS, NODE_PYTHON_OPTIONS, to_flags
@@ -217,6 +218,41 @@ class PrefixHit:
         block = c_int(self.block, "hit.block", "int64_t")
         return NodePrefixHit(ctypes.sizeof(NodePrefixHit), block=block,
                              reprefill=c_bool(self.reprefill, "hit.reprefill"), **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """One unit of a request's rows on this rank (kvs_node_rows, fields as
+    in C): `bytes` of view `view`'s model layer `layer` at `address`
+    (device memory on a cuda node), `offset` bytes from the carve's start,
+    the state of positions [first_token, end_token)."""
+    view: str
+    layer: int
+    tail_state: bool
+    address: int
+    offset: int
+    bytes: int
+    first_token: int
+    end_token: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferReport:
+    """What a transfer moved on this rank (kvs_node_transfer_report):
+    units and their rows' bytes, what the link carried (wire_bytes), the
+    rows the decode side's prefix saved (reused_bytes), messages, seconds;
+    after a refusal on the decode side, the first differing unit's view,
+    layer and positions (view None: none differed)."""
+    units: int
+    bytes: int
+    wire_bytes: int
+    reused_bytes: int
+    messages: int
+    seconds: float
+    view: object
+    layer: int
+    first_token: int
+    end_token: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -546,6 +582,76 @@ class Node:
              k.ctypes.data if k.size else None, k.size, need,
              freed.ctypes.data if freed.size else None, freed.size, ctypes.byref(n))
         return freed[:n.value].copy()
+
+    # ---- prefill/decode ----
+
+    def request_rows(self, request, pages, tokens, reuse_tokens=0):
+        """Any rank: this rank's units of a request's rows (pages: its block
+        table, at least ceil(tokens / page) of them), past the decode side's
+        reused prefix, in travel order: a list of Rows for a transfer engine."""
+        p = _pages(pages)
+        request, tokens = _request_id(request), _count(tokens, "tokens")
+        reuse = _count(reuse_tokens, "reuse_tokens")
+        n = ctypes.c_size_t(0)
+        args = (self._node, request, p.ctypes.data if p.size else None, p.size, tokens, reuse)
+        call("kvs_node_request_rows", *args, None, 0, ctypes.byref(n))
+        rows = (NodeRows * max(n.value, 1))()
+        call("kvs_node_request_rows", *args, rows, n.value, ctypes.byref(n))
+        return [Rows(r.view.decode(), r.layer, r.tail_state, r.address or 0, r.offset, r.bytes,
+                     r.first_token, r.end_token) for r in rows[:n.value]]
+
+    def import_admit(self, request, pages, tokens, reuse_tokens=0):
+        """Decode leader: admits a request that arrives from prefill ranks
+        (its slot, returned; -1 with rings per window page) and binds its
+        tail pages past reuse_tokens, all or nothing. Step, then every
+        decode rank calls receive_request."""
+        p = _pages(pages)
+        slot = ctypes.c_int64(-1)
+        call("kvs_node_import_admit", self._node, _request_id(request),
+             p.ctypes.data if p.size else None, p.size, _count(tokens, "tokens"),
+             _count(reuse_tokens, "reuse_tokens"), ctypes.byref(slot))
+        return slot.value
+
+    def _transfer(self, name, link, request, pages, tokens, peers, reuse_tokens):
+        from .comm import Comm
+        if not isinstance(link, Comm):
+            raise TypeError(f"link must be a kvshard.Comm, got {type(link).__name__}")
+        p = _pages(pages)
+        q = _exact_array(peers, "peers", np.int32, "link ranks")
+        t = NodeTransfer(ctypes.sizeof(NodeTransfer), _request_id(request),
+                         p.ctypes.data if p.size else None, p.size, _count(tokens, "tokens"),
+                         _count(reuse_tokens, "reuse_tokens"), q.ctypes.data if q.size else None,
+                         q.size)
+        r = NodeTransferReport()
+        r.size = ctypes.sizeof(NodeTransferReport)
+        err = CError()
+        status = getattr(lib(), name)(self._node, link.handle, ctypes.byref(t), ctypes.byref(r),
+                                      ctypes.byref(err))
+        report = TransferReport(r.units, r.bytes, r.wire_bytes, r.reused_bytes, r.messages,
+                                r.seconds, r.view.decode() if r.view else None, r.layer,
+                                r.first_token, r.end_token)
+        try:
+            check(status, err)
+        except Error as e:
+            e.details = report
+            raise
+        return report
+
+    def send_request(self, link, request, pages, tokens, peers):
+        """Every prefill rank: sends its layers' rows of a request over the
+        link (a kvshard.Comm spanning both nodes) to the decode ranks
+        `peers` (their link ranks). Returns a TransferReport."""
+        return self._transfer("kvs_node_send_request", link, request, pages, tokens, peers, 0)
+
+    def receive_request(self, link, request, pages, tokens, peers, reuse_tokens=0):
+        """Every decode rank, after the step that carried import_admit:
+        receives the request's rows from the prefill ranks `peers`, checks
+        every unit's digest and agrees with the other decode ranks. A
+        refusal raises kvshard.Error (its details the TransferReport naming
+        the first differing unit); the leader has then given the request's
+        window pages, hit and slot back."""
+        return self._transfer("kvs_node_receive_request", link, request, pages, tokens, peers,
+                              reuse_tokens)
 
     def prefix_stats(self):
         """Any rank: the index's counts (the same on every rank after a

@@ -1,6 +1,7 @@
 """kvshard's Python node on one process: one rank, and ranks as threads
 (whose collectives only complete because each call releases the GIL)."""
 
+import ctypes
 import dataclasses
 import gc
 import os
@@ -1541,6 +1542,88 @@ class StepCostExample(unittest.TestCase):
                                  text=True, timeout=60)
             self.assertEqual(bad.returncode, 2, words)
             self.assertIn(says, bad.stderr)
+
+
+class PrefillDecode(unittest.TestCase):
+    """A request's rows from a prefill node to a decode node (each one
+    rank, over a loopback link of two): the decode side reads back what
+    the prefill side wrote, unit by unit, and a request the two sides
+    describe differently is refused on both, its slot given back."""
+
+    def move(self, tokens, decode_tokens=None):
+        link = kvshard.loopback_comms(2, timeout_ms=20000)
+        out = {}
+
+        def rank(r):
+            with kvshard.Node(**SMALL) as node:
+                P = node.page
+                pages = list(range(3, 3 + (tokens + P - 1) // P))
+                tail = [p for b, p in enumerate(pages) if (b + 1) * P > max(tokens - P + 1, 0)]
+                if r == 0:
+                    node.admit(1)
+                    node.bind_pages(1, tail)
+                    node.step()
+                    written = {}
+                    for u in node.request_rows(1, pages, tokens):
+                        rows = np.ctypeslib.as_array((ctypes.c_ubyte * u.bytes).from_address(u.address))
+                        rows[:] = np.random.default_rng(u.offset).integers(0, 256, u.bytes, dtype=np.uint8)
+                        written[(u.view, u.layer, u.tail_state, u.first_token)] = rows.copy()
+                    out["written"] = written
+                    try:
+                        out["sent"] = node.send_request(link[0], 1, pages, tokens, [1])
+                    except kvshard.Error as e:
+                        out["send_error"] = e
+                else:
+                    n = decode_tokens or tokens
+                    node.import_admit(1, pages, n)
+                    node.step()
+                    try:
+                        out["received"] = node.receive_request(link[1], 1, pages, n, [0])
+                        out["read"] = {(u.view, u.layer, u.tail_state, u.first_token): np.ctypeslib.as_array(
+                            (ctypes.c_ubyte * u.bytes).from_address(u.address)).copy()
+                            for u in node.request_rows(1, pages, n)}
+                    except kvshard.Error as e:
+                        out["receive_error"] = e
+                    node.step()
+                    out["running"] = node.capacity()["running"]
+
+        run_ranks_with = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in run_ranks_with:
+            t.start()
+        for t in run_ranks_with:
+            t.join(60)
+        for c in link:
+            c.close()
+        return out
+
+    def test_every_unit_arrives_where_the_decode_side_reads_it(self):
+        out = self.move(1000)
+        self.assertEqual(set(out["read"]), set(out["written"]))
+        for key, rows in out["written"].items():
+            np.testing.assert_array_equal(out["read"][key], rows, err_msg=str(key))
+        sent, got = out["sent"], out["received"]
+        self.assertEqual(sent.bytes, got.bytes)
+        self.assertEqual(got.bytes, sum(r.size for r in out["written"].values()))
+        self.assertIsNone(got.view)
+        self.assertEqual(got.reused_bytes, 0)
+
+    def test_a_request_described_differently_is_refused_on_both_sides(self):
+        out = self.move(1000, decode_tokens=1001)
+        self.assertIn("tokens", str(out["receive_error"]))
+        self.assertIn("refused", str(out["receive_error"]))
+        self.assertIn("tokens", str(out["send_error"]))
+        self.assertEqual(out["running"], 0, "the refused request's slot came back")
+
+    def test_bad_arguments_are_refused(self):
+        with kvshard.Node(**SMALL) as node:
+            with self.assertRaises(kvshard.Error) as e:
+                node.request_rows(1, [3], 100)
+            self.assertIn("not bound", str(e.exception))
+            with self.assertRaises(kvshard.Error) as e:
+                node.request_rows(1, [3], 1000)
+            self.assertIn("block table has 1", str(e.exception))
+            with self.assertRaises(TypeError):
+                node.send_request("self", 1, [3], 100, [1])
 
 
 if __name__ == "__main__":
