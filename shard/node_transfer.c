@@ -1,7 +1,7 @@
 /* Prefill/decode: a request's rows from its prefill node to its decode
  * node (kvshard.h, "prefill/decode").
  *
- * Three exchanges over the link, every pair of a prefill rank and a
+ * Four exchanges over the link, every pair of a prefill rank and a
  * decode rank in each:
  *   1. prefill -> decode: a header (the request, its tokens, the layers the
  *      rank holds, the rows' shape, its tail's window pages and its slot)
@@ -10,8 +10,10 @@
  *      tokens its cache holds and the layers it wants from this prefill
  *      rank: each of its layers from one prefill rank holding it) and its
  *      block table;
- *   3. prefill -> decode: one digest per unit, then the rows, one message
- *      per run of units whose pages are consecutive on both sides.
+ *   3. prefill -> decode: the rows, one message per run of units whose
+ *      pages are consecutive on both sides;
+ *   4. prefill -> decode: one digest per unit of what was sent, taken while
+ *      the decode rank takes its own of what arrived.
  * Both sides compute the units and the runs from the two headers alone, so
  * every message is matched by size and order. The digests are taken
  * through the node's contract (its views, the mapping, the slot, as an
@@ -336,6 +338,7 @@ typedef struct pair {
   kvs_xfer_unit *peer_u; /* the peer's, for their indices */
   size_t n;
   uint64_t *digests; /* the prefill side's, one per unit */
+  uint64_t *here;    /* the decode side's own, one per unit */
 } pair;
 
 static const int64_t *header_pages(const wire_header *h) {
@@ -356,7 +359,8 @@ static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *s
   p->mine = calloc(n ? n : 1, sizeof *p->mine);
   p->peer_u = calloc(n ? n : 1, sizeof *p->peer_u);
   p->digests = calloc(n ? n : 1, sizeof *p->digests);
-  if (p->mine == NULL || p->peer_u == NULL || p->digests == NULL) {
+  p->here = calloc(n ? n : 1, sizeof *p->here);
+  if (p->mine == NULL || p->peer_u == NULL || p->digests == NULL || p->here == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", n);
   }
   p->n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, p->mine, n);
@@ -378,8 +382,9 @@ static void pair_free(pair *p) {
   free(p->mine);
   free(p->peer_u);
   free(p->digests);
+  free(p->here);
   p->mine = p->peer_u = NULL;
-  p->digests = NULL;
+  p->digests = p->here = NULL;
 }
 
 /* Units i and i + 1 lie one step apart on both sides: one message. */
@@ -389,12 +394,9 @@ static bool joins(const pair *p, size_t i) {
          b->index == a->index + 1 && p->peer_u[i + 1].index == p->peer_u[i].index + 1;
 }
 
-/* Appends the pair's messages (digests, then runs) to t; returns how many
- * runs. */
+/* Appends the pair's runs to t; returns how many. */
 static size_t pair_transfers(const pair *p, bool send, unsigned char *base, kvs_comm_transfer *t,
                              size_t *nt, uint64_t *wire) {
-  t[(*nt)++] = (kvs_comm_transfer){p->peer, send, p->digests, p->n * sizeof(uint64_t)};
-  *wire += p->n * sizeof(uint64_t);
   size_t runs = 0;
   for (size_t i = 0; i < p->n;) {
     size_t j = i;
@@ -493,7 +495,7 @@ static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t 
 static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send, uint64_t *wire,
                             uint64_t *messages, kvs_error *err) {
   size_t cap = 0;
-  for (size_t i = 0; i < s->n_pairs; i++) cap += s->pairs[i].ok ? 1 + s->pairs[i].n : 0;
+  for (size_t i = 0; i < s->n_pairs; i++) cap += s->pairs[i].ok ? s->pairs[i].n : 0;
   kvs_comm_transfer *t = calloc(cap ? cap : 1, sizeof *t);
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu messages", cap);
   void *base = NULL;
@@ -508,6 +510,20 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
   if (status == KVS_OK) status = kvs_comm_exchange(link, t, nt, err);
   free(t);
   return status;
+}
+
+/* The prefill side's digests of every pair that moved, one message each:
+ * after the rows, so that both sides hash at once. */
+static kvs_status digests_move(session *s, kvs_comm_t link, bool send, uint64_t *wire,
+                               kvs_error *err) {
+  size_t nt = 0;
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    const pair *p = &s->pairs[i];
+    if (!p->ok) continue;
+    s->t[nt++] = (kvs_comm_transfer){p->peer, send, p->digests, p->n * sizeof(uint64_t)};
+    *wire += p->n * sizeof(uint64_t);
+  }
+  return kvs_comm_exchange(link, s->t, nt, err);
 }
 
 static void count_units(const session *s, kvs_node_transfer_report *r) {
@@ -567,13 +583,21 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
     kvs_xfer_side at, theirs = side_from(d, pages);
     status = side_of(node, transfer, d->reuse, true, &at, err);
     if (status == KVS_OK) status = plan_pair(node, &shape, &at, &theirs, p, err);
+  }
+  if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
+  /* The digests of what was sent, while the decode ranks hash what came. */
+  for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
+    pair *p = &s.pairs[i];
+    kvs_xfer_side at;
     size_t bad = 0;
+    if (!p->ok) continue;
+    status = side_of(node, transfer, p->theirs->reuse, true, &at, err);
     if (status == KVS_OK && !digests_of(node, &vs, &at, p->mine, p->n, p->digests, &bad)) {
       status = kvs_error_set(err, KVS_ERR_INTEGRITY, "request %llu: unit %zu has no rows here",
                              (unsigned long long)transfer->request, bad);
     }
   }
-  if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
+  if (status == KVS_OK) status = digests_move(&s, link, true, &r.wire_bytes, err);
   if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
   /* A decode rank that refused, or whose request is another, is this
    * call's failure too (the others got their rows). */
@@ -686,19 +710,15 @@ static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *
 }
 
 /* The first unit whose digest differs, named; KVS_OK when none does. */
-static kvs_status verify(kvs_node_t node, const session *s, const kvs_xfer_side *side,
-                         const kvs_node_transfer *t, kvs_node_transfer_report *r, kvs_error *err) {
-  views vs;
-  views_of(node, &vs);
+static kvs_status verify(kvs_node_t node, const session *s, const kvs_node_transfer *t,
+                         kvs_node_transfer_report *r, kvs_error *err) {
   for (size_t i = 0; i < s->n_pairs; i++) {
     const pair *p = &s->pairs[i];
     if (!p->ok) continue;
     for (size_t u = 0; u < p->n; u++) {
       const kvs_xfer_unit *unit = &p->mine[u];
-      const unsigned char *rows = contract_rows(node, &vs, side, unit);
-      uint64_t here =
-          rows == NULL ? 0 : XXH3_64bits_withSeed(rows, (size_t)unit->bytes, unit_seed(unit));
-      if (rows != NULL && here == p->digests[u]) continue;
+      uint64_t here = p->here[u];
+      if (here == p->digests[u]) continue;
       r->view = kvs_xfer_pool_name((kvs_xfer_pool)unit->pool);
       r->layer = unit->layer;
       r->first_token = unit->first_token;
@@ -851,7 +871,22 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
       plant_apply(&pl);
       free(pl.saved);
     }
-    if (mine == KVS_OK) mine = verify(node, &s, &side, transfer, &r, &local);
+    if (mine == KVS_OK) {
+      /* This side's digests, while the prefill ranks take theirs. */
+      views vs;
+      views_of(node, &vs);
+      for (size_t i = 0; i < s.n_pairs; i++) {
+        pair *p = &s.pairs[i];
+        size_t at = 0, bad = 0;
+        while (p->ok && at < p->n &&
+               !digests_of(node, &vs, &side, p->mine + at, p->n - at, p->here + at, &bad)) {
+          at += bad;
+          p->here[at++] = 0; /* no rows there: differs below */
+        }
+      }
+      mine = digests_move(&s, link, false, &r.wire_bytes, &local);
+    }
+    if (mine == KVS_OK) mine = verify(node, &s, transfer, &r, &local);
   }
   count_units(&s, &r);
   /* Every decode rank's verdict, the same everywhere. */
