@@ -997,11 +997,12 @@ kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_
                          (unsigned long long)request, n_bind,
                          (unsigned long long)c.free_window_pages);
   }
-  if (n_bind + (slots && !has_slot) > c.journal_room) {
+  size_t entries = n_bind + (slots && !has_slot);
+  if (entries > c.journal_room) {
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
                          "kvs_node_import_admit: request %llu needs %zu journal entries, the next "
                          "step has room for %zu: step first",
-                         (unsigned long long)request, n_bind + 1, c.journal_room);
+                         (unsigned long long)request, entries, c.journal_room);
   }
   *slot = side.slot;
   if (slots && !has_slot && (status = kvs_node_admit(node, request, slot, err)) != KVS_OK) {
