@@ -2,7 +2,8 @@
  * subcommand name), writes through kvplan/tool_io.h and returns the
  * process exit status:
  * 0 success, 1 the plan cannot be made (budget too small; for fit, no
- * layout fits), 2 bad usage. */
+ * layout fits; for transfer, the decode side holds no request), 2 bad
+ * usage. */
 #ifndef KVS_KVPLAN_KVPLAN_H
 #define KVS_KVPLAN_KVPLAN_H
 
@@ -17,6 +18,7 @@ int kvs_kvplan_run(int argc, char **argv);
 int kvs_kvplan_solve(int argc, char **argv);
 int kvs_kvplan_plan(int argc, char **argv);
 int kvs_kvplan_fit(int argc, char **argv);
+int kvs_kvplan_transfer(int argc, char **argv);
 
 #ifdef __cplusplus
 }

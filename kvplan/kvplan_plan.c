@@ -573,7 +573,7 @@ static int resolve_model(plan_args *a, kvs_plan_model *m) {
 static void say_weights_uncounted(const plan_run *p) {
   const plan_args *a = p->a;
   bool measured = a->deploy.given[KVS_DEPLOY_WEIGHTS] || a->deploy.n_weights > 0;
-  if (explicit_budget(a) || measured || layer_source(a, p->m) != NULL) return;
+  if (p->notes == NULL || explicit_budget(a) || measured || layer_source(a, p->m) != NULL) return;
   fprintf(p->notes,
           "kvplan: weights are not counted (%s carries no weight size): the KV budgets below "
           "take the whole memory share; give --weights BYTES per GPU as the engine measured "
@@ -585,7 +585,7 @@ static void say_weights_uncounted(const plan_run *p) {
  * pages, the weights counted from a folder. */
 static void say_budget_notes(const plan_run *p) {
   const plan_args *a = p->a;
-  if (p->note[0] != '\0') fprintf(p->notes, "%s\n", p->note);
+  if (p->note[0] != '\0' && p->notes != NULL) fprintf(p->notes, "%s\n", p->note);
   if (a->options.have_window_cache) {
     /* The share of the smallest GPU budget (before per-layer weights). */
     uint64_t smallest = UINT64_MAX;
@@ -593,12 +593,13 @@ static void say_budget_notes(const plan_run *p) {
       if (p->budgets[g] < smallest) smallest = p->budgets[g];
     }
     uint64_t extra = kvs_plan_model_window_cache(p->m, &a->options, smallest);
+    if (p->notes == NULL) return; /* the pages are added all the same */
     fprintf(p->notes,
             "kvplan: --window-cache %g: the window floor plus %llu pages (that share of the "
             "smallest GPU budget), swa ratio 0\n",
             a->options.window_cache, (unsigned long long)extra);
   }
-  if (p->weights.folder != NULL && strcmp(p->weights.source, "folder") == 0) {
+  if (p->notes != NULL && p->weights.folder != NULL && strcmp(p->weights.source, "folder") == 0) {
     char buf[32];
     fprintf(p->notes,
             "kvplan: weights from %s: %s in %zu files (%llu tensors), estimated per GPU as %s\n",
@@ -638,10 +639,10 @@ static int budget_gpus(plan_run *p) {
   return 0;
 }
 
-/* Step 4: the plan on those budgets, and SGLang's pools beside it. */
-static int make_plan(plan_run *p) {
+/* The request the plan is made from (kvs_deployment_make's). */
+kvs_plan_request kvplan_plan_request(const plan_run *p) {
   const plan_args *a = p->a;
-  kvs_plan_model *m = p->m;
+  const kvs_plan_model *m = p->m;
   kvs_plan_request request = {.geometry = &m->geometry,
                               .widths = &m->widths,
                               .swa_ratio = m->swa_ratio,
@@ -654,6 +655,13 @@ static int make_plan(plan_run *p) {
                                * rest, the weights already off it. */
                               .layer_weight_bytes = p->engine_rule ? NULL : p->weights.layer,
                               .allow_cross_host_tp = a->deploy.allow_cross_host_tp};
+  return request;
+}
+
+/* Step 4: the plan on those budgets, and SGLang's pools beside it. */
+static int make_plan(plan_run *p) {
+  const plan_args *a = p->a;
+  kvs_plan_request request = kvplan_plan_request(p);
   kvs_plan_shortfall shortfall;
   kvs_error err;
   kvs_status status =
@@ -933,7 +941,7 @@ static void print_plan_text(const plan_run *p) {
   if (a->svg != NULL) fprintf(kvs_tool_out(), "svg         %s\n", a->svg);
 }
 
-static void release(plan_run *p) {
+void kvplan_plan_release(plan_run *p) {
   json_decref(p->sglang_stages);
   json_decref(p->launch);
   free(p->overheads);
@@ -945,23 +953,28 @@ static void release(plan_run *p) {
   kvs_cluster_destroy(p->topo);
 }
 
-/* The plan, in the node's own steps: the model, the topology, budgets,
- * the plan; then the picture and the plan as JSON or a table. */
-static int run(plan_args *a, kvs_plan_model *m) {
+int kvplan_plan_make(plan_run *p, plan_args *a, kvs_plan_model *m, FILE *notes) {
+  memset(p, 0, sizeof *p);
+  p->a = a;
+  p->m = m;
+  p->notes = notes;
+  p->weights.source = "none";
   int rc = resolve_model(a, m);
   if (rc != 0) return rc;
+  say_weights_uncounted(p);
+  rc = load_topology(a, &p->topo, p->note, sizeof p->note);
+  if (rc == 0) rc = budget_gpus(p);
+  if (rc == 0) rc = make_plan(p);
+  if (rc == 0) rc = kvplan_prefix_price(p);
+  if (rc == 0 && p->plan != NULL) rc = price_buffers(p);
+  return rc;
+}
+
+/* The plan (kvplan_plan_make), then the picture and the plan as JSON or
+ * a table. */
+static int run(plan_args *a, kvs_plan_model *m) {
   plan_run p;
-  memset(&p, 0, sizeof p);
-  p.a = a;
-  p.m = m;
-  p.notes = a->json ? kvs_tool_err() : kvs_tool_out();
-  p.weights.source = "none";
-  say_weights_uncounted(&p);
-  rc = load_topology(a, &p.topo, p.note, sizeof p.note);
-  if (rc == 0) rc = budget_gpus(&p);
-  if (rc == 0) rc = make_plan(&p);
-  if (rc == 0) rc = kvplan_prefix_price(&p);
-  if (rc == 0 && p.plan != NULL) rc = price_buffers(&p);
+  int rc = kvplan_plan_make(&p, a, m, a->json ? kvs_tool_err() : kvs_tool_out());
   if (rc == 0 && a->svg != NULL) rc = write_svg(&p);
   if (rc == 0) {
     if (a->json) {
@@ -971,7 +984,7 @@ static int run(plan_args *a, kvs_plan_model *m) {
     }
     if (a->options.engine_sglang) rc = kvplan_engine_verdict(&p);
   }
-  release(&p);
+  kvplan_plan_release(&p);
   return rc;
 }
 

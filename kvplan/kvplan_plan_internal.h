@@ -13,6 +13,7 @@
 #include "plan/cluster.h"
 #include "plan/memory_budget.h"
 #include "plan/deployment.h"
+#include "plan/node_setup.h"
 #include "plan/parallel.h"
 #include "kvplan/plan_engine.h"
 #include "kvplan/plan_options.h"
@@ -76,6 +77,19 @@ typedef struct plan_run {
   size_t host_groups;
   kvs_retained_tails tails;
 } plan_run;
+
+/* The plan, in the node's own steps: the model, the topology, budgets,
+ * the plan, the prefix cache's tiers and the node's buffers, into *p
+ * (released by kvplan_plan_release, also after a refusal). notes gets
+ * what was assumed (NULL: nothing said; kvplan transfer plans its prefill
+ * side quietly beside the decode side it reports). Returns 0, or the exit
+ * status after a message. */
+int kvplan_plan_make(plan_run *p, plan_args *a, kvs_plan_model *m, FILE *notes);
+void kvplan_plan_release(plan_run *p);
+
+/* The request p's plan was made from: what kvs_node_rank_layout needs to
+ * give a rank's device layout. */
+kvs_plan_request kvplan_plan_request(const plan_run *p);
 
 /* With --engine sglang and no explicit budget: P, A and SGLang's rule on
  * the layout; every GPU's budget is its rest, said in p->budget_what.

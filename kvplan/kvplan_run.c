@@ -13,6 +13,9 @@ static void usage(FILE *out) {
       "       kvplan fit --context L --concurrency C [flags]\n"
       "                                 which tp x pp layouts serve C requests of L tokens,\n"
       "                                 and with how much memory\n"
+      "       kvplan transfer --context L --prefill-tp N --decode-tp N [flags]\n"
+      "                                 what one request's prefill/decode transfer moves\n"
+      "                                 per pool and per link, and what decode holds\n"
       "       kvplan <subcommand> --help for the flags of each\n",
       out);
 }
@@ -21,13 +24,16 @@ int kvs_kvplan_run(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "solve") == 0) return kvs_kvplan_solve(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "plan") == 0) return kvs_kvplan_plan(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "fit") == 0) return kvs_kvplan_fit(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "transfer") == 0) {
+    return kvs_kvplan_transfer(argc - 1, argv + 1);
+  }
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(kvs_tool_out());
     return 0;
   }
   if (argc >= 2 && argv[1][0] != '-') {
-    static const char *const subcommands[] = {"plan", "solve", "fit"};
-    const char *near = kvs_nearest_flag(argv[1], subcommands, 3);
+    static const char *const subcommands[] = {"plan", "solve", "fit", "transfer"};
+    const char *near = kvs_nearest_flag(argv[1], subcommands, 4);
     fprintf(kvs_tool_err(), "kvplan: unknown subcommand '%s'%s%s%s (kvplan --help lists them)\n",
             argv[1], near != NULL ? "; did you mean " : "", near != NULL ? near : "",
             near != NULL ? "?" : "");

@@ -71,7 +71,7 @@ kvs_status kvs_plan_run(const char *const *args, size_t n, char **out, char **no
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_plan_run: %s",
                          out == NULL    ? "out is NULL"
                          : args == NULL ? "args is NULL"
-                                        : "no subcommand: args[0] is plan, fit or solve");
+                                        : "no subcommand: args[0] is plan, fit, solve or transfer");
   }
   if (n > 4096) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_plan_run: %zu arguments", n);

@@ -425,7 +425,7 @@ static bool whole_name(const char *word, const char *name) {
  * written after flags ("kvplan --topology bundled fit ...") is caught
  * here rather than as an unknown flag of the wrong subcommand. */
 static void report_stray(const char *tool, const char *word) {
-  static const char *const subcommands[] = {"plan", "solve", "fit"};
+  static const char *const subcommands[] = {"plan", "solve", "fit", "transfer"};
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
     if (strcmp(word, subcommands[i]) == 0) {
       fprintf(kvs_tool_err(),
