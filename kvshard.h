@@ -314,7 +314,7 @@ KVS_API kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *t
 /* ---- kvplan, in process ----
  *
  * kvplan's own code, run in this process: args[0] is the subcommand
- * ("plan", "fit" or "solve"), the rest its words as the command line
+ * ("plan", "fit", "solve" or "transfer"), the rest its words as the command line
  * takes them ("--budget", "80GiB" or "--budget=80GiB"; "--json" for the
  * JSON object). *out gets what kvplan printed on standard output, *notes
  * (when notes is not NULL) what it printed on standard error; both are
