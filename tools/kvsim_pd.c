@@ -62,14 +62,14 @@ typedef struct pd_rank {
   kvs_comm_t comm, link;
   kvs_node_t node;
   uint64_t page;
-  uint64_t limit;         /* the most pages a request may fill on both nodes */
-  int *peers;             /* the other node's link ranks */
+  uint64_t limit; /* the most pages a request may fill on both nodes */
+  int *peers;     /* the other node's link ranks */
   size_t n_peers;
-  uint64_t *ctrl;         /* decode: [state, H, pages...] broadcast by the leader */
-  uint64_t *keys;         /* decode leader: the request's keys */
-  int64_t *hit_pages;     /* decode leader: match's pages */
-  int64_t *evicted;       /* decode leader: pages eviction gave back */
-  int64_t *free_pages;    /* decode leader: the engine's free full pages (a stack) */
+  uint64_t *ctrl;      /* decode: [state, H, pages...] broadcast by the leader */
+  uint64_t *keys;      /* decode leader: the request's keys */
+  int64_t *hit_pages;  /* decode leader: match's pages */
+  int64_t *evicted;    /* decode leader: pages eviction gave back */
+  int64_t *free_pages; /* decode leader: the engine's free full pages (a stack) */
   size_t n_free;
   uint8_t *tails, *taken; /* decode leader: insert's */
   kvs_node_rows *rows;    /* this rank's units of a request */
@@ -155,8 +155,8 @@ static int node_up(pd_rank *r) {
   /* Both nodes simulated on this machine's threads. */
   o.local_rank = KVS_NODE_UNCHECKED;
   o.host_index = KVS_NODE_UNCHECKED;
-  o.budget_bytes = a->deploy.given[KVS_DEPLOY_BUDGET] ? a->deploy.budget
-                                                      : (uint64_t)(a->budget_mib * 1048576.0);
+  o.budget_bytes =
+      a->deploy.given[KVS_DEPLOY_BUDGET] ? a->deploy.budget : (uint64_t)(a->budget_mib * 1048576.0);
   status = kvs_node_create(r->comm, &o, &r->node, &err);
   if (status != KVS_OK) {
     fprintf(stderr, "kvsim_local: %s rank %d: node setup: %s: %s\n", side_name(r->side), r->rank,
@@ -174,8 +174,8 @@ static int node_up(pd_rank *r) {
     return fail(r, "link", &err);
   }
   if (w[0] != r->page) {
-    kvs_error_set(&err, KVS_ERR_INVALID_ARGUMENT, "the nodes' pages differ (%" PRIu64 ", %" PRIu64
-                  ")", r->page, w[0]);
+    kvs_error_set(&err, KVS_ERR_INVALID_ARGUMENT,
+                  "the nodes' pages differ (%" PRIu64 ", %" PRIu64 ")", r->page, w[0]);
     return fail(r, "link", &err);
   }
   r->limit = v[0];
@@ -223,8 +223,8 @@ static kvs_status rows_of(pd_rank *r, uint64_t id, const int64_t *pages, size_t 
     r->rows = rows;
     r->rows_cap = *n;
   }
-  return kvs_node_request_rows(r->node, id, pages, n_pages, tokens, reuse, r->rows, r->rows_cap,
-                               n, err);
+  return kvs_node_request_rows(r->node, id, pages, n_pages, tokens, reuse, r->rows, r->rows_cap, n,
+                               err);
 }
 
 /* What a prefill writes, as this simulation has it: every unit's rows a
@@ -298,8 +298,8 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
     r->ctrl[1] = 0;
     uint64_t n_keys = kvs_workload_trace_keys(&r->s->trace, P, (size_t)id, r->keys);
     kvs_node_prefix_hit hit = {.size = sizeof hit};
-    status = kvs_node_prefix_match(r->node, r->keys, (size_t)n_keys, tokens, 0, &hit, r->hit_pages,
-                                   err);
+    status =
+        kvs_node_prefix_match(r->node, r->keys, (size_t)n_keys, tokens, 0, &hit, r->hit_pages, err);
     if (status != KVS_OK) return status;
     if (hit.block >= 0 && hit.hit_tokens > 0) {
       if ((status = kvs_node_prefix_acquire(r->node, id, &hit, err)) != KVS_OK) return status;
@@ -313,8 +313,8 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
   uint64_t need_win = win < 2 ? 2 - win : 0;
   if (need_full > 0 || need_win > 0) {
     size_t n_freed = 0;
-    status = kvs_node_prefix_evict(r->node, need_full, need_win, r->evicted, (size_t)n, &n_freed,
-                                   err);
+    status =
+        kvs_node_prefix_evict(r->node, need_full, need_win, r->evicted, (size_t)n, &n_freed, err);
     if (status != KVS_OK) return status;
     for (size_t i = 0; i < n_freed; i++) r->free_pages[r->n_free++] = r->evicted[i];
     uint64_t win_now = kvs_node_free_window_pages(r->node, NULL);
@@ -529,8 +529,8 @@ static void report(const pd_rank *r, const uint64_t *f, bool agree, double elaps
   fprintf(human,
           "kvsim_local --pd tp%dxpp%d:tp%dxpp%d: %" PRIu64 " requests moved (%" PRIu64
           " skipped), digests agreed on %" PRIu64 ", refused %" PRIu64 "\n",
-          a->pd_tp[0], a->pd_pp[0], a->pd_tp[1], a->pd_pp[1], f[F_MOVED], f[F_SKIPPED],
-          f[F_AGREED], f[F_REFUSED]);
+          a->pd_tp[0], a->pd_pp[0], a->pd_tp[1], a->pd_pp[1], f[F_MOVED], f[F_SKIPPED], f[F_AGREED],
+          f[F_REFUSED]);
   fprintf(human,
           "  moved %" PRIu64 " B of rows (%" PRIu64 " units, %" PRIu64 " messages, %" PRIu64
           " B on the wire); decode-side reuse kept %" PRIu64 " B (%" PRIu64
