@@ -92,6 +92,14 @@ static const char usage_flags[] =
     "  --kv-dtype bf16|fp8     how KV rows are stored (default bf16)\n"
     "  --inject-cache-divergence R:S  change one cached block's reference count on rank R\n"
     "                          after step S (S < --steps); the next check must name it\n"
+    "  --pd P:D                kvsim_local with --trace: every request prefills on a node\n"
+    "                          of layout P, moves (kvs_node_send_request/receive_request)\n"
+    "                          and decodes on a node of layout D, each tpN or tpNxppM\n"
+    "                          (e.g. tp1xpp4:tp4, tp2:tp2); the nodes hold rows (host\n"
+    "                          twin), the decode side keeps kvshard's prefix cache; no\n"
+    "                          --ranks, --tp or --pp (docs/simulation.md, \"Prefill/decode\")\n"
+    "  --link-bandwidth GBPS   --pd: each rank's link between the nodes, (0, 10000] GB/s\n"
+    "                          (default 50): the transfer time reported\n"
     "Without a budget flag, --budget-mib's default; --mem-fraction and --reserve make\n"
     "the budgets from measured (or nominal) memory instead (the reserve is checked at\n"
     "create). With --trace, --host-cache is kvshard's policy's host tier: evicted\n"
@@ -203,6 +211,32 @@ static void set_defaults(kvsim_args *a, bool local) {
   a->host_bandwidth = 50.0;
   a->disk_bandwidth = 5.0;
   a->kv_dtype = KVS_KV_BF16;
+  a->link_bandwidth = 50.0;
+}
+
+/* One side of --pd: "tpN" or "tpNxppM", N and M in [1, 128]. */
+static bool parse_side(const char *s, size_t len, int *tp, int *pp) {
+  char buf[32];
+  if (len == 0 || len >= sizeof buf || strncmp(s, "tp", 2) != 0) return false;
+  memcpy(buf, s, len);
+  buf[len] = '\0';
+  char *x = strstr(buf, "xpp");
+  if (x != NULL) *x = '\0';
+  uint64_t t, p = 1;
+  if (kvs_parse_u64_in("", buf + 2, 1, 128, "", &t, NULL) != KVS_OK) return false;
+  if (x != NULL && kvs_parse_u64_in("", x + 3, 1, 128, "", &p, NULL) != KVS_OK) return false;
+  if (t * p > 128) return false;
+  *tp = (int)t;
+  *pp = (int)p;
+  return true;
+}
+
+static bool parse_pd(const char *value, kvsim_args *a) {
+  if (value == NULL) return false;
+  const char *colon = strchr(value, ':');
+  if (colon == NULL || strchr(colon + 1, ':') != NULL) return false;
+  return parse_side(value, (size_t)(colon - value), &a->pd_tp[0], &a->pd_pp[0]) &&
+         parse_side(colon + 1, strlen(colon + 1), &a->pd_tp[1], &a->pd_pp[1]);
 }
 
 /* The flags without a value. */
@@ -443,6 +477,19 @@ static int workload_flag(parser *p, const char *flag, const char *value) {
     }
     return bad_arg(p, flag, value, "one of kvshard, sglang, vllm, none");
   }
+  if (p->local && strcmp(flag, "--pd") == 0) {
+    if (!parse_pd(value, a)) {
+      return bad_arg(p, flag, value,
+                     "PREFILL:DECODE layouts, each tpN or tpNxppM with N x M in [1, 128] "
+                     "(e.g. tp1xpp4:tp4)");
+    }
+    a->pd = true;
+    return 0;
+  }
+  if (p->local && strcmp(flag, "--link-bandwidth") == 0) {
+    a->have_link_bandwidth = true;
+    return number_arg(p, flag, value, 1e-3, 10000.0, "GB/s in (0, 10000]", &a->link_bandwidth);
+  }
   if (strcmp(flag, "--kv-dtype") == 0) {
     if (value != NULL && strcmp(value, "bf16") == 0) {
       a->kv_dtype = KVS_KV_BF16;
@@ -501,6 +548,8 @@ static const struct {
     {"--disk-bandwidth", BOTH},
     {"--kv-dtype", BOTH},
     {"--inject-cache-divergence", BOTH},
+    {"--pd", LOCAL_ONLY},
+    {"--link-bandwidth", LOCAL_ONLY},
 };
 #define N_FLAGS (sizeof flag_table / sizeof flag_table[0])
 
@@ -550,7 +599,7 @@ static int one_flag(parser *p, int argc, char **argv, int *i, kvs_flags_seen *se
 /* --steps and --seed have no default; kvsim_local must be told how many
  * ranks to start. */
 static int check_required(const parser *p) {
-  if (p->local && p->a->ranks == 0 && !p->a->deploy.given[KVS_DEPLOY_TP]) {
+  if (p->local && p->a->ranks == 0 && !p->a->deploy.given[KVS_DEPLOY_TP] && !p->a->pd) {
     return bad_arg(p, "--ranks", "", "a rank count (or --tp, and --pp, to count them)");
   }
   if (p->a->trace != NULL) {
@@ -581,6 +630,40 @@ static int check_requests(const parser *p) {
             p->tool, (unsigned long long)a->requests, (unsigned long long)a->max_running);
   }
   return KVSIM_EXIT_USAGE;
+}
+
+/* What --pd cannot run with (NULL: nothing). Its layouts are its own; it
+ * replays a trace on nodes with rows over loopback threads, one request
+ * at a time, without the seeded workload's drills or tiers. */
+static const char *pd_conflict(const parser *p) {
+  const kvsim_args *a = p->a;
+  const kvs_deploy_flags *d = &a->deploy;
+  if (a->ranks != 0 || d->given[KVS_DEPLOY_TP] || d->given[KVS_DEPLOY_PP]) {
+    return "--pd gives both nodes' layouts: leave out --ranks, --tp and --pp";
+  }
+  if (a->trace == NULL) return "--pd replays a trace: give --trace FILE";
+  if (a->pd_tp[0] * a->pd_pp[0] + a->pd_tp[1] * a->pd_pp[1] > KVSIM_LOCAL_MAX_RANKS) {
+    return "--pd's two layouts have more ranks than the 256 threads kvsim_local runs";
+  }
+  if (strcmp(a->backend, "loopback") != 0) return "--pd runs over the loopback backend only";
+  if (a->inject || a->inject_slot || a->inject_cache || a->kill) {
+    return "--pd takes no drills (--inject-*, --kill-rank)";
+  }
+  if (d->host_cache > 0 || d->disk_cache > 0 || d->nodes > 1) {
+    return "--pd takes no --host-cache, --disk-cache or --nodes";
+  }
+  if (a->prefix_cache != KVS_PREFIX_POLICY_KVSHARD) {
+    return "--pd's decode side keeps kvshard's prefix cache: leave out --prefix-cache";
+  }
+  if (a->device == KVS_NODE_DEVICE_CUDA) {
+    return "--pd moves rows between host twins: the transfer refuses GPU tables for now";
+  }
+  if (d->given[KVS_DEPLOY_BUDGET_PER_GPU] || d->given[KVS_DEPLOY_MEM_FRACTION] ||
+      d->given[KVS_DEPLOY_RESERVE]) {
+    return "--pd takes --budget or --budget-mib (every rank of both nodes the same)";
+  }
+  if (a->kv_dtype != KVS_KV_BF16) return "--pd runs bf16 rows (the digest's host twin)";
+  return NULL;
 }
 
 /* Flags that are each fine alone but contradict each other. */
@@ -630,6 +713,10 @@ static int check_conflicts(const parser *p) {
                                     : "--disk-cache needs its folder: give --disk-path DIR";
   } else if (a->have_disk_bandwidth && a->deploy.disk_cache == 0) {
     conflict = "--disk-bandwidth prices the disk tier's reads: give --disk-cache too";
+  } else if (a->have_link_bandwidth && !a->pd) {
+    conflict = "--link-bandwidth prices --pd's transfers: give --pd too";
+  } else if (a->pd) {
+    conflict = pd_conflict(p);
   }
   if (conflict == NULL) return check_requests(p);
   if (p->speaker) fprintf(stderr, "%s: %s\n", p->tool, conflict);
@@ -666,7 +753,7 @@ int kvsim_parse(int argc, char **argv, bool local, bool speaker, kvsim_args *a) 
   int rc = check_required(&p);
   if (rc != 0) return rc;
   /* kvsim_local: one thread a rank, as many as the layout has. */
-  if (local && a->ranks == 0) {
+  if (local && a->ranks == 0 && !a->pd) {
     uint64_t pp = a->deploy.given[KVS_DEPLOY_PP] ? a->deploy.pp : 1;
     int64_t ranks = (int64_t)(a->deploy.tp * pp);
     if (ranks > KVSIM_LOCAL_MAX_RANKS) {

@@ -113,6 +113,12 @@ typedef struct kvsim_args {
   bool inject_cache;     /* --inject-cache-divergence RANK:STEP */
   int inject_cache_rank;
   uint64_t inject_cache_step;
+  /* kvsim_local --pd PREFILL:DECODE: prefill on one node, decode on
+   * another (tools/kvsim_pd.h); each side tp x pp ranks. */
+  bool pd;
+  int pd_tp[2], pd_pp[2]; /* [0] prefill, [1] decode */
+  double link_bandwidth;  /* --link-bandwidth: GB/s of each rank's link (50) */
+  bool have_link_bandwidth;
 } kvsim_args;
 
 /* Parses argv. local: the kvsim_local front end (loopback, --ranks; no

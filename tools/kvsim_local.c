@@ -7,7 +7,12 @@
  * loopback: the ranks' collectives are host memory exchanges (every rank's
  * tables may share one GPU); nccl: one NCCL rank per thread, bootstrapped
  * over loopback (each on its own GPU, --cuda-device for one rank); self:
- * one rank. The flags, the output and the exit status are kvsim's. */
+ * one rank. The flags, the output and the exit status are kvsim's.
+ *
+ *   kvsim_local --pd PREFILL:DECODE --trace FILE ...
+ *
+ * replays a trace through two nodes with rows, prefill and decode, and
+ * moves every request between them (tools/kvsim_pd.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +23,7 @@
 #include "plan/node_setup.h"
 #include "kvplan/args.h"
 #include "tools/kvsim_args.h"
+#include "tools/kvsim_pd.h"
 #include "tools/kvsim_run.h"
 
 typedef struct rank_thread {
@@ -71,6 +77,13 @@ int main(int argc, char **argv) {
   int code = kvsim_parse(argc, argv, true, true, &a);
   if (code != 0) {
     return code < 0 ? 0 : code;
+  }
+  if (a.pd) {
+    /* Prefill on one node, decode on another (tools/kvsim_pd.h). */
+    code = kvsim_pd_run(&a);
+    int written = kvs_finish_stdout("kvsim_local", code == KVSIM_EXIT_NOT_WHOLE ? 0 : code,
+                                    KVSIM_EXIT_FAILED);
+    return written == 0 ? code : written;
   }
   if (strcmp(a.backend, "self") == 0 && a.ranks != 1) {
     fprintf(stderr, "kvsim_local: --backend self runs one rank, not %d\n", a.ranks);

@@ -573,15 +573,16 @@ static void arrive_trace(struct kvs_workload *w, uint64_t step) {
 
 /* The keys of request `id`'s pages whose trace block is whole: page j of
  * block b is key mix(id_b, j). Returns how many. */
-static uint64_t trace_keys(struct kvs_workload *w, uint64_t id) {
-  const kvs_trace *t = w->trace;
-  uint64_t blocks = t->input[id] / t->block;
-  uint64_t n = blocks * w->keys_per_block;
+uint64_t kvs_workload_trace_keys(const kvs_trace *t, uint64_t page, size_t id, uint64_t *keys) {
+  uint64_t per_block = t->block / page;
+  uint64_t n = (t->input[id] / t->block) * per_block;
   const uint64_t *ids = t->ids + t->first[id];
-  for (uint64_t j = 0; j < n; j++) {
-    w->keys[j] = kvs_mix64(ids[j / w->keys_per_block] + 1, j % w->keys_per_block);
-  }
+  for (uint64_t j = 0; j < n; j++) keys[j] = kvs_mix64(ids[j / per_block] + 1, j % per_block);
   return n;
+}
+
+static uint64_t trace_keys(struct kvs_workload *w, uint64_t id) {
+  return kvs_workload_trace_keys(w->trace, w->page, (size_t)id, w->keys);
 }
 
 /* Which page a policy keeps the window of for the cache (-1: none): the

@@ -84,6 +84,12 @@ enum {
 #define KVS_WORKLOAD_OPTIONS_INIT \
   { sizeof(kvs_workload_options), 1, 16, 64, 0.5, 64, 768, 32, 512, 0, NULL, 50.0, 0, 0, 0.0, 0.0 }
 
+/* The prefix-cache keys of trace request `id`'s pages whose trace block is
+ * whole (page j of block b is key mix(id_b + 1, j)), into keys[0..n);
+ * returns n. The one rule of kvsim's cache keys (the workload's policies
+ * and kvsim_local --pd's decode side). */
+uint64_t kvs_workload_trace_keys(const kvs_trace *trace, uint64_t page, size_t id, uint64_t *keys);
+
 /* Longest request the options can produce (prompt_max + gen_max): the
  * max_seq_len the budget's working-set floor needs. */
 uint64_t kvs_workload_max_seq_len(const kvs_workload_options *options);
