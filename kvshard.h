@@ -948,7 +948,13 @@ typedef struct kvs_node_rows {
  * pages, whose first reuse_tokens / page are the hit's), its tokens, and
  * on the decode side the tokens its cache already holds (a multiple of
  * the page; 0 without a hit). peers are the other side's ranks in the
- * link communicator: every rank of the other node. */
+ * link communicator: every rank of the other node. window_tokens (decode
+ * side; the prefill side takes the decode side's): the window rows of the
+ * request's last window_tokens positions move (all of them when it has
+ * fewer; 0, or fewer than page - 1: the page - 1 a decode at `tokens`
+ * reads), so that a page the decode
+ * side will keep as a cached prefix's tail brings its window; the prefill
+ * side must still hold those pages' window bindings. */
 typedef struct kvs_node_transfer {
   size_t size; /* sizeof(kvs_node_transfer) */
   uint64_t request;
@@ -958,6 +964,7 @@ typedef struct kvs_node_transfer {
   uint64_t reuse_tokens;
   const int *peers;
   size_t n_peers;
+  uint64_t window_tokens;
 } kvs_node_transfer;
 
 /* What a transfer moved, on this rank. On the decode side after a refusal
@@ -977,23 +984,23 @@ typedef struct kvs_node_transfer_report {
   uint64_t first_token, end_token;
 } kvs_node_transfer_report;
 
-/* Local, any rank: this rank's units of the request (pages as in
- * kvs_node_transfer, tokens, reuse_tokens), in travel order (pool, layer,
- * page), into out[0..cap); *n the units there are (out may be NULL to
- * count). A page, window page or slot the request lacks on this rank is
+/* Local, any rank: this rank's units of the request `transfer` describes
+ * (its peers unused), in travel order (pool, layer, page), into
+ * out[0..cap); *n the units there are (out may be NULL to count). A page,
+ * window page or slot the request lacks on this rank is
  * KVS_ERR_INVALID_ARGUMENT naming it (a tail page not bound, no slot). */
-KVS_API kvs_status kvs_node_request_rows(kvs_node_t node, uint64_t request, const int64_t *pages,
-                                         size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+KVS_API kvs_status kvs_node_request_rows(kvs_node_t node, const kvs_node_transfer *transfer,
                                          kvs_node_rows *out, size_t cap, size_t *n, kvs_error *err);
 
-/* Leader of the decode node: admits the request (its slot, *slot; -1 with
- * rings per window page) and binds its tail pages past reuse_tokens to
- * window pages, all or nothing (refused, changing nothing, when slots or
- * window pages run short). After the next step every decode rank holds
- * them; then every decode rank calls kvs_node_receive_request. A hit
- * (reuse_tokens > 0) is acquired first, with kvs_node_prefix_acquire. */
-KVS_API kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_t *pages,
-                                         size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
+/* Leader of the decode node: admits the request `transfer` describes (its
+ * peers unused; its slot in *slot, -1 with rings per window page) and
+ * binds its tail pages past reuse_tokens (those whose window rows move)
+ * to window pages, all or nothing (refused, changing nothing, when slots,
+ * window pages or the step's journal run short). After the next step
+ * every decode rank holds them; then every decode rank calls
+ * kvs_node_receive_request. A hit (reuse_tokens > 0) is acquired first,
+ * with kvs_node_prefix_acquire. */
+KVS_API kvs_status kvs_node_import_admit(kvs_node_t node, const kvs_node_transfer *transfer,
                                          int64_t *slot, kvs_error *err);
 
 /* Every prefill rank, paired with the decode ranks' receive: sends this

@@ -476,7 +476,8 @@ static void print_text(const transfer_args *a, const side *S, const totals *t, c
   kvs_plan_model_print(kvs_tool_out(), &S[1].model, &a->plan.options);
   print_side(&S[0], 0, S[0].run.n);
   print_side(&S[1], 1, S[1].run.n);
-  uint64_t first, tails = kvs_xfer_tail(&(kvs_xfer_shape){a->context, a->reuse, c->page}, &first);
+  uint64_t first,
+      tails = kvs_xfer_tail(&(kvs_xfer_shape){a->context, a->reuse, c->page, 0}, &first);
   fprintf(kvs_tool_out(),
           "request     %llu tokens = %llu pages of %llu, %llu reused: pages %llu-%llu's "
           "compressed and indexer rows, %llu tail page%s window rows, the rings\n",
@@ -532,8 +533,8 @@ static int run(transfer_args *a, side *S) {
   if (rc == 0) rc = plan_side(a, &S[1], 1);
   if (rc == 0) rc = plan_side(a, &S[0], 0);
   if (rc != 0) return rc;
-  kvs_xfer_shape shape = {a->context, a->reuse, a->plan.options.page};
-  kvs_xfer_shape whole = {a->context, 0, a->plan.options.page};
+  kvs_xfer_shape shape = {a->context, a->reuse, a->plan.options.page, 0};
+  kvs_xfer_shape whole = {a->context, 0, a->plan.options.page, 0};
   totals t;
   memset(&t, 0, sizeof t);
   json_t *pairs = json_array();

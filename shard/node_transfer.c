@@ -40,13 +40,14 @@
 #define WIRE_MAGIC 0x3172656678737666ull /* "kvsxfer1", little-endian */
 #define REASON_BYTES KVS_ERROR_MESSAGE_MAX
 
-/* A header, then the sender's block table (ceil(tokens / page) pages). */
+/* A header, then the sender's block table (ceil(tokens / page) pages),
+ * then the window page each is bound to (-1: none). */
 typedef struct wire_header {
   uint64_t magic;
   uint64_t request, tokens, reuse, page;
   uint64_t kv_dtype, state_rings, tail_states, shape; /* the rows' shape */
+  uint64_t window_tokens;
   uint32_t first_layer, end_layer;
-  int64_t window[2];
   int64_t slot;
   uint32_t status, rank; /* status != 0: the sender refuses; reason says why */
   char reason[REASON_BYTES];
@@ -82,7 +83,7 @@ static void header_init(const struct kvs_node *node, const kvs_node_transfer *t,
   h->shape = rows_shape(node);
   h->first_layer = (uint32_t)node->layout->first_layer;
   h->end_layer = (uint32_t)node->layout->end_layer;
-  h->window[0] = h->window[1] = -1;
+  h->window_tokens = t->window_tokens;
   h->slot = -1;
   h->rank = (uint32_t)node->rank;
 }
@@ -100,17 +101,42 @@ static const char *mismatch(const wire_header *a, const wire_header *b) {
   return NULL;
 }
 
-static kvs_xfer_shape shape_of(const struct kvs_node *node, uint64_t tokens, uint64_t reuse) {
-  kvs_xfer_shape s = {tokens, reuse, node->options.page};
+static kvs_xfer_shape shape_of(const struct kvs_node *node, uint64_t tokens, uint64_t reuse,
+                               uint64_t window_tokens) {
+  kvs_xfer_shape s = {tokens, reuse, node->options.page, window_tokens};
   return s;
+}
+
+/* The pages a request's tokens fill, checked against its block table and
+ * the node's pages before anything is sized by them. */
+static kvs_status pages_needed(const struct kvs_node *node, const kvs_node_transfer *t,
+                               uint64_t *out, kvs_error *err) {
+  uint64_t P = node->options.page;
+  uint64_t need = t->tokens / P + (t->tokens % P != 0);
+  if (t->tokens == 0) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu: tokens is 0",
+                         (unsigned long long)t->request);
+  }
+  if (need > kvs_node_usable_pages(node) || t->pages == NULL || t->n_pages < need) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "request %llu: %llu tokens fill %llu pages of %llu; its block table "
+                         "has %zu (the node has %llu)",
+                         (unsigned long long)t->request, (unsigned long long)t->tokens,
+                         (unsigned long long)need, (unsigned long long)P,
+                         t->pages == NULL ? (size_t)0 : t->n_pages,
+                         (unsigned long long)kvs_node_usable_pages(node));
+  }
+  *out = need;
+  return KVS_OK;
 }
 
 /* This rank's side of the request: its pages checked, its tail's window
  * pages and its slot from its own mirror pool. */
 static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *t, uint64_t reuse,
-                          bool need_bound, kvs_xfer_side *side, kvs_error *err) {
+                          uint64_t window_tokens, bool need_bound, kvs_xfer_side *side,
+                          int64_t *windows, kvs_error *err) {
   uint64_t P = node->options.page;
-  kvs_xfer_shape shape = shape_of(node, t->tokens, reuse);
+  kvs_xfer_shape shape = shape_of(node, t->tokens, reuse, window_tokens);
   if (t->tokens == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu: tokens is 0",
                          (unsigned long long)t->request);
@@ -151,8 +177,12 @@ static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *
   }
   side->pages = t->pages;
   side->n_pages = (size_t)need;
-  side->window[0] = side->window[1] = -1;
+  side->window = windows;
   const int64_t *mapping = kvs_window_pool_mapping(pool_of(node));
+  for (uint64_t b = 0; b < need; b++) {
+    int64_t slot = mapping[(uint64_t)t->pages[b] * P];
+    windows[b] = slot < 0 ? -1 : slot / (int64_t)P;
+  }
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   for (uint64_t i = 0; i < tails; i++) {
     int64_t slot = mapping[(uint64_t)t->pages[first + i] * P];
@@ -164,7 +194,6 @@ static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *
                            (unsigned long long)(first + i), (unsigned long long)((first + i) * P),
                            (unsigned long long)((first + i + 1) * P - 1), node->rank);
     }
-    side->window[i] = slot < 0 ? -1 : slot / (int64_t)P;
   }
   side->slot = kvs_window_pool_slot_of(pool_of(node), t->request);
   if (side->slot < 0 && kvs_window_pool_request_slots(pool_of(node)) > 0 && need_bound) {
@@ -345,10 +374,15 @@ static const int64_t *header_pages(const wire_header *h) {
   return (const int64_t *)(const void *)(h + 1);
 }
 
-static size_t header_bytes(uint64_t pages) { return sizeof(wire_header) + pages * sizeof(int64_t); }
+static size_t header_bytes(uint64_t pages) {
+  return sizeof(wire_header) + 2 * pages * sizeof(int64_t);
+}
+
+/* This side's pages and windows, after its header. */
+static int64_t *own_pages(wire_header *h) { return (int64_t *)(void *)(h + 1); }
 
 static kvs_xfer_side side_from(const wire_header *h, uint64_t pages) {
-  kvs_xfer_side s = {header_pages(h), (size_t)pages, {h->window[0], h->window[1]}, h->slot};
+  kvs_xfer_side s = {header_pages(h), (size_t)pages, header_pages(h) + pages, h->slot};
   return s;
 }
 
@@ -366,13 +400,15 @@ static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *s
   p->n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, p->mine, n);
   kvs_xfer_units(node->layout, shape, theirs, p->lo, p->hi, p->peer_u, n);
   for (size_t i = 0; i < n; i++) {
-    if (p->peer_u[i].index < 0) {
+    if (p->peer_u[i].index < 0 || p->mine[i].index < 0) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                           "link rank %d sent no %s%s rows of layer %u for positions %llu..%llu",
-                           p->peer, kvs_xfer_pool_name((kvs_xfer_pool)p->mine[i].pool),
+                           "%s has no %s%s rows of layer %u for positions %llu..%llu (a window "
+                           "page not bound there)",
+                           p->mine[i].index < 0 ? "this rank" : "its peer",
+                           kvs_xfer_pool_name((kvs_xfer_pool)p->mine[i].pool),
                            p->mine[i].tail ? " tail-state" : "", p->mine[i].layer,
                            (unsigned long long)p->mine[i].first_token,
-                           (unsigned long long)p->mine[i].end_token);
+                           (unsigned long long)(p->mine[i].end_token - 1));
     }
   }
   return KVS_OK;
@@ -413,8 +449,9 @@ static size_t pair_transfers(const pair *p, bool send, unsigned char *base, kvs_
 /* The rows the decode side keeps of its prefix (what reuse saves), for
  * layers [lo, hi). */
 static uint64_t reused_bytes(const struct kvs_node *node, uint64_t tokens, uint64_t reuse,
-                             size_t lo, size_t hi) {
-  kvs_xfer_shape all = shape_of(node, tokens, 0), past = shape_of(node, tokens, reuse);
+                             uint64_t window_tokens, size_t lo, size_t hi) {
+  kvs_xfer_shape all = shape_of(node, tokens, 0, window_tokens);
+  kvs_xfer_shape past = shape_of(node, tokens, reuse, window_tokens);
   uint64_t a[KVS_XFER_POOLS], b[KVS_XFER_POOLS], sum = 0;
   kvs_xfer_pool_bytes(node->layout, &all, lo, hi, a);
   kvs_xfer_pool_bytes(node->layout, &past, lo, hi, b);
@@ -545,7 +582,8 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   if (status != KVS_OK) return status;
   kvs_node_transfer_report r = {.size = sizeof r};
   report_init(&r);
-  uint64_t pages = (transfer->tokens + node->options.page - 1) / node->options.page;
+  uint64_t pages = 0;
+  if ((status = pages_needed(node, transfer, &pages, err)) != KVS_OK) return status;
   session s;
   status = session_open(&s, transfer, pages, err);
   if (status != KVS_OK) {
@@ -554,16 +592,16 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   }
   wire_header *own = (wire_header *)(void *)s.own;
   header_init(node, transfer, own);
+  /* Every page's window goes in the header: the decode side asks for the
+   * windows it keeps (its window_tokens) and checks this side has them. */
   kvs_xfer_side side;
   kvs_error local;
   kvs_error_clear(&local);
-  kvs_status mine = side_of(node, transfer, 0, true, &side, &local);
+  kvs_status mine = side_of(node, transfer, 0, 0, true, &side, own_pages(own) + pages, &local);
   if (mine != KVS_OK) {
     refuse_header(own, mine, &local);
   } else {
-    memcpy((void *)(own + 1), transfer->pages, pages * sizeof(int64_t));
-    own->window[0] = side.window[0];
-    own->window[1] = side.window[1];
+    memcpy(own_pages(own), transfer->pages, pages * sizeof(int64_t));
     own->slot = side.slot;
   }
   status = headers_move(&s, link, true, pages, &r.wire_bytes, err);
@@ -578,21 +616,18 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
     if (!p->ok) continue;
     p->lo = d->first_layer;
     p->hi = d->end_layer;
-    r.reused_bytes += reused_bytes(node, transfer->tokens, d->reuse, p->lo, p->hi);
-    kvs_xfer_shape shape = shape_of(node, transfer->tokens, d->reuse);
-    kvs_xfer_side at, theirs = side_from(d, pages);
-    status = side_of(node, transfer, d->reuse, true, &at, err);
-    if (status == KVS_OK) status = plan_pair(node, &shape, &at, &theirs, p, err);
+    r.reused_bytes +=
+        reused_bytes(node, transfer->tokens, d->reuse, d->window_tokens, p->lo, p->hi);
+    kvs_xfer_shape shape = shape_of(node, transfer->tokens, d->reuse, d->window_tokens);
+    kvs_xfer_side theirs = side_from(d, pages);
+    status = plan_pair(node, &shape, &side, &theirs, p, err);
   }
   if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
   /* The digests of what was sent, while the decode ranks hash what came. */
   for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
     pair *p = &s.pairs[i];
-    kvs_xfer_side at;
     size_t bad = 0;
-    if (!p->ok) continue;
-    status = side_of(node, transfer, p->theirs->reuse, true, &at, err);
-    if (status == KVS_OK && !digests_of(node, &vs, &at, p->mine, p->n, p->digests, &bad)) {
+    if (p->ok && !digests_of(node, &vs, &side, p->mine, p->n, p->digests, &bad)) {
       status = kvs_error_set(err, KVS_ERR_INTEGRITY, "request %llu: unit %zu has no rows here",
                              (unsigned long long)transfer->request, bad);
     }
@@ -631,14 +666,19 @@ static kvs_status check_reuse(kvs_node_t node, const kvs_node_transfer *t, kvs_s
   uint64_t *w = (uint64_t *)node->words.host;
   w[0] = t->reuse_tokens;
   w[1] = ~t->reuse_tokens;
-  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 2, KVS_COMM_MIN, err);
+  w[2] = t->window_tokens;
+  w[3] = ~t->window_tokens;
+  kvs_status status = kvs_comm_allreduce_u64(node->comm, &node->words, 4, KVS_COMM_MIN, err);
   if (status != KVS_OK) return status;
   if (local != KVS_OK) return local;
-  if (w[0] != ~w[1]) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "request %llu: the decode ranks disagree on reuse_tokens (%llu to %llu)",
-                         (unsigned long long)t->request, (unsigned long long)w[0],
-                         (unsigned long long)~w[1]);
+  for (int i = 0; i < 4; i += 2) {
+    if (w[i] != ~w[i + 1]) {
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: the decode ranks disagree on %s (%llu to %llu)",
+                           (unsigned long long)t->request,
+                           i == 0 ? "reuse_tokens" : "window_tokens", (unsigned long long)w[i],
+                           (unsigned long long)~w[i + 1]);
+    }
   }
   uint64_t P = node->options.page;
   for (uint64_t b = 0; b < t->reuse_tokens / P; b++) {
@@ -798,7 +838,8 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
   if (status != KVS_OK) return status;
   kvs_node_transfer_report r = {.size = sizeof r};
   report_init(&r);
-  uint64_t pages = (transfer->tokens + node->options.page - 1) / node->options.page;
+  uint64_t pages = 0;
+  if ((status = pages_needed(node, transfer, &pages, err)) != KVS_OK) return status;
   session s;
   kvs_error local;
   kvs_error_clear(&local);
@@ -808,7 +849,8 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
   memset(&side, 0, sizeof side);
   if (mine == KVS_OK) {
     header_init(node, transfer, own);
-    mine = side_of(node, transfer, transfer->reuse_tokens, true, &side, &local);
+    mine = side_of(node, transfer, transfer->reuse_tokens, transfer->window_tokens, true, &side,
+                   own_pages(own) + pages, &local);
   }
   mine = check_reuse(node, transfer, mine, &local);
   bool link_ok = s.own != NULL;
@@ -823,19 +865,19 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
   if (link_ok) {
     if (mine == KVS_OK) mine = assign_layers(node, &s, own, &local);
     if (mine == KVS_OK) {
-      memcpy((void *)(own + 1), transfer->pages, pages * sizeof(int64_t));
-      own->window[0] = side.window[0];
-      own->window[1] = side.window[1];
+      memcpy(own_pages(own), transfer->pages, pages * sizeof(int64_t));
       own->slot = side.slot;
     }
-    kvs_xfer_shape shape = shape_of(node, transfer->tokens, transfer->reuse_tokens);
+    kvs_xfer_shape shape =
+        shape_of(node, transfer->tokens, transfer->reuse_tokens, transfer->window_tokens);
     for (size_t i = 0; mine == KVS_OK && i < s.n_pairs; i++) {
       pair *p = &s.pairs[i];
       p->ok = p->hi > p->lo;
       if (!p->ok) continue;
       kvs_xfer_side theirs = side_from(p->theirs, pages);
       mine = plan_pair(node, &shape, &side, &theirs, p, &local);
-      r.reused_bytes += reused_bytes(node, transfer->tokens, transfer->reuse_tokens, p->lo, p->hi);
+      r.reused_bytes += reused_bytes(node, transfer->tokens, transfer->reuse_tokens,
+                                     transfer->window_tokens, p->lo, p->hi);
     }
     if (mine != KVS_OK) {
       refuse_header(own, mine, &local);
@@ -918,73 +960,78 @@ kvs_status kvs_node_receive_request(kvs_node_t node, kvs_comm_t link,
 
 /* ---- descriptors and the decode side's admission ---- */
 
-kvs_status kvs_node_request_rows(kvs_node_t node, uint64_t request, const int64_t *pages,
-                                 size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
-                                 kvs_node_rows *out, size_t cap, size_t *n, kvs_error *err) {
-  if (node == NULL || n == NULL || (out == NULL && cap > 0)) {
+/* A request's side on this rank, its windows in memory of the caller's
+ * (*windows, freed by it), for the two local calls. */
+static kvs_status local_side(kvs_node_t node, const kvs_node_transfer *t, const char *call,
+                             bool need_bound, kvs_xfer_side *side, int64_t **windows,
+                             kvs_error *err) {
+  *windows = NULL;
+  if (t->size != sizeof *t) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "%s: transfer.size is %zu, this build's kvs_node_transfer is %zu", call,
+                         t->size, sizeof *t);
+  }
+  uint64_t pages = 0;
+  kvs_status status = pages_needed(node, t, &pages, err);
+  if (status != KVS_OK) return status;
+  *windows = calloc((size_t)pages, sizeof **windows);
+  if (*windows == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu pages' windows",
+                         (unsigned long long)pages);
+  }
+  return side_of(node, t, t->reuse_tokens, t->window_tokens, need_bound, side, *windows, err);
+}
+
+kvs_status kvs_node_request_rows(kvs_node_t node, const kvs_node_transfer *t, kvs_node_rows *out,
+                                 size_t cap, size_t *n, kvs_error *err) {
+  if (node == NULL || t == NULL || n == NULL || (out == NULL && cap > 0)) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_request_rows: %s is NULL",
                          node == NULL ? "node"
+                         : t == NULL  ? "transfer"
                          : n == NULL  ? "n"
                                       : "out");
   }
-  kvs_node_transfer t = {sizeof t, request, pages, n_pages, tokens, reuse_tokens, NULL, 0};
   kvs_xfer_side side;
-  kvs_status status = side_of(node, &t, reuse_tokens, true, &side, err);
-  if (status != KVS_OK) return status;
+  int64_t *windows = NULL;
+  kvs_status status = local_side(node, t, "kvs_node_request_rows", true, &side, &windows, err);
   void *base = NULL;
   int64_t *mapping = NULL;
-  if ((status = kvs_table_memory(node->table, &base, &mapping, err)) != KVS_OK) return status;
-  kvs_xfer_shape shape = shape_of(node, tokens, reuse_tokens);
+  if (status == KVS_OK) status = kvs_table_memory(node->table, &base, &mapping, err);
+  kvs_xfer_shape shape = shape_of(node, t->tokens, t->reuse_tokens, t->window_tokens);
   size_t lo = node->layout->first_layer, hi = node->layout->end_layer;
-  size_t count = kvs_xfer_units(node->layout, &shape, &side, lo, hi, NULL, 0);
-  kvs_xfer_unit *units = calloc(count ? count : 1, sizeof *units);
-  if (units == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", count);
-  kvs_xfer_units(node->layout, &shape, &side, lo, hi, units, count);
-  for (size_t i = 0; i < count && i < cap; i++) {
-    kvs_node_rows r = {kvs_xfer_pool_name((kvs_xfer_pool)units[i].pool),
-                       units[i].layer,
-                       units[i].tail,
-                       (unsigned char *)base + units[i].offset,
-                       units[i].offset,
-                       units[i].bytes,
-                       units[i].first_token,
-                       units[i].end_token};
-    out[i] = r;
+  size_t count =
+      status == KVS_OK ? kvs_xfer_units(node->layout, &shape, &side, lo, hi, NULL, 0) : 0;
+  kvs_xfer_unit *units = status == KVS_OK ? calloc(count ? count : 1, sizeof *units) : NULL;
+  if (status == KVS_OK && units == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", count);
+  }
+  if (status == KVS_OK) {
+    kvs_xfer_units(node->layout, &shape, &side, lo, hi, units, count);
+    for (size_t i = 0; i < count && i < cap; i++) {
+      kvs_node_rows r = {kvs_xfer_pool_name((kvs_xfer_pool)units[i].pool),
+                         units[i].layer,
+                         units[i].tail,
+                         (unsigned char *)base + units[i].offset,
+                         units[i].offset,
+                         units[i].bytes,
+                         units[i].first_token,
+                         units[i].end_token};
+      out[i] = r;
+    }
+    *n = count;
   }
   free(units);
-  *n = count;
-  return KVS_OK;
+  free(windows);
+  return status;
 }
 
-kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_t *pages,
-                                 size_t n_pages, uint64_t tokens, uint64_t reuse_tokens,
-                                 int64_t *slot, kvs_error *err) {
-  if (node == NULL || slot == NULL) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_import_admit: %s is NULL",
-                         node == NULL ? "node" : "slot");
-  }
-  if (!kvs_node_is_leader(node)) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "kvs_node_import_admit on rank %d: only the leader (rank 0) admits; "
-                         "the others receive its decisions with the next step",
-                         node->rank);
-  }
-  kvs_node_transfer t = {sizeof t, request, pages, n_pages, tokens, reuse_tokens, NULL, 0};
-  kvs_xfer_side side;
-  kvs_status status = side_of(node, &t, reuse_tokens, false, &side, err);
-  if (status != KVS_OK) return status;
-  kvs_xfer_shape shape = shape_of(node, tokens, reuse_tokens);
-  uint64_t first, tails = kvs_xfer_tail(&shape, &first);
-  int64_t bind[2];
-  size_t n_bind = 0;
-  for (uint64_t i = 0; i < tails; i++) {
-    if (side.window[i] < 0) bind[n_bind++] = pages[first + i];
-  }
+/* import_admit's checks: a slot, window pages and journal room for it. */
+static kvs_status admit_room(kvs_node_t node, uint64_t request, size_t n_bind, bool need_slot,
+                             kvs_error *err) {
   kvs_node_capacity c = {.size = sizeof c};
-  if ((status = kvs_node_capacity_of(node, &c, err)) != KVS_OK) return status;
-  bool slots = kvs_window_pool_request_slots(pool_of(node)) > 0;
-  bool has_slot = kvs_window_pool_slot_of(pool_of(node), request) >= 0;
-  if (slots && !has_slot && c.running >= c.max_running) {
+  kvs_status status = kvs_node_capacity_of(node, &c, err);
+  if (status != KVS_OK) return status;
+  if (need_slot && c.running >= c.max_running) {
     return kvs_error_set(err, KVS_ERR_EXHAUSTED,
                          "kvs_node_import_admit: request %llu needs a slot and all %llu are "
                          "running",
@@ -997,20 +1044,56 @@ kvs_status kvs_node_import_admit(kvs_node_t node, uint64_t request, const int64_
                          (unsigned long long)request, n_bind,
                          (unsigned long long)c.free_window_pages);
   }
-  size_t entries = n_bind + (slots && !has_slot);
+  size_t entries = n_bind + need_slot;
   if (entries > c.journal_room) {
     return kvs_error_set(err, KVS_ERR_JOURNAL_FULL,
                          "kvs_node_import_admit: request %llu needs %zu journal entries, the next "
                          "step has room for %zu: step first",
                          (unsigned long long)request, entries, c.journal_room);
   }
-  *slot = side.slot;
-  if (slots && !has_slot && (status = kvs_node_admit(node, request, slot, err)) != KVS_OK) {
-    return status;
-  }
-  if (n_bind > 0 && (status = kvs_node_bind_pages(node, request, bind, n_bind, err)) != KVS_OK) {
-    if (slots && !has_slot) kvs_node_finish(node, request, NULL);
-    return status;
-  }
   return KVS_OK;
+}
+
+kvs_status kvs_node_import_admit(kvs_node_t node, const kvs_node_transfer *t, int64_t *slot,
+                                 kvs_error *err) {
+  if (node == NULL || t == NULL || slot == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_node_import_admit: %s is NULL",
+                         node == NULL ? "node"
+                         : t == NULL  ? "transfer"
+                                      : "slot");
+  }
+  if (!kvs_node_is_leader(node)) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "kvs_node_import_admit on rank %d: only the leader (rank 0) admits; "
+                         "the others receive its decisions with the next step",
+                         node->rank);
+  }
+  kvs_xfer_side side;
+  int64_t *windows = NULL;
+  kvs_status status = local_side(node, t, "kvs_node_import_admit", false, &side, &windows, err);
+  kvs_xfer_shape shape = shape_of(node, t->tokens, t->reuse_tokens, t->window_tokens);
+  uint64_t first, tails = kvs_xfer_tail(&shape, &first);
+  int64_t *bind = status == KVS_OK ? calloc(tails ? tails : 1, sizeof *bind) : NULL;
+  if (status == KVS_OK && bind == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu pages",
+                           (unsigned long long)tails);
+  }
+  size_t n_bind = 0;
+  for (uint64_t b = first; status == KVS_OK && b < first + tails; b++) {
+    if (windows[b] < 0) bind[n_bind++] = t->pages[b];
+  }
+  bool slots = kvs_window_pool_request_slots(pool_of(node)) > 0;
+  bool need_slot = slots && kvs_window_pool_slot_of(pool_of(node), t->request) < 0;
+  if (status == KVS_OK) status = admit_room(node, t->request, n_bind, need_slot, err);
+  if (status == KVS_OK) {
+    *slot = side.slot;
+    if (need_slot) status = kvs_node_admit(node, t->request, slot, err);
+  }
+  if (status == KVS_OK && n_bind > 0) {
+    status = kvs_node_bind_pages(node, t->request, bind, n_bind, err);
+    if (status != KVS_OK && need_slot) kvs_node_finish(node, t->request, NULL);
+  }
+  free(bind);
+  free(windows);
+  return status;
 }

@@ -23,7 +23,8 @@ uint64_t kvs_xfer_tail(const kvs_xfer_shape *shape, uint64_t *first) {
   uint64_t P = shape->page;
   *first = 0;
   if (P == 0 || shape->tokens == 0) return 0;
-  uint64_t lo = shape->tokens > P ? (shape->tokens - P + 1) / P : 0;
+  uint64_t w = shape->window_tokens > P - 1 ? shape->window_tokens : P - 1;
+  uint64_t lo = shape->tokens > w ? (shape->tokens - w) / P : 0;
   uint64_t hi = (shape->tokens - 1) / P + 1;
   uint64_t reused = shape->reuse / P;
   if (lo < reused) lo = reused;
@@ -61,6 +62,10 @@ static void put(sink *s, kvs_xfer_pool pool, bool tail, size_t layer, int64_t in
   s->n++;
 }
 
+static int64_t window_of(const kvs_xfer_side *side, uint64_t b) {
+  return side->window != NULL && b < side->n_pages ? side->window[b] : -1;
+}
+
 /* A page's rows in a paged or plain region: bytes, and the step between
  * consecutive pages. */
 static void page_rows(const kvs_device_region *r, uint64_t rows, uint64_t *bytes, uint64_t *step) {
@@ -84,7 +89,7 @@ static void layer_units(const kvs_device_layout *layout, const kvs_xfer_shape *s
       page_rows(&r, P, &bytes, &step);
       for (uint64_t t = 0; t < tails; t++) {
         uint64_t b = first_tail + t;
-        put(s, pool, false, layer, side->window[t], r.offset, bytes, step, b * P,
+        put(s, pool, false, layer, window_of(side, b), r.offset, bytes, step, b * P,
             (b + 1) * P < L ? (b + 1) * P : L);
       }
       return;
@@ -117,14 +122,14 @@ static void layer_units(const kvs_device_layout *layout, const kvs_xfer_shape *s
     uint64_t tail_bytes = KVS_TAIL_STATE_ROWS * r.row_bytes;
     for (uint64_t t = 0; t < tails; t++) {
       uint64_t b = first_tail + t;
-      put(s, pool, true, layer, side->window[t], r.offset + ring_rows * r.row_bytes, tail_bytes,
+      put(s, pool, true, layer, window_of(side, b), r.offset + ring_rows * r.row_bytes, tail_bytes,
           tail_bytes, (b + 1) * P - KVS_TAIL_STATE_POSITIONS, (b + 1) * P);
     }
     return;
   }
   for (uint64_t t = 0; t < tails; t++) {
     uint64_t b = first_tail + t;
-    put(s, pool, false, layer, side->window[t], r.offset, bytes, bytes, b * P,
+    put(s, pool, false, layer, window_of(side, b), r.offset, bytes, bytes, b * P,
         (b + 1) * P < L ? (b + 1) * P : L);
   }
 }
@@ -153,7 +158,7 @@ void kvs_xfer_pool_bytes(const kvs_device_layout *layout, const kvs_xfer_shape *
                          size_t hi, uint64_t out[KVS_XFER_POOLS]) {
   for (int i = 0; i < KVS_XFER_POOLS; i++) out[i] = 0;
   /* The units' bytes depend on the layout alone: a side without pages. */
-  kvs_xfer_side side = {NULL, 0, {-1, -1}, -1};
+  kvs_xfer_side side = {NULL, 0, NULL, -1};
   sink s = {NULL, 0, 0, out};
   walk(layout, shape, &side, lo, hi, &s);
 }

@@ -9,7 +9,9 @@
  *   - compressed (each ratio) and indexer rows: one unit per full page b
  *     of the block table in [H / P, ceil(L / P)), the page's P / r rows;
  *   - window rows: one unit per tail page, the pages b >= H / P holding
- *     positions [L - P + 1, L) (what a decode at L reads; at most two);
+ *     the last W positions, W = max(window_tokens, P - 1): by default the
+ *     P - 1 a decode at L reads (one or two pages); more when the decode
+ *     side will keep an earlier page's window as a cached prefix's tail;
  *   - compress-state rings: per request slot, the slot's whole ring (8 or
  *     128 rows); per window page, each tail page's ring;
  *   - tail states (ratio 4, rings per request, with a prefix cache): each
@@ -49,20 +51,22 @@ typedef enum kvs_xfer_pool {
 const char *kvs_xfer_pool_name(kvs_xfer_pool pool);
 
 /* What one side knows of a request: its block table's first ceil(L / P)
- * pages, the window pages its tail pages are bound to (window[i] for tail
- * page first_tail + i; -1 none), and its request slot (-1 none). */
+ * pages, the window page each is bound to (window[b] for page b; -1 none;
+ * NULL: none bound), and its request slot (-1 none). */
 typedef struct kvs_xfer_side {
   const int64_t *pages;
   size_t n_pages;
-  int64_t window[2];
+  const int64_t *window;
   int64_t slot;
 } kvs_xfer_side;
 
-/* The request's shape: tokens L, reused H, the page P. */
+/* The request's shape: tokens L, reused H, the page P, and the positions
+ * whose window rows move (0: P - 1). */
 typedef struct kvs_xfer_shape {
   uint64_t tokens;
   uint64_t reuse;
   uint64_t page;
+  uint64_t window_tokens;
 } kvs_xfer_shape;
 
 /* Full pages the request's positions fill: ceil(L / P). */

@@ -177,11 +177,10 @@ static void nulls_of_nodes(void) {
     size_t n_rows = 0;
     kvs_node_rows rows;
     int peer = 1;
-    kvs_node_transfer t = {sizeof t, 1, &page, 1, 1, 0, &peer, 1};
+    kvs_node_transfer t = {sizeof t, 1, &page, 1, 1, 0, &peer, 1, 0};
     kvs_node_transfer_report r = {.size = sizeof r};
-    REFUSES(kvs_node_request_rows,
-            kvs_node_request_rows(NULL, 1, &page, 1, 1, 0, &rows, 1, &n_rows, &e_));
-    REFUSES(kvs_node_import_admit, kvs_node_import_admit(NULL, 1, &page, 1, 1, 0, &slot, &e_));
+    REFUSES(kvs_node_request_rows, kvs_node_request_rows(NULL, &t, &rows, 1, &n_rows, &e_));
+    REFUSES(kvs_node_import_admit, kvs_node_import_admit(NULL, &t, &slot, &e_));
     REFUSES(kvs_node_send_request, kvs_node_send_request(NULL, NULL, &t, &r, &e_));
     REFUSES(kvs_node_receive_request, kvs_node_receive_request(NULL, NULL, &t, &r, &e_));
   }

@@ -210,12 +210,18 @@ static int node_up(pd_rank *r) {
 
 /* ---- the prefill side ---- */
 
-/* This rank's units of the request (tokens, reuse) into r->rows; their
- * count in *n. */
-static kvs_status rows_of(pd_rank *r, uint64_t id, const int64_t *pages, size_t n_pages,
-                          uint64_t tokens, uint64_t reuse, size_t *n, kvs_error *err) {
-  kvs_status status =
-      kvs_node_request_rows(r->node, id, pages, n_pages, tokens, reuse, NULL, 0, n, err);
+/* The window rows the decode side asks for: from the page it keeps as the
+ * prompt's tail (kvshard's policy: the prompt's last whole-block page), so
+ * that a later turn's hit there is exact; 0 (a decode's own window) for a
+ * prompt without a whole block. Both sides read it from the trace. */
+static uint64_t keep_window(pd_rank *r, uint64_t id, uint64_t tokens) {
+  uint64_t key_pages = kvs_workload_trace_keys(&r->s->trace, r->page, (size_t)id, r->keys);
+  return key_pages == 0 ? 0 : tokens - (key_pages - 1) * r->page;
+}
+
+/* This rank's units of the request into r->rows; their count in *n. */
+static kvs_status rows_of(pd_rank *r, const kvs_node_transfer *t, size_t *n, kvs_error *err) {
+  kvs_status status = kvs_node_request_rows(r->node, t, NULL, 0, n, err);
   if (status != KVS_OK) return status;
   if (*n > r->rows_cap) {
     kvs_node_rows *rows = realloc(r->rows, *n * sizeof *rows);
@@ -223,8 +229,7 @@ static kvs_status rows_of(pd_rank *r, uint64_t id, const int64_t *pages, size_t 
     r->rows = rows;
     r->rows_cap = *n;
   }
-  return kvs_node_request_rows(r->node, id, pages, n_pages, tokens, reuse, r->rows, r->rows_cap, n,
-                               err);
+  return kvs_node_request_rows(r->node, t, r->rows, r->rows_cap, n, err);
 }
 
 /* What a prefill writes, as this simulation has it: every unit's rows a
@@ -248,7 +253,8 @@ static int p_request(pd_rank *r, uint64_t id, uint64_t tokens) {
   size_t n = (size_t)pages_of(r, tokens);
   int64_t *pages = r->hit_pages; /* the prefill node's block table: pages 0..n */
   for (size_t b = 0; b < n; b++) pages[b] = (int64_t)b;
-  kvs_xfer_shape shape = {tokens, 0, r->page};
+  uint64_t window = keep_window(r, id, tokens);
+  kvs_xfer_shape shape = {tokens, 0, r->page, window};
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   kvs_status status = KVS_OK;
   if (r->rank == 0) {
@@ -259,11 +265,9 @@ static int p_request(pd_rank *r, uint64_t id, uint64_t tokens) {
   }
   if ((status = kvs_node_step(r->node, NULL, NULL, &err)) != KVS_OK) return fail(r, "step", &err);
   size_t units = 0;
-  if ((status = rows_of(r, id, pages, n, tokens, 0, &units, &err)) != KVS_OK) {
-    return fail(r, "request rows", &err);
-  }
+  kvs_node_transfer t = {sizeof t, id, pages, n, tokens, 0, r->peers, r->n_peers, window};
+  if ((status = rows_of(r, &t, &units, &err)) != KVS_OK) return fail(r, "request rows", &err);
   for (size_t i = 0; i < units; i++) fill_rows(&r->rows[i], id);
-  kvs_node_transfer t = {sizeof t, id, pages, n, tokens, 0, r->peers, r->n_peers};
   kvs_node_transfer_report rep = {.size = sizeof rep};
   status = kvs_node_send_request(r->node, r->link, &t, &rep, &err);
   if (status != KVS_OK) {
@@ -308,9 +312,12 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
     }
   }
   uint64_t hit_pages = r->ctrl[1] / P, own = n - hit_pages;
+  uint64_t window = keep_window(r, id, tokens), first_tail;
+  kvs_xfer_shape shape = {tokens, r->ctrl[1], P, window};
+  uint64_t tails = kvs_xfer_tail(&shape, &first_tail);
   uint64_t droppable = 0, win = kvs_node_free_window_pages(r->node, &droppable);
   uint64_t need_full = own > r->n_free ? own - r->n_free : 0;
-  uint64_t need_win = win < 2 ? 2 - win : 0;
+  uint64_t need_win = win < tails ? tails - win : 0;
   if (need_full > 0 || need_win > 0) {
     size_t n_freed = 0;
     status =
@@ -318,13 +325,13 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
     if (status != KVS_OK) return status;
     for (size_t i = 0; i < n_freed; i++) r->free_pages[r->n_free++] = r->evicted[i];
     uint64_t win_now = kvs_node_free_window_pages(r->node, NULL);
-    if (own > r->n_free || win_now < 2) {
+    if (own > r->n_free || win_now < tails) {
       if (n_freed == 0 && win_now == win) {
-        return kvs_error_set(err, KVS_ERR_EXHAUSTED,
-                             "request %" PRIu64 " needs %" PRIu64
-                             " full pages past its hit and 2 window pages; %zu and %" PRIu64
-                             " are free and nothing more is evictable",
-                             id, own, r->n_free, win_now);
+        return kvs_error_set(
+            err, KVS_ERR_EXHAUSTED,
+            "request %" PRIu64 " needs %" PRIu64 " full pages past its hit and %" PRIu64
+            " window pages; %zu and %" PRIu64 " are free and nothing more is evictable",
+            id, own, tails, r->n_free, win_now);
       }
       r->ctrl[0] = AGAIN; /* the step ran full: evict again after it */
       return KVS_OK;
@@ -332,7 +339,8 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
   }
   for (uint64_t b = hit_pages; b < n; b++) pages[b] = r->free_pages[--r->n_free];
   int64_t slot;
-  status = kvs_node_import_admit(r->node, id, pages, n, tokens, r->ctrl[1], &slot, err);
+  kvs_node_transfer t = {sizeof t, id, pages, n, tokens, r->ctrl[1], NULL, 0, window};
+  status = kvs_node_import_admit(r->node, &t, &slot, err);
   if (status == KVS_ERR_JOURNAL_FULL) {
     for (uint64_t b = n; b-- > hit_pages;) r->free_pages[r->n_free++] = pages[b];
     r->ctrl[0] = AGAIN;
@@ -353,7 +361,7 @@ static kvs_status d_finish(pd_rank *r, uint64_t id, uint64_t tokens, uint64_t *i
   uint64_t P = r->page, n = pages_of(r, tokens), H = r->ctrl[1];
   const int64_t *pages = (const int64_t *)(const void *)(r->ctrl + 2);
   uint64_t key_pages = kvs_workload_trace_keys(&r->s->trace, P, (size_t)id, r->keys);
-  kvs_xfer_shape shape = {tokens, H, P};
+  kvs_xfer_shape shape = {tokens, H, P, keep_window(r, id, tokens)};
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   kvs_node_capacity c = {.size = sizeof c};
   kvs_status status = kvs_node_capacity_of(r->node, &c, err);
@@ -434,7 +442,8 @@ static int d_request(pd_rank *r, uint64_t id, uint64_t tokens) {
   if (rc != 0) return rc;
   uint64_t H = r->ctrl[1];
   const int64_t *pages = (const int64_t *)(const void *)(r->ctrl + 2);
-  kvs_node_transfer t = {sizeof t, id, pages, n, tokens, H, r->peers, r->n_peers};
+  kvs_node_transfer t = {
+      sizeof t, id, pages, n, tokens, H, r->peers, r->n_peers, keep_window(r, id, tokens)};
   kvs_node_transfer_report rep = {.size = sizeof rep};
   kvs_status status = kvs_node_receive_request(r->node, r->link, &t, &rep, &err);
   bool ok = status == KVS_OK;
@@ -467,17 +476,14 @@ static int d_request(pd_rank *r, uint64_t id, uint64_t tokens) {
     r->f[F_LINK_NS] += (uint64_t)((double)wire / r->s->a->link_bandwidth + 0.5);
   }
   if (ok) {
-    /* The rule's bytes of the request on this rank, all of them (reuse 0):
-     * what moved and what the decode side kept. */
-    size_t units = 0;
-    if (rows_of(r, id, pages, n, tokens, 0, &units, &err) != KVS_OK) return fail(r, "rows", &err);
-    for (size_t i = 0; i < units; i++) {
-      for (int p = 0; p < KVS_XFER_POOLS; p++) {
-        if (strcmp(r->rows[i].view, kvs_xfer_pool_name((kvs_xfer_pool)p)) == 0) {
-          r->f[F_RULE + p] += r->rows[i].bytes;
-        }
-      }
-    }
+    /* The rule's bytes of the request on this rank, all of them (reuse 0),
+     * from this rank's layout alone: what moved and what the decode side
+     * kept. */
+    const kvs_device_layout *layout = kvs_node_layout(r->node);
+    kvs_xfer_shape whole = {tokens, 0, r->page, t.window_tokens};
+    uint64_t bytes[KVS_XFER_POOLS];
+    kvs_xfer_pool_bytes(layout, &whole, layout->first_layer, layout->end_layer, bytes);
+    for (int p = 0; p < KVS_XFER_POOLS; p++) r->f[F_RULE + p] += bytes[p];
     return rounds(r, id, tokens, finish_round, 1, "finish");
   }
   /* Refused: the node finished it (and released its hit); its pages come

@@ -261,6 +261,7 @@ class NodeTransfer(ctypes.Structure):
         ("reuse_tokens", ctypes.c_uint64),
         ("peers", ctypes.c_void_p),
         ("n_peers", ctypes.c_size_t),
+        ("window_tokens", ctypes.c_uint64),
     ]
 
 
@@ -395,11 +396,10 @@ _PROTOTYPES = {
     "kvs_node_prefix_evict_for_fetch": (_STATUS, [_P, _P, _P, ctypes.c_size_t, ctypes.c_uint64,
                                                   _P, ctypes.c_size_t, _P, _ERR]),
     "kvs_node_prefix_stats": (_STATUS, [_P, ctypes.POINTER(NodePrefixCounts), _ERR]),
-    "kvs_node_request_rows": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, ctypes.c_uint64,
-                                        ctypes.c_uint64, ctypes.POINTER(NodeRows), ctypes.c_size_t,
-                                        ctypes.POINTER(ctypes.c_size_t), _ERR]),
-    "kvs_node_import_admit": (_STATUS, [_P, ctypes.c_uint64, _P, ctypes.c_size_t, ctypes.c_uint64,
-                                        ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64), _ERR]),
+    "kvs_node_request_rows": (_STATUS, [_P, ctypes.POINTER(NodeTransfer), ctypes.POINTER(NodeRows),
+                                        ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), _ERR]),
+    "kvs_node_import_admit": (_STATUS, [_P, ctypes.POINTER(NodeTransfer),
+                                        ctypes.POINTER(ctypes.c_int64), _ERR]),
     "kvs_node_send_request": (_STATUS, [_P, _P, ctypes.POINTER(NodeTransfer),
                                         ctypes.POINTER(NodeTransferReport), _ERR]),
     "kvs_node_receive_request": (_STATUS, [_P, _P, ctypes.POINTER(NodeTransfer),

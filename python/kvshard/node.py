@@ -585,48 +585,54 @@ class Node:
 
     # ---- prefill/decode ----
 
-    def request_rows(self, request, pages, tokens, reuse_tokens=0):
-        """Any rank: this rank's units of a request's rows (pages: its block
-        table, at least ceil(tokens / page) of them), past the decode side's
-        reused prefix, in travel order: a list of Rows for a transfer engine."""
+    def _request(self, request, pages, tokens, peers=(), reuse_tokens=0, window_tokens=0):
+        """A kvs_node_transfer (and the arrays it borrows) for these words."""
         p = _pages(pages)
-        request, tokens = _request_id(request), _count(tokens, "tokens")
-        reuse = _count(reuse_tokens, "reuse_tokens")
-        n = ctypes.c_size_t(0)
-        args = (self._node, request, p.ctypes.data if p.size else None, p.size, tokens, reuse)
-        call("kvs_node_request_rows", *args, None, 0, ctypes.byref(n))
-        rows = (NodeRows * max(n.value, 1))()
-        call("kvs_node_request_rows", *args, rows, n.value, ctypes.byref(n))
-        return [Rows(r.view.decode(), r.layer, r.tail_state, r.address or 0, r.offset, r.bytes,
-                     r.first_token, r.end_token) for r in rows[:n.value]]
-
-    def import_admit(self, request, pages, tokens, reuse_tokens=0):
-        """Decode leader: admits a request that arrives from prefill ranks
-        (its slot, returned; -1 with rings per window page) and binds its
-        tail pages past reuse_tokens, all or nothing. Step, then every
-        decode rank calls receive_request."""
-        p = _pages(pages)
-        slot = ctypes.c_int64(-1)
-        call("kvs_node_import_admit", self._node, _request_id(request),
-             p.ctypes.data if p.size else None, p.size, _count(tokens, "tokens"),
-             _count(reuse_tokens, "reuse_tokens"), ctypes.byref(slot))
-        return slot.value
-
-    def _transfer(self, name, link, request, pages, tokens, peers, reuse_tokens):
-        from .comm import Comm
-        if not isinstance(link, Comm):
-            raise TypeError(f"link must be a kvshard.Comm, got {type(link).__name__}")
-        p = _pages(pages)
-        q = _exact_array(peers, "peers", np.int32, "link ranks")
+        q = _exact_array(list(peers) if not isinstance(peers, np.ndarray) else peers, "peers",
+                         np.int32, "link ranks")
         t = NodeTransfer(ctypes.sizeof(NodeTransfer), _request_id(request),
                          p.ctypes.data if p.size else None, p.size, _count(tokens, "tokens"),
                          _count(reuse_tokens, "reuse_tokens"), q.ctypes.data if q.size else None,
-                         q.size)
+                         q.size, _count(window_tokens, "window_tokens"))
+        return t, (p, q)
+
+    def request_rows(self, request, pages, tokens, reuse_tokens=0, window_tokens=0):
+        """Any rank: this rank's units of a request's rows (pages: its block
+        table, at least ceil(tokens / page) of them), past the decode side's
+        reused prefix, with the window rows of the last window_tokens
+        positions (0: page - 1), in travel order: a list of Rows for a
+        transfer engine."""
+        t, keep = self._request(request, pages, tokens, (), reuse_tokens, window_tokens)
+        n = ctypes.c_size_t(0)
+        call("kvs_node_request_rows", self._node, ctypes.byref(t), None, 0, ctypes.byref(n))
+        rows = (NodeRows * max(n.value, 1))()
+        call("kvs_node_request_rows", self._node, ctypes.byref(t), rows, n.value, ctypes.byref(n))
+        del keep
+        return [Rows(r.view.decode(), r.layer, r.tail_state, r.address or 0, r.offset, r.bytes,
+                     r.first_token, r.end_token) for r in rows[:n.value]]
+
+    def import_admit(self, request, pages, tokens, reuse_tokens=0, window_tokens=0):
+        """Decode leader: admits a request that arrives from prefill ranks
+        (its slot, returned; -1 with rings per window page) and binds its
+        tail pages past reuse_tokens (window_tokens as in request_rows), all
+        or nothing. Step, then every decode rank calls receive_request."""
+        t, keep = self._request(request, pages, tokens, (), reuse_tokens, window_tokens)
+        slot = ctypes.c_int64(-1)
+        call("kvs_node_import_admit", self._node, ctypes.byref(t), ctypes.byref(slot))
+        del keep
+        return slot.value
+
+    def _transfer(self, name, link, request, pages, tokens, peers, reuse_tokens, window_tokens):
+        from .comm import Comm
+        if not isinstance(link, Comm):
+            raise TypeError(f"link must be a kvshard.Comm, got {type(link).__name__}")
+        t, keep = self._request(request, pages, tokens, peers, reuse_tokens, window_tokens)
         r = NodeTransferReport()
         r.size = ctypes.sizeof(NodeTransferReport)
         err = CError()
         status = getattr(lib(), name)(self._node, link.handle, ctypes.byref(t), ctypes.byref(r),
                                       ctypes.byref(err))
+        del keep
         report = TransferReport(r.units, r.bytes, r.wire_bytes, r.reused_bytes, r.messages,
                                 r.seconds, r.view.decode() if r.view else None, r.layer,
                                 r.first_token, r.end_token)
@@ -641,17 +647,19 @@ class Node:
         """Every prefill rank: sends its layers' rows of a request over the
         link (a kvshard.Comm spanning both nodes) to the decode ranks
         `peers` (their link ranks). Returns a TransferReport."""
-        return self._transfer("kvs_node_send_request", link, request, pages, tokens, peers, 0)
+        return self._transfer("kvs_node_send_request", link, request, pages, tokens, peers, 0, 0)
 
-    def receive_request(self, link, request, pages, tokens, peers, reuse_tokens=0):
+    def receive_request(self, link, request, pages, tokens, peers, reuse_tokens=0,
+                        window_tokens=0):
         """Every decode rank, after the step that carried import_admit:
         receives the request's rows from the prefill ranks `peers`, checks
         every unit's digest and agrees with the other decode ranks. A
         refusal raises kvshard.Error (its details the TransferReport naming
         the first differing unit); the leader has then given the request's
-        window pages, hit and slot back."""
+        window pages, hit and slot back. window_tokens: as in request_rows
+        (the prefill side takes this side's)."""
         return self._transfer("kvs_node_receive_request", link, request, pages, tokens, peers,
-                              reuse_tokens)
+                              reuse_tokens, window_tokens)
 
     def prefix_stats(self):
         """Any rank: the index's counts (the same on every rank after a

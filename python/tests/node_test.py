@@ -1079,14 +1079,14 @@ PARAMETERS = {
     "Node.prefix_evict_for_fetch": {"hit": "hit", "keys": "uint64_t[]", "need_pages": "uint64_t"},
     "Node.prefix_stats": {},
     "Node.request_rows": {"request": "uint64_t", "pages": "int64_t[]", "tokens": "uint64_t",
-                          "reuse_tokens": "uint64_t"},
+                          "reuse_tokens": "uint64_t", "window_tokens": "uint64_t"},
     "Node.import_admit": {"request": "uint64_t", "pages": "int64_t[]", "tokens": "uint64_t",
-                          "reuse_tokens": "uint64_t"},
+                          "reuse_tokens": "uint64_t", "window_tokens": "uint64_t"},
     "Node.send_request": {"link": "comm", "request": "uint64_t", "pages": "int64_t[]",
                           "tokens": "uint64_t", "peers": "int32_t[]"},
     "Node.receive_request": {"link": "comm", "request": "uint64_t", "pages": "int64_t[]",
                              "tokens": "uint64_t", "peers": "int32_t[]",
-                             "reuse_tokens": "uint64_t"},
+                             "reuse_tokens": "uint64_t", "window_tokens": "uint64_t"},
     "Node.free_window_pages": {"droppable": "bool"},
     "View.__dlpack__": {"stream": "uintptr_t"},
     "View.__dlpack_device__": {},
@@ -1190,14 +1190,15 @@ class ExactTypes(unittest.TestCase):
                 **dict(dict(need_pages=0, need_window_pages=0), **k)),
             "Node.release": lambda **k: node.release(**dict(dict(step=0, stream=None), **k)),
             "Node.request_rows": lambda **k: node.request_rows(
-                **dict(dict(request=1, pages=[3], tokens=1, reuse_tokens=0), **k)),
+                **dict(dict(request=1, pages=[3], tokens=1, reuse_tokens=0, window_tokens=0), **k)),
             "Node.import_admit": lambda **k: node.import_admit(
-                **dict(dict(request=1, pages=[3], tokens=1, reuse_tokens=0), **k)),
+                **dict(dict(request=1, pages=[3], tokens=1, reuse_tokens=0, window_tokens=0),
+                       **k)),
             "Node.send_request": lambda **k: node.send_request(
                 **dict(dict(link=node._comm, request=1, pages=[3], tokens=1, peers=[1]), **k)),
             "Node.receive_request": lambda **k: node.receive_request(
                 **dict(dict(link=node._comm, request=1, pages=[3], tokens=1, peers=[1],
-                            reuse_tokens=0), **k)),
+                            reuse_tokens=0, window_tokens=0), **k)),
             "View.__dlpack__": lambda **k: view.__dlpack__(**k),
             "Comm.set_timeout_ms": lambda **k: node._comm.set_timeout_ms(**k),
             # Refused before any communicator is made (mpi4py and NCCL are

@@ -109,19 +109,23 @@ uint64_t key_of(const kvs_node_rows &r, const Prompt &p, uint64_t P, kvs_state_r
 }
 
 std::vector<kvs_node_rows> rows_of(kvs_node_t node, const Prompt &p,
-                                   const std::vector<int64_t> &pages, uint64_t reuse) {
+                                   const std::vector<int64_t> &pages, uint64_t reuse,
+                                   uint64_t window_tokens = 0) {
   size_t n = 0;
   kvs_error err;
-  EXPECT_EQ(kvs_node_request_rows(node, p.id, pages.data(), pages.size(), p.tokens, reuse, nullptr,
-                                  0, &n, &err),
-            KVS_OK)
-      << err.message;
+  kvs_node_transfer t{sizeof t, p.id, pages.data(), pages.size(), p.tokens, reuse,
+                      nullptr,  0,    window_tokens};
+  EXPECT_EQ(kvs_node_request_rows(node, &t, nullptr, 0, &n, &err), KVS_OK) << err.message;
   std::vector<kvs_node_rows> rows(n);
-  EXPECT_EQ(kvs_node_request_rows(node, p.id, pages.data(), pages.size(), p.tokens, reuse,
-                                  rows.data(), n, &n, &err),
-            KVS_OK)
-      << err.message;
+  EXPECT_EQ(kvs_node_request_rows(node, &t, rows.data(), n, &n, &err), KVS_OK) << err.message;
   return rows;
+}
+
+// The first page whose window rows move: that of the last max(window_tokens,
+// P - 1) positions (the rule, restated).
+uint64_t first_window_page(uint64_t L, uint64_t P, uint64_t window_tokens) {
+  uint64_t w = window_tokens > P - 1 ? window_tokens : P - 1;
+  return L > w ? (L - w) / P : 0;
 }
 
 // Every thread's comms: its node's group and the link (prefill ranks
@@ -164,7 +168,7 @@ void run_pd(
 // What a decode rank of `layers` layers (all of the small model's) must
 // receive for L tokens past `reuse`, from the geometry alone.
 uint64_t expected_bytes(kvs_node_t node, uint64_t L, uint64_t reuse, bool tail_states,
-                        kvs_state_rings rings, bool fp8) {
+                        kvs_state_rings rings, bool fp8, uint64_t window_tokens) {
   const uint64_t P = kvs_node_page(node);
   const kvs_geometry g = fp8 ? kvs_test::small_model_fp8() : small_model();
   const uint64_t hd = g.head_dim, ihd = g.index_head_dim;
@@ -173,7 +177,7 @@ uint64_t expected_bytes(kvs_node_t node, uint64_t L, uint64_t reuse, bool tail_s
   const uint64_t kv_row = fp8 ? hd - 64 + 64 * 2 + 8 : hd * 2;
   const uint64_t idx_row = fp8 ? ihd + 4 * ihd / 128 : ihd * 2;
   uint64_t pages = (L + P - 1) / P - reuse / P;
-  uint64_t lo = L > P ? (L - P + 1) / P : 0;
+  uint64_t lo = first_window_page(L, P, window_tokens);
   if (lo < reuse / P) lo = reuse / P;
   uint64_t tails = (L - 1) / P + 1 - lo;
   uint64_t sum = 0;
@@ -200,7 +204,8 @@ struct Scenario {
   kvs_state_rings rings = KVS_STATE_RINGS_PER_REQUEST;
   int requests = 24;
   bool fp8 = false;
-  bool ascending = false;  // every side's pages in order: one message per pool and layer
+  uint64_t window_tokens = 0;  // > P - 1: the decode side keeps an earlier page's window
+  bool ascending = false;      // every side's pages in order: one message per pool and layer
   // A planted fault on one decode rank for one request (-1: none).
   int plant_request = -1, plant_rank = 1;
   kvs_transfer_plant plant{KVS_XFER_COMPRESSED_4, 1, 1};  // layer 3's first page
@@ -270,7 +275,7 @@ void scenario(const Scenario &sc, Totals *tot) {
       hit.size = sizeof hit;
       if (prefill) {
         for (uint64_t b = 0; b < n_pages; b++) pages.push_back(free_pages[b]);
-        uint64_t lo = q.tokens > P ? (q.tokens - P + 1) / P : 0;
+        uint64_t lo = first_window_page(q.tokens, P, sc.window_tokens);
         if (leader) {
           int64_t slot;
           ASSERT_EQ(kvs_node_admit(node, q.id, &slot, &err), KVS_OK) << err.message;
@@ -278,7 +283,7 @@ void scenario(const Scenario &sc, Totals *tot) {
               << err.message;
         }
         ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-        for (const kvs_node_rows &r : rows_of(node, q, pages, 0))
+        for (const kvs_node_rows &r : rows_of(node, q, pages, 0, sc.window_tokens))
           fill(r, key_of(r, q, P, sc.rings));
         kvs_node_transfer t{sizeof t, q.id, pages.data(), pages.size(),
                             q.tokens, 0,    peers.data(), peers.size()};
@@ -320,10 +325,9 @@ void scenario(const Scenario &sc, Totals *tot) {
           ASSERT_EQ(kvs_node_prefix_acquire(node, q.id, &hit, &err), KVS_OK) << err.message;
         }
         int64_t slot;
-        ASSERT_EQ(kvs_node_import_admit(node, q.id, pages.data(), pages.size(), q.tokens, reuse,
-                                        &slot, &err),
-                  KVS_OK)
-            << err.message;
+        kvs_node_transfer t{sizeof t, q.id, pages.data(),    pages.size(), q.tokens, reuse,
+                            nullptr,  0,    sc.window_tokens};
+        ASSERT_EQ(kvs_node_import_admit(node, &t, &slot, &err), KVS_OK) << err.message;
         std::lock_guard<std::mutex> hold(decided->m);
         decided->pages[index] = {pages, reuse};
       }
@@ -333,8 +337,8 @@ void scenario(const Scenario &sc, Totals *tot) {
         pages = decided->pages[index].first;
         reuse = decided->pages[index].second;
       }
-      kvs_node_transfer t{sizeof t, q.id,  pages.data(), pages.size(),
-                          q.tokens, reuse, peers.data(), peers.size()};
+      kvs_node_transfer t{sizeof t, q.id,         pages.data(), pages.size(),    q.tokens,
+                          reuse,    peers.data(), peers.size(), sc.window_tokens};
       kvs_node_transfer_report rep{};
       rep.size = sizeof rep;
       bool planted = index == sc.plant_request && rank == sc.plant_rank;
@@ -363,11 +367,18 @@ void scenario(const Scenario &sc, Totals *tot) {
       ASSERT_EQ(s, KVS_OK) << "request " << q.id << " on decode rank " << rank << ": "
                            << err.message;
       tot->agreed++;
-      EXPECT_EQ(rep.bytes, expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8))
+      const uint64_t w = sc.window_tokens;
+      EXPECT_EQ(rep.bytes, expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w))
           << "request " << q.id << " reuse " << reuse;
       EXPECT_EQ(rep.reused_bytes,
-                expected_bytes(node, q.tokens, 0, true, sc.rings, sc.fp8) -
-                    expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8));
+                expected_bytes(node, q.tokens, 0, true, sc.rings, sc.fp8, w) -
+                    expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w));
+      // What moved arrived: every unit past the hit, the extra windows too.
+      for (const kvs_node_rows &r : rows_of(node, q, pages, reuse, w)) {
+        EXPECT_TRUE(holds(r, key_of(r, q, P, sc.rings)))
+            << "request " << q.id << ": " << r.view << " layer " << r.layer << " positions "
+            << r.first_token << ".." << r.end_token << (r.tail_state ? " (tail state)" : "");
+      }
       EXPECT_GE(rep.wire_bytes, rep.bytes);
       if (sc.ascending && index == 0) {
         // Fresh nodes, consecutive pages and window pages on both sides:
@@ -387,8 +398,13 @@ void scenario(const Scenario &sc, Totals *tot) {
       }
       if (leader) {
         // Cache its full pages (the last one keeps its window as the
-        // tail), then it finishes.
+        // tail; with window_tokens, up to the first page whose window
+        // came), then it finishes.
         size_t full = q.tokens / P < pages.size() ? q.tokens / P : pages.size();
+        if (w > P - 1) {
+          size_t kept = first_window_page(q.tokens, P, w) + 1;
+          if (kept < full) full = kept;
+        }
         size_t first = reuse / P;
         if (q.shares && full > first) {
           std::vector<uint8_t> tails(full - first, 0), taken(full - first, 0);
@@ -437,6 +453,17 @@ TEST(NodeTransfer, prefill_tp2_to_decode_tp2_and_rings_per_page) {
   Totals tot;
   scenario(sc, &tot);
   EXPECT_EQ(tot.agreed.load(), 2u * sc.requests);
+}
+
+TEST(NodeTransfer, the_decode_side_asks_for_the_windows_of_the_tail_it_will_keep) {
+  Scenario sc;
+  sc.pd = {{1, 2}, {2, 1}};
+  sc.window_tokens = 3 * 128;
+  sc.requests = 24;
+  Totals tot;
+  scenario(sc, &tot);
+  EXPECT_EQ(tot.agreed.load(), 2u * sc.requests);
+  EXPECT_GT(tot.reused.load(), 0u) << "hits end on pages three windows back";
 }
 
 TEST(NodeTransfer, fp8_pages_move_in_runs_of_consecutive_pages) {
@@ -497,7 +524,8 @@ TEST(NodeTransfer, bad_requests_and_arguments_are_refused_by_name) {
   auto rows_refused = [&](const int64_t *p, size_t np, uint64_t tokens, uint64_t reuse,
                           const char *words) {
     kvs_error e;
-    EXPECT_NE(kvs_node_request_rows(node, 1, p, np, tokens, reuse, nullptr, 0, &n, &e), KVS_OK);
+    kvs_node_transfer rt{sizeof rt, 1, p, np, tokens, reuse, nullptr, 0, 0};
+    EXPECT_NE(kvs_node_request_rows(node, &rt, nullptr, 0, &n, &e), KVS_OK);
     EXPECT_NE(std::string(e.message).find(words), std::string::npos) << e.message;
   };
   rows_refused(pages, 3, 0, 0, "tokens is 0");
@@ -514,8 +542,8 @@ TEST(NodeTransfer, bad_requests_and_arguments_are_refused_by_name) {
   ASSERT_EQ(kvs_node_admit(node, 1, &slot, &err), KVS_OK);
   ASSERT_EQ(kvs_node_bind_pages(node, 1, pages + 1, 2, &err), KVS_OK) << err.message;
   rows_refused(pages, 3, 128, 0, "not bound to a window page");  // its one page, 4
-  EXPECT_EQ(kvs_node_request_rows(node, 1, pages, 3, 300, 0, nullptr, 0, &n, &err), KVS_OK)
-      << err.message;
+  kvs_node_transfer ok{sizeof ok, 1, pages, 3, 300, 0, nullptr, 0, 0};
+  EXPECT_EQ(kvs_node_request_rows(node, &ok, nullptr, 0, &n, &err), KVS_OK) << err.message;
   EXPECT_GT(n, 0u);
 
   int peers[2] = {0, 0};
@@ -562,7 +590,8 @@ TEST(NodeTransfer, bad_requests_and_arguments_are_refused_by_name) {
   }
   const int64_t more[1] = {9};
   kvs_node_capacity before = c;
-  EXPECT_EQ(kvs_node_import_admit(node, 77, more, 1, 100, 0, &slot, &e), KVS_ERR_EXHAUSTED);
+  kvs_node_transfer other{sizeof other, 77, more, 1, 100, 0, nullptr, 0, 0};
+  EXPECT_EQ(kvs_node_import_admit(node, &other, &slot, &e), KVS_ERR_EXHAUSTED);
   EXPECT_NE(std::string(e.message).find("needs a slot"), std::string::npos) << e.message;
   ASSERT_EQ(kvs_node_capacity_of(node, &c, &err), KVS_OK);
   EXPECT_EQ(c.free_window_pages, before.free_window_pages) << "nothing bound";
