@@ -10,7 +10,7 @@
  *
  *   pd_mpi flow [REQUESTS]   REQUESTS (200) requests of 1..3000 tokens,
  *                            seeded, a share of them in families that
- *                            share a prefix; then one planted fault.
+ *                            share a prefix; then planted faults.
  *   pd_mpi kill K            the same flow, and prefill rank 2 SIGKILLs
  *                            itself when it should send request K (run
  *                            under mpirun --enable-recovery).
@@ -33,11 +33,18 @@
  * request's full pages (tail pages keep their window binding as the
  * block's tail), frees its pages, releases and finishes it (a step).
  *
- * Then a planted fault: decode rank 2's compressed_4 unit 3 lands one page
- * off (kvs_node_receive_planted): every decode rank must refuse with
- * KVS_ERR_CORRUPT naming compressed_4, layer 1, positions 384..511; after
- * the next step the decode node's running count and free window pages are
- * back to what they were before the admission and kvs_node_check passes.
+ * Then planted faults, one request each (tests of the digests through
+ * the contract, pool by pool): decode rank 2's unit of a pool lands one
+ * unit's step off (kvs_node_receive_planted) -- compressed_4 unit 3 (layer
+ * 1's page 3, its pages ascending so page + 1 is the request's next),
+ * window, compressed_128, indexer, the slot's state_4, state_128 and
+ * index_state rings and the state_4 and index_state tail states. Every
+ * decode rank must refuse with KVS_ERR_CORRUPT naming the view, layer and
+ * positions of the first unit that differs (the planted one, or the one
+ * whose place it overwrote when that comes first; the first plant must
+ * name compressed_4, layer 1, positions 384..511); after the next step the
+ * decode node's running count and free window pages are back to what they
+ * were before the admission and kvs_node_check passes.
  *
  * Kill mode: every decode rank's receive of request K must fail within the
  * link's deadline (3 s, plus the checks' slack) naming link rank 2; the
@@ -380,6 +387,11 @@ typedef struct allocator {
 
 static void give(allocator *a, int64_t page) { a->free[a->n++] = page; }
 
+static int descending(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return a < b ? 1 : a > b ? -1 : 0;
+}
+
 /* The leader's decision, broadcast to the decode ranks. */
 typedef struct decision {
   int64_t pages[MAX_PAGES];
@@ -468,6 +480,50 @@ static bool contains(const char *s, const char *part) { return strstr(s, part) !
 
 typedef enum outcome { RECEIVE_OK, RECEIVE_PLANTED, RECEIVE_KILLED } outcome;
 
+/* The planted faults, one request each: a pool's unit-th unit (travel
+ * order among decode rank 2's units of that pool) lands one unit's step
+ * away. The first is the brief's: compressed_4 unit 3, layer 1's page 3. */
+static const kvs_transfer_plant PLANTS[] = {
+    {KVS_XFER_COMPRESSED_4, 3, 1},   {KVS_XFER_WINDOW, 0, 1},    {KVS_XFER_WINDOW, 5, 1},
+    {KVS_XFER_COMPRESSED_128, 1, 1}, {KVS_XFER_INDEXER, 2, 1},   {KVS_XFER_STATE_4, 0, 1},
+    {KVS_XFER_STATE_4, 1, 1},        {KVS_XFER_STATE_128, 0, 1}, {KVS_XFER_INDEX_STATE, 0, 1},
+    {KVS_XFER_INDEX_STATE, 2, 1},
+};
+#define N_PLANTS (sizeof PLANTS / sizeof *PLANTS)
+static const kvs_transfer_plant *g_plant = &PLANTS[0];
+
+/* The unit the decode side must name for the plant among units[0..n)
+ * (request_rows, travel order), and the shift that keeps the plant's
+ * wrong place inside its view: the planted unit, or the unit whose place
+ * the wrong rows overwrote when that one comes first in travel order (the
+ * refusal names the first unit whose digest differed; both differ). */
+static const kvs_node_rows *planted_unit(kvs_node_t node, size_t n, int64_t *shift) {
+  static const char *const names[] = {"window",  "compressed_4", "compressed_128", "indexer",
+                                      "state_4", "state_128",    "index_state"};
+  uint64_t seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    const kvs_node_rows *u = &g_units[i];
+    if (strcmp(u->view, names[g_plant->pool]) != 0 || seen++ != g_plant->unit) continue;
+    *shift = 1;
+    for (size_t v = 0; v < kvs_node_view_count(node); v++) {
+      kvs_node_view view;
+      view.size = sizeof view;
+      if (kvs_node_view_at(node, v, &view, NULL) != KVS_OK || strcmp(view.name, u->view) != 0) {
+        continue;
+      }
+      const unsigned char *end = (const unsigned char *)view.data + view.bytes;
+      if ((const unsigned char *)u->address + 2 * u->bytes > end) *shift = -1;
+    }
+    /* The bf16 units here lie `bytes` apart (transfer_rows.h's step). */
+    const unsigned char *wrong = (const unsigned char *)u->address + *shift * (int64_t)u->bytes;
+    for (size_t j = 0; j < i; j++) {
+      if ((const unsigned char *)g_units[j].address == wrong) return &g_units[j];
+    }
+    return u;
+  }
+  return NULL;
+}
+
 static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allocator *a,
                            const request *r, const int *peers, const widths *w, totals *t,
                            outcome mode) {
@@ -487,8 +543,17 @@ static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allo
   rep.size = sizeof rep;
   double t0 = now_s();
   kvs_status s;
+  const kvs_node_rows *bad = NULL;
+  kvs_node_rows bad_unit;
+  kvs_transfer_plant plant = *g_plant;
+  if (mode == RECEIVE_PLANTED) {
+    bad = planted_unit(node, units_of(node, r, d.pages, d.reuse), &plant.shift);
+    REQUIRE(bad != NULL, "request %llu has no unit %llu of pool %d", (unsigned long long)r->id,
+            (unsigned long long)g_plant->unit, (int)g_plant->pool);
+    bad_unit = *bad;
+    bad = &bad_unit;
+  }
   if (mode == RECEIVE_PLANTED && kvs_node_rank(node) == 2) {
-    kvs_transfer_plant plant = {KVS_XFER_COMPRESSED_4, 3, 1};
     s = kvs_node_receive_planted(node, link, &tr, &plant, &rep, &err);
   } else {
     s = kvs_node_receive_request(node, link, &tr, &rep, &err);
@@ -540,19 +605,26 @@ static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allo
   if (mode == RECEIVE_PLANTED) {
     CHECK(s == KVS_ERR_CORRUPT, "planted request %llu: %s: %s", (unsigned long long)r->id,
           kvs_status_name(s), err.message);
-    CHECK(contains(err.message, "refused on every decode rank") &&
-              contains(err.message, "decode rank 2:") &&
-              contains(err.message, "its compressed_4 rows of layer 1 (positions 384..511)"),
-          "the refusal names the rank, view, layer and positions: %s", err.message);
-    if (kvs_node_rank(node) == 2) {
-      CHECK(rep.view != NULL && strcmp(rep.view, "compressed_4") == 0 && rep.layer == 1 &&
-                rep.first_token == 384 && rep.end_token == 512,
-            "the planted rank's report: %s layer %u positions %llu..%llu",
-            rep.view ? rep.view : "(none)", rep.layer, (unsigned long long)rep.first_token,
-            (unsigned long long)rep.end_token);
+    char names[160];
+    snprintf(names, sizeof names, "its %s%s rows of layer %u (positions %llu..%llu)", bad->view,
+             bad->tail_state ? " tail-state" : "", bad->layer, (unsigned long long)bad->first_token,
+             (unsigned long long)(bad->end_token - 1));
+    if (g_plant == &PLANTS[0]) {
+      CHECK(strcmp(names, "its compressed_4 rows of layer 1 (positions 384..511)") == 0,
+            "the first plant is compressed_4 layer 1's page 3: %s", names);
     }
-    fprintf(stderr, "pd_mpi: rank %d: planted request %llu refused: %s\n", g_rank,
-            (unsigned long long)r->id, err.message);
+    CHECK(contains(err.message, "refused on every decode rank") &&
+              contains(err.message, "decode rank 2:") && contains(err.message, names),
+          "the refusal names the rank and \"%s\": %s", names, err.message);
+    if (kvs_node_rank(node) == 2) {
+      CHECK(rep.view != NULL && strcmp(rep.view, bad->view) == 0 && rep.layer == bad->layer &&
+                rep.first_token == bad->first_token && rep.end_token == bad->end_token,
+            "the planted rank's report: %s layer %u positions %llu..%llu; planted: %s",
+            rep.view ? rep.view : "(none)", rep.layer, (unsigned long long)rep.first_token,
+            (unsigned long long)rep.end_token, names);
+    }
+    fprintf(stderr, "pd_mpi: rank %d: planted request %llu (shift %lld) refused: %s\n", g_rank,
+            (unsigned long long)r->id, (long long)plant.shift, err.message);
   } else {
     char peer[64];
     snprintf(peer, sizeof peer, "from rank %d", VICTIM);
@@ -660,17 +732,23 @@ int main(int argc, char **argv) {
     }
   }
   if (!kill) {
-    /* One planted fault on decode rank 2: unit 3 of compressed_4 one page off. */
-    const uint64_t moved = t.bytes; /* the prefill side counts the planted request's too */
-    request r;
-    memset(&r, 0, sizeof r);
-    r.id = 100000;
-    r.tokens = 1000;
-    for (uint64_t b = 0; b < pages_of(r.tokens); b++) r.keys[b] = mix(0x706c616e74, b);
-    if (prefill) {
-      prefill_request(node, link, &r, peers, &w, &t, -1);
-    } else {
-      decode_request(node, side, link, &a, &r, peers, &w, &t, RECEIVE_PLANTED);
+    /* Planted faults on decode rank 2, one request each. */
+    const uint64_t moved = t.bytes; /* the prefill side counts the planted requests' too */
+    /* Pages in ascending order from here: the first plant's page + 1 is
+     * the request's next page, so unit 3 is the first that differs. */
+    if (a.free != NULL) qsort(a.free, a.n, sizeof *a.free, descending);
+    for (size_t i = 0; i < N_PLANTS; i++) {
+      g_plant = &PLANTS[i];
+      request r;
+      memset(&r, 0, sizeof r);
+      r.id = 100000 + i;
+      r.tokens = 1000;
+      for (uint64_t b = 0; b < pages_of(r.tokens); b++) r.keys[b] = mix(mix(0x706c616e74, i), b);
+      if (prefill) {
+        prefill_request(node, link, &r, peers, &w, &t, -1);
+      } else {
+        decode_request(node, side, link, &a, &r, peers, &w, &t, RECEIVE_PLANTED);
+      }
     }
     /* Both sides' bytes agree: what the prefill ranks sent, the decode
      * ranks received. */

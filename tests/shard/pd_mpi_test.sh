@@ -3,8 +3,9 @@
 # node on world ranks 0-3 (tp 1 x pp 4), decode node on 4-7 (tp 4).
 #   flow   200 requests with decode-side prefix reuse, every unit's rows
 #          compared and every report's bytes checked against the rule; then
-#          a planted wrong page refused on every decode rank, the decode
-#          node consistent after.
+#          a wrong page planted in each pool (one request each) refused on
+#          every decode rank naming its unit, the decode node consistent
+#          after each.
 #   kill   prefill rank 2 SIGKILLs itself when it should send request 5,
 #          under mpirun --enable-recovery (the launcher keeps the job
 #          alive): every decode rank refuses the request within the link's
@@ -28,10 +29,12 @@ case $MODE in
       grep -Eq "^pd_mpi: rank $r: ok " "$OUT" || fail "rank $r did not report ok"
     done
     for r in 4 5 6 7; do
-      grep -q "^pd_mpi: rank $r: planted request 100000 refused: .*decode rank 2: .*its compressed_4 rows of layer 1 (positions 384..511)" "$ERR" ||
+      grep -q "^pd_mpi: rank $r: planted request 100000 (shift 1) refused: .*decode rank 2: .*its compressed_4 rows of layer 1 (positions 384..511)" "$ERR" ||
         fail "decode rank $r did not refuse the planted request naming its unit"
-      grep -q "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR" ||
-        fail "decode rank $r: the node was not consistent after the refusal"
+      [ "$(grep -c "^pd_mpi: rank $r: planted request 1000[0-9][0-9] (shift -\?1) refused: " "$ERR")" -eq 10 ] ||
+        fail "decode rank $r did not refuse all 10 planted requests"
+      [ "$(grep -c "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR")" -eq 10 ] ||
+        fail "decode rank $r: the node was not consistent after each refusal"
     done
     line=$(grep '^pd_mpi: decode leader: ' "$OUT")
     echo "$line" | grep -Eq ' [1-9][0-9]* hits reusing ' || fail "no request reused a prefix: $line"
