@@ -44,7 +44,11 @@
  * whose place it overwrote when that comes first; the first plant must
  * name compressed_4, layer 1, positions 384..511); after the next step the
  * decode node's running count and free window pages are back to what they
- * were before the admission and kvs_node_check passes.
+ * were before the admission and kvs_node_check passes. Last, a refusal
+ * that gives back a hit: a request of 5 full pages is cached (its last
+ * page's tail kept), another with the same first keys hits its 640
+ * tokens exactly and is planted; after the refusal the prefix cache's
+ * paths, references, blocks and tails are what they were before it.
  *
  * Kill mode: every decode rank's receive of request K must fail within the
  * link's deadline (3 s, plus the checks' slack) naming link rank 2; the
@@ -491,6 +495,17 @@ static const kvs_transfer_plant PLANTS[] = {
 };
 #define N_PLANTS (sizeof PLANTS / sizeof *PLANTS)
 static const kvs_transfer_plant *g_plant = &PLANTS[0];
+/* The reuse the next request must get (-1: any). */
+static int64_t g_want_reuse = -1;
+
+static kvs_node_prefix_counts prefix_counts(kvs_node_t node) {
+  kvs_node_prefix_counts c;
+  memset(&c, 0, sizeof c);
+  c.size = sizeof c;
+  kvs_error err;
+  REQUIRE(kvs_node_prefix_stats(node, &c, &err) == KVS_OK, "prefix stats: %s", err.message);
+  return c;
+}
 
 /* The unit the decode side must name for the plant among units[0..n)
  * (request_rows, travel order), and the shift that keeps the plant's
@@ -533,9 +548,14 @@ static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allo
   if (leader) make_room(node, a, n);
   step(node, "decode room");
   kvs_node_capacity before = capacity(node);
+  kvs_node_prefix_counts cached = prefix_counts(node);
   decision d;
   if (leader) decode_admit(node, a, r, &d, t);
   MPI_Bcast(&d, (int)sizeof d, MPI_BYTE, 0, side);
+  if (g_want_reuse >= 0) {
+    CHECK(d.reuse == (uint64_t)g_want_reuse, "request %llu reuses %llu tokens, not %lld",
+          (unsigned long long)r->id, (unsigned long long)d.reuse, (long long)g_want_reuse);
+  }
   step(node, "decode admit");
   kvs_node_transfer tr = {sizeof tr, r->id, d.pages, n, r->tokens, d.reuse, peers, SIDE_RANKS};
   kvs_node_transfer_report rep;
@@ -641,6 +661,15 @@ static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allo
   }
   step(node, "decode after refusal");
   kvs_node_capacity after = capacity(node);
+  kvs_node_prefix_counts now = prefix_counts(node);
+  CHECK(now.holds == cached.holds && now.refs == cached.refs && now.blocks == cached.blocks &&
+            now.tails == cached.tails,
+        "after the refusal of request %llu (reuse %llu): the prefix cache holds %llu paths, %llu "
+        "refs, %llu blocks, %llu tails; before its admission %llu, %llu, %llu, %llu",
+        (unsigned long long)r->id, (unsigned long long)d.reuse, (unsigned long long)now.holds,
+        (unsigned long long)now.refs, (unsigned long long)now.blocks, (unsigned long long)now.tails,
+        (unsigned long long)cached.holds, (unsigned long long)cached.refs,
+        (unsigned long long)cached.blocks, (unsigned long long)cached.tails);
   CHECK(after.running == before.running && after.free_window_pages == before.free_window_pages,
         "after the refusal: %llu running, %llu free window pages; before the admission %llu and "
         "%llu",
@@ -750,6 +779,34 @@ int main(int argc, char **argv) {
         decode_request(node, side, link, &a, &r, peers, &w, &t, RECEIVE_PLANTED);
       }
     }
+    /* A refusal that gives back a hit: request 200000 (5 full pages) is
+     * cached with its last page's tail; request 200001 shares its keys,
+     * hits 640 tokens exactly, and its first compressed_4 unit past the
+     * hit is planted. The refusal releases the hit: the cache's paths,
+     * references, blocks and tails are what they were before. */
+    request shared[2];
+    for (int k = 0; k < 2; k++) {
+      memset(&shared[k], 0, sizeof shared[k]);
+      shared[k].id = 200000 + (uint64_t)k;
+      shared[k].tokens = k == 0 ? 5 * PAGE : 1000;
+      uint64_t chain = 0x7368617265;
+      for (uint64_t b = 0; b < pages_of(shared[k].tokens); b++) {
+        chain = mix(chain, b < 5 ? mix(0x5eed5, b) : mix(shared[k].id, b));
+        shared[k].keys[b] = chain;
+      }
+    }
+    const kvs_transfer_plant hit_plant = {KVS_XFER_COMPRESSED_4, 0, 1};
+    for (int k = 0; k < 2; k++) {
+      g_plant = &hit_plant;
+      g_want_reuse = k == 0 ? 0 : 5 * PAGE;
+      if (prefill) {
+        prefill_request(node, link, &shared[k], peers, &w, &t, -1);
+      } else {
+        decode_request(node, side, link, &a, &shared[k], peers, &w, &t,
+                       k == 0 ? RECEIVE_OK : RECEIVE_PLANTED);
+      }
+    }
+    g_want_reuse = -1;
     /* Both sides' bytes agree: what the prefill ranks sent, the decode
      * ranks received. */
     uint64_t mine[2] = {prefill ? moved : 0, prefill ? 0 : moved}, sum[2] = {0, 0};

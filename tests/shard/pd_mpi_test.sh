@@ -5,7 +5,8 @@
 #          compared and every report's bytes checked against the rule; then
 #          a wrong page planted in each pool (one request each) refused on
 #          every decode rank naming its unit, the decode node consistent
-#          after each.
+#          after each; and one planted past a prefix hit, whose refusal
+#          gives the hit back.
 #   kill   prefill rank 2 SIGKILLs itself when it should send request 5,
 #          under mpirun --enable-recovery (the launcher keeps the job
 #          alive): every decode rank refuses the request within the link's
@@ -33,7 +34,9 @@ case $MODE in
         fail "decode rank $r did not refuse the planted request naming its unit"
       [ "$(grep -c "^pd_mpi: rank $r: planted request 1000[0-9][0-9] (shift -\?1) refused: " "$ERR")" -eq 10 ] ||
         fail "decode rank $r did not refuse all 10 planted requests"
-      [ "$(grep -c "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR")" -eq 10 ] ||
+      grep -q "^pd_mpi: rank $r: planted request 200001 (shift 1) refused: .*its compressed_4 rows of layer 1 (positions 640..767)" "$ERR" ||
+        fail "decode rank $r did not refuse the planted request past a hit"
+      [ "$(grep -c "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR")" -eq 11 ] ||
         fail "decode rank $r: the node was not consistent after each refusal"
     done
     line=$(grep '^pd_mpi: decode leader: ' "$OUT")
