@@ -49,6 +49,10 @@
  * page's tail kept), another with the same first keys hits its 640
  * tokens exactly and is planted; after the refusal the prefix cache's
  * paths, references, blocks and tails are what they were before it.
+ * And a request the two sides disagree on (the prefill side sends 999
+ * tokens, the decode side admitted 1000): every decode rank refuses it in
+ * its header, and every prefill rank's send must fail saying so (it
+ * returned KVS_OK with nothing moved before the fix).
  *
  * Kill mode: every decode rank's receive of request K must fail within the
  * link's deadline (3 s, plus the checks' slack) naming link rank 2; the
@@ -313,6 +317,9 @@ typedef struct totals {
   double seconds;
 } totals;
 
+/* The tokens the prefill side sends the next request with (0: its own). */
+static uint64_t g_send_tokens = 0;
+
 /* False when the request's send failed (a dead prefill peer): the prefill
  * node, a rank short, steps no more. */
 static bool prefill_request(kvs_node_t node, kvs_comm_t link, const request *r, const int *peers,
@@ -343,11 +350,24 @@ static bool prefill_request(kvs_node_t node, kvs_comm_t link, const request *r, 
     raise(SIGKILL);
   }
   kvs_node_transfer tr = {sizeof tr, r->id, pages, n, r->tokens, 0, peers, SIDE_RANKS};
+  if (g_send_tokens != 0) tr.tokens = g_send_tokens;
   kvs_node_transfer_report rep;
   memset(&rep, 0, sizeof rep);
   rep.size = sizeof rep;
   kvs_status s = kvs_node_send_request(node, link, &tr, &rep, &err);
-  if (kill_at >= 0 && (uint64_t)kill_at == r->id) {
+  if (g_send_tokens != 0) {
+    /* The decode side refused the request in its header (the two sides'
+     * tokens differ): nothing moved, and the send must say so. */
+    CHECK(s != KVS_OK && rep.bytes == 0,
+          "send of request %llu with %llu tokens to decode ranks that expect %llu: %s (%llu bytes "
+          "sent, %llu units): %s",
+          (unsigned long long)r->id, (unsigned long long)tr.tokens, (unsigned long long)r->tokens,
+          kvs_status_name(s), (unsigned long long)rep.bytes, (unsigned long long)rep.units,
+          s == KVS_OK ? "KVS_OK" : err.message);
+    fprintf(stderr, "pd_mpi: rank %d: send of request %llu refused by the decode side: %s: %s\n",
+            g_rank, (unsigned long long)r->id, kvs_status_name(s),
+            s == KVS_OK ? "(no message)" : err.message);
+  } else if (kill_at >= 0 && (uint64_t)kill_at == r->id) {
     /* A prefill peer is dead: the send fails within the link's deadline. */
     CHECK(s != KVS_OK, "send of request %llu succeeded with prefill rank %d dead",
           (unsigned long long)r->id, VICTIM);
@@ -482,7 +502,7 @@ static void decode_retire(kvs_node_t node, allocator *a, const request *r, const
 
 static bool contains(const char *s, const char *part) { return strstr(s, part) != NULL; }
 
-typedef enum outcome { RECEIVE_OK, RECEIVE_PLANTED, RECEIVE_KILLED } outcome;
+typedef enum outcome { RECEIVE_OK, RECEIVE_PLANTED, RECEIVE_KILLED, RECEIVE_REFUSED } outcome;
 
 /* The planted faults, one request each: a pool's unit-th unit (travel
  * order among decode rank 2's units of that pool) lands one unit's step
@@ -645,6 +665,13 @@ static void decode_request(kvs_node_t node, MPI_Comm side, kvs_comm_t link, allo
     }
     fprintf(stderr, "pd_mpi: rank %d: planted request %llu (shift %lld) refused: %s\n", g_rank,
             (unsigned long long)r->id, (long long)plant.shift, err.message);
+  } else if (mode == RECEIVE_REFUSED) {
+    CHECK(s == KVS_ERR_INVALID_ARGUMENT && contains(err.message, "refused on every decode rank") &&
+              contains(err.message, "tokens"),
+          "request %llu sent with other tokens: %s: %s", (unsigned long long)r->id,
+          kvs_status_name(s), err.message);
+    fprintf(stderr, "pd_mpi: rank %d: request %llu (other tokens) refused: %s\n", g_rank,
+            (unsigned long long)r->id, err.message);
   } else {
     char peer[64];
     snprintf(peer, sizeof peer, "from rank %d", VICTIM);
@@ -807,6 +834,19 @@ int main(int argc, char **argv) {
       }
     }
     g_want_reuse = -1;
+    /* The two sides disagree on a request's tokens (the prefill side sends
+     * one fewer, in as many pages): every decode rank refuses it in its
+     * header; the prefill ranks must learn that nothing moved. */
+    request odd;
+    make_request(300000, &odd);
+    odd.tokens = 1000;
+    g_send_tokens = odd.tokens - 1;
+    if (prefill) {
+      prefill_request(node, link, &odd, peers, &w, &t, -1);
+    } else {
+      decode_request(node, side, link, &a, &odd, peers, &w, &t, RECEIVE_REFUSED);
+    }
+    g_send_tokens = 0;
     /* Both sides' bytes agree: what the prefill ranks sent, the decode
      * ranks received. */
     uint64_t mine[2] = {prefill ? moved : 0, prefill ? 0 : moved}, sum[2] = {0, 0};

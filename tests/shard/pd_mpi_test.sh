@@ -5,8 +5,9 @@
 #          compared and every report's bytes checked against the rule; then
 #          a wrong page planted in each pool (one request each) refused on
 #          every decode rank naming its unit, the decode node consistent
-#          after each; and one planted past a prefix hit, whose refusal
-#          gives the hit back.
+#          after each; one planted past a prefix hit, whose refusal gives
+#          the hit back; and a request sent with other tokens than the
+#          decode side admitted, refused there and reported by every send.
 #   kill   prefill rank 2 SIGKILLs itself when it should send request 5,
 #          under mpirun --enable-recovery (the launcher keeps the job
 #          alive): every decode rank refuses the request within the link's
@@ -29,6 +30,10 @@ case $MODE in
     for ((r = 0; r < NP; r++)); do
       grep -Eq "^pd_mpi: rank $r: ok " "$OUT" || fail "rank $r did not report ok"
     done
+    for r in 0 1 2 3; do
+      grep -q "^pd_mpi: rank $r: send of request 300000 refused by the decode side: KVS_ERR_INVALID_ARGUMENT: .*decode link rank 4 refused it" "$ERR" ||
+        fail "prefill rank $r's send did not say the decode side refused request 300000"
+    done
     for r in 4 5 6 7; do
       grep -q "^pd_mpi: rank $r: planted request 100000 (shift 1) refused: .*decode rank 2: .*its compressed_4 rows of layer 1 (positions 384..511)" "$ERR" ||
         fail "decode rank $r did not refuse the planted request naming its unit"
@@ -36,7 +41,9 @@ case $MODE in
         fail "decode rank $r did not refuse all 10 planted requests"
       grep -q "^pd_mpi: rank $r: planted request 200001 (shift 1) refused: .*its compressed_4 rows of layer 1 (positions 640..767)" "$ERR" ||
         fail "decode rank $r did not refuse the planted request past a hit"
-      [ "$(grep -c "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR")" -eq 11 ] ||
+      grep -q "^pd_mpi: rank $r: request 300000 (other tokens) refused: " "$ERR" ||
+        fail "decode rank $r did not refuse the request sent with other tokens"
+      [ "$(grep -c "^pd_mpi: rank $r: decode node consistent after the refusal" "$ERR")" -eq 12 ] ||
         fail "decode rank $r: the node was not consistent after each refusal"
     done
     line=$(grep '^pd_mpi: decode leader: ' "$OUT")
