@@ -885,6 +885,7 @@ int main(int argc, char **argv) {
     MPI_Barrier(alive);
     _exit(g_failures == 0 ? 0 : 1);
   }
+  free(a.free);
   kvs_node_destroy(node);
   kvs_comm_destroy(link);
   kvs_comm_destroy(node_comm);
