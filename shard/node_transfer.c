@@ -608,11 +608,29 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   if (status == KVS_OK) status = headers_move(&s, link, false, pages, &r.wire_bytes, err);
   views vs;
   if (status == KVS_OK) views_of(node, &vs);
+  /* A decode rank that refused the request in its header, or whose
+   * header does not pair with this one, takes no rows: the send says so
+   * (the first such rank) instead of succeeding with nothing moved. */
+  kvs_status refused = KVS_OK;
+  kvs_error refusal;
+  kvs_error_clear(&refusal);
   for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
     pair *p = &s.pairs[i];
     const wire_header *d = p->theirs;
-    p->ok = mine == KVS_OK && d->status == 0 && mismatch(own, d) == NULL &&
-            d->first_layer < d->end_layer;
+    const char *differs = d->status != 0 ? NULL : mismatch(own, d);
+    if (mine == KVS_OK && refused == KVS_OK && (d->status != 0 || differs != NULL)) {
+      refused = d->status != 0 ? (kvs_status)d->status : KVS_ERR_INVALID_ARGUMENT;
+      if (d->status != 0) {
+        kvs_error_set(&refusal, refused, "request %llu: decode link rank %d refused it: %.*s",
+                      (unsigned long long)transfer->request, p->peer, (int)(REASON_BYTES - 1),
+                      d->reason);
+      } else {
+        kvs_error_set(&refusal, refused,
+                      "request %llu: decode link rank %d's header differs from this rank's: %s",
+                      (unsigned long long)transfer->request, p->peer, differs);
+      }
+    }
+    p->ok = mine == KVS_OK && d->status == 0 && differs == NULL && d->first_layer < d->end_layer;
     if (!p->ok) continue;
     p->lo = d->first_layer;
     p->hi = d->end_layer;
@@ -634,20 +652,8 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   }
   if (status == KVS_OK) status = digests_move(&s, link, true, &r.wire_bytes, err);
   if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
-  /* A decode rank that refused, or whose request is another, is this
-   * call's failure too (the others got their rows). */
-  for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
-    const wire_header *d = s.pairs[i].theirs;
-    const char *m = d->status == 0 ? mismatch(own, d) : NULL;
-    if (d->status != 0) {
-      status = kvs_error_set(err, (kvs_status)d->status,
-                             "request %llu: decode link rank %d refused it: %s",
-                             (unsigned long long)transfer->request, s.pairs[i].peer, d->reason);
-    } else if (m != NULL) {
-      status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                             "request %llu: decode link rank %d differs in its %s",
-                             (unsigned long long)transfer->request, s.pairs[i].peer, m);
-    }
+  if (status == KVS_OK && refused != KVS_OK) {
+    status = kvs_error_set(err, refused, "%s", refusal.message);
   }
   count_units(&s, &r);
   r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;

@@ -28,6 +28,9 @@ _Static_assert(KVS_MPI_CHUNK_BYTES > 0 && KVS_MPI_CHUNK_BYTES <= (size_t)INT32_M
  * message of the program's own can match it. */
 #define EXCHANGE_TAG 0x6b77
 
+/* Pieces an exchange tests at once, from its first pending one. */
+#define TEST_WINDOW 256
+
 /* One posted piece of an exchange. */
 typedef struct piece {
   size_t transfer; /* its transfer's index in the batch */
@@ -326,10 +329,21 @@ static kvs_status mpi_exchange(void *vctx, const kvs_comm_transfer *t, size_t n,
     }
   }
   kvs_wait w = kvs_wait_begin_bytes(timeout_ms, bytes);
-  int left = posted;
+  int left = posted, first = 0;
   while (left > 0) {
+    /* Tests a window from the first piece still pending: MPI_Testsome
+     * scans every request it is given, so testing all of a batch of many
+     * pieces costs a poll the batch's size and the wait grows as its
+     * square (32K pieces: seconds). Pieces past the window progress all
+     * the same (MPI's progress runs on any test) and are seen as the
+     * window reaches them. */
+    while (first < posted && ctx->requests[first] == MPI_REQUEST_NULL) first++;
+    int span = posted - first < TEST_WINDOW ? posted - first : TEST_WINDOW;
     int done = 0;
-    int code = MPI_Testsome(posted, ctx->requests, &done, ctx->completed, ctx->statuses);
+    int code = MPI_Testsome(span, ctx->requests + first, &done, ctx->completed, ctx->statuses);
+    if (done != MPI_UNDEFINED) {
+      for (int j = 0; j < done; j++) ctx->completed[j] += first;
+    }
     if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
       char text[MPI_MAX_ERROR_STRING], list[KVS_ERROR_MESSAGE_MAX / 2];
       mpi_message(code, text, sizeof text);
