@@ -39,6 +39,9 @@
 
 #define WIRE_MAGIC 0x3172656678737666ull /* "kvsxfer1", little-endian */
 #define REASON_BYTES KVS_ERROR_MESSAGE_MAX
+/* A message's bytes at most (one unit may be larger), and a round's at
+ * least: what stays in a last-level cache between the copy and the hash. */
+#define KVS_XFER_PIECE_BYTES ((uint64_t)4 << 20)
 
 /* A header, then the sender's block table (ceil(tokens / page) pages),
  * then the window page each is bound to (-1: none). */
@@ -341,21 +344,6 @@ static uint64_t unit_seed(const kvs_xfer_unit *u) {
   return kvs_mix64(kvs_mix64(h, u->first_token), u->end_token);
 }
 
-/* The digests of units[0..n) through the contract; false (with *bad the
- * unit) when one has no rows on this rank. */
-static bool digests_of(const struct kvs_node *node, const views *vs, const kvs_xfer_side *side,
-                       const kvs_xfer_unit *units, size_t n, uint64_t *out, size_t *bad) {
-  for (size_t i = 0; i < n; i++) {
-    const unsigned char *rows = contract_rows(node, vs, side, &units[i]);
-    if (rows == NULL) {
-      *bad = i;
-      return false;
-    }
-    out[i] = XXH3_64bits_withSeed(rows, (size_t)units[i].bytes, unit_seed(&units[i]));
-  }
-  return true;
-}
-
 /* ---- a pair's units and runs ---- */
 
 typedef struct pair {
@@ -368,6 +356,10 @@ typedef struct pair {
   size_t n;
   uint64_t *digests; /* the prefill side's, one per unit */
   uint64_t *here;    /* the decode side's own, one per unit */
+  size_t *pieces;    /* the units' end of each message */
+  size_t n_pieces;
+  size_t *rounds; /* the pieces' end of each round */
+  size_t n_rounds;
 } pair;
 
 static const int64_t *header_pages(const wire_header *h) {
@@ -384,6 +376,48 @@ static int64_t *own_pages(wire_header *h) { return (int64_t *)(void *)(h + 1); }
 static kvs_xfer_side side_from(const wire_header *h, uint64_t pages) {
   kvs_xfer_side s = {header_pages(h), (size_t)pages, header_pages(h) + pages, h->slot};
   return s;
+}
+
+/* Units i and i + 1 lie one step apart on both sides: one message. */
+static bool joins(const pair *p, size_t i) {
+  const kvs_xfer_unit *a = &p->mine[i], *b = &p->mine[i + 1];
+  return a->pool == b->pool && a->tail == b->tail && a->layer == b->layer && a->step == b->step &&
+         b->index == a->index + 1 && p->peer_u[i + 1].index == p->peer_u[i].index + 1;
+}
+
+/* The bytes of units [first, end) as one message. */
+static uint64_t span_bytes(const pair *p, size_t first, size_t end) {
+  return (end - 1 - first) * p->mine[first].step + p->mine[end - 1].bytes;
+}
+
+/* Cuts the pair's units into messages (runs of joined units, at most
+ * KVS_XFER_PIECE_BYTES each unless one unit is larger) and the messages
+ * into rounds of about that many bytes: each round's rows are hashed on
+ * both sides just after they moved, while they are still in cache. Both
+ * sides cut alike: the cut reads both sides' indices and the one shape. */
+static kvs_status cut(pair *p, kvs_error *err) {
+  p->pieces = calloc(p->n ? p->n : 1, sizeof *p->pieces);
+  p->rounds = calloc(p->n ? p->n : 1, sizeof *p->rounds);
+  if (p->pieces == NULL || p->rounds == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu messages", p->n);
+  }
+  p->n_pieces = p->n_rounds = 0;
+  uint64_t in_round = 0;
+  for (size_t i = 0; i < p->n;) {
+    size_t end = i + 1;
+    while (end < p->n && joins(p, end - 1) && span_bytes(p, i, end + 1) <= KVS_XFER_PIECE_BYTES) {
+      end++;
+    }
+    p->pieces[p->n_pieces++] = end;
+    in_round += span_bytes(p, i, end);
+    if (in_round >= KVS_XFER_PIECE_BYTES) {
+      p->rounds[p->n_rounds++] = p->n_pieces;
+      in_round = 0;
+    }
+    i = end;
+  }
+  if (in_round > 0) p->rounds[p->n_rounds++] = p->n_pieces;
+  return KVS_OK;
 }
 
 static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *shape,
@@ -411,7 +445,7 @@ static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *s
                            (unsigned long long)(p->mine[i].end_token - 1));
     }
   }
-  return KVS_OK;
+  return cut(p, err);
 }
 
 static void pair_free(pair *p) {
@@ -419,31 +453,11 @@ static void pair_free(pair *p) {
   free(p->peer_u);
   free(p->digests);
   free(p->here);
+  free(p->pieces);
+  free(p->rounds);
   p->mine = p->peer_u = NULL;
   p->digests = p->here = NULL;
-}
-
-/* Units i and i + 1 lie one step apart on both sides: one message. */
-static bool joins(const pair *p, size_t i) {
-  const kvs_xfer_unit *a = &p->mine[i], *b = &p->mine[i + 1];
-  return a->pool == b->pool && a->tail == b->tail && a->layer == b->layer && a->step == b->step &&
-         b->index == a->index + 1 && p->peer_u[i + 1].index == p->peer_u[i].index + 1;
-}
-
-/* Appends the pair's runs to t; returns how many. */
-static size_t pair_transfers(const pair *p, bool send, unsigned char *base, kvs_comm_transfer *t,
-                             size_t *nt, uint64_t *wire) {
-  size_t runs = 0;
-  for (size_t i = 0; i < p->n;) {
-    size_t j = i;
-    while (j + 1 < p->n && joins(p, j)) j++;
-    uint64_t bytes = (j - i) * p->mine[i].step + p->mine[j].bytes;
-    t[(*nt)++] = (kvs_comm_transfer){p->peer, send, base + p->mine[i].offset, (size_t)bytes};
-    *wire += bytes;
-    runs++;
-    i = j + 1;
-  }
-  return runs;
+  p->pieces = p->rounds = NULL;
 }
 
 /* The rows the decode side keeps of its prefix (what reuse saves), for
@@ -529,22 +543,104 @@ static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t 
 }
 
 /* The rows' messages of every pair that moves, in one exchange. */
-static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send, uint64_t *wire,
-                            uint64_t *messages, kvs_error *err) {
-  size_t cap = 0;
-  for (size_t i = 0; i < s->n_pairs; i++) cap += s->pairs[i].ok ? s->pairs[i].n : 0;
+/* Where the planted unit's rows would have gone: saved before the
+ * receive so the fault can be made after it. */
+typedef struct planted {
+  unsigned char *right, *wrong, *saved;
+  uint64_t bytes;
+  size_t pair, unit; /* the unit it is */
+} planted;
+
+static void plant_find(kvs_node_t node, const session *s, const kvs_transfer_plant *plant,
+                       planted *out) {
+  memset(out, 0, sizeof *out);
+  if (plant == NULL) return;
+  void *base = NULL;
+  int64_t *mapping = NULL;
+  if (kvs_table_memory(node->table, &base, &mapping, NULL) != KVS_OK) return;
+  uint64_t seen = 0;
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    for (size_t u = 0; s->pairs[i].ok && u < s->pairs[i].n; u++) {
+      const kvs_xfer_unit *unit = &s->pairs[i].mine[u];
+      if (unit->pool != plant->pool || seen++ != plant->unit) continue;
+      out->bytes = unit->bytes;
+      out->pair = i;
+      out->unit = u;
+      out->right = (unsigned char *)base + unit->offset;
+      out->wrong = out->right + plant->shift * (int64_t)unit->step;
+      out->saved = malloc((size_t)unit->bytes);
+      if (out->saved != NULL) memcpy(out->saved, out->right, (size_t)unit->bytes);
+      return;
+    }
+  }
+}
+
+/* The rows landed on the wrong page; the right one keeps what it held. */
+static void plant_apply(planted *p) {
+  if (p->saved == NULL) return;
+  memmove(p->wrong, p->right, (size_t)p->bytes);
+  memcpy(p->right, p->saved, (size_t)p->bytes);
+  free(p->saved);
+  p->saved = NULL;
+}
+
+/* units[first, end)'s digests through the contract into out (0 where a
+ * unit has no rows on this rank: it then differs). */
+static void hash_units(const struct kvs_node *node, const views *vs, const kvs_xfer_side *side,
+                       const pair *p, size_t first, size_t end, uint64_t *out) {
+  for (size_t u = first; u < end; u++) {
+    const unsigned char *rows = contract_rows(node, vs, side, &p->mine[u]);
+    out[u] = rows == NULL
+                 ? 0
+                 : XXH3_64bits_withSeed(rows, (size_t)p->mine[u].bytes, unit_seed(&p->mine[u]));
+  }
+}
+
+/* The rows of every pair that moves, round by round (each round one
+ * exchange), each round's units hashed on this side right after it: the
+ * prefill side's digests of what it sent (p->digests), the decode side's
+ * of what arrived (p->here), with a planted fault made before its round
+ * is hashed. */
+static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool send,
+                            const kvs_xfer_side *side, planted *pl, kvs_node_transfer_report *r,
+                            kvs_error *err) {
+  size_t cap = 0, rounds = 0;
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    if (!s->pairs[i].ok) continue;
+    cap += s->pairs[i].n_pieces;
+    if (s->pairs[i].n_rounds > rounds) rounds = s->pairs[i].n_rounds;
+  }
   kvs_comm_transfer *t = calloc(cap ? cap : 1, sizeof *t);
   if (t == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu messages", cap);
   void *base = NULL;
   int64_t *mapping = NULL;
   kvs_status status = kvs_table_memory(node->table, &base, &mapping, err);
-  size_t nt = 0;
-  for (size_t i = 0; status == KVS_OK && i < s->n_pairs; i++) {
-    if (s->pairs[i].ok) {
-      *messages += pair_transfers(&s->pairs[i], send, (unsigned char *)base, t, &nt, wire);
+  views vs;
+  if (status == KVS_OK) views_of(node, &vs);
+  for (size_t round = 0; status == KVS_OK && round < rounds; round++) {
+    size_t nt = 0;
+    for (size_t i = 0; i < s->n_pairs; i++) {
+      const pair *p = &s->pairs[i];
+      if (!p->ok || round >= p->n_rounds) continue;
+      for (size_t k = round ? p->rounds[round - 1] : 0; k < p->rounds[round]; k++) {
+        size_t first = k ? p->pieces[k - 1] : 0;
+        uint64_t bytes = span_bytes(p, first, p->pieces[k]);
+        t[nt++] = (kvs_comm_transfer){p->peer, send, (unsigned char *)base + p->mine[first].offset,
+                                      (size_t)bytes};
+        r->wire_bytes += bytes;
+        r->messages++;
+      }
+    }
+    status = kvs_comm_exchange(link, t, nt, err);
+    for (size_t i = 0; status == KVS_OK && i < s->n_pairs; i++) {
+      pair *p = &s->pairs[i];
+      if (!p->ok || round >= p->n_rounds) continue;
+      size_t k0 = round ? p->rounds[round - 1] : 0, k1 = p->rounds[round];
+      size_t first = k0 ? p->pieces[k0 - 1] : 0, end = p->pieces[k1 - 1];
+      if (pl != NULL && pl->pair == i && pl->unit >= first && pl->unit < end) plant_apply(pl);
+      hash_units(node, &vs, side, p, first, end, send ? p->digests : p->here);
     }
   }
-  if (status == KVS_OK) status = kvs_comm_exchange(link, t, nt, err);
   free(t);
   return status;
 }
@@ -606,8 +702,6 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   }
   status = headers_move(&s, link, true, pages, &r.wire_bytes, err);
   if (status == KVS_OK) status = headers_move(&s, link, false, pages, &r.wire_bytes, err);
-  views vs;
-  if (status == KVS_OK) views_of(node, &vs);
   /* A decode rank that refused the request in its header, or whose
    * header does not pair with this one, takes no rows: the send says so
    * (the first such rank) instead of succeeding with nothing moved. */
@@ -640,16 +734,9 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
     kvs_xfer_side theirs = side_from(d, pages);
     status = plan_pair(node, &shape, &side, &theirs, p, err);
   }
-  if (status == KVS_OK) status = rows_move(&s, node, link, true, &r.wire_bytes, &r.messages, err);
-  /* The digests of what was sent, while the decode ranks hash what came. */
-  for (size_t i = 0; status == KVS_OK && i < s.n_pairs; i++) {
-    pair *p = &s.pairs[i];
-    size_t bad = 0;
-    if (p->ok && !digests_of(node, &vs, &side, p->mine, p->n, p->digests, &bad)) {
-      status = kvs_error_set(err, KVS_ERR_INTEGRITY, "request %llu: unit %zu has no rows here",
-                             (unsigned long long)transfer->request, bad);
-    }
-  }
+  /* The rows, and the digests of what was sent, taken round by round
+   * while the decode ranks hash what came. */
+  if (status == KVS_OK) status = rows_move(&s, node, link, true, &side, NULL, &r, err);
   if (status == KVS_OK) status = digests_move(&s, link, true, &r.wire_bytes, err);
   if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
   if (status == KVS_OK && refused != KVS_OK) {
@@ -796,44 +883,6 @@ static void refuse(kvs_node_t node, const kvs_node_transfer *t) {
   }
 }
 
-/* Where the planted unit's rows would have gone: saved before the
- * receive so the fault can be made after it. */
-typedef struct planted {
-  unsigned char *right, *wrong, *saved;
-  uint64_t bytes;
-} planted;
-
-static void plant_find(kvs_node_t node, const session *s, const kvs_transfer_plant *plant,
-                       planted *out) {
-  memset(out, 0, sizeof *out);
-  if (plant == NULL) return;
-  void *base = NULL;
-  int64_t *mapping = NULL;
-  if (kvs_table_memory(node->table, &base, &mapping, NULL) != KVS_OK) return;
-  uint64_t seen = 0;
-  for (size_t i = 0; i < s->n_pairs; i++) {
-    for (size_t u = 0; s->pairs[i].ok && u < s->pairs[i].n; u++) {
-      const kvs_xfer_unit *unit = &s->pairs[i].mine[u];
-      if (unit->pool != plant->pool || seen++ != plant->unit) continue;
-      out->bytes = unit->bytes;
-      out->right = (unsigned char *)base + unit->offset;
-      out->wrong = out->right + plant->shift * (int64_t)unit->step;
-      out->saved = malloc((size_t)unit->bytes);
-      if (out->saved != NULL) memcpy(out->saved, out->right, (size_t)unit->bytes);
-      return;
-    }
-  }
-}
-
-/* The rows landed on the wrong page; the right one keeps what it held. */
-static void plant_apply(planted *p) {
-  if (p->saved == NULL) return;
-  memmove(p->wrong, p->right, (size_t)p->bytes);
-  memcpy(p->right, p->saved, (size_t)p->bytes);
-  free(p->saved);
-  p->saved = NULL;
-}
-
 kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
                                     const kvs_node_transfer *transfer,
                                     const kvs_transfer_plant *plant,
@@ -911,29 +960,15 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
       }
     }
     if (moved != KVS_OK) mine = moved;
-    /* Phase 3: digests and rows. */
+    /* Phase 3: the rows, each round hashed here as it lands (a planted
+     * fault made first); phase 4: the prefill side's digests. */
     if (mine == KVS_OK) {
       planted pl;
       plant_find(node, &s, plant, &pl);
-      mine = rows_move(&s, node, link, false, &r.wire_bytes, &r.messages, &local);
-      plant_apply(&pl);
+      mine = rows_move(&s, node, link, false, &side, &pl, &r, &local);
       free(pl.saved);
     }
-    if (mine == KVS_OK) {
-      /* This side's digests, while the prefill ranks take theirs. */
-      views vs;
-      views_of(node, &vs);
-      for (size_t i = 0; i < s.n_pairs; i++) {
-        pair *p = &s.pairs[i];
-        size_t at = 0, bad = 0;
-        while (p->ok && at < p->n &&
-               !digests_of(node, &vs, &side, p->mine + at, p->n - at, p->here + at, &bad)) {
-          at += bad;
-          p->here[at++] = 0; /* no rows there: differs below */
-        }
-      }
-      mine = digests_move(&s, link, false, &r.wire_bytes, &local);
-    }
+    if (mine == KVS_OK) mine = digests_move(&s, link, false, &r.wire_bytes, &local);
     if (mine == KVS_OK) mine = verify(node, &s, transfer, &r, &local);
   }
   count_units(&s, &r);
