@@ -1007,8 +1007,12 @@ KVS_API kvs_status kvs_node_import_admit(kvs_node_t node, const kvs_node_transfe
  * rank's layers' rows of the request to the decode ranks that need them
  * (every decode rank receives the rows of its layers once, from one
  * prefill rank holding them) over `link` (kvs_comm_exchange), with a
- * digest of each unit computed over its logical positions. The request
- * stays the prefill node's (finish it after). */
+ * digest of each unit computed over its logical positions, then waits for
+ * every decode rank's verdict: KVS_OK only when the decode node kept the
+ * request; its refusal (a digest that differs, a header that does not
+ * pair, a decode rank that failed) is this call's error, naming it. The
+ * request stays the prefill node's either way (finish it, or send it
+ * again, after). */
 KVS_API kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
                                          const kvs_node_transfer *transfer,
                                          kvs_node_transfer_report *report, kvs_error *err);

@@ -1,19 +1,21 @@
 /* Prefill/decode: a request's rows from its prefill node to its decode
  * node (kvshard.h, "prefill/decode").
  *
- * Four exchanges over the link, every pair of a prefill rank and a
+ * Five exchanges over the link, every pair of a prefill rank and a
  * decode rank in each:
  *   1. prefill -> decode: a header (the request, its tokens, the layers the
- *      rank holds, the rows' shape, its tail's window pages and its slot)
- *      and its block table;
+ *      rank holds, the rows' shape, its slot), its block table and every
+ *      page's window page;
  *   2. decode -> prefill: the decode rank's header (the same, with the
- *      tokens its cache holds and the layers it wants from this prefill
- *      rank: each of its layers from one prefill rank holding it) and its
- *      block table;
- *   3. prefill -> decode: the rows, one message per run of units whose
- *      pages are consecutive on both sides;
- *   4. prefill -> decode: one digest per unit of what was sent, taken while
- *      the decode rank takes its own of what arrived.
+ *      tokens its cache holds, the windows it asks for and the layers it
+ *      wants from this prefill rank: each of its layers from one prefill
+ *      rank holding it), its block table and windows;
+ *   3. prefill -> decode: the rows, messages of units whose pages are
+ *      consecutive on both sides, in rounds of about 4 MiB a pair;
+ *   4. prefill -> decode: one digest per unit of what was sent, each round
+ *      hashed on both sides right after it moved;
+ *   5. decode -> prefill: every decode rank's verdict once they agreed, so
+ *      a prefill rank's send fails when the decode node refused.
  * Both sides compute the units and the runs from the two headers alone, so
  * every message is matched by size and order. The digests are taken
  * through the node's contract (its views, the mapping, the slot, as an
@@ -55,6 +57,25 @@ typedef struct wire_header {
   uint32_t status, rank; /* status != 0: the sender refuses; reason says why */
   char reason[REASON_BYTES];
 } wire_header;
+
+/* The decode side's last word to every prefill rank: whether every decode
+ * rank kept the request, or why not, so that a prefill engine finishes
+ * only a request the decode side holds. */
+typedef struct wire_verdict {
+  uint64_t magic;
+  uint32_t status;
+  int32_t rank; /* the decode rank that refused (-1: none, or the link) */
+  char reason[REASON_BYTES];
+} wire_verdict;
+
+/* Every peer's verdict in, or this side's out to every peer. */
+static kvs_status verdicts_move(kvs_comm_t link, const kvs_node_transfer *t, wire_verdict *v,
+                                bool send, kvs_comm_transfer *moves, kvs_error *err) {
+  for (size_t i = 0; i < t->n_peers; i++) {
+    moves[i] = (kvs_comm_transfer){t->peers[i], send, send ? (void *)v : (void *)&v[i], sizeof *v};
+  }
+  return kvs_comm_exchange(link, moves, t->n_peers, err);
+}
 
 static kvs_window_pool_t pool_of(const struct kvs_node *node) {
   return kvs_shard_pool(node->shard);
@@ -500,6 +521,7 @@ typedef struct session {
   unsigned char *headers; /* the peers' headers, each header_bytes(pages) */
   unsigned char *own;     /* this side's header and pages */
   kvs_comm_transfer *t;
+  wire_verdict *verdicts; /* one per peer */
 } session;
 
 static void session_free(session *s) {
@@ -508,6 +530,7 @@ static void session_free(session *s) {
   free(s->headers);
   free(s->own);
   free(s->t);
+  free(s->verdicts);
 }
 
 static kvs_status session_open(session *s, const kvs_node_transfer *t, uint64_t pages,
@@ -519,7 +542,9 @@ static kvs_status session_open(session *s, const kvs_node_transfer *t, uint64_t 
   s->headers = calloc(t->n_peers, hb);
   s->own = calloc(1, hb);
   s->t = calloc(t->n_peers, sizeof *s->t);
-  if (s->pairs == NULL || s->headers == NULL || s->own == NULL || s->t == NULL) {
+  s->verdicts = calloc(t->n_peers, sizeof *s->verdicts);
+  if (s->pairs == NULL || s->headers == NULL || s->own == NULL || s->t == NULL ||
+      s->verdicts == NULL) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a transfer with %zu peers",
                          t->n_peers);
   }
@@ -738,10 +763,39 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
    * while the decode ranks hash what came. */
   if (status == KVS_OK) status = rows_move(&s, node, link, true, &side, NULL, &r, err);
   if (status == KVS_OK) status = digests_move(&s, link, true, &r.wire_bytes, err);
+  /* The decode ranks' verdicts, which every decode rank whose link is
+   * whole sends at its end: taken whenever this link is whole too, so
+   * none is left for the next transfer to trip on. A request they refused
+   * after its rows came (a digest that differs, a rank that disagreed) is
+   * this call's failure too. */
+  kvs_error heard;
+  kvs_error_clear(&heard);
+  kvs_status verdict = KVS_OK;
+  if (kvs_comm_health(link) == KVS_OK) {
+    verdict = verdicts_move(link, transfer, s.verdicts, false, s.t, &heard);
+  }
+  for (size_t i = 0; status == KVS_OK && verdict == KVS_OK && i < s.n_pairs; i++) {
+    const wire_verdict *v = &s.verdicts[i];
+    if (v->magic != WIRE_MAGIC) {
+      verdict = kvs_error_set(&heard, KVS_ERR_CORRUPT,
+                              "request %llu: decode link rank %d's verdict is not a transfer's",
+                              (unsigned long long)transfer->request, s.pairs[i].peer);
+    } else if (v->status != KVS_OK) {
+      verdict = kvs_error_set(&heard, (kvs_status)v->status,
+                              "request %llu: the decode side refused it (decode link rank %d "
+                              "says: %.*s)",
+                              (unsigned long long)transfer->request, s.pairs[i].peer,
+                              (int)(REASON_BYTES - 200), v->reason);
+    }
+  }
+  /* The first cause: the link, this rank's own refusal, a decode rank's
+   * refusal in its header, then the verdicts. */
   if (status == KVS_OK && mine != KVS_OK) status = kvs_error_set(err, mine, "%s", local.message);
   if (status == KVS_OK && refused != KVS_OK) {
     status = kvs_error_set(err, refused, "%s", refusal.message);
   }
+  if (status == KVS_OK && verdict != KVS_OK)
+    status = kvs_error_set(err, verdict, "%s", heard.message);
   count_units(&s, &r);
   r.seconds = (double)(kvs_now_ns() - t0) * 1e-9;
   if (report != NULL) *report = r;
@@ -977,6 +1031,17 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
   kvs_error reason;
   kvs_error_clear(&reason);
   status = kvs_comm_agree(node->comm, &node->words, mine, &local, &failed, &reason);
+  if (s.verdicts != NULL && kvs_comm_health(link) == KVS_OK) {
+    wire_verdict *v = &s.verdicts[0];
+    v->magic = WIRE_MAGIC;
+    v->status = (uint32_t)status;
+    v->rank = failed;
+    snprintf(v->reason, sizeof v->reason, "%s", status == KVS_OK ? "" : reason.message);
+    /* Lost, it changes nothing here (every decode rank agreed already):
+     * the prefill rank waiting for it misses its deadline, naming this
+     * rank. */
+    verdicts_move(link, transfer, v, true, s.t, NULL);
+  }
   if (status != KVS_OK) {
     refuse(node, transfer);
     status = failed < 0

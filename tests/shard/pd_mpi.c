@@ -320,6 +320,9 @@ typedef struct totals {
 /* The tokens the prefill side sends the next request with (0: its own). */
 static uint64_t g_send_tokens = 0;
 
+/* The prefill side's request will be refused by the decode side's verdict. */
+static bool g_expect_refusal = false;
+
 /* False when the request's send failed (a dead prefill peer): the prefill
  * node, a rank short, steps no more. */
 static bool prefill_request(kvs_node_t node, kvs_comm_t link, const request *r, const int *peers,
@@ -375,8 +378,16 @@ static bool prefill_request(kvs_node_t node, kvs_comm_t link, const request *r, 
             (unsigned long long)r->id, kvs_status_name(s), err.message);
     return false;
   } else {
-    REQUIRE(s == KVS_OK, "send of request %llu: %s: %s", (unsigned long long)r->id,
-            kvs_status_name(s), err.message);
+    if (g_expect_refusal) {
+      /* A planted request: the rows went, the decode side's verdict says
+       * it refused them, and the send says so. */
+      CHECK(s == KVS_ERR_CORRUPT && strstr(err.message, "the decode side refused it") != NULL,
+            "send of planted request %llu: %s: %s", (unsigned long long)r->id, kvs_status_name(s),
+            s == KVS_OK ? "KVS_OK" : err.message);
+    } else {
+      REQUIRE(s == KVS_OK, "send of request %llu: %s: %s", (unsigned long long)r->id,
+              kvs_status_name(s), err.message);
+    }
     const kvs_device_layout *l = w->layout;
     uint64_t want = SIDE_RANKS * expected_bytes(w, r->tokens, 0, l->first_layer, l->end_layer);
     CHECK(rep.bytes + rep.reused_bytes == want,
@@ -516,6 +527,7 @@ static const kvs_transfer_plant PLANTS[] = {
 };
 #define N_PLANTS (sizeof PLANTS / sizeof *PLANTS)
 static const kvs_transfer_plant *g_plant = &PLANTS[0];
+
 /* The reuse the next request must get (-1: any). */
 static int64_t g_want_reuse = -1;
 
@@ -796,6 +808,7 @@ int main(int argc, char **argv) {
     if (a.free != NULL) qsort(a.free, a.n, sizeof *a.free, descending);
     for (size_t i = 0; i < N_PLANTS; i++) {
       g_plant = &PLANTS[i];
+      g_expect_refusal = true;
       request r;
       memset(&r, 0, sizeof r);
       r.id = 100000 + i;
@@ -826,6 +839,7 @@ int main(int argc, char **argv) {
     const kvs_transfer_plant hit_plant = {KVS_XFER_COMPRESSED_4, 0, 1};
     for (int k = 0; k < 2; k++) {
       g_plant = &hit_plant;
+      g_expect_refusal = k == 1;
       g_want_reuse = k == 0 ? 0 : 5 * PAGE;
       if (prefill) {
         prefill_request(node, link, &shared[k], peers, &w, &t, -1);
