@@ -494,21 +494,6 @@ static uint64_t reused_bytes(const struct kvs_node *node, uint64_t tokens, uint6
   return sum;
 }
 
-static void report_init(kvs_node_transfer_report *r) {
-  size_t size = r->size;
-  memset(r, 0, sizeof *r);
-  r->size = size;
-}
-
-static kvs_status check_report(kvs_node_transfer_report *r, const char *call, kvs_error *err) {
-  if (r != NULL && r->size != sizeof *r) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "%s: report.size is %zu, this build's kvs_node_transfer_report is %zu",
-                         call, r->size, sizeof *r);
-  }
-  return KVS_OK;
-}
-
 static void refuse_header(wire_header *h, kvs_status status, const kvs_error *e) {
   h->status = (uint32_t)status;
   snprintf(h->reason, sizeof h->reason, "%s", e->message);
@@ -692,19 +677,31 @@ static void count_units(const session *s, kvs_node_transfer_report *r) {
   }
 }
 
+/* What both sides check before anything moves: the arguments, the
+ * report's size, the pages the tokens fill. */
+static kvs_status begin(kvs_node_t node, kvs_comm_t link, const kvs_node_transfer *t,
+                        const kvs_node_transfer_report *report, const char *call,
+                        kvs_node_transfer_report *r, uint64_t *pages, kvs_error *err) {
+  kvs_status status = check_transfer(node, link, t, call, err);
+  if (status == KVS_OK && report != NULL && report->size != sizeof *report) {
+    status = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "%s: report.size is %zu, this build's kvs_node_transfer_report is %zu",
+                           call, report->size, sizeof *report);
+  }
+  memset(r, 0, sizeof *r);
+  r->size = sizeof *r;
+  return status == KVS_OK ? pages_needed(node, t, pages, err) : status;
+}
+
 /* ---- the prefill side ---- */
 
 kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
                                  const kvs_node_transfer *transfer,
                                  kvs_node_transfer_report *report, kvs_error *err) {
-  uint64_t t0 = kvs_now_ns();
-  kvs_status status = check_transfer(node, link, transfer, "kvs_node_send_request", err);
-  if (status == KVS_OK) status = check_report(report, "kvs_node_send_request", err);
+  uint64_t t0 = kvs_now_ns(), pages = 0;
+  kvs_node_transfer_report r;
+  kvs_status status = begin(node, link, transfer, report, "kvs_node_send_request", &r, &pages, err);
   if (status != KVS_OK) return status;
-  kvs_node_transfer_report r = {.size = sizeof r};
-  report_init(&r);
-  uint64_t pages = 0;
-  if ((status = pages_needed(node, transfer, &pages, err)) != KVS_OK) return status;
   session s;
   status = session_open(&s, transfer, pages, err);
   if (status != KVS_OK) {
@@ -773,6 +770,7 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
   kvs_status verdict = KVS_OK;
   if (kvs_comm_health(link) == KVS_OK) {
     verdict = verdicts_move(link, transfer, s.verdicts, false, s.t, &heard);
+    r.wire_bytes += transfer->n_peers * sizeof(wire_verdict);
   }
   for (size_t i = 0; status == KVS_OK && verdict == KVS_OK && i < s.n_pairs; i++) {
     const wire_verdict *v = &s.verdicts[i];
@@ -941,14 +939,11 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
                                     const kvs_node_transfer *transfer,
                                     const kvs_transfer_plant *plant,
                                     kvs_node_transfer_report *report, kvs_error *err) {
-  uint64_t t0 = kvs_now_ns();
-  kvs_status status = check_transfer(node, link, transfer, "kvs_node_receive_request", err);
-  if (status == KVS_OK) status = check_report(report, "kvs_node_receive_request", err);
+  uint64_t t0 = kvs_now_ns(), pages = 0;
+  kvs_node_transfer_report r;
+  kvs_status status =
+      begin(node, link, transfer, report, "kvs_node_receive_request", &r, &pages, err);
   if (status != KVS_OK) return status;
-  kvs_node_transfer_report r = {.size = sizeof r};
-  report_init(&r);
-  uint64_t pages = 0;
-  if ((status = pages_needed(node, transfer, &pages, err)) != KVS_OK) return status;
   session s;
   kvs_error local;
   kvs_error_clear(&local);
@@ -1041,6 +1036,7 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
      * the prefill rank waiting for it misses its deadline, naming this
      * rank. */
     verdicts_move(link, transfer, v, true, s.t, NULL);
+    r.wire_bytes += transfer->n_peers * sizeof *v;
   }
   if (status != KVS_OK) {
     refuse(node, transfer);
