@@ -182,23 +182,34 @@ static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *
                          t->pages == NULL ? (size_t)0 : t->n_pages);
   }
   uint64_t usable = kvs_node_usable_pages(node);
+  uint64_t *seen = calloc((size_t)(usable / 64 + 1), sizeof *seen); /* a page named twice */
+  if (seen == NULL) {
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %llu pages' marks",
+                         (unsigned long long)usable);
+  }
   for (uint64_t b = 0; b < need; b++) {
-    if (t->pages[b] < 0 || (uint64_t)t->pages[b] >= usable) {
+    int64_t page = t->pages[b];
+    if (page < 0 || (uint64_t)page >= usable) {
+      free(seen);
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "request %llu: block %llu of its block table is full page %lld, not "
                            "one of the engine's 0..%llu",
-                           (unsigned long long)t->request, (unsigned long long)b,
-                           (long long)t->pages[b], (unsigned long long)(usable - 1));
+                           (unsigned long long)t->request, (unsigned long long)b, (long long)page,
+                           (unsigned long long)(usable - 1));
     }
-    for (uint64_t c = 0; c < b; c++) {
-      if (t->pages[c] == t->pages[b]) {
-        return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                             "request %llu: full page %lld is both block %llu and block %llu",
-                             (unsigned long long)t->request, (long long)t->pages[b],
-                             (unsigned long long)c, (unsigned long long)b);
-      }
+    uint64_t bit = (uint64_t)1 << ((uint64_t)page % 64);
+    if (seen[page / 64] & bit) {
+      uint64_t c = 0;
+      while (t->pages[c] != page) c++;
+      free(seen);
+      return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                           "request %llu: full page %lld is both block %llu and block %llu",
+                           (unsigned long long)t->request, (long long)page, (unsigned long long)c,
+                           (unsigned long long)b);
     }
+    seen[page / 64] |= bit;
   }
+  free(seen);
   side->pages = t->pages;
   side->n_pages = (size_t)need;
   side->window = windows;
