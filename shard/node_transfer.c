@@ -54,7 +54,7 @@ typedef struct wire_header {
   uint64_t window_tokens;
   uint32_t first_layer, end_layer;
   int64_t slot;
-  uint32_t status, rank; /* status != 0: the sender refuses; reason says why */
+  uint32_t status; /* != 0: the sender refuses; reason says why */
   char reason[REASON_BYTES];
 } wire_header;
 
@@ -64,7 +64,6 @@ typedef struct wire_header {
 typedef struct wire_verdict {
   uint64_t magic;
   uint32_t status;
-  int32_t rank; /* the decode rank that refused (-1: none, or the link) */
   char reason[REASON_BYTES];
 } wire_verdict;
 
@@ -109,7 +108,6 @@ static void header_init(const struct kvs_node *node, const kvs_node_transfer *t,
   h->end_layer = (uint32_t)node->layout->end_layer;
   h->window_tokens = t->window_tokens;
   h->slot = -1;
-  h->rank = (uint32_t)node->rank;
 }
 
 /* Why two headers cannot pair (NULL: they can). */
@@ -136,7 +134,8 @@ static kvs_xfer_shape shape_of(const struct kvs_node *node, uint64_t tokens, uin
 static kvs_status pages_needed(const struct kvs_node *node, const kvs_node_transfer *t,
                                uint64_t *out, kvs_error *err) {
   uint64_t P = node->options.page;
-  uint64_t need = t->tokens / P + (t->tokens % P != 0);
+  kvs_xfer_shape shape = shape_of(node, t->tokens, 0, 0);
+  uint64_t need = kvs_xfer_pages(&shape);
   if (t->tokens == 0) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu: tokens is 0",
                          (unsigned long long)t->request);
@@ -154,17 +153,14 @@ static kvs_status pages_needed(const struct kvs_node *node, const kvs_node_trans
   return KVS_OK;
 }
 
-/* This rank's side of the request: its pages checked, its tail's window
- * pages and its slot from its own mirror pool. */
+/* This rank's side of the request, its tokens and block table's length
+ * checked already (pages_needed): its pages checked, every page's window
+ * page and its slot from its own mirror pool. */
 static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *t, uint64_t reuse,
                           uint64_t window_tokens, bool need_bound, kvs_xfer_side *side,
                           int64_t *windows, kvs_error *err) {
   uint64_t P = node->options.page;
   kvs_xfer_shape shape = shape_of(node, t->tokens, reuse, window_tokens);
-  if (t->tokens == 0) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "request %llu: tokens is 0",
-                         (unsigned long long)t->request);
-  }
   if (reuse % P != 0 || reuse >= t->tokens) {
     return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                          "request %llu: reuse_tokens %llu must be a multiple of the page (%llu) "
@@ -173,14 +169,6 @@ static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *
                          (unsigned long long)P, (unsigned long long)t->tokens);
   }
   uint64_t need = kvs_xfer_pages(&shape);
-  if (t->pages == NULL || t->n_pages < need) {
-    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
-                         "request %llu: %llu tokens fill %llu pages of %llu; its block table "
-                         "has %zu",
-                         (unsigned long long)t->request, (unsigned long long)t->tokens,
-                         (unsigned long long)need, (unsigned long long)P,
-                         t->pages == NULL ? (size_t)0 : t->n_pages);
-  }
   uint64_t usable = kvs_node_usable_pages(node);
   uint64_t *seen = calloc((size_t)(usable / 64 + 1), sizeof *seen); /* a page named twice */
   if (seen == NULL) {
@@ -220,8 +208,7 @@ static kvs_status side_of(const struct kvs_node *node, const kvs_node_transfer *
   }
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   for (uint64_t i = 0; i < tails; i++) {
-    int64_t slot = mapping[(uint64_t)t->pages[first + i] * P];
-    if (slot < 0 && need_bound) {
+    if (windows[first + i] < 0 && need_bound) {
       return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
                            "request %llu: full page %lld (block %llu, positions %llu..%llu of "
                            "its window) is not bound to a window page on rank %d",
@@ -858,51 +845,57 @@ static kvs_status check_reuse(kvs_node_t node, const kvs_node_transfer *t, kvs_s
  * peer's layers must be one range. */
 static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *own,
                                 kvs_error *err) {
-  for (size_t i = 0; i < s->n_pairs; i++) s->pairs[i].lo = s->pairs[i].hi = 0;
-  for (size_t l = node->layout->first_layer; l < node->layout->end_layer; l++) {
-    size_t holders = 0;
-    const char *why = NULL;
-    int why_rank = -1;
-    bool why_refused = false;
+  /* Why each peer cannot send (NULL: it can), worked out once. */
+  const char **why = calloc(s->n_pairs, sizeof *why);
+  if (why == NULL)
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu peers", s->n_pairs);
+  for (size_t i = 0; i < s->n_pairs; i++) {
+    const wire_header *h = s->pairs[i].theirs;
+    why[i] = h->status != 0 ? h->reason : mismatch(own, h);
+    s->pairs[i].lo = s->pairs[i].hi = 0;
+  }
+  kvs_status status = KVS_OK;
+  for (size_t l = node->layout->first_layer; status == KVS_OK && l < node->layout->end_layer; l++) {
+    size_t holders = 0, first_bad = s->n_pairs;
     for (size_t i = 0; i < s->n_pairs; i++) {
       const wire_header *h = s->pairs[i].theirs;
-      const char *m = h->status != 0 ? h->reason : mismatch(own, h);
-      if (m != NULL) {
-        if (why == NULL) why = m, why_rank = s->pairs[i].peer, why_refused = h->status != 0;
-        continue;
-      }
-      holders += h->first_layer <= l && l < h->end_layer;
+      if (why[i] != NULL && first_bad == s->n_pairs) first_bad = i;
+      holders += why[i] == NULL && h->first_layer <= l && l < h->end_layer;
     }
     if (holders == 0) {
-      return kvs_error_set(
+      bool known = first_bad < s->n_pairs;
+      status = kvs_error_set(
           err, KVS_ERR_INVALID_ARGUMENT,
           "request %llu: layer %zu of decode rank %d is held by no prefill peer "
           "that can send it%s%d%s%s%s",
-          (unsigned long long)own->request, l, node->rank, why ? " (link rank " : "",
-          why ? why_rank : 0,
-          why ? (why_refused ? " refused: " : "'s differs from this rank's: ") : "", why ? why : "",
-          why ? ")" : "");
+          (unsigned long long)own->request, l, node->rank, known ? " (link rank " : "",
+          known ? s->pairs[first_bad].peer : 0,
+          known ? (s->pairs[first_bad].theirs->status != 0 ? " refused: "
+                                                           : "'s differs from this rank's: ")
+                : "",
+          known ? why[first_bad] : "", known ? ")" : "");
+      break;
     }
     size_t pick = (size_t)node->rank % holders, seen = 0;
     for (size_t i = 0; i < s->n_pairs; i++) {
       const wire_header *h = s->pairs[i].theirs;
-      if (h->status != 0 || mismatch(own, h) != NULL || !(h->first_layer <= l && l < h->end_layer))
-        continue;
-      if (seen++ != pick) continue;
+      if (why[i] != NULL || !(h->first_layer <= l && l < h->end_layer) || seen++ != pick) continue;
       pair *p = &s->pairs[i];
       if (p->hi == p->lo) {
         p->lo = l;
       } else if (p->hi != l) {
-        return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                             "request %llu: decode rank %d would take layers %zu..%zu and %zu from "
-                             "link rank %d: a peer's layers must be one range",
-                             (unsigned long long)own->request, node->rank, p->lo, p->hi - 1, l,
-                             p->peer);
+        status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                               "request %llu: decode rank %d would take layers %zu..%zu and %zu "
+                               "from link rank %d: a peer's layers must be one range",
+                               (unsigned long long)own->request, node->rank, p->lo, p->hi - 1, l,
+                               p->peer);
+        break;
       }
       p->hi = l + 1;
     }
   }
-  return KVS_OK;
+  free(why);
+  return status;
 }
 
 /* The first unit whose digest differs, named; KVS_OK when none does. */
@@ -1041,7 +1034,6 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
     wire_verdict *v = &s.verdicts[0];
     v->magic = WIRE_MAGIC;
     v->status = (uint32_t)status;
-    v->rank = failed;
     snprintf(v->reason, sizeof v->reason, "%s", status == KVS_OK ? "" : reason.message);
     /* Lost, it changes nothing here (every decode rank agreed already):
      * the prefill rank waiting for it misses its deadline, naming this

@@ -66,7 +66,9 @@ typedef struct pd_rank {
   int *peers;     /* the other node's link ranks */
   size_t n_peers;
   uint64_t *ctrl;      /* decode: [state, H, pages...] broadcast by the leader */
-  uint64_t *keys;      /* decode leader: the request's keys */
+  uint64_t *keys;      /* the request's keys (learn) */
+  uint64_t n_keys;     /* how many */
+  uint64_t window;     /* the request's window_tokens (learn) */
   int64_t *hit_pages;  /* decode leader: match's pages */
   int64_t *evicted;    /* decode leader: pages eviction gave back */
   int64_t *free_pages; /* decode leader: the engine's free full pages (a stack) */
@@ -210,13 +212,14 @@ static int node_up(pd_rank *r) {
 
 /* ---- the prefill side ---- */
 
-/* The window rows the decode side asks for: from the page it keeps as the
- * prompt's tail (kvshard's policy: the prompt's last whole-block page), so
- * that a later turn's hit there is exact; 0 (a decode's own window) for a
- * prompt without a whole block. Both sides read it from the trace. */
-static uint64_t keep_window(pd_rank *r, uint64_t id, uint64_t tokens) {
-  uint64_t key_pages = kvs_workload_trace_keys(&r->s->trace, r->page, (size_t)id, r->keys);
-  return key_pages == 0 ? 0 : tokens - (key_pages - 1) * r->page;
+/* A request's keys, and the window rows the decode side asks for: from
+ * the page it keeps as the prompt's tail (kvshard's policy: the prompt's
+ * last whole-block page), so that a later turn's hit there is exact; 0 (a
+ * decode's own window) for a prompt without a whole block. Every rank of
+ * both sides reads them from the trace, once a request. */
+static void learn(pd_rank *r, uint64_t id, uint64_t tokens) {
+  r->n_keys = kvs_workload_trace_keys(&r->s->trace, r->page, (size_t)id, r->keys);
+  r->window = r->n_keys == 0 ? 0 : tokens - (r->n_keys - 1) * r->page;
 }
 
 /* This rank's units of the request into r->rows; their count in *n. */
@@ -253,7 +256,8 @@ static int p_request(pd_rank *r, uint64_t id, uint64_t tokens) {
   size_t n = (size_t)pages_of(r, tokens);
   int64_t *pages = r->hit_pages; /* the prefill node's block table: pages 0..n */
   for (size_t b = 0; b < n; b++) pages[b] = (int64_t)b;
-  uint64_t window = keep_window(r, id, tokens);
+  learn(r, id, tokens);
+  uint64_t window = r->window;
   kvs_xfer_shape shape = {tokens, 0, r->page, window};
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   kvs_status status = KVS_OK;
@@ -300,10 +304,9 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
   kvs_status status = KVS_OK;
   if (first_call) {
     r->ctrl[1] = 0;
-    uint64_t n_keys = kvs_workload_trace_keys(&r->s->trace, P, (size_t)id, r->keys);
     kvs_node_prefix_hit hit = {.size = sizeof hit};
-    status =
-        kvs_node_prefix_match(r->node, r->keys, (size_t)n_keys, tokens, 0, &hit, r->hit_pages, err);
+    status = kvs_node_prefix_match(r->node, r->keys, (size_t)r->n_keys, tokens, 0, &hit,
+                                   r->hit_pages, err);
     if (status != KVS_OK) return status;
     if (hit.block >= 0 && hit.hit_tokens > 0) {
       if ((status = kvs_node_prefix_acquire(r->node, id, &hit, err)) != KVS_OK) return status;
@@ -312,7 +315,7 @@ static kvs_status d_admit(pd_rank *r, uint64_t id, uint64_t tokens, bool first_c
     }
   }
   uint64_t hit_pages = r->ctrl[1] / P, own = n - hit_pages;
-  uint64_t window = keep_window(r, id, tokens), first_tail;
+  uint64_t window = r->window, first_tail;
   kvs_xfer_shape shape = {tokens, r->ctrl[1], P, window};
   uint64_t tails = kvs_xfer_tail(&shape, &first_tail);
   uint64_t droppable = 0, win = kvs_node_free_window_pages(r->node, &droppable);
@@ -360,8 +363,8 @@ static kvs_status d_finish(pd_rank *r, uint64_t id, uint64_t tokens, uint64_t *i
                            kvs_error *err) {
   uint64_t P = r->page, n = pages_of(r, tokens), H = r->ctrl[1];
   const int64_t *pages = (const int64_t *)(const void *)(r->ctrl + 2);
-  uint64_t key_pages = kvs_workload_trace_keys(&r->s->trace, P, (size_t)id, r->keys);
-  kvs_xfer_shape shape = {tokens, H, P, keep_window(r, id, tokens)};
+  uint64_t key_pages = r->n_keys;
+  kvs_xfer_shape shape = {tokens, H, P, r->window};
   uint64_t first, tails = kvs_xfer_tail(&shape, &first);
   kvs_node_capacity c = {.size = sizeof c};
   kvs_status status = kvs_node_capacity_of(r->node, &c, err);
@@ -438,12 +441,12 @@ static int d_request(pd_rank *r, uint64_t id, uint64_t tokens) {
   kvs_error err;
   kvs_error_clear(&err);
   size_t n = (size_t)pages_of(r, tokens);
+  learn(r, id, tokens);
   int rc = rounds(r, id, tokens, admit_round, 2 + n, "admission");
   if (rc != 0) return rc;
   uint64_t H = r->ctrl[1];
   const int64_t *pages = (const int64_t *)(const void *)(r->ctrl + 2);
-  kvs_node_transfer t = {
-      sizeof t, id, pages, n, tokens, H, r->peers, r->n_peers, keep_window(r, id, tokens)};
+  kvs_node_transfer t = {sizeof t, id, pages, n, tokens, H, r->peers, r->n_peers, r->window};
   kvs_node_transfer_report rep = {.size = sizeof rep};
   kvs_status status = kvs_node_receive_request(r->node, r->link, &t, &rep, &err);
   bool ok = status == KVS_OK;
