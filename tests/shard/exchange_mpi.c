@@ -35,19 +35,10 @@
 
 #include "kvshard.h"
 #include "shard/comm.h"
+#include "tests/shard/mpi_check.h"
 
 static int g_rank = -1, g_size = 0, g_failures = 0;
 static uint64_t g_compared = 0;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "FAIL: rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
 
 static uint8_t byte_of(int src, int dst, int k, size_t i) {
   uint64_t x = ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull ^

@@ -76,6 +76,7 @@
 #include "plan/device_layout.h"
 #include "shard/node.h"
 #include "shard/node_transfer.h"
+#include "tests/shard/mpi_check.h"
 
 #define SIDE_RANKS 4
 #define PAGE 128
@@ -86,16 +87,6 @@
 #define MAX_UNITS 4096
 
 static int g_rank = -1, g_failures = 0;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "FAIL: rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      g_failures++;                                                          \
-    }                                                                        \
-  } while (0)
 
 /* A check whose failure leaves nothing sensible to do next. */
 #define REQUIRE(cond, ...)          \
