@@ -291,34 +291,36 @@ static uint64_t sum_pools(const uint64_t b[KVS_XFER_POOLS]) {
   return s;
 }
 
-/* Decode rank d's layers, each from holder number (d mod holders) among
- * the prefill ranks holding it, as assign_layers in node_transfer.c
- * picks (its holders counted in the order of the link's peers: here the
- * prefill ranks in rank order, as a caller lists them); [lo[p], hi[p]) is
- * what d takes from prefill rank p. One range per peer, as the node
- * requires. 0, or 1 after a message. */
+/* Decode rank d's layers as the node assigns them (kvs_xfer_assign, the
+ * prefill ranks in rank order, as a caller lists them as peers); [lo[p],
+ * hi[p]) is what d takes from prefill rank p. 0, or 1 after a message. */
 static int assign(const side *P, const side *D, size_t d, size_t *lo, size_t *hi) {
   const kvs_device_layout *ld = &D->layouts[d];
-  for (size_t p = 0; p < P->n; p++) lo[p] = hi[p] = 0;
-  for (size_t l = ld->first_layer; l < ld->end_layer; l++) {
-    size_t holders = 0, seen = 0;
-    for (size_t p = 0; p < P->n; p++) {
-      holders += P->layouts[p].first_layer <= l && l < P->layouts[p].end_layer;
-    }
-    for (size_t p = 0; p < P->n && holders > 0; p++) {
-      if (!(P->layouts[p].first_layer <= l && l < P->layouts[p].end_layer)) continue;
-      if (seen++ != d % holders) continue;
-      if (hi[p] != lo[p] && hi[p] != l) {
-        fprintf(kvs_tool_err(),
-                TOOL
-                ": decode rank %zu would take layers %zu..%zu and %zu from prefill rank "
-                "%zu: the node takes one range per peer\n",
-                d, lo[p], hi[p] - 1, l, p);
-        return 1;
-      }
-      if (hi[p] == lo[p]) lo[p] = l;
-      hi[p] = l + 1;
-    }
+  size_t *ranges = calloc(2 * P->n, sizeof *ranges);
+  if (ranges == NULL) {
+    fprintf(kvs_tool_err(), TOOL ": no memory for %zu prefill ranks\n", P->n);
+    return 1;
+  }
+  for (size_t p = 0; p < P->n; p++) {
+    ranges[p] = P->layouts[p].first_layer;
+    ranges[P->n + p] = P->layouts[p].end_layer;
+  }
+  size_t layer = 0, peer = 0;
+  kvs_status status = kvs_xfer_assign(ld->first_layer, ld->end_layer, d, P->n, ranges,
+                                      ranges + P->n, NULL, lo, hi, &layer, &peer);
+  free(ranges);
+  if (status == KVS_ERR_NOT_FOUND) {
+    fprintf(kvs_tool_err(), TOOL ": layer %zu of decode rank %zu is held by no prefill rank\n",
+            layer, d);
+    return 1;
+  }
+  if (status == KVS_ERR_UNSUPPORTED) {
+    fprintf(kvs_tool_err(),
+            TOOL
+            ": decode rank %zu would take layers %zu..%zu and %zu from prefill rank %zu: the "
+            "node takes one range per peer\n",
+            d, lo[peer], hi[peer] - 1, layer, peer);
+    return 1;
   }
   return 0;
 }

@@ -845,55 +845,57 @@ static kvs_status check_reuse(kvs_node_t node, const kvs_node_transfer *t, kvs_s
  * peer's layers must be one range. */
 static kvs_status assign_layers(kvs_node_t node, session *s, const wire_header *own,
                                 kvs_error *err) {
-  /* Why each peer cannot send (NULL: it can), worked out once. */
-  const char **why = calloc(s->n_pairs, sizeof *why);
-  if (why == NULL)
-    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu peers", s->n_pairs);
-  for (size_t i = 0; i < s->n_pairs; i++) {
+  size_t n = s->n_pairs;
+  /* Per peer: its layers, whether it can send (why not, once), and what
+   * it sends this rank. */
+  size_t *ranges = calloc(4 * n, sizeof *ranges);
+  bool *usable = calloc(n, sizeof *usable);
+  const char **why = calloc(n, sizeof *why);
+  if (ranges == NULL || usable == NULL || why == NULL) {
+    free(ranges);
+    free(usable);
+    free(why);
+    return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu peers", n);
+  }
+  size_t *first = ranges, *end = ranges + n, *lo = ranges + 2 * n, *hi = ranges + 3 * n;
+  size_t first_bad = n;
+  for (size_t i = 0; i < n; i++) {
     const wire_header *h = s->pairs[i].theirs;
     why[i] = h->status != 0 ? h->reason : mismatch(own, h);
-    s->pairs[i].lo = s->pairs[i].hi = 0;
+    usable[i] = why[i] == NULL;
+    if (!usable[i] && first_bad == n) first_bad = i;
+    first[i] = h->first_layer;
+    end[i] = h->end_layer;
   }
-  kvs_status status = KVS_OK;
-  for (size_t l = node->layout->first_layer; status == KVS_OK && l < node->layout->end_layer; l++) {
-    size_t holders = 0, first_bad = s->n_pairs;
-    for (size_t i = 0; i < s->n_pairs; i++) {
-      const wire_header *h = s->pairs[i].theirs;
-      if (why[i] != NULL && first_bad == s->n_pairs) first_bad = i;
-      holders += why[i] == NULL && h->first_layer <= l && l < h->end_layer;
-    }
-    if (holders == 0) {
-      bool known = first_bad < s->n_pairs;
-      status = kvs_error_set(
-          err, KVS_ERR_INVALID_ARGUMENT,
-          "request %llu: layer %zu of decode rank %d is held by no prefill peer "
-          "that can send it%s%d%s%s%s",
-          (unsigned long long)own->request, l, node->rank, known ? " (link rank " : "",
-          known ? s->pairs[first_bad].peer : 0,
-          known ? (s->pairs[first_bad].theirs->status != 0 ? " refused: "
-                                                           : "'s differs from this rank's: ")
-                : "",
-          known ? why[first_bad] : "", known ? ")" : "");
-      break;
-    }
-    size_t pick = (size_t)node->rank % holders, seen = 0;
-    for (size_t i = 0; i < s->n_pairs; i++) {
-      const wire_header *h = s->pairs[i].theirs;
-      if (why[i] != NULL || !(h->first_layer <= l && l < h->end_layer) || seen++ != pick) continue;
-      pair *p = &s->pairs[i];
-      if (p->hi == p->lo) {
-        p->lo = l;
-      } else if (p->hi != l) {
-        status = kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                               "request %llu: decode rank %d would take layers %zu..%zu and %zu "
-                               "from link rank %d: a peer's layers must be one range",
-                               (unsigned long long)own->request, node->rank, p->lo, p->hi - 1, l,
-                               p->peer);
-        break;
-      }
-      p->hi = l + 1;
-    }
+  size_t layer = 0, peer = 0;
+  kvs_status status =
+      kvs_xfer_assign(node->layout->first_layer, node->layout->end_layer, (size_t)node->rank, n,
+                      first, end, usable, lo, hi, &layer, &peer);
+  if (status == KVS_ERR_NOT_FOUND) {
+    bool known = first_bad < n;
+    status = kvs_error_set(
+        err, KVS_ERR_INVALID_ARGUMENT,
+        "request %llu: layer %zu of decode rank %d is held by no prefill peer that can send "
+        "it%s%d%s%s%s",
+        (unsigned long long)own->request, layer, node->rank, known ? " (link rank " : "",
+        known ? s->pairs[first_bad].peer : 0,
+        known ? (s->pairs[first_bad].theirs->status != 0 ? " refused: "
+                                                         : "'s differs from this rank's: ")
+              : "",
+        known ? why[first_bad] : "", known ? ")" : "");
+  } else if (status == KVS_ERR_UNSUPPORTED) {
+    status = kvs_error_set(err, status,
+                           "request %llu: decode rank %d would take layers %zu..%zu and %zu from "
+                           "link rank %d: a peer's layers must be one range",
+                           (unsigned long long)own->request, node->rank, lo[peer], hi[peer] - 1,
+                           layer, s->pairs[peer].peer);
   }
+  for (size_t i = 0; status == KVS_OK && i < n; i++) {
+    s->pairs[i].lo = lo[i];
+    s->pairs[i].hi = hi[i];
+  }
+  free(ranges);
+  free(usable);
   free(why);
   return status;
 }

@@ -162,3 +162,30 @@ void kvs_xfer_pool_bytes(const kvs_device_layout *layout, const kvs_xfer_shape *
   sink s = {NULL, 0, 0, out};
   walk(layout, shape, &side, lo, hi, &s);
 }
+
+kvs_status kvs_xfer_assign(size_t first, size_t end, size_t rank, size_t n_peers,
+                           const size_t *peer_first, const size_t *peer_end, const bool *usable,
+                           size_t *lo, size_t *hi, size_t *layer, size_t *peer) {
+  for (size_t i = 0; i < n_peers; i++) lo[i] = hi[i] = 0;
+  for (size_t l = first; l < end; l++) {
+    size_t holders = 0, seen = 0;
+    for (size_t i = 0; i < n_peers; i++) {
+      holders += (usable == NULL || usable[i]) && peer_first[i] <= l && l < peer_end[i];
+    }
+    *layer = l;
+    if (holders == 0) return KVS_ERR_NOT_FOUND;
+    for (size_t i = 0; i < n_peers; i++) {
+      if ((usable != NULL && !usable[i]) || !(peer_first[i] <= l && l < peer_end[i]) ||
+          seen++ != rank % holders) {
+        continue;
+      }
+      if (hi[i] != lo[i] && hi[i] != l) {
+        *peer = i;
+        return KVS_ERR_UNSUPPORTED;
+      }
+      if (hi[i] == lo[i]) lo[i] = l;
+      hi[i] = l + 1;
+    }
+  }
+  return KVS_OK;
+}

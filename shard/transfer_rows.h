@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/status.h"
 #include "plan/device_layout.h"
 
 #ifdef __cplusplus
@@ -101,6 +102,19 @@ size_t kvs_xfer_units(const kvs_device_layout *layout, const kvs_xfer_shape *sha
  * from the layout alone (every unit is there): what kvplan prints. */
 void kvs_xfer_pool_bytes(const kvs_device_layout *layout, const kvs_xfer_shape *shape, size_t lo,
                          size_t hi, uint64_t out[KVS_XFER_POOLS]);
+
+/* Which prefill peer sends each of a decode rank's layers [first, end):
+ * among the peers holding a layer (peer i holds [peer_first[i],
+ * peer_end[i]); usable NULL, or false for a peer that cannot send), the
+ * (rank mod their count)-th, peers in the link's order, so decode ranks
+ * spread over replicas (tp 2 -> tp 2 pairs rank with rank). Fills
+ * [lo[i], hi[i]) per peer (lo == hi: nothing). KVS_OK; KVS_ERR_NOT_FOUND
+ * when layer *layer has no usable holder; KVS_ERR_UNSUPPORTED when peer
+ * *peer would send layer *layer apart from the range it sends already
+ * (a peer's layers must be one range). */
+kvs_status kvs_xfer_assign(size_t first, size_t end, size_t rank, size_t n_peers,
+                           const size_t *peer_first, const size_t *peer_end, const bool *usable,
+                           size_t *lo, size_t *hi, size_t *layer, size_t *peer);
 
 #ifdef __cplusplus
 }
