@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "core/mix.h"
 #include "core/table_math.h"
 
 /* Notes one item at fault: the count, and the lowest index seen. */
@@ -470,4 +471,15 @@ kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
   }
   if (fault != NULL) *fault = local;
   return KVS_OK;
+}
+
+uint64_t kvs_ref_rows_digest(const void *rows, uint64_t bytes, uint64_t seed) {
+  const unsigned char *p = rows;
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i * 8 < bytes; i++) {
+    uint64_t word = 0;
+    for (unsigned b = 0; b < 8 && i * 8 + b < bytes; b++) word |= (uint64_t)p[i * 8 + b] << (8 * b);
+    sum += kvs_rows_word_term(seed, i, word);
+  }
+  return kvs_rows_digest_finish(sum, bytes, seed);
 }

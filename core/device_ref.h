@@ -197,6 +197,25 @@ kvs_status kvs_host_ring_ctx(const int64_t *map, const kvs_table_dims *dims,
                              int64_t *own, int64_t *prev, int64_t *ring, kvs_batch_fault *fault,
                              kvs_error *err);
 
+/* ---- a transfer's rows digests ---- */
+
+/* One unit of rows to digest: `bytes` bytes at `rows` (device memory for
+ * the kernel), hashed with `seed` (the unit's pool, layer and positions). */
+typedef struct kvs_rows_unit {
+  const void *rows;
+  uint64_t bytes;
+  uint64_t seed;
+} kvs_rows_unit;
+
+/* The digest the rows digest kernel computes for one unit (core/mix.h's
+ * terms): word i is bytes 8i..8i+7 read little-endian, the last one
+ * zero-padded past `bytes`. */
+uint64_t kvs_ref_rows_digest(const void *rows, uint64_t bytes, uint64_t seed);
+
+/* Units a device table digests a launch: its units and digests on the
+ * device and their pinned staging, counted in the plan (plan/node_overhead.c). */
+#define KVS_ROWS_DIGEST_BATCH 256
+
 #ifdef __cplusplus
 }
 #endif

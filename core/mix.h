@@ -45,6 +45,25 @@ KVS_MIX_HD uint64_t kvs_binding_pair_term(uint64_t key, uint64_t value) {
   return kvs_splitmix64_finalise(kvs_splitmix64_finalise(key + 0x9e3779b97f4a7c15ull) ^ value);
 }
 
+/* A transfer's digest of a unit of rows where they live (a GPU hashes its
+ * own memory: backends/cuda's rows digest kernel; core/device_ref.h's
+ * kvs_ref_rows_digest is its specification). The sum over the rows' 8-byte
+ * words of one term each, so any thread may take any word and the order of
+ * the additions does not matter; the word's index is inside its term, so
+ * words that moved or swapped change the sum, and the seed (the unit's
+ * pool, layer and positions) makes the same bytes at another position a
+ * different digest. Not cryptographic, as everything here. */
+KVS_MIX_HD uint64_t kvs_rows_word_term(uint64_t seed, uint64_t index, uint64_t word) {
+  return kvs_splitmix64_finalise(
+      kvs_splitmix64_finalise(seed + (index + 1) * 0x9e3779b97f4a7c15ull) ^ word);
+}
+
+/* The digest of a unit from its words' sum (modulo 2^64) and its length. */
+KVS_MIX_HD uint64_t kvs_rows_digest_finish(uint64_t sum, uint64_t bytes, uint64_t seed) {
+  return kvs_splitmix64_finalise(sum ^
+                                 kvs_splitmix64_finalise(seed ^ (bytes * 0xd6e8feb86659fd93ull)));
+}
+
 /* The next word of a splitmix64 stream: seeded generators for workloads
  * and test data (reproducible from the seed on every machine). */
 static inline uint64_t kvs_splitmix64(uint64_t *state) {

@@ -1,6 +1,7 @@
 #include "plan/node_overhead.h"
 
 #include "core/checked.h"
+#include "core/device_ref.h"
 #include "plan/device_layout.h"
 
 /* The shard's check words (shard/shard.c, C_WORDS) and the NCCL
@@ -55,9 +56,12 @@ kvs_status kvs_node_overhead_compute(const kvs_node_overhead_request *r, kvs_nod
      * request slots). */
     uint64_t block_bytes = kvs_mul(kvs_mul(rows, blocks, &of), 4, &of);
     uint64_t ring_bytes = kvs_mul(kvs_mul(rows, page, &of), WORD, &of);
+    /* And a transfer's rows digests: a batch of units and digests. */
+    const uint64_t digests = KVS_ROWS_DIGEST_BATCH * (sizeof(kvs_rows_unit) + WORD);
     o.table_bytes =
-        kvs_add(kvs_add(block_bytes, kvs_mul(rows, 6 * WORD, &of), &of), ring_bytes, &of);
-    o.pinned_bytes = kvs_add(block_bytes, kvs_mul(rows, 2 * WORD, &of), &of);
+        kvs_add(kvs_add(kvs_add(block_bytes, kvs_mul(rows, 6 * WORD, &of), &of), ring_bytes, &of),
+                digests, &of);
+    o.pinned_bytes = kvs_add(kvs_add(block_bytes, kvs_mul(rows, 2 * WORD, &of), &of), digests, &of);
     /* table_cuda_step.c, per parity: the batch block (count word,
      * positions, slots, two int32 blocks per row), the results (own,
      * previous, two ring locations, the ring context), and the message's

@@ -299,8 +299,8 @@ static kvs_status check_transfers(const struct kvs_comm *comm, const kvs_comm_tr
   return KVS_OK;
 }
 
-kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
-                             kvs_error *err) {
+static kvs_status exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n, bool host,
+                           kvs_error *err) {
   if (comm == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "exchange: comm is NULL");
   kvs_status status = check_live(comm, "exchange", err);
   if (status != KVS_OK) return status;
@@ -338,8 +338,21 @@ kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers
   if (moving == 0) return KVS_OK;
   kvs_error local;
   kvs_error_clear(&local);
-  status = comm->vtable->exchange(comm->ctx, comm->moving, moving, comm->timeout_ms, &local);
+  status =
+      host && comm->vtable->exchange_host != NULL
+          ? comm->vtable->exchange_host(comm->ctx, comm->moving, moving, comm->timeout_ms, &local)
+          : comm->vtable->exchange(comm->ctx, comm->moving, moving, comm->timeout_ms, &local);
   return finish(comm, status, &local, err);
+}
+
+kvs_status kvs_comm_exchange(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
+                             kvs_error *err) {
+  return exchange(comm, transfers, n, false, err);
+}
+
+kvs_status kvs_comm_exchange_host(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
+                                  kvs_error *err) {
+  return exchange(comm, transfers, n, true, err);
 }
 
 void kvs_comm_abort(kvs_comm_t comm, int code) {

@@ -93,6 +93,13 @@ typedef struct kvs_comm_vtable {
    * where the backend can stop it (kvshard.h says where it cannot). */
   kvs_status (*exchange)(void *ctx, const kvs_comm_transfer *transfers, size_t n, int timeout_ms,
                          kvs_error *err);
+  /* Optional, device backends whose messages must be device memory: the
+   * same batch with every transfer's data in host memory, staged through
+   * device memory of the backend's own (sends copied in before the group,
+   * receives copied out once it completed). NULL: exchange moves host
+   * memory as it is. */
+  kvs_status (*exchange_host)(void *ctx, const kvs_comm_transfer *transfers, size_t n,
+                              int timeout_ms, kvs_error *err);
 } kvs_comm_vtable;
 
 /* "send of 4096 bytes to rank 1", "receive of 4096 bytes from rank 1":
@@ -127,6 +134,13 @@ void *kvs_comm_backend_context(const struct kvs_comm *comm);
 /* A device backend's stream (a cudaStream_t) and CUDA device; a host
  * backend has none (KVS_ERR_UNSUPPORTED naming the backend). */
 kvs_status kvs_comm_device_stream(const struct kvs_comm *comm, void **stream, int *device,
+                                  kvs_error *err);
+
+/* kvs_comm_exchange of host memory on any backend: a device backend
+ * (NCCL) stages it through device memory of its own; the others move it
+ * as kvs_comm_exchange does. For small messages beside device rows: a
+ * transfer's headers, digests and verdicts. */
+kvs_status kvs_comm_exchange_host(kvs_comm_t comm, const kvs_comm_transfer *transfers, size_t n,
                                   kvs_error *err);
 
 /* The ordering contract for consumers of a collective's device buffer on

@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "core/clock.h"
 #include "core/device_ref.h"
@@ -52,6 +51,7 @@ typedef struct wire_header {
   uint64_t request, tokens, reuse, page;
   uint64_t kv_dtype, state_rings, tail_states, shape; /* the rows' shape */
   uint64_t window_tokens;
+  uint64_t digest; /* the rows digest's function: 1 xxh3 (host), 2 words (device) */
   uint32_t first_layer, end_layer;
   int64_t slot;
   uint32_t status; /* != 0: the sender refuses; reason says why */
@@ -73,7 +73,7 @@ static kvs_status verdicts_move(kvs_comm_t link, const kvs_node_transfer *t, wir
   for (size_t i = 0; i < t->n_peers; i++) {
     moves[i] = (kvs_comm_transfer){t->peers[i], send, send ? (void *)v : (void *)&v[i], sizeof *v};
   }
-  return kvs_comm_exchange(link, moves, t->n_peers, err);
+  return kvs_comm_exchange_host(link, moves, t->n_peers, err);
 }
 
 static kvs_window_pool_t pool_of(const struct kvs_node *node) {
@@ -107,6 +107,7 @@ static void header_init(const struct kvs_node *node, const kvs_node_transfer *t,
   h->first_layer = (uint32_t)node->layout->first_layer;
   h->end_layer = (uint32_t)node->layout->end_layer;
   h->window_tokens = t->window_tokens;
+  h->digest = strcmp(kvs_table_rows_digest_name(node->table), "xxh3") == 0 ? 1 : 2;
   h->slot = -1;
 }
 
@@ -120,6 +121,8 @@ static const char *mismatch(const wire_header *a, const wire_header *b) {
   if (a->state_rings != b->state_rings) return "state rings";
   if (a->tail_states != b->tail_states) return "tail states (a prefix cache on one side only)";
   if (a->shape != b->shape) return "model (head dims, layers and ratios, row widths)";
+  if (a->digest != b->digest)
+    return "rows digest (tables on the host on one side, a GPU on the other)";
   return NULL;
 }
 
@@ -258,12 +261,31 @@ static kvs_status check_transfer(const struct kvs_node *node, kvs_comm_t link,
       }
     }
   }
-  if (kvs_table_kind_of(node->table) != KVS_TABLE_HOST) {
+  /* Rows move where they live: a GPU's over a device link on that GPU
+   * (NCCL), the host twin's over a link that moves host memory. */
+  void *stream = NULL;
+  int link_device = -1;
+  bool device_link = kvs_comm_device_stream(link, &stream, &link_device, NULL) == KVS_OK;
+  bool device_rows = kvs_table_kind_of(node->table) != KVS_TABLE_HOST;
+  int rows_device = kvs_table_device(node->table);
+  if (device_rows && !device_link) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
-                         "%s: a transfer digests rows on the host; this node's tables are on a "
-                         "GPU (kvs_node_request_rows gives their descriptors to a transfer "
-                         "engine)",
-                         call);
+                         "%s: this node's rows are on CUDA device %d and the '%s' link moves "
+                         "host memory: link device nodes with NCCL (or hand "
+                         "kvs_node_request_rows' descriptors to a transfer engine)",
+                         call, rows_device, kvs_comm_backend(link));
+  }
+  if (device_rows && link_device != rows_device) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "%s: this node's rows are on CUDA device %d, but the '%s' link runs on "
+                         "device %d: create the link on the node's GPU",
+                         call, rows_device, kvs_comm_backend(link), link_device);
+  }
+  if (!device_rows && device_link) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED,
+                         "%s: this node's rows are in host memory and the '%s' link moves only "
+                         "device memory: link host nodes with MPI, loopback or callbacks",
+                         call, kvs_comm_backend(link));
   }
   if (node->options.index_only) {
     return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "%s: an index_only node holds no rows", call);
@@ -547,7 +569,7 @@ static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t 
                                   send ? (void *)s->own : (void *)s->pairs[i].theirs, hb};
   }
   *wire += s->n_pairs * hb;
-  return kvs_comm_exchange(link, s->t, s->n_pairs, err);
+  return kvs_comm_exchange_host(link, s->t, s->n_pairs, err);
 }
 
 /* The rows' messages of every pair that moves, in one exchange. */
@@ -577,31 +599,61 @@ static void plant_find(kvs_node_t node, const session *s, const kvs_transfer_pla
       out->right = (unsigned char *)base + unit->offset;
       out->wrong = out->right + plant->shift * (int64_t)unit->step;
       out->saved = malloc((size_t)unit->bytes);
-      if (out->saved != NULL) memcpy(out->saved, out->right, (size_t)unit->bytes);
+      kvs_row_copy c = {out->saved,  out->right,  unit->bytes,    1,
+                        unit->bytes, unit->bytes, KVS_ROW_TO_HOST};
+      if (out->saved != NULL && kvs_table_copy_now(node->table, &c, 1, NULL) != KVS_OK) {
+        free(out->saved);
+        out->saved = NULL;
+      }
       return;
     }
   }
 }
 
-/* The rows landed on the wrong page; the right one keeps what it held. */
-static void plant_apply(planted *p) {
-  if (p->saved == NULL) return;
-  memmove(p->wrong, p->right, (size_t)p->bytes);
-  memcpy(p->right, p->saved, (size_t)p->bytes);
+/* The rows landed on the wrong page; the right one keeps what it held
+ * (through the table's copies: the rows may be on a GPU). */
+static void plant_apply(kvs_node_t node, planted *p) {
+  unsigned char *landed = malloc((size_t)p->bytes);
+  if (p->saved != NULL && landed != NULL) {
+    /* Through the host, in order: the two places may overlap. */
+    kvs_row_copy c[3] = {{landed, p->right, p->bytes, 1, p->bytes, p->bytes, KVS_ROW_TO_HOST},
+                         {p->wrong, landed, p->bytes, 1, p->bytes, p->bytes, KVS_ROW_FROM_HOST},
+                         {p->right, p->saved, p->bytes, 1, p->bytes, p->bytes, KVS_ROW_FROM_HOST}};
+    (void)kvs_table_copy_now(node->table, c, 3, NULL);
+  }
+  free(landed);
   free(p->saved);
   p->saved = NULL;
 }
 
-/* units[first, end)'s digests through the contract into out (0 where a
- * unit has no rows on this rank: it then differs). */
-static void hash_units(const struct kvs_node *node, const views *vs, const kvs_xfer_side *side,
-                       const pair *p, size_t first, size_t end, uint64_t *out) {
-  for (size_t u = first; u < end; u++) {
-    const unsigned char *rows = contract_rows(node, vs, side, &p->mine[u]);
-    out[u] = rows == NULL
-                 ? 0
-                 : XXH3_64bits_withSeed(rows, (size_t)p->mine[u].bytes, unit_seed(&p->mine[u]));
+/* units[first, end)'s digests through the contract into out, where the
+ * rows live (kvs_table_rows_digest: the host's XXH3 or a GPU's kernel);
+ * 0 where a unit has no rows on this rank: it then differs. */
+static kvs_status hash_units(const struct kvs_node *node, const views *vs,
+                             const kvs_xfer_side *side, const pair *p, size_t first, size_t end,
+                             uint64_t *out, kvs_error *err) {
+  if (end <= first) return KVS_OK;
+  kvs_rows_unit *units = calloc(end - first, sizeof *units);
+  size_t *at = malloc((end - first) * sizeof *at);
+  uint64_t *got = malloc((end - first) * sizeof *got);
+  kvs_status status = KVS_OK;
+  if (units == NULL || at == NULL || got == NULL) {
+    status = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory to digest %zu units", end - first);
   }
+  size_t n = 0;
+  for (size_t u = first; status == KVS_OK && u < end; u++) {
+    const unsigned char *rows = contract_rows(node, vs, side, &p->mine[u]);
+    out[u] = 0;
+    if (rows == NULL || p->mine[u].bytes == 0) continue;
+    units[n] = (kvs_rows_unit){rows, p->mine[u].bytes, unit_seed(&p->mine[u])};
+    at[n++] = u;
+  }
+  if (status == KVS_OK) status = kvs_table_rows_digest(node->table, units, n, got, err);
+  for (size_t i = 0; status == KVS_OK && i < n; i++) out[at[i]] = got[i];
+  free(units);
+  free(at);
+  free(got);
+  return status;
 }
 
 /* The rows of every pair that moves, round by round (each round one
@@ -625,6 +677,20 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
   kvs_status status = kvs_table_memory(node->table, &base, &mapping, err);
   views vs;
   if (status == KVS_OK) views_of(node, &vs);
+  /* A GPU's prefill side hashes every unit first, on the engine's stream:
+   * after the engine's writes of the rows, which the link's sends (on its
+   * own stream) then read finished; at HBM speed it costs the link
+   * nothing. The host twin hashes each round as it goes, in cache. */
+  const bool device = kvs_table_kind_of(node->table) != KVS_TABLE_HOST;
+  const bool first_all = send && device;
+  /* A GPU's decode side: the journal's row work queued on the engine's
+   * stream (the new slot's ring clears, a hit's restores) lands before the
+   * link, on a stream of its own, writes the rows over it. */
+  if (status == KVS_OK && device && !send) status = kvs_table_sync(node->table, err);
+  for (size_t i = 0; first_all && status == KVS_OK && i < s->n_pairs; i++) {
+    const pair *p = &s->pairs[i];
+    if (p->ok) status = hash_units(node, &vs, side, p, 0, p->n, p->digests, err);
+  }
   for (size_t round = 0; status == KVS_OK && round < rounds; round++) {
     size_t nt = 0;
     for (size_t i = 0; i < s->n_pairs; i++) {
@@ -645,8 +711,10 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
       if (!p->ok || round >= p->n_rounds) continue;
       size_t k0 = round ? p->rounds[round - 1] : 0, k1 = p->rounds[round];
       size_t first = k0 ? p->pieces[k0 - 1] : 0, end = p->pieces[k1 - 1];
-      if (pl != NULL && pl->pair == i && pl->unit >= first && pl->unit < end) plant_apply(pl);
-      hash_units(node, &vs, side, p, first, end, send ? p->digests : p->here);
+      if (pl != NULL && pl->pair == i && pl->unit >= first && pl->unit < end) plant_apply(node, pl);
+      if (!first_all) {
+        status = hash_units(node, &vs, side, p, first, end, send ? p->digests : p->here, err);
+      }
     }
   }
   free(t);
@@ -664,7 +732,7 @@ static kvs_status digests_move(session *s, kvs_comm_t link, bool send, uint64_t 
     s->t[nt++] = (kvs_comm_transfer){p->peer, send, p->digests, p->n * sizeof(uint64_t)};
     *wire += p->n * sizeof(uint64_t);
   }
-  return kvs_comm_exchange(link, s->t, nt, err);
+  return kvs_comm_exchange_host(link, s->t, nt, err);
 }
 
 static void count_units(const session *s, kvs_node_transfer_report *r) {
@@ -1010,7 +1078,7 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
           s.t[i] = (kvs_comm_transfer){s.pairs[i].peer, true, h, hb};
         }
         r.wire_bytes += s.n_pairs * hb;
-        moved = kvs_comm_exchange(link, s.t, s.n_pairs, &local);
+        moved = kvs_comm_exchange_host(link, s.t, s.n_pairs, &local);
         free(each);
       }
     }

@@ -134,6 +134,64 @@ kvs_status kvs_table_faults(kvs_table_t table, kvs_device_faults *out, kvs_error
   return table->ops->faults(table->impl, out, err);
 }
 
+/* Whether [p, p + bytes) lies in the table's carve. */
+static bool in_carve(const struct kvs_table *t, const void *p, uint64_t bytes) {
+  const unsigned char *at = p;
+  return at >= t->base && (uint64_t)(at - t->base) <= t->carve_bytes &&
+         bytes <= t->carve_bytes - (uint64_t)(at - t->base);
+}
+
+static kvs_status rows_kept(const struct kvs_table *t, const char *call, kvs_error *err) {
+  if (t == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: table is NULL", call);
+  if (t->base == NULL) {
+    return kvs_error_set(err, KVS_ERR_UNSUPPORTED, "%s: the table keeps no rows", call);
+  }
+  return KVS_OK;
+}
+
+kvs_status kvs_table_rows_digest(kvs_table_t table, const kvs_rows_unit *units, size_t n,
+                                 uint64_t *out, kvs_error *err) {
+  kvs_status status = rows_kept(table, "kvs_table_rows_digest", err);
+  if (status != KVS_OK || n == 0) return status;
+  if (units == NULL || out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "kvs_table_rows_digest: %s is NULL",
+                         units == NULL ? "units" : "out");
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (units[i].bytes == 0 || !in_carve(table, units[i].rows, units[i].bytes)) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "kvs_table_rows_digest: unit %zu (%llu bytes) is %s", i,
+                           (unsigned long long)units[i].bytes,
+                           units[i].bytes == 0 ? "empty" : "outside the table's rows");
+    }
+  }
+  return table->ops->rows_digest(table->impl, units, n, out, err);
+}
+
+const char *kvs_table_rows_digest_name(const struct kvs_table *table) {
+  return table != NULL && table->ops->kind == KVS_TABLE_HOST ? "xxh3" : "words";
+}
+
+kvs_status kvs_table_copy_now(kvs_table_t table, const kvs_row_copy *copies, size_t n,
+                              kvs_error *err) {
+  kvs_status status = rows_kept(table, "kvs_table_copy_now", err);
+  if (status != KVS_OK || n == 0) return status;
+  for (size_t i = 0; i < n; i++) {
+    const kvs_row_copy *c = &copies[i];
+    uint64_t span = c->height == 0 ? 0 : (c->height - 1) * c->dst_pitch + c->width;
+    uint64_t src_span = c->height == 0 ? 0 : (c->height - 1) * c->src_pitch + c->width;
+    bool dst_table = c->op != KVS_ROW_TO_HOST,
+         src_table = c->op == KVS_ROW_TO_HOST || c->op == KVS_ROW_WITHIN;
+    if ((dst_table && !in_carve(table, c->dst, span)) ||
+        (src_table && !in_carve(table, c->src, src_span))) {
+      return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
+                           "kvs_table_copy_now: copy %zu is outside the table's rows", i);
+    }
+  }
+  status = table->ops->copy_rows(table->impl, copies, n, err);
+  return status == KVS_OK ? table->ops->sync(table->impl, err) : status;
+}
+
 kvs_status kvs_table_sync(kvs_table_t table, kvs_error *err) {
   if (table == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "table is NULL");
   return table->ops->sync(table->impl, err);

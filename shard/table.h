@@ -213,6 +213,20 @@ kvs_status kvs_table_check_stream(kvs_table_t table, void *stream, kvs_error *er
  * and 8 bytes come back (a check waits for it). */
 kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err);
 
+/* A transfer's digests of units of the engine's rows, where they live:
+ * out[i] for units[i] (rows, bytes, seed: core/device_ref.h). The host
+ * twin hashes each with XXH3 (kvs_table_rows_digest_name "xxh3"); a device
+ * table runs the rows digest kernel (kvs_ref_rows_digest, "words") on the
+ * engine's stream, so after the engine's writes queued before the call,
+ * and returns once the digests are back (refused while that stream
+ * captures a graph). A unit of no bytes or outside the table's memory is
+ * refused (KVS_ERR_OUT_OF_RANGE naming it) before anything runs. */
+kvs_status kvs_table_rows_digest(kvs_table_t table, const kvs_rows_unit *units, size_t n,
+                                 uint64_t *out, kvs_error *err);
+/* Which function kvs_table_rows_digest uses: two tables' digests compare
+ * only when their names are equal. */
+const char *kvs_table_rows_digest_name(const struct kvs_table *table);
+
 /* ---- the engine's rows a journal moves (shard/table_rows.c) ---- */
 
 /* Makes the table keep the engine's rows in step with each journal it
@@ -328,6 +342,12 @@ typedef struct kvs_row_copy {
   kvs_row_op op;
 } kvs_row_copy;
 
+/* Copies now, in the table's memory or between it and the host (the host
+ * tier's copy operations, KVS_ROW_WITHIN, _TO_HOST, _FROM_HOST), and
+ * returns once they landed. */
+kvs_status kvs_table_copy_now(kvs_table_t table, const kvs_row_copy *copies, size_t n,
+                              kvs_error *err);
+
 /* ---- for table implementations ---- */
 
 typedef struct kvs_table_ops {
@@ -358,6 +378,10 @@ typedef struct kvs_table_ops {
                             kvs_error *err);
   kvs_status (*release)(void *impl, uint64_t step, void *stream, kvs_error *err);
   kvs_status (*check_stream)(void *impl, void *stream, kvs_error *err);
+  /* kvs_table_rows_digest: out[i] for units[i], n >= 1, every unit's
+   * rows inside the table's memory and at least one byte. */
+  kvs_status (*rows_digest)(void *impl, const kvs_rows_unit *units, size_t n, uint64_t *out,
+                            kvs_error *err);
 } kvs_table_ops;
 
 /* Wraps an implementation: the table owns impl from here (destroy is

@@ -29,6 +29,7 @@ struct kvs_table {
   uint64_t bytes;
   /* The engine's rows (kvs_table_keep_rows; base NULL: not kept). */
   unsigned char *base; /* the carve the rows live in */
+  uint64_t carve_bytes;
   uint64_t n_win_pages;
   uint64_t n_req_slots; /* the dummy included; 0 without per-request rings */
   kvs_table_ring_span rings[KVS_TABLE_RING_SPANS];

@@ -82,6 +82,7 @@ kvs_status kvs_table_keep_rows(kvs_table_t table, const kvs_device_layout *layou
   table->n_win_pages = layout->sizes.n_win_pages;
   table->n_req_slots = layout->sizes.n_req_slots;
   table->base = base;
+  table->carve_bytes = layout->total_bytes;
   return KVS_OK;
 }
 

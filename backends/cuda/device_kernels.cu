@@ -81,6 +81,13 @@ extern "C" cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dim
   return launch.error;
 }
 
+extern "C" cudaError_t kvs_launch_rows_digest(const kvs_rows_unit *units, uint64_t n, uint64_t *out,
+                                              uint32_t max_blocks, cudaStream_t stream) {
+  StreamLaunch launch{stream};
+  launch_rows_digest(launch, units, n, out, max_blocks);
+  return launch.error;
+}
+
 extern "C" cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims,
                                             const int64_t *locs, uint64_t n, int64_t *out,
                                             kvs_batch_fault *fault, uint32_t max_blocks,

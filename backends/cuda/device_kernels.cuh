@@ -340,6 +340,51 @@ __global__ void __launch_bounds__(kDigestThreads)
   if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
+// ---- a transfer's rows digests ----
+//
+// One block per unit (grid-stride over the units), its threads over the
+// unit's 8-byte words; each thread sums its words' terms and the block
+// adds the partial sums in shared memory (kvs_ref_rows_digest is the
+// specification). A word wholly inside the unit at an 8-byte aligned
+// address is one load; the last, short word and a unit that is not
+// aligned (an fp8 page's odd widths) are read byte by byte.
+constexpr unsigned kRowsThreads = 256;
+
+__device__ inline uint64_t rows_word(const unsigned char *p, uint64_t i, uint64_t bytes) {
+  const uint64_t at = i * 8;
+  if (at + 8 <= bytes && (reinterpret_cast<uintptr_t>(p) & 7u) == 0) {
+    return *reinterpret_cast<const uint64_t *>(p + at);
+  }
+  uint64_t word = 0;
+  for (unsigned b = 0; b < 8 && at + b < bytes; b++) {
+    word |= static_cast<uint64_t>(p[at + b]) << (8 * b);
+  }
+  return word;
+}
+
+__global__ void __launch_bounds__(kRowsThreads)
+    rows_digest_kernel(const kvs_rows_unit *__restrict__ units, uint64_t n, uint64_t *out) {
+  __shared__ unsigned long long partial[kRowsThreads];
+  for (uint64_t u = blockIdx.x; u < n; u += gridDim.x) {
+    const kvs_rows_unit unit = units[u];
+    const unsigned char *p = static_cast<const unsigned char *>(unit.rows);
+    const uint64_t words = (unit.bytes + 7) / 8;
+    unsigned long long sum = 0;
+    for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) {
+      sum += kvs_rows_word_term(unit.seed, i, rows_word(p, i, unit.bytes));
+    }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) out[u] = kvs_rows_digest_finish(partial[0], unit.bytes, unit.seed);
+    // Every thread has read partial[0]'s round before the next unit writes it.
+    __syncthreads();
+  }
+}
+
 // Launch shapes, shared by the launchers and the CPU emulation test so both
 // run the kernels over the same grids.
 inline unsigned capped_grid(uint64_t items, unsigned per_block, uint32_t max_blocks) {
@@ -391,6 +436,13 @@ bool launch_table_digest(Launch &&launch, const int64_t *map, kvs_table_dims dim
   const uint64_t full_pages = dims.full_token / dims.page;
   return launch(capped_grid(full_pages > 0 ? full_pages : 1, kDigestThreads, max_blocks),
                 kDigestThreads, table_digest_kernel, map, dims.page, full_pages, out);
+}
+
+template <typename Launch>
+bool launch_rows_digest(Launch &&launch, const kvs_rows_unit *units, uint64_t n, uint64_t *out,
+                        uint32_t max_blocks) {
+  if (n == 0) return true;
+  return launch(capped_grid(n, 1, max_blocks), kRowsThreads, rows_digest_kernel, units, n, out);
 }
 
 template <typename Launch>
@@ -459,7 +511,7 @@ bool for_each_kernel(Visit &&visit) {
   return visit(apply_mark_kernel, "apply_mark") && visit(apply_write_kernel, "apply_write") &&
          visit(translate_kernel, "translate") && visit(state_locs_kernel, "state_locs") &&
          visit(batch_state_locs_kernel, "batch_state_locs") && visit(ring_ctx_kernel, "ring_ctx") &&
-         visit(table_digest_kernel, "table_digest");
+         visit(table_digest_kernel, "table_digest") && visit(rows_digest_kernel, "rows_digest");
 }
 
 }  // namespace kvs_kernels

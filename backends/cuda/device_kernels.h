@@ -67,6 +67,11 @@ cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
                                     unsigned long long *out, uint32_t max_blocks,
                                     cudaStream_t stream);
 
+/* out[u] = the digest of units[u] (kvs_ref_rows_digest) for u < n: units
+ * and out are device memory, and so is every unit's rows. */
+cudaError_t kvs_launch_rows_digest(const kvs_rows_unit *units, uint64_t n, uint64_t *out,
+                                   uint32_t max_blocks, cudaStream_t stream);
+
 /* Loads every kernel of the library into the current context now
  * (cudaFuncGetAttributes on each), so that no launch loads a module under
  * CUDA's lazy loading: a load at the first step can wait on the whole

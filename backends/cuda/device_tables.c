@@ -404,6 +404,24 @@ kvs_status kvs_device_tables_digest(kvs_device_tables_t tables, unsigned long lo
   return status;
 }
 
+kvs_status kvs_device_tables_rows_digest(kvs_device_tables_t tables, const kvs_rows_unit *d_units,
+                                         size_t n, uint64_t *d_out, cudaStream_t stream,
+                                         kvs_error *err) {
+  if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");
+  if (n == 0) return KVS_OK;
+  if (d_units == NULL || d_out == NULL) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "rows digest of %zu units: %s is NULL", n,
+                         d_units == NULL ? "the units" : "the digests");
+  }
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(tables, &scope, err);
+  if (status != KVS_OK) return status;
+  status = launched(kvs_launch_rows_digest(d_units, n, d_out, tables->max_blocks, stream),
+                    "rows_digest", n, err);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 kvs_status kvs_device_tables_translate(kvs_device_tables_t tables, const int64_t *d_locs, size_t n,
                                        int64_t *d_out, cudaStream_t stream, kvs_error *err) {
   if (tables == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "tables are NULL");

@@ -117,6 +117,13 @@ kvs_status kvs_device_tables_apply_counted(kvs_device_tables_t tables,
                                            const uint32_t *d_count, cudaStream_t stream,
                                            kvs_error *err);
 
+/* d_out[i] = the rows digest of d_units[i] (kvs_ref_rows_digest), i < n,
+ * on `stream`; the units and their rows are device memory of the
+ * tables' device. */
+kvs_status kvs_device_tables_rows_digest(kvs_device_tables_t tables, const kvs_rows_unit *d_units,
+                                         size_t n, uint64_t *d_out, cudaStream_t stream,
+                                         kvs_error *err);
+
 /* *d_out = the table's binding digest (kvs_table_digest), on `stream`:
  * zeroed, then summed by a kernel. */
 kvs_status kvs_device_tables_digest(kvs_device_tables_t tables, unsigned long long *d_out,

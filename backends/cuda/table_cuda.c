@@ -46,6 +46,14 @@ typedef struct cuda_table {
   /* The device's largest pitch a 2D copy or memset takes
    * (cudaDevAttrMaxPitch): a layer stride past it goes run by run. */
   uint64_t max_pitch;
+  /* Recorded after the last row copies (copy_rows), which run on the
+   * engine's stream when there is one: sync waits for it too. */
+  cudaEvent_t copied;
+  bool copied_pending;
+  /* A transfer's rows digests, KVS_ROWS_DIGEST_BATCH units a launch: the
+   * units and digests on the device, their pinned staging. */
+  kvs_rows_unit *d_units, *h_units;
+  uint64_t *d_digests, *h_digests;
 } cuda_table;
 
 /* The table's device current for a call; kvs_cuda_device_leave puts the
@@ -192,6 +200,11 @@ static kvs_status cuda_sync(void *impl, kvs_error *err) {
   kvs_status status = enter(t, &scope, err);
   if (status != KVS_OK) return status;
   status = kvs_cuda_status(cudaStreamSynchronize(t->stream), "cudaStreamSynchronize", err);
+  if (status == KVS_OK && t->copied_pending) {
+    status = kvs_cuda_status(cudaEventSynchronize(t->copied),
+                             "cudaEventSynchronize after the row copies", err);
+    t->copied_pending = status != KVS_OK;
+  }
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -204,6 +217,11 @@ static void cuda_destroy(void *impl) {
     if (t->stream != NULL) (void)cudaStreamSynchronize(t->stream);
     kvs_cuda_step_destroy(t->step);
     if (t->staged != NULL) (void)cudaEventDestroy(t->staged);
+    if (t->copied != NULL) (void)cudaEventDestroy(t->copied);
+    (void)cudaFree(t->d_units);
+    (void)cudaFree(t->d_digests);
+    (void)cudaFreeHost(t->h_units);
+    (void)cudaFreeHost(t->h_digests);
     (void)cudaFree(t->d_blocks);
     (void)cudaFree(t->d_positions);
     (void)cudaFree(t->d_own);
@@ -371,6 +389,47 @@ static kvs_status cuda_copy_rows(void *impl, const kvs_row_copy *copies, size_t 
   if (status != KVS_OK) return status;
   cudaStream_t st = copy_stream(t);
   for (size_t i = 0; i < n && status == KVS_OK; i++) status = cuda_row_op(t, &copies[i], st, err);
+  if (n > 0) {
+    kvs_status recorded = kvs_cuda_status(cudaEventRecord(t->copied, st),
+                                          "cudaEventRecord after the row copies", err);
+    if (status == KVS_OK) status = recorded;
+    t->copied_pending = recorded == KVS_OK;
+  }
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
+/* Batches of KVS_ROWS_DIGEST_BATCH units through the pinned staging, each
+ * on the engine's stream (after its writes of the rows) and waited for
+ * before the staging is reused: a transfer's call, not the step's. */
+static kvs_status cuda_rows_digest(void *impl, const kvs_rows_unit *units, size_t n, uint64_t *out,
+                                   kvs_error *err) {
+  cuda_table *t = impl;
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(t, &scope, err);
+  if (status != KVS_OK) return status;
+  cudaStream_t st = copy_stream(t);
+  if (st != t->stream) status = kvs_cuda_stream_not_capturing(st, "the engine's stream", err);
+  for (size_t first = 0; first < n && status == KVS_OK; first += KVS_ROWS_DIGEST_BATCH) {
+    size_t k = n - first < KVS_ROWS_DIGEST_BATCH ? n - first : KVS_ROWS_DIGEST_BATCH;
+    memcpy(t->h_units, units + first, k * sizeof *units);
+    status = kvs_cuda_status(
+        cudaMemcpyAsync(t->d_units, t->h_units, k * sizeof *units, cudaMemcpyHostToDevice, st),
+        "cudaMemcpyAsync of the rows units", err);
+    if (status == KVS_OK) {
+      status = kvs_device_tables_rows_digest(t->tables, t->d_units, k, t->d_digests, st, err);
+    }
+    if (status == KVS_OK) {
+      status = kvs_cuda_status(
+          cudaMemcpyAsync(t->h_digests, t->d_digests, k * sizeof *out, cudaMemcpyDeviceToHost, st),
+          "cudaMemcpyAsync of the rows digests", err);
+    }
+    /* Waited for even after a failure: the staging may still be read. */
+    kvs_status waited =
+        kvs_cuda_status(cudaStreamSynchronize(st), "cudaStreamSynchronize of the digests", err);
+    if (status == KVS_OK) status = waited;
+    if (status == KVS_OK) memcpy(out + first, t->h_digests, k * sizeof *out);
+  }
   kvs_cuda_device_leave(&scope);
   return status;
 }
@@ -393,6 +452,7 @@ static const kvs_table_ops cuda_ops = {
     .set_results = cuda_set_results,
     .release = cuda_release,
     .check_stream = cuda_check_stream,
+    .rows_digest = cuda_rows_digest,
 };
 
 /* With the device current: the node's step, over the table's own
@@ -466,6 +526,8 @@ kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
   }
   KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->staged, cudaEventDisableTiming),
                 "cudaEventCreateWithFlags for the batch staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaEventCreateWithFlags(&t->copied, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags for the row copies", err, status, fail);
   int max_pitch = 0;
   KVS_CUDA_GOTO(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device),
                 "cudaDeviceGetAttribute of the maximum pitch", err, status, fail);
@@ -489,13 +551,23 @@ kvs_status kvs_cuda_table_open(int device, const kvs_device_layout *layout,
                 "cudaMallocHost of the position staging", err, status, fail);
   KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_slots, req * sizeof(int64_t)),
                 "cudaMallocHost of the request-slot staging", err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_units, KVS_ROWS_DIGEST_BATCH * sizeof *t->d_units),
+                "cudaMalloc of the rows digest units", err, status, fail);
+  KVS_CUDA_GOTO(cudaMalloc((void **)&t->d_digests, KVS_ROWS_DIGEST_BATCH * sizeof *t->d_digests),
+                "cudaMalloc of the rows digests", err, status, fail);
+  KVS_CUDA_GOTO(cudaMallocHost((void **)&t->h_units, KVS_ROWS_DIGEST_BATCH * sizeof *t->h_units),
+                "cudaMallocHost of the rows digest staging", err, status, fail);
+  KVS_CUDA_GOTO(
+      cudaMallocHost((void **)&t->h_digests, KVS_ROWS_DIGEST_BATCH * sizeof *t->h_digests),
+      "cudaMallocHost of the rows digest staging", err, status, fail);
   uint64_t step_bytes = 0;
   if (options != NULL && (status = open_step(t, options, req, &step_bytes, err)) != KVS_OK) {
     goto fail;
   }
   kvs_cuda_device_leave(&scope);
   *bytes = layout->total_bytes + step_bytes +
-           (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t));
+           (block_rows * sizeof(int32_t) + (6 * req + ring_rows) * sizeof(int64_t)) +
+           KVS_ROWS_DIGEST_BATCH * (sizeof(kvs_rows_unit) + sizeof(uint64_t));
   *ops = &cuda_ops;
   *impl = t;
   return KVS_OK;

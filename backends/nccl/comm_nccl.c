@@ -43,6 +43,12 @@ typedef struct nccl_ctx {
   int size;
   int timeout_ms;
   kvs_comm_buffer barrier_word; /* one device word for barriers */
+  /* exchange_host's staging: device memory as large as the largest host
+   * exchange so far, and its transfers, kept for the communicator's life. */
+  unsigned char *stage;
+  size_t stage_bytes;
+  kvs_comm_transfer *staged;
+  size_t staged_cap;
 } nccl_ctx;
 
 /* Appends text to err's message (room permitting). */
@@ -303,6 +309,74 @@ static kvs_status nccl_exchange(void *vctx, const kvs_comm_transfer *t, size_t n
   return status;
 }
 
+/* Host messages through the device: each transfer gets a 256-byte aligned
+ * piece of the staging; the sends are copied in on the stream before the
+ * group, the receives copied out after it completed (the stream polled
+ * against the deadline first, so a peer that never sends is a timeout,
+ * not a copy that blocks). */
+#define STAGE_ALIGN 256
+
+static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, size_t n,
+                                     int timeout_ms, kvs_error *err) {
+  nccl_ctx *ctx = vctx;
+  ctx->timeout_ms = timeout_ms;
+  kvs_wait w = kvs_wait_begin(timeout_ms);
+  char list[KVS_ERROR_MESSAGE_MAX / 2], what[KVS_ERROR_MESSAGE_MAX / 2 + 48];
+  kvs_comm_transfers_describe(t, n, list, sizeof list);
+  snprintf(what, sizeof what, "exchange of host memory (%s)", list);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t piece = (t[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    if (piece < t[i].bytes || total + piece < total) {
+      return kvs_error_set(err, KVS_ERR_OVERFLOW, "%s: the staging overflows", what);
+    }
+    total += piece;
+  }
+  if (n > ctx->staged_cap) {
+    kvs_comm_transfer *grown = realloc(ctx->staged, n * sizeof *grown);
+    if (grown == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "%s: no memory", what);
+    ctx->staged = grown;
+    ctx->staged_cap = n;
+  }
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  if (total > ctx->stage_bytes) {
+    /* Every earlier call waited for its stream: nothing reads the old one. */
+    (void)cudaFree(ctx->stage);
+    ctx->stage = NULL;
+    ctx->stage_bytes = 0;
+    char grow[96];
+    snprintf(grow, sizeof grow, "cudaMalloc of %zu bytes of staging for host messages", total);
+    status = kvs_cuda_status(cudaMalloc((void **)&ctx->stage, total), grow, err);
+    if (status == KVS_OK) ctx->stage_bytes = total;
+  }
+  size_t at = 0;
+  for (size_t i = 0; i < n && status == KVS_OK; i++) {
+    ctx->staged[i] = t[i];
+    ctx->staged[i].data = ctx->stage + at;
+    at += (t[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    if (t[i].send) {
+      status = kvs_cuda_status(cudaMemcpyAsync(ctx->staged[i].data, t[i].data, t[i].bytes,
+                                               cudaMemcpyHostToDevice, ctx->stream),
+                               "cudaMemcpyAsync of a host message to its staging", err);
+    }
+  }
+  if (status == KVS_OK) status = exchange_on_device(ctx, ctx->staged, n, what, &w, err);
+  for (size_t i = 0; i < n && status == KVS_OK; i++) {
+    if (!t[i].send) {
+      status = kvs_cuda_status(cudaMemcpyAsync(t[i].data, ctx->staged[i].data, t[i].bytes,
+                                               cudaMemcpyDeviceToHost, ctx->stream),
+                               "cudaMemcpyAsync of a received host message", err);
+    }
+  }
+  if (status == KVS_OK) status = wait_stream(ctx, what, &w, err);
+  /* A failed copy too: no peer waits on this rank's half of the group. */
+  if (status != KVS_OK && !ctx->aborted) stop(ctx, NULL);
+  kvs_cuda_device_leave(&scope);
+  return status;
+}
+
 /* kvs_comm_abort: aborts the communicator (its own, also when split from
  * an engine's: the engine's parent is untouched). */
 static void nccl_abort(void *vctx, int code) {
@@ -342,6 +416,8 @@ static void nccl_destroy(void *vctx) {
   bool entered = ctx->device >= 0 && enter(ctx, &scope, NULL) == KVS_OK;
   close_comm(ctx);
   nccl_buffer_free(ctx, &ctx->barrier_word);
+  (void)cudaFree(ctx->stage);
+  free(ctx->staged);
   if (ctx->reads_done != NULL) (void)cudaEventDestroy(ctx->reads_done);
   if (ctx->stream != NULL) (void)cudaStreamDestroy(ctx->stream);
   if (entered) kvs_cuda_device_leave(&scope);
@@ -387,6 +463,7 @@ static const kvs_comm_vtable nccl_vtable = {
     .device_stream = nccl_device_stream,
     .reads_done = nccl_reads_done,
     .exchange = nccl_exchange,
+    .exchange_host = nccl_exchange_host,
 };
 
 /* ---- creation ---- */

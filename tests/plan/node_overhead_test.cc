@@ -85,9 +85,10 @@ TEST(NodeOverhead, a_dsv4_node_over_nccl) {
   kvs_error err;
   ASSERT_EQ(kvs_node_overhead_compute(&r, &o, &err), KVS_OK) << err.message;
   // Table: 64 rows x 8,192 int32 blocks, 64 x 6 words, a 128-slot ring
-  // context per row.
-  EXPECT_EQ(o.table_bytes, 64u * 8192 * 4 + 64u * 6 * 8 + 64u * 128 * 8);
-  EXPECT_EQ(o.table_bytes, 2165760u);
+  // context per row, and a transfer's batch of 256 rows digests (a
+  // 24-byte unit and an 8-byte digest each).
+  EXPECT_EQ(o.table_bytes, 64u * 8192 * 4 + 64u * 6 * 8 + 64u * 128 * 8 + 256u * 32);
+  EXPECT_EQ(o.table_bytes, 2173952u);
   // Step, two parities: the batch (8 + 64 x 24) and the results (64 x 132
   // words); no message copy on a device communicator; the digest word.
   EXPECT_EQ(o.step_bytes, 2u * (8 + 64 * 24 + 64 * 132 * 8) + 8);
@@ -97,15 +98,15 @@ TEST(NodeOverhead, a_dsv4_node_over_nccl) {
   EXPECT_EQ(r.message_bytes, 48u + 16 * 14388);
   EXPECT_EQ(o.comm_bytes, 2u * 230256 + (10 + 1 + 65) * 8);
   EXPECT_EQ(o.comm_bytes, 461120u);
-  EXPECT_EQ(o.device_bytes, 2765144u) << "2.6 MiB beside the carve";
+  EXPECT_EQ(o.device_bytes, 2773336u) << "2.6 MiB beside the carve";
   EXPECT_EQ(o.nccl_bytes, 52822016u);
-  EXPECT_EQ(o.total_bytes, 55587160u) << "53.0 MiB off each GPU";
+  EXPECT_EQ(o.total_bytes, 55595352u) << "53.0 MiB off each GPU";
   // Pinned: the block-table and word staging, both parities' batches and
   // the digest word, the communicator's twins, and the tables' check
   // download buffer (two 512 KiB halves) and journal staging (4,096
   // entries of 16 bytes).
-  EXPECT_EQ(o.pinned_bytes, (64u * 8192 * 4 + 64u * 16) + (2u * (8 + 64 * 24) + 8) + 461120u +
-                                (1u << 20) + 4096u * 16);
+  EXPECT_EQ(o.pinned_bytes, (64u * 8192 * 4 + 64u * 16) + 256u * 32 + (2u * (8 + 64 * 24) + 8) +
+                                461120u + (1u << 20) + 4096u * 16);
 }
 
 TEST(NodeOverhead, a_host_communicator_copies_its_message_and_nccl_is_not_there) {
@@ -116,7 +117,7 @@ TEST(NodeOverhead, a_host_communicator_copies_its_message_and_nccl_is_not_there)
   EXPECT_EQ(o.step_bytes, 138264u + 2 * 230256) << "each parity stages the message on the device";
   EXPECT_EQ(o.comm_bytes, 0u);
   EXPECT_EQ(o.nccl_bytes, 0u);
-  EXPECT_EQ(o.total_bytes, 2165760u + 138264u + 2 * 230256);
+  EXPECT_EQ(o.total_bytes, 2173952u + 138264u + 2 * 230256);
   // Host tables over a host communicator: nothing on a GPU.
   r.cuda_tables = false;
   ASSERT_EQ(kvs_node_overhead_compute(&r, &o, nullptr), KVS_OK);
@@ -166,7 +167,7 @@ TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
   kvs_error err;
   ASSERT_EQ(kvs_node_overhead_reserve(plain.reserve_bytes, &o, &priced.reserve_bytes, &err), KVS_OK)
       << err.message;
-  EXPECT_EQ(priced.reserve_bytes, 512 * MiB + 55587160u);
+  EXPECT_EQ(priced.reserve_bytes, 512 * MiB + 55595352u);
   kvs_topology_t t = nullptr;
   ASSERT_EQ(kvs_host_topology_open("bundled", &t, nullptr, 0, &err), KVS_OK) << err.message;
   kvs_test::Topology topology(t);
@@ -179,8 +180,8 @@ TEST(NodeOverhead, the_reserve_carries_it_into_every_gpus_budget) {
   const uint64_t share = 143771 * MiB * 9 / 10;  // floor(150754820096 x 0.9)
   EXPECT_EQ(share, 135679338086u);
   EXPECT_EQ(a.budget_bytes, share - 512 * MiB);
-  EXPECT_EQ(b.budget_bytes, share - 512 * MiB - 55587160u);
-  EXPECT_EQ(b.reserve_bytes, 512 * MiB + 55587160u) << "the plan's reserve says so";
+  EXPECT_EQ(b.budget_bytes, share - 512 * MiB - 55595352u);
+  EXPECT_EQ(b.reserve_bytes, 512 * MiB + 55595352u) << "the plan's reserve says so";
   uint64_t sum = 0;
   kvs_node_overhead big{};
   big.total_bytes = ~0ull;
@@ -206,9 +207,9 @@ TEST(NodeOverhead, the_reserve_must_hold_it) {
     b.reserve_bytes = o.total_bytes - 1;
     EXPECT_EQ(kvs_node_overhead_check(&b, &o, "--reserve", &err), KVS_ERR_BUDGET_TOO_SMALL);
     EXPECT_TRUE(contains(err.message,
-                         "the node's buffers need 55587160 bytes beside its carve but --reserve "
-                         "is 55587159; give --reserve of at least 55587160 (53.0 MiB: the "
-                         "tables' batch buffers 2165760, the step buffers 138264, the "
+                         "the node's buffers need 55595352 bytes beside its carve but --reserve "
+                         "is 55595351; give --reserve of at least 55595352 (53.0 MiB: the "
+                         "tables' batch buffers 2173952, the step buffers 138264, the "
                          "communicator's 461120, NCCL's estimated 52822016)"))
         << err.message;
   }

@@ -136,6 +136,48 @@ cudaError_t kvs_launch_table_digest(const int64_t *map, kvs_table_dims dims,
       [&](QueuedLaunch q) { kvs_kernels::launch_table_digest(q, map, dims, out, max_blocks); });
 }
 
+// The units' rows are known only when the kernel runs (the unit array is
+// device memory, copied in on the stream): the operation checks the array,
+// then every unit's rows, before the kernel reads them.
+cudaError_t kvs_launch_rows_digest(const kvs_rows_unit *units, uint64_t n, uint64_t *out,
+                                   uint32_t max_blocks, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return launch(stream, "rows_digest", {}, [&](QueuedLaunch q) {
+    Engine *e = q.e;
+    const int device = q.s->device;
+    auto checked = [e, device, units, n, out](unsigned grid, unsigned threads, auto kernel,
+                                              auto... args) {
+      if (!e->check_device({units, n * sizeof *units, "the rows units"}, device,
+                           "kernel rows_digest") ||
+          !e->check_device({out, n * sizeof *out, "the digests"}, device, "kernel rows_digest")) {
+        return;
+      }
+      for (uint64_t u = 0; u < n; u++) {
+        if (units[u].bytes > 0 && !e->check_device({units[u].rows, units[u].bytes, "a unit's rows"},
+                                                   device, "kernel rows_digest")) {
+          return;
+        }
+      }
+      kvs_emu::launch(grid, threads, kernel, args...);
+      e->stats.kernels++;
+    };
+    e->load_kernel(device, reinterpret_cast<const void *>(kvs_kernels::rows_digest_kernel), true);
+    Op op;
+    op.what = "rows_digest";
+    uint64_t seed = e->rng() | 1;
+    op.run = [=] {
+      kvs_kernels::launch_rows_digest(
+          [&](unsigned grid, unsigned threads, auto kernel, auto... args) {
+            kvs_emu::set_schedule_seed(seed);
+            checked(grid, threads, kernel, args...);
+            return true;
+          },
+          units, n, out, max_blocks);
+    };
+    e->enqueue(q.s, std::move(op));
+  });
+}
+
 cudaError_t kvs_launch_translate(const int64_t *map, kvs_table_dims dims, const int64_t *locs,
                                  uint64_t n, int64_t *out, kvs_batch_fault *fault,
                                  uint32_t max_blocks, cudaStream_t stream) {
