@@ -1012,7 +1012,14 @@ KVS_API kvs_status kvs_node_import_admit(kvs_node_t node, const kvs_node_transfe
  * request; its refusal (a digest that differs, a header that does not
  * pair, a decode rank that failed) is this call's error, naming it. The
  * request stays the prefill node's either way (finish it, or send it
- * again, after). */
+ * again, after). Rows move where they live: a host twin's over a link
+ * that moves host memory (MPI, loopback, callbacks); a GPU node's device
+ * to device over an NCCL link on its GPU, the small messages (headers,
+ * digests, verdicts) staged through the link's device memory, and the
+ * digests taken on the GPU by a kernel on the engine's stream, so after
+ * the engine's writes queued there (with no stream, `no_stream`, the
+ * engine's writes must have finished). Rows and link in different
+ * memories are KVS_ERR_UNSUPPORTED saying which. */
 KVS_API kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
                                          const kvs_node_transfer *transfer,
                                          kvs_node_transfer_report *report, kvs_error *err);

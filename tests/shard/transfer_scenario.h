@@ -34,7 +34,6 @@
 
 namespace kvs_pd_test {
 
-
 using kvs_test::small_model;
 
 struct Side {
@@ -42,7 +41,7 @@ struct Side {
 };
 
 inline kvs_node_options options_for(const kvs_geometry *g, std::vector<uint64_t> *budgets, Side s,
-                             bool prefix, kvs_state_rings rings) {
+                                    bool prefix, kvs_state_rings rings) {
   kvs_node_options o;
   kvs_node_options_init(&o);
   o.geometry = g;
@@ -77,7 +76,8 @@ struct Prompt {
   std::vector<uint64_t> chain;  // chain[b]: the key of page b (every page)
 };
 
-inline Prompt make_prompt(uint64_t id, uint64_t tokens, const std::vector<uint64_t> &content, uint64_t P) {
+inline Prompt make_prompt(uint64_t id, uint64_t tokens, const std::vector<uint64_t> &content,
+                          uint64_t P) {
   Prompt p{id, tokens, false, content, {}};
   uint64_t h = 0;
   for (uint64_t b = 0; b < (tokens + P - 1) / P; b++) {
@@ -134,8 +134,8 @@ inline uint64_t key_of(const kvs_node_rows &r, const Prompt &p, uint64_t P, kvs_
 }
 
 inline std::vector<kvs_node_rows> rows_of(kvs_node_t node, const Prompt &p,
-                                   const std::vector<int64_t> &pages, uint64_t reuse,
-                                   uint64_t window_tokens = 0) {
+                                          const std::vector<int64_t> &pages, uint64_t reuse,
+                                          uint64_t window_tokens = 0) {
   size_t n = 0;
   kvs_error err;
   kvs_node_transfer t{sizeof t, p.id, pages.data(), pages.size(), p.tokens, reuse,
@@ -165,11 +165,10 @@ struct Pd {
 // loopback link (NULL: the loopback link itself).
 using LinkMaker = std::function<kvs_comm_t(kvs_comm_t loopback, int link_rank)>;
 
-inline void run_pd(
-    const Pd &pd, int timeout_ms,
-    const std::function<void(bool prefill, int rank, int link_rank, kvs_comm_t node,
-                             kvs_comm_t link)> &body,
-    const LinkMaker &device_link = nullptr) {
+inline void run_pd(const Pd &pd, int timeout_ms,
+                   const std::function<void(bool prefill, int rank, int link_rank, kvs_comm_t node,
+                                            kvs_comm_t link)> &body,
+                   const LinkMaker &device_link = nullptr) {
   kvs_comm_loopback_group_t gp = nullptr, gd = nullptr, gl = nullptr;
   kvs_error err;
   ASSERT_EQ(kvs_comm_loopback_group_create(pd.np(), &gp, &err), KVS_OK) << err.message;
@@ -202,7 +201,7 @@ inline void run_pd(
 // What a decode rank of `layers` layers (all of the small model's) must
 // receive for L tokens past `reuse`, from the geometry alone.
 inline uint64_t expected_bytes(kvs_node_t node, uint64_t L, uint64_t reuse, bool tail_states,
-                        kvs_state_rings rings, bool fp8, uint64_t window_tokens) {
+                               kvs_state_rings rings, bool fp8, uint64_t window_tokens) {
   const uint64_t P = kvs_node_page(node);
   const kvs_geometry g = fp8 ? kvs_test::small_model_fp8() : small_model();
   const uint64_t hd = g.head_dim, ihd = g.index_head_dim;
@@ -283,204 +282,209 @@ inline void scenario(const Scenario &sc, Totals *tot) {
   const Pd &pd = sc.pd;
   Decided shared;
   Decided *decided = &shared;
-  run_pd(pd, sc.link_timeout_ms, [&](bool prefill, int rank, int link_rank, kvs_comm_t comm,
-                                      kvs_comm_t link) {
-    kvs_geometry geom = g;
-    std::vector<uint64_t> budgets(8, 12ull << 20);
-    kvs_node_options o = options_for(&geom, &budgets, prefill ? pd.p : pd.d, true, sc.rings);
-    if (sc.fp8) {
-      o.kv_dtype = KVS_KV_FP8;
-      o.qk_rope_head_dim = 64;
-    }
-    if (sc.device_link) {
-      o.device = KVS_NODE_DEVICE_CUDA;
-      o.cuda_device = link_rank;
-    }
-    kvs_node_t node = nullptr;
-    kvs_error err;
-    ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
-    const bool leader = kvs_node_is_leader(node);
-    std::vector<int> peers;
-    for (int i = 0; i < (prefill ? pd.nd() : pd.np()); i++)
-      peers.push_back(prefill ? pd.np() + i : i);
-    std::vector<int64_t> free_pages;
-    for (int64_t p = kvs_node_usable_pages(node) - 1; p >= 0; p--) free_pages.push_back(p);
-    if (sc.ascending) std::reverse(free_pages.begin(), free_pages.end());
-    kvs_node_step_result res{};
-    res.size = sizeof res;
-    std::map<int64_t, uint64_t> cached;  // decode leader: page -> chain key, the cache's
-    for (const Prompt &q : prompts) {
-      const int index = static_cast<int>(q.id - 100);
-      const uint64_t n_pages = (q.tokens + P - 1) / P;
-      std::vector<int64_t> pages;
-      uint64_t reuse = 0;
-      kvs_node_prefix_hit hit{};
-      hit.size = sizeof hit;
-      if (prefill) {
-        for (uint64_t b = 0; b < n_pages; b++) pages.push_back(free_pages[b]);
-        uint64_t lo = first_window_page(q.tokens, P, sc.window_tokens);
-        if (leader) {
-          int64_t slot;
-          ASSERT_EQ(kvs_node_admit(node, q.id, &slot, &err), KVS_OK) << err.message;
-          ASSERT_EQ(kvs_node_bind_pages(node, q.id, pages.data() + lo, n_pages - lo, &err), KVS_OK)
-              << err.message;
+  run_pd(
+      pd, sc.link_timeout_ms,
+      [&](bool prefill, int rank, int link_rank, kvs_comm_t comm, kvs_comm_t link) {
+        kvs_geometry geom = g;
+        std::vector<uint64_t> budgets(8, 12ull << 20);
+        kvs_node_options o = options_for(&geom, &budgets, prefill ? pd.p : pd.d, true, sc.rings);
+        if (sc.fp8) {
+          o.kv_dtype = KVS_KV_FP8;
+          o.qk_rope_head_dim = 64;
         }
-        ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-        for (const kvs_node_rows &r : rows_of(node, q, pages, 0, sc.window_tokens))
-          fill(r, key_of(r, q, P, sc.rings));
-        kvs_node_transfer t{sizeof t, q.id, pages.data(), pages.size(),
-                            q.tokens, 0,    peers.data(), peers.size()};
-        kvs_node_transfer_report rep{};
-        rep.size = sizeof rep;
-        if (index == sc.silent_request) {
-          // One rank died before sending: it never does; the others'
-          // sends then miss the decode ranks' answer. Both stop here.
-          if (rank != sc.silent_rank) kvs_node_send_request(node, link, &t, &rep, &err);
-          kvs_node_destroy(node);
-          return;
+        if (sc.device_link) {
+          o.device = KVS_NODE_DEVICE_CUDA;
+          o.cuda_device = link_rank;
         }
-        kvs_status s = kvs_node_send_request(node, link, &t, &rep, &err);
-        if (index == sc.plant_request) {
-          // The decode side's verdict reaches every prefill rank.
-          EXPECT_EQ(s, KVS_ERR_CORRUPT) << "request " << q.id;
-          EXPECT_NE(std::string(err.message).find("the decode side refused it"), std::string::npos)
-              << err.message;
-        } else {
-          EXPECT_EQ(s, KVS_OK) << "request " << q.id << ": " << err.message;
-        }
-        if (leader) {
-          ASSERT_EQ(kvs_node_free_pages(node, pages.data(), pages.size(), &err), KVS_OK);
-          ASSERT_EQ(kvs_node_finish(node, q.id, &err), KVS_OK) << err.message;
-        }
-        ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-        continue;
-      }
-      // Decode: the leader takes a hit on the conversation's prefix.
-      std::vector<uint64_t> keys(q.chain.begin(), q.chain.begin() + q.tokens / P);
-      kvs_node_capacity before{};
-      before.size = sizeof before;
-      ASSERT_EQ(kvs_node_capacity_of(node, &before, &err), KVS_OK);
-      if (leader) {
-        std::vector<int64_t> hit_pages(keys.size(), -1);
-        ASSERT_EQ(kvs_node_prefix_match(node, keys.data(), keys.size(), q.tokens, 0, &hit,
-                                        hit_pages.data(), &err),
+        kvs_node_t node = nullptr;
+        kvs_error err;
+        ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;
+        const bool leader = kvs_node_is_leader(node);
+        std::vector<int> peers;
+        for (int i = 0; i < (prefill ? pd.nd() : pd.np()); i++)
+          peers.push_back(prefill ? pd.np() + i : i);
+        std::vector<int64_t> free_pages;
+        for (int64_t p = kvs_node_usable_pages(node) - 1; p >= 0; p--) free_pages.push_back(p);
+        if (sc.ascending) std::reverse(free_pages.begin(), free_pages.end());
+        kvs_node_step_result res{};
+        res.size = sizeof res;
+        std::map<int64_t, uint64_t> cached;  // decode leader: page -> chain key, the cache's
+        for (const Prompt &q : prompts) {
+          const int index = static_cast<int>(q.id - 100);
+          const uint64_t n_pages = (q.tokens + P - 1) / P;
+          std::vector<int64_t> pages;
+          uint64_t reuse = 0;
+          kvs_node_prefix_hit hit{};
+          hit.size = sizeof hit;
+          if (prefill) {
+            for (uint64_t b = 0; b < n_pages; b++) pages.push_back(free_pages[b]);
+            uint64_t lo = first_window_page(q.tokens, P, sc.window_tokens);
+            if (leader) {
+              int64_t slot;
+              ASSERT_EQ(kvs_node_admit(node, q.id, &slot, &err), KVS_OK) << err.message;
+              ASSERT_EQ(kvs_node_bind_pages(node, q.id, pages.data() + lo, n_pages - lo, &err),
+                        KVS_OK)
+                  << err.message;
+            }
+            ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
+            for (const kvs_node_rows &r : rows_of(node, q, pages, 0, sc.window_tokens))
+              fill(r, key_of(r, q, P, sc.rings));
+            kvs_node_transfer t{sizeof t, q.id, pages.data(), pages.size(),
+                                q.tokens, 0,    peers.data(), peers.size()};
+            kvs_node_transfer_report rep{};
+            rep.size = sizeof rep;
+            if (index == sc.silent_request) {
+              // One rank died before sending: it never does; the others'
+              // sends then miss the decode ranks' answer. Both stop here.
+              if (rank != sc.silent_rank) kvs_node_send_request(node, link, &t, &rep, &err);
+              kvs_node_destroy(node);
+              return;
+            }
+            kvs_status s = kvs_node_send_request(node, link, &t, &rep, &err);
+            if (index == sc.plant_request) {
+              // The decode side's verdict reaches every prefill rank.
+              EXPECT_EQ(s, KVS_ERR_CORRUPT) << "request " << q.id;
+              EXPECT_NE(std::string(err.message).find("the decode side refused it"),
+                        std::string::npos)
+                  << err.message;
+            } else {
+              EXPECT_EQ(s, KVS_OK) << "request " << q.id << ": " << err.message;
+            }
+            if (leader) {
+              ASSERT_EQ(kvs_node_free_pages(node, pages.data(), pages.size(), &err), KVS_OK);
+              ASSERT_EQ(kvs_node_finish(node, q.id, &err), KVS_OK) << err.message;
+            }
+            ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
+            continue;
+          }
+          // Decode: the leader takes a hit on the conversation's prefix.
+          std::vector<uint64_t> keys(q.chain.begin(), q.chain.begin() + q.tokens / P);
+          kvs_node_capacity before{};
+          before.size = sizeof before;
+          ASSERT_EQ(kvs_node_capacity_of(node, &before, &err), KVS_OK);
+          if (leader) {
+            std::vector<int64_t> hit_pages(keys.size(), -1);
+            ASSERT_EQ(kvs_node_prefix_match(node, keys.data(), keys.size(), q.tokens, 0, &hit,
+                                            hit_pages.data(), &err),
+                      KVS_OK)
+                << err.message;
+            if (hit.block >= 0 && !hit.reprefill && hit.host_pages == 0) reuse = hit.hit_tokens;
+            for (uint64_t b = 0; b < reuse / P; b++) pages.push_back(hit_pages[b]);
+            for (size_t next = 0; pages.size() < n_pages; next++) {
+              if (!cached.count(free_pages[next])) pages.push_back(free_pages[next]);
+            }
+            if (reuse > 0) {
+              ASSERT_EQ(kvs_node_prefix_acquire(node, q.id, &hit, &err), KVS_OK) << err.message;
+            }
+            int64_t slot;
+            kvs_node_transfer t{sizeof t, q.id, pages.data(),    pages.size(), q.tokens, reuse,
+                                nullptr,  0,    sc.window_tokens};
+            ASSERT_EQ(kvs_node_import_admit(node, &t, &slot, &err), KVS_OK) << err.message;
+            std::lock_guard<std::mutex> hold(decided->m);
+            decided->pages[index] = {pages, reuse};
+          }
+          ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
+          if (!leader) {
+            std::lock_guard<std::mutex> hold(decided->m);
+            pages = decided->pages[index].first;
+            reuse = decided->pages[index].second;
+          }
+          kvs_node_transfer t{sizeof t, q.id,         pages.data(), pages.size(),    q.tokens,
+                              reuse,    peers.data(), peers.size(), sc.window_tokens};
+          kvs_node_transfer_report rep{};
+          rep.size = sizeof rep;
+          bool planted = index == sc.plant_request && rank == sc.plant_rank;
+          kvs_status s =
+              kvs_node_receive_planted(node, link, &t, planted ? &sc.plant : nullptr, &rep, &err);
+          if (index == sc.plant_request || index == sc.silent_request) {
+            EXPECT_NE(s, KVS_OK) << "request " << q.id << " must be refused on every decode rank";
+            if (rank == 0) {
+              tot->planted_message = err.message;
+              std::printf("refused: %s\n", err.message);
+            }
+            tot->refused++;
+            ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
+            kvs_node_capacity after{};
+            after.size = sizeof after;
+            ASSERT_EQ(kvs_node_capacity_of(node, &after, &err), KVS_OK);
+            EXPECT_EQ(after.running, before.running) << "the refused request's slot came back";
+            EXPECT_EQ(after.free_window_pages, before.free_window_pages)
+                << "the refused request's window pages came back";
+            kvs_node_report report{};
+            report.size = sizeof report;
+            EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
+            if (index == sc.silent_request) break;  // the link is poisoned now
+            continue;
+          }
+          ASSERT_EQ(s, KVS_OK) << "request " << q.id << " on decode rank " << rank << ": "
+                               << err.message;
+          tot->agreed++;
+          const uint64_t w = sc.window_tokens;
+          EXPECT_EQ(rep.bytes, expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w))
+              << "request " << q.id << " reuse " << reuse;
+          EXPECT_EQ(rep.reused_bytes,
+                    expected_bytes(node, q.tokens, 0, true, sc.rings, sc.fp8, w) -
+                        expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w));
+          // What moved arrived: every unit past the hit, the extra windows too.
+          for (const kvs_node_rows &r : rows_of(node, q, pages, reuse, w)) {
+            EXPECT_TRUE(holds(r, key_of(r, q, P, sc.rings)))
+                << "request " << q.id << ": " << r.view << " layer " << r.layer << " positions "
+                << r.first_token << ".." << r.end_token << (r.tail_state ? " (tail state)" : "");
+          }
+          EXPECT_GE(rep.wire_bytes, rep.bytes);
+          if (sc.ascending && index == 0) {
+            // Fresh nodes, consecutive pages and window pages on both sides:
+            // one message per pool, layer and kind of rows.
+            std::set<std::tuple<std::string, uint32_t, bool>> runs;
+            for (const kvs_node_rows &r : rows_of(node, q, pages, 0))
+              runs.insert({r.view, r.layer, r.tail_state});
+            EXPECT_EQ(rep.messages, runs.size()) << "request " << q.id;
+          }
+          tot->moved += rep.bytes;
+          tot->reused += rep.reused_bytes;
+          for (const kvs_node_rows &r : rows_of(node, q, pages, 0)) {
+            EXPECT_TRUE(holds(r, key_of(r, q, P, sc.rings)))
+                << "request " << q.id << ": " << r.view << " layer " << r.layer << " positions "
+                << r.first_token << ".." << r.end_token << (r.tail_state ? " (tail state)" : "");
+            tot->checked++;
+          }
+          if (leader) {
+            // Cache its full pages (the last one keeps its window as the
+            // tail; with window_tokens, up to the first page whose window
+            // came), then it finishes.
+            size_t full = q.tokens / P < pages.size() ? q.tokens / P : pages.size();
+            if (w > P - 1) {
+              size_t kept = first_window_page(q.tokens, P, w) + 1;
+              if (kept < full) full = kept;
+            }
+            size_t first = reuse / P;
+            if (q.shares && full > first) {
+              std::vector<uint8_t> tails(full - first, 0), taken(full - first, 0);
+              tails.back() = 1;
+              ASSERT_EQ(
+                  kvs_node_prefix_insert(node, q.id, keys.data() + first, pages.data() + first,
+                                         tails.data(), full - first, taken.data(), &err),
                   KVS_OK)
-            << err.message;
-        if (hit.block >= 0 && !hit.reprefill && hit.host_pages == 0) reuse = hit.hit_tokens;
-        for (uint64_t b = 0; b < reuse / P; b++) pages.push_back(hit_pages[b]);
-        for (size_t next = 0; pages.size() < n_pages; next++) {
-          if (!cached.count(free_pages[next])) pages.push_back(free_pages[next]);
+                  << err.message;
+              for (size_t i = 0; i < taken.size(); i++) {
+                if (taken[i]) cached[pages[first + i]] = keys[first + i];
+              }
+            }
+            ASSERT_EQ(kvs_node_free_pages(node, pages.data(), pages.size(), &err), KVS_OK)
+                << err.message;
+            ASSERT_EQ(kvs_node_prefix_release(node, q.id, &err), KVS_OK) << err.message;
+            ASSERT_EQ(kvs_node_finish(node, q.id, &err), KVS_OK) << err.message;
+          }
+          ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
         }
-        if (reuse > 0) {
-          ASSERT_EQ(kvs_node_prefix_acquire(node, q.id, &hit, &err), KVS_OK) << err.message;
-        }
-        int64_t slot;
-        kvs_node_transfer t{sizeof t, q.id, pages.data(),    pages.size(), q.tokens, reuse,
-                            nullptr,  0,    sc.window_tokens};
-        ASSERT_EQ(kvs_node_import_admit(node, &t, &slot, &err), KVS_OK) << err.message;
-        std::lock_guard<std::mutex> hold(decided->m);
-        decided->pages[index] = {pages, reuse};
-      }
-      ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-      if (!leader) {
-        std::lock_guard<std::mutex> hold(decided->m);
-        pages = decided->pages[index].first;
-        reuse = decided->pages[index].second;
-      }
-      kvs_node_transfer t{sizeof t, q.id,         pages.data(), pages.size(),    q.tokens,
-                          reuse,    peers.data(), peers.size(), sc.window_tokens};
-      kvs_node_transfer_report rep{};
-      rep.size = sizeof rep;
-      bool planted = index == sc.plant_request && rank == sc.plant_rank;
-      kvs_status s =
-          kvs_node_receive_planted(node, link, &t, planted ? &sc.plant : nullptr, &rep, &err);
-      if (index == sc.plant_request || index == sc.silent_request) {
-        EXPECT_NE(s, KVS_OK) << "request " << q.id << " must be refused on every decode rank";
-        if (rank == 0) {
-          tot->planted_message = err.message;
-          std::printf("refused: %s\n", err.message);
-        }
-        tot->refused++;
-        ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-        kvs_node_capacity after{};
-        after.size = sizeof after;
-        ASSERT_EQ(kvs_node_capacity_of(node, &after, &err), KVS_OK);
-        EXPECT_EQ(after.running, before.running) << "the refused request's slot came back";
-        EXPECT_EQ(after.free_window_pages, before.free_window_pages)
-            << "the refused request's window pages came back";
         kvs_node_report report{};
         report.size = sizeof report;
-        EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
-        if (index == sc.silent_request) break;  // the link is poisoned now
-        continue;
-      }
-      ASSERT_EQ(s, KVS_OK) << "request " << q.id << " on decode rank " << rank << ": "
-                           << err.message;
-      tot->agreed++;
-      const uint64_t w = sc.window_tokens;
-      EXPECT_EQ(rep.bytes, expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w))
-          << "request " << q.id << " reuse " << reuse;
-      EXPECT_EQ(rep.reused_bytes,
-                expected_bytes(node, q.tokens, 0, true, sc.rings, sc.fp8, w) -
-                    expected_bytes(node, q.tokens, reuse, true, sc.rings, sc.fp8, w));
-      // What moved arrived: every unit past the hit, the extra windows too.
-      for (const kvs_node_rows &r : rows_of(node, q, pages, reuse, w)) {
-        EXPECT_TRUE(holds(r, key_of(r, q, P, sc.rings)))
-            << "request " << q.id << ": " << r.view << " layer " << r.layer << " positions "
-            << r.first_token << ".." << r.end_token << (r.tail_state ? " (tail state)" : "");
-      }
-      EXPECT_GE(rep.wire_bytes, rep.bytes);
-      if (sc.ascending && index == 0) {
-        // Fresh nodes, consecutive pages and window pages on both sides:
-        // one message per pool, layer and kind of rows.
-        std::set<std::tuple<std::string, uint32_t, bool>> runs;
-        for (const kvs_node_rows &r : rows_of(node, q, pages, 0))
-          runs.insert({r.view, r.layer, r.tail_state});
-        EXPECT_EQ(rep.messages, runs.size()) << "request " << q.id;
-      }
-      tot->moved += rep.bytes;
-      tot->reused += rep.reused_bytes;
-      for (const kvs_node_rows &r : rows_of(node, q, pages, 0)) {
-        EXPECT_TRUE(holds(r, key_of(r, q, P, sc.rings)))
-            << "request " << q.id << ": " << r.view << " layer " << r.layer << " positions "
-            << r.first_token << ".." << r.end_token << (r.tail_state ? " (tail state)" : "");
-        tot->checked++;
-      }
-      if (leader) {
-        // Cache its full pages (the last one keeps its window as the
-        // tail; with window_tokens, up to the first page whose window
-        // came), then it finishes.
-        size_t full = q.tokens / P < pages.size() ? q.tokens / P : pages.size();
-        if (w > P - 1) {
-          size_t kept = first_window_page(q.tokens, P, w) + 1;
-          if (kept < full) full = kept;
+        if (sc.silent_request < 0) {
+          EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
         }
-        size_t first = reuse / P;
-        if (q.shares && full > first) {
-          std::vector<uint8_t> tails(full - first, 0), taken(full - first, 0);
-          tails.back() = 1;
-          ASSERT_EQ(kvs_node_prefix_insert(node, q.id, keys.data() + first, pages.data() + first,
-                                           tails.data(), full - first, taken.data(), &err),
-                    KVS_OK)
-              << err.message;
-          for (size_t i = 0; i < taken.size(); i++) {
-            if (taken[i]) cached[pages[first + i]] = keys[first + i];
-          }
-        }
-        ASSERT_EQ(kvs_node_free_pages(node, pages.data(), pages.size(), &err), KVS_OK)
-            << err.message;
-        ASSERT_EQ(kvs_node_prefix_release(node, q.id, &err), KVS_OK) << err.message;
-        ASSERT_EQ(kvs_node_finish(node, q.id, &err), KVS_OK) << err.message;
-      }
-      ASSERT_EQ(kvs_node_step(node, nullptr, &res, &err), KVS_OK) << err.message;
-    }
-    kvs_node_report report{};
-    report.size = sizeof report;
-    if (sc.silent_request < 0) {
-      EXPECT_EQ(kvs_node_check(node, &report, &err), KVS_OK) << err.message;
-    }
-    kvs_node_destroy(node);
-  }, sc.device_link);
+        kvs_node_destroy(node);
+      },
+      sc.device_link);
 }
 
 }  // namespace kvs_pd_test

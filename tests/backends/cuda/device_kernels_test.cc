@@ -4,7 +4,7 @@
 // CUDA says there is no device, naming why (e.g. "no CUDA device visible:
 // cudaGetDeviceCount returned cudaErrorNoDevice (no CUDA-capable device is
 // detected)"), and fails where asking CUDA fails any other way: a broken
-// runtime on a GPU machine is a failure, not 12 skips (gpu_gate_runtime.h).
+// runtime on a GPU machine is a failure, not 13 skips (gpu_gate_runtime.h).
 //
 // Outputs are filled with a poison pattern before each launch, so a row
 // the kernel forgot to write shows up as a mismatch.
@@ -641,4 +641,45 @@ TEST_F(Device, the_journal_apply_skips_request_slot_entries) {
       << err.message;
   EXPECT_SAME_ROWS(download_table(t.get()), ref);
   expect_fault(faults_of(t.get()).apply_journal, ref_fault);
+}
+
+// A transfer's rows digests on the GPU equal the reference for units of 1
+// to 17 bytes at aligned and unaligned addresses, pages of thousands and a
+// unit of 1 MiB, more units than the grid has blocks.
+TEST_F(Device, the_rows_digests_match_the_reference_bit_for_bit) {
+  std::mt19937_64 rng(9);
+  kvs_geometry g = small_geometry();
+  kvs_pool_sizes s = sizes_for(g, 2048, 1025);
+  Tables t = make_tables(g, s);
+  ASSERT_TRUE(t);
+  std::vector<unsigned char> bytes(4u << 20);
+  for (auto &b : bytes) b = static_cast<unsigned char>(rng());
+  DeviceArray<unsigned char> memory(bytes);
+  std::vector<kvs_rows_unit> units, host_units;
+  auto add = [&](uint64_t at, uint64_t len) {
+    units.push_back({memory.get() + at, len, rng()});
+    host_units.push_back({bytes.data() + at, len, units.back().seed});
+  };
+  for (uint64_t len = 1; len <= 17; len++) {
+    add(64 * len, len);
+    add(64 * len + 5, len);
+  }
+  add(0, 1u << 20);
+  for (int i = 0; i < 20000; i++) {
+    uint64_t len = 1 + rng() % 20000;
+    add(rng() % (bytes.size() - len), len);
+  }
+  DeviceArray<kvs_rows_unit> d_units(units);
+  DeviceArray<uint64_t> d_out(units.size());
+  d_out.poison();
+  kvs_error err;
+  ASSERT_EQ(kvs_device_tables_rows_digest(t.get(), d_units.get(), units.size(), d_out.get(),
+                                          nullptr, &err),
+            KVS_OK)
+      << err.message;
+  std::vector<uint64_t> ref(units.size());
+  for (size_t u = 0; u < units.size(); u++) {
+    ref[u] = kvs_ref_rows_digest(host_units[u].rows, host_units[u].bytes, host_units[u].seed);
+  }
+  EXPECT_SAME_ROWS(d_out.download(), ref);
 }
