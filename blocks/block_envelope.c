@@ -6,14 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* Debian's libxxhash also exports runtime-dispatched (AVX2 / AVX-512) x86
- * entry points; this header maps XXH3_64bits and XXH3_64bits_update onto them.
- * Same values, several times the speed of the baseline SSE2 build. */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__has_include)
-#if __has_include(<xxh_x86dispatch.h>)
-#include <xxh_x86dispatch.h>
-#endif
-#endif
+#include "core/xxh3.h" /* the dispatched entry points: several times the speed */
 
 /* Copy and checksum this much at a time, so the checksum reads what the
  * copy just wrote while it is still in cache. */

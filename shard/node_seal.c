@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "core/clock.h"
+#include "core/xxh3.h"
 #include "pool/window_pool.h"
 #include "shard/node_internal.h"
 #include "shard/table.h"

@@ -25,6 +25,7 @@
  * every decode rank refuses the request. */
 #include "shard/node_transfer.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -656,8 +657,73 @@ static kvs_status hash_units(const struct kvs_node *node, const views *vs,
   return status;
 }
 
+/* The host twin's hashing beside the copies: a thread that digests each
+ * round once its rows are in (the decode side: after its exchange and a
+ * planted fault; the prefill side: up to HASH_AHEAD rounds before they
+ * are sent), while the calling thread moves the next round. The link's
+ * copy takes a core (MPI's single copy runs in the receiver's progress);
+ * the two sides' hashes then run beside it instead of stalling it between
+ * rounds, each on rows still in cache. */
+/* How many rounds the prefill side's hashing may run ahead of the rows
+ * sent: close enough that the rows it read are still in the last-level
+ * cache when the link copies them (one read from memory, not two). */
+#define HASH_AHEAD 4
+
+typedef struct hasher {
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  const struct kvs_node *node;
+  const views *vs;
+  const kvs_xfer_side *side;
+  const session *s;
+  bool send;
+  size_t rounds, ready; /* rounds in all, rounds whose rows are in */
+  bool stop;            /* the transfer failed: stop hashing */
+  kvs_status status;
+  kvs_error err;
+} hasher;
+
+static kvs_status hash_round(const hasher *h, size_t round, kvs_error *err) {
+  kvs_status status = KVS_OK;
+  for (size_t i = 0; status == KVS_OK && i < h->s->n_pairs; i++) {
+    const pair *p = &h->s->pairs[i];
+    if (!p->ok || round >= p->n_rounds) continue;
+    size_t k0 = round ? p->rounds[round - 1] : 0, k1 = p->rounds[round];
+    size_t first = k0 ? p->pieces[k0 - 1] : 0, end = p->pieces[k1 - 1];
+    status =
+        hash_units(h->node, h->vs, h->side, p, first, end, h->send ? p->digests : p->here, err);
+  }
+  return status;
+}
+
+static void *hasher_run(void *arg) {
+  hasher *h = arg;
+  kvs_error err;
+  kvs_error_clear(&err);
+  kvs_status status = KVS_OK;
+  for (size_t round = 0; status == KVS_OK && round < h->rounds; round++) {
+    pthread_mutex_lock(&h->m);
+    while (h->ready <= round && !h->stop) pthread_cond_wait(&h->c, &h->m);
+    bool stop = h->stop && h->ready <= round;
+    pthread_mutex_unlock(&h->m);
+    if (stop) break;
+    status = hash_round(h, round, &err);
+  }
+  h->status = status;
+  h->err = err;
+  return NULL;
+}
+
+static void hasher_ready(hasher *h, size_t ready, bool stop) {
+  pthread_mutex_lock(&h->m);
+  h->ready = ready;
+  h->stop = stop;
+  pthread_cond_signal(&h->c);
+  pthread_mutex_unlock(&h->m);
+}
+
 /* The rows of every pair that moves, round by round (each round one
- * exchange), each round's units hashed on this side right after it: the
+ * exchange), each round's units hashed on this side once it moved: the
  * prefill side's digests of what it sent (p->digests), the decode side's
  * of what arrived (p->here), with a planted fault made before its round
  * is hashed. */
@@ -680,16 +746,34 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
   /* A GPU's prefill side hashes every unit first, on the engine's stream:
    * after the engine's writes of the rows, which the link's sends (on its
    * own stream) then read finished; at HBM speed it costs the link
-   * nothing. The host twin hashes each round as it goes, in cache. */
+   * nothing. A GPU's decode side hashes each round after its group. */
   const bool device = kvs_table_kind_of(node->table) != KVS_TABLE_HOST;
-  const bool first_all = send && device;
   /* A GPU's decode side: the journal's row work queued on the engine's
    * stream (the new slot's ring clears, a hit's restores) lands before the
    * link, on a stream of its own, writes the rows over it. */
   if (status == KVS_OK && device && !send) status = kvs_table_sync(node->table, err);
-  for (size_t i = 0; first_all && status == KVS_OK && i < s->n_pairs; i++) {
+  for (size_t i = 0; device && send && status == KVS_OK && i < s->n_pairs; i++) {
     const pair *p = &s->pairs[i];
     if (p->ok) status = hash_units(node, &vs, side, p, 0, p->n, p->digests, err);
+  }
+  hasher h = {.node = node,
+              .vs = &vs,
+              .side = side,
+              .s = s,
+              .send = send,
+              .rounds = rounds,
+              .ready = send ? HASH_AHEAD : 0,
+              .status = KVS_OK};
+  pthread_t thread;
+  bool threaded = false;
+  if (status == KVS_OK && !device && rounds > 1) {
+    pthread_mutex_init(&h.m, NULL);
+    pthread_cond_init(&h.c, NULL);
+    threaded = pthread_create(&thread, NULL, hasher_run, &h) == 0;
+    if (!threaded) {
+      pthread_mutex_destroy(&h.m);
+      pthread_cond_destroy(&h.c);
+    }
   }
   for (size_t round = 0; status == KVS_OK && round < rounds; round++) {
     size_t nt = 0;
@@ -705,17 +789,30 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
         r->messages++;
       }
     }
+    if (threaded && send) hasher_ready(&h, round + HASH_AHEAD, false);
     status = kvs_comm_exchange(link, t, nt, err);
-    for (size_t i = 0; status == KVS_OK && i < s->n_pairs; i++) {
+    for (size_t i = 0; status == KVS_OK && pl != NULL && i < s->n_pairs; i++) {
       pair *p = &s->pairs[i];
-      if (!p->ok || round >= p->n_rounds) continue;
+      if (!p->ok || round >= p->n_rounds || pl->pair != i) continue;
       size_t k0 = round ? p->rounds[round - 1] : 0, k1 = p->rounds[round];
       size_t first = k0 ? p->pieces[k0 - 1] : 0, end = p->pieces[k1 - 1];
-      if (pl != NULL && pl->pair == i && pl->unit >= first && pl->unit < end) plant_apply(node, pl);
-      if (!first_all) {
-        status = hash_units(node, &vs, side, p, first, end, send ? p->digests : p->here, err);
-      }
+      if (pl->unit >= first && pl->unit < end) plant_apply(node, pl);
     }
+    if (status != KVS_OK || (device && send)) continue;
+    if (threaded) {
+      if (!send) hasher_ready(&h, round + 1, false);
+    } else {
+      status = hash_round(&h, round, err);
+    }
+  }
+  if (threaded) {
+    /* A failed transfer stops it where it is. */
+    hasher_ready(&h, send && status == KVS_OK ? rounds : h.ready, status != KVS_OK);
+    pthread_join(thread, NULL);
+    pthread_mutex_destroy(&h.m);
+    pthread_cond_destroy(&h.c);
+    if (status == KVS_OK && h.status != KVS_OK)
+      status = kvs_error_set(err, h.status, "%s", h.err.message);
   }
   free(t);
   return status;

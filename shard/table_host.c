@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <xxhash.h>
 
 #include "core/clock.h"
+#include "core/xxh3.h"
 #include "pool/window_pool.h"
 #include "shard/table.h"
 
