@@ -12,8 +12,9 @@
  *      rank holding it), its block table and windows;
  *   3. prefill -> decode: the rows, messages of units whose pages are
  *      consecutive on both sides, in rounds of about 4 MiB a pair;
- *   4. prefill -> decode: one digest per unit of what was sent, each round
- *      hashed on both sides right after it moved;
+ *   4. prefill -> decode: one digest per unit of what was sent, each side
+ *      hashing where its rows live (the host twin on a thread beside the
+ *      copy, a GPU with a kernel on the engine's stream);
  *   5. decode -> prefill: every decode rank's verdict once they agreed, so
  *      a prefill rank's send fails when the decode node refused.
  * Both sides compute the units and the runs from the two headers alone, so
@@ -22,7 +23,9 @@
  * engine addresses rows), not through the units' offsets that placed the
  * rows: a transfer that wrote one pool's rows to a wrong page is caught
  * by the decode side, which names the pool, layer and positions, and
- * every decode rank refuses the request. */
+ * every decode rank refuses the request. A GPU node's rows move device to
+ * device over an NCCL link; the small messages (1, 2, 4, 5) go through
+ * kvs_comm_exchange_host, which stages them on such a link. */
 #include "shard/node_transfer.h"
 
 #include <pthread.h>
