@@ -368,7 +368,11 @@ __global__ void __launch_bounds__(kRowsThreads)
   for (uint64_t u = blockIdx.x; u < n; u += gridDim.x) {
     const kvs_rows_unit unit = units[u];
     const unsigned char *p = static_cast<const unsigned char *>(unit.rows);
+#ifdef KVS_MUTANT_ROWS_DIGEST_DROPS_TAIL /* planted bug, test builds only (tests/mutants) */
+    const uint64_t words = unit.bytes / 8;
+#else
     const uint64_t words = (unit.bytes + 7) / 8;
+#endif
     unsigned long long sum = 0;
     for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) {
       sum += kvs_rows_word_term(unit.seed, i, rows_word(p, i, unit.bytes));
