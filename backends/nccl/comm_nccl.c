@@ -293,37 +293,15 @@ static kvs_status exchange_on_device(nccl_ctx *ctx, const kvs_comm_transfer *t, 
   return wait_stream(ctx, what, w, err);
 }
 
-static kvs_status nccl_exchange(void *vctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
-                                kvs_error *err) {
-  nccl_ctx *ctx = vctx;
-  ctx->timeout_ms = timeout_ms;
-  kvs_wait w = kvs_wait_begin(timeout_ms);
-  char list[KVS_ERROR_MESSAGE_MAX / 2], what[KVS_ERROR_MESSAGE_MAX / 2 + 32];
-  kvs_comm_transfers_describe(t, n, list, sizeof list);
-  snprintf(what, sizeof what, "exchange (%s)", list);
-  kvs_cuda_device_scope scope;
-  kvs_status status = enter(ctx, &scope, err);
-  if (status != KVS_OK) return status;
-  status = exchange_on_device(ctx, t, n, what, &w, err);
-  kvs_cuda_device_leave(&scope);
-  return status;
-}
-
 /* Host messages through the device: each transfer gets a 256-byte aligned
  * piece of the staging; the sends are copied in on the stream before the
  * group, the receives copied out after it completed (the stream polled
  * against the deadline first, so a peer that never sends is a timeout,
- * not a copy that blocks). */
+ * not a copy that blocks). With the device current. */
 #define STAGE_ALIGN 256
 
-static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, size_t n,
-                                     int timeout_ms, kvs_error *err) {
-  nccl_ctx *ctx = vctx;
-  ctx->timeout_ms = timeout_ms;
-  kvs_wait w = kvs_wait_begin(timeout_ms);
-  char list[KVS_ERROR_MESSAGE_MAX / 2], what[KVS_ERROR_MESSAGE_MAX / 2 + 48];
-  kvs_comm_transfers_describe(t, n, list, sizeof list);
-  snprintf(what, sizeof what, "exchange of host memory (%s)", list);
+static kvs_status exchange_staged(nccl_ctx *ctx, const kvs_comm_transfer *t, size_t n,
+                                  const char *what, kvs_wait *w, kvs_error *err) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     size_t piece = (t[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
@@ -338,9 +316,7 @@ static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, siz
     ctx->staged = grown;
     ctx->staged_cap = n;
   }
-  kvs_cuda_device_scope scope;
-  kvs_status status = enter(ctx, &scope, err);
-  if (status != KVS_OK) return status;
+  kvs_status status = KVS_OK;
   if (total > ctx->stage_bytes) {
     /* Every earlier call waited for its stream: nothing reads the old one. */
     (void)cudaFree(ctx->stage);
@@ -362,7 +338,7 @@ static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, siz
                                "cudaMemcpyAsync of a host message to its staging", err);
     }
   }
-  if (status == KVS_OK) status = exchange_on_device(ctx, ctx->staged, n, what, &w, err);
+  if (status == KVS_OK) status = exchange_on_device(ctx, ctx->staged, n, what, w, err);
   for (size_t i = 0; i < n && status == KVS_OK; i++) {
     if (!t[i].send) {
       status = kvs_cuda_status(cudaMemcpyAsync(t[i].data, ctx->staged[i].data, t[i].bytes,
@@ -370,11 +346,39 @@ static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, siz
                                "cudaMemcpyAsync of a received host message", err);
     }
   }
-  if (status == KVS_OK) status = wait_stream(ctx, what, &w, err);
+  if (status == KVS_OK) status = wait_stream(ctx, what, w, err);
   /* A failed copy too: no peer waits on this rank's half of the group. */
   if (status != KVS_OK && !ctx->aborted) stop(ctx, NULL);
+  return status;
+}
+
+/* The exchange slot (device memory as it is) and exchange_host (host
+ * memory, staged). */
+static kvs_status exchange(void *vctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                           bool host, kvs_error *err) {
+  nccl_ctx *ctx = vctx;
+  ctx->timeout_ms = timeout_ms;
+  kvs_wait w = kvs_wait_begin(timeout_ms);
+  char list[KVS_ERROR_MESSAGE_MAX / 2], what[KVS_ERROR_MESSAGE_MAX / 2 + 48];
+  kvs_comm_transfers_describe(t, n, list, sizeof list);
+  snprintf(what, sizeof what, "exchange%s (%s)", host ? " of host memory" : "", list);
+  kvs_cuda_device_scope scope;
+  kvs_status status = enter(ctx, &scope, err);
+  if (status != KVS_OK) return status;
+  status = host ? exchange_staged(ctx, t, n, what, &w, err)
+                : exchange_on_device(ctx, t, n, what, &w, err);
   kvs_cuda_device_leave(&scope);
   return status;
+}
+
+static kvs_status nccl_exchange(void *vctx, const kvs_comm_transfer *t, size_t n, int timeout_ms,
+                                kvs_error *err) {
+  return exchange(vctx, t, n, timeout_ms, false, err);
+}
+
+static kvs_status nccl_exchange_host(void *vctx, const kvs_comm_transfer *t, size_t n,
+                                     int timeout_ms, kvs_error *err) {
+  return exchange(vctx, t, n, timeout_ms, true, err);
 }
 
 /* kvs_comm_abort: aborts the communicator (its own, also when split from
