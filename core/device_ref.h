@@ -209,7 +209,7 @@ typedef struct kvs_rows_unit {
 
 /* The digest the rows digest kernel computes for one unit (core/mix.h's
  * terms): word i is bytes 8i..8i+7 read little-endian, the last one
- * zero-padded past `bytes`. */
+ * zero-padded past `bytes`. rows NULL: the digest of no bytes. */
 uint64_t kvs_ref_rows_digest(const void *rows, uint64_t bytes, uint64_t seed);
 
 /* Units a device table digests a launch: its units and digests on the

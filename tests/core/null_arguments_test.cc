@@ -656,6 +656,8 @@ TEST(NullArguments, device_ref) {
   EXPECT_FALSE(kvs_journal_entry_fits(&zero, &entry));
   EXPECT_NULL_REFUSED("dims", kvs_table_check_journal(nullptr, &entry, 1, &err));
   EXPECT_NULL_REFUSED("entries", kvs_table_check_journal(&dims, nullptr, 1, &err));
+  EXPECT_EQ(kvs_ref_rows_digest(nullptr, 64, 7), kvs_ref_rows_digest(nullptr, 0, 7))
+      << "no rows: the digest of no bytes, nothing read";
   EXPECT_NULL_REFUSED("dims", kvs_ref_apply_journal(map, nullptr, &entry, 1, &fault, &err));
   EXPECT_NULL_REFUSED("map", kvs_ref_apply_journal(nullptr, &dims, &entry, 1, &fault, &err));
   EXPECT_NULL_REFUSED("entries", kvs_ref_apply_journal(map, &dims, nullptr, 1, &fault, &err));
