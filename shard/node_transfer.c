@@ -681,6 +681,8 @@ typedef struct hasher {
   const session *s;
   bool send;
   size_t rounds, ready; /* rounds in all, rounds whose rows are in */
+  size_t done;          /* rounds hashed */
+  bool finished;        /* the thread is done (status says how) */
   bool stop;            /* the transfer failed: stop hashing */
   kvs_status status;
   kvs_error err;
@@ -711,9 +713,17 @@ static void *hasher_run(void *arg) {
     pthread_mutex_unlock(&h->m);
     if (stop) break;
     status = hash_round(h, round, &err);
+    pthread_mutex_lock(&h->m);
+    h->done = round + 1;
+    pthread_cond_broadcast(&h->c);
+    pthread_mutex_unlock(&h->m);
   }
+  pthread_mutex_lock(&h->m);
   h->status = status;
   h->err = err;
+  h->finished = true;
+  pthread_cond_broadcast(&h->c);
+  pthread_mutex_unlock(&h->m);
   return NULL;
 }
 
@@ -721,7 +731,15 @@ static void hasher_ready(hasher *h, size_t ready, bool stop) {
   pthread_mutex_lock(&h->m);
   h->ready = ready;
   h->stop = stop;
-  pthread_cond_signal(&h->c);
+  pthread_cond_broadcast(&h->c);
+  pthread_mutex_unlock(&h->m);
+}
+
+/* Waits until every round before `round` is hashed (a planted fault may
+ * write rows of any earlier round's page). */
+static void hasher_wait(hasher *h, size_t round) {
+  pthread_mutex_lock(&h->m);
+  while (h->done < round && !h->finished) pthread_cond_wait(&h->c, &h->m);
   pthread_mutex_unlock(&h->m);
 }
 
@@ -799,7 +817,10 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
       if (!p->ok || round >= p->n_rounds || pl->pair != i) continue;
       size_t k0 = round ? p->rounds[round - 1] : 0, k1 = p->rounds[round];
       size_t first = k0 ? p->pieces[k0 - 1] : 0, end = p->pieces[k1 - 1];
-      if (pl->unit >= first && pl->unit < end) plant_apply(node, pl);
+      if (pl->unit >= first && pl->unit < end) {
+        if (threaded) hasher_wait(&h, round);
+        plant_apply(node, pl);
+      }
     }
     if (status != KVS_OK || (device && send)) continue;
     if (threaded) {
