@@ -20,7 +20,8 @@
  *
  * Output: one line per method and the ratio; with --json one object on the
  * last line of rank 0's stdout. Exit 0 measured, 1 a failure (a refused
- * exchange, wrong bytes, no memory), 2 bad usage or not two ranks. A
+ * exchange, wrong bytes, no memory, standard output not written), 2 bad
+ * usage or not two ranks. A
  * program to run by hand: no test asserts its figures. */
 #include <jansson.h>
 #include <mpi.h>
@@ -287,9 +288,13 @@ static int run(int argc, char **argv) {
   kvs_comm_destroy(comm);
   free(all);
   free(batch);
-  fflush(stdout);
+  kvs_flush_stdout(); /* keeps a failed write's reason: MPI's teardown changes errno */
   kvs_mpi_finalize(&err);
   return failed ? 1 : 0;
 }
 
-int main(int argc, char **argv) { return run(argc, argv); }
+/* A lost line (stdout closed, a full disk) is a failure, exit 1. */
+int main(int argc, char **argv) {
+  int rc = kvs_require_stdout("kvs_exchange_bench", 1);
+  return rc != 0 ? rc : kvs_finish_stdout("kvs_exchange_bench", run(argc, argv), 1);
+}

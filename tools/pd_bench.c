@@ -26,7 +26,8 @@
  *
  * Output: a line per size; with --json one object on the last line of
  * rank 0's stdout. Exit 0 measured, 1 a failure (a refused transfer, no
- * memory, a node that cannot be made), 2 bad usage or not two ranks. A
+ * memory, a node that cannot be made, standard output not written), 2 bad
+ * usage or not two ranks. A
  * program to run by hand: no test asserts its figures. */
 #include <jansson.h>
 #include <mpi.h>
@@ -59,9 +60,10 @@ static void usage(FILE *out) {
       "usage: mpirun -np 2 kvs_pd_bench [--model NAME] [--tokens N[,N...]] [--budget BYTES]\n"
       "                                 [--rounds N] [--fp8] [--scattered] [--json]\n"
       "  --model NAME     the geometry (default dsv4-flash; kvs_geometry_resolve's names)\n"
-      "  --tokens N,...   the requests' tokens, one size each (default 32768,65536)\n"
-      "  --budget BYTES   each node's carve (default 6GiB; host memory is used only by the\n"
-      "                   rows the requests write)\n"
+      "  --tokens N,...   the requests' tokens, 1 to 16777216, each size once, at most 8\n"
+      "                   (default 32768,65536)\n"
+      "  --budget BYTES   each node's carve, at least one byte (default 6GiB; host memory is\n"
+      "                   used only by the rows the requests write)\n"
       "  --rounds N       timed rounds per method and size, the median reported (default 5)\n"
       "  --fp8            fp8 KV and indexer rows (default bf16)\n"
       "  --scattered      the decode side's block table runs backwards: no two consecutive\n"
@@ -70,32 +72,18 @@ static void usage(FILE *out) {
       out);
 }
 
-static int parse_tokens(const char *value, options *o) {
-  char *copy = strdup(value), *save = NULL;
-  if (copy == NULL) return 2;
-  o->n_tokens = 0;
-  int rc = 0;
-  for (char *p = strtok_r(copy, ",", &save); p != NULL; p = strtok_r(NULL, ",", &save)) {
-    kvs_error err;
-    if (o->n_tokens == MAX_SIZES) {
-      fprintf(stderr, "kvs_pd_bench: --tokens takes at most %d sizes\n", MAX_SIZES);
-      rc = 2;
-      break;
+/* One size of --tokens (kvs_parse_list's item): a count, each once. */
+static kvs_status token_item(const char *flag, const char *item, size_t index, void *ctx,
+                             kvs_error *err) {
+  options *o = ctx;
+  kvs_status s = kvs_parse_u64_in(flag, item, 1, (uint64_t)1 << 24,
+                                  "a token count in [1, 16777216]", &o->tokens[index], err);
+  for (size_t k = 0; s == KVS_OK && k < index; k++) {
+    if (o->tokens[k] == o->tokens[index]) {
+      s = kvs_error_set(err, KVS_ERR_PARSE, "%s lists %s twice; give each size once", flag, item);
     }
-    if (kvs_parse_u64_in("--tokens", p, 1, (uint64_t)1 << 24, "a token count in [1, 16777216]",
-                         &o->tokens[o->n_tokens], &err) != KVS_OK) {
-      fprintf(stderr, "kvs_pd_bench: %s\n", err.message);
-      rc = 2;
-      break;
-    }
-    o->n_tokens++;
   }
-  if (rc == 0 && o->n_tokens == 0) {
-    fprintf(stderr, "kvs_pd_bench: --tokens needs at least one size\n");
-    rc = 2;
-  }
-  free(copy);
-  return rc;
+  return s;
 }
 
 /* 0 to run, -1 after --help, 2 after a one-line message. */
@@ -142,9 +130,13 @@ static int parse(int argc, char **argv, options *o) {
     if (k == 0) {
       o->model = value;
     } else if (k == 1) {
-      if (parse_tokens(value, o) != 0) return 2;
+      s = kvs_parse_list(names[k], value, MAX_SIZES, &o->n_tokens, &err, token_item, o);
     } else if (k == 2) {
       s = kvs_parse_bytes(names[k], value, &o->budget, &err);
+      if (s == KVS_OK && o->budget == 0) {
+        s = kvs_error_set(&err, KVS_ERR_PARSE, "%s needs at least one byte, got '%s'", names[k],
+                          value);
+      }
     } else {
       s = kvs_parse_u64_in(names[k], value, 1, MAX_ROUNDS, "a round count in [1, 100]", &o->rounds,
                            &err);
@@ -429,7 +421,7 @@ static int run(int argc, char **argv) {
     free(text);
     json_decref(j);
   }
-  fflush(stdout);
+  kvs_flush_stdout(); /* keeps a failed write's reason: MPI's teardown changes errno */
   kvs_node_destroy(b.node);
   kvs_comm_destroy(b.link);
   kvs_comm_destroy(node_comm);
@@ -439,4 +431,8 @@ static int run(int argc, char **argv) {
   return failed ? 1 : 0;
 }
 
-int main(int argc, char **argv) { return run(argc, argv); }
+/* A lost line (stdout closed, a full disk) is a failure, exit 1. */
+int main(int argc, char **argv) {
+  int rc = kvs_require_stdout("kvs_pd_bench", 1);
+  return rc != 0 ? rc : kvs_finish_stdout("kvs_pd_bench", run(argc, argv), 1);
+}
