@@ -55,7 +55,7 @@ typedef struct wire_header {
   uint64_t request, tokens, reuse, page;
   uint64_t kv_dtype, state_rings, tail_states, shape; /* the rows' shape */
   uint64_t window_tokens;
-  uint64_t digest; /* the rows digest's function: 1 xxh3 (host), 2 words (device) */
+  uint64_t rows_kind; /* kvs_table_kind of the rows: which digest each unit gets */
   uint32_t first_layer, end_layer;
   int64_t slot;
   uint32_t status; /* != 0: the sender refuses; reason says why */
@@ -111,7 +111,7 @@ static void header_init(const struct kvs_node *node, const kvs_node_transfer *t,
   h->first_layer = (uint32_t)node->layout->first_layer;
   h->end_layer = (uint32_t)node->layout->end_layer;
   h->window_tokens = t->window_tokens;
-  h->digest = strcmp(kvs_table_rows_digest_name(node->table), "xxh3") == 0 ? 1 : 2;
+  h->rows_kind = (uint64_t)kvs_table_kind_of(node->table);
   h->slot = -1;
 }
 
@@ -125,7 +125,7 @@ static const char *mismatch(const wire_header *a, const wire_header *b) {
   if (a->state_rings != b->state_rings) return "state rings";
   if (a->tail_states != b->tail_states) return "tail states (a prefix cache on one side only)";
   if (a->shape != b->shape) return "model (head dims, layers and ratios, row widths)";
-  if (a->digest != b->digest)
+  if (a->rows_kind != b->rows_kind)
     return "rows digest (tables on the host on one side, a GPU on the other)";
   return NULL;
 }
@@ -437,9 +437,9 @@ static uint64_t span_bytes(const pair *p, size_t first, size_t end) {
 
 /* Cuts the pair's units into messages (runs of joined units, at most
  * KVS_XFER_PIECE_BYTES each unless one unit is larger) and the messages
- * into rounds of about that many bytes: each round's rows are hashed on
- * both sides just after they moved, while they are still in cache. Both
- * sides cut alike: the cut reads both sides' indices and the one shape. */
+ * into rounds of about that many bytes, the unit a side hashes while its
+ * rows are in cache (rows_move). Both sides cut alike: the cut reads both
+ * sides' indices and the one shape. */
 static kvs_status cut(pair *p, kvs_error *err) {
   p->pieces = calloc(p->n ? p->n : 1, sizeof *p->pieces);
   p->rounds = calloc(p->n ? p->n : 1, sizeof *p->rounds);
@@ -465,15 +465,17 @@ static kvs_status cut(pair *p, kvs_error *err) {
   return KVS_OK;
 }
 
+/* The pair's units on both sides and its messages; `receive`: the decode
+ * side, which also keeps its own digests. */
 static kvs_status plan_pair(const struct kvs_node *node, const kvs_xfer_shape *shape,
-                            const kvs_xfer_side *mine, const kvs_xfer_side *theirs, pair *p,
-                            kvs_error *err) {
+                            const kvs_xfer_side *mine, const kvs_xfer_side *theirs, bool receive,
+                            pair *p, kvs_error *err) {
   size_t n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, NULL, 0);
   p->mine = calloc(n ? n : 1, sizeof *p->mine);
   p->peer_u = calloc(n ? n : 1, sizeof *p->peer_u);
   p->digests = calloc(n ? n : 1, sizeof *p->digests);
-  p->here = calloc(n ? n : 1, sizeof *p->here);
-  if (p->mine == NULL || p->peer_u == NULL || p->digests == NULL || p->here == NULL) {
+  p->here = receive ? calloc(n ? n : 1, sizeof *p->here) : NULL;
+  if (p->mine == NULL || p->peer_u == NULL || p->digests == NULL || (receive && p->here == NULL)) {
     return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", n);
   }
   p->n = kvs_xfer_units(node->layout, shape, mine, p->lo, p->hi, p->mine, n);
@@ -576,7 +578,6 @@ static kvs_status headers_move(session *s, kvs_comm_t link, bool send, uint64_t 
   return kvs_comm_exchange_host(link, s->t, s->n_pairs, err);
 }
 
-/* The rows' messages of every pair that moves, in one exchange. */
 /* Where the planted unit's rows would have gone: saved before the
  * receive so the fault can be made after it. */
 typedef struct planted {
@@ -663,13 +664,11 @@ static kvs_status hash_units(const struct kvs_node *node, const views *vs,
 /* The host twin's hashing beside the copies: a thread that digests each
  * round once its rows are in (the decode side: after its exchange and a
  * planted fault; the prefill side: up to HASH_AHEAD rounds before they
- * are sent), while the calling thread moves the next round. The link's
- * copy takes a core (MPI's single copy runs in the receiver's progress);
- * the two sides' hashes then run beside it instead of stalling it between
- * rounds, each on rows still in cache. */
-/* How many rounds the prefill side's hashing may run ahead of the rows
- * sent: close enough that the rows it read are still in the last-level
- * cache when the link copies them (one read from memory, not two). */
+ * are sent, close enough that the link copies rows still in the
+ * last-level cache), while the calling thread moves the next round. The
+ * link's copy takes a core (MPI's single copy runs in the receiver's
+ * progress); the two sides' hashes then run beside it instead of stalling
+ * it between rounds. */
 #define HASH_AHEAD 4
 
 typedef struct hasher {
@@ -941,7 +940,7 @@ kvs_status kvs_node_send_request(kvs_node_t node, kvs_comm_t link,
         reused_bytes(node, transfer->tokens, d->reuse, d->window_tokens, p->lo, p->hi);
     kvs_xfer_shape shape = shape_of(node, transfer->tokens, d->reuse, d->window_tokens);
     kvs_xfer_side theirs = side_from(d, pages);
-    status = plan_pair(node, &shape, &side, &theirs, p, err);
+    status = plan_pair(node, &shape, &side, &theirs, false, p, err);
   }
   /* The rows, and the digests of what was sent, taken round by round
    * while the decode ranks hash what came. */
@@ -1174,7 +1173,7 @@ kvs_status kvs_node_receive_planted(kvs_node_t node, kvs_comm_t link,
       p->ok = p->hi > p->lo;
       if (!p->ok) continue;
       kvs_xfer_side theirs = side_from(p->theirs, pages);
-      mine = plan_pair(node, &shape, &side, &theirs, p, &local);
+      mine = plan_pair(node, &shape, &side, &theirs, true, p, &local);
       r.reused_bytes += reused_bytes(node, transfer->tokens, transfer->reuse_tokens,
                                      transfer->window_tokens, p->lo, p->hi);
     }

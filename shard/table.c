@@ -168,10 +168,6 @@ kvs_status kvs_table_rows_digest(kvs_table_t table, const kvs_rows_unit *units, 
   return table->ops->rows_digest(table->impl, units, n, out, err);
 }
 
-const char *kvs_table_rows_digest_name(const struct kvs_table *table) {
-  return table != NULL && table->ops->kind == KVS_TABLE_HOST ? "xxh3" : "words";
-}
-
 kvs_status kvs_table_copy_now(kvs_table_t table, const kvs_row_copy *copies, size_t n,
                               kvs_error *err) {
   kvs_status status = rows_kept(table, "kvs_table_copy_now", err);
