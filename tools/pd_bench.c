@@ -19,10 +19,16 @@
  * barrier and timed until the slower rank is done, alternating with
  * --rounds rounds of blocking MPI_Send (pieces of at most 1 GiB) matched
  * by MPI_Recv of the receive's bytes on a duplicate of MPI_COMM_WORLD from
- * one buffer into another. The medians are reported (wall time, and each
- * rank's CPU seconds, which a loaded machine's scheduler moves less): the transfer's
- * throughput is the receive's bytes (kvs_node_transfer_report.bytes) over
- * its wall time, and its ratio to the plain one's (1.0: the same speed).
+ * one buffer into another, and with rounds of plain MPI of the rows where
+ * they live (the in-place baseline: each rank's units from
+ * kvs_node_request_rows, one MPI_Isend/MPI_Irecv per run of units adjacent
+ * on both ranks, all posted, then one wait): the same bytes between the
+ * same pages with no kvshard protocol, so a machine whose copies run at
+ * another speed in other memory does not move it. The medians are
+ * reported (wall time, and each rank's CPU seconds, which a loaded
+ * machine's scheduler moves less): the transfer's throughput is the
+ * receive's bytes (kvs_node_transfer_report.bytes) over its wall time, and
+ * its ratio to each plain one's (1.0: the same speed).
  *
  * Output: a line per size; with --json one object on the last line of
  * rank 0's stdout. Exit 0 measured, 1 a failure (a refused transfer, no
@@ -189,7 +195,106 @@ typedef struct figures {
   uint64_t tokens, bytes, wire_bytes, messages, units;
   double transfer_s, plain_s, send_s, receive_s;
   double cpu_transfer[2], cpu_plain[2]; /* each rank's CPU seconds a round (medians) */
+  double in_place_s;                    /* plain MPI of the rows where they live */
+  uint64_t in_place_messages;
 } figures;
+
+/* The rows where they live, as plain MPI would move them with no kvshard
+ * protocol: the request's units on this rank (kvs_node_request_rows),
+ * cut into messages where both ranks' units are adjacent in memory (the
+ * two ranks agree on the cut: one allreduce of the joins). */
+typedef struct in_place {
+  void **address;
+  int *bytes;
+  size_t n;
+} in_place;
+
+static void in_place_free(in_place *m) {
+  free(m->address);
+  free(m->bytes);
+  memset(m, 0, sizeof *m);
+}
+
+static kvs_status in_place_plan(bench *b, uint64_t request, const int64_t *pages, uint64_t n,
+                                uint64_t tokens, in_place *out, kvs_error *err) {
+  memset(out, 0, sizeof *out);
+  size_t count = 0;
+  kvs_node_transfer t = {sizeof t, request, pages, n, tokens, 0, NULL, 0, 0};
+  kvs_status s = kvs_node_request_rows(b->node, &t, NULL, 0, &count, err);
+  kvs_node_rows *units = s == KVS_OK ? calloc(count ? count : 1, sizeof *units) : NULL;
+  /* Per unit: its bytes (min and max over the ranks must agree) and
+   * whether it joins the next one. */
+  long long *lo = calloc(2 * (count + 1), sizeof *lo), *hi = lo != NULL ? lo + count + 1 : NULL;
+  int *joins = calloc(count + 1, sizeof *joins);
+  out->address = calloc(count + 1, sizeof *out->address);
+  out->bytes = calloc(count + 1, sizeof *out->bytes);
+  if (s == KVS_OK && (units == NULL || lo == NULL || joins == NULL || out->address == NULL ||
+                      out->bytes == NULL)) {
+    s = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu units", count);
+  }
+  if (s == KVS_OK) s = kvs_node_request_rows(b->node, &t, units, count, &count, err);
+  if (s == KVS_OK && count > (size_t)INT32_MAX / 2) {
+    s = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%zu units: more than MPI counts", count);
+  }
+  for (size_t i = 0; s == KVS_OK && i < count; i++) {
+    if (units[i].bytes > PIECE_BYTES) {
+      s = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "unit %zu is %llu bytes: above one message",
+                        i, (unsigned long long)units[i].bytes);
+    }
+  }
+  long long counts[2] = {(long long)count, -(long long)count};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_LONG_LONG, MPI_MIN, b->world);
+  if (s == KVS_OK && counts[0] != -counts[1]) {
+    s = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                      "the two ranks' requests have %lld and %lld "
+                      "units: the in-place baseline needs the same",
+                      counts[0], -counts[1]);
+  }
+  bool ok = !any(s != KVS_OK);
+  for (size_t i = 0; ok && i < count; i++) {
+    lo[i] = (long long)units[i].bytes;
+    hi[i] = -(long long)units[i].bytes;
+    joins[i] =
+        i + 1 < count && (unsigned char *)units[i].address + units[i].bytes == units[i + 1].address;
+  }
+  if (ok) {
+    MPI_Allreduce(MPI_IN_PLACE, lo, 2 * (int)(count + 1), MPI_LONG_LONG, MPI_MIN, b->world);
+    MPI_Allreduce(MPI_IN_PLACE, joins, (int)count, MPI_INT, MPI_LAND, b->world);
+  }
+  for (size_t i = 0; ok && s == KVS_OK && i < count; i++) {
+    if (lo[i] != -hi[i]) {
+      s = kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                        "unit %zu is %lld bytes on one rank and "
+                        "%lld on the other",
+                        i, lo[i], -hi[i]);
+    }
+  }
+  for (size_t i = 0; ok && s == KVS_OK && i < count;) {
+    size_t end = i + 1;
+    uint64_t bytes = units[i].bytes;
+    while (end < count && joins[end - 1] && bytes + units[end].bytes <= PIECE_BYTES) {
+      bytes += units[end++].bytes;
+    }
+    out->address[out->n] = units[i].address;
+    out->bytes[out->n++] = (int)bytes;
+    i = end;
+  }
+  free(units);
+  free(lo);
+  free(joins);
+  return s;
+}
+
+static void in_place_move(bench *b, const in_place *m, MPI_Request *requests) {
+  for (size_t i = 0; i < m->n; i++) {
+    if (b->rank == 0) {
+      MPI_Isend(m->address[i], m->bytes[i], MPI_BYTE, 1, 8, b->world, &requests[i]);
+    } else {
+      MPI_Irecv(m->address[i], m->bytes[i], MPI_BYTE, 0, 8, b->world, &requests[i]);
+    }
+  }
+  MPI_Waitall((int)m->n, requests, MPI_STATUSES_IGNORE);
+}
 
 /* Rank 0 fills the request's rows: 8 bytes at a time, distinct per unit. */
 static kvs_status fill_rows(bench *b, uint64_t request, const int64_t *pages, uint64_t n,
@@ -243,9 +348,19 @@ static kvs_status one_size(bench *b, const options *o, uint64_t request, uint64_
   }
   int peer = 1 - b->rank;
   kvs_node_transfer t = {sizeof t, request, pages, n, tokens, 0, &peer, 1, 0};
-  double transfer[MAX_ROUNDS], plain[MAX_ROUNDS], mine[MAX_ROUNDS];
+  double transfer[MAX_ROUNDS], plain[MAX_ROUNDS], mine[MAX_ROUNDS], placed[MAX_ROUNDS];
   double cpu_t[MAX_ROUNDS], cpu_p[MAX_ROUNDS];
   unsigned char *buffer = NULL;
+  in_place rows = {NULL, NULL, 0};
+  MPI_Request *requests = NULL;
+  if (s == KVS_OK) s = in_place_plan(b, request, pages, n, tokens, &rows, err);
+  if (s == KVS_OK && (requests = calloc(rows.n + 1, sizeof *requests)) == NULL) {
+    s = kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for %zu requests", rows.n);
+  }
+  if (any(s != KVS_OK) && s == KVS_OK) {
+    s = kvs_error_set(err, KVS_ERR_COMM, "the other rank failed");
+  }
+  f->in_place_messages = rows.n;
   for (uint64_t k = 0; k < o->rounds && s == KVS_OK; k++) {
     kvs_node_transfer_report r;
     memset(&r, 0, sizeof r);
@@ -292,6 +407,10 @@ static kvs_status one_size(bench *b, const options *o, uint64_t request, uint64_
     double plain_mine = kvs_bench_seconds() - t0;
     cpu_p[k] = cpu_seconds() - c0;
     plain[k] = slowest(plain_mine);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = kvs_bench_seconds();
+    in_place_move(b, &rows, requests);
+    placed[k] = slowest(kvs_bench_seconds() - t0);
   }
   if (s == KVS_OK) {
     double own = kvs_bench_median(mine, (int)o->rounds), other = own;
@@ -300,6 +419,7 @@ static kvs_status one_size(bench *b, const options *o, uint64_t request, uint64_
     f->receive_s = other;
     f->transfer_s = kvs_bench_median(transfer, (int)o->rounds);
     f->plain_s = kvs_bench_median(plain, (int)o->rounds);
+    f->in_place_s = kvs_bench_median(placed, (int)o->rounds);
     double cpu[2] = {kvs_bench_median(cpu_t, (int)o->rounds),
                      kvs_bench_median(cpu_p, (int)o->rounds)};
     double all[4] = {0, 0, 0, 0};
@@ -310,6 +430,8 @@ static kvs_status one_size(bench *b, const options *o, uint64_t request, uint64_
     f->cpu_plain[1] = all[3];
   }
   free(buffer);
+  free(requests);
+  in_place_free(&rows);
   /* The request leaves both nodes. */
   kvs_error local;
   if (b->rank == 0) kvs_node_free_pages(b->node, pages + lo, hi - lo, &local);
@@ -395,6 +517,11 @@ static int run(int argc, char **argv) {
       printf("    MPI_Send/MPI_Recv     %8.4f s  %7.2f GB/s\n", f[i].plain_s, gb / f[i].plain_s);
       printf("    transfer / plain throughput %.3f\n", f[i].plain_s / f[i].transfer_s);
       printf(
+          "    MPI in place          %8.4f s  %7.2f GB/s  (the rows where they live, %llu "
+          "messages)\n",
+          f[i].in_place_s, gb / f[i].in_place_s, (unsigned long long)f[i].in_place_messages);
+      printf("    transfer / in-place throughput %.3f\n", f[i].in_place_s / f[i].transfer_s);
+      printf(
           "    CPU seconds a round: transfer %.4f (prefill) + %.4f (decode), plain %.4f + "
           "%.4f\n",
           f[i].cpu_transfer[0], f[i].cpu_transfer[1], f[i].cpu_plain[0], f[i].cpu_plain[1]);
@@ -406,13 +533,17 @@ static int run(int argc, char **argv) {
       double gb = (double)f[i].bytes / 1e9;
       json_array_append_new(
           sizes,
-          json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:[f,f], s:[f,f]}", "tokens",
-                    (json_int_t)f[i].tokens, "bytes", (json_int_t)f[i].bytes, "wire_bytes",
-                    (json_int_t)f[i].wire_bytes, "messages", (json_int_t)f[i].messages,
-                    "transfer_s", f[i].transfer_s, "plain_s", f[i].plain_s, "transfer_gbs",
-                    gb / f[i].transfer_s, "plain_gbs", gb / f[i].plain_s, "transfer_over_plain",
-                    f[i].plain_s / f[i].transfer_s, "cpu_transfer_s", f[i].cpu_transfer[0],
-                    f[i].cpu_transfer[1], "cpu_plain_s", f[i].cpu_plain[0], f[i].cpu_plain[1]));
+          json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:[f,f], s:[f,f], s:f, s:I, "
+                    "s:f}",
+                    "tokens", (json_int_t)f[i].tokens, "bytes", (json_int_t)f[i].bytes,
+                    "wire_bytes", (json_int_t)f[i].wire_bytes, "messages",
+                    (json_int_t)f[i].messages, "transfer_s", f[i].transfer_s, "plain_s",
+                    f[i].plain_s, "transfer_gbs", gb / f[i].transfer_s, "plain_gbs",
+                    gb / f[i].plain_s, "transfer_over_plain", f[i].plain_s / f[i].transfer_s,
+                    "cpu_transfer_s", f[i].cpu_transfer[0], f[i].cpu_transfer[1], "cpu_plain_s",
+                    f[i].cpu_plain[0], f[i].cpu_plain[1], "in_place_s", f[i].in_place_s,
+                    "in_place_messages", (json_int_t)f[i].in_place_messages,
+                    "transfer_over_in_place", f[i].in_place_s / f[i].transfer_s));
     }
     json_t *j = json_pack("{s:s, s:b, s:b, s:I, s:o}", "model", o.model, "fp8", o.fp8, "scattered",
                           o.scattered, "rounds", (json_int_t)o.rounds, "sizes", sizes);
