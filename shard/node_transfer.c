@@ -768,11 +768,18 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
    * own stream) then read finished; at HBM speed it costs the link
    * nothing. A GPU's decode side hashes each round after its group. */
   const bool device = kvs_table_kind_of(node->table) != KVS_TABLE_HOST;
+#ifdef KVS_MUTANT_PD_SEND_BEFORE_HASH /* planted bug, test builds only (tests/mutants) */
+  const bool prehash = false;         /* the prefill side hashes after its sends */
+#else
+  const bool prehash = device && send;
+#endif
   /* A GPU's decode side: the journal's row work queued on the engine's
    * stream (the new slot's ring clears, a hit's restores) lands before the
    * link, on a stream of its own, writes the rows over it. */
+#ifndef KVS_MUTANT_PD_RECEIVE_NO_SYNC /* defined: planted bug (tests/mutants), no wait */
   if (status == KVS_OK && device && !send) status = kvs_table_sync(node->table, err);
-  for (size_t i = 0; device && send && status == KVS_OK && i < s->n_pairs; i++) {
+#endif
+  for (size_t i = 0; prehash && status == KVS_OK && i < s->n_pairs; i++) {
     const pair *p = &s->pairs[i];
     if (p->ok) status = hash_units(node, &vs, side, p, 0, p->n, p->digests, err);
   }
@@ -821,7 +828,7 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
         plant_apply(node, pl);
       }
     }
-    if (status != KVS_OK || (device && send)) continue;
+    if (status != KVS_OK || prehash) continue;
     if (threaded) {
       if (!send) hasher_ready(&h, round + 1, false);
     } else {

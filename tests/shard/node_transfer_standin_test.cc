@@ -5,7 +5,10 @@
 // the headers, digests and verdicts staged through the link's device
 // memory, each side's digests taken by the rows digest kernel on the
 // engine's stream (the legacy default stream, where the test writes the
-// rows). Over seeded adversarial stream orders: every request's units
+// rows, or a stream of the engine's own under the stand-in's lazy
+// schedule, where only the transfer's own ordering puts the engine's
+// writes and the step's row work before the link). Over seeded
+// adversarial stream orders: every request's units
 // arrive byte for byte (read back through the decode side's own
 // descriptors), decode-side prefix reuse holds, a wrong page planted in one
 // pool on one decode rank is refused by name on every decode rank, and the
@@ -27,11 +30,23 @@ using namespace kvs_pd_test;
 using kvs_standin_harness::expect_no_violations;
 using kvs_standin_harness::reset;
 
+// The engine's stream of this rank's thread: the legacy default stream
+// (nullptr), or with own_streams a stream of its own that does not order
+// itself with the legacy stream (cudaStreamNonBlocking, as the side
+// streams of an engine like torch's), so nothing the NCCL backend does on
+// the legacy stream runs the engine's queued work for it.
+thread_local cudaStream_t engine = nullptr;
+bool own_streams = false;
+
 // Each link rank's NCCL communicator on its own device (NCCL refuses two
 // ranks of one communicator on one GPU), the thread's device chosen first
 // so the test's copies of the rows run there.
 kvs_comm_t nccl_link(kvs_comm_t loopback, int link_rank) {
   EXPECT_EQ(cudaSetDevice(link_rank), cudaSuccess);
+  engine = nullptr;
+  if (own_streams) {
+    EXPECT_EQ(cudaStreamCreateWithFlags(&engine, cudaStreamNonBlocking), cudaSuccess);
+  }
   kvs_comm_t out = nullptr;
   kvs_error err;
   EXPECT_EQ(kvs_comm_nccl_bootstrap(loopback, link_rank, 4000, 8000, &out, &err), KVS_OK)
@@ -40,32 +55,36 @@ kvs_comm_t nccl_link(kvs_comm_t loopback, int link_rank) {
 }
 
 // The rows are device memory: the test writes and reads them as an engine
-// would, with copies on the legacy default stream (the node's engine
-// stream by default).
+// would, with copies on the engine's stream (a write from pageable memory
+// is staged and lands later; a read waits for it).
 void rows_on_devices() {
   rows_memory().write = [](void *rows, const void *from, size_t bytes) {
-    EXPECT_EQ(cudaMemcpy(rows, from, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(rows, from, bytes, cudaMemcpyHostToDevice, engine), cudaSuccess);
   };
   rows_memory().read = [](void *to, const void *rows, size_t bytes) {
-    EXPECT_EQ(cudaMemcpy(to, rows, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(to, rows, bytes, cudaMemcpyDeviceToHost, engine), cudaSuccess);
   };
 }
 
 // progress_percent 0: queued work runs only when a call needs it, so the
 // test's copies of the rows (and the journal's ring clears) stay pending on
 // the legacy stream until something orders the node's work after them.
-void run(Scenario sc, uint64_t seed, Totals *tot, unsigned progress_percent = 30) {
+void run(Scenario sc, uint64_t seed, Totals *tot, unsigned progress_percent = 30,
+         bool lazy = false) {
   kvs_standin::Config c;
   c.devices = sc.pd.np() + sc.pd.nd();
   c.seed = seed;
   c.progress_percent = progress_percent;
+  c.lazy = lazy;
   kvs_standin::reset(c);
   rows_on_devices();
   sc.device_link = nccl_link;
+  sc.engine_stream = [] { return static_cast<void *>(engine); };
   sc.link_timeout_ms = 8000;
   scenario(sc, tot);
   expect_no_violations();
   rows_memory() = RowsMemory{};
+  own_streams = false;
 }
 
 TEST(NodeTransferStandin, device_rows_move_over_nccl_and_reuse_the_decode_sides_prefix) {
@@ -82,6 +101,27 @@ TEST(NodeTransferStandin, device_rows_move_over_nccl_and_reuse_the_decode_sides_
         "units read back\n",
         (unsigned long long)seed, (unsigned long long)tot.moved.load(),
         (unsigned long long)tot.reused.load(), (unsigned long long)tot.checked.load());
+  }
+}
+
+// The engine on streams of its own, not ordered with the legacy stream
+// the NCCL backend stages through, and the stand-in's lazy schedule (a
+// wait runs only the work it waits for, progress_percent 0): the engine's
+// writes of the rows, and the step's ring clears and restores, stay
+// queued until something orders work after them. The prefill side's
+// sends read the rows only after the engine's writes landed, and the
+// decode side's rows land only after the step's row work, so every
+// request still agrees byte for byte.
+TEST(NodeTransferStandin, an_engine_on_a_stream_of_its_own_is_ordered_before_the_link) {
+  for (uint64_t seed : {21ull, 22ull}) {
+    Scenario sc;
+    sc.pd = {{1, 1}, {1, 1}};
+    sc.requests = 8;
+    own_streams = true;
+    Totals tot;
+    run(sc, seed, &tot, 0, true);
+    EXPECT_EQ(tot.agreed.load(), 8u) << "seed " << seed;
+    EXPECT_GT(tot.reused.load(), 0u) << "some turns reuse the decode side's prefix";
   }
 }
 

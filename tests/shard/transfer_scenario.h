@@ -247,6 +247,9 @@ struct Scenario {
   // Device tables: each link rank's on CUDA device link_rank, moving over
   // the link device_link makes.
   LinkMaker device_link;
+  // The engine's stream of the calling rank (o.stream; none: the legacy
+  // default stream).
+  std::function<void *()> engine_stream;
   int link_timeout_ms = 4000;
 };
 
@@ -296,6 +299,7 @@ inline void scenario(const Scenario &sc, Totals *tot) {
           o.device = KVS_NODE_DEVICE_CUDA;
           o.cuda_device = link_rank;
         }
+        if (sc.engine_stream) o.stream = sc.engine_stream();
         kvs_node_t node = nullptr;
         kvs_error err;
         ASSERT_EQ(kvs_node_create(comm, &o, &node, &err), KVS_OK) << err.message;

@@ -544,7 +544,7 @@ cudaError_t copy(Engine &e, Lock &lock, void *dst, const void *src, size_t bytes
     if (!async) {
       kvs_standin::DonePtr before = s->tail;
       e.wait_until(
-          lock, [&] { return done(before); }, std::string(call) + "'s stream sync");
+          lock, [&] { return done(before); }, std::string(call) + "'s stream sync", s);
     }
     staged = stage(src, bytes);
   }
@@ -564,7 +564,7 @@ cudaError_t copy(Engine &e, Lock &lock, void *dst, const void *src, size_t bytes
   }
   if (!returns_at_once) {
     e.wait_until(
-        lock, [&] { return finished->done; }, call);
+        lock, [&] { return finished->done; }, call, s);
   }
   return cudaSuccess;
 }
@@ -684,7 +684,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (cudaError_t c = e.host_sync(s, "cudaStreamSynchronize")) return fail(c);
   if (cudaError_t f = e.injected("cudaStreamSynchronize")) return fail(f);
   e.wait_until(
-      lock, [&] { return s->queue.empty(); }, "cudaStreamSynchronize");
+      lock, [&] { return s->queue.empty(); }, "cudaStreamSynchronize", s);
   return cudaSuccess;
 }
 
@@ -696,7 +696,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaError_t c = e.host_sync(s, "cudaStreamQuery")) return fail(c);
   if (cudaError_t f = e.injected("cudaStreamQuery")) return fail(f);
   e.background();
-  if (!s->queue.empty() && e.chance(50)) e.step();
+  if (!s->queue.empty() && e.chance(50)) e.step(s);
   e.trace_stuck(s);
   // Not an error: cudaStreamQuery does not set the last error for "not ready".
   return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
@@ -788,7 +788,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   }
   kvs_standin::DonePtr recorded = event->recorded;
   e.wait_until(
-      lock, [&] { return done(recorded); }, "cudaEventSynchronize");
+      lock, [&] { return done(recorded); }, "cudaEventSynchronize", event->recorded_on);
   return cudaSuccess;
 }
 
@@ -800,7 +800,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (cudaError_t c = e.host_sync(event->recorded_on, "cudaEventQuery")) return fail(c);
   }
   e.background();
-  if (!done(event->recorded) && e.chance(50)) e.step();
+  if (!done(event->recorded) && e.chance(50)) e.step(event->recorded_on);
   return done(event->recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 

@@ -3,6 +3,7 @@
 
 #include <link.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -258,10 +259,34 @@ bool Engine::runnable(const CUstream_st *s) const {
   return true;
 }
 
-bool Engine::step() {
+bool Engine::step(const CUstream_st *focus) {
   std::vector<CUstream_st *> ready;
-  for (auto &s : streams) {
-    if (runnable(s.get())) ready.push_back(s.get());
+  if (config.lazy && focus != nullptr) {
+    // The streams the focus's head needs, transitively: a head that waits
+    // for an operation queued on another stream needs that stream's work.
+    std::vector<const CUstream_st *> todo = {focus}, seen;
+    while (!todo.empty()) {
+      const CUstream_st *s = todo.back();
+      todo.pop_back();
+      if (std::find(seen.begin(), seen.end(), s) != seen.end() || s->queue.empty()) continue;
+      seen.push_back(s);
+      if (runnable(s)) {
+        ready.push_back(const_cast<CUstream_st *>(s));
+        continue;
+      }
+      for (const DonePtr &d : s->queue.front().after) {
+        if (d->done) continue;
+        for (auto &t : streams) {
+          for (const Op &op : t->queue) {
+            if (op.done == d) todo.push_back(t.get());
+          }
+        }
+      }
+    }
+  } else {
+    for (auto &s : streams) {
+      if (runnable(s.get())) ready.push_back(s.get());
+    }
   }
   if (ready.empty()) return false;
   if (ready.size() > 1) stats.reorders++;
@@ -355,11 +380,11 @@ void Engine::trace_stuck(CUstream_st *s) {
 }
 
 bool Engine::wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,
-                        const std::string &what) {
+                        const std::string &what, const CUstream_st *focus) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   uint64_t gen = generation;
   while (!pred()) {
-    if (step()) continue;
+    if (step(focus)) continue;
     // Nothing runnable here: another thread (a peer rank) must act.
     if (changed.wait_until(lock, deadline) == std::cv_status::timeout || gen != generation) {
       if (!pred()) violation("deadlock: waited 60 s for " + what + " with nothing able to run");

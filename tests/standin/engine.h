@@ -275,7 +275,10 @@ class Engine {
   // Ends a stream's capture as invalid, naming why.
   void invalidate_capture(CUstream_st *stream, const std::string &why);
   bool runnable(const CUstream_st *stream) const;
-  bool step();                  // runs one runnable head, chosen at random; false: none
+  // Runs one runnable head, chosen at random; false: none. With a focus
+  // under Config::lazy, only a head the focus stream's work needs: its
+  // own, or that of a stream whose operation it waits for, and so on.
+  bool step(const CUstream_st *focus = nullptr);
   void background();            // maybe runs some queued work, as a GPU would meanwhile
   bool idle(int device) const;  // every stream of the device empty (-1: all)
   std::string describe() const;
@@ -283,8 +286,9 @@ class Engine {
   void trace_stuck(CUstream_st *s);
   // Runs work (and waits for other threads) until pred holds; false, with
   // a violation naming `what`, when nothing can make it hold.
+  // `focus`: the stream whose work pred waits for, if one (Config::lazy).
   bool wait_until(std::unique_lock<std::mutex> &lock, const std::function<bool()> &pred,
-                  const std::string &what);
+                  const std::string &what, const CUstream_st *focus = nullptr);
 
   // NCCL.
   void arrive(CUstream_st *stream);

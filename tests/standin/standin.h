@@ -90,6 +90,12 @@ struct Config {
   uint64_t max_pitch = 2147483647;
   int max_init_polls = 6;          // ncclInProgress answers after init, finalize: 1..this
   unsigned progress_percent = 30;  // chance that a call runs some queued work first
+  // A wait on a stream's work (a stream or event synchronisation or query,
+  // a copy the host waits for) runs only that work and what it waits for,
+  // stream to stream; work nothing waits on stays queued (with
+  // progress_percent 0, until a device-wide wait). The schedule where an
+  // ordering a library forgot shows at once.
+  bool lazy = false;
 };
 
 // Forgets everything (memory, streams, events, contexts, communicators,

@@ -138,6 +138,47 @@ TEST(Standin, unordered_streams_interleave_both_ways_and_an_event_orders_them) {
   EXPECT_EQ(ordered, (std::set<uint64_t>{1}));
 }
 
+// The lazy schedule: a wait on one stream runs its work and the work it
+// waits for (an event recorded on another stream), never another stream's
+// work nothing waits on, over every seed; a device-wide wait runs that too.
+TEST(Standin, a_lazy_wait_runs_only_the_work_it_waits_for) {
+  for (uint64_t seed = 1; seed <= 32; seed++) {
+    Config c = with(1, seed);
+    c.progress_percent = 0;
+    c.lazy = true;
+    kvs_standin::reset(c);
+    uint64_t *x = nullptr, *y = nullptr, *z = nullptr;
+    ASSERT_EQ(cudaMalloc(&x, 8), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&y, 8), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&z, 8), cudaSuccess);
+    ASSERT_EQ(cudaMemset(x, 0, 8), cudaSuccess);
+    ASSERT_EQ(cudaMemset(y, 0, 8), cudaSuccess);
+    ASSERT_EQ(cudaMemset(z, 0, 8), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStream_t a, b, other;
+    cudaEvent_t e;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(z, 5, 1, other), cudaSuccess);  // nothing waits for it
+    ASSERT_EQ(cudaMemsetAsync(x, 1, 1, a), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(e, a), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(b, e, 0), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(y, x, 8, cudaMemcpyDeviceToDevice, b), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+    EXPECT_EQ(cudaStreamQuery(a), cudaSuccess) << "seed " << seed << ": b waited for a's work";
+    // A synchronous read runs on the legacy stream, which a non-blocking
+    // stream's work does not order itself with.
+    EXPECT_EQ(read_word(z), 0u) << "seed " << seed
+                                << ": nothing waited for the other stream's work";
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(read_word(y), 1u);
+    EXPECT_EQ(read_word(z), 5u);
+    EXPECT_TRUE(kvs_standin::violations().empty());
+  }
+}
+
 // cudaMemcpy from pageable memory returns once the source is staged: a
 // kernel on a non-blocking stream may run before it lands; a blocking
 // stream is ordered after the legacy stream.
