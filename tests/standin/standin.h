@@ -94,7 +94,8 @@ struct Config {
   // a copy the host waits for) runs only that work and what it waits for,
   // stream to stream; work nothing waits on stays queued (with
   // progress_percent 0, until a device-wide wait). The schedule where an
-  // ordering a library forgot shows at once.
+  // ordering a library forgot shows at once. KVS_STANDIN_LAZY=1 in the
+  // environment sets it (and progress_percent 0) at every reset.
   bool lazy = false;
 };
 
