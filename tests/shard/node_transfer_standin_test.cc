@@ -125,12 +125,15 @@ TEST(NodeTransferStandin, an_engine_on_a_stream_of_its_own_is_ordered_before_the
   }
 }
 
+// Layouts that differ, and the planted page below, with the engines on
+// streams of their own under the lazy schedule too.
 TEST(NodeTransferStandin, prefill_tp1_pp2_to_decode_tp2_on_four_devices) {
   Scenario sc;
   sc.pd = {{1, 2}, {2, 1}};
   sc.requests = 6;
   Totals tot;
-  run(sc, 5, &tot);
+  own_streams = true;
+  run(sc, 5, &tot, 0, true);
   EXPECT_EQ(tot.agreed.load(), 2u * 6);
 }
 
@@ -141,7 +144,8 @@ TEST(NodeTransferStandin, a_wrong_page_planted_in_device_memory_is_named_and_ref
   sc.plant_request = 2;
   sc.plant_rank = 0;
   Totals tot;
-  run(sc, 7, &tot);
+  own_streams = true;
+  run(sc, 7, &tot, 0, true);
   EXPECT_EQ(tot.refused.load(), 1u);
   EXPECT_EQ(tot.agreed.load(), 3u);
   EXPECT_NE(tot.planted_message.find("compressed_4 rows of layer"), std::string::npos)
