@@ -763,10 +763,6 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
   kvs_status status = kvs_table_memory(node->table, &base, &mapping, err);
   views vs;
   if (status == KVS_OK) views_of(node, &vs);
-  /* A GPU's prefill side hashes every unit first, on the engine's stream:
-   * after the engine's writes of the rows, which the link's sends (on its
-   * own stream) then read finished; at HBM speed it costs the link
-   * nothing. A GPU's decode side hashes each round after its group. */
   const bool device = kvs_table_kind_of(node->table) != KVS_TABLE_HOST;
 #ifdef KVS_MUTANT_PD_SEND_BEFORE_HASH /* planted bug, test builds only (tests/mutants) */
   const bool prehash = false;         /* the prefill side hashes after its sends */
@@ -779,6 +775,10 @@ static kvs_status rows_move(session *s, kvs_node_t node, kvs_comm_t link, bool s
 #ifndef KVS_MUTANT_PD_RECEIVE_NO_SYNC /* defined: planted bug (tests/mutants), no wait */
   if (status == KVS_OK && device && !send) status = kvs_table_sync(node->table, err);
 #endif
+  /* A GPU's prefill side hashes every unit first, on the engine's stream:
+   * after the engine's writes of the rows, which the link's sends (on its
+   * own stream) then read finished; at HBM speed it costs the link
+   * nothing. A GPU's decode side hashes each round after its group. */
   for (size_t i = 0; prehash && status == KVS_OK && i < s->n_pairs; i++) {
     const pair *p = &s->pairs[i];
     if (p->ok) status = hash_units(node, &vs, side, p, 0, p->n, p->digests, err);

@@ -141,6 +141,11 @@ static bool in_carve(const struct kvs_table *t, const void *p, uint64_t bytes) {
          bytes <= t->carve_bytes - (uint64_t)(at - t->base);
 }
 
+/* The bytes a copy's side spans: height rows of width, pitch apart. */
+static uint64_t copy_span(uint64_t height, uint64_t pitch, uint64_t width) {
+  return height == 0 ? 0 : (height - 1) * pitch + width;
+}
+
 static kvs_status rows_kept(const struct kvs_table *t, const char *call, kvs_error *err) {
   if (t == NULL) return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT, "%s: table is NULL", call);
   if (t->base == NULL) {
@@ -174,12 +179,10 @@ kvs_status kvs_table_copy_now(kvs_table_t table, const kvs_row_copy *copies, siz
   if (status != KVS_OK || n == 0) return status;
   for (size_t i = 0; i < n; i++) {
     const kvs_row_copy *c = &copies[i];
-    uint64_t span = c->height == 0 ? 0 : (c->height - 1) * c->dst_pitch + c->width;
-    uint64_t src_span = c->height == 0 ? 0 : (c->height - 1) * c->src_pitch + c->width;
     bool dst_table = c->op != KVS_ROW_TO_HOST,
          src_table = c->op == KVS_ROW_TO_HOST || c->op == KVS_ROW_WITHIN;
-    if ((dst_table && !in_carve(table, c->dst, span)) ||
-        (src_table && !in_carve(table, c->src, src_span))) {
+    if ((dst_table && !in_carve(table, c->dst, copy_span(c->height, c->dst_pitch, c->width))) ||
+        (src_table && !in_carve(table, c->src, copy_span(c->height, c->src_pitch, c->width)))) {
       return kvs_error_set(err, KVS_ERR_OUT_OF_RANGE,
                            "kvs_table_copy_now: copy %zu is outside the table's rows", i);
     }

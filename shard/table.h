@@ -217,14 +217,14 @@ kvs_status kvs_table_digest(kvs_table_t table, uint64_t *out, kvs_error *err);
  * out[i] for units[i] (rows, bytes, seed: core/device_ref.h). The host
  * twin hashes each with XXH3; a device table runs the rows digest kernel
  * (kvs_ref_rows_digest) on the engine's stream, so after the engine's
- * writes queued before the call,
- * and returns once the digests are back (refused while that stream
- * captures a graph). A unit of no bytes or outside the table's memory is
- * refused (KVS_ERR_OUT_OF_RANGE naming it) before anything runs. */
+ * writes queued before the call, and returns once the digests are back
+ * (refused while that stream captures a graph). Two tables' digests
+ * compare only when their kinds (kvs_table_kind_of) are equal: the
+ * function follows where the rows live. A unit of no bytes or outside the
+ * table's memory is refused (KVS_ERR_OUT_OF_RANGE naming it) before
+ * anything runs. */
 kvs_status kvs_table_rows_digest(kvs_table_t table, const kvs_rows_unit *units, size_t n,
                                  uint64_t *out, kvs_error *err);
-/* Two tables' digests compare only when their kinds (kvs_table_kind_of)
- * are equal: the function follows where the rows live. */
 
 /* ---- the engine's rows a journal moves (shard/table_rows.c) ---- */
 

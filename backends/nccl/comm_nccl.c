@@ -300,11 +300,19 @@ static kvs_status exchange_on_device(nccl_ctx *ctx, const kvs_comm_transfer *t, 
  * not a copy that blocks). With the device current. */
 #define STAGE_ALIGN 256
 
+/* A message's piece of the staging: its bytes rounded up to STAGE_ALIGN
+ * (0 when that overflows). */
+static size_t stage_piece(size_t bytes) {
+  return bytes > SIZE_MAX - (STAGE_ALIGN - 1)
+             ? 0
+             : (bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+}
+
 static kvs_status exchange_staged(nccl_ctx *ctx, const kvs_comm_transfer *t, size_t n,
                                   const char *what, kvs_wait *w, kvs_error *err) {
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
-    size_t piece = (t[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    size_t piece = stage_piece(t[i].bytes);
     if (piece < t[i].bytes || total + piece < total) {
       return kvs_error_set(err, KVS_ERR_OVERFLOW, "%s: the staging overflows", what);
     }
@@ -331,7 +339,7 @@ static kvs_status exchange_staged(nccl_ctx *ctx, const kvs_comm_transfer *t, siz
   for (size_t i = 0; i < n && status == KVS_OK; i++) {
     ctx->staged[i] = t[i];
     ctx->staged[i].data = ctx->stage + at;
-    at += (t[i].bytes + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    at += stage_piece(t[i].bytes);
     if (t[i].send) {
       status = kvs_cuda_status(cudaMemcpyAsync(ctx->staged[i].data, t[i].data, t[i].bytes,
                                                cudaMemcpyHostToDevice, ctx->stream),
