@@ -322,6 +322,17 @@ static kvs_status one_size(bench *b, const options *o, uint64_t request, uint64_
   memset(f, 0, sizeof *f);
   f->tokens = tokens;
   uint64_t P = b->page, n = (tokens + P - 1) / P;
+  /* The decode side's table starts 7 pages in (below): both sides' pages
+   * must be the node's. */
+  uint64_t usable = kvs_node_usable_pages(b->node);
+  if (n + 7 > usable) {
+    return kvs_error_set(err, KVS_ERR_INVALID_ARGUMENT,
+                         "--tokens %llu fills %llu pages of %llu tokens (and the decode side's "
+                         "table starts 7 pages in); a node of this --budget has %llu usable "
+                         "pages: raise --budget or lower --tokens",
+                         (unsigned long long)tokens, (unsigned long long)n, (unsigned long long)P,
+                         (unsigned long long)usable);
+  }
   int64_t *pages = calloc(n, sizeof *pages);
   if (pages == NULL) return kvs_error_set(err, KVS_ERR_NO_MEMORY, "no memory for a block table");
   /* Consecutive pages on both sides (one message per pool and layer), or

@@ -36,6 +36,10 @@ done
 # Usage errors: exit 2 with the reason.
 run_mpi 60 -np 2 "$BENCH" --budget 0
 [ "$rc" -eq 2 ] && grep -q "at least one byte" "$ERR" || fail "--budget 0: exit $rc"
+# A request larger than the node: exit 1 naming the pages, on both ranks.
+run_mpi 60 -np 2 "$BENCH" --tokens 16777216 --rounds 1 --budget 512MiB
+[ "$rc" -eq 1 ] && [ "$(grep -c 'raise --budget or lower --tokens' "$ERR")" -eq 2 ] ||
+  fail "--tokens past the node: exit $rc"
 run_mpi 60 -np 1 "$BENCH" --tokens 64
 [ "$rc" -eq 2 ] && grep -q "runs on 2 ranks" "$ERR" || fail "one rank: exit $rc"
 echo "ok"
